@@ -24,7 +24,8 @@
  *        the episode ends. Never called once the episode has ended: the layer answers
  *        (0, terminal) itself, after making the sticky draw.
  *      obs(common, obs): set the 1s of the observation; the layer has already zeroed
- *        the C * 100 bytes.
+ *        the C * 100 bytes, unless the game sets obs_writes_all, in which case obs
+ *        writes every one of the C * 100 bytes itself (0 or 1).
  *    The callbacks reach their game by casting common to their state struct.
  *  - FL_MINATAR_DEFINE_ENVS(...) in the game's .c file, which defines
  *    `const fl_env_def_t fl_env_minatar_<ident>` and `fl_env_minatar_<ident>_v1`.
@@ -47,6 +48,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "envs/env.h"
 
@@ -125,6 +130,7 @@ typedef struct fl_minatar_common {
 
 typedef struct fl_minatar_game {
     int channels;
+    int obs_writes_all; /* 1: obs writes all C * 100 bytes, so the layer does not zero them */
     void (*reset)(fl_minatar_common_t *c, fl_minatar_gen_t *gen);
     int (*step)(fl_minatar_common_t *c, fl_minatar_gen_t *gen, int full_action, int *terminal);
     void (*obs)(const fl_minatar_common_t *c, uint8_t *obs);
@@ -137,11 +143,72 @@ int fl_minatar_configure(void *state, const fl_env_options_t *opts);
 /* Seeds the instance's reference generator explicitly (tests, trace replay). */
 void fl_minatar_seed_reference(fl_minatar_common_t *c, uint32_t seed);
 
-/* The layer's reset/step, called by the wrappers FL_MINATAR_DEFINE_ENVS generates.
- * action_map is NULL for the full set, else the minimal set (agent index -> full index). */
+/* The layer's reset/step. action_map is NULL for the full set, else the minimal set
+ * (agent index -> full index). */
 void fl_minatar_env_reset(const fl_minatar_game_t *game, void *state, fl_rng_t *rng, void *obs);
 void fl_minatar_env_step(const fl_minatar_game_t *game, const uint8_t *action_map, void *state, fl_rng_t *rng,
                          int action, void *obs, float *reward, int *terminated);
+
+/* Internal: the same reset/step inline, so that the wrappers FL_MINATAR_DEFINE_ENVS
+ * generates see the game's callbacks as constants and inline them into one function per
+ * env (no per-step call through the fl_minatar_game_t pointers). fl__minatar_settle
+ * takes the defaults and seeds the reference generator when either is still pending. */
+void fl__minatar_settle(fl_minatar_common_t *c, fl_rng_t *rng);
+
+static inline fl_minatar_gen_t fl__minatar_gen(fl_minatar_common_t *c, fl_rng_t *rng) {
+    if (__builtin_expect(!c->configured || (c->reference_rng && !c->mt_seeded), 0)) fl__minatar_settle(c, rng);
+    fl_minatar_gen_t g = {.rng = rng, .mt = c->reference_rng ? &c->mt : NULL};
+    return g;
+}
+
+/* Zeroes n >= 16 bytes with 16-byte stores (the last one may overlap the one before).
+ * A fixed-size memset of a few hundred bytes compiles to `rep stos`, whose start-up cost
+ * is a large share of a MinAtar step; the empty asm hides that z is zero so that the
+ * compiler does not turn this loop back into that memset. */
+static inline void fl__minatar_zero(uint8_t *p, size_t n) {
+#if defined(__SSE2__) && defined(__GNUC__)
+    __m128i z = _mm_setzero_si128();
+    __asm__("" : "+x"(z));
+    for (size_t i = 0; i + 16 <= n; i += 16) _mm_storeu_si128((__m128i *)(p + i), z);
+    _mm_storeu_si128((__m128i *)(p + n - 16), z);
+#else
+    memset(p, 0, n);
+#endif
+}
+
+static inline void fl__minatar_write_obs(const fl_minatar_game_t *game, const fl_minatar_common_t *c, void *obs) {
+    if (!game->obs_writes_all) fl__minatar_zero(obs, (size_t)FL_MINATAR_ROWS * FL_MINATAR_COLS * (size_t)game->channels);
+    game->obs(c, obs);
+}
+
+static inline void fl__minatar_reset(const fl_minatar_game_t *game, void *state, fl_rng_t *rng, void *obs) {
+    fl_minatar_common_t *c = state;
+    fl_minatar_gen_t gen = fl__minatar_gen(c, rng);
+    c->terminal = 0;
+    game->reset(c, &gen);
+    fl__minatar_write_obs(game, c, obs);
+}
+
+/* Sticky draw first (also once the episode has ended), then the game step. */
+static inline void fl__minatar_step(const fl_minatar_game_t *game, const uint8_t *action_map, void *state,
+                                    fl_rng_t *rng, int action, void *obs, float *reward, int *terminated) {
+    fl_minatar_common_t *c = state;
+    fl_minatar_gen_t gen = fl__minatar_gen(c, rng);
+    int chosen = action_map ? action_map[action] : action;
+    double u = fl_minatar_u(&gen);
+    int executed = u < c->sticky_prob ? c->prev_action : chosen;
+    c->prev_action = executed;
+    c->last_action = executed;
+    int r = 0;
+    if (!c->terminal) {
+        int term = 0;
+        r = game->step(c, &gen, executed, &term);
+        if (term) c->terminal = 1;
+    }
+    *reward = (float)r;
+    *terminated = c->terminal;
+    fl__minatar_write_obs(game, c, obs);
+}
 
 /* Defines fl_env_minatar_<ident> ("minatar-<name>", 6 actions) and
  * fl_env_minatar_<ident>_v1 ("minatar-<name>-v1", the minimal set).
@@ -155,12 +222,12 @@ void fl_minatar_env_step(const fl_minatar_game_t *game, const uint8_t *action_ma
  *   NMINIMAL  its length (integer constant)
  * Use it at file scope, followed by a semicolon. */
 #define FL_MINATAR_DEFINE_ENVS(IDENT, NAME, DESC, STATE_T, GAME, NCH, MINIMAL, NMINIMAL)                         \
-    static void IDENT##_env_reset(void *s, fl_rng_t *r, void *o) { fl_minatar_env_reset(&(GAME), s, r, o); } \
+    static void IDENT##_env_reset(void *s, fl_rng_t *r, void *o) { fl__minatar_reset(&(GAME), s, r, o); }    \
     static void IDENT##_env_step(void *s, fl_rng_t *r, int a, void *o, float *rw, int *t) {                  \
-        fl_minatar_env_step(&(GAME), NULL, s, r, a, o, rw, t);                                                 \
+        fl__minatar_step(&(GAME), NULL, s, r, a, o, rw, t);                                                    \
     }                                                                                                          \
     static void IDENT##_env_step_v1(void *s, fl_rng_t *r, int a, void *o, float *rw, int *t) {               \
-        fl_minatar_env_step(&(GAME), (MINIMAL), s, r, a, o, rw, t);                                            \
+        fl__minatar_step(&(GAME), (MINIMAL), s, r, a, o, rw, t);                                               \
     }                                                                                                          \
     const fl_env_def_t fl_env_minatar_##IDENT = {                                                              \
         .abi_version = FL_ENV_ABI_VERSION,                                                                     \

@@ -98,7 +98,9 @@ int fl_asterix_step(fl_asterix_t *g, int action, fl_minatar_gen_t *gen) {
         break;
     default: break;
     }
-    for (int s = 0; s < FL_ASTERIX_SLOTS; s++) reward += contact(g, s);
+    /* Only the slot on the player's row can touch the player. */
+    int ps = g->player_y - 1;
+    if (ps >= 0 && ps < FL_ASTERIX_SLOTS) reward += contact(g, ps);
     if (g->move_timer == 0) {
         g->move_timer = g->move_interval;
         for (int s = 0; s < FL_ASTERIX_SLOTS; s++) {
@@ -117,19 +119,21 @@ int fl_asterix_step(fl_asterix_t *g, int action, fl_minatar_gen_t *gen) {
     return reward;
 }
 
-static void set_cell(uint8_t *obs, int y, int x, int ch) {
-    if (y < 0 || y >= GRID || x < 0 || x >= GRID) return;
-    obs[(y * GRID + x) * FL_ASTERIX_CHANNELS + ch] = 1;
-}
-
+/* Entities write without branching on their state (the branches mispredict at random):
+ * slot s owns channels 1..3 of row s + 1, so an empty slot, or a cell off the grid, may
+ * harmlessly write a 0 to column 0 of its own row instead of skipping. */
 void fl_asterix_obs(const fl_asterix_t *g, uint8_t *obs) {
-    memset(obs, 0, GRID * GRID * FL_ASTERIX_CHANNELS);
-    set_cell(obs, g->player_y, g->player_x, 0);
+    const int C = FL_ASTERIX_CHANNELS;
+    fl__minatar_zero(obs, GRID * GRID * FL_ASTERIX_CHANNELS);
+    if (g->player_y >= 0 && g->player_y < GRID && g->player_x >= 0 && g->player_x < GRID)
+        obs[FL_MINATAR_OBS_AT(g->player_y, g->player_x, 0, C)] = 1;
     for (int s = 0; s < FL_ASTERIX_SLOTS; s++) {
         const fl_asterix_entity_t *e = &g->slots[s];
-        if (!e->active) continue;
-        set_cell(obs, s + 1, e->x, e->gold ? 3 : 1);
-        set_cell(obs, s + 1, e->x - e->dir, 2);
+        int active = e->active != 0;
+        int x = e->x, tx = e->x - e->dir;
+        int on = active & ((unsigned)x < GRID), trail_on = active & ((unsigned)tx < GRID);
+        obs[FL_MINATAR_OBS_AT(s + 1, on ? x : 0, e->gold ? 3 : 1, C)] = (uint8_t)on;
+        obs[FL_MINATAR_OBS_AT(s + 1, trail_on ? tx : 0, 2, C)] = (uint8_t)trail_on;
     }
 }
 
@@ -155,7 +159,7 @@ static void game_obs(const fl_minatar_common_t *c, uint8_t *obs) {
 }
 
 static const fl_minatar_game_t asterix_game = {
-    .channels = FL_ASTERIX_CHANNELS, .reset = game_reset, .step = game_step, .obs = game_obs};
+    .channels = FL_ASTERIX_CHANNELS, .obs_writes_all = 1, .reset = game_reset, .step = game_step, .obs = game_obs};
 static const uint8_t asterix_minimal[] = {A_NOOP, A_LEFT, A_UP, A_RIGHT, A_DOWN};
 
 FL_MINATAR_DEFINE_ENVS(asterix, "asterix", "Asterix: collect gold, dodge enemies", fl_asterix_env_state_t, asterix_game,

@@ -131,42 +131,16 @@ void fl_minatar_seed_reference(fl_minatar_common_t *c, uint32_t seed) {
 
 /* ---- Reset and step ------------------------------------------------------------------ */
 
-static fl_minatar_gen_t make_gen(fl_minatar_common_t *c, fl_rng_t *rng) {
+void fl__minatar_settle(fl_minatar_common_t *c, fl_rng_t *rng) {
     if (!c->configured) take_defaults(c);
     if (c->reference_rng && !c->mt_seeded) fl_minatar_seed_reference(c, (uint32_t)(fl_env_rng_u64(rng) >> 32));
-    fl_minatar_gen_t g = {.rng = rng, .mt = c->reference_rng ? &c->mt : NULL};
-    return g;
-}
-
-static void write_obs(const fl_minatar_game_t *game, const fl_minatar_common_t *c, void *obs) {
-    memset(obs, 0, (size_t)FL_MINATAR_ROWS * FL_MINATAR_COLS * (size_t)game->channels);
-    game->obs(c, obs);
 }
 
 void fl_minatar_env_reset(const fl_minatar_game_t *game, void *state, fl_rng_t *rng, void *obs) {
-    fl_minatar_common_t *c = state;
-    fl_minatar_gen_t gen = make_gen(c, rng);
-    c->terminal = 0;
-    game->reset(c, &gen);
-    write_obs(game, c, obs);
+    fl__minatar_reset(game, state, rng, obs);
 }
 
 void fl_minatar_env_step(const fl_minatar_game_t *game, const uint8_t *action_map, void *state, fl_rng_t *rng,
                          int action, void *obs, float *reward, int *terminated) {
-    fl_minatar_common_t *c = state;
-    fl_minatar_gen_t gen = make_gen(c, rng);
-    int chosen = action_map ? action_map[action] : action;
-    double u = fl_minatar_u(&gen);
-    int executed = u < c->sticky_prob ? c->prev_action : chosen;
-    c->prev_action = executed;
-    c->last_action = executed;
-    int r = 0;
-    if (!c->terminal) {
-        int term = 0;
-        r = game->step(c, &gen, executed, &term);
-        if (term) c->terminal = 1;
-    }
-    *reward = (float)r;
-    *terminated = c->terminal;
-    write_obs(game, c, obs);
+    fl__minatar_step(game, action_map, state, rng, action, obs, reward, terminated);
 }

@@ -49,17 +49,20 @@ static int freeway_step(fl_minatar_common_t *c, fl_minatar_gen_t *gen, int actio
         draw_speeds(s, gen);
         s->chicken_y = bottom;
     }
+    /* Branch-free form of: hit check, then (timer == 0) reload and move, then a second
+     * hit check. A hit sends the chicken to row 9, where no car can reach it, so the two
+     * checks fold into one on "old column 4, or moved onto column 4". */
+    int chicken_y = s->chicken_y;
     for (int i = 0; i < FL_FREEWAY_NUM_CARS; i++) {
-        int row = i + 1;
-        if (s->car_x[i] == 4 && s->chicken_y == row) s->chicken_y = bottom;
-        if (s->car_timer[i] == 0) {
-            s->car_timer[i] = abs(s->car_v[i]);
-            s->car_x[i] = wrap_col(s->car_x[i] + (s->car_v[i] > 0 ? 1 : -1));
-            if (s->car_x[i] == 4 && s->chicken_y == row) s->chicken_y = bottom;
-        } else {
-            s->car_timer[i]--;
-        }
+        int x = s->car_x[i], v = s->car_v[i], timer = s->car_timer[i];
+        int moves = timer == 0;
+        int nx = wrap_col(x + (v > 0 ? 1 : -1));
+        int hit = (x == 4) | (moves & (nx == 4));
+        s->car_timer[i] = moves ? abs(v) : timer - 1;
+        s->car_x[i] = moves ? nx : x;
+        chicken_y = hit & (chicken_y == i + 1) ? bottom : chicken_y;
     }
+    s->chicken_y = chicken_y;
     if (s->cooldown > 0) s->cooldown--;
     s->budget--;
     if (s->budget < 0) *terminal = 1;
@@ -69,6 +72,7 @@ static int freeway_step(fl_minatar_common_t *c, fl_minatar_gen_t *gen, int actio
 static void freeway_obs(const fl_minatar_common_t *c, uint8_t *obs) {
     const fl_freeway_state_t *s = (const fl_freeway_state_t *)c;
     const int C = FL_FREEWAY_CHANNELS;
+    fl__minatar_zero(obs, (size_t)FL_MINATAR_ROWS * FL_MINATAR_COLS * FL_FREEWAY_CHANNELS);
     obs[FL_MINATAR_OBS_AT(s->chicken_y, 4, 0, C)] = 1;
     for (int i = 0; i < FL_FREEWAY_NUM_CARS; i++) {
         int v = s->car_v[i];
@@ -81,6 +85,7 @@ static void freeway_obs(const fl_minatar_common_t *c, uint8_t *obs) {
 
 static const fl_minatar_game_t freeway_game = {
     .channels = FL_FREEWAY_CHANNELS,
+    .obs_writes_all = 1,
     .reset = freeway_reset,
     .step = freeway_step,
     .obs = freeway_obs,

@@ -333,8 +333,8 @@ static void draw_list(uint8_t *obs, const fl_seaquest_list_t *l, int ch, int tra
     }
 }
 
-void fl_seaquest_obs(const fl_seaquest_t *g, uint8_t *obs) {
-    memset(obs, 0, GRID * GRID * FL_SEAQUEST_CHANNELS);
+/* Sets the 1s of the observation on an all-zero buffer. */
+static void draw(const fl_seaquest_t *g, uint8_t *obs) {
     set_cell(obs, g->sub_y, g->sub_x, 0);
     set_cell(obs, g->sub_y, g->sub_x - g->sub_dir, 1);
     draw_list(obs, &g->f_bullets, 2, 0);
@@ -345,6 +345,11 @@ void fl_seaquest_obs(const fl_seaquest_t *g, uint8_t *obs) {
     int oxy = g->oxygen > 0 ? g->oxygen : 0;
     for (int x = 0; x < oxy * 10 / FL_SEAQUEST_MAX_OXYGEN; x++) set_cell(obs, GRID - 1, x, 7);
     for (int k = 0; k < g->divers && k < FL_SEAQUEST_MAX_DIVERS; k++) set_cell(obs, GRID - 1, GRID - 2 - k, 8);
+}
+
+void fl_seaquest_obs(const fl_seaquest_t *g, uint8_t *obs) {
+    memset(obs, 0, GRID * GRID * FL_SEAQUEST_CHANNELS);
+    draw(g, obs);
 }
 
 /* ---- Env definitions (common MinAtar layer) -------------------------------------------- */
@@ -366,7 +371,7 @@ static int game_step(fl_minatar_common_t *c, fl_minatar_gen_t *gen, int action, 
 
 static void game_obs(const fl_minatar_common_t *c, uint8_t *obs) {
     const fl_seaquest_env_state_t *s = (const fl_seaquest_env_state_t *)c;
-    fl_seaquest_obs(&s->game, obs);
+    draw(&s->game, obs); /* the layer has zeroed obs */
 }
 
 static const fl_minatar_game_t seaquest_game = {

@@ -12,12 +12,57 @@
 #include "envs/minatar_games2.h"
 
 #define GRID 10
+#define CELLS (GRID * GRID)
 #define MOVE_INTERVAL0 12
 #define MIN_MOVE_INTERVAL 6
 #define ENEMY_SHOT_INTERVAL 10
 #define SHOT_COOLDOWN 5
 
 enum { A_NOOP = 0, A_LEFT = 1, A_UP = 2, A_RIGHT = 3, A_DOWN = 4, A_FIRE = 5 };
+
+/* The grids are scanned eight cells at a time: a 100-cell grid is twelve 8-byte words
+ * and one 4-byte tail. Cells hold 0 or 1, so byte-wise sums and ANDs of these words never
+ * carry from one cell into the next. */
+#define WORDS 12
+#define TAIL (WORDS * 8)
+#define ONES 0x0101010101010101ull
+
+static inline uint64_t load8(const uint8_t *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+static inline void store8(uint8_t *p, uint64_t w) {
+    memcpy(p, &w, 8);
+}
+
+static inline uint64_t load4(const uint8_t *p) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    return w;
+}
+
+static inline void store4(uint8_t *p, uint64_t w) {
+    uint32_t v = (uint32_t)w;
+    memcpy(p, &v, 4);
+}
+
+static inline uint64_t load2(const uint8_t *p) {
+    uint16_t w;
+    memcpy(&w, p, 2);
+    return w;
+}
+
+static inline void store2(uint8_t *p, uint64_t w) {
+    uint16_t v = (uint16_t)w;
+    memcpy(p, &v, 2);
+}
+
+/* Sum of the bytes of w when it is below 256. */
+static inline int byte_sum(uint64_t w) {
+    return (int)((w * ONES) >> 56);
+}
 
 static void fill_wave(fl_space_invaders_t *g) {
     for (int y = 0; y <= 3; y++)
@@ -40,45 +85,87 @@ void fl_space_invaders_reset(fl_space_invaders_t *g) {
 }
 
 static int alien_count(const fl_space_invaders_t *g) {
-    int n = 0;
-    for (int y = 0; y < GRID; y++)
-        for (int x = 0; x < GRID; x++) n += g->aliens[y][x];
-    return n;
+    const uint8_t *a = &g->aliens[0][0];
+    uint64_t acc = load4(a + TAIL);
+    for (int k = 0; k < WORDS; k++) acc += load8(a + 8 * k);
+    return byte_sum(acc);
 }
 
-static int column_has_alien(const fl_space_invaders_t *g, int x) {
-    for (int y = 0; y < GRID; y++)
-        if (g->aliens[y][x]) return 1;
-    return 0;
+/* Row y as an 80-bit value split into columns 0..7 (lo, byte x = column x) and 8..9 (hi). */
+static inline void row_load(const uint8_t *grid, int y, uint64_t *lo, uint64_t *hi) {
+    *lo = load8(grid + y * GRID);
+    *hi = load2(grid + y * GRID + 8);
 }
 
-static int row_has_alien(const fl_space_invaders_t *g, int y) {
-    for (int x = 0; x < GRID; x++)
-        if (g->aliens[y][x]) return 1;
-    return 0;
+/* Byte x of the result is nonzero when column x holds an alien. */
+static void column_occupancy(const fl_space_invaders_t *g, uint64_t *lo, uint64_t *hi) {
+    uint64_t l = 0, h = 0;
+    for (int y = 0; y < GRID; y++) {
+        uint64_t rl, rh;
+        row_load(&g->aliens[0][0], y, &rl, &rh);
+        l |= rl;
+        h |= rh;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+static inline int column_set(uint64_t lo, uint64_t hi, int x) {
+    return x < 8 ? (int)((lo >> (8 * x)) & 0xff) != 0 : (int)((hi >> (8 * (x - 8))) & 0xff) != 0;
+}
+
+/* Moves every row of a grid one row down (row 9 is dropped, row 0 becomes `top`). */
+static void rows_down(uint8_t *grid, uint64_t top_lo, uint64_t top_hi) {
+    for (int y = GRID - 1; y > 0; y--) {
+        uint64_t lo, hi;
+        row_load(grid, y - 1, &lo, &hi);
+        store8(grid + y * GRID, lo);
+        store2(grid + y * GRID + 8, hi);
+    }
+    store8(grid, top_lo);
+    store2(grid + 8, top_hi);
+}
+
+/* Moves every row of a grid one row up (row 0 is dropped, row 9 becomes empty). */
+static void rows_up(uint8_t *grid) {
+    for (int y = 0; y < GRID - 1; y++) {
+        uint64_t lo, hi;
+        row_load(grid, y + 1, &lo, &hi);
+        store8(grid + y * GRID, lo);
+        store2(grid + y * GRID + 8, hi);
+    }
+    store8(grid + (GRID - 1) * GRID, 0);
+    store2(grid + (GRID - 1) * GRID + 8, 0);
 }
 
 /* Step 6 of spec 6.3: reverse and descend at an edge (cyclically, so that on the terminal
  * descent row 9 reappears on row 0), otherwise shift sideways. */
 static void move_aliens(fl_space_invaders_t *g) {
-    int at_edge = (g->alien_dir < 0 && column_has_alien(g, 0)) || (g->alien_dir > 0 && column_has_alien(g, GRID - 1));
+    uint8_t *a = &g->aliens[0][0];
+    uint64_t col_lo, col_hi;
+    column_occupancy(g, &col_lo, &col_hi);
+    int at_edge = (g->alien_dir < 0 && column_set(col_lo, col_hi, 0)) ||
+                  (g->alien_dir > 0 && column_set(col_lo, col_hi, GRID - 1));
     if (at_edge) {
         g->alien_dir = -g->alien_dir;
-        if (row_has_alien(g, GRID - 1)) g->terminal = 1;
-        uint8_t last[GRID];
-        memcpy(last, g->aliens[GRID - 1], GRID);
-        memmove(g->aliens[1], g->aliens[0], (size_t)(GRID - 1) * GRID);
-        memcpy(g->aliens[0], last, GRID);
+        uint64_t last_lo, last_hi;
+        row_load(a, GRID - 1, &last_lo, &last_hi);
+        if (last_lo | last_hi) g->terminal = 1;
+        rows_down(a, last_lo, last_hi);
     } else {
         /* The edge test guarantees the column the formation leaves from is empty. */
         for (int y = 0; y < GRID; y++) {
+            uint64_t lo, hi;
+            row_load(a, y, &lo, &hi);
             if (g->alien_dir < 0) {
-                memmove(&g->aliens[y][0], &g->aliens[y][1], GRID - 1);
-                g->aliens[y][GRID - 1] = 0;
+                lo = (lo >> 8) | (hi << 56);
+                hi >>= 8;
             } else {
-                memmove(&g->aliens[y][1], &g->aliens[y][0], GRID - 1);
-                g->aliens[y][0] = 0;
+                hi = ((hi << 8) | (lo >> 56)) & 0xffff;
+                lo <<= 8;
             }
+            store8(a + y * GRID, lo);
+            store2(a + y * GRID + 8, hi);
         }
     }
     if (g->aliens[GRID - 1][g->cannon_x]) g->terminal = 1;
@@ -87,16 +174,17 @@ static void move_aliens(fl_space_invaders_t *g) {
 /* Step 7 of spec 6.3: the lowest alien of the occupied column nearest the cannon (ties to
  * the smaller column) shoots from its own cell. */
 static void alien_shoot(fl_space_invaders_t *g) {
-    int best_x = -1, best_d = GRID + 1;
-    for (int x = 0; x < GRID; x++) {
-        if (!column_has_alien(g, x)) continue;
-        int d = x > g->cannon_x ? x - g->cannon_x : g->cannon_x - x;
-        if (d < best_d) {
-            best_d = d;
-            best_x = x;
-        }
+    uint64_t col_lo, col_hi;
+    column_occupancy(g, &col_lo, &col_hi);
+    if (!(col_lo | col_hi)) return;
+    int best_x = -1;
+    for (int d = 0; best_x < 0; d++) {
+        int left = g->cannon_x - d, right = g->cannon_x + d;
+        if (left >= 0 && column_set(col_lo, col_hi, left))
+            best_x = left;
+        else if (right < GRID && column_set(col_lo, col_hi, right))
+            best_x = right;
     }
-    if (best_x < 0) return;
     for (int y = GRID - 1; y >= 0; y--) {
         if (g->aliens[y][best_x]) {
             g->e_bullets[y][best_x] = 1;
@@ -105,9 +193,35 @@ static void alien_shoot(fl_space_invaders_t *g) {
     }
 }
 
+/* Removes every alien that shares a cell with a friendly bullet, and the bullet with it.
+ * Returns the number of kills; *left is set to whether any alien remains. */
+static int resolve_hits(fl_space_invaders_t *g, int *left) {
+    uint8_t *a = &g->aliens[0][0], *f = &g->f_bullets[0][0];
+    uint64_t kills = 0, alive = 0;
+    for (int k = 0; k < WORDS; k++) {
+        uint64_t wa = load8(a + 8 * k), wf = load8(f + 8 * k);
+        uint64_t hit = wa & wf;
+        if (hit) {
+            store8(a + 8 * k, wa ^ hit);
+            store8(f + 8 * k, wf ^ hit);
+            kills += hit;
+        }
+        alive |= wa ^ hit;
+    }
+    uint64_t wa = load4(a + TAIL), wf = load4(f + TAIL);
+    uint64_t hit = wa & wf;
+    if (hit) {
+        store4(a + TAIL, wa ^ hit);
+        store4(f + TAIL, wf ^ hit);
+        kills += hit;
+    }
+    alive |= wa ^ hit;
+    *left = alive != 0;
+    return byte_sum(kills);
+}
+
 int fl_space_invaders_step(fl_space_invaders_t *g, int action) {
     if (g->terminal) return 0;
-    int reward = 0;
 
     if (action == A_FIRE) {
         if (g->shot_cooldown == 0) {
@@ -120,11 +234,8 @@ int fl_space_invaders_step(fl_space_invaders_t *g, int action) {
         if (g->cannon_x < GRID - 1) g->cannon_x++;
     }
 
-    memmove(g->f_bullets[0], g->f_bullets[1], (size_t)(GRID - 1) * GRID);
-    memset(g->f_bullets[GRID - 1], 0, GRID);
-
-    memmove(g->e_bullets[1], g->e_bullets[0], (size_t)(GRID - 1) * GRID);
-    memset(g->e_bullets[0], 0, GRID);
+    rows_up(&g->f_bullets[0][0]);
+    rows_down(&g->e_bullets[0][0], 0, 0);
     if (g->e_bullets[GRID - 1][g->cannon_x]) g->terminal = 1;
 
     if (g->aliens[GRID - 1][g->cannon_x]) g->terminal = 1;
@@ -140,21 +251,14 @@ int fl_space_invaders_step(fl_space_invaders_t *g, int action) {
         alien_shoot(g);
     }
 
-    for (int y = 0; y < GRID; y++) {
-        for (int x = 0; x < GRID; x++) {
-            if (g->aliens[y][x] && g->f_bullets[y][x]) {
-                g->aliens[y][x] = 0;
-                g->f_bullets[y][x] = 0;
-                reward++;
-            }
-        }
-    }
+    int left;
+    int reward = resolve_hits(g, &left);
 
     if (g->shot_cooldown > 0) g->shot_cooldown--;
     if (g->move_timer > 0) g->move_timer--;
     if (g->shot_timer > 0) g->shot_timer--;
 
-    if (alien_count(g) == 0) {
+    if (!left) {
         if (g->ramping && g->move_interval > MIN_MOVE_INTERVAL) {
             g->move_interval--;
             g->ramp_index++;
@@ -164,20 +268,47 @@ int fl_space_invaders_step(fl_space_invaders_t *g, int action) {
     return reward;
 }
 
-void fl_space_invaders_obs(const fl_space_invaders_t *g, uint8_t *obs) {
-    memset(obs, 0, GRID * GRID * FL_SPACE_INVADERS_CHANNELS);
-    obs[((GRID - 1) * GRID + g->cannon_x) * FL_SPACE_INVADERS_CHANNELS + 0] = 1;
-    for (int y = 0; y < GRID; y++) {
-        for (int x = 0; x < GRID; x++) {
-            uint8_t *cell = &obs[(y * GRID + x) * FL_SPACE_INVADERS_CHANNELS];
-            if (g->aliens[y][x]) {
-                cell[1] = 1;
-                cell[g->alien_dir < 0 ? 2 : 3] = 1;
-            }
-            if (g->f_bullets[y][x]) cell[4] = 1;
-            if (g->e_bullets[y][x]) cell[5] = 1;
-        }
+/* 1 in each byte of w that is nonzero, 0 elsewhere. */
+static inline uint64_t nonzero_bytes(uint64_t w) {
+    const uint64_t low7 = 0x7f7f7f7f7f7f7f7full;
+    return ((((w & low7) + low7) | w) >> 7) & ONES;
+}
+
+/* Sets the 1s of an all-zero observation. Each cell's six channels come from a table
+ * indexed by (alien, friendly bullet, enemy bullet), stored as one 8-byte write whose
+ * two spare bytes the next cell overwrites (they are zero either way); the last cell is
+ * written in two parts. Runs of eight empty cells are skipped. */
+static void draw(const fl_space_invaders_t *g, uint8_t *obs) {
+    uint64_t pattern[8];
+    int dir_ch = g->alien_dir < 0 ? 2 : 3;
+    for (int k = 0; k < 8; k++) {
+        uint64_t p = 0;
+        if (k & 1) p |= (1ull << 8) | (1ull << (8 * dir_ch));
+        if (k & 2) p |= 1ull << 32;
+        if (k & 4) p |= 1ull << 40;
+        pattern[k] = p;
     }
+    const uint8_t *a = &g->aliens[0][0], *f = &g->f_bullets[0][0], *e = &g->e_bullets[0][0];
+    for (int k = 0; k < WORDS; k++) {
+        uint64_t w = nonzero_bytes(load8(a + 8 * k)) | nonzero_bytes(load8(f + 8 * k)) << 1 |
+                     nonzero_bytes(load8(e + 8 * k)) << 2;
+        if (!w) continue;
+        uint8_t *out = obs + 8 * k * FL_SPACE_INVADERS_CHANNELS;
+        for (int j = 0; j < 8; j++) store8(out + j * FL_SPACE_INVADERS_CHANNELS, pattern[(w >> (8 * j)) & 7]);
+    }
+    uint64_t w =
+        nonzero_bytes(load4(a + TAIL)) | nonzero_bytes(load4(f + TAIL)) << 1 | nonzero_bytes(load4(e + TAIL)) << 2;
+    uint8_t *out = obs + TAIL * FL_SPACE_INVADERS_CHANNELS;
+    for (int j = 0; j < 3; j++) store8(out + j * FL_SPACE_INVADERS_CHANNELS, pattern[(w >> (8 * j)) & 7]);
+    uint64_t last = pattern[(w >> 24) & 7];
+    store4(out + 3 * FL_SPACE_INVADERS_CHANNELS, last);
+    store2(out + 3 * FL_SPACE_INVADERS_CHANNELS + 4, last >> 32);
+    obs[((GRID - 1) * GRID + g->cannon_x) * FL_SPACE_INVADERS_CHANNELS + 0] = 1;
+}
+
+void fl_space_invaders_obs(const fl_space_invaders_t *g, uint8_t *obs) {
+    memset(obs, 0, CELLS * FL_SPACE_INVADERS_CHANNELS);
+    draw(g, obs);
 }
 
 /* ---- Env definitions (the common MinAtar layer drives these) ---------------------------- */
@@ -199,7 +330,7 @@ static int game_step(fl_minatar_common_t *c, fl_minatar_gen_t *gen, int action, 
 
 static void game_obs(const fl_minatar_common_t *c, uint8_t *obs) {
     const fl_space_invaders_env_state_t *s = (const fl_space_invaders_env_state_t *)c;
-    fl_space_invaders_obs(&s->game, obs);
+    draw(&s->game, obs); /* the layer has zeroed obs */
 }
 
 static const fl_minatar_game_t space_invaders_game = {
