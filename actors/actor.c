@@ -14,7 +14,7 @@
 #include "common/log.h"
 #include "common/stop.h"
 #include "envs/plugin.h"
-#include "envs/vecenv.h"
+#include "envs/wrappers.h"
 #include "paramserver/client.h"
 #include "replay/client.h"
 
@@ -128,12 +128,13 @@ static uint64_t make_stream_id(int index) {
 typedef struct actor {
     const fl_config_t *cfg;
     int index, num_envs, num_actions;
-    const fl_env_def_t *def;
+    fl_wrapped_env_t *wenv;   /* env.name wrapped with env.wrappers */
+    const fl_env_def_t *def;  /* its spaces (fl_wrapped_env_info) */
     size_t obs_bytes, obs_count;
     double epsilon;
     fl_rng_t explore;
 
-    fl_vecenv_t *envs;
+    fl_wrapvec_t *envs;
     fl_qnet_t *net;
     fl_nstep_t *nstep;
     fl_replay_client_t *replay;
@@ -164,7 +165,8 @@ static void actor_free(actor_t *a) {
     fl_replay_client_destroy(a->replay);
     fl_nstep_destroy(a->nstep);
     fl_qnet_destroy(a->net);
-    fl_vecenv_destroy(a->envs);
+    fl_wrapvec_destroy(a->envs);
+    fl_wrapped_env_destroy(a->wenv);
     free(a->obs);
     free(a->next);
     free(a->final_obs);
@@ -291,7 +293,7 @@ static fl_status step(actor_t *a, fl_err_t *err) {
     fl_status s = fl_qnet_forward(a->net, a->obs_f, N, a->q);
     if (s != FL_OK) return fl_err_set(err, s, "Q-network forward of %d observations failed", N);
     fl_actor_select_actions(a->q, N, a->num_actions, a->epsilon, &a->explore, a->actions);
-    FL_TRY(fl_vecenv_step(a->envs, a->actions, a->next, a->rewards, a->terminated, a->truncated, a->final_obs,
+    FL_TRY(fl_wrapvec_step(a->envs, a->actions, a->next, a->rewards, a->terminated, a->truncated, a->final_obs,
                           a->done, err));
     /* The builder wants the true next observation: the final one where an episode ended. */
     memcpy(a->next_true, a->next, (size_t)N * a->obs_bytes);
@@ -339,14 +341,16 @@ fl_status fl_actor_run(const fl_config_t *cfg, int index, const char *replay_add
     a.cfg = cfg;
     a.index = index;
     a.num_envs = (int)cfg->env_num_envs;
-    FL_TRY(fl_env_resolve(cfg->env_plugin, cfg->env_name, &a.def, err));
+    FL_TRY(fl_env_from_config(cfg, &a.wenv, err));
+    a.def = fl_wrapped_env_info(a.wenv);
     a.num_actions = a.def->num_actions;
     a.obs_bytes = fl_env_obs_size(a.def);
     a.obs_count = fl_env_obs_count(a.def);
-    if (fl_dtype_to_float(a.def->obs_dtype, NULL, 0, NULL) != 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "actor: env %s has %s observations, which the Q-network cannot read", a.def->name,
-                          fl_dtype_name(a.def->obs_dtype));
+    if (fl_dtype_to_float(a.def->obs_dtype, NULL, 0, NULL) != 0) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "actor: env %s has %s observations, which the Q-network cannot read",
+                       a.def->name, fl_dtype_name(a.def->obs_dtype));
+        goto done;
+    }
     a.epsilon = fl_actor_epsilon(cfg->actor_eps_base, cfg->actor_eps_alpha, index, (int)cfg->actor_count);
     a.st.epsilon = a.epsilon;
 
@@ -360,11 +364,11 @@ fl_status fl_actor_run(const fl_config_t *cfg, int index, const char *replay_add
 
     const int n = (int)cfg->learner_n_step;
     const size_t N = (size_t)a.num_envs;
-    s = fl_vecenv_create(a.def, a.num_envs, env_seed, (int)cfg->env_max_episode_steps, &a.envs, err);
+    s = fl_wrapvec_create(a.wenv, a.num_envs, env_seed, &a.envs, err);
     if (s != FL_OK) goto done;
     fl_env_options_t env_opts;
     fl_env_options_from_config(cfg, &env_opts);
-    s = fl_vecenv_configure(a.envs, &env_opts, err);
+    s = fl_wrapvec_configure(a.envs, &env_opts, err);
     if (s != FL_OK) goto done;
 
     /* The builder is drained once it holds local_buffer transitions; one push adds at
@@ -419,7 +423,7 @@ fl_status fl_actor_run(const fl_config_t *cfg, int index, const char *replay_add
     s = wait_first_params(&a, err);
     if (s != FL_OK) goto done;
 
-    fl_vecenv_reset(a.envs, a.obs);
+    fl_wrapvec_reset(a.envs, a.obs);
     uint64_t next_sync = a.st.env_steps + (uint64_t)cfg->actor_sync_every;
     while (!should_stop(&a)) {
         s = step(&a, err);

@@ -30,6 +30,7 @@
     X(env, difficulty_ramping, BOOL, 1, 0, 1, "", "games that support it speed up over an episode") \
     X(env, rng, ENUM, "fleet", 0, 0, "fleet|reference", "random generator of games that offer a reference-compatible one") \
     X(env, args, STRING, "", 0, 0, "", "free text handed to the env (plugins)") \
+    X(env, wrappers, STRING, "", 0, 0, "", "Atari-style wrappers around the env, e.g. \"noop(30) frameskip(4) framestack(4)\" (docs/environments.md)") \
     /* [actor] experience generation */                                                                     \
     X(actor, count, INT, 2, 1, 4096, "", "number of actor processes")                                      \
     X(actor, eps_base, FLOAT, 0.4, 0, 1, "", "epsilon_i = eps_base^(1 + eps_alpha * i/(N-1))")             \

@@ -14,9 +14,11 @@
 #include <math.h>
 
 #include "envs/classic.h"
+#include "envs/render.h"
 
 #define DT 0.2
 #define LINK_LENGTH_1 1.0
+#define LINK_LENGTH_2 1.0
 #define LINK_MASS_1 1.0
 #define LINK_MASS_2 1.0
 #define LINK_COM_POS_1 0.5
@@ -122,6 +124,34 @@ static void acrobot_step(void *state, fl_rng_t *rng, int action, void *obs, floa
     *reward = term ? 0.0f : -1.0f;
 }
 
+/* Drawn as Gymnasium draws it, at 200 x 200: the pivot in the centre, the view spanning
+ * +-2.2 link lengths, the links as thick lines with round joints, and the target height
+ * (one link length above the pivot) as a line. */
+#define RENDER_SIZE 200
+
+static void acrobot_render(const void *state, uint8_t *rgb) {
+    static const uint8_t white[3] = {255, 255, 255}, black[3] = {0, 0, 0}, link[3] = {0, 204, 204},
+                         joint[3] = {204, 204, 0};
+    const fl_acrobot_state_t *s = state;
+    fl_canvas_t c = {rgb, RENDER_SIZE, RENDER_SIZE};
+    double scale = RENDER_SIZE / (2 * (LINK_LENGTH_1 + LINK_LENGTH_2 + 0.2)), o = RENDER_SIZE / 2.0;
+    fl_canvas_clear(&c, white);
+    fl_canvas_line(&c, 0, o - LINK_LENGTH_1 * scale, RENDER_SIZE, o - LINK_LENGTH_1 * scale, 1.0, black);
+    /* theta1 = 0 hangs straight down; screen y grows downwards. */
+    double x1 = o + LINK_LENGTH_1 * scale * sin(s->theta1), y1 = o + LINK_LENGTH_1 * scale * cos(s->theta1);
+    double x2 = x1 + LINK_LENGTH_2 * scale * sin(s->theta1 + s->theta2);
+    double y2 = y1 + LINK_LENGTH_2 * scale * cos(s->theta1 + s->theta2);
+    fl_canvas_line(&c, o, o, x1, y1, 0.2 * scale, link);
+    fl_canvas_line(&c, x1, y1, x2, y2, 0.2 * scale, link);
+    fl_canvas_disc(&c, o, o, 0.1 * scale, joint);
+    fl_canvas_disc(&c, x1, y1, 0.1 * scale, joint);
+}
+
+static const char *acrobot_action_name(int action) {
+    static const char *const names[3] = {"left", "noop", "right"}; /* torque -1, 0, +1 */
+    return names[action];
+}
+
 const fl_env_def_t fl_env_acrobot = {
     .abi_version = FL_ENV_ABI_VERSION,
     .name = "acrobot",
@@ -134,5 +164,8 @@ const fl_env_def_t fl_env_acrobot = {
     .state_size = sizeof(fl_acrobot_state_t),
     .reset = acrobot_reset,
     .step = acrobot_step,
-    .render = NULL,
+    .render = acrobot_render,
+    .render_height = RENDER_SIZE,
+    .render_width = RENDER_SIZE,
+    .action_name = acrobot_action_name,
 };

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "envs/registry.h"
+#include "envs/render.h"
 
 #define GRAVITY 9.8
 #define MASSCART 1.0
@@ -60,6 +61,31 @@ static void cartpole_step(void *state, fl_rng_t *rng, int action, void *obs, flo
     *reward = 1.0f;
 }
 
+/* Drawn as Gymnasium draws it, at half its 600 x 400 size: the track spans
+ * [-2.4, 2.4] over the width; the cart is 25 x 15 pixels; the pole 5 pixels wide and one
+ * length unit (1.0, twice the half-length) long. */
+#define RENDER_W 300
+#define RENDER_H 200
+
+static void cartpole_render(const void *state, uint8_t *rgb) {
+    static const uint8_t white[3] = {255, 255, 255}, black[3] = {0, 0, 0}, pole[3] = {202, 152, 101},
+                         axle[3] = {129, 132, 203};
+    const fl_cartpole_state_t *s = state;
+    fl_canvas_t c = {rgb, RENDER_W, RENDER_H};
+    double scale = RENDER_W / (2 * X_THRESHOLD);
+    double cart_y = RENDER_H - 50.0, cart_x = s->x * scale + RENDER_W / 2.0;
+    fl_canvas_clear(&c, white);
+    fl_canvas_rect(&c, 0, (int)cart_y, RENDER_W, (int)cart_y + 1, black);
+    fl_canvas_rect(&c, (int)(cart_x - 12.5), (int)(cart_y - 7.5), (int)(cart_x + 12.5), (int)(cart_y + 7.5), black);
+    double len = scale * 2 * LENGTH, top_x = cart_x + len * sin(s->theta), top_y = cart_y - 3.75 - len * cos(s->theta);
+    fl_canvas_line(&c, cart_x, cart_y - 3.75, top_x, top_y, 5.0, pole);
+    fl_canvas_disc(&c, cart_x, cart_y - 3.75, 2.5, axle);
+}
+
+static const char *cartpole_action_name(int action) {
+    return action == 0 ? "left" : "right";
+}
+
 const fl_env_def_t fl_env_cartpole = {
     .abi_version = FL_ENV_ABI_VERSION,
     .name = "cartpole",
@@ -72,5 +98,8 @@ const fl_env_def_t fl_env_cartpole = {
     .state_size = sizeof(fl_cartpole_state_t),
     .reset = cartpole_reset,
     .step = cartpole_step,
-    .render = NULL,
+    .render = cartpole_render,
+    .render_height = RENDER_H,
+    .render_width = RENDER_W,
+    .action_name = cartpole_action_name,
 };

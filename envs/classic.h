@@ -5,7 +5,7 @@
  * write float32 observations. Their state structs are part of the contract: the state
  * memory of an instance (state_size == sizeof the struct) may be overwritten by a caller
  * between steps to put the system into a chosen state (tests, tools). Neither env
- * allocates, renders or takes options. The definitions are immutable and the functions
+ * allocates or takes options; both render (as Gymnasium draws them) and name their actions. The definitions are immutable and the functions
  * pure, so instances may run on any number of threads. */
 #ifndef FL_ENVS_CLASSIC_H
 #define FL_ENVS_CLASSIC_H

@@ -58,3 +58,13 @@ fl_status fl_env_validate(const fl_env_def_t *def, fl_err_t *err) {
                           name, def->render_height, def->render_width);
     return FL_OK;
 }
+
+fl_status fl_env_configure(const fl_env_def_t *def, void *state, const fl_env_options_t *opts, int instance,
+                           fl_err_t *err) {
+    if (!def->configure || def->configure(state, opts) == 0) return FL_OK;
+    return fl_err_set(err, FL_INVALID_ARGUMENT,
+                      "env '%s' (instance %d) rejected its options: sticky_actions = %g, difficulty_ramping = %d, "
+                      "rng = %s, args = \"%s\"",
+                      def->name, instance, (double)opts->sticky_prob, opts->difficulty_ramping,
+                      opts->reference_rng ? "reference" : "fleet", opts->args ? opts->args : "");
+}

@@ -26,7 +26,10 @@
  *  - All randomness comes from the rng argument (the instance's own generator, seeded
  *    from the run seed and the instance index). No rand(), no globals, no static state:
  *    any number of instances may run in parallel on different threads.
- *  - render (optional, NULL if unsupported) writes an RGB image of the current state.
+ *  - render (optional, NULL if unsupported) writes an RGB image of the current state
+ *    (after reset or step; it only reads the state). `fleet env play` and `fleet env
+ *    record` show it.
+ *  - action_name (optional) names the actions for people and tools.
  *
  * Thread-safety: definitions are immutable; functions here are pure. */
 #ifndef FL_ENVS_ENV_H
@@ -40,7 +43,7 @@
 #include "common/status.h"
 
 /* Bumped whenever fl_env_def_t or a function signature changes incompatibly. */
-#define FL_ENV_ABI_VERSION 1
+#define FL_ENV_ABI_VERSION 2
 /* The function a plugin exports: `const fl_env_def_t *fl_env_plugin(void)`. */
 #define FL_ENV_PLUGIN_SYMBOL "fl_env_plugin"
 #define FL_ENV_MAX_RANK 4
@@ -68,6 +71,11 @@ typedef struct fl_env_options {
  * caller reports the env and the options). */
 typedef int (*fl_env_configure_fn)(void *state, const fl_env_options_t *opts);
 
+/* action_name (optional, may be NULL): a short lower-case name of action a
+ * (0 <= a < num_actions), e.g. "left" or "fire", for tools such as `fleet env play`,
+ * whose keys find actions by these names (arrows: left/right/up/down, space: fire). */
+typedef const char *(*fl_env_action_name_fn)(int action);
+
 typedef struct fl_env_def {
     int abi_version;          /* FL_ENV_ABI_VERSION */
     const char *name;         /* registry key, e.g. "cartpole" */
@@ -84,6 +92,7 @@ typedef struct fl_env_def {
     int render_height;        /* image size of render; 0 when render is NULL */
     int render_width;
     fl_env_configure_fn configure; /* optional; NULL when the env takes no options */
+    fl_env_action_name_fn action_name; /* optional; NULL when actions are only numbered */
 } fl_env_def_t;
 
 /* Bytes of one observation (dtype size times the product of the shape); 0 if the
@@ -96,6 +105,12 @@ size_t fl_env_obs_count(const fl_env_def_t *def);
  * name, dtype, shape, actions, limits and required functions. FL_INVALID_ARGUMENT (or
  * FL_FAILED_PRECONDITION for an ABI mismatch) with a message naming the field. */
 fl_status fl_env_validate(const fl_env_def_t *def, fl_err_t *err);
+
+/* Calls def->configure (when set) on one zeroed instance state; instance is its index in
+ * a vector, for the message. FL_INVALID_ARGUMENT naming the env, the instance and every
+ * option when the env rejects them. */
+fl_status fl_env_configure(const fl_env_def_t *def, void *state, const fl_env_options_t *opts, int instance,
+                           fl_err_t *err);
 
 /* ---- Inline random helpers for env implementations --------------------------------
  * Bit-identical to fl_rng_u64 / fl_rng_double / fl_rng_float / fl_rng_uniform /

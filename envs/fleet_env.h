@@ -27,7 +27,8 @@
  *    episodes are truncated at max_episode_steps.
  *  - configure (optional) receives the experiment's [env] options once per instance
  *    before the first reset; it returns 0, or -1 to reject them.
- *  - render (optional) writes an RGB image of the current state. */
+ *  - render (optional) writes an RGB image of the current state (`fleet env play`
+ *    and `fleet env record` show it); action_name (optional) names the actions. */
 #ifndef FLEET_ENV_H
 #define FLEET_ENV_H
 
@@ -47,7 +48,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever fl_env_def_t or a function signature changes incompatibly. */
-#define FL_ENV_ABI_VERSION 1
+#define FL_ENV_ABI_VERSION 2
 /* The function a plugin exports: `const fl_env_def_t *fl_env_plugin(void)`. */
 #define FL_ENV_PLUGIN_SYMBOL "fl_env_plugin"
 #define FL_ENV_MAX_RANK 4
@@ -91,6 +92,11 @@ typedef struct fl_env_options {
  * and before the first reset; returns 0, or -1 when an option is unusable. */
 typedef int (*fl_env_configure_fn)(void *state, const fl_env_options_t *opts);
 
+/* action_name (optional, may be NULL): a short lower-case name of action a
+ * (0 <= a < num_actions), e.g. "left" or "fire", for tools such as `fleet env play`,
+ * whose keys find actions by these names (arrows: left/right/up/down, space: fire). */
+typedef const char *(*fl_env_action_name_fn)(int action);
+
 typedef struct fl_env_def {
     int abi_version;          /* FL_ENV_ABI_VERSION */
     const char *name;         /* the env.name that selects this env */
@@ -107,6 +113,7 @@ typedef struct fl_env_def {
     int render_height;        /* image size of render; 0 when render is NULL */
     int render_width;
     fl_env_configure_fn configure; /* optional; NULL when the env takes no options */
+    fl_env_action_name_fn action_name; /* optional; NULL when actions are only numbered */
 } fl_env_def_t;
 
 /* ---- Inline random helpers ------------------------------------------------------------

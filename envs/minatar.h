@@ -58,6 +58,7 @@
 #define FL_MINATAR_ROWS 10
 #define FL_MINATAR_COLS 10
 #define FL_MINATAR_NUM_ACTIONS 6
+#define FL_MINATAR_MAX_CHANNELS 10 /* Seaquest has the most */
 #define FL_MINATAR_DEFAULT_STICKY 0.1
 
 /* Full action indices (spec 1.2). */
@@ -142,6 +143,17 @@ typedef struct fl_minatar_game {
 int fl_minatar_configure(void *state, const fl_env_options_t *opts);
 /* Seeds the instance's reference generator explicitly (tests, trace replay). */
 void fl_minatar_seed_reference(fl_minatar_common_t *c, uint32_t seed);
+
+/* Renders the game's observation as an FL_MINATAR_RENDER_SIZE square image: each of the
+ * 10 x 10 cells a FL_MINATAR_RENDER_CELL-pixel square in the colour of its highest set
+ * channel (fl_minatar_channel_rgb in envs/render.h), empty cells black, with one-pixel
+ * dark grid lines between cells. */
+#define FL_MINATAR_RENDER_CELL 16
+#define FL_MINATAR_RENDER_SIZE (FL_MINATAR_COLS * FL_MINATAR_RENDER_CELL)
+void fl_minatar_render(const fl_minatar_game_t *game, const void *state, uint8_t *rgb);
+
+/* Names of the full action set: noop, left, up, right, down, fire. */
+const char *fl_minatar_action_name(int full_action);
 
 /* The layer's reset/step. action_map is NULL for the full set, else the minimal set
  * (agent index -> full index). */
@@ -229,6 +241,8 @@ static inline void fl__minatar_step(const fl_minatar_game_t *game, const uint8_t
     static void IDENT##_env_step_v1(void *s, fl_rng_t *r, int a, void *o, float *rw, int *t) {               \
         fl__minatar_step(&(GAME), (MINIMAL), s, r, a, o, rw, t);                                               \
     }                                                                                                          \
+    static void IDENT##_env_render(const void *s, uint8_t *rgb) { fl_minatar_render(&(GAME), s, rgb); }        \
+    static const char *IDENT##_action_name_v1(int a) { return fl_minatar_action_name((MINIMAL)[a]); }         \
     const fl_env_def_t fl_env_minatar_##IDENT = {                                                              \
         .abi_version = FL_ENV_ABI_VERSION,                                                                     \
         .name = "minatar-" NAME,                                                                               \
@@ -241,7 +255,11 @@ static inline void fl__minatar_step(const fl_minatar_game_t *game, const uint8_t
         .state_size = sizeof(STATE_T),                                                                         \
         .reset = IDENT##_env_reset,                                                                            \
         .step = IDENT##_env_step,                                                                              \
+        .render = IDENT##_env_render,                                                                          \
+        .render_height = FL_MINATAR_RENDER_SIZE,                                                               \
+        .render_width = FL_MINATAR_RENDER_SIZE,                                                                \
         .configure = fl_minatar_configure,                                                                     \
+        .action_name = fl_minatar_action_name,                                                                 \
     };                                                                                                         \
     const fl_env_def_t fl_env_minatar_##IDENT##_v1 = {                                                         \
         .abi_version = FL_ENV_ABI_VERSION,                                                                     \
@@ -255,7 +273,11 @@ static inline void fl__minatar_step(const fl_minatar_game_t *game, const uint8_t
         .state_size = sizeof(STATE_T),                                                                         \
         .reset = IDENT##_env_reset,                                                                            \
         .step = IDENT##_env_step_v1,                                                                           \
+        .render = IDENT##_env_render,                                                                          \
+        .render_height = FL_MINATAR_RENDER_SIZE,                                                               \
+        .render_width = FL_MINATAR_RENDER_SIZE,                                                                \
         .configure = fl_minatar_configure,                                                                     \
+        .action_name = IDENT##_action_name_v1,                                                                 \
     }
 
 /* ---- Breakout (spec 3) ---------------------------------------------------------------

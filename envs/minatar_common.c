@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "envs/minatar.h"
+#include "envs/render.h"
 
 /* ---- MT19937 ------------------------------------------------------------------------- */
 
@@ -143,4 +144,27 @@ void fl_minatar_env_reset(const fl_minatar_game_t *game, void *state, fl_rng_t *
 void fl_minatar_env_step(const fl_minatar_game_t *game, const uint8_t *action_map, void *state, fl_rng_t *rng,
                          int action, void *obs, float *reward, int *terminated) {
     fl__minatar_step(game, action_map, state, rng, action, obs, reward, terminated);
+}
+
+/* ---- Rendering ----------------------------------------------------------------------- */
+
+void fl_minatar_render(const fl_minatar_game_t *game, const void *state, uint8_t *rgb) {
+    static const uint8_t black[3] = {0, 0, 0}, grid[3] = {40, 40, 40};
+    uint8_t obs[FL_MINATAR_ROWS * FL_MINATAR_COLS * FL_MINATAR_MAX_CHANNELS];
+    fl__minatar_write_obs(game, state, obs);
+    fl_canvas_t c = {rgb, FL_MINATAR_RENDER_SIZE, FL_MINATAR_RENDER_SIZE};
+    fl_canvas_clear(&c, grid);
+    for (int y = 0; y < FL_MINATAR_ROWS; y++)
+        for (int x = 0; x < FL_MINATAR_COLS; x++) {
+            const uint8_t *cell = obs + (y * FL_MINATAR_COLS + x) * game->channels, *colour = black;
+            for (int ch = 0; ch < game->channels; ch++)
+                if (cell[ch]) colour = fl_minatar_channel_rgb(ch);
+            int x0 = x * FL_MINATAR_RENDER_CELL, y0 = y * FL_MINATAR_RENDER_CELL;
+            fl_canvas_rect(&c, x0 + 1, y0 + 1, x0 + FL_MINATAR_RENDER_CELL, y0 + FL_MINATAR_RENDER_CELL, colour);
+        }
+}
+
+const char *fl_minatar_action_name(int full_action) {
+    static const char *const names[FL_MINATAR_NUM_ACTIONS] = {"noop", "left", "up", "right", "down", "fire"};
+    return names[full_action];
 }

@@ -120,3 +120,13 @@ fl_status fl_env_resolve(const char *plugin_path, const char *name, const fl_env
     if (plugin_path && plugin_path[0]) return fl_env_load_plugin(plugin_path, name, out, err);
     return fl_env_lookup(name, out, err);
 }
+
+fl_status fl_env_from_config(const fl_config_t *cfg, fl_wrapped_env_t **out, fl_err_t *err) {
+    *out = NULL;
+    const fl_env_def_t *def = NULL;
+    fl_status st = fl_env_resolve(cfg->env_plugin, cfg->env_name, &def, err);
+    if (st != FL_OK) return cfg->env_plugin[0] ? st : fl_err_prefix(err, "env.name");
+    st = fl_wrapped_env_create_limited(def, cfg->env_wrappers, (int)cfg->env_max_episode_steps, out, err);
+    if (st != FL_OK) fl_err_prefix(err, "env.wrappers = \"%s\"", cfg->env_wrappers);
+    return st;
+}

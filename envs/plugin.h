@@ -26,6 +26,7 @@
 
 #include "common/config.h"
 #include "envs/env.h"
+#include "envs/wrappers.h"
 
 /* Loads the plugin at path and stores its validated definition in *out. expected_name,
  * when non-NULL and non-empty, must equal the definition's name. *out is NULL on failure. */
@@ -39,5 +40,12 @@ fl_status fl_env_resolve(const char *plugin_path, const char *name, const fl_env
  * env.args) as the env API's fl_env_options_t, for fl_vecenv_configure. out->args points
  * into cfg, which must outlive the envs configured with it. */
 void fl_env_options_from_config(const fl_config_t *cfg, fl_env_options_t *out);
+
+/* The environment an experiment's roles run: env.plugin / env.name (fl_env_resolve),
+ * wrapped with env.wrappers (envs/wrappers.h), with env.max_episode_steps replacing the
+ * env's own step limit when > 0. Actors step it with fl_wrapvec; replay and learners take
+ * the observation space and action count from fl_wrapped_env_info. Errors name the key
+ * (env.name, env.plugin or env.wrappers) and what was wrong. */
+fl_status fl_env_from_config(const fl_config_t *cfg, fl_wrapped_env_t **out, fl_err_t *err);
 
 #endif

@@ -82,14 +82,7 @@ fl_status fl_vecenv_configure(fl_vecenv_t *ve, const fl_env_options_t *opts, fl_
     if (!ve->needs_reset)
         return fl_err_set(err, FL_FAILED_PRECONDITION,
                           "vecenv '%s': fl_vecenv_configure must come before the first fl_vecenv_reset", def->name);
-    if (!def->configure) return FL_OK;
-    for (int i = 0; i < ve->num_envs; i++)
-        if (def->configure(state_at(ve, i), opts) != 0)
-            return fl_err_set(err, FL_INVALID_ARGUMENT,
-                              "env '%s' (instance %d) rejected its options: sticky_actions = %g, "
-                              "difficulty_ramping = %d, rng = %s, args = \"%s\"",
-                              def->name, i, (double)opts->sticky_prob, opts->difficulty_ramping,
-                              opts->reference_rng ? "reference" : "fleet", opts->args ? opts->args : "");
+    for (int i = 0; i < ve->num_envs; i++) FL_TRY(fl_env_configure(def, state_at(ve, i), opts, i, err));
     return FL_OK;
 }
 

@@ -60,6 +60,7 @@ typedef struct layer {
 
 struct fl_wrapped_env {
     const fl_env_def_t *inner;
+    int inner_limit; /* inner steps per episode before truncation; 0 = none */
     int num_layers;
     layer_t layers[K_COUNT];
     size_t state_size;
@@ -352,8 +353,16 @@ static size_t align_up(size_t n) {
 }
 
 fl_status fl_wrapped_env_create(const fl_env_def_t *inner, const char *spec, fl_wrapped_env_t **out, fl_err_t *err) {
+    return fl_wrapped_env_create_limited(inner, spec, 0, out, err);
+}
+
+fl_status fl_wrapped_env_create_limited(const fl_env_def_t *inner, const char *spec, int inner_limit,
+                                        fl_wrapped_env_t **out, fl_err_t *err) {
     *out = NULL;
     FL_TRY(fl_env_validate(inner, err));
+    if (inner_limit < 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "wrapped env '%s': step limit %d, expected >= 0 (0 = the env's own)",
+                          inner->name, inner_limit);
     params_t prm[K_COUNT];
     memset(prm, 0, sizeof prm);
     FL_TRY(parse_spec(spec, prm, err));
@@ -361,6 +370,7 @@ fl_status fl_wrapped_env_create(const fl_env_def_t *inner, const char *spec, fl_
     fl_wrapped_env_t *w = calloc(1, sizeof *w);
     if (!w) return fl_err_set(err, FL_NO_MEMORY, "wrapped env '%s': out of memory", inner->name);
     w->inner = inner;
+    w->inner_limit = inner_limit > 0 ? inner_limit : inner->max_episode_steps;
     layer_t *base = &w->layers[0];
     base->kind = K_BASE;
     base->out.dtype = inner->obs_dtype;
@@ -373,7 +383,7 @@ fl_status fl_wrapped_env_create(const fl_env_def_t *inner, const char *spec, fl_
     size_t used = base->off + align_up(base->bytes);
     w->num_layers = 1;
 
-    int max_steps = inner->max_episode_steps;
+    int max_steps = w->inner_limit;
     size_t nl = (size_t)snprintf(w->name, sizeof w->name, "%s[", inner->name);
     for (int k = 1; k < K_COUNT; k++) {
         if (!prm[k].present) continue;
@@ -441,12 +451,7 @@ void *fl_wrapped_env_inner_state(const fl_wrapped_env_t *w, void *state) {
 
 fl_status fl_wrapped_env_configure(const fl_wrapped_env_t *w, void *state, const fl_env_options_t *opts,
                                    fl_err_t *err) {
-    if (!w->inner->configure) return FL_OK;
-    if (w->inner->configure(state, opts) != 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "wrapped env '%s': env '%s' rejects the options (sticky_actions %g, args '%s')", w->name,
-                          w->inner->name, (double)opts->sticky_prob, opts->args ? opts->args : "");
-    return FL_OK;
+    return fl_env_configure(w->inner, state, opts, 0, err);
 }
 
 /* ---- Pixel operations ----------------------------------------------------------------- */
@@ -602,7 +607,7 @@ static void layer_step(const fl_wrapped_env_t *w, int li, uint8_t *st, fl_rng_t 
         w->inner->step(st, rng, a, obs, r, &t);
         int64_t n = ++*(int64_t *)my;
         *term = t != 0;
-        *trunc = !t && w->inner->max_episode_steps > 0 && n >= w->inner->max_episode_steps;
+        *trunc = !t && w->inner_limit > 0 && n >= w->inner_limit;
         break;
     }
     case K_STICKY: {
@@ -734,13 +739,8 @@ fl_status fl_wrapvec_configure(fl_wrapvec_t *v, const fl_env_options_t *opts, fl
     if (!v->needs_reset)
         return fl_err_set(err, FL_FAILED_PRECONDITION, "wrapvec '%s': configure must come before the first reset",
                           v->w->name);
-    for (int i = 0; i < v->num_envs; i++) {
-        fl_status st = fl_wrapped_env_configure(v->w, v->states + (size_t)i * v->stride, opts, err);
-        if (st != FL_OK) {
-            fl_err_prefix(err, "instance %d", i);
-            return st;
-        }
-    }
+    for (int i = 0; i < v->num_envs; i++)
+        FL_TRY(fl_env_configure(v->w->inner, v->states + (size_t)i * v->stride, opts, i, err));
     return FL_OK;
 }
 

@@ -40,8 +40,9 @@
  *                     (..., C) -> (..., n*C) with channel k*C + c holding channel c of
  *                     frame k (k = n-1 is the newest). Reset fills all n with the first.
  *
- * The inner definition's own max_episode_steps is enforced on inner steps (below every
- * wrapper) and reported as truncation. An empty spec wraps the env unchanged.
+ * The inner definition's own max_episode_steps (or the limit given to
+ * fl_wrapped_env_create_limited) is enforced on inner steps (below every wrapper) and
+ * reported as truncation. An empty spec wraps the env unchanged.
  *
  * Failure: create answers FL_INVALID_ARGUMENT naming the offending token and what was
  * expected (bad arguments, unknown names, duplicates, an observation space a wrapper
@@ -61,6 +62,10 @@ typedef struct fl_wrapped_env fl_wrapped_env_t;
 /* Builds the chain described by spec (NULL or "" = no wrapper) around inner, which is
  * validated and must outlive the result. */
 fl_status fl_wrapped_env_create(const fl_env_def_t *inner, const char *spec, fl_wrapped_env_t **out, fl_err_t *err);
+/* The same, with inner_limit > 0 replacing the inner env's own max_episode_steps (the
+ * limit on inner steps; 0 keeps the env's own). */
+fl_status fl_wrapped_env_create_limited(const fl_env_def_t *inner, const char *spec, int inner_limit,
+                                        fl_wrapped_env_t **out, fl_err_t *err);
 void fl_wrapped_env_destroy(fl_wrapped_env_t *w);
 
 /* The wrapped env's metadata as a definition: name ("inner[spec]"), obs dtype and shape,

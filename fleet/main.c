@@ -93,7 +93,25 @@ static const verb_t verbs[] = {
      "                           random actions: one instance, then an fl_vecenv of K instances\n"
      "  --steps N                env steps per case (default 1000000)\n"
      "  --envs K                 instances in the vectorized case (default 16)\n"
-     "  --json                   one JSON object per case: {\"bench\":\"env\",\"case\":\"NAME/single\",...}\n",
+     "  --json                   one JSON object per case: {\"bench\":\"env\",\"case\":\"NAME/single\",...}\n"
+     "       fleet env play NAME [--plain] [--width COLS] [env options]\n"
+     "  play                     step the env with the keyboard, one key per step, drawn in the terminal\n"
+     "                           (24-bit colour; --plain: characters). Arrows/wasd move, space fires,\n"
+     "                           '.'/Enter noop, a digit picks an action by index, r resets, q quits.\n"
+     "                           Keys come from stdin, so `printf 'ddd q' | fleet env play ...` scripts it\n"
+     "  --width COLS             text columns of the picture (default: the terminal's, at most 80)\n"
+     "       fleet env record NAME --out FILE.gif|FILE.png [--steps N] [--frames K] [--columns C]\n"
+     "                        [--scale S] [--delay CS] [env options]\n"
+     "  record                   one episode of random actions: an animated GIF, or a PNG strip of K frames\n"
+     "                           evenly spaced over the episode\n"
+     "  --steps N                at most N steps (default 1000)\n"
+     "  --frames K               frames in a PNG strip (default 16), laid out C per row (--columns, default 8)\n"
+     "  --scale S                enlarge each frame S times (default 1); --delay CS: GIF frame delay (default 8)\n"
+     " env options (play and record):\n"
+     "  --plugin PATH            load the env from a plugin shared object (see docs/custom-envs.md)\n"
+     "  --args TEXT              env.args for the env; --seed N: the seed (default 1)\n"
+     "  --sticky P               sticky-action probability (play default 0, record default 0.1)\n"
+     "  --ramping 0|1            difficulty ramping (default 1); --rng fleet|reference: the MinAtar generator\n",
      fl_verb_env},
     {"version", "print the version", "usage: fleet version\n", NULL},
     {"help", "help on a verb, or `fleet help config` for every configuration key", "usage: fleet help [VERB|config]\n",

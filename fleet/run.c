@@ -34,6 +34,7 @@
 #include "common/log.h"
 #include "common/rpc.h"
 #include "common/stop.h"
+#include "envs/plugin.h"
 #include "fleet.pb-c.h"
 #include "fleet/cli.h"
 #include "fleet/verbs.h"
@@ -261,7 +262,7 @@ static int mkdir_p(const char *path) {
     return 0;
 }
 
-static void print_plan(const fl_config_t *c, const char *cfg_file, const char *dir) {
+static void print_plan(const fl_config_t *c, const char *cfg_file, const char *dir, const fl_env_def_t *env) {
     printf("fleet run: experiment '%s'%s%s%s, seed %lld, output %s/\n", c->run_name, cfg_file[0] ? " (" : "",
            cfg_file, cfg_file[0] ? ")" : "", (long long)c->run_seed, dir);
     printf("  replay       %lld shard%s   capacity %lld, alpha %g, beta %g, sampling from %lld transitions\n",
@@ -283,6 +284,14 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
     }
     if (c->actor_count > 8) printf(" ...");
     printf(", buffer %lld, sync every %lld steps\n", (long long)c->actor_local_buffer, (long long)c->actor_sync_every);
+    char shape[64] = "";
+    size_t n = 0;
+    for (int i = 0; i < env->obs_rank && n < sizeof shape; i++)
+        n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%d", i ? "x" : "", env->obs_shape[i]);
+    char limit[32] = "none";
+    if (env->max_episode_steps > 0) snprintf(limit, sizeof limit, "%d steps", env->max_episode_steps);
+    printf("  env          %s: obs %s %s, %d actions, episode limit %s\n", env->name, fl_dtype_name(env->obs_dtype),
+           shape, env->num_actions, limit);
     printf("  model        %s\n", c->model_spec);
     printf("  stop         ");
     if (c->run_stop_at_target) printf("at mean return >= %g over the last %d episodes, or ", c->run_target_return, RETURN_WINDOW);
@@ -313,9 +322,19 @@ int fl_verb_run(int argc, char **argv) {
         fprintf(stderr, "fleet run: learner.mode = %s is not built yet (expected apex)\n", cfg.learner_mode);
         return 2;
     }
+    /* The env every role will open (plugin, wrappers): checked here so that a mistake
+     * stops the run before any process starts. */
+    fl_wrapped_env_t *wenv = NULL;
+    fl_err_t env_err;
+    fl_err_init(&env_err);
+    if (fl_env_from_config(&cfg, &wenv, &env_err) != FL_OK) {
+        fprintf(stderr, "fleet run: %s\n", env_err.msg);
+        return 2;
+    }
     char dir[600];
     snprintf(dir, sizeof dir, "%s/%s", cfg.run_out_dir, cfg.run_name);
-    print_plan(&cfg, cfg_file, dir);
+    print_plan(&cfg, cfg_file, dir, fl_wrapped_env_info(wenv));
+    fl_wrapped_env_destroy(wenv);
     if (dry_run) {
         fl_config_dump(&cfg, stdout);
         return 0;

@@ -30,17 +30,14 @@ static void print_env(const fl_env_def_t *d) {
     size_t n = 0;
     for (int i = 0; i < d->obs_rank; i++)
         n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%d", i ? "x" : "", d->obs_shape[i]);
-    printf("  %-16s obs %-8s %-12s actions %-3d limit %-6d %s\n", d->name, fl_dtype_name(d->obs_dtype), shape,
+    printf("  %-26s obs %-8s %-10s actions %-2d limit %-4d %s\n", d->name, fl_dtype_name(d->obs_dtype), shape,
            d->num_actions, d->max_episode_steps, d->description ? d->description : "");
 }
 
 /* Applies the default [env] options to one zeroed instance, where the env takes any. */
 static fl_status configure_instance(const fl_env_def_t *def, void *state, fl_err_t *err) {
-    if (!def->configure) return FL_OK;
     fl_env_options_t opts = {.sticky_prob = 0.0f, .difficulty_ramping = 0, .reference_rng = 0, .args = ""};
-    if (def->configure(state, &opts) != 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': configure refused the default options", def->name);
-    return FL_OK;
+    return fl_env_configure(def, state, &opts, 0, err);
 }
 
 /* Steps one instance `steps` times; *rate receives steps per second. */
@@ -216,7 +213,7 @@ usage:
 
 int fl_verb_env(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "fleet env: missing subcommand (expected `list` or `bench`)\n");
+        fprintf(stderr, "fleet env: missing subcommand (expected list, bench, play or record)\n");
         return 2;
     }
     if (strcmp(argv[1], "list") == 0) {
@@ -229,7 +226,8 @@ int fl_verb_env(int argc, char **argv) {
         return 0;
     }
     if (strcmp(argv[1], "bench") == 0) return env_bench(argc, argv);
-    fprintf(stderr, "fleet env: unknown subcommand '%s' (expected `list` or `bench`)\n", argv[1]);
+    if (strcmp(argv[1], "play") == 0 || strcmp(argv[1], "record") == 0) return fl_env_show(argc, argv);
+    fprintf(stderr, "fleet env: unknown subcommand '%s' (expected list, bench, play or record)\n", argv[1]);
     return 2;
 }
 

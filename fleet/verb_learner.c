@@ -43,13 +43,16 @@ int fl_verb_learner(int argc, char **argv) {
     fl_err_t err;
     fl_err_init(&err);
     const fl_env_def_t *env = NULL;
-    if (fl_env_resolve(cfg.env_plugin, cfg.env_name, &env, &err) != FL_OK) {
-        fprintf(stderr, "fleet learner: %s%s\n", cfg.env_plugin[0] ? "" : "env.name: ", err.msg);
+    fl_wrapped_env_t *wenv = NULL;
+    if (fl_env_from_config(&cfg, &wenv, &err) != FL_OK) {
+        fprintf(stderr, "fleet learner: %s\n", err.msg);
         return 2;
     }
+    env = fl_wrapped_env_info(wenv);
     if (env->obs_rank < 1 || env->obs_rank > 4) {
         fprintf(stderr, "fleet learner: env %s has observations of rank %d (expected 1..4)\n", env->name,
                 env->obs_rank);
+        fl_wrapped_env_destroy(wenv);
         return 2;
     }
     fl_learner_opts_t lo = {
@@ -61,6 +64,7 @@ int fl_verb_learner(int argc, char **argv) {
         .num_actions = env->num_actions,
     };
     for (int d = 0; d < env->obs_rank; d++) lo.obs.shape[d] = env->obs_shape[d];
+    fl_wrapped_env_destroy(wenv);
 
     fl_stop_install();
     fl_cli_setup_logging(&cfg, "learner", (int)index);

@@ -60,12 +60,15 @@ int fl_verb_replay(int argc, char **argv) {
     const fl_env_def_t *env = NULL;
     fl_err_t err;
     fl_err_init(&err);
-    if (fl_env_resolve(cfg.env_plugin, cfg.env_name, &env, &err) != FL_OK) {
-        fprintf(stderr, "fleet replay: %s%s\n", cfg.env_plugin[0] ? "" : "env.name: ", err.msg);
+    fl_wrapped_env_t *wenv = NULL;
+    if (fl_env_from_config(&cfg, &wenv, &err) != FL_OK) {
+        fprintf(stderr, "fleet replay: %s\n", err.msg);
         return 2;
     }
+    env = fl_wrapped_env_info(wenv);
     fl_wire_sig_t sig = {.obs_dtype = env->obs_dtype, .obs_rank = env->obs_rank, .num_actions = env->num_actions};
     for (int d = 0; d < env->obs_rank && d < FL_WIRE_MAX_RANK; d++) sig.obs_shape[d] = env->obs_shape[d];
+    fl_wrapped_env_destroy(wenv);
 
     fl_stop_install();
     fl_replay_service_t *svc = NULL;

@@ -11,6 +11,8 @@ int fl_verb_paramserver(int argc, char **argv);
 int fl_verb_actor(int argc, char **argv);
 int fl_verb_learner(int argc, char **argv);
 int fl_verb_env(int argc, char **argv);
+/* `fleet env play` and `fleet env record` (argv[1] is "play" or "record"). */
+int fl_env_show(int argc, char **argv);
 void fl_verb_print_config_help(FILE *f);
 
 #endif

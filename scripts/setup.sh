@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
-  libcmocka-dev libinih-dev libopenblas-dev libzstd-dev
+  libcmocka-dev libinih-dev libopenblas-dev libzstd-dev zlib1g-dev
   libopenmpi-dev openmpi-bin
 )
 

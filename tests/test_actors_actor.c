@@ -263,11 +263,13 @@ typedef struct fixture {
     uint64_t version;
 } fixture_t;
 
-static void fixture_start(fixture_t *f, int num_envs, int count) {
+/* CartPole wrapped with `wrappers`, whose observations are obs_len floats. */
+static void fixture_start_wrapped(fixture_t *f, int num_envs, int count, const char *wrappers, int obs_len) {
     memset(f, 0, sizeof *f);
     fl_config_defaults(&f->cfg);
     fl_config_t *c = &f->cfg;
     snprintf(c->env_name, sizeof c->env_name, "cartpole");
+    snprintf(c->env_wrappers, sizeof c->env_wrappers, "%s", wrappers);
     snprintf(c->model_spec, sizeof c->model_spec, SPEC);
     c->env_num_envs = num_envs;
     c->actor_count = count;
@@ -287,7 +289,7 @@ static void fixture_start(fixture_t *f, int num_envs, int count) {
     memset(&sig, 0, sizeof sig);
     sig.obs_dtype = FL_DTYPE_FLOAT32;
     sig.obs_rank = 1;
-    sig.obs_shape[0] = 4;
+    sig.obs_shape[0] = obs_len;
     sig.num_actions = 2;
     if (fl_replay_service_create(c, 0, &sig, &f->replay, &err) != FL_OK ||
         fl_replay_service_start(f->replay, "127.0.0.1:0", f->replay_addr, sizeof f->replay_addr, &err) != FL_OK)
@@ -297,7 +299,7 @@ static void fixture_start(fixture_t *f, int num_envs, int count) {
         fail_msg("paramserver service: %s", err.msg);
 
     /* The learner's part: publish initial parameters of the right size. */
-    f->published = make_net(SPEC, 4, 2, 64);
+    f->published = make_net(SPEC, obs_len, 2, 64);
     fl_rng_t rng;
     fl_rng_init(&rng, 99);
     fl_qnet_init(f->published, &rng);
@@ -308,6 +310,10 @@ static void fixture_start(fixture_t *f, int num_envs, int count) {
                          &err) != FL_OK)
         fail_msg("publish: %s", err.msg);
     fl_param_client_destroy(pc);
+}
+
+static void fixture_start(fixture_t *f, int num_envs, int count) {
+    fixture_start_wrapped(f, num_envs, count, "", 4);
 }
 
 static void fixture_stop(fixture_t *f) {
@@ -434,6 +440,24 @@ static void test_end_to_end(void **unused) {
     fixture_stop(&f);
 }
 
+/* env.wrappers reach the actor: a stack of 2 CartPole frames is 8 floats (the shard only
+ * takes that shape), and maxsteps(20) truncates every episode at 20 steps at the latest. */
+static void test_wrappers_from_config(void **unused) {
+    (void)unused;
+    fixture_t f;
+    fixture_start_wrapped(&f, 2, 2, "framestack(2) maxsteps(20)", 8);
+    f.cfg.actor_max_steps = 400;
+    fl_actor_stats_t st;
+    run_actor(&f, 0, NULL, &st);
+    fl_replay_info_t info = replay_info(&f);
+    assert_int_equal(info.rejected, 0);
+    assert_true(info.inserted >= 390);
+    assert_int_equal(st.transitions_acked, info.inserted);
+    /* 400 steps over 2 envs: at least 200 / 20 = 10 episodes per env ended. */
+    assert_true(st.episodes >= 20);
+    fixture_stop(&f);
+}
+
 /* A restarted actor (same index, same shard) writes on a new stream: nothing it sends
  * is taken for a resend of its predecessor's batches. Four envs per actor. */
 static void test_restart_new_stream(void **unused) {
@@ -535,6 +559,7 @@ int main(void) {
         cmocka_unit_test(test_priorities_chunked),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_end_to_end),
+        cmocka_unit_test(test_wrappers_from_config),
         cmocka_unit_test(test_restart_new_stream),
         cmocka_unit_test(test_stop_from_control),
         cmocka_unit_test(test_param_size_mismatch),

@@ -164,6 +164,7 @@ static void test_installed_header_matches(void **state) {
     OFF(fl_env_def_t, render_height);
     OFF(fl_env_def_t, render_width);
     OFF(fl_env_def_t, configure);
+    OFF(fl_env_def_t, action_name);
 #undef OFF
 #undef SA
     /* The function types must be the same too: assigning them checks at compile time. */
@@ -173,7 +174,9 @@ static void test_installed_header_matches(void **state) {
         "    (void)s; (void)r; (void)a; (void)o; (void)w; (void)t; }\n"
         "static void rd(const void *s, uint8_t *p) { (void)s; (void)p; }\n"
         "static int cf(void *s, const fl_env_options_t *o) { (void)s; (void)o; return 0; }\n"
+        "static const char *an(int a) { (void)a; return \"\"; }\n"
         "fl_env_reset_fn f1 = rs; fl_env_step_fn f2 = st; fl_env_render_fn f3 = rd; fl_env_configure_fn f4 = cf;\n"
+        "fl_env_action_name_fn f5 = an;\n"
         "int symbol_ok(void) { return strcmp(FL_ENV_PLUGIN_SYMBOL, \"%s\") == 0; }\n",
         FL_ENV_PLUGIN_SYMBOL);
     /* Draws for comparison with common/rng.c. */

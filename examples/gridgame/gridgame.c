@@ -93,6 +93,12 @@ static void gridgame_render(const void *state, uint8_t *rgb /* (40, 40, 3) */) {
         }
 }
 
+/* Names for people and tools: `fleet env play` maps the arrow keys to these. */
+static const char *gridgame_action_name(int action) {
+    static const char *const names[4] = {"up", "down", "left", "right"};
+    return names[action];
+}
+
 static const fl_env_def_t gridgame = {
     .abi_version = FL_ENV_ABI_VERSION,
     .name = "gridgame",
@@ -109,6 +115,7 @@ static const fl_env_def_t gridgame = {
     .render_height = SIZE * 8,
     .render_width = SIZE * 8,
     .configure = gridgame_configure,
+    .action_name = gridgame_action_name,
 };
 
 FL_ENV_EXPORT const fl_env_def_t *fl_env_plugin(void) {
