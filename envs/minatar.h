@@ -145,9 +145,10 @@ int fl_minatar_configure(void *state, const fl_env_options_t *opts);
 void fl_minatar_seed_reference(fl_minatar_common_t *c, uint32_t seed);
 
 /* Renders the game's observation as an FL_MINATAR_RENDER_SIZE square image: each of the
- * 10 x 10 cells a FL_MINATAR_RENDER_CELL-pixel square in the colour of its highest set
- * channel (fl_minatar_channel_rgb in envs/render.h), empty cells black, with one-pixel
- * dark grid lines between cells. */
+ * 10 x 10 cells a FL_MINATAR_RENDER_CELL-pixel square in the colour of its lowest set
+ * channel (fl_minatar_channel_rgb in envs/render.h; the games list the player and the
+ * ball first, so they show on top, e.g. Breakout's ball inside a brick), empty cells
+ * black, with one-pixel dark grid lines between cells. */
 #define FL_MINATAR_RENDER_CELL 16
 #define FL_MINATAR_RENDER_SIZE (FL_MINATAR_COLS * FL_MINATAR_RENDER_CELL)
 void fl_minatar_render(const fl_minatar_game_t *game, const void *state, uint8_t *rgb);

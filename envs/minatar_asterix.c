@@ -7,10 +7,24 @@
  * if a row is free, the row among the free ones (uniform index into the free slots in
  * increasing order). Contact is checked after the player moves and again after each
  * entity's move, so nothing can pass through the player. The wrapper (sticky actions,
- * action sets, generator) is the common MinAtar layer's. */
+ * action sets, generator) is the common MinAtar layer's.
+ *
+ * Speed: the actions are random and entities come and go at random, so branches on them
+ * mispredict; the step only branches on the timers and on spawns, and the observation
+ * reads the whole state before its first store (see fl_asterix_obs). */
+#include <stddef.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "envs/minatar_games2.h"
+
+/* The SSE2 code handles four slots per vector, reading each as one 32-bit lane. */
+_Static_assert(sizeof(fl_asterix_entity_t) == 4 && offsetof(fl_asterix_entity_t, active) == 0 &&
+                   offsetof(fl_asterix_entity_t, x) == 1 && offsetof(fl_asterix_entity_t, dir) == 2 &&
+                   offsetof(fl_asterix_entity_t, gold) == 3,
+               "fl_asterix_entity_t is four bytes: active, x, dir, gold");
 
 #define GRID 10
 #define SPAWN_INTERVAL0 10
@@ -41,8 +55,10 @@ static void spawn(fl_asterix_t *g, fl_minatar_gen_t *gen) {
     int gold = fl_minatar_u(gen) < 1.0 / 3.0;
     int free_slots[FL_ASTERIX_SLOTS];
     int n_free = 0;
-    for (int s = 0; s < FL_ASTERIX_SLOTS; s++)
-        if (!g->slots[s].active) free_slots[n_free++] = s;
+    for (int s = 0; s < FL_ASTERIX_SLOTS; s++) { /* no branch on the (random) occupancy */
+        free_slots[n_free] = s;
+        n_free += !g->slots[s].active;
+    }
     if (n_free == 0) return;
     int s = free_slots[fl_minatar_int(gen, 0, n_free - 1)];
     g->slots[s].active = 1;
@@ -51,17 +67,42 @@ static void spawn(fl_asterix_t *g, fl_minatar_gen_t *gen) {
     g->slots[s].gold = (int8_t)gold;
 }
 
-/* Contact between slot s and the player: gold is collected (+1), an enemy ends the
- * episode and stays where it is. */
-static int contact(fl_asterix_t *g, int s) {
+/* Contact between the player and slot s, the slot of the player's row (s = player_y - 1,
+ * the only one that can touch it): gold is collected (+1), an enemy ends the episode and
+ * stays where it is. Branch-free, as whether it happens is random. */
+static inline int contact(fl_asterix_t *g, int s) {
     fl_asterix_entity_t *e = &g->slots[s];
-    if (!e->active || e->x != g->player_x || s + 1 != g->player_y) return 0;
-    if (e->gold) {
-        e->active = 0;
-        return 1;
+    int touch = (e->active != 0) & (e->x == g->player_x);
+    int gold = touch & (e->gold != 0);
+    e->active = (int8_t)(gold ? 0 : e->active);
+    g->terminal |= touch & !gold;
+    return gold;
+}
+
+/* Every active entity steps one column along its heading; one that leaves the grid
+ * empties its slot (and keeps its off-grid column). */
+static void move_entities(fl_asterix_t *g) {
+#if defined(__SSE2__)
+    /* Four slots per vector, one per 32-bit lane: bytes active, x, dir, gold (x86 is
+     * little-endian), so x += dir is a byte add of dir shifted onto x. */
+    const __m128i zero = _mm_setzero_si128(), x_byte = _mm_set1_epi32(0xff00), last = _mm_set1_epi8(GRID - 1);
+    for (int s = 0; s < FL_ASTERIX_SLOTS; s += 4) {
+        __m128i e = _mm_loadu_si128((const __m128i *)&g->slots[s]);
+        __m128i idle = _mm_cmpeq_epi32(_mm_slli_epi32(e, 24), zero);
+        e = _mm_add_epi8(e, _mm_andnot_si128(idle, _mm_and_si128(_mm_srli_epi32(e, 8), x_byte)));
+        __m128i off = _mm_or_si128(_mm_cmpgt_epi8(zero, e), _mm_cmpgt_epi8(e, last)); /* per byte */
+        e = _mm_andnot_si128(_mm_srli_epi32(_mm_and_si128(off, x_byte), 8), e);      /* active = 0 */
+        _mm_storeu_si128((__m128i *)&g->slots[s], e);
     }
-    g->terminal = 1;
-    return 0;
+#else
+    for (int s = 0; s < FL_ASTERIX_SLOTS; s++) {
+        fl_asterix_entity_t *e = &g->slots[s];
+        int active = e->active != 0;
+        int8_t x = (int8_t)(e->x + e->dir);
+        e->x = active ? x : e->x;
+        e->active = (int8_t)(active & (x >= 0) & (x < GRID) ? e->active : 0);
+    }
+#endif
 }
 
 static void ramp(fl_asterix_t *g) {
@@ -83,58 +124,93 @@ int fl_asterix_step(fl_asterix_t *g, int action, fl_minatar_gen_t *gen) {
         spawn(g, gen);
         g->spawn_timer = g->spawn_interval;
     }
-    switch (action) {
-    case A_LEFT:
-        if (g->player_x > 0) g->player_x--;
-        break;
-    case A_RIGHT:
-        if (g->player_x < GRID - 1) g->player_x++;
-        break;
-    case A_UP:
-        if (g->player_y > 1) g->player_y--;
-        break;
-    case A_DOWN:
-        if (g->player_y < GRID - 2) g->player_y++;
-        break;
-    default: break;
-    }
-    /* Only the slot on the player's row can touch the player. */
+    /* Player move (left/right stop at columns 0 and 9, up/down at rows 1 and 8). */
+    int px = g->player_x, py = g->player_y;
+    g->player_x = px + ((action == A_RIGHT) & (px < GRID - 1)) - ((action == A_LEFT) & (px > 0));
+    g->player_y = py + ((action == A_DOWN) & (py < GRID - 2)) - ((action == A_UP) & (py > 1));
+    /* Only the slot of the player's row can touch the player, in either check. */
     int ps = g->player_y - 1;
-    if (ps >= 0 && ps < FL_ASTERIX_SLOTS) reward += contact(g, ps);
+    int on_row = ps >= 0 && ps < FL_ASTERIX_SLOTS;
+    if (on_row) reward += contact(g, ps);
     if (g->move_timer == 0) {
         g->move_timer = g->move_interval;
-        for (int s = 0; s < FL_ASTERIX_SLOTS; s++) {
-            fl_asterix_entity_t *e = &g->slots[s];
-            if (!e->active) continue;
-            e->x = (int8_t)(e->x + e->dir);
-            if (e->x < 0 || e->x >= GRID)
-                e->active = 0;
-            else
-                reward += contact(g, s);
-        }
+        move_entities(g);
+        if (on_row) reward += contact(g, ps);
     }
-    if (g->spawn_timer > 0) g->spawn_timer--;
-    if (g->move_timer > 0) g->move_timer--;
+    g->spawn_timer -= g->spawn_timer > 0;
+    g->move_timer -= g->move_timer > 0;
     if (g->ramping) ramp(g);
     return reward;
 }
 
-/* Entities write without branching on their state (the branches mispredict at random):
- * slot s owns channels 1..3 of row s + 1, so an empty slot, or a cell off the grid, may
- * harmlessly write a 0 to column 0 of its own row instead of skipping. */
+/* Zeroes the 400 bytes of an observation with 16-byte stores. The empty asm hides that z
+ * is zero, so that the compiler does not turn the stores into a memset, whose `rep stos`
+ * start-up costs more than the stores. */
+static void zero_obs(uint8_t *obs) {
+    enum { BYTES = GRID * GRID * FL_ASTERIX_CHANNELS };
+#if defined(__SSE2__) && defined(__GNUC__)
+    __m128i z = _mm_setzero_si128();
+    __asm__("" : "+x"(z));
+#pragma GCC unroll 25
+    for (int k = 0; k < BYTES; k += 16) _mm_storeu_si128((__m128i *)(obs + k), z);
+#else
+    memset(obs, 0, BYTES);
+#endif
+}
+
+/* The observation is zeroes plus a 1 per entity, per trail and for the player. Every
+ * byte offset is worked out before the first store to obs: obs may alias the game (it is
+ * a uint8_t *), so a read of g after a store would be redone from memory and held up
+ * behind the stores, which costs more than the whole rest. Nothing branches on the
+ * entities either (such branches mispredict at random): an empty slot, or an entity or
+ * trail off the grid, writes its 1 to the player's byte instead, which is written last,
+ * with its true value (the player is the only thing in channel 0; off the grid it writes
+ * a 0 to channel 0 of (0, 0), where only it could be). */
 void fl_asterix_obs(const fl_asterix_t *g, uint8_t *obs) {
-    const int C = FL_ASTERIX_CHANNELS;
-    fl__minatar_zero(obs, GRID * GRID * FL_ASTERIX_CHANNELS);
-    if (g->player_y >= 0 && g->player_y < GRID && g->player_x >= 0 && g->player_x < GRID)
-        obs[FL_MINATAR_OBS_AT(g->player_y, g->player_x, 0, C)] = 1;
-    for (int s = 0; s < FL_ASTERIX_SLOTS; s++) {
+    enum { C = FL_ASTERIX_CHANNELS, S = FL_ASTERIX_SLOTS };
+    int px = g->player_x, py = g->player_y;
+    int player_on = ((unsigned)px < GRID) & ((unsigned)py < GRID);
+    int player_at = player_on ? (int)FL_MINATAR_OBS_AT(py, px, 0, C) : 0;
+    int at[2 * S]; /* slot s: entity at[s], trail at[S + s] */
+#if defined(__SSE2__)
+    /* Four slots per vector, one per 32-bit lane: bytes active, x, dir, gold (x86 is
+     * little-endian). */
+    const __m128i zero = _mm_setzero_si128(), minus_one = _mm_set1_epi32(-1), grid = _mm_set1_epi32(GRID);
+    const __m128i player = _mm_set1_epi32(player_at);
+    for (int s = 0; s < S; s += 4) {
+        __m128i e = _mm_loadu_si128((const __m128i *)&g->slots[s]);
+        __m128i x = _mm_srai_epi32(_mm_slli_epi32(e, 16), 24); /* sign-extended bytes */
+        __m128i dir = _mm_srai_epi32(_mm_slli_epi32(e, 8), 24);
+        __m128i tx = _mm_sub_epi32(x, dir);
+        __m128i idle = _mm_cmpeq_epi32(_mm_slli_epi32(e, 24), zero);
+        __m128i enemy = _mm_cmpeq_epi32(_mm_srli_epi32(e, 24), zero);
+        __m128i on = _mm_andnot_si128(idle, _mm_and_si128(_mm_cmpgt_epi32(x, minus_one), _mm_cmpgt_epi32(grid, x)));
+        __m128i trail_on =
+            _mm_andnot_si128(idle, _mm_and_si128(_mm_cmpgt_epi32(tx, minus_one), _mm_cmpgt_epi32(grid, tx)));
+        /* Row s + 1 starts at byte 40 (s + 1); the entity is channel 3 (gold) or 1 (enemy). */
+        __m128i row = _mm_setr_epi32((s + 1) * GRID * C, (s + 2) * GRID * C, (s + 3) * GRID * C, (s + 4) * GRID * C);
+        __m128i entity_at = _mm_add_epi32(_mm_add_epi32(row, _mm_slli_epi32(x, 2)), _mm_set1_epi32(3));
+        entity_at = _mm_sub_epi32(entity_at, _mm_and_si128(enemy, _mm_set1_epi32(2)));
+        __m128i trail_at = _mm_add_epi32(_mm_add_epi32(row, _mm_slli_epi32(tx, 2)), _mm_set1_epi32(2));
+        entity_at = _mm_or_si128(_mm_and_si128(on, entity_at), _mm_andnot_si128(on, player));
+        trail_at = _mm_or_si128(_mm_and_si128(trail_on, trail_at), _mm_andnot_si128(trail_on, player));
+        _mm_storeu_si128((__m128i *)&at[s], entity_at);
+        _mm_storeu_si128((__m128i *)&at[S + s], trail_at);
+    }
+#else
+    for (int s = 0; s < S; s++) {
         const fl_asterix_entity_t *e = &g->slots[s];
         int active = e->active != 0;
         int x = e->x, tx = e->x - e->dir;
         int on = active & ((unsigned)x < GRID), trail_on = active & ((unsigned)tx < GRID);
-        obs[FL_MINATAR_OBS_AT(s + 1, on ? x : 0, e->gold ? 3 : 1, C)] = (uint8_t)on;
-        obs[FL_MINATAR_OBS_AT(s + 1, trail_on ? tx : 0, 2, C)] = (uint8_t)trail_on;
+        at[s] = on ? (int)FL_MINATAR_OBS_AT(s + 1, x, e->gold ? 3 : 1, C) : player_at;
+        at[S + s] = trail_on ? (int)FL_MINATAR_OBS_AT(s + 1, tx, 2, C) : player_at;
     }
+#endif
+    zero_obs(obs);
+#pragma GCC unroll 16
+    for (int k = 0; k < 2 * S; k++) obs[at[k]] = 1;
+    obs[player_at] = (uint8_t)player_on;
 }
 
 /* ---- Env definitions (the common MinAtar layer drives these) ---------------------------- */

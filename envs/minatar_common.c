@@ -157,7 +157,7 @@ void fl_minatar_render(const fl_minatar_game_t *game, const void *state, uint8_t
     for (int y = 0; y < FL_MINATAR_ROWS; y++)
         for (int x = 0; x < FL_MINATAR_COLS; x++) {
             const uint8_t *cell = obs + (y * FL_MINATAR_COLS + x) * game->channels, *colour = black;
-            for (int ch = 0; ch < game->channels; ch++)
+            for (int ch = game->channels - 1; ch >= 0; ch--)
                 if (cell[ch]) colour = fl_minatar_channel_rgb(ch);
             int x0 = x * FL_MINATAR_RENDER_CELL, y0 = y * FL_MINATAR_RENDER_CELL;
             fl_canvas_rect(&c, x0 + 1, y0 + 1, x0 + FL_MINATAR_RENDER_CELL, y0 + FL_MINATAR_RENDER_CELL, colour);

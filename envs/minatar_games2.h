@@ -84,7 +84,7 @@ typedef struct fl_asterix_env_state {
 
 typedef struct fl_space_invaders {
     int cannon_x;              /* column on row 9 */
-    uint8_t aliens[10][10];    /* [row][col] */
+    uint8_t aliens[10][10];    /* [row][col], each cell 0 or 1 (as are both bullet maps) */
     uint8_t f_bullets[10][10]; /* friendly bullets, moving up */
     uint8_t e_bullets[10][10]; /* enemy bullets, moving down */
     int alien_dir;             /* formation heading: -1 left, +1 right */
@@ -102,7 +102,8 @@ void fl_space_invaders_reset(fl_space_invaders_t *g);
 /* One game step with a full action index (0..5). Returns the reward and sets
  * g->terminal; stepping an ended game returns 0 and changes nothing. */
 int fl_space_invaders_step(fl_space_invaders_t *g, int action);
-/* Writes the observation, uint8 (10, 10, 6) [row][col][channel]. */
+/* Writes the observation, uint8 (10, 10, 6) [row][col][channel]: every one of its 600
+ * bytes. */
 void fl_space_invaders_obs(const fl_space_invaders_t *g, uint8_t *obs);
 
 /* The state of one "minatar-space_invaders" instance, laid out as for Asterix. */

@@ -2,7 +2,7 @@
  * action names: a render reads the state only (same state, same image; the observation
  * and the generator are untouched), shows the state (a MinAtar cell has the colour of its
  * highest set channel; CartPole's pole leans the way theta says), and every action has a
- * distinct name. */
+ * distinct name. Breakout's ball, which starts inside a brick, shows on top of it. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -122,7 +122,7 @@ static void test_every_env_renders(void **state) {
     }
 }
 
-/* A MinAtar render shows exactly the observation: per cell, the colour of the highest set
+/* A MinAtar render shows exactly the observation: per cell, the colour of the lowest set
  * channel, black where none is set. */
 static void test_minatar_render_matches_obs(void **state) {
     (void)state;
@@ -147,7 +147,7 @@ static void test_minatar_render_matches_obs(void **state) {
             for (int y = 0; y < 10; y++)
                 for (int x = 0; x < 10; x++) {
                     const uint8_t *want = BLK;
-                    for (int k = 0; k < ch; k++)
+                    for (int k = ch - 1; k >= 0; k--)
                         if (o[(y * 10 + x) * ch + k]) want = fl_minatar_channel_rgb(k);
                     lit_cells += want != BLK;
                     int cx = x * FL_MINATAR_RENDER_CELL + FL_MINATAR_RENDER_CELL / 2;
@@ -194,6 +194,25 @@ static void test_cartpole_picture(void **state) {
     free(rgb);
 }
 
+static void test_breakout_ball_on_top(void **state) {
+    (void)state;
+    const fl_env_def_t *d = fl_env_find("minatar-breakout");
+    uint8_t *s = calloc(1, d->state_size), obs[400];
+    uint8_t *rgb = malloc(FL_MINATAR_RENDER_SIZE * FL_MINATAR_RENDER_SIZE * 3);
+    fl_rng_t rng;
+    fl_rng_init(&rng, 1);
+    d->reset(s, &rng, obs);
+    const fl_breakout_state_t *b = (const fl_breakout_state_t *)s;
+    assert_int_equal(b->ball_y, 3);
+    assert_true(b->bricks[3][b->ball_x]);
+    d->render(s, rgb);
+    fl_canvas_t c = {rgb, FL_MINATAR_RENDER_SIZE, FL_MINATAR_RENDER_SIZE};
+    int cx = b->ball_x * FL_MINATAR_RENDER_CELL + 8, cy = 3 * FL_MINATAR_RENDER_CELL + 8;
+    assert_memory_equal(px(&c, cx, cy), fl_minatar_channel_rgb(1), 3);
+    free(s);
+    free(rgb);
+}
+
 /* The minimal action sets are named after the full-set actions they stand for. */
 static void test_minatar_action_names(void **state) {
     (void)state;
@@ -216,6 +235,7 @@ int main(void) {
         cmocka_unit_test(test_minatar_render_matches_obs),
         cmocka_unit_test(test_cartpole_picture),
         cmocka_unit_test(test_minatar_action_names),
+        cmocka_unit_test(test_breakout_ball_on_top),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
