@@ -405,7 +405,23 @@ fl_status fl_actor_run(const fl_config_t *cfg, int index, const char *replay_add
     spec.rank = a.def->obs_rank;
     for (int i = 0; i < a.def->obs_rank && i < 4; i++) spec.shape[i] = a.def->obs_shape[i];
     a.st.stream_id = make_stream_id(index);
-    s = fl_replay_client_create(replay_addr, &a.replay, err);
+    /* replay_addr lists every shard (fl_replay_addrs_parse); this actor's one stream
+     * sticks to shard index % shards (fl_replay_shard_for_actor), so its batches and
+     * their sequence numbers stay on one shard. */
+    fl_replay_addrs_t shards;
+    s = fl_replay_addrs_parse(replay_addr, &shards, err);
+    if (s != FL_OK) {
+        fl_err_prefix(err, "actor: replay");
+        goto done;
+    }
+    int shard = fl_replay_shard_for_actor(index, shards.count);
+    if (shards.count != cfg->replay_shards)
+        FL_WARN("actor %d: %d replay address%s given but replay.shards = %lld; streaming to shard %d (%s)", index,
+                shards.count, shards.count == 1 ? "" : "es", (long long)cfg->replay_shards, shard, shards.addr[shard]);
+    else if (shards.count > 1)
+        FL_INFO("actor %d: streaming to replay shard %d of %d (%s)", index, shard, shards.count, shards.addr[shard]);
+    s = fl_replay_client_create(shards.addr[shard], &a.replay, err);
+    fl_replay_addrs_free(&shards);
     if (s != FL_OK) goto done;
     s = fl_replay_writer_create(a.replay, a.st.stream_id, &spec, FL_ACTOR_BATCHES_PER_CALL, &a.writer, err);
     if (s != FL_OK) goto done;

@@ -44,6 +44,9 @@
     X(replay, alpha, FLOAT, 0.6, 0, 10, "", "priority exponent (0 = uniform sampling)")                    \
     X(replay, beta, FLOAT, 0.4, 0, 1, "", "importance-sampling exponent")                                  \
     X(replay, priority_eps, FLOAT, 1e-6, 0, 1, "", "added to |TD error| so that no item has zero priority") \
+    X(replay, selector, ENUM, "prioritized", 0, 0, "prioritized|uniform|fifo", "how samples are chosen: proportional to priority^alpha, uniformly, or oldest first (a queue with max_times_sampled = 1)") \
+    X(replay, max_times_sampled, INT, 0, 0, 2147483647, "", "remove an item once it has been sampled this many times (0 = never)") \
+    X(replay, tree_rebuild_every, INT, 1048576, 0, 1000000000000, "", "priority updates between full sum-tree rebuilds (0 = never)") \
     X(replay, min_size_to_sample, INT, 50000, 1, 1000000000000, "", "transitions held before the learner may sample") \
     X(replay, samples_per_insert, FLOAT, 0, 0, 1e6, "",                                                   \
       "rate limit: sampled transitions per inserted one, kept within replay.rate_error_buffer (0 = off)") \

@@ -62,26 +62,28 @@ static const verb_t verbs[] = {
      "Options:\n" SERVICE_OPTS COMMON_OPTS,
      fl_verb_paramserver},
     {"actor", "step environments and stream experience to replay",
-     "usage: fleet actor --index I --replay ADDR --paramserver ADDR [--control ADDR] [--config FILE] [--set K=V]...\n"
+     "usage: fleet actor --index I --replay ADDRS --paramserver ADDR [--control ADDR] [--config FILE] [--set K=V]...\n"
      "Runs env.num_envs copies of env.name with epsilon_I = actor.eps_base^(1 + actor.eps_alpha*I/(N-1)),\n"
      "builds learner.n_step transitions with initial priorities from its local Q-network,\n"
      "streams them to replay every actor.local_buffer transitions and fetches parameters\n"
      "every actor.sync_every env steps.\n"
      "Options:\n"
      "  --index I                this actor's index in [0, actor.count)\n"
-     "  --replay ADDR            the replay shard (HOST:PORT or unix:/PATH)\n"
+     "  --replay ADDRS           the replay shards (HOST:PORT or unix:/PATH), comma-separated in shard order,\n"
+     "                           or @FILE with one per line; actor I writes to shard I mod replay.shards\n"
      "  --paramserver ADDR       the parameter server\n"
      "  --control ADDR           the launcher's Control service (optional)\n" COMMON_OPTS,
      fl_verb_actor},
     {"learner", "train the Q-network from replay and publish parameters",
-     "usage: fleet learner --replay ADDR --paramserver ADDR [--index I] [--control ADDR] [--config FILE] [--set K=V]...\n"
+     "usage: fleet learner --replay ADDRS --paramserver ADDR [--index I] [--control ADDR] [--config FILE] [--set K=V]...\n"
      "Waits for replay.min_size_to_sample transitions, then samples learner.batch_size batches,\n"
      "takes double-DQN n-step steps with importance-weighted Huber loss, sends priorities back,\n"
      "copies the target network every learner.target_update steps and publishes parameters every\n"
      "learner.publish_every steps.\n"
      "Options:\n"
      "  --index I                this learner's index (default 0)\n"
-     "  --replay ADDR            the replay shard\n"
+     "  --replay ADDRS           the replay shards, comma-separated in shard order, or @FILE; each batch is\n"
+     "                           split across shards by their priority mass (a draw from the global distribution)\n"
      "  --paramserver ADDR       the parameter server\n"
      "  --control ADDR           the launcher's Control service (optional)\n" COMMON_OPTS,
      fl_verb_learner},

@@ -4,17 +4,24 @@
  * child reads that file, so --set overrides reach every role), serves fleet.Control for
  * the roles' reports, and starts each role as its own process (fork + exec of this
  * binary): replay shards and parameter servers first (each binds port 0 and writes its
- * address to a pipe), then learners and actors with those addresses. Once a period it
- * polls the services' Info, prints a progress line and appends a row to metrics.csv.
+ * address to a pipe), then learners and actors with those addresses. With
+ * replay.shards = R it starts R `fleet replay --shard s` processes and gives every
+ * learner and actor the list of their addresses in shard order ("a0,a1,...", or
+ * "@runs/<name>/replay_addrs.txt" when the list does not fit in an option); each actor
+ * streams to shard index % R and the learner samples all of them (replay/client.h).
+ * Once a period it polls the services' Info (summed over replay shards), prints a
+ * progress line and appends a row to metrics.csv.
  *
  * It stops on SIGINT/SIGTERM, at run.max_seconds, when the mean return of the last 100
  * episodes reaches run.target_return, or when a child dies unexpectedly (reported with
  * its role and exit status). Stopping is ordered so that nothing acknowledged is lost:
  * actors first (they flush their last batches and send a final report; the learner still
- * samples, so rate-limited inserts go through), then learners, then the services; anything still alive after a grace period is killed. Children run
- * in their own process group (a terminal's Ctrl-C reaches only the launcher, which then
- * stops them in order) and get SIGTERM if the launcher itself dies. The outcome goes to
- * runs/<name>/summary.txt as key=value lines. */
+ * samples, so rate-limited inserts go through), then learners, then the services;
+ * anything still alive after a grace period is killed. Children run in their own
+ * process group (a terminal's Ctrl-C reaches only the launcher, which then stops them in
+ * order) and get SIGTERM if the launcher itself dies. The outcome goes to
+ * runs/<name>/summary.txt as key=value lines, with per-shard replay figures
+ * (replay_inserted_per_shard, replay_sampled_per_shard, replay_size_per_shard). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -131,12 +138,13 @@ static double mean_return(fleet_state_t *fs, uint64_t *count) {
 
 static char g_self[4096];
 
-/* Starts `fleet ROLE args...`; when ready_addr is given, waits (up to timeout_s) for the
- * child to write its address on fd 3. */
-static int spawn(child_t *c, const char *role, int index, char *const extra[], int want_ready, double timeout_s) {
+/* Starts `fleet ROLE args...`; with want_ready, *ready_fd gets the pipe on which the
+ * child writes its address (its fd 3). */
+static int spawn_start(child_t *c, const char *role, int index, char *const extra[], int want_ready, int *ready_fd) {
     snprintf(c->role, sizeof c->role, "%s", role);
     c->index = index;
     c->addr[0] = '\0';
+    *ready_fd = -1;
     int fds[2] = {-1, -1};
     if (want_ready && pipe(fds) != 0) return -1;
     char *argv[32];
@@ -150,7 +158,13 @@ static int spawn(child_t *c, const char *role, int index, char *const extra[], i
     }
     argv[n] = NULL;
     pid_t pid = fork();
-    if (pid < 0) return -1;
+    if (pid < 0) {
+        if (want_ready) {
+            close(fds[0]);
+            close(fds[1]);
+        }
+        return -1;
+    }
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         setpgid(0, 0);
@@ -171,15 +185,22 @@ static int spawn(child_t *c, const char *role, int index, char *const extra[], i
     c->running = 1;
     if (!want_ready) return 0;
     close(fds[1]);
+    *ready_fd = fds[0];
+    return 0;
+}
+
+/* Waits (up to timeout_s) for the child to write its address on ready_fd, which it
+ * closes. */
+static int spawn_wait(child_t *c, int ready_fd, double timeout_s) {
     size_t got = 0;
     double until = fl_clock_sec() + timeout_s;
     int ok = 0;
     while (fl_clock_sec() < until && !fl_stop_requested()) {
-        struct pollfd p = {fds[0], POLLIN, 0};
+        struct pollfd p = {ready_fd, POLLIN, 0};
         int r = poll(&p, 1, 100);
         if (r < 0 && errno != EINTR) break;
         if (r <= 0) continue;
-        ssize_t k = read(fds[0], c->addr + got, sizeof c->addr - 1 - got);
+        ssize_t k = read(ready_fd, c->addr + got, sizeof c->addr - 1 - got);
         if (k <= 0) break; /* EOF: the child closed the pipe or died */
         got += (size_t)k;
         c->addr[got] = '\0';
@@ -190,8 +211,16 @@ static int spawn(child_t *c, const char *role, int index, char *const extra[], i
             break;
         }
     }
-    close(fds[0]);
+    close(ready_fd);
     return ok ? 0 : -1;
+}
+
+/* Starts `fleet ROLE args...`; with want_ready, waits (up to timeout_s) for the child to
+ * write its address on fd 3. */
+static int spawn(child_t *c, const char *role, int index, char *const extra[], int want_ready, double timeout_s) {
+    int fd = -1;
+    if (spawn_start(c, role, index, extra, want_ready, &fd) != 0) return -1;
+    return want_ready ? spawn_wait(c, fd, timeout_s) : 0;
 }
 
 static void describe_status(int status, char *buf, size_t len) {
@@ -268,6 +297,12 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
     printf("  replay       %lld shard%s   capacity %lld, alpha %g, beta %g, sampling from %lld transitions\n",
            (long long)c->replay_shards, c->replay_shards > 1 ? "s" : " ", (long long)c->replay_capacity,
            c->replay_alpha, c->replay_beta, (long long)c->replay_min_size_to_sample);
+    if (c->actor_count < c->replay_shards)
+        printf(
+            "  note         %lld replay shards but %lld actors: shards %lld .. %lld get no inserts (the learner "
+            "samples the others)\n",
+            (long long)c->replay_shards, (long long)c->actor_count, (long long)c->actor_count,
+            (long long)c->replay_shards - 1);
     printf("  paramserver  %lld shard%s\n", (long long)c->paramserver_shards, c->paramserver_shards > 1 ? "s" : "");
     printf("  learner      %lld (%s)   batch %lld, %s lr %g, %lld-step double DQN, gamma %g, target every %lld, "
            "publish every %lld\n",
@@ -311,11 +346,10 @@ int fl_verb_run(int argc, char **argv) {
     int rc = fl_cli_parse("run", argc, argv, &cfg, opts, 1, cfg_file, sizeof cfg_file);
     if (rc) return rc;
     fl_cli_setup_logging(&cfg, "run", -1);
-    if (cfg.learner_count != 1 || cfg.replay_shards != 1 || cfg.paramserver_shards != 1) {
+    if (cfg.learner_count != 1 || cfg.paramserver_shards != 1) {
         fprintf(stderr,
-                "fleet run: learner.count, replay.shards and paramserver.shards must be 1 on one machine for now "
-                "(got %lld, %lld, %lld)\n",
-                (long long)cfg.learner_count, (long long)cfg.replay_shards, (long long)cfg.paramserver_shards);
+                "fleet run: learner.count and paramserver.shards must be 1 on one machine for now (got %lld, %lld)\n",
+                (long long)cfg.learner_count, (long long)cfg.paramserver_shards);
         return 2;
     }
     if (strcmp(cfg.learner_mode, "apex") != 0) {
@@ -343,8 +377,9 @@ int fl_verb_run(int argc, char **argv) {
         fprintf(stderr, "fleet run: cannot create the run folder '%s': %s\n", dir, strerror(errno));
         return 1;
     }
-    char cfg_path[700], csv_path[700], summary_path[700];
+    char cfg_path[700], csv_path[700], summary_path[700], addrs_path[700];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.ini", dir);
+    snprintf(addrs_path, sizeof addrs_path, "%s/replay_addrs.txt", dir);
     snprintf(csv_path, sizeof csv_path, "%s/metrics.csv", dir);
     snprintf(summary_path, sizeof summary_path, "%s/summary.txt", dir);
     fl_err_t err;
@@ -392,18 +427,48 @@ int fl_verb_run(int argc, char **argv) {
     char reason[256] = "";
     double t_start = fl_clock_sec();
 
-    /* Services first: their addresses are the actors' and learners' arguments. */
+    /* Services first: replay shards 0 .. R-1, then the parameter server; their addresses
+     * are the actors' and learners' arguments. */
+    const int R = (int)cfg.replay_shards;
     char idx[32];
     char *svc_args[] = {"--config", cfg_path, "--shard", idx, "--control", control_addr, NULL};
-    snprintf(idx, sizeof idx, "0");
-    int failed_start = 0;
-    if (spawn(&kids[k], "replay", 0, svc_args, 1, 60) != 0) failed_start = 1;
-    k++;
-    if (!failed_start && spawn(&kids[k], "paramserver", 0, svc_args, 1, 60) != 0) failed_start = 1;
-    if (!failed_start) k++;
+    /* All services start at once (each argv is copied by fork); then their addresses are
+     * read in order. */
+    int failed_start = 0, failed_at = 0;
+    int *ready = malloc((size_t)(R + 1) * sizeof *ready);
+    if (!kids || !ready) {
+        fprintf(stderr, "fleet run: out of memory for %d children\n", nkids);
+        free(ready);
+        free(kids);
+        free(fs.actors);
+        free(fs.learners);
+        fl_rpc_server_destroy(control);
+        return 1;
+    }
+    for (int r = 0; r <= R; r++) ready[r] = -1;
+    for (int r = 0; r <= R && !failed_start; r++) {
+        snprintf(idx, sizeof idx, "%d", r < R ? r : 0);
+        if (spawn_start(&kids[k++], r < R ? "replay" : "paramserver", r < R ? r : 0, svc_args, 1, &ready[r]) != 0) {
+            failed_start = 1;
+            failed_at = k - 1;
+        }
+    }
+    double ready_until = fl_clock_sec() + 60;
+    for (int r = 0; r <= R; r++) {
+        if (ready[r] < 0) continue;
+        if (!failed_start) {
+            double left = ready_until - fl_clock_sec();
+            if (spawn_wait(&kids[r], ready[r], left > 0 ? left : 0) != 0) {
+                failed_start = 1;
+                failed_at = r;
+            }
+        } else {
+            close(ready[r]);
+        }
+    }
+    free(ready);
     if (failed_start) {
-        child_t *c = &kids[k - 1 < 0 ? 0 : k - 1];
-        if (failed_start && !kids[k].pid) c = &kids[k - 1];
+        child_t *c = &kids[failed_at];
         /* A role that closed its ready pipe without an address is usually exiting: give
          * it a moment so that its exit status, not a guess, is reported. */
         for (int w = 0; w < 100; w++) {
@@ -425,25 +490,63 @@ int fl_verb_run(int argc, char **argv) {
             snprintf(reason, sizeof reason, "%s %d (pid %d) %s while starting", c->role, c->index, (int)c->pid, st);
         exit_code = fl_stop_requested() ? 130 : 1;
     }
-    char *replay_addr = kids[0].addr, *ps_addr = kids[1].addr;
+    /* The replay shards' addresses in shard order: inline when they fit in an option,
+     * else in a file passed as @FILE. */
+    size_t list_len = 0;
+    for (int r = 0; r < R; r++) list_len += strlen(kids[r].addr) + 1;
+    char *replay_list = calloc(list_len + 1, 1);
+    char replay_arg[256] = "";
+    if (replay_list) {
+        for (int r = 0; r < R; r++) {
+            if (r) strcat(replay_list, ",");
+            strcat(replay_list, kids[r].addr);
+        }
+    }
+    if (!exit_code && !replay_list) {
+        snprintf(reason, sizeof reason, "out of memory for the replay addresses");
+        exit_code = 1;
+    }
     if (!exit_code) {
-        printf("  services     replay %s, paramserver %s, control %s\n", replay_addr, ps_addr, control_addr);
+        if (strlen(replay_list) < sizeof replay_arg) {
+            snprintf(replay_arg, sizeof replay_arg, "%s", replay_list);
+        } else {
+            FILE *af = fopen(addrs_path, "w");
+            int ok = af && fprintf(af, "%s\n", replay_list) > 0;
+            if (af && fclose(af) != 0) ok = 0;
+            if (!ok || strlen(addrs_path) + 1 >= sizeof replay_arg) {
+                snprintf(reason, sizeof reason, "cannot pass the replay addresses in %.200s", addrs_path);
+                exit_code = 1;
+            } else {
+                snprintf(replay_arg, sizeof replay_arg, "@%s", addrs_path);
+            }
+        }
+    }
+    char *ps_addr = kids[R].addr;
+    if (!exit_code) {
+        if (R == 1)
+            printf("  services     replay %s, paramserver %s, control %s\n", replay_arg, ps_addr, control_addr);
+        else if (replay_arg[0] != '@')
+            printf("  services     replay shards %s, paramserver %s, control %s\n", replay_arg, ps_addr, control_addr);
+        else
+            printf("  services     replay %d shards (addresses in %s), paramserver %s, control %s\n", R, addrs_path,
+                   ps_addr, control_addr);
         fflush(stdout);
         char lidx[32];
         snprintf(lidx, sizeof lidx, "0");
-        char *learner_args[] = {"--config", cfg_path, "--index", lidx, "--replay", replay_addr,
-                                "--paramserver", ps_addr, "--control", control_addr, NULL};
+        char *learner_args[] = {"--config",      cfg_path, "--index",   lidx,         "--replay", replay_arg,
+                                "--paramserver", ps_addr,  "--control", control_addr, NULL};
         spawn(&kids[k++], "learner", 0, learner_args, 0, 0);
         for (int a = 0; a < cfg.actor_count; a++) {
             char aidx[32];
             snprintf(aidx, sizeof aidx, "%d", a);
-            char *actor_args[] = {"--config", cfg_path, "--index", aidx, "--replay", replay_addr,
-                                  "--paramserver", ps_addr, "--control", control_addr, NULL};
+            char *actor_args[] = {"--config",      cfg_path, "--index",   aidx,         "--replay", replay_arg,
+                                  "--paramserver", ps_addr,  "--control", control_addr, NULL};
             spawn(&kids[k++], "actor", a, actor_args, 0, 0);
         }
     }
 
-    fl_replay_client_t *rc_client = NULL;
+    fl_replay_sharded_t *rc_client = NULL;
+    fl_replay_info_t *shard_info = calloc((size_t)R, sizeof *shard_info);
     fl_param_client_t *ps_client = NULL;
     FILE *csv = NULL;
     uint64_t last_inserted = 0, last_env = 0, last_learner = 0, last_samples = 0;
@@ -455,7 +558,7 @@ int fl_verb_run(int argc, char **argv) {
     uint64_t ep_count = 0;
     double mret = 0;
     if (!exit_code) {
-        fl_replay_client_create(replay_addr, &rc_client, NULL);
+        fl_replay_sharded_create(replay_list, 0, &rc_client, NULL);
         fl_param_client_create(ps_addr, &ps_client, NULL);
         csv = fopen(csv_path, "w");
         if (csv) {
@@ -486,7 +589,7 @@ int fl_verb_run(int argc, char **argv) {
             }
             next += cfg.run_progress_every;
             if (next < now) next = now + cfg.run_progress_every;
-            fl_replay_info(rc_client, 1000, &rinfo, NULL);
+            if (rc_client) fl_replay_sharded_info(rc_client, 1000, &rinfo, shard_info, NULL);
             fl_param_info(ps_client, 1000, &pinfo, NULL);
             pthread_mutex_lock(&fs.mu);
             uint64_t env = 0, min_version = UINT64_MAX;
@@ -549,10 +652,10 @@ int fl_verb_run(int argc, char **argv) {
     pthread_mutex_lock(&fs.mu);
     fs.stop_services = 1;
     pthread_mutex_unlock(&fs.mu);
-    if (rc_client) fl_replay_info(rc_client, 2000, &rinfo, NULL);
+    if (rc_client) fl_replay_sharded_info(rc_client, 2000, &rinfo, shard_info, NULL);
     if (ps_client) fl_param_info(ps_client, 2000, &pinfo, NULL);
     stop_roles(kids, nkids, "replay paramserver", 10);
-    fl_replay_client_destroy(rc_client);
+    fl_replay_sharded_destroy(rc_client);
     fl_param_client_destroy(ps_client);
     fl_rpc_server_destroy(control);
     if (csv) fclose(csv);
@@ -592,19 +695,43 @@ int fl_verb_run(int argc, char **argv) {
                 reason, exit_code, elapsed, (unsigned long long)episodes, mret, best, (unsigned long long)env,
                 (unsigned long long)lsteps, (unsigned long long)rinfo.inserted, (unsigned long long)rinfo.size,
                 (unsigned long long)acked, (unsigned long long)pinfo.version);
+        /* Per replay shard, in shard order (what each shard last reported). */
+        static const char *const per_shard_keys[] = {"replay_inserted_per_shard", "replay_sampled_per_shard",
+                                                     "replay_size_per_shard"};
+        fprintf(sf, "replay_shards=%d\n", R);
+        for (int key = 0; key < 3; key++) {
+            fprintf(sf, "%s=", per_shard_keys[key]);
+            for (int r = 0; r < R && shard_info; r++) {
+                const fl_replay_info_t *in = &shard_info[r];
+                uint64_t v = key == 0 ? in->inserted : key == 1 ? in->sampled : in->size;
+                fprintf(sf, "%s%llu", r ? "," : "", (unsigned long long)v);
+            }
+            fprintf(sf, "\n");
+        }
         fprintf(sf, "pids=");
         for (int i = 0; i < nkids; i++)
             if (kids[i].pid) fprintf(sf, "%s%d", i ? "," : "", (int)kids[i].pid);
         fprintf(sf, "\n");
         fclose(sf);
     }
-    printf("fleet run: %s after %.1f s: %llu episodes, mean return %.1f (last %llu), %llu env steps, %llu learner "
-           "steps, replay inserted %llu (actors saw %llu acknowledged). Output in %s/\n",
-           reason[0] ? reason : "stopped", elapsed, (unsigned long long)episodes, mret, (unsigned long long)ep_count,
-           (unsigned long long)env, (unsigned long long)lsteps, (unsigned long long)rinfo.inserted,
-           (unsigned long long)acked, dir);
+    char per_shard[512] = "";
+    if (R > 1 && shard_info) {
+        size_t used = (size_t)snprintf(per_shard, sizeof per_shard, "; per shard inserted/sampled");
+        for (int r = 0; r < R && used < sizeof per_shard; r++)
+            used +=
+                (size_t)snprintf(per_shard + used, sizeof per_shard - used, " %llu/%llu",
+                                 (unsigned long long)shard_info[r].inserted, (unsigned long long)shard_info[r].sampled);
+    }
+    printf(
+        "fleet run: %s after %.1f s: %llu episodes, mean return %.1f (last %llu), %llu env steps, %llu learner "
+        "steps, replay inserted %llu (actors saw %llu acknowledged%s). Output in %s/\n",
+        reason[0] ? reason : "stopped", elapsed, (unsigned long long)episodes, mret, (unsigned long long)ep_count,
+        (unsigned long long)env, (unsigned long long)lsteps, (unsigned long long)rinfo.inserted,
+        (unsigned long long)acked, per_shard, dir);
     fflush(stdout);
     free(kids);
+    free(replay_list);
+    free(shard_info);
     free(fs.actors);
     free(fs.learners);
     pthread_mutex_destroy(&fs.mu);

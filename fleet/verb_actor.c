@@ -34,7 +34,8 @@ int fl_verb_actor(int argc, char **argv) {
         return 2;
     }
     if (!replay[0]) {
-        fprintf(stderr, "fleet actor: --replay ADDR is required\n");
+        fprintf(stderr, "fleet actor: --replay ADDR[,ADDR...] is required (one address per replay shard, shard 0 "
+                        "first, or @FILE)\n");
         return 2;
     }
     if (!params[0]) {

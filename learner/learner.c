@@ -23,6 +23,8 @@
 #define IDLE_SLICE_S 0.05
 /* Stream of run.seed that initialises learner i's network. */
 #define INIT_STREAM 0x6c6561726e6572ULL
+/* Stream of run.seed that splits learner i's batches across replay shards. */
+#define SPLIT_STREAM 0x73706c6974000000ULL
 
 /* One service's outage: logged once when it starts, reminded every few seconds, and
  * when it ends; the backoff grows while it lasts. */
@@ -43,7 +45,7 @@ struct fl_learner {
     fl_qnet_t *online, *target;
     fl_optim_t *opt;
     fl_dqn_t *dqn;
-    fl_replay_client_t *replay;
+    fl_replay_sharded_t *replay; /* every replay shard (one client per shard) */
     fl_param_client_t *params;
     fl_reporter_t *rep;
 
@@ -255,11 +257,21 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
         goto fail;
     }
 
-    if ((s = fl_replay_client_create(opts->replay_addr, &l->replay, err)) != FL_OK) {
+    fl_rng_t split_rng;
+    fl_rng_init_stream(&split_rng, (uint64_t)cfg->run_seed, SPLIT_STREAM + (uint64_t)l->index);
+    if ((s = fl_replay_sharded_create(opts->replay_addr, fl_rng_u64(&split_rng), &l->replay, err)) != FL_OK) {
         fl_err_prefix(err, "learner: replay %s", opts->replay_addr);
         goto fail;
     }
-    fl_replay_client_set_timeout(l->replay, FL_LEARNER_RPC_TIMEOUT_MS);
+    if (fl_replay_sharded_count(l->replay) != cfg->replay_shards) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT,
+                       "learner: replay %s lists %d shard address%s, but replay.shards = %lld (expected one address "
+                       "per shard, shard 0 first)",
+                       opts->replay_addr, fl_replay_sharded_count(l->replay),
+                       fl_replay_sharded_count(l->replay) == 1 ? "" : "es", (long long)cfg->replay_shards);
+        goto fail;
+    }
+    fl_replay_sharded_set_timeout(l->replay, FL_LEARNER_RPC_TIMEOUT_MS);
     if ((s = fl_param_client_create(opts->paramserver_addr, &l->params, err)) != FL_OK) {
         fl_err_prefix(err, "learner: parameter server %s", opts->paramserver_addr);
         goto fail;
@@ -280,7 +292,7 @@ void fl_learner_destroy(fl_learner_t *l) {
     if (!l) return;
     fl_reporter_destroy(l->rep);
     fl_param_client_destroy(l->params);
-    fl_replay_client_destroy(l->replay);
+    fl_replay_sharded_destroy(l->replay);
     fl_replay_batch_free(&l->batch);
     free(l->obs_f);
     free(l->next_f);
@@ -357,8 +369,8 @@ static fl_status sample(fl_learner_t *l, fl_err_t *err) {
         fl_err_t e;
         fl_err_init(&e);
         double tc = fl_clock_sec();
-        fl_status s = fl_replay_sample(l->replay, (size_t)l->batch_size, l->cfg.replay_beta, SAMPLE_TIMEOUT_MS,
-                                       &l->batch, &e);
+        fl_status s = fl_replay_sharded_sample(l->replay, (size_t)l->batch_size, l->cfg.replay_beta, SAMPLE_TIMEOUT_MS,
+                                               &l->batch, &e);
         if (s == FL_OK && l->batch.count > 0) {
             outage_ok(&l->replay_out);
             result = FL_OK;
@@ -394,7 +406,7 @@ static fl_status send_priorities(fl_learner_t *l, size_t n, fl_err_t *err) {
         fl_err_t e;
         fl_err_init(&e);
         uint64_t applied = 0;
-        fl_status s = fl_replay_update_priorities(l->replay, n, l->batch.keys, l->priorities, &applied, &e);
+        fl_status s = fl_replay_sharded_update_priorities(l->replay, n, l->batch.keys, l->priorities, &applied, &e);
         if (s == FL_OK) {
             outage_ok(&l->replay_out);
             l->st.priorities_sent += n;

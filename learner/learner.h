@@ -1,7 +1,9 @@
 /* learner: the Ape-X learner role on the CPU. It owns the online and target Q-networks,
- * the optimizer and the double-DQN update (learner/dqn.h), samples from one replay
- * shard, sends the new priorities back and publishes the parameters to the parameter
- * server that the actors read.
+ * the optimizer and the double-DQN update (learner/dqn.h), samples from the replay
+ * shards (replay/client.h's sharded sampler: one batch drawn across all shards in
+ * proportion to their priority mass, weights against the global minimum), sends the
+ * new priorities back to the shard each key names and publishes the parameters to the
+ * parameter server that the actors read.
  *
  * fl_learner_run, in order:
  *   1. publishes the initial parameters as version 1 at once (actors wait for them),
@@ -53,7 +55,9 @@
 
 typedef struct fl_learner_opts {
     int index;                    /* this learner's index (learner.count must be 1 for now) */
-    const char *replay_addr;      /* "host:port" or "unix:/path"; required */
+    const char *replay_addr;      /* the replay shards' addresses, "host:port" or "unix:/path", comma-separated
+                                     in shard order, or "@FILE" (see fl_replay_addrs_parse); one per
+                                     replay.shards; required */
     const char *paramserver_addr; /* required */
     const char *control_addr;     /* the launcher's Control service; NULL or "" = no reports */
     fl_obs_spec_t obs;            /* env.name's observation signature */

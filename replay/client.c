@@ -8,16 +8,20 @@
  * before they get near their deadline, so an idle-but-healthy call never expires. */
 #include "replay/client.h"
 
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/rng.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
+#include "replay/table.h"
 #include "replay/wire.h"
 
 #define M_INSERT "/fleet.Replay/Insert"
@@ -419,18 +423,25 @@ void fl_replay_batch_free(fl_replay_batch_t *b) {
     memset(b, 0, sizeof *b);
 }
 
-fl_status fl_replay_sample(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms,
-                           fl_replay_batch_t *out, fl_err_t *err) {
-    if (batch_size == 0 || batch_size > out->capacity || batch_size > UINT32_MAX)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay sample: batch_size %zu, expected 1 .. %zu (the batch's capacity)",
-                          batch_size, out->capacity);
+/* What a Sample response said besides its rows. */
+typedef struct sample_meta {
+    size_t count;
+    uint64_t table_size;
+    double total, min_q, mass;
+    uint32_t shard_id;
+} sample_meta;
+
+/* One Sample call whose rows land in out at rows [offset, offset + count). probe: the
+ * shard answers at once (no wait for data or the rate limiter) within timeout_ms. */
+static fl_status sample_rows(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms, int probe,
+                             fl_replay_batch_t *out, size_t offset, sample_meta *meta, fl_err_t *err) {
     /* The shard waits for data a little less than the call may take, so that running out
      * of time is answered by the shard (FAILED_PRECONDITION with its size), not by the
      * deadline, and the batch still has time to arrive. */
     int64_t wait_ms = 0, deadline_ms = c->timeout_ms;
     if (timeout_ms > 0) {
         int64_t margin = timeout_ms / 4 < 1000 ? timeout_ms / 4 : 1000;
-        wait_ms = timeout_ms - margin;
+        wait_ms = probe ? 0 : timeout_ms - margin;
         deadline_ms = timeout_ms;
     }
     Fleet__SampleRequest req = FLEET__SAMPLE_REQUEST__INIT;
@@ -441,6 +452,7 @@ fl_status fl_replay_sample(fl_replay_client_t *c, size_t batch_size, double beta
     FL_TRY(fl_rpc_unary_pb(c->ch, M_SAMPLE, &req.base, &fleet__sample_response__descriptor, &m, deadline_ms,
                            FL_RPC_WAIT_FOR_READY, err));
     Fleet__SampleResponse *resp = (Fleet__SampleResponse *)m;
+    size_t room = out->capacity - offset;
     fl_wire_batch_t b;
     fl_status st = fl_wire_decode_batch_bytes(resp->batch, out->obs_bytes, 0, &b, err);
     if (st != FL_OK) {
@@ -449,33 +461,50 @@ fl_status fl_replay_sample(fl_replay_client_t *c, size_t batch_size, double beta
         if (err) err->code = st;
         goto done;
     }
-    if (b.count > out->capacity || resp->n_keys != b.count || resp->n_weights != b.count ||
-        resp->n_probabilities != b.count) {
+    if (b.count > room || resp->n_keys != b.count || resp->n_weights != b.count || resp->n_probabilities != b.count) {
         st = fl_err_set(err, FL_DATA_LOSS,
                         "replay sample: bad response: %zu transitions (capacity %zu) with %zu keys, %zu weights, %zu "
                         "probabilities",
-                        b.count, out->capacity, resp->n_keys, resp->n_weights, resp->n_probabilities);
+                        b.count, room, resp->n_keys, resp->n_weights, resp->n_probabilities);
         goto done;
     }
-    size_t n = b.count;
-    out->count = n;
-    memcpy(out->obs, b.obs, n * out->obs_bytes);
-    memcpy(out->next_obs, b.next_obs, n * out->obs_bytes);
-    memcpy(out->actions, b.actions, n * sizeof *out->actions);
-    memcpy(out->rewards, b.rewards, n * sizeof *out->rewards);
-    memcpy(out->discounts, b.discounts, n * sizeof *out->discounts);
-    memcpy(out->keys, resp->keys, n * sizeof *out->keys);
-    memcpy(out->weights, resp->weights, n * sizeof *out->weights);
-    memcpy(out->probs, resp->probabilities, n * sizeof *out->probs);
-    out->table_size = resp->table_size;
-    out->total_priority = resp->total_priority;
+    size_t n = b.count, ob = out->obs_bytes;
+    memcpy(out->obs + offset * ob, b.obs, n * ob);
+    memcpy(out->next_obs + offset * ob, b.next_obs, n * ob);
+    memcpy(out->actions + offset, b.actions, n * sizeof *out->actions);
+    memcpy(out->rewards + offset, b.rewards, n * sizeof *out->rewards);
+    memcpy(out->discounts + offset, b.discounts, n * sizeof *out->discounts);
+    memcpy(out->keys + offset, resp->keys, n * sizeof *out->keys);
+    memcpy(out->weights + offset, resp->weights, n * sizeof *out->weights);
+    memcpy(out->probs + offset, resp->probabilities, n * sizeof *out->probs);
+    meta->count = n;
+    meta->table_size = resp->table_size;
+    meta->total = resp->total_priority;
+    meta->min_q = resp->min_priority;
+    meta->shard_id = resp->shard_id;
+    meta->mass = resp->sampling_mass;
 done:
     fleet__sample_response__free_unpacked(resp, NULL);
     return st;
 }
 
-fl_status fl_replay_update_priorities(fl_replay_client_t *c, size_t n, const uint64_t *keys,
-                                      const float *priorities, uint64_t *applied, fl_err_t *err) {
+fl_status fl_replay_sample(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms,
+                           fl_replay_batch_t *out, fl_err_t *err) {
+    if (batch_size == 0 || batch_size > out->capacity || batch_size > UINT32_MAX)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "replay sample: batch_size %zu, expected 1 .. %zu (the batch's capacity)", batch_size,
+                          out->capacity);
+    sample_meta meta;
+    FL_TRY(sample_rows(c, batch_size, beta, timeout_ms, 0, out, 0, &meta, err));
+    out->count = meta.count;
+    out->table_size = meta.table_size;
+    out->total_priority = meta.total;
+    out->min_priority = meta.min_q;
+    return FL_OK;
+}
+
+fl_status fl_replay_update_priorities(fl_replay_client_t *c, size_t n, const uint64_t *keys, const float *priorities,
+                                      uint64_t *applied, fl_err_t *err) {
     if (applied) *applied = 0;
     if (n == 0) return FL_OK;
     if (!keys || !priorities)
@@ -517,9 +546,695 @@ fl_status fl_replay_info(fl_replay_client_t *c, int64_t timeout_ms, fl_replay_in
     out->sample_blocked_s = r->sample_blocked_s;
     out->inserts_waiting = r->inserts_waiting;
     out->samples_waiting = r->samples_waiting;
+    out->sampling_mass = r->sampling_mass;
     out->total_priority = r->total_priority;
     out->max_priority = r->max_priority;
     out->uptime_s = r->uptime_s;
     fleet__replay_info__free_unpacked(r, NULL);
     return FL_OK;
+}
+
+/* ------------------------------------------------------------ sharded ---- */
+
+fl_status fl_replay_addrs_parse(const char *spec, fl_replay_addrs_t *out, fl_err_t *err) {
+    memset(out, 0, sizeof *out);
+    if (!spec || !*spec)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "replay addresses: empty (expected HOST:PORT[,HOST:PORT...] or @FILE)");
+    char *text = NULL;
+    const char *seps = ",";
+    if (spec[0] == '@') {
+        FILE *f = fopen(spec + 1, "rb");
+        if (!f) return fl_err_set(err, FL_INVALID_ARGUMENT, "replay addresses: cannot read '%s'", spec + 1);
+        size_t cap = 4096, n = 0, k;
+        text = malloc(cap);
+        while (text && (k = fread(text + n, 1, cap - n - 1, f)) > 0) {
+            n += k;
+            if (n + 1 >= cap) {
+                char *t = realloc(text, cap * 2);
+                if (!t) {
+                    free(text);
+                    text = NULL;
+                    break;
+                }
+                text = t;
+                cap *= 2;
+            }
+        }
+        fclose(f);
+        if (!text) return fl_err_set(err, FL_NO_MEMORY, "replay addresses: out of memory reading '%s'", spec + 1);
+        text[n] = '\0';
+        seps = ", \t\r\n";
+    } else {
+        text = strdup(spec);
+        if (!text) return fl_err_set(err, FL_NO_MEMORY, "replay addresses: out of memory");
+    }
+    fl_status st = FL_OK;
+    out->addr = calloc(FL_REPLAY_MAX_SHARDS, sizeof *out->addr);
+    if (!out->addr) {
+        st = fl_err_set(err, FL_NO_MEMORY, "replay addresses: out of memory");
+        goto done;
+    }
+    /* Between separators: with commas only, an empty entry ("a,,b") is an error; in a
+     * file, runs of whitespace are one separator. */
+    const char *p = text;
+    for (;;) {
+        size_t len = strcspn(p, seps);
+        if (len == 0 && spec[0] == '@') {
+            if (!*p) break;
+            p++;
+            continue;
+        }
+        if (len == 0) {
+            st = fl_err_set(err, FL_INVALID_ARGUMENT, "replay addresses: entry %d of '%s' is empty", out->count, spec);
+            goto done;
+        }
+        if (out->count == FL_REPLAY_MAX_SHARDS) {
+            st = fl_err_set(err, FL_INVALID_ARGUMENT, "replay addresses: more than %d in '%.64s...'",
+                            FL_REPLAY_MAX_SHARDS, spec);
+            goto done;
+        }
+        out->addr[out->count] = strndup(p, len);
+        if (!out->addr[out->count]) {
+            st = fl_err_set(err, FL_NO_MEMORY, "replay addresses: out of memory");
+            goto done;
+        }
+        out->count++;
+        p += len;
+        if (!*p) break;
+        p++;
+    }
+    if (out->count == 0) st = fl_err_set(err, FL_INVALID_ARGUMENT, "replay addresses: none in '%s'", spec);
+done:
+    free(text);
+    if (st != FL_OK) fl_replay_addrs_free(out);
+    return st;
+}
+
+void fl_replay_addrs_free(fl_replay_addrs_t *a) {
+    if (!a) return;
+    for (int i = 0; a->addr && i < a->count; i++) free(a->addr[i]);
+    free(a->addr);
+    memset(a, 0, sizeof *a);
+}
+
+int fl_replay_shard_for_actor(int actor_index, int shards) {
+    if (shards <= 1 || actor_index < 0) return 0;
+    return actor_index % shards;
+}
+
+/* What the sampler last learned of one shard. */
+typedef struct shard_view {
+    double mass;    /* what its draws are proportional to (T_s with the prioritized selector) */
+    double total;   /* T_s: sum of p^alpha */
+    uint64_t size;  /* N_s */
+    double min_q;   /* smallest positive p^alpha (0: unknown) */
+    int stalled;    /* its last Sample was refused (too few items, rate limit): probed */
+    double seen_at; /* clock of the answer these figures come from */
+} shard_view;
+
+/* A shard's sampling mass as answered (a server without the field: its total priority). */
+static double mass_of(double sampling_mass, double total) {
+    return sampling_mass > 0.0 ? sampling_mass : total > 0.0 ? total : 0.0;
+}
+
+/* A shard that gets no rows of a batch is asked for its Info at most this often (its
+ * mass, < 1/B of the total or it would have got a row, is refreshed for the next split). */
+#define SHARD_REFRESH_S 0.1
+
+struct fl_replay_sharded {
+    int n;
+    fl_replay_addrs_t addrs;
+    fl_replay_client_t **c; /* (n) */
+    int64_t timeout_ms;
+
+    pthread_mutex_t mu; /* guards the fields below */
+    fl_rng_t rng;       /* the split's uniform */
+    int have_views;     /* views hold answers of the last call (else: refresh first) */
+    shard_view *views;  /* (n) */
+};
+
+fl_status fl_replay_sharded_create(const char *addrs, uint64_t seed, fl_replay_sharded_t **out, fl_err_t *err) {
+    *out = NULL;
+    fl_replay_sharded_t *s = calloc(1, sizeof *s);
+    if (!s) return fl_err_set(err, FL_NO_MEMORY, "replay: out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    fl_rng_init(&s->rng, seed);
+    s->timeout_ms = FL_REPLAY_CLIENT_TIMEOUT_MS;
+    fl_status st = fl_replay_addrs_parse(addrs, &s->addrs, err);
+    if (st != FL_OK) goto fail;
+    s->c = calloc((size_t)s->addrs.count, sizeof *s->c);
+    s->views = calloc((size_t)s->addrs.count, sizeof *s->views);
+    if (!s->c || !s->views) {
+        st = fl_err_set(err, FL_NO_MEMORY, "replay: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < s->addrs.count; i++) {
+        if ((st = fl_replay_client_create(s->addrs.addr[i], &s->c[i], err)) != FL_OK) {
+            fl_err_prefix(err, "replay shard %d (%s)", i, s->addrs.addr[i]);
+            goto fail;
+        }
+        s->n++;
+    }
+    *out = s;
+    return FL_OK;
+fail:
+    fl_replay_sharded_destroy(s);
+    return st;
+}
+
+void fl_replay_sharded_destroy(fl_replay_sharded_t *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) fl_replay_client_destroy(s->c[i]);
+    free(s->c);
+    free(s->views);
+    fl_replay_addrs_free(&s->addrs);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+int fl_replay_sharded_count(const fl_replay_sharded_t *s) {
+    return s->n;
+}
+
+const char *fl_replay_sharded_addr(const fl_replay_sharded_t *s, int shard) {
+    return shard >= 0 && shard < s->n ? s->addrs.addr[shard] : NULL;
+}
+
+fl_replay_client_t *fl_replay_sharded_client(fl_replay_sharded_t *s, int shard) {
+    return shard >= 0 && shard < s->n ? s->c[shard] : NULL;
+}
+
+void fl_replay_sharded_set_timeout(fl_replay_sharded_t *s, int64_t timeout_ms) {
+    s->timeout_ms = timeout_ms > 0 ? timeout_ms : FL_REPLAY_CLIENT_TIMEOUT_MS;
+    for (int i = 0; i < s->n; i++) fl_replay_client_set_timeout(s->c[i], timeout_ms);
+}
+
+/* One shard's part of a call, run on its own thread. */
+typedef enum { JOB_SAMPLE, JOB_INFO, JOB_UPDATE } job_kind;
+
+typedef struct job {
+    job_kind kind;
+    fl_replay_client_t *c;
+    int shard;
+    int64_t timeout_ms;
+    /* sample */
+    size_t count, offset;
+    int probe;
+    double beta;
+    fl_replay_batch_t *out;
+    sample_meta meta;
+    /* info */
+    fl_replay_info_t info;
+    /* update */
+    const uint64_t *keys;
+    const float *prios;
+    uint64_t applied;
+
+    fl_status st;
+    fl_err_t err;
+} job_t;
+
+static void *job_run(void *arg) {
+    job_t *j = arg;
+    fl_err_init(&j->err);
+    switch (j->kind) {
+    case JOB_SAMPLE:
+        j->st = sample_rows(j->c, j->count, j->beta, j->timeout_ms, j->probe, j->out, j->offset, &j->meta, &j->err);
+        break;
+    case JOB_INFO: j->st = fl_replay_info(j->c, j->timeout_ms, &j->info, &j->err); break;
+    case JOB_UPDATE:
+        j->st = fl_replay_update_priorities(j->c, j->count, j->keys, j->prios, &j->applied, &j->err);
+        break;
+    }
+    return NULL;
+}
+
+/* Runs n jobs at once: jobs 1.. on threads of their own, job 0 on the caller's (a job
+ * whose thread cannot be started runs on the caller's too). */
+static void run_jobs(job_t *jobs, int n) {
+    if (n <= 0) return;
+    pthread_t th_stack[16];
+    pthread_t *th = n <= 16 ? th_stack : malloc((size_t)n * sizeof *th);
+    unsigned char ok_stack[16];
+    unsigned char *ok = n <= 16 ? ok_stack : malloc((size_t)n);
+    if (!th || !ok) {
+        for (int i = 0; i < n; i++) job_run(&jobs[i]);
+        goto done;
+    }
+    for (int i = 1; i < n; i++) ok[i] = pthread_create(&th[i], NULL, job_run, &jobs[i]) == 0;
+    job_run(&jobs[0]);
+    for (int i = 1; i < n; i++) {
+        if (ok[i])
+            pthread_join(th[i], NULL);
+        else
+            job_run(&jobs[i]);
+    }
+done:
+    if (th != th_stack) free(th);
+    if (ok != ok_stack) free(ok);
+}
+
+/* The first failed job's error (jobs are in shard order), naming its shard. */
+static fl_status first_error(const fl_replay_sharded_t *s, const job_t *jobs, int n, fl_err_t *err) {
+    for (int i = 0; i < n; i++) {
+        if (jobs[i].st == FL_OK) continue;
+        const char *msg = jobs[i].err.msg[0] ? jobs[i].err.msg : fl_status_str(jobs[i].st);
+        return fl_err_set(err, jobs[i].st, "replay shard %d of %d (%s): %s", jobs[i].shard, s->n,
+                          s->addrs.addr[jobs[i].shard], msg);
+    }
+    return FL_OK;
+}
+
+static fl_status wrong_shard(const fl_replay_sharded_t *s, int shard, unsigned got, fl_err_t *err) {
+    return fl_err_set(err, FL_DATA_LOSS,
+                      "replay shard %d of %d (%s) answers as shard %u: the replay addresses must be listed in shard "
+                      "order",
+                      shard, s->n, s->addrs.addr[shard], got);
+}
+
+static int64_t ms_left(double deadline) {
+    double left = (deadline - fl_clock_sec()) * 1e3;
+    return left < 1.0 ? 1 : (int64_t)left;
+}
+
+/* Info from every shard into the views. Any failure (named) invalidates them. */
+static fl_status refresh_views(fl_replay_sharded_t *s, int64_t timeout_ms, fl_err_t *err) {
+    job_t *jobs = calloc((size_t)s->n, sizeof *jobs);
+    if (!jobs) return fl_err_set(err, FL_NO_MEMORY, "replay sample: out of memory");
+    for (int i = 0; i < s->n; i++)
+        jobs[i] = (job_t){.kind = JOB_INFO, .c = s->c[i], .shard = i, .timeout_ms = timeout_ms};
+    run_jobs(jobs, s->n);
+    fl_status st = first_error(s, jobs, s->n, err);
+    for (int i = 0; st == FL_OK && i < s->n; i++)
+        if (jobs[i].info.shard_id != (uint32_t)i) st = wrong_shard(s, i, jobs[i].info.shard_id, err);
+    pthread_mutex_lock(&s->mu);
+    if (st == FL_OK) {
+        double t = fl_clock_sec();
+        for (int i = 0; i < s->n; i++) {
+            shard_view *v = &s->views[i];
+            v->total = jobs[i].info.total_priority;
+            v->mass = mass_of(jobs[i].info.sampling_mass, v->total);
+            v->size = jobs[i].info.size;
+            v->seen_at = t;
+            if (!(v->total > 0.0)) v->min_q = 0.0;
+        }
+    }
+    s->have_views = st == FL_OK;
+    pthread_mutex_unlock(&s->mu);
+    free(jobs);
+    return st;
+}
+
+/* Until some shard holds priority mass (polling Info), or the deadline. */
+static fl_status wait_for_mass(fl_replay_sharded_t *s, int64_t timeout_ms, double deadline, fl_err_t *err) {
+    for (;;) {
+        FL_TRY(refresh_views(s, timeout_ms > 0 ? ms_left(deadline) : s->timeout_ms, err));
+        double sum = 0.0;
+        uint64_t size = 0;
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < s->n; i++) {
+            sum += s->views[i].mass;
+            size += s->views[i].size;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (sum > 0.0) return FL_OK;
+        double now = fl_clock_sec();
+        if (timeout_ms <= 0 || now + 0.05 >= deadline)
+            return fl_err_set(err, FL_FAILED_PRECONDITION,
+                              "replay holds %" PRIu64 " transitions and nothing to sample on any of its %d shards",
+                              size, s->n);
+        fl_sleep_sec(0.05);
+    }
+}
+
+/* Moves rows [src, src + n) of out to [dst, dst + n), dst <= src. */
+static void move_rows(fl_replay_batch_t *out, size_t dst, size_t src, size_t n) {
+    if (dst == src || n == 0) return;
+    size_t ob = out->obs_bytes;
+    memmove(out->obs + dst * ob, out->obs + src * ob, n * ob);
+    memmove(out->next_obs + dst * ob, out->next_obs + src * ob, n * ob);
+    memmove(out->actions + dst, out->actions + src, n * sizeof *out->actions);
+    memmove(out->rewards + dst, out->rewards + src, n * sizeof *out->rewards);
+    memmove(out->discounts + dst, out->discounts + src, n * sizeof *out->discounts);
+    memmove(out->keys + dst, out->keys + src, n * sizeof *out->keys);
+    memmove(out->weights + dst, out->weights + src, n * sizeof *out->weights);
+    memmove(out->probs + dst, out->probs + src, n * sizeof *out->probs);
+}
+
+/* Systematic split of `need` rows over the shards with mass[i] > 0 and !skip[i]: one
+ * uniform u; shard i gets the points (k + u) / need, k < need, that fall in its share of
+ * [0, 1). cnt (n) receives the counts (sum need); returns the mass split over. */
+static double split_rows(int n, const double *mass, const unsigned char *skip, size_t need, double u, size_t *cnt) {
+    double sum = 0.0;
+    int last = -1;
+    for (int i = 0; i < n; i++) {
+        cnt[i] = 0;
+        if (!skip[i] && mass[i] > 0.0) {
+            sum += mass[i];
+            last = i;
+        }
+    }
+    if (last < 0) return 0.0;
+    const double B = (double)need;
+    size_t below = 0; /* points below the shard's interval */
+    double cum = 0.0;
+    for (int i = 0; i <= last; i++) {
+        if (skip[i] || !(mass[i] > 0.0)) continue;
+        size_t upto = need;
+        if (i < last) {
+            cum += mass[i];
+            double x = ceil(cum / sum * B - u);
+            upto = x <= 0.0 ? 0 : x >= B ? need : (size_t)x;
+            if (upto < below) upto = below;
+        }
+        cnt[i] = upto - below;
+        below = upto;
+    }
+    return sum;
+}
+
+/* Checks one shard's answer to a Sample of j->count rows. */
+static fl_status check_sampled(const fl_replay_sharded_t *s, const job_t *j, const fl_replay_batch_t *out,
+                               fl_err_t *err) {
+    int i = j->shard;
+    if (j->meta.count != j->count)
+        return fl_err_set(err, FL_DATA_LOSS, "replay shard %d of %d (%s): asked for %zu transitions, got %zu", i, s->n,
+                          s->addrs.addr[i], j->count, j->meta.count);
+    if (j->meta.shard_id != (uint32_t)i) return wrong_shard(s, i, j->meta.shard_id, err);
+    for (size_t r = j->offset; r < j->offset + j->count; r++)
+        if (fl_table_key_shard(out->keys[r]) != i)
+            return wrong_shard(s, i, (unsigned)fl_table_key_shard(out->keys[r]), err);
+    if (!(mass_of(j->meta.mass, j->meta.total) > 0.0))
+        return fl_err_set(err, FL_DATA_LOSS, "replay shard %d of %d (%s): a batch drawn from sampling mass %g", i, s->n,
+                          s->addrs.addr[i], j->meta.mass);
+    return FL_OK;
+}
+
+/* A run of rows of the batch that one shard answered. */
+typedef struct segment {
+    int shard;
+    size_t offset, count;
+} segment;
+
+fl_status fl_replay_sharded_sample(fl_replay_sharded_t *s, size_t batch_size, double beta, int64_t timeout_ms,
+                                   fl_replay_batch_t *out, fl_err_t *err) {
+    if (s->n == 1) return fl_replay_sample(s->c[0], batch_size, beta, timeout_ms, out, err);
+    if (batch_size == 0 || batch_size > out->capacity || batch_size > UINT32_MAX)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "replay sample: batch_size %zu, expected 1 .. %zu (the batch's capacity)", batch_size,
+                          out->capacity);
+    if (!(beta >= 0.0 && beta <= 1.0))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay sample: beta %g, expected a value in [0, 1]", beta);
+    const int n = s->n;
+    double deadline = fl_clock_sec() + (double)(timeout_ms > 0 ? timeout_ms : s->timeout_ms) * 1e-3;
+    fl_status st = FL_OK;
+    fl_err_t refusal;
+    fl_err_init(&refusal);
+    fl_status refusal_st = FL_OK;
+    size_t nseg = 0, filled = 0;
+    job_t *jobs = calloc((size_t)n, sizeof *jobs);
+    job_t *active = calloc((size_t)n, sizeof *active);
+    segment *segs = calloc((size_t)n * (size_t)(n + 2), sizeof *segs);
+    double *mass = calloc((size_t)n, sizeof *mass); /* to split by: the last answers */
+    size_t *cnt = calloc((size_t)n, sizeof *cnt);
+    unsigned char *skip = calloc((size_t)n, 1);       /* refused during this call */
+    unsigned char *stalled = calloc((size_t)n, 1);    /* probe instead of waiting */
+    unsigned char *answered = calloc((size_t)n, 1);   /* figures fresh: this call or recent */
+    shard_view *now = calloc((size_t)n, sizeof *now); /* what the shards said this call */
+    if (!jobs || !active || !segs || !mass || !cnt || !skip || !stalled || !answered || !now) {
+        st = fl_err_set(err, FL_NO_MEMORY, "replay sample: out of memory");
+        goto done;
+    }
+
+    /* The masses to split by: the last call's answers, or a fresh Info round. */
+    pthread_mutex_lock(&s->mu);
+    int have = s->have_views;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += s->views[i].mass;
+    pthread_mutex_unlock(&s->mu);
+    if (!have || !(sum > 0.0)) {
+        if ((st = wait_for_mass(s, timeout_ms, deadline, err)) != FL_OK) goto done;
+    }
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < n; i++) {
+        now[i] = s->views[i];
+        mass[i] = now[i].mass;
+        stalled[i] = (unsigned char)now[i].stalled;
+    }
+    pthread_mutex_unlock(&s->mu);
+
+    /* Passes: split what is missing over the shards not refused yet; a shard that
+     * refuses (FAILED_PRECONDITION: too few items, or its rate limiter) is left out and
+     * its rows are drawn from the others. A stalled shard is probed without waiting; if
+     * nobody serves, one more pass waits on every shard. */
+    int waiting_pass = 0;
+    double t_call = fl_clock_sec();
+    for (int i = 0; i < n; i++) answered[i] = t_call - now[i].seen_at < SHARD_REFRESH_S;
+    while (filled < batch_size) {
+        pthread_mutex_lock(&s->mu);
+        double u = fl_rng_double(&s->rng);
+        pthread_mutex_unlock(&s->mu);
+        if (!(split_rows(n, mass, skip, batch_size - filled, u, cnt) > 0.0)) {
+            if (refusal_st != FL_OK) {
+                st = fl_err_set(err, refusal_st, "%s", refusal.msg);
+            } else {
+                st = fl_err_set(err, FL_FAILED_PRECONDITION, "replay: nothing to sample on any of its %d shards", n);
+            }
+            goto done;
+        }
+        int na = 0;
+        size_t at = filled;
+        for (int i = 0; i < n; i++) {
+            job_t *j = &jobs[i];
+            *j = (job_t){.c = s->c[i], .shard = i, .beta = beta, .out = out};
+            if (cnt[i] > 0) {
+                j->kind = JOB_SAMPLE;
+                j->count = cnt[i];
+                j->offset = at;
+                j->probe = stalled[i] && !waiting_pass;
+                j->timeout_ms = timeout_ms > 0 ? ms_left(deadline) : timeout_ms;
+                at += cnt[i];
+            } else if (!answered[i]) {
+                j->kind = JOB_INFO; /* refreshes its mass for the next split */
+                j->timeout_ms = timeout_ms > 0 ? ms_left(deadline) : s->timeout_ms;
+            } else {
+                continue;
+            }
+            active[na++] = *j;
+        }
+        run_jobs(active, na);
+        size_t served = 0;
+        int probes_refused = 0;
+        for (int a = 0; a < na; a++) {
+            job_t *j = &active[a];
+            int i = j->shard;
+            if (j->st == FL_FAILED_PRECONDITION && j->kind == JOB_SAMPLE) {
+                /* Refused: leave it out of this call, probe it on the next ones. */
+                if (refusal_st == FL_OK) {
+                    refusal_st = j->st;
+                    fl_err_set(&refusal, j->st, "replay shard %d of %d (%s): %s", i, n, s->addrs.addr[i], j->err.msg);
+                }
+                skip[i] = 1;
+                stalled[i] = 1;
+                probes_refused += j->probe;
+                continue;
+            }
+            if (j->st != FL_OK) {
+                st = first_error(s, j, 1, err);
+                goto done;
+            }
+            answered[i] = 1;
+            if (j->kind == JOB_INFO) {
+                if (j->info.shard_id != (uint32_t)i) {
+                    st = wrong_shard(s, i, j->info.shard_id, err);
+                    goto done;
+                }
+                now[i].total = j->info.total_priority;
+                now[i].mass = mass_of(j->info.sampling_mass, now[i].total);
+                now[i].size = j->info.size;
+                now[i].seen_at = fl_clock_sec();
+                if (!(now[i].total > 0.0)) now[i].min_q = 0.0;
+                continue;
+            }
+            if ((st = check_sampled(s, j, out, err)) != FL_OK) goto done;
+            now[i].total = j->meta.total;
+            now[i].mass = mass_of(j->meta.mass, j->meta.total);
+            now[i].size = j->meta.table_size;
+            now[i].seen_at = fl_clock_sec();
+            if (j->meta.min_q > 0.0) now[i].min_q = j->meta.min_q;
+            stalled[i] = 0;
+            /* Close the gaps left by refused shards: rows of this pass move down. */
+            move_rows(out, filled + served, j->offset, j->count);
+            segs[nseg++] = (segment){i, filled + served, j->count};
+            served += j->count;
+        }
+        filled += served;
+        if (served == 0) {
+            if (probes_refused && !waiting_pass) {
+                waiting_pass = 1; /* nobody could serve at once: wait on every shard */
+                memset(skip, 0, (size_t)n);
+                continue;
+            }
+            st = fl_err_set(err, refusal_st, "%s", refusal.msg);
+            goto done;
+        }
+    }
+
+    /* The batch is a draw from the shards that served (all of them, normally): P(i) =
+     * P_s(i) M_s / M over those shards (M_s: sampling mass, T_s when prioritized),
+     * weights renormalised to their smallest priority. */
+    double M = 0.0, T = 0.0, qmin = INFINITY; /* sampling mass, priority total */
+    uint64_t N = 0;
+    for (int i = 0; i < n; i++) {
+        /* In: every shard that served rows, and every other shard with mass that is not
+         * refusing (its figures from this call, or from an answer < SHARD_REFRESH_S old). */
+        int served_rows = 0;
+        for (size_t k = 0; k < nseg; k++) served_rows |= segs[k].shard == i;
+        if (!(now[i].mass > 0.0) || !(served_rows || (!skip[i] && !stalled[i]))) continue;
+        M += now[i].mass;
+        T += now[i].total;
+        N += now[i].size;
+        if (now[i].min_q > 0.0 && now[i].min_q < qmin) qmin = now[i].min_q;
+    }
+    for (size_t k = 0; k < nseg; k++) {
+        const segment *g = &segs[k];
+        const shard_view *v = &now[g->shard];
+        double share = v->mass / M;
+        double f = 1.0;
+        if (beta > 0.0 && isfinite(qmin) && v->min_q > 0.0) f = pow(qmin / v->min_q, beta);
+        for (size_t r = g->offset; r < g->offset + g->count; r++) {
+            out->probs[r] *= share;
+            if (f != 1.0) {
+                float w = (float)((double)out->weights[r] * f);
+                out->weights[r] = w > 0.0f ? w : FLT_MIN;
+            }
+        }
+    }
+    out->count = batch_size;
+    out->table_size = N;
+    out->total_priority = T;
+    out->min_priority = beta > 0.0 && isfinite(qmin) ? qmin : 0.0;
+
+done:
+    /* What the shards said becomes the next split's masses; after a failure the next
+     * call asks every shard's Info first. Stalled flags persist either way. */
+    if (now && stalled) {
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < n; i++) {
+            if (now[i].seen_at > s->views[i].seen_at) {
+                s->views[i].total = now[i].total;
+                s->views[i].mass = now[i].mass;
+                s->views[i].size = now[i].size;
+                s->views[i].min_q = now[i].min_q;
+                s->views[i].seen_at = now[i].seen_at;
+            }
+            s->views[i].stalled = stalled[i];
+        }
+        s->have_views = st == FL_OK;
+        pthread_mutex_unlock(&s->mu);
+    }
+    free(jobs);
+    free(active);
+    free(segs);
+    free(mass);
+    free(cnt);
+    free(skip);
+    free(stalled);
+    free(answered);
+    free(now);
+    return st;
+}
+
+fl_status fl_replay_sharded_update_priorities(fl_replay_sharded_t *s, size_t n, const uint64_t *keys,
+                                              const float *priorities, uint64_t *applied, fl_err_t *err) {
+    if (s->n == 1) return fl_replay_update_priorities(s->c[0], n, keys, priorities, applied, err);
+    if (applied) *applied = 0;
+    if (n == 0) return FL_OK;
+    if (!keys || !priorities)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay update_priorities: %s is NULL for %zu items",
+                          !keys ? "keys" : "priorities", n);
+    for (size_t i = 0; i < n; i++)
+        if (fl_table_key_shard(keys[i]) >= s->n)
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "replay update_priorities: keys[%zu] = %016" PRIx64
+                              " names shard %d, expected 0 .. %d "
+                              "(%d replay shards)",
+                              i, keys[i], fl_table_key_shard(keys[i]), s->n - 1, s->n);
+    FL_TRY(fl_wire_check_priorities("replay update_priorities: priorities", n, priorities, err));
+    fl_status st = FL_OK;
+    size_t *count = calloc((size_t)s->n + 1, sizeof *count);
+    uint64_t *k = malloc(n * sizeof *k);
+    float *p = malloc(n * sizeof *p);
+    job_t *jobs = calloc((size_t)s->n, sizeof *jobs);
+    if (!count || !k || !p || !jobs) {
+        st = fl_err_set(err, FL_NO_MEMORY, "replay update_priorities: out of memory for %zu keys", n);
+        goto done;
+    }
+    /* Group by shard, keeping each shard's keys in their order (a later duplicate wins). */
+    for (size_t i = 0; i < n; i++) count[fl_table_key_shard(keys[i]) + 1]++;
+    for (int i = 0; i < s->n; i++) count[i + 1] += count[i];
+    int nj = 0;
+    for (int i = 0; i < s->n; i++)
+        if (count[i + 1] > count[i])
+            jobs[nj++] = (job_t){.kind = JOB_UPDATE,
+                                 .c = s->c[i],
+                                 .shard = i,
+                                 .count = count[i + 1] - count[i],
+                                 .keys = k + count[i],
+                                 .prios = p + count[i]};
+    for (size_t i = 0; i < n; i++) {
+        size_t at = count[fl_table_key_shard(keys[i])]++;
+        k[at] = keys[i];
+        p[at] = priorities[i];
+    }
+    run_jobs(jobs, nj);
+    for (int i = 0; i < nj; i++)
+        if (applied) *applied += jobs[i].applied;
+    st = first_error(s, jobs, nj, err);
+done:
+    free(count);
+    free(k);
+    free(p);
+    free(jobs);
+    return st;
+}
+
+fl_status fl_replay_sharded_info(fl_replay_sharded_t *s, int64_t timeout_ms, fl_replay_info_t *total,
+                                 fl_replay_info_t *per_shard, fl_err_t *err) {
+    job_t *jobs = calloc((size_t)s->n, sizeof *jobs);
+    if (!jobs) return fl_err_set(err, FL_NO_MEMORY, "replay info: out of memory");
+    for (int i = 0; i < s->n; i++)
+        jobs[i] = (job_t){.kind = JOB_INFO, .c = s->c[i], .shard = i, .timeout_ms = timeout_ms};
+    run_jobs(jobs, s->n);
+    fl_replay_info_t t;
+    memset(&t, 0, sizeof t);
+    int answered = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (jobs[i].st != FL_OK) continue;
+        const fl_replay_info_t *in = &jobs[i].info;
+        if (per_shard) per_shard[i] = *in;
+        t.size += in->size;
+        t.capacity += in->capacity;
+        t.inserted += in->inserted;
+        t.sampled += in->sampled;
+        t.insert_batches += in->insert_batches;
+        t.updates_applied += in->updates_applied;
+        t.updates_stale += in->updates_stale;
+        t.sample_calls += in->sample_calls;
+        t.rejected += in->rejected;
+        t.total_priority += in->total_priority;
+        t.sampling_mass += in->sampling_mass;
+        t.max_priority = fmax(t.max_priority, in->max_priority);
+        t.uptime_s = answered++ ? fmin(t.uptime_s, in->uptime_s) : in->uptime_s;
+        t.samples_per_insert = fmax(t.samples_per_insert, in->samples_per_insert);
+        t.insert_blocked_s += in->insert_blocked_s;
+        t.sample_blocked_s += in->sample_blocked_s;
+        t.inserts_waiting += in->inserts_waiting;
+        t.samples_waiting += in->samples_waiting;
+    }
+    fl_status st = first_error(s, jobs, s->n, err);
+    if (st == FL_OK && total) *total = t;
+    free(jobs);
+    return st;
 }

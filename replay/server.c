@@ -384,6 +384,22 @@ allowed:
     return FL_OK;
 }
 
+/* The table's smallest positive sampling priority q_min when a batch was drawn, from the
+ * batch itself: w_j = (q_min / q_j)^beta and q_j = P(j) * total, so
+ * q_min = P(j) * total * w_j^(1/beta). The item with the largest weight is used (the
+ * one least affected by float rounding, never clamped to FLT_MIN unless all are). The
+ * relative error, ~1e-7 / beta, shrinks back by beta when a client raises a ratio of
+ * such minima to beta. total is read right after drawing: exact unless an insert or
+ * update landed in between. 0 when beta is 0 (all weights are 1 and carry nothing). */
+static double min_priority_of(size_t B, double beta, const double *probs, const float *weights, double total) {
+    if (!(beta > 0.0) || B == 0) return 0.0;
+    size_t jm = 0;
+    for (size_t j = 1; j < B; j++)
+        if (weights[j] > weights[jm]) jm = j;
+    double q = probs[jm] * total * pow((double)weights[jm], 1.0 / beta);
+    return isfinite(q) && q > 0.0 ? q : 0.0;
+}
+
 static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_rpc_reply_t *reply) {
     fl_replay_service_t *s = user;
     Fleet__SampleRequest *req = fleet__sample_request__unpack(NULL, len, msg);
@@ -450,6 +466,10 @@ static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_r
     resp.probabilities = probs;
     resp.table_size = ti.size;
     resp.total_priority = ti.total_priority;
+    int prioritized = fl_table_config(s->table)->selector == FL_SELECTOR_PRIORITIZED;
+    resp.min_priority = prioritized ? min_priority_of(B, beta, probs, weights, ti.total_priority) : 0.0;
+    resp.shard_id = (uint32_t)s->shard;
+    resp.sampling_mass = prioritized ? ti.total_priority : (double)ti.size;
     st = fl_rpc_reply_pb(reply, &resp.base);
     if (st == FL_OK) atomic_fetch_add(&s->sample_calls, 1);
 done:
@@ -519,6 +539,7 @@ void fl_replay_service_info(fl_replay_service_t *s, fl_replay_info_t *out) {
     out->sample_calls = atomic_load(&s->sample_calls);
     out->rejected = atomic_load(&s->rejected);
     out->total_priority = ti.total_priority;
+    out->sampling_mass = tc->selector == FL_SELECTOR_PRIORITIZED ? ti.total_priority : (double)ti.size;
     /* The wire reports priorities as stored for sampling: (p + eps)^alpha. */
     out->max_priority = ti.inserted ? pow(ti.max_priority + tc->priority_eps, tc->alpha) : 0.0;
     out->uptime_s = s->started ? fl_clock_sec() - s->t_start : 0.0;
@@ -564,6 +585,7 @@ static fl_status info_handler(void *user, const uint8_t *msg, size_t len, fl_rpc
     r.sample_blocked_s = in.sample_blocked_s;
     r.inserts_waiting = in.inserts_waiting;
     r.samples_waiting = in.samples_waiting;
+    r.sampling_mass = in.sampling_mass;
     return fl_rpc_reply_pb(reply, &r.base);
 }
 
@@ -623,6 +645,8 @@ fl_status fl_replay_service_create(const fl_config_t *cfg, int shard, const fl_w
     for (int d = 0; d < obs->obs_rank; d++) tc.obs_shape[d] = obs->obs_shape[d];
     tc.alpha = cfg->replay_alpha;
     tc.priority_eps = cfg->replay_priority_eps;
+    tc.max_times_sampled = cfg->replay_max_times_sampled;
+    tc.rebuild_every = (uint64_t)cfg->replay_tree_rebuild_every;
     tc.shard_id = shard;
     fl_rng_t rng;
     fl_rng_init_stream(&rng, (uint64_t)cfg->run_seed, UINT64_C(0x7265706c61790000) + (uint64_t)shard);
@@ -639,7 +663,8 @@ fl_status fl_replay_service_create(const fl_config_t *cfg, int shard, const fl_w
     s->threads = want < FL_REPLAY_SERVICE_THREADS ? FL_REPLAY_SERVICE_THREADS : want > 256 ? 256 : want;
     s->max_insert_waiters = s->threads - FL_REPLAY_MAX_SAMPLE_WAITERS - 2;
 
-    fl_status st = fl_table_create(&tc, &s->table, err);
+    fl_status st = fl_selector_parse(cfg->replay_selector, &tc.selector, err);
+    if (st == FL_OK) st = fl_table_create(&tc, &s->table, err);
     if (st != FL_OK) {
         fl_err_prefix(err, "replay shard %d", shard);
         goto fail;

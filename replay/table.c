@@ -1,11 +1,24 @@
-/* table: ring storage (struct of arrays, one row per slot) + a sum-tree over the slots,
- * behind one mutex.
+/* table: ring storage (one row per slot) + a sum-tree over the slots, behind one mutex.
  *
- * Slot s holds sequence number seq with seq % capacity == s. The live sequence numbers
- * are [inserted - size, inserted); while the ring is filling, slots >= size hold
- * priority 0 in the tree and are never sampled. Every entry point validates and converts
- * its input (|TD| -> (|TD| + eps)^alpha) before taking the lock, then applies it all at
- * once, so a failed call changes nothing and the critical sections stay short. */
+ * A row is the slot's scalars (action, reward, discount, times sampled) followed by obs
+ * and next_obs, padded so that a row of up to 64 bytes never straddles a cache line: a
+ * sampled item costs one row read (CartPole's rows are exactly one line) instead of one
+ * read per column.
+ *
+ * Slot s holds the item whose sequence number seq has seq % capacity == s. The window is
+ * the sequence numbers [inserted - window, inserted), window = min(inserted, capacity);
+ * while the ring is filling, slots >= window are empty. With max_times_sampled, a bitmap
+ * marks the slots of the window whose item was removed; such a slot holds priority 0 and
+ * is cleared when an insert reuses it. Every entry point validates and converts its input
+ * (|TD| -> (|TD| + eps)^alpha) before taking the lock, then applies it all at once, so a
+ * failed call changes nothing and the critical sections stay short.
+ *
+ * Selectors: prioritized descends the sum-tree; uniform picks a window offset (or, when
+ * items can be removed, an entry of a dense list of the live slots, kept with
+ * swap-removal); fifo keeps a cursor on the oldest sequence number that may be live.
+ * With max_times_sampled, draws_left counts the draws the live items can still give
+ * (prioritized: only the items of positive priority), so that a batch that cannot be
+ * completed is refused before anything changes. */
 #include "replay/table.h"
 
 #include <assert.h>
@@ -21,27 +34,64 @@
 
 /* Batches up to this many items use stack scratch space; larger ones allocate. */
 #define SCRATCH_ITEMS 512
+/* Rows fetched ahead of the one being copied out by sample. */
+#define PREFETCH_AHEAD 16
+
+/* The scalar columns at the start of every row; obs and next_obs follow. */
+typedef struct {
+    int32_t action;
+    float reward;
+    float discount;
+    uint32_t times; /* times sampled (kept only with max_times_sampled) */
+} row_head_t;
 
 struct fl_table {
     fl_table_config_t cfg; /* immutable after create */
     size_t obs_bytes;
+    size_t stride; /* bytes per row */
     uint64_t capacity;
+    uint32_t mts; /* max_times_sampled, 0 = unlimited */
 
     pthread_mutex_t mu; /* guards everything below */
     uint64_t inserted;  /* next sequence number */
-    uint64_t size;      /* min(inserted, capacity) */
+    uint64_t window;    /* min(inserted, capacity) */
+    uint64_t size;      /* live items: window less removed */
     uint64_t sampled;
+    uint64_t removed;
     uint64_t updates_applied;
     uint64_t updates_stale;
+    uint64_t rebuilds;
+    uint64_t since_rebuild; /* applied updates since the last rebuild */
+    uint64_t draws_left;    /* mts: sum over sampleable live items of mts - times */
+    uint64_t fifo_head;     /* fifo: no live item has a smaller sequence number */
     double max_priority;
     fl_rng_t rng;
-    fl_sumtree_t *tree; /* leaf s: (p + eps)^alpha of slot s, 0 if the slot is empty */
-    uint8_t *obs;       /* (capacity, obs_bytes) */
-    uint8_t *next_obs;  /* (capacity, obs_bytes) */
-    int32_t *actions;   /* (capacity) */
-    float *rewards;     /* (capacity) */
-    float *discounts;   /* (capacity) */
+    fl_sumtree_t *tree;     /* leaf s: (p + eps)^alpha of slot s, 0 if the slot is empty */
+    uint8_t *rows;          /* (capacity, stride) */
+    uint64_t *gone;         /* mts: (ceil(capacity / 64)) bit s: slot s's item was removed */
+    uint64_t *live_list;    /* uniform and mts: (capacity) the live slots, first `size` */
+    uint64_t *live_pos;     /* uniform and mts: (capacity) index of a live slot in live_list */
 };
+
+const char *fl_selector_name(fl_selector s) {
+    switch (s) {
+    case FL_SELECTOR_PRIORITIZED: return "prioritized";
+    case FL_SELECTOR_UNIFORM: return "uniform";
+    case FL_SELECTOR_FIFO: return "fifo";
+    default: return "invalid";
+    }
+}
+
+fl_status fl_selector_parse(const char *name, fl_selector *out, fl_err_t *err) {
+    static const fl_selector all[] = {FL_SELECTOR_PRIORITIZED, FL_SELECTOR_UNIFORM, FL_SELECTOR_FIFO};
+    for (size_t i = 0; name && i < sizeof(all) / sizeof(all[0]); i++)
+        if (strcmp(name, fl_selector_name(all[i])) == 0) {
+            *out = all[i];
+            return FL_OK;
+        }
+    return fl_err_set(err, FL_INVALID_ARGUMENT, "selector '%s': expected prioritized, uniform or fifo",
+                      name ? name : "(null)");
+}
 
 void fl_table_config_init(fl_table_config_t *cfg) {
     memset(cfg, 0, sizeof(*cfg));
@@ -51,6 +101,9 @@ void fl_table_config_init(fl_table_config_t *cfg) {
     cfg->priority_eps = 1e-6;
     cfg->shard_id = 0;
     cfg->seed = 0;
+    cfg->selector = FL_SELECTOR_PRIORITIZED;
+    cfg->max_times_sampled = 0;
+    cfg->rebuild_every = UINT64_C(1) << 20;
 }
 
 /* Space for `count` elements of `size` bytes: `stack` if they fit in it, else heap memory
@@ -62,6 +115,20 @@ static void *scratch_get(void *stack, size_t stack_bytes, size_t count, size_t s
 
 static void scratch_free(void *p, void *stack) {
     if (p != stack) free(p);
+}
+
+/* Bytes per row: the head and both observations, rounded up to a power of two when that
+ * is at most 64 (a row never straddles a cache line), else to a multiple of 64. 0 if
+ * that overflows. */
+static size_t row_stride(size_t obs_bytes) {
+    if (obs_bytes > (SIZE_MAX - sizeof(row_head_t) - 64) / 2) return 0;
+    size_t row = sizeof(row_head_t) + 2 * obs_bytes;
+    if (row <= 64) {
+        size_t s = 16;
+        while (s < row) s *= 2;
+        return s;
+    }
+    return (row + 63) / 64 * 64;
 }
 
 static fl_status check_config(const fl_table_config_t *cfg, size_t *obs_bytes, fl_err_t *err) {
@@ -85,7 +152,8 @@ static fl_status check_config(const fl_table_config_t *cfg, size_t *obs_bytes, f
             return fl_err_set(err, FL_INVALID_ARGUMENT, "table obs_shape: observation size overflows");
         bytes *= (size_t)dim;
     }
-    if (bytes > SIZE_MAX / 2 / cfg->capacity)
+    size_t stride = row_stride(bytes);
+    if (stride == 0 || stride > SIZE_MAX / cfg->capacity)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "table capacity %" PRIu64 " * obs_bytes %zu: storage size overflows", cfg->capacity,
                           bytes);
@@ -96,6 +164,15 @@ static fl_status check_config(const fl_table_config_t *cfg, size_t *obs_bytes, f
                           cfg->priority_eps);
     if (cfg->shard_id < 0 || cfg->shard_id > 255)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "table shard_id %d: expected 0 .. 255", cfg->shard_id);
+    if (cfg->selector != FL_SELECTOR_PRIORITIZED && cfg->selector != FL_SELECTOR_UNIFORM &&
+        cfg->selector != FL_SELECTOR_FIFO)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "table selector %d: expected prioritized (%d), uniform (%d) or fifo (%d)", (int)cfg->selector,
+                          FL_SELECTOR_PRIORITIZED, FL_SELECTOR_UNIFORM, FL_SELECTOR_FIFO);
+    if (cfg->max_times_sampled < 0 || cfg->max_times_sampled > FL_TABLE_MAX_TIMES_SAMPLED)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "table max_times_sampled %" PRId64 ": expected 0 (unlimited) or 1 .. %d",
+                          cfg->max_times_sampled, FL_TABLE_MAX_TIMES_SAMPLED);
     *obs_bytes = bytes;
     return FL_OK;
 }
@@ -110,7 +187,9 @@ fl_status fl_table_create(const fl_table_config_t *cfg, fl_table_t **out, fl_err
     if (!t) return fl_err_set(err, FL_NO_MEMORY, "table: cannot allocate");
     t->cfg = *cfg;
     t->obs_bytes = obs_bytes;
+    t->stride = row_stride(obs_bytes);
     t->capacity = cfg->capacity;
+    t->mts = (uint32_t)cfg->max_times_sampled;
     fl_rng_init(&t->rng, cfg->seed);
     if (pthread_mutex_init(&t->mu, NULL) != 0) {
         free(t);
@@ -119,14 +198,20 @@ fl_status fl_table_create(const fl_table_config_t *cfg, fl_table_t **out, fl_err
     if ((s = fl_sumtree_create(cfg->capacity, &t->tree, err)) != FL_OK) goto fail;
 
     size_t cap = (size_t)cfg->capacity;
-    t->obs = malloc(cap * obs_bytes);
-    t->next_obs = malloc(cap * obs_bytes);
-    t->actions = malloc(cap * sizeof(int32_t));
-    t->rewards = malloc(cap * sizeof(float));
-    t->discounts = malloc(cap * sizeof(float));
-    if (!t->obs || !t->next_obs || !t->actions || !t->rewards || !t->discounts) {
+    t->rows = fl__replay_alloc_big(cap * t->stride);
+    int ok = t->rows != NULL;
+    if (t->mts > 0) {
+        t->gone = calloc((cap + 63) / 64, sizeof(uint64_t));
+        ok = ok && t->gone;
+        if (cfg->selector == FL_SELECTOR_UNIFORM) {
+            t->live_list = fl__replay_alloc_big(cap * sizeof(uint64_t));
+            t->live_pos = fl__replay_alloc_big(cap * sizeof(uint64_t));
+            ok = ok && t->live_list && t->live_pos;
+        }
+    }
+    if (!ok) {
         s = fl_err_set(err, FL_NO_MEMORY, "table: cannot allocate storage for %" PRIu64 " items of %zu bytes",
-                       cfg->capacity, 2 * obs_bytes + 12);
+                       cfg->capacity, t->stride);
         goto fail;
     }
     *out = t;
@@ -140,11 +225,10 @@ fail:
 void fl_table_destroy(fl_table_t *t) {
     if (!t) return;
     fl_sumtree_destroy(t->tree);
-    free(t->obs);
-    free(t->next_obs);
-    free(t->actions);
-    free(t->rewards);
-    free(t->discounts);
+    free(t->rows);
+    free(t->gone);
+    free(t->live_list);
+    free(t->live_pos);
     pthread_mutex_destroy(&t->mu);
     free(t);
 }
@@ -153,45 +237,138 @@ const fl_table_config_t *fl_table_config(const fl_table_t *t) { return &t->cfg; 
 
 size_t fl_table_obs_bytes(const fl_table_t *t) { return t->obs_bytes; }
 
+/* (p + eps)^alpha, with the common exponents done without pow. */
+static inline double sampling_priority(double p_eps, double alpha) {
+    if (alpha == 1.0) return p_eps;
+    if (alpha == 0.5) return sqrt(p_eps);
+    if (alpha == 0.0) return 1.0;
+    return pow(p_eps, alpha);
+}
+
 /* Checks n |TD| priorities (finite, >= 0) and writes (p + eps)^alpha to q and their max
  * to *max_p. */
 static fl_status convert_priorities(const fl_table_t *t, size_t n, const float *priorities, double *q,
                                     double *max_p, fl_err_t *err) {
     double mx = 0.0;
+    const double eps = t->cfg.priority_eps, alpha = t->cfg.alpha;
     for (size_t i = 0; i < n; i++) {
         float p = priorities[i];
         if (!isfinite(p) || p < 0.0f)
             return fl_err_set(err, FL_INVALID_ARGUMENT, "priorities[%zu] = %g: expected a finite value >= 0", i,
                               (double)p);
-        q[i] = pow((double)p + t->cfg.priority_eps, t->cfg.alpha);
+        q[i] = sampling_priority((double)p + eps, alpha);
         if (p > mx) mx = p;
     }
     *max_p = mx;
     return FL_OK;
 }
 
-static inline int key_live(const fl_table_t *t, uint64_t key) {
+/* ---- slots, sequence numbers and liveness (all under the lock) ------------------------ */
+
+static inline row_head_t *row_at(const fl_table_t *t, uint64_t slot) {
+    return (row_head_t *)(t->rows + (size_t)slot * t->stride);
+}
+
+static inline int slot_gone(const fl_table_t *t, uint64_t s) {
+    return t->gone && ((t->gone[s / 64] >> (s % 64)) & 1);
+}
+
+/* The first sequence number of the window, and its slot. */
+typedef struct {
+    uint64_t seq;
+    uint64_t slot;
+} window_t;
+
+static inline window_t window_start(const fl_table_t *t) {
+    window_t w = {t->inserted - t->window, 0};
+    w.slot = w.seq % t->capacity;
+    return w;
+}
+
+/* The slot of a sequence number of the window. */
+static inline uint64_t seq_slot(const fl_table_t *t, window_t w, uint64_t seq) {
+    uint64_t s = w.slot + (seq - w.seq);
+    return s >= t->capacity ? s - t->capacity : s;
+}
+
+/* The sequence number in a slot of the window. */
+static inline uint64_t slot_seq(const fl_table_t *t, window_t w, uint64_t s) {
+    return w.seq + (s >= w.slot ? s - w.slot : s + t->capacity - w.slot);
+}
+
+/* Whether key names a live item; if so, *slot receives its slot. */
+static inline int key_live(const fl_table_t *t, window_t w, uint64_t key, uint64_t *slot) {
     uint64_t seq = fl_table_key_seq(key);
-    return fl_table_key_shard(key) == t->cfg.shard_id && seq < t->inserted && seq >= t->inserted - t->size;
+    if (fl_table_key_shard(key) != t->cfg.shard_id || seq >= t->inserted || seq < w.seq) return 0;
+    *slot = seq_slot(t, w, seq);
+    return !slot_gone(t, *slot);
 }
 
-/* The live sequence number stored in slot s (requires a live item in s). */
-static inline uint64_t slot_seq(const fl_table_t *t, uint64_t s) {
-    uint64_t base = t->inserted - t->size;
-    uint64_t off = (s + t->capacity - base % t->capacity) % t->capacity;
-    return base + off;
+/* Whether an item of sampling priority q counts towards draws_left. */
+static inline int sampleable(const fl_table_t *t, double q) {
+    return t->cfg.selector != FL_SELECTOR_PRIORITIZED || q > 0.0;
 }
 
-/* Copies rows [row, row + m) of the input columns into slots [slot, slot + m). */
+/* Appends slot s to the dense list (call before size is incremented). */
+static inline void list_add(fl_table_t *t, uint64_t s) {
+    t->live_pos[s] = t->size;
+    t->live_list[t->size] = s;
+}
+
+/* Removes live slot s from the dense list (call before size is decremented). */
+static inline void list_remove(fl_table_t *t, uint64_t s) {
+    uint64_t i = t->live_pos[s], last = t->live_list[t->size - 1];
+    t->live_list[i] = last;
+    t->live_pos[last] = i;
+}
+
+/* Removes the live item in slot s after its last allowed draw. */
+static void remove_item(fl_table_t *t, uint64_t s) {
+    t->gone[s / 64] |= UINT64_C(1) << (s % 64);
+    if (t->live_list) list_remove(t, s);
+    t->size--;
+    t->removed++;
+    fl_sumtree_set(t->tree, s, 0.0);
+}
+
+/* Counts one draw of the live item in slot s (max_times_sampled only). */
+static inline void count_draw(fl_table_t *t, uint64_t s) {
+    row_head_t *h = row_at(t, s);
+    t->draws_left--;
+    if (++h->times == t->mts) remove_item(t, s);
+}
+
+/* ---- insert ------------------------------------------------------------------------- */
+
+/* Stores rows [row, row + m) of the input columns into slots [slot, slot + m), retiring
+ * whatever live items those slots held. */
 static void store_rows(fl_table_t *t, uint64_t slot, size_t row, size_t m, const uint8_t *obs,
                        const int32_t *actions, const float *rewards, const float *discounts,
                        const uint8_t *next_obs, const double *q) {
     size_t ob = t->obs_bytes;
-    memcpy(t->obs + slot * ob, obs + row * ob, m * ob);
-    memcpy(t->next_obs + slot * ob, next_obs + row * ob, m * ob);
-    memcpy(t->actions + slot, actions + row, m * sizeof(int32_t));
-    memcpy(t->rewards + slot, rewards + row, m * sizeof(float));
-    memcpy(t->discounts + slot, discounts + row, m * sizeof(float));
+    if (t->mts > 0) {
+        for (size_t k = 0; k < m; k++) {
+            uint64_t s = slot + k;
+            int old_live = (t->window == t->capacity || s < t->window) && !slot_gone(t, s);
+            if (old_live) {
+                row_head_t *h = row_at(t, s);
+                if (sampleable(t, fl_sumtree_get(t->tree, s))) t->draws_left -= t->mts - h->times;
+                t->size--; /* the new item takes the list entry over */
+            } else {
+                t->gone[s / 64] &= ~(UINT64_C(1) << (s % 64));
+                if (t->live_list) list_add(t, s);
+            }
+            t->size++;
+            if (sampleable(t, q[row + k])) t->draws_left += t->mts;
+        }
+    }
+    for (size_t k = 0; k < m; k++) {
+        uint8_t *r = (uint8_t *)row_at(t, slot + k);
+        row_head_t h = {actions[row + k], rewards[row + k], discounts[row + k], 0};
+        memcpy(r, &h, sizeof(h));
+        memcpy(r + sizeof(h), obs + (row + k) * ob, ob);
+        memcpy(r + sizeof(h) + ob, next_obs + (row + k) * ob, ob);
+    }
     fl_sumtree_set_range(t->tree, slot, m, q + row);
 }
 
@@ -228,7 +405,8 @@ fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_
     store_rows(t, slot, skip, run, obs, actions, rewards, discounts, next_obs, q);
     if (run < m) store_rows(t, 0, skip + run, m - run, obs, actions, rewards, discounts, next_obs, q);
     t->inserted += n;
-    t->size = t->inserted < t->capacity ? t->inserted : t->capacity;
+    t->window = t->inserted < t->capacity ? t->inserted : t->capacity;
+    if (t->mts == 0) t->size = t->window;
     if (max_p > t->max_priority) t->max_priority = max_p;
     pthread_mutex_unlock(&t->mu);
 
@@ -237,6 +415,63 @@ fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_
 done:
     scratch_free(q, stack);
     return s;
+}
+
+/* ---- sample ------------------------------------------------------------------------- */
+
+/* Prioritized: B stratified draws; with max_times_sampled, a draw that lands on an item
+ * removed earlier in this call is drawn again from what remains. */
+static void select_prioritized(fl_table_t *t, size_t B, uint64_t *slots, double *q, double *probs) {
+    double total = fl_sumtree_total(t->tree);
+    fl_sumtree_sample_stratified(t->tree, &t->rng, B, slots, q);
+    if (t->mts == 0) {
+        if (probs)
+            for (size_t j = 0; j < B; j++) probs[j] = q[j] / total;
+        return;
+    }
+    for (size_t j = 0; j < B; j++) {
+        double tot = total;
+        if (slot_gone(t, slots[j])) {
+            tot = fl_sumtree_total(t->tree);
+            slots[j] = fl_sumtree_find(t->tree, fl_rng_double(&t->rng) * tot);
+        }
+        q[j] = fl_sumtree_get(t->tree, slots[j]);
+        if (probs) probs[j] = q[j] / tot;
+        count_draw(t, slots[j]);
+    }
+}
+
+/* Uniform: B independent draws over the live items. */
+static void select_uniform(fl_table_t *t, size_t B, uint64_t *slots, double *q, double *probs) {
+    window_t w = window_start(t);
+    for (size_t j = 0; j < B; j++) {
+        if (t->live_list) {
+            slots[j] = t->live_list[fl_rng_below(&t->rng, t->size)];
+        } else {
+            uint64_t s = w.slot + fl_rng_below(&t->rng, t->window);
+            slots[j] = s >= t->capacity ? s - t->capacity : s;
+        }
+        q[j] = fl_sumtree_get(t->tree, slots[j]);
+        if (probs) probs[j] = 1.0 / (double)t->size;
+        if (t->mts > 0) count_draw(t, slots[j]);
+    }
+}
+
+/* FIFO: every draw is the oldest live item. */
+static void select_fifo(fl_table_t *t, size_t B, uint64_t *slots, double *q, double *probs) {
+    window_t w = window_start(t);
+    for (size_t j = 0; j < B; j++) {
+        if (t->fifo_head < w.seq) t->fifo_head = w.seq;
+        uint64_t s = seq_slot(t, w, t->fifo_head);
+        while (slot_gone(t, s)) {
+            t->fifo_head++;
+            s = s + 1 == t->capacity ? 0 : s + 1;
+        }
+        slots[j] = s;
+        q[j] = fl_sumtree_get(t->tree, s);
+        if (probs) probs[j] = 1.0;
+        if (t->mts > 0) count_draw(t, s);
+    }
 }
 
 fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, double *probs,
@@ -255,44 +490,62 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
         goto done;
     }
 
-    size_t ob = t->obs_bytes;
-    uint8_t *obs_out = obs, *next_out = next_obs;
     pthread_mutex_lock(&t->mu);
     double total = fl_sumtree_total(t->tree);
     double qmin = fl_sumtree_min(t->tree);
-    if (t->size == 0 || !(total > 0.0)) {
-        uint64_t size = t->size;
+    int prioritized = t->cfg.selector == FL_SELECTOR_PRIORITIZED;
+    if (t->size == 0 || (prioritized && !(total > 0.0)) || (t->mts > 0 && t->draws_left < B)) {
+        uint64_t size = t->size, left = t->draws_left;
         pthread_mutex_unlock(&t->mu);
-        s = size == 0 ? fl_err_set(err, FL_FAILED_PRECONDITION, "sample: the table is empty")
-                      : fl_err_set(err, FL_FAILED_PRECONDITION,
-                                   "sample: all %" PRIu64 " items have priority 0", size);
+        if (size == 0)
+            s = fl_err_set(err, FL_FAILED_PRECONDITION, "sample: the table is empty");
+        else if (prioritized && !(total > 0.0))
+            s = fl_err_set(err, FL_FAILED_PRECONDITION, "sample: all %" PRIu64 " items have priority 0", size);
+        else
+            s = fl_err_set(err, FL_FAILED_PRECONDITION,
+                           "sample: the live items can give %" PRIu64 " more draws (max_times_sampled %u), %zu asked",
+                           left, t->mts, B);
         goto done;
     }
-    fl_sumtree_sample_stratified(t->tree, &t->rng, B, slots);
-    /* Column by column: the B reads of one column are independent, so they overlap. */
-    for (size_t j = 0; j < B; j++) q[j] = fl_sumtree_get(t->tree, slots[j]);
+    /* Keys and rows are read after the draws: a removed item keeps its row and its place
+     * in the window until an insert reuses the slot, which cannot happen under the lock. */
+    window_t w = window_start(t);
+    switch (t->cfg.selector) {
+    case FL_SELECTOR_PRIORITIZED: select_prioritized(t, B, slots, q, probs); break;
+    case FL_SELECTOR_UNIFORM: select_uniform(t, B, slots, q, probs); break;
+    case FL_SELECTOR_FIFO: select_fifo(t, B, slots, q, probs); break;
+    }
     if (keys)
-        for (size_t j = 0; j < B; j++) keys[j] = fl_table_key_make(t->cfg.shard_id, slot_seq(t, slots[j]));
-    if (obs_out)
-        for (size_t j = 0; j < B; j++) memcpy(obs_out + j * ob, t->obs + slots[j] * ob, ob);
-    if (next_out)
-        for (size_t j = 0; j < B; j++) memcpy(next_out + j * ob, t->next_obs + slots[j] * ob, ob);
-    if (actions)
-        for (size_t j = 0; j < B; j++) actions[j] = t->actions[slots[j]];
-    if (rewards)
-        for (size_t j = 0; j < B; j++) rewards[j] = t->rewards[slots[j]];
-    if (discounts)
-        for (size_t j = 0; j < B; j++) discounts[j] = t->discounts[slots[j]];
+        for (size_t j = 0; j < B; j++) keys[j] = fl_table_key_make(t->cfg.shard_id, slot_seq(t, w, slots[j]));
+    if (obs || next_obs || actions || rewards || discounts) {
+        size_t ob = t->obs_bytes;
+        uint8_t *obs_out = obs, *next_out = next_obs;
+        for (size_t j = 0; j < B; j++) {
+            if (j + PREFETCH_AHEAD < B) __builtin_prefetch(row_at(t, slots[j + PREFETCH_AHEAD]));
+            const uint8_t *r = (const uint8_t *)row_at(t, slots[j]);
+            row_head_t h;
+            memcpy(&h, r, sizeof(h));
+            if (actions) actions[j] = h.action;
+            if (rewards) rewards[j] = h.reward;
+            if (discounts) discounts[j] = h.discount;
+            if (obs_out) memcpy(obs_out + j * ob, r + sizeof(h), ob);
+            if (next_out) memcpy(next_out + j * ob, r + sizeof(h) + ob, ob);
+        }
+    }
     t->sampled += B;
     pthread_mutex_unlock(&t->mu);
 
     /* w_j = (N P_j)^-beta / (N P_min)^-beta = (q_min / q_j)^beta, with q_j >= q_min > 0. A
      * weight too small for a float is raised to FLT_MIN so that it stays positive. */
-    for (size_t j = 0; j < B; j++) {
-        if (probs) probs[j] = q[j] / total;
-        if (weights) {
-            float w = (float)pow(qmin / q[j], beta);
-            weights[j] = w > 0.0f ? w : FLT_MIN;
+    if (weights) {
+        if (!prioritized || beta == 0.0) {
+            for (size_t j = 0; j < B; j++) weights[j] = 1.0f;
+        } else {
+            for (size_t j = 0; j < B; j++) {
+                double r = qmin / q[j];
+                float wj = (float)(beta == 1.0 ? r : beta == 0.5 ? sqrt(r) : pow(r, beta));
+                weights[j] = wj > 0.0f ? wj : FLT_MIN;
+            }
         }
     }
 done:
@@ -300,6 +553,8 @@ done:
     scratch_free(q, q_stack);
     return s;
 }
+
+/* ---- priorities --------------------------------------------------------------------- */
 
 fl_status fl_table_update_priorities(fl_table_t *t, size_t n, const uint64_t *keys,
                                      const float *priorities, size_t *applied, fl_err_t *err) {
@@ -309,11 +564,13 @@ fl_status fl_table_update_priorities(fl_table_t *t, size_t n, const uint64_t *ke
         return fl_err_set(err, FL_INVALID_ARGUMENT, "update_priorities: %s is NULL for %zu items",
                           !keys ? "keys" : "priorities", n);
     fl_status s = FL_OK;
-    double q_stack[SCRATCH_ITEMS];
+    double q_stack[SCRATCH_ITEMS], old_stack[SCRATCH_ITEMS];
     uint64_t slot_stack[SCRATCH_ITEMS];
+    int track = t->mts > 0 && t->cfg.selector == FL_SELECTOR_PRIORITIZED; /* draws_left depends on q > 0 */
     double *q = scratch_get(q_stack, sizeof(q_stack), n, sizeof(double));              /* (n) */
     uint64_t *slots = scratch_get(slot_stack, sizeof(slot_stack), n, sizeof(uint64_t)); /* (n) */
-    if (!q || !slots) {
+    double *old = track ? scratch_get(old_stack, sizeof(old_stack), n, sizeof(double)) : NULL; /* (n) */
+    if (!q || !slots || (track && !old)) {
         s = fl_err_set(err, FL_NO_MEMORY, "update_priorities: cannot allocate scratch for %zu items", n);
         goto done;
     }
@@ -323,21 +580,36 @@ fl_status fl_table_update_priorities(fl_table_t *t, size_t n, const uint64_t *ke
     /* Live keys are compacted to the front of (slots, q), in order, then applied at once. */
     size_t ok = 0;
     pthread_mutex_lock(&t->mu);
+    window_t w = window_start(t);
     for (size_t i = 0; i < n; i++) {
-        if (!key_live(t, keys[i])) continue;
-        slots[ok] = fl_table_key_seq(keys[i]) % t->capacity;
+        if (!key_live(t, w, keys[i], &slots[ok])) continue;
         q[ok] = q[i];
         if (priorities[i] > t->max_priority) t->max_priority = priorities[i];
         ok++;
     }
-    fl_sumtree_set_many(t->tree, ok, slots, q);
+    fl_sumtree_set_many(t->tree, ok, slots, q, old);
+    /* An item whose priority moves between 0 and positive leaves or joins the draws that
+     * a prioritized table can still give. old[k] is the value just before entry k, so the
+     * changes of a key given twice add up. */
+    for (size_t k = 0; track && k < ok; k++)
+        if ((old[k] > 0.0) != (q[k] > 0.0)) {
+            uint64_t left = t->mts - row_at(t, slots[k])->times;
+            t->draws_left = q[k] > 0.0 ? t->draws_left + left : t->draws_left - left;
+        }
     t->updates_applied += ok;
     t->updates_stale += n - ok;
+    t->since_rebuild += ok;
+    if (t->cfg.rebuild_every > 0 && t->since_rebuild >= t->cfg.rebuild_every) {
+        fl_sumtree_rebuild(t->tree);
+        t->rebuilds++;
+        t->since_rebuild = 0;
+    }
     pthread_mutex_unlock(&t->mu);
     if (applied) *applied = ok;
 done:
     scratch_free(q, q_stack);
     scratch_free(slots, slot_stack);
+    if (old) scratch_free(old, old_stack);
     return s;
 }
 
@@ -347,8 +619,10 @@ void fl_table_info(fl_table_t *t, fl_table_info_t *info) {
     info->capacity = t->capacity;
     info->inserted = t->inserted;
     info->sampled = t->sampled;
+    info->removed = t->removed;
     info->updates_applied = t->updates_applied;
     info->updates_stale = t->updates_stale;
+    info->rebuilds = t->rebuilds;
     info->total_priority = fl_sumtree_total(t->tree);
     info->max_priority = t->max_priority;
     pthread_mutex_unlock(&t->mu);
@@ -356,8 +630,9 @@ void fl_table_info(fl_table_t *t, fl_table_info_t *info) {
 
 fl_status fl_table_priority(fl_table_t *t, uint64_t key, double *priority, fl_err_t *err) {
     pthread_mutex_lock(&t->mu);
-    int live = key_live(t, key);
-    if (live) *priority = fl_sumtree_get(t->tree, fl_table_key_seq(key) % t->capacity);
+    uint64_t slot = 0;
+    int live = key_live(t, window_start(t), key, &slot);
+    if (live) *priority = fl_sumtree_get(t->tree, slot);
     pthread_mutex_unlock(&t->mu);
     if (!live)
         return fl_err_set(err, FL_NOT_FOUND, "key %#" PRIx64 " (shard %d, seq %" PRIu64 ") is not live", key,
@@ -365,29 +640,86 @@ fl_status fl_table_priority(fl_table_t *t, uint64_t key, double *priority, fl_er
     return FL_OK;
 }
 
+void fl_table_rebuild(fl_table_t *t) {
+    pthread_mutex_lock(&t->mu);
+    fl_sumtree_rebuild(t->tree);
+    t->rebuilds++;
+    t->since_rebuild = 0;
+    pthread_mutex_unlock(&t->mu);
+}
+
 fl_status fl_table_verify(fl_table_t *t, fl_err_t *err) {
     fl_status s = FL_OK;
     pthread_mutex_lock(&t->mu);
-    uint64_t want_size = t->inserted < t->capacity ? t->inserted : t->capacity;
-    if (t->size != want_size) {
-        s = fl_err_set(err, FL_INTERNAL, "table: size %" PRIu64 " but %" PRIu64 " inserted into capacity %" PRIu64,
-                       t->size, t->inserted, t->capacity);
+    uint64_t want_window = t->inserted < t->capacity ? t->inserted : t->capacity;
+    if (t->window != want_window) {
+        s = fl_err_set(err, FL_INTERNAL, "table: window %" PRIu64 " but %" PRIu64 " inserted into capacity %" PRIu64,
+                       t->window, t->inserted, t->capacity);
         goto done;
     }
     if ((s = fl_sumtree_verify(t->tree, err)) != FL_OK) goto done;
-    /* Kahan sum of the live leaves in slot order, independent of the tree's pairing. */
+    /* One pass over the slots: emptiness, the live count, the draws left, and a Kahan sum
+     * of the live leaves in slot order, independent of the tree's grouping. */
     double sum = 0.0, c = 0.0;
+    uint64_t live = 0, draws = 0;
     for (uint64_t sl = 0; sl < t->capacity; sl++) {
         double v = fl_sumtree_get(t->tree, sl);
-        if (sl >= t->size && v != 0.0) {
-            s = fl_err_set(err, FL_INTERNAL, "table: empty slot %" PRIu64 " has priority %g", sl, v);
+        int in_window = t->window == t->capacity || sl < t->window;
+        if (!in_window && slot_gone(t, sl)) {
+            s = fl_err_set(err, FL_INTERNAL, "table: slot %" PRIu64 " past the window is marked removed", sl);
             goto done;
+        }
+        if (!in_window || slot_gone(t, sl)) {
+            if (v != 0.0) {
+                s = fl_err_set(err, FL_INTERNAL, "table: empty slot %" PRIu64 " has priority %g", sl, v);
+                goto done;
+            }
+            continue;
+        }
+        live++;
+        if (t->mts > 0) {
+            uint32_t times = row_at(t, sl)->times;
+            if (times >= t->mts) {
+                s = fl_err_set(err, FL_INTERNAL, "table: live slot %" PRIu64 " sampled %u times, max %u", sl, times,
+                               t->mts);
+                goto done;
+            }
+            if (sampleable(t, v)) draws += t->mts - times;
+            if (t->live_list && (t->live_pos[sl] >= t->size || t->live_list[t->live_pos[sl]] != sl)) {
+                s = fl_err_set(err, FL_INTERNAL, "table: live slot %" PRIu64 " is not in the uniform list", sl);
+                goto done;
+            }
         }
         double y = v - c, z = sum + y;
         c = (z - sum) - y;
         sum = z;
     }
-    /* Pairwise summation of n positive terms errs by at most ~log2(n) ulps of the sum;
+    if (live != t->size) {
+        s = fl_err_set(err, FL_INTERNAL, "table: size %" PRIu64 " but %" PRIu64 " live slots", t->size, live);
+        goto done;
+    }
+    /* Every empty slot of the window held an item that was removed; removed items and
+     * live ones are distinct insertions. */
+    if (t->window - live > t->removed || t->removed > t->inserted - live) {
+        s = fl_err_set(err, FL_INTERNAL, "table: %" PRIu64 " removed of %" PRIu64 " inserted, %" PRIu64 " live",
+                       t->removed, t->inserted, live);
+        goto done;
+    }
+    if (t->mts > 0 && draws != t->draws_left) {
+        s = fl_err_set(err, FL_INTERNAL, "table: %" PRIu64 " draws left but the live items give %" PRIu64,
+                       t->draws_left, draws);
+        goto done;
+    }
+    if (t->cfg.selector == FL_SELECTOR_FIFO && t->size > 0) {
+        window_t w = window_start(t);
+        for (uint64_t seq = w.seq; seq < t->fifo_head; seq++)
+            if (!slot_gone(t, seq_slot(t, w, seq))) {
+                s = fl_err_set(err, FL_INTERNAL, "table: live seq %" PRIu64 " is before the fifo head %" PRIu64, seq,
+                               t->fifo_head);
+                goto done;
+            }
+    }
+    /* The tree sums groups of 8 pairwise, a few ulps per level, ~3 per level at worst;
      * 64 ulps covers any supported capacity. */
     double total = fl_sumtree_total(t->tree);
     if (fabs(total - sum) > 64.0 * DBL_EPSILON * sum) {

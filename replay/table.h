@@ -1,26 +1,42 @@
-/* table: one shard's prioritized replay table, an in-process data structure.
+/* table: one shard's replay table, an in-process data structure.
  *
  * Items have a fixed signature given at create: an observation of one dtype and shape
  * (obs_bytes = product of the shape * dtype size), and per item
  *   obs (obs_bytes), action (int32), reward (float32), discount (float32: gamma^n, 0 at a
  *   terminal), next_obs (obs_bytes).
- * Storage is a ring of `capacity` items; once full, an insert overwrites the oldest item
- * (FIFO eviction). obs and next_obs are both stored in full.
+ * Storage is a ring of `capacity` slots; item seq lives in slot seq % capacity. Once the
+ * ring is full an insert overwrites the oldest slot (the remover is FIFO eviction), so the
+ * table holds items of the last `capacity` insertions (the window). obs and next_obs are
+ * both stored in full, in one row per slot together with the scalar columns.
+ *
+ * Removal after sampling: with max_times_sampled = m > 0, an item is removed as soon as
+ * it has been returned m times by sample. Its slot stays empty (priority 0, never
+ * sampled) until the ring comes round to it again, so capacity bounds the window, and
+ * the live size is the window less the items removed from it.
  *
  * Keys: every inserted item gets a uint64 key; the top 8 bits are the table's shard id,
- * the low 56 bits its insertion sequence number (0, 1, 2, ... per table). The item lives
- * in slot seq % capacity, and a key is live iff its shard matches and
- * inserted - size <= seq < inserted. Operations on a key that is not live (evicted, from
- * another shard, never issued) are skipped and counted, so a stale priority update can
- * never land on the item that reused its slot.
+ * the low 56 bits its insertion sequence number (0, 1, 2, ... per table). A key is live
+ * iff its shard matches, inserted - window <= seq < inserted, and its item has not been
+ * removed. The sequence number is the item's generation: once a slot is reused the old
+ * key falls out of the window and never becomes live again. Operations on a key that is
+ * not live (evicted, removed, from another shard, never issued) are skipped and counted,
+ * so a stale priority update can never land on the item that reused its slot.
  *
- * Priorities: callers give |TD error| p per item; the table samples item i with
- * probability P(i) = q_i / sum_j q_j where q_i = (p_i + priority_eps)^alpha. Sampling is
- * stratified: a batch of B splits [0, total) into B equal segments and draws one item
- * from each (with replacement across segments). Importance weights follow the PER
- * paper: w_i = (N * P(i))^-beta / max_j (N * P(j))^-beta with N the current size and the
- * max over live items of positive priority, so 0 < w_i <= 1. Priorities and their sums
- * are doubles (see replay/sumtree.h).
+ * Selectors (how sample picks items; fl_table_config_t.selector):
+ *  - prioritized: P(i) = q_i / sum_j q_j over live items, q_i = (p_i + priority_eps)^alpha.
+ *    Stratified: a batch of B splits [0, total) into B equal segments and draws one item
+ *    from each (with replacement across segments). Importance weights follow the PER
+ *    paper: w_i = (N * P(i))^-beta / max_j (N * P(j))^-beta with N the live size and the
+ *    max over live items of positive priority, so 0 < w_i <= 1.
+ *  - uniform: every live item with probability 1/N whatever its priority; B independent
+ *    draws; probs = 1/N, weights = 1.
+ *  - fifo: like Reverb's Fifo selector, each draw returns the oldest live item (insertion
+ *    order), whatever its priority. Without max_times_sampled a batch is that item B
+ *    times; with max_times_sampled = 1 a batch is the B oldest items and the table is a
+ *    queue. probs = 1 (the item was chosen with certainty), weights = 1.
+ * Priorities are stored and updated the same way for every selector (fl_table_priority,
+ * info.total_priority), uniform and fifo just do not use them to sample.
+ * Priorities and their sums are doubles (see replay/sumtree.h).
  *
  * Ownership: the table copies every input; sample copies rows into buffers the caller
  * owns. Failure: every entry point validates all of its input before changing anything,
@@ -29,8 +45,10 @@
  * Thread-safety: every function may be called from any number of threads at once. The
  * table holds one mutex around its state (ring, sum-tree, counters and the sampling RNG);
  * input validation and the per-item math (pow for priorities and weights) run outside
- * it, and the work under it is memcpy of rows plus O(log capacity) tree steps per item.
- * fl_table_config and fl_table_obs_bytes read immutable fields and take no lock. */
+ * it, and the work under it is memcpy of rows plus O(log capacity) tree steps per item,
+ * and every rebuild_every applied priority updates one O(capacity) tree rebuild (about
+ * 2 ms at 2M items). fl_table_config and fl_table_obs_bytes read immutable fields and take
+ * no lock. */
 #ifndef FL_REPLAY_TABLE_H
 #define FL_REPLAY_TABLE_H
 
@@ -51,6 +69,22 @@ static inline uint64_t fl_table_key_make(int shard, uint64_t seq) {
     return ((uint64_t)shard << FL_TABLE_KEY_SHARD_SHIFT) | (seq & FL_TABLE_KEY_SEQ_MASK);
 }
 
+/* How sample picks items (see the top of this file). */
+typedef enum fl_selector {
+    FL_SELECTOR_PRIORITIZED = 0,
+    FL_SELECTOR_UNIFORM = 1,
+    FL_SELECTOR_FIFO = 2,
+} fl_selector;
+
+/* "prioritized", "uniform" or "fifo"; "invalid" for any other value. */
+const char *fl_selector_name(fl_selector s);
+/* The selector named `name` (exactly one of the names above). FL_INVALID_ARGUMENT with a
+ * message naming the accepted values otherwise; *out is then unchanged. */
+fl_status fl_selector_parse(const char *name, fl_selector *out, fl_err_t *err);
+
+/* Upper bound of fl_table_config_t.max_times_sampled. */
+#define FL_TABLE_MAX_TIMES_SAMPLED 2147483647
+
 typedef struct fl_table_config {
     uint64_t capacity;                 /* items, >= 1 (any value) */
     fl_dtype obs_dtype;                /* element type of obs and next_obs */
@@ -60,10 +94,16 @@ typedef struct fl_table_config {
     double priority_eps;               /* added to |TD| before alpha, finite, >= 0 */
     int shard_id;                      /* 0 .. 255, the top 8 bits of every key */
     uint64_t seed;                     /* seeds the sampling RNG */
+    fl_selector selector;              /* prioritized, uniform or fifo */
+    int64_t max_times_sampled;         /* 0: unlimited; 1 .. FL_TABLE_MAX_TIMES_SAMPLED: an
+                                          item is removed once sampled that many times */
+    uint64_t rebuild_every;            /* applied priority updates between full sum-tree
+                                          rebuilds (fl_table_rebuild); 0: never */
 } fl_table_config_t;
 
-/* Ape-X defaults: capacity 2,000,000, alpha 0.6, priority_eps 1e-6, shard 0, seed 0; the
- * caller still sets obs_dtype, obs_rank and obs_shape. */
+/* Ape-X defaults: capacity 2,000,000, alpha 0.6, priority_eps 1e-6, shard 0, seed 0,
+ * selector prioritized, max_times_sampled 0 (unlimited), rebuild_every 2^20; the caller
+ * still sets obs_dtype, obs_rank and obs_shape. */
 void fl_table_config_init(fl_table_config_t *cfg);
 
 typedef struct fl_table fl_table_t;
@@ -89,13 +129,21 @@ fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_
                           const float *rewards, const float *discounts, const void *next_obs,
                           const float *priorities, uint64_t *keys_out, fl_err_t *err);
 
-/* Draws B >= 1 items by stratified proportional sampling at importance exponent beta
- * (finite, >= 0) and writes, into caller-owned buffers:
- *   keys (B), probs (B): P(i) in the table at sampling time, weights (B): w_i in (0, 1],
- *   obs (B, obs_bytes), actions (B), rewards (B), discounts (B), next_obs (B, obs_bytes).
- * Any output pointer may be NULL to skip that column. Item j comes from segment j.
- * FL_FAILED_PRECONDITION if the table is empty or every priority is 0,
- * FL_INVALID_ARGUMENT for B == 0 or a bad beta. */
+/* Draws B >= 1 items with the table's selector at importance exponent beta (finite,
+ * >= 0) and writes, into caller-owned buffers:
+ *   keys (B), probs (B): the probability with which the selector chose the item at that
+ *   draw (prioritized: P(i), uniform: 1/N, fifo: 1), weights (B): w_i in (0, 1] (1 for
+ *   uniform and fifo), obs (B, obs_bytes), actions (B), rewards (B), discounts (B),
+ *   next_obs (B, obs_bytes).
+ * Any output pointer may be NULL to skip that column. Prioritized: item j comes from
+ * segment j. With max_times_sampled = m the draws of one call are taken in order and
+ * count at once: an item never comes out more than m times in all, and is removed right
+ * after its m-th draw. A prioritized draw that lands on an item removed earlier in the
+ * same call is drawn again, from the items that remain, with probability q_i / (their
+ * total); weights stay normalized by the smallest priority at the start of the call.
+ * FL_FAILED_PRECONDITION, and nothing changed, if the table is empty, if (prioritized)
+ * every priority is 0, or if (max_times_sampled) the live items can give fewer than B
+ * more draws in all; FL_INVALID_ARGUMENT for B == 0 or a bad beta. */
 fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, double *probs,
                           float *weights, void *obs, int32_t *actions, float *rewards,
                           float *discounts, void *next_obs, fl_err_t *err);
@@ -108,12 +156,15 @@ fl_status fl_table_update_priorities(fl_table_t *t, size_t n, const uint64_t *ke
                                      const float *priorities, size_t *applied, fl_err_t *err);
 
 typedef struct fl_table_info {
-    uint64_t size;            /* live items, min(inserted, capacity) */
+    uint64_t size;            /* live items: the window min(inserted, capacity) less the
+                                 items removed from it */
     uint64_t capacity;
     uint64_t inserted;        /* items ever inserted (the next sequence number) */
     uint64_t sampled;         /* items ever returned by sample (B per call) */
+    uint64_t removed;         /* items ever removed for reaching max_times_sampled */
     uint64_t updates_applied; /* priority updates applied */
     uint64_t updates_stale;   /* priority updates skipped: key not live */
+    uint64_t rebuilds;        /* full sum-tree rebuilds (periodic and fl_table_rebuild) */
     double total_priority;    /* sum over live items of (p + eps)^alpha */
     double max_priority;      /* largest |TD| priority ever inserted or applied (before eps
                                  and alpha); 0 before the first insert */
@@ -125,10 +176,15 @@ void fl_table_info(fl_table_t *t, fl_table_info_t *info);
  * live. */
 fl_status fl_table_priority(fl_table_t *t, uint64_t key, double *priority, fl_err_t *err);
 
-/* Full O(capacity) consistency check under the lock: counters agree, the sum-tree is
- * consistent (see fl_sumtree_verify), its total matches an independent sum of the live
- * items' priorities, and slots past the live range hold priority 0. FL_INTERNAL with a
- * message otherwise. For tests and debugging. */
+/* Recomputes the sum-tree from its leaves now (O(capacity) under the lock); the table
+ * also does this every rebuild_every applied priority updates. See replay/sumtree.h. */
+void fl_table_rebuild(fl_table_t *t);
+
+/* Full O(capacity) consistency check under the lock: counters agree (size = window less
+ * removed items, the remaining draws of max_times_sampled), the sum-tree is consistent
+ * (see fl_sumtree_verify), its total matches an independent sum of the live items'
+ * priorities, and empty slots (past the window, or removed) hold priority 0. FL_INTERNAL
+ * with a message otherwise. For tests and debugging. */
 fl_status fl_table_verify(fl_table_t *t, fl_err_t *err);
 
 #endif

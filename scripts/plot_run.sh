@@ -28,7 +28,7 @@ set xlabel 'env steps (all actors)'
 set ylabel 'return'
 set key top left
 set grid
-set format x '%.0s%c'
+set format x '%.1s%c'
 plot '$csv' using 2:5 every ::1 with lines lw 2 lc rgb '#1f77b4' title 'fleet (Ape-X DQN)'$refplot
 GP
 echo "plot_run: wrote $out"
