@@ -161,7 +161,10 @@ static void test_learns_gridgame(void **state) {
     double mret = atof(v);
     fprintf(stderr, "fleet: mean return %.3f (random %.3f, best possible ~0.68)\n", mret, random_return);
     assert_true(mret >= random_return + 2.5);
-    assert_true(mret > 0.2);
+    /* The run stopped because the mean return of 100 episodes reached run.target_return
+     * (0.4); episodes that finish while the roles stop may pull the final window lower. */
+    assert_non_null(kv_get(sum, "reason", v, sizeof v));
+    assert_non_null(strstr(v, "target reached"));
     assert_non_null(kv_get(sum, "actors_acked", v, sizeof v));
     unsigned long long acked = strtoull(v, NULL, 10);
     assert_true(acked > 0);
