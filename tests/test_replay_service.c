@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -416,6 +417,22 @@ static void test_update_priorities_changes_sampling(void **state) {
     pr[1] = -1.0f;
     assert_int_equal(fl_replay_update_priorities(c, 2, keys, pr, &applied, &e), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(e.msg, "priorities[1]: got -1"));
+    pr[1] = INFINITY;
+    assert_int_equal(fl_rpc_unary_pb(ch, "/fleet.Replay/UpdatePriorities", &ureq.base,
+                                     &fleet__update_priorities_response__descriptor, &m, 5000, 0, &e),
+                     FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.msg, "priorities[1]: got inf, expected a finite value >= 0"));
+    /* Bytes that do not parse, to UpdatePriorities and to Sample; the shard keeps serving. */
+    {
+        const uint8_t junk[] = {0x0a, 0x7f, 0x01};
+        fl_rpc_buf_t out = {0};
+        assert_int_equal(fl_rpc_unary(ch, "/fleet.Replay/UpdatePriorities", junk, sizeof junk, 5000, 0, &out, &e),
+                         FL_INVALID_ARGUMENT);
+        assert_non_null(strstr(e.msg, "UpdatePrioritiesRequest"));
+        assert_int_equal(fl_rpc_unary(ch, "/fleet.Replay/Sample", junk, sizeof junk, 5000, 0, &out, &e),
+                         FL_INVALID_ARGUMENT);
+        assert_non_null(strstr(e.msg, "SampleRequest"));
+    }
     /* Nothing of the refused updates was applied: the target keeps its priority. */
     assert_int_equal(fl_table_priority(fl_replay_service_table(s.svc), target, &q, &e), FL_OK);
     assert_true(fabs(q - (1e6 + 1e-6)) < 1e-3);
@@ -711,6 +728,197 @@ static void test_malformed_inserts_rejected(void **state) {
     server_verify(&s);
     fl_replay_writer_destroy(w);
     fl_replay_client_destroy(c);
+    fl_replay_service_destroy(s.svc);
+}
+
+/* Every field of the batch checked over real gRPC, one case per way it can be wrong:
+ * each call sends a good batch (sequence 1) and then the bad one (sequence 2) and must end
+ * with INVALID_ARGUMENT whose message names the field, what it held and what was
+ * expected. Then the same stream id goes on on a new call: a good batch with the bad
+ * one's sequence number is accepted (the rejected batch consumed nothing), and the table
+ * holds exactly the good batches. */
+static uint8_t g_long_obs[8 * OBS_BYTES + 4];
+static void bad_next_obs_dtype(req_msg_t *m, cols_t *c) {
+    (void)c;
+    m->bm.next_obs.dtype = FLEET__DTYPE__DTYPE_UINT8;
+}
+static void bad_unknown_dtype(req_msg_t *m, cols_t *c) {
+    (void)c;
+    m->bm.obs.dtype = (Fleet__DType)99;
+}
+static void bad_next_obs_rank(req_msg_t *m, cols_t *c) {
+    (void)c;
+    m->bm.next_obs.n_shape = 1;
+}
+static void bad_obs_rank_high(req_msg_t *m, cols_t *c) {
+    (void)c;
+    m->bm.obs_shape[1] = 2;
+    m->bm.obs_shape[2] = 2;
+    m->bm.obs.n_shape = 3;
+}
+static void bad_long_obs(req_msg_t *m, cols_t *c) {
+    memcpy(g_long_obs, c->obs, 8 * OBS_BYTES);
+    m->bm.obs.data.data = g_long_obs;
+    m->bm.obs.data.len = sizeof g_long_obs;
+}
+static void bad_count_high(req_msg_t *m, cols_t *c) {
+    (void)c;
+    m->bm.batch.count = 9;
+}
+static void bad_n_actions(req_msg_t *m, cols_t *c) {
+    (void)c;
+    m->bm.batch.n_actions = 7;
+}
+static void bad_n_discounts(req_msg_t *m, cols_t *c) {
+    (void)c;
+    m->bm.batch.n_discounts = 9;
+    static float d9[9];
+    m->bm.batch.discounts = d9;
+}
+static void bad_no_priorities(req_msg_t *m, cols_t *c) {
+    (void)c;
+    m->bm.batch.n_priorities = 0;
+}
+static void bad_reward_nan(req_msg_t *m, cols_t *c) { c->rewards[3] = NAN; }
+static void bad_reward_inf(req_msg_t *m, cols_t *c) { c->rewards[0] = INFINITY; }
+static void bad_reward_ninf(req_msg_t *m, cols_t *c) { c->rewards[7] = -INFINITY; }
+static void bad_priority_neg(req_msg_t *m, cols_t *c) { c->priorities[5] = -1.0f; }
+static void bad_priority_inf(req_msg_t *m, cols_t *c) { c->priorities[0] = INFINITY; }
+static void bad_discount_neg(req_msg_t *m, cols_t *c) { c->discounts[2] = -0.25f; }
+static void bad_discount_nan(req_msg_t *m, cols_t *c) { c->discounts[0] = NAN; }
+static void bad_action_high(req_msg_t *m, cols_t *c) { c->actions[4] = NUM_ACTIONS; }
+static void bad_empty(req_msg_t *m, cols_t *c) {
+    (void)c;
+    Fleet__TransitionBatch *b = &m->bm.batch;
+    b->count = 0;
+    b->obs = b->next_obs = NULL;
+    b->n_actions = b->n_rewards = b->n_discounts = b->n_priorities = 0;
+}
+static void bad_no_batch(req_msg_t *m, cols_t *c) {
+    (void)c;
+    m->req.batch = NULL;
+}
+
+static void test_bad_inserts_name_field_and_stream_goes_on(void **state) {
+    (void)state;
+    fl_config_t cfg = make_cfg(10000, 1, 0.6);
+    server_t s;
+    server_start(&s, &cfg, "127.0.0.1:0");
+    struct {
+        mutate_fn fn;
+        const char *msg;
+    } cases[] = {
+        {bad_next_obs_dtype, "batch.next_obs.dtype: got uint8, expected float32"},
+        {bad_unknown_dtype, "batch.obs.dtype: got 99 (not a known dtype), expected float32"},
+        {bad_next_obs_rank, "batch.next_obs.shape: got [8], expected [8, 4] (count, 4)"},
+        {bad_obs_rank_high, "batch.obs.shape: got [8, 2, 2], expected [8, 4] (count, 4)"},
+        {bad_long_obs, "batch.obs.data: got 132 bytes, expected 128 (8 x 16 bytes)"},
+        {bad_count_high, "batch.obs.shape: got [8, 4], expected [9, 4] (count, 4)"},
+        {bad_n_actions, "batch.actions: got 7 values, expected 8 (count)"},
+        {bad_n_discounts, "batch.discounts: got 9 values, expected 8 (count)"},
+        {bad_no_priorities, "batch.priorities: got 0 values, expected 8 (count)"},
+        {bad_reward_nan, "batch.rewards[3]: got nan, expected a finite value"},
+        {bad_reward_inf, "batch.rewards[0]: got inf, expected a finite value"},
+        {bad_reward_ninf, "batch.rewards[7]: got -inf, expected a finite value"},
+        {bad_priority_neg, "batch.priorities[5]: got -1, expected a finite value >= 0"},
+        {bad_priority_inf, "batch.priorities[0]: got inf, expected a finite value >= 0"},
+        {bad_discount_neg, "batch.discounts[2]: got -0.25, expected a value in [0, 1]"},
+        {bad_discount_nan, "batch.discounts[0]: got nan, expected a value in [0, 1]"},
+        {bad_action_high, "batch.actions[4]: got 3, expected 0 .. 2"},
+        {bad_empty, "batch.count: got 0, expected >= 1"},
+        {bad_no_batch, "batch: missing"},
+    };
+    size_t ncases = sizeof cases / sizeof cases[0];
+    uint64_t expect_inserted = 0, expect_rejected = 0;
+    for (size_t k = 0; k < ncases; k++) {
+        uint64_t stream = 1000 + k;
+        cols_t good, bad, retry;
+        cols_make(&good, 8, 0);
+        cols_make(&bad, 8, 8);
+        cols_make(&retry, 8, 16);
+        req_msg_t mg, mb, mr;
+        req_make(&mg, stream, 1, &good);
+        req_make(&mb, stream, 2, &bad);
+        req_make(&mr, stream, 2, &retry);
+        cases[k].fn(&mb, &bad);
+        const Fleet__InsertRequest *msgs[2] = {&mg.req, &mb.req};
+        Fleet__InsertResponse *resp = NULL;
+        fl_err_t e;
+        fl_err_init(&e);
+        fl_status st = raw_insert(s.addr, 2, msgs, &resp, &e);
+        char where[64];
+        snprintf(where, sizeof where, "stream %" PRIu64 " sequence 2: ", stream);
+        if (st != FL_INVALID_ARGUMENT || !strstr(e.msg, cases[k].msg) || !strstr(e.msg, where))
+            fail_msg("case %zu: status %d, message '%s', expected INVALID_ARGUMENT with '%s%s'", k, (int)st, e.msg,
+                     where, cases[k].msg);
+        assert_null(resp);
+        expect_inserted += 8;
+        expect_rejected += 1;
+
+        /* Nothing of the bad batch entered the table. */
+        fl_replay_info_t in;
+        fl_replay_service_info(s.svc, &in);
+        assert_int_equal(in.inserted, expect_inserted);
+        assert_int_equal(in.size, expect_inserted);
+        assert_int_equal(in.rejected, expect_rejected);
+        server_verify(&s);
+
+        /* The same stream goes on: sequence 2 was not consumed by the rejected batch. */
+        const Fleet__InsertRequest *again[1] = {&mr.req};
+        fl_err_init(&e);
+        st = raw_insert(s.addr, 1, again, &resp, &e);
+        if (st != FL_OK) fail_msg("case %zu: good batch after the rejection: %s", k, e.msg);
+        assert_non_null(resp);
+        assert_int_equal(resp->stream_id, stream);
+        assert_int_equal(resp->last_sequence, 2);
+        assert_int_equal(resp->batches, 1);
+        assert_int_equal(resp->items, 8);
+        fleet__insert_response__free_unpacked(resp, NULL);
+        expect_inserted += 8;
+        fl_replay_service_info(s.svc, &in);
+        assert_int_equal(in.inserted, expect_inserted);
+        assert_int_equal(in.rejected, expect_rejected);
+        cols_free(&good);
+        cols_free(&bad);
+        cols_free(&retry);
+    }
+
+    /* Garbage bytes on a stream, then the same stream id goes on with a good batch. */
+    {
+        fl_rpc_channel_t *ch = NULL;
+        fl_err_t e;
+        fl_err_init(&e);
+        assert_int_equal(fl_rpc_channel_create(s.addr, 0, &ch, &e), FL_OK);
+        fl_rpc_stream_t *st = NULL;
+        assert_int_equal(fl_rpc_stream_open(ch, "/fleet.Replay/Insert", 5000, FL_RPC_WAIT_FOR_READY, &st, &e), FL_OK);
+        const uint8_t junk[] = {0x1a, 0x7f, 0x08, 0x01, 0x12};  /* a batch field that runs past the end */
+        fl_rpc_stream_send(st, junk, sizeof junk, &e);
+        fl_rpc_buf_t out = {0};
+        assert_int_equal(fl_rpc_stream_finish(st, &out, &e), FL_INVALID_ARGUMENT);
+        assert_non_null(strstr(e.msg, "5 bytes that do not parse as a fleet.InsertRequest"));
+        fl_rpc_channel_destroy(ch);
+        expect_rejected += 1;
+
+        cols_t c1;
+        cols_make(&c1, 8, 0);
+        req_msg_t m1;
+        req_make(&m1, 2000, 1, &c1);
+        const Fleet__InsertRequest *msgs[1] = {&m1.req};
+        Fleet__InsertResponse *resp = NULL;
+        fl_err_init(&e);
+        if (raw_insert(s.addr, 1, msgs, &resp, &e) != FL_OK) fail_msg("good batch after garbage: %s", e.msg);
+        assert_int_equal(resp->items, 8);
+        fleet__insert_response__free_unpacked(resp, NULL);
+        expect_inserted += 8;
+        cols_free(&c1);
+    }
+
+    fl_replay_info_t in;
+    fl_replay_service_info(s.svc, &in);
+    assert_int_equal(in.inserted, expect_inserted);
+    assert_int_equal(in.size, expect_inserted);
+    assert_int_equal(in.rejected, expect_rejected);
+    server_verify(&s);
     fl_replay_service_destroy(s.svc);
 }
 
@@ -1031,6 +1239,7 @@ int main(void) {
         cmocka_unit_test(test_sample_waits_for_min_size),
         cmocka_unit_test(test_stop_wakes_waiting_sampler),
         cmocka_unit_test(test_malformed_inserts_rejected),
+        cmocka_unit_test(test_bad_inserts_name_field_and_stream_goes_on),
         cmocka_unit_test(test_resend_dedupe),
         cmocka_unit_test(test_writer_resends_after_failure),
         cmocka_unit_test(test_flush_without_shard_times_out),
