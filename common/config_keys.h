@@ -52,6 +52,8 @@
       "rate limit: sampled transitions per inserted one, kept within replay.rate_error_buffer (0 = off)") \
     X(replay, rate_error_buffer, FLOAT, 10000, 0, 1e12, "",                                                \
       "rate limit: how far (in sampled transitions) the ratio may drift before inserts or samples wait") \
+    X(replay, checkpoint_dir, STRING, "", 0, 0, "", "folder of the shards' checkpoints shard-<id>.ckpt (empty = checkpoints off unless a Checkpoint call names a file)") \
+    X(replay, checkpoint_every, FLOAT, 0, 0, 1e9, "", "seconds between periodic checkpoints to replay.checkpoint_dir (0 = off)") \
     /* [paramserver] the parameter service */                                                               \
     X(paramserver, shards, INT, 1, 1, 256, "", "number of parameter-server shard processes")               \
     /* [learner] training */                                                                                \

@@ -50,10 +50,14 @@ static const verb_t verbs[] = {
      "  --dry-run                print the role plan and the effective config, start nothing\n",
      fl_verb_run},
     {"replay", "serve one prioritized replay shard",
-     "usage: fleet replay [--listen ADDR] [--shard N] [--ready-fd FD] [--control ADDR] [--config FILE] [--set K=V]...\n"
-     "Serves fleet.Replay (Insert, Sample, UpdatePriorities, Info) for one shard whose table\n"
-     "holds replay.capacity / replay.shards transitions of env.name's observations.\n"
-     "Options:\n" SERVICE_OPTS COMMON_OPTS,
+     "usage: fleet replay [--listen ADDR] [--shard N] [--ready-fd FD] [--control ADDR] [--restore PATH] [--config FILE] [--set K=V]...\n"
+     "Serves fleet.Replay (Insert, Sample, UpdatePriorities, Info, Checkpoint) for one shard whose\n"
+     "table holds replay.capacity / replay.shards transitions of env.name's observations.\n"
+     "Checkpoint writes the whole table to the file the call names, or to\n"
+     "replay.checkpoint_dir/shard-<N>.ckpt; replay.checkpoint_every > 0 writes that file periodically.\n"
+     "Options:\n" SERVICE_OPTS
+     "  --restore PATH           start from the checkpoint PATH (its table's signature must match the config)\n"
+     COMMON_OPTS,
      fl_verb_replay},
     {"paramserver", "serve the latest parameters (one shard)",
      "usage: fleet paramserver [--listen ADDR] [--shard N] [--ready-fd FD] [--control ADDR] [--config FILE] [--set K=V]...\n"

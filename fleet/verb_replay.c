@@ -3,7 +3,9 @@
  * The table's observation signature is env.name's (built-in, or env.plugin's); its size and
  * priorities come from the [replay] section. Once serving, the bound address is logged
  * and written, with a newline, to --ready-fd (the launcher's pipe), which is then
- * closed. Exit codes: 0 after a requested stop, 1 when serving fails, 2 for usage and
+ * closed. With --restore PATH the table starts from that checkpoint (see replay/server.h);
+ * replay.checkpoint_dir and replay.checkpoint_every enable the Checkpoint call's default
+ * file and periodic checkpoints. Exit codes: 0 after a requested stop, 1 when serving fails, 2 for usage and
  * configuration errors. */
 #include <errno.h>
 #include <inttypes.h>
@@ -34,13 +36,14 @@ static int write_all(int fd, const char *buf, size_t len) {
 
 int fl_verb_replay(int argc, char **argv) {
     fl_config_t cfg;
-    char listen[256] = "", control[256] = "";
+    char listen[256] = "", control[256] = "", restore[256] = "";
     int64_t shard = 0, ready_fd = -1;
     const fl_opt_t opts[] = {
         {"--listen", FL_OPT_STRING, listen},
         {"--shard", FL_OPT_INT, &shard},
         {"--ready-fd", FL_OPT_INT, &ready_fd},
         {"--control", FL_OPT_STRING, control},
+        {"--restore", FL_OPT_STRING, restore},
     };
     int rc = fl_cli_parse("replay", argc, argv, &cfg, opts, (int)(sizeof opts / sizeof opts[0]), NULL, 0);
     if (rc != 0) return rc;
@@ -72,10 +75,10 @@ int fl_verb_replay(int argc, char **argv) {
 
     fl_stop_install();
     fl_replay_service_t *svc = NULL;
-    fl_status st = fl_replay_service_create(&cfg, (int)shard, &sig, &svc, &err);
+    fl_status st = fl_replay_service_create_restore(&cfg, (int)shard, &sig, restore, &svc, &err);
     if (st != FL_OK) {
-        FL_ERROR("cannot create replay shard %d: %s", (int)shard, err.msg);
-        return st == FL_INVALID_ARGUMENT ? 2 : 1;
+        FL_ERROR("cannot %s replay shard %d: %s", restore[0] ? "restore" : "create", (int)shard, err.msg);
+        return st == FL_INVALID_ARGUMENT || st == FL_NOT_FOUND ? 2 : 1;
     }
     char bound[300];
     if (fl_replay_service_start(svc, listen, bound, sizeof bound, &err) != FL_OK) {

@@ -70,6 +70,12 @@ struct fl_replay_service {
     size_t nstreams, streams_cap;
 
     atomic_uint_fast64_t insert_batches, rejected, sample_calls;
+
+    char ckpt_default[FL_CONFIG_STRING_MAX + 32]; /* replay.checkpoint_dir/shard-<id>.ckpt, or "" */
+    double ckpt_every;                            /* seconds; 0 = no periodic checkpoints */
+    pthread_mutex_t ckpt_mu;                      /* serializes checkpoints (each copies the table) */
+    pthread_t ckpt_thread;
+    int ckpt_thread_started;
 };
 
 /* ------------------------------------------------------------ streams ---- */
@@ -589,20 +595,96 @@ static fl_status info_handler(void *user, const uint8_t *msg, size_t len, fl_rpc
     return fl_rpc_reply_pb(reply, &r.base);
 }
 
+fl_status fl_replay_service_checkpoint(fl_replay_service_t *s, const char *path, fl_table_save_info_t *info,
+                                       char *path_out, size_t len, fl_err_t *err) {
+    if (info) memset(info, 0, sizeof *info);
+    if (!path || !*path) path = s->ckpt_default;
+    if (!*path)
+        return fl_err_set(err, FL_UNIMPLEMENTED,
+                          "replay shard %d: checkpoints are not enabled (the request names no file and "
+                          "replay.checkpoint_dir is empty)",
+                          s->shard);
+    if (path_out && len) snprintf(path_out, len, "%s", path);
+    double t0 = fl_clock_sec();
+    pthread_mutex_lock(&s->ckpt_mu);
+    fl_table_save_info_t si;
+    fl_status st = fl_table_save(s->table, path, &si, err);
+    pthread_mutex_unlock(&s->ckpt_mu);
+    if (st != FL_OK) {
+        fl_err_prefix(err, "replay shard %d", s->shard);
+        return st;
+    }
+    FL_INFO("replay shard %d: checkpoint %s: %" PRIu64 " items, %" PRIu64 " bytes in %.3f s", s->shard, path, si.items,
+            si.bytes, fl_clock_sec() - t0);
+    if (info) *info = si;
+    return FL_OK;
+}
+
 static fl_status checkpoint_handler(void *user, const uint8_t *msg, size_t len, fl_rpc_reply_t *reply) {
     fl_replay_service_t *s = user;
-    (void)msg;
-    (void)len;
-    return fl_rpc_reply_error(reply, FL_UNIMPLEMENTED,
-                              "Checkpoint: replay shard %d cannot write checkpoints yet (its table lives in memory "
-                              "only)",
-                              s->shard);
+    Fleet__CheckpointRequest *req = fleet__checkpoint_request__unpack(NULL, len, msg);
+    if (!req)
+        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
+                                  "CheckpointRequest: %zu bytes that do not parse as a fleet.CheckpointRequest", len);
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_table_save_info_t si;
+    char *path = malloc(strlen(req->path) + sizeof s->ckpt_default);
+    fl_status st;
+    if (!path) {
+        st = fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory");
+        goto done;
+    }
+    st = fl_replay_service_checkpoint(s, req->path, &si, path, strlen(req->path) + sizeof s->ckpt_default, &e);
+    if (st != FL_OK) {
+        st = fl_rpc_reply_error(reply, st, "%s", e.msg);
+        goto done;
+    }
+    Fleet__CheckpointResponse resp = FLEET__CHECKPOINT_RESPONSE__INIT;
+    resp.path = path;
+    resp.items = si.items;
+    resp.bytes = si.bytes;
+    st = fl_rpc_reply_pb(reply, &resp.base);
+done:
+    free(path);
+    fleet__checkpoint_request__free_unpacked(req, NULL);
+    return st;
+}
+
+/* Writes a checkpoint every ckpt_every seconds until the service stops. */
+static void *checkpoint_loop(void *arg) {
+    fl_replay_service_t *s = arg;
+    pthread_mutex_lock(&s->mu);
+    double next = fl_clock_sec() + s->ckpt_every;
+    while (!s->stopping) {
+        double now = fl_clock_sec();
+        if (now < next) {
+            struct timespec until;
+            deadline_in(&until, next - now < 0.5 ? next - now : 0.5);
+            pthread_cond_timedwait(&s->cv, &s->mu, &until);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        fl_err_t e;
+        fl_err_init(&e);
+        if (fl_replay_service_checkpoint(s, NULL, NULL, NULL, 0, &e) != FL_OK)
+            FL_WARN("periodic checkpoint failed: %s", e.msg);
+        pthread_mutex_lock(&s->mu);
+        next = fl_clock_sec() + s->ckpt_every;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
 }
 
 /* ----------------------------------------------------------- lifetime ---- */
 
 fl_status fl_replay_service_create(const fl_config_t *cfg, int shard, const fl_wire_sig_t *obs,
                                    fl_replay_service_t **out, fl_err_t *err) {
+    return fl_replay_service_create_restore(cfg, shard, obs, NULL, out, err);
+}
+
+fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, const fl_wire_sig_t *obs,
+                                           const char *restore_path, fl_replay_service_t **out, fl_err_t *err) {
     *out = NULL;
     if (cfg->replay_shards < 1 || cfg->replay_shards > 256)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.shards = %" PRId64 ": expected 1 .. 256",
@@ -619,6 +701,10 @@ fl_status fl_replay_service_create(const fl_config_t *cfg, int shard, const fl_w
     if (obs->num_actions < 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: num_actions %d, expected >= 0", shard,
                           obs->num_actions);
+    if (cfg->replay_checkpoint_every > 0 && !cfg->replay_checkpoint_dir[0])
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "replay.checkpoint_every = %g needs replay.checkpoint_dir (the folder to write to)",
+                          cfg->replay_checkpoint_every);
 
     fl_replay_service_t *s = calloc(1, sizeof *s);
     if (!s) return fl_err_set(err, FL_NO_MEMORY, "replay shard %d: out of memory", shard);
@@ -632,6 +718,10 @@ fl_status fl_replay_service_create(const fl_config_t *cfg, int shard, const fl_w
     pthread_cond_init(&s->cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->streams_mu, NULL);
+    pthread_mutex_init(&s->ckpt_mu, NULL);
+    if (cfg->replay_checkpoint_dir[0])
+        snprintf(s->ckpt_default, sizeof s->ckpt_default, "%s/shard-%d.ckpt", cfg->replay_checkpoint_dir, shard);
+    s->ckpt_every = cfg->replay_checkpoint_every;
     atomic_init(&s->insert_batches, 0);
     atomic_init(&s->rejected, 0);
     atomic_init(&s->sample_calls, 0);
@@ -664,10 +754,21 @@ fl_status fl_replay_service_create(const fl_config_t *cfg, int shard, const fl_w
     s->max_insert_waiters = s->threads - FL_REPLAY_MAX_SAMPLE_WAITERS - 2;
 
     fl_status st = fl_selector_parse(cfg->replay_selector, &tc.selector, err);
-    if (st == FL_OK) st = fl_table_create(&tc, &s->table, err);
+    if (st == FL_OK)
+        st = restore_path && *restore_path ? fl_table_load(restore_path, &tc, &s->table, err)
+                                           : fl_table_create(&tc, &s->table, err);
     if (st != FL_OK) {
         fl_err_prefix(err, "replay shard %d", shard);
         goto fail;
+    }
+    if (restore_path && *restore_path) {
+        /* The rate limiter continues from the restored counters. */
+        fl_table_info_t ti;
+        fl_table_info(s->table, &ti);
+        s->rl.inserted = ti.inserted;
+        s->rl.sampled = ti.sampled;
+        FL_INFO("replay shard %d: restored %" PRIu64 " items (%" PRIu64 " inserted, %" PRIu64 " sampled) from %s",
+                shard, ti.size, ti.inserted, ti.sampled, restore_path);
     }
     fl_rpc_server_opts_t ro = {.threads = s->threads};
     if ((st = fl_rpc_server_create(&ro, &s->rpc, err)) != FL_OK) goto fail;
@@ -697,6 +798,12 @@ fl_status fl_replay_service_start(fl_replay_service_t *s, const char *listen_add
     FL_TRY(fl_rpc_server_start(s->rpc, err));
     s->started = 1;
     s->t_start = fl_clock_sec();
+    if (s->ckpt_every > 0 && s->ckpt_default[0]) {
+        if (pthread_create(&s->ckpt_thread, NULL, checkpoint_loop, s) == 0)
+            s->ckpt_thread_started = 1;
+        else
+            FL_WARN("replay shard %d: cannot start the periodic checkpoint thread", s->shard);
+    }
     if (bound_addr_out && len) {
         const char *colon = strrchr(listen_addr, ':');
         if (strncmp(listen_addr, "unix:", 5) == 0 || !colon)
@@ -714,6 +821,10 @@ void fl_replay_service_stop(fl_replay_service_t *s) {
     s->stopping = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    if (s->ckpt_thread_started) {
+        pthread_join(s->ckpt_thread, NULL);
+        s->ckpt_thread_started = 0;
+    }
     /* A server never started is torn down by fl_rpc_server_destroy alone. */
     if (s->started) fl_rpc_server_shutdown(s->rpc);
 }
@@ -730,6 +841,7 @@ void fl_replay_service_destroy(fl_replay_service_t *s) {
     }
     free(s->streams);
     pthread_mutex_destroy(&s->streams_mu);
+    pthread_mutex_destroy(&s->ckpt_mu);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

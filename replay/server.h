@@ -35,7 +35,25 @@
  *                     (else INVALID_ARGUMENT, nothing applied); keys that are not live
  *                     (evicted, another shard's, never issued) are counted as stale.
  *   Info              every counter of ReplayInfo.
- *   Checkpoint        UNIMPLEMENTED for now.
+ *   Checkpoint        writes the whole table (replay/table.h: fl_table_save, atomic
+ *                     temporary file + fsync + rename) to the request's path, or when
+ *                     that is empty to replay.checkpoint_dir/shard-<id>.ckpt; with
+ *                     neither, UNIMPLEMENTED ("checkpoints are not enabled"). The
+ *                     response names the file, the live items and the bytes written.
+ *                     The path is the caller's choice: the shard writes wherever its
+ *                     user may, so expose the port only to trusted clients. One
+ *                     checkpoint runs at a time; inserts and samples wait only while
+ *                     the table is copied, not while the file is written. Per-stream
+ *                     resend records and the service's own counters (insert_batches,
+ *                     sample_calls, rejected, waiting times) are not saved.
+ *   Periodic          with replay.checkpoint_every > 0 (needs replay.checkpoint_dir), a
+ *                     thread started by fl_replay_service_start writes the default
+ *                     checkpoint every that many seconds until stop; failures are
+ *                     logged and retried at the next period.
+ *   Restore           fl_replay_service_create_restore loads a checkpoint instead of
+ *                     creating an empty table; the file's signature must match the
+ *                     shard's configured table (see fl_table_load), and the rate
+ *                     limiter continues from the restored inserted/sampled counters.
  *
  * The table: capacity ceil(replay.capacity / replay.shards), replay.alpha,
  * replay.priority_eps, shard id `shard`, a sampling seed derived from run.seed and the
@@ -73,6 +91,20 @@ typedef struct fl_replay_service fl_replay_service_t;
  * shard or signature (message names it), FL_NO_MEMORY if the table does not fit. */
 fl_status fl_replay_service_create(const fl_config_t *cfg, int shard, const fl_wire_sig_t *obs,
                                    fl_replay_service_t **out, fl_err_t *err);
+
+/* The same, with the table loaded from the checkpoint at restore_path (NULL or "" = an
+ * empty table, as fl_replay_service_create). A missing file is FL_NOT_FOUND; a malformed
+ * file or one whose signature differs from the configured table is FL_INVALID_ARGUMENT
+ * with a message naming the file and the field. */
+fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, const fl_wire_sig_t *obs,
+                                           const char *restore_path, fl_replay_service_t **out, fl_err_t *err);
+
+/* Writes a checkpoint of the table to `path` (NULL or "": the configured default, see
+ * Checkpoint above; FL_UNIMPLEMENTED when there is none). path_out (len bytes, may be
+ * NULL) receives the path used, info (may be NULL) the items and bytes written. Any
+ * thread, between create and destroy; checkpoints are serialized. */
+fl_status fl_replay_service_checkpoint(fl_replay_service_t *s, const char *path, fl_table_save_info_t *info,
+                                       char *path_out, size_t len, fl_err_t *err);
 
 /* Binds listen_addr ("host:port", port 0 = the OS chooses, or "unix:/path") and starts
  * serving. bound_addr_out (len bytes, may be NULL) receives the address clients should

@@ -22,12 +22,18 @@
 #include "replay/table.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include "common/rng.h"
 #include "replay/sumtree.h"
@@ -728,5 +734,508 @@ fl_status fl_table_verify(fl_table_t *t, fl_err_t *err) {
     }
 done:
     pthread_mutex_unlock(&t->mu);
+    return s;
+}
+
+/* ---- checkpoints (format in table.h) ------------------------------------------------ */
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "replay checkpoints are written in host order, which must be little-endian"
+#endif
+
+/* Bytes of one row in the file: the head and both observations, no padding. */
+static size_t ckpt_row_bytes(size_t obs_bytes) { return sizeof(row_head_t) + 2 * obs_bytes; }
+
+/* The header as a byte buffer with a cursor. */
+typedef struct {
+    uint8_t b[FL_TABLE_CKPT_HEADER_BYTES];
+    size_t at;
+} hdr_t;
+
+static void put(hdr_t *h, const void *v, size_t n) {
+    assert(h->at + n <= sizeof(h->b));
+    memcpy(h->b + h->at, v, n);
+    h->at += n;
+}
+static void put_u32(hdr_t *h, uint32_t v) { put(h, &v, 4); }
+static void put_u64(hdr_t *h, uint64_t v) { put(h, &v, 8); }
+static void put_f64(hdr_t *h, double v) { put(h, &v, 8); }
+static void get(hdr_t *h, void *v, size_t n) {
+    assert(h->at + n <= sizeof(h->b));
+    memcpy(v, h->b + h->at, n);
+    h->at += n;
+}
+static uint32_t get_u32(hdr_t *h) {
+    uint32_t v;
+    get(h, &v, 4);
+    return v;
+}
+static uint64_t get_u64(hdr_t *h) {
+    uint64_t v;
+    get(h, &v, 8);
+    return v;
+}
+static double get_f64(hdr_t *h) {
+    double v;
+    get(h, &v, 8);
+    return v;
+}
+
+/* The mutable state that a checkpoint carries besides the slots. */
+typedef struct {
+    uint64_t inserted, window, size, sampled, removed, updates_applied, updates_stale, rebuilds, since_rebuild,
+        draws_left, fifo_head;
+    double max_priority;
+    fl_rng_t rng;
+} ckpt_state_t;
+
+static void header_encode(hdr_t *h, const fl_table_config_t *c, uint64_t obs_bytes, const ckpt_state_t *st) {
+    memset(h, 0, sizeof(*h));
+    put(h, FL_TABLE_CKPT_MAGIC, 8); /* the 7 letters and their NUL */
+    put_u32(h, FL_TABLE_CKPT_VERSION);
+    put_u32(h, FL_TABLE_CKPT_HEADER_BYTES);
+    put_u64(h, c->capacity);
+    put_u32(h, (uint32_t)c->selector);
+    put_u32(h, (uint32_t)c->obs_dtype);
+    put_u32(h, (uint32_t)c->obs_rank);
+    for (int d = 0; d < FL_TABLE_MAX_RANK; d++) put_u32(h, d < c->obs_rank ? (uint32_t)c->obs_shape[d] : 0);
+    put_u32(h, (uint32_t)c->shard_id);
+    put_u64(h, (uint64_t)c->max_times_sampled);
+    put_f64(h, c->alpha);
+    put_f64(h, c->priority_eps);
+    put_u64(h, c->seed);
+    put_u64(h, c->rebuild_every);
+    put_u64(h, obs_bytes);
+    const uint64_t counters[] = {st->inserted,        st->window,        st->size,     st->sampled,
+                                 st->removed,         st->updates_applied, st->updates_stale, st->rebuilds,
+                                 st->since_rebuild,   st->draws_left,    st->fifo_head};
+    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) put_u64(h, counters[i]);
+    put_f64(h, st->max_priority);
+    for (int i = 0; i < 4; i++) put_u64(h, st->rng.s[i]);
+    assert(h->at == FL_TABLE_CKPT_HEADER_BYTES);
+}
+
+/* Decodes everything after magic, version and header length (already checked). */
+static void header_decode(hdr_t *h, fl_table_config_t *c, uint64_t *obs_bytes, ckpt_state_t *st) {
+    h->at = 16;
+    fl_table_config_init(c);
+    c->capacity = get_u64(h);
+    c->selector = (fl_selector)get_u32(h);
+    c->obs_dtype = (fl_dtype)get_u32(h);
+    uint32_t rank = get_u32(h);
+    c->obs_rank = rank > (uint32_t)FL_TABLE_MAX_RANK ? -1 : (int)rank;
+    for (int d = 0; d < FL_TABLE_MAX_RANK; d++) {
+        uint32_t v = get_u32(h);
+        c->obs_shape[d] = v > INT32_MAX ? -1 : (int)v;
+    }
+    uint32_t shard = get_u32(h);
+    c->shard_id = shard > 255 ? -1 : (int)shard;
+    uint64_t mts = get_u64(h);
+    c->max_times_sampled = mts > (uint64_t)FL_TABLE_MAX_TIMES_SAMPLED ? -1 : (int64_t)mts;
+    c->alpha = get_f64(h);
+    c->priority_eps = get_f64(h);
+    c->seed = get_u64(h);
+    c->rebuild_every = get_u64(h);
+    *obs_bytes = get_u64(h);
+    uint64_t *counters[] = {&st->inserted,      &st->window,          &st->size,          &st->sampled,
+                            &st->removed,       &st->updates_applied, &st->updates_stale, &st->rebuilds,
+                            &st->since_rebuild, &st->draws_left,      &st->fifo_head};
+    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) *counters[i] = get_u64(h);
+    st->max_priority = get_f64(h);
+    for (int i = 0; i < 4; i++) st->rng.s[i] = get_u64(h);
+}
+
+/* Payload bytes after the header for a table of this shape, or 0 on overflow (a payload
+ * is never empty: it holds at least the trailer). */
+static uint64_t ckpt_payload_bytes(uint64_t window, uint64_t size, size_t obs_bytes, int mts, int uniform) {
+    uint64_t row = ckpt_row_bytes(obs_bytes);
+    if (window > 0 && row > (UINT64_MAX / 2) / window) return 0;
+    uint64_t n = window * row + window * 8;
+    if (mts) n += (window + 63) / 64 * 8;
+    if (mts && uniform) n += size * 8;
+    return n + 4;
+}
+
+/* A file being written or read, with a running CRC-32. */
+typedef struct {
+    FILE *f;
+    uLong crc;
+    uint64_t bytes;
+} ckpt_io_t;
+
+static int io_write(ckpt_io_t *io, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t left = n; left > 0;) {
+        uInt m = left > (1u << 30) ? (1u << 30) : (uInt)left;
+        io->crc = crc32(io->crc, b, m);
+        b += m;
+        left -= m;
+    }
+    io->bytes += n;
+    return n == 0 || fwrite(p, 1, n, io->f) == n;
+}
+
+static int io_read(ckpt_io_t *io, void *p, size_t n) {
+    if (n && fread(p, 1, n, io->f) != n) return 0;
+    const uint8_t *b = p;
+    for (size_t left = n; left > 0;) {
+        uInt m = left > (1u << 30) ? (1u << 30) : (uInt)left;
+        io->crc = crc32(io->crc, b, m);
+        b += m;
+        left -= m;
+    }
+    io->bytes += n;
+    return 1;
+}
+
+/* The state of a table copied under its lock. */
+typedef struct {
+    ckpt_state_t st;
+    uint8_t *rows;       /* (window, stride) */
+    double *q;           /* (window) */
+    uint64_t *gone;      /* mts: (ceil(window / 64)) */
+    uint64_t *live_list; /* mts and uniform: (size) */
+} snapshot_t;
+
+static void snapshot_free(snapshot_t *sn) {
+    free(sn->rows);
+    free(sn->q);
+    free(sn->gone);
+    free(sn->live_list);
+}
+
+static fl_status take_snapshot(fl_table_t *t, snapshot_t *sn, fl_err_t *err) {
+    memset(sn, 0, sizeof(*sn));
+    pthread_mutex_lock(&t->mu);
+    uint64_t w = t->window;
+    size_t words = (size_t)((w + 63) / 64);
+    sn->rows = malloc(w ? (size_t)w * t->stride : 1);
+    sn->q = malloc(w ? (size_t)w * sizeof(double) : 1);
+    if (t->gone) sn->gone = malloc(words ? words * sizeof(uint64_t) : 1);
+    if (t->live_list) sn->live_list = malloc(t->size ? (size_t)t->size * sizeof(uint64_t) : 1);
+    if (!sn->rows || !sn->q || (t->gone && !sn->gone) || (t->live_list && !sn->live_list)) {
+        pthread_mutex_unlock(&t->mu);
+        snapshot_free(sn);
+        return fl_err_set(err, FL_NO_MEMORY, "checkpoint: cannot allocate a copy of %" PRIu64 " rows of %zu bytes", w,
+                          t->stride);
+    }
+    sn->st = (ckpt_state_t){t->inserted,   t->window,        t->size,          t->sampled,
+                            t->removed,    t->updates_applied, t->updates_stale, t->rebuilds,
+                            t->since_rebuild, t->draws_left, t->fifo_head,     t->max_priority,
+                            t->rng};
+    memcpy(sn->rows, t->rows, (size_t)w * t->stride);
+    for (uint64_t s = 0; s < w; s++) sn->q[s] = fl_sumtree_get(t->tree, s);
+    if (t->gone) {
+        memcpy(sn->gone, t->gone, words * sizeof(uint64_t));
+        /* Bits past the window are 0 (fl_table_verify checks it); clear the tail anyway. */
+        if (w % 64) sn->gone[words - 1] &= (UINT64_C(1) << (w % 64)) - 1;
+    }
+    if (t->live_list) memcpy(sn->live_list, t->live_list, (size_t)t->size * sizeof(uint64_t));
+    pthread_mutex_unlock(&t->mu);
+    return FL_OK;
+}
+
+/* Serial of temporary files written by this process, so that concurrent saves to one
+ * path never share a temporary file. */
+static _Atomic unsigned long ckpt_serial;
+
+static fl_status fsync_dir_of(const char *path, fl_err_t *err) {
+    size_t n = strlen(path);
+    char *dir = malloc(n + 2);
+    if (!dir) return fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory", path);
+    memcpy(dir, path, n + 1);
+    char *slash = strrchr(dir, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    fl_status s = FL_OK;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0 || fsync(fd) != 0)
+        s = fl_err_set(err, FL_INTERNAL, "checkpoint %s: cannot fsync its folder %s: %s", path, dir, strerror(errno));
+    if (fd >= 0) close(fd);
+    free(dir);
+    return s;
+}
+
+fl_status fl_table_save(fl_table_t *t, const char *path, fl_table_save_info_t *info, fl_err_t *err) {
+    if (info) memset(info, 0, sizeof(*info));
+    if (!path || !*path) return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint: empty path");
+    snapshot_t sn;
+    FL_TRY(take_snapshot(t, &sn, err));
+
+    fl_status s = FL_OK;
+    size_t tlen = strlen(path) + 64;
+    char *tmp = malloc(tlen);
+    if (!tmp) {
+        snapshot_free(&sn);
+        return fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory", path);
+    }
+    snprintf(tmp, tlen, "%s.tmp.%ld.%lu", path, (long)getpid(), (unsigned long)(ckpt_serial++));
+    ckpt_io_t io = {fopen(tmp, "wb"), crc32(0L, Z_NULL, 0), 0};
+    if (!io.f) {
+        s = fl_err_set(err, FL_INTERNAL, "checkpoint %s: cannot create %s: %s", path, tmp, strerror(errno));
+        goto done;
+    }
+    setvbuf(io.f, NULL, _IOFBF, 1 << 20);
+    hdr_t h;
+    header_encode(&h, &t->cfg, t->obs_bytes, &sn.st);
+    int ok = io_write(&io, h.b, sizeof(h.b));
+    size_t rb = ckpt_row_bytes(t->obs_bytes);
+    uint64_t w = sn.st.window;
+    for (uint64_t r = 0; ok && r < w; r++) ok = io_write(&io, sn.rows + (size_t)r * t->stride, rb);
+    ok = ok && io_write(&io, sn.q, (size_t)w * sizeof(double));
+    if (sn.gone) ok = ok && io_write(&io, sn.gone, (size_t)((w + 63) / 64) * sizeof(uint64_t));
+    if (sn.live_list) ok = ok && io_write(&io, sn.live_list, (size_t)sn.st.size * sizeof(uint64_t));
+    uint32_t crc = (uint32_t)io.crc;
+    ok = ok && io_write(&io, &crc, sizeof(crc));
+    if (!ok || fflush(io.f) != 0 || fsync(fileno(io.f)) != 0) {
+        s = fl_err_set(err, FL_INTERNAL, "checkpoint %s: cannot write %s: %s", path, tmp, strerror(errno));
+        fclose(io.f);
+        unlink(tmp);
+        goto done;
+    }
+    if (fclose(io.f) != 0) {
+        s = fl_err_set(err, FL_INTERNAL, "checkpoint %s: cannot close %s: %s", path, tmp, strerror(errno));
+        unlink(tmp);
+        goto done;
+    }
+    if (rename(tmp, path) != 0) {
+        s = fl_err_set(err, FL_INTERNAL, "checkpoint %s: cannot rename %s over it: %s", path, tmp, strerror(errno));
+        unlink(tmp);
+        goto done;
+    }
+    if ((s = fsync_dir_of(path, err)) != FL_OK) goto done;
+    assert(io.bytes == FL_TABLE_CKPT_HEADER_BYTES +
+                           ckpt_payload_bytes(w, sn.st.size, t->obs_bytes, t->mts > 0, sn.live_list != NULL));
+    if (info) {
+        info->items = sn.st.size;
+        info->bytes = io.bytes;
+    }
+done:
+    free(tmp);
+    snapshot_free(&sn);
+    return s;
+}
+
+/* Compares the file's configuration with the configured one, field by field. */
+static fl_status check_signature(const char *path, const fl_table_config_t *f, const fl_table_config_t *e,
+                                 fl_err_t *err) {
+#define MISMATCH(field, fmt, fv, ev)                                                                              \
+    return fl_err_set(err, FL_INVALID_ARGUMENT,                                                                  \
+                      "checkpoint %s: " field " " fmt " in the file, " fmt " configured for this shard", path, fv, \
+                      ev)
+    if (f->capacity != e->capacity) MISMATCH("capacity", "%" PRIu64, f->capacity, e->capacity);
+    if (f->obs_dtype != e->obs_dtype)
+        MISMATCH("obs_dtype", "%s", fl_dtype_name(f->obs_dtype), fl_dtype_name(e->obs_dtype));
+    if (f->obs_rank != e->obs_rank) MISMATCH("obs_rank", "%d", f->obs_rank, e->obs_rank);
+    for (int d = 0; d < f->obs_rank; d++)
+        if (f->obs_shape[d] != e->obs_shape[d]) MISMATCH("obs_shape", "%d", f->obs_shape[d], e->obs_shape[d]);
+    if (f->selector != e->selector)
+        MISMATCH("selector", "%s", fl_selector_name(f->selector), fl_selector_name(e->selector));
+    if (f->max_times_sampled != e->max_times_sampled)
+        MISMATCH("max_times_sampled", "%" PRId64, f->max_times_sampled, e->max_times_sampled);
+    if (f->alpha != e->alpha) MISMATCH("alpha", "%.17g", f->alpha, e->alpha);
+    if (f->priority_eps != e->priority_eps) MISMATCH("priority_eps", "%.17g", f->priority_eps, e->priority_eps);
+    if (f->shard_id != e->shard_id) MISMATCH("shard_id", "%d", f->shard_id, e->shard_id);
+#undef MISMATCH
+    return FL_OK;
+}
+
+/* Checks the loaded slots against each other and the counters, and builds what derives
+ * from them (the tree, the uniform list's positions). Nothing in t is trusted yet. */
+static fl_status check_loaded(const char *path, fl_table_t *t, const double *q, fl_err_t *err) {
+    uint64_t w = t->window;
+    uint64_t live = 0;
+    for (uint64_t s = 0; s < w; s++) {
+        const row_head_t *h = row_at(t, s);
+        if (!(isfinite(q[s]) && q[s] >= 0.0))
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: slot %" PRIu64 " has priority %g", path, s, q[s]);
+        if (!isfinite(h->reward) || !(h->discount >= 0.0f && h->discount <= 1.0f))
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "checkpoint %s: slot %" PRIu64 " has reward %g, discount %g", path, s, (double)h->reward,
+                              (double)h->discount);
+        if (slot_gone(t, s)) {
+            if (q[s] != 0.0)
+                return fl_err_set(err, FL_INVALID_ARGUMENT,
+                                  "checkpoint %s: removed slot %" PRIu64 " has priority %g", path, s, q[s]);
+            continue;
+        }
+        live++;
+        if (t->mts > 0 && h->times >= t->mts)
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "checkpoint %s: live slot %" PRIu64 " was sampled %u times, max_times_sampled %u", path,
+                              s, h->times, t->mts);
+    }
+    if (live != t->size)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: size %" PRIu64 " but %" PRIu64 " live slots", path,
+                          t->size, live);
+    if (t->fifo_head > t->inserted)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "checkpoint %s: fifo head %" PRIu64 " past the %" PRIu64 " items inserted", path,
+                          t->fifo_head, t->inserted);
+    if (t->live_list) {
+        for (uint64_t s = 0; s < t->capacity; s++) t->live_pos[s] = UINT64_MAX;
+        for (uint64_t i = 0; i < t->size; i++) {
+            uint64_t s = t->live_list[i];
+            if (s >= w || slot_gone(t, s) || t->live_pos[s] != UINT64_MAX)
+                return fl_err_set(err, FL_INVALID_ARGUMENT,
+                                  "checkpoint %s: live list entry %" PRIu64 " = slot %" PRIu64
+                                  " is not a distinct live slot",
+                                  path, i, s);
+            t->live_pos[s] = i;
+        }
+    }
+    fl_sumtree_set_range(t->tree, 0, (size_t)w, q);
+    return FL_OK;
+}
+
+fl_status fl_table_load(const char *path, const fl_table_config_t *expected, fl_table_t **out, fl_err_t *err) {
+    *out = NULL;
+    if (!path || !*path) return fl_err_set(err, FL_INVALID_ARGUMENT, "restore: empty checkpoint path");
+    fl_status s = FL_OK;
+    fl_table_t *t = NULL;
+    double *q = NULL;
+    ckpt_io_t io = {fopen(path, "rb"), crc32(0L, Z_NULL, 0), 0};
+    if (!io.f)
+        return fl_err_set(err, errno == ENOENT ? FL_NOT_FOUND : FL_INTERNAL, "checkpoint %s: cannot open: %s", path,
+                          strerror(errno));
+    setvbuf(io.f, NULL, _IOFBF, 1 << 20);
+    struct stat stt;
+    if (fstat(fileno(io.f), &stt) != 0) {
+        s = fl_err_set(err, FL_INTERNAL, "checkpoint %s: cannot stat: %s", path, strerror(errno));
+        goto fail;
+    }
+    uint64_t file_bytes = (uint64_t)stt.st_size;
+
+    hdr_t h;
+    memset(&h, 0, sizeof(h));
+    if (file_bytes < 16 || !io_read(&io, h.b, 16)) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: %" PRIu64 " bytes, too short for a header", path,
+                       file_bytes);
+        goto fail;
+    }
+    if (memcmp(h.b, FL_TABLE_CKPT_MAGIC, 8) != 0) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: bad magic, not a fleet replay checkpoint", path);
+        goto fail;
+    }
+    h.at = 8;
+    uint32_t version = get_u32(&h), hlen = get_u32(&h);
+    if (version != FL_TABLE_CKPT_VERSION) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: format version %u, this build reads version %u", path,
+                       version, FL_TABLE_CKPT_VERSION);
+        goto fail;
+    }
+    if (hlen != FL_TABLE_CKPT_HEADER_BYTES) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: header length %u, expected %u for version %u", path,
+                       hlen, FL_TABLE_CKPT_HEADER_BYTES, version);
+        goto fail;
+    }
+    if (file_bytes < FL_TABLE_CKPT_HEADER_BYTES || !io_read(&io, h.b + 16, FL_TABLE_CKPT_HEADER_BYTES - 16)) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: truncated: %" PRIu64 " bytes, header alone is %u",
+                       path, file_bytes, FL_TABLE_CKPT_HEADER_BYTES);
+        goto fail;
+    }
+    fl_table_config_t fc;
+    uint64_t obs_bytes = 0;
+    ckpt_state_t st;
+    header_decode(&h, &fc, &obs_bytes, &st);
+    size_t want_obs = 0;
+    fl_err_t e2;
+    fl_err_init(&e2);
+    if (check_config(&fc, &want_obs, &e2) != FL_OK) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: bad configuration in the header: %s", path, e2.msg);
+        goto fail;
+    }
+    if (obs_bytes != want_obs) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: obs_bytes %" PRIu64 " but the shape gives %zu", path,
+                       obs_bytes, want_obs);
+        goto fail;
+    }
+    if (expected) {
+        if ((s = check_signature(path, &fc, expected, err)) != FL_OK) goto fail;
+        fc.rebuild_every = expected->rebuild_every;
+    }
+    uint64_t want_window = st.inserted < fc.capacity ? st.inserted : fc.capacity;
+    if (st.window != want_window || st.size > st.window || st.inserted > FL_TABLE_KEY_SEQ_MASK) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT,
+                       "checkpoint %s: inconsistent counters: inserted %" PRIu64 ", window %" PRIu64 ", size %" PRIu64
+                       " for capacity %" PRIu64,
+                       path, st.inserted, st.window, st.size, fc.capacity);
+        goto fail;
+    }
+    int mts = fc.max_times_sampled > 0, uniform = fc.selector == FL_SELECTOR_UNIFORM;
+    uint64_t payload = ckpt_payload_bytes(st.window, st.size, want_obs, mts, uniform);
+    if (payload == 0 || file_bytes != FL_TABLE_CKPT_HEADER_BYTES + payload) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT,
+                       "checkpoint %s: %" PRIu64 " bytes, expected %" PRIu64 " for %" PRIu64 " slots (%s)", path,
+                       file_bytes, (uint64_t)FL_TABLE_CKPT_HEADER_BYTES + payload, st.window,
+                       file_bytes < FL_TABLE_CKPT_HEADER_BYTES + payload ? "truncated" : "trailing bytes");
+        goto fail;
+    }
+
+    fl_table_config_t tc = fc;
+    if ((s = fl_table_create(&tc, &t, err)) != FL_OK) {
+        fl_err_prefix(err, "checkpoint %s", path);
+        goto fail;
+    }
+    uint64_t w = st.window;
+    q = malloc(w ? (size_t)w * sizeof(double) : 1);
+    if (!q) {
+        s = fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory for %" PRIu64 " priorities", path, w);
+        goto fail;
+    }
+    size_t rb = ckpt_row_bytes(t->obs_bytes);
+    int ok = 1;
+    for (uint64_t r = 0; ok && r < w; r++) ok = io_read(&io, row_at(t, r), rb);
+    ok = ok && io_read(&io, q, (size_t)w * sizeof(double));
+    if (t->gone) ok = ok && io_read(&io, t->gone, (size_t)((w + 63) / 64) * sizeof(uint64_t));
+    if (t->live_list) ok = ok && io_read(&io, t->live_list, (size_t)st.size * sizeof(uint64_t));
+    uint32_t want_crc = (uint32_t)io.crc, crc = 0;
+    ok = ok && fread(&crc, 1, sizeof(crc), io.f) == sizeof(crc);
+    if (!ok) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: read error after %" PRIu64 " bytes", path, io.bytes);
+        goto fail;
+    }
+    if (crc != want_crc) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: CRC-32 %08x in the file, %08x computed: corrupted",
+                       path, crc, want_crc);
+        goto fail;
+    }
+    if (t->gone && w % 64 && (t->gone[(w - 1) / 64] >> (w % 64)) != 0) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: removed bits set past the window", path);
+        goto fail;
+    }
+    t->inserted = st.inserted;
+    t->window = st.window;
+    t->size = st.size;
+    t->sampled = st.sampled;
+    t->removed = st.removed;
+    t->updates_applied = st.updates_applied;
+    t->updates_stale = st.updates_stale;
+    t->rebuilds = st.rebuilds;
+    t->since_rebuild = st.since_rebuild;
+    t->draws_left = st.draws_left;
+    t->fifo_head = st.fifo_head;
+    t->max_priority = st.max_priority;
+    t->rng = st.rng;
+    if (!isfinite(st.max_priority) || st.max_priority < 0.0) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: max_priority %g", path, st.max_priority);
+        goto fail;
+    }
+    if ((s = check_loaded(path, t, q, err)) != FL_OK) goto fail;
+    fl_err_init(&e2);
+    if (fl_table_verify(t, &e2) != FL_OK) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: inconsistent contents: %s", path, e2.msg);
+        goto fail;
+    }
+    fclose(io.f);
+    free(q);
+    *out = t;
+    return FL_OK;
+
+fail:
+    fclose(io.f);
+    free(q);
+    fl_table_destroy(t);
     return s;
 }

@@ -187,4 +187,57 @@ void fl_table_rebuild(fl_table_t *t);
  * with a message otherwise. For tests and debugging. */
 fl_status fl_table_verify(fl_table_t *t, fl_err_t *err);
 
+/* ---- checkpoints ---------------------------------------------------------------------
+ *
+ * File format (version FL_TABLE_CKPT_VERSION, little-endian, no padding):
+ *   header (FL_TABLE_CKPT_HEADER_BYTES):
+ *     magic "FLRPLAY\0" (8), version u32, header length u32,
+ *     config: capacity u64, selector u32, obs_dtype u32, obs_rank u32, obs_shape u32 x4,
+ *       shard_id u32, max_times_sampled i64, alpha f64, priority_eps f64, seed u64,
+ *       rebuild_every u64, obs_bytes u64,
+ *     counters: inserted, window, size, sampled, removed, updates_applied, updates_stale,
+ *       rebuilds, since_rebuild, draws_left, fifo_head (u64 each), max_priority f64,
+ *     sampling RNG state u64 x4
+ *   payload, for the slots s = 0 .. window-1 that the window occupies:
+ *     rows: per slot action i32, reward f32, discount f32, times sampled u32, obs
+ *       (obs_bytes), next_obs (obs_bytes)
+ *     priorities: per slot (p + eps)^alpha f64 (0 for a removed item)
+ *     with max_times_sampled: the removed-slot bitmap, ceil(window / 64) u64
+ *     with max_times_sampled and the uniform selector: the dense live list, size u64
+ *   trailer: CRC-32 (zlib) u32 of every byte before it.
+ * A slot's generation (its item's sequence number) follows from the slot and `inserted`,
+ * so keys issued before a save stay valid after a load.
+ *
+ * fl_table_save writes PATH.tmp.<pid>.<n>, flushes and fsyncs it, renames it over PATH
+ * and fsyncs the folder, so PATH is always either the previous file or the new one. It
+ * copies the state under the table's lock (a memcpy of the occupied rows and O(window)
+ * leaf reads; the copy doubles the memory of the occupied rows for the duration of the
+ * save) and writes the copy with the lock released, so inserts and samples wait only
+ * for the copy. `info` (may be NULL) receives the live items and the bytes written.
+ * FL_INTERNAL naming the file and the failed step on an I/O error (the temporary file
+ * is removed), FL_NO_MEMORY if the copy does not fit. Thread-safe.
+ *
+ * fl_table_load reads PATH and validates all of it (magic, version, header length, the
+ * configuration, the file size against the header, the CRC, then every counter, row,
+ * priority and list entry against the others, as fl_table_verify does) before it
+ * returns a table; on any failure *out is NULL and err names the file and what was
+ * wrong: FL_NOT_FOUND for a missing file, FL_INVALID_ARGUMENT for a malformed one or a
+ * signature mismatch. With `expected` not NULL, the file's capacity, observation
+ * dtype/rank/shape, selector, max_times_sampled, alpha, priority_eps and shard_id must
+ * equal it (FL_INVALID_ARGUMENT naming the field, the file's value and the configured
+ * one); rebuild_every is taken from `expected` and the seed from the file (the RNG state
+ * is restored, so sampling continues exactly as the saved table would have). With
+ * `expected` NULL the file's configuration is used as is. */
+#define FL_TABLE_CKPT_MAGIC "FLRPLAY"
+#define FL_TABLE_CKPT_VERSION 1u
+#define FL_TABLE_CKPT_HEADER_BYTES 232u
+
+typedef struct fl_table_save_info {
+    uint64_t items; /* live items saved */
+    uint64_t bytes; /* file size */
+} fl_table_save_info_t;
+
+fl_status fl_table_save(fl_table_t *t, const char *path, fl_table_save_info_t *info, fl_err_t *err);
+fl_status fl_table_load(const char *path, const fl_table_config_t *expected, fl_table_t **out, fl_err_t *err);
+
 #endif
