@@ -863,7 +863,8 @@ typedef struct {
     uint64_t bytes;
 } ckpt_io_t;
 
-static int io_write(ckpt_io_t *io, const void *p, size_t n) {
+/* Adds n bytes to the running CRC (zlib takes at most 4 GiB per call) and the count. */
+static void io_account(ckpt_io_t *io, const void *p, size_t n) {
     const uint8_t *b = p;
     for (size_t left = n; left > 0;) {
         uInt m = left > (1u << 30) ? (1u << 30) : (uInt)left;
@@ -872,19 +873,16 @@ static int io_write(ckpt_io_t *io, const void *p, size_t n) {
         left -= m;
     }
     io->bytes += n;
+}
+
+static int io_write(ckpt_io_t *io, const void *p, size_t n) {
+    io_account(io, p, n);
     return n == 0 || fwrite(p, 1, n, io->f) == n;
 }
 
 static int io_read(ckpt_io_t *io, void *p, size_t n) {
     if (n && fread(p, 1, n, io->f) != n) return 0;
-    const uint8_t *b = p;
-    for (size_t left = n; left > 0;) {
-        uInt m = left > (1u << 30) ? (1u << 30) : (uInt)left;
-        io->crc = crc32(io->crc, b, m);
-        b += m;
-        left -= m;
-    }
-    io->bytes += n;
+    io_account(io, p, n);
     return 1;
 }
 
