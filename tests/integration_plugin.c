@@ -121,7 +121,7 @@ static int run_fleet(const char *name, const char *plugin, const char *env_name,
         argv[n++] = "--set";
         argv[n++] = sets[i];
     }
-    static char *fixed[] = {"replay.capacity=20000", "replay.min_size_to_sample=500", "run.target_return=0.4",
+    static char *fixed[] = {"replay.capacity=20000", "replay.min_size_to_sample=500", "run.target_return=0.55",
                             "run.max_seconds=120", "env.num_envs=4"};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
         argv[n++] = "--set";
@@ -162,7 +162,8 @@ static void test_learns_gridgame(void **state) {
     fprintf(stderr, "fleet: mean return %.3f (random %.3f, best possible ~0.68)\n", mret, random_return);
     assert_true(mret >= random_return + 2.5);
     /* The run stopped because the mean return of 100 episodes reached run.target_return
-     * (0.4); episodes that finish while the roles stop may pull the final window lower. */
+     * (0.55, near the best possible 0.68); episodes that finish while the roles stop
+     * may pull the final window somewhat lower. */
     assert_non_null(kv_get(sum, "reason", v, sizeof v));
     assert_non_null(strstr(v, "target reached"));
     assert_non_null(kv_get(sum, "actors_acked", v, sizeof v));
