@@ -105,7 +105,7 @@ static void render(instance_t *in) {
 
 /* ---- Options ----------------------------------------------------------------------- */
 
-static int parse_int(const char *verb, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+int fl_env_opt_int(const char *verb, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out) {
     char *end = NULL;
     errno = 0;
     long long v = s ? strtoll(s, &end, 10) : 0;
@@ -148,7 +148,7 @@ static int parse_opts(const char *verb, int argc, char **argv, show_opts_t *o) {
         } else if (strcmp(a, "--args") == 0) {
             o->env.args = v;
         } else if (strcmp(a, "--seed") == 0) {
-            if (parse_int(verb, a, v, 0, INT64_MAX, &n)) return 2;
+            if (fl_env_opt_int(verb, a, v, 0, INT64_MAX, &n)) return 2;
             o->seed = (uint64_t)n;
         } else if (strcmp(a, "--sticky") == 0) {
             char *end = NULL;
@@ -159,7 +159,7 @@ static int parse_opts(const char *verb, int argc, char **argv, show_opts_t *o) {
             }
             o->env.sticky_prob = (float)p;
         } else if (strcmp(a, "--ramping") == 0) {
-            if (parse_int(verb, a, v, 0, 1, &n)) return 2;
+            if (fl_env_opt_int(verb, a, v, 0, 1, &n)) return 2;
             o->env.difficulty_ramping = (int)n;
         } else if (strcmp(a, "--rng") == 0) {
             if (strcmp(v, "fleet") != 0 && strcmp(v, "reference") != 0) {
@@ -168,24 +168,24 @@ static int parse_opts(const char *verb, int argc, char **argv, show_opts_t *o) {
             }
             o->env.reference_rng = strcmp(v, "reference") == 0;
         } else if (strcmp(a, "--width") == 0 && is_play) {
-            if (parse_int(verb, a, v, 8, 1000, &n)) return 2;
+            if (fl_env_opt_int(verb, a, v, 8, 1000, &n)) return 2;
             o->width = (int)n;
         } else if (strcmp(a, "--out") == 0 && !is_play) {
             o->out = v;
         } else if (strcmp(a, "--steps") == 0 && !is_play) {
-            if (parse_int(verb, a, v, 1, 1000000, &n)) return 2;
+            if (fl_env_opt_int(verb, a, v, 1, 1000000, &n)) return 2;
             o->max_steps = n;
         } else if (strcmp(a, "--frames") == 0 && !is_play) {
-            if (parse_int(verb, a, v, 1, 256, &n)) return 2;
+            if (fl_env_opt_int(verb, a, v, 1, 256, &n)) return 2;
             o->frames = (int)n;
         } else if (strcmp(a, "--columns") == 0 && !is_play) {
-            if (parse_int(verb, a, v, 1, 64, &n)) return 2;
+            if (fl_env_opt_int(verb, a, v, 1, 64, &n)) return 2;
             o->columns = (int)n;
         } else if (strcmp(a, "--scale") == 0 && !is_play) {
-            if (parse_int(verb, a, v, 1, 8, &n)) return 2;
+            if (fl_env_opt_int(verb, a, v, 1, 8, &n)) return 2;
             o->scale = (int)n;
         } else if (strcmp(a, "--delay") == 0 && !is_play) {
-            if (parse_int(verb, a, v, 0, 1000, &n)) return 2;
+            if (fl_env_opt_int(verb, a, v, 0, 1000, &n)) return 2;
             o->delay = (int)n;
         } else {
             fprintf(stderr, "fleet env %s: unknown option '%s' (see `fleet help env`)\n", verb, a);

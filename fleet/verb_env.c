@@ -121,19 +121,6 @@ done:
     return st;
 }
 
-static int parse_count(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "fleet env bench: %s is '%s', expected an integer in [%lld, %lld]\n", opt, s ? s : "",
-                (long long)lo, (long long)hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static int env_bench(int argc, char **argv) {
     int64_t steps = 1000000, k = 16;
     int json = 0;
@@ -148,10 +135,10 @@ static int env_bench(int argc, char **argv) {
         const char *val = NULL;
         if (strncmp(a, "--steps", 7) == 0 && (a[7] == '\0' || a[7] == '=')) {
             val = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
-            if (parse_count("--steps", val, 1, INT64_MAX / 2, &steps)) goto usage;
+            if (fl_env_opt_int("bench", "--steps", val, 1, INT64_MAX / 2, &steps)) goto usage;
         } else if (strncmp(a, "--envs", 6) == 0 && (a[6] == '\0' || a[6] == '=')) {
             val = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
-            if (parse_count("--envs", val, 1, BENCH_MAX_ENVS, &k)) goto usage;
+            if (fl_env_opt_int("bench", "--envs", val, 1, BENCH_MAX_ENVS, &k)) goto usage;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
         } else if (a[0] == '-') {

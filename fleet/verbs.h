@@ -3,6 +3,7 @@
 #ifndef FL_FLEET_VERBS_H
 #define FL_FLEET_VERBS_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 int fl_verb_run(int argc, char **argv);
@@ -13,6 +14,9 @@ int fl_verb_learner(int argc, char **argv);
 int fl_verb_env(int argc, char **argv);
 /* `fleet env play` and `fleet env record` (argv[1] is "play" or "record"). */
 int fl_env_show(int argc, char **argv);
+/* Parses the value s of option opt of `fleet env VERB` as an integer in [lo, hi]; returns 0,
+ * or -1 after printing what was wrong. */
+int fl_env_opt_int(const char *verb, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
 void fl_verb_print_config_help(FILE *f);
 
 #endif
