@@ -853,7 +853,7 @@ static uint64_t ckpt_payload_bytes(uint64_t window, uint64_t size, size_t obs_by
     uint64_t n = window * row + window * 8;
     if (mts) n += (window + 63) / 64 * 8;
     if (mts && uniform) n += size * 8;
-    return n + 4;
+    return n + 8 + 4; /* extra length, CRC (the extra bytes come on top) */
 }
 
 /* A file being written or read, with a running CRC-32. */
@@ -887,23 +887,35 @@ static int io_read(ckpt_io_t *io, void *p, size_t n) {
 }
 
 /* The state of a table copied under its lock. */
-typedef struct {
+struct fl_table_snapshot {
+    fl_table_config_t cfg;
+    size_t obs_bytes, stride;
+    int mts;
     ckpt_state_t st;
     uint8_t *rows;       /* (window, stride) */
     double *q;           /* (window) */
     uint64_t *gone;      /* mts: (ceil(window / 64)) */
     uint64_t *live_list; /* mts and uniform: (size) */
-} snapshot_t;
+};
+typedef struct fl_table_snapshot snapshot_t;
 
-static void snapshot_free(snapshot_t *sn) {
+void fl_table_snapshot_free(fl_table_snapshot_t *sn) {
+    if (!sn) return;
     free(sn->rows);
     free(sn->q);
     free(sn->gone);
     free(sn->live_list);
+    free(sn);
 }
 
-static fl_status take_snapshot(fl_table_t *t, snapshot_t *sn, fl_err_t *err) {
-    memset(sn, 0, sizeof(*sn));
+fl_status fl_table_snapshot_take(fl_table_t *t, fl_table_snapshot_t **out, fl_err_t *err) {
+    *out = NULL;
+    snapshot_t *sn = calloc(1, sizeof(*sn));
+    if (!sn) return fl_err_set(err, FL_NO_MEMORY, "checkpoint: out of memory");
+    sn->cfg = t->cfg;
+    sn->obs_bytes = t->obs_bytes;
+    sn->stride = t->stride;
+    sn->mts = t->mts > 0;
     pthread_mutex_lock(&t->mu);
     uint64_t w = t->window;
     size_t words = (size_t)((w + 63) / 64);
@@ -913,7 +925,7 @@ static fl_status take_snapshot(fl_table_t *t, snapshot_t *sn, fl_err_t *err) {
     if (t->live_list) sn->live_list = malloc(t->size ? (size_t)t->size * sizeof(uint64_t) : 1);
     if (!sn->rows || !sn->q || (t->gone && !sn->gone) || (t->live_list && !sn->live_list)) {
         pthread_mutex_unlock(&t->mu);
-        snapshot_free(sn);
+        fl_table_snapshot_free(sn);
         return fl_err_set(err, FL_NO_MEMORY, "checkpoint: cannot allocate a copy of %" PRIu64 " rows of %zu bytes", w,
                           t->stride);
     }
@@ -930,6 +942,7 @@ static fl_status take_snapshot(fl_table_t *t, snapshot_t *sn, fl_err_t *err) {
     }
     if (t->live_list) memcpy(sn->live_list, t->live_list, (size_t)t->size * sizeof(uint64_t));
     pthread_mutex_unlock(&t->mu);
+    *out = sn;
     return FL_OK;
 }
 
@@ -955,19 +968,17 @@ static fl_status fsync_dir_of(const char *path, fl_err_t *err) {
     return s;
 }
 
-fl_status fl_table_save(fl_table_t *t, const char *path, fl_table_save_info_t *info, fl_err_t *err) {
+fl_status fl_table_snapshot_write(const fl_table_snapshot_t *sn, const char *path, const void *extra,
+                                  size_t extra_len, fl_table_save_info_t *info, fl_err_t *err) {
     if (info) memset(info, 0, sizeof(*info));
     if (!path || !*path) return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint: empty path");
-    snapshot_t sn;
-    FL_TRY(take_snapshot(t, &sn, err));
-
+    if (extra_len > FL_TABLE_CKPT_MAX_EXTRA)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: %zu extra bytes, at most %u", path, extra_len,
+                          FL_TABLE_CKPT_MAX_EXTRA);
     fl_status s = FL_OK;
     size_t tlen = strlen(path) + 64;
     char *tmp = malloc(tlen);
-    if (!tmp) {
-        snapshot_free(&sn);
-        return fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory", path);
-    }
+    if (!tmp) return fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory", path);
     snprintf(tmp, tlen, "%s.tmp.%ld.%lu", path, (long)getpid(), (unsigned long)(ckpt_serial++));
     ckpt_io_t io = {fopen(tmp, "wb"), crc32(0L, Z_NULL, 0), 0};
     if (!io.f) {
@@ -976,14 +987,17 @@ fl_status fl_table_save(fl_table_t *t, const char *path, fl_table_save_info_t *i
     }
     setvbuf(io.f, NULL, _IOFBF, 1 << 20);
     hdr_t h;
-    header_encode(&h, &t->cfg, t->obs_bytes, &sn.st);
+    header_encode(&h, &sn->cfg, sn->obs_bytes, &sn->st);
     int ok = io_write(&io, h.b, sizeof(h.b));
-    size_t rb = ckpt_row_bytes(t->obs_bytes);
-    uint64_t w = sn.st.window;
-    for (uint64_t r = 0; ok && r < w; r++) ok = io_write(&io, sn.rows + (size_t)r * t->stride, rb);
-    ok = ok && io_write(&io, sn.q, (size_t)w * sizeof(double));
-    if (sn.gone) ok = ok && io_write(&io, sn.gone, (size_t)((w + 63) / 64) * sizeof(uint64_t));
-    if (sn.live_list) ok = ok && io_write(&io, sn.live_list, (size_t)sn.st.size * sizeof(uint64_t));
+    size_t rb = ckpt_row_bytes(sn->obs_bytes);
+    uint64_t w = sn->st.window;
+    for (uint64_t r = 0; ok && r < w; r++) ok = io_write(&io, sn->rows + (size_t)r * sn->stride, rb);
+    ok = ok && io_write(&io, sn->q, (size_t)w * sizeof(double));
+    if (sn->gone) ok = ok && io_write(&io, sn->gone, (size_t)((w + 63) / 64) * sizeof(uint64_t));
+    if (sn->live_list) ok = ok && io_write(&io, sn->live_list, (size_t)sn->st.size * sizeof(uint64_t));
+    uint64_t elen = extra_len;
+    ok = ok && io_write(&io, &elen, sizeof(elen));
+    if (extra_len) ok = ok && io_write(&io, extra, extra_len);
     uint32_t crc = (uint32_t)io.crc;
     ok = ok && io_write(&io, &crc, sizeof(crc));
     if (!ok || fflush(io.f) != 0 || fsync(fileno(io.f)) != 0) {
@@ -1004,14 +1018,24 @@ fl_status fl_table_save(fl_table_t *t, const char *path, fl_table_save_info_t *i
     }
     if ((s = fsync_dir_of(path, err)) != FL_OK) goto done;
     assert(io.bytes == FL_TABLE_CKPT_HEADER_BYTES +
-                           ckpt_payload_bytes(w, sn.st.size, t->obs_bytes, t->mts > 0, sn.live_list != NULL));
+                           ckpt_payload_bytes(w, sn->st.size, sn->obs_bytes, sn->mts, sn->live_list != NULL) +
+                           extra_len);
     if (info) {
-        info->items = sn.st.size;
+        info->items = sn->st.size;
         info->bytes = io.bytes;
     }
 done:
     free(tmp);
-    snapshot_free(&sn);
+    return s;
+}
+
+fl_status fl_table_save(fl_table_t *t, const char *path, fl_table_save_info_t *info, fl_err_t *err) {
+    if (info) memset(info, 0, sizeof(*info));
+    if (!path || !*path) return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint: empty path");
+    fl_table_snapshot_t *sn;
+    FL_TRY(fl_table_snapshot_take(t, &sn, err));
+    fl_status s = fl_table_snapshot_write(sn, path, NULL, 0, info, err);
+    fl_table_snapshot_free(sn);
     return s;
 }
 
@@ -1088,7 +1112,15 @@ static fl_status check_loaded(const char *path, fl_table_t *t, const double *q, 
 }
 
 fl_status fl_table_load(const char *path, const fl_table_config_t *expected, fl_table_t **out, fl_err_t *err) {
+    return fl_table_load_extra(path, expected, out, NULL, NULL, err);
+}
+
+fl_status fl_table_load_extra(const char *path, const fl_table_config_t *expected, fl_table_t **out, void **extra,
+                              size_t *extra_len, fl_err_t *err) {
     *out = NULL;
+    if (extra) *extra = NULL;
+    if (extra_len) *extra_len = 0;
+    uint8_t *xbuf = NULL;
     if (!path || !*path) return fl_err_set(err, FL_INVALID_ARGUMENT, "restore: empty checkpoint path");
     fl_status s = FL_OK;
     fl_table_t *t = NULL;
@@ -1163,13 +1195,17 @@ fl_status fl_table_load(const char *path, const fl_table_config_t *expected, fl_
     }
     int mts = fc.max_times_sampled > 0, uniform = fc.selector == FL_SELECTOR_UNIFORM;
     uint64_t payload = ckpt_payload_bytes(st.window, st.size, want_obs, mts, uniform);
-    if (payload == 0 || file_bytes != FL_TABLE_CKPT_HEADER_BYTES + payload) {
+    if (payload == 0 || file_bytes < FL_TABLE_CKPT_HEADER_BYTES + payload ||
+        file_bytes - FL_TABLE_CKPT_HEADER_BYTES - payload > FL_TABLE_CKPT_MAX_EXTRA) {
         s = fl_err_set(err, FL_INVALID_ARGUMENT,
-                       "checkpoint %s: %" PRIu64 " bytes, expected %" PRIu64 " for %" PRIu64 " slots (%s)", path,
-                       file_bytes, (uint64_t)FL_TABLE_CKPT_HEADER_BYTES + payload, st.window,
+                       "checkpoint %s: %" PRIu64 " bytes, expected %" PRIu64 " (+ at most %u extra) for %" PRIu64
+                       " slots (%s)",
+                       path, file_bytes, (uint64_t)FL_TABLE_CKPT_HEADER_BYTES + payload, FL_TABLE_CKPT_MAX_EXTRA,
+                       st.window,
                        file_bytes < FL_TABLE_CKPT_HEADER_BYTES + payload ? "truncated" : "trailing bytes");
         goto fail;
     }
+    uint64_t want_extra = file_bytes - FL_TABLE_CKPT_HEADER_BYTES - payload;
 
     fl_table_config_t tc = fc;
     if ((s = fl_table_create(&tc, &t, err)) != FL_OK) {
@@ -1188,6 +1224,20 @@ fl_status fl_table_load(const char *path, const fl_table_config_t *expected, fl_
     ok = ok && io_read(&io, q, (size_t)w * sizeof(double));
     if (t->gone) ok = ok && io_read(&io, t->gone, (size_t)((w + 63) / 64) * sizeof(uint64_t));
     if (t->live_list) ok = ok && io_read(&io, t->live_list, (size_t)st.size * sizeof(uint64_t));
+    uint64_t elen = UINT64_MAX;
+    ok = ok && io_read(&io, &elen, sizeof(elen));
+    if (ok && elen != want_extra) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT,
+                       "checkpoint %s: extra section of %" PRIu64 " bytes, but the file size leaves %" PRIu64, path,
+                       elen, want_extra);
+        goto fail;
+    }
+    xbuf = malloc(want_extra ? (size_t)want_extra : 1);
+    if (!xbuf) {
+        s = fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory", path);
+        goto fail;
+    }
+    ok = ok && io_read(&io, xbuf, (size_t)want_extra);
     uint32_t want_crc = (uint32_t)io.crc, crc = 0;
     ok = ok && fread(&crc, 1, sizeof(crc), io.f) == sizeof(crc);
     if (!ok) {
@@ -1229,11 +1279,18 @@ fl_status fl_table_load(const char *path, const fl_table_config_t *expected, fl_
     fclose(io.f);
     free(q);
     *out = t;
+    if (extra && want_extra) {
+        *extra = xbuf;
+        xbuf = NULL;
+    }
+    if (extra_len) *extra_len = (size_t)want_extra;
+    free(xbuf);
     return FL_OK;
 
 fail:
     fclose(io.f);
     free(q);
+    free(xbuf);
     fl_table_destroy(t);
     return s;
 }

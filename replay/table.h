@@ -204,6 +204,8 @@ fl_status fl_table_verify(fl_table_t *t, fl_err_t *err);
  *     priorities: per slot (p + eps)^alpha f64 (0 for a removed item)
  *     with max_times_sampled: the removed-slot bitmap, ceil(window / 64) u64
  *     with max_times_sampled and the uniform selector: the dense live list, size u64
+ *     extra section: its length u64, then that many bytes (the caller's; see
+ *       fl_table_snapshot_write)
  *   trailer: CRC-32 (zlib) u32 of every byte before it.
  * A slot's generation (its item's sequence number) follows from the slot and `inserted`,
  * so keys issued before a save stay valid after a load.
@@ -229,7 +231,8 @@ fl_status fl_table_verify(fl_table_t *t, fl_err_t *err);
  * is restored, so sampling continues exactly as the saved table would have). With
  * `expected` NULL the file's configuration is used as is. */
 #define FL_TABLE_CKPT_MAGIC "FLRPLAY"
-#define FL_TABLE_CKPT_VERSION 1u
+#define FL_TABLE_CKPT_VERSION 2u
+#define FL_TABLE_CKPT_MAX_EXTRA (64u << 20)
 #define FL_TABLE_CKPT_HEADER_BYTES 232u
 
 typedef struct fl_table_save_info {
@@ -239,5 +242,24 @@ typedef struct fl_table_save_info {
 
 fl_status fl_table_save(fl_table_t *t, const char *path, fl_table_save_info_t *info, fl_err_t *err);
 fl_status fl_table_load(const char *path, const fl_table_config_t *expected, fl_table_t **out, fl_err_t *err);
+
+/* fl_table_save in two steps, for a caller that must pair the table's state with its
+ * own (e.g. a write-ahead log position and per-stream records) and write both without
+ * holding its own lock during the I/O:
+ *   fl_table_snapshot_take copies the state under the table's lock (as fl_table_save);
+ *   fl_table_snapshot_write writes that copy to `path` exactly as fl_table_save does,
+ *   with `extra` (extra_len <= FL_TABLE_CKPT_MAX_EXTRA bytes; NULL / 0 for none) stored
+ *   in the file's extra section, covered by the CRC. A snapshot may be written any
+ *   number of times and is freed by fl_table_snapshot_free (NULL is a no-op).
+ * fl_table_load_extra is fl_table_load that also returns the extra section: *extra
+ * (malloc'd, the caller frees; NULL when the section is empty) and *extra_len. Either
+ * pointer may be NULL. fl_table_load ignores the section. */
+typedef struct fl_table_snapshot fl_table_snapshot_t;
+fl_status fl_table_snapshot_take(fl_table_t *t, fl_table_snapshot_t **out, fl_err_t *err);
+fl_status fl_table_snapshot_write(const fl_table_snapshot_t *sn, const char *path, const void *extra,
+                                  size_t extra_len, fl_table_save_info_t *info, fl_err_t *err);
+void fl_table_snapshot_free(fl_table_snapshot_t *sn);
+fl_status fl_table_load_extra(const char *path, const fl_table_config_t *expected, fl_table_t **out, void **extra,
+                              size_t *extra_len, fl_err_t *err);
 
 #endif
