@@ -438,6 +438,11 @@ const fl_env_def_t *fl_wrapped_env_info(const fl_wrapped_env_t *w) {
 const fl_env_def_t *fl_wrapped_env_inner(const fl_wrapped_env_t *w) {
     return w->inner;
 }
+int fl_wrapped_env_frame_stack(const fl_wrapped_env_t *w) {
+    for (int i = 0; i < w->num_layers; i++)
+        if (w->layers[i].kind == K_FRAMESTACK) return w->layers[i].prm.n;
+    return 1;
+}
 size_t fl_wrapped_env_state_size(const fl_wrapped_env_t *w) {
     return w->state_size;
 }

@@ -75,6 +75,9 @@ void fl_wrapped_env_destroy(fl_wrapped_env_t *w);
  * below. Valid as long as w. */
 const fl_env_def_t *fl_wrapped_env_info(const fl_wrapped_env_t *w);
 const fl_env_def_t *fl_wrapped_env_inner(const fl_wrapped_env_t *w);
+/* n of the framestack(n) layer (the observation is n frames on its last axis), 1 without
+ * one. The replay table stores each distinct frame once (replay/frames.h). */
+int fl_wrapped_env_frame_stack(const fl_wrapped_env_t *w);
 /* Bytes of one instance's state (the inner state plus every layer's buffers). */
 size_t fl_wrapped_env_state_size(const fl_wrapped_env_t *w);
 /* Bytes of one wrapped observation. */

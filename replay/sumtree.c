@@ -126,6 +126,12 @@ void fl_sumtree_destroy(fl_sumtree_t *t) {
 
 uint64_t fl_sumtree_capacity(const fl_sumtree_t *t) { return t->capacity; }
 
+uint64_t fl_sumtree_bytes(const fl_sumtree_t *t) {
+    uint64_t doubles = 0;
+    for (int k = 0; k <= t->levels; k++) doubles += (k == 0 ? 1 : 2) * ((t->len[k] + F - 1) / F * F);
+    return doubles * sizeof(double);
+}
+
 void fl_sumtree_set(fl_sumtree_t *t, uint64_t index, double value) {
     assert(index < t->capacity);
     assert(isfinite(value) && value >= 0.0);

@@ -48,6 +48,8 @@ fl_status fl_sumtree_create(uint64_t capacity, fl_sumtree_t **out, fl_err_t *err
 void fl_sumtree_destroy(fl_sumtree_t *t);
 
 uint64_t fl_sumtree_capacity(const fl_sumtree_t *t);
+/* Bytes the tree occupies (its node block). */
+uint64_t fl_sumtree_bytes(const fl_sumtree_t *t);
 
 /* Sets leaf `index` (< capacity) to `value` (finite, >= 0; asserted). O(log n). */
 void fl_sumtree_set(fl_sumtree_t *t, uint64_t index, double value);

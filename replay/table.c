@@ -1,9 +1,12 @@
 /* table: ring storage (one row per slot) + a sum-tree over the slots, behind one mutex.
  *
- * A row is the slot's scalars (action, reward, discount, times sampled) followed by obs
- * and next_obs, padded so that a row of up to 64 bytes never straddles a cache line: a
- * sampled item costs one row read (CartPole's rows are exactly one line) instead of one
- * read per column.
+ * A row is the slot's scalars (action, reward, discount, times sampled), a pointer to the
+ * chunk of frames its observations were stored in (replay/frames.h) and the 2 * stack
+ * indices of its obs's and next_obs's frames in that chunk, padded so that a row of up
+ * to 64 bytes never straddles a cache line. Observations are built into chunks before
+ * the lock is taken; a sampled batch is copied out of its chunks under the lock when it
+ * is small and raw, and otherwise after the lock is released, the chunks held by a
+ * reference meanwhile (so inserts never wait for decompression or large copies).
  *
  * Slot s holds the item whose sequence number seq has seq % capacity == s. The window is
  * the sequence numbers [inserted - window, inserted), window = min(inserted, capacity);
@@ -36,6 +39,7 @@
 #include <zlib.h>
 
 #include "common/rng.h"
+#include "replay/frames.h"
 #include "replay/sumtree.h"
 
 /* Batches up to this many items use stack scratch space; larger ones allocate. */
@@ -43,18 +47,26 @@
 /* Rows fetched ahead of the one being copied out by sample. */
 #define PREFETCH_AHEAD 16
 
-/* The scalar columns at the start of every row; obs and next_obs follow. */
+/* The scalar columns at the start of every row; the chunk pointer (ROW_CHUNK) and the
+ * frame indices (ROW_IDX: obs's stack frames, then next_obs's) follow. */
 typedef struct {
     int32_t action;
     float reward;
     float discount;
     uint32_t times; /* times sampled (kept only with max_times_sampled) */
 } row_head_t;
+#define ROW_CHUNK sizeof(row_head_t)
+#define ROW_IDX (ROW_CHUNK + sizeof(fl_chunk_t *))
+/* Sampled batches of more observation bytes than this are copied out of their chunks
+ * after the table's lock is released. */
+#define GATHER_UNLOCKED_BYTES (64u << 10)
 
 struct fl_table {
     fl_table_config_t cfg; /* immutable after create */
     size_t obs_bytes;
-    size_t stride; /* bytes per row */
+    fl_frames_layout_t lay;
+    size_t row_bytes; /* head, chunk pointer and frame indices */
+    size_t stride;    /* bytes per row (row_bytes padded) */
     uint64_t capacity;
     uint32_t mts; /* max_times_sampled, 0 = unlimited */
 
@@ -77,6 +89,8 @@ struct fl_table {
     uint64_t *gone;         /* mts: (ceil(capacity / 64)) bit s: slot s's item was removed */
     uint64_t *live_list;    /* uniform and mts: (capacity) the live slots, first `size` */
     uint64_t *live_pos;     /* uniform and mts: (capacity) index of a live slot in live_list */
+    uint64_t chunks, frames; /* chunks referenced by rows of the window, and their frames */
+    uint64_t chunk_bytes;   /* their allocation sizes */
 };
 
 const char *fl_selector_name(fl_selector s) {
@@ -110,6 +124,8 @@ void fl_table_config_init(fl_table_config_t *cfg) {
     cfg->selector = FL_SELECTOR_PRIORITIZED;
     cfg->max_times_sampled = 0;
     cfg->rebuild_every = UINT64_C(1) << 20;
+    cfg->frame_stack = 1;
+    cfg->zstd_level = 0;
 }
 
 /* Space for `count` elements of `size` bytes: `stack` if they fit in it, else heap memory
@@ -123,12 +139,12 @@ static void scratch_free(void *p, void *stack) {
     if (p != stack) free(p);
 }
 
-/* Bytes per row: the head and both observations, rounded up to a power of two when that
- * is at most 64 (a row never straddles a cache line), else to a multiple of 64. 0 if
- * that overflows. */
-static size_t row_stride(size_t obs_bytes) {
-    if (obs_bytes > (SIZE_MAX - sizeof(row_head_t) - 64) / 2) return 0;
-    size_t row = sizeof(row_head_t) + 2 * obs_bytes;
+/* Bytes of a row's head, chunk pointer and frame indices. */
+static size_t row_bytes(int stack) { return ROW_IDX + 2 * (size_t)stack * sizeof(uint16_t); }
+
+/* Bytes per row: row_bytes rounded up to a power of two when that is at most 64 (a row
+ * never straddles a cache line), else to a multiple of 64. */
+static size_t row_stride(size_t row) {
     if (row <= 64) {
         size_t s = 16;
         while (s < row) s *= 2;
@@ -158,8 +174,14 @@ static fl_status check_config(const fl_table_config_t *cfg, size_t *obs_bytes, f
             return fl_err_set(err, FL_INVALID_ARGUMENT, "table obs_shape: observation size overflows");
         bytes *= (size_t)dim;
     }
-    size_t stride = row_stride(bytes);
-    if (stride == 0 || stride > SIZE_MAX / cfg->capacity)
+    fl_frames_layout_t lay;
+    fl_err_t e2;
+    fl_err_init(&e2);
+    if (fl_frames_layout_init(&lay, bytes, elem, cfg->obs_rank > 0 ? cfg->obs_shape[cfg->obs_rank - 1] : 1,
+                              cfg->frame_stack, cfg->zstd_level, &e2) != FL_OK)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "table %s", e2.msg);
+    size_t stride = row_stride(row_bytes(cfg->frame_stack));
+    if (stride > SIZE_MAX / cfg->capacity)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "table capacity %" PRIu64 " * obs_bytes %zu: storage size overflows", cfg->capacity,
                           bytes);
@@ -193,7 +215,15 @@ fl_status fl_table_create(const fl_table_config_t *cfg, fl_table_t **out, fl_err
     if (!t) return fl_err_set(err, FL_NO_MEMORY, "table: cannot allocate");
     t->cfg = *cfg;
     t->obs_bytes = obs_bytes;
-    t->stride = row_stride(obs_bytes);
+    {
+        fl_err_t e2;
+        fl_err_init(&e2);
+        (void)fl_frames_layout_init(&t->lay, obs_bytes, fl_dtype_size(cfg->obs_dtype),
+                                    cfg->obs_rank > 0 ? cfg->obs_shape[cfg->obs_rank - 1] : 1, cfg->frame_stack,
+                                    cfg->zstd_level, &e2); /* checked by check_config */
+    }
+    t->row_bytes = row_bytes(cfg->frame_stack);
+    t->stride = row_stride(t->row_bytes);
     t->capacity = cfg->capacity;
     t->mts = (uint32_t)cfg->max_times_sampled;
     fl_rng_init(&t->rng, cfg->seed);
@@ -228,8 +258,19 @@ fail:
     return s;
 }
 
+static inline fl_chunk_t *row_chunk(const fl_table_t *t, uint64_t slot);
+static void detach_chunk(fl_table_t *t, fl_chunk_t *c, uint64_t rows);
+
 void fl_table_destroy(fl_table_t *t) {
     if (!t) return;
+    if (t->rows) /* one release per chunk: walk the window's runs of equal chunks */
+        for (uint64_t s = 0; s < t->window;) {
+            fl_chunk_t *c = row_chunk(t, s);
+            uint64_t e = s + 1;
+            while (e < t->window && row_chunk(t, e) == c) e++;
+            if (c) detach_chunk(t, c, e - s);
+            s = e;
+        }
     fl_sumtree_destroy(t->tree);
     free(t->rows);
     free(t->gone);
@@ -273,6 +314,38 @@ static fl_status convert_priorities(const fl_table_t *t, size_t n, const float *
 
 static inline row_head_t *row_at(const fl_table_t *t, uint64_t slot) {
     return (row_head_t *)(t->rows + (size_t)slot * t->stride);
+}
+
+static inline fl_chunk_t *row_chunk(const fl_table_t *t, uint64_t slot) {
+    fl_chunk_t *c;
+    memcpy(&c, t->rows + (size_t)slot * t->stride + ROW_CHUNK, sizeof(c));
+    return c;
+}
+
+static inline uint16_t *row_idx(const fl_table_t *t, uint64_t slot) {
+    return (uint16_t *)(t->rows + (size_t)slot * t->stride + ROW_IDX);
+}
+
+/* A chunk that `rows` more slots point at (rows > 0). */
+static void attach_chunk(fl_table_t *t, fl_chunk_t *c, uint64_t rows) {
+    if (c->rows == 0) {
+        fl_chunk_retain(c, 1);
+        t->chunks++;
+        t->frames += c->nframes;
+        t->chunk_bytes += fl_chunk_alloc_bytes(c);
+    }
+    c->rows += rows;
+}
+
+/* `rows` slots no longer point at c; the table lets go of it with the last one. */
+static void detach_chunk(fl_table_t *t, fl_chunk_t *c, uint64_t rows) {
+    c->rows -= rows;
+    if (c->rows == 0) {
+        t->chunks--;
+        t->frames -= c->nframes;
+        t->chunk_bytes -= fl_chunk_alloc_bytes(c);
+        fl_chunk_release(c, 1);
+    }
 }
 
 static inline int slot_gone(const fl_table_t *t, uint64_t s) {
@@ -347,15 +420,17 @@ static inline void count_draw(fl_table_t *t, uint64_t s) {
 /* ---- insert ------------------------------------------------------------------------- */
 
 /* Stores rows [row, row + m) of the input columns into slots [slot, slot + m), retiring
- * whatever live items those slots held. */
-static void store_rows(fl_table_t *t, uint64_t slot, size_t row, size_t m, const uint8_t *obs,
-                       const int32_t *actions, const float *rewards, const float *discounts,
-                       const uint8_t *next_obs, const double *q) {
-    size_t ob = t->obs_bytes;
+ * whatever live items those slots held. Row r's observations are in
+ * chunks[(r - base) / piece] at frame indices idx[r * 2 * stack ...]. */
+static void store_rows(fl_table_t *t, uint64_t slot, size_t row, size_t m, const int32_t *actions,
+                       const float *rewards, const float *discounts, fl_chunk_t *const *chunks, size_t base,
+                       size_t piece, const uint16_t *idx, const double *q) {
+    const size_t per = 2 * (size_t)t->lay.stack;
+    int full = t->window == t->capacity;
     if (t->mts > 0) {
         for (size_t k = 0; k < m; k++) {
             uint64_t s = slot + k;
-            int old_live = (t->window == t->capacity || s < t->window) && !slot_gone(t, s);
+            int old_live = (full || s < t->window) && !slot_gone(t, s);
             if (old_live) {
                 row_head_t *h = row_at(t, s);
                 if (sampleable(t, fl_sumtree_get(t->tree, s))) t->draws_left -= t->mts - h->times;
@@ -368,15 +443,37 @@ static void store_rows(fl_table_t *t, uint64_t slot, size_t row, size_t m, const
             if (sampleable(t, q[row + k])) t->draws_left += t->mts;
         }
     }
+    /* Let go of the chunks the slots pointed at, one detach per run of equal chunks. */
+    for (size_t k = 0; k < m;) {
+        uint64_t s = slot + k;
+        if (!(full || s < t->window)) break; /* the slots from here on were never filled */
+        fl_chunk_t *c = row_chunk(t, s);
+        size_t e = k + 1;
+        while (e < m && (full || slot + e < t->window) && row_chunk(t, slot + e) == c) e++;
+        detach_chunk(t, c, e - k);
+        k = e;
+    }
     for (size_t k = 0; k < m; k++) {
-        uint8_t *r = (uint8_t *)row_at(t, slot + k);
-        row_head_t h = {actions[row + k], rewards[row + k], discounts[row + k], 0};
-        memcpy(r, &h, sizeof(h));
-        memcpy(r + sizeof(h), obs + (row + k) * ob, ob);
-        memcpy(r + sizeof(h) + ob, next_obs + (row + k) * ob, ob);
+        size_t r = row + k;
+        uint8_t *dst = (uint8_t *)row_at(t, slot + k);
+        row_head_t h = {actions[r], rewards[r], discounts[r], 0};
+        fl_chunk_t *c = chunks[(r - base) / piece];
+        memcpy(dst, &h, sizeof(h));
+        memcpy(dst + ROW_CHUNK, &c, sizeof(c));
+        memcpy(dst + ROW_IDX, idx + r * per, per * sizeof(uint16_t));
+    }
+    for (size_t k = 0; k < m;) { /* attach per chunk */
+        size_t p = (row + k - base) / piece;
+        size_t end = base + (p + 1) * piece - row;
+        if (end > m) end = m;
+        attach_chunk(t, chunks[p], end - k);
+        k = end;
     }
     fl_sumtree_set_range(t->tree, slot, m, q + row);
 }
+
+/* Transitions per chunk: every frame index fits in 16 bits. */
+static size_t chunk_piece(const fl_table_t *t) { return FL_CHUNK_MAX_FRAMES / (2 * (size_t)t->lay.stack); }
 
 fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_t *actions,
                           const float *rewards, const float *discounts, const void *next_obs,
@@ -394,22 +491,47 @@ fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_
                               (double)discounts[i]);
     }
     double stack[SCRATCH_ITEMS];
+    uint16_t idx_stack[SCRATCH_ITEMS * 2];
+    fl_chunk_t *chunk_stack[8];
     double *q = scratch_get(stack, sizeof(stack), n, sizeof(double)); /* (n) */
     if (!q) return fl_err_set(err, FL_NO_MEMORY, "insert: cannot allocate scratch for %zu items", n);
     double max_p = 0.0;
     fl_status s = convert_priorities(t, n, priorities, q, &max_p, err);
-    if (s != FL_OK) goto done;
+    if (s != FL_OK) {
+        scratch_free(q, stack);
+        return s;
+    }
 
     /* Rows that the same call would overwrite again are never stored. */
     size_t skip = n > t->capacity ? n - (size_t)t->capacity : 0;
     size_t m = n - skip;
+    const size_t per = 2 * (size_t)t->lay.stack, piece = chunk_piece(t), npieces = (m + piece - 1) / piece;
+    uint16_t *idx = scratch_get(idx_stack, sizeof(idx_stack), n, per * sizeof(uint16_t)); /* (n, per) */
+    fl_chunk_t **chunks = scratch_get(chunk_stack, sizeof(chunk_stack), npieces, sizeof(fl_chunk_t *));
+    if (!idx || !chunks) {
+        s = fl_err_set(err, FL_NO_MEMORY, "insert: cannot allocate scratch for %zu items", n);
+        goto done;
+    }
+    /* The observations go into chunks before the lock is taken: rows [skip, n) as pieces
+     * of at most `piece` rows, chunks[p] holding rows skip + [p * piece, (p + 1) * piece). */
+    size_t built = 0;
+    for (; built < npieces; built++) {
+        size_t r0 = skip + built * piece, cnt = m - built * piece < piece ? m - built * piece : piece;
+        const uint8_t *o = (const uint8_t *)obs + r0 * t->obs_bytes;
+        const uint8_t *no = (const uint8_t *)next_obs + r0 * t->obs_bytes;
+        if ((s = fl_chunk_build(&t->lay, cnt, o, no, idx + r0 * per, &chunks[built], err)) != FL_OK) break;
+    }
+    if (s != FL_OK) {
+        for (size_t p = 0; p < built; p++) free(chunks[p]); /* never shared */
+        goto done;
+    }
 
     pthread_mutex_lock(&t->mu);
     uint64_t first_seq = t->inserted;
     uint64_t slot = (first_seq + skip) % t->capacity;
     size_t run = (size_t)(t->capacity - slot) < m ? (size_t)(t->capacity - slot) : m;
-    store_rows(t, slot, skip, run, obs, actions, rewards, discounts, next_obs, q);
-    if (run < m) store_rows(t, 0, skip + run, m - run, obs, actions, rewards, discounts, next_obs, q);
+    store_rows(t, slot, skip, run, actions, rewards, discounts, chunks, skip, piece, idx, q);
+    if (run < m) store_rows(t, 0, skip + run, m - run, actions, rewards, discounts, chunks, skip, piece, idx, q);
     t->inserted += n;
     t->window = t->inserted < t->capacity ? t->inserted : t->capacity;
     if (t->mts == 0) t->size = t->window;
@@ -420,6 +542,8 @@ fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_
         for (size_t i = 0; i < n; i++) keys_out[i] = fl_table_key_make(t->cfg.shard_id, first_seq + i);
 done:
     scratch_free(q, stack);
+    scratch_free(idx, idx_stack);
+    scratch_free(chunks, chunk_stack);
     return s;
 }
 
@@ -487,6 +611,7 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
     if (!isfinite(beta) || beta < 0.0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "sample: beta %g, expected a finite value >= 0", beta);
     fl_status s = FL_OK;
+    void *held = NULL; /* unlocked copy: (B) chunk pointers, then (B, 2 * stack) frame indices */
     uint64_t slot_stack[SCRATCH_ITEMS];
     double q_stack[SCRATCH_ITEMS];
     uint64_t *slots = scratch_get(slot_stack, sizeof(slot_stack), B, sizeof(uint64_t)); /* (B) */
@@ -523,23 +648,79 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
     }
     if (keys)
         for (size_t j = 0; j < B; j++) keys[j] = fl_table_key_make(t->cfg.shard_id, slot_seq(t, w, slots[j]));
-    if (obs || next_obs || actions || rewards || discounts) {
-        size_t ob = t->obs_bytes;
-        uint8_t *obs_out = obs, *next_out = next_obs;
+    const size_t ob = t->obs_bytes, S = (size_t)t->lay.stack;
+    uint8_t *obs_out = obs, *next_out = next_obs;
+    int want_obs = obs_out || next_out;
+    /* Large or compressed batches are copied out after the lock is released: each row's
+     * chunk is held by a reference (taken here, dropped below) and its frame indices are
+     * kept in `held` (the slot itself may be reused meanwhile). */
+    int unlocked = want_obs && (t->lay.zstd_level > 0 || 2 * ob * B > GATHER_UNLOCKED_BYTES);
+    if (unlocked) {
+        held = malloc(B * (sizeof(fl_chunk_t *) + 2 * S * sizeof(uint16_t)));
+        if (!held) unlocked = 0; /* fall back to copying under the lock */
+    }
+    if (want_obs || actions || rewards || discounts) {
+        /* Two random reads per item (its row, then its frames in a chunk): rows are
+         * fetched 2 * PREFETCH_AHEAD items ahead, their frames PREFETCH_AHEAD ahead. */
+        const int raw = want_obs && !unlocked && t->lay.zstd_level == 0;
+        const size_t fb = t->lay.frame_bytes;
         for (size_t j = 0; j < B; j++) {
-            if (j + PREFETCH_AHEAD < B) __builtin_prefetch(row_at(t, slots[j + PREFETCH_AHEAD]));
+            if (j + 2 * PREFETCH_AHEAD < B) __builtin_prefetch(row_at(t, slots[j + 2 * PREFETCH_AHEAD]));
+            if (raw && j + PREFETCH_AHEAD < B) {
+                const uint8_t *ra = (const uint8_t *)row_at(t, slots[j + PREFETCH_AHEAD]);
+                const fl_chunk_t *ca;
+                memcpy(&ca, ra + ROW_CHUNK, sizeof(ca));
+                const uint16_t *ixa = (const uint16_t *)(ra + ROW_IDX);
+                if (obs_out) __builtin_prefetch(ca->data + (size_t)ixa[0] * fb);
+                if (next_out) __builtin_prefetch(ca->data + (size_t)ixa[S] * fb);
+            }
             const uint8_t *r = (const uint8_t *)row_at(t, slots[j]);
             row_head_t h;
             memcpy(&h, r, sizeof(h));
             if (actions) actions[j] = h.action;
             if (rewards) rewards[j] = h.reward;
             if (discounts) discounts[j] = h.discount;
-            if (obs_out) memcpy(obs_out + j * ob, r + sizeof(h), ob);
-            if (next_out) memcpy(next_out + j * ob, r + sizeof(h) + ob, ob);
+            if (!want_obs) continue;
+            fl_chunk_t *c;
+            memcpy(&c, r + ROW_CHUNK, sizeof(c));
+            const uint16_t *ix = (const uint16_t *)(r + ROW_IDX);
+            if (unlocked) {
+                fl_chunk_retain(c, 1);
+                ((fl_chunk_t **)held)[j] = c;
+                memcpy((uint16_t *)((fl_chunk_t **)held + B) + j * 2 * S, ix, 2 * S * sizeof(uint16_t));
+                continue;
+            }
+            if (obs_out) (void)fl_frames_gather(&t->lay, c, ix, NULL, obs_out + j * ob);
+            if (next_out) (void)fl_frames_gather(&t->lay, c, ix + S, NULL, next_out + j * ob);
         }
     }
     t->sampled += B;
     pthread_mutex_unlock(&t->mu);
+
+    if (unlocked) {
+        fl_chunk_t **hc = held;
+        const uint16_t *hix = (const uint16_t *)(hc + B);
+        fl_frames_reader_t *rd = NULL;
+        fl_err_t e2;
+        fl_err_init(&e2);
+        if (t->lay.zstd_level > 0 && fl_frames_reader_create(&t->lay, &rd, &e2) != FL_OK) {
+            for (size_t j = 0; j < B; j++) fl_chunk_release(hc[j], 1);
+            s = fl_err_set(err, FL_NO_MEMORY, "sample: %s", e2.msg);
+            goto done;
+        }
+        int bad = 0;
+        for (size_t j = 0; j < B; j++) {
+            const uint16_t *ix = hix + j * 2 * S;
+            if (obs_out) bad |= fl_frames_gather(&t->lay, hc[j], ix, rd, obs_out + j * ob);
+            if (next_out) bad |= fl_frames_gather(&t->lay, hc[j], ix + S, rd, next_out + j * ob);
+            fl_chunk_release(hc[j], 1);
+        }
+        fl_frames_reader_destroy(rd);
+        if (bad) {
+            s = fl_err_set(err, FL_DATA_LOSS, "sample: a stored frame no longer decompresses");
+            goto done;
+        }
+    }
 
     /* w_j = (N P_j)^-beta / (N P_min)^-beta = (q_min / q_j)^beta, with q_j >= q_min > 0. A
      * weight too small for a float is raised to FLT_MIN so that it stays positive. */
@@ -555,6 +736,7 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
         }
     }
 done:
+    free(held);
     scratch_free(slots, slot_stack);
     scratch_free(q, q_stack);
     return s;
@@ -631,6 +813,13 @@ void fl_table_info(fl_table_t *t, fl_table_info_t *info) {
     info->rebuilds = t->rebuilds;
     info->total_priority = fl_sumtree_total(t->tree);
     info->max_priority = t->max_priority;
+    double qmin = fl_sumtree_min(t->tree);
+    info->min_priority = isfinite(qmin) ? qmin : 0.0;
+    info->chunks = t->chunks;
+    info->frames = t->frames;
+    info->frame_bytes = t->chunk_bytes;
+    info->storage_bytes = t->chunk_bytes + (uint64_t)t->capacity * t->stride + fl_sumtree_bytes(t->tree) +
+                          (t->gone ? (t->capacity + 63) / 64 * 8 : 0) + (t->live_list ? t->capacity * 16 : 0);
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -725,6 +914,44 @@ fl_status fl_table_verify(fl_table_t *t, fl_err_t *err) {
                 goto done;
             }
     }
+    /* Chunks: in insertion order, the rows of one chunk are one run whose length is the
+     * chunk's row count; the frame indices lie within the chunk; the totals add up. */
+    {
+        window_t w = window_start(t);
+        uint64_t nchunks = 0, nframes = 0, nbytes = 0;
+        const size_t per = 2 * (size_t)t->lay.stack;
+        for (uint64_t i = 0; i < t->window;) {
+            fl_chunk_t *ch = row_chunk(t, seq_slot(t, w, w.seq + i));
+            uint64_t e = i;
+            while (e < t->window && row_chunk(t, seq_slot(t, w, w.seq + e)) == ch) {
+                const uint16_t *ix = row_idx(t, seq_slot(t, w, w.seq + e));
+                for (size_t k = 0; ch && k < per; k++)
+                    if (ix[k] >= ch->nframes) {
+                        s = fl_err_set(err, FL_INTERNAL, "table: seq %" PRIu64 " frame index %u of a chunk of %u",
+                                       w.seq + e, ix[k], ch->nframes);
+                        goto done;
+                    }
+                e++;
+            }
+            if (!ch || ch->rows != e - i || atomic_load(&ch->refs) < 1) {
+                s = fl_err_set(err, FL_INTERNAL,
+                               "table: seq %" PRIu64 " .. %" PRIu64 " share a chunk that counts %" PRIu64 " rows",
+                               w.seq + i, w.seq + e - 1, ch ? ch->rows : 0);
+                goto done;
+            }
+            nchunks++;
+            nframes += ch->nframes;
+            nbytes += fl_chunk_alloc_bytes(ch);
+            i = e;
+        }
+        if (nchunks != t->chunks || nframes != t->frames || nbytes != t->chunk_bytes) {
+            s = fl_err_set(err, FL_INTERNAL,
+                           "table: %" PRIu64 " chunks, %" PRIu64 " frames, %" PRIu64 " bytes counted, %" PRIu64
+                           " / %" PRIu64 " / %" PRIu64 " found",
+                           t->chunks, t->frames, t->chunk_bytes, nchunks, nframes, nbytes);
+            goto done;
+        }
+    }
     /* The tree sums groups of 8 pairwise, a few ulps per level, ~3 per level at worst;
      * 64 ulps covers any supported capacity. */
     double total = fl_sumtree_total(t->tree);
@@ -743,8 +970,6 @@ done:
 #error "replay checkpoints are written in host order, which must be little-endian"
 #endif
 
-/* Bytes of one row in the file: the head and both observations, no padding. */
-static size_t ckpt_row_bytes(size_t obs_bytes) { return sizeof(row_head_t) + 2 * obs_bytes; }
 
 /* The header as a byte buffer with a cursor. */
 typedef struct {
@@ -806,6 +1031,8 @@ static void header_encode(hdr_t *h, const fl_table_config_t *c, uint64_t obs_byt
     put_u64(h, c->seed);
     put_u64(h, c->rebuild_every);
     put_u64(h, obs_bytes);
+    put_u32(h, (uint32_t)c->frame_stack);
+    put_u32(h, (uint32_t)c->zstd_level);
     const uint64_t counters[] = {st->inserted,        st->window,        st->size,     st->sampled,
                                  st->removed,         st->updates_applied, st->updates_stale, st->rebuilds,
                                  st->since_rebuild,   st->draws_left,    st->fifo_head};
@@ -837,6 +1064,9 @@ static void header_decode(hdr_t *h, fl_table_config_t *c, uint64_t *obs_bytes, c
     c->seed = get_u64(h);
     c->rebuild_every = get_u64(h);
     *obs_bytes = get_u64(h);
+    uint32_t stack = get_u32(h), level = get_u32(h);
+    c->frame_stack = stack > FL_FRAMES_MAX_STACK ? -1 : (int)stack;
+    c->zstd_level = level > 19 ? -1 : (int)level;
     uint64_t *counters[] = {&st->inserted,      &st->window,          &st->size,          &st->sampled,
                             &st->removed,       &st->updates_applied, &st->updates_stale, &st->rebuilds,
                             &st->since_rebuild, &st->draws_left,      &st->fifo_head};
@@ -845,16 +1075,18 @@ static void header_decode(hdr_t *h, fl_table_config_t *c, uint64_t *obs_bytes, c
     for (int i = 0; i < 4; i++) st->rng.s[i] = get_u64(h);
 }
 
-/* Payload bytes after the header for a table of this shape, or 0 on overflow (a payload
- * is never empty: it holds at least the trailer). */
-static uint64_t ckpt_payload_bytes(uint64_t window, uint64_t size, size_t obs_bytes, int mts, int uniform) {
-    uint64_t row = ckpt_row_bytes(obs_bytes);
-    if (window > 0 && row > (UINT64_MAX / 2) / window) return 0;
+/* Bytes after the header up to the chunk section (rows, priorities, bitmap, list) for a
+ * table of this shape. */
+static uint64_t ckpt_fixed_bytes(uint64_t window, uint64_t size, size_t row, int mts, int uniform) {
     uint64_t n = window * row + window * 8;
     if (mts) n += (window + 63) / 64 * 8;
     if (mts && uniform) n += size * 8;
-    return n + 8 + 4; /* extra length, CRC (the extra bytes come on top) */
+    return n;
 }
+/* The smallest tail after them: chunk count, extra length, CRC. */
+#define CKPT_TAIL_MIN (8u + 8u + 4u)
+/* Per chunk in the file: nframes u32, compressed u32, data bytes u64, then the data. */
+#define CKPT_CHUNK_HEAD 16u
 
 /* A file being written or read, with a running CRC-32. */
 typedef struct {
@@ -896,6 +1128,9 @@ struct fl_table_snapshot {
     double *q;           /* (window) */
     uint64_t *gone;      /* mts: (ceil(window / 64)) */
     uint64_t *live_list; /* mts and uniform: (size) */
+    fl_chunk_t **chunks; /* (nchunks) in insertion order, one reference each */
+    uint64_t nchunks;    /* the rows' chunk fields hold indices into chunks */
+    size_t row_bytes;
 };
 typedef struct fl_table_snapshot snapshot_t;
 
@@ -905,6 +1140,8 @@ void fl_table_snapshot_free(fl_table_snapshot_t *sn) {
     free(sn->q);
     free(sn->gone);
     free(sn->live_list);
+    for (uint64_t i = 0; i < sn->nchunks; i++) fl_chunk_release(sn->chunks[i], 1);
+    free(sn->chunks);
     free(sn);
 }
 
@@ -915,6 +1152,7 @@ fl_status fl_table_snapshot_take(fl_table_t *t, fl_table_snapshot_t **out, fl_er
     sn->cfg = t->cfg;
     sn->obs_bytes = t->obs_bytes;
     sn->stride = t->stride;
+    sn->row_bytes = t->row_bytes;
     sn->mts = t->mts > 0;
     pthread_mutex_lock(&t->mu);
     uint64_t w = t->window;
@@ -923,7 +1161,8 @@ fl_status fl_table_snapshot_take(fl_table_t *t, fl_table_snapshot_t **out, fl_er
     sn->q = malloc(w ? (size_t)w * sizeof(double) : 1);
     if (t->gone) sn->gone = malloc(words ? words * sizeof(uint64_t) : 1);
     if (t->live_list) sn->live_list = malloc(t->size ? (size_t)t->size * sizeof(uint64_t) : 1);
-    if (!sn->rows || !sn->q || (t->gone && !sn->gone) || (t->live_list && !sn->live_list)) {
+    sn->chunks = malloc(t->chunks ? (size_t)t->chunks * sizeof(fl_chunk_t *) : 1);
+    if (!sn->rows || !sn->q || (t->gone && !sn->gone) || (t->live_list && !sn->live_list) || !sn->chunks) {
         pthread_mutex_unlock(&t->mu);
         fl_table_snapshot_free(sn);
         return fl_err_set(err, FL_NO_MEMORY, "checkpoint: cannot allocate a copy of %" PRIu64 " rows of %zu bytes", w,
@@ -941,6 +1180,22 @@ fl_status fl_table_snapshot_take(fl_table_t *t, fl_table_snapshot_t **out, fl_er
         if (w % 64) sn->gone[words - 1] &= (UINT64_C(1) << (w % 64)) - 1;
     }
     if (t->live_list) memcpy(sn->live_list, t->live_list, (size_t)t->size * sizeof(uint64_t));
+    /* The chunks, numbered in insertion order (each is one run of rows), one reference
+     * each; the copied rows get the numbers instead of the pointers. */
+    window_t ws = window_start(t);
+    fl_chunk_t *prev = NULL;
+    for (uint64_t i = 0; i < w; i++) {
+        uint64_t slot = seq_slot(t, ws, ws.seq + i);
+        fl_chunk_t *c = row_chunk(t, slot);
+        if (c != prev) {
+            fl_chunk_retain(c, 1);
+            sn->chunks[sn->nchunks++] = c;
+            prev = c;
+        }
+        uint64_t index = sn->nchunks - 1;
+        memcpy(sn->rows + (size_t)slot * t->stride + ROW_CHUNK, &index, sizeof(index));
+    }
+    assert(sn->nchunks == t->chunks);
     pthread_mutex_unlock(&t->mu);
     *out = sn;
     return FL_OK;
@@ -989,12 +1244,22 @@ fl_status fl_table_snapshot_write(const fl_table_snapshot_t *sn, const char *pat
     hdr_t h;
     header_encode(&h, &sn->cfg, sn->obs_bytes, &sn->st);
     int ok = io_write(&io, h.b, sizeof(h.b));
-    size_t rb = ckpt_row_bytes(sn->obs_bytes);
+    size_t rb = sn->row_bytes;
     uint64_t w = sn->st.window;
     for (uint64_t r = 0; ok && r < w; r++) ok = io_write(&io, sn->rows + (size_t)r * sn->stride, rb);
     ok = ok && io_write(&io, sn->q, (size_t)w * sizeof(double));
     if (sn->gone) ok = ok && io_write(&io, sn->gone, (size_t)((w + 63) / 64) * sizeof(uint64_t));
     if (sn->live_list) ok = ok && io_write(&io, sn->live_list, (size_t)sn->st.size * sizeof(uint64_t));
+    uint64_t chunk_section = 8;
+    ok = ok && io_write(&io, &sn->nchunks, sizeof(uint64_t));
+    for (uint64_t i = 0; ok && i < sn->nchunks; i++) {
+        const fl_chunk_t *c = sn->chunks[i];
+        uint32_t head[2] = {c->nframes, c->compressed};
+        uint64_t bytes = c->data_bytes;
+        ok = io_write(&io, head, sizeof(head)) && io_write(&io, &bytes, sizeof(bytes)) &&
+             io_write(&io, c->data, c->data_bytes);
+        chunk_section += CKPT_CHUNK_HEAD + c->data_bytes;
+    }
     uint64_t elen = extra_len;
     ok = ok && io_write(&io, &elen, sizeof(elen));
     if (extra_len) ok = ok && io_write(&io, extra, extra_len);
@@ -1018,8 +1283,8 @@ fl_status fl_table_snapshot_write(const fl_table_snapshot_t *sn, const char *pat
     }
     if ((s = fsync_dir_of(path, err)) != FL_OK) goto done;
     assert(io.bytes == FL_TABLE_CKPT_HEADER_BYTES +
-                           ckpt_payload_bytes(w, sn->st.size, sn->obs_bytes, sn->mts, sn->live_list != NULL) +
-                           extra_len);
+                           ckpt_fixed_bytes(w, sn->st.size, sn->row_bytes, sn->mts, sn->live_list != NULL) +
+                           chunk_section + 8 + extra_len + 4);
     if (info) {
         info->items = sn->st.size;
         info->bytes = io.bytes;
@@ -1059,6 +1324,7 @@ static fl_status check_signature(const char *path, const fl_table_config_t *f, c
     if (f->alpha != e->alpha) MISMATCH("alpha", "%.17g", f->alpha, e->alpha);
     if (f->priority_eps != e->priority_eps) MISMATCH("priority_eps", "%.17g", f->priority_eps, e->priority_eps);
     if (f->shard_id != e->shard_id) MISMATCH("shard_id", "%d", f->shard_id, e->shard_id);
+    if (f->frame_stack != e->frame_stack) MISMATCH("frame_stack", "%d", f->frame_stack, e->frame_stack);
 #undef MISMATCH
     return FL_OK;
 }
@@ -1111,6 +1377,47 @@ static fl_status check_loaded(const char *path, fl_table_t *t, const double *q, 
     return FL_OK;
 }
 
+/* Points the loaded rows [0, w) (whose chunk fields hold chunk numbers) at their chunks,
+ * after checking every number and frame index, and that every chunk has a row. Changes
+ * nothing on failure. */
+static fl_status attach_loaded(const char *path, fl_table_t *t, uint64_t w, fl_chunk_t **chunks, uint64_t nchunks,
+                               fl_err_t *err) {
+    const size_t per = 2 * (size_t)t->lay.stack;
+    uint64_t *rows = calloc(nchunks ? (size_t)nchunks : 1, sizeof(uint64_t));
+    if (!rows) return fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory", path);
+    for (uint64_t r = 0; r < w; r++) {
+        uint64_t index;
+        memcpy(&index, t->rows + (size_t)r * t->stride + ROW_CHUNK, sizeof(index));
+        if (index >= nchunks) {
+            free(rows);
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: slot %" PRIu64 " names chunk %" PRIu64
+                              " of %" PRIu64, path, r, index, nchunks);
+        }
+        const uint16_t *ix = row_idx(t, r);
+        for (size_t k = 0; k < per; k++)
+            if (ix[k] >= chunks[index]->nframes) {
+                free(rows);
+                return fl_err_set(err, FL_INVALID_ARGUMENT,
+                                  "checkpoint %s: slot %" PRIu64 " names frame %u of a chunk of %u", path, r, ix[k],
+                                  chunks[index]->nframes);
+            }
+        rows[index]++;
+    }
+    for (uint64_t i = 0; i < nchunks; i++)
+        if (rows[i] == 0) {
+            free(rows);
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: chunk %" PRIu64 " is used by no slot", path, i);
+        }
+    for (uint64_t r = 0; r < w; r++) {
+        uint64_t index;
+        memcpy(&index, t->rows + (size_t)r * t->stride + ROW_CHUNK, sizeof(index));
+        memcpy(t->rows + (size_t)r * t->stride + ROW_CHUNK, &chunks[index], sizeof(fl_chunk_t *));
+    }
+    for (uint64_t i = 0; i < nchunks; i++) attach_chunk(t, chunks[i], rows[i]);
+    free(rows);
+    return FL_OK;
+}
+
 fl_status fl_table_load(const char *path, const fl_table_config_t *expected, fl_table_t **out, fl_err_t *err) {
     return fl_table_load_extra(path, expected, out, NULL, NULL, err);
 }
@@ -1121,6 +1428,9 @@ fl_status fl_table_load_extra(const char *path, const fl_table_config_t *expecte
     if (extra) *extra = NULL;
     if (extra_len) *extra_len = 0;
     uint8_t *xbuf = NULL;
+    fl_chunk_t **chunks = NULL;
+    uint64_t nchunks = 0;
+    int attached = 0;
     if (!path || !*path) return fl_err_set(err, FL_INVALID_ARGUMENT, "restore: empty checkpoint path");
     fl_status s = FL_OK;
     fl_table_t *t = NULL;
@@ -1184,6 +1494,7 @@ fl_status fl_table_load_extra(const char *path, const fl_table_config_t *expecte
     if (expected) {
         if ((s = check_signature(path, &fc, expected, err)) != FL_OK) goto fail;
         fc.rebuild_every = expected->rebuild_every;
+        fc.zstd_level = expected->zstd_level; /* chunks say whether they are compressed */
     }
     uint64_t want_window = st.inserted < fc.capacity ? st.inserted : fc.capacity;
     if (st.window != want_window || st.size > st.window || st.inserted > FL_TABLE_KEY_SEQ_MASK) {
@@ -1194,18 +1505,14 @@ fl_status fl_table_load_extra(const char *path, const fl_table_config_t *expecte
         goto fail;
     }
     int mts = fc.max_times_sampled > 0, uniform = fc.selector == FL_SELECTOR_UNIFORM;
-    uint64_t payload = ckpt_payload_bytes(st.window, st.size, want_obs, mts, uniform);
-    if (payload == 0 || file_bytes < FL_TABLE_CKPT_HEADER_BYTES + payload ||
-        file_bytes - FL_TABLE_CKPT_HEADER_BYTES - payload > FL_TABLE_CKPT_MAX_EXTRA) {
+    uint64_t fixed = ckpt_fixed_bytes(st.window, st.size, row_bytes(fc.frame_stack), mts, uniform);
+    if (file_bytes < FL_TABLE_CKPT_HEADER_BYTES + fixed + CKPT_TAIL_MIN) {
         s = fl_err_set(err, FL_INVALID_ARGUMENT,
-                       "checkpoint %s: %" PRIu64 " bytes, expected %" PRIu64 " (+ at most %u extra) for %" PRIu64
-                       " slots (%s)",
-                       path, file_bytes, (uint64_t)FL_TABLE_CKPT_HEADER_BYTES + payload, FL_TABLE_CKPT_MAX_EXTRA,
-                       st.window,
-                       file_bytes < FL_TABLE_CKPT_HEADER_BYTES + payload ? "truncated" : "trailing bytes");
+                       "checkpoint %s: %" PRIu64 " bytes, at least %" PRIu64 " expected for %" PRIu64
+                       " slots (truncated)",
+                       path, file_bytes, (uint64_t)FL_TABLE_CKPT_HEADER_BYTES + fixed + CKPT_TAIL_MIN, st.window);
         goto fail;
     }
-    uint64_t want_extra = file_bytes - FL_TABLE_CKPT_HEADER_BYTES - payload;
 
     fl_table_config_t tc = fc;
     if ((s = fl_table_create(&tc, &t, err)) != FL_OK) {
@@ -1218,18 +1525,61 @@ fl_status fl_table_load_extra(const char *path, const fl_table_config_t *expecte
         s = fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory for %" PRIu64 " priorities", path, w);
         goto fail;
     }
-    size_t rb = ckpt_row_bytes(t->obs_bytes);
+    size_t rb = t->row_bytes;
     int ok = 1;
     for (uint64_t r = 0; ok && r < w; r++) ok = io_read(&io, row_at(t, r), rb);
     ok = ok && io_read(&io, q, (size_t)w * sizeof(double));
     if (t->gone) ok = ok && io_read(&io, t->gone, (size_t)((w + 63) / 64) * sizeof(uint64_t));
     if (t->live_list) ok = ok && io_read(&io, t->live_list, (size_t)st.size * sizeof(uint64_t));
+    /* The chunks: every size is checked against what the file has left before it is
+     * allocated or read. */
+    ok = ok && io_read(&io, &nchunks, sizeof(nchunks));
+    if (ok && (nchunks > w || (w > 0 && nchunks == 0))) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: %" PRIu64 " chunks for %" PRIu64 " slots", path,
+                       nchunks, w);
+        goto fail;
+    }
+    if (ok && !(chunks = calloc(nchunks ? (size_t)nchunks : 1, sizeof(fl_chunk_t *)))) {
+        s = fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory for %" PRIu64 " chunks", path, nchunks);
+        goto fail;
+    }
+    for (uint64_t i = 0; ok && i < nchunks; i++) {
+        uint32_t head[2];
+        uint64_t bytes = 0;
+        ok = io_read(&io, head, sizeof(head)) && io_read(&io, &bytes, sizeof(bytes));
+        if (!ok) break;
+        if (bytes > file_bytes - io.bytes || file_bytes - io.bytes - bytes < 8 + 4) {
+            s = fl_err_set(err, FL_INVALID_ARGUMENT,
+                           "checkpoint %s: chunk %" PRIu64 " of %" PRIu64 " bytes, the file has %" PRIu64
+                           " left (truncated)",
+                           path, i, bytes, file_bytes - io.bytes);
+            goto fail;
+        }
+        uint8_t *data = malloc(bytes ? (size_t)bytes : 1);
+        if (!data) {
+            s = fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory for chunk %" PRIu64, path, i);
+            goto fail;
+        }
+        ok = io_read(&io, data, (size_t)bytes);
+        if (ok) {
+            fl_err_init(&e2);
+            s = fl_chunk_from_data(&t->lay, head[0], head[1], data, (size_t)bytes, &chunks[i], &e2);
+            if (s != FL_OK) {
+                free(data);
+                s = fl_err_set(err, s, "checkpoint %s: chunk %" PRIu64 ": %s", path, i, e2.msg);
+                goto fail;
+            }
+        }
+        free(data);
+    }
     uint64_t elen = UINT64_MAX;
     ok = ok && io_read(&io, &elen, sizeof(elen));
-    if (ok && elen != want_extra) {
+    uint64_t want_extra = ok && file_bytes - io.bytes >= 4 ? file_bytes - io.bytes - 4 : 0;
+    if (ok && (elen != want_extra || want_extra > FL_TABLE_CKPT_MAX_EXTRA)) {
         s = fl_err_set(err, FL_INVALID_ARGUMENT,
-                       "checkpoint %s: extra section of %" PRIu64 " bytes, but the file size leaves %" PRIu64, path,
-                       elen, want_extra);
+                       "checkpoint %s: extra section of %" PRIu64 " bytes, but the file size leaves %" PRIu64
+                       " (at most %u; truncated or trailing bytes)",
+                       path, elen, want_extra, FL_TABLE_CKPT_MAX_EXTRA);
         goto fail;
     }
     xbuf = malloc(want_extra ? (size_t)want_extra : 1);
@@ -1253,6 +1603,8 @@ fl_status fl_table_load_extra(const char *path, const fl_table_config_t *expecte
         s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: removed bits set past the window", path);
         goto fail;
     }
+    if ((s = attach_loaded(path, t, w, chunks, nchunks, err)) != FL_OK) goto fail;
+    attached = 1;
     t->inserted = st.inserted;
     t->window = st.window;
     t->size = st.size;
@@ -1278,6 +1630,7 @@ fl_status fl_table_load_extra(const char *path, const fl_table_config_t *expecte
     }
     fclose(io.f);
     free(q);
+    free(chunks);
     *out = t;
     if (extra && want_extra) {
         *extra = xbuf;
@@ -1291,6 +1644,9 @@ fail:
     fclose(io.f);
     free(q);
     free(xbuf);
+    if (chunks && !attached)
+        for (uint64_t i = 0; i < nchunks; i++) free(chunks[i]); /* never shared */
+    free(chunks);
     fl_table_destroy(t);
     return s;
 }

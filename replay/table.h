@@ -57,6 +57,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "replay/frames.h"
 
 #define FL_TABLE_MAX_RANK 4
 #define FL_TABLE_KEY_SHARD_SHIFT 56
@@ -99,11 +100,14 @@ typedef struct fl_table_config {
                                           item is removed once sampled that many times */
     uint64_t rebuild_every;            /* applied priority updates between full sum-tree
                                           rebuilds (fl_table_rebuild); 0: never */
+    int frame_stack;                   /* 1 .. FL_FRAMES_MAX_STACK: an observation is this many
+                                          frames on its last axis (replay/frames.h); 1: none */
+    int zstd_level;                    /* 0: frames stored raw; 1 .. 19: each frame zstd-compressed */
 } fl_table_config_t;
 
 /* Ape-X defaults: capacity 2,000,000, alpha 0.6, priority_eps 1e-6, shard 0, seed 0,
- * selector prioritized, max_times_sampled 0 (unlimited), rebuild_every 2^20; the caller
- * still sets obs_dtype, obs_rank and obs_shape. */
+ * selector prioritized, max_times_sampled 0 (unlimited), rebuild_every 2^20, frame_stack
+ * 1, zstd_level 0; the caller still sets obs_dtype, obs_rank and obs_shape. */
 void fl_table_config_init(fl_table_config_t *cfg);
 
 typedef struct fl_table fl_table_t;
@@ -168,6 +172,12 @@ typedef struct fl_table_info {
     double total_priority;    /* sum over live items of (p + eps)^alpha */
     double max_priority;      /* largest |TD| priority ever inserted or applied (before eps
                                  and alpha); 0 before the first insert */
+    double min_priority;      /* smallest positive (p + eps)^alpha over live items; 0 if none */
+    uint64_t chunks;          /* frame chunks held (one per insert call, see replay/frames.h) */
+    uint64_t frames;          /* distinct frames they hold */
+    uint64_t frame_bytes;     /* bytes they occupy (compressed when zstd_level > 0) */
+    uint64_t storage_bytes;   /* everything the table holds: frame_bytes plus the rows, the
+                                 sum-tree and the removal bookkeeping, sized for capacity */
 } fl_table_info_t;
 
 void fl_table_info(fl_table_t *t, fl_table_info_t *info);
@@ -233,7 +243,7 @@ fl_status fl_table_verify(fl_table_t *t, fl_err_t *err);
 #define FL_TABLE_CKPT_MAGIC "FLRPLAY"
 #define FL_TABLE_CKPT_VERSION 2u
 #define FL_TABLE_CKPT_MAX_EXTRA (64u << 20)
-#define FL_TABLE_CKPT_HEADER_BYTES 232u
+#define FL_TABLE_CKPT_HEADER_BYTES 240u
 
 typedef struct fl_table_save_info {
     uint64_t items; /* live items saved */

@@ -309,7 +309,7 @@ static void test_roundtrip_empty(void **state) {
     fl_table_save_info_t si;
     assert_int_equal(fl_table_save(t, p, &si, &e), FL_OK);
     assert_int_equal(si.items, 0);
-    assert_int_equal(si.bytes, FL_TABLE_CKPT_HEADER_BYTES + 8 + 4);
+    assert_int_equal(si.bytes, FL_TABLE_CKPT_HEADER_BYTES + 8 + 8 + 4); /* chunk count, extra length, CRC */
     assert_int_equal(fl_table_load(p, &cfg, &u, &e), FL_OK);
     assert_info_equal(t, u);
     assert_same_future(t, u, 6);
@@ -378,7 +378,10 @@ static void expect_load_error(const void *bytes, size_t len, const fl_table_conf
     fl_err_t e;
     fl_err_init(&e);
     fl_status s = fl_table_load(p, cfg, &u, &e);
-    if (s != code) fail_msg("load of %zu bytes: status %d, expected %d: %s", len, (int)s, (int)code, e.msg);
+    if (s != code) {
+        fl_table_destroy(u);
+        fail_msg("load of %zu bytes (expecting %s): status %d, expected %d: %s", len, frag1 ? frag1 : "", (int)s, (int)code, e.msg);
+    }
     assert_null(u);
     assert_non_null(strstr(e.msg, p));
     if (frag1 && !strstr(e.msg, frag1)) fail_msg("'%s' lacks '%s'", e.msg, frag1);
@@ -497,7 +500,7 @@ static void test_malformed(void **state) {
     fix_crc(b, len);
     expect_load_error(b, len, &cfg, FL_INVALID_ARGUMENT, "size", NULL);
     memcpy(b, good, len);
-    size_t rows = 37 * (16 + 2 * OBS_BYTES);
+    size_t rows = 37 * (16 + 8 + 2 * 2); /* head, chunk number, two frame indices */
     double neg = -1.0;
     memcpy(b + H + rows, &neg, 8);
     fix_crc(b, len);
