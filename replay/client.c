@@ -547,6 +547,9 @@ fl_status fl_replay_info(fl_replay_client_t *c, int64_t timeout_ms, fl_replay_in
     out->inserts_waiting = r->inserts_waiting;
     out->samples_waiting = r->samples_waiting;
     out->sampling_mass = r->sampling_mass;
+    out->min_priority = r->min_priority;
+    out->storage_bytes = r->storage_bytes;
+    out->frames = r->frames;
     out->total_priority = r->total_priority;
     out->max_priority = r->max_priority;
     out->uptime_s = r->uptime_s;
@@ -837,7 +840,7 @@ static fl_status refresh_views(fl_replay_sharded_t *s, int64_t timeout_ms, fl_er
             v->mass = mass_of(jobs[i].info.sampling_mass, v->total);
             v->size = jobs[i].info.size;
             v->seen_at = t;
-            if (!(v->total > 0.0)) v->min_q = 0.0;
+            v->min_q = v->total > 0.0 ? jobs[i].info.min_priority : 0.0;
         }
     }
     s->have_views = st == FL_OK;
@@ -1054,7 +1057,7 @@ fl_status fl_replay_sharded_sample(fl_replay_sharded_t *s, size_t batch_size, do
                 now[i].mass = mass_of(j->info.sampling_mass, now[i].total);
                 now[i].size = j->info.size;
                 now[i].seen_at = fl_clock_sec();
-                if (!(now[i].total > 0.0)) now[i].min_q = 0.0;
+                now[i].min_q = now[i].total > 0.0 ? j->info.min_priority : 0.0;
                 continue;
             }
             if ((st = check_sampled(s, j, out, err)) != FL_OK) goto done;
@@ -1225,6 +1228,10 @@ fl_status fl_replay_sharded_info(fl_replay_sharded_t *s, int64_t timeout_ms, fl_
         t.rejected += in->rejected;
         t.total_priority += in->total_priority;
         t.sampling_mass += in->sampling_mass;
+        t.storage_bytes += in->storage_bytes;
+        t.frames += in->frames;
+        if (in->min_priority > 0.0 && (t.min_priority == 0.0 || in->min_priority < t.min_priority))
+            t.min_priority = in->min_priority;
         t.max_priority = fmax(t.max_priority, in->max_priority);
         t.uptime_s = answered++ ? fmin(t.uptime_s, in->uptime_s) : in->uptime_s;
         t.samples_per_insert = fmax(t.samples_per_insert, in->samples_per_insert);

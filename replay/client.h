@@ -44,10 +44,8 @@
  *     weights w_i = (N P(i))^-beta / max_j (N P_j)^-beta = (q_min / q_i)^beta with q_min
  *     the smallest positive priority over all shards, i.e. the shard's own weight times
  *     (q_min / q_min_s)^beta. Each Sample response carries its shard's q_min_s (see
- *     SampleResponse.min_priority); a shard that got no rows contributes the q_min_s it
- *     reported when it last did (Info cannot report it: the table does not expose its
- *     minimum), so weights are exact once every shard has served a batch and its
- *     minimum has not moved since. table_size is sum N_s, total_priority T and
+ *     SampleResponse.min_priority), and so does the Info answer of a shard that got no
+ *     rows (ReplayInfo.min_priority), so weights use every shard's current minimum. table_size is sum N_s, total_priority T and
  *     min_priority q_min, at sampling time.
  *     A shard that refuses its rows (FAILED_PRECONDITION: fewer items than its share of
  *     replay.min_size_to_sample, or its rate limiter) after waiting for them is left out
@@ -159,6 +157,9 @@ typedef struct fl_replay_info {
     uint32_t inserts_waiting, samples_waiting; /* calls waiting right now */
     double sampling_mass;                      /* what the shard's draws are proportional to: total_priority
                                                   (prioritized selector) or size (uniform, fifo) */
+    double min_priority;                       /* prioritized: smallest positive p^alpha held; 0 when
+                                                  none and with the other selectors */
+    uint64_t storage_bytes, frames;            /* table memory, distinct frames stored */
 } fl_replay_info_t;
 
 fl_status fl_replay_info(fl_replay_client_t *c, int64_t timeout_ms, fl_replay_info_t *out, fl_err_t *err);
@@ -205,8 +206,8 @@ fl_status fl_replay_sharded_update_priorities(fl_replay_sharded_t *s, size_t n, 
                                               const float *priorities, uint64_t *applied, fl_err_t *err);
 /* Info from every shard, concurrently. per_shard (count entries, may be NULL) gets each
  * shard's answer; total (may be NULL) the sum over shards of the counters, sizes,
- * capacities, priority totals and blocked times, the largest max_priority and
- * samples_per_insert, the smallest uptime_s, and shard_id 0. On failure (the first
+ * capacities, priority totals, storage and blocked times, the largest max_priority and
+ * samples_per_insert, the smallest uptime_s and positive min_priority, and shard_id 0. On failure (the first
  * failing shard's error) total is left as it was, and so are the entries of shards
  * that did not answer. */
 fl_status fl_replay_sharded_info(fl_replay_sharded_t *s, int64_t timeout_ms, fl_replay_info_t *total,
