@@ -818,6 +818,7 @@ void fl_table_info(fl_table_t *t, fl_table_info_t *info) {
     info->chunks = t->chunks;
     info->frames = t->frames;
     info->frame_bytes = t->chunk_bytes;
+    info->row_bytes = t->stride;
     info->storage_bytes = t->chunk_bytes + (uint64_t)t->capacity * t->stride + fl_sumtree_bytes(t->tree) +
                           (t->gone ? (t->capacity + 63) / 64 * 8 : 0) + (t->live_list ? t->capacity * 16 : 0);
     pthread_mutex_unlock(&t->mu);

@@ -178,6 +178,7 @@ typedef struct fl_table_info {
     uint64_t frame_bytes;     /* bytes they occupy (compressed when zstd_level > 0) */
     uint64_t storage_bytes;   /* everything the table holds: frame_bytes plus the rows, the
                                  sum-tree and the removal bookkeeping, sized for capacity */
+    uint64_t row_bytes;       /* bytes of one slot's row (scalars, chunk pointer, frame indices) */
 } fl_table_info_t;
 
 void fl_table_info(fl_table_t *t, fl_table_info_t *info);
