@@ -16,6 +16,7 @@
 #include "kernels/optim.h"
 #include "learner/dqn.h"
 #include "paramserver/client.h"
+#include "replay/prefetch.h"
 
 /* How long one Sample may wait for the shard to fill (and for its batch). */
 #define SAMPLE_TIMEOUT_MS 2000
@@ -49,7 +50,10 @@ struct fl_learner {
     fl_param_client_t *params;
     fl_reporter_t *rep;
 
-    fl_replay_batch_t batch;
+    fl_replay_batch_t batch;         /* learner.prefetch = 0: sampled into here */
+    fl_replay_prefetch_t *prefetch;  /* learner.prefetch > 0: that many Sample calls in flight */
+    fl_replay_prefetched_t *taken;   /* the prefetched batch being trained on, or NULL */
+    fl_replay_batch_t *cur;          /* the batch being trained on */
     float *obs_f;      /* (batch_size, obs_count) */
     float *next_f;     /* (batch_size, obs_count) */
     float *priorities; /* (batch_size) */
@@ -272,6 +276,13 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
         goto fail;
     }
     fl_replay_sharded_set_timeout(l->replay, FL_LEARNER_RPC_TIMEOUT_MS);
+    l->cur = &l->batch;
+    if (cfg->learner_prefetch > 0 &&
+        (s = fl_replay_prefetch_create(l->replay, (int)cfg->learner_prefetch, (size_t)l->batch_size, l->obs_bytes,
+                                       cfg->replay_beta, SAMPLE_TIMEOUT_MS, &l->prefetch, err)) != FL_OK) {
+        fl_err_prefix(err, "learner: learner.prefetch");
+        goto fail;
+    }
     if ((s = fl_param_client_create(opts->paramserver_addr, &l->params, err)) != FL_OK) {
         fl_err_prefix(err, "learner: parameter server %s", opts->paramserver_addr);
         goto fail;
@@ -292,6 +303,7 @@ void fl_learner_destroy(fl_learner_t *l) {
     if (!l) return;
     fl_reporter_destroy(l->rep);
     fl_param_client_destroy(l->params);
+    fl_replay_prefetch_destroy(l->prefetch); /* before the client its threads use */
     fl_replay_sharded_destroy(l->replay);
     fl_replay_batch_free(&l->batch);
     free(l->obs_f);
@@ -356,7 +368,29 @@ static fl_status publish(fl_learner_t *l, int retry, fl_err_t *err) {
     }
 }
 
-/* Samples one batch into l->batch. FL_OK with a batch, FL_CANCELLED when stopped while
+/* One Sample: synchronously into l->batch, or the next prefetched result (held in
+ * l->taken until release_batch). */
+static fl_status sample_once(fl_learner_t *l, fl_err_t *e) {
+    if (!l->prefetch)
+        return fl_replay_sharded_sample(l->replay, (size_t)l->batch_size, l->cfg.replay_beta, SAMPLE_TIMEOUT_MS,
+                                        &l->batch, e);
+    fl_replay_prefetched_t *r = NULL;
+    while (!fl_replay_prefetch_next(l->prefetch, 200, &r))
+        if (stopping(l)) return fl_err_set(e, FL_CANCELLED, "learner: stopped while sampling");
+    l->taken = r;
+    l->cur = r->batch;
+    if (r->status != FL_OK) *e = r->err;
+    return r->status;
+}
+
+/* Gives a prefetched batch back to its sampler thread. */
+static void release_batch(fl_learner_t *l) {
+    if (l->taken) fl_replay_prefetch_release(l->prefetch, l->taken);
+    l->taken = NULL;
+    l->cur = &l->batch;
+}
+
+/* Samples one batch into l->cur. FL_OK with a batch, FL_CANCELLED when stopped while
  * waiting for data or for the shard to come back, another status for a real error. */
 static fl_status sample(fl_learner_t *l, fl_err_t *err) {
     double t0 = fl_clock_sec(), last_wait_log = -1e9;
@@ -369,11 +403,16 @@ static fl_status sample(fl_learner_t *l, fl_err_t *err) {
         fl_err_t e;
         fl_err_init(&e);
         double tc = fl_clock_sec();
-        fl_status s = fl_replay_sharded_sample(l->replay, (size_t)l->batch_size, l->cfg.replay_beta, SAMPLE_TIMEOUT_MS,
-                                               &l->batch, &e);
-        if (s == FL_OK && l->batch.count > 0) {
+        fl_status s = sample_once(l, &e);
+        if (s == FL_OK && l->cur->count > 0) {
             outage_ok(&l->replay_out);
             result = FL_OK;
+            break;
+        }
+        release_batch(l); /* a failed call's buffer goes back at once */
+        if (s == FL_CANCELLED) {
+            result = s;
+            *err = e;
             break;
         }
         if (s == FL_OK || s == FL_FAILED_PRECONDITION) {
@@ -406,7 +445,7 @@ static fl_status send_priorities(fl_learner_t *l, size_t n, fl_err_t *err) {
         fl_err_t e;
         fl_err_init(&e);
         uint64_t applied = 0;
-        fl_status s = fl_replay_sharded_update_priorities(l->replay, n, l->batch.keys, l->priorities, &applied, &e);
+        fl_status s = fl_replay_sharded_update_priorities(l->replay, n, l->cur->keys, l->priorities, &applied, &e);
         if (s == FL_OK) {
             outage_ok(&l->replay_out);
             l->st.priorities_sent += n;
@@ -424,14 +463,14 @@ static fl_status send_priorities(fl_learner_t *l, size_t n, fl_err_t *err) {
 /* ---- the loop ---------------------------------------------------------------------- */
 
 static fl_status train_step(fl_learner_t *l, fl_err_t *err) {
-    const size_t n = l->batch.count;
-    if (l->batch.obs_bytes != l->obs_bytes)
+    const fl_replay_batch_t *cb = l->cur;
+    const size_t n = cb->count;
+    if (cb->obs_bytes != l->obs_bytes)
         return fl_err_set(err, FL_DATA_LOSS, "learner: sampled observations of %zu bytes (expected %zu)",
-                          l->batch.obs_bytes, l->obs_bytes);
-    fl_dtype_to_float(l->obs.dtype, l->batch.obs, n * l->obs_count, l->obs_f);
-    fl_dtype_to_float(l->obs.dtype, l->batch.next_obs, n * l->obs_count, l->next_f);
-    fl_dqn_batch_t b = {(int)n, l->obs_f, l->batch.actions, l->batch.rewards, l->batch.discounts, l->next_f,
-                        l->batch.weights};
+                          cb->obs_bytes, l->obs_bytes);
+    fl_dtype_to_float(l->obs.dtype, cb->obs, n * l->obs_count, l->obs_f);
+    fl_dtype_to_float(l->obs.dtype, cb->next_obs, n * l->obs_count, l->next_f);
+    fl_dqn_batch_t b = {(int)n, l->obs_f, cb->actions, cb->rewards, cb->discounts, l->next_f, cb->weights};
     fl_dqn_stats_t ds;
     fl_err_t e;
     fl_err_init(&e);
@@ -479,10 +518,11 @@ fl_status fl_learner_run(fl_learner_t *l, fl_err_t *err) {
         s = sample(l, err);
         if (s != FL_OK) break;
         if (!trained) {
-            FL_INFO("replay ready (%llu transitions); training", (unsigned long long)l->batch.table_size);
+            FL_INFO("replay ready (%llu transitions); training", (unsigned long long)l->cur->table_size);
             trained = 1;
         }
         s = train_step(l, err);
+        release_batch(l);
         report(l, 0);
     }
     if (s == FL_CANCELLED) s = FL_OK; /* stopped while waiting: a clean stop */

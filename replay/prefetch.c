@@ -1,0 +1,172 @@
+/* prefetch: sampler threads and a ready queue (see prefetch.h).
+ *
+ * Each slot is one thread's buffer and result, in one of three states: SAMPLING (the
+ * thread owns it), READY (in the queue), TAKEN (the learner owns it). One mutex guards
+ * the states and the queue; two condition variables wake the learner (a result is
+ * ready) and the threads (a buffer came back, or stop). */
+#include "replay/prefetch.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+
+enum { SAMPLING, READY, TAKEN };
+
+typedef struct slot {
+    struct fl_replay_prefetch *p;
+    pthread_t th;
+    int started;
+    int state;
+    fl_replay_batch_t batch;
+    fl_replay_prefetched_t result;
+} slot_t;
+
+struct fl_replay_prefetch {
+    fl_replay_sharded_t *rs;
+    int depth;
+    size_t batch_size;
+    double beta;
+    int64_t timeout_ms;
+    pthread_mutex_t mu;
+    pthread_cond_t ready_cv, back_cv;
+    int stop;
+    int *queue; /* (depth) slot numbers of ready results, oldest first */
+    int qhead, qlen;
+    slot_t *slots;
+};
+
+static void *sampler(void *arg) {
+    slot_t *sl = arg;
+    fl_replay_prefetch_t *p = sl->p;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (!p->stop && sl->state != SAMPLING) pthread_cond_wait(&p->back_cv, &p->mu);
+        int stop = p->stop;
+        pthread_mutex_unlock(&p->mu);
+        if (stop) break;
+        fl_err_init(&sl->result.err);
+        double t0 = fl_clock_sec();
+        sl->result.status =
+            fl_replay_sharded_sample(p->rs, p->batch_size, p->beta, p->timeout_ms, &sl->batch, &sl->result.err);
+        sl->result.sample_s = fl_clock_sec() - t0;
+        pthread_mutex_lock(&p->mu);
+        sl->state = READY;
+        p->queue[(p->qhead + p->qlen) % p->depth] = (int)(sl - p->slots);
+        p->qlen++;
+        pthread_cond_signal(&p->ready_cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    return NULL;
+}
+
+fl_status fl_replay_prefetch_create(fl_replay_sharded_t *rs, int depth, size_t batch_size, size_t obs_bytes,
+                                    double beta, int64_t timeout_ms, fl_replay_prefetch_t **out, fl_err_t *err) {
+    *out = NULL;
+    if (depth < 1 || depth > FL_REPLAY_PREFETCH_MAX_DEPTH)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "prefetch depth %d: expected 1 .. %d", depth,
+                          FL_REPLAY_PREFETCH_MAX_DEPTH);
+    if (batch_size == 0 || obs_bytes == 0 || !(beta >= 0.0 && beta <= 1.0) || timeout_ms <= 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "prefetch: batch_size %zu, obs_bytes %zu, beta %g, timeout %lld ms: expected >= 1, >= 1, "
+                          "[0, 1], > 0",
+                          batch_size, obs_bytes, beta, (long long)timeout_ms);
+    fl_replay_prefetch_t *p = calloc(1, sizeof(*p));
+    if (!p) return fl_err_set(err, FL_NO_MEMORY, "prefetch: out of memory");
+    p->rs = rs;
+    p->depth = depth;
+    p->batch_size = batch_size;
+    p->beta = beta;
+    p->timeout_ms = timeout_ms;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->ready_cv, NULL);
+    pthread_cond_init(&p->back_cv, NULL);
+    p->queue = calloc((size_t)depth, sizeof(int));
+    p->slots = calloc((size_t)depth, sizeof(slot_t));
+    fl_status s = FL_OK;
+    if (!p->queue || !p->slots) {
+        s = fl_err_set(err, FL_NO_MEMORY, "prefetch: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < depth; i++) {
+        slot_t *sl = &p->slots[i];
+        sl->p = p;
+        sl->state = SAMPLING;
+        sl->result.batch = &sl->batch;
+        if ((s = fl_replay_batch_init(&sl->batch, batch_size, obs_bytes)) != FL_OK) {
+            s = fl_err_set(err, s, "prefetch: cannot allocate %d batches of %zu transitions", depth, batch_size);
+            goto fail;
+        }
+    }
+    for (int i = 0; i < depth; i++) {
+        if (pthread_create(&p->slots[i].th, NULL, sampler, &p->slots[i]) != 0) {
+            s = fl_err_set(err, FL_INTERNAL, "prefetch: cannot start sampler thread %d", i);
+            goto fail;
+        }
+        p->slots[i].started = 1;
+    }
+    *out = p;
+    return FL_OK;
+fail:
+    fl_replay_prefetch_destroy(p);
+    return s;
+}
+
+void fl_replay_prefetch_destroy(fl_replay_prefetch_t *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->back_cv);
+    pthread_mutex_unlock(&p->mu);
+    if (p->slots) {
+        for (int i = 0; i < p->depth; i++)
+            if (p->slots[i].started) pthread_join(p->slots[i].th, NULL);
+        for (int i = 0; i < p->depth; i++) fl_replay_batch_free(&p->slots[i].batch);
+    }
+    free(p->slots);
+    free(p->queue);
+    pthread_cond_destroy(&p->ready_cv);
+    pthread_cond_destroy(&p->back_cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+int fl_replay_prefetch_next(fl_replay_prefetch_t *p, int64_t timeout_ms, fl_replay_prefetched_t **out) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (timeout_ms > 0) {
+        until.tv_sec += (time_t)(timeout_ms / 1000);
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    while (p->qlen == 0) {
+        int rc = timeout_ms > 0 ? pthread_cond_timedwait(&p->ready_cv, &p->mu, &until)
+                                : pthread_cond_wait(&p->ready_cv, &p->mu);
+        if (rc == ETIMEDOUT && p->qlen == 0) {
+            pthread_mutex_unlock(&p->mu);
+            return 0;
+        }
+    }
+    slot_t *sl = &p->slots[p->queue[p->qhead]];
+    p->qhead = (p->qhead + 1) % p->depth;
+    p->qlen--;
+    sl->state = TAKEN;
+    pthread_mutex_unlock(&p->mu);
+    *out = &sl->result;
+    return 1;
+}
+
+void fl_replay_prefetch_release(fl_replay_prefetch_t *p, fl_replay_prefetched_t *r) {
+    slot_t *sl = (slot_t *)((char *)r - offsetof(slot_t, result));
+    pthread_mutex_lock(&p->mu);
+    sl->state = SAMPLING;
+    pthread_cond_broadcast(&p->back_cv);
+    pthread_mutex_unlock(&p->mu);
+}

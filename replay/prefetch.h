@@ -1,0 +1,52 @@
+/* prefetch: keeps several Sample calls of a (sharded) replay in flight for one learner.
+ *
+ * `depth` threads each own one batch buffer and loop: sample a batch
+ * (fl_replay_sharded_sample, with the given size, beta and per-call timeout), hand it in
+ * with its status, wait for the learner to give the buffer back, sample again. The
+ * learner takes results in completion order with fl_replay_prefetch_next (which waits
+ * for one) and returns each buffer with fl_replay_prefetch_release once it has trained
+ * on the batch and sent its priorities. So while the learner trains on one batch, up to
+ * depth - 1 more are being drawn or wait ready; each is drawn from the table as it
+ * stands when its call is answered (priority updates of batches still being trained on
+ * are not in it: the usual asynchrony of Ape-X's learner, bounded by depth).
+ *
+ * A failed call (the replay not ready, a shard down) is handed in like a batch, with its
+ * status and message, so that the learner decides what to do (wait, retry, give up);
+ * the thread samples again once the buffer is back. Thread-safety: one learner thread
+ * calls next / release; the threads share the sharded client (which is thread-safe).
+ * Destroy stops the threads after their current call (at most timeout_ms). */
+#ifndef FL_REPLAY_PREFETCH_H
+#define FL_REPLAY_PREFETCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "replay/client.h"
+
+#define FL_REPLAY_PREFETCH_MAX_DEPTH 64
+
+typedef struct fl_replay_prefetch fl_replay_prefetch_t;
+
+/* A result: the batch (valid until released) and how its call ended. */
+typedef struct fl_replay_prefetched {
+    fl_replay_batch_t *batch;
+    fl_status status; /* FL_OK: batch holds batch->count transitions */
+    fl_err_t err;     /* the message when status is not FL_OK */
+    double sample_s;  /* seconds the call took */
+} fl_replay_prefetched_t;
+
+/* depth in 1 .. FL_REPLAY_PREFETCH_MAX_DEPTH, batch_size >= 1, obs_bytes >= 1, beta in
+ * [0, 1]; timeout_ms > 0 bounds each call. Starts the threads at once. */
+fl_status fl_replay_prefetch_create(fl_replay_sharded_t *rs, int depth, size_t batch_size, size_t obs_bytes,
+                                    double beta, int64_t timeout_ms, fl_replay_prefetch_t **out, fl_err_t *err);
+/* Stops and joins the threads, frees the buffers. NULL is a no-op. */
+void fl_replay_prefetch_destroy(fl_replay_prefetch_t *p);
+
+/* Waits up to timeout_ms (<= 0: without limit) for the next result. 1 with *out filled,
+ * 0 on timeout. The result's buffer belongs to the caller until released. */
+int fl_replay_prefetch_next(fl_replay_prefetch_t *p, int64_t timeout_ms, fl_replay_prefetched_t **out);
+/* Gives a result's buffer back to its thread, which samples into it again. */
+void fl_replay_prefetch_release(fl_replay_prefetch_t *p, fl_replay_prefetched_t *r);
+
+#endif

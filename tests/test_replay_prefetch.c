@@ -1,0 +1,179 @@
+/* Tests of the learner's Sample prefetcher (replay/prefetch.h) against a real replay
+ * shard on loopback: batches come back valid, several Sample calls are in flight while
+ * the learner holds a batch, refusals are handed over with their message, and destroy
+ * stops threads that are waiting for the replay to fill. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "replay/client.h"
+#include "replay/prefetch.h"
+#include "replay/server.h"
+
+#define OBS_DIM 4
+#define OBS_BYTES (OBS_DIM * sizeof(float))
+#define N_ITEMS 600
+static const fl_wire_sig_t SIG = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}, 3};
+static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
+
+static fl_replay_service_t *start(char *addr, size_t len, int64_t min_size) {
+    fl_config_t cfg;
+    fl_config_defaults(&cfg);
+    cfg.replay_capacity = 10000;
+    cfg.replay_min_size_to_sample = min_size;
+    fl_replay_service_t *svc = NULL;
+    fl_err_t e;
+    fl_err_init(&e);
+    assert_int_equal(fl_replay_service_create(&cfg, 0, &SIG, &svc, &e), FL_OK);
+    assert_int_equal(fl_replay_service_start(svc, "127.0.0.1:0", addr, len, &e), FL_OK);
+    return svc;
+}
+
+/* Item i: obs (i, 1, 2, 3), next_obs (-i, ...), reward i; one writer stream of that id. */
+static void fill(const char *addr, int n, uint64_t stream) {
+    float *obs = malloc((size_t)n * OBS_BYTES), *next = malloc((size_t)n * OBS_BYTES);
+    float *r = malloc((size_t)n * sizeof(float)), *d = malloc((size_t)n * sizeof(float));
+    float *p = malloc((size_t)n * sizeof(float));
+    int32_t *a = malloc((size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < OBS_DIM; k++) {
+            obs[i * OBS_DIM + k] = k ? (float)k : (float)i;
+            next[i * OBS_DIM + k] = k ? (float)k : -(float)i;
+        }
+        r[i] = (float)i;
+        d[i] = 0.9f;
+        p[i] = 1.0f + (float)(i % 7);
+        a[i] = i % 3;
+    }
+    fl_replay_client_t *c = NULL;
+    fl_replay_writer_t *w = NULL;
+    fl_err_t e;
+    fl_err_init(&e);
+    assert_int_equal(fl_replay_client_create(addr, &c, &e), FL_OK);
+    assert_int_equal(fl_replay_writer_create(c, stream, &SPEC, 4, &w, &e), FL_OK);
+    assert_int_equal(fl_replay_writer_append(w, (size_t)n, obs, a, r, d, next, p, &e), FL_OK);
+    assert_int_equal(fl_replay_writer_flush(w, 20000, &e), FL_OK);
+    fl_replay_writer_destroy(w);
+    fl_replay_client_destroy(c);
+    free(obs);
+    free(next);
+    free(r);
+    free(d);
+    free(p);
+    free(a);
+}
+
+static uint64_t sample_calls(fl_replay_service_t *svc) {
+    fl_replay_info_t in;
+    fl_replay_service_info(svc, &in);
+    return in.sample_calls;
+}
+
+static void test_batches_and_depth(void **state) {
+    (void)state;
+    char addr[300];
+    fl_replay_service_t *svc = start(addr, sizeof addr, 100);
+    fill(addr, N_ITEMS, 1);
+    fl_replay_sharded_t *rs = NULL;
+    fl_err_t e;
+    fl_err_init(&e);
+    assert_int_equal(fl_replay_sharded_create(addr, 3, &rs, &e), FL_OK);
+    enum { DEPTH = 3, B = 64 };
+    fl_replay_prefetch_t *p = NULL;
+    assert_int_equal(fl_replay_prefetch_create(rs, DEPTH, B, OBS_BYTES, 0.4, 5000, &p, &e), FL_OK);
+
+    /* Hold one batch: the other threads still sample, so DEPTH calls get answered. */
+    fl_replay_prefetched_t *held = NULL;
+    assert_int_equal(fl_replay_prefetch_next(p, 10000, &held), 1);
+    assert_int_equal(held->status, FL_OK);
+    double until = fl_clock_sec() + 20;
+    while (sample_calls(svc) < DEPTH && fl_clock_sec() < until) usleep(2000);
+    assert_int_equal(sample_calls(svc), DEPTH);
+    /* ... and no more than DEPTH while every buffer is taken or ready */
+    usleep(50000);
+    assert_int_equal(sample_calls(svc), DEPTH);
+
+    /* Every batch is a valid sample: rows match the items their keys name. */
+    fl_replay_prefetched_t *r = held;
+    for (int k = 0; k < 40; k++) {
+        if (k > 0) assert_int_equal(fl_replay_prefetch_next(p, 10000, &r), 1);
+        assert_int_equal(r->status, FL_OK);
+        const fl_replay_batch_t *b = r->batch;
+        assert_int_equal(b->count, B);
+        assert_int_equal(b->table_size, N_ITEMS);
+        for (size_t j = 0; j < b->count; j++) {
+            uint64_t id = fl_table_key_seq(b->keys[j]);
+            float o[OBS_DIM], n[OBS_DIM];
+            memcpy(o, b->obs + j * OBS_BYTES, OBS_BYTES);
+            memcpy(n, b->next_obs + j * OBS_BYTES, OBS_BYTES);
+            assert_true(o[0] == (float)id && n[0] == -(float)id && o[3] == 3.0f);
+            assert_true(b->rewards[j] == (float)id && b->actions[j] == (int32_t)(id % 3));
+            assert_true(b->weights[j] > 0.0f && b->weights[j] <= 1.0f);
+        }
+        fl_replay_prefetch_release(p, r);
+    }
+    /* Destroy with batches in flight and one ready. */
+    fl_replay_prefetch_destroy(p);
+    fl_replay_sharded_destroy(rs);
+    fl_replay_service_destroy(svc);
+}
+
+/* A replay below min_size_to_sample: each result is the shard's refusal, handed over
+ * with its message; once the replay fills, batches flow. */
+static void test_refusals_then_data(void **state) {
+    (void)state;
+    char addr[300];
+    fl_replay_service_t *svc = start(addr, sizeof addr, 300);
+    fill(addr, 100, 1);
+    fl_replay_sharded_t *rs = NULL;
+    fl_err_t e;
+    fl_err_init(&e);
+    assert_int_equal(fl_replay_sharded_create(addr, 3, &rs, &e), FL_OK);
+    fl_replay_prefetch_t *p = NULL;
+    assert_int_equal(fl_replay_prefetch_create(rs, 2, 16, OBS_BYTES, 0.4, 100, &p, &e), FL_OK);
+    fl_replay_prefetched_t *r = NULL;
+    assert_int_equal(fl_replay_prefetch_next(p, 20000, &r), 1);
+    assert_int_equal(r->status, FL_FAILED_PRECONDITION);
+    assert_non_null(strstr(r->err.msg, "300"));
+    fl_replay_prefetch_release(p, r);
+    fill(addr, 400, 2); /* a new stream: the same id would be a resend */
+    int ok = 0;
+    for (int k = 0; k < 50 && !ok; k++) {
+        assert_int_equal(fl_replay_prefetch_next(p, 20000, &r), 1);
+        ok = r->status == FL_OK && r->batch->count == 16;
+        if (!ok && k > 45) print_message("result %d: %s\n", (int)r->status, r->err.msg);
+        fl_replay_prefetch_release(p, r);
+    }
+    assert_true(ok);
+    fl_replay_prefetch_destroy(p);
+    fl_replay_sharded_destroy(rs);
+    fl_replay_service_destroy(svc);
+}
+
+static void test_bad_arguments(void **state) {
+    (void)state;
+    fl_replay_prefetch_t *p = (fl_replay_prefetch_t *)1;
+    fl_err_t e;
+    fl_err_init(&e);
+    assert_int_equal(fl_replay_prefetch_create(NULL, 0, 16, 4, 0.4, 100, &p, &e), FL_INVALID_ARGUMENT);
+    assert_null(p);
+    assert_non_null(strstr(e.msg, "depth 0"));
+    assert_int_equal(fl_replay_prefetch_create(NULL, 2, 16, 4, 1.5, 100, &p, &e), FL_INVALID_ARGUMENT);
+    fl_replay_prefetch_destroy(NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batches_and_depth),
+        cmocka_unit_test(test_refusals_then_data),
+        cmocka_unit_test(test_bad_arguments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
