@@ -53,7 +53,11 @@
     X(replay, rate_error_buffer, FLOAT, 10000, 0, 1e12, "",                                                \
       "rate limit: how far (in sampled transitions) the ratio may drift before inserts or samples wait") \
     X(replay, checkpoint_dir, STRING, "", 0, 0, "", "folder of the shards' checkpoints shard-<id>.ckpt (empty = checkpoints off unless a Checkpoint call names a file)") \
+    X(replay, frame_stack, INT, 0, 0, 64, "", "observations are this many frames on their last axis, each distinct frame stored once (0 = the env.wrappers framestack, 1 = none)") \
+    X(replay, zstd_level, INT, 0, 0, 19, "", "compress every stored frame with zstd at this level (0 = off; replay/frames.h)") \
     X(replay, checkpoint_every, FLOAT, 0, 0, 1e9, "", "seconds between periodic checkpoints to replay.checkpoint_dir (0 = off)") \
+    X(replay, wal, BOOL, 0, 0, 1, "", "write-ahead log of inserts in replay.checkpoint_dir, so that a killed shard restarts with every acknowledged item") \
+    X(replay, wal_fsync, BOOL, 0, 0, 1, "", "fdatasync the write-ahead log before acknowledging (0 = the page cache: survives a killed process, not a machine crash)") \
     /* [paramserver] the parameter service */                                                               \
     X(paramserver, shards, INT, 1, 1, 256, "", "number of parameter-server shard processes")               \
     /* [learner] training */                                                                                \
@@ -76,6 +80,7 @@
     X(learner, n_step, INT, 3, 1, 1000, "", "steps in the multi-step return (actors build them)")          \
     X(learner, target_update, INT, 2500, 1, 1000000000, "", "learner steps between target-network copies") \
     X(learner, publish_every, INT, 10, 1, 1000000000, "", "learner steps between parameter publishes")     \
+    X(learner, prefetch, INT, 2, 0, 64, "", "Sample calls kept in flight while training (0 = sample synchronously)") \
     X(learner, max_steps, INT, 0, 0, 1000000000000, "", "learner steps after which it stops (0 = no limit)") \
     /* [model] the Q-network */                                                                             \
     X(model, spec, STRING, "dense(256) relu dense(256) relu dueling", 0, 0, "",                            \

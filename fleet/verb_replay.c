@@ -5,7 +5,12 @@
  * and written, with a newline, to --ready-fd (the launcher's pipe), which is then
  * closed. With --restore PATH the table starts from that checkpoint (see replay/server.h);
  * replay.checkpoint_dir and replay.checkpoint_every enable the Checkpoint call's default
- * file and periodic checkpoints. Exit codes: 0 after a requested stop, 1 when serving fails, 2 for usage and
+ * file and periodic checkpoints. With replay.wal = 1 the shard logs every insert before it
+ * acknowledges it and recovers at start from replay.checkpoint_dir by itself (its
+ * checkpoint shard-<id>.ckpt, if any, then its log; see docs/replay-durability.md), so a
+ * shard killed with kill -9 is restarted with the same command line; --restore is then
+ * refused (exit 2): put the checkpoint at replay.checkpoint_dir/shard-<id>.ckpt instead.
+ * Exit codes: 0 after a requested stop, 1 when serving fails, 2 for usage and
  * configuration errors. */
 #include <errno.h>
 #include <inttypes.h>
@@ -57,6 +62,14 @@ int fl_verb_replay(int argc, char **argv) {
         fprintf(stderr, "fleet replay: --ready-fd %" PRId64 " is not a file descriptor\n", ready_fd);
         return 2;
     }
+    if (cfg.replay_wal && restore[0]) {
+        fprintf(stderr,
+                "fleet replay: --restore cannot be combined with replay.wal = 1: with the write-ahead log the shard "
+                "recovers from replay.checkpoint_dir by itself (copy the checkpoint to %s/shard-%" PRId64
+                ".ckpt instead)\n",
+                cfg.replay_checkpoint_dir[0] ? cfg.replay_checkpoint_dir : "<replay.checkpoint_dir>", shard);
+        return 2;
+    }
     if (!listen[0]) snprintf(listen, sizeof listen, "%.250s:0", cfg.run_bind_host);
     fl_cli_setup_logging(&cfg, "replay", (int)shard);
 
@@ -71,6 +84,7 @@ int fl_verb_replay(int argc, char **argv) {
     env = fl_wrapped_env_info(wenv);
     fl_wire_sig_t sig = {.obs_dtype = env->obs_dtype, .obs_rank = env->obs_rank, .num_actions = env->num_actions};
     for (int d = 0; d < env->obs_rank && d < FL_WIRE_MAX_RANK; d++) sig.obs_shape[d] = env->obs_shape[d];
+    if (cfg.replay_frame_stack == 0) cfg.replay_frame_stack = fl_wrapped_env_frame_stack(wenv);
     fl_wrapped_env_destroy(wenv);
 
     fl_stop_install();

@@ -6,10 +6,18 @@
  * stream can never both apply one batch; a mutex + condition variable on which Sample
  * waits for the table to fill, signalled after every applied insert; and atomic
  * counters for what the table does not count itself. Lock order: a stream record, then
- * the table (inside fl_table_*), released before the service mutex is taken. */
+ * the table (inside fl_table_*), released before the service mutex is taken.
+ *
+ * Write-ahead log (replay.wal, replay/wal.h): the insert mutex wal_mu is held across
+ * "append the InsertRequest to the log, insert into the table, record the sequence"
+ * (inside a stream record's lock), so the log's order is the table's insertion order and
+ * replaying it through the same apply_insert gives the same keys. With the log on, stream
+ * records are only changed under wal_mu, so a checkpoint reads them under wal_mu alone.
+ * Lock order: a stream record, wal_mu, the streams map, the table. */
 #include "replay/server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -17,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -25,6 +35,7 @@
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "replay/ratelimit.h"
+#include "replay/wal.h"
 
 #define M_INSERT "/fleet.Replay/Insert"
 #define M_SAMPLE "/fleet.Replay/Sample"
@@ -76,6 +87,13 @@ struct fl_replay_service {
     pthread_mutex_t ckpt_mu;                      /* serializes checkpoints (each copies the table) */
     pthread_t ckpt_thread;
     int ckpt_thread_started;
+
+    /* write-ahead log (replay.wal; NULL when off) */
+    fl_wal_t *wal;
+    pthread_mutex_t wal_mu;             /* the insert mutex: log append + table insert + stream record */
+    char wal_dir[FL_CONFIG_STRING_MAX]; /* replay.checkpoint_dir */
+    int wal_fsync;                      /* replay.wal_fsync */
+    int wal_lock_fd;                    /* flock'd shard-<id>.wal.lock, or -1 */
 };
 
 /* ------------------------------------------------------------ streams ---- */
@@ -209,6 +227,25 @@ static fl_status reject(fl_replay_service_t *s, fl_rpc_reply_t *reply, const Fle
                               req->sequence, e->msg);
 }
 
+/* Applies one decoded InsertRequest (its sequence and batch) to the table and to its
+ * stream's record. This is the one place where an insert changes the table: the live
+ * path and recovery from the write-ahead log both call it, so that replaying the log
+ * gives the keys acknowledged before. The caller holds r->mu and, with the log on, the
+ * insert mutex wal_mu, and has checked that sequence > r->last_seq. keys (b->count)
+ * receives the batch's keys. On failure nothing changed (fl_table_insert validates its
+ * whole input first), so a record the table refused is refused again on replay. */
+static fl_status apply_insert(fl_replay_service_t *s, stream_rec *r, uint64_t sequence, const fl_wire_batch_t *b,
+                              uint64_t *keys, fl_err_t *e) {
+    fl_status st = fl_table_insert(s->table, b->count, b->obs, b->actions, b->rewards, b->discounts, b->next_obs,
+                                   b->priorities, keys, e);
+    if (st != FL_OK) return st;
+    r->last_seq = sequence;
+    size_t slot = (size_t)(sequence % KEY_RING);
+    r->ring_seq[slot] = sequence;
+    r->ring_key[slot] = keys[0];
+    return FL_OK;
+}
+
 static fl_status insert_message(void *user, void *state, const uint8_t *msg, size_t len, fl_rpc_reply_t *reply) {
     fl_replay_service_t *s = user;
     insert_call *c = state;
@@ -279,14 +316,19 @@ static fl_status insert_message(void *user, void *state, const uint8_t *msg, siz
         size_t slot = (size_t)(req->sequence % KEY_RING);
         if (r->ring_seq[slot] == req->sequence) first_key = r->ring_key[slot];
     } else {
-        st = fl_table_insert(s->table, b.count, b.obs, b.actions, b.rewards, b.discounts, b.next_obs, b.priorities,
-                             c->keybuf, &e);
+        /* With the log on, the message is in the log before the table changes (and
+         * before anything is acknowledged), in the order of the table's inserts. */
+        if (s->wal) {
+            pthread_mutex_lock(&s->wal_mu);
+            fl_err_t we;
+            fl_err_init(&we);
+            if (fl_wal_append(s->wal, msg, len, &we) != FL_OK)
+                st = fl_err_set(&e, FL_UNAVAILABLE, "write-ahead log: %s (nothing inserted; send again)", we.msg);
+        }
+        if (st == FL_OK) st = apply_insert(s, r, req->sequence, &b, c->keybuf, &e);
+        if (s->wal) pthread_mutex_unlock(&s->wal_mu);
         if (st == FL_OK) {
-            r->last_seq = req->sequence;
             first_key = c->keybuf[0];
-            size_t slot = (size_t)(req->sequence % KEY_RING);
-            r->ring_seq[slot] = req->sequence;
-            r->ring_key[slot] = first_key;
             applied = 1;
         }
     }
@@ -331,6 +373,290 @@ static fl_status insert_close(void *user, void *state, fl_status why, fl_rpc_rep
     }
     insert_call_free(c);
     return st;
+}
+
+/* ---------------------------------------------------- write-ahead log ---- */
+
+/* With the log on, a checkpoint's extra section holds the stream records and the log
+ * segment that follows the checkpoint (little-endian):
+ *   magic "FLWALST1" (8), resume segment u64, streams u64, then per stream:
+ *   id u64, last applied sequence u64, ring entries u32, then per entry
+ *   (sequence u64, first key u64). */
+#define WAL_EXTRA_MAGIC "FLWALST1"
+
+static uint8_t *put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+    return p + 8;
+}
+
+static uint64_t get_u64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* The extra section for segment `resume` (caller holds wal_mu, under which the stream
+ * records change). *out is malloc'd. */
+static fl_status wal_extra_encode(fl_replay_service_t *s, uint64_t resume, uint8_t **out, size_t *len,
+                                  fl_err_t *err) {
+    pthread_mutex_lock(&s->streams_mu);
+    size_t n = 24;
+    for (size_t i = 0; i < s->streams_cap; i++) {
+        const stream_rec *r = s->streams[i];
+        if (!r) continue;
+        n += 20;
+        for (int k = 0; k < KEY_RING; k++) n += r->ring_seq[k] ? 16 : 0;
+    }
+    uint8_t *buf = malloc(n), *p = buf;
+    if (!buf) {
+        pthread_mutex_unlock(&s->streams_mu);
+        return fl_err_set(err, FL_NO_MEMORY, "checkpoint: out of memory for %zu bytes of stream records", n);
+    }
+    memcpy(p, WAL_EXTRA_MAGIC, 8);
+    p = put_u64(p + 8, resume);
+    p = put_u64(p, (uint64_t)s->nstreams);
+    for (size_t i = 0; i < s->streams_cap; i++) {
+        const stream_rec *r = s->streams[i];
+        if (!r) continue;
+        p = put_u64(p, r->id);
+        p = put_u64(p, r->last_seq);
+        uint32_t cnt = 0;
+        for (int k = 0; k < KEY_RING; k++) cnt += r->ring_seq[k] != 0;
+        for (int b = 0; b < 4; b++) p[b] = (uint8_t)(cnt >> (8 * b));
+        p += 4;
+        for (int k = 0; k < KEY_RING; k++) {
+            if (!r->ring_seq[k]) continue;
+            p = put_u64(p, r->ring_seq[k]);
+            p = put_u64(p, r->ring_key[k]);
+        }
+    }
+    pthread_mutex_unlock(&s->streams_mu);
+    *out = buf;
+    *len = (size_t)(p - buf);
+    return FL_OK;
+}
+
+/* Restores the stream records and the resume segment from a checkpoint's extra section. */
+static fl_status wal_extra_decode(fl_replay_service_t *s, const char *path, const uint8_t *x, size_t n,
+                                  uint64_t *resume, fl_err_t *err) {
+    if (n < 24 || memcmp(x, WAL_EXTRA_MAGIC, 8) != 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "checkpoint %s: its extra section (%zu bytes) is not the write-ahead log's stream records "
+                          "(expected magic \"%s\" and at least 24 bytes)",
+                          path, n, WAL_EXTRA_MAGIC);
+    *resume = get_u64(x + 8);
+    uint64_t nstreams = get_u64(x + 16);
+    if (*resume == 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: log segment 0 in its extra section, expected >= 1",
+                          path);
+    size_t off = 24;
+    for (uint64_t i = 0; i < nstreams; i++) {
+        if (n - off < 20)
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "checkpoint %s: stream record %" PRIu64 " of %" PRIu64 " cut short at byte %zu of %zu",
+                              path, i, nstreams, off, n);
+        uint64_t id = get_u64(x + off), last = get_u64(x + off + 8);
+        uint32_t cnt = (uint32_t)x[off + 16] | (uint32_t)x[off + 17] << 8 | (uint32_t)x[off + 18] << 16 |
+                       (uint32_t)x[off + 19] << 24;
+        off += 20;
+        if (cnt > KEY_RING || (n - off) / 16 < cnt)
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "checkpoint %s: stream %" PRIu64 ": %" PRIu32 " remembered keys, expected at most %d "
+                              "within the %zu bytes left",
+                              path, id, cnt, KEY_RING, n - off);
+        stream_rec *r = get_stream(s, id);
+        if (!r) return fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory for stream records", path);
+        r->last_seq = last;
+        for (uint32_t k = 0; k < cnt; k++, off += 16) {
+            uint64_t seq = get_u64(x + off);
+            if (seq == 0 || seq > last)
+                return fl_err_set(err, FL_INVALID_ARGUMENT,
+                                  "checkpoint %s: stream %" PRIu64 " remembers sequence %" PRIu64
+                                  ", expected 1 .. %" PRIu64,
+                                  path, id, seq, last);
+            r->ring_seq[seq % KEY_RING] = seq;
+            r->ring_key[seq % KEY_RING] = get_u64(x + off + 8);
+        }
+    }
+    if (off != n)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: %zu bytes after the %" PRIu64 " stream records",
+                          path, n - off, nstreams);
+    return FL_OK;
+}
+
+/* A checkpoint to the default file with the log on. Under the insert mutex: rotate the
+ * log to segment N+1, copy the table and serialize the stream records with N+1, so that
+ * the file holds exactly the inserts logged in segments <= N. Then write the file
+ * (holding only ckpt_mu) and delete the segments below N+1, which it covers. */
+static fl_status wal_checkpoint(fl_replay_service_t *s, const char *path, fl_table_save_info_t *si, fl_err_t *err) {
+    fl_table_snapshot_t *sn = NULL;
+    uint8_t *extra = NULL;
+    size_t extra_len = 0;
+    pthread_mutex_lock(&s->wal_mu);
+    fl_status st = fl_wal_rotate(s->wal, err);
+    uint64_t resume = fl_wal_segment(s->wal);
+    if (st == FL_OK) st = fl_table_snapshot_take(s->table, &sn, err);
+    if (st == FL_OK) st = wal_extra_encode(s, resume, &extra, &extra_len, err);
+    pthread_mutex_unlock(&s->wal_mu);
+    if (st == FL_OK) st = fl_table_snapshot_write(sn, path, extra, extra_len, si, err);
+    fl_table_snapshot_free(sn);
+    free(extra);
+    if (st != FL_OK) return st;
+    size_t deleted = 0;
+    fl_err_t e;
+    fl_err_init(&e);
+    if (fl_wal_delete_before(s->wal_dir, s->shard, resume, &deleted, &e) != FL_OK)
+        FL_WARN("replay shard %d: checkpoint %s is written, but covered log segments remain: %s", s->shard, path,
+                e.msg);
+    FL_DEBUG("replay shard %d: log resumes at segment %" PRIu64 " after checkpoint %s; %zu segments deleted", s->shard,
+             resume, path, deleted);
+    return FL_OK;
+}
+
+/* Replays the records of the log from segment `start` on into the table, through
+ * apply_insert; counts what it did. */
+static fl_status wal_replay(fl_replay_service_t *s, uint64_t start, uint64_t *last_seg, uint64_t *records,
+                            uint64_t *items, uint64_t *skipped, fl_err_t *err) {
+    fl_wal_reader_t *rd = NULL;
+    FL_TRY(fl_wal_reader_open(s->wal_dir, s->shard, start, &rd, err));
+    uint64_t *keys = NULL;
+    size_t keys_cap = 0;
+    fl_status st = FL_OK;
+    for (;;) {
+        const void *p;
+        size_t n;
+        uint64_t seg = 0, off = 0;
+        if ((st = fl_wal_reader_next(rd, &p, &n, &seg, &off, err)) != FL_OK || !p) break;
+        char path[FL_CONFIG_STRING_MAX + 64];
+        fl_wal_segment_path(path, sizeof path, s->wal_dir, s->shard, seg);
+        Fleet__InsertRequest *req = fleet__insert_request__unpack(NULL, n, p);
+        if (!req || req->sequence == 0) {
+            if (req) fleet__insert_request__free_unpacked(req, NULL);
+            st = fl_err_set(err, FL_DATA_LOSS,
+                            "wal %s: the record at offset %" PRIu64 " (%zu bytes) is not a valid fleet.InsertRequest",
+                            path, off, n);
+            break;
+        }
+        fl_wire_batch_t b;
+        fl_err_t e;
+        fl_err_init(&e);
+        if (fl_wire_decode_batch(req->batch, &s->sig, FL_WIRE_NEED_PRIORITIES, &b, &e) != FL_OK) {
+            st = fl_err_set(err, FL_INVALID_ARGUMENT,
+                            "wal %s: the record at offset %" PRIu64 " does not fit this shard's table (was the "
+                            "configuration changed?): %s",
+                            path, off, e.msg);
+            fleet__insert_request__free_unpacked(req, NULL);
+            break;
+        }
+        if (b.count > keys_cap) {
+            uint64_t *k = realloc(keys, b.count * sizeof *k);
+            if (!k) {
+                st = fl_err_set(err, FL_NO_MEMORY, "wal %s: out of memory for %zu keys", path, b.count);
+                fleet__insert_request__free_unpacked(req, NULL);
+                break;
+            }
+            keys = k;
+            keys_cap = b.count;
+        }
+        stream_rec *r = get_stream(s, req->stream_id);
+        if (!r) {
+            st = fl_err_set(err, FL_NO_MEMORY, "wal %s: out of memory for stream records", path);
+            fleet__insert_request__free_unpacked(req, NULL);
+            break;
+        }
+        pthread_mutex_lock(&r->mu);
+        pthread_mutex_lock(&s->wal_mu);
+        if (req->sequence <= r->last_seq) {
+            (*skipped)++;
+        } else if (apply_insert(s, r, req->sequence, &b, keys, &e) == FL_OK) {
+            (*items) += b.count;
+        } else {
+            /* The live shard refused it the same way (and acknowledged nothing). */
+            FL_WARN("replay shard %d: wal %s offset %" PRIu64 ": skipped, as when it was received: %s", s->shard, path,
+                    off, e.msg);
+            (*skipped)++;
+        }
+        pthread_mutex_unlock(&s->wal_mu);
+        pthread_mutex_unlock(&r->mu);
+        (*records)++;
+        fleet__insert_request__free_unpacked(req, NULL);
+    }
+    free(keys);
+    fl_wal_torn_t torn;
+    if (st == FL_OK && fl_wal_reader_torn(rd, &torn)) {
+        FL_WARN("replay shard %d: wal %s: cutting a torn tail of %" PRIu64 " bytes at offset %" PRIu64
+                " (%s); it was never acknowledged",
+                s->shard, torn.path, torn.bytes, torn.offset, torn.why);
+        st = fl_wal_reader_truncate_torn(rd, err);
+    }
+    *last_seg = fl_wal_reader_last_segment(rd);
+    fl_wal_reader_close(rd);
+    return st;
+}
+
+/* Recovery at create with the log on (see server.h): the table and the stream records
+ * from replay.checkpoint_dir/shard-<id>.ckpt when it exists (else an empty table and
+ * segment 1), every record of the log from the checkpoint's segment on, then a fresh
+ * segment to append to. The folder is flock'ed so that two processes never share a log. */
+static fl_status wal_recover(fl_replay_service_t *s, const fl_table_config_t *tc, fl_err_t *err) {
+    double t0 = fl_clock_sec();
+    char lock[FL_CONFIG_STRING_MAX + 64];
+    snprintf(lock, sizeof lock, "%s/shard-%d.wal.lock", s->wal_dir, s->shard);
+    s->wal_lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (s->wal_lock_fd < 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.wal: cannot open %s: %s (replay.checkpoint_dir must be "
+                          "an existing, writable folder)", lock, strerror(errno));
+    if (flock(s->wal_lock_fd, LOCK_EX | LOCK_NB) != 0)
+        return fl_err_set(err, FL_FAILED_PRECONDITION,
+                          "replay.wal: %s is locked: another process serves shard %d from replay.checkpoint_dir %s",
+                          lock, s->shard, s->wal_dir);
+    uint64_t start = 1;
+    void *extra = NULL;
+    size_t extra_len = 0;
+    fl_status st = fl_table_load_extra(s->ckpt_default, tc, &s->table, &extra, &extra_len, err);
+    int from_ckpt = st == FL_OK;
+    if (st == FL_NOT_FOUND) {
+        st = fl_table_create(tc, &s->table, err);
+    } else if (st == FL_OK && extra_len) {
+        st = wal_extra_decode(s, s->ckpt_default, extra, extra_len, &start, err);
+    } else if (st == FL_OK) {
+        /* A checkpoint written without the log: it says nothing about log segments. */
+        uint64_t *segs = NULL;
+        size_t nseg = 0;
+        st = fl_wal_list(s->wal_dir, s->shard, &segs, &nseg, err);
+        free(segs);
+        if (st == FL_OK && nseg)
+            st = fl_err_set(err, FL_FAILED_PRECONDITION,
+                            "checkpoint %s was written without replay.wal (it records no log position), and %zu log "
+                            "segments shard-%d.wal.* exist in %s: remove the segments (their inserts are lost) or the "
+                            "checkpoint",
+                            s->ckpt_default, nseg, s->shard, s->wal_dir);
+    }
+    free(extra);
+    if (st != FL_OK) return st;
+    fl_table_info_t ti0;
+    fl_table_info(s->table, &ti0);
+    size_t stale = 0;
+    fl_err_t e;
+    fl_err_init(&e);
+    if (fl_wal_delete_before(s->wal_dir, s->shard, start, &stale, &e) != FL_OK)
+        FL_WARN("replay shard %d: log segments covered by the checkpoint remain: %s", s->shard, e.msg);
+    uint64_t last = 0, records = 0, items = 0, skipped = 0;
+    FL_TRY(wal_replay(s, start, &last, &records, &items, &skipped, err));
+    uint64_t next = last ? last + 1 : start;
+    FL_TRY(fl_wal_open(s->wal_dir, s->shard, next, s->wal_fsync, &s->wal, err));
+    /* The rate limiter continues from the recovered counters. */
+    fl_table_info_t ti;
+    fl_table_info(s->table, &ti);
+    s->rl.inserted = ti.inserted;
+    s->rl.sampled = ti.sampled;
+    char segs[64] = "";
+    if (last) snprintf(segs, sizeof segs, " of segments %" PRIu64 " .. %" PRIu64, start, last);
+    FL_INFO("replay shard %d: recovered %" PRIu64 " items in %.3f s (%" PRIu64 " from %s, %" PRIu64 " in %" PRIu64
+            " log records%s, %" PRIu64 " skipped); size %" PRIu64 "; logging to %s segment %" PRIu64 "%s",
+            s->shard, ti.inserted, fl_clock_sec() - t0, ti0.inserted, from_ckpt ? s->ckpt_default : "no checkpoint",
+            items, records, segs, skipped, ti.size, s->wal_dir, next, s->wal_fsync ? " (fdatasync per record)" : "");
+    return FL_OK;
 }
 
 /* ------------------------------------------------------------- Sample ---- */
@@ -546,6 +872,9 @@ void fl_replay_service_info(fl_replay_service_t *s, fl_replay_info_t *out) {
     out->rejected = atomic_load(&s->rejected);
     out->total_priority = ti.total_priority;
     out->sampling_mass = tc->selector == FL_SELECTOR_PRIORITIZED ? ti.total_priority : (double)ti.size;
+    out->min_priority = tc->selector == FL_SELECTOR_PRIORITIZED ? ti.min_priority : 0.0;
+    out->storage_bytes = ti.storage_bytes;
+    out->frames = ti.frames;
     /* The wire reports priorities as stored for sampling: (p + eps)^alpha. */
     out->max_priority = ti.inserted ? pow(ti.max_priority + tc->priority_eps, tc->alpha) : 0.0;
     out->uptime_s = s->started ? fl_clock_sec() - s->t_start : 0.0;
@@ -592,6 +921,9 @@ static fl_status info_handler(void *user, const uint8_t *msg, size_t len, fl_rpc
     r.inserts_waiting = in.inserts_waiting;
     r.samples_waiting = in.samples_waiting;
     r.sampling_mass = in.sampling_mass;
+    r.min_priority = in.min_priority;
+    r.storage_bytes = in.storage_bytes;
+    r.frames = in.frames;
     return fl_rpc_reply_pb(reply, &r.base);
 }
 
@@ -608,7 +940,8 @@ fl_status fl_replay_service_checkpoint(fl_replay_service_t *s, const char *path,
     double t0 = fl_clock_sec();
     pthread_mutex_lock(&s->ckpt_mu);
     fl_table_save_info_t si;
-    fl_status st = fl_table_save(s->table, path, &si, err);
+    fl_status st = s->wal && strcmp(path, s->ckpt_default) == 0 ? wal_checkpoint(s, path, &si, err)
+                                                                : fl_table_save(s->table, path, &si, err);
     pthread_mutex_unlock(&s->ckpt_mu);
     if (st != FL_OK) {
         fl_err_prefix(err, "replay shard %d", s->shard);
@@ -705,6 +1038,16 @@ fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, co
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "replay.checkpoint_every = %g needs replay.checkpoint_dir (the folder to write to)",
                           cfg->replay_checkpoint_every);
+    if (cfg->replay_wal && !cfg->replay_checkpoint_dir[0])
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "replay.wal needs replay.checkpoint_dir (the folder of the write-ahead log and the "
+                          "checkpoints)");
+    if (cfg->replay_wal && restore_path && *restore_path)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "replay shard %d: restoring %s cannot be combined with replay.wal = 1: with the log the "
+                          "shard recovers from %s/shard-%d.ckpt and its log segments by itself (copy the checkpoint "
+                          "there instead)",
+                          shard, restore_path, cfg->replay_checkpoint_dir, shard);
 
     fl_replay_service_t *s = calloc(1, sizeof *s);
     if (!s) return fl_err_set(err, FL_NO_MEMORY, "replay shard %d: out of memory", shard);
@@ -719,6 +1062,10 @@ fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, co
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->streams_mu, NULL);
     pthread_mutex_init(&s->ckpt_mu, NULL);
+    pthread_mutex_init(&s->wal_mu, NULL);
+    s->wal_lock_fd = -1;
+    s->wal_fsync = cfg->replay_wal_fsync;
+    snprintf(s->wal_dir, sizeof s->wal_dir, "%s", cfg->replay_checkpoint_dir);
     if (cfg->replay_checkpoint_dir[0])
         snprintf(s->ckpt_default, sizeof s->ckpt_default, "%s/shard-%d.ckpt", cfg->replay_checkpoint_dir, shard);
     s->ckpt_every = cfg->replay_checkpoint_every;
@@ -738,6 +1085,8 @@ fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, co
     tc.max_times_sampled = cfg->replay_max_times_sampled;
     tc.rebuild_every = (uint64_t)cfg->replay_tree_rebuild_every;
     tc.shard_id = shard;
+    tc.frame_stack = cfg->replay_frame_stack > 1 ? (int)cfg->replay_frame_stack : 1;
+    tc.zstd_level = (int)cfg->replay_zstd_level;
     fl_rng_t rng;
     fl_rng_init_stream(&rng, (uint64_t)cfg->run_seed, UINT64_C(0x7265706c61790000) + (uint64_t)shard);
     tc.seed = fl_rng_u64(&rng);
@@ -756,6 +1105,7 @@ fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, co
     fl_status st = fl_selector_parse(cfg->replay_selector, &tc.selector, err);
     if (st == FL_OK)
         st = restore_path && *restore_path ? fl_table_load(restore_path, &tc, &s->table, err)
+             : cfg->replay_wal             ? wal_recover(s, &tc, err)
                                            : fl_table_create(&tc, &s->table, err);
     if (st != FL_OK) {
         fl_err_prefix(err, "replay shard %d", shard);
@@ -833,6 +1183,8 @@ void fl_replay_service_destroy(fl_replay_service_t *s) {
     if (!s) return;
     fl_replay_service_stop(s);
     fl_rpc_server_destroy(s->rpc);
+    fl_wal_close(s->wal);
+    if (s->wal_lock_fd >= 0) close(s->wal_lock_fd); /* releases the flock */
     fl_table_destroy(s->table);
     for (size_t i = 0; i < s->streams_cap; i++) {
         if (!s->streams[i]) continue;
@@ -842,6 +1194,7 @@ void fl_replay_service_destroy(fl_replay_service_t *s) {
     free(s->streams);
     pthread_mutex_destroy(&s->streams_mu);
     pthread_mutex_destroy(&s->ckpt_mu);
+    pthread_mutex_destroy(&s->wal_mu);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

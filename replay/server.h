@@ -44,8 +44,10 @@
  *                     user may, so expose the port only to trusted clients. One
  *                     checkpoint runs at a time; inserts and samples wait only while
  *                     the table is copied, not while the file is written. Per-stream
- *                     resend records and the service's own counters (insert_batches,
- *                     sample_calls, rejected, waiting times) are not saved.
+ *                     resend records are saved (in the file's extra section) only by a
+ *                     checkpoint to the default file with replay.wal on; the service's
+ *                     own counters (insert_batches, sample_calls, rejected, waiting
+ *                     times) are never saved.
  *   Periodic          with replay.checkpoint_every > 0 (needs replay.checkpoint_dir), a
  *                     thread started by fl_replay_service_start writes the default
  *                     checkpoint every that many seconds until stop; failures are
@@ -54,6 +56,39 @@
  *                     creating an empty table; the file's signature must match the
  *                     shard's configured table (see fl_table_load), and the rate
  *                     limiter continues from the restored inserted/sampled counters.
+ *                     Not with replay.wal = 1 (FL_INVALID_ARGUMENT): see below.
+ *   Write-ahead log   with replay.wal = 1 (needs replay.checkpoint_dir; see replay/wal.h
+ *                     and docs/replay-durability.md) every Insert message that is not a
+ *                     resend is appended, as the serialized InsertRequest received, to
+ *                     the log replay.checkpoint_dir/shard-<id>.wal.<N> before it is
+ *                     inserted and so before it is acknowledged; the append, the table
+ *                     insert and the stream's sequence record happen under one
+ *                     service-wide insert mutex, so the log's order is the insertion
+ *                     order. A failed append is answered UNAVAILABLE (nothing inserted;
+ *                     the writer sends it again). With replay.wal_fsync = 0 a record is
+ *                     in the page cache when acknowledged (survives kill -9 of the
+ *                     shard, not a machine crash); with 1 it is fdatasync'ed first.
+ *                     A checkpoint to the default file (the Checkpoint call without a
+ *                     path, or the periodic one) rotates the log to segment N+1 and
+ *                     copies the table and the stream records under that mutex, writes
+ *                     them with N+1 in the file, then deletes segments <= N; a
+ *                     checkpoint to another path is a plain copy of the table and leaves
+ *                     the log alone. At create the shard recovers by itself: the default
+ *                     checkpoint if it exists (table, stream records, the segment to
+ *                     resume from; else an empty table and segment 1), then every log
+ *                     record from that segment on, in order, through the same code as a
+ *                     live insert, so keys and resend records are those acknowledged
+ *                     before (a resent batch is skipped, not duplicated). A torn last
+ *                     record of the last segment (never acknowledged) is cut off with a
+ *                     warning; any other damage fails create (FL_DATA_LOSS naming the
+ *                     file and offset). Appending continues in a fresh segment; the rate
+ *                     limiter continues from the recovered counters; Info's
+ *                     insert_batches counts only batches received by this process.
+ *                     Priority updates and samples are not logged: after recovery the
+ *                     items inserted since the checkpoint have their inserted
+ *                     priorities, and other items the checkpoint's. The folder is
+ *                     flock'ed (shard-<id>.wal.lock): a second process for the same
+ *                     shard and folder fails create with FL_FAILED_PRECONDITION.
  *
  * The table: capacity ceil(replay.capacity / replay.shards), replay.alpha,
  * replay.priority_eps, shard id `shard`, a sampling seed derived from run.seed and the
@@ -88,7 +123,11 @@ typedef struct fl_replay_service fl_replay_service_t;
 
 /* Creates the shard's table from cfg (see above) for shard `shard` in
  * [0, replay.shards) and the observation signature `obs`. FL_INVALID_ARGUMENT for a bad
- * shard or signature (message names it), FL_NO_MEMORY if the table does not fit. */
+ * shard or signature (message names it), FL_NO_MEMORY if the table does not fit. With
+ * replay.wal = 1 it recovers from replay.checkpoint_dir (see Write-ahead log above):
+ * FL_DATA_LOSS for a damaged log, FL_INVALID_ARGUMENT for a checkpoint or log record that
+ * does not fit the configured table, FL_FAILED_PRECONDITION when another process holds
+ * the folder's lock, each naming the file. */
 fl_status fl_replay_service_create(const fl_config_t *cfg, int shard, const fl_wire_sig_t *obs,
                                    fl_replay_service_t **out, fl_err_t *err);
 
@@ -100,9 +139,11 @@ fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, co
                                            const char *restore_path, fl_replay_service_t **out, fl_err_t *err);
 
 /* Writes a checkpoint of the table to `path` (NULL or "": the configured default, see
- * Checkpoint above; FL_UNIMPLEMENTED when there is none). path_out (len bytes, may be
- * NULL) receives the path used, info (may be NULL) the items and bytes written. Any
- * thread, between create and destroy; checkpoints are serialized. */
+ * Checkpoint above; FL_UNIMPLEMENTED when there is none). With replay.wal on, a
+ * checkpoint to the default file also rotates the log and deletes the segments it covers
+ * (see Write-ahead log above). path_out (len bytes, may be NULL) receives the path used,
+ * info (may be NULL) the items and bytes written. Any thread, between create and
+ * destroy; checkpoints are serialized. */
 fl_status fl_replay_service_checkpoint(fl_replay_service_t *s, const char *path, fl_table_save_info_t *info,
                                        char *path_out, size_t len, fl_err_t *err);
 
