@@ -104,6 +104,12 @@ fl_status fl_actor_priorities(fl_qnet_t *net, fl_dtype obs_dtype, size_t n, cons
 }
 
 /* splitmix64's finaliser: a bijective 64-bit mix. */
+
+int fl_actor_batches_per_call(size_t obs_bytes, int64_t local_buffer) {
+    double batch = (double)(local_buffer > 0 ? local_buffer : 1) * (2.0 * (double)obs_bytes + 16.0);
+    double n = (double)FL_ACTOR_CALL_BYTES / batch;
+    return n < 1.0 ? 1 : n > FL_ACTOR_MAX_BATCHES_PER_CALL ? FL_ACTOR_MAX_BATCHES_PER_CALL : (int)n;
+}
 static uint64_t mix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ULL;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -423,7 +429,8 @@ fl_status fl_actor_run(const fl_config_t *cfg, int index, const char *replay_add
     s = fl_replay_client_create(shards.addr[shard], &a.replay, err);
     fl_replay_addrs_free(&shards);
     if (s != FL_OK) goto done;
-    s = fl_replay_writer_create(a.replay, a.st.stream_id, &spec, FL_ACTOR_BATCHES_PER_CALL, &a.writer, err);
+    s = fl_replay_writer_create(a.replay, a.st.stream_id, &spec,
+                                fl_actor_batches_per_call(a.obs_bytes, cfg->actor_local_buffer), &a.writer, err);
     if (s != FL_OK) goto done;
     s = fl_param_client_create(param_addr, &a.params, err);
     if (s != FL_OK) goto done;

@@ -47,8 +47,14 @@
 #define FL_ACTOR_PARAM_WAIT_S 60.0
 /* Milliseconds of the final flush of the replay writer. */
 #define FL_ACTOR_FLUSH_TIMEOUT_MS 10000
-/* Batches streamed on one Insert call before the shard acknowledges them. */
-#define FL_ACTOR_BATCHES_PER_CALL 8
+/* Batches streamed on one Insert call before the shard acknowledges them: as many as
+ * make about FL_ACTOR_CALL_BYTES of observations, 1 .. FL_ACTOR_MAX_BATCHES_PER_CALL.
+ * Each call costs the shard a call set-up and an acknowledgement, so small transitions
+ * go many batches to a call (CartPole: 32), large ones one (Atari); the writer keeps a
+ * call's batches until they are acknowledged, which bounds what a failure resends. */
+#define FL_ACTOR_CALL_BYTES (1u << 20)
+#define FL_ACTOR_MAX_BATCHES_PER_CALL 32
+int fl_actor_batches_per_call(size_t obs_bytes, int64_t local_buffer);
 /* Largest batch of the priority forwards (bigger buffers are processed in chunks). */
 #define FL_ACTOR_MAX_PRIORITY_BATCH 1024
 

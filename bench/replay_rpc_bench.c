@@ -9,13 +9,13 @@
  *  - K actor streams (K = 1, 4, 16; --streams), each a thread with its own
  *    fl_replay_client_t and fl_replay_writer_t (distinct stream ids), appending batches of
  *    --insert-batch transitions (50, the Ape-X actor buffer) as fast as they can, with
- *    --batches-per-call batches per Insert call (default FL_ACTOR_BATCHES_PER_CALL, what
- *    the actor uses). Inputs are generated before any clock starts: a pool of 8 batches
+ *    --batches-per-call batches per Insert call (default fl_actor_batches_per_call for the
+ *    shape and batch, what the actor uses: 32 for CartPole and 25 for MinAtar at 50). Inputs are generated before any clock starts: a pool of 8 batches
  *    per shape, reused round robin (each stream starts at another one), priorities in
  *    [0.1, 2.1). Each batch is cut from one random trajectory as the actor's 3-step
  *    buffer does: next_obs of transition i is obs of transition i + 3, so the table's
  *    frame sharing (replay/frames.h) sees what real actor data gives it;
- *  - with and without one learner thread (own client) calling fl_replay_sample (batch 512,
+ *  - with and without a learner (see --prefetch below) calling fl_replay_sample (batch 512,
  *    beta 0.4) and then fl_replay_update_priorities with the returned keys and
  *    pre-generated priorities (--no-updates: samples only);
  *  - for CartPole-shaped (float32 [4], 2 actions) and MinAtar-shaped (uint8 [10, 10, 4],
@@ -49,7 +49,13 @@
  *
  *   replay_rpc_bench [--json] [--seconds S] [--capacity N] [--insert-batch N]
  *                    [--batches-per-call N] [--streams 1,4,16] [--shape cartpole|minatar|all]
- *                    [--learner both|on|off] [--no-updates] [--unix] [--fill]
+ *                    [--learner both|on|off] [--prefetch D] [--insert-rate R] [--no-updates] [--unix] [--fill]
+ * --insert-rate R: the writers together insert about R transitions/s (each paces its
+ * share by sleeping), so that a learner's sample rate can be measured next to a given
+ * insert rate rather than against writers that take every cycle; 0 (default): no pacing.
+ * --prefetch D (default 2, learner.prefetch's default): the learner keeps D Sample calls
+ * in flight (replay/prefetch.h), each batch's priority updates riding on the next Sample
+ * call, as fleet's learner does; 0: one thread, Sample then UpdatePriorities in turn.
  * Exit status: 0, 1 on any failure (the status and its message are printed), 2 for bad
  * usage. */
 #include <inttypes.h>
@@ -68,6 +74,7 @@
 #include "common/rng.h"
 #include "common/status.h"
 #include "replay/client.h"
+#include "replay/prefetch.h"
 #include "replay/server.h"
 #include "replay/wire.h"
 
@@ -106,6 +113,8 @@ typedef struct opts {
     int streams[16], n_streams;
     int shape; /* index into SHAPES, or -1 for all */
     int learner_on, learner_off;
+    int prefetch; /* the learner's Sample calls in flight (learner.prefetch); 0: one call at a time */
+    double insert_rate; /* transitions/s all writers together aim for (paced); 0: as fast as they can */
     long cores;
 } opts_t;
 
@@ -128,6 +137,8 @@ typedef struct shared {
     char addr[320];
     atomic_int stop;
     atomic_int failed;
+    int streams; /* writers of this case */
+    int bpc;     /* batches per Insert call of this case */
 } shared_t;
 
 typedef struct worker {
@@ -147,6 +158,7 @@ typedef struct result {
     double seconds;
     double insert_rate, sample_rate, sample_calls_rate, update_rate;
     uint64_t size;
+    int batches_per_call;
 } result_t;
 
 static void fail_worker(worker_t *w, const char *what, fl_status st) {
@@ -167,13 +179,24 @@ static void *writer_main(void *p) {
         fail_worker(w, "writer: client_create", st);
         goto out;
     }
-    st = fl_replay_writer_create(c, w->stream_id, &sh->spec, sh->o->batches_per_call, &wr, &w->err);
+    st = fl_replay_writer_create(c, w->stream_id, &sh->spec, sh->bpc, &wr, &w->err);
     if (st != FL_OK) {
         fail_worker(w, "writer: create", st);
         goto out;
     }
+    /* Pacing: this writer's share of --insert-rate, by sleeping until each batch's time. */
+    double per_batch = sh->o->insert_rate > 0
+                           ? (double)in->n * (double)sh->streams / sh->o->insert_rate
+                           : 0.0;
+    double t_next = fl_clock_sec();
     for (size_t k = (size_t)w->index; !atomic_load_explicit(&sh->stop, memory_order_relaxed); k++) {
         size_t j = k % POOL;
+        if (per_batch > 0) {
+            t_next += per_batch;
+            double ahead = t_next - fl_clock_sec();
+            if (ahead > 0) usleep((useconds_t)(ahead * 1e6));
+            else if (ahead < -0.5) t_next = fl_clock_sec(); /* fell behind: do not burst */
+        }
         st = fl_replay_writer_append(wr, in->n, in->obs[j], in->actions[j], in->rewards[j], in->discounts[j],
                                      in->next_obs[j], in->priorities[j], &w->err);
         if (st != FL_OK) {
@@ -195,10 +218,61 @@ out:
     return NULL;
 }
 
+/* The learner with learner.prefetch = D > 0: D sampler threads (replay/prefetch.h) keep
+ * Sample calls in flight; this thread takes each batch and gives the buffer back with
+ * the batch's new priorities, which its thread sends along with its next Sample call,
+ * as fleet's learner does around its training step. */
+static void learner_prefetch(worker_t *w) {
+    shared_t *sh = w->sh;
+    const inputs_t *in = sh->in;
+    fl_replay_sharded_t *rs = NULL;
+    fl_replay_prefetch_t *pf = NULL;
+    fl_status st = fl_replay_sharded_create(sh->addr, 1, &rs, &w->err);
+    if (st != FL_OK) {
+        fail_worker(w, "learner: sharded_create", st);
+        goto out;
+    }
+    st = fl_replay_prefetch_create(rs, sh->o->prefetch, SAMPLE_BATCH, in->obs_bytes, SAMPLE_BETA, SAMPLE_TIMEOUT_MS,
+                                   &pf, &w->err);
+    if (st != FL_OK) {
+        fail_worker(w, "learner: prefetch_create", st);
+        goto out;
+    }
+    for (size_t k = 0; !atomic_load_explicit(&sh->stop, memory_order_relaxed); k++) {
+        fl_replay_prefetched_t *r = NULL;
+        if (!fl_replay_prefetch_next(pf, 200, &r)) continue;
+        if (r->status == FL_FAILED_PRECONDITION) { /* too many callers waiting for the fill: again */
+            fl_replay_prefetch_release(pf, r);
+            usleep(10000);
+            continue;
+        }
+        if (r->status != FL_OK) {
+            w->err = r->err;
+            fail_worker(w, "learner: sample", r->status);
+            fl_replay_prefetch_release(pf, r);
+            goto out;
+        }
+        w->calls++;
+        /* The batch's new priorities go out with its thread's next Sample call. */
+        if (sh->o->updates)
+            fl_replay_prefetch_release_updating(pf, r, r->batch->count, in->new_priorities[k % POOL]);
+        else
+            fl_replay_prefetch_release(pf, r);
+    }
+    if (pf && (st = fl_replay_prefetch_stop(pf, &w->err)) != FL_OK) fail_worker(w, "learner: last updates", st);
+out:
+    fl_replay_prefetch_destroy(pf);
+    fl_replay_sharded_destroy(rs);
+}
+
 static void *learner_main(void *p) {
     worker_t *w = p;
     shared_t *sh = w->sh;
     const inputs_t *in = sh->in;
+    if (sh->o->prefetch > 0) {
+        learner_prefetch(w);
+        return NULL;
+    }
     fl_replay_client_t *c = NULL;
     fl_replay_batch_t b;
     memset(&b, 0, sizeof b);
@@ -314,6 +388,9 @@ static int run_case(const opts_t *o, const shape_t *s, const inputs_t *in, int s
     memset(&sh, 0, sizeof sh);
     sh.o = o;
     sh.in = in;
+    sh.streams = streams;
+    sh.bpc = o->batches_per_call > 0 ? o->batches_per_call : fl_actor_batches_per_call(in->obs_bytes, (int64_t)in->n);
+    r->batches_per_call = sh.bpc;
     sh.spec.dtype = s->dtype;
     sh.spec.rank = s->rank;
     for (int d = 0; d < s->rank; d++) sh.spec.shape[d] = s->dims[d];
@@ -471,7 +548,7 @@ static void print_result(const opts_t *o, const shape_t *s, int streams, int lea
                "\"streams\":%d,\"learner\":%d,\"insert_batch\":%zu,\"batches_per_call\":%d,\"capacity\":%" PRIu64
                ",\"filled\":%d,\"seconds\":%.3f}\n",
                s->name, transport, streams, lcase, m[i].metric, m[i].value, m[i].unit, o->cores, streams, learner,
-               o->insert_batch, o->batches_per_call, o->capacity, o->fill, r->seconds);
+               o->insert_batch, r->batches_per_call, o->capacity, o->fill, r->seconds);
     }
     fflush(stdout);
 }
@@ -479,7 +556,7 @@ static void print_result(const opts_t *o, const shape_t *s, int streams, int lea
 static int usage(void) {
     fprintf(stderr, "usage: replay_rpc_bench [--json] [--seconds S] [--capacity N] [--insert-batch N]\n"
                     "                        [--batches-per-call N] [--streams 1,4,16] [--shape cartpole|minatar|all]\n"
-                    "                        [--learner both|on|off] [--no-updates] [--unix] [--fill]\n");
+                    "                        [--learner both|on|off] [--prefetch D] [--no-updates] [--unix] [--fill]\n");
     return 2;
 }
 
@@ -514,10 +591,11 @@ int main(int argc, char **argv) {
     o.seconds = 3.0;
     o.capacity = 2000000;
     o.insert_batch = 50;
-    o.batches_per_call = FL_ACTOR_BATCHES_PER_CALL;
+    o.batches_per_call = 0; /* 0: what the actor uses for the shape (fl_actor_batches_per_call) */
     o.streams[0] = 1, o.streams[1] = 4, o.streams[2] = 16, o.n_streams = 3;
     o.shape = -1;
     o.learner_on = o.learner_off = 1;
+    o.prefetch = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -558,6 +636,15 @@ int main(int argc, char **argv) {
                 if (strcmp(v, SHAPES[k].name) == 0) o.shape = k;
             if (o.shape == -2) return usage();
             i++;
+        } else if (strcmp(a, "--insert-rate") == 0) {
+            char *end;
+            o.insert_rate = strtod(v, &end);
+            if (*end || !(o.insert_rate >= 0.0 && o.insert_rate <= 1e9)) return usage();
+            i++;
+        } else if (strcmp(a, "--prefetch") == 0) {
+            if (!parse_u64(v, 0, FL_REPLAY_PREFETCH_MAX_DEPTH, &u)) return usage();
+            o.prefetch = (int)u;
+            i++;
         } else if (strcmp(a, "--learner") == 0) {
             o.learner_on = strcmp(v, "on") == 0 || strcmp(v, "both") == 0;
             o.learner_off = strcmp(v, "off") == 0 || strcmp(v, "both") == 0;
@@ -570,11 +657,17 @@ int main(int argc, char **argv) {
     o.cores = sysconf(_SC_NPROCESSORS_ONLN);
     fl_log_set_level(FL_LOG_WARN);
     if (!o.json) {
+        char bpc[64];
+        if (o.batches_per_call > 0) snprintf(bpc, sizeof bpc, "%d", o.batches_per_call);
+        else snprintf(bpc, sizeof bpc, "the actor's (cartpole %d, minatar %d)",
+                      fl_actor_batches_per_call(4 * sizeof(float), (int64_t)o.insert_batch),
+                      fl_actor_batches_per_call(400, (int64_t)o.insert_batch));
         printf("replay_rpc_bench: %ld cores, one shard over %s, capacity %" PRIu64
-               ", prioritized, insert batch %zu, %d batches per Insert call, learner batch %d beta %.1f%s, "
-               "%.1f s per case%s\n",
+               ", prioritized, insert batch %zu, batches per Insert call %s, learner batch %d beta %.1f%s, "
+               "prefetch %d, %.1f s per case%s\n",
                o.cores, o.unix_socket ? "a unix socket" : "loopback TCP", o.capacity, o.insert_batch,
-               o.batches_per_call, SAMPLE_BATCH, SAMPLE_BETA, o.updates ? " + priority updates" : " (no updates)",
+               bpc, SAMPLE_BATCH, SAMPLE_BETA, o.updates ? " + priority updates" : " (no updates)",
+               o.prefetch,
                o.seconds, o.fill ? " after filling the table" : "");
         printf("rates: deltas of the shard's Info counters over the window\n");
         printf("%-9s %-5s %7s  %-13s %14s %14s %10s %12s %10s\n", "shape", "via", "streams", "learner",

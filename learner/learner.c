@@ -54,6 +54,7 @@ struct fl_learner {
     fl_replay_prefetch_t *prefetch;  /* learner.prefetch > 0: that many Sample calls in flight */
     fl_replay_prefetched_t *taken;   /* the prefetched batch being trained on, or NULL */
     fl_replay_batch_t *cur;          /* the batch being trained on */
+    size_t prio_n;                   /* prefetch: priorities of l->taken's rows to send with it */
     float *obs_f;      /* (batch_size, obs_count) */
     float *next_f;     /* (batch_size, obs_count) */
     float *priorities; /* (batch_size) */
@@ -383,10 +384,12 @@ static fl_status sample_once(fl_learner_t *l, fl_err_t *e) {
     return r->status;
 }
 
-/* Gives a prefetched batch back to its sampler thread. */
+/* Gives a prefetched batch back to its sampler thread, with the new priorities of its
+ * rows when the step produced them (they go out with that thread's next Sample). */
 static void release_batch(fl_learner_t *l) {
-    if (l->taken) fl_replay_prefetch_release(l->prefetch, l->taken);
+    if (l->taken) fl_replay_prefetch_release_updating(l->prefetch, l->taken, l->prio_n, l->priorities);
     l->taken = NULL;
+    l->prio_n = 0;
     l->cur = &l->batch;
 }
 
@@ -410,7 +413,7 @@ static fl_status sample(fl_learner_t *l, fl_err_t *err) {
             break;
         }
         release_batch(l); /* a failed call's buffer goes back at once */
-        if (s == FL_CANCELLED) {
+        if (s == FL_CANCELLED && stopping(l)) { /* our own stop (a shard's CANCELLED is an outage) */
             result = s;
             *err = e;
             break;
@@ -441,6 +444,12 @@ static fl_status sample(fl_learner_t *l, fl_err_t *err) {
 /* Sends the priorities of the batch just trained on; retries through an outage until
  * stopped (then the update is dropped: FL_OK). */
 static fl_status send_priorities(fl_learner_t *l, size_t n, fl_err_t *err) {
+    if (l->taken) { /* prefetching: they ride on the next Sample call */
+        l->prio_n = n;
+        l->st.priorities_sent += n;
+        l->st.priorities_applied = fl_replay_prefetch_updates_applied(l->prefetch);
+        return FL_OK;
+    }
     for (;;) {
         fl_err_t e;
         fl_err_init(&e);
@@ -526,6 +535,13 @@ fl_status fl_learner_run(fl_learner_t *l, fl_err_t *err) {
         report(l, 0);
     }
     if (s == FL_CANCELLED) s = FL_OK; /* stopped while waiting: a clean stop */
+    release_batch(l);
+    if (l->prefetch) { /* no more samples; the last priorities still go out */
+        fl_err_t e;
+        fl_err_init(&e);
+        if (fl_replay_prefetch_stop(l->prefetch, &e) != FL_OK) FL_WARN("last priority updates not sent: %s", e.msg);
+        l->st.priorities_applied = fl_replay_prefetch_updates_applied(l->prefetch);
+    }
 
     if (s == FL_OK && (l->st.steps > l->steps_at_publish || l->st.publishes == 0)) {
         fl_err_t e;

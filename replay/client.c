@@ -429,12 +429,14 @@ typedef struct sample_meta {
     uint64_t table_size;
     double total, min_q, mass;
     uint32_t shard_id;
+    uint64_t updates_applied; /* of the updates sent along */
 } sample_meta;
 
 /* One Sample call whose rows land in out at rows [offset, offset + count). probe: the
  * shard answers at once (no wait for data or the rate limiter) within timeout_ms. */
 static fl_status sample_rows(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms, int probe,
-                             fl_replay_batch_t *out, size_t offset, sample_meta *meta, fl_err_t *err) {
+                             const fl_replay_updates_t *upd, fl_replay_batch_t *out, size_t offset, sample_meta *meta,
+                             fl_err_t *err) {
     /* The shard waits for data a little less than the call may take, so that running out
      * of time is answered by the shard (FAILED_PRECONDITION with its size), not by the
      * deadline, and the batch still has time to arrive. */
@@ -448,6 +450,11 @@ static fl_status sample_rows(fl_replay_client_t *c, size_t batch_size, double be
     req.batch_size = (uint32_t)batch_size;
     req.beta = beta;
     req.timeout_ms = wait_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)wait_ms;
+    if (upd && upd->n > 0) {
+        req.n_update_keys = req.n_update_priorities = upd->n;
+        req.update_keys = (uint64_t *)upd->keys;
+        req.update_priorities = (float *)upd->priorities;
+    }
     ProtobufCMessage *m = NULL;
     FL_TRY(fl_rpc_unary_pb(c->ch, M_SAMPLE, &req.base, &fleet__sample_response__descriptor, &m, deadline_ms,
                            FL_RPC_WAIT_FOR_READY, err));
@@ -483,6 +490,7 @@ static fl_status sample_rows(fl_replay_client_t *c, size_t batch_size, double be
     meta->min_q = resp->min_priority;
     meta->shard_id = resp->shard_id;
     meta->mass = resp->sampling_mass;
+    meta->updates_applied = resp->updates_applied;
 done:
     fleet__sample_response__free_unpacked(resp, NULL);
     return st;
@@ -490,12 +498,31 @@ done:
 
 fl_status fl_replay_sample(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms,
                            fl_replay_batch_t *out, fl_err_t *err) {
+    return fl_replay_sample_updating(c, batch_size, beta, timeout_ms, NULL, out, err);
+}
+
+/* Checks updates to send along with a Sample (see fl_replay_updates_t). */
+static fl_status check_updates(const fl_replay_updates_t *upd, fl_err_t *err) {
+    if (!upd || upd->n == 0) return FL_OK;
+    if (!upd->keys || !upd->priorities)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay sample: update %s is NULL for %zu items",
+                          !upd->keys ? "keys" : "priorities", upd->n);
+    return fl_wire_check_priorities("update priorities", upd->n, upd->priorities, err);
+}
+
+fl_status fl_replay_sample_updating(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms,
+                                    fl_replay_updates_t *upd, fl_replay_batch_t *out, fl_err_t *err) {
+    if (upd) upd->applied = 0;
+    FL_TRY(check_updates(upd, err));
     if (batch_size == 0 || batch_size > out->capacity || batch_size > UINT32_MAX)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "replay sample: batch_size %zu, expected 1 .. %zu (the batch's capacity)", batch_size,
                           out->capacity);
     sample_meta meta;
-    FL_TRY(sample_rows(c, batch_size, beta, timeout_ms, 0, out, 0, &meta, err));
+    memset(&meta, 0, sizeof meta);
+    fl_status st = sample_rows(c, batch_size, beta, timeout_ms, 0, upd, out, 0, &meta, err);
+    if (upd) upd->applied = meta.updates_applied;
+    if (st != FL_OK) return st;
     out->count = meta.count;
     out->table_size = meta.table_size;
     out->total_priority = meta.total;
@@ -763,7 +790,8 @@ static void *job_run(void *arg) {
     fl_err_init(&j->err);
     switch (j->kind) {
     case JOB_SAMPLE:
-        j->st = sample_rows(j->c, j->count, j->beta, j->timeout_ms, j->probe, j->out, j->offset, &j->meta, &j->err);
+        j->st = sample_rows(j->c, j->count, j->beta, j->timeout_ms, j->probe, NULL, j->out, j->offset, &j->meta,
+                            &j->err);
         break;
     case JOB_INFO: j->st = fl_replay_info(j->c, j->timeout_ms, &j->info, &j->err); break;
     case JOB_UPDATE:
@@ -939,6 +967,18 @@ typedef struct segment {
     int shard;
     size_t offset, count;
 } segment;
+
+fl_status fl_replay_sharded_sample_updating(fl_replay_sharded_t *s, size_t batch_size, double beta,
+                                            int64_t timeout_ms, fl_replay_updates_t *upd, fl_replay_batch_t *out,
+                                            fl_err_t *err) {
+    if (s->n == 1) return fl_replay_sample_updating(s->c[0], batch_size, beta, timeout_ms, upd, out, err);
+    if (upd) {
+        upd->applied = 0;
+        if (upd->n > 0)
+            FL_TRY(fl_replay_sharded_update_priorities(s, upd->n, upd->keys, upd->priorities, &upd->applied, err));
+    }
+    return fl_replay_sharded_sample(s, batch_size, beta, timeout_ms, out, err);
+}
 
 fl_status fl_replay_sharded_sample(fl_replay_sharded_t *s, size_t batch_size, double beta, int64_t timeout_ms,
                                    fl_replay_batch_t *out, fl_err_t *err) {

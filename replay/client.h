@@ -144,6 +144,24 @@ void fl_replay_batch_free(fl_replay_batch_t *b);
  * min_size_to_sample): FL_FAILED_PRECONDITION when the shard holds too few. */
 fl_status fl_replay_sample(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms,
                            fl_replay_batch_t *out, fl_err_t *err);
+
+/* Priority updates sent along with a Sample call (SampleRequest.update_keys), so that a
+ * learner makes one call per batch instead of two: n keys with their new |TD errors|
+ * (finite, >= 0; checked before anything is sent), applied by the shard before it
+ * draws, stale keys skipped. applied receives how many were applied. The shard applies
+ * them whether or not it then has a batch to give: after FL_OK or FL_FAILED_PRECONDITION
+ * (the shard answered) they are in; after another error they may or may not be, and
+ * sending them again is harmless (an update sets a priority, it does not add to it). */
+typedef struct fl_replay_updates {
+    size_t n;
+    const uint64_t *keys;
+    const float *priorities;
+    uint64_t applied;
+} fl_replay_updates_t;
+
+/* fl_replay_sample with updates (NULL or n = 0: none). */
+fl_status fl_replay_sample_updating(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms,
+                                    fl_replay_updates_t *upd, fl_replay_batch_t *out, fl_err_t *err);
 fl_status fl_replay_update_priorities(fl_replay_client_t *c, size_t n, const uint64_t *keys,
                                       const float *priorities, uint64_t *applied, fl_err_t *err);
 
@@ -201,6 +219,12 @@ void fl_replay_sharded_set_timeout(fl_replay_sharded_t *s, int64_t timeout_ms);
  * yet, it polls the shards' Info until one does (FL_FAILED_PRECONDITION at the end). */
 fl_status fl_replay_sharded_sample(fl_replay_sharded_t *s, size_t batch_size, double beta, int64_t timeout_ms,
                                    fl_replay_batch_t *out, fl_err_t *err);
+/* fl_replay_sharded_sample with updates (see fl_replay_updates_t): with one shard they
+ * ride on its Sample call; with several they are routed by key in UpdatePriorities calls
+ * first (an update failure is returned and nothing is sampled). */
+fl_status fl_replay_sharded_sample_updating(fl_replay_sharded_t *s, size_t batch_size, double beta,
+                                            int64_t timeout_ms, fl_replay_updates_t *upd, fl_replay_batch_t *out,
+                                            fl_err_t *err);
 /* Routes each key to its shard; *applied sums the shards' applied counts. */
 fl_status fl_replay_sharded_update_priorities(fl_replay_sharded_t *s, size_t n, const uint64_t *keys,
                                               const float *priorities, uint64_t *applied, fl_err_t *err);

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -23,6 +24,10 @@ typedef struct slot {
     int state;
     fl_replay_batch_t batch;
     fl_replay_prefetched_t result;
+    /* priority updates to send with the next call (the thread's while SAMPLING) */
+    uint64_t *upd_keys; /* (batch_size) */
+    float *upd_prio;    /* (batch_size) */
+    size_t upd_n;
 } slot_t;
 
 struct fl_replay_prefetch {
@@ -33,7 +38,8 @@ struct fl_replay_prefetch {
     int64_t timeout_ms;
     pthread_mutex_t mu;
     pthread_cond_t ready_cv, back_cv;
-    int stop;
+    int stop, stopped;
+    atomic_uint_fast64_t updates_applied;
     int *queue; /* (depth) slot numbers of ready results, oldest first */
     int qhead, qlen;
     slot_t *slots;
@@ -50,9 +56,16 @@ static void *sampler(void *arg) {
         if (stop) break;
         fl_err_init(&sl->result.err);
         double t0 = fl_clock_sec();
-        sl->result.status =
-            fl_replay_sharded_sample(p->rs, p->batch_size, p->beta, p->timeout_ms, &sl->batch, &sl->result.err);
+        fl_replay_updates_t upd = {sl->upd_n, sl->upd_keys, sl->upd_prio, 0};
+        sl->result.status = fl_replay_sharded_sample_updating(p->rs, p->batch_size, p->beta, p->timeout_ms, &upd,
+                                                              &sl->batch, &sl->result.err);
         sl->result.sample_s = fl_clock_sec() - t0;
+        sl->result.updates_applied = upd.applied;
+        atomic_fetch_add(&p->updates_applied, upd.applied);
+        /* Sent, unless the call failed before the shard could apply them (a refusal to
+         * sample applies them first; a bad priority can never be applied). */
+        fl_status us = sl->result.status;
+        if (us == FL_OK || us == FL_FAILED_PRECONDITION || us == FL_INVALID_ARGUMENT) sl->upd_n = 0;
         pthread_mutex_lock(&p->mu);
         sl->state = READY;
         p->queue[(p->qhead + p->qlen) % p->depth] = (int)(sl - p->slots);
@@ -84,6 +97,7 @@ fl_status fl_replay_prefetch_create(fl_replay_sharded_t *rs, int depth, size_t b
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->ready_cv, NULL);
     pthread_cond_init(&p->back_cv, NULL);
+    atomic_init(&p->updates_applied, 0);
     p->queue = calloc((size_t)depth, sizeof(int));
     p->slots = calloc((size_t)depth, sizeof(slot_t));
     fl_status s = FL_OK;
@@ -96,7 +110,11 @@ fl_status fl_replay_prefetch_create(fl_replay_sharded_t *rs, int depth, size_t b
         sl->p = p;
         sl->state = SAMPLING;
         sl->result.batch = &sl->batch;
-        if ((s = fl_replay_batch_init(&sl->batch, batch_size, obs_bytes)) != FL_OK) {
+        sl->upd_keys = malloc(batch_size * sizeof(uint64_t));
+        sl->upd_prio = malloc(batch_size * sizeof(float));
+        if ((s = fl_replay_batch_init(&sl->batch, batch_size, obs_bytes)) != FL_OK || !sl->upd_keys ||
+            !sl->upd_prio) {
+            s = s != FL_OK ? s : FL_NO_MEMORY;
             s = fl_err_set(err, s, "prefetch: cannot allocate %d batches of %zu transitions", depth, batch_size);
             goto fail;
         }
@@ -115,17 +133,42 @@ fail:
     return s;
 }
 
+fl_status fl_replay_prefetch_stop(fl_replay_prefetch_t *p, fl_err_t *err) {
+    pthread_mutex_lock(&p->mu);
+    int was = p->stopped;
+    p->stop = p->stopped = 1;
+    pthread_cond_broadcast(&p->back_cv);
+    pthread_cond_broadcast(&p->ready_cv);
+    pthread_mutex_unlock(&p->mu);
+    if (was || !p->slots) return FL_OK;
+    for (int i = 0; i < p->depth; i++)
+        if (p->slots[i].started) pthread_join(p->slots[i].th, NULL);
+    fl_status st = FL_OK;
+    for (int i = 0; i < p->depth; i++) { /* updates released but never sent */
+        slot_t *sl = &p->slots[i];
+        if (sl->upd_n == 0) continue;
+        uint64_t applied = 0;
+        fl_status s = fl_replay_sharded_update_priorities(p->rs, sl->upd_n, sl->upd_keys, sl->upd_prio, &applied, err);
+        atomic_fetch_add(&p->updates_applied, applied);
+        sl->upd_n = 0;
+        if (st == FL_OK) st = s;
+    }
+    return st;
+}
+
+uint64_t fl_replay_prefetch_updates_applied(fl_replay_prefetch_t *p) { return atomic_load(&p->updates_applied); }
+
 void fl_replay_prefetch_destroy(fl_replay_prefetch_t *p) {
     if (!p) return;
-    pthread_mutex_lock(&p->mu);
-    p->stop = 1;
-    pthread_cond_broadcast(&p->back_cv);
-    pthread_mutex_unlock(&p->mu);
-    if (p->slots) {
-        for (int i = 0; i < p->depth; i++)
-            if (p->slots[i].started) pthread_join(p->slots[i].th, NULL);
-        for (int i = 0; i < p->depth; i++) fl_replay_batch_free(&p->slots[i].batch);
-    }
+    fl_err_t e;
+    fl_err_init(&e);
+    (void)fl_replay_prefetch_stop(p, &e);
+    if (p->slots)
+        for (int i = 0; i < p->depth; i++) {
+            fl_replay_batch_free(&p->slots[i].batch);
+            free(p->slots[i].upd_keys);
+            free(p->slots[i].upd_prio);
+        }
     free(p->slots);
     free(p->queue);
     pthread_cond_destroy(&p->ready_cv);
@@ -147,6 +190,10 @@ int fl_replay_prefetch_next(fl_replay_prefetch_t *p, int64_t timeout_ms, fl_repl
     }
     pthread_mutex_lock(&p->mu);
     while (p->qlen == 0) {
+        if (p->stopped) {
+            pthread_mutex_unlock(&p->mu);
+            return 0;
+        }
         int rc = timeout_ms > 0 ? pthread_cond_timedwait(&p->ready_cv, &p->mu, &until)
                                 : pthread_cond_wait(&p->ready_cv, &p->mu);
         if (rc == ETIMEDOUT && p->qlen == 0) {
@@ -164,7 +211,20 @@ int fl_replay_prefetch_next(fl_replay_prefetch_t *p, int64_t timeout_ms, fl_repl
 }
 
 void fl_replay_prefetch_release(fl_replay_prefetch_t *p, fl_replay_prefetched_t *r) {
+    fl_replay_prefetch_release_updating(p, r, 0, NULL);
+}
+
+void fl_replay_prefetch_release_updating(fl_replay_prefetch_t *p, fl_replay_prefetched_t *r, size_t n,
+                                         const float *priorities) {
     slot_t *sl = (slot_t *)((char *)r - offsetof(slot_t, result));
+    if (n > sl->batch.count) n = sl->batch.count;
+    if (n > 0 && priorities) {
+        /* Pending updates of a failed send are replaced: newer priorities of other keys
+         * matter more than a retry of stale ones, and the buffer holds one batch. */
+        memcpy(sl->upd_keys, sl->batch.keys, n * sizeof(uint64_t));
+        memcpy(sl->upd_prio, priorities, n * sizeof(float));
+        sl->upd_n = n;
+    }
     pthread_mutex_lock(&p->mu);
     sl->state = SAMPLING;
     pthread_cond_broadcast(&p->back_cv);

@@ -10,6 +10,12 @@
  * stands when its call is answered (priority updates of batches still being trained on
  * are not in it: the usual asynchrony of Ape-X's learner, bounded by depth).
  *
+ * Priority updates: fl_replay_prefetch_release_updating gives the buffer back with the
+ * new priorities of its batch; the thread sends them along with its next Sample call
+ * (fl_replay_sharded_sample_updating: one call per batch instead of two). Updates whose
+ * call failed (other than the shard refusing to sample, which applies them) go again
+ * with the next one; fl_replay_prefetch_stop sends whatever is still pending.
+ *
  * A failed call (the replay not ready, a shard down) is handed in like a batch, with its
  * status and message, so that the learner decides what to do (wait, retry, give up);
  * the thread samples again once the buffer is back. Thread-safety: one learner thread
@@ -34,13 +40,20 @@ typedef struct fl_replay_prefetched {
     fl_status status; /* FL_OK: batch holds batch->count transitions */
     fl_err_t err;     /* the message when status is not FL_OK */
     double sample_s;  /* seconds the call took */
+    uint64_t updates_applied; /* priority updates this call carried that the shard applied */
 } fl_replay_prefetched_t;
 
 /* depth in 1 .. FL_REPLAY_PREFETCH_MAX_DEPTH, batch_size >= 1, obs_bytes >= 1, beta in
  * [0, 1]; timeout_ms > 0 bounds each call. Starts the threads at once. */
 fl_status fl_replay_prefetch_create(fl_replay_sharded_t *rs, int depth, size_t batch_size, size_t obs_bytes,
                                     double beta, int64_t timeout_ms, fl_replay_prefetch_t **out, fl_err_t *err);
-/* Stops and joins the threads, frees the buffers. NULL is a no-op. */
+/* Stops the threads after their current call and sends the priority updates still
+ * pending (UpdatePriorities, bounded by timeout_ms); later calls of next return 0.
+ * Idempotent. Returns the status of that last send. */
+fl_status fl_replay_prefetch_stop(fl_replay_prefetch_t *p, fl_err_t *err);
+/* Priority updates applied by the shards so far (piggybacked and at stop). */
+uint64_t fl_replay_prefetch_updates_applied(fl_replay_prefetch_t *p);
+/* Stops (as above, ignoring its status) and frees the buffers. NULL is a no-op. */
 void fl_replay_prefetch_destroy(fl_replay_prefetch_t *p);
 
 /* Waits up to timeout_ms (<= 0: without limit) for the next result. 1 with *out filled,
@@ -48,5 +61,9 @@ void fl_replay_prefetch_destroy(fl_replay_prefetch_t *p);
 int fl_replay_prefetch_next(fl_replay_prefetch_t *p, int64_t timeout_ms, fl_replay_prefetched_t **out);
 /* Gives a result's buffer back to its thread, which samples into it again. */
 void fl_replay_prefetch_release(fl_replay_prefetch_t *p, fl_replay_prefetched_t *r);
+/* The same, with new priorities (|TD errors|) for the first n rows of its batch
+ * (n <= the batch's count; the keys are the batch's), sent with the thread's next call. */
+void fl_replay_prefetch_release_updating(fl_replay_prefetch_t *p, fl_replay_prefetched_t *r, size_t n,
+                                         const float *priorities);
 
 #endif

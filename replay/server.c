@@ -741,6 +741,26 @@ static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_r
     size_t B = req->batch_size;
     double beta = req->beta;
     uint32_t timeout_ms = req->timeout_ms;
+    /* Piggybacked priority updates go in first, whatever happens to the sample. */
+    size_t upd_applied = 0, upd_n = req->n_update_keys;
+    if (req->n_update_keys || req->n_update_priorities) {
+        fl_err_t ue;
+        fl_err_init(&ue);
+        fl_status ust = FL_OK;
+        if (req->n_update_priorities != req->n_update_keys)
+            ust = fl_err_set(&ue, FL_INVALID_ARGUMENT, "update_priorities: got %zu values, expected %zu (one per key)",
+                             req->n_update_priorities, req->n_update_keys);
+        else if (fl_wire_check_priorities("update_priorities", req->n_update_priorities, req->update_priorities, &ue) ==
+                 FL_OK)
+            ust = fl_table_update_priorities(s->table, req->n_update_keys, req->update_keys, req->update_priorities,
+                                             &upd_applied, &ue);
+        else
+            ust = ue.code;
+        if (ust != FL_OK) {
+            fleet__sample_request__free_unpacked(req, NULL);
+            return fl_rpc_reply_error(reply, ust, "%s", ue.msg);
+        }
+    }
     fleet__sample_request__free_unpacked(req, NULL);
 
     size_t row = 2 * s->obs_bytes + sizeof(uint64_t) + sizeof(float) * 4 + sizeof(double) + sizeof(int32_t);
@@ -755,16 +775,19 @@ static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_r
         return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "beta: got %g, expected a value in [0, 1]", beta);
     FL_TRY(wait_for_data(s, B, timeout_ms, reply));
 
-    uint64_t *keys = malloc(B * sizeof *keys);
-    double *probs = malloc(B * sizeof *probs);
-    float *weights = malloc(B * sizeof *weights);
-    int32_t *actions = malloc(B * sizeof *actions);
-    float *rewards = malloc(B * sizeof *rewards);
-    float *discounts = malloc(B * sizeof *discounts);
-    uint8_t *obs = malloc(B * s->obs_bytes);
-    uint8_t *next_obs = malloc(B * s->obs_bytes);
+    /* One allocation for every column: 8-byte columns first, then 4-byte ones, then the
+     * observations. */
+    uint8_t *block = malloc(B * (2 * sizeof(uint64_t) + 4 * sizeof(float) + 2 * s->obs_bytes));
+    uint64_t *keys = (uint64_t *)block;
+    double *probs = (double *)(keys + B);
+    float *weights = (float *)(probs + B);
+    int32_t *actions = (int32_t *)(weights + B);
+    float *rewards = (float *)(actions + B);
+    float *discounts = rewards + B;
+    uint8_t *obs = (uint8_t *)(discounts + B);
+    uint8_t *next_obs = obs + B * s->obs_bytes;
     fl_status st;
-    if (!keys || !probs || !weights || !actions || !rewards || !discounts || !obs || !next_obs) {
+    if (!block) {
         st = fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory for a batch of %zu", B);
         goto done;
     }
@@ -802,17 +825,12 @@ static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_r
     resp.min_priority = prioritized ? min_priority_of(B, beta, probs, weights, ti.total_priority) : 0.0;
     resp.shard_id = (uint32_t)s->shard;
     resp.sampling_mass = prioritized ? ti.total_priority : (double)ti.size;
+    resp.updates_applied = upd_applied;
+    resp.updates_stale = upd_n - upd_applied;
     st = fl_rpc_reply_pb(reply, &resp.base);
     if (st == FL_OK) atomic_fetch_add(&s->sample_calls, 1);
 done:
-    free(keys);
-    free(probs);
-    free(weights);
-    free(actions);
-    free(rewards);
-    free(discounts);
-    free(obs);
-    free(next_obs);
+    free(block);
     return st;
 }
 

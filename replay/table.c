@@ -690,6 +690,11 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
                 memcpy((uint16_t *)((fl_chunk_t **)held + B) + j * 2 * S, ix, 2 * S * sizeof(uint16_t));
                 continue;
             }
+            if (S == 1 && !c->compressed) { /* one raw frame per observation: a plain copy */
+                if (obs_out) memcpy(obs_out + j * ob, c->data + (size_t)ix[0] * ob, ob);
+                if (next_out) memcpy(next_out + j * ob, c->data + (size_t)ix[1] * ob, ob);
+                continue;
+            }
             if (obs_out) (void)fl_frames_gather(&t->lay, c, ix, NULL, obs_out + j * ob);
             if (next_out) (void)fl_frames_gather(&t->lay, c, ix + S, NULL, next_out + j * ob);
         }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -157,6 +158,83 @@ static void test_refusals_then_data(void **state) {
     fl_replay_service_destroy(svc);
 }
 
+/* Priority updates riding on Sample calls: applied before the draw, stale keys counted
+ * out, bad priorities refused before anything is sent; and through the prefetcher. */
+static void test_updates_ride_on_sample(void **state) {
+    (void)state;
+    char addr[300];
+    fl_replay_service_t *svc = start(addr, sizeof addr, 100);
+    fill(addr, N_ITEMS, 1);
+    fl_replay_client_t *c = NULL;
+    fl_err_t e;
+    fl_err_init(&e);
+    assert_int_equal(fl_replay_client_create(addr, &c, &e), FL_OK);
+    fl_replay_batch_t b;
+    assert_int_equal(fl_replay_batch_init(&b, 32, OBS_BYTES), FL_OK);
+    assert_int_equal(fl_replay_sample(c, 32, 0.4, 5000, &b, &e), FL_OK);
+    uint64_t keys[33];
+    float prio[33];
+    for (int j = 0; j < 32; j++) {
+        keys[j] = b.keys[j];
+        prio[j] = 100.0f + (float)j;
+    }
+    keys[32] = fl_table_key_make(0, 1u << 30); /* never issued: stale */
+    prio[32] = 1.0f;
+    fl_replay_updates_t upd = {33, keys, prio, 0};
+    assert_int_equal(fl_replay_sample_updating(c, 32, 0.4, 5000, &upd, &b, &e), FL_OK);
+    /* a key drawn twice in the first batch is applied twice: count distinct keys */
+    size_t distinct = 0;
+    for (int j = 0; j < 32; j++) {
+        int seen = 0;
+        for (int k = 0; k < j; k++) seen |= keys[k] == keys[j];
+        distinct += !seen;
+    }
+    assert_true(upd.applied >= distinct && upd.applied <= 32);
+    for (int j = 0; j < 32; j++) {
+        double q = 0;
+        assert_int_equal(fl_table_priority(fl_replay_service_table(svc), keys[j], &q, &e), FL_OK);
+        int last = j;
+        for (int k = j + 1; k < 32; k++)
+            if (keys[k] == keys[j]) last = k;
+        assert_true(fabs(q - pow(100.0 + last + 1e-6, 0.6)) < 1e-6 * q);
+    }
+    fl_replay_info_t in;
+    fl_replay_service_info(svc, &in);
+    assert_int_equal(in.updates_stale, 1);
+    /* a NaN priority: refused by the client, nothing sent */
+    prio[3] = NAN;
+    uint64_t calls = sample_calls(svc);
+    assert_int_equal(fl_replay_sample_updating(c, 32, 0.4, 5000, &upd, &b, &e), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.msg, "update priorities[3]"));
+    assert_int_equal(sample_calls(svc), calls);
+    fl_replay_batch_free(&b);
+    fl_replay_client_destroy(c);
+
+    /* Through the prefetcher: every released batch's updates get applied, the last ones at
+     * stop. */
+    fl_replay_sharded_t *rs = NULL;
+    assert_int_equal(fl_replay_sharded_create(addr, 3, &rs, &e), FL_OK);
+    fl_replay_prefetch_t *p = NULL;
+    assert_int_equal(fl_replay_prefetch_create(rs, 3, 16, OBS_BYTES, 0.4, 5000, &p, &e), FL_OK);
+    fl_replay_service_info(svc, &in);
+    uint64_t before = in.updates_applied + in.updates_stale;
+    float ones[16];
+    for (int j = 0; j < 16; j++) ones[j] = 2.0f;
+    for (int k = 0; k < 20; k++) {
+        fl_replay_prefetched_t *r = NULL;
+        assert_int_equal(fl_replay_prefetch_next(p, 10000, &r), 1);
+        assert_int_equal(r->status, FL_OK);
+        fl_replay_prefetch_release_updating(p, r, 16, ones);
+    }
+    assert_int_equal(fl_replay_prefetch_stop(p, &e), FL_OK);
+    fl_replay_service_info(svc, &in);
+    assert_int_equal(in.updates_applied + in.updates_stale - before, 20 * 16);
+    assert_int_equal(fl_replay_prefetch_updates_applied(p), 20 * 16);
+    fl_replay_prefetch_destroy(p);
+    fl_replay_sharded_destroy(rs);
+    fl_replay_service_destroy(svc);
+}
+
 static void test_bad_arguments(void **state) {
     (void)state;
     fl_replay_prefetch_t *p = (fl_replay_prefetch_t *)1;
@@ -173,6 +251,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batches_and_depth),
         cmocka_unit_test(test_refusals_then_data),
+        cmocka_unit_test(test_updates_ride_on_sample),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
