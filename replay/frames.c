@@ -275,6 +275,7 @@ int fl_frames_gather(const fl_frames_layout_t *l, const fl_chunk_t *c, const uin
                      void *out) {
     const size_t fb = l->frame_bytes;
     uint8_t *o = out;
+    if (c->compressed && !r) return -1;
     if (l->stack == 1) {
         if (c->compressed) return unpack(l, c, idx[0], r, o);
         memcpy(o, c->data + (size_t)idx[0] * fb, fb);

@@ -92,8 +92,9 @@ fl_status fl_frames_reader_create(const fl_frames_layout_t *l, fl_frames_reader_
 void fl_frames_reader_destroy(fl_frames_reader_t *r);
 
 /* Writes the observation made of frames idx[0 .. stack) of chunk c into out (obs_bytes).
- * r may be NULL when the chunk is not compressed. Returns 0, or -1 if a compressed frame
- * does not decompress to frame_bytes (impossible for chunks built or validated here). */
+ * r may be NULL when the chunk is not compressed. Returns 0, or -1 if the chunk is
+ * compressed and r is NULL, or a compressed frame does not decompress to frame_bytes
+ * (impossible for chunks built or validated here). */
 int fl_frames_gather(const fl_frames_layout_t *l, const fl_chunk_t *c, const uint16_t *idx, fl_frames_reader_t *r,
                      void *out);
 

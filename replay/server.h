@@ -24,7 +24,12 @@
  *                     beta outside [0, 1] are INVALID_ARGUMENT. At most
  *                     FL_REPLAY_MAX_SAMPLE_WAITERS calls wait at once, so that waiting
  *                     samplers never hold every serving thread; a call beyond that fails
- *                     at once with FAILED_PRECONDITION.
+ *                     at once with FAILED_PRECONDITION. Priority updates carried by the
+ *                     request (update_keys / update_priorities, a learner's updates for
+ *                     its previous batch) are checked and applied first, as
+ *                     UpdatePriorities would (a malformed list fails the call whole with
+ *                     INVALID_ARGUMENT), so they are in even when the call then waits or
+ *                     is refused; the response counts them.
  *   Rate limit        with replay.samples_per_insert > 0 (see replay/ratelimit.h), an
  *                     Insert message waits until the limiter admits its items, and a
  *                     Sample waits as above. At most (threads - MAX_SAMPLE_WAITERS - 2)

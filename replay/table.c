@@ -91,6 +91,8 @@ struct fl_table {
     uint64_t *live_pos;     /* uniform and mts: (capacity) index of a live slot in live_list */
     uint64_t chunks, frames; /* chunks referenced by rows of the window, and their frames */
     uint64_t chunk_bytes;   /* their allocation sizes */
+    uint64_t zstd_chunks;   /* of those, compressed (a table restored from a checkpoint
+                               written with another zstd_level may hold both kinds) */
 };
 
 const char *fl_selector_name(fl_selector s) {
@@ -333,6 +335,7 @@ static void attach_chunk(fl_table_t *t, fl_chunk_t *c, uint64_t rows) {
         t->chunks++;
         t->frames += c->nframes;
         t->chunk_bytes += fl_chunk_alloc_bytes(c);
+        t->zstd_chunks += c->compressed;
     }
     c->rows += rows;
 }
@@ -344,6 +347,7 @@ static void detach_chunk(fl_table_t *t, fl_chunk_t *c, uint64_t rows) {
         t->chunks--;
         t->frames -= c->nframes;
         t->chunk_bytes -= fl_chunk_alloc_bytes(c);
+        t->zstd_chunks -= c->compressed;
         fl_chunk_release(c, 1);
     }
 }
@@ -654,7 +658,8 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
     /* Large or compressed batches are copied out after the lock is released: each row's
      * chunk is held by a reference (taken here, dropped below) and its frame indices are
      * kept in `held` (the slot itself may be reused meanwhile). */
-    int unlocked = want_obs && (t->lay.zstd_level > 0 || 2 * ob * B > GATHER_UNLOCKED_BYTES);
+    const int need_reader = t->zstd_chunks > 0; /* some chunk is compressed */
+    int unlocked = want_obs && (need_reader || 2 * ob * B > GATHER_UNLOCKED_BYTES);
     if (unlocked) {
         held = malloc(B * (sizeof(fl_chunk_t *) + 2 * S * sizeof(uint16_t)));
         if (!held) unlocked = 0; /* fall back to copying under the lock */
@@ -662,7 +667,7 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
     if (want_obs || actions || rewards || discounts) {
         /* Two random reads per item (its row, then its frames in a chunk): rows are
          * fetched 2 * PREFETCH_AHEAD items ahead, their frames PREFETCH_AHEAD ahead. */
-        const int raw = want_obs && !unlocked && t->lay.zstd_level == 0;
+        const int raw = want_obs && !unlocked;
         const size_t fb = t->lay.frame_bytes;
         for (size_t j = 0; j < B; j++) {
             if (j + 2 * PREFETCH_AHEAD < B) __builtin_prefetch(row_at(t, slots[j + 2 * PREFETCH_AHEAD]));
@@ -708,7 +713,7 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
         fl_frames_reader_t *rd = NULL;
         fl_err_t e2;
         fl_err_init(&e2);
-        if (t->lay.zstd_level > 0 && fl_frames_reader_create(&t->lay, &rd, &e2) != FL_OK) {
+        if (need_reader && fl_frames_reader_create(&t->lay, &rd, &e2) != FL_OK) {
             for (size_t j = 0; j < B; j++) fl_chunk_release(hc[j], 1);
             s = fl_err_set(err, FL_NO_MEMORY, "sample: %s", e2.msg);
             goto done;

@@ -264,6 +264,20 @@ static void test_checkpoint(void **state) {
         assert_int_equal(a.frame_bytes, b.frame_bytes);
         assert_verified(u);
         assert_int_equal(check_sample(u, &sh, 200), 0);
+        /* another zstd_level is not a mismatch: chunks say whether they are compressed, and
+         * a table may hold both kinds (found by the checkpoint fuzzer: a compressed chunk
+         * in a table configured without zstd was once read without a decompressor) */
+        fl_table_config_t flipped = cfg;
+        flipped.zstd_level = zstd ? 0 : 5;
+        fl_table_t *w = NULL;
+        if (fl_table_load(path, &flipped, &w, &e) != FL_OK) fail_msg("load with zstd flipped: %s", e.msg);
+        assert_int_equal(fl_table_config(w)->zstd_level, flipped.zstd_level);
+        for (int k = 0; k < 3; k++) assert_int_equal(check_sample(w, &sh, 8), 0);   /* under the lock */
+        for (int k = 0; k < 3; k++) assert_int_equal(check_sample(w, &sh, 200), 0); /* copied after it */
+        insert_steps(w, &sh, 730, 73); /* new chunks of the other kind next to the loaded ones */
+        assert_verified(w);
+        for (int k = 0; k < 3; k++) assert_int_equal(check_sample(w, &sh, 8), 0);
+        fl_table_destroy(w);
         /* another frame_stack is a signature mismatch */
         fl_table_config_t other = cfg;
         other.frame_stack = 2;

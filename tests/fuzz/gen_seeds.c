@@ -1,12 +1,15 @@
 /* Writes the seed corpus of fuzz_replay_messages: one small valid serialized message per
- * type, each prefixed by the type byte the target expects (see its enum).
- * Usage: gen_seeds DIR */
+ * type, each prefixed by the type byte the target expects (see its enum); with a second
+ * folder, small valid checkpoints for fuzz_replay_checkpoint there (raw frames; a frame
+ * stack with zstd; uniform with max_times_sampled; an empty table).
+ * Usage: gen_seeds DIR [CHECKPOINT_DIR] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fleet.pb-c.h"
+#include "replay/table.h"
 #include "replay/wire.h"
 
 static const char *g_dir;
@@ -28,9 +31,66 @@ static void write_seed(const char *name, uint8_t type, const ProtobufCMessage *m
     free(buf);
 }
 
+/* A table of `capacity` with uint8 (4, 4, 2 * stack) observations, n items inserted in
+ * calls of 5 (consecutive observations share frames), saved to DIR/name. */
+static void write_checkpoint(const char *dir, const char *name, uint64_t capacity, int stack, int zstd,
+                             fl_selector sel, int64_t mts, int n) {
+    fl_table_config_t cfg;
+    fl_table_config_init(&cfg);
+    cfg.capacity = capacity;
+    cfg.obs_dtype = FL_DTYPE_UINT8;
+    cfg.obs_rank = 3;
+    cfg.obs_shape[0] = 4;
+    cfg.obs_shape[1] = 4;
+    cfg.obs_shape[2] = 2 * stack;
+    cfg.frame_stack = stack;
+    cfg.zstd_level = zstd;
+    cfg.selector = sel;
+    cfg.max_times_sampled = mts;
+    fl_table_t *t = NULL;
+    fl_err_t e;
+    fl_err_init(&e);
+    if (fl_table_create(&cfg, &t, &e) != FL_OK) exit(1);
+    size_t ob = (size_t)32 * (size_t)stack;
+    uint8_t obs[5 * 32 * 4], next[5 * 32 * 4];
+    int32_t a[5];
+    float r[5], d[5], p[5];
+    for (int i = 0; i < n; i += 5) {
+        for (int k = 0; k < 5; k++) {
+            for (size_t b = 0; b < ob; b++) {
+                obs[(size_t)k * ob + b] = (uint8_t)((i + k) * 3 + (int)(b / 32));
+                next[(size_t)k * ob + b] = (uint8_t)((i + k + 1) * 3 + (int)(b / 32));
+            }
+            a[k] = k % 3;
+            r[k] = (float)k;
+            d[k] = 0.9f;
+            p[k] = 0.5f + (float)k;
+        }
+        if (fl_table_insert(t, 5, obs, a, r, d, next, p, NULL, &e) != FL_OK) exit(1);
+    }
+    if (mts > 0 && n > 0) {
+        uint64_t keys[3];
+        if (fl_table_sample(t, 3, 0.4, keys, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &e) != FL_OK) exit(1);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (fl_table_save(t, path, NULL, &e) != FL_OK) {
+        fprintf(stderr, "%s\n", e.msg);
+        exit(1);
+    }
+    fl_table_destroy(t);
+}
+
+static void write_checkpoints(const char *dir) {
+    write_checkpoint(dir, "ckpt_raw", 16, 1, 0, FL_SELECTOR_PRIORITIZED, 0, 25);
+    write_checkpoint(dir, "ckpt_stack_zstd", 12, 4, 3, FL_SELECTOR_PRIORITIZED, 0, 20);
+    write_checkpoint(dir, "ckpt_uniform_mts", 20, 2, 0, FL_SELECTOR_UNIFORM, 2, 15);
+    write_checkpoint(dir, "ckpt_empty", 8, 1, 0, FL_SELECTOR_FIFO, 1, 0);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s DIR [CHECKPOINT_DIR]\n", argv[0]);
         return 2;
     }
     g_dir = argv[1];
@@ -146,5 +206,6 @@ int main(int argc, char **argv) {
     fr.if_newer_than = 2;
     fr.dtype = FLEET__DTYPE__DTYPE_BFLOAT16;
     write_seed("fetch_req", 9, &fr.base);
+    if (argc == 3) write_checkpoints(argv[2]);
     return 0;
 }
