@@ -382,7 +382,8 @@ fl_status fl_actor_run(const fl_config_t *cfg, int index, const char *replay_add
     a.prio_cap = (size_t)cfg->actor_local_buffer + N * (size_t)n;
     size_t prio_batch = a.prio_cap < FL_ACTOR_MAX_PRIORITY_BATCH ? a.prio_cap : FL_ACTOR_MAX_PRIORITY_BATCH;
     int max_batch = (int)(prio_batch > N ? prio_batch : N);
-    s = fl_qnet_create(cfg->model_spec, (int)a.obs_count, a.num_actions, max_batch, &a.net, err);
+    s = fl_qnet_create_for_obs(cfg->model_spec, a.def->obs_rank, a.def->obs_shape, a.num_actions, max_batch, &a.net,
+                               err);
     if (s != FL_OK) {
         fl_err_prefix(err, "model.spec");
         goto done;

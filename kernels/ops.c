@@ -163,3 +163,110 @@ void fl_dueling_backward(const float *h, const float *w, const float *dq, int B,
     fl_dueling_combine_backward(dq, B, A, dva);
     fl_dense_backward(h, w, dva, B, H, A + 1, dh, dw, db, accumulate);
 }
+
+/* ---- conv2d ------------------------------------------------------------------------ */
+
+int fl_conv2d_shape_init(fl_conv2d_shape_t *s) {
+    if (s->cin < 1 || s->h < 1 || s->w < 1 || s->cout < 1 || s->k < 1 || s->stride < 1 || s->pad < 0) return -1;
+    int hp = s->h + 2 * s->pad, wp = s->w + 2 * s->pad;
+    if (s->k > hp || s->k > wp) return -1;
+    s->ho = (hp - s->k) / s->stride + 1;
+    s->wo = (wp - s->k) / s->stride + 1;
+    return 0;
+}
+
+size_t fl_conv2d_col_floats(const fl_conv2d_shape_t *s) {
+    return (size_t)s->cin * s->k * s->k * (size_t)s->ho * s->wo;
+}
+
+/* col (Cin K K, Ho Wo): row (c, ky, kx), column (oy, ox) holds x[c, oy S + ky - P, ox S + kx - P]
+ * (0 outside the input). */
+static void im2col(const fl_conv2d_shape_t *s, const float *x, float *col) {
+    const int K = s->k, S = s->stride, P = s->pad, HoWo = s->ho * s->wo;
+    for (int c = 0; c < s->cin; c++)
+        for (int ky = 0; ky < K; ky++)
+            for (int kx = 0; kx < K; kx++) {
+                float *row = col + ((size_t)(c * K + ky) * K + kx) * (size_t)HoWo;
+                const float *xc = x + (size_t)c * s->h * s->w;
+                for (int oy = 0; oy < s->ho; oy++) {
+                    int iy = oy * S + ky - P;
+                    float *r = row + (size_t)oy * s->wo;
+                    if (iy < 0 || iy >= s->h) {
+                        memset(r, 0, (size_t)s->wo * sizeof(float));
+                        continue;
+                    }
+                    const float *xr = xc + (size_t)iy * s->w;
+                    for (int ox = 0; ox < s->wo; ox++) {
+                        int ix = ox * S + kx - P;
+                        r[ox] = ix >= 0 && ix < s->w ? xr[ix] : 0.0f;
+                    }
+                }
+            }
+}
+
+/* dx += col2im(dcol): the adjoint of im2col. */
+static void col2im_add(const fl_conv2d_shape_t *s, const float *dcol, float *dx) {
+    const int K = s->k, S = s->stride, P = s->pad, HoWo = s->ho * s->wo;
+    for (int c = 0; c < s->cin; c++)
+        for (int ky = 0; ky < K; ky++)
+            for (int kx = 0; kx < K; kx++) {
+                const float *row = dcol + ((size_t)(c * K + ky) * K + kx) * (size_t)HoWo;
+                float *xc = dx + (size_t)c * s->h * s->w;
+                for (int oy = 0; oy < s->ho; oy++) {
+                    int iy = oy * S + ky - P;
+                    if (iy < 0 || iy >= s->h) continue;
+                    const float *r = row + (size_t)oy * s->wo;
+                    float *xr = xc + (size_t)iy * s->w;
+                    for (int ox = 0; ox < s->wo; ox++) {
+                        int ix = ox * S + kx - P;
+                        if (ix >= 0 && ix < s->w) xr[ix] += r[ox];
+                    }
+                }
+            }
+}
+
+void fl_conv2d_forward(const fl_conv2d_shape_t *s, const float *x, const float *w, const float *b, int B,
+                       float *col, float *y) {
+    assert(s && x && w && col && y && B >= 1);
+    const int M = s->cout, N = s->ho * s->wo, Kd = s->cin * s->k * s->k;
+    const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)M * N;
+    for (int n = 0; n < B; n++) {
+        float *yn = y + (size_t)n * out_sz;
+        for (int m = 0; m < M; m++) {
+            float v = b ? b[m] : 0.0f;
+            for (int j = 0; j < N; j++) yn[(size_t)m * N + j] = v;
+        }
+        im2col(s, x + (size_t)n * in_sz, col);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, Kd, 1.0f, w, Kd, col, N, 1.0f, yn, N);
+    }
+}
+
+void fl_conv2d_backward(const fl_conv2d_shape_t *s, const float *x, const float *w, const float *dy, int B,
+                        float *col, float *dx, float *dw, float *db, int accumulate) {
+    assert(s && x && w && dy && col && B >= 1);
+    const int M = s->cout, N = s->ho * s->wo, Kd = s->cin * s->k * s->k;
+    const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)M * N;
+    if (!accumulate) {
+        if (dw) memset(dw, 0, (size_t)M * Kd * sizeof(float));
+        if (db) memset(db, 0, (size_t)M * sizeof(float));
+        if (dx) memset(dx, 0, (size_t)B * in_sz * sizeof(float));
+    }
+    for (int n = 0; n < B; n++) {
+        const float *dyn = dy + (size_t)n * out_sz;
+        if (db)
+            for (int m = 0; m < M; m++) {
+                float acc = 0.0f;
+                for (int j = 0; j < N; j++) acc += dyn[(size_t)m * N + j];
+                db[m] += acc;
+            }
+        if (dw) {
+            im2col(s, x + (size_t)n * in_sz, col);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Kd, N, 1.0f, dyn, N, col, N, 1.0f, dw, Kd);
+        }
+        if (dx) {
+            /* dcol (Kd, N) = W^T dy_n, into the same scratch, then scattered back */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Kd, N, M, 1.0f, w, Kd, dyn, N, 0.0f, col, N);
+            col2im_add(s, col, dx + (size_t)n * in_sz);
+        }
+    }
+}

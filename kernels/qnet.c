@@ -31,7 +31,7 @@ typedef struct shape {
 
 static size_t shape_size(shape_t s) { return (size_t)s.c * (size_t)s.h * (size_t)s.w; }
 
-typedef enum { LAYER_DENSE, LAYER_RELU, LAYER_DUELING, LAYER_KINDS } layer_kind;
+typedef enum { LAYER_DENSE, LAYER_RELU, LAYER_DUELING, LAYER_CONV, LAYER_FLATTEN, LAYER_KINDS } layer_kind;
 
 typedef struct layer {
     layer_kind kind;
@@ -40,9 +40,11 @@ typedef struct layer {
     size_t in_size, out_size;
     size_t w_off, b_off;   /* into params/grads, for layers with parameters */
     size_t scratch_floats; /* per sample */
+    size_t scratch_once;   /* floats of scratch shared by the samples of a call (conv's im2col) */
+    fl_conv2d_shape_t conv; /* conv: channels, kernel, stride, padding (and the shapes) */
     char prefix[24];       /* view name prefix: "3.dense", "head.q", "head" */
     float *y;              /* (max_batch, out_size) */
-    float *scratch;        /* (max_batch, scratch_floats) */
+    float *scratch;        /* (max_batch, scratch_floats) + scratch_once */
 } layer_t;
 
 /* Collects parameter views while layers are set up. */
@@ -58,8 +60,9 @@ typedef struct layer_ops {
     const char *usage; /* what a correct token looks like */
     /* args: text between the parentheses, or NULL without parentheses. 0 = accepted. */
     int (*parse)(layer_t *l, const char *args, size_t len);
-    /* Sets l->out, l->scratch_floats and registers the parameter views. */
-    void (*setup)(layer_t *l, builder_t *b);
+    /* Sets l->out, l->scratch_floats / scratch_once and registers the parameter views.
+     * Nonzero when the layer cannot take its input shape (the message then names it). */
+    int (*setup)(layer_t *l, builder_t *b);
     void (*init)(const layer_t *l, float *params, fl_rng_t *rng);
     void (*forward)(const layer_t *l, const float *params, const float *x, int B);
     /* dx may be NULL (first layer without input gradient). */
@@ -70,6 +73,7 @@ typedef struct layer_ops {
 struct fl_qnet {
     char *spec;
     int obs_dim, num_actions, max_batch;
+    int img_h, img_w, img_c; /* image input: observations are (H, W, C) and go in as (C, H, W); 0 otherwise */
     int num_layers;
     layer_t *layers;
     int num_views;
@@ -84,19 +88,25 @@ struct fl_qnet {
 
 /* ---- views ------------------------------------------------------------------------- */
 
-static size_t add_view(builder_t *b, const char *prefix, const char *suffix, int rank, int64_t d0, int64_t d1) {
-    assert(b->num_views < b->cap && rank >= 1 && rank <= 2);
+static size_t add_view_dims(builder_t *b, const char *prefix, const char *suffix, int rank, const int64_t *dims) {
+    assert(b->num_views < b->cap && rank >= 1 && rank <= FL_PARAM_MAX_RANK);
     fl_param_view_t *v = &b->views[b->num_views++];
     memset(v, 0, sizeof *v);
     snprintf(v->name, sizeof v->name, "%s.%s", prefix, suffix);
     v->offset = b->num_params;
     v->rank = rank;
-    for (int i = 0; i < FL_PARAM_MAX_RANK; i++) v->shape[i] = 1;
-    v->shape[0] = d0;
-    if (rank == 2) v->shape[1] = d1;
-    v->numel = (size_t)d0 * (size_t)(rank == 2 ? d1 : 1);
+    v->numel = 1;
+    for (int i = 0; i < FL_PARAM_MAX_RANK; i++) {
+        v->shape[i] = i < rank ? dims[i] : 1;
+        v->numel *= (size_t)v->shape[i];
+    }
     b->num_params += v->numel;
     return v->offset;
+}
+
+static size_t add_view(builder_t *b, const char *prefix, const char *suffix, int rank, int64_t d0, int64_t d1) {
+    const int64_t dims[2] = {d0, d1};
+    return add_view_dims(b, prefix, suffix, rank, dims);
 }
 
 static void init_uniform(float *p, size_t count, double bound, fl_rng_t *rng) {
@@ -119,10 +129,11 @@ static int dense_parse(layer_t *l, const char *args, size_t len) {
     return 0;
 }
 
-static void dense_setup(layer_t *l, builder_t *b) {
+static int dense_setup(layer_t *l, builder_t *b) {
     l->out = (shape_t){l->units, 1, 1};
     l->w_off = add_view(b, l->prefix, "weight", 2, l->units, (int64_t)l->in_size);
     l->b_off = add_view(b, l->prefix, "bias", 1, l->units, 1);
+    return 0;
 }
 
 static void dense_init(const layer_t *l, float *params, fl_rng_t *rng) {
@@ -145,7 +156,11 @@ static void dense_backward(const layer_t *l, const float *params, const float *x
 
 static int no_args(layer_t *l, const char *args, size_t len) { return args ? -1 : 0; }
 
-static void relu_setup(layer_t *l, builder_t *b) { l->out = l->in; }
+static int relu_setup(layer_t *l, builder_t *b) {
+    (void)b;
+    l->out = l->in;
+    return 0;
+}
 
 static void relu_forward(const layer_t *l, const float *params, const float *x, int B) {
     fl_relu_forward(x, l->y, (size_t)B * l->out_size);
@@ -158,7 +173,7 @@ static void relu_backward(const layer_t *l, const float *params, const float *x,
 
 /* ---- dueling head -------------------------------------------------------------------- */
 
-static void dueling_setup(layer_t *l, builder_t *b) {
+static int dueling_setup(layer_t *l, builder_t *b) {
     const int64_t H = (int64_t)l->in_size, A = l->units;
     l->out = (shape_t){l->units, 1, 1};
     l->scratch_floats = (size_t)A + 1;
@@ -169,6 +184,7 @@ static void dueling_setup(layer_t *l, builder_t *b) {
     assert(aw == l->w_off + (size_t)H && ab == l->b_off + 1); /* stacked as ops.h expects */
     (void)aw;
     (void)ab;
+    return 0;
 }
 
 static void dueling_init(const layer_t *l, float *params, fl_rng_t *rng) {
@@ -187,12 +203,100 @@ static void dueling_backward(const layer_t *l, const float *params, const float 
                         grads + l->b_off, 0);
 }
 
+/* ---- conv2d ------------------------------------------------------------------------ */
+
+/* conv(C,K,S) or conv(C,K,S,P): C output channels, a K x K kernel, stride S, zero
+ * padding P (default 0). */
+static int conv_parse(layer_t *l, const char *args, size_t len) {
+    if (!args || len == 0 || len > 40) return -1;
+    char buf[48];
+    memcpy(buf, args, len);
+    buf[len] = '\0';
+    long v[4] = {0, 0, 0, 0};
+    int n = 0;
+    const char *p = buf;
+    while (n < 4) {
+        if (!isdigit((unsigned char)*p)) return -1;
+        char *end;
+        errno = 0;
+        v[n++] = strtol(p, &end, 10);
+        if (errno) return -1;
+        p = end;
+        if (*p == '\0') break;
+        if (*p != ',') return -1;
+        p++;
+    }
+    if (*p != '\0' || n < 3) return -1;
+    if (v[0] < 1 || v[0] > 4096 || v[1] < 1 || v[1] > 64 || v[2] < 1 || v[2] > 64 || v[3] < 0 || v[3] > 64) return -1;
+    l->conv.cout = (int)v[0];
+    l->conv.k = (int)v[1];
+    l->conv.stride = (int)v[2];
+    l->conv.pad = (int)v[3];
+    return 0;
+}
+
+static int conv_setup(layer_t *l, builder_t *b) {
+    l->conv.cin = l->in.c;
+    l->conv.h = l->in.h;
+    l->conv.w = l->in.w;
+    if (fl_conv2d_shape_init(&l->conv) != 0) return -1;
+    l->out = (shape_t){l->conv.cout, l->conv.ho, l->conv.wo};
+    l->scratch_once = fl_conv2d_col_floats(&l->conv);
+    const int64_t wd[4] = {l->conv.cout, l->conv.cin, l->conv.k, l->conv.k}, bd[1] = {l->conv.cout};
+    l->w_off = add_view_dims(b, l->prefix, "weight", 4, wd);
+    l->b_off = add_view_dims(b, l->prefix, "bias", 1, bd);
+    return 0;
+}
+
+static void conv_init(const layer_t *l, float *params, fl_rng_t *rng) {
+    const size_t fan_in = (size_t)l->conv.cin * l->conv.k * l->conv.k;
+    const double bound = 1.0 / sqrt((double)fan_in);
+    init_uniform(params + l->w_off, (size_t)l->conv.cout * fan_in, bound, rng);
+    init_uniform(params + l->b_off, (size_t)l->conv.cout, bound, rng);
+}
+
+static void conv_forward(const layer_t *l, const float *params, const float *x, int B) {
+    fl_conv2d_forward(&l->conv, x, params + l->w_off, params + l->b_off, B, l->scratch, l->y);
+}
+
+static void conv_backward(const layer_t *l, const float *params, const float *x, const float *dy, float *dx,
+                          float *grads, int B) {
+    fl_conv2d_backward(&l->conv, x, params + l->w_off, dy, B, l->scratch, dx, grads + l->w_off, grads + l->b_off, 0);
+}
+
+/* ---- flatten: (C, H, W) -> (C H W) in the same order (PyTorch's flatten of NCHW) ------ */
+
+static int flatten_setup(layer_t *l, builder_t *b) {
+    (void)b;
+    l->out = (shape_t){(int)l->in_size, 1, 1};
+    return 0;
+}
+
+static void flatten_forward(const layer_t *l, const float *params, const float *x, int B) {
+    (void)params;
+    memcpy(l->y, x, (size_t)B * l->out_size * sizeof(float));
+}
+
+static void flatten_backward(const layer_t *l, const float *params, const float *x, const float *dy, float *dx,
+                             float *grads, int B) {
+    (void)params;
+    (void)x;
+    (void)grads;
+    if (dx) memcpy(dx, dy, (size_t)B * l->out_size * sizeof(float));
+}
+
 static const layer_ops_t OPS[LAYER_KINDS] = {
     [LAYER_DENSE] = {"dense", "dense(N)", "dense(N) with N an integer in 1..65536", dense_parse, dense_setup,
                      dense_init, dense_forward, dense_backward},
     [LAYER_RELU] = {"relu", "relu", "relu (no arguments)", no_args, relu_setup, NULL, relu_forward, relu_backward},
     [LAYER_DUELING] = {"dueling", "dueling", "dueling (no arguments)", no_args, dueling_setup, dueling_init,
                        dueling_forward, dueling_backward},
+    [LAYER_CONV] = {"conv", "conv(C,K,S[,P])",
+                    "conv(C,K,S) or conv(C,K,S,P): C output channels in 1..4096, a K x K kernel (K in 1..64), "
+                    "stride S in 1..64, zero padding P in 0..64",
+                    conv_parse, conv_setup, conv_init, conv_forward, conv_backward},
+    [LAYER_FLATTEN] = {"flatten", "flatten", "flatten (no arguments)", no_args, flatten_setup, NULL, flatten_forward,
+                       flatten_backward},
 };
 
 /* ---- spec parsing ------------------------------------------------------------------ */
@@ -266,9 +370,12 @@ static float *alloc_floats(size_t n) {
     return aligned_alloc(ALIGN_FLOATS * sizeof(float), bytes);
 }
 
-fl_status fl_qnet_create(const char *spec, int obs_dim, int num_actions, int max_batch, fl_qnet_t **out,
-                         fl_err_t *err) {
+/* The network for observations of shape `in` (C, H, W); img: they arrive as (H, W, C). */
+static fl_status create(const char *spec, shape_t in, int img, int num_actions, int max_batch, fl_qnet_t **out,
+                        fl_err_t *err) {
     fl_status st = FL_OK;
+    const size_t in_floats = shape_size(in);
+    const int obs_dim = in_floats <= (size_t)MAX_OBS_DIM ? (int)in_floats : 0;
     if (!out) return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet: out must not be NULL");
     *out = NULL;
     if (!spec) return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet: spec must not be NULL");
@@ -283,6 +390,11 @@ fl_status fl_qnet_create(const char *spec, int obs_dim, int num_actions, int max
     fl_qnet_t *n = calloc(1, sizeof *n);
     if (!n) return fl_err_set(err, FL_NO_MEMORY, "qnet: out of memory");
     n->obs_dim = obs_dim;
+    if (img) {
+        n->img_h = in.h;
+        n->img_w = in.w;
+        n->img_c = in.c;
+    }
     n->num_actions = num_actions;
     n->max_batch = max_batch;
     n->spec = strdup(spec);
@@ -312,17 +424,24 @@ fl_status fl_qnet_create(const char *spec, int obs_dim, int num_actions, int max
         goto fail;
     }
     n->views = b.views;
-    shape_t shape = {obs_dim, 1, 1};
+    shape_t shape = in;
     size_t widest = (size_t)obs_dim, arena = round_up((size_t)max_batch * obs_dim);
     for (int i = 0; i < count; i++) {
         layer_t *l = &n->layers[i];
         l->in = shape;
         l->in_size = shape_size(shape);
-        OPS[l->kind].setup(l, &b);
+        if (OPS[l->kind].setup(l, &b) != 0) {
+            st = fl_err_set(err, FL_INVALID_ARGUMENT,
+                            "model spec \"%.200s\": layer %s cannot take its input of shape (%d, %d, %d) "
+                            "(channels, height, width): the kernel is larger than the padded input",
+                            spec, l->prefix, shape.c, shape.h, shape.w);
+            goto fail;
+        }
         l->out_size = shape_size(l->out);
         shape = l->out;
         if (l->out_size > widest) widest = l->out_size;
-        arena += round_up((size_t)max_batch * l->out_size) + round_up((size_t)max_batch * l->scratch_floats);
+        arena += round_up((size_t)max_batch * l->out_size) +
+                 round_up((size_t)max_batch * l->scratch_floats + l->scratch_once);
     }
     arena += 2 * round_up((size_t)max_batch * widest);
     n->num_views = b.num_views;
@@ -346,8 +465,8 @@ fl_status fl_qnet_create(const char *spec, int obs_dim, int num_actions, int max
         layer_t *l = &n->layers[i];
         l->y = p;
         p += round_up((size_t)max_batch * l->out_size);
-        l->scratch = l->scratch_floats ? p : NULL;
-        p += round_up((size_t)max_batch * l->scratch_floats);
+        l->scratch = l->scratch_floats || l->scratch_once ? p : NULL;
+        p += round_up((size_t)max_batch * l->scratch_floats + l->scratch_once);
     }
     n->gbuf[0] = p;
     p += round_up((size_t)max_batch * widest);
@@ -360,6 +479,33 @@ fl_status fl_qnet_create(const char *spec, int obs_dim, int num_actions, int max
 fail:
     fl_qnet_destroy(n);
     return st;
+}
+
+fl_status fl_qnet_create(const char *spec, int obs_dim, int num_actions, int max_batch, fl_qnet_t **out,
+                         fl_err_t *err) {
+    if (obs_dim < 1 || obs_dim > MAX_OBS_DIM) {
+        if (out) *out = NULL;
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet: obs_dim = %d: expected 1..%d", obs_dim, MAX_OBS_DIM);
+    }
+    return create(spec, (shape_t){obs_dim, 1, 1}, 0, num_actions, max_batch, out, err);
+}
+
+fl_status fl_qnet_create_image(const char *spec, int h, int w, int c, int num_actions, int max_batch,
+                               fl_qnet_t **out, fl_err_t *err) {
+    if (h < 1 || w < 1 || c < 1 || (double)h * w * c > MAX_OBS_DIM) {
+        if (out) *out = NULL;
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet: image (%d, %d, %d): expected sizes >= 1, at most %d in all",
+                          h, w, c, MAX_OBS_DIM);
+    }
+    return create(spec, (shape_t){c, h, w}, 1, num_actions, max_batch, out, err);
+}
+
+fl_status fl_qnet_create_for_obs(const char *spec, int rank, const int *shape, int num_actions, int max_batch,
+                                 fl_qnet_t **out, fl_err_t *err) {
+    if (rank == 3) return fl_qnet_create_image(spec, shape[0], shape[1], shape[2], num_actions, max_batch, out, err);
+    double dim = 1;
+    for (int d = 0; d < rank; d++) dim *= shape[d] > 0 ? shape[d] : 0;
+    return fl_qnet_create(spec, dim > MAX_OBS_DIM ? 0 : (int)dim, num_actions, max_batch, out, err);
 }
 
 void fl_qnet_destroy(fl_qnet_t *n) {
@@ -435,7 +581,17 @@ void fl_qnet_copy_params(fl_qnet_t *dst, const fl_qnet_t *src) {
 
 fl_status fl_qnet_forward(fl_qnet_t *n, const float *obs, int B, float *q) {
     if (!n || !obs || !q || B < 1 || B > n->max_batch) return FL_INVALID_ARGUMENT;
-    memcpy(n->input, obs, (size_t)B * n->obs_dim * sizeof(float));
+    if (n->img_c) { /* (B, H, W, C) -> (B, C, H, W) */
+        const size_t hw = (size_t)n->img_h * n->img_w, C = (size_t)n->img_c;
+        for (int b = 0; b < B; b++) {
+            const float *src = obs + (size_t)b * n->obs_dim;
+            float *dst = n->input + (size_t)b * n->obs_dim;
+            for (size_t p = 0; p < hw; p++)
+                for (size_t c = 0; c < C; c++) dst[c * hw + p] = src[p * C + c];
+        }
+    } else {
+        memcpy(n->input, obs, (size_t)B * n->obs_dim * sizeof(float));
+    }
     const float *x = n->input;
     for (int i = 0; i < n->num_layers; i++) {
         const layer_t *l = &n->layers[i];
@@ -456,10 +612,19 @@ fl_status fl_qnet_backward_input(fl_qnet_t *n, const float *dq, int B, float *do
     for (int i = n->num_layers - 1; i >= 0; i--) {
         const layer_t *l = &n->layers[i];
         const float *x = i > 0 ? n->layers[i - 1].y : n->input;
-        float *dx = i > 0 ? n->gbuf[which] : dobs;
+        float *dx = i > 0 ? n->gbuf[which] : dobs && n->img_c ? n->gbuf[which] : dobs;
         OPS[l->kind].backward(l, n->params, x, dy, dx, n->grads, B);
         dy = dx;
         which ^= 1;
+    }
+    if (dobs && n->img_c) { /* (B, C, H, W) -> (B, H, W, C) */
+        const size_t hw = (size_t)n->img_h * n->img_w, C = (size_t)n->img_c;
+        for (int b = 0; b < B; b++) {
+            const float *src = dy + (size_t)b * n->obs_dim;
+            float *dst = dobs + (size_t)b * n->obs_dim;
+            for (size_t p = 0; p < hw; p++)
+                for (size_t c = 0; c < C; c++) dst[p * C + c] = src[c * hw + p];
+        }
     }
     return FL_OK;
 }

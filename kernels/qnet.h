@@ -5,6 +5,13 @@
  *   relu       elementwise max(x, 0)
  *   dueling    the dueling head (must be last): value stream dense(1) and advantage
  *              stream dense(num_actions) from the same features, Q = V + A - mean(A)
+ *   conv(C,K,S) or conv(C,K,S,P)
+ *              2-D convolution (PyTorch Conv2d: W (C, Cin, K, K), b (C)) with C output
+ *              channels, a K x K kernel, stride S and zero padding P (default 0), on
+ *              (channels, height, width); e.g. the Nature DQN torso
+ *              "conv(32,8,4) relu conv(64,4,2) relu conv(64,3,1) relu flatten dense(512) relu"
+ *   flatten    (C, H, W) -> (C H W), channel-major as PyTorch's flatten; dense flattens
+ *              its input by itself, so this only makes a spec read like a PyTorch one
  * If the last token is not `dueling`, a final dense(num_actions) is appended as the
  * output head, so "dense(256) relu" is a one-hidden-layer MLP and "" a linear model.
  *
@@ -16,10 +23,18 @@
  *   "head.q.weight" (A, in), "head.q.bias" (A)             for the appended dense head
  *   "head.value.weight" (1, H), "head.advantage.weight" (A, H),
  *   "head.value.bias" (1), "head.advantage.bias" (A)       for a dueling head
+ *   "<i>.conv.weight" (C, Cin, K, K), "<i>.conv.bias" (C)   for token i conv(C,K,S,P)
  * (The dueling streams are adjacent so that they run as one GEMM; see ops.h.)
  *
- * Initialisation follows PyTorch's default for Linear: weights and biases of a layer
- * with `in` inputs are drawn from U(-1/sqrt(in), 1/sqrt(in)).
+ * Initialisation follows PyTorch's defaults for Linear and Conv2d: weights and biases of
+ * a layer with fan-in `in` (inputs; Cin K K for a convolution) are drawn from
+ * U(-1/sqrt(in), 1/sqrt(in)).
+ *
+ * Observations: fl_qnet_create takes vectors of obs_dim; fl_qnet_create_image takes
+ * images (H, W, C) as environments give them (MinAtar, framestack) and feeds them to the
+ * first layer as (C, H, W); fl_qnet_create_for_obs picks one from an observation shape
+ * (rank 3: an image). forward's obs and backward_input's dobs are in the observation's
+ * own layout either way.
  *
  * All memory (parameters, gradients, activations for max_batch samples, backward
  * scratch) is allocated at create; forward and backward never allocate. Layers work on
@@ -62,6 +77,13 @@ typedef struct fl_qnet fl_qnet_t;
  * Parameters are zero until fl_qnet_init or fl_qnet_set_params. */
 fl_status fl_qnet_create(const char *spec, int obs_dim, int num_actions, int max_batch, fl_qnet_t **out,
                          fl_err_t *err);
+/* An image network: observations (H, W, C), obs_dim H W C. */
+fl_status fl_qnet_create_image(const char *spec, int h, int w, int c, int num_actions, int max_batch,
+                               fl_qnet_t **out, fl_err_t *err);
+/* rank 3: fl_qnet_create_image(shape[0], shape[1], shape[2]); otherwise fl_qnet_create
+ * with the product of the shape. */
+fl_status fl_qnet_create_for_obs(const char *spec, int rank, const int *shape, int num_actions, int max_batch,
+                                 fl_qnet_t **out, fl_err_t *err);
 void fl_qnet_destroy(fl_qnet_t *n); /* NULL is a no-op */
 
 size_t fl_qnet_num_params(const fl_qnet_t *n);

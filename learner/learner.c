@@ -227,10 +227,10 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
 
     openblas_set_num_threads((int)cfg->learner_threads);
 
-    if ((s = fl_qnet_create(cfg->model_spec, (int)l->obs_count, l->num_actions, l->batch_size, &l->online, err)) !=
-            FL_OK ||
-        (s = fl_qnet_create(cfg->model_spec, (int)l->obs_count, l->num_actions, l->batch_size, &l->target, err)) !=
-            FL_OK) {
+    if ((s = fl_qnet_create_for_obs(cfg->model_spec, l->obs.rank, l->obs.shape, l->num_actions, l->batch_size,
+                                    &l->online, err)) != FL_OK ||
+        (s = fl_qnet_create_for_obs(cfg->model_spec, l->obs.rank, l->obs.shape, l->num_actions, l->batch_size,
+                                    &l->target, err)) != FL_OK) {
         fl_err_prefix(err, "learner: model.spec");
         goto fail;
     }

@@ -331,7 +331,7 @@ static void expect_spec_error(const char *spec, const char *needle1, const char 
 }
 
 static void test_spec_errors(void **state) {
-    expect_spec_error("dense(256) rleu dueling", "token 2 \"rleu\"", "expected dense(N), relu or dueling");
+    expect_spec_error("dense(256) rleu dueling", "token 2 \"rleu\"", "expected dense(N), relu, dueling, conv(C,K,S[,P]) or flatten");
     expect_spec_error("dense(0)", "token 1 \"dense(0)\"", "expected dense(N) with N an integer in 1..65536");
     expect_spec_error("dense(65537)", "token 1 \"dense(65537)\"", "1..65536");
     expect_spec_error("relu dense(abc)", "token 2 \"dense(abc)\"", "expected dense(N)");
