@@ -164,7 +164,14 @@ void fl_dueling_backward(const float *h, const float *w, const float *dq, int B,
     fl_dense_backward(h, w, dva, B, H, A + 1, dh, dw, db, accumulate);
 }
 
-/* ---- conv2d ------------------------------------------------------------------------ */
+/* ---- conv2d ------------------------------------------------------------------------
+ * Samples go through in chunks of up to CONV_CHUNK_FLOATS of im2col matrix: the chunk's
+ * columns side by side, col (Cin K K, n Ho Wo), so that one GEMM per chunk does the work
+ * (W (Cout, Cin K K) x col); the product (Cout, n Ho Wo) is then permuted into the
+ * samples' (Cout, Ho Wo) blocks. Backward permutes dy the same way, dW += dyT col^T and
+ * dcol = W^T dyT in one GEMM each, and scatters dcol back per sample (col2im). */
+
+#define CONV_CHUNK_FLOATS ((size_t)1 << 22) /* 16 MiB of im2col per chunk */
 
 int fl_conv2d_shape_init(fl_conv2d_shape_t *s) {
     if (s->cin < 1 || s->h < 1 || s->w < 1 || s->cout < 1 || s->k < 1 || s->stride < 1 || s->pad < 0) return -1;
@@ -175,18 +182,27 @@ int fl_conv2d_shape_init(fl_conv2d_shape_t *s) {
     return 0;
 }
 
-size_t fl_conv2d_col_floats(const fl_conv2d_shape_t *s) {
-    return (size_t)s->cin * s->k * s->k * (size_t)s->ho * s->wo;
+/* Samples per chunk for a batch of B. */
+static int conv_chunk(const fl_conv2d_shape_t *s, int B) {
+    size_t per = (size_t)s->cin * s->k * s->k * (size_t)s->ho * s->wo;
+    size_t n = per ? CONV_CHUNK_FLOATS / per : 1;
+    if (n < 1) n = 1;
+    return n < (size_t)B ? (int)n : B;
 }
 
-/* col (Cin K K, Ho Wo): row (c, ky, kx), column (oy, ox) holds x[c, oy S + ky - P, ox S + kx - P]
- * (0 outside the input). */
-static void im2col(const fl_conv2d_shape_t *s, const float *x, float *col) {
-    const int K = s->k, S = s->stride, P = s->pad, HoWo = s->ho * s->wo;
+size_t fl_conv2d_col_floats(const fl_conv2d_shape_t *s, int max_batch) {
+    size_t n = (size_t)conv_chunk(s, max_batch), howo = (size_t)s->ho * s->wo;
+    return n * howo * ((size_t)s->cin * s->k * s->k + (size_t)s->cout);
+}
+
+/* col rows (c, ky, kx) of length ld; this sample's Ho Wo columns start at col: column
+ * (oy, ox) holds x[c, oy S + ky - P, ox S + kx - P] (0 outside the input). */
+static void im2col(const fl_conv2d_shape_t *s, const float *x, float *col, size_t ld) {
+    const int K = s->k, S = s->stride, P = s->pad;
     for (int c = 0; c < s->cin; c++)
         for (int ky = 0; ky < K; ky++)
             for (int kx = 0; kx < K; kx++) {
-                float *row = col + ((size_t)(c * K + ky) * K + kx) * (size_t)HoWo;
+                float *row = col + ((size_t)(c * K + ky) * K + kx) * ld;
                 const float *xc = x + (size_t)c * s->h * s->w;
                 for (int oy = 0; oy < s->ho; oy++) {
                     int iy = oy * S + ky - P;
@@ -196,6 +212,10 @@ static void im2col(const fl_conv2d_shape_t *s, const float *x, float *col) {
                         continue;
                     }
                     const float *xr = xc + (size_t)iy * s->w;
+                    if (S == 1 && kx - P >= 0 && s->wo - 1 + kx - P < s->w) {
+                        memcpy(r, xr + kx - P, (size_t)s->wo * sizeof(float));
+                        continue;
+                    }
                     for (int ox = 0; ox < s->wo; ox++) {
                         int ix = ox * S + kx - P;
                         r[ox] = ix >= 0 && ix < s->w ? xr[ix] : 0.0f;
@@ -204,13 +224,13 @@ static void im2col(const fl_conv2d_shape_t *s, const float *x, float *col) {
             }
 }
 
-/* dx += col2im(dcol): the adjoint of im2col. */
-static void col2im_add(const fl_conv2d_shape_t *s, const float *dcol, float *dx) {
-    const int K = s->k, S = s->stride, P = s->pad, HoWo = s->ho * s->wo;
+/* dx += col2im(dcol) for one sample whose columns start at dcol (rows of length ld). */
+static void col2im_add(const fl_conv2d_shape_t *s, const float *dcol, size_t ld, float *dx) {
+    const int K = s->k, S = s->stride, P = s->pad;
     for (int c = 0; c < s->cin; c++)
         for (int ky = 0; ky < K; ky++)
             for (int kx = 0; kx < K; kx++) {
-                const float *row = dcol + ((size_t)(c * K + ky) * K + kx) * (size_t)HoWo;
+                const float *row = dcol + ((size_t)(c * K + ky) * K + kx) * ld;
                 float *xc = dx + (size_t)c * s->h * s->w;
                 for (int oy = 0; oy < s->ho; oy++) {
                     int iy = oy * S + ky - P;
@@ -226,47 +246,64 @@ static void col2im_add(const fl_conv2d_shape_t *s, const float *dcol, float *dx)
 }
 
 void fl_conv2d_forward(const fl_conv2d_shape_t *s, const float *x, const float *w, const float *b, int B,
-                       float *col, float *y) {
-    assert(s && x && w && col && y && B >= 1);
-    const int M = s->cout, N = s->ho * s->wo, Kd = s->cin * s->k * s->k;
-    const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)M * N;
-    for (int n = 0; n < B; n++) {
-        float *yn = y + (size_t)n * out_sz;
+                       float *scratch, float *y) {
+    assert(s && x && w && scratch && y && B >= 1);
+    const int M = s->cout, HW = s->ho * s->wo, Kd = s->cin * s->k * s->k, chunk = conv_chunk(s, B);
+    const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)M * HW;
+    float *col = scratch, *prod = scratch + (size_t)chunk * HW * Kd;
+    for (int n0 = 0; n0 < B; n0 += chunk) {
+        const int n = B - n0 < chunk ? B - n0 : chunk;
+        const size_t ld = (size_t)n * HW;
+        for (int j = 0; j < n; j++) im2col(s, x + (size_t)(n0 + j) * in_sz, col + (size_t)j * HW, ld);
         for (int m = 0; m < M; m++) {
             float v = b ? b[m] : 0.0f;
-            for (int j = 0; j < N; j++) yn[(size_t)m * N + j] = v;
+            float *pr = prod + (size_t)m * ld;
+            for (size_t j = 0; j < ld; j++) pr[j] = v;
         }
-        im2col(s, x + (size_t)n * in_sz, col);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, Kd, 1.0f, w, Kd, col, N, 1.0f, yn, N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, (int)ld, Kd, 1.0f, w, Kd, col, (int)ld, 1.0f, prod,
+                    (int)ld);
+        for (int j = 0; j < n; j++) /* (Cout, n HW) -> n x (Cout, HW) */
+            for (int m = 0; m < M; m++)
+                memcpy(y + (size_t)(n0 + j) * out_sz + (size_t)m * HW, prod + (size_t)m * ld + (size_t)j * HW,
+                       (size_t)HW * sizeof(float));
     }
 }
 
 void fl_conv2d_backward(const fl_conv2d_shape_t *s, const float *x, const float *w, const float *dy, int B,
-                        float *col, float *dx, float *dw, float *db, int accumulate) {
-    assert(s && x && w && dy && col && B >= 1);
-    const int M = s->cout, N = s->ho * s->wo, Kd = s->cin * s->k * s->k;
-    const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)M * N;
+                        float *scratch, float *dx, float *dw, float *db, int accumulate) {
+    assert(s && x && w && dy && scratch && B >= 1);
+    const int M = s->cout, HW = s->ho * s->wo, Kd = s->cin * s->k * s->k, chunk = conv_chunk(s, B);
+    const size_t in_sz = (size_t)s->cin * s->h * s->w, out_sz = (size_t)M * HW;
+    float *col = scratch, *dyt = scratch + (size_t)chunk * HW * Kd;
     if (!accumulate) {
         if (dw) memset(dw, 0, (size_t)M * Kd * sizeof(float));
         if (db) memset(db, 0, (size_t)M * sizeof(float));
         if (dx) memset(dx, 0, (size_t)B * in_sz * sizeof(float));
     }
-    for (int n = 0; n < B; n++) {
-        const float *dyn = dy + (size_t)n * out_sz;
+    for (int n0 = 0; n0 < B; n0 += chunk) {
+        const int n = B - n0 < chunk ? B - n0 : chunk;
+        const size_t ld = (size_t)n * HW;
+        for (int j = 0; j < n; j++) /* n x (Cout, HW) -> (Cout, n HW) */
+            for (int m = 0; m < M; m++)
+                memcpy(dyt + (size_t)m * ld + (size_t)j * HW, dy + (size_t)(n0 + j) * out_sz + (size_t)m * HW,
+                       (size_t)HW * sizeof(float));
         if (db)
             for (int m = 0; m < M; m++) {
                 float acc = 0.0f;
-                for (int j = 0; j < N; j++) acc += dyn[(size_t)m * N + j];
+                const float *r = dyt + (size_t)m * ld;
+                for (size_t j = 0; j < ld; j++) acc += r[j];
                 db[m] += acc;
             }
         if (dw) {
-            im2col(s, x + (size_t)n * in_sz, col);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Kd, N, 1.0f, dyn, N, col, N, 1.0f, dw, Kd);
+            for (int j = 0; j < n; j++) im2col(s, x + (size_t)(n0 + j) * in_sz, col + (size_t)j * HW, ld);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Kd, (int)ld, 1.0f, dyt, (int)ld, col, (int)ld,
+                        1.0f, dw, Kd);
         }
         if (dx) {
-            /* dcol (Kd, N) = W^T dy_n, into the same scratch, then scattered back */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Kd, N, M, 1.0f, w, Kd, dyn, N, 0.0f, col, N);
-            col2im_add(s, col, dx + (size_t)n * in_sz);
+            /* dcol (Kd, n HW) = W^T dyT, into the im2col scratch, then scattered back */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Kd, (int)ld, M, 1.0f, w, Kd, dyt, (int)ld, 0.0f, col,
+                        (int)ld);
+            for (int j = 0; j < n; j++) col2im_add(s, col + (size_t)j * HW, ld, dx + (size_t)(n0 + j) * in_sz);
         }
     }
 }

@@ -75,8 +75,9 @@ void fl_dueling_backward(const float *h,  /* (B, H) */
 /* ---- conv2d (NCHW): y = W * x + b, cross-correlation as PyTorch's Conv2d ----------------
  * Per sample, x (Cin, H, W) and y (Cout, Ho, Wo) with Ho = (H + 2P - K) / S + 1 (and Wo
  * likewise); weights w (Cout, Cin, K, K), bias b (Cout). Zero padding P on every side.
- * Each sample is one GEMM over its im2col matrix col (Cin K K, Ho Wo), which the caller
- * provides as scratch (fl_conv2d_col_floats floats). */
+ * Samples go through in chunks (up to 16 MiB of im2col matrix): one GEMM per chunk over
+ * the chunk's im2col columns side by side. The caller provides the scratch:
+ * fl_conv2d_col_floats(s, B) floats for batches of up to B. */
 typedef struct fl_conv2d_shape {
     int cin, h, w;   /* input */
     int cout, k, stride, pad;
@@ -85,24 +86,24 @@ typedef struct fl_conv2d_shape {
 
 /* Fills ho, wo; 0, or -1 when the kernel does not fit the padded input or a size is < 1. */
 int fl_conv2d_shape_init(fl_conv2d_shape_t *s);
-size_t fl_conv2d_col_floats(const fl_conv2d_shape_t *s);
+size_t fl_conv2d_col_floats(const fl_conv2d_shape_t *s, int max_batch);
 
 void fl_conv2d_forward(const fl_conv2d_shape_t *s,
                        const float *x, /* (B, Cin, H, W) */
                        const float *w, /* (Cout, Cin, K, K) */
                        const float *b, /* (Cout) or NULL */
                        int B,
-                       float *col, /* scratch, fl_conv2d_col_floats */
-                       float *y);  /* (B, Cout, Ho, Wo) */
+                       float *scratch, /* fl_conv2d_col_floats(s, >= B) */
+                       float *y);      /* (B, Cout, Ho, Wo) */
 
-/* dw = sum_b dy_b col_b^T, db = sum over b, y, x of dy, dx = col2im(W^T dy_b). col is
- * scratch (recomputed from x). */
+/* dw = sum_b dy_b col_b^T, db = sum over b, y, x of dy, dx = col2im(W^T dy_b); the
+ * im2col columns are recomputed from x in the scratch. */
 void fl_conv2d_backward(const fl_conv2d_shape_t *s,
                         const float *x,  /* (B, Cin, H, W) input of the forward */
                         const float *w,  /* (Cout, Cin, K, K) */
                         const float *dy, /* (B, Cout, Ho, Wo) */
                         int B,
-                        float *col, /* scratch, fl_conv2d_col_floats */
+                        float *scratch, /* fl_conv2d_col_floats(s, >= B) */
                         float *dx,  /* (B, Cin, H, W) or NULL */
                         float *dw,  /* (Cout, Cin, K, K) or NULL */
                         float *db,  /* (Cout) or NULL */

@@ -52,6 +52,7 @@ typedef struct builder {
     fl_param_view_t *views;
     int num_views, cap;
     size_t num_params;
+    int max_batch;
 } builder_t;
 
 typedef struct layer_ops {
@@ -241,7 +242,7 @@ static int conv_setup(layer_t *l, builder_t *b) {
     l->conv.w = l->in.w;
     if (fl_conv2d_shape_init(&l->conv) != 0) return -1;
     l->out = (shape_t){l->conv.cout, l->conv.ho, l->conv.wo};
-    l->scratch_once = fl_conv2d_col_floats(&l->conv);
+    l->scratch_once = fl_conv2d_col_floats(&l->conv, b->max_batch);
     const int64_t wd[4] = {l->conv.cout, l->conv.cin, l->conv.k, l->conv.k}, bd[1] = {l->conv.cout};
     l->w_off = add_view_dims(b, l->prefix, "weight", 4, wd);
     l->b_off = add_view_dims(b, l->prefix, "bias", 1, bd);
@@ -418,7 +419,8 @@ static fl_status create(const char *spec, shape_t in, int img, int num_actions, 
     n->num_layers = count;
 
     /* shapes and parameter views */
-    builder_t b = {.views = calloc((size_t)count * 4, sizeof(fl_param_view_t)), .cap = count * 4};
+    builder_t b = {.views = calloc((size_t)count * 4, sizeof(fl_param_view_t)), .cap = count * 4,
+                   .max_batch = max_batch};
     if (!b.views) {
         st = fl_err_set(err, FL_NO_MEMORY, "qnet: out of memory");
         goto fail;

@@ -92,7 +92,7 @@ static void test_conv_op(void **state) {
         const size_t nx = (size_t)B * s.cin * s.h * s.w, nw = (size_t)s.cout * s.cin * s.k * s.k,
                      ny = (size_t)B * s.cout * s.ho * s.wo;
         float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc((size_t)s.cout * 4), *y = malloc(ny * 4);
-        float *col = malloc(fl_conv2d_col_floats(&s) * 4), *dy = malloc(ny * 4);
+        float *col = malloc(fl_conv2d_col_floats(&s, B) * 4), *dy = malloc(ny * 4);
         float *dx = malloc(nx * 4), *dw = malloc(nw * 4), *db = malloc((size_t)s.cout * 4);
         double *xd = malloc(nx * 8), *wd = malloc(nw * 8), *bd = malloc((size_t)s.cout * 8), *yd = malloc(ny * 8),
                *R = malloc(ny * 8);
@@ -144,6 +144,43 @@ static void test_conv_op(void **state) {
         free(x), free(w), free(b), free(y), free(col), free(dy), free(dx), free(dw), free(db);
         free(xd), free(wd), free(bd), free(yd), free(R);
     }
+}
+
+/* A batch larger than one chunk of im2col (the Nature torso's first layer: 40 samples a
+ * chunk) gives what the samples give one at a time. */
+static void test_conv_chunks(void **state) {
+    (void)state;
+    fl_rng_t r;
+    fl_rng_init_stream(&r, g_seed, 3);
+    fl_conv2d_shape_t s = {4, 84, 84, 32, 8, 4, 0, 0, 0};
+    assert_int_equal(fl_conv2d_shape_init(&s), 0);
+    const int B = 45;
+    const size_t nx = (size_t)B * 4 * 84 * 84, nw = (size_t)32 * 4 * 64, per_y = (size_t)32 * 20 * 20;
+    float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(32 * 4), *y = malloc(B * per_y * 4);
+    float *y1 = malloc(per_y * 4), *dy = malloc(B * per_y * 4), *dw = malloc(nw * 4), *dw1 = malloc(nw * 4);
+    float *dx = malloc(nx * 4), *dx1 = malloc(nx / B * 4), *db = malloc(32 * 4), *db1 = malloc(32 * 4);
+    float *scratch = malloc(fl_conv2d_col_floats(&s, B) * 4);
+    for (size_t i = 0; i < nx; i++) x[i] = (float)fl_rng_uniform(&r, 0, 1);
+    for (size_t i = 0; i < nw; i++) w[i] = (float)fl_rng_uniform(&r, -0.1, 0.1);
+    for (int i = 0; i < 32; i++) b[i] = (float)fl_rng_uniform(&r, -0.1, 0.1);
+    for (size_t i = 0; i < B * per_y; i++) dy[i] = (float)fl_rng_uniform(&r, -1, 1);
+    fl_conv2d_forward(&s, x, w, b, B, scratch, y);
+    fl_conv2d_backward(&s, x, w, dy, B, scratch, dx, dw, db, 0);
+    memset(dw1, 0, nw * 4);
+    memset(db1, 0, 32 * 4);
+    memset(dx1, 0, nx / B * 4);
+    for (int n = 0; n < B; n++) {
+        fl_conv2d_forward(&s, x + (size_t)n * (nx / B), w, b, 1, scratch, y1);
+        for (size_t i = 0; i < per_y; i++) CHECK_CLOSE(y[n * per_y + i], y1[i], 1e-5, 1e-5, "chunked y[%d][%zu]", n, i);
+        fl_conv2d_backward(&s, x + (size_t)n * (nx / B), w, dy + (size_t)n * per_y, 1, scratch, dx1, dw1, db1, 1);
+        for (size_t i = 0; i < nx / B; i++)
+            CHECK_CLOSE(dx[n * (nx / B) + i], dx1[i], 1e-5, 1e-5, "chunked dx[%d][%zu]", n, i);
+        memset(dx1, 0, nx / B * 4); /* accumulate = 1 adds into dx1 too */
+    }
+    for (size_t i = 0; i < nw; i++) CHECK_CLOSE(dw[i], dw1[i], 1e-3, 1e-4, "chunked dw[%zu]", i);
+    for (int i = 0; i < 32; i++) CHECK_CLOSE(db[i], db1[i], 1e-3, 1e-4, "chunked db[%d]", i);
+    free(x), free(w), free(b), free(y), free(y1), free(dy), free(dw), free(dw1), free(dx), free(dx1), free(db),
+        free(db1), free(scratch);
 }
 
 /* ---- a whole image network against a double reference --------------------------------- */
@@ -306,6 +343,7 @@ int main(void) {
     pick_seed();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_op),
+        cmocka_unit_test(test_conv_chunks),
         cmocka_unit_test(test_image_qnet),
         cmocka_unit_test(test_nature_and_minatar_shapes),
         cmocka_unit_test(test_conv_spec_errors),

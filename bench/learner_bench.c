@@ -1,0 +1,250 @@
+/* learner_bench: updates/s of the full DQN update (learner/dqn.h: double DQN, dueling
+ * head, 3-step returns, importance weights, Huber loss, gradient-norm clipping to 40,
+ * one centered RMSProp step) on the CPU, and the same update in PyTorch measured in the
+ * same run, side by side.
+ *
+ * Networks (the learner issue's list):
+ *   mlp      CartPole: float32 (4) -> dense(256) relu dense(256) relu dueling, 2 actions
+ *   minatar  MinAtar: (10, 10, 4) -> conv(16,3,1) relu flatten dense(128) relu dueling, 6 actions
+ *   nature   Atari: (84, 84, 4) -> conv(32,8,4) relu conv(64,4,2) relu conv(64,3,1) relu flatten
+ *            dense(512) relu dueling, 18 actions (the Nature DQN torso)
+ * Batches: 128 and 512 for mlp, 32 and 512 for minatar and nature. BLAS threads 1 and 2
+ * (openblas_set_num_threads; torch.set_num_threads on the PyTorch side). Inputs are
+ * random floats in [0, 1) made before the clock starts; each case runs --seconds after a
+ * short warm-up (at least 2 updates).
+ *
+ * PyTorch: bench/learner_bench_torch.py (found next to this file's source, or given with
+ * --torch-script) run with /usr/bin/python3 (or --python PATH; Debian's python3-torch
+ * belongs to the system interpreter) for the same case, one process per case; skipped
+ * with a note when it cannot import torch (Debian: apt-get install python3-torch). The
+ * ratio column is fleet's updates/s over PyTorch's.
+ *
+ *   learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--threads 1,2]
+ *                 [--no-torch] [--torch-script PATH] [--python PATH] */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/rng.h"
+#include "kernels/optim.h"
+#include "kernels/qnet.h"
+#include "learner/dqn.h"
+
+#ifndef FL_SOURCE_DIR
+#define FL_SOURCE_DIR "."
+#endif
+
+typedef struct netcase {
+    const char *name, *spec;
+    int rank, shape[3], actions;
+    int batches[2];
+} netcase_t;
+
+static const netcase_t CASES[] = {
+    {"mlp", "dense(256) relu dense(256) relu dueling", 1, {4, 0, 0}, 2, {128, 512}},
+    {"minatar", "conv(16,3,1) relu flatten dense(128) relu dueling", 3, {10, 10, 4}, 6, {32, 512}},
+    {"nature",
+     "conv(32,8,4) relu conv(64,4,2) relu conv(64,3,1) relu flatten dense(512) relu dueling",
+     3,
+     {84, 84, 4},
+     18,
+     {32, 512}},
+};
+#define NUM_CASES (int)(sizeof CASES / sizeof CASES[0])
+
+typedef struct opts {
+    int json, torch;
+    double seconds;
+    int only; /* case index or -1 */
+    int threads[4], n_threads;
+    char script[1024];
+    char python[1024];
+    long cores;
+} opts_t;
+
+static int die(const char *what, const fl_err_t *e) {
+    fprintf(stderr, "learner_bench: %s: %s\n", what, e->msg);
+    return 1;
+}
+
+/* fleet's updates/s for one case, batch and thread count; < 0 on failure. */
+static double fleet_rate(const netcase_t *c, int B, int threads, double seconds) {
+    openblas_set_num_threads(threads);
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_qnet_t *online = NULL, *target = NULL;
+    fl_optim_t *opt = NULL;
+    fl_dqn_t *dqn = NULL;
+    double rate = -1;
+    float *obs = NULL, *next = NULL, *ret = NULL, *disc = NULL, *w = NULL, *prio = NULL;
+    int32_t *act = NULL;
+    if (fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, B, &online, &e) != FL_OK ||
+        fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, B, &target, &e) != FL_OK) {
+        die("network", &e);
+        goto done;
+    }
+    fl_rng_t rng;
+    fl_rng_init(&rng, 1);
+    fl_qnet_init(online, &rng);
+    fl_qnet_copy_params(target, online);
+    fl_optim_config_t oc = fl_optim_config_default(FL_OPTIM_RMSPROP);
+    oc.lr = 6.25e-5f;
+    if (fl_optim_create(&oc, fl_qnet_num_params(online), &opt, &e) != FL_OK) {
+        die("optimizer", &e);
+        goto done;
+    }
+    fl_dqn_config_t dc = {B, c->actions, 1.0f, 40.0f};
+    if (fl_dqn_create(&dc, &dqn, &e) != FL_OK) {
+        die("dqn", &e);
+        goto done;
+    }
+    size_t D = (size_t)fl_qnet_obs_dim(online);
+    obs = malloc((size_t)B * D * sizeof(float));
+    next = malloc((size_t)B * D * sizeof(float));
+    ret = malloc((size_t)B * sizeof(float));
+    disc = malloc((size_t)B * sizeof(float));
+    w = malloc((size_t)B * sizeof(float));
+    prio = malloc((size_t)B * sizeof(float));
+    act = malloc((size_t)B * sizeof(int32_t));
+    if (!obs || !next || !ret || !disc || !w || !prio || !act) goto done;
+    for (size_t i = 0; i < (size_t)B * D; i++) {
+        obs[i] = (float)fl_rng_double(&rng);
+        next[i] = (float)fl_rng_double(&rng);
+    }
+    for (int i = 0; i < B; i++) {
+        ret[i] = (float)fl_rng_double(&rng);
+        disc[i] = 0.970299f;
+        w[i] = 0.1f + 0.9f * (float)fl_rng_double(&rng);
+        act[i] = (int32_t)fl_rng_below(&rng, (uint64_t)c->actions);
+    }
+    fl_dqn_batch_t b = {B, obs, act, ret, disc, next, w};
+    for (int k = 0; k < 2; k++) {
+        if (fl_dqn_step(dqn, online, target, opt, &b, prio, NULL, &e) != FL_OK) {
+            die("update", &e);
+            goto done;
+        }
+    }
+    long n = 0;
+    double t0 = fl_clock_sec(), t;
+    do {
+        if (fl_dqn_step(dqn, online, target, opt, &b, prio, NULL, &e) != FL_OK) {
+            die("update", &e);
+            goto done;
+        }
+        n++;
+        t = fl_clock_sec() - t0;
+    } while (t < seconds || n < 2);
+    rate = (double)n / t;
+done:
+    free(obs), free(next), free(ret), free(disc), free(w), free(prio), free(act);
+    fl_dqn_destroy(dqn);
+    fl_optim_destroy(opt);
+    fl_qnet_destroy(online);
+    fl_qnet_destroy(target);
+    return rate;
+}
+
+/* PyTorch's updates/s from the script; < 0 when it cannot run. version gets torch's. */
+static double torch_rate(const opts_t *o, const netcase_t *c, int B, int threads, char *version, size_t len) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' '%s' --case %s --batch %d --threads %d --seconds %g", o->python,
+             o->script, c->name, B, threads, o->seconds);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    double rate = -1;
+    char v[64] = "", line[256] = "";
+    int got = 0;
+    while (fgets(line, sizeof line, p)) /* read everything, so that the script never writes into a closed pipe */
+        if (got != 2) got = sscanf(line, "%lf %63s", &rate, v);
+    int rc = pclose(p);
+    if (got != 2 || rc != 0) {
+        fprintf(stderr, "learner_bench: %s: got %d fields, exit status %d\n", cmd, got, rc);
+        return -1;
+    }
+    snprintf(version, len, "%s", v);
+    return rate;
+}
+
+static int parse_threads(const char *s, opts_t *o) {
+    o->n_threads = 0;
+    while (*s && o->n_threads < 4) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 256) return 0;
+        o->threads[o->n_threads++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return 0;
+    }
+    return o->n_threads > 0;
+}
+
+int main(int argc, char **argv) {
+    opts_t o = {.seconds = 3.0, .only = -1, .threads = {1, 2}, .n_threads = 2, .torch = 1};
+    snprintf(o.script, sizeof o.script, "%s/bench/learner_bench_torch.py", FL_SOURCE_DIR);
+    /* Debian's python3-torch belongs to the system interpreter, which a user's PATH may
+     * shadow (pyenv, a venv). */
+    snprintf(o.python, sizeof o.python, "%s", access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json")) o.json = 1;
+        else if (!strcmp(a, "--no-torch")) o.torch = 0;
+        else if (!strcmp(a, "--seconds") && v) o.seconds = atof(argv[++i]);
+        else if (!strcmp(a, "--torch-script") && v) snprintf(o.script, sizeof o.script, "%s", argv[++i]);
+        else if (!strcmp(a, "--python") && v) snprintf(o.python, sizeof o.python, "%s", argv[++i]);
+        else if (!strcmp(a, "--threads") && v) {
+            if (!parse_threads(argv[++i], &o)) goto usage;
+        } else if (!strcmp(a, "--case") && v) {
+            i++;
+            o.only = -2;
+            if (!strcmp(v, "all")) o.only = -1;
+            for (int k = 0; k < NUM_CASES; k++)
+                if (!strcmp(v, CASES[k].name)) o.only = k;
+            if (o.only == -2) goto usage;
+        } else {
+            goto usage;
+        }
+    }
+    if (!(o.seconds > 0 && o.seconds <= 3600)) goto usage;
+    o.cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char version[64] = "";
+    int have_torch = o.torch && torch_rate(&o, &CASES[0], 8, 1, version, sizeof version) >= 0;
+    if (!o.json) {
+        printf("learner_bench: %ld cores, full DQN update (double, dueling, 3-step, weights, Huber, clip 40, centered "
+               "RMSProp), %.1f s per case; PyTorch %s\n",
+               o.cores, o.seconds, have_torch ? version : "not available (cannot import torch)");
+        printf("%-8s %6s %7s %14s %14s %14s %8s\n", "network", "batch", "threads", "fleet upd/s", "fleet smp/s",
+               "torch upd/s", "ratio");
+    }
+    for (int k = 0; k < NUM_CASES; k++) {
+        if (o.only >= 0 && o.only != k) continue;
+        const netcase_t *c = &CASES[k];
+        for (int bi = 0; bi < 2; bi++)
+            for (int ti = 0; ti < o.n_threads; ti++) {
+                int B = c->batches[bi], T = o.threads[ti];
+                double f = fleet_rate(c, B, T, o.seconds);
+                if (f < 0) return 1;
+                double t = have_torch ? torch_rate(&o, c, B, T, version, sizeof version) : -1;
+                if (o.json) {
+                    printf("{\"bench\":\"learner\",\"case\":\"%s\",\"batch\":%d,\"threads\":%d,\"fleet_updates_per_s\":%.4g,"
+                           "\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,\"ratio\":%.4g,\"cores\":%ld}\n",
+                           c->name, B, T, f, f * B, t, t > 0 ? f / t : 0.0, o.cores);
+                } else {
+                    char tb[32] = "-", rb[32] = "-";
+                    if (t > 0) {
+                        snprintf(tb, sizeof tb, "%.1f", t);
+                        snprintf(rb, sizeof rb, "%.2fx", f / t);
+                    }
+                    printf("%-8s %6d %7d %14.1f %14.0f %14s %8s\n", c->name, B, T, f, f * B, tb, rb);
+                }
+                fflush(stdout);
+            }
+    }
+    return 0;
+usage:
+    fprintf(stderr, "usage: learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--threads 1,2] "
+                    "[--no-torch] [--torch-script PATH] [--python PATH]\n");
+    return 2;
+}

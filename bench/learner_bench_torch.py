@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The reference side of bench/learner_bench: the same DQN update in PyTorch (eager).
+
+One update, as learner/dqn.h does it: double DQN with a target network, a dueling head,
+n-step returns and discounts given per item, importance weights, Huber loss (delta 1)
+averaged with the weights, new priorities |y - q|, global gradient-norm clipping to 40,
+and one centered RMSProp step (lr 6.25e-5, alpha 0.95, eps 1.5e-7). Inputs are random
+tensors made before the clock starts; observations are float32 (uint8 pixels would be
+converted first, in both programs alike).
+
+Prints one line: "<updates/s> <torch version> <threads>".
+Usage: learner_bench_torch.py --case mlp|minatar|nature --batch B --threads T --seconds S
+       [--device cpu|cuda]
+"""
+import argparse
+import time
+
+import torch
+import torch.nn as nn
+
+
+class Dueling(nn.Module):
+    def __init__(self, features, actions):
+        super().__init__()
+        self.value = nn.Linear(features, 1)
+        self.advantage = nn.Linear(features, actions)
+
+    def forward(self, h):
+        a = self.advantage(h)
+        return self.value(h) + a - a.mean(dim=1, keepdim=True)
+
+
+def network(case, actions):
+    if case == "mlp":
+        return nn.Sequential(nn.Linear(4, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), Dueling(256, actions))
+    if case == "minatar":
+        return nn.Sequential(nn.Conv2d(4, 16, 3, 1), nn.ReLU(), nn.Flatten(), nn.Linear(1024, 128), nn.ReLU(),
+                             Dueling(128, actions))
+    return nn.Sequential(nn.Conv2d(4, 32, 8, 4), nn.ReLU(), nn.Conv2d(32, 64, 4, 2), nn.ReLU(),
+                         nn.Conv2d(64, 64, 3, 1), nn.ReLU(), nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(),
+                         Dueling(512, actions))
+
+
+SHAPES = {"mlp": ((4,), 2), "minatar": ((10, 10, 4), 6), "nature": ((84, 84, 4), 18)}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--case", choices=sorted(SHAPES), required=True)
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--device", default="cpu")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    dev = torch.device(a.device)
+    shape, actions = SHAPES[a.case]
+    online = network(a.case, actions).to(dev)
+    target = network(a.case, actions).to(dev)
+    target.load_state_dict(online.state_dict())
+    opt = torch.optim.RMSprop(online.parameters(), lr=6.25e-5, alpha=0.95, eps=1.5e-7, centered=True)
+    B = a.batch
+    obs = torch.rand((B,) + shape, device=dev)
+    nxt = torch.rand((B,) + shape, device=dev)
+    act = torch.randint(0, actions, (B,), device=dev)
+    ret = torch.rand(B, device=dev)
+    disc = torch.full((B,), 0.99 ** 3, device=dev)
+    w = torch.rand(B, device=dev) * 0.9 + 0.1
+    if len(shape) == 3:  # environments give (H, W, C); the network takes (C, H, W)
+        obs = obs.permute(0, 3, 1, 2).contiguous()
+        nxt = nxt.permute(0, 3, 1, 2).contiguous()
+
+    def step():
+        with torch.no_grad():
+            a_star = online(nxt).argmax(dim=1, keepdim=True)
+            y = ret + disc * target(nxt).gather(1, a_star).squeeze(1)
+        q = online(obs).gather(1, act.unsqueeze(1)).squeeze(1)
+        td = q - y
+        loss = (w * nn.functional.huber_loss(q, y, reduction="none", delta=1.0)).mean()
+        prio = td.detach().abs()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(online.parameters(), 40.0)
+        opt.step()
+        return prio
+
+    for _ in range(3):
+        step()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    n, t0 = 0, time.perf_counter()
+    while True:
+        step()
+        n += 1
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter() - t0
+        if t >= a.seconds and n >= 2:
+            break
+    print(f"{n / t:.3f} {torch.__version__} {torch.get_num_threads()}")
+
+
+if __name__ == "__main__":
+    main()
