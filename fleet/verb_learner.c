@@ -1,4 +1,5 @@
-/* `fleet learner`: one learner process (learner/learner.h). Options are parsed and
+/* `fleet learner`: one learner process (learner/learner.h). --resume FILE (or the key
+ * learner.resume) continues from a checkpoint of fl_learner_save. Options are parsed and
  * env.name is resolved here (the learner library does not depend on the environments);
  * the loop, its stop conditions and the final publish live in fl_learner_run. Exit
  * codes: 0 on a clean stop (SIGINT/SIGTERM, the launcher's request, or
@@ -17,9 +18,10 @@
 int fl_verb_learner(int argc, char **argv) {
     fl_config_t cfg;
     int64_t index = 0;
-    char replay[256] = "", params[256] = "", control[256] = "";
+    char replay[256] = "", params[256] = "", control[256] = "", resume[256] = "";
     const fl_opt_t opts[] = {
         {"--index", FL_OPT_INT, &index},
+        {"--resume", FL_OPT_STRING, resume},
         {"--replay", FL_OPT_STRING, replay},
         {"--paramserver", FL_OPT_STRING, params},
         {"--control", FL_OPT_STRING, control},
@@ -63,6 +65,7 @@ int fl_verb_learner(int argc, char **argv) {
         .control_addr = control[0] ? control : NULL,
         .obs = {.dtype = env->obs_dtype, .rank = env->obs_rank},
         .num_actions = env->num_actions,
+        .resume_path = resume[0] ? resume : cfg.learner_resume,
     };
     for (int d = 0; d < env->obs_rank; d++) lo.obs.shape[d] = env->obs_shape[d];
     fl_wrapped_env_destroy(wenv);

@@ -2,6 +2,7 @@
 #include "learner/learner.h"
 
 #include <cblas.h>
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "common/dtype.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "common/safetensors.h"
 #include "common/stop.h"
 #include "kernels/optim.h"
 #include "learner/dqn.h"
@@ -202,6 +204,8 @@ static fl_status check_opts(const fl_config_t *c, const fl_learner_opts_t *o, fl
     return FL_OK;
 }
 
+static fl_status resume(fl_learner_t *l, const char *path, fl_err_t *err);
+
 fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opts, fl_learner_t **out,
                             fl_err_t *err) {
     if (!cfg || !opts || !out) return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: NULL argument");
@@ -260,6 +264,11 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
     if (!l->obs_f || !l->next_f || !l->priorities || !l->replay_addr || !l->param_addr) {
         s = fl_err_set(err, FL_NO_MEMORY, "learner: out of memory");
         goto fail;
+    }
+
+    if (opts->resume_path && opts->resume_path[0]) {
+        if ((s = resume(l, opts->resume_path, err)) != FL_OK) goto fail;
+        l->steps_at_publish = l->st.steps;
     }
 
     fl_rng_t split_rng;
@@ -325,6 +334,7 @@ void fl_learner_counters(const fl_learner_t *l, uint64_t *steps, uint64_t *retri
     if (steps) *steps = atomic_load_explicit(&l->watch_steps, memory_order_relaxed);
     if (retries) *retries = atomic_load_explicit(&l->watch_retries, memory_order_relaxed);
 }
+fl_qnet_t *fl_learner_target(fl_learner_t *l) { return l->target; }
 fl_qnet_t *fl_learner_online(fl_learner_t *l) { return l->online; }
 
 /* ---- the services ------------------------------------------------------------------ */
@@ -469,6 +479,181 @@ static fl_status send_priorities(fl_learner_t *l, size_t n, fl_err_t *err) {
     }
 }
 
+/* ---- checkpoints (safetensors) --------------------------------------------------------- */
+
+#define CKPT_FORMAT "fleet.learner"
+#define CKPT_VERSION "1"
+
+/* "10,10,4" */
+static void shape_text(const fl_obs_spec_t *o, char *buf, size_t len) {
+    buf[0] = '\0';
+    for (int i = 0; i < o->rank; i++)
+        snprintf(buf + strlen(buf), len - strlen(buf), "%s%d", i ? "," : "", o->shape[i]);
+}
+
+fl_status fl_learner_save(fl_learner_t *l, const char *path, fl_err_t *err) {
+    const int nv = fl_qnet_num_views(l->online), slots = fl_optim_num_slots(l->opt);
+    const size_t np = fl_qnet_num_params(l->online);
+    fl_st_tensor_t *t = calloc((size_t)(2 * nv + slots), sizeof *t);
+    if (!t) return fl_err_set(err, FL_NO_MEMORY, "learner checkpoint %s: out of memory", path);
+    int n = 0;
+    for (int net = 0; net < 2; net++) {
+        fl_qnet_t *q = net ? l->target : l->online;
+        for (int i = 0; i < nv; i++) {
+            const fl_param_view_t *v = fl_qnet_view(q, i);
+            fl_st_tensor_t *x = &t[n++];
+            snprintf(x->name, sizeof x->name, "%s.%s", net ? "target" : "online", v->name);
+            x->dtype = FL_ST_F32;
+            x->rank = v->rank;
+            for (int d = 0; d < v->rank; d++) x->shape[d] = v->shape[d];
+            x->data = fl_qnet_params(q) + v->offset;
+            x->bytes = v->numel * sizeof(float);
+        }
+    }
+    for (int sl = 0; sl < slots; sl++) {
+        fl_st_tensor_t *x = &t[n++];
+        snprintf(x->name, sizeof x->name, "optimizer.%s", fl_optim_slot_name(l->opt, sl));
+        x->dtype = FL_ST_F32;
+        x->rank = 1;
+        x->shape[0] = (int64_t)np;
+        x->data = fl_optim_state(l->opt) + (size_t)sl * np;
+        x->bytes = np * sizeof(float);
+    }
+    char shape[64], steps[32], osteps[32], samples[32], version[32], targets[32], actions[16], loss[32];
+    shape_text(&l->obs, shape, sizeof shape);
+    snprintf(steps, sizeof steps, "%llu", (unsigned long long)l->st.steps);
+    snprintf(osteps, sizeof osteps, "%lld", (long long)fl_optim_steps(l->opt));
+    snprintf(samples, sizeof samples, "%llu", (unsigned long long)l->st.samples);
+    snprintf(version, sizeof version, "%llu", (unsigned long long)l->st.param_version);
+    snprintf(targets, sizeof targets, "%llu", (unsigned long long)l->st.target_updates);
+    snprintf(actions, sizeof actions, "%d", l->num_actions);
+    snprintf(loss, sizeof loss, "%.9g", l->st.last_loss);
+    const char *keys[] = {"format", "format_version", "model.spec", "obs_dtype", "obs_shape", "num_actions",
+                          "learner.optimizer", "learner.steps", "optimizer.steps", "learner.samples", "param_version",
+                          "target_updates", "last_loss"};
+    const char *vals[] = {CKPT_FORMAT, CKPT_VERSION, l->cfg.model_spec, fl_dtype_name(l->obs.dtype), shape, actions,
+                          fl_optim_kind_name(fl_optim_config(l->opt)->kind), steps, osteps, samples, version, targets,
+                          loss};
+    fl_status s = fl_safetensors_write(path, t, n, keys, vals, (int)(sizeof keys / sizeof keys[0]), err);
+    free(t);
+    if (s == FL_OK)
+        FL_INFO("learner checkpoint %s: step %llu, version %llu", path, (unsigned long long)l->st.steps,
+                (unsigned long long)l->st.param_version);
+    return s;
+}
+
+/* A metadata value as an unsigned integer; FL_INVALID_ARGUMENT naming it otherwise. */
+static fl_status meta_u64(const fl_safetensors_t *f, const char *path, const char *key, uint64_t *out,
+                          fl_err_t *err) {
+    const char *v = fl_safetensors_meta(f, key);
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = v && *v ? strtoull(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || v[0] == '-')
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: metadata %s is %s%s%s, expected an integer",
+                          path, key, v ? "\"" : "", v ? v : "missing", v ? "\"" : "");
+    *out = x;
+    return FL_OK;
+}
+
+/* Loads a checkpoint written by fl_learner_save into l (networks, optimizer, counters),
+ * after checking that it was written for the same model, observations, actions and
+ * optimizer. Changes nothing on failure. */
+static fl_status resume(fl_learner_t *l, const char *path, fl_err_t *err) {
+    fl_safetensors_t *f = NULL;
+    FL_TRY(fl_safetensors_read(path, &f, err));
+    fl_status s = FL_OK;
+    char shape[64];
+    shape_text(&l->obs, shape, sizeof shape);
+    char actions[16];
+    snprintf(actions, sizeof actions, "%d", l->num_actions);
+    const char *want_k[] = {"format", "format_version", "model.spec", "obs_dtype", "obs_shape", "num_actions",
+                            "learner.optimizer"};
+    const char *want_v[] = {CKPT_FORMAT, CKPT_VERSION, l->cfg.model_spec, fl_dtype_name(l->obs.dtype), shape, actions,
+                            fl_optim_kind_name(fl_optim_config(l->opt)->kind)};
+    for (size_t i = 0; i < sizeof want_k / sizeof want_k[0]; i++) {
+        const char *v = fl_safetensors_meta(f, want_k[i]);
+        if (!v || strcmp(v, want_v[i]) != 0) {
+            s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: %s is %s%s%s, this learner has \"%s\"",
+                           path, want_k[i], v ? "\"" : "", v ? v : "missing", v ? "\"" : "", want_v[i]);
+            goto done;
+        }
+    }
+    uint64_t steps = 0, osteps = 0, samples = 0, version = 0, targets = 0;
+    if ((s = meta_u64(f, path, "learner.steps", &steps, err)) != FL_OK ||
+        (s = meta_u64(f, path, "optimizer.steps", &osteps, err)) != FL_OK ||
+        (s = meta_u64(f, path, "learner.samples", &samples, err)) != FL_OK ||
+        (s = meta_u64(f, path, "param_version", &version, err)) != FL_OK ||
+        (s = meta_u64(f, path, "target_updates", &targets, err)) != FL_OK)
+        goto done;
+    /* Every tensor present with its exact shape, before anything is copied. */
+    const int nv = fl_qnet_num_views(l->online), slots = fl_optim_num_slots(l->opt);
+    const size_t np = fl_qnet_num_params(l->online);
+    const fl_st_tensor_t *src[2 * FL_QNET_MAX_LAYERS * 4 + 8];
+    int n = 0;
+    for (int net = 0; net < 2 && s == FL_OK; net++)
+        for (int i = 0; i < nv && s == FL_OK; i++) {
+            const fl_param_view_t *v = fl_qnet_view(l->online, i);
+            char name[FL_ST_NAME_MAX];
+            snprintf(name, sizeof name, "%s.%s", net ? "target" : "online", v->name);
+            const fl_st_tensor_t *x = fl_safetensors_find(f, name);
+            int ok = x && x->dtype == FL_ST_F32 && x->rank == v->rank;
+            for (int d = 0; ok && d < v->rank; d++) ok = x->shape[d] == v->shape[d];
+            if (!ok)
+                s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s is %s; expected F32 of %zu "
+                               "elements as the network's view", path, name, x ? "of another dtype or shape" : "missing",
+                               v->numel);
+            src[n++] = x;
+        }
+    for (int sl = 0; sl < slots && s == FL_OK; sl++) {
+        char name[FL_ST_NAME_MAX];
+        snprintf(name, sizeof name, "optimizer.%s", fl_optim_slot_name(l->opt, sl));
+        const fl_st_tensor_t *x = fl_safetensors_find(f, name);
+        if (!x || x->dtype != FL_ST_F32 || x->rank != 1 || x->shape[0] != (int64_t)np)
+            s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s is %s; expected F32 (%zu)", path,
+                           name, x ? "of another dtype or shape" : "missing", np);
+        src[n++] = x;
+    }
+    if (s != FL_OK) goto done;
+    if (fl_safetensors_count(f) != n) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: %d tensors, expected %d", path,
+                       fl_safetensors_count(f), n);
+        goto done;
+    }
+    n = 0;
+    for (int net = 0; net < 2; net++) {
+        fl_qnet_t *q = net ? l->target : l->online;
+        for (int i = 0; i < nv; i++) {
+            const fl_param_view_t *v = fl_qnet_view(q, i);
+            memcpy(fl_qnet_params(q) + v->offset, src[n++]->data, v->numel * sizeof(float));
+        }
+    }
+    for (int sl = 0; sl < slots; sl++) memcpy(fl_optim_state(l->opt) + (size_t)sl * np, src[n++]->data, np * 4);
+    fl_optim_set_steps(l->opt, (int64_t)osteps);
+    l->st.steps = steps;
+    l->st.samples = samples;
+    l->st.param_version = version;
+    l->st.target_updates = targets;
+    atomic_store(&l->watch_steps, steps);
+    const char *loss = fl_safetensors_meta(f, "last_loss");
+    if (loss) l->st.last_loss = strtod(loss, NULL);
+    FL_INFO("learner: resumed from %s at step %llu (version %llu, last loss %.4g)", path, (unsigned long long)steps,
+            (unsigned long long)version, l->st.last_loss);
+done:
+    fl_safetensors_free(f);
+    return s;
+}
+
+/* Writes learner.checkpoint_dir/learner-<index>.safetensors; logs a failure. */
+static void checkpoint(fl_learner_t *l) {
+    if (!l->cfg.learner_checkpoint_dir[0]) return;
+    char path[FL_CONFIG_STRING_MAX + 64];
+    snprintf(path, sizeof path, "%s/learner-%d.safetensors", l->cfg.learner_checkpoint_dir, l->index);
+    fl_err_t e;
+    fl_err_init(&e);
+    if (fl_learner_save(l, path, &e) != FL_OK) FL_WARN("learner checkpoint failed: %s", e.msg);
+}
+
 /* ---- the loop ---------------------------------------------------------------------- */
 
 static fl_status train_step(fl_learner_t *l, fl_err_t *err) {
@@ -503,6 +688,8 @@ static fl_status train_step(fl_learner_t *l, fl_err_t *err) {
         fl_qnet_copy_params(l->target, l->online);
         l->st.target_updates++;
     }
+    if (l->cfg.learner_checkpoint_every > 0 && l->st.steps % (uint64_t)l->cfg.learner_checkpoint_every == 0)
+        checkpoint(l);
     if (l->st.steps % (uint64_t)l->cfg.learner_publish_every == 0) {
         s = publish(l, 1, err);
         if (s == FL_CANCELLED) return FL_OK;
@@ -551,6 +738,7 @@ fl_status fl_learner_run(fl_learner_t *l, fl_err_t *err) {
         else
             FL_INFO("published the final parameters as version %llu", (unsigned long long)l->st.param_version);
     }
+    if (s == FL_OK) checkpoint(l); /* the final state, when learner.checkpoint_dir is set */
     l->st.total_s = fl_clock_sec() - l->t_start;
     report(l, 1);
     if (s == FL_OK)

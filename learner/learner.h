@@ -62,6 +62,7 @@ typedef struct fl_learner_opts {
     const char *control_addr;     /* the launcher's Control service; NULL or "" = no reports */
     fl_obs_spec_t obs;            /* env.name's observation signature */
     int num_actions;              /* env.name's action count */
+    const char *resume_path;      /* a checkpoint of fl_learner_save to continue from; NULL or "" = none */
 } fl_learner_opts_t;
 
 /* Totals since create, readable at any time by the owner (and after run returns). */
@@ -102,5 +103,21 @@ const fl_learner_stats_t *fl_learner_stats(const fl_learner_t *l);
 void fl_learner_counters(const fl_learner_t *l, uint64_t *steps, uint64_t *retries);
 /* The online network (e.g. to read the initial parameters before run). */
 fl_qnet_t *fl_learner_online(fl_learner_t *l);
+fl_qnet_t *fl_learner_target(fl_learner_t *l);
+
+/* Checkpoints (safetensors, common/safetensors.h; PyTorch / NumPy / JAX load them):
+ * tensors "online.<view>" and "target.<view>" for every parameter view of the networks
+ * (kernels/qnet.h names, e.g. "online.0.dense.weight"), "optimizer.<slot>" (n,) for
+ * each optimizer state slot; metadata format = fleet.learner, format_version = 1,
+ * model.spec, obs_dtype, obs_shape ("10,10,4"), num_actions, learner.optimizer,
+ * learner.steps, optimizer.steps, learner.samples, param_version, target_updates,
+ * last_loss. fl_learner_save writes one (atomically) any time between create and destroy
+ * on the owner thread; with learner.checkpoint_dir set the learner writes
+ * DIR/learner-<index>.safetensors every learner.checkpoint_every steps (0 = only at the
+ * end) and when it stops. opts.resume_path continues from one: create checks format,
+ * model, observations, actions and optimizer against its own configuration (naming the
+ * mismatch), then takes both networks, the optimizer state and every counter, so that
+ * training goes on from the same step (and the next publish is param_version + 1). */
+fl_status fl_learner_save(fl_learner_t *l, const char *path, fl_err_t *err);
 
 #endif

@@ -726,6 +726,93 @@ static uint64_t replay_sampled(services_t *sv) {
     return info.sampled;
 }
 
+/* A checkpoint (safetensors) holds both networks, the optimizer and the counters: a
+ * learner resumed from it starts from the same step, parameters and optimizer state
+ * (bit-exact), trains on from there at the same loss level, and publishes the next
+ * version; a checkpoint of another model or a damaged file is refused, naming why. */
+static void test_learner_checkpoint_resume(void **state) {
+    fl_rng_t r;
+    fl_rng_init_stream(&r, g_seed, 9);
+    services_t sv;
+    services_start(&sv, 1000);
+    insert_random(&sv, &r, 3000);
+    char dir[] = "/tmp/fleet-learner-ckpt-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fl_config_t cfg = sv.cfg;
+    set_key(&cfg, "learner.max_steps=60");
+    set_key(&cfg, "learner.batch_size=32");
+    set_key(&cfg, "learner.optimizer=rmsprop");
+    set_key(&cfg, "learner.lr=0.0005");
+    set_key(&cfg, "learner.checkpoint_every=25");
+    set_key(&cfg, "model.spec=dense(16) relu dueling");
+    snprintf(cfg.learner_checkpoint_dir, sizeof cfg.learner_checkpoint_dir, "%s", dir);
+    fl_learner_opts_t o = learner_opts(&sv);
+    fl_learner_t *l = NULL;
+    fl_err_t err = {0};
+    assert_int_equal(fl_learner_create(&cfg, &o, &l, &err), FL_OK);
+    if (fl_learner_run(l, &err) != FL_OK) fail_msg("learner: %s", err.msg);
+    const fl_learner_stats_t *st = fl_learner_stats(l);
+    assert_int_equal(st->steps, 60);
+    const double loss_a = st->last_loss;
+    char path[128];
+    snprintf(path, sizeof path, "%s/learner-0.safetensors", dir);
+    assert_int_equal(access(path, R_OK), 0); /* written at the end of the run */
+
+    /* resume: the same state */
+    fl_config_t cfg2 = cfg;
+    set_key(&cfg2, "learner.max_steps=90");
+    cfg2.learner_checkpoint_dir[0] = '\0';
+    fl_learner_opts_t o2 = o;
+    o2.resume_path = path;
+    fl_learner_t *m = NULL;
+    if (fl_learner_create(&cfg2, &o2, &m, &err) != FL_OK) fail_msg("resume: %s", err.msg);
+    const fl_learner_stats_t *sm = fl_learner_stats(m);
+    assert_int_equal(sm->steps, 60);
+    assert_int_equal(sm->param_version, st->param_version);
+    const size_t np = fl_qnet_num_params(fl_learner_online(l));
+    assert_memory_equal(fl_qnet_params(fl_learner_online(m)), fl_qnet_params(fl_learner_online(l)), np * 4);
+    assert_memory_equal(fl_qnet_params(fl_learner_target(m)), fl_qnet_params(fl_learner_target(l)), np * 4);
+    if (fl_learner_run(m, &err) != FL_OK) fail_msg("resumed learner: %s", err.msg);
+    assert_int_equal(sm->steps, 90);
+    assert_true(sm->param_version > st->param_version);
+    assert_true(isfinite(sm->last_loss) && sm->last_loss < 10.0 * loss_a + 1.0);
+    fl_param_store_info_t pinfo;
+    fl_paramserver_service_info(sv.params, &pinfo);
+    assert_int_equal(pinfo.version, sm->param_version);
+
+    /* another model: refused, naming the key */
+    fl_config_t cfg3 = cfg2;
+    set_key(&cfg3, "model.spec=dense(8) relu dueling");
+    fl_learner_t *x = NULL;
+    assert_int_equal(fl_learner_create(&cfg3, &o2, &x, &err), FL_INVALID_ARGUMENT);
+    assert_null(x);
+    assert_non_null(strstr(err.msg, "model.spec"));
+    assert_non_null(strstr(err.msg, path));
+    /* another optimizer */
+    cfg3 = cfg2;
+    set_key(&cfg3, "learner.optimizer=adam");
+    assert_int_equal(fl_learner_create(&cfg3, &o2, &x, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "learner.optimizer"));
+    /* a damaged file: one byte of the header changed */
+    FILE *fp = fopen(path, "r+b");
+    assert_non_null(fp);
+    fseek(fp, 9, SEEK_SET);
+    fputc('#', fp);
+    fclose(fp);
+    assert_int_equal(fl_learner_create(&cfg2, &o2, &x, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "safetensors"));
+    /* a missing file */
+    o2.resume_path = "/nonexistent/learner.safetensors";
+    assert_int_equal(fl_learner_create(&cfg2, &o2, &x, &err), FL_NOT_FOUND);
+
+    fl_learner_destroy(l);
+    fl_learner_destroy(m);
+    services_stop(&sv);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_learner_waits_restarts_stops(void **state) {
     fl_rng_t r;
     fl_rng_init_stream(&r, g_seed, 6);
@@ -808,6 +895,7 @@ int main(void) {
         cmocka_unit_test(test_create_errors),
         cmocka_unit_test(test_learner_create_errors),
         cmocka_unit_test(test_learner_loop),
+        cmocka_unit_test(test_learner_checkpoint_resume),
         cmocka_unit_test(test_learner_waits_restarts_stops), /* last: sets the process-wide stop */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
