@@ -389,6 +389,7 @@ fl_status fl_actor_run(const fl_config_t *cfg, int index, const char *replay_add
         goto done;
     }
     fl_qnet_init(a.net, &init_rng);
+    fl_qnet_set_input_scale(a.net, (float)cfg->model_input_scale);
     s = fl_nstep_create(a.num_envs, n, (float)cfg->learner_gamma, a.obs_bytes, &a.nstep, err);
     if (s != FL_OK) goto done;
 

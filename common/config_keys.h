@@ -86,6 +86,7 @@
     X(learner, prefetch, INT, 2, 0, 64, "", "Sample calls kept in flight while training (0 = sample synchronously)") \
     X(learner, max_steps, INT, 0, 0, 1000000000000, "", "learner steps after which it stops (0 = no limit)") \
     /* [model] the Q-network */                                                                             \
+    X(model, input_scale, FLOAT, 1, 1e-6, 1e6, "", "multiplies observations on their way into the network, after uint8 ones are scaled by 1/255 (255: 0/1 planes such as MinAtar's reach it as 0/1)") \
     X(model, spec, STRING, "dense(256) relu dense(256) relu dueling", 0, 0, "",                            \
       "layers, left to right; a final `dueling` or dense(num_actions) head is the output")
 

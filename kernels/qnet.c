@@ -75,6 +75,7 @@ struct fl_qnet {
     char *spec;
     int obs_dim, num_actions, max_batch;
     int img_h, img_w, img_c; /* image input: observations are (H, W, C) and go in as (C, H, W); 0 otherwise */
+    float in_scale;          /* observations are multiplied by this on the way in (1 by default) */
     int num_layers;
     layer_t *layers;
     int num_views;
@@ -391,6 +392,7 @@ static fl_status create(const char *spec, shape_t in, int img, int num_actions, 
     fl_qnet_t *n = calloc(1, sizeof *n);
     if (!n) return fl_err_set(err, FL_NO_MEMORY, "qnet: out of memory");
     n->obs_dim = obs_dim;
+    n->in_scale = 1.0f;
     if (img) {
         n->img_h = in.h;
         n->img_w = in.w;
@@ -528,6 +530,8 @@ float *fl_qnet_params(fl_qnet_t *n) { return n->params; }
 float *fl_qnet_grads(fl_qnet_t *n) { return n->grads; }
 int fl_qnet_num_views(const fl_qnet_t *n) { return n->num_views; }
 int fl_qnet_obs_dim(const fl_qnet_t *n) { return n->obs_dim; }
+void fl_qnet_set_input_scale(fl_qnet_t *n, float scale) { n->in_scale = scale; }
+float fl_qnet_input_scale(const fl_qnet_t *n) { return n->in_scale; }
 int fl_qnet_num_actions(const fl_qnet_t *n) { return n->num_actions; }
 int fl_qnet_max_batch(const fl_qnet_t *n) { return n->max_batch; }
 const char *fl_qnet_spec(const fl_qnet_t *n) { return n->spec; }
@@ -583,14 +587,18 @@ void fl_qnet_copy_params(fl_qnet_t *dst, const fl_qnet_t *src) {
 
 fl_status fl_qnet_forward(fl_qnet_t *n, const float *obs, int B, float *q) {
     if (!n || !obs || !q || B < 1 || B > n->max_batch) return FL_INVALID_ARGUMENT;
+    const float sc = n->in_scale;
     if (n->img_c) { /* (B, H, W, C) -> (B, C, H, W) */
         const size_t hw = (size_t)n->img_h * n->img_w, C = (size_t)n->img_c;
         for (int b = 0; b < B; b++) {
             const float *src = obs + (size_t)b * n->obs_dim;
             float *dst = n->input + (size_t)b * n->obs_dim;
             for (size_t p = 0; p < hw; p++)
-                for (size_t c = 0; c < C; c++) dst[c * hw + p] = src[p * C + c];
+                for (size_t c = 0; c < C; c++) dst[c * hw + p] = sc * src[p * C + c];
         }
+    } else if (sc != 1.0f) {
+        const size_t total = (size_t)B * n->obs_dim;
+        for (size_t i = 0; i < total; i++) n->input[i] = sc * obs[i];
     } else {
         memcpy(n->input, obs, (size_t)B * n->obs_dim * sizeof(float));
     }
@@ -619,14 +627,18 @@ fl_status fl_qnet_backward_input(fl_qnet_t *n, const float *dq, int B, float *do
         dy = dx;
         which ^= 1;
     }
+    const float sc = n->in_scale;
     if (dobs && n->img_c) { /* (B, C, H, W) -> (B, H, W, C) */
         const size_t hw = (size_t)n->img_h * n->img_w, C = (size_t)n->img_c;
         for (int b = 0; b < B; b++) {
             const float *src = dy + (size_t)b * n->obs_dim;
             float *dst = dobs + (size_t)b * n->obs_dim;
             for (size_t p = 0; p < hw; p++)
-                for (size_t c = 0; c < C; c++) dst[p * C + c] = src[c * hw + p];
+                for (size_t c = 0; c < C; c++) dst[p * C + c] = sc * src[c * hw + p];
         }
+    } else if (dobs && sc != 1.0f) {
+        const size_t total = (size_t)B * n->obs_dim;
+        for (size_t i = 0; i < total; i++) dobs[i] *= sc;
     }
     return FL_OK;
 }

@@ -111,6 +111,11 @@ fl_status fl_qnet_backward(fl_qnet_t *n, const float *dq, int B);
 fl_status fl_qnet_backward_input(fl_qnet_t *n, const float *dq, int B, float *dobs);
 
 int fl_qnet_obs_dim(const fl_qnet_t *n);
+/* Observations are multiplied by `scale` on their way into the first layer (1 at create;
+ * config key model.input_scale), and backward_input's dobs accordingly: a network over
+ * 0/1 planes stored as uint8 (MinAtar, which callers convert with 1/255) sets 255. */
+void fl_qnet_set_input_scale(fl_qnet_t *n, float scale);
+float fl_qnet_input_scale(const fl_qnet_t *n);
 int fl_qnet_num_actions(const fl_qnet_t *n);
 int fl_qnet_max_batch(const fl_qnet_t *n);
 const char *fl_qnet_spec(const fl_qnet_t *n); /* the spec as given to create */

@@ -242,6 +242,8 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
     fl_rng_init_stream(&rng, (uint64_t)cfg->run_seed, INIT_STREAM + (uint64_t)l->index);
     fl_qnet_init(l->online, &rng);
     fl_qnet_copy_params(l->target, l->online);
+    fl_qnet_set_input_scale(l->online, (float)cfg->model_input_scale);
+    fl_qnet_set_input_scale(l->target, (float)cfg->model_input_scale);
 
     if ((s = make_optimizer(cfg, fl_qnet_num_params(l->online), &l->opt, err)) != FL_OK) {
         fl_err_prefix(err, "learner: learner.optimizer");

@@ -321,6 +321,41 @@ static void test_nature_and_minatar_shapes(void **state) {
     fl_qnet_destroy(n);
 }
 
+/* model.input_scale: a network with scale s sees s * obs, and its dobs is s times the
+ * gradient with respect to what it saw. */
+static void test_input_scale(void **state) {
+    (void)state;
+    fl_rng_t r;
+    fl_rng_init_stream(&r, g_seed, 4);
+    fl_qnet_t *a = NULL, *b = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    for (int img = 0; img <= 1; img++) {
+        const char *spec = img ? "conv(3,3,1) relu dense(4) relu dueling" : "dense(5) relu dueling";
+        const int shape[3] = {5, 4, 2}, dimshape[1] = {40};
+        assert_int_equal(fl_qnet_create_for_obs(spec, img ? 3 : 1, img ? shape : dimshape, 3, 2, &a, &err), FL_OK);
+        assert_int_equal(fl_qnet_create_for_obs(spec, img ? 3 : 1, img ? shape : dimshape, 3, 2, &b, &err), FL_OK);
+        fl_qnet_init(a, &r);
+        fl_qnet_copy_params(b, a);
+        fl_qnet_set_input_scale(a, 255.0f);
+        assert_true(fl_qnet_input_scale(a) == 255.0f && fl_qnet_input_scale(b) == 1.0f);
+        float obs[80], big[80], qa[6], qb[6], R[6], da[80], db[80];
+        for (int i = 0; i < 80; i++) {
+            obs[i] = (float)fl_rng_below(&r, 2) / 255.0f; /* uint8 0/1 planes after fl_dtype_to_float */
+            big[i] = 255.0f * obs[i];
+        }
+        for (int i = 0; i < 6; i++) R[i] = (float)fl_rng_uniform(&r, -1, 1);
+        assert_int_equal(fl_qnet_forward(a, obs, 2, qa), FL_OK);
+        assert_int_equal(fl_qnet_forward(b, big, 2, qb), FL_OK);
+        for (int i = 0; i < 6; i++) CHECK_CLOSE(qa[i], qb[i], 1e-5, 1e-5, "scaled q[%d]", i);
+        assert_int_equal(fl_qnet_backward_input(a, R, 2, da), FL_OK);
+        assert_int_equal(fl_qnet_backward_input(b, R, 2, db), FL_OK);
+        for (int i = 0; i < 80; i++) CHECK_CLOSE(da[i], 255.0 * db[i], 1e-3, 1e-4, "scaled dobs[%d]", i);
+        fl_qnet_destroy(a);
+        fl_qnet_destroy(b);
+    }
+}
+
 static void test_conv_spec_errors(void **state) {
     (void)state;
     fl_qnet_t *n = (fl_qnet_t *)1;
@@ -346,6 +381,7 @@ int main(void) {
         cmocka_unit_test(test_conv_chunks),
         cmocka_unit_test(test_image_qnet),
         cmocka_unit_test(test_nature_and_minatar_shapes),
+        cmocka_unit_test(test_input_scale),
         cmocka_unit_test(test_conv_spec_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
