@@ -50,6 +50,8 @@
  *   replay_rpc_bench [--json] [--seconds S] [--capacity N] [--insert-batch N]
  *                    [--batches-per-call N] [--streams 1,4,16] [--shape cartpole|minatar|all]
  *                    [--learner both|on|off] [--prefetch D] [--insert-rate R] [--no-updates] [--unix] [--fill]
+ * --wal DIR: the shard runs with its write-ahead log on (replay.wal = 1, the log in a
+ * fresh folder under DIR per case, removed afterwards), to measure what durability costs.
  * --insert-rate R: the writers together insert about R transitions/s (each paces its
  * share by sleeping), so that a learner's sample rate can be measured next to a given
  * insert rate rather than against writers that take every cycle; 0 (default): no pacing.
@@ -115,6 +117,7 @@ typedef struct opts {
     int learner_on, learner_off;
     int prefetch; /* the learner's Sample calls in flight (learner.prefetch); 0: one call at a time */
     double insert_rate; /* transitions/s all writers together aim for (paced); 0: as fast as they can */
+    char wal_parent[256]; /* --wal DIR: replay.wal on, a log folder per case under DIR; "" = off */
     long cores;
 } opts_t;
 
@@ -412,6 +415,17 @@ static int run_case(const opts_t *o, const shape_t *s, const inputs_t *in, int s
     cfg.replay_min_size_to_sample = (int64_t)(o->capacity < MIN_SIZE ? o->capacity : MIN_SIZE);
     cfg.replay_samples_per_insert = 0;
     snprintf(cfg.replay_selector, sizeof cfg.replay_selector, "prioritized");
+    char wal_dir[FL_CONFIG_STRING_MAX] = "";
+    if (o->wal_parent[0]) { /* a fresh log folder per case */
+        snprintf(wal_dir, sizeof wal_dir, "%.200s/replay-rpc-bench-XXXXXX", o->wal_parent);
+        if (!mkdtemp(wal_dir)) {
+            fprintf(stderr, "%s: cannot create a folder under %s\n", prog, o->wal_parent);
+            free(workers);
+            return 1;
+        }
+        cfg.replay_wal = 1;
+        snprintf(cfg.replay_checkpoint_dir, sizeof cfg.replay_checkpoint_dir, "%s", wal_dir);
+    }
     cfg.actor_count = streams;
     cfg.run_seed = 1;
     fl_wire_sig_t sig;
@@ -518,6 +532,11 @@ join:
 done:
     fl_replay_service_destroy(svc);
     if (sock[0]) unlink(sock + 5);
+    if (wal_dir[0]) { /* the log and lock files of this case */
+        char cmd[FL_CONFIG_STRING_MAX + 16];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", wal_dir);
+        if (system(cmd) != 0) fprintf(stderr, "%s: could not remove %s\n", prog, wal_dir);
+    }
     free(workers);
     return rc;
 }
@@ -635,6 +654,9 @@ int main(int argc, char **argv) {
             for (int k = 0; k < NUM_SHAPES; k++)
                 if (strcmp(v, SHAPES[k].name) == 0) o.shape = k;
             if (o.shape == -2) return usage();
+            i++;
+        } else if (strcmp(a, "--wal") == 0) {
+            snprintf(o.wal_parent, sizeof o.wal_parent, "%s", v);
             i++;
         } else if (strcmp(a, "--insert-rate") == 0) {
             char *end;
