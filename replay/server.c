@@ -235,10 +235,14 @@ static fl_status reject(fl_replay_service_t *s, fl_rpc_reply_t *reply, const Fle
  * receives the batch's keys. On failure nothing changed (fl_table_insert validates its
  * whole input first), so a record the table refused is refused again on replay. */
 static fl_status apply_insert(fl_replay_service_t *s, stream_rec *r, uint64_t sequence, const fl_wire_batch_t *b,
-                              uint64_t *keys, fl_err_t *e) {
-    fl_status st = fl_table_insert(s->table, b->count, b->obs, b->actions, b->rewards, b->discounts, b->next_obs,
-                                   b->priorities, keys, e);
-    if (st != FL_OK) return st;
+                              fl_table_prep_t *prep, uint64_t *keys, fl_err_t *e) {
+    if (prep) {
+        fl_table_commit(prep, keys); /* prepared (validated, frames hashed) outside the log's lock */
+    } else {
+        fl_status st = fl_table_insert(s->table, b->count, b->obs, b->actions, b->rewards, b->discounts, b->next_obs,
+                                       b->priorities, keys, e);
+        if (st != FL_OK) return st;
+    }
     r->last_seq = sequence;
     size_t slot = (size_t)(sequence % KEY_RING);
     r->ring_seq[slot] = sequence;
@@ -318,15 +322,28 @@ static fl_status insert_message(void *user, void *state, const uint8_t *msg, siz
     } else {
         /* With the log on, the message is in the log before the table changes (and
          * before anything is acknowledged), in the order of the table's inserts. */
+        fl_table_prep_t *prep = NULL;
+        int locked = 0;
         if (s->wal) {
-            pthread_mutex_lock(&s->wal_mu);
-            fl_err_t we;
-            fl_err_init(&we);
-            if (fl_wal_append(s->wal, msg, len, &we) != FL_OK)
-                st = fl_err_set(&e, FL_UNAVAILABLE, "write-ahead log: %s (nothing inserted; send again)", we.msg);
+            /* The table's own work on the batch (checks, frame hashing) comes first,
+             * outside the lock that orders log and table; a batch the table refuses is
+             * never logged. */
+            st = fl_table_prepare(s->table, b.count, b.obs, b.actions, b.rewards, b.discounts, b.next_obs,
+                                  b.priorities, &prep, &e);
+            if (st == FL_OK) {
+                pthread_mutex_lock(&s->wal_mu);
+                locked = 1;
+                fl_err_t we;
+                fl_err_init(&we);
+                if (fl_wal_append(s->wal, msg, len, &we) != FL_OK) {
+                    st = fl_err_set(&e, FL_UNAVAILABLE, "write-ahead log: %s (nothing inserted; send again)", we.msg);
+                    fl_table_prep_free(prep);
+                    prep = NULL;
+                }
+            }
         }
-        if (st == FL_OK) st = apply_insert(s, r, req->sequence, &b, c->keybuf, &e);
-        if (s->wal) pthread_mutex_unlock(&s->wal_mu);
+        if (st == FL_OK) st = apply_insert(s, r, req->sequence, &b, prep, c->keybuf, &e);
+        if (locked) pthread_mutex_unlock(&s->wal_mu);
         if (st == FL_OK) {
             first_key = c->keybuf[0];
             applied = 1;
@@ -568,7 +585,7 @@ static fl_status wal_replay(fl_replay_service_t *s, uint64_t start, uint64_t *la
         pthread_mutex_lock(&s->wal_mu);
         if (req->sequence <= r->last_seq) {
             (*skipped)++;
-        } else if (apply_insert(s, r, req->sequence, &b, keys, &e) == FL_OK) {
+        } else if (apply_insert(s, r, req->sequence, &b, NULL, keys, &e) == FL_OK) {
             (*items) += b.count;
         } else {
             /* The live shard refused it the same way (and acknowledged nothing). */

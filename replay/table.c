@@ -479,13 +479,35 @@ static void store_rows(fl_table_t *t, uint64_t slot, size_t row, size_t m, const
 /* Transitions per chunk: every frame index fits in 16 bits. */
 static size_t chunk_piece(const fl_table_t *t) { return FL_CHUNK_MAX_FRAMES / (2 * (size_t)t->lay.stack); }
 
-fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_t *actions,
-                          const float *rewards, const float *discounts, const void *next_obs,
-                          const float *priorities, uint64_t *keys_out, fl_err_t *err) {
-    if (n == 0) return FL_OK;
+/* A validated insert whose observations are already in chunks (fl_table_prepare). */
+struct fl_table_prep {
+    fl_table_t *t;
+    size_t n, skip, m, piece, npieces;
+    const int32_t *actions; /* the caller's columns, valid until commit */
+    const float *rewards, *discounts;
+    double *q;             /* (n) sampling priorities */
+    double max_p;
+    uint16_t *idx;         /* (n, 2 stack) frame indices */
+    fl_chunk_t **chunks;   /* (npieces) */
+};
+
+void fl_table_prep_free(fl_table_prep_t *p) {
+    if (!p) return;
+    if (p->chunks)
+        for (size_t i = 0; i < p->npieces; i++) free(p->chunks[i]); /* never shared before commit */
+    free(p->q);
+    free(p->idx);
+    free(p->chunks);
+    free(p);
+}
+
+fl_status fl_table_prepare(fl_table_t *t, size_t n, const void *obs, const int32_t *actions, const float *rewards,
+                           const float *discounts, const void *next_obs, const float *priorities,
+                           fl_table_prep_t **out, fl_err_t *err) {
+    *out = NULL;
     const char *missing = !obs ? "obs" : !actions ? "actions" : !rewards ? "rewards" : !discounts ? "discounts"
                         : !next_obs ? "next_obs" : !priorities ? "priorities" : NULL;
-    if (missing) return fl_err_set(err, FL_INVALID_ARGUMENT, "insert: %s is NULL for %zu items", missing, n);
+    if (n > 0 && missing) return fl_err_set(err, FL_INVALID_ARGUMENT, "insert: %s is NULL for %zu items", missing, n);
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(rewards[i]))
             return fl_err_set(err, FL_INVALID_ARGUMENT, "rewards[%zu] = %g: expected a finite value", i,
@@ -494,61 +516,76 @@ fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_
             return fl_err_set(err, FL_INVALID_ARGUMENT, "discounts[%zu] = %g: expected a value in [0, 1]", i,
                               (double)discounts[i]);
     }
-    double stack[SCRATCH_ITEMS];
-    uint16_t idx_stack[SCRATCH_ITEMS * 2];
-    fl_chunk_t *chunk_stack[8];
-    double *q = scratch_get(stack, sizeof(stack), n, sizeof(double)); /* (n) */
-    if (!q) return fl_err_set(err, FL_NO_MEMORY, "insert: cannot allocate scratch for %zu items", n);
-    double max_p = 0.0;
-    fl_status s = convert_priorities(t, n, priorities, q, &max_p, err);
-    if (s != FL_OK) {
-        scratch_free(q, stack);
-        return s;
-    }
-
+    fl_table_prep_t *p = calloc(1, sizeof *p);
+    if (!p) return fl_err_set(err, FL_NO_MEMORY, "insert: out of memory");
+    p->t = t;
+    p->n = n;
+    p->actions = actions;
+    p->rewards = rewards;
+    p->discounts = discounts;
     /* Rows that the same call would overwrite again are never stored. */
-    size_t skip = n > t->capacity ? n - (size_t)t->capacity : 0;
-    size_t m = n - skip;
-    const size_t per = 2 * (size_t)t->lay.stack, piece = chunk_piece(t), npieces = (m + piece - 1) / piece;
-    uint16_t *idx = scratch_get(idx_stack, sizeof(idx_stack), n, per * sizeof(uint16_t)); /* (n, per) */
-    fl_chunk_t **chunks = scratch_get(chunk_stack, sizeof(chunk_stack), npieces, sizeof(fl_chunk_t *));
-    if (!idx || !chunks) {
+    p->skip = n > t->capacity ? n - (size_t)t->capacity : 0;
+    p->m = n - p->skip;
+    const size_t per = 2 * (size_t)t->lay.stack;
+    p->piece = chunk_piece(t);
+    p->npieces = (p->m + p->piece - 1) / p->piece;
+    p->q = malloc((n ? n : 1) * sizeof(double));
+    p->idx = malloc((n ? n : 1) * per * sizeof(uint16_t));
+    p->chunks = calloc(p->npieces ? p->npieces : 1, sizeof(fl_chunk_t *));
+    fl_status s = FL_OK;
+    if (!p->q || !p->idx || !p->chunks) {
         s = fl_err_set(err, FL_NO_MEMORY, "insert: cannot allocate scratch for %zu items", n);
-        goto done;
+        goto fail;
     }
-    /* The observations go into chunks before the lock is taken: rows [skip, n) as pieces
-     * of at most `piece` rows, chunks[p] holding rows skip + [p * piece, (p + 1) * piece). */
-    size_t built = 0;
-    for (; built < npieces; built++) {
-        size_t r0 = skip + built * piece, cnt = m - built * piece < piece ? m - built * piece : piece;
+    if ((s = convert_priorities(t, n, priorities, p->q, &p->max_p, err)) != FL_OK) goto fail;
+    /* The observations go into chunks: rows [skip, n) as pieces of at most `piece` rows,
+     * chunks[k] holding rows skip + [k * piece, (k + 1) * piece). */
+    for (size_t k = 0; k < p->npieces; k++) {
+        size_t r0 = p->skip + k * p->piece, cnt = p->m - k * p->piece < p->piece ? p->m - k * p->piece : p->piece;
         const uint8_t *o = (const uint8_t *)obs + r0 * t->obs_bytes;
         const uint8_t *no = (const uint8_t *)next_obs + r0 * t->obs_bytes;
-        if ((s = fl_chunk_build(&t->lay, cnt, o, no, idx + r0 * per, &chunks[built], err)) != FL_OK) break;
+        if ((s = fl_chunk_build(&t->lay, cnt, o, no, p->idx + r0 * per, &p->chunks[k], err)) != FL_OK) goto fail;
     }
-    if (s != FL_OK) {
-        for (size_t p = 0; p < built; p++) free(chunks[p]); /* never shared */
-        goto done;
-    }
-
-    pthread_mutex_lock(&t->mu);
-    uint64_t first_seq = t->inserted;
-    uint64_t slot = (first_seq + skip) % t->capacity;
-    size_t run = (size_t)(t->capacity - slot) < m ? (size_t)(t->capacity - slot) : m;
-    store_rows(t, slot, skip, run, actions, rewards, discounts, chunks, skip, piece, idx, q);
-    if (run < m) store_rows(t, 0, skip + run, m - run, actions, rewards, discounts, chunks, skip, piece, idx, q);
-    t->inserted += n;
-    t->window = t->inserted < t->capacity ? t->inserted : t->capacity;
-    if (t->mts == 0) t->size = t->window;
-    if (max_p > t->max_priority) t->max_priority = max_p;
-    pthread_mutex_unlock(&t->mu);
-
-    if (keys_out)
-        for (size_t i = 0; i < n; i++) keys_out[i] = fl_table_key_make(t->cfg.shard_id, first_seq + i);
-done:
-    scratch_free(q, stack);
-    scratch_free(idx, idx_stack);
-    scratch_free(chunks, chunk_stack);
+    *out = p;
+    return FL_OK;
+fail:
+    fl_table_prep_free(p);
     return s;
+}
+
+void fl_table_commit(fl_table_prep_t *p, uint64_t *keys_out) {
+    fl_table_t *t = p->t;
+    const size_t n = p->n, m = p->m, skip = p->skip;
+    if (n > 0) {
+        pthread_mutex_lock(&t->mu);
+        uint64_t first_seq = t->inserted;
+        uint64_t slot = (first_seq + skip) % t->capacity;
+        size_t run = (size_t)(t->capacity - slot) < m ? (size_t)(t->capacity - slot) : m;
+        store_rows(t, slot, skip, run, p->actions, p->rewards, p->discounts, p->chunks, skip, p->piece, p->idx, p->q);
+        if (run < m)
+            store_rows(t, 0, skip + run, m - run, p->actions, p->rewards, p->discounts, p->chunks, skip, p->piece,
+                       p->idx, p->q);
+        t->inserted += n;
+        t->window = t->inserted < t->capacity ? t->inserted : t->capacity;
+        if (t->mts == 0) t->size = t->window;
+        if (p->max_p > t->max_priority) t->max_priority = p->max_p;
+        pthread_mutex_unlock(&t->mu);
+        if (keys_out)
+            for (size_t i = 0; i < n; i++) keys_out[i] = fl_table_key_make(t->cfg.shard_id, first_seq + i);
+    }
+    free(p->chunks); /* the table holds them now */
+    p->chunks = NULL;
+    fl_table_prep_free(p);
+}
+
+fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_t *actions,
+                          const float *rewards, const float *discounts, const void *next_obs,
+                          const float *priorities, uint64_t *keys_out, fl_err_t *err) {
+    if (n == 0) return FL_OK;
+    fl_table_prep_t *p = NULL;
+    FL_TRY(fl_table_prepare(t, n, obs, actions, rewards, discounts, next_obs, priorities, &p, err));
+    fl_table_commit(p, keys_out);
+    return FL_OK;
 }
 
 /* ---- sample ------------------------------------------------------------------------- */

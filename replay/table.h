@@ -133,6 +133,22 @@ fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_
                           const float *rewards, const float *discounts, const void *next_obs,
                           const float *priorities, uint64_t *keys_out, fl_err_t *err);
 
+/* fl_table_insert in two steps, for a caller that must do something between the work on
+ * the observations and the moment the items enter the table (the replay shard's
+ * write-ahead log appends a record there, under a lock that orders log and table):
+ *   fl_table_prepare validates everything and builds the frame chunks (no table lock,
+ *   nothing changes; the same errors as fl_table_insert); the columns actions, rewards
+ *   and discounts must stay valid until commit;
+ *   fl_table_commit inserts the prepared items (keys as fl_table_insert) and frees the
+ *   preparation; it cannot fail. fl_table_prep_free drops a preparation instead.
+ * n = 0 prepares nothing to insert. */
+typedef struct fl_table_prep fl_table_prep_t;
+fl_status fl_table_prepare(fl_table_t *t, size_t n, const void *obs, const int32_t *actions, const float *rewards,
+                           const float *discounts, const void *next_obs, const float *priorities,
+                           fl_table_prep_t **out, fl_err_t *err);
+void fl_table_commit(fl_table_prep_t *p, uint64_t *keys_out);
+void fl_table_prep_free(fl_table_prep_t *p);
+
 /* Draws B >= 1 items with the table's selector at importance exponent beta (finite,
  * >= 0) and writes, into caller-owned buffers:
  *   keys (B), probs (B): the probability with which the selector chose the item at that
