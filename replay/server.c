@@ -232,8 +232,11 @@ static fl_status reject(fl_replay_service_t *s, fl_rpc_reply_t *reply, const Fle
  * path and recovery from the write-ahead log both call it, so that replaying the log
  * gives the keys acknowledged before. The caller holds r->mu and, with the log on, the
  * insert mutex wal_mu, and has checked that sequence > r->last_seq. keys (b->count)
- * receives the batch's keys. On failure nothing changed (fl_table_insert validates its
- * whole input first), so a record the table refused is refused again on replay. */
+ * receives the batch's keys. prep: the batch already prepared by fl_table_prepare (the
+ * live path with the log on, which prepares before taking the insert mutex), committed
+ * here; NULL: fl_table_insert. On failure nothing changed (the table validates its whole
+ * input first); the live path never logs a batch the table refuses, and an older log's
+ * refused record is refused again on replay. */
 static fl_status apply_insert(fl_replay_service_t *s, stream_rec *r, uint64_t sequence, const fl_wire_batch_t *b,
                               fl_table_prep_t *prep, uint64_t *keys, fl_err_t *e) {
     if (prep) {
