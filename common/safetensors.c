@@ -63,7 +63,8 @@ static _Atomic unsigned long g_serial;
 
 static fl_status fsync_parent(const char *path, fl_err_t *err) {
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
+    if ((size_t)snprintf(dir, sizeof dir, "%s", path) >= sizeof dir)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors: path longer than %zu bytes", sizeof dir - 1);
     char *slash = strrchr(dir, '/');
     if (!slash) snprintf(dir, sizeof dir, ".");
     else if (slash == dir) dir[1] = '\0';
@@ -79,6 +80,7 @@ static fl_status fsync_parent(const char *path, fl_err_t *err) {
 fl_status fl_safetensors_write(const char *path, const fl_st_tensor_t *t, int n, const char *const *meta_keys,
                                const char *const *meta_values, int nmeta, fl_err_t *err) {
     if (!path || !*path) return fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors: empty path");
+    if (strlen(path) > 4000) return fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors: path longer than 4000 bytes");
     if (n < 0 || nmeta < 0 || (n && !t) || (nmeta && (!meta_keys || !meta_values)))
         return fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors %s: bad tensor or metadata list", path);
     for (int i = 0; i < n; i++) {
@@ -97,6 +99,9 @@ fl_status fl_safetensors_write(const char *path, const fl_st_tensor_t *t, int n,
             if (t[i].shape[d] < 0)
                 return fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors %s: tensor %s: dimension %d is %" PRId64, path,
                                   t[i].name, d, t[i].shape[d]);
+            if (t[i].shape[d] != 0 && want > SIZE_MAX / (size_t)t[i].shape[d])
+                return fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors %s: tensor %s: its size overflows", path,
+                                  t[i].name);
             want *= (size_t)t[i].shape[d];
         }
         if (want != t[i].bytes || (want && !t[i].data))
@@ -211,6 +216,11 @@ static int expect(parser_t *ps, char c) {
     return 1;
 }
 
+static int hex_digit(char h) {
+    return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                                                                                      : -1;
+}
+
 /* A JSON string into out (cap bytes, NUL-terminated); escapes \" \\ \/ \b \f \n \r \t and
  * \u00XX. */
 static int parse_string(parser_t *ps, char *out, size_t cap) {
@@ -235,13 +245,9 @@ static int parse_string(parser_t *ps, char *out, size_t cap) {
             case 't': c = '\t'; break;
             case 'u': {
                 if (ps->end - ps->p < 4 || ps->p[0] != '0' || ps->p[1] != '0') return fail(ps, "unsupported \\u escape");
-                unsigned v = 0;
-                for (int k = 2; k < 4; k++) {
-                    char h = ps->p[k];
-                    v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                                            : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 99);
-                }
-                if (v > 0xff || v == 0) return fail(ps, "bad \\u escape");
+                int hi = hex_digit(ps->p[2]), lo = hex_digit(ps->p[3]);
+                if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) return fail(ps, "bad \\u escape");
+                unsigned v = (unsigned)(hi * 16 + lo);
                 c = (unsigned char)v;
                 ps->p += 4;
                 break;
@@ -388,11 +394,15 @@ static int parse_tensor(parser_t *ps, fl_st_tensor_t *t, uint64_t *begin, uint64
     return 1;
 }
 
+/* By start, then by end: an empty tensor at the start of another comes first, whatever
+ * the header's order (qsort does not keep ties in place). */
 static int cmp_begin(const void *a, const void *b) {
     const fl_st_tensor_t *x = a, *y = b;
     const uint8_t *p = x->data, *q = y->data;
-    return p < q ? -1 : p > q;
+    if (p != q) return p < q ? -1 : 1;
+    return x->bytes < y->bytes ? -1 : x->bytes > y->bytes;
 }
+
 
 fl_status fl_safetensors_parse(const void *bytes, size_t len, const char *what, fl_safetensors_t **out,
                                fl_err_t *err) {

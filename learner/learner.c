@@ -2,6 +2,7 @@
 #include "learner/learner.h"
 
 #include <cblas.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -551,7 +552,7 @@ static fl_status meta_u64(const fl_safetensors_t *f, const char *path, const cha
     char *end = NULL;
     errno = 0;
     unsigned long long x = v && *v ? strtoull(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || v[0] == '-')
+    if (!v || !isdigit((unsigned char)v[0]) || *end || errno || x > (unsigned long long)INT64_MAX)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: metadata %s is %s%s%s, expected an integer",
                           path, key, v ? "\"" : "", v ? v : "missing", v ? "\"" : "");
     *out = x;

@@ -91,8 +91,9 @@ struct fl_table {
     uint64_t *live_pos;     /* uniform and mts: (capacity) index of a live slot in live_list */
     uint64_t chunks, frames; /* chunks referenced by rows of the window, and their frames */
     uint64_t chunk_bytes;   /* their allocation sizes */
-    uint64_t zstd_chunks;   /* of those, compressed (a table restored from a checkpoint
-                               written with another zstd_level may hold both kinds) */
+    _Atomic uint64_t zstd_chunks; /* of those, compressed (a table restored from a checkpoint
+                               written with another zstd_level may hold both kinds); changed
+                               under the lock, read without it by sample's preparations */
 };
 
 const char *fl_selector_name(fl_selector s) {
@@ -653,6 +654,7 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
         return fl_err_set(err, FL_INVALID_ARGUMENT, "sample: beta %g, expected a finite value >= 0", beta);
     fl_status s = FL_OK;
     void *held = NULL; /* unlocked copy: (B) chunk pointers, then (B, 2 * stack) frame indices */
+    fl_frames_reader_t *rd = NULL; /* decompressor, when the table may hold compressed chunks */
     uint64_t slot_stack[SCRATCH_ITEMS];
     double q_stack[SCRATCH_ITEMS];
     uint64_t *slots = scratch_get(slot_stack, sizeof(slot_stack), B, sizeof(uint64_t)); /* (B) */
@@ -660,6 +662,20 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
     if (!slots || !q) {
         s = fl_err_set(err, FL_NO_MEMORY, "sample: cannot allocate scratch for %zu items", B);
         goto done;
+    }
+    /* Everything a copy after the lock may need is allocated before any draw, so that a
+     * lack of memory never costs draws (max_times_sampled) or returns a partial batch.
+     * Compressed chunks appear only through inserts with zstd_level > 0 or a load. */
+    const size_t S_ = (size_t)t->lay.stack;
+    if (obs || next_obs) {
+        held = malloc(B * (sizeof(fl_chunk_t *) + 2 * S_ * sizeof(uint16_t)));
+        fl_err_t e2;
+        fl_err_init(&e2);
+        if (!held || ((t->lay.zstd_level > 0 || atomic_load(&t->zstd_chunks) > 0) &&
+                      fl_frames_reader_create(&t->lay, &rd, &e2) != FL_OK)) {
+            s = fl_err_set(err, FL_NO_MEMORY, "sample: cannot allocate room to copy %zu items out", B);
+            goto done;
+        }
     }
 
     pthread_mutex_lock(&t->mu);
@@ -696,11 +712,7 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
      * chunk is held by a reference (taken here, dropped below) and its frame indices are
      * kept in `held` (the slot itself may be reused meanwhile). */
     const int need_reader = t->zstd_chunks > 0; /* some chunk is compressed */
-    int unlocked = want_obs && (need_reader || 2 * ob * B > GATHER_UNLOCKED_BYTES);
-    if (unlocked) {
-        held = malloc(B * (sizeof(fl_chunk_t *) + 2 * S * sizeof(uint16_t)));
-        if (!held) unlocked = 0; /* fall back to copying under the lock */
-    }
+    const int unlocked = want_obs && (need_reader || 2 * ob * B > GATHER_UNLOCKED_BYTES);
     if (want_obs || actions || rewards || discounts) {
         /* Two random reads per item (its row, then its frames in a chunk): rows are
          * fetched 2 * PREFETCH_AHEAD items ahead, their frames PREFETCH_AHEAD ahead. */
@@ -747,14 +759,6 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
     if (unlocked) {
         fl_chunk_t **hc = held;
         const uint16_t *hix = (const uint16_t *)(hc + B);
-        fl_frames_reader_t *rd = NULL;
-        fl_err_t e2;
-        fl_err_init(&e2);
-        if (need_reader && fl_frames_reader_create(&t->lay, &rd, &e2) != FL_OK) {
-            for (size_t j = 0; j < B; j++) fl_chunk_release(hc[j], 1);
-            s = fl_err_set(err, FL_NO_MEMORY, "sample: %s", e2.msg);
-            goto done;
-        }
         int bad = 0;
         for (size_t j = 0; j < B; j++) {
             const uint16_t *ix = hix + j * 2 * S;
@@ -762,7 +766,6 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
             if (next_out) bad |= fl_frames_gather(&t->lay, hc[j], ix + S, rd, next_out + j * ob);
             fl_chunk_release(hc[j], 1);
         }
-        fl_frames_reader_destroy(rd);
         if (bad) {
             s = fl_err_set(err, FL_DATA_LOSS, "sample: a stored frame no longer decompresses");
             goto done;
@@ -783,6 +786,7 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
         }
     }
 done:
+    fl_frames_reader_destroy(rd);
     free(held);
     scratch_free(slots, slot_stack);
     scratch_free(q, q_stack);
