@@ -6,7 +6,6 @@
 #include "common/safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -15,6 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "common/fsync.h"
 
 static const char *const DTYPE_NAMES[] = {"F32", "F64", "BF16", "U8", "I32", "I64"};
 static const size_t DTYPE_SIZES[] = {4, 8, 2, 1, 4, 8};
@@ -61,21 +62,6 @@ static int sb_add(sbuf_t *s, const char *fmt, ...) {
 
 static _Atomic unsigned long g_serial;
 
-static fl_status fsync_parent(const char *path, fl_err_t *err) {
-    char dir[4096];
-    if ((size_t)snprintf(dir, sizeof dir, "%s", path) >= sizeof dir)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors: path longer than %zu bytes", sizeof dir - 1);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    fl_status s = FL_OK;
-    if (fd < 0 || fsync(fd) != 0)
-        s = fl_err_set(err, FL_INTERNAL, "safetensors %s: cannot fsync its folder %s: %s", path, dir, strerror(errno));
-    if (fd >= 0) close(fd);
-    return s;
-}
 
 fl_status fl_safetensors_write(const char *path, const fl_st_tensor_t *t, int n, const char *const *meta_keys,
                                const char *const *meta_values, int nmeta, fl_err_t *err) {
@@ -174,7 +160,8 @@ fl_status fl_safetensors_write(const char *path, const fl_st_tensor_t *t, int n,
         unlink(tmp);
         return st;
     }
-    return fsync_parent(path, err);
+    if ((st = fl_fsync_parent(path, err)) != FL_OK) fl_err_prefix(err, "safetensors %s", path);
+    return st;
 }
 
 /* ---- reading ------------------------------------------------------------------------ */

@@ -26,7 +26,6 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
@@ -38,6 +37,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/fsync.h"
 #include "common/rng.h"
 #include "replay/frames.h"
 #include "replay/sumtree.h"
@@ -1257,23 +1257,6 @@ fl_status fl_table_snapshot_take(fl_table_t *t, fl_table_snapshot_t **out, fl_er
  * path never share a temporary file. */
 static _Atomic unsigned long ckpt_serial;
 
-static fl_status fsync_dir_of(const char *path, fl_err_t *err) {
-    size_t n = strlen(path);
-    char *dir = malloc(n + 2);
-    if (!dir) return fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory", path);
-    memcpy(dir, path, n + 1);
-    char *slash = strrchr(dir, '/');
-    if (!slash) strcpy(dir, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
-    fl_status s = FL_OK;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0 || fsync(fd) != 0)
-        s = fl_err_set(err, FL_INTERNAL, "checkpoint %s: cannot fsync its folder %s: %s", path, dir, strerror(errno));
-    if (fd >= 0) close(fd);
-    free(dir);
-    return s;
-}
 
 fl_status fl_table_snapshot_write(const fl_table_snapshot_t *sn, const char *path, const void *extra,
                                   size_t extra_len, fl_table_save_info_t *info, fl_err_t *err) {
@@ -1333,7 +1316,10 @@ fl_status fl_table_snapshot_write(const fl_table_snapshot_t *sn, const char *pat
         unlink(tmp);
         goto done;
     }
-    if ((s = fsync_dir_of(path, err)) != FL_OK) goto done;
+    if ((s = fl_fsync_parent(path, err)) != FL_OK) {
+        fl_err_prefix(err, "checkpoint %s", path);
+        goto done;
+    }
     assert(io.bytes == FL_TABLE_CKPT_HEADER_BYTES +
                            ckpt_fixed_bytes(w, sn->st.size, sn->row_bytes, sn->mts, sn->live_list != NULL) +
                            chunk_section + 8 + extra_len + 4);

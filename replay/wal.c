@@ -19,6 +19,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/fsync.h"
+
 struct fl_wal {
     char *dir;
     int shard;
@@ -60,16 +62,6 @@ static uint32_t crc_of(const void *p, size_t n) {
     return (uint32_t)c;
 }
 
-static fl_status fsync_dir(const char *dir, const char *what, fl_err_t *err) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0 || fsync(fd) != 0) {
-        int e = errno;
-        if (fd >= 0) close(fd);
-        return fl_err_set(err, FL_INTERNAL, "wal %s: cannot fsync its folder %s: %s", what, dir, strerror(e));
-    }
-    close(fd);
-    return FL_OK;
-}
 
 /* Opens segment w->segment into w->fd / w->size / w->path. */
 static fl_status open_segment(fl_wal_t *w, uint64_t segment, fl_err_t *err) {
@@ -85,8 +77,9 @@ static fl_status open_segment(fl_wal_t *w, uint64_t segment, fl_err_t *err) {
         return fl_err_set(err, FL_INTERNAL, "wal %s: cannot stat: %s", path, strerror(e));
     }
     if (w->fsync) {
-        fl_status s = fsync_dir(w->dir, path, err);
+        fl_status s = fl_fsync_dir(w->dir, err);
         if (s != FL_OK) {
+            fl_err_prefix(err, "wal %s", path);
             close(fd);
             return s;
         }
