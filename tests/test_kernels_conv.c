@@ -23,30 +23,7 @@
 #include "kernels/ops.h"
 #include "kernels/qnet.h"
 
-static uint64_t g_seed;
-
-#define CHECK_CLOSE(got, want, atol, rtol, ...)                                                               \
-    do {                                                                                                      \
-        const double got_ = (got), want_ = (want);                                                            \
-        if (!(fabs(got_ - want_) <= (atol) + (rtol) * fabs(want_))) {                                         \
-            print_error("seed %llu (replay with FLEET_TEST_SEED=%llu): ", (unsigned long long)g_seed,         \
-                        (unsigned long long)g_seed);                                                          \
-            print_error(__VA_ARGS__);                                                                         \
-            print_error(": got %.9g, expected %.9g\n", got_, want_);                                          \
-            fail();                                                                                           \
-        }                                                                                                     \
-    } while (0)
-
-static void pick_seed(void) {
-    const char *s = getenv("FLEET_TEST_SEED");
-    if (s && *s) {
-        g_seed = strtoull(s, NULL, 0);
-        return;
-    }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    g_seed = ((uint64_t)ts.tv_sec * 1000000007ULL) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
-}
+#include "seed_util.h"
 
 /* Direct convolution in double: y (B, Cout, Ho, Wo). */
 static void ref_conv(const fl_conv2d_shape_t *s, const double *x, const double *w, const double *b, int B,
