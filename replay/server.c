@@ -752,6 +752,20 @@ static double min_priority_of(size_t B, double beta, const double *probs, const 
     return isfinite(q) && q > 0.0 ? q : 0.0;
 }
 
+/* Checks and applies priority updates (keys and priorities of one request, named by
+ * field): equal lengths, every priority finite and >= 0, else FL_INVALID_ARGUMENT in e and
+ * nothing applied. *applied receives the updates applied (the rest were stale). Shared by
+ * UpdatePriorities and the updates that ride on a Sample request. */
+static fl_status apply_updates(fl_replay_service_t *s, const char *field, size_t n_keys, const uint64_t *keys,
+                               size_t n_prio, const float *prio, size_t *applied, fl_err_t *e) {
+    *applied = 0;
+    if (n_prio != n_keys)
+        return fl_err_set(e, FL_INVALID_ARGUMENT, "%s: got %zu values, expected %zu (one per key)", field, n_prio,
+                          n_keys);
+    FL_TRY(fl_wire_check_priorities(field, n_prio, prio, e));
+    return fl_table_update_priorities(s->table, n_keys, keys, prio, applied, e);
+}
+
 static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_rpc_reply_t *reply) {
     fl_replay_service_t *s = user;
     Fleet__SampleRequest *req = fleet__sample_request__unpack(NULL, len, msg);
@@ -766,16 +780,8 @@ static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_r
     if (req->n_update_keys || req->n_update_priorities) {
         fl_err_t ue;
         fl_err_init(&ue);
-        fl_status ust = FL_OK;
-        if (req->n_update_priorities != req->n_update_keys)
-            ust = fl_err_set(&ue, FL_INVALID_ARGUMENT, "update_priorities: got %zu values, expected %zu (one per key)",
-                             req->n_update_priorities, req->n_update_keys);
-        else if (fl_wire_check_priorities("update_priorities", req->n_update_priorities, req->update_priorities, &ue) ==
-                 FL_OK)
-            ust = fl_table_update_priorities(s->table, req->n_update_keys, req->update_keys, req->update_priorities,
-                                             &upd_applied, &ue);
-        else
-            ust = ue.code;
+        fl_status ust = apply_updates(s, "update_priorities", req->n_update_keys, req->update_keys,
+                                      req->n_update_priorities, req->update_priorities, &upd_applied, &ue);
         if (ust != FL_OK) {
             fleet__sample_request__free_unpacked(req, NULL);
             return fl_rpc_reply_error(reply, ust, "%s", ue.msg);
@@ -866,18 +872,9 @@ static fl_status update_handler(void *user, const uint8_t *msg, size_t len, fl_r
                                   len);
     fl_err_t e;
     fl_err_init(&e);
-    fl_status st;
-    if (req->n_priorities != req->n_keys) {
-        st = fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "priorities: got %zu values, expected %zu (one per key)",
-                                req->n_priorities, req->n_keys);
-        goto done;
-    }
-    if (fl_wire_check_priorities("priorities", req->n_priorities, req->priorities, &e) != FL_OK) {
-        st = fl_rpc_reply_error(reply, e.code, "%s", e.msg);
-        goto done;
-    }
     size_t applied = 0;
-    st = fl_table_update_priorities(s->table, req->n_keys, req->keys, req->priorities, &applied, &e);
+    fl_status st = apply_updates(s, "priorities", req->n_keys, req->keys, req->n_priorities, req->priorities,
+                                 &applied, &e);
     if (st != FL_OK) {
         st = fl_rpc_reply_error(reply, st, "%s", e.msg);
         goto done;
