@@ -21,6 +21,7 @@
     X(run, log_level, ENUM, "info", 0, 0, "debug|info|warn|error", "log verbosity of every role")           \
     X(run, progress_every, FLOAT, 1.0, 0.05, 3600, "", "seconds between progress lines and metrics rows")   \
     X(run, bind_host, STRING, "127.0.0.1", 0, 0, "", "address that services bind (port chosen by the OS)")  \
+    X(run, interface, STRING, "", 0, 0, "", "under mpirun across hosts: the network interface whose IPv4 address services bind (empty = the first that is up and not loopback)") \
     /* [env] the environment each actor steps */                                                           \
     X(env, name, STRING, "cartpole", 0, 0, "", "environment name (see `fleet env list`)")                   \
     X(env, plugin, STRING, "", 0, 0, "", "path of a shared object that provides env.name (empty = built-in)") \
@@ -37,6 +38,7 @@
     X(actor, eps_alpha, FLOAT, 7, 0, 100, "", "exponent spread of the per-actor epsilons")                 \
     X(actor, local_buffer, INT, 50, 1, 1000000, "", "transitions gathered before a streamed insert")        \
     X(actor, sync_every, INT, 400, 1, 1000000000, "", "env steps between parameter fetches")               \
+    X(actor, fetch_bf16, BOOL, 0, 0, 1, "", "fetch parameters as bfloat16 (half the bytes; learners keep float32)") \
     X(actor, max_steps, INT, 0, 0, 1000000000000, "", "env steps after which an actor stops (0 = no limit)") \
     /* [replay] the prioritized replay service */                                                           \
     X(replay, shards, INT, 1, 1, 256, "", "number of replay shard processes")                              \
@@ -60,11 +62,17 @@
     X(replay, wal_fsync, BOOL, 0, 0, 1, "", "fdatasync the write-ahead log before acknowledging (0 = the page cache: survives a killed process, not a machine crash)") \
     /* [paramserver] the parameter service */                                                               \
     X(paramserver, shards, INT, 1, 1, 256, "", "number of parameter-server shard processes")               \
+    X(paramserver, max_staleness, INT, 0, 0, 1000000000, "", "gorila: bound on a pushed gradient's staleness (held version - based_on_version) for drop, on the lead of the fastest learner's pushes over the slowest one's for wait (0 = no bound)") \
+    X(paramserver, stale_policy, ENUM, "drop", 0, 0, "drop|wait", "gorila: pushes beyond paramserver.max_staleness are dropped, or the fast learner's reply waits for the slow ones (stale-synchronous parallel)") \
+    X(paramserver, staleness_lr, BOOL, 0, 0, 1, "", "gorila: scale the learning rate of each push by 1/max(1, staleness)") \
+    X(paramserver, wait_timeout_s, FLOAT, 30, 0, 1e6, "", "gorila, stale_policy = wait: longest a reply is held for slower learners (seconds)") \
     /* [learner] training */                                                                                \
     X(learner, count, INT, 1, 1, 1024, "", "number of learner processes")                                  \
     X(learner, mode, ENUM, "apex", 0, 0, "apex|gorila", "who owns the optimizer: learners (apex) or parameter servers (gorila)") \
     X(learner, device, ENUM, "cpu", 0, 0, "cpu|cuda|auto", "where the learner trains")                      \
     X(learner, threads, INT, 1, 1, 256, "", "BLAS threads of a CPU learner")                               \
+    X(learner, tf32, BOOL, 1, 0, 1, "", "GPU learner: TF32 tensor cores in matrix products and convolutions") \
+    X(learner, cuda_graphs, BOOL, 1, 0, 1, "", "GPU learner: capture the update as a CUDA graph and replay it") \
     X(learner, batch_size, INT, 512, 1, 65536, "", "transitions per sampled batch")                        \
     X(learner, optimizer, ENUM, "rmsprop", 0, 0, "rmsprop|adam|sgd", "optimizer (rmsprop is centered)")     \
     X(learner, lr, FLOAT, 6.25e-5, 0, 10, "", "learning rate")                                             \
@@ -85,6 +93,9 @@
     X(learner, resume, STRING, "", 0, 0, "", "a learner checkpoint (.safetensors) to continue from (empty = start fresh; `fleet learner --resume FILE` overrides)") \
     X(learner, prefetch, INT, 2, 0, 64, "", "Sample calls kept in flight while training (0 = sample synchronously)") \
     X(learner, max_steps, INT, 0, 0, 1000000000000, "", "learner steps after which it stops (0 = no limit)") \
+    X(learner, fetch_every, INT, 1, 1, 1000000000, "", "gorila: learner steps between parameter fetches") \
+    X(learner, push_1bit, BOOL, 0, 0, 1, "", "gorila: push gradients as 1-bit signs with error feedback (~32x fewer bytes)") \
+    X(learner, slow_push_ms, INT, 0, 0, 600000, "", "gorila: the last learner sleeps this long before each push (a deliberately slow learner, to test the staleness rules)") \
     /* [model] the Q-network */                                                                             \
     X(model, input_scale, FLOAT, 1, 1e-6, 1e6, "", "multiplies observations on their way into the network, after uint8 ones are scaled by 1/255 (255: 0/1 planes such as MinAtar's reach it as 0/1)") \
     X(model, spec, STRING, "dense(256) relu dense(256) relu dueling", 0, 0, "",                            \

@@ -844,17 +844,29 @@ static fl_status unary_bb(fl_rpc_channel_t *ch, const char *method, grpc_byte_bu
     return st;
 }
 
+/* Copies the response's slices straight into one malloc'd buffer (read_all would first
+ * gather them into a slice of its own: one more allocation and copy of the whole
+ * message, which shows for MB-sized replies such as parameter fetches). */
 static fl_status bb_to_buf(grpc_byte_buffer *bb, fl_rpc_buf_t *out, fl_err_t *err) {
-    grpc_slice s = read_all(bb);
-    size_t n = GRPC_SLICE_LENGTH(s);
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, bb)) return fl_err_set(err, FL_DATA_LOSS, "rpc: unreadable response");
+    size_t n = grpc_byte_buffer_length(r.buffer_out);
     out->data = malloc(n ? n : 1);
     if (!out->data) {
-        grpc_slice_unref(s);
+        grpc_byte_buffer_reader_destroy(&r);
         return fl_err_set(err, FL_NO_MEMORY, "rpc: out of memory for a %zu-byte response", n);
     }
-    memcpy(out->data, GRPC_SLICE_START_PTR(s), n);
-    out->len = n;
-    grpc_slice_unref(s);
+    size_t at = 0;
+    grpc_slice s;
+    while (grpc_byte_buffer_reader_next(&r, &s)) {
+        size_t k = GRPC_SLICE_LENGTH(s);
+        if (k > n - at) k = n - at;
+        memcpy(out->data + at, GRPC_SLICE_START_PTR(s), k);
+        at += k;
+        grpc_slice_unref(s);
+    }
+    grpc_byte_buffer_reader_destroy(&r);
+    out->len = at;
     return FL_OK;
 }
 

@@ -1,8 +1,11 @@
 /* verb_paramserver: `fleet paramserver`, one parameter-server shard as a process.
  *
- * Serves fleet.ParamServer until SIGINT/SIGTERM or until the launcher's Control service
- * asks it to stop, reporting the held version to the launcher when --control is given.
- * --ready-fd lets a launcher learn the bound address (useful with port 0). */
+ * Holds slice --shard of paramserver.shards (paramserver/shard.h) of the flat vector, in
+ * learner.mode apex (learners publish) or gorila (learners push gradients and this shard
+ * applies learner.optimizer; see paramserver/server.h). Serves fleet.ParamServer until
+ * SIGINT/SIGTERM or until the launcher's Control service asks it to stop, reporting the
+ * held version to the launcher when --control is given. --ready-fd lets a launcher learn
+ * the bound address (useful with port 0). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -87,7 +90,14 @@ int fl_verb_paramserver(int argc, char **argv) {
         FL_ERROR("%s", err.msg);
         goto done;
     }
-    FL_INFO("paramserver shard %" PRId64 " serving on %s", shard, addr);
+    if (strcmp(cfg.learner_mode, "gorila") == 0)
+        FL_INFO("paramserver shard %" PRId64 " of %" PRId64 " serving on %s (gorila: %s lr %g, %" PRId64
+                " learner(s), max_staleness %" PRId64 " %s%s)",
+                shard, cfg.paramserver_shards, addr, cfg.learner_optimizer, cfg.learner_lr, cfg.learner_count,
+                cfg.paramserver_max_staleness, cfg.paramserver_stale_policy,
+                cfg.paramserver_staleness_lr ? ", staleness-scaled lr" : "");
+    else
+        FL_INFO("paramserver shard %" PRId64 " of %" PRId64 " serving on %s", shard, cfg.paramserver_shards, addr);
     if (ready_fd >= 0) {
         char line[520];
         int n = snprintf(line, sizeof line, "%s\n", addr);

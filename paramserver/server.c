@@ -1,12 +1,14 @@
 /* server: fleet.ParamServer handlers over the store (see server.h).
  *
  * Fetch is the hot path: many actors ask for the same version. The answer for a version
- * is encoded once by the store; a fetch takes a reference to it, copies it into the
- * reply buffer without holding any lock, and drops the reference. Up-to-date fetches
- * encode a few bytes and never touch the lock. */
+ * is encoded once by the store (per dtype); a fetch takes a reference to the snapshot
+ * and hands its bytes to gRPC by reference, the reference being dropped when gRPC is
+ * done with them: no copy and no lock while sending. Up-to-date fetches encode a few
+ * bytes and never touch the lock. */
 #include "paramserver/server.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +18,13 @@
 #include "common/log.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
+#include "paramserver/quantize.h"
 
 struct fl_paramserver_service {
     fl_rpc_server_t *rpc;
     fl_param_store_t *store;
     int shard;
+    int gorila;
     int started;
 };
 
@@ -70,6 +74,8 @@ static fl_status on_publish(void *user, const uint8_t *req, size_t len, fl_rpc_r
     return st;
 }
 
+static void release_snapshot(void *p) { fl_param_snapshot_release(p); }
+
 static fl_status on_fetch(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
     fl_paramserver_service_t *svc = user;
     Fleet__FetchRequest *m = fleet__fetch_request__unpack(NULL, len, req);
@@ -79,36 +85,132 @@ static fl_status on_fetch(void *user, const uint8_t *req, size_t len, fl_rpc_rep
     uint64_t if_newer_than = m->if_newer_than;
     int dtype = (int)m->dtype;
     fleet__fetch_request__free_unpacked(m, NULL);
-    if (dtype == FLEET__DTYPE__DTYPE_BFLOAT16)
+    if (dtype != FLEET__DTYPE__DTYPE_FLOAT32 && dtype != FLEET__DTYPE__DTYPE_INVALID &&
+        dtype != FLEET__DTYPE__DTYPE_BFLOAT16)
         return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                  "dtype: bfloat16 transfer is not supported yet (ask for float32)");
-    if (dtype != FLEET__DTYPE__DTYPE_FLOAT32 && dtype != FLEET__DTYPE__DTYPE_INVALID)
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "dtype: %s (%d), expected float32 (or unset)",
+                                  "dtype: %s (%d), expected float32 (or unset) or bfloat16",
                                   fl_dtype_name((fl_dtype)dtype), dtype);
 
     uint64_t held = 0;
     const fl_param_snapshot_t *snap = fl_param_store_fetch(svc->store, if_newer_than, &held);
     if (!snap) {
+        if (held > if_newer_than)
+            return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED,
+                                      "Fetch: out of memory encoding version %" PRIu64, held);
         Fleet__FetchResponse r = FLEET__FETCH_RESPONSE__INIT;
         r.version = held;
         r.has_params = 0;
         return fl_rpc_reply_pb(reply, &r.base);
     }
-    void *out = fl_rpc_reply_alloc(reply, snap->response_len);
-    if (out) memcpy(out, snap->response, snap->response_len);
+    /* The reply refers to the snapshot's encoded bytes (no copy); gRPC releases the
+     * reference when it has sent them. */
+    const uint8_t *out = snap->response;
     size_t n = snap->response_len;
-    fl_param_snapshot_release(snap);
-    if (!out) return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "Fetch: out of memory for a %zu-byte reply", n);
+    if (dtype == FLEET__DTYPE__DTYPE_BFLOAT16) {
+        if (fl_param_snapshot_bf16(snap, &out, &n) != FL_OK) {
+            fl_param_snapshot_release(snap);
+            return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED,
+                                      "Fetch: out of memory encoding version %" PRIu64 " as bfloat16", held);
+        }
+        fl_param_store_count_bf16(svc->store);
+    }
+    return fl_rpc_reply_ref(reply, out, n, release_snapshot, (void *)(uintptr_t)snap);
+}
+
+/* Checks a float32 gradient slice; returns its elements in *n. */
+static fl_status check_grads(const Fleet__ParamSlice *p, size_t *n, fl_rpc_reply_t *reply) {
+    const Fleet__Tensor *t = p->values;
+    if (!t)
+        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
+                                  "grads.values: missing (expected a float32 tensor of shape (n,))");
+    if (t->dtype != FLEET__DTYPE__DTYPE_FLOAT32)
+        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "grads.values.dtype: %s (%d), expected float32",
+                                  fl_dtype_name((fl_dtype)t->dtype), (int)t->dtype);
+    if (t->n_shape != 1 || t->shape[0] < 0)
+        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
+                                  "grads.values.shape: %zu dimension(s)%s, expected one dimension (n,)", t->n_shape,
+                                  t->n_shape == 1 ? " with a negative size" : "");
+    if ((uint64_t)t->shape[0] > SIZE_MAX / 4 || t->data.len != 4 * (size_t)t->shape[0])
+        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
+                                  "grads.values.data: %zu bytes, expected 4 * %" PRId64 " for float32 of shape (%" PRId64
+                                  ",)",
+                                  t->data.len, t->shape[0], t->shape[0]);
+    *n = (size_t)t->shape[0];
+    return FL_OK;
+}
+
+/* Decodes 1-bit gradients into a new buffer (*out, n floats). */
+static fl_status decode_quantized(const Fleet__QuantizedGradients *q, float **out, fl_rpc_reply_t *reply) {
+    *out = NULL;
+    if (q->count > SIZE_MAX / 8)
+        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "quantized.count: %" PRIu64 " is too large", q->count);
+    size_t n = (size_t)q->count;
+    if (q->sign_bits.len != fl_q1_bytes(n))
+        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
+                                  "quantized.sign_bits: %zu bytes, expected ceil(count / 8) = %zu for count %zu",
+                                  q->sign_bits.len, fl_q1_bytes(n), n);
+    if (!isfinite(q->scale_pos) || !isfinite(q->scale_neg) || q->scale_pos < 0 || q->scale_neg < 0)
+        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
+                                  "quantized.scale_pos/scale_neg: %g/%g, expected finite values >= 0",
+                                  (double)q->scale_pos, (double)q->scale_neg);
+    *out = malloc(n ? 4 * n : 1);
+    if (!*out)
+        return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "PushGradients: out of memory for %zu gradients", n);
+    fl_q1_decode(q->sign_bits.data, n, q->scale_pos, q->scale_neg, *out);
     return FL_OK;
 }
 
 static fl_status on_push_gradients(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
-    (void)user;
-    (void)req;
-    (void)len;
-    return fl_rpc_reply_error(reply, FL_UNIMPLEMENTED,
-                              "PushGradients: gorila mode (gradients applied by the parameter server) is not built "
-                              "yet; use learner.mode = apex");
+    fl_paramserver_service_t *svc = user;
+    Fleet__PushGradientsRequest *m = fleet__push_gradients_request__unpack(NULL, len, req);
+    if (!m)
+        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
+                                  "PushGradientsRequest: cannot decode the message (%zu bytes)", len);
+    fl_param_store_count_push_bytes(svc->store, len);
+    fl_status st = FL_OK;
+    float *decoded = NULL;
+    const void *grads = NULL;
+    size_t n = 0;
+    uint64_t offset = 0, total = 0;
+    if (!svc->gorila) {
+        st = fl_rpc_reply_error(reply, FL_FAILED_PRECONDITION,
+                                "PushGradients: this shard runs learner.mode = apex, where learners apply their own "
+                                "optimizer and publish parameters; gradients are pushed only with learner.mode = gorila");
+    } else if (m->grads && m->quantized) {
+        st = fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "grads and quantized: both set, expected exactly one");
+    } else if (m->grads) {
+        st = check_grads(m->grads, &n, reply);
+        grads = m->grads->values ? m->grads->values->data.data : NULL;
+        offset = m->grads->offset, total = m->grads->total;
+    } else if (m->quantized) {
+        st = decode_quantized(m->quantized, &decoded, reply);
+        grads = decoded;
+        n = (size_t)m->quantized->count;
+        offset = m->quantized->offset, total = m->quantized->total;
+    } else {
+        st = fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
+                                "grads: missing (expected a float32 ParamSlice in grads, or quantized)");
+    }
+    if (st == FL_OK) {
+        fl_err_t err;
+        fl_err_init(&err);
+        fl_param_push_outcome_t o;
+        st = fl_param_store_push(svc->store, m->learner, m->based_on_version, offset, total, grads, n, &o, &err);
+        if (st != FL_OK) {
+            fl_rpc_reply_error(reply, st, "%s", err.msg);
+        } else {
+            Fleet__PushGradientsResponse r = FLEET__PUSH_GRADIENTS_RESPONSE__INIT;
+            r.applied = o.applied;
+            r.version = o.version;
+            r.staleness = o.staleness;
+            r.waited = o.waited;
+            r.wait_timed_out = o.wait_timed_out;
+            st = fl_rpc_reply_pb(reply, &r.base);
+        }
+    }
+    free(decoded);
+    fleet__push_gradients_request__free_unpacked(m, NULL);
+    return st;
 }
 
 static fl_status on_info(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
@@ -130,6 +232,16 @@ static fl_status on_info(void *user, const uint8_t *req, size_t len, fl_rpc_repl
     r.fetches = in.fetches;
     r.fetches_with_params = in.fetches_with_params;
     r.uptime_s = in.uptime_s;
+    r.num_shards = in.num_shards;
+    r.mode = (char *)(in.gorila ? "gorila" : "apex");
+    r.pushes_applied = in.pushes_applied;
+    r.pushes_dropped = in.pushes_dropped;
+    r.waits = in.waits;
+    r.wait_timeouts = in.wait_timeouts;
+    r.n_staleness_hist = FL_PARAM_STALENESS_BUCKETS;
+    r.staleness_hist = in.staleness_hist;
+    r.fetches_bf16 = in.fetches_bf16;
+    r.push_bytes = in.push_bytes;
     return fl_rpc_reply_pb(reply, &r.base);
 }
 
@@ -138,22 +250,60 @@ static fl_status on_info(void *user, const uint8_t *req, size_t len, fl_rpc_repl
 fl_status fl_paramserver_service_create(const fl_config_t *cfg, int shard, fl_paramserver_service_t **out,
                                         fl_err_t *err) {
     *out = NULL;
-    int64_t shards = 1;
-    if (cfg) shards = cfg->paramserver_shards;
+    fl_config_t defaults;
+    if (!cfg) {
+        fl_config_defaults(&defaults);
+        cfg = &defaults;
+    }
+    int64_t shards = cfg->paramserver_shards;
     if (shard < 0 || shard >= shards)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver: shard %d is out of range [0, %" PRId64
                           ") (paramserver.shards = %" PRId64 ")", shard, shards, shards);
+    fl_param_store_opts_t so;
+    fl_param_store_opts_init(&so);
+    so.shard_id = (uint32_t)shard;
+    so.num_shards = (int)shards;
+    so.gorila = strcmp(cfg->learner_mode, "gorila") == 0;
+    if (so.gorila) {
+        fl_optim_kind kind;
+        FL_TRY(fl_optim_kind_from_name(cfg->learner_optimizer, &kind, err));
+        /* the learner's mapping of learner.* keys (learner/learner.c make_optimizer) */
+        so.optim = fl_optim_config_default(kind);
+        so.optim.lr = (float)cfg->learner_lr;
+        switch (kind) {
+        case FL_OPTIM_SGD: so.optim.momentum = (float)cfg->learner_momentum; break;
+        case FL_OPTIM_ADAM:
+            so.optim.beta1 = (float)cfg->learner_adam_beta1;
+            so.optim.beta2 = (float)cfg->learner_adam_beta2;
+            so.optim.eps = (float)cfg->learner_adam_eps;
+            break;
+        case FL_OPTIM_RMSPROP:
+            so.optim.decay = (float)cfg->learner_rmsprop_decay;
+            so.optim.eps = (float)cfg->learner_rmsprop_eps;
+            so.optim.momentum = 0.0f; /* learner.momentum is SGD's */
+            break;
+        }
+        so.learners = (int)cfg->learner_count;
+        so.max_staleness = (uint64_t)cfg->paramserver_max_staleness;
+        so.stale_wait = strcmp(cfg->paramserver_stale_policy, "wait") == 0;
+        so.staleness_lr = cfg->paramserver_staleness_lr != 0;
+        so.wait_timeout_s = cfg->paramserver_wait_timeout_s;
+    }
     fl_paramserver_service_t *svc = calloc(1, sizeof *svc);
     if (!svc) return fl_err_set(err, FL_NO_MEMORY, "paramserver: out of memory");
     svc->shard = shard;
-    fl_status st = fl_param_store_create((uint32_t)shard, shards == 1, &svc->store, err);
+    svc->gorila = so.gorila;
+    fl_status st = fl_param_store_create(&so, &svc->store, err);
     if (st != FL_OK) goto fail;
 
     /* Fetch handlers spend their time copying the encoded vector: one thread per core
-     * (within reason) lets concurrent fetchers proceed in parallel. */
+     * (within reason) lets concurrent fetchers proceed in parallel. Under the wait
+     * policy up to learner.count - 1 handlers may be held at once (the slowest learner
+     * is never held): two more keep fetches, publishes and Info flowing. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     fl_rpc_server_opts_t opts = {0};
     opts.threads = cores < 2 ? 2 : cores > 8 ? 8 : (int)cores;
+    if (so.gorila && so.stale_wait && opts.threads < so.learners + 2) opts.threads = so.learners + 2;
     opts.prepost = 64;
     st = fl_rpc_server_create(&opts, &svc->rpc, err);
     if (st != FL_OK) goto fail;
@@ -200,11 +350,14 @@ fl_status fl_paramserver_service_start(fl_paramserver_service_t *svc, const char
 }
 
 void fl_paramserver_service_stop(fl_paramserver_service_t *svc) {
-    if (svc && svc->rpc && svc->started) fl_rpc_server_shutdown(svc->rpc);
+    if (!svc) return;
+    fl_param_store_stop(svc->store); /* held push replies go out before the server drains */
+    if (svc->rpc && svc->started) fl_rpc_server_shutdown(svc->rpc);
 }
 
 void fl_paramserver_service_destroy(fl_paramserver_service_t *svc) {
     if (!svc) return;
+    fl_param_store_stop(svc->store);
     fl_rpc_server_destroy(svc->rpc);
     fl_param_store_destroy(svc->store);
     free(svc);

@@ -1,20 +1,40 @@
 /* server: the fleet.ParamServer gRPC service of one parameter-server shard.
  *
- * Serves the store (paramserver/store.h) over common/rpc:
+ * Shard s of P (paramserver.shards) owns slice s of the flat vector as cut by
+ * fl_param_shard_range (paramserver/shard.h); with P == 1 the whole vector. It serves
+ * the store (paramserver/store.h, which defines the apex and gorila semantics) over
+ * common/rpc:
  *   Publish        validates the request (float32 tensor of shape (n,), 4n data bytes,
- *                  finite values, a newer version, the length fixed by the first publish)
- *                  and makes it the held version; answers the version now held.
+ *                  finite values, this shard's slice, a newer version, the length fixed
+ *                  by the first publish) and makes it the held version (gorila: only the
+ *                  first publish, which sets the initial parameters); answers the version
+ *                  now held.
  *   Fetch          if_newer_than >= held version (or nothing published): version only,
  *                  has_params = false. Otherwise the held version's response, encoded once
- *                  at publish time and copied out. DTYPE_BFLOAT16 is not supported yet.
- *   PushGradients  UNIMPLEMENTED (gorila mode is not built yet).
- *   Info           the shard's slice and counters.
+ *                  per version and handed to gRPC by reference (no copy). dtype float32
+ *                  (or unset) or bfloat16 (values rounded to nearest even; that response
+ *                  is built by the first bfloat16 fetch of a version); anything else is
+ *                  INVALID_ARGUMENT naming the accepted ones.
+ *   PushGradients  gorila only (apex: FAILED_PRECONDITION explaining learner.mode):
+ *                  float32 `grads` or 1-bit `quantized` gradients (paramserver/quantize.h)
+ *                  for this shard's slice from learner `learner` (< learner.count),
+ *                  computed from based_on_version. One optimizer step (learner.optimizer,
+ *                  learner.lr, ...) per applied push; staleness bound and policy from
+ *                  paramserver.max_staleness / stale_policy / staleness_lr /
+ *                  wait_timeout_s. Non-finite gradients: INVALID_ARGUMENT naming the
+ *                  index, nothing applied.
+ *   Info           the shard's slice and counters: publishes, fetches (bf16 ones too),
+ *                  pushes applied and dropped, waits and wait timeouts, and the staleness
+ *                  histogram (0, 1, 2, 3-4, 5-8, 9-16, 17-32, 33+).
  * Malformed requests are answered INVALID_ARGUMENT naming the field; the service keeps
- * serving. With paramserver.shards == 1 the shard owns the whole vector.
+ * serving.
  *
- * Lifecycle: create (registers the methods), start (binds and serves), stop (refuses new
- * calls, drains the ones in flight), destroy. Thread-safe after start; create, start,
- * stop and destroy belong to one owner thread. */
+ * Threads: max(2, min(8, cores)) handler threads; with stale_policy = wait at least
+ * learner.count + 2, because up to learner.count - 1 push replies may be held at once.
+ *
+ * Lifecycle: create (registers the methods), start (binds and serves), stop (releases
+ * held push replies, refuses new calls, drains the ones in flight), destroy. Thread-safe
+ * after start; create, start, stop and destroy belong to one owner thread. */
 #ifndef FL_PARAMSERVER_SERVER_H
 #define FL_PARAMSERVER_SERVER_H
 
@@ -26,7 +46,8 @@
 
 typedef struct fl_paramserver_service fl_paramserver_service_t;
 
-/* cfg may be NULL (embedded defaults). shard must lie in [0, paramserver.shards):
+/* cfg may be NULL (embedded defaults). Reads paramserver.*, learner.mode, learner.count
+ * and the learner.* optimizer keys. shard must lie in [0, paramserver.shards):
  * FL_INVALID_ARGUMENT otherwise. */
 fl_status fl_paramserver_service_create(const fl_config_t *cfg, int shard, fl_paramserver_service_t **out,
                                         fl_err_t *err);

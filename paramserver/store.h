@@ -1,24 +1,49 @@
-/* store: the versioned parameter vector held by one paramserver shard.
+/* store: the versioned parameter slice held by one paramserver shard.
  *
- * The store keeps the latest published slice [offset, offset + n) of the flat parameter
- * vector as an immutable, reference-counted snapshot. A snapshot carries the serialized
- * fleet.FetchResponse of its version (has_params = true), built once when the version is
- * published, so that the many fetches of one version are answered by copying bytes out,
- * never by encoding again. Publishing swaps the snapshot under a mutex; a fetch takes a
- * reference under the same mutex and reads without it, so every reader sees one complete
- * version while a newer one is being published.
+ * The store keeps the latest version of its slice [offset, offset + n) of the flat
+ * parameter vector as an immutable, reference-counted snapshot. A snapshot carries the
+ * serialized fleet.FetchResponse of its version (has_params = true, float32), built once,
+ * and, from the first bfloat16 fetch of that version on, the bfloat16 response too
+ * (built once, under the snapshot's own lock), so that the many fetches of one version
+ * are answered by handing out those bytes, never by encoding again. A fetch takes a
+ * reference under a mutex and reads without it, so every reader sees one complete
+ * version while a newer one is being made.
  *
- * Geometry: in whole-vector mode (one shard) a slice must start at 0 and cover the
- * vector (total == offset + n). Otherwise a slice must lie inside [0, total). Either way
- * the first publish fixes offset, n and total, and later publishes must keep them.
+ * Geometry: the shard owns slice `shard_id` of `num_shards` (paramserver/shard.h) of a
+ * vector whose length the first publish fixes (its `total`). A publish or push must
+ * carry exactly that slice; with num_shards == 1 that is the whole vector.
+ *
+ * Two modes (learner.mode):
+ *   apex    a publish replaces the held version (versions must grow); pushes are refused.
+ *   gorila  the first publish sets the initial parameters (and the optimizer starts over
+ *           the slice); later publishes are refused. Each applied push runs one
+ *           optimizer step (kernels/optim.h) on the live parameters and increments the
+ *           version by one; the snapshot of a version is encoded lazily, by the first
+ *           fetch that wants it. Staleness of a push = held version - based_on_version.
+ *             drop  (max_staleness > 0) a push with staleness > max_staleness is not
+ *                   applied and is counted as dropped.
+ *             wait  stale-synchronous parallel: every applied push advances the pushing
+ *                   learner's clock c_i (its applied pushes on this shard). After
+ *                   applying a push from learner i the reply is held while
+ *                     c_i - min{c_j : j < learners, c_j >= 1} > max_staleness,
+ *                   i.e. the fast learner waits until the slowest learner that has
+ *                   pushed at all is within max_staleness pushes of it (learners that
+ *                   never pushed do not hold anyone), for at most wait_timeout_s; then
+ *                   it is answered anyway (applied, wait_timed_out). The push itself
+ *                   is never dropped.
+ *           staleness_lr: the step of a push uses lr / max(1, staleness).
  *
  * Failures leave the store unchanged and explain themselves in err, naming the field:
- *   FL_FAILED_PRECONDITION  the version is not newer than the held one (both named)
- *   FL_INVALID_ARGUMENT     empty or misplaced slice, a length/offset/total different
- *                           from the held one (both named), a non-finite value (its index)
- *   FL_NO_MEMORY            the snapshot could not be allocated
+ *   FL_FAILED_PRECONDITION  a version not newer than the held one; a push in apex mode,
+ *                           before the first publish or based on a future version; a
+ *                           second publish in gorila mode
+ *   FL_INVALID_ARGUMENT     an empty slice or one that is not this shard's (expected and
+ *                           got named), a length different from the held one, a
+ *                           non-finite value (its index), a learner out of range
+ *   FL_NO_MEMORY            a snapshot or the optimizer could not be allocated
  *
- * Thread-safe: any number of threads may publish, fetch and read counters at once. */
+ * Thread-safe: any number of threads may publish, push, fetch and read counters at once.
+ * fl_param_store_stop releases every held reply (for shutdown). */
 #ifndef FL_PARAMSERVER_STORE_H
 #define FL_PARAMSERVER_STORE_H
 
@@ -26,10 +51,11 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "kernels/optim.h"
 
 typedef struct fl_param_store fl_param_store_t;
 
-/* One published version. Read-only; valid until released. */
+/* One version of the slice. Read-only; valid until released. */
 typedef struct fl_param_snapshot {
     uint64_t version;
     uint64_t offset, total; /* the slice is [offset, offset + n) of a total-element vector */
@@ -39,6 +65,10 @@ typedef struct fl_param_snapshot {
     size_t response_len;
 } fl_param_snapshot_t;
 
+/* Staleness histogram buckets: 0, 1, 2, 3-4, 5-8, 9-16, 17-32, 33+. */
+#define FL_PARAM_STALENESS_BUCKETS 8
+int fl_param_staleness_bucket(uint64_t staleness);
+
 typedef struct fl_param_store_info {
     uint32_t shard_id;
     uint64_t version; /* 0 = nothing published */
@@ -47,25 +77,73 @@ typedef struct fl_param_store_info {
     uint64_t fetches;             /* fetches answered */
     uint64_t fetches_with_params; /* of which returned a snapshot */
     double uptime_s;              /* since create */
+    uint32_t num_shards;
+    int gorila;
+    uint64_t fetches_bf16; /* fetches answered with bfloat16 values */
+    uint64_t pushes_applied, pushes_dropped, waits, wait_timeouts;
+    uint64_t staleness_hist[FL_PARAM_STALENESS_BUCKETS]; /* applied and dropped pushes */
+    uint64_t push_bytes; /* request bytes of pushes (counted by the service) */
 } fl_param_store_info_t;
 
-/* whole_vector: 1 when this shard holds the entire vector (offset 0, total == n). */
-fl_status fl_param_store_create(uint32_t shard_id, int whole_vector, fl_param_store_t **out, fl_err_t *err);
-/* Frees the store; snapshots still referenced stay valid until released. NULL is a no-op. */
+typedef struct fl_param_store_opts {
+    uint32_t shard_id;
+    int num_shards;             /* paramserver.shards (>= 1) */
+    int gorila;                 /* 0 = apex */
+    fl_optim_config_t optim;    /* gorila: the optimizer of the slice */
+    int learners;               /* gorila: learner.count (pushes name a learner below it) */
+    uint64_t max_staleness;     /* gorila: 0 = no bound */
+    int stale_wait;             /* gorila: 0 = drop, 1 = wait */
+    int staleness_lr;           /* gorila: lr / max(1, staleness) */
+    double wait_timeout_s;      /* gorila, wait */
+} fl_param_store_opts_t;
+
+/* Apex, one shard (the whole vector), shard id 0; gorila fields at the config defaults. */
+void fl_param_store_opts_init(fl_param_store_opts_t *o);
+
+fl_status fl_param_store_create(const fl_param_store_opts_t *o, fl_param_store_t **out, fl_err_t *err);
+/* Frees the store; snapshots still referenced stay valid until released. No call may
+ * be running (fl_param_store_stop first releases held replies). NULL is a no-op. */
 void fl_param_store_destroy(fl_param_store_t *s);
+/* Wakes every push reply held by the wait policy (answered with wait_timed_out) and
+ * makes later waits return at once. Idempotent. */
+void fl_param_store_stop(fl_param_store_t *s);
 
 /* Publishes values (n float32 elements as little-endian bytes, any alignment) as
  * `version` of the slice [offset, offset + n) of a total-element vector. */
 fl_status fl_param_store_publish(fl_param_store_t *s, uint64_t version, uint64_t offset, uint64_t total,
                                  const void *values, size_t n, fl_err_t *err);
 
-/* Counts one fetch. Returns a new reference to the held snapshot when its version is
- * greater than if_newer_than (release it with fl_param_snapshot_release), else NULL.
- * *held_version (may be NULL) gets the version the answer is based on (0 = none). */
+typedef struct fl_param_push_outcome {
+    int applied;        /* 0 when dropped as too stale */
+    int waited;         /* wait policy: the reply was held */
+    int wait_timed_out; /* ... until wait_timeout_s ran out (or the store stopped) */
+    uint64_t version;   /* held after this push (and its wait) */
+    uint64_t staleness; /* held version at arrival - based_on_version */
+} fl_param_push_outcome_t;
+
+/* Gorila: applies grads (n float32 as little-endian bytes, any alignment) for the slice
+ * [offset, offset + n) of total, computed by `learner` from `based_on_version`. May
+ * block (wait policy). */
+fl_status fl_param_store_push(fl_param_store_t *s, uint32_t learner, uint64_t based_on_version, uint64_t offset,
+                              uint64_t total, const void *grads, size_t n, fl_param_push_outcome_t *out,
+                              fl_err_t *err);
+
+/* Counts one fetch. Returns a new reference to the held version's snapshot when the
+ * held version is greater than if_newer_than (release it with fl_param_snapshot_release),
+ * else NULL. *held_version (may be NULL) gets the version the answer is based on (0 =
+ * none). In gorila mode this may encode the snapshot of a new version (once). NULL with
+ * *held_version > if_newer_than means out of memory. */
 const fl_param_snapshot_t *fl_param_store_fetch(fl_param_store_t *s, uint64_t if_newer_than,
                                                 uint64_t *held_version);
+/* The snapshot's bfloat16 FetchResponse (built on first use, once; thread-safe).
+ * FL_NO_MEMORY when it cannot be built. Valid while the snapshot is referenced. */
+fl_status fl_param_snapshot_bf16(const fl_param_snapshot_t *snap, const uint8_t **response, size_t *len);
 /* Drops a reference taken by fl_param_store_fetch. NULL is a no-op. */
 void fl_param_snapshot_release(const fl_param_snapshot_t *snap);
+
+/* Counters kept for the service. */
+void fl_param_store_count_bf16(fl_param_store_t *s);
+void fl_param_store_count_push_bytes(fl_param_store_t *s, uint64_t bytes);
 
 /* The latest version (0 = none); lock-free. */
 uint64_t fl_param_store_version(const fl_param_store_t *s);

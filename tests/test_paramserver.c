@@ -37,7 +37,7 @@ static fixture *start_on(const char *listen, const fl_config_t *cfg, int shard) 
     assert_non_null(f);
     fl_err_t err;
     fl_err_init(&err);
-    assert_int_equal(fl_paramserver_service_create(cfg, shard, &f->svc, &err), FL_OK);
+    if (fl_paramserver_service_create(cfg, shard, &f->svc, &err) != FL_OK) fail_msg("create: %s", err.msg);
     assert_int_equal(fl_paramserver_service_start(f->svc, listen, f->addr, sizeof f->addr, &err), FL_OK);
     assert_int_equal(fl_param_client_create(f->addr, &f->cl, &err), FL_OK);
     assert_int_equal(fl_rpc_channel_create(f->addr, 0, &f->ch, &err), FL_OK);
@@ -108,6 +108,14 @@ static void assert_contains(const char *haystack, const char *needle) {
     if (!strstr(haystack, needle)) fail_msg("expected \"%s\" in \"%s\"", needle, haystack);
 }
 
+static fl_status store_create(uint32_t shard, int shards, fl_param_store_t **s, fl_err_t *err) {
+    fl_param_store_opts_t o;
+    fl_param_store_opts_init(&o);
+    o.shard_id = shard;
+    o.num_shards = shards;
+    return fl_param_store_create(&o, s, err);
+}
+
 static fl_param_info_t info_of(fixture *f) {
     fl_param_info_t in;
     fl_err_t err;
@@ -123,13 +131,13 @@ static void test_store_snapshots(void **state) {
     fl_param_store_t *s;
     fl_err_t err;
     fl_err_init(&err);
-    assert_int_equal(fl_param_store_create(7, 1, &s, &err), FL_OK);
+    assert_int_equal(store_create(7, 8, &s, &err), FL_OK);
     uint64_t held = 99;
     assert_null(fl_param_store_fetch(s, 0, &held));
     assert_int_equal(held, 0);
 
     float v1[5] = {1.0f, -2.5f, 0.0f, -0.0f, 1e-40f};
-    assert_int_equal(fl_param_store_publish(s, 1, 0, 5, v1, 5, &err), FL_OK);
+    assert_int_equal(fl_param_store_publish(s, 1, 35, 40, v1, 5, &err), FL_OK); /* shard 7 of 8 */
     const fl_param_snapshot_t *a = fl_param_store_fetch(s, 0, &held);
     const fl_param_snapshot_t *b = fl_param_store_fetch(s, 0, NULL);
     assert_non_null(a);
@@ -144,8 +152,8 @@ static void test_store_snapshots(void **state) {
     assert_int_equal(r->version, 1);
     assert_true(r->has_params);
     assert_int_equal(r->params->version, 1);
-    assert_int_equal(r->params->offset, 0);
-    assert_int_equal(r->params->total, 5);
+    assert_int_equal(r->params->offset, 35);
+    assert_int_equal(r->params->total, 40);
     assert_int_equal(r->params->values->dtype, FLEET__DTYPE__DTYPE_FLOAT32);
     assert_int_equal(r->params->values->n_shape, 1);
     assert_int_equal(r->params->values->shape[0], 5);
@@ -157,7 +165,7 @@ static void test_store_snapshots(void **state) {
 
     /* a newer version replaces the held one; references to the old stay valid */
     float v2[5] = {2, 2, 2, 2, 2};
-    assert_int_equal(fl_param_store_publish(s, 2, 0, 5, v2, 5, &err), FL_OK);
+    assert_int_equal(fl_param_store_publish(s, 2, 35, 40, v2, 5, &err), FL_OK);
     assert_int_equal(fl_param_store_version(s), 2);
     assert_memory_equal(a->values, v1, sizeof v1);
     const fl_param_snapshot_t *c = fl_param_store_fetch(s, 1, NULL);
@@ -187,7 +195,7 @@ static void test_store_geometry(void **state) {
     fl_param_store_t *s;
     fl_err_t err;
     float v[4] = {1, 2, 3, 4};
-    assert_int_equal(fl_param_store_create(0, 1, &s, &err), FL_OK);
+    assert_int_equal(store_create(0, 1, &s, &err), FL_OK);
     assert_int_equal(fl_param_store_publish(s, 1, 0, 4, v, 0, &err), FL_INVALID_ARGUMENT);
     assert_int_equal(fl_param_store_publish(s, 0, 0, 4, v, 4, &err), FL_FAILED_PRECONDITION);
     assert_int_equal(fl_param_store_publish(s, 1, 1, 5, v, 4, &err), FL_INVALID_ARGUMENT);
@@ -198,13 +206,18 @@ static void test_store_geometry(void **state) {
     fl_param_store_destroy(s);
 
     /* a shard that holds a slice: the slice must fit and keep its place */
-    assert_int_equal(fl_param_store_create(1, 0, &s, &err), FL_OK);
+    assert_int_equal(store_create(1, 2, &s, &err), FL_OK);
     assert_int_equal(fl_param_store_publish(s, 1, 6, 8, v, 4, &err), FL_INVALID_ARGUMENT);
+    assert_contains(err.msg, "got the slice [6, 10) of a 8-element vector, but shard 1 of 2 owns [4, 8)");
     assert_int_equal(fl_param_store_publish(s, 1, 4, 8, v, 4, &err), FL_OK);
     assert_int_equal(fl_param_store_publish(s, 2, 0, 8, v, 4, &err), FL_INVALID_ARGUMENT);
-    assert_contains(err.msg, "params.offset");
+    assert_contains(err.msg, "got the slice [0, 4) of a 8-element vector, but shard 1 of 2 owns [4, 8)");
+    /* balanced: the first total % P shards get one more element */
     assert_int_equal(fl_param_store_publish(s, 2, 4, 9, v, 4, &err), FL_INVALID_ARGUMENT);
-    assert_contains(err.msg, "params.total");
+    assert_contains(err.msg, "owns [5, 9)");
+    /* this shard's slice of a vector of another length is still refused */
+    assert_int_equal(fl_param_store_publish(s, 2, 5, 9, v, 4, &err), FL_INVALID_ARGUMENT);
+    assert_contains(err.msg, "params.offset: 5, but the held slice starts at 4");
     assert_int_equal(fl_param_store_publish(s, 2, 4, 8, v, 4, &err), FL_OK);
     fl_param_store_info_t in;
     fl_param_store_info(s, &in);
@@ -236,7 +249,7 @@ static void test_store_racing_publishers(void **state) {
     (void)state;
     enum { T = 8 };
     fl_param_store_t *s;
-    assert_int_equal(fl_param_store_create(0, 1, &s, NULL), FL_OK);
+    assert_int_equal(store_create(0, 1, &s, NULL), FL_OK);
     pthread_t th[T];
     race_arg *args = calloc(T, sizeof *args);
     for (int t = 0; t < T; t++) {
@@ -466,27 +479,34 @@ static void test_unsupported_calls(void **state) {
     publish_ok(f, 1, v, 4);
     fl_err_t err;
     fl_status st;
-    Fleet__FetchResponse *r = raw_fetch(f, 0, FLEET__DTYPE__DTYPE_BFLOAT16, &st, &err);
+    Fleet__FetchResponse *r = raw_fetch(f, 0, FLEET__DTYPE__DTYPE_UINT8, &st, &err);
     assert_null(r);
     assert_int_equal(st, FL_INVALID_ARGUMENT);
-    assert_contains(err.msg, "bfloat16 transfer is not supported yet");
-    r = raw_fetch(f, 0, FLEET__DTYPE__DTYPE_UINT8, &st, &err);
+    assert_contains(err.msg, "dtype: uint8");
+    assert_contains(err.msg, "expected float32 (or unset) or bfloat16");
+    r = raw_fetch(f, 0, (Fleet__DType)77, &st, &err);
     assert_null(r);
     assert_int_equal(st, FL_INVALID_ARGUMENT);
-    assert_contains(err.msg, "dtype");
+    assert_contains(err.msg, "(77)");
 
+    /* apex mode: pushes are refused with the reason */
     Fleet__PushGradientsRequest pg = FLEET__PUSH_GRADIENTS_REQUEST__INIT;
     pg.based_on_version = 1;
     ProtobufCMessage *resp = NULL;
     fl_err_init(&err);
     assert_int_equal(fl_rpc_unary_pb(f->ch, "/fleet.ParamServer/PushGradients", &pg.base,
                                      &fleet__push_gradients_response__descriptor, &resp, TIMEOUT_MS, 0, &err),
-                     FL_UNIMPLEMENTED);
-    assert_contains(err.msg, "gorila");
-    assert_contains(err.msg, "not built yet");
+                     FL_FAILED_PRECONDITION);
+    assert_contains(err.msg, "learner.mode = apex");
+    assert_contains(err.msg, "learner.mode = gorila");
+    float g[4] = {0};
+    assert_int_equal(fl_param_push(f->cl, g, 4, NULL, TIMEOUT_MS, &err), FL_FAILED_PRECONDITION);
     /* failed fetches are not counted as answered */
     fl_param_info_t in = info_of(f);
     assert_int_equal(in.fetches, 0);
+    assert_false(in.gorila);
+    assert_int_equal(in.num_shards, 1);
+    assert_int_equal(in.pushes_applied, 0);
 }
 
 static void test_fetch_size_mismatch(void **state) {
@@ -683,14 +703,24 @@ static void test_unix_socket_and_shard(void **state) {
     cfg.paramserver_shards = 3;
     fixture *f = start_on(listen, &cfg, 2);
     assert_string_equal(f->addr, listen);
+    /* shard 2 of 3 owns [2, 3) of a 3-element vector: the whole vector is refused */
     float v[3] = {1.5f, 2.5f, 3.5f}, dst[3];
-    publish_ok(f, 1, v, 3);
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_param_publish(f->cl, 1, v, 3, TIMEOUT_MS, &err), FL_INVALID_ARGUMENT);
+    assert_contains(err.msg, "got the slice [0, 3) of a 3-element vector, but shard 2 of 3 owns [2, 3)");
+    int64_t shape = 1;
+    assert_int_equal(raw_publish(f, 1, 2, 3, FLEET__DTYPE__DTYPE_FLOAT32, &shape, 1, &v[2], 4, &err), FL_OK);
+    /* a one-address client cannot read a slice */
     uint64_t version = 0;
     int updated = 0;
-    assert_int_equal(fl_param_fetch(f->cl, &version, dst, 3, &updated, TIMEOUT_MS, NULL), FL_OK);
-    assert_int_equal(updated, 1);
-    assert_memory_equal(dst, v, sizeof v);
-    assert_int_equal(info_of(f).shard_id, 2);
+    assert_int_equal(fl_param_fetch(f->cl, &version, dst, 3, &updated, TIMEOUT_MS, &err), FL_UNIMPLEMENTED);
+    assert_contains(err.msg, "[2, 3) of a 3-element vector");
+    fl_param_info_t in = info_of(f);
+    assert_int_equal(in.shard_id, 2);
+    assert_int_equal(in.num_shards, 3);
+    assert_int_equal(in.offset, 2);
+    assert_int_equal(in.size, 1);
     void *p = f;
     teardown(&p);
     unlink(listen + 5);
