@@ -19,8 +19,17 @@
  * with a note when it cannot import torch (Debian: apt-get install python3-torch). The
  * ratio column is fleet's updates/s over PyTorch's.
  *
+ * GPU rows (when fleet was built with CUDA and a GPU is present; one line says they are
+ * skipped otherwise, or with --no-gpu): the same cases through kernels/cuda/dqn_cuda.h
+ * (cuBLAS, cuDNN, own kernels, CUDA graphs), observations float32 except the Nature
+ * CNN's, which are uint8 pixels as replay stores them (converted on the GPU). Each update
+ * includes the copy of the batch from pinned host memory to the GPU and the priorities
+ * coming back, as in the learner. TF32 on and off. PyTorch eager on the same GPU runs
+ * the same update (the script's --device cuda: batch copied from pinned memory, uint8
+ * converted on the GPU, priorities to the host every update).
+ *
  *   learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--threads 1,2]
- *                 [--no-torch] [--torch-script PATH] [--python PATH] */
+ *                 [--no-torch] [--no-gpu] [--torch-script PATH] [--python PATH] */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +41,10 @@
 #include "kernels/optim.h"
 #include "kernels/qnet.h"
 #include "learner/dqn.h"
+#ifdef FLEET_HAVE_CUDA
+#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/dqn_cuda.h"
+#endif
 
 #ifndef FL_SOURCE_DIR
 #define FL_SOURCE_DIR "."
@@ -56,7 +69,7 @@ static const netcase_t CASES[] = {
 #define NUM_CASES (int)(sizeof CASES / sizeof CASES[0])
 
 typedef struct opts {
-    int json, torch;
+    int json, torch, gpu;
     double seconds;
     int only; /* case index or -1 */
     int threads[4], n_threads;
@@ -147,11 +160,13 @@ done:
     return rate;
 }
 
-/* PyTorch's updates/s from the script; < 0 when it cannot run. version gets torch's. */
-static double torch_rate(const opts_t *o, const netcase_t *c, int B, int threads, char *version, size_t len) {
+/* PyTorch's updates/s from the script; < 0 when it cannot run. version gets torch's.
+ * extra: more arguments for the script ("" for the CPU rows). */
+static double torch_rate(const opts_t *o, const netcase_t *c, int B, int threads, const char *extra, char *version,
+                         size_t len) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' '%s' --case %s --batch %d --threads %d --seconds %g", o->python,
-             o->script, c->name, B, threads, o->seconds);
+    snprintf(cmd, sizeof cmd, "'%s' '%s' --case %s --batch %d --threads %d --seconds %g%s", o->python, o->script,
+             c->name, B, threads, o->seconds, extra);
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     double rate = -1;
@@ -168,6 +183,151 @@ static double torch_rate(const opts_t *o, const netcase_t *c, int B, int threads
     return rate;
 }
 
+/* ---- GPU rows ---------------------------------------------------------------------- */
+
+#ifdef FLEET_HAVE_CUDA
+/* fleet's GPU updates/s for one case, batch and TF32 setting; < 0 on failure. */
+static double gpu_rate(const netcase_t *c, int B, int tf32, double seconds) {
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_qnet_t *net = NULL;
+    fl_cuda_dqn_t *d = NULL;
+    float *prio = NULL;
+    double rate = -1;
+    const int u8 = strcmp(c->name, "nature") == 0;
+    if (fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, 1, &net, &e) != FL_OK) {
+        die("network", &e);
+        goto done;
+    }
+    fl_rng_t rng;
+    fl_rng_init(&rng, 1);
+    fl_qnet_init(net, &rng);
+    fl_cuda_dqn_config_t g;
+    fl_cuda_dqn_config_init(&g);
+    g.spec = c->spec;
+    g.obs_rank = c->rank;
+    for (int i = 0; i < c->rank; i++) g.obs_shape[i] = c->shape[i];
+    g.obs_dtype = u8 ? FL_DTYPE_UINT8 : FL_DTYPE_FLOAT32;
+    g.num_actions = c->actions;
+    g.max_batch = B;
+    g.huber_delta = 1.0f;
+    g.grad_clip = 40.0f;
+    g.optim = fl_optim_config_default(FL_OPTIM_RMSPROP);
+    g.optim.lr = 6.25e-5f;
+    g.tf32 = tf32;
+    g.use_graph = 1;
+    if (fl_cuda_dqn_create(&g, &d, &e) != FL_OK || fl_cuda_dqn_set_params(d, fl_qnet_params(net), NULL,
+                                                                            fl_qnet_num_params(net), &e) != FL_OK) {
+        die("GPU learner", &e);
+        goto done;
+    }
+    const size_t D = (size_t)fl_cuda_dqn_obs_dim(d);
+    prio = malloc((size_t)B * sizeof(float));
+    if (!prio) goto done;
+    for (int k = 0; k < fl_cuda_dqn_num_slots(d); k++) {
+        fl_cuda_dqn_slot_t s;
+        if (fl_cuda_dqn_slot(d, k, &s, &e) != FL_OK) {
+            die("slot", &e);
+            goto done;
+        }
+        for (size_t i = 0; i < (size_t)B * D; i++) {
+            if (u8) {
+                ((uint8_t *)s.obs)[i] = (uint8_t)fl_rng_below(&rng, 256);
+                ((uint8_t *)s.next_obs)[i] = (uint8_t)fl_rng_below(&rng, 256);
+            } else {
+                ((float *)s.obs)[i] = (float)fl_rng_double(&rng);
+                ((float *)s.next_obs)[i] = (float)fl_rng_double(&rng);
+            }
+        }
+        for (int i = 0; i < B; i++) {
+            s.rewards[i] = (float)fl_rng_double(&rng);
+            s.discounts[i] = 0.970299f;
+            s.weights[i] = 0.1f + 0.9f * (float)fl_rng_double(&rng);
+            s.actions[i] = (int32_t)fl_rng_below(&rng, (uint64_t)c->actions);
+        }
+    }
+    const int slots = fl_cuda_dqn_num_slots(d);
+    for (int k = 0; k < 3; k++) { /* the first captures the graph */
+        if (fl_cuda_dqn_step(d, k % slots, B, prio, NULL, &e) != FL_OK) {
+            die("GPU update", &e);
+            goto done;
+        }
+    }
+    long n = 0;
+    double t0 = fl_clock_sec(), t;
+    do {
+        if (fl_cuda_dqn_step(d, (int)(n % slots), B, prio, NULL, &e) != FL_OK) {
+            die("GPU update", &e);
+            goto done;
+        }
+        n++;
+        t = fl_clock_sec() - t0;
+    } while (t < seconds || n < 2);
+    rate = (double)n / t;
+done:
+    free(prio);
+    fl_cuda_dqn_destroy(d);
+    fl_qnet_destroy(net);
+    return rate;
+}
+#endif
+
+/* The GPU rows; 0, or 1 when a GPU update failed. */
+static int gpu_rows(const opts_t *o, int have_torch) {
+#ifdef FLEET_HAVE_CUDA
+    int ndev = 0;
+    fl_err_t e;
+    fl_err_init(&e);
+    if (fl_cuda_device_count(&ndev, &e) != FL_OK) {
+        fprintf(o->json ? stderr : stdout, "learner_bench: GPU rows skipped: %s\n", e.msg);
+        return 0;
+    }
+    char name[256] = "";
+    fl_cuda_device_name(0, name, sizeof name, &e);
+    char version[64] = "";
+    if (!o->json) {
+        printf("\nGPU: %s (fleet: cuBLAS + cuDNN + own kernels, CUDA graphs; PyTorch eager on the same GPU)\n",
+               name);
+        printf("%-8s %6s %5s %5s %14s %14s %14s %8s\n", "network", "batch", "obs", "tf32", "fleet upd/s",
+               "fleet smp/s", "torch upd/s", "ratio");
+    }
+    for (int k = 0; k < NUM_CASES; k++) {
+        if (o->only >= 0 && o->only != k) continue;
+        const netcase_t *c = &CASES[k];
+        const char *dtype = strcmp(c->name, "nature") == 0 ? "uint8" : "float32";
+        for (int bi = 0; bi < 2; bi++)
+            for (int tf32 = 1; tf32 >= 0; tf32--) {
+                const int B = c->batches[bi];
+                const double f = gpu_rate(c, B, tf32, o->seconds);
+                if (f < 0) return 1;
+                char extra[128];
+                snprintf(extra, sizeof extra, " --device cuda --tf32 %d --obs-dtype %s", tf32, dtype);
+                const double t = have_torch ? torch_rate(o, c, B, 1, extra, version, sizeof version) : -1;
+                if (o->json) {
+                    printf("{\"bench\":\"learner_gpu\",\"case\":\"%s\",\"batch\":%d,\"obs\":\"%s\",\"tf32\":%d,"
+                           "\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,"
+                           "\"ratio\":%.4g,\"gpu\":\"%s\",\"cores\":%ld}\n",
+                           c->name, B, dtype, tf32, f, f * B, t, t > 0 ? f / t : 0.0, name, o->cores);
+                } else {
+                    char tb[32] = "-", rb[32] = "-";
+                    if (t > 0) {
+                        snprintf(tb, sizeof tb, "%.1f", t);
+                        snprintf(rb, sizeof rb, "%.2fx", f / t);
+                    }
+                    printf("%-8s %6d %5s %5s %14.1f %14.0f %14s %8s\n", c->name, B, dtype, tf32 ? "on" : "off",
+                           f, f * B, tb, rb);
+                }
+                fflush(stdout);
+            }
+    }
+    return 0;
+#else
+    (void)have_torch;
+    fprintf(o->json ? stderr : stdout, "learner_bench: GPU rows skipped: fleet was built without CUDA\n");
+    return 0;
+#endif
+}
+
 static int parse_threads(const char *s, opts_t *o) {
     o->n_threads = 0;
     while (*s && o->n_threads < 4) {
@@ -182,7 +342,7 @@ static int parse_threads(const char *s, opts_t *o) {
 }
 
 int main(int argc, char **argv) {
-    opts_t o = {.seconds = 3.0, .only = -1, .threads = {1, 2}, .n_threads = 2, .torch = 1};
+    opts_t o = {.seconds = 3.0, .only = -1, .threads = {1, 2}, .n_threads = 2, .torch = 1, .gpu = 1};
     snprintf(o.script, sizeof o.script, "%s/bench/learner_bench_torch.py", FL_SOURCE_DIR);
     /* Debian's python3-torch belongs to the system interpreter, which a user's PATH may
      * shadow (pyenv, a venv). */
@@ -191,6 +351,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) o.json = 1;
         else if (!strcmp(a, "--no-torch")) o.torch = 0;
+        else if (!strcmp(a, "--no-gpu")) o.gpu = 0;
         else if (!strcmp(a, "--seconds") && v) o.seconds = atof(argv[++i]);
         else if (!strcmp(a, "--torch-script") && v) snprintf(o.script, sizeof o.script, "%s", argv[++i]);
         else if (!strcmp(a, "--python") && v) snprintf(o.python, sizeof o.python, "%s", argv[++i]);
@@ -210,7 +371,7 @@ int main(int argc, char **argv) {
     if (!(o.seconds > 0 && o.seconds <= 3600)) goto usage;
     o.cores = sysconf(_SC_NPROCESSORS_ONLN);
     char version[64] = "";
-    int have_torch = o.torch && torch_rate(&o, &CASES[0], 8, 1, version, sizeof version) >= 0;
+    int have_torch = o.torch && torch_rate(&o, &CASES[0], 8, 1, "", version, sizeof version) >= 0;
     if (!o.json) {
         printf("learner_bench: %ld cores, full DQN update (double, dueling, 3-step, weights, Huber, clip 40, centered "
                "RMSProp), %.1f s per case; PyTorch %s\n",
@@ -226,7 +387,7 @@ int main(int argc, char **argv) {
                 int B = c->batches[bi], T = o.threads[ti];
                 double f = fleet_rate(c, B, T, o.seconds);
                 if (f < 0) return 1;
-                double t = have_torch ? torch_rate(&o, c, B, T, version, sizeof version) : -1;
+                double t = have_torch ? torch_rate(&o, c, B, T, "", version, sizeof version) : -1;
                 if (o.json) {
                     printf("{\"bench\":\"learner\",\"case\":\"%s\",\"batch\":%d,\"threads\":%d,\"fleet_updates_per_s\":%.4g,"
                            "\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,\"ratio\":%.4g,\"cores\":%ld}\n",
@@ -242,9 +403,13 @@ int main(int argc, char **argv) {
                 fflush(stdout);
             }
     }
-    return 0;
+    if (!o.gpu) {
+        fprintf(o.json ? stderr : stdout, "learner_bench: GPU rows skipped (--no-gpu)\n");
+        return 0;
+    }
+    return gpu_rows(&o, have_torch);
 usage:
     fprintf(stderr, "usage: learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--threads 1,2] "
-                    "[--no-torch] [--torch-script PATH] [--python PATH]\n");
+                    "[--no-torch] [--no-gpu] [--torch-script PATH] [--python PATH]\n");
     return 2;
 }

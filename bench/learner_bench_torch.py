@@ -5,12 +5,20 @@ One update, as learner/dqn.h does it: double DQN with a target network, a duelin
 n-step returns and discounts given per item, importance weights, Huber loss (delta 1)
 averaged with the weights, new priorities |y - q|, global gradient-norm clipping to 40,
 and one centered RMSProp step (lr 6.25e-5, alpha 0.95, eps 1.5e-7). Inputs are random
-tensors made before the clock starts; observations are float32 (uint8 pixels would be
-converted first, in both programs alike).
+tensors made before the clock starts.
+
+On the CPU (the default) observations are float32 tensors already in (C, H, W), as
+fleet's CPU rows get float batches. With --device cuda the update mirrors fleet's GPU
+learner (kernels/cuda/dqn_cuda.h) step for step: the batch (observations of
+--obs-dtype, actions, returns, discounts, weights) sits in pinned host memory and is
+copied to the GPU every update; uint8 observations are converted there (x / 255), images
+go from (H, W, C) to (C, H, W) there, and the priorities come back to the host at the
+end of every update. --tf32 1 allows TF32 in matmuls and cuDNN convolutions (fleet's
+tf32 flag), 0 forbids it.
 
 Prints one line: "<updates/s> <torch version> <threads>".
 Usage: learner_bench_torch.py --case mlp|minatar|nature --batch B --threads T --seconds S
-       [--device cpu|cuda]
+       [--device cpu|cuda] [--tf32 0|1] [--obs-dtype float32|uint8]
 """
 import argparse
 import time
@@ -50,11 +58,18 @@ def main():
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seconds", type=float, default=3.0)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--tf32", type=int, default=1, choices=[0, 1])
+    p.add_argument("--obs-dtype", default="float32", choices=["float32", "uint8"])
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     dev = torch.device(a.device)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = bool(a.tf32)
+        torch.backends.cudnn.allow_tf32 = bool(a.tf32)
+        torch.backends.cudnn.benchmark = False  # fleet picks algorithms by heuristics too
+        return main_cuda(a, dev)
     shape, actions = SHAPES[a.case]
     online = network(a.case, actions).to(dev)
     target = network(a.case, actions).to(dev)
@@ -95,6 +110,61 @@ def main():
         n += 1
         if dev.type == "cuda":
             torch.cuda.synchronize()
+        t = time.perf_counter() - t0
+        if t >= a.seconds and n >= 2:
+            break
+    print(f"{n / t:.3f} {torch.__version__} {torch.get_num_threads()}")
+
+
+def main_cuda(a, dev):
+    shape, actions = SHAPES[a.case]
+    online = network(a.case, actions).to(dev)
+    target = network(a.case, actions).to(dev)
+    target.load_state_dict(online.state_dict())
+    opt = torch.optim.RMSprop(online.parameters(), lr=6.25e-5, alpha=0.95, eps=1.5e-7, centered=True)
+    B = a.batch
+    if a.obs_dtype == "uint8":
+        h_obs = torch.randint(0, 256, (B,) + shape, dtype=torch.uint8).pin_memory()
+        h_nxt = torch.randint(0, 256, (B,) + shape, dtype=torch.uint8).pin_memory()
+    else:
+        h_obs = torch.rand((B,) + shape).pin_memory()
+        h_nxt = torch.rand((B,) + shape).pin_memory()
+    h_act = torch.randint(0, actions, (B,)).pin_memory()
+    h_ret = torch.rand(B).pin_memory()
+    h_disc = torch.full((B,), 0.99 ** 3).pin_memory()
+    h_w = (torch.rand(B) * 0.9 + 0.1).pin_memory()
+    image = len(shape) == 3
+
+    def to_input(h):
+        x = h.to(dev, non_blocking=True)
+        x = x.float() / 255.0 if x.dtype == torch.uint8 else x
+        return x.permute(0, 3, 1, 2).contiguous() if image else x
+
+    def step():
+        obs, nxt = to_input(h_obs), to_input(h_nxt)
+        act = h_act.to(dev, non_blocking=True)
+        ret = h_ret.to(dev, non_blocking=True)
+        disc = h_disc.to(dev, non_blocking=True)
+        w = h_w.to(dev, non_blocking=True)
+        with torch.no_grad():
+            a_star = online(nxt).argmax(dim=1, keepdim=True)
+            y = ret + disc * target(nxt).gather(1, a_star).squeeze(1)
+        q = online(obs).gather(1, act.unsqueeze(1)).squeeze(1)
+        loss = (w * nn.functional.huber_loss(q, y, reduction="none", delta=1.0)).mean()
+        prio = (q - y).detach().abs()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(online.parameters(), 40.0)
+        opt.step()
+        return prio.cpu()  # the priorities go back to replay every update (synchronizes)
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    n, t0 = 0, time.perf_counter()
+    while True:
+        step()
+        n += 1
         t = time.perf_counter() - t0
         if t >= a.seconds and n >= 2:
             break

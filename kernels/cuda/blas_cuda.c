@@ -1,0 +1,359 @@
+/* blas_cuda: the context (cuBLAS + cuDNN handles, workspaces), dense layers through
+ * cuBLAS and convolutions through cuDNN's legacy API (see ops_cuda.h).
+ *
+ * Dense, row-major x (B, in), W (out, in), y (B, out); cuBLAS sees each row-major
+ * buffer as its column-major transpose (NOTES.md §6):
+ *   y  = x W^T : Sgemm(T, N, out, B, in,  W, in, x,  in,  y,  out)
+ *   dx = dy W  : Sgemm(N, N, in,  B, out, W, in, dy, out, dx, in)
+ *   dW = dy^T x: Sgemm(N, T, in, out, B,  x, in, dy, out, dW, in)
+ * Biases are own kernels (bias_add, bias_grad in ops_cuda.cu).
+ *
+ * Convolutions: NCHW float tensors, an NCHW filter (Cout, Cin, K, K), cross-correlation
+ * with symmetric zero padding, i.e. PyTorch's Conv2d and kernels/ops.c. Each of the
+ * three operations has its own convolution descriptor, so that each carries the math
+ * type of the algorithm picked for it. With tf32 off every descriptor is pinned to
+ * CUDNN_FMA_MATH (no tensor cores, plain float32 FMAs). */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/ops_cuda.h"
+
+#define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)  /* NVIDIA's recommendation for Hopper */
+#define CONV_WORKSPACE_LIMIT ((size_t)1 << 30)     /* never pick an algorithm that wants more */
+
+struct fl_cuda_ctx {
+    int tf32;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cudnnHandle_t dnn;
+    void *blas_ws;
+    void *ws; /* convolution workspace */
+    size_t ws_bytes;
+    unsigned ws_gen;
+};
+
+struct fl_cuda_conv {
+    int cin, h, w, cout, k, stride, pad, ho, wo;
+    int batch;
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t f;
+    cudnnConvolutionDescriptor_t cf, cd, cw; /* forward, backward data, backward filter */
+    cudnnConvolutionFwdAlgo_t fwd_algo;
+    cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
+    size_t fwd_ws, bwd_data_ws, bwd_filter_ws;
+};
+
+static fl_status cuda_check(cudaError_t e, const char *what, fl_err_t *err) {
+    if (e == cudaSuccess) return FL_OK;
+    return fl_err_set(err, FL_INTERNAL, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static fl_status blas_check(cublasStatus_t s, const char *what, fl_err_t *err) {
+    if (s == CUBLAS_STATUS_SUCCESS) return FL_OK;
+    return fl_err_set(err, FL_INTERNAL, "%s: %s (cuBLAS status %d)", what, cublasGetStatusString(s), (int)s);
+}
+
+static fl_status dnn_check(cudnnStatus_t s, const char *what, fl_err_t *err) {
+    if (s == CUDNN_STATUS_SUCCESS) return FL_OK;
+    return fl_err_set(err, FL_INTERNAL, "%s: %s (cuDNN status %d)", what, cudnnGetErrorString(s), (int)s);
+}
+
+/* ---- context ----------------------------------------------------------------------- */
+
+fl_status fl_cuda_ctx_create(int tf32, void *stream, fl_cuda_ctx_t **out, fl_err_t *err) {
+    *out = NULL;
+    fl_status st = FL_OK;
+    fl_cuda_ctx_t *c = calloc(1, sizeof *c);
+    if (!c) return fl_err_set(err, FL_NO_MEMORY, "cuda context: out of memory");
+    c->tf32 = tf32 != 0;
+    c->stream = (cudaStream_t)stream;
+    if ((st = blas_check(cublasCreate(&c->blas), "cublasCreate", err)) != FL_OK) goto fail;
+    if ((st = blas_check(cublasSetStream(c->blas, c->stream), "cublasSetStream", err)) != FL_OK) goto fail;
+    if ((st = blas_check(cublasSetMathMode(c->blas, c->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                         "cublasSetMathMode", err)) != FL_OK)
+        goto fail;
+    if ((st = cuda_check(cudaMalloc(&c->blas_ws, CUBLAS_WORKSPACE_BYTES), "cudaMalloc (cuBLAS workspace)", err)) !=
+        FL_OK)
+        goto fail;
+    if ((st = blas_check(cublasSetWorkspace(c->blas, c->blas_ws, CUBLAS_WORKSPACE_BYTES), "cublasSetWorkspace",
+                         err)) != FL_OK)
+        goto fail;
+    if ((st = dnn_check(cudnnCreate(&c->dnn), "cudnnCreate", err)) != FL_OK) goto fail;
+    if ((st = dnn_check(cudnnSetStream(c->dnn, c->stream), "cudnnSetStream", err)) != FL_OK) goto fail;
+    *out = c;
+    return FL_OK;
+fail:
+    fl_cuda_ctx_destroy(c);
+    return st;
+}
+
+void fl_cuda_ctx_destroy(fl_cuda_ctx_t *c) {
+    if (!c) return;
+    if (c->stream || c->blas || c->dnn) cudaStreamSynchronize(c->stream);
+    if (c->dnn) cudnnDestroy(c->dnn);
+    if (c->blas) cublasDestroy(c->blas);
+    cudaFree(c->blas_ws);
+    cudaFree(c->ws);
+    free(c);
+}
+
+void *fl_cuda_ctx_stream(const fl_cuda_ctx_t *c) { return c->stream; }
+unsigned fl_cuda_ctx_workspace_generation(const fl_cuda_ctx_t *c) { return c->ws_gen; }
+
+/* At least `bytes` of convolution workspace. */
+static fl_status reserve(fl_cuda_ctx_t *c, size_t bytes, fl_err_t *err) {
+    if (bytes <= c->ws_bytes) return FL_OK;
+    FL_TRY(cuda_check(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize (workspace)", err));
+    cudaFree(c->ws);
+    c->ws = NULL;
+    c->ws_bytes = 0;
+    c->ws_gen++;
+    FL_TRY(cuda_check(cudaMalloc(&c->ws, bytes), "cudaMalloc (cuDNN workspace)", err));
+    c->ws_bytes = bytes;
+    return FL_OK;
+}
+
+/* ---- dense ------------------------------------------------------------------------- */
+
+fl_status fl_cuda_dense_forward(fl_cuda_ctx_t *c, const float *d_x, const float *d_w, const float *d_b, int B, int in,
+                                int out, float *d_y, fl_err_t *err) {
+    const float one = 1.0f, zero = 0.0f;
+    FL_TRY(blas_check(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, B, in, &one, d_w, in, d_x, in, &zero, d_y,
+                                  out),
+                      "cublasSgemm (dense forward)", err));
+    if (d_b) FL_TRY(fl__cuda_bias_add(d_y, d_b, B, out, 1, c->stream, err));
+    return FL_OK;
+}
+
+fl_status fl_cuda_dense_backward(fl_cuda_ctx_t *c, const float *d_x, const float *d_w, const float *d_dy, int B,
+                                 int in, int out, float *d_dx, float *d_dw, float *d_db, fl_err_t *err) {
+    const float one = 1.0f, zero = 0.0f;
+    if (d_dx)
+        FL_TRY(blas_check(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, B, out, &one, d_w, in, d_dy, out, &zero,
+                                      d_dx, in),
+                          "cublasSgemm (dense backward, dx)", err));
+    if (d_dw)
+        FL_TRY(blas_check(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, B, &one, d_x, in, d_dy, out, &zero,
+                                      d_dw, in),
+                          "cublasSgemm (dense backward, dw)", err));
+    if (d_db) FL_TRY(fl__cuda_bias_grad(d_dy, B, out, 1, d_db, c->stream, err));
+    return FL_OK;
+}
+
+/* ---- conv2d ------------------------------------------------------------------------ */
+
+fl_status fl_cuda_conv_create(fl_cuda_ctx_t *c, int cin, int h, int w, int cout, int k, int stride, int pad,
+                              fl_cuda_conv_t **out, fl_err_t *err) {
+    (void)c;
+    *out = NULL;
+    if (cin < 1 || h < 1 || w < 1 || cout < 1 || k < 1 || stride < 1 || pad < 0 || k > h + 2 * pad ||
+        k > w + 2 * pad)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "cuda conv: input (%d, %d, %d), conv(%d,%d,%d,%d): the kernel does not fit the padded input",
+                          cin, h, w, cout, k, stride, pad);
+    fl_status st = FL_OK;
+    fl_cuda_conv_t *v = calloc(1, sizeof *v);
+    if (!v) return fl_err_set(err, FL_NO_MEMORY, "cuda conv: out of memory");
+    v->cin = cin;
+    v->h = h;
+    v->w = w;
+    v->cout = cout;
+    v->k = k;
+    v->stride = stride;
+    v->pad = pad;
+    v->ho = (h + 2 * pad - k) / stride + 1;
+    v->wo = (w + 2 * pad - k) / stride + 1;
+    if ((st = dnn_check(cudnnCreateTensorDescriptor(&v->x), "cudnnCreateTensorDescriptor", err)) != FL_OK ||
+        (st = dnn_check(cudnnCreateTensorDescriptor(&v->y), "cudnnCreateTensorDescriptor", err)) != FL_OK ||
+        (st = dnn_check(cudnnCreateFilterDescriptor(&v->f), "cudnnCreateFilterDescriptor", err)) != FL_OK ||
+        (st = dnn_check(cudnnCreateConvolutionDescriptor(&v->cf), "cudnnCreateConvolutionDescriptor", err)) != FL_OK ||
+        (st = dnn_check(cudnnCreateConvolutionDescriptor(&v->cd), "cudnnCreateConvolutionDescriptor", err)) != FL_OK ||
+        (st = dnn_check(cudnnCreateConvolutionDescriptor(&v->cw), "cudnnCreateConvolutionDescriptor", err)) != FL_OK)
+        goto fail;
+    if ((st = dnn_check(cudnnSetFilter4dDescriptor(v->f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, cout, cin, k, k),
+                        "cudnnSetFilter4dDescriptor", err)) != FL_OK)
+        goto fail;
+    cudnnConvolutionDescriptor_t descs[3] = {v->cf, v->cd, v->cw};
+    for (int i = 0; i < 3; i++)
+        if ((st = dnn_check(cudnnSetConvolution2dDescriptor(descs[i], pad, pad, stride, stride, 1, 1,
+                                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                            "cudnnSetConvolution2dDescriptor", err)) != FL_OK)
+            goto fail;
+    *out = v;
+    return FL_OK;
+fail:
+    fl_cuda_conv_destroy(v);
+    return st;
+}
+
+void fl_cuda_conv_destroy(fl_cuda_conv_t *v) {
+    if (!v) return;
+    if (v->x) cudnnDestroyTensorDescriptor(v->x);
+    if (v->y) cudnnDestroyTensorDescriptor(v->y);
+    if (v->f) cudnnDestroyFilterDescriptor(v->f);
+    if (v->cf) cudnnDestroyConvolutionDescriptor(v->cf);
+    if (v->cd) cudnnDestroyConvolutionDescriptor(v->cd);
+    if (v->cw) cudnnDestroyConvolutionDescriptor(v->cw);
+    free(v);
+}
+
+int fl_cuda_conv_batch(const fl_cuda_conv_t *v) { return v->batch; }
+
+/* The math type to try an algorithm with: its own with TF32 allowed, FMA otherwise. */
+static cudnnMathType_t math_for(const fl_cuda_ctx_t *c, cudnnMathType_t suggested) {
+    return c->tf32 ? suggested : CUDNN_FMA_MATH;
+}
+
+/* Each pick_* walks cuDNN's heuristic ranking (then, if nothing there works, every
+ * algorithm in enum order) and takes the first one whose workspace can be queried for
+ * the math type we allow and fits CONV_WORKSPACE_LIMIT. */
+static fl_status pick_fwd(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, fl_err_t *err) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int got = 0;
+    FL_TRY(dnn_check(cudnnSetConvolutionMathType(v->cf, c->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+                     "cudnnSetConvolutionMathType", err));
+    FL_TRY(dnn_check(cudnnGetConvolutionForwardAlgorithm_v7(c->dnn, v->x, v->f, v->cf, v->y,
+                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf),
+                     "cudnnGetConvolutionForwardAlgorithm_v7", err));
+    for (int pass = 0; pass < 2; pass++) {
+        const int count = pass == 0 ? got : CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+        for (int i = 0; i < count; i++) {
+            if (pass == 0 && perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+            const cudnnConvolutionFwdAlgo_t algo = pass == 0 ? perf[i].algo : (cudnnConvolutionFwdAlgo_t)i;
+            const cudnnMathType_t math = math_for(c, pass == 0 ? perf[i].mathType : CUDNN_DEFAULT_MATH);
+            size_t bytes = 0;
+            if (cudnnSetConvolutionMathType(v->cf, math) != CUDNN_STATUS_SUCCESS) continue;
+            if (cudnnGetConvolutionForwardWorkspaceSize(c->dnn, v->x, v->f, v->cf, v->y, algo, &bytes) !=
+                    CUDNN_STATUS_SUCCESS ||
+                bytes > CONV_WORKSPACE_LIMIT)
+                continue;
+            v->fwd_algo = algo;
+            v->fwd_ws = bytes;
+            return FL_OK;
+        }
+    }
+    return fl_err_set(err, FL_INTERNAL, "cuDNN: no forward algorithm for conv(%d,%d,%d,%d) on (%d, %d, %d, %d)",
+                      v->cout, v->k, v->stride, v->pad, v->batch, v->cin, v->h, v->w);
+}
+
+static fl_status pick_bwd_data(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, fl_err_t *err) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int got = 0;
+    FL_TRY(dnn_check(cudnnSetConvolutionMathType(v->cd, c->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+                     "cudnnSetConvolutionMathType", err));
+    FL_TRY(dnn_check(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn, v->f, v->y, v->cd, v->x,
+                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf),
+                     "cudnnGetConvolutionBackwardDataAlgorithm_v7", err));
+    for (int pass = 0; pass < 2; pass++) {
+        const int count = pass == 0 ? got : CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+        for (int i = 0; i < count; i++) {
+            if (pass == 0 && perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+            const cudnnConvolutionBwdDataAlgo_t algo = pass == 0 ? perf[i].algo : (cudnnConvolutionBwdDataAlgo_t)i;
+            const cudnnMathType_t math = math_for(c, pass == 0 ? perf[i].mathType : CUDNN_DEFAULT_MATH);
+            size_t bytes = 0;
+            if (cudnnSetConvolutionMathType(v->cd, math) != CUDNN_STATUS_SUCCESS) continue;
+            if (cudnnGetConvolutionBackwardDataWorkspaceSize(c->dnn, v->f, v->y, v->cd, v->x, algo, &bytes) !=
+                    CUDNN_STATUS_SUCCESS ||
+                bytes > CONV_WORKSPACE_LIMIT)
+                continue;
+            v->bwd_data_algo = algo;
+            v->bwd_data_ws = bytes;
+            return FL_OK;
+        }
+    }
+    return fl_err_set(err, FL_INTERNAL,
+                      "cuDNN: no backward-data algorithm for conv(%d,%d,%d,%d) on (%d, %d, %d, %d)", v->cout, v->k,
+                      v->stride, v->pad, v->batch, v->cin, v->h, v->w);
+}
+
+static fl_status pick_bwd_filter(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, fl_err_t *err) {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int got = 0;
+    FL_TRY(dnn_check(cudnnSetConvolutionMathType(v->cw, c->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+                     "cudnnSetConvolutionMathType", err));
+    FL_TRY(dnn_check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->dnn, v->x, v->y, v->cw, v->f,
+                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf),
+                     "cudnnGetConvolutionBackwardFilterAlgorithm_v7", err));
+    for (int pass = 0; pass < 2; pass++) {
+        const int count = pass == 0 ? got : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+        for (int i = 0; i < count; i++) {
+            if (pass == 0 && perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+            const cudnnConvolutionBwdFilterAlgo_t algo =
+                pass == 0 ? perf[i].algo : (cudnnConvolutionBwdFilterAlgo_t)i;
+            const cudnnMathType_t math = math_for(c, pass == 0 ? perf[i].mathType : CUDNN_DEFAULT_MATH);
+            size_t bytes = 0;
+            if (cudnnSetConvolutionMathType(v->cw, math) != CUDNN_STATUS_SUCCESS) continue;
+            if (cudnnGetConvolutionBackwardFilterWorkspaceSize(c->dnn, v->x, v->y, v->cw, v->f, algo, &bytes) !=
+                    CUDNN_STATUS_SUCCESS ||
+                bytes > CONV_WORKSPACE_LIMIT)
+                continue;
+            v->bwd_filter_algo = algo;
+            v->bwd_filter_ws = bytes;
+            return FL_OK;
+        }
+    }
+    return fl_err_set(err, FL_INTERNAL,
+                      "cuDNN: no backward-filter algorithm for conv(%d,%d,%d,%d) on (%d, %d, %d, %d)", v->cout, v->k,
+                      v->stride, v->pad, v->batch, v->cin, v->h, v->w);
+}
+
+fl_status fl_cuda_conv_set_batch(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, int B, fl_err_t *err) {
+    if (B < 1) return fl_err_set(err, FL_INVALID_ARGUMENT, "cuda conv: batch %d (expected >= 1)", B);
+    if (v->batch == B) return FL_OK;
+    v->batch = 0;
+    FL_TRY(dnn_check(cudnnSetTensor4dDescriptor(v->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, v->cin, v->h, v->w),
+                     "cudnnSetTensor4dDescriptor (x)", err));
+    FL_TRY(dnn_check(cudnnSetTensor4dDescriptor(v->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, v->cout, v->ho, v->wo),
+                     "cudnnSetTensor4dDescriptor (y)", err));
+    int n = 0, ch = 0, oh = 0, ow = 0;
+    FL_TRY(dnn_check(cudnnGetConvolution2dForwardOutputDim(v->cf, v->x, v->f, &n, &ch, &oh, &ow),
+                     "cudnnGetConvolution2dForwardOutputDim", err));
+    if (n != B || ch != v->cout || oh != v->ho || ow != v->wo)
+        return fl_err_set(err, FL_INTERNAL, "cuDNN: conv output (%d, %d, %d, %d), expected (%d, %d, %d, %d)", n, ch,
+                          oh, ow, B, v->cout, v->ho, v->wo);
+    v->batch = B;
+    fl_status st;
+    if ((st = pick_fwd(c, v, err)) != FL_OK || (st = pick_bwd_data(c, v, err)) != FL_OK ||
+        (st = pick_bwd_filter(c, v, err)) != FL_OK) {
+        v->batch = 0;
+        return st;
+    }
+    size_t need = v->fwd_ws;
+    if (v->bwd_data_ws > need) need = v->bwd_data_ws;
+    if (v->bwd_filter_ws > need) need = v->bwd_filter_ws;
+    if ((st = reserve(c, need, err)) != FL_OK) {
+        v->batch = 0;
+        return st;
+    }
+    return FL_OK;
+}
+
+fl_status fl_cuda_conv_forward(fl_cuda_ctx_t *c, const fl_cuda_conv_t *v, const float *d_x, const float *d_w,
+                               const float *d_b, float *d_y, fl_err_t *err) {
+    if (v->batch < 1) return fl_err_set(err, FL_FAILED_PRECONDITION, "cuda conv: forward before set_batch");
+    const float one = 1.0f, zero = 0.0f;
+    FL_TRY(dnn_check(cudnnConvolutionForward(c->dnn, &one, v->x, d_x, v->f, d_w, v->cf, v->fwd_algo, c->ws,
+                                             v->fwd_ws, &zero, v->y, d_y),
+                     "cudnnConvolutionForward", err));
+    if (d_b) FL_TRY(fl__cuda_bias_add(d_y, d_b, v->batch, v->cout, v->ho * v->wo, c->stream, err));
+    return FL_OK;
+}
+
+fl_status fl_cuda_conv_backward(fl_cuda_ctx_t *c, const fl_cuda_conv_t *v, const float *d_x, const float *d_w,
+                                const float *d_dy, float *d_dx, float *d_dw, float *d_db, fl_err_t *err) {
+    if (v->batch < 1) return fl_err_set(err, FL_FAILED_PRECONDITION, "cuda conv: backward before set_batch");
+    const float one = 1.0f, zero = 0.0f;
+    if (d_db) FL_TRY(fl__cuda_bias_grad(d_dy, v->batch, v->cout, v->ho * v->wo, d_db, c->stream, err));
+    if (d_dw)
+        FL_TRY(dnn_check(cudnnConvolutionBackwardFilter(c->dnn, &one, v->x, d_x, v->y, d_dy, v->cw, v->bwd_filter_algo,
+                                                        c->ws, v->bwd_filter_ws, &zero, v->f, d_dw),
+                         "cudnnConvolutionBackwardFilter", err));
+    if (d_dx)
+        FL_TRY(dnn_check(cudnnConvolutionBackwardData(c->dnn, &one, v->f, d_w, v->y, d_dy, v->cd, v->bwd_data_algo,
+                                                      c->ws, v->bwd_data_ws, &zero, v->x, d_dx),
+                         "cudnnConvolutionBackwardData", err));
+    return FL_OK;
+}

@@ -1,0 +1,895 @@
+/* dqn_cuda: the double-DQN update on the GPU (see dqn_cuda.h).
+ *
+ * The network is a table of layers re-derived from the spec with qnet.c's rules (same
+ * tokens, shapes, parameter offsets and view names) and checked against a CPU
+ * fl_qnet_t built from the same spec, view by view. Activations live in one device
+ * buffer per layer for max_batch samples (flatten aliases its input); the three
+ * forwards of an update share them, so the last one (online on obs) leaves the
+ * activations the backward needs, as on the CPU. Gradients flow backward through two
+ * ping-pong buffers.
+ *
+ * Streams: `cs` computes, `copy` carries the input slot to the device, `side` makes
+ * parameter snapshots. Every call that returns results synchronizes `cs` before it
+ * returns, so the device input buffers are free again when the next copy starts.
+ *
+ * Per-step scalars (loss, norm, clip factor, skip flag, step count, Adam's bias
+ * corrections) stay on the device (fl_cuda_step_scalars_t): the finalize kernel decides,
+ * the optimizer kernel obeys, and a captured graph replays correctly. */
+#include "kernels/cuda/dqn_cuda.h"
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/ops_cuda.h"
+#include "kernels/qnet.h"
+
+typedef enum { L_DENSE, L_RELU, L_DUELING, L_CONV, L_FLATTEN } lkind;
+
+typedef struct glayer {
+    lkind kind;
+    int units;             /* dense: outputs; dueling: actions */
+    int in_c, in_h, in_w;  /* per-sample input shape (C, H, W) */
+    int out_c, out_h, out_w;
+    size_t in_size, out_size;
+    int cout, k, stride, pad; /* conv */
+    size_t w_off, b_off;
+    char prefix[24];
+    fl_cuda_conv_t *conv;
+    const float *x; /* device input (max_batch, in_size): the previous layer's output or the network input */
+    float *y;       /* device output (max_batch, out_size); flatten: its input; the last layer: NULL (q) */
+} glayer_t;
+
+typedef struct graph_entry { /* one (batch size, kind of call); exec NULL until captured */
+    int B, apply;
+    cudaGraphExec_t exec;
+} graph_entry_t;
+
+typedef struct slot_mem {
+    void *obs, *next_obs;
+    int32_t *actions;
+    float *rewards, *discounts, *weights;
+} slot_mem_t;
+
+struct fl_cuda_dqn {
+    fl_cuda_dqn_config_t cfg;
+    char *spec;
+    int image, img_h, img_w, img_c;
+    int obs_dim, A, max_batch;
+    size_t obs_elem; /* bytes per observation element */
+    size_t n;        /* parameters */
+    int opt_slots;
+    int num_layers;
+    glayer_t layers[FL_QNET_MAX_LAYERS];
+    size_t widest;
+
+    cudaStream_t cs, copy, side;
+    cudaEvent_t ev_copied, ev_params, ev_shadow, ev_snap;
+    fl_cuda_ctx_t *ctx;
+    int cur_batch; /* B the convolutions are set up for */
+    unsigned ws_gen;
+
+    /* device */
+    void *allocs[64 + FL_QNET_MAX_LAYERS];
+    int num_allocs;
+    float *d_params, *d_target, *d_grads, *d_state, *d_shadow;
+    void *d_obs, *d_next;
+    int32_t *d_actions;
+    float *d_rewards, *d_discounts, *d_weights;
+    float *d_x0;                 /* (max_batch, obs_dim) network input, (C, H, W) per item */
+    float *d_va, *d_dva;         /* (max_batch, 1 + A) dueling streams and their gradient */
+    float *d_qno, *d_qnt, *d_qo; /* (max_batch, A) */
+    float *d_dq;                 /* (max_batch, A) */
+    float *d_prio, *d_y, *d_qt;  /* (max_batch) */
+    float *d_g[2];               /* (max_batch, widest) */
+    fl_cuda_optim_hyper_t *d_hyper;
+    fl_cuda_step_scalars_t *d_sc;
+    fl_cuda_optim_hyper_t hyper; /* host copy */
+
+    /* pinned host */
+    slot_mem_t slots[FL_CUDA_DQN_MAX_SLOTS];
+    int num_slots;
+    float *h_prio;
+    fl_cuda_step_scalars_t *h_sc;
+    float *h_snap;
+    int snap_started;
+
+    graph_entry_t graphs[FL_CUDA_DQN_MAX_GRAPHS];
+    int num_graphs;
+};
+
+static fl_status cuda_check(cudaError_t e, const char *what, fl_err_t *err) {
+    if (e == cudaSuccess) return FL_OK;
+    return fl_err_set(err, FL_INTERNAL, "dqn_cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+void fl_cuda_dqn_config_init(fl_cuda_dqn_config_t *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->obs_rank = 1;
+    cfg->obs_shape[0] = 1;
+    cfg->obs_dtype = FL_DTYPE_FLOAT32;
+    cfg->obs_scale = 1.0f / 255.0f;
+    cfg->input_scale = 1.0f;
+    cfg->num_actions = 1;
+    cfg->max_batch = 1;
+    cfg->huber_delta = 1.0f;
+    cfg->grad_clip = 40.0f;
+    cfg->optim = fl_optim_config_default(FL_OPTIM_RMSPROP);
+    cfg->tf32 = 1;
+    cfg->use_graph = 1;
+    cfg->device = 0;
+    cfg->num_slots = 2;
+}
+
+/* ---- the layer table ---------------------------------------------------------------- */
+
+/* Parses one token of a spec that fl_qnet_create has already accepted. */
+static int parse_token(const char *tok, int len, glayer_t *l) {
+    char buf[96];
+    if (len <= 0 || len >= (int)sizeof buf) return -1;
+    memcpy(buf, tok, (size_t)len);
+    buf[len] = '\0';
+    int a = 0, b = 0, c = 0, p = 0;
+    char close = 0;
+    if (strcmp(buf, "relu") == 0) {
+        l->kind = L_RELU;
+    } else if (strcmp(buf, "dueling") == 0) {
+        l->kind = L_DUELING;
+    } else if (strcmp(buf, "flatten") == 0) {
+        l->kind = L_FLATTEN;
+    } else if (sscanf(buf, "dense(%d%c", &a, &close) == 2 && close == ')') {
+        l->kind = L_DENSE;
+        l->units = a;
+    } else if (sscanf(buf, "conv(%d,%d,%d,%d%c", &a, &b, &c, &p, &close) == 5 && close == ')') {
+        l->kind = L_CONV;
+        l->cout = a, l->k = b, l->stride = c, l->pad = p;
+    } else if (sscanf(buf, "conv(%d,%d,%d%c", &a, &b, &c, &close) == 4 && close == ')') {
+        l->kind = L_CONV;
+        l->cout = a, l->k = b, l->stride = c, l->pad = 0;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+/* 0 when view `name` exists at `offset` with `numel` elements. */
+static int view_at(const fl_qnet_t *q, const char *prefix, const char *suffix, size_t offset, size_t numel) {
+    char name[FL_PARAM_NAME_MAX];
+    snprintf(name, sizeof name, "%s.%s", prefix, suffix);
+    const fl_param_view_t *v = fl_qnet_find_view(q, name);
+    return v && v->offset == offset && v->numel == numel ? 0 : -1;
+}
+
+/* Builds d->layers from the spec and checks them against the CPU network q. */
+static fl_status build_layers(fl_cuda_dqn_t *d, const fl_qnet_t *q, fl_err_t *err) {
+    const char *s = d->spec;
+    int count = 0, index = 0;
+    for (;;) {
+        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f' || *s == '\v') s++;
+        if (!*s) break;
+        const char *tok = s;
+        while (*s && !(*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f' || *s == '\v')) s++;
+        if (count >= FL_QNET_MAX_LAYERS - 1)
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: more than %d layers", FL_QNET_MAX_LAYERS - 1);
+        glayer_t *l = &d->layers[count];
+        memset(l, 0, sizeof *l);
+        if (parse_token(tok, (int)(s - tok), l) != 0)
+            return fl_err_set(err, FL_INTERNAL, "dqn_cuda: spec token %d \"%.*s\" accepted by qnet but not here",
+                              index + 1, (int)(s - tok) > 64 ? 64 : (int)(s - tok), tok);
+        static const char *const names[] = {"dense", "relu", "dueling", "conv", "flatten"};
+        if (l->kind == L_DUELING) snprintf(l->prefix, sizeof l->prefix, "head");
+        else snprintf(l->prefix, sizeof l->prefix, "%d.%s", index, names[l->kind]);
+        index++;
+        count++;
+    }
+    if (count == 0 || d->layers[count - 1].kind != L_DUELING) {
+        glayer_t *l = &d->layers[count++];
+        memset(l, 0, sizeof *l);
+        l->kind = L_DENSE;
+        l->units = d->A;
+        snprintf(l->prefix, sizeof l->prefix, "head.q");
+    } else {
+        d->layers[count - 1].units = d->A;
+    }
+    d->num_layers = count;
+
+    /* shapes and offsets, in qnet's order */
+    int c = d->image ? d->img_c : d->obs_dim, h = d->image ? d->img_h : 1, w = d->image ? d->img_w : 1;
+    size_t off = 0;
+    d->widest = (size_t)d->obs_dim;
+    for (int i = 0; i < count; i++) {
+        glayer_t *l = &d->layers[i];
+        l->in_c = c, l->in_h = h, l->in_w = w;
+        l->in_size = (size_t)c * (size_t)h * (size_t)w;
+        const size_t in = l->in_size;
+        int bad = 0;
+        switch (l->kind) {
+        case L_DENSE:
+            l->out_c = l->units, l->out_h = 1, l->out_w = 1;
+            l->w_off = off;
+            off += (size_t)l->units * in;
+            l->b_off = off;
+            off += (size_t)l->units;
+            bad = view_at(q, l->prefix, "weight", l->w_off, (size_t)l->units * in) ||
+                  view_at(q, l->prefix, "bias", l->b_off, (size_t)l->units);
+            break;
+        case L_RELU: l->out_c = c, l->out_h = h, l->out_w = w; break;
+        case L_FLATTEN: l->out_c = (int)in, l->out_h = 1, l->out_w = 1; break;
+        case L_DUELING: {
+            const size_t A = (size_t)l->units;
+            l->out_c = l->units, l->out_h = 1, l->out_w = 1;
+            l->w_off = off;
+            off += (A + 1) * in;
+            l->b_off = off;
+            off += A + 1;
+            /* value row then advantage rows, value bias then advantage biases: (1 + A, H), (1 + A) */
+            bad = view_at(q, "head", "value.weight", l->w_off, in) ||
+                  view_at(q, "head", "advantage.weight", l->w_off + in, A * in) ||
+                  view_at(q, "head", "value.bias", l->b_off, 1) ||
+                  view_at(q, "head", "advantage.bias", l->b_off + 1, A);
+            break;
+        }
+        case L_CONV: {
+            const int hp = h + 2 * l->pad, wp = w + 2 * l->pad;
+            if (l->k > hp || l->k > wp || l->stride < 1)
+                return fl_err_set(err, FL_INTERNAL, "dqn_cuda: layer %s does not fit its input", l->prefix);
+            l->out_c = l->cout, l->out_h = (hp - l->k) / l->stride + 1, l->out_w = (wp - l->k) / l->stride + 1;
+            const size_t wn = (size_t)l->cout * (size_t)c * (size_t)l->k * (size_t)l->k;
+            l->w_off = off;
+            off += wn;
+            l->b_off = off;
+            off += (size_t)l->cout;
+            bad = view_at(q, l->prefix, "weight", l->w_off, wn) || view_at(q, l->prefix, "bias", l->b_off, l->cout);
+            break;
+        }
+        }
+        if (bad)
+            return fl_err_set(err, FL_INTERNAL, "dqn_cuda: layer %s: parameter views disagree with qnet's", l->prefix);
+        c = l->out_c, h = l->out_h, w = l->out_w;
+        l->out_size = (size_t)c * (size_t)h * (size_t)w;
+        if (l->out_size > d->widest) d->widest = l->out_size;
+    }
+    if (off != fl_qnet_num_params(q))
+        return fl_err_set(err, FL_INTERNAL, "dqn_cuda: %zu parameters here, %zu in qnet", off, fl_qnet_num_params(q));
+    if (d->layers[count - 1].out_size != (size_t)d->A)
+        return fl_err_set(err, FL_INTERNAL, "dqn_cuda: the head has %zu outputs, expected %d",
+                          d->layers[count - 1].out_size, d->A);
+    d->n = off;
+    return FL_OK;
+}
+
+/* ---- create / destroy --------------------------------------------------------------- */
+
+static fl_status dev_alloc(fl_cuda_dqn_t *d, void **p, size_t bytes, fl_err_t *err) {
+    *p = NULL;
+    if (d->num_allocs >= (int)(sizeof d->allocs / sizeof d->allocs[0]))
+        return fl_err_set(err, FL_INTERNAL, "dqn_cuda: too many device buffers");
+    FL_TRY(cuda_check(cudaMalloc(p, bytes ? bytes : 4), "cudaMalloc", err));
+    d->allocs[d->num_allocs++] = *p;
+    return cuda_check(cudaMemsetAsync(*p, 0, bytes ? bytes : 4, d->cs), "cudaMemsetAsync", err);
+}
+
+static fl_status check_config(const fl_cuda_dqn_config_t *c, fl_err_t *err) {
+    if (!c->spec) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: spec must not be NULL");
+    if (c->obs_rank < 1 || c->obs_rank > 4)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: obs_rank = %d (expected 1..4)", c->obs_rank);
+    for (int i = 0; i < c->obs_rank; i++)
+        if (c->obs_shape[i] < 1)
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: obs_shape[%d] = %d (expected >= 1)", i,
+                              c->obs_shape[i]);
+    if (c->obs_dtype != FL_DTYPE_FLOAT32 && c->obs_dtype != FL_DTYPE_UINT8)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: obs_dtype %s (expected float32 or uint8)",
+                          fl_dtype_name(c->obs_dtype));
+    if (!(c->obs_scale == c->obs_scale) || !(c->input_scale == c->input_scale))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: obs_scale and input_scale must not be NaN");
+    if (c->num_actions < 1 || c->num_actions > FL_QNET_MAX_UNITS)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: num_actions = %d (expected 1..%d)", c->num_actions,
+                          FL_QNET_MAX_UNITS);
+    if (c->max_batch < 1 || c->max_batch > (1 << 20))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: max_batch = %d (expected 1..%d)", c->max_batch,
+                          1 << 20);
+    if (!(c->huber_delta > 0) || c->huber_delta > 3.0e38f)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: huber_delta = %g (expected a finite value > 0)",
+                          (double)c->huber_delta);
+    if (!(c->grad_clip >= 0) || c->grad_clip > 3.0e38f)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: grad_clip = %g (expected a finite value >= 0)",
+                          (double)c->grad_clip);
+    if (c->num_slots < 1 || c->num_slots > FL_CUDA_DQN_MAX_SLOTS)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: num_slots = %d (expected 1..%d)", c->num_slots,
+                          FL_CUDA_DQN_MAX_SLOTS);
+    if (c->device < 0) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: device = %d (expected >= 0)", c->device);
+    return FL_OK;
+}
+
+/* A fresh optimizer state on the device (RMSProp's ms starts at one) and step 0. */
+static fl_status reset_optim(fl_cuda_dqn_t *d, fl_err_t *err) {
+    const size_t total = (size_t)d->opt_slots * d->n;
+    float *h = calloc(total, sizeof(float));
+    if (!h) return fl_err_set(err, FL_NO_MEMORY, "dqn_cuda: out of memory");
+    if (d->cfg.optim.kind == FL_OPTIM_RMSPROP)
+        for (size_t i = 0; i < d->n; i++) h[i] = 1.0f;
+    fl_status st = fl_cuda_dqn_set_optim_state(d, h, total, 0, err);
+    free(h);
+    return st;
+}
+
+fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **out, fl_err_t *err) {
+    if (!cfg || !out) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL config or output");
+    *out = NULL;
+    FL_TRY(check_config(cfg, err));
+    fl_optim_t *probe = NULL; /* validates the optimizer config with optim.c's own rules */
+    FL_TRY(fl_optim_create(&cfg->optim, 1, &probe, err));
+    const int opt_slots = fl_optim_num_slots(probe);
+    fl_optim_destroy(probe);
+    fl_qnet_t *q = NULL;
+    FL_TRY(fl_qnet_create_for_obs(cfg->spec, cfg->obs_rank, cfg->obs_shape, cfg->num_actions, 1, &q, err));
+
+    fl_status st = FL_OK;
+    fl_cuda_dqn_t *d = calloc(1, sizeof *d);
+    if (!d) {
+        fl_qnet_destroy(q);
+        return fl_err_set(err, FL_NO_MEMORY, "dqn_cuda: out of memory");
+    }
+    d->cfg = *cfg;
+    d->spec = strdup(cfg->spec);
+    d->cfg.spec = d->spec;
+    d->A = cfg->num_actions;
+    d->max_batch = cfg->max_batch;
+    d->opt_slots = opt_slots;
+    d->obs_dim = fl_qnet_obs_dim(q);
+    d->obs_elem = cfg->obs_dtype == FL_DTYPE_UINT8 ? 1 : 4;
+    d->num_slots = cfg->num_slots;
+    if (cfg->obs_rank == 3) {
+        d->image = 1;
+        d->img_h = cfg->obs_shape[0];
+        d->img_w = cfg->obs_shape[1];
+        d->img_c = cfg->obs_shape[2];
+    }
+    if (!d->spec) {
+        st = fl_err_set(err, FL_NO_MEMORY, "dqn_cuda: out of memory");
+        goto fail;
+    }
+    if ((st = build_layers(d, q, err)) != FL_OK) goto fail;
+    fl_qnet_destroy(q);
+    q = NULL;
+    /* the layer table is checked before the device, so machines without one test it too */
+    int ndev = 0;
+    if ((st = fl_cuda_device_count(&ndev, err)) != FL_OK) goto fail;
+    if (cfg->device >= ndev) {
+        st = fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: device %d (expected 0..%d)", cfg->device, ndev - 1);
+        goto fail;
+    }
+
+    if ((st = cuda_check(cudaSetDevice(cfg->device), "cudaSetDevice", err)) != FL_OK ||
+        (st = cuda_check(cudaStreamCreateWithFlags(&d->cs, cudaStreamNonBlocking), "cudaStreamCreate", err)) != FL_OK ||
+        (st = cuda_check(cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "cudaStreamCreate", err)) !=
+            FL_OK ||
+        (st = cuda_check(cudaStreamCreateWithFlags(&d->side, cudaStreamNonBlocking), "cudaStreamCreate", err)) !=
+            FL_OK ||
+        (st = cuda_check(cudaEventCreateWithFlags(&d->ev_copied, cudaEventDisableTiming), "cudaEventCreate", err)) !=
+            FL_OK ||
+        (st = cuda_check(cudaEventCreateWithFlags(&d->ev_params, cudaEventDisableTiming), "cudaEventCreate", err)) !=
+            FL_OK ||
+        (st = cuda_check(cudaEventCreateWithFlags(&d->ev_shadow, cudaEventDisableTiming), "cudaEventCreate", err)) !=
+            FL_OK ||
+        (st = cuda_check(cudaEventCreateWithFlags(&d->ev_snap, cudaEventDisableTiming), "cudaEventCreate", err)) !=
+            FL_OK)
+        goto fail;
+    if ((st = fl_cuda_ctx_create(cfg->tf32, d->cs, &d->ctx, err)) != FL_OK) goto fail;
+
+    const size_t B = (size_t)d->max_batch, D = (size_t)d->obs_dim, A = (size_t)d->A, F = sizeof(float);
+    const size_t N = d->n;
+    if ((st = dev_alloc(d, (void **)&d->d_params, N * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_target, N * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_grads, N * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_shadow, N * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_state, (size_t)d->opt_slots * N * F, err)) != FL_OK ||
+        (st = dev_alloc(d, &d->d_obs, B * D * d->obs_elem, err)) != FL_OK ||
+        (st = dev_alloc(d, &d->d_next, B * D * d->obs_elem, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_actions, B * sizeof(int32_t), err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_rewards, B * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_discounts, B * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_weights, B * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_x0, B * D * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_va, B * (A + 1) * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_dva, B * (A + 1) * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_qno, B * A * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_qnt, B * A * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_qo, B * A * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_dq, B * A * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_prio, B * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_y, B * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_qt, B * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_g[0], B * d->widest * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_g[1], B * d->widest * F, err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_hyper, sizeof(fl_cuda_optim_hyper_t), err)) != FL_OK ||
+        (st = dev_alloc(d, (void **)&d->d_sc, sizeof(fl_cuda_step_scalars_t), err)) != FL_OK)
+        goto fail;
+
+    /* activations, convolution descriptors */
+    const float *x = d->d_x0;
+    for (int i = 0; i < d->num_layers; i++) {
+        glayer_t *l = &d->layers[i];
+        l->x = x;
+        if (l->kind == L_FLATTEN) {
+            l->y = (float *)x; /* the same (C H W) floats, read as a vector */
+        } else if (i < d->num_layers - 1) {
+            if ((st = dev_alloc(d, (void **)&l->y, B * l->out_size * F, err)) != FL_OK) goto fail;
+        }
+        x = l->y;
+        if (l->kind == L_CONV) {
+            if ((st = fl_cuda_conv_create(d->ctx, l->in_c, l->in_h, l->in_w, l->cout, l->k, l->stride, l->pad,
+                                          &l->conv, err)) != FL_OK ||
+                (st = fl_cuda_conv_set_batch(d->ctx, l->conv, d->max_batch, err)) != FL_OK)
+                goto fail;
+        }
+    }
+    d->cur_batch = d->max_batch;
+    d->ws_gen = fl_cuda_ctx_workspace_generation(d->ctx);
+
+    /* pinned host memory */
+    for (int s = 0; s < d->num_slots; s++) {
+        slot_mem_t *m = &d->slots[s];
+        if ((st = cuda_check(cudaHostAlloc(&m->obs, B * D * d->obs_elem, cudaHostAllocPortable), "cudaHostAlloc",
+                             err)) != FL_OK ||
+            (st = cuda_check(cudaHostAlloc(&m->next_obs, B * D * d->obs_elem, cudaHostAllocPortable), "cudaHostAlloc",
+                             err)) != FL_OK ||
+            (st = cuda_check(cudaHostAlloc((void **)&m->actions, B * sizeof(int32_t), cudaHostAllocPortable),
+                             "cudaHostAlloc", err)) != FL_OK ||
+            (st = cuda_check(cudaHostAlloc((void **)&m->rewards, B * F, cudaHostAllocPortable), "cudaHostAlloc",
+                             err)) != FL_OK ||
+            (st = cuda_check(cudaHostAlloc((void **)&m->discounts, B * F, cudaHostAllocPortable), "cudaHostAlloc",
+                             err)) != FL_OK ||
+            (st = cuda_check(cudaHostAlloc((void **)&m->weights, B * F, cudaHostAllocPortable), "cudaHostAlloc",
+                             err)) != FL_OK)
+            goto fail;
+        memset(m->actions, 0, B * sizeof(int32_t));
+        for (size_t i = 0; i < B; i++) m->weights[i] = 1.0f;
+    }
+    if ((st = cuda_check(cudaHostAlloc((void **)&d->h_prio, B * F, cudaHostAllocPortable), "cudaHostAlloc", err)) !=
+            FL_OK ||
+        (st = cuda_check(cudaHostAlloc((void **)&d->h_sc, sizeof *d->h_sc, cudaHostAllocPortable), "cudaHostAlloc",
+                         err)) != FL_OK ||
+        (st = cuda_check(cudaHostAlloc((void **)&d->h_snap, N * F, cudaHostAllocPortable), "cudaHostAlloc", err)) !=
+            FL_OK)
+        goto fail;
+
+    d->hyper = (fl_cuda_optim_hyper_t){.kind = (int)cfg->optim.kind, .lr = cfg->optim.lr, .beta1 = cfg->optim.beta1,
+                                       .beta2 = cfg->optim.beta2, .eps = cfg->optim.eps, .decay = cfg->optim.decay,
+                                       .momentum = cfg->optim.momentum, .grad_clip = cfg->grad_clip};
+    if ((st = cuda_check(cudaMemcpyAsync(d->d_hyper, &d->hyper, sizeof d->hyper, cudaMemcpyHostToDevice, d->cs),
+                         "cudaMemcpyAsync (hyperparameters)", err)) != FL_OK)
+        goto fail;
+    if ((st = reset_optim(d, err)) != FL_OK) goto fail; /* synchronizes cs */
+    *out = d;
+    return FL_OK;
+fail:
+    fl_qnet_destroy(q);
+    fl_cuda_dqn_destroy(d);
+    return st;
+}
+
+static void drop_graphs(fl_cuda_dqn_t *d) {
+    for (int i = 0; i < d->num_graphs; i++)
+        if (d->graphs[i].exec) cudaGraphExecDestroy(d->graphs[i].exec);
+    d->num_graphs = 0;
+}
+
+void fl_cuda_dqn_destroy(fl_cuda_dqn_t *d) {
+    if (!d) return;
+    if (cudaSetDevice(d->cfg.device) != cudaSuccess) cudaGetLastError(); /* e.g. no device: nothing to free there */
+    if (d->cs) cudaStreamSynchronize(d->cs);
+    if (d->copy) cudaStreamSynchronize(d->copy);
+    if (d->side) cudaStreamSynchronize(d->side);
+    drop_graphs(d);
+    for (int i = 0; i < d->num_layers; i++) fl_cuda_conv_destroy(d->layers[i].conv);
+    fl_cuda_ctx_destroy(d->ctx);
+    for (int i = 0; i < d->num_allocs; i++) cudaFree(d->allocs[i]);
+    for (int s = 0; s < FL_CUDA_DQN_MAX_SLOTS; s++) {
+        slot_mem_t *m = &d->slots[s];
+        if (m->obs) cudaFreeHost(m->obs);
+        if (m->next_obs) cudaFreeHost(m->next_obs);
+        if (m->actions) cudaFreeHost(m->actions);
+        if (m->rewards) cudaFreeHost(m->rewards);
+        if (m->discounts) cudaFreeHost(m->discounts);
+        if (m->weights) cudaFreeHost(m->weights);
+    }
+    if (d->h_prio) cudaFreeHost(d->h_prio);
+    if (d->h_sc) cudaFreeHost(d->h_sc);
+    if (d->h_snap) cudaFreeHost(d->h_snap);
+    if (d->ev_copied) cudaEventDestroy(d->ev_copied);
+    if (d->ev_params) cudaEventDestroy(d->ev_params);
+    if (d->ev_shadow) cudaEventDestroy(d->ev_shadow);
+    if (d->ev_snap) cudaEventDestroy(d->ev_snap);
+    if (d->cs) cudaStreamDestroy(d->cs);
+    if (d->copy) cudaStreamDestroy(d->copy);
+    if (d->side) cudaStreamDestroy(d->side);
+    free(d->spec);
+    free(d);
+}
+
+size_t fl_cuda_dqn_num_params(const fl_cuda_dqn_t *d) { return d->n; }
+int fl_cuda_dqn_obs_dim(const fl_cuda_dqn_t *d) { return d->obs_dim; }
+int fl_cuda_dqn_num_slots(const fl_cuda_dqn_t *d) { return d->num_slots; }
+int fl_cuda_dqn_graphs(const fl_cuda_dqn_t *d) {
+    int n = 0;
+    for (int i = 0; i < d->num_graphs; i++) n += d->graphs[i].exec != NULL;
+    return n;
+}
+
+fl_status fl_cuda_dqn_slot(fl_cuda_dqn_t *d, int slot, fl_cuda_dqn_slot_t *out, fl_err_t *err) {
+    if (!d || !out) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL argument");
+    if (slot < 0 || slot >= d->num_slots)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: slot %d (expected 0..%d)", slot, d->num_slots - 1);
+    const slot_mem_t *m = &d->slots[slot];
+    *out = (fl_cuda_dqn_slot_t){m->obs, m->next_obs, m->actions, m->rewards, m->discounts, m->weights};
+    return FL_OK;
+}
+
+/* ---- parameters and optimizer state ------------------------------------------------- */
+
+static fl_status sync_cs(fl_cuda_dqn_t *d, fl_err_t *err) {
+    return cuda_check(cudaStreamSynchronize(d->cs), "cudaStreamSynchronize", err);
+}
+
+fl_status fl_cuda_dqn_set_params(fl_cuda_dqn_t *d, const float *online, const float *target, size_t count,
+                                 fl_err_t *err) {
+    if (!d || !online) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL parameters");
+    if (count != d->n)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: got %zu parameters, expected %zu", count, d->n);
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    const size_t bytes = d->n * sizeof(float);
+    FL_TRY(cuda_check(cudaMemcpyAsync(d->d_params, online, bytes, cudaMemcpyHostToDevice, d->cs),
+                      "cudaMemcpyAsync (parameters)", err));
+    FL_TRY(cuda_check(cudaMemcpyAsync(d->d_target, target ? target : online, bytes, cudaMemcpyHostToDevice, d->cs),
+                      "cudaMemcpyAsync (target parameters)", err));
+    return sync_cs(d, err);
+}
+
+fl_status fl_cuda_dqn_get_params(fl_cuda_dqn_t *d, int target, float *dst, size_t count, fl_err_t *err) {
+    if (!d || !dst) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL destination");
+    if (count != d->n)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: room for %zu parameters, expected %zu", count, d->n);
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    FL_TRY(cuda_check(cudaMemcpyAsync(dst, target ? d->d_target : d->d_params, d->n * sizeof(float),
+                                      cudaMemcpyDeviceToHost, d->cs),
+                      "cudaMemcpyAsync (parameters to host)", err));
+    return sync_cs(d, err);
+}
+
+fl_status fl_cuda_dqn_sync_target(fl_cuda_dqn_t *d, fl_err_t *err) {
+    if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object");
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    return cuda_check(cudaMemcpyAsync(d->d_target, d->d_params, d->n * sizeof(float), cudaMemcpyDeviceToDevice, d->cs),
+                      "cudaMemcpyAsync (target = online)", err);
+}
+
+size_t fl_cuda_dqn_optim_state_size(const fl_cuda_dqn_t *d) { return (size_t)d->opt_slots * d->n; }
+
+fl_status fl_cuda_dqn_get_optim_state(fl_cuda_dqn_t *d, float *state, size_t count, int64_t *steps, fl_err_t *err) {
+    if (!d || !state) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL state");
+    if (count != fl_cuda_dqn_optim_state_size(d))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: optimizer state of %zu floats, expected %zu", count,
+                          fl_cuda_dqn_optim_state_size(d));
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    FL_TRY(cuda_check(cudaMemcpyAsync(state, d->d_state, count * sizeof(float), cudaMemcpyDeviceToHost, d->cs),
+                      "cudaMemcpyAsync (optimizer state)", err));
+    FL_TRY(cuda_check(cudaMemcpyAsync(d->h_sc, d->d_sc, sizeof *d->h_sc, cudaMemcpyDeviceToHost, d->cs),
+                      "cudaMemcpyAsync (step count)", err));
+    FL_TRY(sync_cs(d, err));
+    if (steps) *steps = (int64_t)d->h_sc->steps;
+    return FL_OK;
+}
+
+fl_status fl_cuda_dqn_set_optim_state(fl_cuda_dqn_t *d, const float *state, size_t count, int64_t steps,
+                                      fl_err_t *err) {
+    if (!d || !state) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL state");
+    if (count != fl_cuda_dqn_optim_state_size(d))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: optimizer state of %zu floats, expected %zu", count,
+                          fl_cuda_dqn_optim_state_size(d));
+    if (steps < 0) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: step count %lld (expected >= 0)",
+                                     (long long)steps);
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    const long long t = (long long)steps;
+    FL_TRY(cuda_check(cudaMemcpyAsync(d->d_state, state, count * sizeof(float), cudaMemcpyHostToDevice, d->cs),
+                      "cudaMemcpyAsync (optimizer state)", err));
+    FL_TRY(cuda_check(cudaMemcpyAsync(&d->d_sc->steps, &t, sizeof t, cudaMemcpyHostToDevice, d->cs),
+                      "cudaMemcpyAsync (step count)", err));
+    return sync_cs(d, err); /* t and state must outlive the copies */
+}
+
+fl_status fl_cuda_dqn_set_lr(fl_cuda_dqn_t *d, float lr, fl_err_t *err) {
+    if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object");
+    if (!(lr >= 0) || lr > 3.0e38f)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: lr = %g (expected a finite value >= 0)", (double)lr);
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    d->hyper.lr = lr;
+    d->cfg.optim.lr = lr;
+    FL_TRY(cuda_check(cudaMemcpyAsync(d->d_hyper, &d->hyper, sizeof d->hyper, cudaMemcpyHostToDevice, d->cs),
+                      "cudaMemcpyAsync (hyperparameters)", err));
+    return sync_cs(d, err);
+}
+
+/* ---- the update ----------------------------------------------------------------------- */
+
+/* Q(x0) of the network with parameters p into q (B, A); keeps every activation. */
+static fl_status forward(fl_cuda_dqn_t *d, const float *p, int B, float *q, fl_err_t *err) {
+    for (int i = 0; i < d->num_layers; i++) {
+        glayer_t *l = &d->layers[i];
+        float *y = i == d->num_layers - 1 ? q : l->y;
+        switch (l->kind) {
+        case L_DENSE:
+            FL_TRY(fl_cuda_dense_forward(d->ctx, l->x, p + l->w_off, p + l->b_off, B, (int)l->in_size, l->units, y,
+                                         err));
+            break;
+        case L_RELU: FL_TRY(fl_cuda_relu_forward(l->x, y, (size_t)B * l->out_size, d->cs, err)); break;
+        case L_CONV: FL_TRY(fl_cuda_conv_forward(d->ctx, l->conv, l->x, p + l->w_off, p + l->b_off, y, err)); break;
+        case L_FLATTEN: break; /* y aliases x */
+        case L_DUELING:
+            FL_TRY(fl_cuda_dense_forward(d->ctx, l->x, p + l->w_off, p + l->b_off, B, (int)l->in_size, l->units + 1,
+                                         d->d_va, err));
+            FL_TRY(fl_cuda_dueling_combine_forward(d->d_va, B, l->units, y, d->cs, err));
+            break;
+        }
+    }
+    return FL_OK;
+}
+
+/* d_grads = dLoss/dparams of the online network from d_dq (B, A) and the activations of
+ * the last forward. The first layer computes no input gradient, as on the CPU. */
+static fl_status backward(fl_cuda_dqn_t *d, int B, fl_err_t *err) {
+    const float *p = d->d_params;
+    float *g = d->d_grads;
+    const float *dy = d->d_dq;
+    int which = 0;
+    for (int i = d->num_layers - 1; i >= 0; i--) {
+        glayer_t *l = &d->layers[i];
+        if (l->kind == L_FLATTEN) continue; /* the gradient passes through unchanged */
+        float *dx = i > 0 ? d->d_g[which] : NULL;
+        switch (l->kind) {
+        case L_DENSE:
+            FL_TRY(fl_cuda_dense_backward(d->ctx, l->x, p + l->w_off, dy, B, (int)l->in_size, l->units, dx,
+                                          g + l->w_off, g + l->b_off, err));
+            break;
+        case L_RELU:
+            if (dx) FL_TRY(fl_cuda_relu_backward(l->y, dy, dx, (size_t)B * l->out_size, d->cs, err));
+            break;
+        case L_CONV:
+            FL_TRY(fl_cuda_conv_backward(d->ctx, l->conv, l->x, p + l->w_off, dy, dx, g + l->w_off, g + l->b_off, err));
+            break;
+        case L_DUELING:
+            FL_TRY(fl_cuda_dueling_combine_backward(dy, B, l->units, d->d_dva, d->cs, err));
+            FL_TRY(fl_cuda_dense_backward(d->ctx, l->x, p + l->w_off, d->d_dva, B, (int)l->in_size, l->units + 1, dx,
+                                          g + l->w_off, g + l->b_off, err));
+            break;
+        case L_FLATTEN: break;
+        }
+        dy = dx;
+        which ^= 1;
+    }
+    return FL_OK;
+}
+
+static fl_status to_input(fl_cuda_dqn_t *d, const void *src, int B, fl_err_t *err) {
+    const int is_u8 = d->cfg.obs_dtype == FL_DTYPE_UINT8;
+    if (d->image)
+        return fl__cuda_obs_to_input(src, is_u8, B, d->img_c, d->img_h, d->img_w, 1, d->cfg.obs_scale,
+                                     d->cfg.input_scale, d->d_x0, d->cs, err);
+    return fl__cuda_obs_to_input(src, is_u8, B, d->obs_dim, 1, 1, 0, d->cfg.obs_scale, d->cfg.input_scale, d->d_x0,
+                                 d->cs, err);
+}
+
+/* Everything after the input copy, enqueued on cs (captured into a graph or not). */
+static fl_status enqueue_update(fl_cuda_dqn_t *d, int B, int apply, fl_err_t *err) {
+    FL_TRY(cuda_check(cudaMemsetAsync(&d->d_sc->sumsq, 0, sizeof(double), d->cs), "cudaMemsetAsync", err));
+    FL_TRY(to_input(d, d->d_next, B, err));
+    FL_TRY(forward(d, d->d_params, B, d->d_qno, err));
+    FL_TRY(forward(d, d->d_target, B, d->d_qnt, err));
+    FL_TRY(to_input(d, d->d_obs, B, err));
+    FL_TRY(forward(d, d->d_params, B, d->d_qo, err));
+    FL_TRY(fl_cuda_dqn_head(d->d_qno, d->d_qnt, d->d_qo, d->d_actions, d->d_rewards, d->d_discounts, d->d_weights, B,
+                            d->A, d->cfg.huber_delta, d->d_prio, d->d_dq, d->d_y, d->d_qt, d->d_sc, d->cs, err));
+    FL_TRY(backward(d, B, err));
+    FL_TRY(fl_cuda_sumsq(d->d_grads, d->n, d->d_sc, d->cs, err));
+    FL_TRY(fl_cuda_step_finalize(d->d_hyper, d->d_sc, 1, apply, d->cs, err));
+    if (apply)
+        FL_TRY(fl_cuda_optim_apply((int)d->cfg.optim.kind, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper,
+                                   d->d_sc, d->cs, err));
+    return FL_OK;
+}
+
+/* Convolutions set up for B; graphs dropped if the workspace moved. */
+static fl_status prepare_batch(fl_cuda_dqn_t *d, int B, fl_err_t *err) {
+    if (d->cur_batch != B) {
+        for (int i = 0; i < d->num_layers; i++)
+            if (d->layers[i].conv) FL_TRY(fl_cuda_conv_set_batch(d->ctx, d->layers[i].conv, B, err));
+        d->cur_batch = B;
+    }
+    const unsigned gen = fl_cuda_ctx_workspace_generation(d->ctx);
+    if (gen != d->ws_gen) {
+        drop_graphs(d);
+        d->ws_gen = gen;
+    }
+    return FL_OK;
+}
+
+/* A graph replays what it captured (the convolutions' algorithms included), so only
+ * eager runs and captures need the descriptors set for B. The first call for a (B,
+ * kind) runs eagerly and only the second is captured: the eager run is the warm-up that
+ * lets cuBLAS, cuDNN and the driver do their lazy first-use work (plans, module loading)
+ * outside the capture, where allocation and synchronization are not allowed. */
+static fl_status run_update(fl_cuda_dqn_t *d, int B, int apply, fl_err_t *err) {
+    graph_entry_t *g = NULL;
+    for (int i = 0; d->cfg.use_graph && i < d->num_graphs; i++)
+        if (d->graphs[i].B == B && d->graphs[i].apply == apply) g = &d->graphs[i];
+    if (g && g->exec) return cuda_check(cudaGraphLaunch(g->exec, d->cs), "cudaGraphLaunch", err);
+    FL_TRY(prepare_batch(d, B, err)); /* may drop every graph (the workspace moved) */
+    if (!d->cfg.use_graph) return enqueue_update(d, B, apply, err);
+    g = NULL;
+    for (int i = 0; i < d->num_graphs; i++)
+        if (d->graphs[i].B == B && d->graphs[i].apply == apply) g = &d->graphs[i];
+    if (!g) { /* first call: eager warm-up, remembered if there is room */
+        if (d->num_graphs < FL_CUDA_DQN_MAX_GRAPHS)
+            d->graphs[d->num_graphs++] = (graph_entry_t){.B = B, .apply = apply, .exec = NULL};
+        return enqueue_update(d, B, apply, err);
+    }
+    FL_TRY(cuda_check(cudaStreamBeginCapture(d->cs, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture", err));
+    fl_status st = enqueue_update(d, B, apply, err);
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(d->cs, &graph);
+    if (st != FL_OK) {
+        if (graph) cudaGraphDestroy(graph);
+        cudaGetLastError();
+        fl_err_prefix(err, "dqn_cuda: while capturing a graph");
+        return st;
+    }
+    FL_TRY(cuda_check(e, "cudaStreamEndCapture", err));
+    cudaGraphExec_t exec = NULL;
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    FL_TRY(cuda_check(e, "cudaGraphInstantiate", err));
+    g->exec = exec;
+    return cuda_check(cudaGraphLaunch(g->exec, d->cs), "cudaGraphLaunch", err);
+}
+
+/* Validates the slot, copies it to the device and runs the update. */
+static fl_status update(fl_cuda_dqn_t *d, int slot, int B, int apply, fl_err_t *err) {
+    if (slot < 0 || slot >= d->num_slots)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: slot %d (expected 0..%d)", slot, d->num_slots - 1);
+    if (B < 1 || B > d->max_batch)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: batch size %d (expected 1..%d)", B, d->max_batch);
+    const slot_mem_t *m = &d->slots[slot];
+    for (int i = 0; i < B; i++)
+        if (m->actions[i] < 0 || m->actions[i] >= d->A)
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: actions[%d] = %d (expected 0..%d)", i,
+                              (int)m->actions[i], d->A - 1);
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    const size_t ob = (size_t)B * (size_t)d->obs_dim * d->obs_elem, fb = (size_t)B * sizeof(float);
+    const struct {
+        void *dst;
+        const void *src;
+        size_t bytes;
+    } copies[6] = {{d->d_obs, m->obs, ob},
+                   {d->d_next, m->next_obs, ob},
+                   {d->d_actions, m->actions, (size_t)B * sizeof(int32_t)},
+                   {d->d_rewards, m->rewards, fb},
+                   {d->d_discounts, m->discounts, fb},
+                   {d->d_weights, m->weights, fb}};
+    for (int i = 0; i < 6; i++)
+        FL_TRY(cuda_check(cudaMemcpyAsync(copies[i].dst, copies[i].src, copies[i].bytes, cudaMemcpyHostToDevice,
+                                          d->copy),
+                          "cudaMemcpyAsync (batch to device)", err));
+    FL_TRY(cuda_check(cudaEventRecord(d->ev_copied, d->copy), "cudaEventRecord", err));
+    FL_TRY(cuda_check(cudaStreamWaitEvent(d->cs, d->ev_copied, 0), "cudaStreamWaitEvent", err));
+    return run_update(d, B, apply, err);
+}
+
+/* Copies priorities and scalars back, waits, and fills the caller's outputs. */
+static fl_status finish(fl_cuda_dqn_t *d, int B, float *priorities, fl_cuda_dqn_stats_t *stats, float *grads,
+                        fl_err_t *err) {
+    FL_TRY(cuda_check(cudaMemcpyAsync(d->h_prio, d->d_prio, (size_t)B * sizeof(float), cudaMemcpyDeviceToHost, d->cs),
+                      "cudaMemcpyAsync (priorities)", err));
+    FL_TRY(cuda_check(cudaMemcpyAsync(d->h_sc, d->d_sc, sizeof *d->h_sc, cudaMemcpyDeviceToHost, d->cs),
+                      "cudaMemcpyAsync (statistics)", err));
+    if (grads)
+        FL_TRY(cuda_check(cudaMemcpyAsync(grads, d->d_grads, d->n * sizeof(float), cudaMemcpyDeviceToHost, d->cs),
+                          "cudaMemcpyAsync (gradient)", err));
+    FL_TRY(sync_cs(d, err));
+    if (priorities) memcpy(priorities, d->h_prio, (size_t)B * sizeof(float));
+    const fl_cuda_step_scalars_t *sc = d->h_sc;
+    if (stats) {
+        stats->loss = sc->loss;
+        stats->grad_norm = sc->grad_norm;
+        stats->mean_q = sc->mean_q;
+    }
+    if (sc->bad)
+        return fl_err_set(err, FL_OUT_OF_RANGE, "dqn_cuda: non-finite loss %g or gradient norm %g", (double)sc->loss,
+                          (double)sc->grad_norm);
+    return FL_OK;
+}
+
+fl_status fl_cuda_dqn_step(fl_cuda_dqn_t *d, int slot, int B, float *priorities, fl_cuda_dqn_stats_t *stats,
+                           fl_err_t *err) {
+    if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object");
+    FL_TRY(update(d, slot, B, 1, err));
+    return finish(d, B, priorities, stats, NULL, err);
+}
+
+fl_status fl_cuda_dqn_compute(fl_cuda_dqn_t *d, int slot, int B, float *grads, float *priorities,
+                              fl_cuda_dqn_stats_t *stats, fl_err_t *err) {
+    if (!d || !grads) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object or gradient buffer");
+    FL_TRY(update(d, slot, B, 0, err));
+    return finish(d, B, priorities, stats, grads, err);
+}
+
+fl_status fl_cuda_dqn_apply(fl_cuda_dqn_t *d, const float *grads, float *grad_norm, fl_err_t *err) {
+    if (!d || !grads) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object or gradient");
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    FL_TRY(cuda_check(cudaMemcpyAsync(d->d_grads, grads, d->n * sizeof(float), cudaMemcpyHostToDevice, d->cs),
+                      "cudaMemcpyAsync (gradient to device)", err));
+    FL_TRY(cuda_check(cudaMemsetAsync(&d->d_sc->sumsq, 0, sizeof(double), d->cs), "cudaMemsetAsync", err));
+    FL_TRY(fl_cuda_sumsq(d->d_grads, d->n, d->d_sc, d->cs, err));
+    FL_TRY(fl_cuda_step_finalize(d->d_hyper, d->d_sc, 0, 1, d->cs, err));
+    FL_TRY(fl_cuda_optim_apply((int)d->cfg.optim.kind, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper, d->d_sc,
+                               d->cs, err));
+    FL_TRY(cuda_check(cudaMemcpyAsync(d->h_sc, d->d_sc, sizeof *d->h_sc, cudaMemcpyDeviceToHost, d->cs),
+                      "cudaMemcpyAsync (statistics)", err));
+    FL_TRY(sync_cs(d, err));
+    if (grad_norm) *grad_norm = d->h_sc->grad_norm;
+    if (d->h_sc->bad)
+        return fl_err_set(err, FL_OUT_OF_RANGE, "dqn_cuda: non-finite gradient norm %g", (double)d->h_sc->grad_norm);
+    return FL_OK;
+}
+
+fl_status fl_cuda_dqn_last_targets(fl_cuda_dqn_t *d, float *y, float *q_taken, int B, fl_err_t *err) {
+    if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object");
+    if (B < 1 || B > d->max_batch)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: batch size %d (expected 1..%d)", B, d->max_batch);
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    if (y)
+        FL_TRY(cuda_check(cudaMemcpyAsync(y, d->d_y, (size_t)B * sizeof(float), cudaMemcpyDeviceToHost, d->cs),
+                          "cudaMemcpyAsync (targets)", err));
+    if (q_taken)
+        FL_TRY(cuda_check(cudaMemcpyAsync(q_taken, d->d_qt, (size_t)B * sizeof(float), cudaMemcpyDeviceToHost, d->cs),
+                          "cudaMemcpyAsync (q taken)", err));
+    return sync_cs(d, err);
+}
+
+/* ---- snapshots ------------------------------------------------------------------------- */
+
+fl_status fl_cuda_dqn_snapshot_begin(fl_cuda_dqn_t *d, fl_err_t *err) {
+    if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object");
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    const size_t bytes = d->n * sizeof(float);
+    FL_TRY(cuda_check(cudaEventRecord(d->ev_params, d->cs), "cudaEventRecord", err));
+    FL_TRY(cuda_check(cudaStreamWaitEvent(d->side, d->ev_params, 0), "cudaStreamWaitEvent", err));
+    FL_TRY(cuda_check(cudaMemcpyAsync(d->d_shadow, d->d_params, bytes, cudaMemcpyDeviceToDevice, d->side),
+                      "cudaMemcpyAsync (snapshot)", err));
+    FL_TRY(cuda_check(cudaEventRecord(d->ev_shadow, d->side), "cudaEventRecord", err));
+    /* the next update may change the parameters only once the shadow copy is taken */
+    FL_TRY(cuda_check(cudaStreamWaitEvent(d->cs, d->ev_shadow, 0), "cudaStreamWaitEvent", err));
+    FL_TRY(cuda_check(cudaMemcpyAsync(d->h_snap, d->d_shadow, bytes, cudaMemcpyDeviceToHost, d->side),
+                      "cudaMemcpyAsync (snapshot to host)", err));
+    FL_TRY(cuda_check(cudaEventRecord(d->ev_snap, d->side), "cudaEventRecord", err));
+    d->snap_started = 1;
+    return FL_OK;
+}
+
+fl_status fl_cuda_dqn_snapshot_poll(fl_cuda_dqn_t *d, const float **host, int *ready, fl_err_t *err) {
+    if (!d || !host || !ready) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL argument");
+    *host = NULL;
+    *ready = 0;
+    if (!d->snap_started) return fl_err_set(err, FL_FAILED_PRECONDITION, "dqn_cuda: no snapshot begun");
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    cudaError_t e = cudaEventQuery(d->ev_snap);
+    if (e == cudaErrorNotReady) {
+        cudaGetLastError(); /* not an error: keep it out of the next launch check */
+        return FL_OK;
+    }
+    FL_TRY(cuda_check(e, "cudaEventQuery (snapshot)", err));
+    *host = d->h_snap;
+    *ready = 1;
+    return FL_OK;
+}
