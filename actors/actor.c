@@ -434,7 +434,8 @@ fl_status fl_actor_run(const fl_config_t *cfg, int index, const char *replay_add
     s = fl_replay_writer_create(a.replay, a.st.stream_id, &spec,
                                 fl_actor_batches_per_call(a.obs_bytes, cfg->actor_local_buffer), &a.writer, err);
     if (s != FL_OK) goto done;
-    s = fl_param_client_create(param_addr, &a.params, err);
+    fl_param_client_opts_t po = {.bf16 = cfg->actor_fetch_bf16 != 0};
+    s = fl_param_client_create_opts(param_addr, &po, &a.params, err);
     if (s != FL_OK) goto done;
     s = fl_reporter_create(control_addr, "actor", (uint32_t)index, cfg->run_progress_every / 2.0, &a.reporter, err);
     if (s != FL_OK) goto done;

@@ -38,8 +38,9 @@ typedef struct verb {
     "  --control ADDR           the launcher's Control service to report to (optional)\n"
 
 static const verb_t verbs[] = {
-    {"run", "launch a whole fleet on this machine and supervise it",
+    {"run", "launch a whole fleet (on this machine, or under mpirun on many) and supervise it",
      "usage: fleet run [CONFIG.ini] [--config FILE] [--set SECTION.KEY=VALUE]...\n"
+     "       mpirun -np K fleet run CONFIG.ini        (a fleet across hosts; docs/multi-host.md)\n"
      "Reads the experiment, prints the role plan, starts every role as its own process (replay\n"
      "shards, parameter servers, learners, actors) talking gRPC over loopback, prints one\n"
      "progress line per run.progress_every seconds and writes runs/<name>/ (config.ini,\n"
@@ -47,7 +48,11 @@ static const verb_t verbs[] = {
      "the last 100 episodes reaches run.target_return; a child that dies is reported with its\n"
      "role and exit status and the fleet is stopped.\n"
      "Options:\n" COMMON_OPTS
-     "  --dry-run                print the role plan and the effective config, start nothing\n",
+     "  --dry-run                print the role plan and the effective config, start nothing\n"
+     "  --print-mpirun           print the mpirun command (rank count) for this config\n"
+     "  --hostfile FILE          with --print-mpirun: the Open MPI hostfile to name\n"
+     "  --role ROLE              under mpirun, MPMD form: this app context's role (launcher, replay,\n"
+     "                           paramserver, learner, actor); the counts then come from the ranks\n",
      fl_verb_run},
     {"replay", "serve one prioritized replay shard",
      "usage: fleet replay [--listen ADDR] [--shard N] [--ready-fd FD] [--control ADDR] [--restore PATH] [--config FILE] [--set K=V]...\n"

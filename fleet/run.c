@@ -44,26 +44,23 @@
 #include "envs/plugin.h"
 #include "fleet.pb-c.h"
 #include "fleet/cli.h"
+#include "fleet/launch.h"
+#include "fleet/proc.h"
 #include "fleet/verbs.h"
 #include "paramserver/client.h"
 #include "replay/client.h"
 
 #define RETURN_WINDOW 100
-
-typedef struct child {
-    char role[16];
-    int index;
-    pid_t pid;
-    char addr[256];
-    int running;
-    int status;
-} child_t;
+/* The parameter servers' staleness histogram (fl_param_info_t.staleness_hist). */
+#define STALENESS_BUCKETS 8
+static const char *const staleness_names[STALENESS_BUCKETS] = {"0", "1", "2", "3-4", "5-8", "9-16", "17-32", "33+"};
 
 /* What the roles report, aggregated under a lock by the Control handler. */
 typedef struct role_state {
     int seen;
     uint64_t env_steps, episodes, acked, version, learner_steps, samples;
     double loss, wait_fraction, epsilon;
+    uint64_t last_env, last_steps, last_samples; /* at the previous progress line */
 } role_state_t;
 
 typedef struct fleet_state {
@@ -134,163 +131,6 @@ static double mean_return(fleet_state_t *fs, uint64_t *count) {
     return s / (double)n;
 }
 
-/* ------------------------------------------------------------ children ---- */
-
-static char g_self[4096];
-
-/* Starts `fleet ROLE args...`; with want_ready, *ready_fd gets the pipe on which the
- * child writes its address (its fd 3). */
-static int spawn_start(child_t *c, const char *role, int index, char *const extra[], int want_ready, int *ready_fd) {
-    snprintf(c->role, sizeof c->role, "%s", role);
-    c->index = index;
-    c->addr[0] = '\0';
-    *ready_fd = -1;
-    int fds[2] = {-1, -1};
-    if (want_ready && pipe(fds) != 0) return -1;
-    char *argv[32];
-    int n = 0;
-    argv[n++] = "fleet";
-    argv[n++] = (char *)role;
-    for (int i = 0; extra[i] && n < 28; i++) argv[n++] = extra[i];
-    if (want_ready) {
-        argv[n++] = "--ready-fd";
-        argv[n++] = "3";
-    }
-    argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid < 0) {
-        if (want_ready) {
-            close(fds[0]);
-            close(fds[1]);
-        }
-        return -1;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        setpgid(0, 0);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        if (want_ready) {
-            if (fds[1] != 3) {
-                dup2(fds[1], 3);
-            }
-            close_range(4, ~0U, 0);
-        } else {
-            close_range(3, ~0U, 0);
-        }
-        execv(g_self, argv);
-        _exit(127);
-    }
-    c->pid = pid;
-    c->running = 1;
-    if (!want_ready) return 0;
-    close(fds[1]);
-    *ready_fd = fds[0];
-    return 0;
-}
-
-/* Waits (up to timeout_s) for the child to write its address on ready_fd, which it
- * closes. */
-static int spawn_wait(child_t *c, int ready_fd, double timeout_s) {
-    size_t got = 0;
-    double until = fl_clock_sec() + timeout_s;
-    int ok = 0;
-    while (fl_clock_sec() < until && !fl_stop_requested()) {
-        struct pollfd p = {ready_fd, POLLIN, 0};
-        int r = poll(&p, 1, 100);
-        if (r < 0 && errno != EINTR) break;
-        if (r <= 0) continue;
-        ssize_t k = read(ready_fd, c->addr + got, sizeof c->addr - 1 - got);
-        if (k <= 0) break; /* EOF: the child closed the pipe or died */
-        got += (size_t)k;
-        c->addr[got] = '\0';
-        char *nl = strchr(c->addr, '\n');
-        if (nl) {
-            *nl = '\0';
-            ok = 1;
-            break;
-        }
-    }
-    close(ready_fd);
-    return ok ? 0 : -1;
-}
-
-/* Starts `fleet ROLE args...`; with want_ready, waits (up to timeout_s) for the child to
- * write its address on fd 3. */
-static int spawn(child_t *c, const char *role, int index, char *const extra[], int want_ready, double timeout_s) {
-    int fd = -1;
-    if (spawn_start(c, role, index, extra, want_ready, &fd) != 0) return -1;
-    return want_ready ? spawn_wait(c, fd, timeout_s) : 0;
-}
-
-static void describe_status(int status, char *buf, size_t len) {
-    if (WIFEXITED(status))
-        snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
-    else if (WIFSIGNALED(status))
-        snprintf(buf, len, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
-    else
-        snprintf(buf, len, "stopped (status 0x%x)", status);
-}
-
-/* Reaps exited children; returns the first one that exited (or NULL). */
-static child_t *reap(child_t *kids, int n) {
-    child_t *first = NULL;
-    for (;;) {
-        int status;
-        pid_t pid = waitpid(-1, &status, WNOHANG);
-        if (pid <= 0) break;
-        for (int i = 0; i < n; i++) {
-            if (kids[i].pid == pid && kids[i].running) {
-                kids[i].running = 0;
-                kids[i].status = status;
-                if (!first) first = &kids[i];
-            }
-        }
-    }
-    return first;
-}
-
-/* SIGTERM to every running child whose role is in `roles`, then waits up to grace_s. */
-static void stop_roles(child_t *kids, int n, const char *roles, double grace_s) {
-    for (int i = 0; i < n; i++)
-        if (kids[i].running && strstr(roles, kids[i].role)) kill(kids[i].pid, SIGTERM);
-    double until = fl_clock_sec() + grace_s;
-    for (;;) {
-        reap(kids, n);
-        int left = 0;
-        for (int i = 0; i < n; i++)
-            if (kids[i].running && strstr(roles, kids[i].role)) left++;
-        if (!left) return;
-        if (fl_clock_sec() > until) break;
-        fl_sleep_sec(0.02);
-    }
-    for (int i = 0; i < n; i++) {
-        if (kids[i].running && strstr(roles, kids[i].role)) {
-            FL_WARN("%s %d (pid %d) did not stop within %.0f s: killing it", kids[i].role, kids[i].index,
-                    (int)kids[i].pid, grace_s);
-            kill(kids[i].pid, SIGKILL);
-            int status;
-            waitpid(kids[i].pid, &status, 0);
-            kids[i].running = 0;
-            kids[i].status = status;
-        }
-    }
-}
-
-static int mkdir_p(const char *path) {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-    return 0;
-}
-
 static void print_plan(const fl_config_t *c, const char *cfg_file, const char *dir, const fl_env_def_t *env) {
     printf("fleet run: experiment '%s'%s%s%s, seed %lld, output %s/\n", c->run_name, cfg_file[0] ? " (" : "",
            cfg_file, cfg_file[0] ? ")" : "", (long long)c->run_seed, dir);
@@ -337,218 +177,137 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
     fflush(stdout);
 }
 
-int fl_verb_run(int argc, char **argv) {
+void fl_launch_print_plan(const fl_config_t *cfg, const char *cfg_file, const fl_env_def_t *env) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s", cfg->run_out_dir, cfg->run_name);
+    print_plan(cfg, cfg_file, dir, env);
+}
+
+/* ------------------------------------------------------------ the launch ---- */
+
+struct fl_launch {
     fl_config_t cfg;
-    fl_config_defaults(&cfg);
     char cfg_file[256];
-    int dry_run = 0;
-    fl_opt_t opts[] = {{"--dry-run", FL_OPT_FLAG, &dry_run}};
-    int rc = fl_cli_parse("run", argc, argv, &cfg, opts, 1, cfg_file, sizeof cfg_file);
-    if (rc) return rc;
-    fl_cli_setup_logging(&cfg, "run", -1);
-    if (cfg.learner_count != 1 || cfg.paramserver_shards != 1) {
-        fprintf(stderr,
-                "fleet run: learner.count and paramserver.shards must be 1 on one machine for now (got %lld, %lld)\n",
-                (long long)cfg.learner_count, (long long)cfg.paramserver_shards);
-        return 2;
-    }
-    if (strcmp(cfg.learner_mode, "apex") != 0) {
-        fprintf(stderr, "fleet run: learner.mode = %s is not built yet (expected apex)\n", cfg.learner_mode);
-        return 2;
-    }
+    char dir[600], cfg_path[700], csv_path[700], roles_path[700], summary_path[700];
+    fleet_state_t fs;
+    fl_rpc_server_t *control;
+    char control_addr[300];
+    double t_start;
+};
+
+const fl_config_t *fl_launch_config(const fl_launch_t *L) { return &L->cfg; }
+const char *fl_launch_config_path(const fl_launch_t *L) { return L->cfg_path; }
+const char *fl_launch_control_addr(const fl_launch_t *L) { return L->control_addr; }
+const char *fl_launch_dir(const fl_launch_t *L) { return L->dir; }
+
+void fl_launch_destroy(fl_launch_t *L) {
+    if (!L) return;
+    fl_rpc_server_destroy(L->control);
+    free(L->fs.actors);
+    free(L->fs.learners);
+    pthread_mutex_destroy(&L->fs.mu);
+    free(L);
+}
+
+int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *control_host, fl_launch_t **out) {
+    *out = NULL;
     /* The env every role will open (plugin, wrappers): checked here so that a mistake
      * stops the run before any process starts. */
     fl_wrapped_env_t *wenv = NULL;
-    fl_err_t env_err;
-    fl_err_init(&env_err);
-    if (fl_env_from_config(&cfg, &wenv, &env_err) != FL_OK) {
-        fprintf(stderr, "fleet run: %s\n", env_err.msg);
-        return 2;
-    }
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/%s", cfg.run_out_dir, cfg.run_name);
-    print_plan(&cfg, cfg_file, dir, fl_wrapped_env_info(wenv));
-    fl_wrapped_env_destroy(wenv);
-    if (dry_run) {
-        fl_config_dump(&cfg, stdout);
-        return 0;
-    }
-    if (mkdir_p(dir) != 0) {
-        fprintf(stderr, "fleet run: cannot create the run folder '%s': %s\n", dir, strerror(errno));
-        return 1;
-    }
-    char cfg_path[700], csv_path[700], summary_path[700], addrs_path[700];
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.ini", dir);
-    snprintf(addrs_path, sizeof addrs_path, "%s/replay_addrs.txt", dir);
-    snprintf(csv_path, sizeof csv_path, "%s/metrics.csv", dir);
-    snprintf(summary_path, sizeof summary_path, "%s/summary.txt", dir);
     fl_err_t err;
     fl_err_init(&err);
-    if (fl_config_write_file(&cfg, cfg_path, &err) != FL_OK) {
+    if (fl_env_from_config(cfg, &wenv, &err) != FL_OK) {
         fprintf(stderr, "fleet run: %s\n", err.msg);
+        return 2;
+    }
+    fl_launch_t *L = calloc(1, sizeof *L);
+    if (!L) {
+        fl_wrapped_env_destroy(wenv);
+        fprintf(stderr, "fleet run: out of memory\n");
         return 1;
     }
-    ssize_t sl = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
-    if (sl <= 0) {
-        fprintf(stderr, "fleet run: cannot find its own executable: %s\n", strerror(errno));
+    L->cfg = *cfg;
+    snprintf(L->cfg_file, sizeof L->cfg_file, "%s", cfg_file);
+    pthread_mutex_init(&L->fs.mu, NULL);
+    snprintf(L->dir, sizeof L->dir, "%s/%s", cfg->run_out_dir, cfg->run_name);
+    print_plan(cfg, cfg_file, L->dir, fl_wrapped_env_info(wenv));
+    fl_wrapped_env_destroy(wenv);
+    L->fs.n_actors = (int)cfg->actor_count;
+    L->fs.n_learners = (int)cfg->learner_count;
+    L->fs.actors = calloc((size_t)L->fs.n_actors, sizeof *L->fs.actors);
+    L->fs.learners = calloc((size_t)L->fs.n_learners, sizeof *L->fs.learners);
+    if (!L->fs.actors || !L->fs.learners) {
+        fprintf(stderr, "fleet run: out of memory\n");
+        fl_launch_destroy(L);
         return 1;
     }
-    g_self[sl] = '\0';
-    fl_stop_install();
-
-    fleet_state_t fs;
-    memset(&fs, 0, sizeof fs);
-    pthread_mutex_init(&fs.mu, NULL);
-    fs.n_actors = (int)cfg.actor_count;
-    fs.n_learners = (int)cfg.learner_count;
-    fs.actors = calloc((size_t)fs.n_actors, sizeof *fs.actors);
-    fs.learners = calloc((size_t)fs.n_learners, sizeof *fs.learners);
-
+    if (fl_proc_mkdir_p(L->dir) != 0) {
+        fprintf(stderr, "fleet run: cannot create the run folder '%s': %s\n", L->dir, strerror(errno));
+        fl_launch_destroy(L);
+        return 1;
+    }
+    snprintf(L->cfg_path, sizeof L->cfg_path, "%s/config.ini", L->dir);
+    snprintf(L->csv_path, sizeof L->csv_path, "%s/metrics.csv", L->dir);
+    snprintf(L->roles_path, sizeof L->roles_path, "%s/roles.csv", L->dir);
+    snprintf(L->summary_path, sizeof L->summary_path, "%s/summary.txt", L->dir);
+    if (fl_config_write_file(cfg, L->cfg_path, &err) != FL_OK) {
+        fprintf(stderr, "fleet run: %s\n", err.msg);
+        fl_launch_destroy(L);
+        return 1;
+    }
     /* Control service for the roles' reports. */
-    fl_rpc_server_t *control = NULL;
-    char control_addr[300];
     int port = 0;
     char bind[300];
-    snprintf(bind, sizeof bind, "%s:0", cfg.run_bind_host);
-    fl_rpc_server_opts_t so = {.threads = 1, .prepost = 8};
-    if (fl_rpc_server_create(&so, &control, &err) != FL_OK ||
-        fl_rpc_server_add_unary(control, "/fleet.Control/Report", on_report, &fs) != FL_OK ||
-        fl_rpc_server_bind(control, bind, &port, &err) != FL_OK || fl_rpc_server_start(control, &err) != FL_OK) {
-        fprintf(stderr, "fleet run: cannot start the control service: %s\n", err.msg);
-        fl_rpc_server_destroy(control);
+    snprintf(bind, sizeof bind, "%s:0", control_host);
+    fl_rpc_server_opts_t so = {.threads = 2, .prepost = 16};
+    if (fl_rpc_server_create(&so, &L->control, &err) != FL_OK ||
+        fl_rpc_server_add_unary(L->control, "/fleet.Control/Report", on_report, &L->fs) != FL_OK ||
+        fl_rpc_server_bind(L->control, bind, &port, &err) != FL_OK || fl_rpc_server_start(L->control, &err) != FL_OK) {
+        fprintf(stderr, "fleet run: cannot start the control service on %s: %s\n", bind, err.msg);
+        fl_launch_destroy(L);
         return 1;
     }
-    snprintf(control_addr, sizeof control_addr, "%s:%d", cfg.run_bind_host, port);
+    snprintf(L->control_addr, sizeof L->control_addr, "%s:%d", control_host, port);
+    L->t_start = fl_clock_sec();
+    *out = L;
+    return 0;
+}
 
-    int nkids = (int)(cfg.replay_shards + cfg.paramserver_shards + cfg.learner_count + cfg.actor_count);
-    child_t *kids = calloc((size_t)nkids, sizeof *kids);
-    int k = 0;
-    int exit_code = 0;
-    char reason[256] = "";
-    double t_start = fl_clock_sec();
+/* Sums the parameter servers' Info (versions: the minimum over shards). */
+static void param_info_all(fl_param_client_t *ps, fl_param_info_t *sum) {
+    if (!ps) return;
+    int P = fl_param_num_shards(ps);
+    fl_param_info_t acc;
+    memset(&acc, 0, sizeof acc);
+    for (int s = 0; s < P; s++) {
+        fl_param_info_t in;
+        if (fl_param_info_shard(ps, s, 1000, &in, NULL) != FL_OK) return; /* keep the last complete figures */
+        acc.version = s == 0 || in.version < acc.version ? in.version : acc.version;
+        acc.publishes += in.publishes;
+        acc.fetches += in.fetches;
+        acc.fetches_with_params += in.fetches_with_params;
+        acc.pushes_applied += in.pushes_applied;
+        acc.pushes_dropped += in.pushes_dropped;
+        acc.waits += in.waits;
+        acc.push_bytes += in.push_bytes;
+        acc.wait_timeouts += in.wait_timeouts;
+        for (int b = 0; b < STALENESS_BUCKETS; b++) acc.staleness_hist[b] += in.staleness_hist[b];
+    }
+    *sum = acc;
+}
 
-    /* Services first: replay shards 0 .. R-1, then the parameter server; their addresses
-     * are the actors' and learners' arguments. */
-    const int R = (int)cfg.replay_shards;
-    char idx[32];
-    char *svc_args[] = {"--config", cfg_path, "--shard", idx, "--control", control_addr, NULL};
-    /* All services start at once (each argv is copied by fork); then their addresses are
-     * read in order. */
-    int failed_start = 0, failed_at = 0;
-    int *ready = malloc((size_t)(R + 1) * sizeof *ready);
-    if (!kids || !ready) {
-        fprintf(stderr, "fleet run: out of memory for %d children\n", nkids);
-        free(ready);
-        free(kids);
-        free(fs.actors);
-        free(fs.learners);
-        fl_rpc_server_destroy(control);
-        return 1;
-    }
-    for (int r = 0; r <= R; r++) ready[r] = -1;
-    for (int r = 0; r <= R && !failed_start; r++) {
-        snprintf(idx, sizeof idx, "%d", r < R ? r : 0);
-        if (spawn_start(&kids[k++], r < R ? "replay" : "paramserver", r < R ? r : 0, svc_args, 1, &ready[r]) != 0) {
-            failed_start = 1;
-            failed_at = k - 1;
-        }
-    }
-    double ready_until = fl_clock_sec() + 60;
-    for (int r = 0; r <= R; r++) {
-        if (ready[r] < 0) continue;
-        if (!failed_start) {
-            double left = ready_until - fl_clock_sec();
-            if (spawn_wait(&kids[r], ready[r], left > 0 ? left : 0) != 0) {
-                failed_start = 1;
-                failed_at = r;
-            }
-        } else {
-            close(ready[r]);
-        }
-    }
-    free(ready);
-    if (failed_start) {
-        child_t *c = &kids[failed_at];
-        /* A role that closed its ready pipe without an address is usually exiting: give
-         * it a moment so that its exit status, not a guess, is reported. */
-        for (int w = 0; w < 100; w++) {
-            reap(kids, nkids);
-            int any_dead = 0;
-            for (int i = 0; i < nkids; i++) any_dead |= kids[i].pid && !kids[i].running;
-            if (any_dead) break;
-            fl_sleep_sec(0.02);
-        }
-        char st[128] = "did not report its address";
-        for (int i = 0; i < nkids; i++)
-            if (kids[i].pid && !kids[i].running) {
-                c = &kids[i];
-                describe_status(c->status, st, sizeof st);
-            }
-        if (fl_stop_requested())
-            snprintf(reason, sizeof reason, "interrupted while starting");
-        else
-            snprintf(reason, sizeof reason, "%s %d (pid %d) %s while starting", c->role, c->index, (int)c->pid, st);
-        exit_code = fl_stop_requested() ? 130 : 1;
-    }
-    /* The replay shards' addresses in shard order: inline when they fit in an option,
-     * else in a file passed as @FILE. */
-    size_t list_len = 0;
-    for (int r = 0; r < R; r++) list_len += strlen(kids[r].addr) + 1;
-    char *replay_list = calloc(list_len + 1, 1);
-    char replay_arg[256] = "";
-    if (replay_list) {
-        for (int r = 0; r < R; r++) {
-            if (r) strcat(replay_list, ",");
-            strcat(replay_list, kids[r].addr);
-        }
-    }
-    if (!exit_code && !replay_list) {
-        snprintf(reason, sizeof reason, "out of memory for the replay addresses");
-        exit_code = 1;
-    }
-    if (!exit_code) {
-        if (strlen(replay_list) < sizeof replay_arg) {
-            snprintf(replay_arg, sizeof replay_arg, "%s", replay_list);
-        } else {
-            FILE *af = fopen(addrs_path, "w");
-            int ok = af && fprintf(af, "%s\n", replay_list) > 0;
-            if (af && fclose(af) != 0) ok = 0;
-            if (!ok || strlen(addrs_path) + 1 >= sizeof replay_arg) {
-                snprintf(reason, sizeof reason, "cannot pass the replay addresses in %.200s", addrs_path);
-                exit_code = 1;
-            } else {
-                snprintf(replay_arg, sizeof replay_arg, "@%s", addrs_path);
-            }
-        }
-    }
-    char *ps_addr = kids[R].addr;
-    if (!exit_code) {
-        if (R == 1)
-            printf("  services     replay %s, paramserver %s, control %s\n", replay_arg, ps_addr, control_addr);
-        else if (replay_arg[0] != '@')
-            printf("  services     replay shards %s, paramserver %s, control %s\n", replay_arg, ps_addr, control_addr);
-        else
-            printf("  services     replay %d shards (addresses in %s), paramserver %s, control %s\n", R, addrs_path,
-                   ps_addr, control_addr);
-        fflush(stdout);
-        char lidx[32];
-        snprintf(lidx, sizeof lidx, "0");
-        char *learner_args[] = {"--config",      cfg_path, "--index",   lidx,         "--replay", replay_arg,
-                                "--paramserver", ps_addr,  "--control", control_addr, NULL};
-        spawn(&kids[k++], "learner", 0, learner_args, 0, 0);
-        for (int a = 0; a < cfg.actor_count; a++) {
-            char aidx[32];
-            snprintf(aidx, sizeof aidx, "%d", a);
-            char *actor_args[] = {"--config",      cfg_path, "--index",   aidx,         "--replay", replay_arg,
-                                  "--paramserver", ps_addr,  "--control", control_addr, NULL};
-            spawn(&kids[k++], "actor", a, actor_args, 0, 0);
-        }
-    }
-
+int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_list, const fl_launch_ops_t *ops,
+                      void *ctx, int exit_code, const char *reason_in) {
+    const fl_config_t *cfg = &L->cfg;
+    fleet_state_t *fs = &L->fs;
+    char reason[512];
+    snprintf(reason, sizeof reason, "%s", reason_in ? reason_in : "");
+    const int R = (int)cfg->replay_shards;
+    int gorila = strcmp(cfg->learner_mode, "gorila") == 0;
     fl_replay_sharded_t *rc_client = NULL;
     fl_replay_info_t *shard_info = calloc((size_t)R, sizeof *shard_info);
     fl_param_client_t *ps_client = NULL;
-    FILE *csv = NULL;
+    FILE *csv = NULL, *roles = NULL;
     uint64_t last_inserted = 0, last_env = 0, last_learner = 0, last_samples = 0;
     double last_t = fl_clock_sec();
     fl_replay_info_t rinfo;
@@ -559,25 +318,30 @@ int fl_verb_run(int argc, char **argv) {
     double mret = 0;
     if (!exit_code) {
         fl_replay_sharded_create(replay_list, 0, &rc_client, NULL);
-        fl_param_client_create(ps_addr, &ps_client, NULL);
-        csv = fopen(csv_path, "w");
+        fl_param_client_create(ps_list, &ps_client, NULL);
+        csv = fopen(L->csv_path, "w");
         if (csv) {
             fprintf(csv, "time_s,env_steps,env_steps_per_s,episodes,mean_return_100,replay_size,replay_inserted,"
                          "replay_inserts_per_s,learner_steps,learner_steps_per_s,samples_per_s,loss,wait_fraction,"
-                         "param_version,version_lag\n");
+                         "param_version,version_lag,pushes_applied,pushes_dropped");
+            for (int b = 0; b < STALENESS_BUCKETS; b++)
+                fprintf(csv, ",staleness_%s", staleness_names[b]);
+            fprintf(csv, "\n");
             fflush(csv);
         }
-        double next = fl_clock_sec() + cfg.run_progress_every;
+        roles = fopen(L->roles_path, "w");
+        if (roles) {
+            fprintf(roles, "time_s,role,index,env_steps,env_steps_per_s,param_version,version_lag,learner_steps,"
+                           "learner_steps_per_s,samples_per_s,loss\n");
+            fflush(roles);
+        }
+        double next = fl_clock_sec() + cfg->run_progress_every;
         while (!exit_code) {
             if (fl_stop_requested()) {
                 snprintf(reason, sizeof reason, "interrupted (signal %d)", fl_stop_signal());
                 break;
             }
-            child_t *dead = reap(kids, nkids);
-            if (dead) {
-                char st[128];
-                describe_status(dead->status, st, sizeof st);
-                snprintf(reason, sizeof reason, "%s %d (pid %d) %s", dead->role, dead->index, (int)dead->pid, st);
+            if (ops->dead(ctx, reason, sizeof reason)) {
                 FL_ERROR("%s: stopping the fleet", reason);
                 exit_code = 1;
                 break;
@@ -587,114 +351,157 @@ int fl_verb_run(int argc, char **argv) {
                 fl_sleep_sec(fmin(0.05, next - now));
                 continue;
             }
-            next += cfg.run_progress_every;
-            if (next < now) next = now + cfg.run_progress_every;
+            next += cfg->run_progress_every;
+            if (next < now) next = now + cfg->run_progress_every;
             if (rc_client) fl_replay_sharded_info(rc_client, 1000, &rinfo, shard_info, NULL);
-            fl_param_info(ps_client, 1000, &pinfo, NULL);
-            pthread_mutex_lock(&fs.mu);
+            param_info_all(ps_client, &pinfo);
+            double dt = now - last_t, el = now - L->t_start;
+            pthread_mutex_lock(&fs->mu);
             uint64_t env = 0, min_version = UINT64_MAX;
-            for (int a = 0; a < fs.n_actors; a++) {
-                env += fs.actors[a].env_steps;
-                if (fs.actors[a].version < min_version) min_version = fs.actors[a].version;
+            for (int a = 0; a < fs->n_actors; a++) {
+                role_state_t *A = &fs->actors[a];
+                env += A->env_steps;
+                if (A->version < min_version) min_version = A->version;
+                if (roles && A->seen) {
+                    uint64_t alag = pinfo.version > A->version ? pinfo.version - A->version : 0;
+                    fprintf(roles, "%.3f,actor,%d,%llu,%.1f,%llu,%llu,,,,\n", el, a, (unsigned long long)A->env_steps,
+                            (double)(A->env_steps - A->last_env) / dt, (unsigned long long)A->version,
+                            (unsigned long long)alag);
+                }
+                A->last_env = A->env_steps;
             }
-            role_state_t L = fs.learners[0];
-            mret = mean_return(&fs, &ep_count);
-            uint64_t episodes = fs.n_returns;
-            pthread_mutex_unlock(&fs.mu);
-            double dt = now - last_t, el = now - t_start;
+            /* Learners: apex learners step together (learner 0's count); gorila learners
+             * each push their own gradients (the sum). Samples add up either way. */
+            uint64_t lsteps = 0, lsamples = 0;
+            double loss = 0, wait = 0;
+            int seen = 0;
+            for (int i = 0; i < fs->n_learners; i++) {
+                role_state_t *Ln = &fs->learners[i];
+                if (!Ln->seen) continue;
+                seen++;
+                lsteps = gorila ? lsteps + Ln->learner_steps : (i == 0 ? Ln->learner_steps : lsteps);
+                lsamples += Ln->samples;
+                loss += Ln->loss;
+                wait += Ln->wait_fraction;
+                if (roles)
+                    fprintf(roles, "%.3f,learner,%d,,,%llu,,%llu,%.2f,%.1f,%.6g\n", el, i,
+                            (unsigned long long)Ln->version, (unsigned long long)Ln->learner_steps,
+                            (double)(Ln->learner_steps - Ln->last_steps) / dt,
+                            (double)(Ln->samples - Ln->last_samples) / dt, Ln->loss);
+                Ln->last_steps = Ln->learner_steps;
+                Ln->last_samples = Ln->samples;
+            }
+            if (seen) {
+                loss /= seen;
+                wait /= seen;
+            }
+            mret = mean_return(fs, &ep_count);
+            uint64_t episodes = fs->n_returns;
+            pthread_mutex_unlock(&fs->mu);
+            if (roles) fflush(roles);
             double env_rate = (double)(env - last_env) / dt;
             double ins_rate = (double)(rinfo.inserted - last_inserted) / dt;
-            double upd_rate = (double)(L.learner_steps - last_learner) / dt;
-            double smp_rate = (double)(L.samples - last_samples) / dt;
+            double upd_rate = (double)(lsteps - last_learner) / dt;
+            double smp_rate = (double)(lsamples - last_samples) / dt;
             uint64_t lag = (min_version == UINT64_MAX || pinfo.version < min_version) ? 0 : pinfo.version - min_version;
             printf("[%6.1fs] env %7.0f steps/s | replay %8llu (+%6.0f/s) | learner %6.1f upd/s %8.0f smp/s loss %8.4f "
-                   "| return %7.1f (%llu ep) | version %llu lag %llu\n",
-                   el, env_rate, (unsigned long long)rinfo.size, ins_rate, upd_rate, smp_rate, L.loss, mret,
+                   "| return %7.1f (%llu ep) | version %llu lag %llu",
+                   el, env_rate, (unsigned long long)rinfo.size, ins_rate, upd_rate, smp_rate, loss, mret,
                    (unsigned long long)episodes, (unsigned long long)pinfo.version, (unsigned long long)lag);
+            if (gorila)
+                printf(" | pushes %llu applied %llu dropped", (unsigned long long)pinfo.pushes_applied,
+                       (unsigned long long)pinfo.pushes_dropped);
+            printf("\n");
             fflush(stdout);
             if (csv) {
-                fprintf(csv, "%.3f,%llu,%.1f,%llu,%.3f,%llu,%llu,%.1f,%llu,%.2f,%.1f,%.6g,%.4f,%llu,%llu\n", el,
+                fprintf(csv, "%.3f,%llu,%.1f,%llu,%.3f,%llu,%llu,%.1f,%llu,%.2f,%.1f,%.6g,%.4f,%llu,%llu,%llu,%llu", el,
                         (unsigned long long)env, env_rate, (unsigned long long)episodes, mret,
                         (unsigned long long)rinfo.size, (unsigned long long)rinfo.inserted, ins_rate,
-                        (unsigned long long)L.learner_steps, upd_rate, smp_rate, L.loss, L.wait_fraction,
-                        (unsigned long long)pinfo.version, (unsigned long long)lag);
+                        (unsigned long long)lsteps, upd_rate, smp_rate, loss, wait, (unsigned long long)pinfo.version,
+                        (unsigned long long)lag, (unsigned long long)pinfo.pushes_applied,
+                        (unsigned long long)pinfo.pushes_dropped);
+                for (int b = 0; b < STALENESS_BUCKETS; b++)
+                    fprintf(csv, ",%llu", (unsigned long long)pinfo.staleness_hist[b]);
+                fprintf(csv, "\n");
                 fflush(csv);
             }
             last_t = now;
             last_env = env;
             last_inserted = rinfo.inserted;
-            last_learner = L.learner_steps;
-            last_samples = L.samples;
-            if (cfg.run_stop_at_target && ep_count >= RETURN_WINDOW && mret >= cfg.run_target_return) {
+            last_learner = lsteps;
+            last_samples = lsamples;
+            if (cfg->run_stop_at_target && ep_count >= RETURN_WINDOW && mret >= cfg->run_target_return) {
                 snprintf(reason, sizeof reason, "target reached: mean return %.1f >= %g over the last %d episodes",
-                         mret, cfg.run_target_return, RETURN_WINDOW);
+                         mret, cfg->run_target_return, RETURN_WINDOW);
                 break;
             }
-            if (cfg.run_max_seconds > 0 && el >= cfg.run_max_seconds) {
-                snprintf(reason, sizeof reason, "time limit: %.0f s", cfg.run_max_seconds);
+            if (cfg->run_max_seconds > 0 && el >= cfg->run_max_seconds) {
+                snprintf(reason, sizeof reason, "time limit: %.0f s", cfg->run_max_seconds);
                 break;
             }
         }
     }
-    double elapsed = fl_clock_sec() - t_start;
+    double elapsed = fl_clock_sec() - L->t_start;
 
-    /* Ordered stop: actors and learners flush and report, then the services go. */
-    /* Actors first, while the learner still samples: with a rate limit, an actor's last
-     * inserts may wait for the learner's samples. */
-    pthread_mutex_lock(&fs.mu);
-    fs.stop_actors = 1;
-    pthread_mutex_unlock(&fs.mu);
-    stop_roles(kids, nkids, "actor", 15);
-    pthread_mutex_lock(&fs.mu);
-    fs.stop_learners = 1;
-    pthread_mutex_unlock(&fs.mu);
-    stop_roles(kids, nkids, "learner", 15);
-    pthread_mutex_lock(&fs.mu);
-    fs.stop_services = 1;
-    pthread_mutex_unlock(&fs.mu);
+    /* Ordered stop: actors first, while the learners still sample (with a rate limit, an
+     * actor's last inserts may wait for the learners' samples), then learners, then the
+     * services. Each kind is asked through Control, then by the launcher's own means. */
+    pthread_mutex_lock(&fs->mu);
+    fs->stop_actors = 1;
+    pthread_mutex_unlock(&fs->mu);
+    ops->stop(ctx, "actor", 15);
+    pthread_mutex_lock(&fs->mu);
+    fs->stop_learners = 1;
+    pthread_mutex_unlock(&fs->mu);
+    ops->stop(ctx, "learner", 15);
+    pthread_mutex_lock(&fs->mu);
+    fs->stop_services = 1;
+    pthread_mutex_unlock(&fs->mu);
     if (rc_client) fl_replay_sharded_info(rc_client, 2000, &rinfo, shard_info, NULL);
-    if (ps_client) fl_param_info(ps_client, 2000, &pinfo, NULL);
-    stop_roles(kids, nkids, "replay paramserver", 10);
+    param_info_all(ps_client, &pinfo);
+    ops->stop(ctx, "replay paramserver", 10);
     fl_replay_sharded_destroy(rc_client);
     fl_param_client_destroy(ps_client);
-    fl_rpc_server_destroy(control);
     if (csv) fclose(csv);
+    if (roles) fclose(roles);
 
-    /* A child that exited with an error while stopping is a failure too. */
-    for (int i = 0; i < nkids; i++) {
-        if (!kids[i].pid) continue;
-        int st = kids[i].status;
-        int clean = (WIFEXITED(st) && WEXITSTATUS(st) == 0) ||
-                    (WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
-        if (!clean && exit_code == 0) {
-            char d[128];
-            describe_status(st, d, sizeof d);
-            FL_ERROR("%s %d (pid %d) %s", kids[i].role, kids[i].index, (int)kids[i].pid, d);
-            exit_code = 1;
-            if (!reason[0]) snprintf(reason, sizeof reason, "%s %d %s", kids[i].role, kids[i].index, d);
-        }
+    /* A role that ended with an error while stopping is a failure too. */
+    char why[512];
+    if (ops->unclean(ctx, why, sizeof why) && exit_code == 0) {
+        FL_ERROR("%s", why);
+        exit_code = 1;
+        if (!reason[0]) snprintf(reason, sizeof reason, "%s", why);
     }
     uint64_t acked = 0, env = 0, lsteps = 0;
-    pthread_mutex_lock(&fs.mu);
-    for (int a = 0; a < fs.n_actors; a++) {
-        acked += fs.actors[a].acked;
-        env += fs.actors[a].env_steps;
+    pthread_mutex_lock(&fs->mu);
+    for (int a = 0; a < fs->n_actors; a++) {
+        acked += fs->actors[a].acked;
+        env += fs->actors[a].env_steps;
     }
-    lsteps = fs.learners[0].learner_steps;
-    mret = mean_return(&fs, &ep_count);
-    uint64_t episodes = fs.n_returns;
-    double best = fs.best_return;
-    pthread_mutex_unlock(&fs.mu);
-    if (exit_code == 0 && fl_stop_requested() && strncmp(reason, "interrupted", 11) == 0) exit_code = 0;
+    for (int i = 0; i < fs->n_learners; i++)
+        lsteps = gorila ? lsteps + fs->learners[i].learner_steps : (i == 0 ? fs->learners[i].learner_steps : lsteps);
+    mret = mean_return(fs, &ep_count);
+    uint64_t episodes = fs->n_returns;
+    double best = fs->best_return;
+    pthread_mutex_unlock(&fs->mu);
 
-    FILE *sf = fopen(summary_path, "w");
+    FILE *sf = fopen(L->summary_path, "w");
     if (sf) {
         fprintf(sf, "reason=%s\nexit_code=%d\nelapsed_s=%.3f\nepisodes=%llu\nmean_return_100=%.3f\nbest_return=%.3f\n"
                     "env_steps=%llu\nlearner_steps=%llu\nreplay_inserted=%llu\nreplay_size=%llu\nactors_acked=%llu\n"
-                    "param_version=%llu\n",
+                    "param_version=%llu\nlearner_mode=%s\nlearners=%d\nparamserver_shards=%lld\n"
+                    "pushes_applied=%llu\npushes_dropped=%llu\npush_waits=%llu\npush_wait_timeouts=%llu\npush_bytes=%llu\n"
+                    "staleness_hist=",
                 reason, exit_code, elapsed, (unsigned long long)episodes, mret, best, (unsigned long long)env,
                 (unsigned long long)lsteps, (unsigned long long)rinfo.inserted, (unsigned long long)rinfo.size,
-                (unsigned long long)acked, (unsigned long long)pinfo.version);
+                (unsigned long long)acked, (unsigned long long)pinfo.version, cfg->learner_mode, fs->n_learners,
+                (long long)cfg->paramserver_shards, (unsigned long long)pinfo.pushes_applied,
+                (unsigned long long)pinfo.pushes_dropped, (unsigned long long)pinfo.waits,
+                (unsigned long long)pinfo.wait_timeouts, (unsigned long long)pinfo.push_bytes);
+        for (int b = 0; b < STALENESS_BUCKETS; b++)
+            fprintf(sf, "%s%s:%llu", b ? "," : "", staleness_names[b],
+                    (unsigned long long)pinfo.staleness_hist[b]);
+        fprintf(sf, "\n");
         /* Per replay shard, in shard order (what each shard last reported). */
         static const char *const per_shard_keys[] = {"replay_inserted_per_shard", "replay_sampled_per_shard",
                                                      "replay_size_per_shard"};
@@ -709,8 +516,7 @@ int fl_verb_run(int argc, char **argv) {
             fprintf(sf, "\n");
         }
         fprintf(sf, "pids=");
-        for (int i = 0; i < nkids; i++)
-            if (kids[i].pid) fprintf(sf, "%s%d", i ? "," : "", (int)kids[i].pid);
+        ops->pids(ctx, sf);
         fprintf(sf, "\n");
         fclose(sf);
     }
@@ -727,13 +533,265 @@ int fl_verb_run(int argc, char **argv) {
         "steps, replay inserted %llu (actors saw %llu acknowledged%s). Output in %s/\n",
         reason[0] ? reason : "stopped", elapsed, (unsigned long long)episodes, mret, (unsigned long long)ep_count,
         (unsigned long long)env, (unsigned long long)lsteps, (unsigned long long)rinfo.inserted,
-        (unsigned long long)acked, per_shard, dir);
+        (unsigned long long)acked, per_shard, L->dir);
     fflush(stdout);
-    free(kids);
-    free(replay_list);
     free(shard_info);
-    free(fs.actors);
-    free(fs.learners);
-    pthread_mutex_destroy(&fs.mu);
     return exit_code;
+}
+
+/* ------------------------------------------------------ on one machine ---- */
+
+typedef struct local {
+    fl_child_t *kids;
+    int n;
+} local_t;
+
+static int local_dead(void *ctx, char *reason, size_t len) {
+    local_t *lc = ctx;
+    fl_child_t *dead = fl_proc_reap(lc->kids, lc->n);
+    if (!dead) return 0;
+    char st[128];
+    fl_proc_describe_status(dead->status, st, sizeof st);
+    snprintf(reason, len, "%s %d (pid %d) %s", dead->role, dead->index, (int)dead->pid, st);
+    return 1;
+}
+
+static void local_stop(void *ctx, const char *roles, double grace_s) {
+    local_t *lc = ctx;
+    fl_proc_stop_roles(lc->kids, lc->n, roles, grace_s);
+}
+
+static int local_unclean(void *ctx, char *reason, size_t len) {
+    local_t *lc = ctx;
+    for (int i = 0; i < lc->n; i++) {
+        if (!lc->kids[i].pid || fl_proc_clean_exit(lc->kids[i].status)) continue;
+        char d[128];
+        fl_proc_describe_status(lc->kids[i].status, d, sizeof d);
+        snprintf(reason, len, "%s %d (pid %d) %s", lc->kids[i].role, lc->kids[i].index, (int)lc->kids[i].pid, d);
+        return 1;
+    }
+    return 0;
+}
+
+static void local_pids(void *ctx, FILE *f) {
+    local_t *lc = ctx;
+    int first = 1;
+    for (int i = 0; i < lc->n; i++)
+        if (lc->kids[i].pid) {
+            fprintf(f, "%s%d", first ? "" : ",", (int)lc->kids[i].pid);
+            first = 0;
+        }
+}
+
+/* The comma-separated list of kids[from .. from+n)'s addresses (malloc'd), or NULL. */
+static char *address_list(const fl_child_t *kids, int from, int n) {
+    size_t len = 1;
+    for (int i = 0; i < n; i++) len += strlen(kids[from + i].addr) + 1;
+    char *list = calloc(len, 1);
+    if (!list) return NULL;
+    for (int i = 0; i < n; i++) {
+        if (i) strcat(list, ",");
+        strcat(list, kids[from + i].addr);
+    }
+    return list;
+}
+
+int fl_launch_address_arg(const char *list, const char *path, char *arg, size_t len) {
+    if (strlen(list) < len) {
+        snprintf(arg, len, "%s", list);
+        return 0;
+    }
+    FILE *af = fopen(path, "w");
+    int ok = af && fprintf(af, "%s\n", list) > 0;
+    if (af && fclose(af) != 0) ok = 0;
+    if (!ok || strlen(path) + 2 > len) return -1;
+    snprintf(arg, len, "@%s", path);
+    return 0;
+}
+
+static int run_local(fl_launch_t *L) {
+    const fl_config_t *cfg = &L->cfg;
+    const int R = (int)cfg->replay_shards, P = (int)cfg->paramserver_shards;
+    const int NL = (int)cfg->learner_count, NS = R + P;
+    int nkids = NS + NL + (int)cfg->actor_count;
+    fl_child_t *kids = calloc((size_t)nkids, sizeof *kids);
+    int *ready = malloc((size_t)NS * sizeof *ready);
+    if (!kids || !ready) {
+        fprintf(stderr, "fleet run: out of memory for %d children\n", nkids);
+        free(ready);
+        free(kids);
+        return 1;
+    }
+    int exit_code = 0;
+    char reason[512] = "";
+    /* Services first: replay shards 0 .. R-1, then parameter-server shards 0 .. P-1; all
+     * start at once (each argv is copied by fork), then their addresses are read in order. */
+    char idx[32];
+    char *svc_args[] = {"--config", (char *)L->cfg_path, "--shard", idx, "--control", (char *)L->control_addr, NULL};
+    int failed_start = 0, failed_at = 0;
+    for (int r = 0; r < NS; r++) ready[r] = -1;
+    for (int r = 0; r < NS && !failed_start; r++) {
+        snprintf(idx, sizeof idx, "%d", r < R ? r : r - R);
+        if (fl_proc_spawn_start(&kids[r], r < R ? "replay" : "paramserver", r < R ? r : r - R, svc_args, 1,
+                                &ready[r]) != 0) {
+            failed_start = 1;
+            failed_at = r;
+        }
+    }
+    double ready_until = fl_clock_sec() + 60;
+    for (int r = 0; r < NS; r++) {
+        if (ready[r] < 0) continue;
+        if (!failed_start) {
+            double left = ready_until - fl_clock_sec();
+            if (fl_proc_spawn_wait(&kids[r], ready[r], left > 0 ? left : 0) != 0) {
+                failed_start = 1;
+                failed_at = r;
+            }
+        } else {
+            close(ready[r]);
+        }
+    }
+    free(ready);
+    if (failed_start) {
+        fl_child_t *c = &kids[failed_at];
+        /* A role that closed its ready pipe without an address is usually exiting: give
+         * it a moment so that its exit status, not a guess, is reported. */
+        for (int w = 0; w < 100; w++) {
+            fl_proc_reap(kids, nkids);
+            int any_dead = 0;
+            for (int i = 0; i < nkids; i++) any_dead |= kids[i].pid && !kids[i].running;
+            if (any_dead) break;
+            fl_sleep_sec(0.02);
+        }
+        char st[128] = "did not report its address";
+        for (int i = 0; i < nkids; i++)
+            if (kids[i].pid && !kids[i].running) {
+                c = &kids[i];
+                fl_proc_describe_status(c->status, st, sizeof st);
+            }
+        if (fl_stop_requested())
+            snprintf(reason, sizeof reason, "interrupted while starting");
+        else
+            snprintf(reason, sizeof reason, "%s %d (pid %d) %s while starting", c->role, c->index, (int)c->pid, st);
+        exit_code = fl_stop_requested() ? 130 : 1;
+    }
+    char *replay_list = address_list(kids, 0, R), *ps_list = address_list(kids, R, P);
+    char replay_arg[256] = "", ps_arg[256] = "", path[800];
+    if (!exit_code && (!replay_list || !ps_list)) {
+        snprintf(reason, sizeof reason, "out of memory for the service addresses");
+        exit_code = 1;
+    }
+    if (!exit_code) {
+        snprintf(path, sizeof path, "%s/replay_addrs.txt", L->dir);
+        if (fl_launch_address_arg(replay_list, path, replay_arg, sizeof replay_arg) != 0) {
+            snprintf(reason, sizeof reason, "cannot pass the replay addresses in %.200s", path);
+            exit_code = 1;
+        }
+        if (strlen(ps_list) >= sizeof ps_arg) {
+            snprintf(reason, sizeof reason, "the %d parameter-server addresses do not fit in one option", P);
+            exit_code = 1;
+        } else {
+            snprintf(ps_arg, sizeof ps_arg, "%s", ps_list);
+        }
+    }
+    if (!exit_code) {
+        if (R == 1)
+            printf("  services     replay %s, paramserver %s, control %s\n", replay_arg, ps_arg, L->control_addr);
+        else if (replay_arg[0] != '@')
+            printf("  services     replay shards %s, paramserver %s, control %s\n", replay_arg, ps_arg,
+                   L->control_addr);
+        else
+            printf("  services     replay %d shards (addresses in %s), paramserver %s, control %s\n", R,
+                   replay_arg + 1, ps_arg, L->control_addr);
+        fflush(stdout);
+        int k = NS;
+        for (int i = 0; i < NL; i++) {
+            char lidx[32];
+            snprintf(lidx, sizeof lidx, "%d", i);
+            char *learner_args[] = {"--config",      (char *)L->cfg_path, "--index",   lidx,
+                                    "--replay",      replay_arg,          "--paramserver", ps_arg,
+                                    "--control",     (char *)L->control_addr, NULL};
+            fl_proc_spawn(&kids[k++], "learner", i, learner_args, 0, 0);
+        }
+        for (int a = 0; a < cfg->actor_count; a++) {
+            char aidx[32];
+            snprintf(aidx, sizeof aidx, "%d", a);
+            char *actor_args[] = {"--config",      (char *)L->cfg_path, "--index",   aidx,
+                                  "--replay",      replay_arg,          "--paramserver", ps_arg,
+                                  "--control",     (char *)L->control_addr, NULL};
+            fl_proc_spawn(&kids[k++], "actor", a, actor_args, 0, 0);
+        }
+    }
+    local_t lc = {kids, nkids};
+    static const fl_launch_ops_t ops = {local_dead, local_stop, local_unclean, local_pids};
+    exit_code = fl_launch_monitor(L, replay_list ? replay_list : "", ps_list ? ps_list : "", &ops, &lc, exit_code,
+                                  reason);
+    free(replay_list);
+    free(ps_list);
+    free(kids);
+    return exit_code;
+}
+
+int fl_verb_run(int argc, char **argv) {
+    fl_config_t cfg;
+    fl_config_defaults(&cfg);
+    char cfg_file[256], hostfile[256] = "", role[256] = "";
+    int dry_run = 0, print_mpirun = 0;
+    fl_opt_t opts[] = {{"--dry-run", FL_OPT_FLAG, &dry_run},
+                       {"--print-mpirun", FL_OPT_FLAG, &print_mpirun},
+                       {"--hostfile", FL_OPT_STRING, hostfile},
+                       {"--role", FL_OPT_STRING, role}};
+    int rc = fl_cli_parse("run", argc, argv, &cfg, opts, (int)(sizeof opts / sizeof opts[0]), cfg_file,
+                          sizeof cfg_file);
+    if (rc) return rc;
+    fl_cli_setup_logging(&cfg, "run", -1);
+    if (print_mpirun) {
+        fl_mpi_print_command(&cfg, cfg_file, hostfile, stdout);
+        return 0;
+    }
+    if (fl_mpi_launched() && !dry_run) {
+#ifdef FLEET_HAVE_MPI
+        return fl_mpi_run(&cfg, cfg_file, role);
+#else
+        fprintf(stderr, "fleet run: started by mpirun, but this fleet was built without MPI (install "
+                        "libopenmpi-dev and rebuild)\n");
+        return 2;
+#endif
+    }
+    if (role[0]) {
+        fprintf(stderr, "fleet run: --role names a rank's role in an MPMD mpirun job (see docs/multi-host.md); "
+                        "this process was not started by mpirun\n");
+        return 2;
+    }
+    if (strcmp(cfg.learner_mode, "apex") == 0 && cfg.learner_count > 1) {
+        fprintf(stderr,
+                "fleet run: learner.count = %lld in apex mode averages gradients over MPI: start the fleet under "
+                "mpirun; `fleet run%s%s --print-mpirun` prints the command\n",
+                (long long)cfg.learner_count, cfg_file[0] ? " " : "", cfg_file);
+        return 2;
+    }
+    if (dry_run) {
+        fl_wrapped_env_t *wenv = NULL;
+        fl_err_t err;
+        fl_err_init(&err);
+        if (fl_env_from_config(&cfg, &wenv, &err) != FL_OK) {
+            fprintf(stderr, "fleet run: %s\n", err.msg);
+            return 2;
+        }
+        fl_launch_print_plan(&cfg, cfg_file, fl_wrapped_env_info(wenv));
+        fl_wrapped_env_destroy(wenv);
+        fl_config_dump(&cfg, stdout);
+        return 0;
+    }
+    if (fl_proc_init() != 0) {
+        fprintf(stderr, "fleet run: cannot find its own executable: %s\n", strerror(errno));
+        return 1;
+    }
+    fl_stop_install();
+    fl_launch_t *L = NULL;
+    rc = fl_launch_create(&cfg, cfg_file, cfg.run_bind_host, &L);
+    if (rc) return rc;
+    rc = run_local(L);
+    fl_launch_destroy(L);
+    return rc;
 }

@@ -15,7 +15,9 @@
 #include "fleet/verbs.h"
 #include "learner/learner.h"
 
-int fl_verb_learner(int argc, char **argv) {
+int fl_verb_learner(int argc, char **argv) { return fl_learner_main(argc, argv, NULL); }
+
+int fl_learner_main(int argc, char **argv, fl_reduce_t *reduce) {
     fl_config_t cfg;
     int64_t index = 0;
     char replay[256] = "", params[256] = "", control[256] = "", resume[256] = "";
@@ -39,7 +41,8 @@ int fl_verb_learner(int argc, char **argv) {
         return 2;
     }
     if (!params[0]) {
-        fprintf(stderr, "fleet learner: --paramserver ADDR is required\n");
+        fprintf(stderr, "fleet learner: --paramserver ADDR[,ADDR...] is required (one address per parameter-server "
+                        "shard, shard 0 first)\n");
         return 2;
     }
 
@@ -66,6 +69,7 @@ int fl_verb_learner(int argc, char **argv) {
         .obs = {.dtype = env->obs_dtype, .rank = env->obs_rank},
         .num_actions = env->num_actions,
         .resume_path = resume[0] ? resume : cfg.learner_resume,
+        .reduce = reduce,
     };
     for (int d = 0; d < env->obs_rank; d++) lo.obs.shape[d] = env->obs_shape[d];
     fl_wrapped_env_destroy(wenv);

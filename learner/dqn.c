@@ -152,3 +152,62 @@ fl_status fl_dqn_step(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, fl_opti
     fl_optim_step(opt, fl_qnet_params(online), g);
     return FL_OK;
 }
+
+fl_status fl_dqn_step_group(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, fl_optim_t *opt, fl_reduce_t *reduce,
+                            float *rbuf, const fl_dqn_batch_t *b, int want_stop, float *priorities,
+                            fl_dqn_stats_t *stats, int *stopped, fl_err_t *err) {
+    *stopped = 0;
+    if (!reduce || !rbuf || !opt || !online)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: NULL group, buffer, optimizer or network");
+    const size_t n = fl_qnet_num_params(online);
+    if (fl_optim_size(opt) != n)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: optimizer holds %zu parameters, network %zu",
+                          fl_optim_size(opt), n);
+    fl_status local = FL_OK;
+    fl_dqn_stats_t ds = {0};
+    int have = b != NULL && !want_stop;
+    if (have) {
+        local = fl_dqn_compute(d, online, target, b, priorities, &ds, err);
+        if (local == FL_OK || local == FL_OUT_OF_RANGE) {
+            memcpy(rbuf, fl_qnet_grads(online), n * sizeof(float));
+            if (local == FL_OUT_OF_RANGE) rbuf[0] = NAN; /* every member skips this step */
+            local = FL_OK;
+        } else {
+            have = 0;
+            want_stop = 1;
+        }
+    }
+    if (!have) memset(rbuf, 0, n * sizeof(float));
+    rbuf[n] = want_stop ? 1.0f : 0.0f;
+    rbuf[n + 1] = have ? ds.loss : 0.0f;
+    fl_err_t re;
+    fl_err_init(&re);
+    fl_status rs = fl_reduce_sum(reduce, rbuf, n + 2, &re);
+    if (rs != FL_OK) {
+        *stopped = 1;
+        if (local != FL_OK) return local;
+        return fl_err_set(err, rs, "dqn: %s", re.msg);
+    }
+    if (local != FL_OK) { /* the others know (our stop flag); now the caller does */
+        *stopped = 1;
+        return local;
+    }
+    if (rbuf[n] > 0.0f) {
+        *stopped = 1;
+        return FL_OK;
+    }
+    const float inv = 1.0f / (float)fl_reduce_size(reduce);
+    float *g = fl_qnet_grads(online);
+    for (size_t i = 0; i < n; i++) g[i] = rbuf[i] * inv;
+    float norm = fl_clip_grad_norm(g, n, d->cfg.grad_clip);
+    if (stats) {
+        stats->loss = rbuf[n + 1] * inv;
+        stats->grad_norm = norm;
+        stats->mean_q = ds.mean_q;
+    }
+    if (!isfinite(norm))
+        return fl_err_set(err, FL_OUT_OF_RANGE, "dqn: non-finite mean gradient over %d learners (norm %g)",
+                          fl_reduce_size(reduce), (double)norm);
+    fl_optim_step(opt, fl_qnet_params(online), g);
+    return FL_OK;
+}

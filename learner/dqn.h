@@ -36,6 +36,7 @@
 #include "common/status.h"
 #include "kernels/optim.h"
 #include "kernels/qnet.h"
+#include "learner/reduce.h"
 
 typedef struct fl_dqn_config {
     int max_batch;     /* >= 1: the largest B (learner.batch_size) */
@@ -75,6 +76,24 @@ fl_status fl_dqn_compute(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, cons
 /* fl_dqn_compute, then clipping and one optimizer step on online's parameters. */
 fl_status fl_dqn_step(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, fl_optim_t *opt,
                       const fl_dqn_batch_t *b, float *priorities, fl_dqn_stats_t *stats, fl_err_t *err);
+
+/* One synchronous step of a group of learners (apex mode, learner.count > 1): every
+ * member calls it the same number of times, each with its own batch. It computes this
+ * member's gradient (fl_dqn_compute), replaces it by the mean over the group with one
+ * all-reduce of rbuf = [gradient (n), wants-to-stop, loss] (n + 2 floats, caller-owned,
+ * n = fl_qnet_num_params), then clips it to grad_clip and takes one optimizer step, so
+ * that members that started equal stay bit-identical. b == NULL or want_stop != 0: this
+ * member has no batch (or is stopping); it contributes zeros and its stop flag.
+ *   *stopped = 1 and FL_OK: some member wants to stop; no one stepped.
+ *   FL_OUT_OF_RANGE: the mean gradient is not finite (some member's loss or gradient
+ *     was not); no one stepped, the outputs are still written.
+ *   FL_OK: stepped; priorities (B) are this member's, stats->loss the mean over the
+ *     group, stats->grad_norm the mean gradient's norm before clipping.
+ * A local failure (a bad batch) is sent as a stop and then returned; a transport
+ * failure of the reduce is returned (with *stopped = 1). */
+fl_status fl_dqn_step_group(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, fl_optim_t *opt, fl_reduce_t *reduce,
+                            float *rbuf, const fl_dqn_batch_t *b, int want_stop, float *priorities,
+                            fl_dqn_stats_t *stats, int *stopped, fl_err_t *err);
 
 /* The last call's targets y (B) and taken-action values q (B); valid until the next
  * call (for tests and diagnostics). */

@@ -20,6 +20,10 @@
 #include "learner/dqn.h"
 #include "paramserver/client.h"
 #include "replay/prefetch.h"
+#ifdef FLEET_HAVE_CUDA
+#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/dqn_cuda.h"
+#endif
 
 /* How long one Sample may wait for the shard to fill (and for its batch). */
 #define SAMPLE_TIMEOUT_MS 2000
@@ -52,6 +56,15 @@ struct fl_learner {
     fl_replay_sharded_t *replay; /* every replay shard (one client per shard) */
     fl_param_client_t *params;
     fl_reporter_t *rep;
+    int gorila;          /* learner.mode = gorila */
+    fl_reduce_t *reduce; /* apex with several learners (borrowed), else NULL */
+    float *rbuf;         /* reduce: (num_params + 2): the gradient, "wants to stop", the loss */
+    uint64_t fetched_version; /* gorila: the parameters' version (minimum over shards) */
+#ifdef FLEET_HAVE_CUDA
+    fl_cuda_dqn_t *gpu; /* learner.device = cuda (or auto with a GPU): the update runs there */
+    int gpu_slot;       /* the pinned input slot the next batch goes into */
+    int snapshot_pending; /* a parameter snapshot for the next publish is in flight */
+#endif
 
     fl_replay_batch_t batch;         /* learner.prefetch = 0: sampled into here */
     fl_replay_prefetch_t *prefetch;  /* learner.prefetch > 0: that many Sample calls in flight */
@@ -100,7 +113,7 @@ static void report(fl_learner_t *l, int force) {
     memset(&r, 0, sizeof r);
     r.learner_steps = l->st.steps;
     r.samples = l->st.samples;
-    r.param_version = l->st.param_version;
+    r.param_version = l->gorila ? l->fetched_version : l->st.param_version;
     r.loss = l->last_mean_loss;
     r.wait_fraction = span > 0 ? fmin(1.0, l->win_sample_s / span) : 0.0;
     fl_reporter_tick(l->rep, &r, 1);
@@ -170,19 +183,45 @@ static fl_status make_optimizer(const fl_config_t *c, size_t n, fl_optim_t **out
 }
 
 static fl_status check_opts(const fl_config_t *c, const fl_learner_opts_t *o, fl_err_t *err) {
-    if (strcmp(c->learner_mode, "apex") != 0)
-        return fl_err_set(err, FL_UNIMPLEMENTED, "learner: learner.mode = %s is not built yet (expected apex)",
+    int apex = strcmp(c->learner_mode, "apex") == 0;
+    if (!apex && strcmp(c->learner_mode, "gorila") != 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: learner.mode = %s (expected apex or gorila)",
                           c->learner_mode);
-    if (strcmp(c->learner_device, "cuda") == 0)
+    if (strcmp(c->learner_device, "cuda") == 0) {
+#ifndef FLEET_HAVE_CUDA
         return fl_err_set(err, FL_UNIMPLEMENTED,
-                          "learner: learner.device = cuda is not built yet (expected cpu, or auto: the CPU)");
-    if (c->learner_count != 1)
-        return fl_err_set(err, FL_UNIMPLEMENTED,
-                          "learner: learner.count = %lld needs the multi-learner reduce, not built yet (expected 1)",
-                          (long long)c->learner_count);
-    if (o->index != 0)
+                          "learner: learner.device = cuda, but fleet was built without CUDA (nvcc and cuDNN under "
+                          "/usr/local/cuda; expected cpu, or auto)");
+#else
+        if (!apex || c->learner_count > 1)
+            return fl_err_set(err, FL_UNIMPLEMENTED,
+                              "learner: learner.device = cuda trains one apex learner (learner.mode = %s, "
+                              "learner.count = %lld: use learner.device = cpu)",
+                              c->learner_mode, (long long)c->learner_count);
+        if (o->obs.dtype != FL_DTYPE_FLOAT32 && o->obs.dtype != FL_DTYPE_UINT8)
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "learner: learner.device = cuda takes float32 or uint8 observations, not %s",
+                              fl_dtype_name(o->obs.dtype));
+#endif
+    }
+    if (o->index < 0 || o->index >= c->learner_count)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "learner: index %d is out of range (expected 0 <= I < learner.count = 1)", o->index);
+                          "learner: index %d is out of range (expected 0 <= I < learner.count = %lld)", o->index,
+                          (long long)c->learner_count);
+    if (apex && c->learner_count > 1) {
+        if (!o->reduce)
+            return fl_err_set(err, FL_FAILED_PRECONDITION,
+                              "learner: learner.count = %lld in apex mode averages gradients over MPI: start the "
+                              "fleet under mpirun (`fleet run --print-mpirun` prints the command), or use "
+                              "learner.mode = gorila or learner.count = 1",
+                              (long long)c->learner_count);
+        if (fl_reduce_size(o->reduce) != c->learner_count || fl_reduce_rank(o->reduce) != o->index)
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "learner: the all-reduce group is member %d of %d, expected learner %d of "
+                              "learner.count = %lld",
+                              fl_reduce_rank(o->reduce), fl_reduce_size(o->reduce), o->index,
+                              (long long)c->learner_count);
+    }
     if (!o->replay_addr || !o->replay_addr[0])
         return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: no replay address (expected HOST:PORT or unix:/PATH)");
     if (!o->paramserver_addr || !o->paramserver_addr[0])
@@ -207,6 +246,67 @@ static fl_status check_opts(const fl_config_t *c, const fl_learner_opts_t *o, fl
 
 static fl_status resume(fl_learner_t *l, const char *path, fl_err_t *err);
 
+#ifdef FLEET_HAVE_CUDA
+/* learner.device = cuda, or auto when a GPU is present: builds the GPU update from the
+ * CPU networks and optimizer (fresh or resumed), which stay the copies that checkpoints
+ * and publishes read (gpu_pull refreshes them). *use = 0: train on the CPU. */
+static fl_status gpu_open(fl_learner_t *l, fl_err_t *err) {
+    int want = strcmp(l->cfg.learner_device, "cuda") == 0;
+    int count = 0;
+    fl_err_t de;
+    fl_err_init(&de);
+    if (fl_cuda_device_count(&count, &de) != FL_OK) {
+        if (want) return fl_err_set(err, FL_NO_DEVICE, "learner: learner.device = cuda: %s", de.msg);
+        FL_INFO("learner.device = auto: no GPU (%s); training on the CPU", de.msg);
+        return FL_OK;
+    }
+    if (!want && (strcmp(l->cfg.learner_mode, "apex") != 0 || l->cfg.learner_count > 1 ||
+                  (l->obs.dtype != FL_DTYPE_FLOAT32 && l->obs.dtype != FL_DTYPE_UINT8))) {
+        FL_INFO("learner.device = auto: the GPU trains one apex learner on float32/uint8 observations; training on "
+                "the CPU");
+        return FL_OK;
+    }
+    fl_cuda_dqn_config_t gc;
+    fl_cuda_dqn_config_init(&gc);
+    gc.spec = l->cfg.model_spec;
+    gc.obs_rank = l->obs.rank;
+    for (int i = 0; i < l->obs.rank; i++) gc.obs_shape[i] = l->obs.shape[i];
+    gc.obs_dtype = l->obs.dtype;
+    gc.obs_scale = 1.0f / 255.0f; /* as fl_dtype_to_float */
+    gc.input_scale = (float)l->cfg.model_input_scale;
+    gc.num_actions = l->num_actions;
+    gc.max_batch = l->batch_size;
+    gc.huber_delta = (float)l->cfg.learner_huber_delta;
+    gc.grad_clip = (float)l->cfg.learner_grad_clip;
+    gc.optim = *fl_optim_config(l->opt);
+    gc.tf32 = l->cfg.learner_tf32 != 0;
+    gc.use_graph = l->cfg.learner_cuda_graphs != 0;
+    FL_TRY(fl_cuda_dqn_create(&gc, &l->gpu, err));
+    const size_t np = fl_qnet_num_params(l->online);
+    FL_TRY(fl_cuda_dqn_set_params(l->gpu, fl_qnet_params(l->online), fl_qnet_params(l->target), np, err));
+    FL_TRY(fl_cuda_dqn_set_optim_state(l->gpu, fl_optim_state(l->opt), fl_optim_state_size(l->opt),
+                                       fl_optim_steps(l->opt), err));
+    char name[128] = "";
+    fl_cuda_device_name(0, name, sizeof name, NULL);
+    FL_INFO("learner: training on %s (TF32 %s, CUDA graphs %s)", name, gc.tf32 ? "on" : "off",
+            gc.use_graph ? "on" : "off");
+    return FL_OK;
+}
+
+/* The CPU copies (both networks, optimizer state) from the GPU: before a checkpoint or
+ * the final publish. Synchronous. */
+static fl_status gpu_pull(fl_learner_t *l, fl_err_t *err) {
+    if (!l->gpu) return FL_OK;
+    const size_t np = fl_qnet_num_params(l->online);
+    int64_t steps = 0;
+    FL_TRY(fl_cuda_dqn_get_params(l->gpu, 0, fl_qnet_params(l->online), np, err));
+    FL_TRY(fl_cuda_dqn_get_params(l->gpu, 1, fl_qnet_params(l->target), np, err));
+    FL_TRY(fl_cuda_dqn_get_optim_state(l->gpu, fl_optim_state(l->opt), fl_optim_state_size(l->opt), &steps, err));
+    fl_optim_set_steps(l->opt, steps);
+    return FL_OK;
+}
+#endif
+
 fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opts, fl_learner_t **out,
                             fl_err_t *err) {
     if (!cfg || !opts || !out) return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: NULL argument");
@@ -223,6 +323,8 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
     l->obs_count = 1;
     for (int i = 0; i < l->obs.rank; i++) l->obs_count *= (size_t)l->obs.shape[i];
     l->obs_bytes = fl_obs_spec_bytes(&l->obs);
+    l->gorila = strcmp(cfg->learner_mode, "gorila") == 0;
+    l->reduce = !l->gorila && cfg->learner_count > 1 ? opts->reduce : NULL;
     l->replay_out.what = "replay";
     l->param_out.what = "parameter server";
     if (l->obs_count > (size_t)1 << 30) {
@@ -264,7 +366,8 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
     l->priorities = malloc((size_t)l->batch_size * sizeof(float));
     l->replay_addr = strdup(opts->replay_addr);
     l->param_addr = strdup(opts->paramserver_addr);
-    if (!l->obs_f || !l->next_f || !l->priorities || !l->replay_addr || !l->param_addr) {
+    if (l->reduce) l->rbuf = malloc((fl_qnet_num_params(l->online) + 2) * sizeof(float));
+    if (!l->obs_f || !l->next_f || !l->priorities || !l->replay_addr || !l->param_addr || (l->reduce && !l->rbuf)) {
         s = fl_err_set(err, FL_NO_MEMORY, "learner: out of memory");
         goto fail;
     }
@@ -273,6 +376,9 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
         if ((s = resume(l, opts->resume_path, err)) != FL_OK) goto fail;
         l->steps_at_publish = l->st.steps;
     }
+#ifdef FLEET_HAVE_CUDA
+    if (strcmp(cfg->learner_device, "cpu") != 0 && (s = gpu_open(l, err)) != FL_OK) goto fail;
+#endif
 
     fl_rng_t split_rng;
     fl_rng_init_stream(&split_rng, (uint64_t)cfg->run_seed, SPLIT_STREAM + (uint64_t)l->index);
@@ -296,7 +402,8 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
         fl_err_prefix(err, "learner: learner.prefetch");
         goto fail;
     }
-    if ((s = fl_param_client_create(opts->paramserver_addr, &l->params, err)) != FL_OK) {
+    fl_param_client_opts_t po = {.quantize = l->gorila && cfg->learner_push_1bit, .learner = (uint32_t)l->index};
+    if ((s = fl_param_client_create_opts(opts->paramserver_addr, &po, &l->params, err)) != FL_OK) {
         fl_err_prefix(err, "learner: parameter server %s", opts->paramserver_addr);
         goto fail;
     }
@@ -322,9 +429,13 @@ void fl_learner_destroy(fl_learner_t *l) {
     free(l->obs_f);
     free(l->next_f);
     free(l->priorities);
+    free(l->rbuf);
     free(l->replay_addr);
     free(l->param_addr);
     fl_dqn_destroy(l->dqn);
+#ifdef FLEET_HAVE_CUDA
+    fl_cuda_dqn_destroy(l->gpu);
+#endif
     fl_optim_destroy(l->opt);
     fl_qnet_destroy(l->online);
     fl_qnet_destroy(l->target);
@@ -654,12 +765,19 @@ static void checkpoint(fl_learner_t *l) {
     snprintf(path, sizeof path, "%s/learner-%d.safetensors", l->cfg.learner_checkpoint_dir, l->index);
     fl_err_t e;
     fl_err_init(&e);
+#ifdef FLEET_HAVE_CUDA
+    if (gpu_pull(l, &e) != FL_OK) {
+        FL_WARN("learner checkpoint failed: %s", e.msg);
+        return;
+    }
+#endif
     if (fl_learner_save(l, path, &e) != FL_OK) FL_WARN("learner checkpoint failed: %s", e.msg);
 }
 
 /* ---- the loop ---------------------------------------------------------------------- */
 
-static fl_status train_step(fl_learner_t *l, fl_err_t *err) {
+/* The batch being trained on as float columns. */
+static fl_status batch_view(fl_learner_t *l, fl_dqn_batch_t *b, fl_err_t *err) {
     const fl_replay_batch_t *cb = l->cur;
     const size_t n = cb->count;
     if (cb->obs_bytes != l->obs_bytes)
@@ -667,37 +785,255 @@ static fl_status train_step(fl_learner_t *l, fl_err_t *err) {
                           cb->obs_bytes, l->obs_bytes);
     fl_dtype_to_float(l->obs.dtype, cb->obs, n * l->obs_count, l->obs_f);
     fl_dtype_to_float(l->obs.dtype, cb->next_obs, n * l->obs_count, l->next_f);
-    fl_dqn_batch_t b = {(int)n, l->obs_f, cb->actions, cb->rewards, cb->discounts, l->next_f, cb->weights};
+    *b = (fl_dqn_batch_t){(int)n, l->obs_f, cb->actions, cb->rewards, cb->discounts, l->next_f, cb->weights};
+    return FL_OK;
+}
+
+static void skipped(fl_learner_t *l, const char *why) {
+    l->st.skipped_steps++;
+    if ((l->st.skipped_steps & (l->st.skipped_steps - 1)) == 0)
+        FL_WARN("skipped a batch (%llu so far): %s", (unsigned long long)l->st.skipped_steps, why);
+}
+
+/* After a step was taken: priorities, counters, target copy, checkpoint, publish. */
+static fl_status after_step(fl_learner_t *l, size_t n, double loss, fl_err_t *err) {
+    FL_TRY(send_priorities(l, n, err));
+    l->st.steps++;
+    atomic_store_explicit(&l->watch_steps, l->st.steps, memory_order_relaxed);
+    l->st.samples += n;
+    l->st.last_loss = loss;
+    l->win_loss_sum += loss;
+    l->win_steps++;
+    if (l->st.steps % (uint64_t)l->cfg.learner_target_update == 0) {
+#ifdef FLEET_HAVE_CUDA
+        if (l->gpu) FL_TRY(fl_cuda_dqn_sync_target(l->gpu, err));
+#endif
+        fl_qnet_copy_params(l->target, l->online);
+        l->st.target_updates++;
+    }
+    if (l->index == 0 && l->cfg.learner_checkpoint_every > 0 &&
+        l->st.steps % (uint64_t)l->cfg.learner_checkpoint_every == 0)
+        checkpoint(l);
+#ifdef FLEET_HAVE_CUDA
+    if (l->gpu) { /* publish from a snapshot copied while training goes on */
+        if (l->snapshot_pending) {
+            const float *host = NULL;
+            int ready = 0;
+            FL_TRY(fl_cuda_dqn_snapshot_poll(l->gpu, &host, &ready, err));
+            if (ready) {
+                l->snapshot_pending = 0;
+                memcpy(fl_qnet_params(l->online), host, fl_qnet_num_params(l->online) * sizeof(float));
+                fl_status s = publish(l, 1, err);
+                if (s == FL_CANCELLED) return FL_OK;
+                if (s != FL_OK) return s;
+            }
+        }
+        if (l->st.steps % (uint64_t)l->cfg.learner_publish_every == 0 && !l->snapshot_pending) {
+            FL_TRY(fl_cuda_dqn_snapshot_begin(l->gpu, err));
+            l->snapshot_pending = 1;
+        }
+        return FL_OK;
+    }
+#endif
+    if (!l->gorila && l->index == 0 && l->st.steps % (uint64_t)l->cfg.learner_publish_every == 0) {
+        fl_status s = publish(l, 1, err);
+        if (s == FL_CANCELLED) return FL_OK;
+        if (s != FL_OK) return s;
+    }
+    return FL_OK;
+}
+
+#ifdef FLEET_HAVE_CUDA
+/* One learner on the GPU: the sampled batch into the next pinned slot, one update. */
+static fl_status gpu_train_step(fl_learner_t *l, fl_err_t *err) {
+    const fl_replay_batch_t *cb = l->cur;
+    const size_t n = cb->count;
+    if (cb->obs_bytes != l->obs_bytes)
+        return fl_err_set(err, FL_DATA_LOSS, "learner: sampled observations of %zu bytes (expected %zu)",
+                          cb->obs_bytes, l->obs_bytes);
+    fl_cuda_dqn_slot_t slot;
+    FL_TRY(fl_cuda_dqn_slot(l->gpu, l->gpu_slot, &slot, err));
+    memcpy(slot.obs, cb->obs, n * l->obs_bytes);
+    memcpy(slot.next_obs, cb->next_obs, n * l->obs_bytes);
+    memcpy(slot.actions, cb->actions, n * sizeof(int32_t));
+    memcpy(slot.rewards, cb->rewards, n * sizeof(float));
+    memcpy(slot.discounts, cb->discounts, n * sizeof(float));
+    if (cb->weights)
+        memcpy(slot.weights, cb->weights, n * sizeof(float));
+    else
+        for (size_t i = 0; i < n; i++) slot.weights[i] = 1.0f;
+    fl_cuda_dqn_stats_t ds;
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_status s = fl_cuda_dqn_step(l->gpu, l->gpu_slot, (int)n, l->priorities, &ds, &e);
+    l->gpu_slot = (l->gpu_slot + 1) % fl_cuda_dqn_num_slots(l->gpu);
+    if (s == FL_OUT_OF_RANGE) {
+        skipped(l, e.msg);
+        return FL_OK;
+    }
+    if (s != FL_OK) return fl_err_set(err, s, "learner: GPU update: %s", e.msg);
+    return after_step(l, n, ds.loss, err);
+}
+#endif
+
+/* One learner (apex): sample, fl_dqn_step, bookkeeping. */
+static fl_status train_step(fl_learner_t *l, fl_err_t *err) {
+#ifdef FLEET_HAVE_CUDA
+    if (l->gpu) return gpu_train_step(l, err);
+#endif
+    fl_dqn_batch_t b;
+    FL_TRY(batch_view(l, &b, err));
     fl_dqn_stats_t ds;
     fl_err_t e;
     fl_err_init(&e);
     fl_status s = fl_dqn_step(l->dqn, l->online, l->target, l->opt, &b, l->priorities, &ds, &e);
     if (s == FL_OUT_OF_RANGE) {
-        l->st.skipped_steps++;
-        if ((l->st.skipped_steps & (l->st.skipped_steps - 1)) == 0)
-            FL_WARN("skipped a batch (%llu so far): %s", (unsigned long long)l->st.skipped_steps, e.msg);
+        skipped(l, e.msg);
         return FL_OK;
     }
     if (s != FL_OK) return fl_err_set(err, s, "learner: update: %s", e.msg);
-    FL_TRY(send_priorities(l, n, err));
+    return after_step(l, (size_t)b.size, ds.loss, err);
+}
 
-    l->st.steps++;
-    atomic_store_explicit(&l->watch_steps, l->st.steps, memory_order_relaxed);
-    l->st.samples += n;
-    l->st.last_loss = ds.loss;
-    l->win_loss_sum += ds.loss;
-    l->win_steps++;
-    if (l->st.steps % (uint64_t)l->cfg.learner_target_update == 0) {
-        fl_qnet_copy_params(l->target, l->online);
-        l->st.target_updates++;
+/* Several learners (apex): one collective step. Every learner calls this the same number
+ * of times: it samples and computes its gradient (unless it wants to stop), then all
+ * reduce [gradient, wants-to-stop, loss]. If any learner wants to stop, nobody steps and
+ * *stop is set on every learner; otherwise each applies the mean gradient. A local
+ * failure is returned after the reduce that tells the others. */
+static fl_status group_step(fl_learner_t *l, int *stop, fl_err_t *err) {
+    fl_status result = FL_OK;
+    int want_stop = stopping(l), have = 0;
+    fl_dqn_batch_t b;
+    if (!want_stop) {
+        result = sample(l, err); /* FL_CANCELLED: stopped while waiting; else a real error */
+        if (result == FL_OK) result = batch_view(l, &b, err);
+        have = result == FL_OK;
     }
-    if (l->cfg.learner_checkpoint_every > 0 && l->st.steps % (uint64_t)l->cfg.learner_checkpoint_every == 0)
-        checkpoint(l);
-    if (l->st.steps % (uint64_t)l->cfg.learner_publish_every == 0) {
-        s = publish(l, 1, err);
-        if (s == FL_CANCELLED) return FL_OK;
-        if (s != FL_OK) return s;
+    fl_dqn_stats_t ds = {0};
+    fl_err_t e;
+    fl_err_init(&e);
+    double t0 = fl_clock_sec();
+    fl_status s = fl_dqn_step_group(l->dqn, l->online, l->target, l->opt, l->reduce, l->rbuf, have ? &b : NULL,
+                                    !have, l->priorities, &ds, stop, &e);
+    l->st.reduce_s += fl_clock_sec() - t0;
+    if (result != FL_OK) { /* the others were told by the stop flag */
+        *stop = 1;
+        return result == FL_CANCELLED ? FL_OK : result;
     }
+    if (s == FL_OUT_OF_RANGE) {
+        skipped(l, e.msg);
+        return FL_OK;
+    }
+    if (s != FL_OK) return fl_err_set(err, s, "learner: update: %s", e.msg);
+    if (*stop) return FL_OK;
+    return after_step(l, (size_t)b.size, ds.loss, err);
+}
+
+/* Gorila: fetches the newest parameters into the online network (retrying through an
+ * outage; FL_CANCELLED when stopped). wait_first: until some version exists. */
+static fl_status fetch_params(fl_learner_t *l, int wait_first, fl_err_t *err) {
+    for (;;) {
+        fl_err_t e;
+        fl_err_init(&e);
+        int updated = 0;
+        uint64_t v = l->fetched_version;
+        fl_status s = fl_param_fetch(l->params, &v, fl_qnet_params(l->online), fl_qnet_num_params(l->online),
+                                     &updated, FL_LEARNER_RPC_TIMEOUT_MS, &e);
+        if (s == FL_OK) {
+            outage_ok(&l->param_out);
+            if (updated) l->fetched_version = v;
+            if (!wait_first || l->fetched_version > 0) return FL_OK;
+            idle(l, 0.05);
+            if (stopping(l)) return fl_err_set(err, FL_CANCELLED, "learner: stopped while waiting for parameters");
+            continue;
+        }
+        if (!transient(s)) return fl_err_set(err, s, "learner: fetch parameters: %s", e.msg);
+        if (stopping(l)) return fl_err_set(err, FL_CANCELLED, "learner: stopped while fetching");
+        outage_fail(l, &l->param_out, &e, s);
+        if (stopping(l)) return fl_err_set(err, FL_CANCELLED, "learner: stopped while fetching");
+    }
+}
+
+/* Gorila: pushes the online network's gradient; retries through an outage. */
+static fl_status push_grads(fl_learner_t *l, fl_err_t *err) {
+    for (;;) {
+        fl_err_t e;
+        fl_err_init(&e);
+        fl_param_push_result_t res;
+        memset(&res, 0, sizeof res);
+        fl_status s = fl_param_push(l->params, fl_qnet_grads(l->online), fl_qnet_num_params(l->online), &res,
+                                    FL_LEARNER_RPC_TIMEOUT_MS + (int64_t)(l->cfg.paramserver_wait_timeout_s * 1000),
+                                    &e);
+        if (s == FL_OK) {
+            outage_ok(&l->param_out);
+            l->st.pushes++;
+            l->st.pushes_applied += (uint64_t)res.applied;
+            l->st.pushes_dropped += (uint64_t)res.dropped;
+            if (res.max_staleness > l->st.max_staleness) l->st.max_staleness = res.max_staleness;
+            return FL_OK;
+        }
+        if (!transient(s)) return fl_err_set(err, s, "learner: push gradients: %s", e.msg);
+        if (stopping(l)) return fl_err_set(err, FL_CANCELLED, "learner: stopped while pushing");
+        outage_fail(l, &l->param_out, &e, s);
+        if (stopping(l)) return fl_err_set(err, FL_CANCELLED, "learner: stopped while pushing");
+    }
+}
+
+/* Gorila: fetch (every learner.fetch_every steps), gradient, clip, push, bookkeeping. */
+static fl_status gorila_step(fl_learner_t *l, fl_err_t *err) {
+    if (l->st.steps % (uint64_t)l->cfg.learner_fetch_every == 0) FL_TRY(fetch_params(l, 0, err));
+    fl_dqn_batch_t b;
+    FL_TRY(batch_view(l, &b, err));
+    fl_dqn_stats_t ds;
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_status s = fl_dqn_compute(l->dqn, l->online, l->target, &b, l->priorities, &ds, &e);
+    if (s == FL_OUT_OF_RANGE) {
+        skipped(l, e.msg);
+        return FL_OK;
+    }
+    if (s != FL_OK) return fl_err_set(err, s, "learner: update: %s", e.msg);
+    fl_clip_grad_norm(fl_qnet_grads(l->online), fl_qnet_num_params(l->online), (float)l->cfg.learner_grad_clip);
+    if (l->cfg.learner_slow_push_ms > 0 && l->index == l->cfg.learner_count - 1)
+        idle(l, (double)l->cfg.learner_slow_push_ms / 1000.0);
+    FL_TRY(push_grads(l, err));
+    return after_step(l, (size_t)b.size, ds.loss, err);
+}
+
+/* Apex with several learners: everyone takes learner 0's networks, optimizer state and
+ * counters. */
+static fl_status group_start(fl_learner_t *l, fl_err_t *err) {
+    const size_t np = fl_qnet_num_params(l->online);
+    uint64_t counters[5] = {l->st.steps, l->st.samples, l->st.param_version, l->st.target_updates,
+                            (uint64_t)fl_optim_steps(l->opt)};
+    FL_TRY(fl_reduce_broadcast(l->reduce, fl_qnet_params(l->online), np * sizeof(float), 0, err));
+    FL_TRY(fl_reduce_broadcast(l->reduce, fl_qnet_params(l->target), np * sizeof(float), 0, err));
+    FL_TRY(fl_reduce_broadcast(l->reduce, fl_optim_state(l->opt), fl_optim_state_size(l->opt) * sizeof(float), 0,
+                               err));
+    FL_TRY(fl_reduce_broadcast(l->reduce, counters, sizeof counters, 0, err));
+    l->st.steps = counters[0];
+    l->st.samples = counters[1];
+    l->st.param_version = counters[2];
+    l->st.target_updates = counters[3];
+    fl_optim_set_steps(l->opt, (int64_t)counters[4]);
+    atomic_store(&l->watch_steps, l->st.steps);
+    l->steps_at_publish = l->st.steps;
+    return FL_OK;
+}
+
+/* Gorila: learner 0 adopts the parameters a shard already holds (a restarted learner),
+ * or publishes its own as version 1; the others wait for a version. */
+static fl_status gorila_start(fl_learner_t *l, fl_err_t *err) {
+    if (l->index != 0) return fetch_params(l, 1, err);
+    FL_TRY(fetch_params(l, 0, err));
+    if (l->fetched_version == 0) {
+        FL_TRY(publish(l, 1, err));
+        l->fetched_version = l->st.param_version;
+    } else {
+        FL_INFO("the parameter servers already hold version %llu: training from it",
+                (unsigned long long)l->fetched_version);
+    }
+    fl_qnet_copy_params(l->target, l->online);
     return FL_OK;
 }
 
@@ -709,18 +1045,34 @@ fl_status fl_learner_run(fl_learner_t *l, fl_err_t *err) {
             fl_qnet_num_params(l->online), l->cfg.model_spec, l->batch_size, l->cfg.learner_optimizer,
             l->cfg.learner_lr, l->replay_addr, l->param_addr);
 
-    s = publish(l, 1, err);
-    if (s == FL_OK)
-        FL_INFO("published the initial parameters as version %llu", (unsigned long long)l->st.param_version);
+    if (l->reduce) s = group_start(l, err);
+    if (s == FL_OK && l->gorila) s = gorila_start(l, err);
+    if (s == FL_OK && !l->gorila && l->index == 0) {
+        s = publish(l, 1, err);
+        if (s == FL_OK)
+            FL_INFO("published the initial parameters as version %llu", (unsigned long long)l->st.param_version);
+    }
     int trained = 0;
-    while (s == FL_OK && !stopping(l)) {
+    while (s == FL_OK && (l->reduce || !stopping(l))) {
+        if (l->reduce) {
+            int stop = 0;
+            s = group_step(l, &stop, err);
+            if (s == FL_OK && !stop && !trained) {
+                FL_INFO("replay ready; training with %d learners", fl_reduce_size(l->reduce));
+                trained = 1;
+            }
+            release_batch(l);
+            report(l, 0);
+            if (stop) break;
+            continue;
+        }
         s = sample(l, err);
         if (s != FL_OK) break;
         if (!trained) {
             FL_INFO("replay ready (%llu transitions); training", (unsigned long long)l->cur->table_size);
             trained = 1;
         }
-        s = train_step(l, err);
+        s = l->gorila ? gorila_step(l, err) : train_step(l, err);
         release_batch(l);
         report(l, 0);
     }
@@ -733,15 +1085,20 @@ fl_status fl_learner_run(fl_learner_t *l, fl_err_t *err) {
         l->st.priorities_applied = fl_replay_prefetch_updates_applied(l->prefetch);
     }
 
-    if (s == FL_OK && (l->st.steps > l->steps_at_publish || l->st.publishes == 0)) {
+    if (s == FL_OK && !l->gorila && l->index == 0 && (l->st.steps > l->steps_at_publish || l->st.publishes == 0)) {
         fl_err_t e;
         fl_err_init(&e);
+#ifdef FLEET_HAVE_CUDA
+        if (gpu_pull(l, &e) != FL_OK)
+            FL_WARN("final publish failed: %s", e.msg);
+        else
+#endif
         if (publish(l, 0, &e) != FL_OK)
             FL_WARN("final publish failed: %s", e.msg);
         else
             FL_INFO("published the final parameters as version %llu", (unsigned long long)l->st.param_version);
     }
-    if (s == FL_OK) checkpoint(l); /* the final state, when learner.checkpoint_dir is set */
+    if (s == FL_OK && l->index == 0) checkpoint(l); /* the final state, when learner.checkpoint_dir is set */
     l->st.total_s = fl_clock_sec() - l->t_start;
     report(l, 1);
     if (s == FL_OK)

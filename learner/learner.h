@@ -28,8 +28,33 @@
  *
  * The caller resolves env.name (the verb does it with the env registry), so that this
  * library does not depend on the environments: it gets the observation signature and
- * the action count. Supported: learner.mode = apex, learner.count = 1, learner.device
- * cpu (auto means cpu here); anything else is FL_UNIMPLEMENTED at create.
+ * the action count.
+ *
+ * Modes (learner.mode):
+ *   apex, one learner     as above.
+ *   apex, L > 1 learners  synchronous data parallelism: every learner samples its own
+ *                         batch of learner.batch_size (the effective batch is L times
+ *                         that), computes its gradient (fl_dqn_compute) and replaces it by
+ *                         the mean over the learners (opts.reduce, a ring all-reduce);
+ *                         each then clips and steps its own optimizer, so all L networks
+ *                         stay bit-identical. Learner 0's parameters, optimizer state and
+ *                         counters are broadcast at the start (so a resumed learner 0
+ *                         resumes all); only learner 0 publishes and writes checkpoints.
+ *                         Stopping is collective: two extra floats ride on every reduce
+ *                         (this learner has a gradient; this learner wants to stop), and
+ *                         when any learner wants to stop, no one applies that step and all
+ *                         leave the loop together, so no learner is left waiting.
+ *   gorila                the parameter-server shards own the optimizer: learner 0
+ *                         publishes the initial parameters (version 1); every learner
+ *                         fetches the newest parameters every learner.fetch_every steps,
+ *                         computes the gradient of its batch, clips it (learner.grad_clip)
+ *                         and pushes it (fl_param_push) with the versions it was computed
+ *                         from; the shards apply, drop or hold it by their staleness rules
+ *                         (paramserver/server.h). The target network is a copy of the
+ *                         fetched parameters every learner.target_update steps.
+ *                         learner.slow_push_ms slows the last learner down on purpose
+ *                         (tests of the staleness rules).
+ * learner.device cpu (auto means cpu here); cuda is FL_UNIMPLEMENTED at create.
  *
  * Memory: everything is allocated at create; the training loop does not allocate
  * (beyond what the RPC layer does per call). create sets OpenBLAS to learner.threads.
@@ -43,6 +68,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "kernels/qnet.h"
+#include "learner/reduce.h"
 #include "replay/client.h"
 
 /* Deadline of one UpdatePriorities, Publish or Info call (and the slice of a Sample). */
@@ -54,15 +80,19 @@
 #define FL_LEARNER_BACKOFF_MAX_S 2.0
 
 typedef struct fl_learner_opts {
-    int index;                    /* this learner's index (learner.count must be 1 for now) */
+    int index;                    /* this learner's index, 0 <= index < learner.count */
     const char *replay_addr;      /* the replay shards' addresses, "host:port" or "unix:/path", comma-separated
                                      in shard order, or "@FILE" (see fl_replay_addrs_parse); one per
                                      replay.shards; required */
-    const char *paramserver_addr; /* required */
+    const char *paramserver_addr; /* required: one address per paramserver.shards, comma-separated in
+                                     shard order (paramserver/client.h) */
     const char *control_addr;     /* the launcher's Control service; NULL or "" = no reports */
     fl_obs_spec_t obs;            /* env.name's observation signature */
     int num_actions;              /* env.name's action count */
     const char *resume_path;      /* a checkpoint of fl_learner_save to continue from; NULL or "" = none */
+    fl_reduce_t *reduce;          /* apex mode with learner.count > 1: this learner's member of the group
+                                     of all learners (rank = index, size = learner.count); borrowed.
+                                     NULL otherwise. */
 } fl_learner_opts_t;
 
 /* Totals since create, readable at any time by the owner (and after run returns). */
@@ -78,6 +108,10 @@ typedef struct fl_learner_stats {
     uint64_t retries;           /* service calls retried after an outage */
     double last_loss;           /* loss of the last step */
     double sample_s, total_s;   /* seconds spent in Sample (waits and retries included), and in run */
+    /* several learners */
+    double reduce_s;            /* apex group: seconds in fl_dqn_step_group (gradient and all-reduce) */
+    uint64_t pushes, pushes_applied, pushes_dropped; /* gorila: pushes, and shard answers (P per push) */
+    uint64_t max_staleness;     /* gorila: the largest staleness a shard reported */
 } fl_learner_stats_t;
 
 typedef struct fl_learner fl_learner_t;

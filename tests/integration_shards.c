@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "tests/proc_util.h"
+#include "tests/run_util.h"
 
 static char g_tmp[256];
 
@@ -24,82 +25,11 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* Runs `fleet run configs/cartpole.ini` with run.out_dir/run.name and the given --set
- * overrides; returns its exit status (-1 on timeout) and its output in *log. */
 static int run_fleet(const char *name, const char *const *sets, int nsets, double timeout_s, char **log) {
-    static char cfg[1024], out_dir[512], run_name[256], out[512];
-    snprintf(cfg, sizeof cfg, "%s/configs/cartpole.ini", fleet_source_dir());
-    snprintf(out_dir, sizeof out_dir, "run.out_dir=%s", g_tmp);
-    snprintf(run_name, sizeof run_name, "run.name=%s", name);
-    snprintf(out, sizeof out, "%s/%s.log", g_tmp, name);
-    char *argv[40];
-    int n = 0;
-    argv[n++] = (char *)fleet_bin();
-    argv[n++] = "run";
-    argv[n++] = cfg;
-    argv[n++] = "--set";
-    argv[n++] = out_dir;
-    argv[n++] = "--set";
-    argv[n++] = run_name;
-    for (int i = 0; i < nsets && n < 38; i++) {
-        argv[n++] = "--set";
-        argv[n++] = (char *)sets[i];
-    }
-    argv[n] = NULL;
-    pid_t pid = start_process(argv, out);
-    int status = wait_process(pid, timeout_s);
-    *log = read_file(out);
-    if (*log)
-        fprintf(stderr, "---- fleet run %s (tail) ----\n%s\n", name,
-                strlen(*log) > 5000 ? *log + strlen(*log) - 5000 : *log);
-    if (status == -1 || !WIFEXITED(status)) return -1;
-    return WEXITSTATUS(status);
+    return run_fleet_at(g_tmp, NULL, 0, name, sets, nsets, timeout_s, log);
 }
 
-static char *summary_of(const char *name) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s/summary.txt", g_tmp, name);
-    return read_file(path);
-}
-
-/* The comma-separated unsigned values of `key` in the summary; returns how many. */
-static int summary_list(const char *sum, const char *key, unsigned long long *v, int max) {
-    char buf[4096];
-    if (!kv_get(sum, key, buf, sizeof buf)) return -1;
-    int n = 0;
-    for (char *tok = strtok(buf, ","); tok && n < max; tok = strtok(NULL, ",")) v[n++] = strtoull(tok, NULL, 10);
-    return n;
-}
-
-static unsigned long long summary_u64(const char *sum, const char *key) {
-    char v[256];
-    assert_non_null(kv_get(sum, key, v, sizeof v));
-    return strtoull(v, NULL, 10);
-}
-
-static void assert_children_gone(const char *summary, int at_least) {
-    char pids[4096];
-    assert_non_null(kv_get(summary, "pids", pids, sizeof pids));
-    int count = 0;
-    for (char *tok = strtok(pids, ","); tok; tok = strtok(NULL, ",")) {
-        pid_t pid = (pid_t)atoi(tok);
-        assert_true(pid > 0);
-        errno = 0;
-        assert_int_equal(kill(pid, 0), -1);
-        assert_int_equal(errno, ESRCH);
-        count++;
-    }
-    assert_true(count >= at_least);
-}
-
-/* No role logged an error (log lines look like "12:00:00.000 E [role i] ..."). */
-static void assert_no_error_lines(const char *log) {
-    const char *hit = strstr(log, " E [");
-    if (hit) {
-        const char *eol = strchr(hit, '\n');
-        fail_msg("an error was logged: %.*s", eol ? (int)(eol - hit) : 200, hit);
-    }
-}
+static char *summary_of(const char *name) { return summary_at(g_tmp, name); }
 
 /* Two shards, two actors: each shard gets one actor's inserts and serves the learner. */
 static void test_two_shards_train(void **state) {

@@ -31,6 +31,9 @@
 #include "kernels/qnet.h"
 #include "learner/dqn.h"
 #include "learner/learner.h"
+#ifdef FLEET_HAVE_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
 #include "paramserver/client.h"
 #include "paramserver/server.h"
 #include "replay/client.h"
@@ -659,9 +662,30 @@ static void test_learner_create_errors(void **state) {
     fl_learner_t *l = NULL;
     fl_err_t err = {0};
     fl_config_t cfg = sv.cfg;
-    set_key(&cfg, "learner.mode=gorila");
-    assert_int_equal(fl_learner_create(&cfg, &o, &l, &err), FL_UNIMPLEMENTED);
-    assert_non_null(strstr(err.msg, "learner.mode"));
+    set_key(&cfg, "learner.count=2"); /* apex with two learners needs the all-reduce group */
+    assert_int_equal(fl_learner_create(&cfg, &o, &l, &err), FL_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.msg, "mpirun"));
+    o.index = 2;
+    assert_int_equal(fl_learner_create(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "learner.count = 2"));
+    o = learner_opts(&sv);
+    cfg = sv.cfg;
+    set_key(&cfg, "learner.device=cuda"); /* without a GPU (or CUDA): refused, saying why */
+    fl_status ds = fl_learner_create(&cfg, &o, &l, &err);
+#ifdef FLEET_HAVE_CUDA
+    int gpus = 0;
+    if (fl_cuda_device_count(&gpus, NULL) == FL_OK) {
+        assert_int_equal(ds, FL_OK);
+        fl_learner_destroy(l);
+        l = NULL;
+    } else {
+        assert_int_equal(ds, FL_NO_DEVICE);
+        assert_non_null(strstr(err.msg, "learner.device = cuda"));
+    }
+#else
+    assert_int_equal(ds, FL_UNIMPLEMENTED);
+    assert_non_null(strstr(err.msg, "built without CUDA"));
+#endif
     cfg = sv.cfg;
     set_key(&cfg, "model.spec=dense(x)");
     assert_int_equal(fl_learner_create(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);

@@ -1,0 +1,69 @@
+/* launch: what every launcher of a fleet shares, on one machine (`fleet run`, run.c) and
+ * under mpirun (fleet/mpi.c): the run folder, the fleet.Control service the roles report
+ * to, the progress loop with its metrics files, the ordered stop and the summary.
+ *
+ * How roles are started, watched and stopped differs (child processes here, MPI ranks
+ * there), so the launcher hands the monitor a table of functions (fl_launch_ops_t).
+ *
+ * Files under run.out_dir/run.name/: config.ini (the effective config every role reads),
+ * metrics.csv (one row per progress period: the fleet's figures), roles.csv (one row per
+ * role per period: env steps/s, parameter version and lag of each actor; steps/s,
+ * samples/s and loss of each learner), summary.txt (key=value lines at the end).
+ * One owner thread; the Control service runs on its own threads. */
+#ifndef FL_FLEET_LAUNCH_H
+#define FL_FLEET_LAUNCH_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "common/config.h"
+#include "envs/plugin.h"
+
+typedef struct fl_launch fl_launch_t;
+
+typedef struct fl_launch_ops {
+    /* A role that ended while the fleet runs: writes why ("actor 3 (pid 12) exited with
+     * status 1") and returns 1; 0 when all run. */
+    int (*dead)(void *ctx, char *reason, size_t len);
+    /* Stops the roles named in `roles` ("actor", "learner", "replay paramserver") and
+     * waits up to grace_s for them to end. They were asked through Control already. */
+    void (*stop)(void *ctx, const char *roles, double grace_s);
+    /* After the stop: the first role that did not end cleanly (1, with why), or 0. */
+    int (*unclean)(void *ctx, char *reason, size_t len);
+    /* The value of summary.txt's "pids=" line (e.g. "12,13,14"). */
+    void (*pids)(void *ctx, FILE *f);
+} fl_launch_ops_t;
+
+/* Validates the run, prints the plan (to stdout), creates the run folder, writes
+ * config.ini and starts Control on control_host:0. 0, or the exit code (2 for a
+ * configuration error, 1 otherwise) after printing why. */
+int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *control_host, fl_launch_t **out);
+void fl_launch_destroy(fl_launch_t *L); /* NULL is a no-op */
+const fl_config_t *fl_launch_config(const fl_launch_t *L);
+const char *fl_launch_config_path(const fl_launch_t *L);
+const char *fl_launch_control_addr(const fl_launch_t *L);
+const char *fl_launch_dir(const fl_launch_t *L);
+/* Prints the role plan of cfg (what fl_launch_create prints), e.g. for --dry-run. */
+void fl_launch_print_plan(const fl_config_t *cfg, const char *cfg_file, const fl_env_def_t *env);
+
+/* Watches the fleet until a stop (signal, run.max_seconds, target return, a dead role,
+ * or exit_code != 0 on entry with `reason` already set), then stops actors, learners and
+ * services in that order and writes summary.txt. replay_list and ps_list: the services'
+ * addresses, comma-separated in shard order (for Info). Returns the exit code. */
+int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_list, const fl_launch_ops_t *ops,
+                      void *ctx, int exit_code, const char *reason);
+
+#ifdef FLEET_HAVE_MPI
+/* `fleet run` under mpirun (fleet/mpi.c): every rank calls this with its parsed config;
+ * role: --role of this rank's app context ("" = by the plan). Returns the exit code. */
+int fl_mpi_run(const fl_config_t *cfg, const char *cfg_file, const char *role);
+#endif
+/* Writes list into arg when it fits (len bytes), else into the file path and arg = "@path".
+ * 0 or -1. */
+int fl_launch_address_arg(const char *list, const char *path, char *arg, size_t len);
+/* 1 when this process was started by mpirun (Open MPI's or PMIx's environment). */
+int fl_mpi_launched(void);
+/* The mpirun command line for cfg (hostfile may be NULL or ""). */
+void fl_mpi_print_command(const fl_config_t *cfg, const char *cfg_file, const char *hostfile, FILE *f);
+
+#endif

@@ -1,0 +1,47 @@
+/* proc: the role processes a launcher starts on its own machine (fork + exec of this
+ * binary), for `fleet run` and for the ranks of an MPI fleet (fleet/mpi.c).
+ *
+ * A child runs `fleet ROLE args...` in its own process group (a terminal's Ctrl-C
+ * reaches only the launcher, which stops children in order) and gets SIGTERM when its
+ * parent dies. A service child writes its bound address and a newline on its fd 3
+ * ("ready pipe"). Exit statuses are described in words for reports. One owner thread. */
+#ifndef FL_FLEET_PROC_H
+#define FL_FLEET_PROC_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct fl_child {
+    char role[16];
+    int index;
+    pid_t pid;
+    char addr[256]; /* a service's address, once ready */
+    int running;
+    int status; /* waitpid status once it exited */
+} fl_child_t;
+
+/* Finds this process's own executable (for exec); 0 or -1 with errno. Call once first. */
+int fl_proc_init(void);
+/* Starts `fleet ROLE extra...`; with want_ready, *ready_fd gets the pipe on which the
+ * child writes its address. 0 or -1. */
+int fl_proc_spawn_start(fl_child_t *c, const char *role, int index, char *const extra[], int want_ready,
+                        int *ready_fd);
+/* Waits up to timeout_s for the address on ready_fd (closed here): 0, or -1 when the
+ * child closed it without one, or time ran out. */
+int fl_proc_spawn_wait(fl_child_t *c, int ready_fd, double timeout_s);
+/* Both of the above. */
+int fl_proc_spawn(fl_child_t *c, const char *role, int index, char *const extra[], int want_ready,
+                  double timeout_s);
+/* "exited with status 1", "was killed by signal 9 (Killed)". */
+void fl_proc_describe_status(int status, char *buf, size_t len);
+/* Reaps exited children among kids[0..n); returns the first that exited, or NULL. */
+fl_child_t *fl_proc_reap(fl_child_t *kids, int n);
+/* SIGTERM to every running child whose role is named in `roles` (e.g. "replay paramserver"),
+ * waits up to grace_s, then SIGKILLs whatever is left (logged). */
+void fl_proc_stop_roles(fl_child_t *kids, int n, const char *roles, double grace_s);
+/* 1 if the status is a clean end: exit 0 or SIGTERM. */
+int fl_proc_clean_exit(int status);
+/* mkdir -p; 0 or -1 with errno. */
+int fl_proc_mkdir_p(const char *path);
+
+#endif
