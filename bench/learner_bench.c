@@ -83,6 +83,53 @@ static int die(const char *what, const fl_err_t *e) {
     return 1;
 }
 
+/* The scalars of B random transitions (in the order the rows draw them): rewards in
+ * [0, 1), the discount of 3 steps of 0.99, weights in [0.1, 1), actions below `actions`. */
+static void fill_transitions(fl_rng_t *rng, int B, int actions, float *rewards, float *discounts, float *weights,
+                             int32_t *acts) {
+    for (int i = 0; i < B; i++) {
+        rewards[i] = (float)fl_rng_double(rng);
+        discounts[i] = 0.970299f;
+        weights[i] = 0.1f + 0.9f * (float)fl_rng_double(rng);
+        acts[i] = (int32_t)fl_rng_below(rng, (uint64_t)actions);
+    }
+}
+
+/* One update of a timed run; k counts the updates of the run from 0 (warm-up first). */
+typedef fl_status (*update_fn)(void *arg, long k);
+
+/* Runs `warmup` updates, then times updates until `seconds` have passed (at least 2);
+ * updates/s in *rate. Stops at the first update that fails and returns its status. */
+static fl_status timed_updates(update_fn update, void *arg, int warmup, double seconds, double *rate) {
+    fl_status st;
+    for (int k = 0; k < warmup; k++)
+        if ((st = update(arg, k)) != FL_OK) return st;
+    long n = 0;
+    double t0 = fl_clock_sec(), t;
+    do {
+        if ((st = update(arg, n)) != FL_OK) return st;
+        n++;
+        t = fl_clock_sec() - t0;
+    } while (t < seconds || n < 2);
+    *rate = (double)n / t;
+    return FL_OK;
+}
+
+typedef struct cpu_update {
+    fl_dqn_t *dqn;
+    fl_qnet_t *online, *target;
+    fl_optim_t *opt;
+    const fl_dqn_batch_t *b;
+    float *prio;
+    fl_err_t *e;
+} cpu_update_t;
+
+static fl_status cpu_update(void *arg, long k) {
+    (void)k;
+    cpu_update_t *u = arg;
+    return fl_dqn_step(u->dqn, u->online, u->target, u->opt, u->b, u->prio, NULL, u->e);
+}
+
 /* fleet's updates/s for one case, batch and thread count; < 0 on failure. */
 static double fleet_rate(const netcase_t *c, int B, int threads, double seconds) {
     openblas_set_num_threads(threads);
@@ -127,30 +174,10 @@ static double fleet_rate(const netcase_t *c, int B, int threads, double seconds)
         obs[i] = (float)fl_rng_double(&rng);
         next[i] = (float)fl_rng_double(&rng);
     }
-    for (int i = 0; i < B; i++) {
-        ret[i] = (float)fl_rng_double(&rng);
-        disc[i] = 0.970299f;
-        w[i] = 0.1f + 0.9f * (float)fl_rng_double(&rng);
-        act[i] = (int32_t)fl_rng_below(&rng, (uint64_t)c->actions);
-    }
+    fill_transitions(&rng, B, c->actions, ret, disc, w, act);
     fl_dqn_batch_t b = {B, obs, act, ret, disc, next, w};
-    for (int k = 0; k < 2; k++) {
-        if (fl_dqn_step(dqn, online, target, opt, &b, prio, NULL, &e) != FL_OK) {
-            die("update", &e);
-            goto done;
-        }
-    }
-    long n = 0;
-    double t0 = fl_clock_sec(), t;
-    do {
-        if (fl_dqn_step(dqn, online, target, opt, &b, prio, NULL, &e) != FL_OK) {
-            die("update", &e);
-            goto done;
-        }
-        n++;
-        t = fl_clock_sec() - t0;
-    } while (t < seconds || n < 2);
-    rate = (double)n / t;
+    cpu_update_t u = {dqn, online, target, opt, &b, prio, &e};
+    if (timed_updates(cpu_update, &u, 2, seconds, &rate) != FL_OK) die("update", &e);
 done:
     free(obs), free(next), free(ret), free(disc), free(w), free(prio), free(act);
     fl_dqn_destroy(dqn);
@@ -186,6 +213,19 @@ static double torch_rate(const opts_t *o, const netcase_t *c, int B, int threads
 /* ---- GPU rows ---------------------------------------------------------------------- */
 
 #ifdef FLEET_HAVE_CUDA
+typedef struct gpu_update {
+    fl_cuda_dqn_t *d;
+    int B, slots;
+    float *prio;
+    fl_err_t *e;
+} gpu_update_t;
+
+/* Update k runs on slot k % slots. */
+static fl_status gpu_update(void *arg, long k) {
+    gpu_update_t *u = arg;
+    return fl_cuda_dqn_step(u->d, (int)(k % u->slots), u->B, u->prio, NULL, u->e);
+}
+
 /* fleet's GPU updates/s for one case, batch and TF32 setting; < 0 on failure. */
 static double gpu_rate(const netcase_t *c, int B, int tf32, double seconds) {
     fl_err_t e;
@@ -239,31 +279,11 @@ static double gpu_rate(const netcase_t *c, int B, int tf32, double seconds) {
                 ((float *)s.next_obs)[i] = (float)fl_rng_double(&rng);
             }
         }
-        for (int i = 0; i < B; i++) {
-            s.rewards[i] = (float)fl_rng_double(&rng);
-            s.discounts[i] = 0.970299f;
-            s.weights[i] = 0.1f + 0.9f * (float)fl_rng_double(&rng);
-            s.actions[i] = (int32_t)fl_rng_below(&rng, (uint64_t)c->actions);
-        }
+        fill_transitions(&rng, B, c->actions, s.rewards, s.discounts, s.weights, s.actions);
     }
-    const int slots = fl_cuda_dqn_num_slots(d);
-    for (int k = 0; k < 3; k++) { /* the first captures the graph */
-        if (fl_cuda_dqn_step(d, k % slots, B, prio, NULL, &e) != FL_OK) {
-            die("GPU update", &e);
-            goto done;
-        }
-    }
-    long n = 0;
-    double t0 = fl_clock_sec(), t;
-    do {
-        if (fl_cuda_dqn_step(d, (int)(n % slots), B, prio, NULL, &e) != FL_OK) {
-            die("GPU update", &e);
-            goto done;
-        }
-        n++;
-        t = fl_clock_sec() - t0;
-    } while (t < seconds || n < 2);
-    rate = (double)n / t;
+    gpu_update_t u = {d, B, fl_cuda_dqn_num_slots(d), prio, &e};
+    /* 3 warm-up updates: the first captures the graph */
+    if (timed_updates(gpu_update, &u, 3, seconds, &rate) != FL_OK) die("GPU update", &e);
 done:
     free(prio);
     fl_cuda_dqn_destroy(d);

@@ -52,6 +52,46 @@ def network(case, actions):
 SHAPES = {"mlp": ((4,), 2), "minatar": ((10, 10, 4), 6), "nature": ((84, 84, 4), 18)}
 
 
+def learner(case, actions, dev):
+    """The online network, the target network (a copy of it) and the centered RMSProp."""
+    online = network(case, actions).to(dev)
+    target = network(case, actions).to(dev)
+    target.load_state_dict(online.state_dict())
+    opt = torch.optim.RMSprop(online.parameters(), lr=6.25e-5, alpha=0.95, eps=1.5e-7, centered=True)
+    return online, target, opt
+
+
+def update(online, target, opt, obs, nxt, act, ret, disc, w):
+    """One update (see above) on a batch already on the device; returns the priorities."""
+    with torch.no_grad():
+        a_star = online(nxt).argmax(dim=1, keepdim=True)
+        y = ret + disc * target(nxt).gather(1, a_star).squeeze(1)
+    q = online(obs).gather(1, act.unsqueeze(1)).squeeze(1)
+    loss = (w * nn.functional.huber_loss(q, y, reduction="none", delta=1.0)).mean()
+    prio = (q - y).detach().abs()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(online.parameters(), 40.0)
+    opt.step()
+    return prio
+
+
+def report_rate(step, seconds, warmed_up=None):
+    """3 warm-up steps (then warmed_up()), then steps for `seconds` (at least 2); prints the line."""
+    for _ in range(3):
+        step()
+    if warmed_up:
+        warmed_up()
+    n, t0 = 0, time.perf_counter()
+    while True:
+        step()
+        n += 1
+        t = time.perf_counter() - t0
+        if t >= seconds and n >= 2:
+            break
+    print(f"{n / t:.3f} {torch.__version__} {torch.get_num_threads()}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--case", choices=sorted(SHAPES), required=True)
@@ -71,10 +111,7 @@ def main():
         torch.backends.cudnn.benchmark = False  # fleet picks algorithms by heuristics too
         return main_cuda(a, dev)
     shape, actions = SHAPES[a.case]
-    online = network(a.case, actions).to(dev)
-    target = network(a.case, actions).to(dev)
-    target.load_state_dict(online.state_dict())
-    opt = torch.optim.RMSprop(online.parameters(), lr=6.25e-5, alpha=0.95, eps=1.5e-7, centered=True)
+    online, target, opt = learner(a.case, actions, dev)
     B = a.batch
     obs = torch.rand((B,) + shape, device=dev)
     nxt = torch.rand((B,) + shape, device=dev)
@@ -85,43 +122,12 @@ def main():
     if len(shape) == 3:  # environments give (H, W, C); the network takes (C, H, W)
         obs = obs.permute(0, 3, 1, 2).contiguous()
         nxt = nxt.permute(0, 3, 1, 2).contiguous()
-
-    def step():
-        with torch.no_grad():
-            a_star = online(nxt).argmax(dim=1, keepdim=True)
-            y = ret + disc * target(nxt).gather(1, a_star).squeeze(1)
-        q = online(obs).gather(1, act.unsqueeze(1)).squeeze(1)
-        td = q - y
-        loss = (w * nn.functional.huber_loss(q, y, reduction="none", delta=1.0)).mean()
-        prio = td.detach().abs()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(online.parameters(), 40.0)
-        opt.step()
-        return prio
-
-    for _ in range(3):
-        step()
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    n, t0 = 0, time.perf_counter()
-    while True:
-        step()
-        n += 1
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter() - t0
-        if t >= a.seconds and n >= 2:
-            break
-    print(f"{n / t:.3f} {torch.__version__} {torch.get_num_threads()}")
+    report_rate(lambda: update(online, target, opt, obs, nxt, act, ret, disc, w), a.seconds)
 
 
 def main_cuda(a, dev):
     shape, actions = SHAPES[a.case]
-    online = network(a.case, actions).to(dev)
-    target = network(a.case, actions).to(dev)
-    target.load_state_dict(online.state_dict())
-    opt = torch.optim.RMSprop(online.parameters(), lr=6.25e-5, alpha=0.95, eps=1.5e-7, centered=True)
+    online, target, opt = learner(a.case, actions, dev)
     B = a.batch
     if a.obs_dtype == "uint8":
         h_obs = torch.randint(0, 256, (B,) + shape, dtype=torch.uint8).pin_memory()
@@ -146,29 +152,10 @@ def main_cuda(a, dev):
         ret = h_ret.to(dev, non_blocking=True)
         disc = h_disc.to(dev, non_blocking=True)
         w = h_w.to(dev, non_blocking=True)
-        with torch.no_grad():
-            a_star = online(nxt).argmax(dim=1, keepdim=True)
-            y = ret + disc * target(nxt).gather(1, a_star).squeeze(1)
-        q = online(obs).gather(1, act.unsqueeze(1)).squeeze(1)
-        loss = (w * nn.functional.huber_loss(q, y, reduction="none", delta=1.0)).mean()
-        prio = (q - y).detach().abs()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(online.parameters(), 40.0)
-        opt.step()
+        prio = update(online, target, opt, obs, nxt, act, ret, disc, w)
         return prio.cpu()  # the priorities go back to replay every update (synchronizes)
 
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    n, t0 = 0, time.perf_counter()
-    while True:
-        step()
-        n += 1
-        t = time.perf_counter() - t0
-        if t >= a.seconds and n >= 2:
-            break
-    print(f"{n / t:.3f} {torch.__version__} {torch.get_num_threads()}")
+    report_rate(step, a.seconds, torch.cuda.synchronize)
 
 
 if __name__ == "__main__":

@@ -704,22 +704,16 @@ static int run_local(fl_launch_t *L) {
             printf("  services     replay %d shards (addresses in %s), paramserver %s, control %s\n", R,
                    replay_arg + 1, ps_arg, L->control_addr);
         fflush(stdout);
+        /* Learners, then actors: `fleet ROLE --index i` with the services' addresses. */
         int k = NS;
-        for (int i = 0; i < NL; i++) {
-            char lidx[32];
-            snprintf(lidx, sizeof lidx, "%d", i);
-            char *learner_args[] = {"--config",      (char *)L->cfg_path, "--index",   lidx,
-                                    "--replay",      replay_arg,          "--paramserver", ps_arg,
-                                    "--control",     (char *)L->control_addr, NULL};
-            fl_proc_spawn(&kids[k++], "learner", i, learner_args, 0, 0);
-        }
-        for (int a = 0; a < cfg->actor_count; a++) {
-            char aidx[32];
-            snprintf(aidx, sizeof aidx, "%d", a);
-            char *actor_args[] = {"--config",      (char *)L->cfg_path, "--index",   aidx,
-                                  "--replay",      replay_arg,          "--paramserver", ps_arg,
-                                  "--control",     (char *)L->control_addr, NULL};
-            fl_proc_spawn(&kids[k++], "actor", a, actor_args, 0, 0);
+        for (int i = 0; i < NL + cfg->actor_count; i++) {
+            int learner = i < NL, index = learner ? i : i - NL;
+            char iarg[32];
+            snprintf(iarg, sizeof iarg, "%d", index);
+            char *args[] = {"--config",      (char *)L->cfg_path, "--index",   iarg,
+                            "--replay",      replay_arg,          "--paramserver", ps_arg,
+                            "--control",     (char *)L->control_addr, NULL};
+            fl_proc_spawn(&kids[k++], learner ? "learner" : "actor", index, args, 0, 0);
         }
     }
     local_t lc = {kids, nkids};

@@ -153,6 +153,29 @@ fl_status fl_dqn_step(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, fl_opti
     return FL_OK;
 }
 
+fl_status fl_dqn_group_mean(fl_reduce_t *reduce, float *rbuf, size_t n, int have, int want_stop, float loss,
+                            int *stopped, float *mean_loss, fl_err_t *err) {
+    *stopped = 0;
+    if (!have) memset(rbuf, 0, n * sizeof(float));
+    rbuf[n] = want_stop ? 1.0f : 0.0f;
+    rbuf[n + 1] = have ? loss : 0.0f;
+    fl_err_t re;
+    fl_err_init(&re);
+    fl_status rs = fl_reduce_sum(reduce, rbuf, n + 2, &re);
+    if (rs != FL_OK) {
+        *stopped = 1;
+        return fl_err_set(err, rs, "dqn: %s", re.msg);
+    }
+    if (rbuf[n] > 0.0f) {
+        *stopped = 1;
+        return FL_OK;
+    }
+    const float inv = 1.0f / (float)fl_reduce_size(reduce);
+    for (size_t i = 0; i < n; i++) rbuf[i] *= inv;
+    if (mean_loss) *mean_loss = rbuf[n + 1] * inv;
+    return FL_OK;
+}
+
 fl_status fl_dqn_step_group(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, fl_optim_t *opt, fl_reduce_t *reduce,
                             float *rbuf, const fl_dqn_batch_t *b, int want_stop, float *priorities,
                             fl_dqn_stats_t *stats, int *stopped, fl_err_t *err) {
@@ -177,31 +200,24 @@ fl_status fl_dqn_step_group(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, f
             want_stop = 1;
         }
     }
-    if (!have) memset(rbuf, 0, n * sizeof(float));
-    rbuf[n] = want_stop ? 1.0f : 0.0f;
-    rbuf[n + 1] = have ? ds.loss : 0.0f;
+    float mean_loss = 0;
     fl_err_t re;
     fl_err_init(&re);
-    fl_status rs = fl_reduce_sum(reduce, rbuf, n + 2, &re);
-    if (rs != FL_OK) {
-        *stopped = 1;
-        if (local != FL_OK) return local;
-        return fl_err_set(err, rs, "dqn: %s", re.msg);
-    }
+    fl_status rs = fl_dqn_group_mean(reduce, rbuf, n, have, want_stop, ds.loss, stopped, &mean_loss, &re);
     if (local != FL_OK) { /* the others know (our stop flag); now the caller does */
         *stopped = 1;
         return local;
     }
-    if (rbuf[n] > 0.0f) {
-        *stopped = 1;
-        return FL_OK;
+    if (rs != FL_OK) {
+        *err = re;
+        return rs;
     }
-    const float inv = 1.0f / (float)fl_reduce_size(reduce);
+    if (*stopped) return FL_OK;
     float *g = fl_qnet_grads(online);
-    for (size_t i = 0; i < n; i++) g[i] = rbuf[i] * inv;
+    memcpy(g, rbuf, n * sizeof(float));
     float norm = fl_clip_grad_norm(g, n, d->cfg.grad_clip);
     if (stats) {
-        stats->loss = rbuf[n + 1] * inv;
+        stats->loss = mean_loss;
         stats->grad_norm = norm;
         stats->mean_q = ds.mean_q;
     }

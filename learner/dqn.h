@@ -95,6 +95,14 @@ fl_status fl_dqn_step_group(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, f
                             float *rbuf, const fl_dqn_batch_t *b, int want_stop, float *priorities,
                             fl_dqn_stats_t *stats, int *stopped, fl_err_t *err);
 
+/* The all-reduce of fl_dqn_step_group, for callers that compute gradients elsewhere (the
+ * GPU learner): rbuf[0..n) holds this member's gradient when `have` (ignored and zeroed
+ * otherwise); rbuf gets [mean gradient, -, -] and *mean_loss (may be NULL) the mean loss,
+ * unless some member wants to stop (*stopped = 1, FL_OK). A transport failure is
+ * returned with *stopped = 1. */
+fl_status fl_dqn_group_mean(fl_reduce_t *reduce, float *rbuf, size_t n, int have, int want_stop, float loss,
+                            int *stopped, float *mean_loss, fl_err_t *err);
+
 /* The last call's targets y (B) and taken-action values q (B); valid until the next
  * call (for tests and diagnostics). */
 const float *fl_dqn_targets(const fl_dqn_t *d);

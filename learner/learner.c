@@ -193,11 +193,11 @@ static fl_status check_opts(const fl_config_t *c, const fl_learner_opts_t *o, fl
                           "learner: learner.device = cuda, but fleet was built without CUDA (nvcc and cuDNN under "
                           "/usr/local/cuda; expected cpu, or auto)");
 #else
-        if (!apex || c->learner_count > 1)
+        if (!apex)
             return fl_err_set(err, FL_UNIMPLEMENTED,
-                              "learner: learner.device = cuda trains one apex learner (learner.mode = %s, "
-                              "learner.count = %lld: use learner.device = cpu)",
-                              c->learner_mode, (long long)c->learner_count);
+                              "learner: learner.device = cuda trains in apex mode (learner.mode = %s: use "
+                              "learner.device = cpu)",
+                              c->learner_mode);
         if (o->obs.dtype != FL_DTYPE_FLOAT32 && o->obs.dtype != FL_DTYPE_UINT8)
             return fl_err_set(err, FL_INVALID_ARGUMENT,
                               "learner: learner.device = cuda takes float32 or uint8 observations, not %s",
@@ -260,9 +260,9 @@ static fl_status gpu_open(fl_learner_t *l, fl_err_t *err) {
         FL_INFO("learner.device = auto: no GPU (%s); training on the CPU", de.msg);
         return FL_OK;
     }
-    if (!want && (strcmp(l->cfg.learner_mode, "apex") != 0 || l->cfg.learner_count > 1 ||
+    if (!want && (strcmp(l->cfg.learner_mode, "apex") != 0 ||
                   (l->obs.dtype != FL_DTYPE_FLOAT32 && l->obs.dtype != FL_DTYPE_UINT8))) {
-        FL_INFO("learner.device = auto: the GPU trains one apex learner on float32/uint8 observations; training on "
+        FL_INFO("learner.device = auto: the GPU trains apex learners on float32/uint8 observations; training on "
                 "the CPU");
         return FL_OK;
     }
@@ -844,8 +844,8 @@ static fl_status after_step(fl_learner_t *l, size_t n, double loss, fl_err_t *er
 }
 
 #ifdef FLEET_HAVE_CUDA
-/* One learner on the GPU: the sampled batch into the next pinned slot, one update. */
-static fl_status gpu_train_step(fl_learner_t *l, fl_err_t *err) {
+/* The sampled batch into the next pinned input slot of the GPU. */
+static fl_status gpu_fill_slot(fl_learner_t *l, fl_err_t *err) {
     const fl_replay_batch_t *cb = l->cur;
     const size_t n = cb->count;
     if (cb->obs_bytes != l->obs_bytes)
@@ -862,6 +862,13 @@ static fl_status gpu_train_step(fl_learner_t *l, fl_err_t *err) {
         memcpy(slot.weights, cb->weights, n * sizeof(float));
     else
         for (size_t i = 0; i < n; i++) slot.weights[i] = 1.0f;
+    return FL_OK;
+}
+
+/* One learner on the GPU: the batch into a pinned slot, one update. */
+static fl_status gpu_train_step(fl_learner_t *l, fl_err_t *err) {
+    const size_t n = l->cur->count;
+    FL_TRY(gpu_fill_slot(l, err));
     fl_cuda_dqn_stats_t ds;
     fl_err_t e;
     fl_err_init(&e);
@@ -900,7 +907,55 @@ static fl_status train_step(fl_learner_t *l, fl_err_t *err) {
  * reduce [gradient, wants-to-stop, loss]. If any learner wants to stop, nobody steps and
  * *stop is set on every learner; otherwise each applies the mean gradient. A local
  * failure is returned after the reduce that tells the others. */
+#ifdef FLEET_HAVE_CUDA
+/* group_step on the GPU: the gradient comes back to the host, is averaged over the
+ * learners by the ring all-reduce (fl_dqn_group_mean), and the GPU clips and steps. */
+static fl_status gpu_group_step(fl_learner_t *l, int *stop, fl_err_t *err) {
+    const size_t n = fl_qnet_num_params(l->online);
+    fl_status result = FL_OK;
+    int want_stop = stopping(l), have = 0;
+    fl_cuda_dqn_stats_t ds = {0};
+    if (!want_stop) {
+        result = sample(l, err);
+        if (result == FL_OK) result = gpu_fill_slot(l, err);
+        if (result == FL_OK) {
+            fl_err_t e;
+            fl_err_init(&e);
+            fl_status s = fl_cuda_dqn_compute(l->gpu, l->gpu_slot, (int)l->cur->count, l->rbuf, l->priorities, &ds, &e);
+            l->gpu_slot = (l->gpu_slot + 1) % fl_cuda_dqn_num_slots(l->gpu);
+            if (s == FL_OUT_OF_RANGE) l->rbuf[0] = NAN; /* every learner skips this step */
+            else if (s != FL_OK) result = fl_err_set(err, s, "learner: GPU update: %s", e.msg);
+        }
+        have = result == FL_OK;
+    }
+    float loss = 0;
+    fl_err_t re;
+    fl_err_init(&re);
+    double t0 = fl_clock_sec();
+    fl_status rs = fl_dqn_group_mean(l->reduce, l->rbuf, n, have, !have, ds.loss, stop, &loss, &re);
+    l->st.reduce_s += fl_clock_sec() - t0;
+    if (result != FL_OK) {
+        *stop = 1;
+        return result == FL_CANCELLED ? FL_OK : result;
+    }
+    if (rs != FL_OK) return fl_err_set(err, rs, "learner: %s", re.msg);
+    if (*stop) return FL_OK;
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_status s = fl_cuda_dqn_apply(l->gpu, l->rbuf, NULL, &e);
+    if (s == FL_OUT_OF_RANGE) {
+        skipped(l, "non-finite mean gradient over the learners");
+        return FL_OK;
+    }
+    if (s != FL_OK) return fl_err_set(err, s, "learner: GPU update: %s", e.msg);
+    return after_step(l, l->cur->count, loss, err);
+}
+#endif
+
 static fl_status group_step(fl_learner_t *l, int *stop, fl_err_t *err) {
+#ifdef FLEET_HAVE_CUDA
+    if (l->gpu) return gpu_group_step(l, stop, err);
+#endif
     fl_status result = FL_OK;
     int want_stop = stopping(l), have = 0;
     fl_dqn_batch_t b;
@@ -1018,6 +1073,13 @@ static fl_status group_start(fl_learner_t *l, fl_err_t *err) {
     fl_optim_set_steps(l->opt, (int64_t)counters[4]);
     atomic_store(&l->watch_steps, l->st.steps);
     l->steps_at_publish = l->st.steps;
+#ifdef FLEET_HAVE_CUDA
+    if (l->gpu) { /* the GPU took this learner's own state at create */
+        FL_TRY(fl_cuda_dqn_set_params(l->gpu, fl_qnet_params(l->online), fl_qnet_params(l->target), np, err));
+        FL_TRY(fl_cuda_dqn_set_optim_state(l->gpu, fl_optim_state(l->opt), fl_optim_state_size(l->opt),
+                                           fl_optim_steps(l->opt), err));
+    }
+#endif
     return FL_OK;
 }
 

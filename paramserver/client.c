@@ -164,6 +164,22 @@ static fl_status call_pb(fl_param_client_t *c, int s, const char *method, const 
     return st;
 }
 
+/* The float32 ParamSlice values[0, n) at offset of a total-element vector, in *ps over
+ * *t and *shape (the caller's storage, alive until the request is sent). */
+static void f32_slice(Fleet__ParamSlice *ps, Fleet__Tensor *t, int64_t *shape, uint64_t version, uint64_t offset,
+                      uint64_t total, const float *values, size_t n) {
+    *shape = (int64_t)n;
+    t->dtype = FLEET__DTYPE__DTYPE_FLOAT32;
+    t->n_shape = 1;
+    t->shape = shape;
+    t->data.len = 4 * n;
+    t->data.data = (uint8_t *)(uintptr_t)values;
+    ps->version = version;
+    ps->offset = offset;
+    ps->total = total;
+    ps->values = t;
+}
+
 /* ---------------------------------------------------------------- publish ---- */
 
 typedef struct publish_ctx {
@@ -178,18 +194,10 @@ typedef struct publish_ctx {
 static void publish_one(void *arg, int s) {
     publish_ctx *x = arg;
     job *j = &x->jobs[s];
-    int64_t shape = (int64_t)j->n;
+    int64_t shape;
     Fleet__Tensor t = FLEET__TENSOR__INIT;
-    t.dtype = FLEET__DTYPE__DTYPE_FLOAT32;
-    t.n_shape = 1;
-    t.shape = &shape;
-    t.data.len = 4 * j->n;
-    t.data.data = (uint8_t *)(uintptr_t)(x->params + j->offset);
     Fleet__ParamSlice ps = FLEET__PARAM_SLICE__INIT;
-    ps.version = x->version;
-    ps.offset = j->offset;
-    ps.total = x->total;
-    ps.values = &t;
+    f32_slice(&ps, &t, &shape, x->version, j->offset, x->total, x->params + j->offset, j->n);
     Fleet__PublishRequest req = FLEET__PUBLISH_REQUEST__INIT;
     req.params = &ps;
     ProtobufCMessage *resp = NULL;
@@ -461,7 +469,7 @@ typedef struct push_ctx {
 static void push_one(void *arg, int s) {
     push_ctx *x = arg;
     job *j = &x->jobs[s];
-    int64_t shape = (int64_t)j->n;
+    int64_t shape = 0;
     Fleet__Tensor t = FLEET__TENSOR__INIT;
     Fleet__ParamSlice ps = FLEET__PARAM_SLICE__INIT;
     Fleet__QuantizedGradients q = FLEET__QUANTIZED_GRADIENTS__INIT;
@@ -478,15 +486,7 @@ static void push_one(void *arg, int s) {
         q.scale_neg = x->scales[2 * s + 1];
         req.quantized = &q;
     } else {
-        t.dtype = FLEET__DTYPE__DTYPE_FLOAT32;
-        t.n_shape = 1;
-        t.shape = &shape;
-        t.data.len = 4 * j->n;
-        t.data.data = (uint8_t *)(uintptr_t)(x->grads + j->offset);
-        ps.version = x->based_on[s];
-        ps.offset = j->offset;
-        ps.total = x->total;
-        ps.values = &t;
+        f32_slice(&ps, &t, &shape, x->based_on[s], j->offset, x->total, x->grads + j->offset, j->n);
         req.grads = &ps;
     }
     ProtobufCMessage *resp = NULL;

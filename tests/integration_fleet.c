@@ -9,6 +9,7 @@
 #include <dirent.h>
 
 #include "tests/proc_util.h"
+#include "tests/run_util.h"
 
 static char g_tmp[256];
 
@@ -48,26 +49,7 @@ static void fleet_argv(char **argv, char sets[][512], const char *name, const ch
     argv[n] = NULL;
 }
 
-static char *summary_of(const char *name) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s/summary.txt", g_tmp, name);
-    return read_file(path);
-}
-
-static void assert_children_gone(const char *summary) {
-    char pids[4096];
-    assert_non_null(kv_get(summary, "pids", pids, sizeof pids));
-    int count = 0;
-    for (char *tok = strtok(pids, ","); tok; tok = strtok(NULL, ",")) {
-        pid_t pid = (pid_t)atoi(tok);
-        assert_true(pid > 0);
-        errno = 0;
-        assert_int_equal(kill(pid, 0), -1);
-        assert_int_equal(errno, ESRCH);
-        count++;
-    }
-    assert_true(count >= 4); /* replay, paramserver, learner, >= 1 actor */
-}
+static char *summary_of(const char *name) { return summary_at(g_tmp, name); }
 
 static void test_learns_cartpole(void **state) {
     (void)state;
@@ -108,7 +90,7 @@ static void test_learns_cartpole(void **state) {
     char *csv = read_file(path);
     assert_non_null(csv);
     assert_non_null(strstr(csv, "mean_return_100"));
-    assert_children_gone(sum);
+    assert_children_gone(sum, 4); /* replay, paramserver, learner, >= 1 actor */
     free(csv);
     free(cfg);
     free(sum);
@@ -143,7 +125,7 @@ static void test_sigint_stops_everything(void **state) {
     char v[256];
     assert_non_null(kv_get(sum, "reason", v, sizeof v));
     assert_non_null(strstr(v, "interrupted"));
-    assert_children_gone(sum);
+    assert_children_gone(sum, 4); /* replay, paramserver, learner, >= 1 actor */
     assert_non_null(kv_get(sum, "actors_acked", v, sizeof v));
     unsigned long long acked = strtoull(v, NULL, 10);
     assert_non_null(kv_get(sum, "replay_inserted", v, sizeof v));
@@ -207,7 +189,7 @@ static void test_dead_child_is_reported(void **state) {
     assert_non_null(strstr(log, "killed by signal 9"));
     char *sum = summary_of("crash");
     assert_non_null(sum);
-    assert_children_gone(sum);
+    assert_children_gone(sum, 4); /* replay, paramserver, learner, >= 1 actor */
     free(sum);
     free(log);
 }

@@ -55,6 +55,17 @@ static int teardown(void **state) {
         }                                                                                    \
     } while (0)
 
+/* The config's path, the run.out_dir override and the log path of a run NAME. */
+typedef struct paths {
+    char cfg[1024], out_dir[512], out[512];
+} paths_t;
+
+static void paths_for(const char *name, paths_t *p) {
+    snprintf(p->cfg, sizeof p->cfg, "%s/configs/cartpole.ini", fleet_source_dir());
+    snprintf(p->out_dir, sizeof p->out_dir, "run.out_dir=%s", g_tmp);
+    snprintf(p->out, sizeof p->out, "%s/%s.log", g_tmp, name);
+}
+
 /* mpirun -np NP fleet run ... */
 static int run_mpi(const char *np, const char *name, const char *const *sets, int nsets, double timeout_s,
                    char **log) {
@@ -106,10 +117,8 @@ static void test_spmd_fleet(void **state) {
 static void test_mpmd_fleet(void **state) {
     (void)state;
     SKIP_WITHOUT_MPI();
-    char cfg[1024], out_dir[512], out[512];
-    snprintf(cfg, sizeof cfg, "%s/configs/cartpole.ini", fleet_source_dir());
-    snprintf(out_dir, sizeof out_dir, "run.out_dir=%s", g_tmp);
-    snprintf(out, sizeof out, "%s/mpmd.log", g_tmp);
+    paths_t p;
+    paths_for("mpmd", &p);
     static const char *const roles[][2] = {{"launcher", "1"}, {"replay", "2"}, {"paramserver", "2"},
                                            {"learner", "1"},  {"actor", "2"}};
     char *argv[128];
@@ -125,11 +134,11 @@ static void test_mpmd_fleet(void **state) {
         argv[n++] = (char *)roles[r][1];
         argv[n++] = (char *)fleet_bin();
         argv[n++] = "run";
-        argv[n++] = cfg;
+        argv[n++] = p.cfg;
         argv[n++] = "--role";
         argv[n++] = (char *)roles[r][0];
         argv[n++] = "--set";
-        argv[n++] = out_dir;
+        argv[n++] = p.out_dir;
         argv[n++] = "--set";
         argv[n++] = "run.name=mpmd";
         argv[n++] = "--set";
@@ -138,8 +147,8 @@ static void test_mpmd_fleet(void **state) {
         argv[n++] = "run.stop_at_target=false";
     }
     argv[n] = NULL;
-    int status = wait_process(start_process(argv, out), 300);
-    char *log = read_file(out);
+    int status = wait_process(start_process(argv, p.out), 300);
+    char *log = read_file(p.out);
     assert_non_null(log);
     fprintf(stderr, "---- mpmd (tail) ----\n%s\n", strlen(log) > 4000 ? log + strlen(log) - 4000 : log);
     assert_true(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -229,17 +238,15 @@ static pid_t find_actor(const char *name) {
 static void test_dead_role_ends_job(void **state) {
     (void)state;
     SKIP_WITHOUT_MPI();
-    char cfg[1024], out_dir[512], out[512];
-    snprintf(cfg, sizeof cfg, "%s/configs/cartpole.ini", fleet_source_dir());
-    snprintf(out_dir, sizeof out_dir, "run.out_dir=%s", g_tmp);
-    snprintf(out, sizeof out, "%s/die.log", g_tmp);
+    paths_t p;
+    paths_for("die", &p);
     char *argv[] = {g_mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "6",
-                    (char *)fleet_bin(), "run", cfg, "--set", out_dir, "--set", "run.name=die", "--set",
+                    (char *)fleet_bin(), "run", p.cfg, "--set", p.out_dir, "--set", "run.name=die", "--set",
                     "run.max_seconds=120", "--set", "run.stop_at_target=false", NULL};
-    pid_t job = start_process(argv, out);
+    pid_t job = start_process(argv, p.out);
     pid_t actor = 0;
     for (int i = 0; i < 600 && !actor; i++) {
-        char *log = read_file(out);
+        char *log = read_file(p.out);
         int training = log && strstr(log, "training") != NULL;
         free(log);
         if (training) actor = find_actor("die");
@@ -249,7 +256,7 @@ static void test_dead_role_ends_job(void **state) {
     fprintf(stderr, "killing actor 1 (pid %d)\n", (int)actor);
     assert_int_equal(kill(actor, SIGKILL), 0);
     int status = wait_process(job, 120);
-    char *log = read_file(out);
+    char *log = read_file(p.out);
     assert_non_null(log);
     fprintf(stderr, "---- die (tail) ----\n%s\n", strlen(log) > 4000 ? log + strlen(log) - 4000 : log);
     assert_true(status != -1);                                 /* ended, did not hang */

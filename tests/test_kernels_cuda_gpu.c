@@ -39,33 +39,7 @@
 
 #ifdef FLEET_HAVE_CUDA
 
-static int have_gpu(void) {
-    int n = 0;
-    fl_err_t e;
-    fl_err_init(&e);
-    if (fl_cuda_device_count(&n, &e) != FL_OK) {
-        print_message("SKIP: no GPU (%s)\n", e.msg);
-        return 0;
-    }
-    char name[256];
-    if (fl_cuda_device_name(0, name, sizeof name, &e) == FL_OK) print_message("GPU 0: %s\n", name);
-    return 1;
-}
-
-#define OK(expr)                                                                                              \
-    do {                                                                                                      \
-        fl_err_t e_;                                                                                          \
-        fl_err_init(&e_);                                                                                     \
-        fl_status s_ = (expr);                                                                                \
-        if (s_ != FL_OK) {                                                                                    \
-            SEED_NOTE();                                                                                      \
-            print_error("%s failed: %s (%s)\n", #expr, fl_status_name(s_), e_.msg);                          \
-            fail();                                                                                           \
-        }                                                                                                     \
-    } while (0)
-
-/* The error record OK() declares, for calls that take one. */
-#define E (&e_)
+#include "cuda_test_util.h"
 
 static void *dev(size_t bytes) {
     void *p = NULL;
@@ -84,38 +58,14 @@ static void down(float *h, const float *d, size_t n) {
     OK(fl_cuda_to_host(h, d, n * sizeof(float), E));
 }
 
-static float *host(size_t n) {
-    float *p = calloc(n ? n : 1, sizeof(float));
-    assert_non_null(p);
-    return p;
-}
-
 static void fill_normal(fl_rng_t *r, float *a, size_t n, double scale) {
     for (size_t i = 0; i < n; i++) a[i] = (float)(scale * fl_rng_normal(r));
-}
-
-static double max_abs(const float *a, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (fabs((double)a[i]) > m) m = fabs((double)a[i]);
-    return m;
 }
 
 /* Every element within atol_frac * max|want| + rtol |want|; names the first that is not. */
 static void check_all(const char *what, const float *got, const float *want, size_t n, double atol_frac,
                       double rtol) {
-    const double atol = atol_frac * max_abs(want, n) + 1e-30;
-    for (size_t i = 0; i < n; i++) CHECK_CLOSE(got[i], want[i], atol, rtol, "%s[%zu] of %zu", what, i, n);
-}
-
-static void check_exact(const char *what, const float *got, const float *want, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-            SEED_NOTE();
-            print_error("%s[%zu] of %zu: got %.9g, expected %.9g (bit-exact)\n", what, i, n, (double)got[i],
-                        (double)want[i]);
-            fail();
-        }
+    check_close_all(what, got, want, n, atol_frac * max_abs(want, n) + 1e-30, rtol);
 }
 
 static fl_cuda_ctx_t *make_ctx(void) {

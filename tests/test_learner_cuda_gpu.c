@@ -53,56 +53,7 @@
 
 #ifdef FLEET_HAVE_CUDA
 
-static int have_gpu(void) {
-    int n = 0;
-    fl_err_t e;
-    fl_err_init(&e);
-    if (fl_cuda_device_count(&n, &e) != FL_OK) {
-        print_message("SKIP: no GPU (%s)\n", e.msg);
-        return 0;
-    }
-    return 1;
-}
-
-#define OK(expr)                                                                                              \
-    do {                                                                                                      \
-        fl_err_t e_;                                                                                          \
-        fl_err_init(&e_);                                                                                     \
-        fl_status s_ = (expr);                                                                                \
-        if (s_ != FL_OK) {                                                                                    \
-            SEED_NOTE();                                                                                      \
-            print_error("%s failed: %s (%s)\n", #expr, fl_status_name(s_), e_.msg);                          \
-            fail();                                                                                           \
-        }                                                                                                     \
-    } while (0)
-#define E (&e_)
-
-static float *host(size_t n) {
-    float *p = calloc(n ? n : 1, sizeof(float));
-    assert_non_null(p);
-    return p;
-}
-
-static double max_abs(const float *a, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (fabs((double)a[i]) > m) m = fabs((double)a[i]);
-    return m;
-}
-
-static void check_all(const char *what, const float *got, const float *want, size_t n, double atol, double rtol) {
-    for (size_t i = 0; i < n; i++) CHECK_CLOSE(got[i], want[i], atol, rtol, "%s[%zu] of %zu", what, i, n);
-}
-
-static void check_exact(const char *what, const float *got, const float *want, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-            SEED_NOTE();
-            print_error("%s[%zu] of %zu: got %.9g, expected %.9g (bit-exact)\n", what, i, n, (double)got[i],
-                        (double)want[i]);
-            fail();
-        }
-}
+#include "cuda_test_util.h"
 
 /* ---- one configuration on both backends ---------------------------------------------- */
 
@@ -458,7 +409,7 @@ static void test_compute_apply_equals_step(void **state) {
         CHECK_CLOSE(norm, s1.grad_norm, 0.0, 1e-6, "norm of apply vs step %d", k);
         OK(fl_cuda_dqn_get_params(p.gpu, 0, a, p.n, E));
         OK(fl_cuda_dqn_get_params(q.gpu, 0, bb, p.n, E));
-        check_all("compute+apply vs step", bb, a, p.n, 1e-7, 1e-6);
+        check_close_all("compute+apply vs step", bb, a, p.n, 1e-7, 1e-6);
     }
     /* a non-finite gradient is refused and changes nothing */
     g[0] = INFINITY;

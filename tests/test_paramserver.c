@@ -23,6 +23,8 @@
 
 #define TIMEOUT_MS 20000
 
+#include "paramserver_test_util.h"
+
 /* ---- fixture: a service on 127.0.0.1:0, a client and a raw channel ------------------- */
 
 typedef struct {
@@ -58,37 +60,12 @@ static int teardown(void **state) {
     return 0;
 }
 
-static void publish_ok(fixture *f, uint64_t version, const float *p, size_t n) {
-    fl_err_t err;
-    fl_err_init(&err);
-    fl_status st = fl_param_publish(f->cl, version, p, n, TIMEOUT_MS, &err);
-    if (st != FL_OK) fail_msg("publish v%llu: %s", (unsigned long long)version, err.msg);
-}
-
 /* A raw Publish; returns the status and leaves the server's message in err. */
 static fl_status raw_publish(fixture *f, uint64_t version, uint64_t offset, uint64_t total, Fleet__DType dtype,
                              const int64_t *shape, size_t n_shape, const void *data, size_t len, fl_err_t *err) {
-    Fleet__Tensor t = FLEET__TENSOR__INIT;
-    t.dtype = dtype;
-    t.n_shape = n_shape;
-    t.shape = (int64_t *)(uintptr_t)shape;
-    t.data.len = len;
-    t.data.data = (uint8_t *)(uintptr_t)data;
-    Fleet__ParamSlice ps = FLEET__PARAM_SLICE__INIT;
-    ps.version = version;
-    ps.offset = offset;
-    ps.total = total;
-    ps.values = &t;
-    Fleet__PublishRequest req = FLEET__PUBLISH_REQUEST__INIT;
-    req.params = &ps;
-    ProtobufCMessage *resp = NULL;
-    fl_err_init(err);
-    fl_status st = fl_rpc_unary_pb(f->ch, "/fleet.ParamServer/Publish", &req.base,
-                                   &fleet__publish_response__descriptor, &resp, TIMEOUT_MS, FL_RPC_WAIT_FOR_READY, err);
-    if (resp) {
-        assert_int_equal(((Fleet__PublishResponse *)resp)->version, version);
-        protobuf_c_message_free_unpacked(resp, NULL);
-    }
+    uint64_t got = version;
+    fl_status st = raw_publish_ch(f->ch, version, offset, total, dtype, shape, n_shape, data, len, &got, err);
+    assert_int_equal(got, version);
     return st;
 }
 
@@ -102,10 +79,6 @@ static Fleet__FetchResponse *raw_fetch(fixture *f, uint64_t if_newer_than, Fleet
     *st = fl_rpc_unary_pb(f->ch, "/fleet.ParamServer/Fetch", &req.base, &fleet__fetch_response__descriptor, &resp,
                           TIMEOUT_MS, FL_RPC_WAIT_FOR_READY, err);
     return (Fleet__FetchResponse *)resp;
-}
-
-static void assert_contains(const char *haystack, const char *needle) {
-    if (!strstr(haystack, needle)) fail_msg("expected \"%s\" in \"%s\"", needle, haystack);
 }
 
 static fl_status store_create(uint32_t shard, int shards, fl_param_store_t **s, fl_err_t *err) {
@@ -310,7 +283,7 @@ static void test_publish_fetch_versions(void **state) {
     v1[1] = 1e-45f;
     v1[2] = 3.4e38f;
     v1[3] = -1.17e-38f;
-    publish_ok(f, 1, v1, N);
+    publish_ok(f->cl, 1, v1, N);
 
     uint64_t version = 0;
     int updated = 0;
@@ -342,7 +315,7 @@ static void test_publish_fetch_versions(void **state) {
 
     float v2[N];
     for (int i = 0; i < N; i++) v2[i] = -(float)i;
-    publish_ok(f, 2, v2, N);
+    publish_ok(f->cl, 2, v2, N);
     assert_int_equal(fl_param_fetch(f->cl, &version, dst, N, &updated, TIMEOUT_MS, &err), FL_OK);
     assert_int_equal(updated, 1);
     assert_int_equal(version, 2);
@@ -357,7 +330,7 @@ static void test_stale_version_rejected(void **state) {
     fixture *f = *state;
     float v[16], dst[16];
     for (int i = 0; i < 16; i++) v[i] = 3.0f;
-    publish_ok(f, 1234567, v, 16);
+    publish_ok(f->cl, 1234567, v, 16);
     float w[16];
     for (int i = 0; i < 16; i++) w[i] = 9.0f;
     fl_err_t err;
@@ -383,7 +356,7 @@ static void test_invalid_publishes(void **state) {
     enum { N = 100 };
     float v[N + 1];
     for (int i = 0; i <= N; i++) v[i] = 0.5f;
-    publish_ok(f, 1, v, N);
+    publish_ok(f->cl, 1, v, N);
     fl_err_t err;
     fl_err_init(&err);
 
@@ -467,7 +440,7 @@ static void test_invalid_publishes(void **state) {
     assert_int_equal(info_of(f).publishes, 1);
     /* and accepts a valid version 2 */
     v[5] = 6.0f;
-    publish_ok(f, 2, v, N);
+    publish_ok(f->cl, 2, v, N);
     assert_int_equal(fl_param_fetch(f->cl, &version, dst, N, &updated, TIMEOUT_MS, &err), FL_OK);
     assert_int_equal(version, 2);
     assert_true(dst[5] == 6.0f);
@@ -476,7 +449,7 @@ static void test_invalid_publishes(void **state) {
 static void test_unsupported_calls(void **state) {
     fixture *f = *state;
     float v[4] = {1, 2, 3, 4};
-    publish_ok(f, 1, v, 4);
+    publish_ok(f->cl, 1, v, 4);
     fl_err_t err;
     fl_status st;
     Fleet__FetchResponse *r = raw_fetch(f, 0, FLEET__DTYPE__DTYPE_UINT8, &st, &err);
@@ -513,7 +486,7 @@ static void test_fetch_size_mismatch(void **state) {
     fixture *f = *state;
     float v[64];
     for (int i = 0; i < 64; i++) v[i] = (float)i;
-    publish_ok(f, 3, v, 64);
+    publish_ok(f->cl, 3, v, 64);
     float dst[65];
     for (int i = 0; i < 65; i++) dst[i] = -1.0f;
     uint64_t version = 0;
@@ -543,7 +516,7 @@ static void test_large_vector(void **state) {
         v[i] = (float)(int32_t)x * 1e-9f;
     }
     memset(dst, 0, n * sizeof *dst);
-    publish_ok(f, 1, v, n);
+    publish_ok(f->cl, 1, v, n);
     uint64_t version = 0;
     int updated = 0;
     fl_err_t err;
@@ -670,13 +643,13 @@ static void test_info_counters(void **state) {
     uint64_t version = 0;
     int updated;
     assert_int_equal(fl_param_fetch(f->cl, &version, dst, 10, &updated, TIMEOUT_MS, NULL), FL_OK); /* nothing yet */
-    publish_ok(f, 4, v, 10);
+    publish_ok(f->cl, 4, v, 10);
     assert_int_equal(fl_param_publish(f->cl, 4, v, 10, TIMEOUT_MS, NULL), FL_FAILED_PRECONDITION);
     assert_int_equal(fl_param_fetch(f->cl, &version, dst, 10, &updated, TIMEOUT_MS, NULL), FL_OK); /* with */
     assert_int_equal(fl_param_fetch(f->cl, &version, dst, 10, &updated, TIMEOUT_MS, NULL), FL_OK); /* up to date */
     version = 0;
     assert_int_equal(fl_param_fetch(f->cl, &version, dst, 10, &updated, TIMEOUT_MS, NULL), FL_OK); /* with */
-    publish_ok(f, 9, v, 10);
+    publish_ok(f->cl, 9, v, 10);
     double up0 = in.uptime_s;
     in = info_of(f);
     assert_int_equal(in.shard_id, 0);

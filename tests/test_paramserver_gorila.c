@@ -26,20 +26,8 @@
 #include "paramserver/server.h"
 
 #define TIMEOUT_MS 60000
-#define MAXP 4
 
-typedef struct {
-    int P;
-    fl_config_t cfg;
-    fl_paramserver_service_t *svc[MAXP];
-    fl_rpc_channel_t *ch[MAXP];
-    char addr[MAXP][128];
-    char addrs[MAXP * 130];
-} cluster;
-
-static void assert_contains(const char *haystack, const char *needle) {
-    if (!strstr(haystack, needle)) fail_msg("expected \"%s\" in \"%s\"", needle, haystack);
-}
+#include "paramserver_test_util.h"
 
 static fl_config_t gorila_cfg(int P, const char *optimizer, double lr, int learners) {
     fl_config_t c;
@@ -53,30 +41,14 @@ static fl_config_t gorila_cfg(int P, const char *optimizer, double lr, int learn
     return c;
 }
 
-static cluster *start(const fl_config_t *cfg) {
-    cluster *c = calloc(1, sizeof *c);
-    assert_non_null(c);
-    c->P = (int)cfg->paramserver_shards;
-    c->cfg = *cfg;
-    fl_err_t err;
-    fl_err_init(&err);
-    for (int s = 0; s < c->P; s++) {
-        if (fl_paramserver_service_create(cfg, s, &c->svc[s], &err) != FL_OK ||
-            fl_paramserver_service_start(c->svc[s], "127.0.0.1:0", c->addr[s], sizeof c->addr[s], &err) != FL_OK)
-            fail_msg("shard %d: %s", s, err.msg);
-        assert_int_equal(fl_rpc_channel_create(c->addr[s], 0, &c->ch[s], &err), FL_OK);
-        strcat(c->addrs, s ? "," : "");
-        strcat(c->addrs, c->addr[s]);
-    }
+/* Two sgd learners (lr 0.1) under the wait policy with max_staleness 1: the reply to a
+ * push two versions ahead of the slowest learner is held for up to timeout_s. */
+static fl_config_t wait_cfg(int P, double timeout_s) {
+    fl_config_t c = gorila_cfg(P, "sgd", 0.1, 2);
+    c.paramserver_max_staleness = 1;
+    snprintf(c.paramserver_stale_policy, sizeof c.paramserver_stale_policy, "wait");
+    c.paramserver_wait_timeout_s = timeout_s;
     return c;
-}
-
-static void stop(cluster *c) {
-    for (int s = 0; s < c->P; s++) {
-        fl_rpc_channel_destroy(c->ch[s]);
-        fl_paramserver_service_destroy(c->svc[s]);
-    }
-    free(c);
 }
 
 static fl_param_client_t *client(cluster *c, uint32_t learner, int quantize) {
@@ -95,13 +67,6 @@ static void fill(float *v, size_t n, uint32_t seed, float scale) {
     }
 }
 
-static void publish_ok(fl_param_client_t *cl, uint64_t version, const float *v, size_t n) {
-    fl_err_t err;
-    fl_err_init(&err);
-    if (fl_param_publish(cl, version, v, n, TIMEOUT_MS, &err) != FL_OK)
-        fail_msg("publish %llu: %s", (unsigned long long)version, err.msg);
-}
-
 static uint64_t fetch_ok(fl_param_client_t *cl, float *dst, size_t n, int *updated) {
     uint64_t version = 0;
     int u = 0;
@@ -110,6 +75,13 @@ static uint64_t fetch_ok(fl_param_client_t *cl, float *dst, size_t n, int *updat
     if (fl_param_fetch(cl, &version, dst, n, &u, TIMEOUT_MS, &err) != FL_OK) fail_msg("fetch: %s", err.msg);
     if (updated) *updated = u;
     return version;
+}
+
+/* Publishes p as version 1 through a; a and b fetch it, so their pushes are based on it. */
+static void publish_v1(fl_param_client_t *a, fl_param_client_t *b, const float *p, float *dst, size_t n) {
+    publish_ok(a, 1, p, n);
+    fetch_ok(a, dst, n, NULL);
+    fetch_ok(b, dst, n, NULL);
 }
 
 static fl_param_push_result_t push_ok(fl_param_client_t *cl, const float *g, size_t n) {
@@ -126,6 +98,11 @@ static fl_param_info_t info(fl_param_client_t *cl, int s) {
     fl_err_init(&err);
     if (fl_param_info_shard(cl, s, TIMEOUT_MS, &in, &err) != FL_OK) fail_msg("info: %s", err.msg);
     return in;
+}
+
+/* The shards' step with plain SGD at learning rate lr. */
+static void sgd_ref(float *p, const float *g, size_t n, float lr) {
+    for (size_t i = 0; i < n; i++) p[i] -= lr * g[i];
 }
 
 static void assert_close_vec(const float *got, const float *want, size_t n) {
@@ -161,7 +138,7 @@ static fl_optim_t *reference_optimizer(const fl_config_t *c, size_t n) {
 static void optimizer_matches(int P, const char *optimizer, double lr, size_t n) {
     fl_config_t cfg = gorila_cfg(P, optimizer, lr, 1);
     cfg.learner_momentum = 0.5;
-    cluster *c = start(&cfg);
+    cluster *c = cluster_start(&cfg);
     fl_param_client_t *cl = client(c, 0, 0);
     float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g), *dst = malloc(n * sizeof *dst);
     fill(p, n, 1, 2.0f);
@@ -202,7 +179,7 @@ static void optimizer_matches(int P, const char *optimizer, double lr, size_t n)
     fl_optim_destroy(ref);
     fl_param_client_destroy(cl);
     free(p), free(g), free(dst);
-    stop(c);
+    cluster_stop(c);
 }
 
 static void test_optimizer_adam_2_shards(void **state) {
@@ -227,19 +204,17 @@ static void test_drop_policy(void **state) {
     enum { N = 101 };
     fl_config_t cfg = gorila_cfg(2, "sgd", 0.1, 2);
     cfg.paramserver_max_staleness = 1;
-    cluster *c = start(&cfg);
+    cluster *c = cluster_start(&cfg);
     fl_param_client_t *a = client(c, 0, 0), *b = client(c, 1, 0);
     float p[N], g[N], dst[N];
     fill(p, N, 3, 1.0f);
-    publish_ok(a, 1, p, N);
-    fetch_ok(a, dst, N, NULL);
-    fetch_ok(b, dst, N, NULL);
+    publish_v1(a, b, p, dst, N);
     for (int k = 0; k < 3; k++) {
         fill(g, N, 10 + (uint32_t)k, 1.0f);
         fl_param_push_result_t r = push_ok(b, g, N);
         assert_int_equal(r.applied, 2);
         assert_int_equal(r.max_staleness, 0);
-        for (int i = 0; i < N; i++) p[i] -= 0.1f * g[i];
+        sgd_ref(p, g, N, 0.1f);
         uint64_t v = 2 + (uint64_t)k, want = v;
         int updated;
         v--;
@@ -259,12 +234,12 @@ static void test_drop_policy(void **state) {
     r = push_ok(b, g, N);
     assert_int_equal(r.applied, 2);
     assert_int_equal(r.max_staleness, 0);
-    for (int i = 0; i < N; i++) p[i] -= 0.1f * g[i];
+    sgd_ref(p, g, N, 0.1f);
     fill(g, N, 22, 1.0f);
     r = push_ok(b, g, N);
     assert_int_equal(r.applied, 2);
     assert_int_equal(r.max_staleness, 1);
-    for (int i = 0; i < N; i++) p[i] -= 0.1f * g[i];
+    sgd_ref(p, g, N, 0.1f);
     assert_int_equal(fetch_ok(a, dst, N, NULL), 6);
     assert_close_vec(dst, p, N);
     for (int s = 0; s < 2; s++) {
@@ -276,7 +251,7 @@ static void test_drop_policy(void **state) {
     }
     fl_param_client_destroy(a);
     fl_param_client_destroy(b);
-    stop(c);
+    cluster_stop(c);
 }
 
 /* staleness_lr: a push of staleness s steps with lr / max(1, s). */
@@ -285,30 +260,28 @@ static void test_staleness_lr(void **state) {
     enum { N = 64 };
     fl_config_t cfg = gorila_cfg(1, "sgd", 0.1, 2);
     cfg.paramserver_staleness_lr = 1;
-    cluster *c = start(&cfg);
+    cluster *c = cluster_start(&cfg);
     fl_param_client_t *a = client(c, 0, 0), *b = client(c, 1, 0);
     float p[N], g[N], dst[N];
     fill(p, N, 5, 1.0f);
-    publish_ok(a, 1, p, N);
-    fetch_ok(a, dst, N, NULL);
-    fetch_ok(b, dst, N, NULL);
+    publish_v1(a, b, p, dst, N);
     fill(g, N, 30, 1.0f);
     assert_int_equal(push_ok(b, g, N).max_staleness, 0); /* lr 0.1 */
-    for (int i = 0; i < N; i++) p[i] -= 0.1f * g[i];
+    sgd_ref(p, g, N, 0.1f);
     fill(g, N, 31, 1.0f);
     assert_int_equal(push_ok(b, g, N).max_staleness, 1); /* lr 0.1 / 1 */
-    for (int i = 0; i < N; i++) p[i] -= 0.1f * g[i];
+    sgd_ref(p, g, N, 0.1f);
     fill(g, N, 32, 1.0f);
     assert_int_equal(push_ok(a, g, N).max_staleness, 2); /* lr 0.1 / 2 */
-    for (int i = 0; i < N; i++) p[i] -= (0.1f / 2.0f) * g[i];
+    sgd_ref(p, g, N, 0.1f / 2.0f);
     fill(g, N, 33, 1.0f);
     assert_int_equal(push_ok(a, g, N).max_staleness, 3); /* lr 0.1 / 3 */
-    for (int i = 0; i < N; i++) p[i] -= (float)(0.1 / 3.0) * g[i];
+    sgd_ref(p, g, N, (float)(0.1 / 3.0));
     assert_int_equal(fetch_ok(a, dst, N, NULL), 5);
     assert_close_vec(dst, p, N);
     fl_param_client_destroy(a);
     fl_param_client_destroy(b);
-    stop(c);
+    cluster_stop(c);
 }
 
 typedef struct {
@@ -327,6 +300,28 @@ static void *push_thread(void *p) {
     return NULL;
 }
 
+/* Starts a thread that pushes g[0, n) through cl into *x. */
+static void start_pusher(pusher *x, pthread_t *th, fl_param_client_t *cl, const float *g, size_t n) {
+    memset(x, 0, sizeof *x);
+    x->cl = cl;
+    x->g = g;
+    x->n = n;
+    atomic_init(&x->done, 0);
+    pthread_create(th, NULL, push_thread, x);
+}
+
+/* Publishes p (filled here) as version 1 through fast, then pushes g (filled here) so
+ * that the clocks of fast and slow are (2, 1): under wait_cfg the next push of fast is
+ * held. */
+static void reach_the_bound(fl_param_client_t *fast, fl_param_client_t *slow, float *p, float *g, size_t n) {
+    fill(p, n, 9, 1.0f);
+    fill(g, n, 10, 0.1f);
+    publish_ok(fast, 1, p, n);
+    push_ok(slow, g, n);
+    push_ok(fast, g, n);
+    assert_int_equal(push_ok(fast, g, n).waited, 0); /* 2, 1 */
+}
+
 /* Waits (polling, without any bound on time other than the test's) until every shard
  * reports `waits` held replies. */
 static void await_waits(fl_param_client_t *cl, int P, uint64_t waits) {
@@ -343,11 +338,8 @@ static void await_waits(fl_param_client_t *cl, int P, uint64_t waits) {
 static void test_wait_policy(void **state) {
     (void)state;
     enum { N = 50 };
-    fl_config_t cfg = gorila_cfg(2, "sgd", 0.1, 2);
-    cfg.paramserver_max_staleness = 1;
-    snprintf(cfg.paramserver_stale_policy, sizeof cfg.paramserver_stale_policy, "wait");
-    cfg.paramserver_wait_timeout_s = 120;
-    cluster *c = start(&cfg);
+    fl_config_t cfg = wait_cfg(2, 120);
+    cluster *c = cluster_start(&cfg);
     fl_param_client_t *fast = client(c, 0, 0), *slow = client(c, 1, 0), *obs = client(c, 0, 0);
     float p[N], g[N], dst[N];
     fill(p, N, 7, 1.0f);
@@ -360,10 +352,9 @@ static void test_wait_policy(void **state) {
     r = push_ok(fast, g, N); /* 2, 1: within the bound */
     assert_int_equal(r.waited, 0);
     assert_int_equal(r.applied, 2);
-    pusher x = {.cl = fast, .g = g, .n = N};
-    atomic_init(&x.done, 0);
+    pusher x;
     pthread_t th;
-    pthread_create(&th, NULL, push_thread, &x); /* 3, 1: held */
+    start_pusher(&x, &th, fast, g, N); /* 3, 1: held */
     await_waits(obs, 2, 1);
     /* the push is applied, its reply held */
     assert_int_equal(atomic_load(&x.done), 0);
@@ -388,27 +379,19 @@ static void test_wait_policy(void **state) {
     fl_param_client_destroy(fast);
     fl_param_client_destroy(slow);
     fl_param_client_destroy(obs);
-    stop(c);
+    cluster_stop(c);
 }
 
 /* wait: a slow learner that never comes back; the reply goes out at the timeout. */
 static void test_wait_timeout(void **state) {
     (void)state;
     enum { N = 10 };
-    fl_config_t cfg = gorila_cfg(1, "sgd", 0.1, 2);
-    cfg.paramserver_max_staleness = 1;
-    snprintf(cfg.paramserver_stale_policy, sizeof cfg.paramserver_stale_policy, "wait");
-    cfg.paramserver_wait_timeout_s = 0.2;
-    cluster *c = start(&cfg);
+    fl_config_t cfg = wait_cfg(1, 0.2);
+    cluster *c = cluster_start(&cfg);
     fl_param_client_t *fast = client(c, 0, 0), *slow = client(c, 1, 0);
     float p[N], g[N];
-    fill(p, N, 9, 1.0f);
-    fill(g, N, 10, 0.1f);
-    publish_ok(fast, 1, p, N);
-    push_ok(slow, g, N);
-    push_ok(fast, g, N);
-    assert_int_equal(push_ok(fast, g, N).waited, 0); /* 2, 1 */
-    fl_param_push_result_t r = push_ok(fast, g, N);  /* 3, 1: held until the timeout */
+    reach_the_bound(fast, slow, p, g, N);
+    fl_param_push_result_t r = push_ok(fast, g, N); /* 3, 1: held until the timeout */
     assert_int_equal(r.applied, 1);
     assert_int_equal(r.waited, 1);
     assert_int_equal(r.wait_timed_out, 1);
@@ -419,30 +402,21 @@ static void test_wait_timeout(void **state) {
     assert_int_equal(in.version, 5);
     fl_param_client_destroy(fast);
     fl_param_client_destroy(slow);
-    stop(c);
+    cluster_stop(c);
 }
 
 /* wait: stopping the shard releases a held reply. */
 static void test_wait_released_by_stop(void **state) {
     (void)state;
     enum { N = 10 };
-    fl_config_t cfg = gorila_cfg(1, "sgd", 0.1, 2);
-    cfg.paramserver_max_staleness = 1;
-    snprintf(cfg.paramserver_stale_policy, sizeof cfg.paramserver_stale_policy, "wait");
-    cfg.paramserver_wait_timeout_s = 600;
-    cluster *c = start(&cfg);
+    fl_config_t cfg = wait_cfg(1, 600);
+    cluster *c = cluster_start(&cfg);
     fl_param_client_t *fast = client(c, 0, 0), *slow = client(c, 1, 0);
     float p[N], g[N];
-    fill(p, N, 9, 1.0f);
-    fill(g, N, 10, 0.1f);
-    publish_ok(fast, 1, p, N);
-    push_ok(slow, g, N);
-    push_ok(fast, g, N);
-    push_ok(fast, g, N);
-    pusher x = {.cl = fast, .g = g, .n = N};
-    atomic_init(&x.done, 0);
+    reach_the_bound(fast, slow, p, g, N);
+    pusher x;
     pthread_t th;
-    pthread_create(&th, NULL, push_thread, &x);
+    start_pusher(&x, &th, fast, g, N);
     await_waits(slow, 1, 1);
     fl_paramserver_service_stop(c->svc[0]);
     pthread_join(th, NULL);
@@ -450,7 +424,7 @@ static void test_wait_released_by_stop(void **state) {
     assert_int_equal(x.r.wait_timed_out, 1);
     fl_param_client_destroy(fast);
     fl_param_client_destroy(slow);
-    stop(c);
+    cluster_stop(c);
 }
 
 static fl_status raw_push(fl_rpc_channel_t *ch, uint32_t learner, uint64_t based_on, uint64_t offset, uint64_t total,
@@ -483,7 +457,7 @@ static void test_malformed_pushes(void **state) {
     (void)state;
     enum { N = 10 };
     fl_config_t cfg = gorila_cfg(2, "sgd", 0.1, 2);
-    cluster *c = start(&cfg);
+    cluster *c = cluster_start(&cfg);
     fl_param_client_t *cl = client(c, 0, 0);
     float p[N], g[N], dst[N];
     fill(p, N, 11, 1.0f);
@@ -547,7 +521,7 @@ static void test_malformed_pushes(void **state) {
     assert_int_equal(fetch_ok(cl, dst, N, NULL), 2);
     for (int i = 0; i < N; i++) assert_float_equal(dst[i], p[i] - 0.1f * g[i], 1e-6);
     fl_param_client_destroy(cl);
-    stop(c);
+    cluster_stop(c);
 }
 
 /* 1-bit pushes: the shards apply exactly the decoded gradient of the codec with the
@@ -556,7 +530,7 @@ static void test_quantized_push(void **state) {
     (void)state;
     enum { N = 20003, P = 2 };
     fl_config_t cfg = gorila_cfg(P, "sgd", 1.0, 2);
-    cluster *c = start(&cfg);
+    cluster *c = cluster_start(&cfg);
     fl_param_client_t *q = client(c, 0, 1), *f = client(c, 1, 0);
     float *p = malloc(N * sizeof *p), *g = malloc(N * sizeof *g), *dst = malloc(N * sizeof *dst);
     float *resid = calloc(N, sizeof *resid), *d = malloc(N * sizeof *d);
@@ -594,7 +568,7 @@ static void test_quantized_push(void **state) {
     fl_param_client_destroy(q);
     fl_param_client_destroy(f);
     free(p), free(g), free(dst), free(resid), free(d);
-    stop(c);
+    cluster_stop(c);
 }
 
 int main(void) {

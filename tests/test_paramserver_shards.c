@@ -24,50 +24,21 @@
 #include "paramserver/store.h"
 
 #define TIMEOUT_MS 20000
-#define MAXP 4
 
-typedef struct {
-    int P;
-    fl_paramserver_service_t *svc[MAXP];
-    fl_rpc_channel_t *ch[MAXP];
-    char addr[MAXP][128];
-    char addrs[MAXP * 130];
-    fl_param_client_t *cl;
-} cluster;
+#include "paramserver_test_util.h"
 
-static void assert_contains(const char *haystack, const char *needle) {
-    if (!strstr(haystack, needle)) fail_msg("expected \"%s\" in \"%s\"", needle, haystack);
-}
-
+/* P shards (paramserver.shards = P, defaults otherwise) and c->cl, a client over all of
+ * them with opts. */
 static cluster *start(int P, const fl_param_client_opts_t *opts) {
-    cluster *c = calloc(1, sizeof *c);
-    assert_non_null(c);
-    c->P = P;
     fl_config_t cfg;
     fl_config_defaults(&cfg);
     cfg.paramserver_shards = P;
+    cluster *c = cluster_start(&cfg);
     fl_err_t err;
     fl_err_init(&err);
-    for (int s = 0; s < P; s++) {
-        if (fl_paramserver_service_create(&cfg, s, &c->svc[s], &err) != FL_OK ||
-            fl_paramserver_service_start(c->svc[s], "127.0.0.1:0", c->addr[s], sizeof c->addr[s], &err) != FL_OK)
-            fail_msg("shard %d: %s", s, err.msg);
-        assert_int_equal(fl_rpc_channel_create(c->addr[s], 0, &c->ch[s], &err), FL_OK);
-        strcat(c->addrs, s ? "," : "");
-        strcat(c->addrs, c->addr[s]);
-    }
     if (fl_param_client_create_opts(c->addrs, opts, &c->cl, &err) != FL_OK) fail_msg("client: %s", err.msg);
     assert_int_equal(fl_param_num_shards(c->cl), P);
     return c;
-}
-
-static void stop(cluster *c) {
-    fl_param_client_destroy(c->cl);
-    for (int s = 0; s < c->P; s++) {
-        fl_rpc_channel_destroy(c->ch[s]);
-        fl_paramserver_service_destroy(c->svc[s]);
-    }
-    free(c);
 }
 
 static void fill(float *v, size_t n, uint32_t seed) {
@@ -77,35 +48,11 @@ static void fill(float *v, size_t n, uint32_t seed) {
     }
 }
 
-static void publish_ok(fl_param_client_t *cl, uint64_t version, const float *v, size_t n) {
-    fl_err_t err;
-    fl_err_init(&err);
-    if (fl_param_publish(cl, version, v, n, TIMEOUT_MS, &err) != FL_OK)
-        fail_msg("publish %llu: %s", (unsigned long long)version, err.msg);
-}
-
+/* A raw float32 Publish of data[0, n) as the slice at offset of a total-element vector. */
 static fl_status raw_publish(fl_rpc_channel_t *ch, uint64_t version, uint64_t offset, uint64_t total, const float *data,
                              size_t n, fl_err_t *err) {
     int64_t shape = (int64_t)n;
-    Fleet__Tensor t = FLEET__TENSOR__INIT;
-    t.dtype = FLEET__DTYPE__DTYPE_FLOAT32;
-    t.n_shape = 1;
-    t.shape = &shape;
-    t.data.len = 4 * n;
-    t.data.data = (uint8_t *)(uintptr_t)data;
-    Fleet__ParamSlice ps = FLEET__PARAM_SLICE__INIT;
-    ps.version = version;
-    ps.offset = offset;
-    ps.total = total;
-    ps.values = &t;
-    Fleet__PublishRequest req = FLEET__PUBLISH_REQUEST__INIT;
-    req.params = &ps;
-    ProtobufCMessage *resp = NULL;
-    fl_err_init(err);
-    fl_status st = fl_rpc_unary_pb(ch, "/fleet.ParamServer/Publish", &req.base, &fleet__publish_response__descriptor,
-                                   &resp, TIMEOUT_MS, FL_RPC_WAIT_FOR_READY, err);
-    if (resp) protobuf_c_message_free_unpacked(resp, NULL);
-    return st;
+    return raw_publish_ch(ch, version, offset, total, FLEET__DTYPE__DTYPE_FLOAT32, &shape, 1, data, 4 * n, NULL, err);
 }
 
 static void roundtrip(int P, size_t n) {
@@ -183,7 +130,7 @@ static void roundtrip(int P, size_t n) {
     free(w);
     free(v);
     free(dst);
-    stop(c);
+    cluster_stop(c);
 }
 
 static void test_roundtrip_2_shards(void **state) {
@@ -245,7 +192,7 @@ static void test_errors_name_the_shard(void **state) {
     assert_int_equal(fl_param_client_create("127.0.0.1:1,,127.0.0.1:2", &bad, &err), FL_INVALID_ARGUMENT);
     assert_contains(err.msg, "address 1");
     assert_int_equal(fl_param_client_create("", &bad, &err), FL_INVALID_ARGUMENT);
-    stop(c);
+    cluster_stop(c);
 }
 
 static void test_malformed_requests(void **state) {
@@ -283,7 +230,7 @@ static void test_malformed_requests(void **state) {
     assert_int_equal(fl_param_fetch(c->cl, &version, dst, N, &updated, TIMEOUT_MS, &err), FL_OK);
     assert_int_equal(version, 1);
     assert_memory_equal(dst, v, sizeof v);
-    stop(c);
+    cluster_stop(c);
 }
 
 static void test_bf16_fetch(void **state) {
@@ -333,7 +280,7 @@ static void test_bf16_fetch(void **state) {
     assert_int_equal(in.fetches_with_params, 3);
     fl_param_client_destroy(fp32);
     free(v), free(a), free(b);
-    stop(c);
+    cluster_stop(c);
 }
 
 /* The bfloat16 response of a version is built once and shared. */
@@ -447,7 +394,7 @@ static void test_shared_client_concurrent(void **state) {
     }
     fl_param_client_destroy(pub);
     free(v);
-    stop(c);
+    cluster_stop(c);
 }
 
 int main(void) {

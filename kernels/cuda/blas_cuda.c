@@ -207,97 +207,112 @@ static cudnnMathType_t math_for(const fl_cuda_ctx_t *c, cudnnMathType_t suggeste
     return c->tf32 ? suggested : CUDNN_FMA_MATH;
 }
 
-/* Each pick_* walks cuDNN's heuristic ranking (then, if nothing there works, every
- * algorithm in enum order) and takes the first one whose workspace can be queried for
- * the math type we allow and fits CONV_WORKSPACE_LIMIT. */
-static fl_status pick_fwd(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, fl_err_t *err) {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int got = 0;
-    FL_TRY(dnn_check(cudnnSetConvolutionMathType(v->cf, c->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
-                     "cudnnSetConvolutionMathType", err));
-    FL_TRY(dnn_check(cudnnGetConvolutionForwardAlgorithm_v7(c->dnn, v->x, v->f, v->cf, v->y,
-                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf),
-                     "cudnnGetConvolutionForwardAlgorithm_v7", err));
-    for (int pass = 0; pass < 2; pass++) {
-        const int count = pass == 0 ? got : CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-        for (int i = 0; i < count; i++) {
-            if (pass == 0 && perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-            const cudnnConvolutionFwdAlgo_t algo = pass == 0 ? perf[i].algo : (cudnnConvolutionFwdAlgo_t)i;
-            const cudnnMathType_t math = math_for(c, pass == 0 ? perf[i].mathType : CUDNN_DEFAULT_MATH);
-            size_t bytes = 0;
-            if (cudnnSetConvolutionMathType(v->cf, math) != CUDNN_STATUS_SUCCESS) continue;
-            if (cudnnGetConvolutionForwardWorkspaceSize(c->dnn, v->x, v->f, v->cf, v->y, algo, &bytes) !=
-                    CUDNN_STATUS_SUCCESS ||
-                bytes > CONV_WORKSPACE_LIMIT)
-                continue;
-            v->fwd_algo = algo;
-            v->fwd_ws = bytes;
-            return FL_OK;
-        }
-    }
-    return fl_err_set(err, FL_INTERNAL, "cuDNN: no forward algorithm for conv(%d,%d,%d,%d) on (%d, %d, %d, %d)",
-                      v->cout, v->k, v->stride, v->pad, v->batch, v->cin, v->h, v->w);
+/* The three operations of a convolution. Each has its own descriptor (cf, cd, cw), its
+ * own algorithm enum and perf type, and its own cuDNN calls (rank_algos,
+ * workspace_size); pick_algo is the one search over them. */
+typedef enum { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER } conv_op;
+
+static const struct {
+    const char *name; /* in error messages */
+    int algo_count;   /* the operation's *_ALGO_COUNT */
+} CONV_OPS[] = {
+    [CONV_FWD] = {"forward", CUDNN_CONVOLUTION_FWD_ALGO_COUNT},
+    [CONV_BWD_DATA] = {"backward-data", CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT},
+    [CONV_BWD_FILTER] = {"backward-filter", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT},
+};
+
+#define MAX_CONV_ALGOS 16
+_Static_assert(CUDNN_CONVOLUTION_FWD_ALGO_COUNT <= MAX_CONV_ALGOS &&
+                   CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT <= MAX_CONV_ALGOS &&
+                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT <= MAX_CONV_ALGOS,
+               "MAX_CONV_ALGOS is below one of cuDNN's algorithm counts");
+
+/* One entry of cuDNN's heuristic ranking, whichever operation's perf type it came in. */
+typedef struct {
+    int algo;
+    cudnnMathType_t math;
+    cudnnStatus_t status;
+} ranked_algo;
+
+static cudnnConvolutionDescriptor_t conv_desc(const fl_cuda_conv_t *v, conv_op op) {
+    return op == CONV_FWD ? v->cf : op == CONV_BWD_DATA ? v->cd : v->cw;
 }
 
-static fl_status pick_bwd_data(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, fl_err_t *err) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int got = 0;
-    FL_TRY(dnn_check(cudnnSetConvolutionMathType(v->cd, c->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
-                     "cudnnSetConvolutionMathType", err));
-    FL_TRY(dnn_check(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn, v->f, v->y, v->cd, v->x,
-                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf),
-                     "cudnnGetConvolutionBackwardDataAlgorithm_v7", err));
-    for (int pass = 0; pass < 2; pass++) {
-        const int count = pass == 0 ? got : CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
-        for (int i = 0; i < count; i++) {
-            if (pass == 0 && perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-            const cudnnConvolutionBwdDataAlgo_t algo = pass == 0 ? perf[i].algo : (cudnnConvolutionBwdDataAlgo_t)i;
-            const cudnnMathType_t math = math_for(c, pass == 0 ? perf[i].mathType : CUDNN_DEFAULT_MATH);
-            size_t bytes = 0;
-            if (cudnnSetConvolutionMathType(v->cd, math) != CUDNN_STATUS_SUCCESS) continue;
-            if (cudnnGetConvolutionBackwardDataWorkspaceSize(c->dnn, v->f, v->y, v->cd, v->x, algo, &bytes) !=
-                    CUDNN_STATUS_SUCCESS ||
-                bytes > CONV_WORKSPACE_LIMIT)
-                continue;
-            v->bwd_data_algo = algo;
-            v->bwd_data_ws = bytes;
-            return FL_OK;
-        }
+/* cuDNN's _v7 heuristic ranking for op, best first: *got entries of r. */
+static fl_status rank_algos(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, conv_op op, ranked_algo *r, int *got, fl_err_t *err) {
+    switch (op) {
+    case CONV_FWD: {
+        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        FL_TRY(dnn_check(cudnnGetConvolutionForwardAlgorithm_v7(c->dnn, v->x, v->f, v->cf, v->y,
+                                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, got, perf),
+                         "cudnnGetConvolutionForwardAlgorithm_v7", err));
+        for (int i = 0; i < *got; i++) r[i] = (ranked_algo){(int)perf[i].algo, perf[i].mathType, perf[i].status};
+        return FL_OK;
     }
-    return fl_err_set(err, FL_INTERNAL,
-                      "cuDNN: no backward-data algorithm for conv(%d,%d,%d,%d) on (%d, %d, %d, %d)", v->cout, v->k,
-                      v->stride, v->pad, v->batch, v->cin, v->h, v->w);
+    case CONV_BWD_DATA: {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        FL_TRY(dnn_check(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn, v->f, v->y, v->cd, v->x,
+                                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, got, perf),
+                         "cudnnGetConvolutionBackwardDataAlgorithm_v7", err));
+        for (int i = 0; i < *got; i++) r[i] = (ranked_algo){(int)perf[i].algo, perf[i].mathType, perf[i].status};
+        return FL_OK;
+    }
+    case CONV_BWD_FILTER: {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        FL_TRY(dnn_check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                             c->dnn, v->x, v->y, v->cw, v->f, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, got, perf),
+                         "cudnnGetConvolutionBackwardFilterAlgorithm_v7", err));
+        for (int i = 0; i < *got; i++) r[i] = (ranked_algo){(int)perf[i].algo, perf[i].mathType, perf[i].status};
+        return FL_OK;
+    }
+    }
+    return fl_err_set(err, FL_INTERNAL, "cuda conv: unknown operation %d", (int)op);
 }
 
-static fl_status pick_bwd_filter(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, fl_err_t *err) {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+/* The workspace op needs with algorithm algo (and the math type set on its descriptor). */
+static cudnnStatus_t workspace_size(const fl_cuda_ctx_t *c, const fl_cuda_conv_t *v, conv_op op, int algo,
+                                    size_t *bytes) {
+    switch (op) {
+    case CONV_FWD:
+        return cudnnGetConvolutionForwardWorkspaceSize(c->dnn, v->x, v->f, v->cf, v->y, (cudnnConvolutionFwdAlgo_t)algo,
+                                                       bytes);
+    case CONV_BWD_DATA:
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(c->dnn, v->f, v->y, v->cd, v->x,
+                                                            (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+    case CONV_BWD_FILTER:
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(c->dnn, v->x, v->y, v->cw, v->f,
+                                                              (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+    }
+    return CUDNN_STATUS_BAD_PARAM;
+}
+
+/* Walks cuDNN's heuristic ranking for op (then, if nothing there works, every algorithm
+ * in enum order) and takes the first one whose workspace can be queried for the math type
+ * we allow and fits CONV_WORKSPACE_LIMIT: its number in *algo, its workspace in *ws. The
+ * op's descriptor keeps that algorithm's math type. */
+static fl_status pick_algo(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, conv_op op, int *algo, size_t *ws, fl_err_t *err) {
+    const cudnnConvolutionDescriptor_t desc = conv_desc(v, op);
+    ranked_algo perf[MAX_CONV_ALGOS];
     int got = 0;
-    FL_TRY(dnn_check(cudnnSetConvolutionMathType(v->cw, c->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+    FL_TRY(dnn_check(cudnnSetConvolutionMathType(desc, c->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
                      "cudnnSetConvolutionMathType", err));
-    FL_TRY(dnn_check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->dnn, v->x, v->y, v->cw, v->f,
-                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf),
-                     "cudnnGetConvolutionBackwardFilterAlgorithm_v7", err));
+    FL_TRY(rank_algos(c, v, op, perf, &got, err));
     for (int pass = 0; pass < 2; pass++) {
-        const int count = pass == 0 ? got : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+        const int count = pass == 0 ? got : CONV_OPS[op].algo_count;
         for (int i = 0; i < count; i++) {
             if (pass == 0 && perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-            const cudnnConvolutionBwdFilterAlgo_t algo =
-                pass == 0 ? perf[i].algo : (cudnnConvolutionBwdFilterAlgo_t)i;
-            const cudnnMathType_t math = math_for(c, pass == 0 ? perf[i].mathType : CUDNN_DEFAULT_MATH);
+            const int a = pass == 0 ? perf[i].algo : i;
+            const cudnnMathType_t math = math_for(c, pass == 0 ? perf[i].math : CUDNN_DEFAULT_MATH);
             size_t bytes = 0;
-            if (cudnnSetConvolutionMathType(v->cw, math) != CUDNN_STATUS_SUCCESS) continue;
-            if (cudnnGetConvolutionBackwardFilterWorkspaceSize(c->dnn, v->x, v->y, v->cw, v->f, algo, &bytes) !=
-                    CUDNN_STATUS_SUCCESS ||
-                bytes > CONV_WORKSPACE_LIMIT)
-                continue;
-            v->bwd_filter_algo = algo;
-            v->bwd_filter_ws = bytes;
+            if (cudnnSetConvolutionMathType(desc, math) != CUDNN_STATUS_SUCCESS) continue;
+            if (workspace_size(c, v, op, a, &bytes) != CUDNN_STATUS_SUCCESS || bytes > CONV_WORKSPACE_LIMIT) continue;
+            *algo = a;
+            *ws = bytes;
             return FL_OK;
         }
     }
-    return fl_err_set(err, FL_INTERNAL,
-                      "cuDNN: no backward-filter algorithm for conv(%d,%d,%d,%d) on (%d, %d, %d, %d)", v->cout, v->k,
-                      v->stride, v->pad, v->batch, v->cin, v->h, v->w);
+    return fl_err_set(err, FL_INTERNAL, "cuDNN: no %s algorithm for conv(%d,%d,%d,%d) on (%d, %d, %d, %d)",
+                      CONV_OPS[op].name, v->cout, v->k, v->stride, v->pad, v->batch, v->cin, v->h, v->w);
 }
 
 fl_status fl_cuda_conv_set_batch(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, int B, fl_err_t *err) {
@@ -316,11 +331,16 @@ fl_status fl_cuda_conv_set_batch(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, int B, fl_
                           oh, ow, B, v->cout, v->ho, v->wo);
     v->batch = B;
     fl_status st;
-    if ((st = pick_fwd(c, v, err)) != FL_OK || (st = pick_bwd_data(c, v, err)) != FL_OK ||
-        (st = pick_bwd_filter(c, v, err)) != FL_OK) {
+    int fwd = 0, bwd_data = 0, bwd_filter = 0;
+    if ((st = pick_algo(c, v, CONV_FWD, &fwd, &v->fwd_ws, err)) != FL_OK ||
+        (st = pick_algo(c, v, CONV_BWD_DATA, &bwd_data, &v->bwd_data_ws, err)) != FL_OK ||
+        (st = pick_algo(c, v, CONV_BWD_FILTER, &bwd_filter, &v->bwd_filter_ws, err)) != FL_OK) {
         v->batch = 0;
         return st;
     }
+    v->fwd_algo = (cudnnConvolutionFwdAlgo_t)fwd;
+    v->bwd_data_algo = (cudnnConvolutionBwdDataAlgo_t)bwd_data;
+    v->bwd_filter_algo = (cudnnConvolutionBwdFilterAlgo_t)bwd_filter;
     size_t need = v->fwd_ws;
     if (v->bwd_data_ws > need) need = v->bwd_data_ws;
     if (v->bwd_filter_ws > need) need = v->bwd_filter_ws;

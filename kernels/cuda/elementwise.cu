@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace {
 
@@ -17,30 +18,17 @@ __global__ void relu_backward_kernel(const float *__restrict__ y, const float *_
         dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
-unsigned grid_for(size_t n) {
-    size_t blocks = (n + 255) / 256;
-    if (blocks < 1) blocks = 1;
-    if (blocks > 65535) blocks = 65535;
-    return (unsigned)blocks;
-}
-
-fl_status launched(const char *what, fl_err_t *err) {
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) return FL_OK;
-    return fl_err_set(err, FL_INTERNAL, "%s launch: %s", what, cudaGetErrorString(e));
-}
-
 }  // namespace
 
 extern "C" fl_status fl_cuda_relu_forward(const float *d_x, float *d_y, size_t n, void *stream, fl_err_t *err) {
     if (n == 0) return FL_OK;
-    relu_forward_kernel<<<grid_for(n), 256, 0, (cudaStream_t)stream>>>(d_x, d_y, n);
-    return launched("relu_forward", err);
+    relu_forward_kernel<<<fl__cuda_grid_for(n), FL__CUDA_THREADS, 0, (cudaStream_t)stream>>>(d_x, d_y, n);
+    return fl__cuda_launched("relu_forward", err);
 }
 
 extern "C" fl_status fl_cuda_relu_backward(const float *d_y, const float *d_dy, float *d_dx, size_t n, void *stream,
                                            fl_err_t *err) {
     if (n == 0) return FL_OK;
-    relu_backward_kernel<<<grid_for(n), 256, 0, (cudaStream_t)stream>>>(d_y, d_dy, d_dx, n);
-    return launched("relu_backward", err);
+    relu_backward_kernel<<<fl__cuda_grid_for(n), FL__CUDA_THREADS, 0, (cudaStream_t)stream>>>(d_y, d_dy, d_dx, n);
+    return fl__cuda_launched("relu_backward", err);
 }

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops_cuda.h"
 extern "C" {
 #include "kernels/optim.h"  // a C header without its own extern "C"
@@ -16,20 +17,7 @@ extern "C" {
 
 namespace {
 
-constexpr int THREADS = 256;
-
-unsigned grid_for(size_t n) {
-    size_t blocks = (n + THREADS - 1) / THREADS;
-    if (blocks < 1) blocks = 1;
-    if (blocks > 65535) blocks = 65535;
-    return (unsigned)blocks;
-}
-
-fl_status launched(const char *what, fl_err_t *err) {
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) return FL_OK;
-    return fl_err_set(err, FL_INTERNAL, "%s launch: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
+constexpr int THREADS = FL__CUDA_THREADS;
 
 // Sum of v over the block (blockDim.x == THREADS); every thread gets the result. The
 // leading barrier lets a block call it twice in a row with the same shared array.
@@ -242,41 +230,41 @@ extern "C" fl_status fl__cuda_obs_to_input(const void *d_src, int is_uint8, int 
     if (total == 0) return FL_OK;
     const int HW = H * W;
     if (is_uint8)
-        obs_to_input_kernel<uint8_t><<<grid_for(total), THREADS, 0, (cudaStream_t)stream>>>(
+        obs_to_input_kernel<uint8_t><<<fl__cuda_grid_for(total), THREADS, 0, (cudaStream_t)stream>>>(
             (const uint8_t *)d_src, total, C, HW, image, obs_scale, input_scale, d_dst);
     else
-        obs_to_input_kernel<float><<<grid_for(total), THREADS, 0, (cudaStream_t)stream>>>(
+        obs_to_input_kernel<float><<<fl__cuda_grid_for(total), THREADS, 0, (cudaStream_t)stream>>>(
             (const float *)d_src, total, C, HW, image, obs_scale, input_scale, d_dst);
-    return launched("obs_to_input", err);
+    return fl__cuda_launched("obs_to_input", err);
 }
 
 extern "C" fl_status fl__cuda_bias_add(float *d_y, const float *d_b, int B, int C, int HW, void *stream,
                                        fl_err_t *err) {
     const size_t total = (size_t)B * (size_t)C * (size_t)HW;
     if (total == 0) return FL_OK;
-    bias_add_kernel<<<grid_for(total), THREADS, 0, (cudaStream_t)stream>>>(d_y, d_b, total, C, HW);
-    return launched("bias_add", err);
+    bias_add_kernel<<<fl__cuda_grid_for(total), THREADS, 0, (cudaStream_t)stream>>>(d_y, d_b, total, C, HW);
+    return fl__cuda_launched("bias_add", err);
 }
 
 extern "C" fl_status fl__cuda_bias_grad(const float *d_dy, int B, int C, int HW, float *d_db, void *stream,
                                         fl_err_t *err) {
     if (C < 1 || B < 1 || HW < 1) return FL_OK;
     bias_grad_kernel<<<(unsigned)C, THREADS, 0, (cudaStream_t)stream>>>(d_dy, B, C, HW, d_db);
-    return launched("bias_grad", err);
+    return fl__cuda_launched("bias_grad", err);
 }
 
 extern "C" fl_status fl_cuda_dueling_combine_forward(const float *d_va, int B, int A, float *d_q, void *stream,
                                                      fl_err_t *err) {
     if (B < 1 || A < 1) return FL_OK;
-    dueling_forward_kernel<<<grid_for((size_t)B), THREADS, 0, (cudaStream_t)stream>>>(d_va, B, A, d_q);
-    return launched("dueling_forward", err);
+    dueling_forward_kernel<<<fl__cuda_grid_for((size_t)B), THREADS, 0, (cudaStream_t)stream>>>(d_va, B, A, d_q);
+    return fl__cuda_launched("dueling_forward", err);
 }
 
 extern "C" fl_status fl_cuda_dueling_combine_backward(const float *d_dq, int B, int A, float *d_dva, void *stream,
                                                       fl_err_t *err) {
     if (B < 1 || A < 1) return FL_OK;
-    dueling_backward_kernel<<<grid_for((size_t)B), THREADS, 0, (cudaStream_t)stream>>>(d_dq, B, A, d_dva);
-    return launched("dueling_backward", err);
+    dueling_backward_kernel<<<fl__cuda_grid_for((size_t)B), THREADS, 0, (cudaStream_t)stream>>>(d_dq, B, A, d_dva);
+    return fl__cuda_launched("dueling_backward", err);
 }
 
 extern "C" fl_status fl_cuda_dqn_head(const float *d_q_next_online, const float *d_q_next_target,
@@ -288,22 +276,22 @@ extern "C" fl_status fl_cuda_dqn_head(const float *d_q_next_online, const float 
     dqn_head_kernel<<<1, THREADS, 0, (cudaStream_t)stream>>>(d_q_next_online, d_q_next_target, d_q_obs, d_actions,
                                                              d_rewards, d_discounts, d_weights, B, A, huber_delta,
                                                              d_priorities, d_dq, d_y, d_q_taken, d_sc);
-    return launched("dqn_head", err);
+    return fl__cuda_launched("dqn_head", err);
 }
 
 extern "C" fl_status fl_cuda_sumsq(const float *d_x, size_t n, fl_cuda_step_scalars_t *d_sc, void *stream,
                                    fl_err_t *err) {
     if (n == 0) return FL_OK;
-    unsigned blocks = grid_for(n);
+    unsigned blocks = fl__cuda_grid_for(n);
     if (blocks > 1024) blocks = 1024; /* few atomics; each thread then sums several elements */
     sumsq_kernel<<<blocks, THREADS, 0, (cudaStream_t)stream>>>(d_x, n, d_sc);
-    return launched("sumsq", err);
+    return fl__cuda_launched("sumsq", err);
 }
 
 extern "C" fl_status fl_cuda_step_finalize(const fl_cuda_optim_hyper_t *d_hyper, fl_cuda_step_scalars_t *d_sc,
                                            int check_loss, int apply, void *stream, fl_err_t *err) {
     finalize_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(d_hyper, d_sc, check_loss, apply);
-    return launched("step_finalize", err);
+    return fl__cuda_launched("step_finalize", err);
 }
 
 extern "C" fl_status fl_cuda_optim_apply(int kind, size_t n, float *d_params, const float *d_grads, float *d_state,
@@ -313,15 +301,15 @@ extern "C" fl_status fl_cuda_optim_apply(int kind, size_t n, float *d_params, co
     cudaStream_t s = (cudaStream_t)stream;
     switch (kind) {
     case FL_OPTIM_SGD:
-        sgd_kernel<<<grid_for(n), THREADS, 0, s>>>(n, d_params, d_grads, d_state, d_hyper, d_sc);
-        return launched("sgd", err);
+        sgd_kernel<<<fl__cuda_grid_for(n), THREADS, 0, s>>>(n, d_params, d_grads, d_state, d_hyper, d_sc);
+        return fl__cuda_launched("sgd", err);
     case FL_OPTIM_ADAM:
-        adam_kernel<<<grid_for(n), THREADS, 0, s>>>(n, d_params, d_grads, d_state, d_state + n, d_hyper, d_sc);
-        return launched("adam", err);
+        adam_kernel<<<fl__cuda_grid_for(n), THREADS, 0, s>>>(n, d_params, d_grads, d_state, d_state + n, d_hyper, d_sc);
+        return fl__cuda_launched("adam", err);
     case FL_OPTIM_RMSPROP:
-        rmsprop_kernel<<<grid_for(n), THREADS, 0, s>>>(n, d_params, d_grads, d_state, d_state + n, d_state + 2 * n,
-                                                       d_hyper, d_sc);
-        return launched("rmsprop", err);
+        rmsprop_kernel<<<fl__cuda_grid_for(n), THREADS, 0, s>>>(n, d_params, d_grads, d_state, d_state + n,
+                                                                 d_state + 2 * n, d_hyper, d_sc);
+        return fl__cuda_launched("rmsprop", err);
     default: return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer kind %d: expected sgd, adam or rmsprop", kind);
     }
 }
