@@ -273,6 +273,15 @@ static void test_dead_role_ends_job(void **state) {
 }
 
 int main(void) {
+    /* Under AddressSanitizer: Open MPI leaks ~120 KB per rank (allocations of its
+     * dlopened components, never freed), which LeakSanitizer would turn into a failed
+     * exit of every rank. Leak checks stay off for the processes mpirun starts (set
+     * here, after this test's own sanitizer read its options); the same role code is
+     * leak-checked without MPI by the other integration tests. */
+    const char *asan = getenv("ASAN_OPTIONS");
+    char opts[512];
+    snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", asan ? asan : "", asan && asan[0] ? ":" : "");
+    setenv("ASAN_OPTIONS", opts, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spmd_fleet),
         cmocka_unit_test(test_mpmd_fleet),
