@@ -193,6 +193,9 @@ int main(int argc, char **argv) {
     }
     /* The verb sees argv from its own name on: argv[0] = "run", ... */
     int rc = v->main(argc - 1, argv + 1);
-    if (rc == 2) fprintf(stderr, "(`fleet help %s` lists the options)\n", name);
+    /* Under mpirun every rank ends the same way: one hint, from rank 0. */
+    const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (rc == 2 && (!mpi_rank || strcmp(mpi_rank, "0") == 0))
+        fprintf(stderr, "(`fleet help %s` lists the options)\n", name);
     return rc;
 }
