@@ -19,21 +19,7 @@ static char g_mpirun[512]; /* its path, found on PATH */
 static const char *const MPIRUN[] = {g_mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np"};
 #define NMPIRUN 6
 
-static int have_mpirun(void) {
-#ifndef FLEET_HAVE_MPI
-    return 0;
-#else
-    const char *path = getenv("PATH");
-    char dirs[4096];
-    snprintf(dirs, sizeof dirs, "%s", path ? path : "/usr/bin:/bin");
-    for (char *d = strtok(dirs, ":"); d; d = strtok(NULL, ":")) {
-        snprintf(g_mpirun, sizeof g_mpirun, "%s/mpirun", d);
-        if (access(g_mpirun, X_OK) == 0) return 1;
-    }
-    g_mpirun[0] = '\0';
-    return 0;
-#endif
-}
+static int have_mpirun(void) { return find_mpirun(g_mpirun, sizeof g_mpirun); }
 
 static int setup(void **state) {
     (void)state;
@@ -273,15 +259,7 @@ static void test_dead_role_ends_job(void **state) {
 }
 
 int main(void) {
-    /* Under AddressSanitizer: Open MPI leaks ~120 KB per rank (allocations of its
-     * dlopened components, never freed), which LeakSanitizer would turn into a failed
-     * exit of every rank. Leak checks stay off for the processes mpirun starts (set
-     * here, after this test's own sanitizer read its options); the same role code is
-     * leak-checked without MPI by the other integration tests. */
-    const char *asan = getenv("ASAN_OPTIONS");
-    char opts[512];
-    snprintf(opts, sizeof opts, "%s%sdetect_leaks=0", asan ? asan : "", asan && asan[0] ? ":" : "");
-    setenv("ASAN_OPTIONS", opts, 1);
+    no_leak_checks_under_mpirun();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spmd_fleet),
         cmocka_unit_test(test_mpmd_fleet),

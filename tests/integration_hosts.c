@@ -1,0 +1,185 @@
+/* A fleet across two hosts under mpirun. The hosts are network namespaces made by the
+ * test (iproute2: `ip netns`, a bridge and veth pairs on a private /24), each with its
+ * own host name (`unshare --uts`); Open MPI starts its daemons in them through an rsh
+ * agent that enters the namespace, exactly as ssh would log in to another machine. So
+ * the ranks see two hosts whose loopbacks are separate, and everything crosses the
+ * bridge: every service must bind its own host's address (never loopback, never
+ * 0.0.0.0), the roles must find each other through the addresses gathered over MPI,
+ * and the two apex learners, one per host, average their gradients over MPI between
+ * the hosts. Skips where it cannot make namespaces (not root, no iproute2 or unshare,
+ * a container without the capability) or fleet has no MPI. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "tests/proc_util.h"
+#include "tests/run_util.h"
+
+static char g_tmp[256], g_ns[2][32], g_br[16], g_net[32], g_mpirun[512], g_agent[400], g_hosts[400];
+static int g_ready;
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+
+static void remove_hosts(void) {
+    for (int h = 0; h < 2; h++) sh("ip netns del %s > /dev/null 2>&1", g_ns[h]);
+    sh("ip link del %s > /dev/null 2>&1", g_br);
+}
+
+/* Two namespaces on a bridge: 10.N.0.1 here, 10.N.0.11 (hostA) and 10.N.0.12 (hostB). */
+static int make_hosts(void) {
+    int p = (int)getpid();
+    snprintf(g_ns[0], sizeof g_ns[0], "fleet%d-a", p);
+    snprintf(g_ns[1], sizeof g_ns[1], "fleet%d-b", p);
+    snprintf(g_br, sizeof g_br, "flbr%d", p % 100000);
+    snprintf(g_net, sizeof g_net, "10.%d.0", 100 + p % 150);
+    if (sh("ip link add %s type bridge && ip addr add %s.1/24 dev %s && ip link set %s up", g_br, g_net, g_br, g_br))
+        return -1;
+    for (int h = 0; h < 2; h++) {
+        if (sh("ip netns add %s && ip link add %sv%d type veth peer name eth0 netns %s && "
+               "ip link set %sv%d master %s && ip link set %sv%d up && "
+               "ip -n %s addr add %s.1%d/24 dev eth0 && ip -n %s link set eth0 up && ip -n %s link set lo up",
+               g_ns[h], g_br, h, g_ns[h], g_br, h, g_br, g_br, h, g_ns[h], g_net, h + 1, g_ns[h], g_ns[h]))
+            return -1;
+    }
+    snprintf(g_agent, sizeof g_agent, "%s/agent.sh", g_tmp);
+    FILE *f = fopen(g_agent, "w");
+    if (!f) return -1;
+    fprintf(f,
+            "#!/bin/sh\n"
+            "# rsh agent: runs Open MPI's daemon in the namespace that plays host $1\n"
+            "host=$1; shift\n"
+            "case $host in\n"
+            "  %s.11) ns=%s; name=hostA ;;\n"
+            "  %s.12) ns=%s; name=hostB ;;\n"
+            "  *) echo \"agent: unknown host $host\" >&2; exit 1 ;;\n"
+            "esac\n"
+            "exec ip netns exec $ns unshare --uts sh -c \"hostname $name; $*\"\n",
+            g_net, g_ns[0], g_net, g_ns[1]);
+    fclose(f);
+    chmod(g_agent, 0755);
+    snprintf(g_hosts, sizeof g_hosts, "%s/hosts", g_tmp);
+    f = fopen(g_hosts, "w");
+    if (!f) return -1;
+    fprintf(f, "%s.11 slots=8\n%s.12 slots=8\n", g_net, g_net);
+    fclose(f);
+    /* A daemon must start on each host and reach mpirun over the bridge. */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "%s --allow-run-as-root --hostfile %s --mca plm_rsh_agent %s --mca oob_tcp_if_include %s.0/24 "
+             "--map-by node -np 2 hostname 2>&1",
+             g_mpirun, g_hosts, g_agent, g_net);
+    FILE *pf = popen(cmd, "r");
+    if (!pf) return -1;
+    char out[256] = "";
+    size_t n = fread(out, 1, sizeof out - 1, pf);
+    out[n] = '\0';
+    int rc = pclose(pf);
+    return rc == 0 && strstr(out, "hostA") && strstr(out, "hostB") ? 0 : -1;
+}
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/fleet-hosts-XXXXXX");
+    if (!mkdtemp(g_tmp)) return -1;
+    g_ready = geteuid() == 0 && find_mpirun(g_mpirun, sizeof g_mpirun) && sh("command -v ip > /dev/null && command -v unshare > /dev/null") == 0;
+    if (g_ready && make_hosts() != 0) {
+        fprintf(stderr, "cannot make two network namespaces here; the two-host test will skip\n");
+        remove_hosts();
+        g_ready = 0;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    if (g_ready) remove_hosts();
+    rm_rf(g_tmp);
+    return 0;
+}
+
+static int run_two_hosts(const char *name, const char *const *sets, int nsets, char **log) {
+    char oob[64];
+    snprintf(oob, sizeof oob, "%s.0/24", g_net);
+    const char *launcher[] = {g_mpirun,           "--allow-run-as-root", "--hostfile",      g_hosts,
+                              "--mca",            "plm_rsh_agent",       g_agent,           "--mca",
+                              "oob_tcp_if_include", oob,                 "--mca",           "btl_tcp_if_include",
+                              oob,                "--map-by",            "node",            "--bind-to",
+                              "none",             "-np",                 "7"};
+    return run_fleet_at(g_tmp, launcher, (int)(sizeof launcher / sizeof launcher[0]), name, sets, nsets, 300, log);
+}
+
+/* 7 ranks alternating between the hosts: the launcher, replay, learner 1 and actor 1 on
+ * hostA, the parameter server, learner 0 and actor 0 on hostB. */
+static void test_fleet_across_two_hosts(void **state) {
+    (void)state;
+    if (!g_ready) {
+        fprintf(stderr, "SKIP: no MPI, not root, or no network namespaces here\n");
+        skip();
+    }
+    const char *sets[] = {"learner.count=2", "run.max_seconds=15", "run.stop_at_target=false"};
+    char *log = NULL;
+    int rc = run_two_hosts("two", sets, 3, &log);
+    assert_non_null(log);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(log, "0:launcher@hostA 1:replay 0@hostB 2:paramserver 0@hostA 3:learner 0@hostB "
+                                "4:learner 1@hostA 5:actor 0@hostB 6:actor 1@hostA"));
+    char want[128];
+    snprintf(want, sizeof want, "replay shard 0 serving on %s.12:", g_net); /* hostB's own address */
+    assert_non_null(strstr(log, want));
+    snprintf(want, sizeof want, "paramserver shard 0 of 1 serving on %s.11:", g_net); /* hostA's */
+    assert_non_null(strstr(log, want));
+    snprintf(want, sizeof want, "control %s.11:", g_net);
+    assert_non_null(strstr(log, want));
+    assert_null(strstr(log, "127.0.0.1"));
+    assert_null(strstr(log, "0.0.0.0"));
+    assert_non_null(strstr(log, "training with 2 learners"));
+    assert_no_error_lines(log);
+    char *sum = summary_at(g_tmp, "two");
+    assert_non_null(sum);
+    assert_int_equal(summary_u64(sum, "exit_code"), 0);
+    assert_int_equal(summary_u64(sum, "learners"), 2);
+    assert_true(summary_u64(sum, "learner_steps") > 0);
+    assert_true(summary_u64(sum, "actors_acked") > 0);
+    assert_true(summary_u64(sum, "param_version") > 1);
+    free(sum);
+    free(log);
+}
+
+/* run.interface names an interface the hosts do not have: every rank stops, and the
+ * message names the interface, the host and what it has. */
+static void test_missing_interface(void **state) {
+    (void)state;
+    if (!g_ready) {
+        fprintf(stderr, "SKIP: no MPI, not root, or no network namespaces here\n");
+        skip();
+    }
+    const char *sets[] = {"learner.count=2", "run.interface=ib7"};
+    char *log = NULL;
+    int rc = run_two_hosts("noif", sets, 2, &log);
+    assert_non_null(log);
+    assert_true(rc != 0);
+    assert_non_null(strstr(log, "run.interface = ib7: no such interface"));
+    assert_non_null(strstr(log, " on hostA): "));
+    assert_non_null(strstr(log, "eth0 ("));
+    free(log);
+}
+
+int main(void) {
+    no_leak_checks_under_mpirun();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fleet_across_two_hosts),
+        cmocka_unit_test(test_missing_interface),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
