@@ -31,6 +31,8 @@
 #define IDLE_SLICE_S 0.05
 /* Stream of run.seed that initialises learner i's network. */
 #define INIT_STREAM 0x6c6561726e6572ULL
+/* Replay batches a GPU learner page-locks at most (the prefetcher's, and its own). */
+#define FL_LEARNER_MAX_PINNED 70
 /* Stream of run.seed that splits learner i's batches across replay shards. */
 #define SPLIT_STREAM 0x73706c6974000000ULL
 
@@ -64,6 +66,8 @@ struct fl_learner {
     fl_cuda_dqn_t *gpu; /* learner.device = cuda (or auto with a GPU): the update runs there */
     int gpu_slot;       /* the pinned input slot the next batch goes into */
     int snapshot_pending; /* a parameter snapshot for the next publish is in flight */
+    void *pinned[FL_LEARNER_MAX_PINNED]; /* replay batches page-locked for the GPU */
+    int n_pinned, pin_failed;
 #endif
 
     fl_replay_batch_t batch;         /* learner.prefetch = 0: sampled into here */
@@ -421,6 +425,9 @@ fail:
 
 void fl_learner_destroy(fl_learner_t *l) {
     if (!l) return;
+#ifdef FLEET_HAVE_CUDA
+    for (int i = 0; i < l->n_pinned; i++) fl_cuda_host_unregister(l->pinned[i]); /* before the batches go */
+#endif
     fl_reporter_destroy(l->rep);
     fl_param_client_destroy(l->params);
     fl_replay_prefetch_destroy(l->prefetch); /* before the client its threads use */
@@ -844,13 +851,33 @@ static fl_status after_step(fl_learner_t *l, size_t n, double loss, fl_err_t *er
 }
 
 #ifdef FLEET_HAVE_CUDA
-/* The sampled batch into the next pinned input slot of the GPU. */
-static fl_status gpu_fill_slot(fl_learner_t *l, fl_err_t *err) {
+/* The batch being trained on as the GPU will read it: straight from the replay batch
+ * (decoded there by the prefetch thread) once that batch is page-locked, which happens
+ * the first time each of the prefetcher's batches comes by; otherwise (registration
+ * refused) copied into the next pinned input slot. */
+static fl_status gpu_batch(fl_learner_t *l, fl_cuda_dqn_slot_t *out, fl_err_t *err) {
     const fl_replay_batch_t *cb = l->cur;
     const size_t n = cb->count;
     if (cb->obs_bytes != l->obs_bytes)
         return fl_err_set(err, FL_DATA_LOSS, "learner: sampled observations of %zu bytes (expected %zu)",
                           cb->obs_bytes, l->obs_bytes);
+    int pinned = 0;
+    for (int i = 0; i < l->n_pinned && !pinned; i++) pinned = l->pinned[i] == cb->block;
+    if (!pinned && !l->pin_failed && l->n_pinned < FL_LEARNER_MAX_PINNED) {
+        fl_err_t e;
+        fl_err_init(&e);
+        if (fl_cuda_host_register(cb->block, cb->block_bytes, &e) == FL_OK) {
+            l->pinned[l->n_pinned++] = cb->block;
+            pinned = 1;
+        } else {
+            FL_WARN("learner: cannot page-lock replay batches (%s): copying them into pinned buffers", e.msg);
+            l->pin_failed = 1;
+        }
+    }
+    if (pinned) {
+        *out = (fl_cuda_dqn_slot_t){cb->obs, cb->next_obs, cb->actions, cb->rewards, cb->discounts, cb->weights};
+        return FL_OK;
+    }
     fl_cuda_dqn_slot_t slot;
     FL_TRY(fl_cuda_dqn_slot(l->gpu, l->gpu_slot, &slot, err));
     memcpy(slot.obs, cb->obs, n * l->obs_bytes);
@@ -862,18 +889,20 @@ static fl_status gpu_fill_slot(fl_learner_t *l, fl_err_t *err) {
         memcpy(slot.weights, cb->weights, n * sizeof(float));
     else
         for (size_t i = 0; i < n; i++) slot.weights[i] = 1.0f;
+    l->gpu_slot = (l->gpu_slot + 1) % fl_cuda_dqn_num_slots(l->gpu);
+    *out = slot;
     return FL_OK;
 }
 
 /* One learner on the GPU: the batch into a pinned slot, one update. */
 static fl_status gpu_train_step(fl_learner_t *l, fl_err_t *err) {
     const size_t n = l->cur->count;
-    FL_TRY(gpu_fill_slot(l, err));
+    fl_cuda_dqn_slot_t batch;
+    FL_TRY(gpu_batch(l, &batch, err));
     fl_cuda_dqn_stats_t ds;
     fl_err_t e;
     fl_err_init(&e);
-    fl_status s = fl_cuda_dqn_step(l->gpu, l->gpu_slot, (int)n, l->priorities, &ds, &e);
-    l->gpu_slot = (l->gpu_slot + 1) % fl_cuda_dqn_num_slots(l->gpu);
+    fl_status s = fl_cuda_dqn_step_from(l->gpu, &batch, (int)n, l->priorities, &ds, &e);
     if (s == FL_OUT_OF_RANGE) {
         skipped(l, e.msg);
         return FL_OK;
@@ -917,12 +946,12 @@ static fl_status gpu_group_step(fl_learner_t *l, int *stop, fl_err_t *err) {
     fl_cuda_dqn_stats_t ds = {0};
     if (!want_stop) {
         result = sample(l, err);
-        if (result == FL_OK) result = gpu_fill_slot(l, err);
+        fl_cuda_dqn_slot_t batch;
+        if (result == FL_OK) result = gpu_batch(l, &batch, err);
         if (result == FL_OK) {
             fl_err_t e;
             fl_err_init(&e);
-            fl_status s = fl_cuda_dqn_compute(l->gpu, l->gpu_slot, (int)l->cur->count, l->rbuf, l->priorities, &ds, &e);
-            l->gpu_slot = (l->gpu_slot + 1) % fl_cuda_dqn_num_slots(l->gpu);
+            fl_status s = fl_cuda_dqn_compute_from(l->gpu, &batch, (int)l->cur->count, l->rbuf, l->priorities, &ds, &e);
             if (s == FL_OUT_OF_RANGE) l->rbuf[0] = NAN; /* every learner skips this step */
             else if (s != FL_OK) result = fl_err_set(err, s, "learner: GPU update: %s", e.msg);
         }

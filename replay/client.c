@@ -388,38 +388,39 @@ fl_status fl_replay_writer_flush(fl_replay_writer_t *w, int64_t timeout_ms, fl_e
 
 /* ------------------------------------------------------------- reader ---- */
 
+/* Bytes rounded up to the columns' alignment. */
+static size_t col_bytes(size_t n) { return (n + 63) & ~(size_t)63; }
+
 fl_status fl_replay_batch_init(fl_replay_batch_t *b, size_t capacity, size_t obs_bytes) {
     memset(b, 0, sizeof *b);
     if (capacity == 0 || obs_bytes == 0) return FL_INVALID_ARGUMENT;
-    if (obs_bytes > SIZE_MAX / capacity) return FL_INVALID_ARGUMENT;
+    if (capacity > SIZE_MAX / 64 || obs_bytes > (SIZE_MAX / 4) / capacity) return FL_INVALID_ARGUMENT;
+    const size_t ob = col_bytes(capacity * obs_bytes), i4 = col_bytes(capacity * 4), i8 = col_bytes(capacity * 8);
+    /* obs, next_obs; actions, rewards, discounts, weights (4 bytes); keys, probs (8) */
+    const size_t total = 2 * ob + 4 * i4 + 2 * i8;
+    void *block = NULL;
+    if (posix_memalign(&block, 4096, total) != 0) return FL_NO_MEMORY;
+    uint8_t *p = block;
+    b->block = p;
+    b->block_bytes = total;
     b->capacity = capacity;
     b->obs_bytes = obs_bytes;
-    b->obs = malloc(capacity * obs_bytes);
-    b->next_obs = malloc(capacity * obs_bytes);
-    b->actions = malloc(capacity * sizeof *b->actions);
-    b->rewards = malloc(capacity * sizeof *b->rewards);
-    b->discounts = malloc(capacity * sizeof *b->discounts);
-    b->keys = malloc(capacity * sizeof *b->keys);
-    b->weights = malloc(capacity * sizeof *b->weights);
-    b->probs = malloc(capacity * sizeof *b->probs);
-    if (!b->obs || !b->next_obs || !b->actions || !b->rewards || !b->discounts || !b->keys || !b->weights ||
-        !b->probs) {
-        fl_replay_batch_free(b);
-        return FL_NO_MEMORY;
-    }
+    b->obs = p;
+    b->next_obs = p + ob;
+    p += 2 * ob;
+    b->actions = (int32_t *)p;
+    b->rewards = (float *)(p + i4);
+    b->discounts = (float *)(p + 2 * i4);
+    b->weights = (float *)(p + 3 * i4);
+    p += 4 * i4;
+    b->keys = (uint64_t *)p;
+    b->probs = (double *)(p + i8);
     return FL_OK;
 }
 
 void fl_replay_batch_free(fl_replay_batch_t *b) {
     if (!b) return;
-    free(b->obs);
-    free(b->next_obs);
-    free(b->actions);
-    free(b->rewards);
-    free(b->discounts);
-    free(b->keys);
-    free(b->weights);
-    free(b->probs);
+    free(b->block);
     memset(b, 0, sizeof *b);
 }
 

@@ -121,8 +121,12 @@ fl_status fl_replay_writer_flush(fl_replay_writer_t *w, int64_t timeout_ms, fl_e
 uint64_t fl_replay_writer_acked(const fl_replay_writer_t *w);
 uint64_t fl_replay_writer_pending(const fl_replay_writer_t *w);
 
-/* A sampled batch: columns sized for `capacity` transitions, reused across calls. */
+/* A sampled batch: columns sized for `capacity` transitions, reused across calls. All
+ * columns live in one page-aligned allocation (block, block_bytes), each column aligned
+ * to 64 bytes, so that a GPU learner can page-lock a batch with one registration. */
 typedef struct fl_replay_batch {
+    uint8_t *block;
+    size_t block_bytes;
     size_t capacity, count, obs_bytes;
     uint8_t *obs;       /* (count, obs_bytes) */
     int32_t *actions;   /* (count) */

@@ -47,6 +47,7 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/dqn_cuda.h"
 #include "learner/dqn.h"
+#include "replay/client.h"
 #endif
 
 #include "seed_util.h"
@@ -388,29 +389,50 @@ static void test_nonfinite_skips(void **state) {
     pair_destroy(&p);
 }
 
-/* compute (gradient to the host) + apply (clip + optimizer) == step, on twin objects. */
+/* compute (gradient to the host) + apply (clip + optimizer) == step, on twin objects;
+ * and step_from a page-locked replay batch (the learner's path) == step from a slot. */
 static void test_compute_apply_equals_step(void **state) {
     (void)state;
     if (!have_gpu()) skip();
     static const dcase_t c = {"compute+apply", MLP, 1, {4}, 2, 32, 0, 1.0f, 1, FL_OPTIM_ADAM, 0.5f};
-    pair_t p, q;
+    pair_t p, q, r;
     pair_create(&p, &c, 300);
     pair_create(&q, &c, 300); /* same stream: the same parameters */
-    float *g = host(p.n), *a = host(p.n), *bb = host(p.n), *prio = host(32);
-    fl_cuda_dqn_slot_t s, t;
+    pair_create(&r, &c, 300);
+    float *g = host(p.n), *a = host(p.n), *bb = host(p.n), *cc = host(p.n), *prio = host(32);
+    fl_replay_batch_t rb;
+    assert_int_equal(fl_replay_batch_init(&rb, 32, 4 * sizeof(float)), FL_OK);
+    OK(fl_cuda_host_register(rb.block, rb.block_bytes, E));
+    fl_cuda_dqn_slot_t s, t, u;
     for (int k = 0; k < 3; k++) {
         make_batch(&p, 0, 32, &s);
         make_batch(&q, 0, 32, &t); /* the same draws */
-        fl_cuda_dqn_stats_t s1, s2;
+        make_batch(&r, 0, 32, &u);
+        memcpy(rb.obs, u.obs, 32 * rb.obs_bytes);
+        memcpy(rb.next_obs, u.next_obs, 32 * rb.obs_bytes);
+        memcpy(rb.actions, u.actions, 32 * sizeof(int32_t));
+        memcpy(rb.rewards, u.rewards, 32 * sizeof(float));
+        memcpy(rb.discounts, u.discounts, 32 * sizeof(float));
+        memcpy(rb.weights, u.weights, 32 * sizeof(float));
+        const fl_cuda_dqn_slot_t from = {rb.obs, rb.next_obs, rb.actions, rb.rewards, rb.discounts, rb.weights};
+        fl_cuda_dqn_stats_t s1, s2, s3;
         OK(fl_cuda_dqn_step(p.gpu, 0, 32, prio, &s1, E));
         OK(fl_cuda_dqn_compute(q.gpu, 0, 32, g, prio, &s2, E));
+        OK(fl_cuda_dqn_step_from(r.gpu, &from, 32, prio, &s3, E));
         float norm = 0;
         OK(fl_cuda_dqn_apply(q.gpu, g, &norm, E));
         CHECK_CLOSE(norm, s1.grad_norm, 0.0, 1e-6, "norm of apply vs step %d", k);
+        CHECK_CLOSE(s3.loss, s1.loss, 0.0, 1e-6, "loss of step_from vs step %d", k);
         OK(fl_cuda_dqn_get_params(p.gpu, 0, a, p.n, E));
         OK(fl_cuda_dqn_get_params(q.gpu, 0, bb, p.n, E));
+        OK(fl_cuda_dqn_get_params(r.gpu, 0, cc, p.n, E));
         check_close_all("compute+apply vs step", bb, a, p.n, 1e-7, 1e-6);
+        check_close_all("step_from vs step", cc, a, p.n, 1e-7, 1e-6);
     }
+    fl_cuda_host_unregister(rb.block);
+    fl_replay_batch_free(&rb);
+    free(cc);
+    pair_destroy(&r);
     /* a non-finite gradient is refused and changes nothing */
     g[0] = INFINITY;
     fl_err_t e;

@@ -29,6 +29,10 @@ void fl_cuda_free(void *d_ptr); /* NULL is a no-op */
 fl_status fl_cuda_to_device(void *d_dst, const void *src, size_t bytes, fl_err_t *err);
 fl_status fl_cuda_to_host(void *dst, const void *d_src, size_t bytes, fl_err_t *err);
 fl_status fl_cuda_synchronize(fl_err_t *err);
+/* Page-locks bytes at ptr (cudaHostRegister, portable) so that copies from it to the GPU
+ * are DMA transfers that may run asynchronously; unregister before freeing it. */
+fl_status fl_cuda_host_register(void *ptr, size_t bytes, fl_err_t *err);
+void fl_cuda_host_unregister(void *ptr); /* NULL is a no-op */
 
 /* y = max(x, 0) elementwise, n elements (y may equal x). stream: a cudaStream_t or NULL. */
 fl_status fl_cuda_relu_forward(const float *d_x, float *d_y, size_t n, void *stream, fl_err_t *err);

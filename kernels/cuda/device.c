@@ -47,3 +47,11 @@ fl_status fl_cuda_to_host(void *dst, const void *d_src, size_t bytes, fl_err_t *
 }
 
 fl_status fl_cuda_synchronize(fl_err_t *err) { return check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", err); }
+
+fl_status fl_cuda_host_register(void *ptr, size_t bytes, fl_err_t *err) {
+    return check(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable), "cudaHostRegister", err);
+}
+
+void fl_cuda_host_unregister(void *ptr) {
+    if (ptr) cudaHostUnregister(ptr);
+}

@@ -754,13 +754,13 @@ static fl_status run_update(fl_cuda_dqn_t *d, int B, int apply, fl_err_t *err) {
     return cuda_check(cudaGraphLaunch(g->exec, d->cs), "cudaGraphLaunch", err);
 }
 
-/* Validates the slot, copies it to the device and runs the update. */
-static fl_status update(fl_cuda_dqn_t *d, int slot, int B, int apply, fl_err_t *err) {
-    if (slot < 0 || slot >= d->num_slots)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: slot %d (expected 0..%d)", slot, d->num_slots - 1);
+/* Copies a batch from pinned (or registered) host memory to the device and runs the
+ * update. */
+static fl_status update_from(fl_cuda_dqn_t *d, const slot_mem_t *m, int B, int apply, fl_err_t *err) {
     if (B < 1 || B > d->max_batch)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: batch size %d (expected 1..%d)", B, d->max_batch);
-    const slot_mem_t *m = &d->slots[slot];
+    if (!m->obs || !m->next_obs || !m->actions || !m->rewards || !m->discounts || !m->weights)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: a NULL batch column");
     for (int i = 0; i < B; i++)
         if (m->actions[i] < 0 || m->actions[i] >= d->A)
             return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: actions[%d] = %d (expected 0..%d)", i,
@@ -784,6 +784,13 @@ static fl_status update(fl_cuda_dqn_t *d, int slot, int B, int apply, fl_err_t *
     FL_TRY(cuda_check(cudaEventRecord(d->ev_copied, d->copy), "cudaEventRecord", err));
     FL_TRY(cuda_check(cudaStreamWaitEvent(d->cs, d->ev_copied, 0), "cudaStreamWaitEvent", err));
     return run_update(d, B, apply, err);
+}
+
+/* Validates the slot and updates from it. */
+static fl_status update(fl_cuda_dqn_t *d, int slot, int B, int apply, fl_err_t *err) {
+    if (slot < 0 || slot >= d->num_slots)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: slot %d (expected 0..%d)", slot, d->num_slots - 1);
+    return update_from(d, &d->slots[slot], B, apply, err);
 }
 
 /* Copies priorities and scalars back, waits, and fills the caller's outputs. */
@@ -815,6 +822,25 @@ fl_status fl_cuda_dqn_step(fl_cuda_dqn_t *d, int slot, int B, float *priorities,
     if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object");
     FL_TRY(update(d, slot, B, 1, err));
     return finish(d, B, priorities, stats, NULL, err);
+}
+
+fl_status fl_cuda_dqn_step_from(fl_cuda_dqn_t *d, const fl_cuda_dqn_slot_t *batch, int B, float *priorities,
+                                fl_cuda_dqn_stats_t *stats, fl_err_t *err) {
+    if (!d || !batch) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object or batch");
+    const slot_mem_t m = {batch->obs, batch->next_obs, batch->actions, batch->rewards, batch->discounts,
+                          batch->weights};
+    FL_TRY(update_from(d, &m, B, 1, err));
+    return finish(d, B, priorities, stats, NULL, err);
+}
+
+fl_status fl_cuda_dqn_compute_from(fl_cuda_dqn_t *d, const fl_cuda_dqn_slot_t *batch, int B, float *grads,
+                                   float *priorities, fl_cuda_dqn_stats_t *stats, fl_err_t *err) {
+    if (!d || !batch || !grads)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object, batch or gradient buffer");
+    const slot_mem_t m = {batch->obs, batch->next_obs, batch->actions, batch->rewards, batch->discounts,
+                          batch->weights};
+    FL_TRY(update_from(d, &m, B, 0, err));
+    return finish(d, B, priorities, stats, grads, err);
 }
 
 fl_status fl_cuda_dqn_compute(fl_cuda_dqn_t *d, int slot, int B, float *grads, float *priorities,

@@ -129,6 +129,15 @@ fl_status fl_cuda_dqn_set_lr(fl_cuda_dqn_t *d, float lr, fl_err_t *err);
  * parameters and optimizer untouched, priorities and stats still written. */
 fl_status fl_cuda_dqn_step(fl_cuda_dqn_t *d, int slot, int B, float *priorities, fl_cuda_dqn_stats_t *stats,
                            fl_err_t *err);
+/* The same from a batch the caller holds in page-locked memory of its own (e.g. a replay
+ * batch registered with fl_cuda_host_register, decoded there by the prefetch thread): no
+ * copy into a slot. The pointers follow fl_cuda_dqn_slot_t's layout for B items and
+ * must stay untouched until the call returns. */
+fl_status fl_cuda_dqn_step_from(fl_cuda_dqn_t *d, const fl_cuda_dqn_slot_t *batch, int B, float *priorities,
+                                fl_cuda_dqn_stats_t *stats, fl_err_t *err);
+fl_status fl_cuda_dqn_compute_from(fl_cuda_dqn_t *d, const fl_cuda_dqn_slot_t *batch, int B, float *grads,
+                                   float *priorities, fl_cuda_dqn_stats_t *stats, fl_err_t *err);
+
 /* The same forwards, loss and backward, without clipping or an optimizer step: the
  * unclipped gradient (num_params floats) is copied into grads (host) for a
  * multi-learner all-reduce. FL_OUT_OF_RANGE as above (outputs still written). */
