@@ -218,12 +218,25 @@ typedef struct gpu_update {
     int B, slots;
     float *prio;
     fl_err_t *e;
+    int inflight; /* an update is launched and not finished */
 } gpu_update_t;
 
-/* Update k runs on slot k % slots. */
+/* Update k, from slot k % slots, pipelined as the learner runs them: its batch's copy
+ * to the GPU overlaps update k - 1, which is then finished (priorities to the host)
+ * before k is launched. */
 static fl_status gpu_update(void *arg, long k) {
     gpu_update_t *u = arg;
-    return fl_cuda_dqn_step(u->d, (int)(k % u->slots), u->B, u->prio, NULL, u->e);
+    fl_cuda_dqn_slot_t s;
+    int stage = -1;
+    FL_TRY(fl_cuda_dqn_slot(u->d, (int)(k % u->slots), &s, u->e));
+    FL_TRY(fl_cuda_dqn_upload(u->d, &s, u->B, &stage, u->e));
+    if (u->inflight) {
+        u->inflight = 0;
+        FL_TRY(fl_cuda_dqn_finish(u->d, u->prio, NULL, u->e));
+    }
+    FL_TRY(fl_cuda_dqn_launch(u->d, stage, u->e));
+    u->inflight = 1;
+    return FL_OK;
 }
 
 /* fleet's GPU updates/s for one case, batch and TF32 setting; < 0 on failure. */
@@ -281,9 +294,10 @@ static double gpu_rate(const netcase_t *c, int B, int tf32, double seconds) {
         }
         fill_transitions(&rng, B, c->actions, s.rewards, s.discounts, s.weights, s.actions);
     }
-    gpu_update_t u = {d, B, fl_cuda_dqn_num_slots(d), prio, &e};
-    /* 3 warm-up updates: the first captures the graph */
+    gpu_update_t u = {d, B, fl_cuda_dqn_num_slots(d), prio, &e, 0};
+    /* 3 warm-up updates: the second captures the graph */
     if (timed_updates(gpu_update, &u, 3, seconds, &rate) != FL_OK) die("GPU update", &e);
+    if (u.inflight && fl_cuda_dqn_finish(d, prio, NULL, &e) != FL_OK) die("GPU update", &e);
 done:
     free(prio);
     fl_cuda_dqn_destroy(d);

@@ -910,6 +910,94 @@ static fl_status gpu_train_step(fl_learner_t *l, fl_err_t *err) {
     if (s != FL_OK) return fl_err_set(err, s, "learner: GPU update: %s", e.msg);
     return after_step(l, n, ds.loss, err);
 }
+
+/* Waits for the launched GPU update of l->cur's batch; then its bookkeeping. */
+static fl_status gpu_finish(fl_learner_t *l, fl_err_t *err) {
+    fl_cuda_dqn_stats_t ds;
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_status s = fl_cuda_dqn_finish(l->gpu, l->priorities, &ds, &e);
+    if (s == FL_OUT_OF_RANGE) {
+        skipped(l, e.msg);
+        return FL_OK;
+    }
+    if (s != FL_OK) return fl_err_set(err, s, "learner: GPU update: %s", e.msg);
+    return after_step(l, l->cur->count, ds.loss, err);
+}
+
+/* One GPU learner with prefetching: batch k+1 is sampled and its copy to the GPU runs
+ * while update k computes; then update k is finished (its priorities go back with its
+ * batch) and k+1 launched. Two prefetched batches are held at a time. */
+static fl_status gpu_pipeline(fl_learner_t *l, fl_err_t *err) {
+    fl_status s = FL_OK;
+    fl_replay_prefetched_t *inflight = NULL; /* the launched update's batch */
+    fl_replay_batch_t *inflight_batch = NULL;
+    int trained = 0;
+    while (s == FL_OK && !stopping(l)) {
+        s = sample(l, err); /* into l->taken / l->cur */
+        if (s != FL_OK) break;
+        if (!trained) {
+            FL_INFO("replay ready (%llu transitions); training on the GPU", (unsigned long long)l->cur->table_size);
+            trained = 1;
+        }
+        fl_cuda_dqn_slot_t view;
+        int stage = -1;
+        s = gpu_batch(l, &view, err);
+        if (s == FL_OK) {
+            fl_err_t e;
+            fl_err_init(&e);
+            s = fl_cuda_dqn_upload(l->gpu, &view, (int)l->cur->count, &stage, &e);
+            if (s != FL_OK) fl_err_set(err, s, "learner: GPU upload: %s", e.msg);
+        }
+        fl_replay_prefetched_t *next = l->taken;
+        fl_replay_batch_t *next_batch = l->cur;
+        if (inflight) { /* update k: finished while k+1's copy runs */
+            l->taken = inflight;
+            l->cur = inflight_batch;
+            fl_err_t fe;
+            fl_err_init(&fe);
+            fl_status fs = gpu_finish(l, &fe);
+            release_batch(l);
+            inflight = NULL;
+            if (s == FL_OK && fs != FL_OK) {
+                s = fs;
+                *err = fe;
+            }
+        }
+        l->taken = next;
+        l->cur = next_batch;
+        if (s == FL_OK) {
+            fl_err_t e;
+            fl_err_init(&e);
+            s = fl_cuda_dqn_launch(l->gpu, stage, &e);
+            if (s != FL_OK) fl_err_set(err, s, "learner: GPU launch: %s", e.msg);
+        }
+        if (s != FL_OK) {
+            release_batch(l);
+            break;
+        }
+        inflight = l->taken;
+        inflight_batch = l->cur;
+        l->taken = NULL;
+        l->cur = &l->batch;
+        report(l, 0);
+    }
+    if (inflight) {
+        l->taken = inflight;
+        l->cur = inflight_batch;
+        fl_err_t fe;
+        fl_err_init(&fe);
+        fl_status fs = gpu_finish(l, &fe);
+        release_batch(l);
+        if (s == FL_OK || s == FL_CANCELLED) {
+            if (fs != FL_OK) {
+                s = fs;
+                *err = fe;
+            }
+        }
+    }
+    return s;
+}
 #endif
 
 /* One learner (apex): sample, fl_dqn_step, bookkeeping. */
@@ -1144,6 +1232,10 @@ fl_status fl_learner_run(fl_learner_t *l, fl_err_t *err) {
             FL_INFO("published the initial parameters as version %llu", (unsigned long long)l->st.param_version);
     }
     int trained = 0;
+#ifdef FLEET_HAVE_CUDA
+    if (s == FL_OK && l->gpu && !l->reduce && l->prefetch) s = gpu_pipeline(l, err);
+    else
+#endif
     while (s == FL_OK && (l->reduce || !stopping(l))) {
         if (l->reduce) {
             int stop = 0;

@@ -445,6 +445,48 @@ static void test_compute_apply_equals_step(void **state) {
     pair_destroy(&q);
 }
 
+/* upload(k+1) while update k runs, then finish(k), launch(k+1): the same updates as
+ * step after step, in the same order. */
+static void test_pipeline_equals_steps(void **state) {
+    (void)state;
+    if (!have_gpu()) skip();
+    static const dcase_t c = {"pipeline", MLP, 1, {4}, 2, 32, 0, 1.0f, 1, FL_OPTIM_RMSPROP, 0.5f};
+    pair_t p, r;
+    pair_create(&p, &c, 301);
+    pair_create(&r, &c, 301);
+    float *a = host(p.n), *b = host(p.n), *prio_p = host(4 * 32), *prio_r = host(32);
+    fl_cuda_dqn_stats_t sp[4], sr;
+    fl_cuda_dqn_slot_t s, u;
+    for (int k = 0; k < 4; k++) {
+        make_batch(&p, 0, 32, &s);
+        OK(fl_cuda_dqn_step(p.gpu, 0, 32, prio_p + 32 * k, &sp[k], E));
+    }
+    int stage = -1;
+    make_batch(&r, 0, 32, &u);
+    OK(fl_cuda_dqn_upload(r.gpu, &u, 32, &stage, E));
+    OK(fl_cuda_dqn_launch(r.gpu, stage, E));
+    fl_err_t e;
+    fl_err_init(&e);
+    assert_int_equal(fl_cuda_dqn_step(r.gpu, 0, 32, NULL, NULL, &e), FL_FAILED_PRECONDITION); /* one in flight */
+    for (int k = 1; k <= 4; k++) {
+        if (k < 4) {
+            make_batch(&r, k % 2, 32, &u);
+            OK(fl_cuda_dqn_upload(r.gpu, &u, 32, &stage, E));
+        }
+        OK(fl_cuda_dqn_finish(r.gpu, prio_r, &sr, E));
+        CHECK_CLOSE(sr.loss, sp[k - 1].loss, 0.0, 1e-6, "loss of pipelined update %d", k - 1);
+        check_close_all("pipelined priorities", prio_r, prio_p + 32 * (k - 1), 32, 1e-7, 1e-6);
+        if (k < 4) OK(fl_cuda_dqn_launch(r.gpu, stage, E));
+    }
+    assert_int_equal(fl_cuda_dqn_finish(r.gpu, prio_r, &sr, &e), FL_FAILED_PRECONDITION); /* nothing launched */
+    OK(fl_cuda_dqn_get_params(p.gpu, 0, a, p.n, E));
+    OK(fl_cuda_dqn_get_params(r.gpu, 0, b, p.n, E));
+    check_close_all("pipelined vs stepped parameters", b, a, p.n, 1e-7, 1e-6);
+    free(a), free(b), free(prio_p), free(prio_r);
+    pair_destroy(&p);
+    pair_destroy(&r);
+}
+
 static void test_snapshot(void **state) {
     (void)state;
     if (!have_gpu()) skip();
@@ -620,6 +662,7 @@ int main(void) {
     }
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_nonfinite_skips);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_compute_apply_equals_step);
+    tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_pipeline_equals_steps);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_snapshot);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_optim_state_interchange);
     tests[k++] = (struct CMUnitTest)cmocka_unit_test(test_bad_arguments);

@@ -67,6 +67,12 @@ struct fl_cuda_dqn {
 
     cudaStream_t cs, copy, side;
     cudaEvent_t ev_copied, ev_params, ev_shadow, ev_snap;
+    /* staged uploads (fl_cuda_dqn_upload): device copies of batches on their way in */
+    slot_mem_t stage[FL_CUDA_DQN_STAGES];
+    int stage_B[FL_CUDA_DQN_STAGES]; /* items uploaded into the stage, 0 = none */
+    cudaEvent_t ev_staged[FL_CUDA_DQN_STAGES], ev_stage_free[FL_CUDA_DQN_STAGES];
+    int next_stage;
+    int launched_B; /* fl_cuda_dqn_launch's batch awaiting fl_cuda_dqn_finish, 0 = none */
     fl_cuda_ctx_t *ctx;
     int cur_batch; /* B the convolutions are set up for */
     unsigned ws_gen;
@@ -377,6 +383,12 @@ fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **ou
         (st = cuda_check(cudaEventCreateWithFlags(&d->ev_snap, cudaEventDisableTiming), "cudaEventCreate", err)) !=
             FL_OK)
         goto fail;
+    for (int k = 0; k < FL_CUDA_DQN_STAGES; k++)
+        if ((st = cuda_check(cudaEventCreateWithFlags(&d->ev_staged[k], cudaEventDisableTiming), "cudaEventCreate",
+                             err)) != FL_OK ||
+            (st = cuda_check(cudaEventCreateWithFlags(&d->ev_stage_free[k], cudaEventDisableTiming),
+                             "cudaEventCreate", err)) != FL_OK)
+            goto fail;
     if ((st = fl_cuda_ctx_create(cfg->tf32, d->cs, &d->ctx, err)) != FL_OK) goto fail;
 
     const size_t B = (size_t)d->max_batch, D = (size_t)d->obs_dim, A = (size_t)d->A, F = sizeof(float);
@@ -407,6 +419,16 @@ fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **ou
         (st = dev_alloc(d, (void **)&d->d_hyper, sizeof(fl_cuda_optim_hyper_t), err)) != FL_OK ||
         (st = dev_alloc(d, (void **)&d->d_sc, sizeof(fl_cuda_step_scalars_t), err)) != FL_OK)
         goto fail;
+    for (int k = 0; k < FL_CUDA_DQN_STAGES; k++) {
+        slot_mem_t *m = &d->stage[k];
+        if ((st = dev_alloc(d, &m->obs, B * D * d->obs_elem, err)) != FL_OK ||
+            (st = dev_alloc(d, &m->next_obs, B * D * d->obs_elem, err)) != FL_OK ||
+            (st = dev_alloc(d, (void **)&m->actions, B * sizeof(int32_t), err)) != FL_OK ||
+            (st = dev_alloc(d, (void **)&m->rewards, B * F, err)) != FL_OK ||
+            (st = dev_alloc(d, (void **)&m->discounts, B * F, err)) != FL_OK ||
+            (st = dev_alloc(d, (void **)&m->weights, B * F, err)) != FL_OK)
+            goto fail;
+    }
 
     /* activations, convolution descriptors */
     const float *x = d->d_x0;
@@ -503,6 +525,10 @@ void fl_cuda_dqn_destroy(fl_cuda_dqn_t *d) {
     if (d->ev_params) cudaEventDestroy(d->ev_params);
     if (d->ev_shadow) cudaEventDestroy(d->ev_shadow);
     if (d->ev_snap) cudaEventDestroy(d->ev_snap);
+    for (int k = 0; k < FL_CUDA_DQN_STAGES; k++) {
+        if (d->ev_staged[k]) cudaEventDestroy(d->ev_staged[k]);
+        if (d->ev_stage_free[k]) cudaEventDestroy(d->ev_stage_free[k]);
+    }
     if (d->cs) cudaStreamDestroy(d->cs);
     if (d->copy) cudaStreamDestroy(d->copy);
     if (d->side) cudaStreamDestroy(d->side);
@@ -754,9 +780,8 @@ static fl_status run_update(fl_cuda_dqn_t *d, int B, int apply, fl_err_t *err) {
     return cuda_check(cudaGraphLaunch(g->exec, d->cs), "cudaGraphLaunch", err);
 }
 
-/* Copies a batch from pinned (or registered) host memory to the device and runs the
- * update. */
-static fl_status update_from(fl_cuda_dqn_t *d, const slot_mem_t *m, int B, int apply, fl_err_t *err) {
+/* Host-side checks of a batch before it goes to the device. */
+static fl_status check_batch(const fl_cuda_dqn_t *d, const slot_mem_t *m, int B, fl_err_t *err) {
     if (B < 1 || B > d->max_batch)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: batch size %d (expected 1..%d)", B, d->max_batch);
     if (!m->obs || !m->next_obs || !m->actions || !m->rewards || !m->discounts || !m->weights)
@@ -765,22 +790,39 @@ static fl_status update_from(fl_cuda_dqn_t *d, const slot_mem_t *m, int B, int a
         if (m->actions[i] < 0 || m->actions[i] >= d->A)
             return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: actions[%d] = %d (expected 0..%d)", i,
                               (int)m->actions[i], d->A - 1);
-    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    return FL_OK;
+}
+
+/* The six column copies of a batch of B items from src to dst (either side host or
+ * device) on `stream`. */
+static fl_status copy_batch(const fl_cuda_dqn_t *d, const slot_mem_t *dst, const slot_mem_t *src, int B,
+                            enum cudaMemcpyKind kind, cudaStream_t stream, fl_err_t *err) {
     const size_t ob = (size_t)B * (size_t)d->obs_dim * d->obs_elem, fb = (size_t)B * sizeof(float);
     const struct {
         void *dst;
         const void *src;
         size_t bytes;
-    } copies[6] = {{d->d_obs, m->obs, ob},
-                   {d->d_next, m->next_obs, ob},
-                   {d->d_actions, m->actions, (size_t)B * sizeof(int32_t)},
-                   {d->d_rewards, m->rewards, fb},
-                   {d->d_discounts, m->discounts, fb},
-                   {d->d_weights, m->weights, fb}};
+    } copies[6] = {{dst->obs, src->obs, ob},
+                   {dst->next_obs, src->next_obs, ob},
+                   {dst->actions, src->actions, (size_t)B * sizeof(int32_t)},
+                   {dst->rewards, src->rewards, fb},
+                   {dst->discounts, src->discounts, fb},
+                   {dst->weights, src->weights, fb}};
     for (int i = 0; i < 6; i++)
-        FL_TRY(cuda_check(cudaMemcpyAsync(copies[i].dst, copies[i].src, copies[i].bytes, cudaMemcpyHostToDevice,
-                                          d->copy),
-                          "cudaMemcpyAsync (batch to device)", err));
+        FL_TRY(cuda_check(cudaMemcpyAsync(copies[i].dst, copies[i].src, copies[i].bytes, kind, stream),
+                          "cudaMemcpyAsync (batch)", err));
+    return FL_OK;
+}
+
+/* Copies a batch from pinned (or registered) host memory to the device and runs the
+ * update. */
+static fl_status update_from(fl_cuda_dqn_t *d, const slot_mem_t *m, int B, int apply, fl_err_t *err) {
+    FL_TRY(check_batch(d, m, B, err));
+    if (d->launched_B)
+        return fl_err_set(err, FL_FAILED_PRECONDITION, "dqn_cuda: a launched update was not finished");
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    const slot_mem_t in = {d->d_obs, d->d_next, d->d_actions, d->d_rewards, d->d_discounts, d->d_weights};
+    FL_TRY(copy_batch(d, &in, m, B, cudaMemcpyHostToDevice, d->copy, err));
     FL_TRY(cuda_check(cudaEventRecord(d->ev_copied, d->copy), "cudaEventRecord", err));
     FL_TRY(cuda_check(cudaStreamWaitEvent(d->cs, d->ev_copied, 0), "cudaStreamWaitEvent", err));
     return run_update(d, B, apply, err);
@@ -793,9 +835,9 @@ static fl_status update(fl_cuda_dqn_t *d, int slot, int B, int apply, fl_err_t *
     return update_from(d, &d->slots[slot], B, apply, err);
 }
 
-/* Copies priorities and scalars back, waits, and fills the caller's outputs. */
-static fl_status finish(fl_cuda_dqn_t *d, int B, float *priorities, fl_cuda_dqn_stats_t *stats, float *grads,
-                        fl_err_t *err) {
+/* Enqueues the copies of priorities, scalars (and the gradient) back to pinned host
+ * memory on the compute stream. */
+static fl_status enqueue_outputs(fl_cuda_dqn_t *d, int B, float *grads, fl_err_t *err) {
     FL_TRY(cuda_check(cudaMemcpyAsync(d->h_prio, d->d_prio, (size_t)B * sizeof(float), cudaMemcpyDeviceToHost, d->cs),
                       "cudaMemcpyAsync (priorities)", err));
     FL_TRY(cuda_check(cudaMemcpyAsync(d->h_sc, d->d_sc, sizeof *d->h_sc, cudaMemcpyDeviceToHost, d->cs),
@@ -803,6 +845,11 @@ static fl_status finish(fl_cuda_dqn_t *d, int B, float *priorities, fl_cuda_dqn_
     if (grads)
         FL_TRY(cuda_check(cudaMemcpyAsync(grads, d->d_grads, d->n * sizeof(float), cudaMemcpyDeviceToHost, d->cs),
                           "cudaMemcpyAsync (gradient)", err));
+    return FL_OK;
+}
+
+/* Waits for the compute stream and fills the caller's outputs. */
+static fl_status collect(fl_cuda_dqn_t *d, int B, float *priorities, fl_cuda_dqn_stats_t *stats, fl_err_t *err) {
     FL_TRY(sync_cs(d, err));
     if (priorities) memcpy(priorities, d->h_prio, (size_t)B * sizeof(float));
     const fl_cuda_step_scalars_t *sc = d->h_sc;
@@ -815,6 +862,61 @@ static fl_status finish(fl_cuda_dqn_t *d, int B, float *priorities, fl_cuda_dqn_
         return fl_err_set(err, FL_OUT_OF_RANGE, "dqn_cuda: non-finite loss %g or gradient norm %g", (double)sc->loss,
                           (double)sc->grad_norm);
     return FL_OK;
+}
+
+/* Copies priorities and scalars back, waits, and fills the caller's outputs. */
+static fl_status finish(fl_cuda_dqn_t *d, int B, float *priorities, fl_cuda_dqn_stats_t *stats, float *grads,
+                        fl_err_t *err) {
+    FL_TRY(enqueue_outputs(d, B, grads, err));
+    return collect(d, B, priorities, stats, err);
+}
+
+fl_status fl_cuda_dqn_upload(fl_cuda_dqn_t *d, const fl_cuda_dqn_slot_t *batch, int B, int *stage, fl_err_t *err) {
+    if (!d || !batch || !stage) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL argument");
+    const slot_mem_t m = {batch->obs, batch->next_obs, batch->actions, batch->rewards, batch->discounts,
+                          batch->weights};
+    FL_TRY(check_batch(d, &m, B, err));
+    const int k = d->next_stage;
+    if (d->stage_B[k])
+        return fl_err_set(err, FL_FAILED_PRECONDITION,
+                          "dqn_cuda: both upload stages hold batches not launched yet (launch one first)");
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    /* the stage is free once the launch that read it has copied it out */
+    FL_TRY(cuda_check(cudaStreamWaitEvent(d->copy, d->ev_stage_free[k], 0), "cudaStreamWaitEvent", err));
+    FL_TRY(copy_batch(d, &d->stage[k], &m, B, cudaMemcpyHostToDevice, d->copy, err));
+    FL_TRY(cuda_check(cudaEventRecord(d->ev_staged[k], d->copy), "cudaEventRecord", err));
+    d->stage_B[k] = B;
+    d->next_stage = (k + 1) % FL_CUDA_DQN_STAGES;
+    *stage = k;
+    return FL_OK;
+}
+
+fl_status fl_cuda_dqn_launch(fl_cuda_dqn_t *d, int stage, fl_err_t *err) {
+    if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object");
+    if (stage < 0 || stage >= FL_CUDA_DQN_STAGES || !d->stage_B[stage])
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: stage %d holds no uploaded batch", stage);
+    if (d->launched_B)
+        return fl_err_set(err, FL_FAILED_PRECONDITION, "dqn_cuda: the previous launch was not finished");
+    const int B = d->stage_B[stage];
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    FL_TRY(cuda_check(cudaStreamWaitEvent(d->cs, d->ev_staged[stage], 0), "cudaStreamWaitEvent", err));
+    const slot_mem_t in = {d->d_obs, d->d_next, d->d_actions, d->d_rewards, d->d_discounts, d->d_weights};
+    FL_TRY(copy_batch(d, &in, &d->stage[stage], B, cudaMemcpyDeviceToDevice, d->cs, err));
+    FL_TRY(cuda_check(cudaEventRecord(d->ev_stage_free[stage], d->cs), "cudaEventRecord", err));
+    d->stage_B[stage] = 0;
+    FL_TRY(run_update(d, B, 1, err));
+    FL_TRY(enqueue_outputs(d, B, NULL, err));
+    d->launched_B = B;
+    return FL_OK;
+}
+
+fl_status fl_cuda_dqn_finish(fl_cuda_dqn_t *d, float *priorities, fl_cuda_dqn_stats_t *stats, fl_err_t *err) {
+    if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object");
+    if (!d->launched_B) return fl_err_set(err, FL_FAILED_PRECONDITION, "dqn_cuda: nothing launched");
+    const int B = d->launched_B;
+    d->launched_B = 0;
+    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
+    return collect(d, B, priorities, stats, err);
 }
 
 fl_status fl_cuda_dqn_step(fl_cuda_dqn_t *d, int slot, int B, float *priorities, fl_cuda_dqn_stats_t *stats,

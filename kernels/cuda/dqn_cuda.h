@@ -138,6 +138,24 @@ fl_status fl_cuda_dqn_step_from(fl_cuda_dqn_t *d, const fl_cuda_dqn_slot_t *batc
 fl_status fl_cuda_dqn_compute_from(fl_cuda_dqn_t *d, const fl_cuda_dqn_slot_t *batch, int B, float *grads,
                                    float *priorities, fl_cuda_dqn_stats_t *stats, fl_err_t *err);
 
+/* A pipelined update in three calls, so that a batch's copy to the GPU overlaps the
+ * previous update's compute:
+ *   upload   enqueues the copy of a batch (pinned or registered host memory, B items)
+ *            into one of FL_CUDA_DQN_STAGES device staging buffers on the copy stream and
+ *            returns its stage; the host memory must stay untouched until the update
+ *            that launches it has finished. FL_FAILED_PRECONDITION when every stage
+ *            holds a batch not launched yet.
+ *   launch   enqueues the update of a staged batch on the compute stream (after its
+ *            copy; a device-to-device move into the network's input, so that captured
+ *            graphs stay valid) and the copies of its outputs; returns at once.
+ *   finish   waits for the launched update; outputs and statuses as fl_cuda_dqn_step.
+ * One launch may be in flight: upload(k+1) while k runs, then finish(k), launch(k+1).
+ * step/compute calls are refused while a launch is not finished. */
+#define FL_CUDA_DQN_STAGES 2
+fl_status fl_cuda_dqn_upload(fl_cuda_dqn_t *d, const fl_cuda_dqn_slot_t *batch, int B, int *stage, fl_err_t *err);
+fl_status fl_cuda_dqn_launch(fl_cuda_dqn_t *d, int stage, fl_err_t *err);
+fl_status fl_cuda_dqn_finish(fl_cuda_dqn_t *d, float *priorities, fl_cuda_dqn_stats_t *stats, fl_err_t *err);
+
 /* The same forwards, loss and backward, without clipping or an optimizer step: the
  * unclipped gradient (num_params floats) is copied into grads (host) for a
  * multi-learner all-reduce. FL_OUT_OF_RANGE as above (outputs still written). */
