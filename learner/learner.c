@@ -197,11 +197,6 @@ static fl_status check_opts(const fl_config_t *c, const fl_learner_opts_t *o, fl
                           "learner: learner.device = cuda, but fleet was built without CUDA (nvcc and cuDNN under "
                           "/usr/local/cuda; expected cpu, or auto)");
 #else
-        if (!apex)
-            return fl_err_set(err, FL_UNIMPLEMENTED,
-                              "learner: learner.device = cuda trains in apex mode (learner.mode = %s: use "
-                              "learner.device = cpu)",
-                              c->learner_mode);
         if (o->obs.dtype != FL_DTYPE_FLOAT32 && o->obs.dtype != FL_DTYPE_UINT8)
             return fl_err_set(err, FL_INVALID_ARGUMENT,
                               "learner: learner.device = cuda takes float32 or uint8 observations, not %s",
@@ -264,10 +259,8 @@ static fl_status gpu_open(fl_learner_t *l, fl_err_t *err) {
         FL_INFO("learner.device = auto: no GPU (%s); training on the CPU", de.msg);
         return FL_OK;
     }
-    if (!want && (strcmp(l->cfg.learner_mode, "apex") != 0 ||
-                  (l->obs.dtype != FL_DTYPE_FLOAT32 && l->obs.dtype != FL_DTYPE_UINT8))) {
-        FL_INFO("learner.device = auto: the GPU trains apex learners on float32/uint8 observations; training on "
-                "the CPU");
+    if (!want && l->obs.dtype != FL_DTYPE_FLOAT32 && l->obs.dtype != FL_DTYPE_UINT8) {
+        FL_INFO("learner.device = auto: the GPU trains on float32/uint8 observations; training on the CPU");
         return FL_OK;
     }
     fl_cuda_dqn_config_t gc;
@@ -822,7 +815,7 @@ static fl_status after_step(fl_learner_t *l, size_t n, double loss, fl_err_t *er
         l->st.steps % (uint64_t)l->cfg.learner_checkpoint_every == 0)
         checkpoint(l);
 #ifdef FLEET_HAVE_CUDA
-    if (l->gpu) { /* publish from a snapshot copied while training goes on */
+    if (l->gpu && !l->gorila && l->index == 0) { /* publish from a snapshot copied while training goes on */
         if (l->snapshot_pending) {
             const float *host = NULL;
             int ready = 0;
@@ -841,6 +834,7 @@ static fl_status after_step(fl_learner_t *l, size_t n, double loss, fl_err_t *er
         }
         return FL_OK;
     }
+    if (l->gpu) return FL_OK; /* learners that do not publish */
 #endif
     if (!l->gorila && l->index == 0 && l->st.steps % (uint64_t)l->cfg.learner_publish_every == 0) {
         fl_status s = publish(l, 1, err);
@@ -1151,15 +1145,38 @@ static fl_status push_grads(fl_learner_t *l, fl_err_t *err) {
     }
 }
 
-/* Gorila: fetch (every learner.fetch_every steps), gradient, clip, push, bookkeeping. */
+/* Gorila: fetch (every learner.fetch_every steps), gradient, clip, push, bookkeeping. On
+ * a GPU, fetched parameters go to the device and the gradient comes back to the host. */
 static fl_status gorila_step(fl_learner_t *l, fl_err_t *err) {
-    if (l->st.steps % (uint64_t)l->cfg.learner_fetch_every == 0) FL_TRY(fetch_params(l, 0, err));
-    fl_dqn_batch_t b;
-    FL_TRY(batch_view(l, &b, err));
-    fl_dqn_stats_t ds;
+    if (l->st.steps % (uint64_t)l->cfg.learner_fetch_every == 0) {
+        uint64_t before = l->fetched_version;
+        FL_TRY(fetch_params(l, 0, err));
+#ifdef FLEET_HAVE_CUDA
+        if (l->gpu && l->fetched_version != before)
+            FL_TRY(fl_cuda_dqn_set_params(l->gpu, fl_qnet_params(l->online), fl_qnet_params(l->target),
+                                          fl_qnet_num_params(l->online), err));
+#else
+        (void)before;
+#endif
+    }
+    fl_dqn_batch_t b = {(int)l->cur->count, NULL, NULL, NULL, NULL, NULL, NULL};
+    fl_dqn_stats_t ds = {0};
     fl_err_t e;
     fl_err_init(&e);
-    fl_status s = fl_dqn_compute(l->dqn, l->online, l->target, &b, l->priorities, &ds, &e);
+    fl_status s;
+#ifdef FLEET_HAVE_CUDA
+    if (l->gpu) {
+        fl_cuda_dqn_slot_t batch;
+        FL_TRY(gpu_batch(l, &batch, err));
+        fl_cuda_dqn_stats_t gs = {0};
+        s = fl_cuda_dqn_compute_from(l->gpu, &batch, b.size, fl_qnet_grads(l->online), l->priorities, &gs, &e);
+        ds.loss = gs.loss;
+    } else
+#endif
+    {
+        FL_TRY(batch_view(l, &b, err));
+        s = fl_dqn_compute(l->dqn, l->online, l->target, &b, l->priorities, &ds, &e);
+    }
     if (s == FL_OUT_OF_RANGE) {
         skipped(l, e.msg);
         return FL_OK;

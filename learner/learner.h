@@ -54,7 +54,14 @@
  *                         fetched parameters every learner.target_update steps.
  *                         learner.slow_push_ms slows the last learner down on purpose
  *                         (tests of the staleness rules).
- * learner.device cpu (auto means cpu here); cuda is FL_UNIMPLEMENTED at create.
+ * learner.device: cpu; cuda (built with CUDA and a GPU present, else FL_UNIMPLEMENTED /
+ * FL_NO_DEVICE at create); auto (the GPU when there is one). On a GPU
+ * (kernels/cuda/dqn_cuda.h) the CPU networks and optimizer stay as copies for
+ * checkpoints and publishes: a single apex learner runs a pipeline (batch k+1's copy to
+ * the GPU overlaps update k; replay batches are page-locked once, so the GPU reads them
+ * where the prefetch thread decoded them) and publishes from an asynchronous snapshot;
+ * in an apex group the gradient goes through the host ring; Gorila learners upload the
+ * fetched parameters and push the gradient computed on the GPU.
  *
  * Memory: everything is allocated at create; the training loop does not allocate
  * (beyond what the RPC layer does per call). create sets OpenBLAS to learner.threads.
