@@ -9,6 +9,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,45 +29,88 @@ struct fl_paramserver_service {
     int started;
 };
 
+/* ---------------------------------------------------------------- replies ---- */
+
+/* Where a handler's answer goes: to gRPC (rpc, the service's path) or into a
+ * fl__paramserver_reply_t (local, fl__paramserver_service_call). */
+typedef struct sink {
+    fl_rpc_reply_t *rpc;
+    fl__paramserver_reply_t *local;
+} sink;
+
+static fl_status sink_error(sink *r, fl_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static fl_status sink_error(sink *r, fl_status code, const char *fmt, ...) {
+    char msg[FL_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (r->rpc) return fl_rpc_reply_error(r->rpc, code, "%s", msg);
+    r->local->code = code;
+    snprintf(r->local->msg, sizeof r->local->msg, "%s", msg);
+    return code;
+}
+
+static void local_drop_payload(fl__paramserver_reply_t *l) {
+    if (l->release)
+        l->release(l->release_user);
+    else
+        free(l->data);
+    l->data = NULL, l->len = 0, l->release = NULL, l->release_user = NULL;
+}
+
+static fl_status sink_pb(sink *r, const ProtobufCMessage *msg) {
+    if (r->rpc) return fl_rpc_reply_pb(r->rpc, msg);
+    fl__paramserver_reply_t *l = r->local;
+    local_drop_payload(l);
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    if (!(l->data = malloc(n ? n : 1))) return FL_NO_MEMORY;
+    l->len = protobuf_c_message_pack(msg, l->data);
+    return FL_OK;
+}
+
+static fl_status sink_ref(sink *r, const uint8_t *data, size_t len, void (*release)(void *), void *user) {
+    if (r->rpc) return fl_rpc_reply_ref(r->rpc, data, len, release, user);
+    fl__paramserver_reply_t *l = r->local;
+    local_drop_payload(l);
+    l->data = (uint8_t *)(uintptr_t)data, l->len = len, l->release = release, l->release_user = user;
+    return FL_OK;
+}
+
 /* ------------------------------------------------------------ handlers ---- */
 
-static fl_status on_publish(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
-    fl_paramserver_service_t *svc = user;
+static fl_status on_publish(fl_paramserver_service_t *svc, const uint8_t *req, size_t len, sink *reply) {
     Fleet__PublishRequest *m = fleet__publish_request__unpack(NULL, len, req);
-    if (!m)
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                  "PublishRequest: cannot decode the message (%zu bytes)", len);
+    if (!m) return sink_error(reply, FL_INVALID_ARGUMENT, "PublishRequest: cannot decode the message (%zu bytes)", len);
     fl_status st = FL_OK;
     const Fleet__ParamSlice *p = m->params;
     const Fleet__Tensor *t = p ? p->values : NULL;
     if (!p) {
-        st = fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "params: missing (expected a ParamSlice)");
+        st = sink_error(reply, FL_INVALID_ARGUMENT, "params: missing (expected a ParamSlice)");
     } else if (!t) {
-        st = fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                "params.values: missing (expected a float32 tensor of shape (n,))");
+        st = sink_error(reply, FL_INVALID_ARGUMENT, "params.values: missing (expected a float32 tensor of shape (n,))");
     } else if (t->dtype != FLEET__DTYPE__DTYPE_FLOAT32) {
-        st = fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "params.values.dtype: %s (%d), expected float32",
-                                fl_dtype_name((fl_dtype)t->dtype), (int)t->dtype);
+        st = sink_error(reply, FL_INVALID_ARGUMENT, "params.values.dtype: %s (%d), expected float32",
+                        fl_dtype_name((fl_dtype)t->dtype), (int)t->dtype);
     } else if (t->n_shape != 1 || t->shape[0] < 0) {
-        st = fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                "params.values.shape: %zu dimension(s)%s, expected one dimension (n,)", t->n_shape,
-                                t->n_shape == 1 ? " with a negative size" : "");
+        st = sink_error(reply, FL_INVALID_ARGUMENT,
+                        "params.values.shape: %zu dimension(s)%s, expected one dimension (n,)", t->n_shape,
+                        t->n_shape == 1 ? " with a negative size" : "");
     } else if ((uint64_t)t->shape[0] > SIZE_MAX / 4 || t->data.len != 4 * (size_t)t->shape[0]) {
-        st = fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                "params.values.data: %zu bytes, expected 4 * %" PRId64 " for float32 of shape (%" PRId64
-                                ",)",
-                                t->data.len, t->shape[0], t->shape[0]);
+        st = sink_error(reply, FL_INVALID_ARGUMENT,
+                        "params.values.data: %zu bytes, expected 4 * %" PRId64 " for float32 of shape (%" PRId64 ",)",
+                        t->data.len, t->shape[0], t->shape[0]);
     } else {
         fl_err_t err;
         fl_err_init(&err);
         st = fl_param_store_publish(svc->store, p->version, p->offset, p->total, t->data.data, (size_t)t->shape[0],
                                     &err);
         if (st != FL_OK) {
-            fl_rpc_reply_error(reply, st, "%s", err.msg);
+            sink_error(reply, st, "%s", err.msg);
         } else {
             Fleet__PublishResponse r = FLEET__PUBLISH_RESPONSE__INIT;
             r.version = p->version;
-            st = fl_rpc_reply_pb(reply, &r.base);
+            st = sink_pb(reply, &r.base);
             FL_DEBUG("published version %" PRIu64 " (%" PRId64 " parameters)", p->version, t->shape[0]);
         }
     }
@@ -76,31 +120,26 @@ static fl_status on_publish(void *user, const uint8_t *req, size_t len, fl_rpc_r
 
 static void release_snapshot(void *p) { fl_param_snapshot_release(p); }
 
-static fl_status on_fetch(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
-    fl_paramserver_service_t *svc = user;
+static fl_status on_fetch(fl_paramserver_service_t *svc, const uint8_t *req, size_t len, sink *reply) {
     Fleet__FetchRequest *m = fleet__fetch_request__unpack(NULL, len, req);
-    if (!m)
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "FetchRequest: cannot decode the message (%zu bytes)",
-                                  len);
+    if (!m) return sink_error(reply, FL_INVALID_ARGUMENT, "FetchRequest: cannot decode the message (%zu bytes)", len);
     uint64_t if_newer_than = m->if_newer_than;
     int dtype = (int)m->dtype;
     fleet__fetch_request__free_unpacked(m, NULL);
     if (dtype != FLEET__DTYPE__DTYPE_FLOAT32 && dtype != FLEET__DTYPE__DTYPE_INVALID &&
         dtype != FLEET__DTYPE__DTYPE_BFLOAT16)
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                  "dtype: %s (%d), expected float32 (or unset) or bfloat16",
-                                  fl_dtype_name((fl_dtype)dtype), dtype);
+        return sink_error(reply, FL_INVALID_ARGUMENT, "dtype: %s (%d), expected float32 (or unset) or bfloat16",
+                          fl_dtype_name((fl_dtype)dtype), dtype);
 
     uint64_t held = 0;
     const fl_param_snapshot_t *snap = fl_param_store_fetch(svc->store, if_newer_than, &held);
     if (!snap) {
         if (held > if_newer_than)
-            return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED,
-                                      "Fetch: out of memory encoding version %" PRIu64, held);
+            return sink_error(reply, FL_RESOURCE_EXHAUSTED, "Fetch: out of memory encoding version %" PRIu64, held);
         Fleet__FetchResponse r = FLEET__FETCH_RESPONSE__INIT;
         r.version = held;
         r.has_params = 0;
-        return fl_rpc_reply_pb(reply, &r.base);
+        return sink_pb(reply, &r.base);
     }
     /* The reply refers to the snapshot's encoded bytes (no copy); gRPC releases the
      * reference when it has sent them. */
@@ -109,63 +148,60 @@ static fl_status on_fetch(void *user, const uint8_t *req, size_t len, fl_rpc_rep
     if (dtype == FLEET__DTYPE__DTYPE_BFLOAT16) {
         if (fl_param_snapshot_bf16(snap, &out, &n) != FL_OK) {
             fl_param_snapshot_release(snap);
-            return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED,
-                                      "Fetch: out of memory encoding version %" PRIu64 " as bfloat16", held);
+            return sink_error(reply, FL_RESOURCE_EXHAUSTED,
+                              "Fetch: out of memory encoding version %" PRIu64 " as bfloat16", held);
         }
         fl_param_store_count_bf16(svc->store);
     }
-    return fl_rpc_reply_ref(reply, out, n, release_snapshot, (void *)(uintptr_t)snap);
+    return sink_ref(reply, out, n, release_snapshot, (void *)(uintptr_t)snap);
 }
 
 /* Checks a float32 gradient slice; returns its elements in *n. */
-static fl_status check_grads(const Fleet__ParamSlice *p, size_t *n, fl_rpc_reply_t *reply) {
+static fl_status check_grads(const Fleet__ParamSlice *p, size_t *n, sink *reply) {
     const Fleet__Tensor *t = p->values;
     if (!t)
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                  "grads.values: missing (expected a float32 tensor of shape (n,))");
+        return sink_error(reply, FL_INVALID_ARGUMENT,
+                          "grads.values: missing (expected a float32 tensor of shape (n,))");
     if (t->dtype != FLEET__DTYPE__DTYPE_FLOAT32)
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "grads.values.dtype: %s (%d), expected float32",
-                                  fl_dtype_name((fl_dtype)t->dtype), (int)t->dtype);
+        return sink_error(reply, FL_INVALID_ARGUMENT, "grads.values.dtype: %s (%d), expected float32",
+                          fl_dtype_name((fl_dtype)t->dtype), (int)t->dtype);
     if (t->n_shape != 1 || t->shape[0] < 0)
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                  "grads.values.shape: %zu dimension(s)%s, expected one dimension (n,)", t->n_shape,
-                                  t->n_shape == 1 ? " with a negative size" : "");
+        return sink_error(reply, FL_INVALID_ARGUMENT,
+                          "grads.values.shape: %zu dimension(s)%s, expected one dimension (n,)", t->n_shape,
+                          t->n_shape == 1 ? " with a negative size" : "");
     if ((uint64_t)t->shape[0] > SIZE_MAX / 4 || t->data.len != 4 * (size_t)t->shape[0])
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                  "grads.values.data: %zu bytes, expected 4 * %" PRId64 " for float32 of shape (%" PRId64
-                                  ",)",
-                                  t->data.len, t->shape[0], t->shape[0]);
+        return sink_error(reply, FL_INVALID_ARGUMENT,
+                          "grads.values.data: %zu bytes, expected 4 * %" PRId64 " for float32 of shape (%" PRId64 ",)",
+                          t->data.len, t->shape[0], t->shape[0]);
     *n = (size_t)t->shape[0];
     return FL_OK;
 }
 
 /* Decodes 1-bit gradients into a new buffer (*out, n floats). */
-static fl_status decode_quantized(const Fleet__QuantizedGradients *q, float **out, fl_rpc_reply_t *reply) {
+static fl_status decode_quantized(const Fleet__QuantizedGradients *q, float **out, sink *reply) {
     *out = NULL;
     if (q->count > SIZE_MAX / 8)
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "quantized.count: %" PRIu64 " is too large", q->count);
+        return sink_error(reply, FL_INVALID_ARGUMENT, "quantized.count: %" PRIu64 " is too large", q->count);
     size_t n = (size_t)q->count;
     if (q->sign_bits.len != fl_q1_bytes(n))
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                  "quantized.sign_bits: %zu bytes, expected ceil(count / 8) = %zu for count %zu",
-                                  q->sign_bits.len, fl_q1_bytes(n), n);
+        return sink_error(reply, FL_INVALID_ARGUMENT,
+                          "quantized.sign_bits: %zu bytes, expected ceil(count / 8) = %zu for count %zu",
+                          q->sign_bits.len, fl_q1_bytes(n), n);
     if (!isfinite(q->scale_pos) || !isfinite(q->scale_neg) || q->scale_pos < 0 || q->scale_neg < 0)
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                  "quantized.scale_pos/scale_neg: %g/%g, expected finite values >= 0",
-                                  (double)q->scale_pos, (double)q->scale_neg);
+        return sink_error(reply, FL_INVALID_ARGUMENT,
+                          "quantized.scale_pos/scale_neg: %g/%g, expected finite values >= 0", (double)q->scale_pos,
+                          (double)q->scale_neg);
     *out = malloc(n ? 4 * n : 1);
-    if (!*out)
-        return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "PushGradients: out of memory for %zu gradients", n);
+    if (!*out) return sink_error(reply, FL_RESOURCE_EXHAUSTED, "PushGradients: out of memory for %zu gradients", n);
     fl_q1_decode(q->sign_bits.data, n, q->scale_pos, q->scale_neg, *out);
     return FL_OK;
 }
 
-static fl_status on_push_gradients(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
-    fl_paramserver_service_t *svc = user;
+static fl_status on_push_gradients(fl_paramserver_service_t *svc, const uint8_t *req, size_t len, sink *reply) {
     Fleet__PushGradientsRequest *m = fleet__push_gradients_request__unpack(NULL, len, req);
     if (!m)
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                  "PushGradientsRequest: cannot decode the message (%zu bytes)", len);
+        return sink_error(reply, FL_INVALID_ARGUMENT, "PushGradientsRequest: cannot decode the message (%zu bytes)",
+                          len);
     fl_param_store_count_push_bytes(svc->store, len);
     fl_status st = FL_OK;
     float *decoded = NULL;
@@ -173,11 +209,11 @@ static fl_status on_push_gradients(void *user, const uint8_t *req, size_t len, f
     size_t n = 0;
     uint64_t offset = 0, total = 0;
     if (!svc->gorila) {
-        st = fl_rpc_reply_error(reply, FL_FAILED_PRECONDITION,
-                                "PushGradients: this shard runs learner.mode = apex, where learners apply their own "
-                                "optimizer and publish parameters; gradients are pushed only with learner.mode = gorila");
+        st = sink_error(reply, FL_FAILED_PRECONDITION,
+                        "PushGradients: this shard runs learner.mode = apex, where learners apply their own "
+                        "optimizer and publish parameters; gradients are pushed only with learner.mode = gorila");
     } else if (m->grads && m->quantized) {
-        st = fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "grads and quantized: both set, expected exactly one");
+        st = sink_error(reply, FL_INVALID_ARGUMENT, "grads and quantized: both set, expected exactly one");
     } else if (m->grads) {
         st = check_grads(m->grads, &n, reply);
         grads = m->grads->values ? m->grads->values->data.data : NULL;
@@ -188,8 +224,8 @@ static fl_status on_push_gradients(void *user, const uint8_t *req, size_t len, f
         n = (size_t)m->quantized->count;
         offset = m->quantized->offset, total = m->quantized->total;
     } else {
-        st = fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                "grads: missing (expected a float32 ParamSlice in grads, or quantized)");
+        st = sink_error(reply, FL_INVALID_ARGUMENT,
+                        "grads: missing (expected a float32 ParamSlice in grads, or quantized)");
     }
     if (st == FL_OK) {
         fl_err_t err;
@@ -197,7 +233,7 @@ static fl_status on_push_gradients(void *user, const uint8_t *req, size_t len, f
         fl_param_push_outcome_t o;
         st = fl_param_store_push(svc->store, m->learner, m->based_on_version, offset, total, grads, n, &o, &err);
         if (st != FL_OK) {
-            fl_rpc_reply_error(reply, st, "%s", err.msg);
+            sink_error(reply, st, "%s", err.msg);
         } else {
             Fleet__PushGradientsResponse r = FLEET__PUSH_GRADIENTS_RESPONSE__INIT;
             r.applied = o.applied;
@@ -205,7 +241,7 @@ static fl_status on_push_gradients(void *user, const uint8_t *req, size_t len, f
             r.staleness = o.staleness;
             r.waited = o.waited;
             r.wait_timed_out = o.wait_timed_out;
-            st = fl_rpc_reply_pb(reply, &r.base);
+            st = sink_pb(reply, &r.base);
         }
     }
     free(decoded);
@@ -213,12 +249,10 @@ static fl_status on_push_gradients(void *user, const uint8_t *req, size_t len, f
     return st;
 }
 
-static fl_status on_info(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
-    fl_paramserver_service_t *svc = user;
+static fl_status on_info(fl_paramserver_service_t *svc, const uint8_t *req, size_t len, sink *reply) {
     Fleet__ParamInfoRequest *m = fleet__param_info_request__unpack(NULL, len, req);
     if (!m)
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
-                                  "ParamInfoRequest: cannot decode the message (%zu bytes)", len);
+        return sink_error(reply, FL_INVALID_ARGUMENT, "ParamInfoRequest: cannot decode the message (%zu bytes)", len);
     fleet__param_info_request__free_unpacked(m, NULL);
     fl_param_store_info_t in;
     fl_param_store_info(svc->store, &in);
@@ -242,13 +276,49 @@ static fl_status on_info(void *user, const uint8_t *req, size_t len, fl_rpc_repl
     r.staleness_hist = in.staleness_hist;
     r.fetches_bf16 = in.fetches_bf16;
     r.push_bytes = in.push_bytes;
-    return fl_rpc_reply_pb(reply, &r.base);
+    return sink_pb(reply, &r.base);
+}
+
+/* The gRPC entry points: the handlers above, answering through gRPC. */
+#define FL__PS_RPC(name)                                                                             \
+    static fl_status rpc_##name(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) { \
+        sink r = {reply, NULL};                                                                      \
+        return on_##name(user, req, len, &r);                                                        \
+    }
+FL__PS_RPC(publish)
+FL__PS_RPC(fetch)
+FL__PS_RPC(push_gradients)
+FL__PS_RPC(info)
+#undef FL__PS_RPC
+
+fl_status fl__paramserver_service_call(fl_paramserver_service_t *svc, const char *method, const uint8_t *req,
+                                       size_t len, fl__paramserver_reply_t *out) {
+    memset(out, 0, sizeof *out);
+    static const char prefix[] = "/fleet.ParamServer/";
+    const char *m = strncmp(method, prefix, sizeof prefix - 1) == 0 ? method + sizeof prefix - 1 : method;
+    fl_status (*fn)(fl_paramserver_service_t *, const uint8_t *, size_t, sink *) =
+        strcmp(m, "Publish") == 0         ? on_publish
+        : strcmp(m, "Fetch") == 0         ? on_fetch
+        : strcmp(m, "PushGradients") == 0 ? on_push_gradients
+        : strcmp(m, "Info") == 0          ? on_info
+                                          : NULL;
+    sink r = {NULL, out};
+    if (!fn) return sink_error(&r, FL_UNIMPLEMENTED, "%s: no such method of fleet.ParamServer", method);
+    static const uint8_t empty[1];
+    fl_status st = fn(svc, req ? req : empty, len, &r);
+    out->code = st;
+    if (st != FL_OK) local_drop_payload(out); /* as gRPC drops the reply of a failed call */
+    return st;
+}
+
+void fl__paramserver_reply_free(fl__paramserver_reply_t *r) {
+    if (r) local_drop_payload(r);
 }
 
 /* ----------------------------------------------------------- lifecycle ---- */
 
-fl_status fl_paramserver_service_create(const fl_config_t *cfg, int shard, fl_paramserver_service_t **out,
-                                        fl_err_t *err) {
+static fl_status service_new(const fl_config_t *cfg, int shard, int with_rpc, fl_paramserver_service_t **out,
+                             fl_err_t *err) {
     *out = NULL;
     fl_config_t defaults;
     if (!cfg) {
@@ -295,6 +365,7 @@ fl_status fl_paramserver_service_create(const fl_config_t *cfg, int shard, fl_pa
     svc->gorila = so.gorila;
     fl_status st = fl_param_store_create(&so, &svc->store, err);
     if (st != FL_OK) goto fail;
+    if (!with_rpc) goto done;
 
     /* Fetch handlers spend their time copying the encoded vector: one thread per core
      * (within reason) lets concurrent fetchers proceed in parallel. Under the wait
@@ -307,19 +378,30 @@ fl_status fl_paramserver_service_create(const fl_config_t *cfg, int shard, fl_pa
     opts.prepost = 64;
     st = fl_rpc_server_create(&opts, &svc->rpc, err);
     if (st != FL_OK) goto fail;
-    if ((st = fl_rpc_server_add_unary(svc->rpc, "/fleet.ParamServer/Publish", on_publish, svc)) != FL_OK ||
-        (st = fl_rpc_server_add_unary(svc->rpc, "/fleet.ParamServer/Fetch", on_fetch, svc)) != FL_OK ||
-        (st = fl_rpc_server_add_unary(svc->rpc, "/fleet.ParamServer/PushGradients", on_push_gradients, svc)) !=
+    if ((st = fl_rpc_server_add_unary(svc->rpc, "/fleet.ParamServer/Publish", rpc_publish, svc)) != FL_OK ||
+        (st = fl_rpc_server_add_unary(svc->rpc, "/fleet.ParamServer/Fetch", rpc_fetch, svc)) != FL_OK ||
+        (st = fl_rpc_server_add_unary(svc->rpc, "/fleet.ParamServer/PushGradients", rpc_push_gradients, svc)) !=
             FL_OK ||
-        (st = fl_rpc_server_add_unary(svc->rpc, "/fleet.ParamServer/Info", on_info, svc)) != FL_OK) {
+        (st = fl_rpc_server_add_unary(svc->rpc, "/fleet.ParamServer/Info", rpc_info, svc)) != FL_OK) {
         fl_err_set(err, st, "paramserver: cannot register the service's methods");
         goto fail;
     }
+done:
     *out = svc;
     return FL_OK;
 fail:
     fl_paramserver_service_destroy(svc);
     return st;
+}
+
+fl_status fl_paramserver_service_create(const fl_config_t *cfg, int shard, fl_paramserver_service_t **out,
+                                        fl_err_t *err) {
+    return service_new(cfg, shard, 1, out, err);
+}
+
+fl_status fl__paramserver_service_create_local(const fl_config_t *cfg, int shard, fl_paramserver_service_t **out,
+                                               fl_err_t *err) {
+    return service_new(cfg, shard, 0, out, err);
 }
 
 /* The address clients dial: listen_addr with the bound port in place of its port. */
@@ -339,6 +421,9 @@ static fl_status dial_address(const char *listen_addr, int port, char *out, size
 fl_status fl_paramserver_service_start(fl_paramserver_service_t *svc, const char *listen_addr, char *bound_addr_out,
                                        size_t len, fl_err_t *err) {
     if (svc->started) return fl_err_set(err, FL_FAILED_PRECONDITION, "paramserver: already started");
+    if (!svc->rpc)
+        return fl_err_set(err, FL_FAILED_PRECONDITION,
+                          "paramserver: this service was created without gRPC (fl__paramserver_service_create_local)");
     if (!listen_addr || !*listen_addr)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver: empty listen address");
     int port = 0;

@@ -12,17 +12,19 @@
  *   Fetch          if_newer_than >= held version (or nothing published): version only,
  *                  has_params = false. Otherwise the held version's response, encoded once
  *                  per version and handed to gRPC by reference (no copy). dtype float32
- *                  (or unset) or bfloat16 (values rounded to nearest even; that response
- *                  is built by the first bfloat16 fetch of a version); anything else is
- *                  INVALID_ARGUMENT naming the accepted ones.
+ *                  (or unset) or bfloat16 (values rounded to nearest even, those beyond
+ *                  the largest bfloat16 sent as the largest finite one of their sign; that
+ *                  response is built by the first bfloat16 fetch of a version); anything
+ *                  else is INVALID_ARGUMENT naming the accepted ones.
  *   PushGradients  gorila only (apex: FAILED_PRECONDITION explaining learner.mode):
  *                  float32 `grads` or 1-bit `quantized` gradients (paramserver/quantize.h)
  *                  for this shard's slice from learner `learner` (< learner.count),
  *                  computed from based_on_version. One optimizer step (learner.optimizer,
  *                  learner.lr, ...) per applied push; staleness bound and policy from
  *                  paramserver.max_staleness / stale_policy / staleness_lr /
- *                  wait_timeout_s. Non-finite gradients: INVALID_ARGUMENT naming the
- *                  index, nothing applied.
+ *                  wait_timeout_s. Non-finite gradients, or finite ones whose step
+ *                  would make a parameter (or the optimizer's state) non-finite:
+ *                  INVALID_ARGUMENT naming the index, nothing applied.
  *   Info           the shard's slice and counters: publishes, fetches (bf16 ones too),
  *                  pushes applied and dropped, waits and wait timeouts, and the staleness
  *                  histogram (0, 1, 2, 3-4, 5-8, 9-16, 17-32, 33+).
@@ -39,6 +41,7 @@
 #define FL_PARAMSERVER_SERVER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/config.h"
 #include "common/status.h"
@@ -63,5 +66,31 @@ void fl_paramserver_service_destroy(fl_paramserver_service_t *svc);
 
 /* The held version and counters, as Info reports them. */
 void fl_paramserver_service_info(fl_paramserver_service_t *svc, fl_param_store_info_t *out);
+
+/* ---- internal: the handlers without gRPC (tests/fuzz/fuzz_paramserver.c) ----
+ *
+ * A service made by fl__paramserver_service_create_local has the store and the handlers
+ * but no gRPC server (it cannot be started; destroy it as usual).
+ * fl__paramserver_service_call runs the handler of `method` ("Publish", "Fetch",
+ * "PushGradients", "Info", with or without the "/fleet.ParamServer/" prefix) on one
+ * request's bytes, on the calling thread, exactly as a call over gRPC would, and leaves
+ * the answer in *out: code FL_OK and the serialized response in data[0..len), or the
+ * error status and its message (data NULL). An unknown method is FL_UNIMPLEMENTED.
+ * Free the answer with fl__paramserver_reply_free. A push may block as over gRPC
+ * (stale_policy = wait). Thread-safe like the service. */
+typedef struct fl__paramserver_reply {
+    fl_status code;
+    char msg[FL_ERR_MSG_MAX];
+    uint8_t *data; /* the response (code FL_OK) */
+    size_t len;
+    void (*release)(void *); /* internal: frees data (NULL: free(data)) */
+    void *release_user;
+} fl__paramserver_reply_t;
+
+fl_status fl__paramserver_service_create_local(const fl_config_t *cfg, int shard, fl_paramserver_service_t **out,
+                                               fl_err_t *err);
+fl_status fl__paramserver_service_call(fl_paramserver_service_t *svc, const char *method, const uint8_t *req,
+                                       size_t len, fl__paramserver_reply_t *out);
+void fl__paramserver_reply_free(fl__paramserver_reply_t *r);
 
 #endif

@@ -52,6 +52,8 @@ struct fl_param_store {
     fl_optim_t *opt;
     uint64_t *clocks; /* (learners) applied pushes per learner */
     float *scratch;   /* (n) aligned copy of unaligned gradients */
+    float *backup;    /* (n + optimizer state) the values before a step, restored when the step
+                         made one of them non-finite; NULL for an empty slice */
     int stopping;
     atomic_uint_fast64_t publishes, fetches, fetches_with_params, fetches_bf16, push_bytes;
     atomic_uint_fast64_t pushes_applied, pushes_dropped, waits, wait_timeouts;
@@ -143,6 +145,7 @@ void fl_param_store_destroy(fl_param_store_t *s) {
     fl_optim_destroy(s->opt);
     free(s->live);
     free(s->scratch);
+    free(s->backup);
     free(s->clocks);
     pthread_cond_destroy(&s->clock_cv);
     pthread_mutex_destroy(&s->live_mu);
@@ -278,6 +281,14 @@ static snap *build_snapshot(uint64_t version, uint64_t offset, uint64_t total, c
     return p;
 }
 
+/* The held values are finite, but one beyond the largest bfloat16 (about 3.39e38) rounds
+ * to infinity (quantize.h): send the largest finite bfloat16 of its sign instead, so that
+ * a bfloat16 fetch is as finite as a float32 one. */
+static void bf16_saturate(uint8_t *h, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if ((h[2 * i + 1] & 0x7f) == 0x7f && h[2 * i] == 0x80) h[2 * i] = 0x7f; /* +-inf -> +-0x7f7f */
+}
+
 fl_status fl_param_snapshot_bf16(const fl_param_snapshot_t *snapshot, const uint8_t **response, size_t *len) {
     snap *p = (snap *)(uintptr_t)snapshot;
     uint8_t *r = atomic_load(&p->bf_resp);
@@ -291,6 +302,7 @@ fl_status fl_param_snapshot_bf16(const fl_param_snapshot_t *snapshot, const uint
             if (h && tmp) {
                 if (n) memcpy(tmp, p->pub.values, 4 * n);
                 fl_bf16_encode(tmp, n, h);
+                bf16_saturate(h, n);
                 r = pack_response(0, p->pub.version, p->pub.offset, p->pub.total, FLEET__DTYPE__DTYPE_BFLOAT16, h,
                                   2 * n, n, &p->bf_len);
             }
@@ -329,7 +341,7 @@ fl_status fl_param_store_publish(fl_param_store_t *s, uint64_t version, uint64_t
     snap *p = build_snapshot(version, offset, total, values, n);
     if (!p)
         return fl_err_set(err, FL_NO_MEMORY, "paramserver store: out of memory for a %zu-element snapshot", n);
-    float *live = NULL, *scratch = NULL;
+    float *live = NULL, *scratch = NULL, *backup = NULL;
     fl_optim_t *opt = NULL;
     if (s->o.gorila) {
         live = malloc(n ? 4 * n : 1);
@@ -337,9 +349,12 @@ fl_status fl_param_store_publish(fl_param_store_t *s, uint64_t version, uint64_t
         st = live && scratch ? FL_OK
                              : fl_err_set(err, FL_NO_MEMORY, "paramserver store: out of memory for %zu parameters", n);
         if (st == FL_OK && n) st = fl_optim_create(&s->o.optim, n, &opt, err);
+        if (st == FL_OK && n && !(backup = malloc(4 * (n + fl_optim_state_size(opt)))))
+            st = fl_err_set(err, FL_NO_MEMORY, "paramserver store: out of memory for %zu parameters", n);
         if (st != FL_OK) {
             free(live);
             free(scratch);
+            fl_optim_destroy(opt);
             snap_unref(p);
             return st;
         }
@@ -358,13 +373,14 @@ fl_status fl_param_store_publish(fl_param_store_t *s, uint64_t version, uint64_t
     pthread_mutex_unlock(&s->mu);
     if (s->o.gorila) {
         if (st == FL_OK) {
-            s->live = live, s->scratch = scratch, s->opt = opt;
+            s->live = live, s->scratch = scratch, s->backup = backup, s->opt = opt;
             s->n = n, s->offset = offset, s->total = total;
-            live = scratch = NULL, opt = NULL;
+            live = scratch = backup = NULL, opt = NULL;
         }
         pthread_mutex_unlock(&s->live_mu);
         free(live);
         free(scratch);
+        free(backup);
         fl_optim_destroy(opt);
     }
     snap_unref(st == FL_OK ? old : p);
@@ -420,8 +436,8 @@ fl_status fl_param_store_push(fl_param_store_t *s, uint32_t learner, uint64_t ba
     }
     uint64_t staleness = held - based_on_version;
     out->staleness = staleness;
-    atomic_fetch_add(&s->hist[fl_param_staleness_bucket(staleness)], 1);
     if (!s->o.stale_wait && s->o.max_staleness > 0 && staleness > s->o.max_staleness) {
+        atomic_fetch_add(&s->hist[fl_param_staleness_bucket(staleness)], 1);
         atomic_fetch_add(&s->pushes_dropped, 1);
         out->version = held;
         goto out;
@@ -432,11 +448,41 @@ fl_status fl_param_store_push(fl_param_store_t *s, uint32_t learner, uint64_t ba
         g = s->scratch;
     }
     if (s->opt) { /* NULL for an empty slice */
+        /* Finite gradients can still overflow a step (g * g in Adam's and RMSProp's
+         * averages, a large lr or momentum): such a step would leave non-finite
+         * parameters, or state that turns them NaN later, for good. Keep the values
+         * before the step and put them back when it made one non-finite. */
+        float *state = fl_optim_state(s->opt);
+        size_t ns = fl_optim_state_size(s->opt);
+        int64_t steps = fl_optim_steps(s->opt);
+        memcpy(s->backup, s->live, 4 * n);
+        memcpy(s->backup + n, state, 4 * ns);
         float lr = fl_optim_config(s->opt)->lr;
         if (s->o.staleness_lr && staleness > 1) fl_optim_set_lr(s->opt, (float)((double)lr / (double)staleness));
         fl_optim_step(s->opt, s->live, g);
         fl_optim_set_lr(s->opt, lr);
+        uint32_t nf_bits = 0;
+        size_t nf = first_non_finite((const uint8_t *)s->live, n, &nf_bits);
+        size_t nf_state = nf < n ? ns : first_non_finite((const uint8_t *)state, ns, &nf_bits);
+        if (nf < n || nf_state < ns) {
+            memcpy(s->live, s->backup, 4 * n);
+            memcpy(state, s->backup + n, 4 * ns);
+            fl_optim_set_steps(s->opt, steps);
+            if (nf < n)
+                st = fl_err_set(err, FL_INVALID_ARGUMENT,
+                                "grads: this push would turn parameter %zu of the slice into %s (the optimizer step "
+                                "overflows float32: gradients too large?); nothing was applied",
+                                nf, non_finite_name(nf_bits));
+            else
+                st =
+                    fl_err_set(err, FL_INVALID_ARGUMENT,
+                               "grads: this push would turn the optimizer's %s of parameter %zu of the slice into %s "
+                               "(the optimizer step overflows float32: gradients too large?); nothing was applied",
+                               fl_optim_slot_name(s->opt, (int)(nf_state / n)), nf_state % n, non_finite_name(nf_bits));
+            goto out;
+        }
     }
+    atomic_fetch_add(&s->hist[fl_param_staleness_bucket(staleness)], 1);
     pthread_mutex_lock(&s->mu);
     atomic_store(&s->version, held + 1);
     pthread_mutex_unlock(&s->mu);

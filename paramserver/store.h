@@ -39,7 +39,10 @@
  *                           second publish in gorila mode
  *   FL_INVALID_ARGUMENT     an empty slice or one that is not this shard's (expected and
  *                           got named), a length different from the held one, a
- *                           non-finite value (its index), a learner out of range
+ *                           non-finite value (its index), a learner out of range, a push
+ *                           whose optimizer step would make a parameter or the optimizer's
+ *                           state non-finite (finite gradients too large for float32: the
+ *                           step is undone, the push neither applied nor counted)
  *   FL_NO_MEMORY            a snapshot or the optimizer could not be allocated
  *
  * Thread-safe: any number of threads may publish, push, fetch and read counters at once.
@@ -135,7 +138,9 @@ fl_status fl_param_store_push(fl_param_store_t *s, uint32_t learner, uint64_t ba
  * *held_version > if_newer_than means out of memory. */
 const fl_param_snapshot_t *fl_param_store_fetch(fl_param_store_t *s, uint64_t if_newer_than,
                                                 uint64_t *held_version);
-/* The snapshot's bfloat16 FetchResponse (built on first use, once; thread-safe).
+/* The snapshot's bfloat16 FetchResponse (built on first use, once; thread-safe). Values
+ * are rounded as fl_bf16_from_float does, except that a finite value beyond the largest
+ * bfloat16 becomes the largest finite bfloat16 of its sign, not infinity.
  * FL_NO_MEMORY when it cannot be built. Valid while the snapshot is referenced. */
 fl_status fl_param_snapshot_bf16(const fl_param_snapshot_t *snap, const uint8_t **response, size_t *len);
 /* Drops a reference taken by fl_param_store_fetch. NULL is a no-op. */

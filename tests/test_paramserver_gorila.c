@@ -571,6 +571,77 @@ static void test_quantized_push(void **state) {
     cluster_stop(c);
 }
 
+/* Finite gradients whose optimizer step overflows float32 (found by fuzz_paramserver,
+ * tests/fuzz/findings-paramserver/rmsprop-overflow-nan): RMSProp's g * g of a 1-bit push
+ * with scale 2^126 made the slice NaN, and every later fetch served NaN. Such a push is
+ * refused (INVALID_ARGUMENT, nothing applied, nor counted) for every optimizer and both
+ * forms, the parameters and optimizer state stay as they were, and the shards keep
+ * applying ordinary pushes exactly as before. */
+static void overflow_refused(const char *optimizer, double lr, float big, const char *what) {
+    enum { N = 8, P = 2 };
+    fl_config_t cfg = gorila_cfg(P, optimizer, lr, 1);
+    cluster *c = cluster_start(&cfg);
+    fl_param_client_t *cl = client(c, 0, 0);
+    float p[N], g[N], dst[N];
+    fill(p, N, 21, 1.0f);
+    fill(g, N, 22, 1.0f);
+    publish_ok(cl, 1, p, N);
+    fetch_ok(cl, dst, N, NULL);
+    fl_optim_t *ref = reference_optimizer(&cfg, N);
+    float ref_p[N];
+    memcpy(ref_p, p, sizeof p);
+    /* one ordinary push first, so that the optimizer has state to keep */
+    assert_int_equal(push_ok(cl, g, N).applied, P);
+    fl_optim_step(ref, ref_p, g);
+    fl_err_t err;
+    fl_err_init(&err);
+    /* shard 1 owns [4, 8): a float32 push with one huge (finite) gradient */
+    float huge[4] = {0.5f, -big, 0.25f, 1.0f};
+    assert_int_equal(raw_push(c->ch[1], 0, 2, 4, N, huge, 4, 16, NULL, &err), FL_INVALID_ARGUMENT);
+    assert_contains(err.msg, "grads: this push would turn");
+    assert_contains(err.msg, what);
+    assert_contains(err.msg, "nothing was applied");
+    /* the same as a 1-bit push: every element decodes to +-big */
+    uint8_t bits[1] = {0x05};
+    Fleet__QuantizedGradients q = FLEET__QUANTIZED_GRADIENTS__INIT;
+    q.offset = 4, q.total = N, q.count = 4, q.scale_pos = big, q.scale_neg = big;
+    q.sign_bits.data = bits;
+    q.sign_bits.len = 1;
+    assert_int_equal(raw_push(c->ch[1], 0, 2, 0, 0, NULL, 0, 0, &q, &err), FL_INVALID_ARGUMENT);
+    assert_contains(err.msg, "nothing was applied");
+    /* nothing applied or counted; the values are those of version 2 */
+    fl_param_info_t in = info(cl, 1);
+    assert_int_equal(in.version, 2);
+    assert_int_equal(in.pushes_applied, 1);
+    assert_int_equal(in.pushes_dropped, 0);
+    uint64_t hist = 0;
+    for (int b = 0; b < 8; b++) hist += in.staleness_hist[b];
+    assert_int_equal(hist, 1);
+    assert_int_equal(fetch_ok(cl, dst, N, NULL), 2);
+    assert_close_vec(dst, ref_p, N);
+    /* and ordinary pushes go on from the state before the refused ones */
+    for (int k = 0; k < 2; k++) {
+        fill(g, N, 30 + (uint32_t)k, 1.0f);
+        assert_int_equal(push_ok(cl, g, N).applied, P);
+        fl_optim_step(ref, ref_p, g);
+    }
+    assert_int_equal(fetch_ok(cl, dst, N, NULL), 4);
+    assert_close_vec(dst, ref_p, N);
+    for (int i = 0; i < N; i++) assert_true(isfinite(dst[i]));
+    fl_optim_destroy(ref);
+    fl_param_client_destroy(cl);
+    cluster_stop(c);
+}
+
+static void test_overflowing_push_refused(void **state) {
+    (void)state;
+    /* g * g overflows in the squared averages (state, then NaN parameters) */
+    overflow_refused("rmsprop", 0.01, 0x1p126f, "NaN");
+    overflow_refused("adam", 0.001, 0x1p126f, "exp_avg_sq");
+    /* a large step overflows the parameter itself */
+    overflow_refused("sgd", 10.0, 3.0e38f, "inf");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_optimizer_adam_2_shards),
@@ -583,6 +654,7 @@ int main(void) {
         cmocka_unit_test(test_wait_released_by_stop),
         cmocka_unit_test(test_malformed_pushes),
         cmocka_unit_test(test_quantized_push),
+        cmocka_unit_test(test_overflowing_push_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

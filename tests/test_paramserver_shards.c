@@ -283,6 +283,41 @@ static void test_bf16_fetch(void **state) {
     cluster_stop(c);
 }
 
+/* Finite values beyond the largest bfloat16 (found by fuzz_paramserver,
+ * tests/fuzz/findings-paramserver/bf16-overflow-inf): a shard holding -3.4e38 served -inf
+ * to bfloat16 fetchers. They get the largest finite bfloat16 of the value's sign; values
+ * that round to a finite bfloat16 are rounded as before. */
+static void test_bf16_fetch_saturates(void **state) {
+    (void)state;
+    fl_param_client_opts_t o = {.bf16 = 1};
+    cluster *c = start(2, &o);
+    fl_param_client_t *fp32;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_param_client_create(c->addrs, &fp32, &err), FL_OK);
+    enum { N = 8 };
+    const float bf16_max = 0x1.fep127f; /* 0x7f7f: 3.3895314e38 */
+    float v[N] = {3.4e38f, -3.4e38f, 0x1.fffffep127f, 3.0e38f, -0x1.feffffp127f, 1.5f, -0x1.ff8p127f, 0x1.ff7ffep127f};
+    float want[N] = {bf16_max,  -bf16_max, bf16_max,  fl_bf16_to_float(fl_bf16_from_float(3.0e38f)),
+                     -bf16_max, 1.5f,      -bf16_max, bf16_max};
+    publish_ok(fp32, 1, v, N);
+    float a[N];
+    uint64_t version = 0;
+    int updated = 0;
+    assert_int_equal(fl_param_fetch(c->cl, &version, a, N, &updated, TIMEOUT_MS, &err), FL_OK);
+    assert_int_equal(version, 1);
+    for (int i = 0; i < N; i++) {
+        if (!isfinite(a[i])) fail_msg("element %d: %g (published %g)", i, (double)a[i], (double)v[i]);
+        if (memcmp(&a[i], &want[i], 4) != 0) fail_msg("element %d: %a, expected %a", i, (double)a[i], (double)want[i]);
+    }
+    /* float32 fetches are exact as ever */
+    version = 0;
+    assert_int_equal(fl_param_fetch(fp32, &version, a, N, &updated, TIMEOUT_MS, &err), FL_OK);
+    assert_memory_equal(a, v, sizeof v);
+    fl_param_client_destroy(fp32);
+    cluster_stop(c);
+}
+
 /* The bfloat16 response of a version is built once and shared. */
 static void test_bf16_built_once(void **state) {
     (void)state;
@@ -404,6 +439,7 @@ int main(void) {
         cmocka_unit_test(test_errors_name_the_shard),
         cmocka_unit_test(test_malformed_requests),
         cmocka_unit_test(test_bf16_fetch),
+        cmocka_unit_test(test_bf16_fetch_saturates),
         cmocka_unit_test(test_bf16_built_once),
         cmocka_unit_test(test_shared_client_concurrent),
     };
