@@ -776,13 +776,18 @@ static void checkpoint(fl_learner_t *l) {
 
 /* ---- the loop ---------------------------------------------------------------------- */
 
+/* The sampled batch's observations are this learner's size. */
+static fl_status check_obs_bytes(const fl_learner_t *l, fl_err_t *err) {
+    if (l->cur->obs_bytes == l->obs_bytes) return FL_OK;
+    return fl_err_set(err, FL_DATA_LOSS, "learner: sampled observations of %zu bytes (expected %zu)",
+                      l->cur->obs_bytes, l->obs_bytes);
+}
+
 /* The batch being trained on as float columns. */
 static fl_status batch_view(fl_learner_t *l, fl_dqn_batch_t *b, fl_err_t *err) {
     const fl_replay_batch_t *cb = l->cur;
     const size_t n = cb->count;
-    if (cb->obs_bytes != l->obs_bytes)
-        return fl_err_set(err, FL_DATA_LOSS, "learner: sampled observations of %zu bytes (expected %zu)",
-                          cb->obs_bytes, l->obs_bytes);
+    FL_TRY(check_obs_bytes(l, err));
     fl_dtype_to_float(l->obs.dtype, cb->obs, n * l->obs_count, l->obs_f);
     fl_dtype_to_float(l->obs.dtype, cb->next_obs, n * l->obs_count, l->next_f);
     *b = (fl_dqn_batch_t){(int)n, l->obs_f, cb->actions, cb->rewards, cb->discounts, l->next_f, cb->weights};
@@ -852,9 +857,7 @@ static fl_status after_step(fl_learner_t *l, size_t n, double loss, fl_err_t *er
 static fl_status gpu_batch(fl_learner_t *l, fl_cuda_dqn_slot_t *out, fl_err_t *err) {
     const fl_replay_batch_t *cb = l->cur;
     const size_t n = cb->count;
-    if (cb->obs_bytes != l->obs_bytes)
-        return fl_err_set(err, FL_DATA_LOSS, "learner: sampled observations of %zu bytes (expected %zu)",
-                          cb->obs_bytes, l->obs_bytes);
+    FL_TRY(check_obs_bytes(l, err));
     int pinned = 0;
     for (int i = 0; i < l->n_pinned && !pinned; i++) pinned = l->pinned[i] == cb->block;
     if (!pinned && !l->pin_failed && l->n_pinned < FL_LEARNER_MAX_PINNED) {
