@@ -20,7 +20,7 @@
 #include "common/dtype.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
-#include "paramserver/fanout.h"
+#include "common/fanout.h"
 #include "paramserver/quantize.h"
 
 #define MAX_SHARDS 256
@@ -35,7 +35,7 @@ struct fl_param_client {
     int P;
     shard *sh;
     fl_param_client_opts_t o;
-    fl__fanout_t *pool; /* P - 1 workers */
+    fl_fanout_t *pool; /* P - 1 workers */
     pthread_mutex_t mu;
     pthread_mutex_t push_mu; /* quantized pushes: the residual */
     float *residual;         /* (residual_n) error feedback, zero at first */
@@ -95,7 +95,7 @@ fl_status fl_param_client_create_opts(const char *addrs, const fl_param_client_o
         if ((st = fl_rpc_channel_create(c->sh[s].addr, 0, &c->sh[s].ch, err)) != FL_OK) goto fail;
         p = e ? e + 1 : p + len;
     }
-    if (P > 1 && (st = fl__fanout_create(P - 1, &c->pool, err)) != FL_OK) goto fail;
+    if (P > 1 && (st = fl_fanout_create(P - 1, &c->pool, err)) != FL_OK) goto fail;
     *out = c;
     return FL_OK;
 fail:
@@ -105,7 +105,7 @@ fail:
 
 void fl_param_client_destroy(fl_param_client_t *c) {
     if (!c) return;
-    fl__fanout_destroy(c->pool);
+    fl_fanout_destroy(c->pool);
     for (int s = 0; s < c->P; s++) {
         fl_rpc_channel_destroy(c->sh[s].ch);
         free(c->sh[s].addr);
@@ -213,7 +213,7 @@ fl_status fl_param_publish(fl_param_client_t *c, uint64_t version, const float *
     job jobs[MAX_SHARDS];
     init_jobs(c, jobs, n);
     publish_ctx x = {c, jobs, version, params, n, timeout_ms};
-    fl__fanout_run(c->pool, c->P, publish_one, &x);
+    fl_fanout_run(c->pool, c->P, publish_one, &x);
     return first_failure(c, jobs, "publish", err);
 }
 
@@ -431,10 +431,10 @@ fl_status fl_param_fetch(fl_param_client_t *c, uint64_t *version, float *dst, si
     }
     pthread_mutex_unlock(&c->mu);
     fetch_ctx x = {c, jobs, if_newer, bufs, views, n, dst, timeout_ms};
-    fl__fanout_run(c->pool, c->P, fetch_one, &x);
+    fl_fanout_run(c->pool, c->P, fetch_one, &x);
     fl_status st = first_failure(c, jobs, "fetch", err);
     if (st == FL_OK) {
-        fl__fanout_run(c->pool, c->P, copy_one, &x);
+        fl_fanout_run(c->pool, c->P, copy_one, &x);
         uint64_t min = UINT64_MAX;
         pthread_mutex_lock(&c->mu);
         for (int s = 0; s < c->P; s++) {
@@ -546,7 +546,7 @@ fl_status fl_param_push(fl_param_client_t *c, const float *grads, size_t n, fl_p
         }
         x.bits = bits;
     }
-    fl__fanout_run(c->pool, c->P, push_one, &x);
+    fl_fanout_run(c->pool, c->P, push_one, &x);
     for (int s = 0; s < c->P; s++) {
         res->bytes_sent += sent[s];
         if (jobs[s].st != FL_OK) {

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/fanout.h"
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/rpc.h"
@@ -697,6 +698,7 @@ struct fl_replay_sharded {
     int n;
     fl_replay_addrs_t addrs;
     fl_replay_client_t **c; /* (n) */
+    fl_fanout_t *pool;      /* n - 1 workers for the per-shard calls */
     int64_t timeout_ms;
 
     pthread_mutex_t mu; /* guards the fields below */
@@ -727,6 +729,7 @@ fl_status fl_replay_sharded_create(const char *addrs, uint64_t seed, fl_replay_s
         }
         s->n++;
     }
+    if (s->n > 1 && (st = fl_fanout_create(s->n - 1, &s->pool, err)) != FL_OK) goto fail;
     *out = s;
     return FL_OK;
 fail:
@@ -736,6 +739,7 @@ fail:
 
 void fl_replay_sharded_destroy(fl_replay_sharded_t *s) {
     if (!s) return;
+    fl_fanout_destroy(s->pool); /* no call is running: its workers are idle */
     for (int i = 0; i < s->n; i++) fl_replay_client_destroy(s->c[i]);
     free(s->c);
     free(s->views);
@@ -802,30 +806,10 @@ static void *job_run(void *arg) {
     return NULL;
 }
 
-/* Runs n jobs at once: jobs 1.. on threads of their own, job 0 on the caller's (a job
- * whose thread cannot be started runs on the caller's too). */
-static void run_jobs(job_t *jobs, int n) {
-    if (n <= 0) return;
-    pthread_t th_stack[16];
-    pthread_t *th = n <= 16 ? th_stack : malloc((size_t)n * sizeof *th);
-    unsigned char ok_stack[16];
-    unsigned char *ok = n <= 16 ? ok_stack : malloc((size_t)n);
-    if (!th || !ok) {
-        for (int i = 0; i < n; i++) job_run(&jobs[i]);
-        goto done;
-    }
-    for (int i = 1; i < n; i++) ok[i] = pthread_create(&th[i], NULL, job_run, &jobs[i]) == 0;
-    job_run(&jobs[0]);
-    for (int i = 1; i < n; i++) {
-        if (ok[i])
-            pthread_join(th[i], NULL);
-        else
-            job_run(&jobs[i]);
-    }
-done:
-    if (th != th_stack) free(th);
-    if (ok != ok_stack) free(ok);
-}
+static void job_item(void *arg, int i) { job_run((job_t *)arg + i); }
+
+/* Runs n jobs at once on the client's pool (the caller's thread takes part). */
+static void run_jobs(fl_replay_sharded_t *s, job_t *jobs, int n) { fl_fanout_run(s->pool, n, job_item, jobs); }
 
 /* The first failed job's error (jobs are in shard order), naming its shard. */
 static fl_status first_error(const fl_replay_sharded_t *s, const job_t *jobs, int n, fl_err_t *err) {
@@ -856,7 +840,7 @@ static fl_status refresh_views(fl_replay_sharded_t *s, int64_t timeout_ms, fl_er
     if (!jobs) return fl_err_set(err, FL_NO_MEMORY, "replay sample: out of memory");
     for (int i = 0; i < s->n; i++)
         jobs[i] = (job_t){.kind = JOB_INFO, .c = s->c[i], .shard = i, .timeout_ms = timeout_ms};
-    run_jobs(jobs, s->n);
+    run_jobs(s, jobs, s->n);
     fl_status st = first_error(s, jobs, s->n, err);
     for (int i = 0; st == FL_OK && i < s->n; i++)
         if (jobs[i].info.shard_id != (uint32_t)i) st = wrong_shard(s, i, jobs[i].info.shard_id, err);
@@ -1067,7 +1051,7 @@ fl_status fl_replay_sharded_sample(fl_replay_sharded_t *s, size_t batch_size, do
             }
             active[na++] = *j;
         }
-        run_jobs(active, na);
+        run_jobs(s, active, na);
         size_t served = 0;
         int probes_refused = 0;
         for (int a = 0; a < na; a++) {
@@ -1232,7 +1216,7 @@ fl_status fl_replay_sharded_update_priorities(fl_replay_sharded_t *s, size_t n, 
         k[at] = keys[i];
         p[at] = priorities[i];
     }
-    run_jobs(jobs, nj);
+    run_jobs(s, jobs, nj);
     for (int i = 0; i < nj; i++)
         if (applied) *applied += jobs[i].applied;
     st = first_error(s, jobs, nj, err);
@@ -1250,7 +1234,7 @@ fl_status fl_replay_sharded_info(fl_replay_sharded_t *s, int64_t timeout_ms, fl_
     if (!jobs) return fl_err_set(err, FL_NO_MEMORY, "replay info: out of memory");
     for (int i = 0; i < s->n; i++)
         jobs[i] = (job_t){.kind = JOB_INFO, .c = s->c[i], .shard = i, .timeout_ms = timeout_ms};
-    run_jobs(jobs, s->n);
+    run_jobs(s, jobs, s->n);
     fl_replay_info_t t;
     memset(&t, 0, sizeof t);
     int answered = 0;

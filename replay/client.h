@@ -35,9 +35,10 @@
  *     over its own tree, so every slot of the batch draws item i of shard s with
  *     probability (T_s / T) (q_i / T_s) = q_i / T: the union is a draw from the global
  *     distribution, as from one table holding every item. The Sample calls are in
- *     flight at once (one thread per shard). A shard that gets no rows answers an Info
- *     call instead, at most every 0.1 s, so that its mass stays current (it holds less
- *     than 1/B of the total, or it would have got a row). The masses used to split are
+ *     flight at once (the caller and a pool of R - 1 threads, common/fanout.h). A
+ *     shard that gets no rows answers an Info call instead, at most every 0.1 s, so
+ *     that its mass stays current (it holds less than 1/B of the total, or it would
+ *     have got a row). The masses used to split are
  *     the latest answers (an Info round on the first call and after any failure);
  *     between batches they drift by the inserts and updates of one step.
  *     Rows are ordered by shard. Per item: probs = q_i / T (the global P(i)) and

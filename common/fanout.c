@@ -3,7 +3,7 @@
  * A batch sits in a singly linked queue while it has unclaimed items; whoever claims
  * the last one unlinks it. The caller claims items of its own batch until none is
  * left, then waits for the items that workers are still running. */
-#include "paramserver/fanout.h"
+#include "common/fanout.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -16,7 +16,7 @@ typedef struct batch {
     pthread_cond_t done;
 } batch;
 
-struct fl__fanout {
+struct fl_fanout {
     pthread_mutex_t mu;
     pthread_cond_t work;
     batch *head, *tail;
@@ -25,7 +25,7 @@ struct fl__fanout {
 };
 
 /* Claims one item of b (mu held); unlinks b from the queue when it was the last. */
-static int claim(fl__fanout_t *f, batch *b) {
+static int claim(fl_fanout_t *f, batch *b) {
     int i = b->next++;
     if (b->next == b->n) {
         batch **pp = &f->head, *prev = NULL;
@@ -43,7 +43,7 @@ static void finish_item(batch *b) {
 }
 
 static void *worker(void *p) {
-    fl__fanout_t *f = p;
+    fl_fanout_t *f = p;
     pthread_mutex_lock(&f->mu);
     for (;;) {
         while (!f->head && !f->stopping) pthread_cond_wait(&f->work, &f->mu);
@@ -59,19 +59,19 @@ static void *worker(void *p) {
     return NULL;
 }
 
-fl_status fl__fanout_create(int workers, fl__fanout_t **out, fl_err_t *err) {
+fl_status fl_fanout_create(int workers, fl_fanout_t **out, fl_err_t *err) {
     *out = NULL;
-    fl__fanout_t *f = calloc(1, sizeof *f);
+    fl_fanout_t *f = calloc(1, sizeof *f);
     if (!f || (workers > 0 && !(f->th = calloc((size_t)workers, sizeof *f->th)))) {
         free(f);
-        return fl_err_set(err, FL_NO_MEMORY, "paramserver client: out of memory for %d threads", workers);
+        return fl_err_set(err, FL_NO_MEMORY, "fanout: out of memory for %d threads", workers);
     }
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->work, NULL);
     for (int i = 0; i < workers; i++) {
         if (pthread_create(&f->th[i], NULL, worker, f) != 0) {
-            fl__fanout_destroy(f);
-            return fl_err_set(err, FL_RESOURCE_EXHAUSTED, "paramserver client: cannot start a thread (%d of %d)", i + 1,
+            fl_fanout_destroy(f);
+            return fl_err_set(err, FL_RESOURCE_EXHAUSTED, "fanout: cannot start a thread (%d of %d)", i + 1,
                               workers);
         }
         f->workers++;
@@ -80,7 +80,7 @@ fl_status fl__fanout_create(int workers, fl__fanout_t **out, fl_err_t *err) {
     return FL_OK;
 }
 
-void fl__fanout_destroy(fl__fanout_t *f) {
+void fl_fanout_destroy(fl_fanout_t *f) {
     if (!f) return;
     pthread_mutex_lock(&f->mu);
     f->stopping = 1;
@@ -93,7 +93,7 @@ void fl__fanout_destroy(fl__fanout_t *f) {
     free(f);
 }
 
-void fl__fanout_run(fl__fanout_t *f, int n, void (*fn)(void *arg, int i), void *arg) {
+void fl_fanout_run(fl_fanout_t *f, int n, void (*fn)(void *arg, int i), void *arg) {
     if (n <= 0) return;
     if (!f || f->workers == 0 || n == 1) {
         for (int i = 0; i < n; i++) fn(arg, i);
