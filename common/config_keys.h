@@ -6,7 +6,8 @@
  *   TYPE    INT (int64_t), FLOAT (double), BOOL (int 0/1), STRING (char[256]),
  *           ENUM (char[256], one of `choices`, '|'-separated)
  *   min/max inclusive bounds for INT and FLOAT (ignored otherwise)
- * Defaults follow DESIGN.md §4 (Ape-X); the files in configs/ override them per experiment. */
+ * Defaults are the Ape-X paper's settings (docs/design.md, "Algorithm defaults"); the files in
+ * configs/ override them per experiment. */
 #ifndef FL_COMMON_CONFIG_KEYS_H
 #define FL_COMMON_CONFIG_KEYS_H
 

@@ -1,4 +1,4 @@
-/* minatar: the common layer of the MinAtar games (specs/minatar.md, section 1).
+/* minatar: the common layer of the MinAtar games (docs/minatar.md, section 1).
  *
  * Every MinAtar game is a 10x10 grid with C boolean channels. This module owns what the
  * games share: the observation layout, the action indices, the per-instance generator

@@ -1,4 +1,4 @@
-/* minatar_asterix: the Asterix game of specs/minatar.md, section 2.
+/* minatar_asterix: the Asterix game of docs/minatar.md, section 2.
  *
  * Eight fixed slots, slot s tied to row s + 1, hold at most one entity per row, so the
  * state is a small value with no lists. Two global timers drive the game: spawns every S

@@ -1,4 +1,4 @@
-/* minatar_breakout: MinAtar Breakout (specs/minatar.md, section 3).
+/* minatar_breakout: MinAtar Breakout (docs/minatar.md, section 3).
  *
  * A paddle on the bottom row keeps a diagonally moving ball in play; the ball breaks
  * bricks in rows 1..3 for +1 each, the rows refill when the ball comes down to the

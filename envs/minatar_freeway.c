@@ -1,4 +1,4 @@
-/* minatar_freeway: MinAtar Freeway (specs/minatar.md, section 4).
+/* minatar_freeway: MinAtar Freeway (docs/minatar.md, section 4).
  *
  * A chicken in column 4 crosses eight lanes of traffic from row 9 to row 0 for +1 per
  * crossing; a car hitting it only sends it back to row 9. Each car moves one column

@@ -1,4 +1,4 @@
-/* minatar_games2: MinAtar Asterix and Space Invaders on a 10x10 grid (specs/minatar.md,
+/* minatar_games2: MinAtar Asterix and Space Invaders on a 10x10 grid (docs/minatar.md,
  * sections 2 and 6).
  *
  * Asterix: the player (channel 0) moves in rows 1..8 while gold (channel 3) and enemies

@@ -1,4 +1,4 @@
-/* minatar_seaquest: the Seaquest game of specs/minatar.md, section 5.
+/* minatar_seaquest: the Seaquest game of docs/minatar.md, section 5.
  *
  * Each object kind lives in a fixed-capacity list kept in creation order; the step
  * visits them in the order the spec gives (bullets, divers, subs newest first, enemy

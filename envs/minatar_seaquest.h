@@ -1,4 +1,4 @@
-/* minatar_seaquest: MinAtar Seaquest on a 10x10 grid (specs/minatar.md, section 5).
+/* minatar_seaquest: MinAtar Seaquest on a 10x10 grid (docs/minatar.md, section 5).
  *
  * The player's submarine shoots fish and enemy subs, collects divers and must surface
  * before its oxygen runs out; surfacing with six divers pays the remaining oxygen as a

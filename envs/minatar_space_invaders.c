@@ -1,4 +1,4 @@
-/* minatar_space_invaders: the Space Invaders game of specs/minatar.md, section 6.
+/* minatar_space_invaders: the Space Invaders game of docs/minatar.md, section 6.
  *
  * Aliens and both kinds of bullets are 10x10 byte maps ([row][col], 0 or 1 per cell), so
  * the state is a small value with no lists. Within a step: the cannon acts, friendly

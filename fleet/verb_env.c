@@ -5,7 +5,7 @@
  * env's own step limit. Each env runs twice: a loop over one instance, and an fl_vecenv
  * of K instances (auto-reset, final observations and episode stats included, as an
  * actor uses it). Figures are printed as a table, or with --json one object per line in
- * the bench format of DESIGN.md (`{"bench":"env","case":...,"value":...,"unit":"steps/s",
+ * the bench format of docs/benchmarks.md (`{"bench":"env","case":...,"value":...,"unit":"steps/s",
  * "cores":N}`). The core count is the number online; the bench itself uses one. */
 #include <errno.h>
 #include <stdint.h>

@@ -129,7 +129,7 @@ static void test_defaults_match_table(void **state) {
     fl_config_defaults(&c);
     FL_CONFIG_KEYS(EXPECT_DEF)
 
-    /* Spot checks against DESIGN.md §4, written out. */
+    /* Spot checks against the Ape-X settings of docs/design.md, written out. */
     assert_int_equal(c.learner_batch_size, 512);
     assert_int_equal(c.replay_capacity, 2000000);
     assert_int_equal(c.actor_sync_every, 400);

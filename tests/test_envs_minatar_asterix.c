@@ -1,4 +1,4 @@
-/* Unit tests for MinAtar Asterix (envs/minatar_asterix.c, specs/minatar.md section 2 and
+/* Unit tests for MinAtar Asterix (envs/minatar_asterix.c, docs/minatar.md section 2 and
  * Appendix D).
  *
  * The game is driven directly through its value type, often after putting it into a

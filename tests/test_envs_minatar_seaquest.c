@@ -1,4 +1,4 @@
-/* Unit tests for MinAtar Seaquest (specs/minatar.md, section 5 and Appendix D).
+/* Unit tests for MinAtar Seaquest (docs/minatar.md, section 5 and Appendix D).
  *
  * Most tests drive the game directly (fl_seaquest_t), putting it into a chosen state,
  * because the spec's facts are about the game with sticky actions off. Spawn draws are

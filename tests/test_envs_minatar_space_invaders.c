@@ -1,4 +1,4 @@
-/* Unit tests for MinAtar Space Invaders (envs/minatar_space_invaders.c, specs/minatar.md
+/* Unit tests for MinAtar Space Invaders (envs/minatar_space_invaders.c, docs/minatar.md
  * section 6 and Appendix D).
  *
  * The game is driven directly through its value type, often after putting it into a

@@ -2,7 +2,7 @@
  * cuBLAS and convolutions through cuDNN's legacy API (see ops_cuda.h).
  *
  * Dense, row-major x (B, in), W (out, in), y (B, out); cuBLAS sees each row-major
- * buffer as its column-major transpose (NOTES.md §6):
+ * buffer as its column-major transpose:
  *   y  = x W^T : Sgemm(T, N, out, B, in,  W, in, x,  in,  y,  out)
  *   dx = dy W  : Sgemm(N, N, in,  B, out, W, in, dy, out, dx, in)
  *   dW = dy^T x: Sgemm(N, T, in, out, B,  x, in, dy, out, dW, in)

@@ -9,7 +9,7 @@
  *     the cuBLAS workspace (so that graph capture never allocates) and one cuDNN
  *     workspace shared by every convolution; its `tf32` flag selects TF32 tensor-core
  *     math (cublasSetMathMode, cuDNN math types) or plain FMA float32;
- *   - dense layers are cuBLAS SGEMMs (NOTES.md §6 row-major mappings) plus a bias kernel;
+ *   - dense layers are cuBLAS SGEMMs (row-major buffers mapped as in blas_cuda.c) plus a bias kernel;
  *   - convolutions are cuDNN's legacy API (one fl_cuda_conv_t per layer: descriptors,
  *     _v7 heuristics, workspace sizes), plus own bias kernels;
  *   - everything else is an own kernel (ops_cuda.cu).
