@@ -13,6 +13,7 @@
 #include "common/control.h"
 #include "common/dtype.h"
 #include "common/log.h"
+#include "common/retry.h"
 #include "common/rng.h"
 #include "common/safetensors.h"
 #include "common/stop.h"
@@ -41,7 +42,8 @@
 typedef struct outage {
     const char *what;
     int active;
-    double since, last_log, backoff;
+    double since, last_log;
+    fl_backoff_t backoff;
 } outage_t;
 
 struct fl_learner {
@@ -91,18 +93,6 @@ struct fl_learner {
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
-static int transient(fl_status s) {
-    switch (s) {
-    case FL_UNAVAILABLE:
-    case FL_DEADLINE_EXCEEDED:
-    case FL_CANCELLED:
-    case FL_ABORTED:
-    case FL_UNKNOWN:
-    case FL_RESOURCE_EXHAUSTED: return 1;
-    default: return 0;
-    }
-}
-
 static int stopping(const fl_learner_t *l) {
     if (fl_stop_requested() || fl_reporter_should_stop(l->rep)) return 1;
     return l->cfg.learner_max_steps > 0 && l->st.steps >= (uint64_t)l->cfg.learner_max_steps;
@@ -144,7 +134,7 @@ static void outage_fail(fl_learner_t *l, outage_t *o, const fl_err_t *e, fl_stat
     if (!o->active) {
         o->active = 1;
         o->since = o->last_log = now;
-        o->backoff = FL_LEARNER_BACKOFF_MIN_S;
+        fl_backoff_init(&o->backoff);
         FL_WARN("%s unreachable (%s: %s); retrying until it is back or the learner is stopped", o->what,
                 fl_status_name(s), e->msg[0] ? e->msg : fl_status_str(s));
     } else if (now - o->last_log >= FL_LEARNER_LOG_EVERY_S) {
@@ -153,8 +143,7 @@ static void outage_fail(fl_learner_t *l, outage_t *o, const fl_err_t *e, fl_stat
     }
     l->st.retries++;
     atomic_store_explicit(&l->watch_retries, l->st.retries, memory_order_relaxed);
-    idle(l, o->backoff);
-    o->backoff = fmin(o->backoff * 2, FL_LEARNER_BACKOFF_MAX_S);
+    idle(l, fl_backoff_next(&o->backoff));
 }
 
 static void outage_ok(outage_t *o) {
@@ -485,7 +474,7 @@ static fl_status publish(fl_learner_t *l, int retry, fl_err_t *err) {
                 return fl_err_set(err, s, "learner: publish version %llu: %s", (unsigned long long)version, e.msg);
             s = si, e = ie;
         }
-        if (!transient(s) || !retry)
+        if (!fl_retry_transient(s) || !retry)
             return fl_err_set(err, s, "learner: publish version %llu: %s", (unsigned long long)version, e.msg);
         if (stopping(l)) return fl_err_set(err, FL_CANCELLED, "learner: stopped while publishing");
         outage_fail(l, &l->param_out, &e, s);
@@ -553,7 +542,7 @@ static fl_status sample(fl_learner_t *l, fl_err_t *err) {
             idle(l, now - tc < 0.1 ? 0.1 : 0.0);
             continue;
         }
-        if (!transient(s)) {
+        if (!fl_retry_transient(s)) {
             result = fl_err_set(err, s, "learner: sample: %s", e.msg[0] ? e.msg : fl_status_str(s));
             break;
         }
@@ -585,7 +574,7 @@ static fl_status send_priorities(fl_learner_t *l, size_t n, fl_err_t *err) {
             l->st.priorities_applied += applied;
             return FL_OK;
         }
-        if (!transient(s))
+        if (!fl_retry_transient(s))
             return fl_err_set(err, s, "learner: update priorities: %s", e.msg[0] ? e.msg : fl_status_str(s));
         if (stopping(l)) return FL_OK;
         outage_fail(l, &l->replay_out, &e, s);
@@ -1116,7 +1105,7 @@ static fl_status fetch_params(fl_learner_t *l, int wait_first, fl_err_t *err) {
             if (stopping(l)) return fl_err_set(err, FL_CANCELLED, "learner: stopped while waiting for parameters");
             continue;
         }
-        if (!transient(s)) return fl_err_set(err, s, "learner: fetch parameters: %s", e.msg);
+        if (!fl_retry_transient(s)) return fl_err_set(err, s, "learner: fetch parameters: %s", e.msg);
         if (stopping(l)) return fl_err_set(err, FL_CANCELLED, "learner: stopped while fetching");
         outage_fail(l, &l->param_out, &e, s);
         if (stopping(l)) return fl_err_set(err, FL_CANCELLED, "learner: stopped while fetching");
@@ -1141,7 +1130,7 @@ static fl_status push_grads(fl_learner_t *l, fl_err_t *err) {
             if (res.max_staleness > l->st.max_staleness) l->st.max_staleness = res.max_staleness;
             return FL_OK;
         }
-        if (!transient(s)) return fl_err_set(err, s, "learner: push gradients: %s", e.msg);
+        if (!fl_retry_transient(s)) return fl_err_set(err, s, "learner: push gradients: %s", e.msg);
         if (stopping(l)) return fl_err_set(err, FL_CANCELLED, "learner: stopped while pushing");
         outage_fail(l, &l->param_out, &e, s);
         if (stopping(l)) return fl_err_set(err, FL_CANCELLED, "learner: stopped while pushing");

@@ -21,7 +21,7 @@
  *      steps (0 = no limit): publishes the final parameters (one attempt, bounded by
  *      FL_LEARNER_RPC_TIMEOUT_MS), forces a last report and returns FL_OK.
  * A Sample, UpdatePriorities or Publish that fails because a service went away
- * (UNAVAILABLE, DEADLINE_EXCEEDED, ...) is retried with exponential backoff while not
+ * (common/retry.h: UNAVAILABLE, DEADLINE_EXCEEDED, ...) is retried with its backoff while not
  * stopped, logged once per outage; the launcher decides when the fleet ends. A step
  * whose loss or gradient norm is not finite is skipped (parameters untouched, no
  * priorities sent) and logged.
@@ -82,9 +82,6 @@
 #define FL_LEARNER_RPC_TIMEOUT_MS 5000
 /* Seconds between "waiting for replay" lines and between outage reminders. */
 #define FL_LEARNER_LOG_EVERY_S 5.0
-/* Backoff between retries: starts here, doubles, capped. */
-#define FL_LEARNER_BACKOFF_MIN_S 0.05
-#define FL_LEARNER_BACKOFF_MAX_S 2.0
 
 typedef struct fl_learner_opts {
     int index;                    /* this learner's index, 0 <= index < learner.count */

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/fanout.h"
 #include "common/log.h"
+#include "common/retry.h"
 #include "common/rng.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
@@ -32,8 +33,6 @@
 
 /* Deadline of one Insert call of a writer; calls are rotated at half of it. */
 #define WRITER_CALL_TIMEOUT_MS 60000
-#define BACKOFF_MIN_S 0.1
-#define BACKOFF_MAX_S 2.0
 /* Room left in a message for everything but a batch's observations. */
 #define MSG_SLACK (1u << 20)
 
@@ -100,7 +99,8 @@ struct fl_replay_writer {
     double call_t0;
     int acked_once; /* a call was acknowledged: later calls need not wait for the shard */
     int failed;     /* the last call failed: appends retry after retry_at */
-    double retry_at, backoff;
+    double retry_at;
+    fl_backoff_t backoff;
     fl_err_t last_err;
 
     uint64_t acked, pending;
@@ -131,7 +131,7 @@ fl_status fl_replay_writer_create(fl_replay_client_t *c, uint64_t stream_id, con
     w->sig.num_actions = 0;
     w->obs_bytes = ob;
     w->batches_per_call = batches_per_call;
-    w->backoff = BACKOFF_MIN_S;
+    fl_backoff_init(&w->backoff);
     fl_err_init(&w->last_err);
     *out = w;
     return FL_OK;
@@ -163,19 +163,6 @@ static void apply_ack(fl_replay_writer_t *w, uint64_t last) {
     w->sent = w->sent > k ? w->sent - k : 0;
 }
 
-static int retryable(fl_status st) {
-    switch (st) {
-    case FL_UNAVAILABLE:
-    case FL_DEADLINE_EXCEEDED:
-    case FL_CANCELLED:
-    case FL_ABORTED:
-    case FL_RESOURCE_EXHAUSTED:
-    case FL_UNKNOWN:
-    case FL_INTERNAL: return 1;
-    default: return 0;
-    }
-}
-
 /* Records a failed call: everything pending goes out again on the next one. */
 static void mark_failed(fl_replay_writer_t *w, const fl_err_t *e) {
     if (!w->failed)
@@ -184,14 +171,13 @@ static void mark_failed(fl_replay_writer_t *w, const fl_err_t *e) {
     w->failed = 1;
     w->last_err = *e;
     w->sent = 0;
-    w->retry_at = fl_clock_sec() + w->backoff;
-    w->backoff = w->backoff * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : w->backoff * 2;
+    w->retry_at = fl_clock_sec() + fl_backoff_next(&w->backoff);
 }
 
 static void mark_ok(fl_replay_writer_t *w) {
     w->acked_once = 1;
     w->failed = 0;
-    w->backoff = BACKOFF_MIN_S;
+    fl_backoff_reset(&w->backoff);
 }
 
 static fl_status open_call(fl_replay_writer_t *w, int64_t timeout_ms, unsigned flags, fl_err_t *err) {
@@ -356,7 +342,7 @@ fl_status fl_replay_writer_flush(fl_replay_writer_t *w, int64_t timeout_ms, fl_e
             mark_failed(w, &e);
     }
     while (w->len > 0) {
-        if (st != FL_OK && !retryable(st)) break;
+        if (st != FL_OK && !fl_retry_transient(st)) break;
         double left_s = deadline - fl_clock_sec();
         if (st != FL_OK) {
             /* Wait out the backoff of the failure just seen, within the deadline. */

@@ -15,7 +15,7 @@
  * calls wait for it to come up (wait-for-ready, up to the call's 60 s deadline), so an
  * actor started before its shard waits for it; afterwards append never waits for an
  * unreachable shard: a failed call leaves its batches pending and appends retry at
- * most every backoff interval (0.1 s doubling to 2 s). Flush always waits for the
+ * most every backoff interval (common/retry.h: 0.05 s doubling to 2 s). Flush always waits for the
  * shard, up to its timeout.
  *
  * Reader (learners): Sample into caller-owned reusable columns, UpdatePriorities, Info.
