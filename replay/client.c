@@ -65,16 +65,6 @@ void fl_replay_client_set_timeout(fl_replay_client_t *c, int64_t timeout_ms) {
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : FL_REPLAY_CLIENT_TIMEOUT_MS;
 }
 
-size_t fl_obs_spec_bytes(const fl_obs_spec_t *s) {
-    size_t bytes = fl_dtype_size(s->dtype);
-    if (bytes == 0 || s->rank < 0 || s->rank > 4) return 0;
-    for (int d = 0; d < s->rank; d++) {
-        if (s->shape[d] < 1 || bytes > SIZE_MAX / (size_t)s->shape[d]) return 0;
-        bytes *= (size_t)s->shape[d];
-    }
-    return bytes;
-}
-
 /* ------------------------------------------------------------- writer ---- */
 
 typedef struct wbatch {

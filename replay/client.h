@@ -79,7 +79,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/dtype.h"
+#include "common/obs.h"
 #include "common/status.h"
 
 typedef struct fl_replay_client fl_replay_client_t;
@@ -92,15 +92,6 @@ void fl_replay_client_destroy(fl_replay_client_t *c);
  * (default FL_REPLAY_CLIENT_TIMEOUT_MS; <= 0 restores the default). */
 #define FL_REPLAY_CLIENT_TIMEOUT_MS 30000
 void fl_replay_client_set_timeout(fl_replay_client_t *c, int64_t timeout_ms);
-
-/* Observation signature shared by writers and samples. */
-typedef struct fl_obs_spec {
-    fl_dtype dtype;
-    int rank;
-    int shape[4];
-} fl_obs_spec_t;
-
-size_t fl_obs_spec_bytes(const fl_obs_spec_t *s);
 
 fl_status fl_replay_writer_create(fl_replay_client_t *c, uint64_t stream_id, const fl_obs_spec_t *obs,
                                   int batches_per_call, fl_replay_writer_t **out, fl_err_t *err);
