@@ -3,7 +3,7 @@
  * processes. Prints one row per seed and the median.
  *
  * Usage: fleet_solve [--json] [--seeds N] [--fleet PATH] [--config FILE] [--limit S]
- *   --fleet   the fleet binary (default: ../fleet/fleet next to this program)
+ *   --fleet   the fleet binary (default: ../bin/fleet next to this program)
  *   --config  the experiment (default: configs/cartpole.ini of the source tree)
  *   --limit   run.max_seconds of each run (default 300); a run that hits it counts as
  *             not solved */
@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
     if (n <= 0) return 1;
     self[n] = '\0';
     char *dir = dirname(self);
-    if (!fleet[0]) snprintf(fleet, sizeof fleet, "%s/../fleet/fleet", dir);
+    if (!fleet[0]) snprintf(fleet, sizeof fleet, "%s/../bin/fleet", dir);
     if (!config[0]) {
         /* the source tree is recorded by CMake in the build folder's cache */
         char cache[PATH_MAX + 32], src[PATH_MAX] = "";

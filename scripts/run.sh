@@ -7,4 +7,4 @@ bash scripts/setup.sh
 build=${FLEET_BUILD_DIR:-build}
 cmake -S . -B "$build" >/dev/null
 cmake --build "$build" -j"$(nproc)"
-exec "$build/fleet/fleet" run configs/cartpole.ini "$@"
+exec "$build/bin/fleet" run configs/cartpole.ini "$@"

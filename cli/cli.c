@@ -1,5 +1,5 @@
 /* cli: shared option parsing for the verbs (see cli.h). */
-#include "fleet/cli.h"
+#include "cli/cli.h"
 
 #include <errno.h>
 #include <stdint.h>

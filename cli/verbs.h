@@ -1,7 +1,7 @@
 /* verbs: the entry points of `fleet VERB`. Each takes argv starting at the verb's own
  * name and returns the process exit code (0 ok, 1 runtime failure, 2 usage/config). */
-#ifndef FL_FLEET_VERBS_H
-#define FL_FLEET_VERBS_H
+#ifndef FL_CLI_VERBS_H
+#define FL_CLI_VERBS_H
 
 #include <stdint.h>
 #include <stdio.h>

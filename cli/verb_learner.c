@@ -11,8 +11,8 @@
 #include "common/log.h"
 #include "common/stop.h"
 #include "envs/plugin.h"
-#include "fleet/cli.h"
-#include "fleet/verbs.h"
+#include "cli/cli.h"
+#include "cli/verbs.h"
 #include "learner/learner.h"
 
 int fl_verb_learner(int argc, char **argv) { return fl_learner_main(argc, argv, NULL); }

@@ -23,8 +23,8 @@
 #include "common/log.h"
 #include "common/stop.h"
 #include "envs/plugin.h"
-#include "fleet/cli.h"
-#include "fleet/verbs.h"
+#include "cli/cli.h"
+#include "cli/verbs.h"
 #include "replay/server.h"
 
 /* Writes all of buf to fd; 0 on success. */

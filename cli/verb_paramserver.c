@@ -17,8 +17,8 @@
 #include "common/control.h"
 #include "common/log.h"
 #include "common/stop.h"
-#include "fleet/cli.h"
-#include "fleet/verbs.h"
+#include "cli/cli.h"
+#include "cli/verbs.h"
 #include "paramserver/server.h"
 
 /* Writes all of buf to fd; 0 on success. */

@@ -13,7 +13,7 @@
  *   2. Addresses. A fleet on one host binds run.bind_host (loopback by default). Across
  *      hosts each rank binds its own host's address: run.interface's IPv4 address, or
  *      the first interface that is up and not loopback (common/netif.h), never 0.0.0.0.
- *   3. The launcher writes the effective config and starts fleet.Control (fleet/launch.h);
+ *   3. The launcher writes the effective config and starts fleet.Control (cli/launch.h);
  *      the config text and Control's address go to every rank (MPI_Bcast), which keeps a
  *      copy in a temporary file for its role.
  *   4. Service ranks start `fleet replay|paramserver --listen HOST:0` as a child process,
@@ -21,7 +21,7 @@
  *   5. Actor ranks start `fleet actor` as a child with those addresses. Learner ranks
  *      run the learner in their own process (it needs MPI): a communicator of the
  *      learners (MPI_Comm_split) carries their gradient all-reduce (learner/reduce.h).
- *   6. The launcher runs the progress loop of fleet/launch.h. A rank whose role ends
+ *   6. The launcher runs the progress loop of cli/launch.h. A rank whose role ends
  *      sends it DONE (exit status, pid, host); an end the launcher did not ask for is
  *      reported with role, index, rank and host, and the fleet is stopped in order
  *      (actors, learners, services): STOP messages make the ranks SIGTERM their children,
@@ -45,9 +45,9 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/stop.h"
-#include "fleet/launch.h"
-#include "fleet/proc.h"
-#include "fleet/verbs.h"
+#include "cli/launch.h"
+#include "cli/proc.h"
+#include "cli/verbs.h"
 #include "learner/reduce.h"
 
 int fl_mpi_launched(void) {
@@ -217,7 +217,7 @@ static void supervise_child(mpi_state_t *m, fl_child_t *c) {
     report_done_and_wait(m, fl_proc_clean_exit(c->status), (int)c->pid, what);
 }
 
-/* ---- the launcher's view of the ranks (fleet/launch.h ops) ---- */
+/* ---- the launcher's view of the ranks (cli/launch.h ops) ---- */
 
 static void describe_rank(const mpi_state_t *m, int r, char *buf, size_t len) {
     snprintf(buf, len, "%s %d (rank %d on %s, pid %d)", kind_names[m->kind[r]], m->index[r], r, m->ids[r].host,

@@ -20,7 +20,7 @@
 #include "common/rng.h"
 #include "envs/registry.h"
 #include "envs/vecenv.h"
-#include "fleet/verbs.h"
+#include "cli/verbs.h"
 
 #define BENCH_SEED 20240601u
 #define BENCH_MAX_ENVS 65536

@@ -1,12 +1,12 @@
 /* proc: the role processes a launcher starts on its own machine (fork + exec of this
- * binary), for `fleet run` and for the ranks of an MPI fleet (fleet/mpi.c).
+ * binary), for `fleet run` and for the ranks of an MPI fleet (cli/mpi.c).
  *
  * A child runs `fleet ROLE args...` in its own process group (a terminal's Ctrl-C
  * reaches only the launcher, which stops children in order) and gets SIGTERM when its
  * parent dies. A service child writes its bound address and a newline on its fd 3
  * ("ready pipe"). Exit statuses are described in words for reports. One owner thread. */
-#ifndef FL_FLEET_PROC_H
-#define FL_FLEET_PROC_H
+#ifndef FL_CLI_PROC_H
+#define FL_CLI_PROC_H
 
 #include <stddef.h>
 #include <sys/types.h>

@@ -1,8 +1,8 @@
 /* cli: option parsing shared by the verbs. A verb declares a table of options; the
  * config options (--config, --set) are taken first by fl_config_from_args, then the
  * table's options; anything left over is a usage error that names the option. */
-#ifndef FL_FLEET_CLI_H
-#define FL_FLEET_CLI_H
+#ifndef FL_CLI_CLI_H
+#define FL_CLI_CLI_H
 
 #include "common/config.h"
 #include "common/status.h"

@@ -31,7 +31,7 @@
 #include "common/rng.h"
 #include "envs/plugin.h"
 #include "envs/registry.h"
-#include "fleet/verbs.h"
+#include "cli/verbs.h"
 
 #define ACTION_RNG_STREAM (1u << 20)
 

@@ -8,8 +8,8 @@
 #include "actors/actor.h"
 #include "common/log.h"
 #include "common/stop.h"
-#include "fleet/cli.h"
-#include "fleet/verbs.h"
+#include "cli/cli.h"
+#include "cli/verbs.h"
 
 int fl_verb_actor(int argc, char **argv) {
     fl_config_t cfg;

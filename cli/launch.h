@@ -1,5 +1,5 @@
 /* launch: what every launcher of a fleet shares, on one machine (`fleet run`, run.c) and
- * under mpirun (fleet/mpi.c): the run folder, the fleet.Control service the roles report
+ * under mpirun (cli/mpi.c): the run folder, the fleet.Control service the roles report
  * to, the progress loop with its metrics files, the ordered stop and the summary.
  *
  * How roles are started, watched and stopped differs (child processes here, MPI ranks
@@ -10,8 +10,8 @@
  * role per period: env steps/s, parameter version and lag of each actor; steps/s,
  * samples/s and loss of each learner), summary.txt (key=value lines at the end).
  * One owner thread; the Control service runs on its own threads. */
-#ifndef FL_FLEET_LAUNCH_H
-#define FL_FLEET_LAUNCH_H
+#ifndef FL_CLI_LAUNCH_H
+#define FL_CLI_LAUNCH_H
 
 #include <stddef.h>
 #include <stdio.h>
@@ -54,7 +54,7 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
                       void *ctx, int exit_code, const char *reason);
 
 #ifdef FLEET_HAVE_MPI
-/* `fleet run` under mpirun (fleet/mpi.c): every rank calls this with its parsed config;
+/* `fleet run` under mpirun (cli/mpi.c): every rank calls this with its parsed config;
  * role: --role of this rank's app context ("" = by the plan). Returns the exit code. */
 int fl_mpi_run(const fl_config_t *cfg, const char *cfg_file, const char *role);
 #endif

@@ -1,5 +1,5 @@
 /* proc: role processes started by fork + exec (see proc.h). */
-#include "fleet/proc.h"
+#include "cli/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fleet/verbs.h"
+#include "cli/verbs.h"
 
 #ifndef FLEET_VERSION
 #define FLEET_VERSION "0.0.0"
