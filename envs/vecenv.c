@@ -2,7 +2,9 @@
  *
  * Instance states live in one zeroed block with a cache-line stride, so neighbouring
  * instances never share a line; generators, step counters and running returns are
- * parallel arrays indexed by instance. */
+ * parallel arrays indexed by instance. This is the one step loop of fleet: vectors of
+ * wrapped envs (envs/wrappers.h, fl_wrapvec_t) are the same vector, stepping each
+ * instance through the wrapper chain instead of the definition. */
 #include "envs/vecenv.h"
 
 #include <stdlib.h>
@@ -11,7 +13,9 @@
 #define STATE_ALIGN 64
 
 struct fl_vecenv {
-    const fl_env_def_t *def;
+    const char *kind;         /* "vecenv" or "wrapvec": the prefix of messages */
+    const fl_env_def_t *def;  /* name, actions and, for plain envs, reset/step/configure */
+    const fl__vec_instances_t *inst; /* NULL: instances are def's; else stepped through it */
     int num_envs;
     int max_steps;
     size_t obs_size;
@@ -23,29 +27,28 @@ struct fl_vecenv {
     double *returns;       /* (N) sum of rewards in the current episode */
 };
 
-fl_status fl_vecenv_create(const fl_env_def_t *def, int num_envs, uint64_t seed, int max_episode_steps,
-                           fl_vecenv_t **out, fl_err_t *err) {
+/* Allocates the vector; the caller validated def and inst. */
+static fl_status create(const char *kind, const fl_env_def_t *def, const fl__vec_instances_t *inst, size_t state_size,
+                        size_t obs_size, int num_envs, uint64_t seed, int max_steps, fl_vecenv_t **out,
+                        fl_err_t *err) {
     *out = NULL;
-    FL_TRY(fl_env_validate(def, err));
     if (num_envs < 1)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "vecenv '%s': num_envs is %d, expected >= 1", def->name,
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "%s '%s': num_envs is %d, expected >= 1", kind, def->name,
                           num_envs);
-    if (max_episode_steps < 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "vecenv '%s': max_episode_steps is %d, expected >= 0 (0 = the env's own %d)", def->name,
-                          max_episode_steps, def->max_episode_steps);
-    size_t stride = (def->state_size + STATE_ALIGN - 1) / STATE_ALIGN * STATE_ALIGN;
+    size_t stride = (state_size + STATE_ALIGN - 1) / STATE_ALIGN * STATE_ALIGN;
     if (stride == 0) stride = STATE_ALIGN;
-    if (stride < def->state_size || (size_t)num_envs > SIZE_MAX / stride)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "vecenv '%s': %d instances of %zu bytes overflow", def->name,
-                          num_envs, def->state_size);
+    if (stride < state_size || (size_t)num_envs > SIZE_MAX / stride)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "%s '%s': %d instances of %zu bytes overflow", kind, def->name,
+                          num_envs, state_size);
 
     fl_vecenv_t *ve = calloc(1, sizeof *ve);
     if (!ve) goto oom;
+    ve->kind = kind;
     ve->def = def;
+    ve->inst = inst;
     ve->num_envs = num_envs;
-    ve->max_steps = max_episode_steps > 0 ? max_episode_steps : def->max_episode_steps;
-    ve->obs_size = fl_env_obs_size(def);
+    ve->max_steps = max_steps;
+    ve->obs_size = obs_size;
     ve->state_stride = stride;
     ve->needs_reset = 1;
     ve->states = aligned_alloc(STATE_ALIGN, stride * (size_t)num_envs);
@@ -60,7 +63,24 @@ fl_status fl_vecenv_create(const fl_env_def_t *def, int num_envs, uint64_t seed,
 
 oom:
     fl_vecenv_destroy(ve);
-    return fl_err_set(err, FL_NO_MEMORY, "vecenv '%s': out of memory for %d instances", def->name, num_envs);
+    return fl_err_set(err, FL_NO_MEMORY, "%s '%s': out of memory for %d instances", kind, def->name, num_envs);
+}
+
+fl_status fl_vecenv_create(const fl_env_def_t *def, int num_envs, uint64_t seed, int max_episode_steps,
+                           fl_vecenv_t **out, fl_err_t *err) {
+    *out = NULL;
+    FL_TRY(fl_env_validate(def, err));
+    if (num_envs >= 1 && max_episode_steps < 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "vecenv '%s': max_episode_steps is %d, expected >= 0 (0 = the env's own %d)", def->name,
+                          max_episode_steps, def->max_episode_steps);
+    return create("vecenv", def, NULL, def->state_size, fl_env_obs_size(def), num_envs, seed,
+                  max_episode_steps > 0 ? max_episode_steps : def->max_episode_steps, out, err);
+}
+
+fl_status fl__vecenv_create_instances(const fl__vec_instances_t *inst, int num_envs, uint64_t seed, fl_vecenv_t **out,
+                                      fl_err_t *err) {
+    return create("wrapvec", inst->def, inst, inst->state_size, inst->obs_size, num_envs, seed, 0, out, err);
 }
 
 void fl_vecenv_destroy(fl_vecenv_t *ve) {
@@ -78,21 +98,27 @@ static inline void *state_at(const fl_vecenv_t *ve, int i) {
 
 fl_status fl_vecenv_configure(fl_vecenv_t *ve, const fl_env_options_t *opts, fl_err_t *err) {
     const fl_env_def_t *def = ve->def;
-    if (!opts) return fl_err_set(err, FL_INVALID_ARGUMENT, "vecenv '%s': configure without options", def->name);
+    if (!opts) return fl_err_set(err, FL_INVALID_ARGUMENT, "%s '%s': configure without options", ve->kind, def->name);
     if (!ve->needs_reset)
-        return fl_err_set(err, FL_FAILED_PRECONDITION,
-                          "vecenv '%s': fl_vecenv_configure must come before the first fl_vecenv_reset", def->name);
-    for (int i = 0; i < ve->num_envs; i++) FL_TRY(fl_env_configure(def, state_at(ve, i), opts, i, err));
+        return fl_err_set(err, FL_FAILED_PRECONDITION, "%s '%s': fl_%s_configure must come before the first fl_%s_reset",
+                          ve->kind, def->name, ve->kind, ve->kind);
+    const fl_env_def_t *inner = ve->inst ? ve->inst->configure_def : def;
+    for (int i = 0; i < ve->num_envs; i++) FL_TRY(fl_env_configure(inner, state_at(ve, i), opts, i, err));
     return FL_OK;
+}
+
+static inline void reset_one(const fl_vecenv_t *ve, int i, void *obs) {
+    if (ve->inst)
+        ve->inst->reset(ve->inst->ctx, state_at(ve, i), &ve->rngs[i], obs);
+    else
+        ve->def->reset(state_at(ve, i), &ve->rngs[i], obs);
+    ve->elapsed[i] = 0;
+    ve->returns[i] = 0.0;
 }
 
 void fl_vecenv_reset(fl_vecenv_t *ve, void *obs) {
     unsigned char *o = obs;
-    for (int i = 0; i < ve->num_envs; i++) {
-        ve->def->reset(state_at(ve, i), &ve->rngs[i], o + (size_t)i * ve->obs_size);
-        ve->elapsed[i] = 0;
-        ve->returns[i] = 0.0;
-    }
+    for (int i = 0; i < ve->num_envs; i++) reset_one(ve, i, o + (size_t)i * ve->obs_size);
     ve->needs_reset = 0;
 }
 
@@ -100,13 +126,12 @@ fl_status fl_vecenv_step(fl_vecenv_t *ve, const int32_t *actions, void *obs, flo
                          uint8_t *truncated, void *final_obs, fl_episode_stats_t *done_stats, fl_err_t *err) {
     const fl_env_def_t *def = ve->def;
     if (ve->needs_reset)
-        return fl_err_set(err, FL_FAILED_PRECONDITION, "vecenv '%s': fl_vecenv_reset must come before the first step",
-                          def->name);
+        return fl_err_set(err, FL_FAILED_PRECONDITION, "%s '%s': fl_%s_reset must come before the first step", ve->kind,
+                          def->name, ve->kind);
     for (int i = 0; i < ve->num_envs; i++)
         if (actions[i] < 0 || actions[i] >= def->num_actions)
-            return fl_err_set(err, FL_INVALID_ARGUMENT,
-                              "vecenv '%s': env %d: action %d is out of range, expected 0..%d", def->name, i,
-                              (int)actions[i], def->num_actions - 1);
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "%s '%s': env %d: action %d is out of range, expected 0..%d",
+                              ve->kind, def->name, i, (int)actions[i], def->num_actions - 1);
 
     unsigned char *o = obs, *fo = final_obs;
     const size_t os = ve->obs_size;
@@ -114,23 +139,24 @@ fl_status fl_vecenv_step(fl_vecenv_t *ve, const int32_t *actions, void *obs, flo
         void *state = state_at(ve, i);
         unsigned char *oi = o + (size_t)i * os;
         float r = 0.0f;
-        int term = 0;
-        def->step(state, &ve->rngs[i], (int)actions[i], oi, &r, &term);
+        int term = 0, trunc = 0;
+        if (ve->inst)
+            ve->inst->step(ve->inst->ctx, state, &ve->rngs[i], (int)actions[i], oi, &r, &term, &trunc);
+        else
+            def->step(state, &ve->rngs[i], (int)actions[i], oi, &r, &term);
         ve->elapsed[i]++;
         ve->returns[i] += (double)r;
-        int trunc = !term && ve->max_steps > 0 && ve->elapsed[i] >= ve->max_steps;
+        if (!term && ve->max_steps > 0 && ve->elapsed[i] >= ve->max_steps) trunc = 1;
         rewards[i] = r;
         terminated[i] = (uint8_t)(term != 0);
-        truncated[i] = (uint8_t)trunc;
+        truncated[i] = (uint8_t)(!term && trunc);
         if (term || trunc) {
             if (fo) memcpy(fo + (size_t)i * os, oi, os);
             if (done_stats) {
                 done_stats[i].episode_return = ve->returns[i];
                 done_stats[i].length = ve->elapsed[i];
             }
-            def->reset(state, &ve->rngs[i], oi);
-            ve->elapsed[i] = 0;
-            ve->returns[i] = 0.0;
+            reset_one(ve, i, oi);
         } else if (done_stats) {
             done_stats[i].episode_return = 0.0;
             done_stats[i].length = 0;

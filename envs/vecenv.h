@@ -80,4 +80,22 @@ int64_t fl_vecenv_elapsed(const fl_vecenv_t *ve, int i);
  * instance into a chosen state between steps (layouts of built-ins: envs/registry.h). */
 void *fl_vecenv_state(fl_vecenv_t *ve, int i);
 
+/* ---- Internal: vectors of instances that are not a plain definition ---------------------
+ * envs/wrappers.c steps wrapper chains with this loop. def names the instances (name,
+ * num_actions); reset and step act on one instance (step reports truncation itself: the
+ * vector adds no time limit); configure_def's configure receives the options. */
+typedef struct fl__vec_instances {
+    const fl_env_def_t *def;
+    const fl_env_def_t *configure_def;
+    const void *ctx;
+    size_t state_size, obs_size;
+    void (*reset)(const void *ctx, void *state, fl_rng_t *rng, void *obs);
+    void (*step)(const void *ctx, void *state, fl_rng_t *rng, int action, void *obs, float *reward, int *terminated,
+                 int *truncated);
+} fl__vec_instances_t;
+
+/* inst must outlive the vector; messages name it "wrapvec '<name>'". */
+fl_status fl__vecenv_create_instances(const fl__vec_instances_t *inst, int num_envs, uint64_t seed, fl_vecenv_t **out,
+                                      fl_err_t *err);
+
 #endif

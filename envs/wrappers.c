@@ -687,125 +687,59 @@ void fl_wrapped_env_step(const fl_wrapped_env_t *w, void *state, fl_rng_t *rng, 
     *truncated = !t && tr;
 }
 
-/* ---- Vector --------------------------------------------------------------------------- */
+/* ---- Vector: fl_vecenv's loop (envs/vecenv.c), stepping each instance through the chain ---- */
 
 struct fl_wrapvec {
-    const fl_wrapped_env_t *w;
-    int num_envs;
-    size_t obs_size;
-    size_t stride;
-    int needs_reset;
-    unsigned char *states; /* (N, stride) */
-    fl_rng_t *rngs;        /* (N) */
-    int64_t *elapsed;      /* (N) agent steps in the current episode */
-    double *returns;       /* (N) */
+    fl__vec_instances_t inst;
+    fl_vecenv_t *ve;
 };
+
+static void vec_reset(const void *ctx, void *state, fl_rng_t *rng, void *obs) {
+    fl_wrapped_env_reset(ctx, state, rng, obs);
+}
+
+static void vec_step(const void *ctx, void *state, fl_rng_t *rng, int action, void *obs, float *reward, int *terminated,
+                     int *truncated) {
+    fl_wrapped_env_step(ctx, state, rng, action, obs, reward, terminated, truncated);
+}
 
 fl_status fl_wrapvec_create(const fl_wrapped_env_t *w, int num_envs, uint64_t seed, fl_wrapvec_t **out, fl_err_t *err) {
     *out = NULL;
-    const char *name = w->info.name;
-    if (num_envs < 1)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "wrapvec '%s': num_envs is %d, expected >= 1", name, num_envs);
-    size_t stride = align_up(w->state_size ? w->state_size : 1);
-    if ((size_t)num_envs > SIZE_MAX / stride)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "wrapvec '%s': %d instances of %zu bytes overflow", name, num_envs,
-                          w->state_size);
     fl_wrapvec_t *v = calloc(1, sizeof *v);
-    if (!v) goto oom;
-    v->w = w;
-    v->num_envs = num_envs;
-    v->obs_size = fl_wrapped_env_obs_size(w);
-    v->stride = stride;
-    v->needs_reset = 1;
-    v->states = aligned_alloc(STATE_ALIGN, stride * (size_t)num_envs);
-    v->rngs = calloc((size_t)num_envs, sizeof *v->rngs);
-    v->elapsed = calloc((size_t)num_envs, sizeof *v->elapsed);
-    v->returns = calloc((size_t)num_envs, sizeof *v->returns);
-    if (!v->states || !v->rngs || !v->elapsed || !v->returns) goto oom;
-    memset(v->states, 0, stride * (size_t)num_envs);
-    for (int i = 0; i < num_envs; i++) fl_rng_init_stream(&v->rngs[i], seed, (uint64_t)i);
+    if (!v) return fl_err_set(err, FL_NO_MEMORY, "wrapvec '%s': out of memory", w->info.name);
+    v->inst = (fl__vec_instances_t){.def = &w->info,
+                                    .configure_def = w->inner,
+                                    .ctx = w,
+                                    .state_size = w->state_size,
+                                    .obs_size = fl_wrapped_env_obs_size(w),
+                                    .reset = vec_reset,
+                                    .step = vec_step};
+    fl_status st = fl__vecenv_create_instances(&v->inst, num_envs, seed, &v->ve, err);
+    if (st != FL_OK) {
+        free(v);
+        return st;
+    }
     *out = v;
     return FL_OK;
-oom:
-    fl_wrapvec_destroy(v);
-    return fl_err_set(err, FL_NO_MEMORY, "wrapvec '%s': out of memory for %d instances", name, num_envs);
 }
 
 void fl_wrapvec_destroy(fl_wrapvec_t *v) {
     if (!v) return;
-    free(v->states);
-    free(v->rngs);
-    free(v->elapsed);
-    free(v->returns);
+    fl_vecenv_destroy(v->ve);
     free(v);
 }
 
 fl_status fl_wrapvec_configure(fl_wrapvec_t *v, const fl_env_options_t *opts, fl_err_t *err) {
-    if (!v->needs_reset)
-        return fl_err_set(err, FL_FAILED_PRECONDITION, "wrapvec '%s': configure must come before the first reset",
-                          v->w->name);
-    for (int i = 0; i < v->num_envs; i++)
-        FL_TRY(fl_env_configure(v->w->inner, v->states + (size_t)i * v->stride, opts, i, err));
-    return FL_OK;
+    return fl_vecenv_configure(v->ve, opts, err);
 }
 
-void fl_wrapvec_reset(fl_wrapvec_t *v, void *obs) {
-    unsigned char *o = obs;
-    for (int i = 0; i < v->num_envs; i++) {
-        fl_wrapped_env_reset(v->w, v->states + (size_t)i * v->stride, &v->rngs[i], o + (size_t)i * v->obs_size);
-        v->elapsed[i] = 0;
-        v->returns[i] = 0.0;
-    }
-    v->needs_reset = 0;
-}
+void fl_wrapvec_reset(fl_wrapvec_t *v, void *obs) { fl_vecenv_reset(v->ve, obs); }
 
 fl_status fl_wrapvec_step(fl_wrapvec_t *v, const int32_t *actions, void *obs, float *rewards, uint8_t *terminated,
                           uint8_t *truncated, void *final_obs, fl_episode_stats_t *done_stats, fl_err_t *err) {
-    const fl_env_def_t *d = &v->w->info;
-    if (v->needs_reset)
-        return fl_err_set(err, FL_FAILED_PRECONDITION, "wrapvec '%s': fl_wrapvec_reset must come before the first step",
-                          d->name);
-    for (int i = 0; i < v->num_envs; i++)
-        if (actions[i] < 0 || actions[i] >= d->num_actions)
-            return fl_err_set(err, FL_INVALID_ARGUMENT,
-                              "wrapvec '%s': env %d: action %d is out of range, expected 0..%d", d->name, i,
-                              (int)actions[i], d->num_actions - 1);
-    unsigned char *o = obs, *fo = final_obs;
-    const size_t os = v->obs_size;
-    for (int i = 0; i < v->num_envs; i++) {
-        void *state = v->states + (size_t)i * v->stride;
-        unsigned char *oi = o + (size_t)i * os;
-        float r = 0.0f;
-        int term = 0, trunc = 0;
-        fl_wrapped_env_step(v->w, state, &v->rngs[i], (int)actions[i], oi, &r, &term, &trunc);
-        v->elapsed[i]++;
-        v->returns[i] += (double)r;
-        rewards[i] = r;
-        terminated[i] = (uint8_t)term;
-        truncated[i] = (uint8_t)trunc;
-        if (term || trunc) {
-            if (fo) memcpy(fo + (size_t)i * os, oi, os);
-            if (done_stats) {
-                done_stats[i].episode_return = v->returns[i];
-                done_stats[i].length = v->elapsed[i];
-            }
-            fl_wrapped_env_reset(v->w, state, &v->rngs[i], oi);
-            v->elapsed[i] = 0;
-            v->returns[i] = 0.0;
-        } else if (done_stats) {
-            done_stats[i].episode_return = 0.0;
-            done_stats[i].length = 0;
-        }
-    }
-    return FL_OK;
+    return fl_vecenv_step(v->ve, actions, obs, rewards, terminated, truncated, final_obs, done_stats, err);
 }
 
-int fl_wrapvec_num_envs(const fl_wrapvec_t *v) {
-    return v->num_envs;
-}
-const fl_wrapped_env_t *fl_wrapvec_env(const fl_wrapvec_t *v) {
-    return v->w;
-}
-void *fl_wrapvec_state(fl_wrapvec_t *v, int i) {
-    return i >= 0 && i < v->num_envs ? v->states + (size_t)i * v->stride : NULL;
-}
+int fl_wrapvec_num_envs(const fl_wrapvec_t *v) { return fl_vecenv_num_envs(v->ve); }
+const fl_wrapped_env_t *fl_wrapvec_env(const fl_wrapvec_t *v) { return v->inst.ctx; }
+void *fl_wrapvec_state(fl_wrapvec_t *v, int i) { return fl_vecenv_state(v->ve, i); }
