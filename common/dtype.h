@@ -5,14 +5,9 @@
 
 #include <stddef.h>
 
-typedef enum {
-    FL_DTYPE_INVALID = 0,
-    FL_DTYPE_FLOAT32 = 1,
-    FL_DTYPE_UINT8 = 2,
-    FL_DTYPE_INT32 = 3,
-    FL_DTYPE_INT64 = 4,
-    FL_DTYPE_BFLOAT16 = 5,
-} fl_dtype;
+/* fl_dtype itself is defined in the installed env header, the one source of the types
+ * that plugins share with the tree. */
+#include "fleet/env.h"
 
 /* Bytes per element; 0 for FL_DTYPE_INVALID or unknown values. */
 static inline size_t fl_dtype_size(fl_dtype d) {

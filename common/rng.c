@@ -1,3 +1,4 @@
+/* rng: see rng.h. The draws are the inline generator of <fleet/env.h>. */
 #include "common/rng.h"
 
 #include <math.h>
@@ -8,8 +9,6 @@ static uint64_t splitmix64(uint64_t *x) {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
-
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 void fl_rng_init(fl_rng_t *r, uint64_t seed) {
     uint64_t x = seed;
@@ -24,38 +23,15 @@ void fl_rng_init_stream(fl_rng_t *r, uint64_t seed, uint64_t stream) {
     fl_rng_init(r, a ^ (b * 0x9e3779b97f4a7c15ULL));
 }
 
-uint64_t fl_rng_u64(fl_rng_t *r) {
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
+uint64_t fl_rng_u64(fl_rng_t *r) { return fl_env_rng_u64(r); }
 
-double fl_rng_double(fl_rng_t *r) { return (double)(fl_rng_u64(r) >> 11) * 0x1.0p-53; }
+double fl_rng_double(fl_rng_t *r) { return fl_env_rng_double(r); }
 
-float fl_rng_float(fl_rng_t *r) { return (float)(fl_rng_u64(r) >> 40) * 0x1.0p-24f; }
+float fl_rng_float(fl_rng_t *r) { return fl_env_rng_float(r); }
 
-double fl_rng_uniform(fl_rng_t *r, double lo, double hi) { return lo + (hi - lo) * fl_rng_double(r); }
+double fl_rng_uniform(fl_rng_t *r, double lo, double hi) { return fl_env_rng_uniform(r, lo, hi); }
 
-uint64_t fl_rng_below(fl_rng_t *r, uint64_t n) {
-    /* Lemire's nearly-divisionless method. */
-    unsigned __int128 m = (unsigned __int128)fl_rng_u64(r) * n;
-    uint64_t l = (uint64_t)m;
-    if (l < n) {
-        uint64_t t = -n % n;
-        while (l < t) {
-            m = (unsigned __int128)fl_rng_u64(r) * n;
-            l = (uint64_t)m;
-        }
-    }
-    return (uint64_t)(m >> 64);
-}
+uint64_t fl_rng_below(fl_rng_t *r, uint64_t n) { return fl_env_rng_below(r, n); }
 
 double fl_rng_normal(fl_rng_t *r) {
     double u1 = fl_rng_double(r), u2 = fl_rng_double(r);

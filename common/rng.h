@@ -1,6 +1,6 @@
 /* rng: a small, fast, seeded random number generator with per-object state.
  *
- * xoshiro256** seeded through splitmix64. Every object that needs randomness (an env,
+ * xoshiro256** seeded through splitmix64 (the step itself is fl_env_rng_u64 of <fleet/env.h>). Every object that needs randomness (an env,
  * an actor's exploration, a replay table's sampler) owns an fl_rng_t; nothing uses a
  * global generator. fl_rng_split derives independent streams (env i of a vector from
  * the run seed and i). Not thread-safe per object: one owner per fl_rng_t. */
@@ -9,9 +9,9 @@
 
 #include <stdint.h>
 
-typedef struct fl_rng {
-    uint64_t s[4];
-} fl_rng_t;
+/* fl_rng_t and the generator's step are defined once, in the installed env header
+ * (include/fleet/env.h), so that plugins draw the same numbers without linking fleet. */
+#include "fleet/env.h"
 
 void fl_rng_init(fl_rng_t *r, uint64_t seed);
 /* A generator for stream `stream` of `seed` (e.g. env index), independent of others. */

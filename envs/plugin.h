@@ -1,6 +1,6 @@
 /* plugin: environments from shared objects, and the one place roles resolve env.name.
  *
- * A plugin is a shared object built against <fleet/env.h> (envs/fleet_env.h) that
+ * A plugin is a shared object built against <fleet/env.h> (include/fleet/env.h) that
  * exports `const fl_env_def_t *fl_env_plugin(void)` (FL_ENV_PLUGIN_SYMBOL). Loading it
  * means: find the file, dlopen it, find the symbol, call it, check the ABI version
  * before reading anything else of the definition, validate the rest (fl_env_validate)

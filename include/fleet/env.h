@@ -11,12 +11,12 @@
  * actor (docs/custom-envs.md walks through it, examples/gridgame/ is a complete one).
  *
  * The header is self-contained: it includes only <stddef.h> and <stdint.h>, and a plugin
- * links against no fleet symbol (the fl_env_rng_* helpers are inline). Inside the fleet
- * tree the same types come from envs/env.h (with common/dtype.h and common/rng.h); this
- * file mirrors them exactly -- the same names, values and layouts, checked by
- * tests/test_envs_plugin.c -- so a translation unit includes one or the other, never both.
+ * links against no fleet symbol (the fl_env_rng_* helpers are inline). It is also the one
+ * definition of these types inside the fleet tree: envs/env.h, common/dtype.h and
+ * common/rng.h include it (the tree puts include/ on the include path), so the
+ * generator's step exists once, here, and fleet's own fl_rng_* draw through it.
  *
- * Contracts for implementers (the full text is in envs/env.h):
+ * Contracts for implementers:
  *  - state: the caller allocates state_size bytes per instance, zeroed once at creation;
  *    reset must fully initialize the episode state; step must not allocate or keep
  *    pointers; no globals, no static state, no rand(): all randomness comes from the rng
@@ -31,14 +31,6 @@
  *    and `fleet env record` show it); action_name (optional) names the actions. */
 #ifndef FLEET_ENV_H
 #define FLEET_ENV_H
-
-#if defined(FL_ENVS_ENV_H) || defined(FL_COMMON_DTYPE_H) || defined(FL_COMMON_RNG_H)
-#error "fleet/env.h is for plugins built outside the fleet tree; inside it, include envs/env.h"
-#endif
-/* envs/env.h, common/dtype.h and common/rng.h after this header would redefine its types. */
-#define FL_ENVS_ENV_H
-#define FL_COMMON_DTYPE_H
-#define FL_COMMON_RNG_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -89,7 +81,8 @@ typedef struct fl_env_options {
 } fl_env_options_t;
 
 /* configure (optional, may be NULL): called once per instance after the state is zeroed
- * and before the first reset; returns 0, or -1 when an option is unusable. */
+ * and before the first reset; returns 0, or -1 when an option is unusable (then the
+ * caller reports the env and the options). */
 typedef int (*fl_env_configure_fn)(void *state, const fl_env_options_t *opts);
 
 /* action_name (optional, may be NULL): a short lower-case name of action a
@@ -99,7 +92,7 @@ typedef const char *(*fl_env_action_name_fn)(int action);
 
 typedef struct fl_env_def {
     int abi_version;          /* FL_ENV_ABI_VERSION */
-    const char *name;         /* the env.name that selects this env */
+    const char *name;         /* the env.name that selects this env (the registry key), e.g. "cartpole" */
     const char *description;  /* one line for listings; may be NULL */
     fl_dtype obs_dtype;       /* element type of an observation */
     int obs_rank;             /* 1..FL_ENV_MAX_RANK */
@@ -117,7 +110,9 @@ typedef struct fl_env_def {
 } fl_env_def_t;
 
 /* ---- Inline random helpers ------------------------------------------------------------
- * Bit-identical to fleet's own generator on the same fl_rng_t. */
+ * xoshiro256**: the one implementation of fleet's generator. fl_rng_u64 / fl_rng_double /
+ * fl_rng_float / fl_rng_uniform / fl_rng_below (common/rng.h) call these, so an env draws
+ * the same numbers built in or as a plugin. */
 
 static inline uint64_t fl_env_rng_u64(fl_rng_t *r) {
     uint64_t *s = r->s;
