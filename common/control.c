@@ -5,6 +5,7 @@
  * report is a unary call with a short deadline and no wait-for-ready, so an absent
  * launcher costs a role a failed connection attempt per report, never a stall. A failed
  * send keeps the episodes for the next report and is logged once until a send succeeds. */
+#include "common/methods.h"
 #include "common/control.h"
 
 #include <stdio.h>
@@ -121,7 +122,7 @@ void fl_reporter_tick(fl_reporter_t *r, const fl_report_t *rep, int force) {
     fl_err_t err;
     fl_err_init(&err);
     ProtobufCMessage *resp = NULL;
-    fl_status st = fl_rpc_unary_pb(r->ch, "/fleet.Control/Report", &m.base, &fleet__report_response__descriptor,
+    fl_status st = fl_rpc_unary_pb(r->ch, fl_method_path(FL_METHOD_CONTROL_REPORT), &m.base, &fleet__report_response__descriptor,
                                    &resp, FL__CONTROL_DEADLINE_MS, 0, &err);
     if (st != FL_OK) {
         if (!r->failing)

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/methods.h"
 #include "common/dtype.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
@@ -201,7 +202,7 @@ static void publish_one(void *arg, int s) {
     Fleet__PublishRequest req = FLEET__PUBLISH_REQUEST__INIT;
     req.params = &ps;
     ProtobufCMessage *resp = NULL;
-    j->st = call_pb(x->c, s, "/fleet.ParamServer/Publish", &req.base, &fleet__publish_response__descriptor, &resp,
+    j->st = call_pb(x->c, s, fl_method_path(FL_METHOD_PARAM_PUBLISH), &req.base, &fleet__publish_response__descriptor, &resp,
                     x->timeout_ms, NULL, &j->err);
     if (resp) protobuf_c_message_free_unpacked(resp, NULL);
 }
@@ -389,7 +390,7 @@ static void fetch_one(void *arg, int s) {
     m.dtype = x->c->o.bf16 ? FLEET__DTYPE__DTYPE_BFLOAT16 : FLEET__DTYPE__DTYPE_FLOAT32;
     size_t len = fleet__fetch_request__pack(&m, req);
     atomic_fetch_add(&x->c->sent, len);
-    j->st = fl_rpc_unary(x->c->sh[s].ch, "/fleet.ParamServer/Fetch", req, len, x->timeout_ms, FL_RPC_WAIT_FOR_READY,
+    j->st = fl_rpc_unary(x->c->sh[s].ch, fl_method_path(FL_METHOD_PARAM_FETCH), req, len, x->timeout_ms, FL_RPC_WAIT_FOR_READY,
                          &x->bufs[s], &j->err);
     if (j->st != FL_OK) return;
     atomic_fetch_add(&x->c->received, x->bufs[s].len);
@@ -490,7 +491,7 @@ static void push_one(void *arg, int s) {
         req.grads = &ps;
     }
     ProtobufCMessage *resp = NULL;
-    j->st = call_pb(x->c, s, "/fleet.ParamServer/PushGradients", &req.base, &fleet__push_gradients_response__descriptor,
+    j->st = call_pb(x->c, s, fl_method_path(FL_METHOD_PARAM_PUSH_GRADIENTS), &req.base, &fleet__push_gradients_response__descriptor,
                     &resp, x->timeout_ms, &x->sent[s], &j->err);
     x->resp[s] = (Fleet__PushGradientsResponse *)resp;
 }
@@ -582,7 +583,7 @@ fl_status fl_param_info_shard(fl_param_client_t *c, int s, int64_t timeout_ms, f
     fl_err_t e;
     fl_err_init(&e);
     fl_status st =
-        call_pb(c, s, "/fleet.ParamServer/Info", &req.base, &fleet__param_info__descriptor, &m, timeout_ms, NULL, &e);
+        call_pb(c, s, fl_method_path(FL_METHOD_PARAM_INFO), &req.base, &fleet__param_info__descriptor, &m, timeout_ms, NULL, &e);
     if (st != FL_OK) {
         if (c->P == 1) return fl_err_set(err, st, "%s", e.msg);
         return fl_err_set(err, st, "info: shard %d (%s): %s", s, c->sh[s].addr, e.msg);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/methods.h"
 #include "common/dtype.h"
 #include "common/log.h"
 #include "common/rpc.h"
@@ -294,14 +295,14 @@ FL__PS_RPC(info)
 fl_status fl__paramserver_service_call(fl_paramserver_service_t *svc, const char *method, const uint8_t *req,
                                        size_t len, fl__paramserver_reply_t *out) {
     memset(out, 0, sizeof *out);
-    static const char prefix[] = "/fleet.ParamServer/";
-    const char *m = strncmp(method, prefix, sizeof prefix - 1) == 0 ? method + sizeof prefix - 1 : method;
-    fl_status (*fn)(fl_paramserver_service_t *, const uint8_t *, size_t, sink *) =
-        strcmp(m, "Publish") == 0         ? on_publish
-        : strcmp(m, "Fetch") == 0         ? on_fetch
-        : strcmp(m, "PushGradients") == 0 ? on_push_gradients
-        : strcmp(m, "Info") == 0          ? on_info
-                                          : NULL;
+    fl_status (*fn)(fl_paramserver_service_t *, const uint8_t *, size_t, sink *) = NULL;
+    switch (fl_method_find("fleet.ParamServer", method)) {
+    case FL_METHOD_PARAM_PUBLISH: fn = on_publish; break;
+    case FL_METHOD_PARAM_FETCH: fn = on_fetch; break;
+    case FL_METHOD_PARAM_PUSH_GRADIENTS: fn = on_push_gradients; break;
+    case FL_METHOD_PARAM_INFO: fn = on_info; break;
+    default: break;
+    }
     sink r = {NULL, out};
     if (!fn) return sink_error(&r, FL_UNIMPLEMENTED, "%s: no such method of fleet.ParamServer", method);
     static const uint8_t empty[1];
@@ -378,11 +379,11 @@ static fl_status service_new(const fl_config_t *cfg, int shard, int with_rpc, fl
     opts.prepost = 64;
     st = fl_rpc_server_create(&opts, &svc->rpc, err);
     if (st != FL_OK) goto fail;
-    if ((st = fl_rpc_server_add_unary(svc->rpc, "/fleet.ParamServer/Publish", rpc_publish, svc)) != FL_OK ||
-        (st = fl_rpc_server_add_unary(svc->rpc, "/fleet.ParamServer/Fetch", rpc_fetch, svc)) != FL_OK ||
-        (st = fl_rpc_server_add_unary(svc->rpc, "/fleet.ParamServer/PushGradients", rpc_push_gradients, svc)) !=
-            FL_OK ||
-        (st = fl_rpc_server_add_unary(svc->rpc, "/fleet.ParamServer/Info", rpc_info, svc)) != FL_OK) {
+    if ((st = fl_rpc_server_add_unary(svc->rpc, fl_method_path(FL_METHOD_PARAM_PUBLISH), rpc_publish, svc)) != FL_OK ||
+        (st = fl_rpc_server_add_unary(svc->rpc, fl_method_path(FL_METHOD_PARAM_FETCH), rpc_fetch, svc)) != FL_OK ||
+        (st = fl_rpc_server_add_unary(svc->rpc, fl_method_path(FL_METHOD_PARAM_PUSH_GRADIENTS), rpc_push_gradients,
+                                      svc)) != FL_OK ||
+        (st = fl_rpc_server_add_unary(svc->rpc, fl_method_path(FL_METHOD_PARAM_INFO), rpc_info, svc)) != FL_OK) {
         fl_err_set(err, st, "paramserver: cannot register the service's methods");
         goto fail;
     }
