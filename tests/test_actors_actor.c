@@ -294,7 +294,7 @@ static void fixture_start_wrapped(fixture_t *f, int num_envs, int count, const c
     if (fl_replay_service_create(c, 0, &sig, &f->replay, &err) != FL_OK ||
         fl_replay_service_start(f->replay, "127.0.0.1:0", f->replay_addr, sizeof f->replay_addr, &err) != FL_OK)
         fail_msg("replay service: %s", err.msg);
-    if (fl_paramserver_service_create(c, 0, &f->ps, &err) != FL_OK ||
+    if (fl_paramserver_service_create(NULL, 0, &f->ps, &err) != FL_OK ||
         fl_paramserver_service_start(f->ps, "127.0.0.1:0", f->ps_addr, sizeof f->ps_addr, &err) != FL_OK)
         fail_msg("paramserver service: %s", err.msg);
 
