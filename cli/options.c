@@ -3,6 +3,44 @@
 
 #include <string.h>
 
+void fl_options_env(const fl_config_t *c, fl_env_factory_opts_t *out) {
+    memset(out, 0, sizeof *out);
+    out->name = c->env_name;
+    out->plugin = c->env_plugin;
+    out->wrappers = c->env_wrappers;
+    out->max_episode_steps = (int)c->env_max_episode_steps;
+    out->num_envs = (int)c->env_num_envs;
+    out->sticky_actions = c->env_sticky_actions;
+    out->difficulty_ramping = c->env_difficulty_ramping != 0;
+    out->rng = strcmp(c->env_rng, "reference") == 0 ? FL_ENV_RNG_REFERENCE : FL_ENV_RNG_FLEET;
+    out->args = c->env_args;
+}
+
+fl_status fl_options_open_env(const fl_config_t *c, fl_wrapped_env_t **out, fl_err_t *err) {
+    fl_env_factory_opts_t o;
+    fl_options_env(c, &o);
+    return fl_env_create_wrapped(&o, out, err);
+}
+
+void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out) {
+    memset(out, 0, sizeof *out);
+    fl_options_env(c, &out->env);
+    out->count = (int)c->actor_count;
+    out->eps_base = c->actor_eps_base;
+    out->eps_alpha = c->actor_eps_alpha;
+    out->local_buffer = c->actor_local_buffer;
+    out->sync_every = c->actor_sync_every;
+    out->fetch_bf16 = c->actor_fetch_bf16 != 0;
+    out->max_steps = c->actor_max_steps;
+    out->n_step = (int)c->learner_n_step;
+    out->gamma = c->learner_gamma;
+    out->model_spec = c->model_spec;
+    out->input_scale = c->model_input_scale;
+    out->replay_shards = c->replay_shards;
+    out->seed = (uint64_t)c->run_seed;
+    out->progress_every = c->run_progress_every;
+}
+
 fl_status fl_options_optimizer(const fl_config_t *c, fl_optim_config_t *out, fl_err_t *err) {
     fl_optim_kind kind;
     FL_TRY(fl_optim_kind_from_name(c->learner_optimizer, &kind, err));
