@@ -130,9 +130,11 @@ static uint64_t make_stream_id(int index) {
     return h ? h : 1;
 }
 
-/* Everything one run owns; released by actor_free. */
-typedef struct actor {
-    const fl_config_t *cfg;
+/* Everything one actor owns; released by fl_actor_destroy. */
+struct fl_actor {
+    fl_actor_opts_t o; /* the caller's options; its strings point to the copies below */
+    char *env_name, *env_plugin, *env_wrappers, *env_args, *model_spec;
+    fl_env_options_t env_opts; /* the envs' settings (the vector keeps a pointer to them) */
     int index, num_envs, num_actions;
     fl_wrapped_env_t *wenv;   /* env.name wrapped with env.wrappers */
     const fl_env_def_t *def;  /* its spaces (fl_wrapped_env_info) */
@@ -159,12 +161,16 @@ typedef struct actor {
     float *prio;                                       /* (prio_cap) */
     size_t prio_cap;
 
+    atomic_int stop; /* fl_actor_stop */
+    int ran;         /* fl_actor_run was called */
     int warned_nonfinite, fetch_failing;
     double fetch_failed_at;
     fl_actor_stats_t st;
-} actor_t;
+};
+typedef struct fl_actor actor_t;
 
-static void actor_free(actor_t *a) {
+void fl_actor_destroy(fl_actor_t *a) {
+    if (!a) return;
     fl_reporter_destroy(a->reporter);
     fl_param_client_destroy(a->params);
     fl_replay_writer_destroy(a->writer);
@@ -186,6 +192,12 @@ static void actor_free(actor_t *a) {
     free(a->done);
     free(a->scratch);
     free(a->prio);
+    free(a->env_name);
+    free(a->env_plugin);
+    free(a->env_wrappers);
+    free(a->env_args);
+    free(a->model_spec);
+    free(a);
 }
 
 static void report(actor_t *a, int force) {
@@ -199,9 +211,9 @@ static void report(actor_t *a, int force) {
     fl_reporter_tick(a->reporter, &r, force);
 }
 
-static int should_stop(const actor_t *a) {
-    if (fl_stop_requested() || fl_reporter_should_stop(a->reporter)) return 1;
-    return a->cfg->actor_max_steps > 0 && a->st.env_steps >= (uint64_t)a->cfg->actor_max_steps;
+static int should_stop(actor_t *a) {
+    if (fl_stop_requested() || atomic_load(&a->stop) || fl_reporter_should_stop(a->reporter)) return 1;
+    return a->o.max_steps > 0 && a->st.env_steps >= (uint64_t)a->o.max_steps;
 }
 
 /* One fetch-if-newer straight into the network's parameters. Parameters the actor
@@ -218,7 +230,7 @@ static fl_status fetch_params(actor_t *a, fl_err_t *err) {
                                  FETCH_TIMEOUT_MS, &e);
     if (s == FL_INVALID_ARGUMENT || s == FL_UNIMPLEMENTED) {
         fl_err_set(err, s, "parameter server: %s (model.spec \"%s\" has %zu parameters)", e.msg,
-                   a->cfg->model_spec, fl_qnet_num_params(a->net));
+                   a->o.model_spec, fl_qnet_num_params(a->net));
         return s;
     }
     if (s != FL_OK) {
@@ -319,176 +331,242 @@ static fl_status step(actor_t *a, fl_err_t *err) {
     return FL_OK;
 }
 
-#define ALLOC(ptr, count)                                                                       \
-    do {                                                                                        \
-        (ptr) = calloc((size_t)(count), sizeof *(ptr));                                         \
-        if (!(ptr)) {                                                                           \
-            s = fl_err_set(err, FL_NO_MEMORY, "actor: cannot allocate " #ptr " (%zu elements)", \
-                           (size_t)(count));                                                    \
-            goto done;                                                                          \
-        }                                                                                       \
+void fl_actor_opts_init(fl_actor_opts_t *o) {
+    memset(o, 0, sizeof *o);
+    fl_env_factory_opts_init(&o->env);
+    o->count = 2;
+    o->eps_base = 0.4;
+    o->eps_alpha = 7;
+    o->local_buffer = 50;
+    o->sync_every = 400;
+    o->fetch_bf16 = 0;
+    o->max_steps = 0;
+    o->n_step = 3;
+    o->gamma = 0.99;
+    o->model_spec = "dense(256) relu dense(256) relu dueling";
+    o->input_scale = 1;
+    o->replay_shards = 1;
+    o->seed = 1;
+    o->progress_every = 1.0;
+}
+
+/* A copy of s ("" for NULL) in *out; 0, or -1 when out of memory. */
+static int copy_string(const char *s, char **out) {
+    *out = strdup(s ? s : "");
+    return *out ? 0 : -1;
+}
+
+/* The caller's options, with the actor's own copies of the strings. */
+static fl_status copy_opts(actor_t *a, const fl_actor_opts_t *o, fl_err_t *err) {
+    a->o = *o;
+    if (copy_string(o->env.name, &a->env_name) || copy_string(o->env.plugin, &a->env_plugin) ||
+        copy_string(o->env.wrappers, &a->env_wrappers) || copy_string(o->env.args, &a->env_args) ||
+        copy_string(o->model_spec, &a->model_spec))
+        return fl_err_set(err, FL_NO_MEMORY, "actor: out of memory");
+    a->o.env.name = a->env_name;
+    a->o.env.plugin = a->env_plugin;
+    a->o.env.wrappers = a->env_wrappers;
+    a->o.env.args = a->env_args;
+    a->o.model_spec = a->model_spec;
+    return FL_OK;
+}
+
+/* Create, phase 1: the wrapped env and its vector of env.num_envs instances, the
+ * epsilon and the seeds (one stream of run.seed per actor; envs, exploration and the
+ * local init each take a draw of it; *init_rng gets the last). */
+static fl_status open_envs(actor_t *a, fl_rng_t *init_rng, fl_err_t *err) {
+    const fl_actor_opts_t *o = &a->o;
+    a->num_envs = o->env.num_envs;
+    FL_TRY(fl_env_create_wrapped(&o->env, &a->wenv, err));
+    a->def = fl_wrapped_env_info(a->wenv);
+    a->num_actions = a->def->num_actions;
+    a->obs_bytes = fl_env_obs_size(a->def);
+    a->obs_count = fl_env_obs_count(a->def);
+    if (fl_dtype_to_float(a->def->obs_dtype, NULL, 0, NULL) != 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "actor: env %s has %s observations, which the Q-network cannot read", a->def->name,
+                          fl_dtype_name(a->def->obs_dtype));
+    a->epsilon = fl_actor_epsilon(o->eps_base, o->eps_alpha, a->index, o->count);
+    a->st.epsilon = a->epsilon;
+
+    fl_rng_t seeder;
+    fl_rng_init_stream(&seeder, o->seed, (uint64_t)a->index);
+    uint64_t env_seed = fl_rng_u64(&seeder);
+    fl_rng_init(&a->explore, fl_rng_u64(&seeder));
+    fl_rng_init(init_rng, fl_rng_u64(&seeder));
+
+    FL_TRY(fl_wrapvec_create(a->wenv, a->num_envs, env_seed, &a->envs, err));
+    fl_env_instance_options(&o->env, &a->env_opts);
+    return fl_wrapvec_configure(a->envs, &a->env_opts, err);
+}
+
+#define ALLOC(field, count)                                                                             \
+    do {                                                                                                \
+        a->field = calloc((size_t)(count), sizeof *a->field);                                           \
+        if (!a->field)                                                                                  \
+            return fl_err_set(err, FL_NO_MEMORY, "actor: cannot allocate a." #field " (%zu elements)", \
+                              (size_t)(count));                                                         \
     } while (0)
 
-fl_status fl_actor_run(const fl_config_t *cfg, int index, const char *replay_addr, const char *param_addr,
-                       const char *control_addr, fl_actor_stats_t *out_stats, fl_err_t *err) {
-    actor_t a;
-    memset(&a, 0, sizeof a);
-    fl_status s = FL_OK;
-    if (out_stats) memset(out_stats, 0, sizeof *out_stats);
-    if (!cfg) return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: no configuration");
-    if (index < 0 || index >= cfg->actor_count)
+/* Create, phase 2: the Q-network (locally initialised), the n-step builder and every
+ * buffer of the step loop. */
+static fl_status build_net(actor_t *a, fl_rng_t *init_rng, fl_err_t *err) {
+    const fl_actor_opts_t *o = &a->o;
+    const size_t N = (size_t)a->num_envs;
+    /* The builder is drained once it holds local_buffer transitions; one push adds at
+     * most num_envs * n, so this bounds what a send sees. */
+    a->prio_cap = (size_t)o->local_buffer + N * (size_t)o->n_step;
+    size_t prio_batch = a->prio_cap < FL_ACTOR_MAX_PRIORITY_BATCH ? a->prio_cap : FL_ACTOR_MAX_PRIORITY_BATCH;
+    int max_batch = (int)(prio_batch > N ? prio_batch : N);
+    fl_status s = fl_qnet_create_for_obs(o->model_spec, a->def->obs_rank, a->def->obs_shape, a->num_actions,
+                                         max_batch, &a->net, err);
+    if (s != FL_OK) {
+        fl_err_prefix(err, "model.spec");
+        return s;
+    }
+    fl_qnet_init(a->net, init_rng);
+    fl_qnet_set_input_scale(a->net, (float)o->input_scale);
+    FL_TRY(fl_nstep_create(a->num_envs, o->n_step, (float)o->gamma, a->obs_bytes, &a->nstep, err));
+
+    ALLOC(obs, N * a->obs_bytes);
+    ALLOC(next, N * a->obs_bytes);
+    ALLOC(final_obs, N * a->obs_bytes);
+    ALLOC(next_true, N * a->obs_bytes);
+    ALLOC(obs_f, N * a->obs_count);
+    ALLOC(q, N * (size_t)a->num_actions);
+    ALLOC(actions, N);
+    ALLOC(rewards, N);
+    ALLOC(terminated, N);
+    ALLOC(truncated, N);
+    ALLOC(done, N);
+    ALLOC(scratch, fl_actor_priority_scratch_floats(a->net));
+    ALLOC(prio, a->prio_cap);
+    return FL_OK;
+}
+
+#undef ALLOC
+
+/* Create, phase 3: the replay writer on this actor's shard, the parameter client and
+ * the reporter. */
+static fl_status connect_clients(actor_t *a, const char *replay_addr, const char *param_addr,
+                                 const char *control_addr, fl_err_t *err) {
+    const fl_actor_opts_t *o = &a->o;
+    const int index = a->index;
+    fl_obs_spec_t spec;
+    memset(&spec, 0, sizeof spec);
+    spec.dtype = a->def->obs_dtype;
+    spec.rank = a->def->obs_rank;
+    for (int i = 0; i < a->def->obs_rank && i < 4; i++) spec.shape[i] = a->def->obs_shape[i];
+    a->st.stream_id = make_stream_id(index);
+    /* replay_addr lists every shard (fl_replay_addrs_parse); this actor's one stream
+     * sticks to shard index % shards (fl_replay_shard_for_actor), so its batches and
+     * their sequence numbers stay on one shard. */
+    fl_replay_addrs_t shards;
+    fl_status s = fl_replay_addrs_parse(replay_addr, &shards, err);
+    if (s != FL_OK) {
+        fl_err_prefix(err, "actor: replay");
+        return s;
+    }
+    int shard = fl_replay_shard_for_actor(index, shards.count);
+    if (shards.count != o->replay_shards)
+        FL_WARN("actor %d: %d replay address%s given but replay.shards = %lld; streaming to shard %d (%s)", index,
+                shards.count, shards.count == 1 ? "" : "es", (long long)o->replay_shards, shard, shards.addr[shard]);
+    else if (shards.count > 1)
+        FL_INFO("actor %d: streaming to replay shard %d of %d (%s)", index, shard, shards.count, shards.addr[shard]);
+    s = fl_replay_client_create(shards.addr[shard], &a->replay, err);
+    fl_replay_addrs_free(&shards);
+    if (s != FL_OK) return s;
+    FL_TRY(fl_replay_writer_create(a->replay, a->st.stream_id, &spec,
+                                   fl_actor_batches_per_call(a->obs_bytes, o->local_buffer), &a->writer, err));
+    fl_param_client_opts_t po = {.bf16 = o->fetch_bf16 != 0};
+    FL_TRY(fl_param_client_create_opts(param_addr, &po, &a->params, err));
+    return fl_reporter_create(control_addr, "actor", (uint32_t)index, o->progress_every / 2.0, &a->reporter, err);
+}
+
+fl_status fl_actor_create(const fl_actor_opts_t *opts, int index, const char *replay_addr, const char *param_addr,
+                          const char *control_addr, fl_actor_t **out, fl_err_t *err) {
+    *out = NULL;
+    if (!opts) return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: no configuration");
+    if (index < 0 || index >= opts->count)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: index %d is out of range (expected 0 <= index < %lld)",
-                          index, (long long)cfg->actor_count);
+                          index, (long long)opts->count);
     if (!replay_addr || !*replay_addr) return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: no replay address");
     if (!param_addr || !*param_addr)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: no parameter server address");
     openblas_set_num_threads(1);
 
-    a.cfg = cfg;
-    a.index = index;
-    a.num_envs = (int)cfg->env_num_envs;
-    FL_TRY(fl_env_from_config(cfg, &a.wenv, err));
-    a.def = fl_wrapped_env_info(a.wenv);
-    a.num_actions = a.def->num_actions;
-    a.obs_bytes = fl_env_obs_size(a.def);
-    a.obs_count = fl_env_obs_count(a.def);
-    if (fl_dtype_to_float(a.def->obs_dtype, NULL, 0, NULL) != 0) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "actor: env %s has %s observations, which the Q-network cannot read",
-                       a.def->name, fl_dtype_name(a.def->obs_dtype));
-        goto done;
-    }
-    a.epsilon = fl_actor_epsilon(cfg->actor_eps_base, cfg->actor_eps_alpha, index, (int)cfg->actor_count);
-    a.st.epsilon = a.epsilon;
-
-    /* Seeds: one stream of run.seed per actor; envs, exploration and the local init
-     * each take a draw of it. */
-    fl_rng_t seeder, init_rng;
-    fl_rng_init_stream(&seeder, (uint64_t)cfg->run_seed, (uint64_t)index);
-    uint64_t env_seed = fl_rng_u64(&seeder);
-    fl_rng_init(&a.explore, fl_rng_u64(&seeder));
-    fl_rng_init(&init_rng, fl_rng_u64(&seeder));
-
-    const int n = (int)cfg->learner_n_step;
-    const size_t N = (size_t)a.num_envs;
-    s = fl_wrapvec_create(a.wenv, a.num_envs, env_seed, &a.envs, err);
-    if (s != FL_OK) goto done;
-    fl_env_options_t env_opts;
-    fl_env_options_from_config(cfg, &env_opts);
-    s = fl_wrapvec_configure(a.envs, &env_opts, err);
-    if (s != FL_OK) goto done;
-
-    /* The builder is drained once it holds local_buffer transitions; one push adds at
-     * most num_envs * n, so this bounds what a send sees. */
-    a.prio_cap = (size_t)cfg->actor_local_buffer + N * (size_t)n;
-    size_t prio_batch = a.prio_cap < FL_ACTOR_MAX_PRIORITY_BATCH ? a.prio_cap : FL_ACTOR_MAX_PRIORITY_BATCH;
-    int max_batch = (int)(prio_batch > N ? prio_batch : N);
-    s = fl_qnet_create_for_obs(cfg->model_spec, a.def->obs_rank, a.def->obs_shape, a.num_actions, max_batch, &a.net,
-                               err);
+    actor_t *a = calloc(1, sizeof *a);
+    if (!a) return fl_err_set(err, FL_NO_MEMORY, "actor: out of memory");
+    atomic_init(&a->stop, 0);
+    a->index = index;
+    fl_rng_t init_rng;
+    fl_status s = copy_opts(a, opts, err);
+    if (s == FL_OK) s = open_envs(a, &init_rng, err);
+    if (s == FL_OK) s = build_net(a, &init_rng, err);
+    if (s == FL_OK) s = connect_clients(a, replay_addr, param_addr, control_addr, err);
     if (s != FL_OK) {
-        fl_err_prefix(err, "model.spec");
-        goto done;
+        fl_actor_destroy(a);
+        return s;
     }
-    fl_qnet_init(a.net, &init_rng);
-    fl_qnet_set_input_scale(a.net, (float)cfg->model_input_scale);
-    s = fl_nstep_create(a.num_envs, n, (float)cfg->learner_gamma, a.obs_bytes, &a.nstep, err);
-    if (s != FL_OK) goto done;
+    *out = a;
+    return FL_OK;
+}
 
-    ALLOC(a.obs, N * a.obs_bytes);
-    ALLOC(a.next, N * a.obs_bytes);
-    ALLOC(a.final_obs, N * a.obs_bytes);
-    ALLOC(a.next_true, N * a.obs_bytes);
-    ALLOC(a.obs_f, N * a.obs_count);
-    ALLOC(a.q, N * (size_t)a.num_actions);
-    ALLOC(a.actions, N);
-    ALLOC(a.rewards, N);
-    ALLOC(a.terminated, N);
-    ALLOC(a.truncated, N);
-    ALLOC(a.done, N);
-    ALLOC(a.scratch, fl_actor_priority_scratch_floats(a.net));
-    ALLOC(a.prio, a.prio_cap);
-
-    fl_obs_spec_t spec;
-    memset(&spec, 0, sizeof spec);
-    spec.dtype = a.def->obs_dtype;
-    spec.rank = a.def->obs_rank;
-    for (int i = 0; i < a.def->obs_rank && i < 4; i++) spec.shape[i] = a.def->obs_shape[i];
-    a.st.stream_id = make_stream_id(index);
-    /* replay_addr lists every shard (fl_replay_addrs_parse); this actor's one stream
-     * sticks to shard index % shards (fl_replay_shard_for_actor), so its batches and
-     * their sequence numbers stay on one shard. */
-    fl_replay_addrs_t shards;
-    s = fl_replay_addrs_parse(replay_addr, &shards, err);
-    if (s != FL_OK) {
-        fl_err_prefix(err, "actor: replay");
-        goto done;
-    }
-    int shard = fl_replay_shard_for_actor(index, shards.count);
-    if (shards.count != cfg->replay_shards)
-        FL_WARN("actor %d: %d replay address%s given but replay.shards = %lld; streaming to shard %d (%s)", index,
-                shards.count, shards.count == 1 ? "" : "es", (long long)cfg->replay_shards, shard, shards.addr[shard]);
-    else if (shards.count > 1)
-        FL_INFO("actor %d: streaming to replay shard %d of %d (%s)", index, shard, shards.count, shards.addr[shard]);
-    s = fl_replay_client_create(shards.addr[shard], &a.replay, err);
-    fl_replay_addrs_free(&shards);
-    if (s != FL_OK) goto done;
-    s = fl_replay_writer_create(a.replay, a.st.stream_id, &spec,
-                                fl_actor_batches_per_call(a.obs_bytes, cfg->actor_local_buffer), &a.writer, err);
-    if (s != FL_OK) goto done;
-    fl_param_client_opts_t po = {.bf16 = cfg->actor_fetch_bf16 != 0};
-    s = fl_param_client_create_opts(param_addr, &po, &a.params, err);
-    if (s != FL_OK) goto done;
-    s = fl_reporter_create(control_addr, "actor", (uint32_t)index, cfg->run_progress_every / 2.0, &a.reporter, err);
-    if (s != FL_OK) goto done;
-
-    FL_INFO("actor %d of %lld: %s x %d, epsilon %.6g, %d-step gamma %g, buffer %lld, sync every %lld steps, "
-            "stream %016llx",
-            index, (long long)cfg->actor_count, a.def->name, a.num_envs, a.epsilon, n, cfg->learner_gamma,
-            (long long)cfg->actor_local_buffer, (long long)cfg->actor_sync_every,
-            (unsigned long long)a.st.stream_id);
-
-    s = wait_first_params(&a, err);
-    if (s != FL_OK) goto done;
-
-    fl_wrapvec_reset(a.envs, a.obs);
-    uint64_t next_sync = a.st.env_steps + (uint64_t)cfg->actor_sync_every;
-    while (!should_stop(&a)) {
-        s = step(&a, err);
-        if (s != FL_OK) goto done;
-        if (fl_nstep_ready(a.nstep) >= (size_t)cfg->actor_local_buffer) {
-            s = send_ready(&a, err);
-            if (s != FL_OK) goto done;
+/* Run, the loop: steps, sends every local_buffer transitions, fetches every sync_every
+ * env steps and reports, until should_stop. */
+static fl_status step_loop(actor_t *a, fl_err_t *err) {
+    fl_wrapvec_reset(a->envs, a->obs);
+    uint64_t next_sync = a->st.env_steps + (uint64_t)a->o.sync_every;
+    while (!should_stop(a)) {
+        FL_TRY(step(a, err));
+        if (fl_nstep_ready(a->nstep) >= (size_t)a->o.local_buffer) FL_TRY(send_ready(a, err));
+        if (a->st.env_steps >= next_sync) {
+            FL_TRY(fetch_params(a, err));
+            next_sync = a->st.env_steps + (uint64_t)a->o.sync_every;
         }
-        if (a.st.env_steps >= next_sync) {
-            s = fetch_params(&a, err);
-            if (s != FL_OK) goto done;
-            next_sync = a.st.env_steps + (uint64_t)cfg->actor_sync_every;
-        }
-        report(&a, 0);
+        report(a, 0);
     }
+    return FL_OK;
+}
 
-    /* Clean stop: complete transitions go out, partial n-step windows are dropped. */
-    s = send_ready(&a, err);
-    if (s != FL_OK) goto done;
+/* Run, the clean stop: complete transitions go out, partial n-step windows are
+ * dropped; the writer is flushed and a final report forced. */
+static fl_status finish(actor_t *a, fl_err_t *err) {
+    FL_TRY(send_ready(a, err));
     fl_err_t ferr;
     fl_err_init(&ferr);
-    fl_status fs = fl_replay_writer_flush(a.writer, FL_ACTOR_FLUSH_TIMEOUT_MS, &ferr);
-    uint64_t acked = fl_replay_writer_acked(a.writer), pending = fl_replay_writer_pending(a.writer);
+    fl_status fs = fl_replay_writer_flush(a->writer, FL_ACTOR_FLUSH_TIMEOUT_MS, &ferr);
+    uint64_t acked = fl_replay_writer_acked(a->writer), pending = fl_replay_writer_pending(a->writer);
     if (fs != FL_OK || pending > 0)
         FL_WARN("stopping: %llu transitions acknowledged, %llu NOT acknowledged (%s)", (unsigned long long)acked,
                 (unsigned long long)pending, fs != FL_OK ? ferr.msg : "flush incomplete");
     FL_INFO("stopped after %llu env steps, %llu episodes: sent %llu transitions, %llu acknowledged, %llu not; "
             "parameter version %llu",
-            (unsigned long long)a.st.env_steps, (unsigned long long)a.st.episodes,
-            (unsigned long long)a.st.transitions_sent, (unsigned long long)acked, (unsigned long long)pending,
-            (unsigned long long)a.st.param_version);
-    report(&a, 1);
+            (unsigned long long)a->st.env_steps, (unsigned long long)a->st.episodes,
+            (unsigned long long)a->st.transitions_sent, (unsigned long long)acked, (unsigned long long)pending,
+            (unsigned long long)a->st.param_version);
+    report(a, 1);
+    return FL_OK;
+}
 
-done:
-    if (a.writer) {
-        a.st.transitions_acked = fl_replay_writer_acked(a.writer);
-        a.st.transitions_unacked = fl_replay_writer_pending(a.writer);
-    }
-    if (out_stats) *out_stats = a.st;
-    actor_free(&a);
+fl_status fl_actor_run(fl_actor_t *a, fl_err_t *err) {
+    if (a->ran) return fl_err_set(err, FL_FAILED_PRECONDITION, "actor: already run");
+    a->ran = 1;
+    const fl_actor_opts_t *o = &a->o;
+    FL_INFO("actor %d of %lld: %s x %d, epsilon %.6g, %d-step gamma %g, buffer %lld, sync every %lld steps, "
+            "stream %016llx",
+            a->index, (long long)o->count, a->def->name, a->num_envs, a->epsilon, o->n_step, o->gamma,
+            (long long)o->local_buffer, (long long)o->sync_every, (unsigned long long)a->st.stream_id);
+    fl_status s = wait_first_params(a, err);
+    if (s == FL_OK) s = step_loop(a, err);
+    if (s == FL_OK) s = finish(a, err);
+    a->st.transitions_acked = fl_replay_writer_acked(a->writer);
+    a->st.transitions_unacked = fl_replay_writer_pending(a->writer);
     return s;
 }
+
+void fl_actor_stop(fl_actor_t *a) {
+    if (a) atomic_store(&a->stop, 1);
+}
+
+void fl_actor_stats(const fl_actor_t *a, fl_actor_stats_t *out) { *out = a->st; }

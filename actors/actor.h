@@ -16,31 +16,35 @@
  * At start the actor waits up to FL_ACTOR_PARAM_WAIT_S for the learner's first
  * parameters and falls back to a locally initialised network (with a warning).
  *
- * Stop: on fl_stop_requested(), when the launcher asks (fl_reporter_should_stop), or
- * after actor.max_steps env steps. The complete transitions the builder holds are sent
- * (pending partial n-step windows are dropped), the writer is flushed for up to
- * FL_ACTOR_FLUSH_TIMEOUT_MS, and a final report is forced so the launcher sees the final
- * acknowledged count.
+ * Stop: on fl_stop_requested(), on fl_actor_stop, when the launcher asks
+ * (fl_reporter_should_stop), or after actor.max_steps env steps. The complete
+ * transitions the builder holds are sent (pending partial n-step windows are dropped),
+ * the writer is flushed for up to FL_ACTOR_FLUSH_TIMEOUT_MS, and a final report is
+ * forced so the launcher sees the final acknowledged count.
  *
  * Seeds: the vector of envs and the exploration generator derive from run.seed and the
  * actor index, so actors differ and a run is reproducible. The replay stream id mixes
  * the index, the process id and clock readings, so that a restarted actor never reuses
  * its predecessor's stream (and sequence numbers) on a shard.
  *
- * Memory: everything is allocated before the loop; the step loop allocates nothing in
- * steady state. fl_actor_run sets OpenBLAS to one thread (an actor is one thread; many
- * run side by side). Not thread-safe: one actor per thread, and fl_actor_run uses the
- * process-wide stop flag. */
+ * Lifecycle: fl_actor_create (checks the arguments, opens the envs, builds the network
+ * and connects the clients), fl_actor_run (blocks until the actor stops), fl_actor_stop
+ * (any thread, any time), fl_actor_destroy.
+ *
+ * Memory: everything is allocated by fl_actor_create; the step loop allocates nothing in
+ * steady state. fl_actor_create sets OpenBLAS to one thread (an actor is one thread; many
+ * run side by side). Not thread-safe apart from fl_actor_stop: one owner thread per
+ * actor, and fl_actor_run also polls the process-wide stop flag. */
 #ifndef FL_ACTORS_ACTOR_H
 #define FL_ACTORS_ACTOR_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/config.h"
 #include "common/dtype.h"
 #include "common/rng.h"
 #include "common/status.h"
+#include "envs/plugin.h"
 #include "kernels/qnet.h"
 
 /* Seconds the actor waits at start for the first published parameters. */
@@ -58,8 +62,8 @@ int fl_actor_batches_per_call(size_t obs_bytes, int64_t local_buffer);
 /* Largest batch of the priority forwards (bigger buffers are processed in chunks). */
 #define FL_ACTOR_MAX_PRIORITY_BATCH 1024
 
-/* What an actor did, filled when fl_actor_run returns (also on failure, as far as it
- * got). Caller-allocated. */
+/* What an actor did (fl_actor_stats): final once fl_actor_run has returned (also on
+ * failure, as far as it got). Caller-allocated. */
 typedef struct fl_actor_stats {
     uint64_t env_steps;           /* env steps taken (all envs) */
     uint64_t episodes;            /* episodes finished */
@@ -98,15 +102,56 @@ fl_status fl_actor_priorities(fl_qnet_t *net, fl_dtype obs_dtype, size_t n, cons
                               const float *rewards, const float *discounts, const void *next_obs, float *scratch,
                               float *priorities, fl_err_t *err);
 
-/* Runs actor `index` of cfg->actor_count until it stops (see the file comment).
- * replay_addr and param_addr: "host:port" or "unix:/path" (required); control_addr:
- * the launcher's Control service, NULL or "" to run without one. out_stats may be NULL.
- * FL_OK on a clean stop, even when some transitions could not be acknowledged in time
- * (counted in out_stats and logged). Errors: FL_INVALID_ARGUMENT for a bad index or
- * addresses, or parameters of the wrong size on the server; FL_NOT_FOUND for an unknown
+/* What an actor reads (cli/options.c fills it from a config). Strings are copied by
+ * fl_actor_create. */
+typedef struct fl_actor_opts {
+    fl_env_factory_opts_t env; /* env.*: the env the actor steps, env.num_envs instances of it */
+    int count;                 /* actor.count: actors of the fleet (index < count; the epsilon schedule) */
+    double eps_base;           /* actor.eps_base (fl_actor_epsilon) */
+    double eps_alpha;          /* actor.eps_alpha */
+    int64_t local_buffer;      /* actor.local_buffer: transitions per append to the replay writer */
+    int64_t sync_every;        /* actor.sync_every: env steps between parameter fetches */
+    int fetch_bf16;            /* actor.fetch_bf16: fetch parameters as bfloat16 */
+    int64_t max_steps;         /* actor.max_steps: env steps after which it stops (0 = no limit) */
+    int n_step;                /* learner.n_step: steps of the multi-step return */
+    double gamma;              /* learner.gamma: discount per env step */
+    const char *model_spec;    /* model.spec: the Q-network */
+    double input_scale;        /* model.input_scale */
+    int64_t replay_shards;     /* replay.shards: shards replay_addr should list (a warning otherwise) */
+    uint64_t seed;             /* run.seed */
+    double progress_every;     /* run.progress_every: the reporter ticks every progress_every / 2 s */
+} fl_actor_opts_t;
+
+/* The defaults of the keys above (those of a config with no file and no --set). */
+void fl_actor_opts_init(fl_actor_opts_t *o);
+
+typedef struct fl_actor fl_actor_t;
+
+/* Makes actor `index` of opts->count: opens the envs, builds the network, connects the
+ * replay writer, the parameter client and the reporter. replay_addr and param_addr:
+ * "host:port" or "unix:/path" (required; replay_addr lists every replay shard);
+ * control_addr: the launcher's Control service, NULL or "" to run without one.
+ * Errors: FL_INVALID_ARGUMENT for a bad index or addresses; FL_NOT_FOUND for an unknown
  * env.name; errors from creating the network, the envs or the clients; each with a
- * message in err. */
-fl_status fl_actor_run(const fl_config_t *cfg, int index, const char *replay_addr, const char *param_addr,
-                       const char *control_addr, fl_actor_stats_t *out_stats, fl_err_t *err);
+ * message in err. *out is NULL on failure. */
+fl_status fl_actor_create(const fl_actor_opts_t *opts, int index, const char *replay_addr, const char *param_addr,
+                          const char *control_addr, fl_actor_t **out, fl_err_t *err);
+
+/* Runs the actor until it stops (see the file comment); once per actor
+ * (FL_FAILED_PRECONDITION the second time). FL_OK on a clean stop, even when some
+ * transitions could not be acknowledged in time (counted in the stats and logged).
+ * Errors: FL_INVALID_ARGUMENT for parameters of the wrong size on the server, errors of
+ * the envs, the network or the replay writer; each with a message in err. */
+fl_status fl_actor_run(fl_actor_t *a, fl_err_t *err);
+
+/* Asks the actor to stop as on fl_stop_requested(): fl_actor_run sends what it holds,
+ * flushes and returns. Thread-safe; before fl_actor_run, the run stops at once. */
+void fl_actor_stop(fl_actor_t *a);
+
+/* The actor's counters (see fl_actor_stats_t). Not concurrently with fl_actor_run. */
+void fl_actor_stats(const fl_actor_t *a, fl_actor_stats_t *out);
+
+/* Frees the actor. NULL is a no-op. */
+void fl_actor_destroy(fl_actor_t *a);
 
 #endif

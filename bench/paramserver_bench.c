@@ -28,7 +28,6 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "common/config.h"
 #include "common/log.h"
 #include "paramserver/client.h"
 #include "paramserver/server.h"
@@ -69,18 +68,20 @@ typedef struct {
 static void cluster_start(cluster *c, int P, int gorila) {
     memset(c, 0, sizeof *c);
     c->P = P;
-    fl_config_t cfg;
-    fl_config_defaults(&cfg);
-    cfg.paramserver_shards = P;
-    if (gorila) {
-        snprintf(cfg.learner_mode, sizeof cfg.learner_mode, "gorila");
-        snprintf(cfg.learner_optimizer, sizeof cfg.learner_optimizer, "sgd");
+    fl_paramserver_service_opts_t so;
+    fl_paramserver_service_opts_init(&so);
+    so.shards = P;
+    if (gorila) { /* sgd with the learner.lr and learner.momentum defaults */
+        so.mode = FL_PARAMSERVER_GORILA;
+        so.optim = fl_optim_config_default(FL_OPTIM_SGD);
+        so.optim.lr = (float)6.25e-5;
+        so.optim.momentum = (float)0.9;
     }
     fl_err_t err;
     fl_err_init(&err);
     for (int s = 0; s < P; s++) {
         char addr[128];
-        if (fl_paramserver_service_create(&cfg, s, &c->svc[s], &err) != FL_OK ||
+        if (fl_paramserver_service_create(&so, s, &c->svc[s], &err) != FL_OK ||
             fl_paramserver_service_start(c->svc[s], "127.0.0.1:0", addr, sizeof addr, &err) != FL_OK)
             die("shard", &err);
         strcat(c->addrs, s ? "," : "");

@@ -45,6 +45,7 @@
 #include "fleet.pb-c.h"
 #include "cli/cli.h"
 #include "cli/launch.h"
+#include "cli/options.h"
 #include "cli/proc.h"
 #include "cli/verbs.h"
 #include "paramserver/client.h"
@@ -216,7 +217,7 @@ int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *c
     fl_wrapped_env_t *wenv = NULL;
     fl_err_t err;
     fl_err_init(&err);
-    if (fl_env_from_config(cfg, &wenv, &err) != FL_OK) {
+    if (fl_options_open_env(cfg, &wenv, &err) != FL_OK) {
         fprintf(stderr, "fleet run: %s\n", err.msg);
         return 2;
     }
@@ -768,7 +769,7 @@ int fl_verb_run(int argc, char **argv) {
         fl_wrapped_env_t *wenv = NULL;
         fl_err_t err;
         fl_err_init(&err);
-        if (fl_env_from_config(&cfg, &wenv, &err) != FL_OK) {
+        if (fl_options_open_env(&cfg, &wenv, &err) != FL_OK) {
             fprintf(stderr, "fleet run: %s\n", err.msg);
             return 2;
         }

@@ -1,5 +1,5 @@
 /* `fleet actor`: one Ape-X actor process (actors/actor.h). Options are parsed here; the
- * loop, its stop conditions and the final flush live in fl_actor_run. Exit codes: 0 on
+ * loop, its stop conditions and the final flush live in actors/actor.c. Exit codes: 0 on
  * a clean stop (SIGINT/SIGTERM, the launcher's request, or actor.max_steps), 1 on a
  * runtime failure (printed), 2 on a usage or configuration error. */
 #include <stdint.h>
@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/stop.h"
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "cli/verbs.h"
 
 int fl_verb_actor(int argc, char **argv) {
@@ -45,10 +46,14 @@ int fl_verb_actor(int argc, char **argv) {
 
     fl_stop_install();
     fl_cli_setup_logging(&cfg, "actor", (int)index);
-    fl_actor_stats_t st;
+    fl_actor_opts_t ao;
+    fl_options_actor(&cfg, &ao);
+    fl_actor_t *actor = NULL;
     fl_err_t err;
     fl_err_init(&err);
-    fl_status s = fl_actor_run(&cfg, (int)index, replay, params, control[0] ? control : NULL, &st, &err);
+    fl_status s = fl_actor_create(&ao, (int)index, replay, params, control[0] ? control : NULL, &actor, &err);
+    if (s == FL_OK) s = fl_actor_run(actor, &err);
+    fl_actor_destroy(actor);
     if (s != FL_OK) {
         fprintf(stderr, "fleet actor: %s\n", err.msg[0] ? err.msg : fl_status_str(s));
         return 1;

@@ -12,6 +12,7 @@
 #include "common/stop.h"
 #include "envs/plugin.h"
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "cli/verbs.h"
 #include "learner/learner.h"
 
@@ -50,7 +51,7 @@ int fl_learner_main(int argc, char **argv, fl_reduce_t *reduce) {
     fl_err_init(&err);
     const fl_env_def_t *env = NULL;
     fl_wrapped_env_t *wenv = NULL;
-    if (fl_env_from_config(&cfg, &wenv, &err) != FL_OK) {
+    if (fl_options_open_env(&cfg, &wenv, &err) != FL_OK) {
         fprintf(stderr, "fleet learner: %s\n", err.msg);
         return 2;
     }

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/stop.h"
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "cli/verbs.h"
 #include "paramserver/server.h"
 
@@ -76,7 +77,9 @@ int fl_verb_paramserver(int argc, char **argv) {
     fl_paramserver_service_t *svc = NULL;
     fl_reporter_t *rep = NULL;
     char addr[512];
-    fl_status st = fl_paramserver_service_create(&cfg, (int)shard, &svc, &err);
+    fl_paramserver_service_opts_t po;
+    fl_status st = fl_options_paramserver(&cfg, &po, &err);
+    if (st == FL_OK) st = fl_paramserver_service_create(&po, (int)shard, &svc, &err);
     if (st != FL_OK) {
         FL_ERROR("%s", err.msg);
         return st == FL_INVALID_ARGUMENT ? 2 : 1;

@@ -24,6 +24,7 @@
 #include "common/stop.h"
 #include "envs/plugin.h"
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "cli/verbs.h"
 #include "replay/server.h"
 
@@ -77,7 +78,7 @@ int fl_verb_replay(int argc, char **argv) {
     fl_err_t err;
     fl_err_init(&err);
     fl_wrapped_env_t *wenv = NULL;
-    if (fl_env_from_config(&cfg, &wenv, &err) != FL_OK) {
+    if (fl_options_open_env(&cfg, &wenv, &err) != FL_OK) {
         fprintf(stderr, "fleet replay: %s\n", err.msg);
         return 2;
     }

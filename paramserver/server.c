@@ -318,15 +318,32 @@ void fl__paramserver_reply_free(fl__paramserver_reply_t *r) {
 
 /* ----------------------------------------------------------- lifecycle ---- */
 
-static fl_status service_new(const fl_config_t *cfg, int shard, int with_rpc, fl_paramserver_service_t **out,
-                             fl_err_t *err) {
+void fl_paramserver_service_opts_init(fl_paramserver_service_opts_t *o) {
+    memset(o, 0, sizeof *o);
+    o->mode = FL_PARAMSERVER_APEX;
+    o->shards = 1;
+    o->optim = fl_optim_config_default(FL_OPTIM_RMSPROP);
+    o->optim.lr = (float)6.25e-5;
+    o->optim.decay = (float)0.95;
+    o->optim.eps = (float)1.5e-7;
+    o->optim.momentum = 0.0f;
+    o->learners = 1;
+    o->max_staleness = 0;
+    o->stale_policy = FL_PARAMSERVER_STALE_DROP;
+    o->staleness_lr = 0;
+    o->wait_timeout_s = 30.0;
+    o->threads = 0;
+}
+
+static fl_status service_new(const fl_paramserver_service_opts_t *opts, int shard, int with_rpc,
+                             fl_paramserver_service_t **out, fl_err_t *err) {
     *out = NULL;
-    fl_config_t defaults;
-    if (!cfg) {
-        fl_config_defaults(&defaults);
-        cfg = &defaults;
+    fl_paramserver_service_opts_t defaults;
+    if (!opts) {
+        fl_paramserver_service_opts_init(&defaults);
+        opts = &defaults;
     }
-    int64_t shards = cfg->paramserver_shards;
+    int64_t shards = opts->shards;
     if (shard < 0 || shard >= shards)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver: shard %d is out of range [0, %" PRId64
                           ") (paramserver.shards = %" PRId64 ")", shard, shards, shards);
@@ -334,31 +351,14 @@ static fl_status service_new(const fl_config_t *cfg, int shard, int with_rpc, fl
     fl_param_store_opts_init(&so);
     so.shard_id = (uint32_t)shard;
     so.num_shards = (int)shards;
-    so.gorila = strcmp(cfg->learner_mode, "gorila") == 0;
+    so.gorila = opts->mode == FL_PARAMSERVER_GORILA;
     if (so.gorila) {
-        fl_optim_kind kind;
-        FL_TRY(fl_optim_kind_from_name(cfg->learner_optimizer, &kind, err));
-        /* the learner's mapping of learner.* keys (learner/learner.c make_optimizer) */
-        so.optim = fl_optim_config_default(kind);
-        so.optim.lr = (float)cfg->learner_lr;
-        switch (kind) {
-        case FL_OPTIM_SGD: so.optim.momentum = (float)cfg->learner_momentum; break;
-        case FL_OPTIM_ADAM:
-            so.optim.beta1 = (float)cfg->learner_adam_beta1;
-            so.optim.beta2 = (float)cfg->learner_adam_beta2;
-            so.optim.eps = (float)cfg->learner_adam_eps;
-            break;
-        case FL_OPTIM_RMSPROP:
-            so.optim.decay = (float)cfg->learner_rmsprop_decay;
-            so.optim.eps = (float)cfg->learner_rmsprop_eps;
-            so.optim.momentum = 0.0f; /* learner.momentum is SGD's */
-            break;
-        }
-        so.learners = (int)cfg->learner_count;
-        so.max_staleness = (uint64_t)cfg->paramserver_max_staleness;
-        so.stale_wait = strcmp(cfg->paramserver_stale_policy, "wait") == 0;
-        so.staleness_lr = cfg->paramserver_staleness_lr != 0;
-        so.wait_timeout_s = cfg->paramserver_wait_timeout_s;
+        so.optim = opts->optim;
+        so.learners = opts->learners;
+        so.max_staleness = opts->max_staleness;
+        so.stale_wait = opts->stale_policy == FL_PARAMSERVER_STALE_WAIT;
+        so.staleness_lr = opts->staleness_lr != 0;
+        so.wait_timeout_s = opts->wait_timeout_s;
     }
     fl_paramserver_service_t *svc = calloc(1, sizeof *svc);
     if (!svc) return fl_err_set(err, FL_NO_MEMORY, "paramserver: out of memory");
@@ -373,11 +373,11 @@ static fl_status service_new(const fl_config_t *cfg, int shard, int with_rpc, fl
      * policy up to learner.count - 1 handlers may be held at once (the slowest learner
      * is never held): two more keep fetches, publishes and Info flowing. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    fl_rpc_server_opts_t opts = {0};
-    opts.threads = cores < 2 ? 2 : cores > 8 ? 8 : (int)cores;
-    if (so.gorila && so.stale_wait && opts.threads < so.learners + 2) opts.threads = so.learners + 2;
-    opts.prepost = 64;
-    st = fl_rpc_server_create(&opts, &svc->rpc, err);
+    fl_rpc_server_opts_t ro = {0};
+    ro.threads = opts->threads > 0 ? opts->threads : cores < 2 ? 2 : cores > 8 ? 8 : (int)cores;
+    if (so.gorila && so.stale_wait && ro.threads < so.learners + 2) ro.threads = so.learners + 2;
+    ro.prepost = 64;
+    st = fl_rpc_server_create(&ro, &svc->rpc, err);
     if (st != FL_OK) goto fail;
     if ((st = fl_rpc_server_add_unary(svc->rpc, fl_method_path(FL_METHOD_PARAM_PUBLISH), rpc_publish, svc)) != FL_OK ||
         (st = fl_rpc_server_add_unary(svc->rpc, fl_method_path(FL_METHOD_PARAM_FETCH), rpc_fetch, svc)) != FL_OK ||
@@ -395,14 +395,14 @@ fail:
     return st;
 }
 
-fl_status fl_paramserver_service_create(const fl_config_t *cfg, int shard, fl_paramserver_service_t **out,
-                                        fl_err_t *err) {
-    return service_new(cfg, shard, 1, out, err);
+fl_status fl_paramserver_service_create(const fl_paramserver_service_opts_t *opts, int shard,
+                                        fl_paramserver_service_t **out, fl_err_t *err) {
+    return service_new(opts, shard, 1, out, err);
 }
 
-fl_status fl__paramserver_service_create_local(const fl_config_t *cfg, int shard, fl_paramserver_service_t **out,
-                                               fl_err_t *err) {
-    return service_new(cfg, shard, 0, out, err);
+fl_status fl__paramserver_service_create_local(const fl_paramserver_service_opts_t *opts, int shard,
+                                               fl_paramserver_service_t **out, fl_err_t *err) {
+    return service_new(opts, shard, 0, out, err);
 }
 
 /* The address clients dial: listen_addr with the bound port in place of its port. */

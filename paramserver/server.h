@@ -43,17 +43,49 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/config.h"
 #include "common/status.h"
+#include "kernels/optim.h"
 #include "paramserver/store.h"
 
 typedef struct fl_paramserver_service fl_paramserver_service_t;
 
-/* cfg may be NULL (embedded defaults). Reads paramserver.*, learner.mode, learner.count
- * and the learner.* optimizer keys. shard must lie in [0, paramserver.shards):
- * FL_INVALID_ARGUMENT otherwise. */
-fl_status fl_paramserver_service_create(const fl_config_t *cfg, int shard, fl_paramserver_service_t **out,
-                                        fl_err_t *err);
+/* learner.mode: who owns the optimizer (paramserver/store.h). */
+typedef enum fl_paramserver_mode {
+    FL_PARAMSERVER_APEX = 0,   /* learners apply their optimizer and publish parameters */
+    FL_PARAMSERVER_GORILA = 1, /* learners push gradients; the shards apply the optimizer */
+} fl_paramserver_mode;
+
+/* paramserver.stale_policy (gorila): what happens to pushes beyond max_staleness. */
+typedef enum fl_paramserver_stale_policy {
+    FL_PARAMSERVER_STALE_DROP = 0, /* they are dropped */
+    FL_PARAMSERVER_STALE_WAIT = 1, /* the fast learner's reply waits for the slow ones */
+} fl_paramserver_stale_policy;
+
+/* What a shard service reads (cli/options.c fills it from a config). The gorila fields
+ * are ignored in apex mode. */
+typedef struct fl_paramserver_service_opts {
+    fl_paramserver_mode mode;                 /* learner.mode */
+    int shards;                               /* paramserver.shards: the vector is cut into this many slices */
+    fl_optim_config_t optim;                  /* gorila: learner.optimizer, learner.lr and its learner.* keys */
+    int learners;                             /* gorila: learner.count */
+    uint64_t max_staleness;                   /* gorila: paramserver.max_staleness (0 = no bound) */
+    fl_paramserver_stale_policy stale_policy; /* gorila: paramserver.stale_policy */
+    int staleness_lr;                         /* gorila: paramserver.staleness_lr */
+    double wait_timeout_s;                    /* gorila, wait policy: paramserver.wait_timeout_s */
+    int threads; /* handler threads; 0 = max(2, min(8, cores)). Under the wait policy at
+                  * least learners + 2 either way (see the file comment). */
+} fl_paramserver_service_opts_t;
+
+/* The defaults of the keys above: apex, one shard, the Ape-X RMSProp (lr 6.25e-5,
+ * decay 0.95, eps 1.5e-7), one learner, no staleness bound, drop, no staleness-scaled lr,
+ * a 30 s wait timeout, threads 0. */
+void fl_paramserver_service_opts_init(fl_paramserver_service_opts_t *o);
+
+/* opts may be NULL (the defaults of fl_paramserver_service_opts_init). shard must lie in
+ * [0, opts->shards): FL_INVALID_ARGUMENT otherwise (the message names
+ * paramserver.shards). */
+fl_status fl_paramserver_service_create(const fl_paramserver_service_opts_t *opts, int shard,
+                                        fl_paramserver_service_t **out, fl_err_t *err);
 /* Binds listen_addr ("host:port", port 0 = the OS chooses, or "unix:/path") and starts
  * serving. bound_addr_out (len bytes, may be NULL) gets the address clients should dial,
  * with the chosen port filled in ("127.0.0.1:41234", "unix:/path"). */
@@ -87,8 +119,8 @@ typedef struct fl__paramserver_reply {
     void *release_user;
 } fl__paramserver_reply_t;
 
-fl_status fl__paramserver_service_create_local(const fl_config_t *cfg, int shard, fl_paramserver_service_t **out,
-                                               fl_err_t *err);
+fl_status fl__paramserver_service_create_local(const fl_paramserver_service_opts_t *opts, int shard,
+                                               fl_paramserver_service_t **out, fl_err_t *err);
 fl_status fl__paramserver_service_call(fl_paramserver_service_t *svc, const char *method, const uint8_t *req,
                                        size_t len, fl__paramserver_reply_t *out);
 void fl__paramserver_reply_free(fl__paramserver_reply_t *r);

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/config.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "paramserver/client.h"
@@ -23,7 +22,7 @@
 
 #define MAXP 4
 
-/* cfg->paramserver_shards shard services, their addresses, one raw channel each, and
+/* opts->shards shard services, their addresses, one raw channel each, and
  * their addresses joined by commas (what fl_param_client_create takes). */
 typedef struct {
     int P;
@@ -38,16 +37,16 @@ static inline void assert_contains(const char *haystack, const char *needle) {
     if (!strstr(haystack, needle)) fail_msg("expected \"%s\" in \"%s\"", needle, haystack);
 }
 
-/* Starts the shards of cfg on 127.0.0.1:0 (c->cl is left NULL); fails the test on error. */
-static inline cluster *cluster_start(const fl_config_t *cfg) {
+/* Starts the shards of opts on 127.0.0.1:0 (c->cl is left NULL); fails the test on error. */
+static inline cluster *cluster_start(const fl_paramserver_service_opts_t *opts) {
     cluster *c = calloc(1, sizeof *c);
     assert_non_null(c);
-    c->P = (int)cfg->paramserver_shards;
+    c->P = opts->shards;
     assert_true(c->P >= 1 && c->P <= MAXP);
     fl_err_t err;
     fl_err_init(&err);
     for (int s = 0; s < c->P; s++) {
-        if (fl_paramserver_service_create(cfg, s, &c->svc[s], &err) != FL_OK ||
+        if (fl_paramserver_service_create(opts, s, &c->svc[s], &err) != FL_OK ||
             fl_paramserver_service_start(c->svc[s], "127.0.0.1:0", c->addr[s], sizeof c->addr[s], &err) != FL_OK)
             fail_msg("shard %d: %s", s, err.msg);
         assert_int_equal(fl_rpc_channel_create(c->addr[s], 0, &c->ch[s], &err), FL_OK);

@@ -2,7 +2,8 @@
  * priorities against hand-computed values and against independent single-row forwards,
  * and the whole actor end to end against real in-process services on 127.0.0.1: a
  * replay shard, a parameter server and a stand-in for the launcher's Control service
- * (fleet.Control/Report) that records what the actor reports and can ask it to stop. */
+ * (fleet.Control/Report) that records what the actor reports and can ask it to stop, and
+ * fl_actor_stop before and during a run. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -15,6 +16,7 @@
 #include <cmocka.h>
 
 #include "actors/actor.h"
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
@@ -255,7 +257,8 @@ static void control_stop(control_t *c) {
 #define GAMMA 0.99
 
 typedef struct fixture {
-    fl_config_t cfg;
+    fl_config_t cfg;      /* the replay shard's */
+    fl_actor_opts_t actor; /* the actors' */
     fl_replay_service_t *replay;
     fl_paramserver_service_t *ps;
     char replay_addr[128], ps_addr[128];
@@ -268,20 +271,24 @@ static void fixture_start_wrapped(fixture_t *f, int num_envs, int count, const c
     memset(f, 0, sizeof *f);
     fl_config_defaults(&f->cfg);
     fl_config_t *c = &f->cfg;
-    snprintf(c->env_name, sizeof c->env_name, "cartpole");
-    snprintf(c->env_wrappers, sizeof c->env_wrappers, "%s", wrappers);
-    snprintf(c->model_spec, sizeof c->model_spec, SPEC);
-    c->env_num_envs = num_envs;
     c->actor_count = count;
-    c->actor_local_buffer = 50;
-    c->actor_sync_every = 100;
-    c->learner_n_step = 3;
-    c->learner_gamma = GAMMA;
     c->replay_capacity = 100000;
     c->replay_min_size_to_sample = 100;
-    c->run_progress_every = 0.05;
     c->run_seed = 5;
     snprintf(c->run_log_level, sizeof c->run_log_level, "warn");
+    fl_actor_opts_t *o = &f->actor;
+    fl_actor_opts_init(o);
+    o->env.name = "cartpole";
+    o->env.wrappers = wrappers;
+    o->env.num_envs = num_envs;
+    o->model_spec = SPEC;
+    o->count = count;
+    o->local_buffer = 50;
+    o->sync_every = 100;
+    o->n_step = 3;
+    o->gamma = GAMMA;
+    o->progress_every = 0.05;
+    o->seed = 5;
 
     fl_err_t err;
     fl_err_init(&err);
@@ -294,7 +301,7 @@ static void fixture_start_wrapped(fixture_t *f, int num_envs, int count, const c
     if (fl_replay_service_create(c, 0, &sig, &f->replay, &err) != FL_OK ||
         fl_replay_service_start(f->replay, "127.0.0.1:0", f->replay_addr, sizeof f->replay_addr, &err) != FL_OK)
         fail_msg("replay service: %s", err.msg);
-    if (fl_paramserver_service_create(c, 0, &f->ps, &err) != FL_OK ||
+    if (fl_paramserver_service_create(NULL, 0, &f->ps, &err) != FL_OK ||
         fl_paramserver_service_start(f->ps, "127.0.0.1:0", f->ps_addr, sizeof f->ps_addr, &err) != FL_OK)
         fail_msg("paramserver service: %s", err.msg);
 
@@ -334,11 +341,23 @@ static fl_replay_info_t replay_info(const fixture_t *f) {
     return info;
 }
 
-static void run_actor(const fixture_t *f, int index, const char *control, fl_actor_stats_t *st) {
+static fl_actor_t *create_actor(const fixture_t *f, int index, const char *control) {
     fl_err_t err;
     fl_err_init(&err);
-    fl_status s = fl_actor_run(&f->cfg, index, f->replay_addr, f->ps_addr, control, st, &err);
+    fl_actor_t *a = NULL;
+    fl_status s = fl_actor_create(&f->actor, index, f->replay_addr, f->ps_addr, control, &a, &err);
+    if (s != FL_OK) fail_msg("fl_actor_create: %s: %s", fl_status_name(s), err.msg);
+    return a;
+}
+
+static void run_actor(const fixture_t *f, int index, const char *control, fl_actor_stats_t *st) {
+    fl_actor_t *a = create_actor(f, index, control);
+    fl_err_t err;
+    fl_err_init(&err);
+    fl_status s = fl_actor_run(a, &err);
     if (s != FL_OK) fail_msg("fl_actor_run: %s: %s", fl_status_name(s), err.msg);
+    fl_actor_stats(a, st);
+    fl_actor_destroy(a);
 }
 
 static int is_discount(float d) {
@@ -398,7 +417,7 @@ static void test_end_to_end(void **unused) {
     (void)unused;
     fixture_t f;
     fixture_start(&f, 1, 2);
-    f.cfg.actor_max_steps = 2000;
+    f.actor.max_steps = 2000;
     control_t ctl;
     control_start(&ctl, 1, 0);
     fl_actor_stats_t st;
@@ -446,7 +465,7 @@ static void test_wrappers_from_config(void **unused) {
     (void)unused;
     fixture_t f;
     fixture_start_wrapped(&f, 2, 2, "framestack(2) maxsteps(20)", 8);
-    f.cfg.actor_max_steps = 400;
+    f.actor.max_steps = 400;
     fl_actor_stats_t st;
     run_actor(&f, 0, NULL, &st);
     fl_replay_info_t info = replay_info(&f);
@@ -464,7 +483,7 @@ static void test_restart_new_stream(void **unused) {
     (void)unused;
     fixture_t f;
     fixture_start(&f, 4, 1);
-    f.cfg.actor_max_steps = 400;
+    f.actor.max_steps = 400;
     fl_actor_stats_t a, b;
     run_actor(&f, 0, NULL, &a);
     fl_replay_info_t i1 = replay_info(&f);
@@ -490,7 +509,7 @@ static void test_stop_from_control(void **unused) {
     (void)unused;
     fixture_t f;
     fixture_start(&f, 2, 4);
-    f.cfg.actor_max_steps = 0;
+    f.actor.max_steps = 0;
     control_t ctl;
     control_start(&ctl, 2, 4);
     fl_actor_stats_t st;
@@ -514,40 +533,112 @@ static void test_stop_from_control(void **unused) {
     fixture_stop(&f);
 }
 
-/* Parameters of another model on the server are an error that names both sizes. */
+/* Parameters of another model on the server are an error that names both sizes (and
+ * the spec, which the actor copied: the caller's string may change after create). */
 static void test_param_size_mismatch(void **unused) {
     (void)unused;
     fixture_t f;
     fixture_start(&f, 1, 1);
-    snprintf(f.cfg.model_spec, sizeof f.cfg.model_spec, "dense(8) relu");
-    f.cfg.actor_max_steps = 100;
+    char spec[32];
+    snprintf(spec, sizeof spec, "dense(8) relu");
+    f.actor.model_spec = spec;
+    f.actor.max_steps = 100;
+    fl_actor_t *a = create_actor(&f, 0, NULL);
+    snprintf(spec, sizeof spec, "overwritten");
     fl_actor_stats_t st;
     fl_err_t err;
     fl_err_init(&err);
-    assert_int_equal(fl_actor_run(&f.cfg, 0, f.replay_addr, f.ps_addr, NULL, &st, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_actor_run(a, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "dense(8) relu"));
+    fl_actor_stats(a, &st);
     assert_int_equal(st.env_steps, 0);
+    fl_actor_destroy(a);
     fixture_stop(&f);
 }
 
 static void test_bad_arguments(void **unused) {
     (void)unused;
-    fl_config_t cfg;
-    fl_config_defaults(&cfg);
-    cfg.actor_count = 2;
+    fl_actor_opts_t o;
+    fl_actor_opts_init(&o);
+    o.count = 2;
     fl_err_t err;
     fl_err_init(&err);
-    assert_int_equal(fl_actor_run(&cfg, 2, "127.0.0.1:1", "127.0.0.1:1", NULL, NULL, &err), FL_INVALID_ARGUMENT);
+    fl_actor_t *a = (fl_actor_t *)&o; /* not NULL: a failed create must clear it */
+    assert_int_equal(fl_actor_create(&o, 2, "127.0.0.1:1", "127.0.0.1:1", NULL, &a, &err), FL_INVALID_ARGUMENT);
+    assert_null(a);
     assert_non_null(strstr(err.msg, "index 2"));
-    assert_int_equal(fl_actor_run(&cfg, -1, "127.0.0.1:1", "127.0.0.1:1", NULL, NULL, &err), FL_INVALID_ARGUMENT);
-    assert_int_equal(fl_actor_run(&cfg, 0, "", "127.0.0.1:1", NULL, NULL, &err), FL_INVALID_ARGUMENT);
-    assert_int_equal(fl_actor_run(&cfg, 0, "127.0.0.1:1", NULL, NULL, NULL, &err), FL_INVALID_ARGUMENT);
-    snprintf(cfg.env_name, sizeof cfg.env_name, "no-such-env");
-    assert_int_equal(fl_actor_run(&cfg, 0, "127.0.0.1:1", "127.0.0.1:1", NULL, NULL, &err), FL_NOT_FOUND);
-    snprintf(cfg.env_name, sizeof cfg.env_name, "cartpole");
-    snprintf(cfg.model_spec, sizeof cfg.model_spec, "dense(0)");
-    assert_int_equal(fl_actor_run(&cfg, 0, "127.0.0.1:1", "127.0.0.1:1", NULL, NULL, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_actor_create(&o, -1, "127.0.0.1:1", "127.0.0.1:1", NULL, &a, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_actor_create(&o, 0, "", "127.0.0.1:1", NULL, &a, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_actor_create(&o, 0, "127.0.0.1:1", NULL, NULL, &a, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_actor_create(NULL, 0, "127.0.0.1:1", "127.0.0.1:1", NULL, &a, &err), FL_INVALID_ARGUMENT);
+    o.env.name = "no-such-env";
+    assert_int_equal(fl_actor_create(&o, 0, "127.0.0.1:1", "127.0.0.1:1", NULL, &a, &err), FL_NOT_FOUND);
+    assert_null(a);
+    o.env.name = "cartpole";
+    o.model_spec = "dense(0)";
+    assert_int_equal(fl_actor_create(&o, 0, "127.0.0.1:1", "127.0.0.1:1", NULL, &a, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "model.spec"));
+    assert_null(a);
+    fl_actor_destroy(NULL);
+}
+
+/* fl_actor_stop before fl_actor_run: the run stops at once, cleanly; a second run is
+ * refused. */
+static void test_stop_before_run(void **unused) {
+    (void)unused;
+    fixture_t f;
+    fixture_start(&f, 1, 1);
+    fl_actor_t *a = create_actor(&f, 0, NULL);
+    fl_actor_stop(a);
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_actor_run(a, &err), FL_OK);
+    fl_actor_stats_t st;
+    fl_actor_stats(a, &st);
+    assert_int_equal(st.env_steps, 0);
+    assert_int_equal(st.transitions_sent, 0);
+    assert_int_equal(st.param_version, f.version);
+    assert_int_equal(fl_actor_run(a, &err), FL_FAILED_PRECONDITION);
+    fl_actor_destroy(a);
+    fixture_stop(&f);
+}
+
+typedef struct {
+    fl_actor_t *a;
+    fl_status s;
+    fl_err_t err;
+} runner_t;
+
+static void *run_thread(void *p) {
+    runner_t *r = p;
+    fl_err_init(&r->err);
+    r->s = fl_actor_run(r->a, &r->err);
+    return NULL;
+}
+
+/* fl_actor_stop from another thread while the actor runs without a step limit: it
+ * stops, sends what it holds and flushes. */
+static void test_stop_from_thread(void **unused) {
+    (void)unused;
+    fixture_t f;
+    fixture_start(&f, 2, 1);
+    f.actor.max_steps = 0;
+    runner_t r = {.a = create_actor(&f, 0, NULL)};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, run_thread, &r), 0);
+    for (int i = 0; i < 500 && replay_info(&f).inserted < 200; i++) fl_sleep_sec(0.02);
+    fl_actor_stop(r.a);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    if (r.s != FL_OK) fail_msg("fl_actor_run: %s", r.err.msg);
+    fl_actor_stats_t st;
+    fl_actor_stats(r.a, &st);
+    fl_replay_info_t info = replay_info(&f);
+    assert_true(st.env_steps > 0);
+    assert_true(info.inserted >= 200);
+    assert_int_equal(st.transitions_acked, info.inserted);
+    assert_int_equal(st.transitions_unacked, 0);
+    fl_actor_destroy(r.a);
+    fixture_stop(&f);
 }
 
 int main(void) {
@@ -563,6 +654,8 @@ int main(void) {
         cmocka_unit_test(test_restart_new_stream),
         cmocka_unit_test(test_stop_from_control),
         cmocka_unit_test(test_param_size_mismatch),
+        cmocka_unit_test(test_stop_before_run),
+        cmocka_unit_test(test_stop_from_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

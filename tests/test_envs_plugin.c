@@ -6,10 +6,11 @@
  * plus the real examples/gridgame/gridgame.c. Covered: a good plugin (the example),
  * every error path of the loader (missing file, not a shared object, missing symbol,
  * NULL definition, wrong ABI, bad spaces, name mismatch), bare file names, fl_env_resolve,
- * fl_vecenv_configure with the example's options, that <fleet/env.h> compiles alone (only
- * the C library's headers) and that its inline generator, compiled into a plugin, draws
- * the same numbers as common/rng.c; and that the tree's headers and <fleet/env.h> can be
- * included together (they are one definition, not two copies). */
+ * fl_env_create_wrapped, fl_env_instance_options, fl_vecenv_configure with the example's
+ * options, that <fleet/env.h> compiles alone (only the C library's headers) and that its
+ * inline generator, compiled into a plugin, draws the same numbers as common/rng.c; and
+ * that the tree's headers and <fleet/env.h> can be included together (they are one
+ * definition, not two copies). */
 #include <dlfcn.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -24,7 +25,6 @@
 
 #include <cmocka.h>
 
-#include "common/config.h"
 #include "common/rng.h"
 #include "envs/env.h"
 #include "envs/plugin.h"
@@ -393,27 +393,58 @@ static void test_resolve(void **state) {
 
 /* ---- Options --------------------------------------------------------------------------- */
 
-static void test_options_from_config(void **state) {
+static void test_instance_options(void **state) {
     (void)state;
-    fl_config_t cfg;
-    fl_config_defaults(&cfg);
-    fl_err_t err;
-    fl_err_init(&err);
-    assert_int_equal(fl_config_set(&cfg, "env.sticky_actions=0.25", &err), FL_OK);
-    assert_int_equal(fl_config_set(&cfg, "env.difficulty_ramping=false", &err), FL_OK);
-    assert_int_equal(fl_config_set(&cfg, "env.rng=Reference", &err), FL_OK);
-    assert_int_equal(fl_config_set(&cfg, "env.args=slip=0.5", &err), FL_OK);
+    fl_env_factory_opts_t f;
+    fl_env_factory_opts_init(&f);
+    f.sticky_actions = 0.25;
+    f.difficulty_ramping = 0;
+    f.rng = FL_ENV_RNG_REFERENCE;
+    f.args = "slip=0.5";
     fl_env_options_t o;
-    fl_env_options_from_config(&cfg, &o);
+    fl_env_instance_options(&f, &o);
     assert_true(o.sticky_prob == 0.25f);
     assert_int_equal(o.difficulty_ramping, 0);
     assert_int_equal(o.reference_rng, 1);
     assert_string_equal(o.args, "slip=0.5");
-    fl_config_defaults(&cfg);
-    fl_env_options_from_config(&cfg, &o);
+    fl_env_factory_opts_init(&f);
+    fl_env_instance_options(&f, &o);
+    assert_true(o.sticky_prob == 0.1f);
     assert_int_equal(o.difficulty_ramping, 1);
     assert_int_equal(o.reference_rng, 0);
     assert_string_equal(o.args, "");
+    f.args = NULL;
+    fl_env_instance_options(&f, &o);
+    assert_string_equal(o.args, "");
+}
+
+/* fl_env_create_wrapped: the env of the options, its errors naming the key. */
+static void test_create_wrapped(void **state) {
+    (void)state;
+    fl_env_factory_opts_t f;
+    fl_env_factory_opts_init(&f);
+    f.wrappers = "framestack(2)";
+    fl_wrapped_env_t *w = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_env_create_wrapped(&f, &w, &err), FL_OK);
+    assert_non_null(w);
+    assert_string_equal(fl_wrapped_env_info(w)->name, "cartpole[framestack(2)]");
+    assert_int_equal(fl_wrapped_env_info(w)->obs_shape[0], 8);
+    fl_wrapped_env_destroy(w);
+    f.wrappers = "nosuchwrapper";
+    assert_int_not_equal(fl_env_create_wrapped(&f, &w, &err), FL_OK);
+    assert_null(w);
+    const char *want = "env.wrappers = \"nosuchwrapper\": ";
+    assert_true(strncmp(err.msg, want, strlen(want)) == 0);
+    fl_env_factory_opts_init(&f);
+    f.name = "no-such-env";
+    assert_int_equal(fl_env_create_wrapped(&f, &w, &err), FL_NOT_FOUND);
+    assert_null(w);
+    assert_true(strncmp(err.msg, "env.name: ", strlen("env.name: ")) == 0);
+    f.plugin = "no-such-plugin.so";
+    assert_int_equal(fl_env_create_wrapped(&f, &w, &err), FL_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "env.plugin 'no-such-plugin.so'"));
 }
 
 static void test_vecenv_configure(void **state) {
@@ -481,7 +512,8 @@ int main(void) {
         cmocka_unit_test(test_name_mismatch),
         cmocka_unit_test(test_bare_name_is_cwd),
         cmocka_unit_test(test_resolve),
-        cmocka_unit_test(test_options_from_config),
+        cmocka_unit_test(test_instance_options),
+        cmocka_unit_test(test_create_wrapped),
         cmocka_unit_test(test_vecenv_configure),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

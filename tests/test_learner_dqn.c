@@ -527,7 +527,7 @@ static void services_start_at(services_t *sv, uint64_t min_size, const char *rep
     set_key(&sv->cfg, kv);
     set_key(&sv->cfg, "run.log_level=warn");
     replay_start(sv, replay_listen);
-    assert_int_equal(fl_paramserver_service_create(&sv->cfg, 0, &sv->params, &err), FL_OK);
+    assert_int_equal(fl_paramserver_service_create(NULL, 0, &sv->params, &err), FL_OK);
     assert_int_equal(
         fl_paramserver_service_start(sv->params, "127.0.0.1:0", sv->param_addr, sizeof sv->param_addr, &err), FL_OK);
 }

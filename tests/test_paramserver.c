@@ -14,7 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/config.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "paramserver/client.h"
@@ -34,12 +33,12 @@ typedef struct {
     char addr[256];
 } fixture;
 
-static fixture *start_on(const char *listen, const fl_config_t *cfg, int shard) {
+static fixture *start_on(const char *listen, const fl_paramserver_service_opts_t *opts, int shard) {
     fixture *f = calloc(1, sizeof *f);
     assert_non_null(f);
     fl_err_t err;
     fl_err_init(&err);
-    if (fl_paramserver_service_create(cfg, shard, &f->svc, &err) != FL_OK) fail_msg("create: %s", err.msg);
+    if (fl_paramserver_service_create(opts, shard, &f->svc, &err) != FL_OK) fail_msg("create: %s", err.msg);
     assert_int_equal(fl_paramserver_service_start(f->svc, listen, f->addr, sizeof f->addr, &err), FL_OK);
     assert_int_equal(fl_param_client_create(f->addr, &f->cl, &err), FL_OK);
     assert_int_equal(fl_rpc_channel_create(f->addr, 0, &f->ch, &err), FL_OK);
@@ -671,10 +670,10 @@ static void test_unix_socket_and_shard(void **state) {
     (void)state;
     char listen[128];
     snprintf(listen, sizeof listen, "unix:/tmp/fleet-test-ps-%d.sock", (int)getpid());
-    fl_config_t cfg;
-    fl_config_defaults(&cfg);
-    cfg.paramserver_shards = 3;
-    fixture *f = start_on(listen, &cfg, 2);
+    fl_paramserver_service_opts_t o;
+    fl_paramserver_service_opts_init(&o);
+    o.shards = 3;
+    fixture *f = start_on(listen, &o, 2);
     assert_string_equal(f->addr, listen);
     /* shard 2 of 3 owns [2, 3) of a 3-element vector: the whole vector is refused */
     float v[3] = {1.5f, 2.5f, 3.5f}, dst[3];

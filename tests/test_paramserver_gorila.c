@@ -17,7 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/config.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "kernels/optim.h"
@@ -29,26 +28,30 @@
 
 #include "paramserver_test_util.h"
 
-static fl_config_t gorila_cfg(int P, const char *optimizer, double lr, int learners) {
-    fl_config_t c;
-    fl_config_defaults(&c);
-    c.paramserver_shards = P;
-    snprintf(c.learner_mode, sizeof c.learner_mode, "gorila");
-    snprintf(c.learner_optimizer, sizeof c.learner_optimizer, "%s", optimizer);
-    c.learner_lr = lr;
-    c.learner_momentum = 0.0;
-    c.learner_count = learners;
-    return c;
+/* P gorila shards for `learners` learners, running `optimizer` with its defaults, lr
+ * and no momentum. */
+static fl_paramserver_service_opts_t gorila_opts(int P, const char *optimizer, double lr, int learners) {
+    fl_paramserver_service_opts_t o;
+    fl_paramserver_service_opts_init(&o);
+    o.mode = FL_PARAMSERVER_GORILA;
+    o.shards = P;
+    fl_optim_kind kind;
+    assert_int_equal(fl_optim_kind_from_name(optimizer, &kind, NULL), FL_OK);
+    o.optim = fl_optim_config_default(kind);
+    o.optim.lr = (float)lr;
+    o.optim.momentum = 0.0f;
+    o.learners = learners;
+    return o;
 }
 
 /* Two sgd learners (lr 0.1) under the wait policy with max_staleness 1: the reply to a
  * push two versions ahead of the slowest learner is held for up to timeout_s. */
-static fl_config_t wait_cfg(int P, double timeout_s) {
-    fl_config_t c = gorila_cfg(P, "sgd", 0.1, 2);
-    c.paramserver_max_staleness = 1;
-    snprintf(c.paramserver_stale_policy, sizeof c.paramserver_stale_policy, "wait");
-    c.paramserver_wait_timeout_s = timeout_s;
-    return c;
+static fl_paramserver_service_opts_t wait_opts(int P, double timeout_s) {
+    fl_paramserver_service_opts_t o = gorila_opts(P, "sgd", 0.1, 2);
+    o.max_staleness = 1;
+    o.stale_policy = FL_PARAMSERVER_STALE_WAIT;
+    o.wait_timeout_s = timeout_s;
+    return o;
 }
 
 static fl_param_client_t *client(cluster *c, uint32_t learner, int quantize) {
@@ -111,38 +114,23 @@ static void assert_close_vec(const float *got, const float *want, size_t n) {
             fail_msg("element %zu: %.9g, expected %.9g", i, (double)got[i], (double)want[i]);
 }
 
-/* The same optimizer as the shards (the learner's mapping of learner.* keys). */
-static fl_optim_t *reference_optimizer(const fl_config_t *c, size_t n) {
-    fl_optim_kind kind;
-    assert_int_equal(fl_optim_kind_from_name(c->learner_optimizer, &kind, NULL), FL_OK);
-    fl_optim_config_t oc = fl_optim_config_default(kind);
-    oc.lr = (float)c->learner_lr;
-    if (kind == FL_OPTIM_SGD) oc.momentum = (float)c->learner_momentum;
-    if (kind == FL_OPTIM_ADAM) {
-        oc.beta1 = (float)c->learner_adam_beta1;
-        oc.beta2 = (float)c->learner_adam_beta2;
-        oc.eps = (float)c->learner_adam_eps;
-    }
-    if (kind == FL_OPTIM_RMSPROP) {
-        oc.decay = (float)c->learner_rmsprop_decay;
-        oc.eps = (float)c->learner_rmsprop_eps;
-        oc.momentum = 0;
-    }
+/* The same optimizer as the shards. */
+static fl_optim_t *reference_optimizer(const fl_paramserver_service_opts_t *so, size_t n) {
     fl_optim_t *o;
-    assert_int_equal(fl_optim_create(&oc, n, &o, NULL), FL_OK);
+    assert_int_equal(fl_optim_create(&so->optim, n, &o, NULL), FL_OK);
     return o;
 }
 
 /* Pushes apply exactly the optimizer's step (elementwise, so one optimizer over the
  * whole vector is the reference for every shard's slice), one version per push. */
 static void optimizer_matches(int P, const char *optimizer, double lr, size_t n) {
-    fl_config_t cfg = gorila_cfg(P, optimizer, lr, 1);
-    cfg.learner_momentum = 0.5;
-    cluster *c = cluster_start(&cfg);
+    fl_paramserver_service_opts_t opts = gorila_opts(P, optimizer, lr, 1);
+    if (opts.optim.kind == FL_OPTIM_SGD) opts.optim.momentum = 0.5f;
+    cluster *c = cluster_start(&opts);
     fl_param_client_t *cl = client(c, 0, 0);
     float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g), *dst = malloc(n * sizeof *dst);
     fill(p, n, 1, 2.0f);
-    fl_optim_t *ref = reference_optimizer(&cfg, n);
+    fl_optim_t *ref = reference_optimizer(&opts, n);
     publish_ok(cl, 1, p, n);
     assert_int_equal(fetch_ok(cl, dst, n, NULL), 1);
     for (int k = 1; k <= 4; k++) {
@@ -202,9 +190,9 @@ static void test_optimizer_sgd_1_shard(void **state) {
 static void test_drop_policy(void **state) {
     (void)state;
     enum { N = 101 };
-    fl_config_t cfg = gorila_cfg(2, "sgd", 0.1, 2);
-    cfg.paramserver_max_staleness = 1;
-    cluster *c = cluster_start(&cfg);
+    fl_paramserver_service_opts_t opts = gorila_opts(2, "sgd", 0.1, 2);
+    opts.max_staleness = 1;
+    cluster *c = cluster_start(&opts);
     fl_param_client_t *a = client(c, 0, 0), *b = client(c, 1, 0);
     float p[N], g[N], dst[N];
     fill(p, N, 3, 1.0f);
@@ -258,9 +246,9 @@ static void test_drop_policy(void **state) {
 static void test_staleness_lr(void **state) {
     (void)state;
     enum { N = 64 };
-    fl_config_t cfg = gorila_cfg(1, "sgd", 0.1, 2);
-    cfg.paramserver_staleness_lr = 1;
-    cluster *c = cluster_start(&cfg);
+    fl_paramserver_service_opts_t opts = gorila_opts(1, "sgd", 0.1, 2);
+    opts.staleness_lr = 1;
+    cluster *c = cluster_start(&opts);
     fl_param_client_t *a = client(c, 0, 0), *b = client(c, 1, 0);
     float p[N], g[N], dst[N];
     fill(p, N, 5, 1.0f);
@@ -311,7 +299,7 @@ static void start_pusher(pusher *x, pthread_t *th, fl_param_client_t *cl, const 
 }
 
 /* Publishes p (filled here) as version 1 through fast, then pushes g (filled here) so
- * that the clocks of fast and slow are (2, 1): under wait_cfg the next push of fast is
+ * that the clocks of fast and slow are (2, 1): under wait_opts the next push of fast is
  * held. */
 static void reach_the_bound(fl_param_client_t *fast, fl_param_client_t *slow, float *p, float *g, size_t n) {
     fill(p, n, 9, 1.0f);
@@ -338,8 +326,8 @@ static void await_waits(fl_param_client_t *cl, int P, uint64_t waits) {
 static void test_wait_policy(void **state) {
     (void)state;
     enum { N = 50 };
-    fl_config_t cfg = wait_cfg(2, 120);
-    cluster *c = cluster_start(&cfg);
+    fl_paramserver_service_opts_t opts = wait_opts(2, 120);
+    cluster *c = cluster_start(&opts);
     fl_param_client_t *fast = client(c, 0, 0), *slow = client(c, 1, 0), *obs = client(c, 0, 0);
     float p[N], g[N], dst[N];
     fill(p, N, 7, 1.0f);
@@ -386,8 +374,8 @@ static void test_wait_policy(void **state) {
 static void test_wait_timeout(void **state) {
     (void)state;
     enum { N = 10 };
-    fl_config_t cfg = wait_cfg(1, 0.2);
-    cluster *c = cluster_start(&cfg);
+    fl_paramserver_service_opts_t opts = wait_opts(1, 0.2);
+    cluster *c = cluster_start(&opts);
     fl_param_client_t *fast = client(c, 0, 0), *slow = client(c, 1, 0);
     float p[N], g[N];
     reach_the_bound(fast, slow, p, g, N);
@@ -409,8 +397,8 @@ static void test_wait_timeout(void **state) {
 static void test_wait_released_by_stop(void **state) {
     (void)state;
     enum { N = 10 };
-    fl_config_t cfg = wait_cfg(1, 600);
-    cluster *c = cluster_start(&cfg);
+    fl_paramserver_service_opts_t opts = wait_opts(1, 600);
+    cluster *c = cluster_start(&opts);
     fl_param_client_t *fast = client(c, 0, 0), *slow = client(c, 1, 0);
     float p[N], g[N];
     reach_the_bound(fast, slow, p, g, N);
@@ -456,8 +444,8 @@ static fl_status raw_push(fl_rpc_channel_t *ch, uint32_t learner, uint64_t based
 static void test_malformed_pushes(void **state) {
     (void)state;
     enum { N = 10 };
-    fl_config_t cfg = gorila_cfg(2, "sgd", 0.1, 2);
-    cluster *c = cluster_start(&cfg);
+    fl_paramserver_service_opts_t opts = gorila_opts(2, "sgd", 0.1, 2);
+    cluster *c = cluster_start(&opts);
     fl_param_client_t *cl = client(c, 0, 0);
     float p[N], g[N], dst[N];
     fill(p, N, 11, 1.0f);
@@ -529,8 +517,8 @@ static void test_malformed_pushes(void **state) {
 static void test_quantized_push(void **state) {
     (void)state;
     enum { N = 20003, P = 2 };
-    fl_config_t cfg = gorila_cfg(P, "sgd", 1.0, 2);
-    cluster *c = cluster_start(&cfg);
+    fl_paramserver_service_opts_t opts = gorila_opts(P, "sgd", 1.0, 2);
+    cluster *c = cluster_start(&opts);
     fl_param_client_t *q = client(c, 0, 1), *f = client(c, 1, 0);
     float *p = malloc(N * sizeof *p), *g = malloc(N * sizeof *g), *dst = malloc(N * sizeof *dst);
     float *resid = calloc(N, sizeof *resid), *d = malloc(N * sizeof *d);
@@ -579,15 +567,15 @@ static void test_quantized_push(void **state) {
  * applying ordinary pushes exactly as before. */
 static void overflow_refused(const char *optimizer, double lr, float big, const char *what) {
     enum { N = 8, P = 2 };
-    fl_config_t cfg = gorila_cfg(P, optimizer, lr, 1);
-    cluster *c = cluster_start(&cfg);
+    fl_paramserver_service_opts_t opts = gorila_opts(P, optimizer, lr, 1);
+    cluster *c = cluster_start(&opts);
     fl_param_client_t *cl = client(c, 0, 0);
     float p[N], g[N], dst[N];
     fill(p, N, 21, 1.0f);
     fill(g, N, 22, 1.0f);
     publish_ok(cl, 1, p, N);
     fetch_ok(cl, dst, N, NULL);
-    fl_optim_t *ref = reference_optimizer(&cfg, N);
+    fl_optim_t *ref = reference_optimizer(&opts, N);
     float ref_p[N];
     memcpy(ref_p, p, sizeof p);
     /* one ordinary push first, so that the optimizer has state to keep */

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/config.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "paramserver/client.h"
@@ -30,10 +29,10 @@
 /* P shards (paramserver.shards = P, defaults otherwise) and c->cl, a client over all of
  * them with opts. */
 static cluster *start(int P, const fl_param_client_opts_t *opts) {
-    fl_config_t cfg;
-    fl_config_defaults(&cfg);
-    cfg.paramserver_shards = P;
-    cluster *c = cluster_start(&cfg);
+    fl_paramserver_service_opts_t so;
+    fl_paramserver_service_opts_init(&so);
+    so.shards = P;
+    cluster *c = cluster_start(&so);
     fl_err_t err;
     fl_err_init(&err);
     if (fl_param_client_create_opts(c->addrs, opts, &c->cl, &err) != FL_OK) fail_msg("client: %s", err.msg);

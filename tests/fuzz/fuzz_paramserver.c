@@ -6,7 +6,7 @@
  * calls (fl__paramserver_service_call), so every input is reproducible on its own.
  *
  * Input layout:
- *   byte 0, byte 1   the shard's configuration (see make_config): learner.mode apex or
+ *   byte 0, byte 1   the shard's options (see make_opts): learner.mode apex or
  *                    gorila; paramserver.shards P in 1..4 and the shard s < P; stale
  *                    policy drop or wait; max_staleness 0, 1, 2 or 5; staleness_lr;
  *                    optimizer sgd, adam or rmsprop; lr; learner.count 1..3. The wait
@@ -51,8 +51,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/config.h"
 #include "fleet.pb-c.h"
+#include "kernels/optim.h"
 #include "paramserver/quantize.h"
 #include "paramserver/server.h"
 #include "paramserver/shard.h"
@@ -71,6 +71,7 @@ typedef struct {
     fl_paramserver_service_t *svc;
     int gorila, P, s, learners, wait, staleness_lr;
     uint64_t max_staleness;
+    double lr;
     /* held state */
     uint64_t version;
     int has_geom;
@@ -81,10 +82,10 @@ typedef struct {
     uint64_t publishes, fetches, fetches_bf16, applied, dropped, waits, wait_timeouts, push_bytes;
 } shard_t;
 
-/* ------------------------------------------------------------ config ---- */
+/* ----------------------------------------------------------- options ---- */
 
-static void make_config(fl_config_t *c, uint8_t b0, uint8_t b1, shard_t *sh) {
-    fl_config_defaults(c);
+static void make_opts(fl_paramserver_service_opts_t *o, uint8_t b0, uint8_t b1, shard_t *sh) {
+    fl_paramserver_service_opts_init(o);
     sh->gorila = b0 & 1;
     sh->P = 1 + ((b0 >> 1) & 3);
     sh->s = b1 % sh->P;
@@ -92,20 +93,22 @@ static void make_config(fl_config_t *c, uint8_t b0, uint8_t b1, shard_t *sh) {
     static const int64_t stal[4] = {0, 1, 2, 5};
     sh->max_staleness = (uint64_t)stal[(b0 >> 4) & 3];
     sh->staleness_lr = (b0 >> 6) & 1;
-    static const char *const opt[3] = {"sgd", "adam", "rmsprop"};
+    static const fl_optim_kind opt[3] = {FL_OPTIM_SGD, FL_OPTIM_ADAM, FL_OPTIM_RMSPROP};
     static const double lrs[4] = {6.25e-5, 0.01, 1.0, 10.0}; /* learner.lr is in [0, 10] */
     sh->learners = 1 + (b1 >> 6) % 3;
-    snprintf(c->learner_mode, sizeof c->learner_mode, "%s", sh->gorila ? "gorila" : "apex");
-    c->paramserver_shards = sh->P;
-    snprintf(c->paramserver_stale_policy, sizeof c->paramserver_stale_policy, "%s", sh->wait ? "wait" : "drop");
-    c->paramserver_max_staleness = (int64_t)sh->max_staleness;
-    c->paramserver_staleness_lr = sh->staleness_lr;
+    o->mode = sh->gorila ? FL_PARAMSERVER_GORILA : FL_PARAMSERVER_APEX;
+    o->shards = sh->P;
+    o->stale_policy = sh->wait ? FL_PARAMSERVER_STALE_WAIT : FL_PARAMSERVER_STALE_DROP;
+    o->max_staleness = sh->max_staleness;
+    o->staleness_lr = sh->staleness_lr;
     /* A held reply must not block the fuzzer's thread: with one learner nothing waits;
      * with more, a wait times out at once. */
-    c->paramserver_wait_timeout_s = sh->learners > 1 ? 0.0 : 30.0;
-    snprintf(c->learner_optimizer, sizeof c->learner_optimizer, "%s", opt[((b1 >> 2) & 3) % 3]);
-    c->learner_lr = lrs[(b1 >> 4) & 3];
-    c->learner_count = sh->learners;
+    o->wait_timeout_s = sh->learners > 1 ? 0.0 : 30.0;
+    /* The optimizer's defaults (those of the learner.* keys) with the chosen lr. */
+    o->optim = fl_optim_config_default(opt[((b1 >> 2) & 3) % 3]);
+    sh->lr = lrs[(b1 >> 4) & 3];
+    o->optim.lr = (float)sh->lr;
+    o->learners = sh->learners;
 }
 
 /* ------------------------------------------------------------- calls ---- */
@@ -549,16 +552,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
     shard_t sh;
     memset(&sh, 0, sizeof sh);
-    fl_config_t cfg;
-    make_config(&cfg, data[0], data[1], &sh);
+    fl_paramserver_service_opts_t opts;
+    make_opts(&opts, data[0], data[1], &sh);
     fl_err_t err;
     fl_err_init(&err);
-    if (fl__paramserver_service_create_local(&cfg, sh.s, &sh.svc, &err) != FL_OK)
+    if (fl__paramserver_service_create_local(&opts, sh.s, &sh.svc, &err) != FL_OK)
         FAIL("cannot create shard %d of %d: %s", sh.s, sh.P, err.msg);
     if (tracing())
         fprintf(stderr, "shard %d of %d, %s, %s, max_staleness %llu, %s lr %g, %d learner(s)\n", sh.s, sh.P,
-                cfg.learner_mode, cfg.paramserver_stale_policy, (unsigned long long)sh.max_staleness,
-                cfg.learner_optimizer, cfg.learner_lr, sh.learners);
+                sh.gorila ? "gorila" : "apex", sh.wait ? "wait" : "drop", (unsigned long long)sh.max_staleness,
+                fl_optim_kind_name(opts.optim.kind), sh.lr, sh.learners);
     size_t pos = 2;
     for (int ops = 0; ops < MAX_OPS && pos < size; ops++) {
         uint8_t op = data[pos++];

@@ -1,0 +1,42 @@
+/* options: the one place where a configuration (common/config.h) becomes the options of
+ * the modules the roles run. Every module takes its own options struct, declared in its
+ * own header, and none of them reads fl_config_t; the functions below say which key
+ * goes where, and turn the config's enum strings (env.rng, learner.mode,
+ * paramserver.stale_policy) into the modules' C enums.
+ *
+ * Strings in the filled structs point into the config, which must outlive them (a
+ * module that keeps a string copies it, see each header). */
+#ifndef FL_CLI_OPTIONS_H
+#define FL_CLI_OPTIONS_H
+
+#include "actors/actor.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "envs/plugin.h"
+#include "envs/wrappers.h"
+#include "paramserver/server.h"
+
+/* env.*: the environment every role opens (envs/plugin.h). */
+void fl_options_env(const fl_config_t *c, fl_env_factory_opts_t *out);
+
+/* fl_options_env, then fl_env_create_wrapped: the wrapped env of the config. Errors name
+ * the key (env.name, env.plugin or env.wrappers). */
+fl_status fl_options_open_env(const fl_config_t *c, fl_wrapped_env_t **out, fl_err_t *err);
+
+/* What an actor reads (actors/actor.h): env.*, actor.*, learner.n_step and
+ * learner.gamma, model.spec and model.input_scale, replay.shards, run.seed and
+ * run.progress_every. */
+void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out);
+
+/* What a parameter-server shard reads (paramserver/server.h): learner.mode,
+ * paramserver.*, learner.count and, with learner.mode = gorila, the optimizer
+ * (fl_options_optimizer; apex shards run none and keep the default). FL_INVALID_ARGUMENT
+ * for an unknown learner.optimizer (which a loaded config cannot hold). */
+fl_status fl_options_paramserver(const fl_config_t *c, fl_paramserver_service_opts_t *out, fl_err_t *err);
+
+/* The optimizer of the learner.* keys: learner.optimizer with learner.lr, and
+ * learner.momentum (sgd), learner.adam_beta1/beta2/eps (adam) or
+ * learner.rmsprop_decay/eps (rmsprop, centered, without momentum). */
+fl_status fl_options_optimizer(const fl_config_t *c, fl_optim_config_t *out, fl_err_t *err);
+
+#endif

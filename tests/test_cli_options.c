@@ -1,0 +1,262 @@
+/* Tests of cli/options: the mapping from a configuration to the options of the env
+ * factory, the actor and the parameter-server service. The defaults of a config map to
+ * each module's own defaults (fl_*_opts_init), every key reaches its field, the config's
+ * enum strings become the modules' C enums, and the optimizer is the learner's. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cli/options.h"
+
+static void set(fl_config_t *c, const char *kv) {
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_config_set(c, kv, &err) != FL_OK) fail_msg("--set %s: %s", kv, err.msg);
+}
+
+static void assert_env_equal(const fl_env_factory_opts_t *a, const fl_env_factory_opts_t *b) {
+    assert_string_equal(a->name, b->name);
+    assert_string_equal(a->plugin, b->plugin);
+    assert_string_equal(a->wrappers, b->wrappers);
+    assert_int_equal(a->max_episode_steps, b->max_episode_steps);
+    assert_int_equal(a->num_envs, b->num_envs);
+    assert_true(a->sticky_actions == b->sticky_actions);
+    assert_int_equal(a->difficulty_ramping, b->difficulty_ramping);
+    assert_int_equal(a->rng, b->rng);
+    assert_string_equal(a->args, b->args);
+}
+
+static void assert_optim_equal(const fl_optim_config_t *a, const fl_optim_config_t *b) {
+    assert_int_equal(a->kind, b->kind);
+    assert_true(a->lr == b->lr);
+    assert_true(a->beta1 == b->beta1);
+    assert_true(a->beta2 == b->beta2);
+    assert_true(a->eps == b->eps);
+    assert_true(a->decay == b->decay);
+    assert_true(a->momentum == b->momentum);
+}
+
+/* A config with no file and no --set gives each module its own defaults. */
+static void test_defaults(void **unused) {
+    (void)unused;
+    fl_config_t c;
+    fl_config_defaults(&c);
+
+    fl_env_factory_opts_t e, e0;
+    fl_options_env(&c, &e);
+    fl_env_factory_opts_init(&e0);
+    assert_env_equal(&e, &e0);
+
+    fl_actor_opts_t a, a0;
+    fl_options_actor(&c, &a);
+    fl_actor_opts_init(&a0);
+    assert_env_equal(&a.env, &a0.env);
+    assert_int_equal(a.count, a0.count);
+    assert_true(a.eps_base == a0.eps_base);
+    assert_true(a.eps_alpha == a0.eps_alpha);
+    assert_int_equal(a.local_buffer, a0.local_buffer);
+    assert_int_equal(a.sync_every, a0.sync_every);
+    assert_int_equal(a.fetch_bf16, a0.fetch_bf16);
+    assert_int_equal(a.max_steps, a0.max_steps);
+    assert_int_equal(a.n_step, a0.n_step);
+    assert_true(a.gamma == a0.gamma);
+    assert_string_equal(a.model_spec, a0.model_spec);
+    assert_true(a.input_scale == a0.input_scale);
+    assert_int_equal(a.replay_shards, a0.replay_shards);
+    assert_int_equal(a.seed, a0.seed);
+    assert_true(a.progress_every == a0.progress_every);
+
+    fl_paramserver_service_opts_t p, p0;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_options_paramserver(&c, &p, &err), FL_OK);
+    fl_paramserver_service_opts_init(&p0);
+    assert_int_equal(p.mode, p0.mode);
+    assert_int_equal(p.shards, p0.shards);
+    assert_int_equal(p.learners, p0.learners);
+    assert_int_equal(p.max_staleness, p0.max_staleness);
+    assert_int_equal(p.stale_policy, p0.stale_policy);
+    assert_int_equal(p.staleness_lr, p0.staleness_lr);
+    assert_true(p.wait_timeout_s == p0.wait_timeout_s);
+    assert_int_equal(p.threads, p0.threads);
+    assert_optim_equal(&p.optim, &p0.optim);
+    /* The default optimizer (rmsprop) mapped as a gorila shard would: the same. */
+    fl_optim_config_t o;
+    assert_int_equal(fl_options_optimizer(&c, &o, &err), FL_OK);
+    assert_optim_equal(&o, &p0.optim);
+}
+
+static void test_env(void **unused) {
+    (void)unused;
+    fl_config_t c;
+    fl_config_defaults(&c);
+    set(&c, "env.name=minatar-breakout");
+    set(&c, "env.plugin=libx.so");
+    set(&c, "env.wrappers=framestack(2)");
+    set(&c, "env.max_episode_steps=77");
+    set(&c, "env.num_envs=5");
+    set(&c, "env.sticky_actions=0.25");
+    set(&c, "env.difficulty_ramping=false");
+    set(&c, "env.rng=Reference");
+    set(&c, "env.args=slip=0.5");
+    fl_env_factory_opts_t e;
+    fl_options_env(&c, &e);
+    assert_string_equal(e.name, "minatar-breakout");
+    assert_string_equal(e.plugin, "libx.so");
+    assert_string_equal(e.wrappers, "framestack(2)");
+    assert_int_equal(e.max_episode_steps, 77);
+    assert_int_equal(e.num_envs, 5);
+    assert_true(e.sticky_actions == 0.25);
+    assert_int_equal(e.difficulty_ramping, 0);
+    assert_int_equal(e.rng, FL_ENV_RNG_REFERENCE);
+    assert_string_equal(e.args, "slip=0.5");
+    fl_env_options_t io;
+    fl_env_instance_options(&e, &io);
+    assert_true(io.sticky_prob == 0.25f);
+    assert_int_equal(io.difficulty_ramping, 0);
+    assert_int_equal(io.reference_rng, 1);
+    assert_string_equal(io.args, "slip=0.5");
+    set(&c, "env.rng=fleet");
+    fl_options_env(&c, &e);
+    assert_int_equal(e.rng, FL_ENV_RNG_FLEET);
+}
+
+/* fl_options_open_env: the config's env, or an error naming the key. */
+static void test_open_env(void **unused) {
+    (void)unused;
+    fl_config_t c;
+    fl_config_defaults(&c);
+    set(&c, "env.wrappers=framestack(3)");
+    fl_wrapped_env_t *w = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_options_open_env(&c, &w, &err), FL_OK);
+    assert_int_equal(fl_wrapped_env_info(w)->obs_shape[0], 12);
+    fl_wrapped_env_destroy(w);
+    set(&c, "env.name=no-such-env");
+    assert_int_equal(fl_options_open_env(&c, &w, &err), FL_NOT_FOUND);
+    assert_null(w);
+    assert_true(strncmp(err.msg, "env.name: ", strlen("env.name: ")) == 0);
+}
+
+static void test_actor(void **unused) {
+    (void)unused;
+    fl_config_t c;
+    fl_config_defaults(&c);
+    set(&c, "env.num_envs=3");
+    set(&c, "actor.count=9");
+    set(&c, "actor.eps_base=0.5");
+    set(&c, "actor.eps_alpha=3");
+    set(&c, "actor.local_buffer=17");
+    set(&c, "actor.sync_every=19");
+    set(&c, "actor.fetch_bf16=true");
+    set(&c, "actor.max_steps=1000000000000");
+    set(&c, "learner.n_step=5");
+    set(&c, "learner.gamma=0.5");
+    set(&c, "model.spec=dense(4) relu");
+    set(&c, "model.input_scale=255");
+    set(&c, "replay.shards=4");
+    set(&c, "run.seed=2147483647");
+    set(&c, "run.progress_every=0.25");
+    fl_actor_opts_t a;
+    fl_options_actor(&c, &a);
+    assert_int_equal(a.env.num_envs, 3);
+    assert_string_equal(a.env.name, "cartpole");
+    assert_int_equal(a.count, 9);
+    assert_true(a.eps_base == 0.5);
+    assert_true(a.eps_alpha == 3);
+    assert_int_equal(a.local_buffer, 17);
+    assert_int_equal(a.sync_every, 19);
+    assert_int_equal(a.fetch_bf16, 1);
+    assert_int_equal(a.max_steps, 1000000000000LL);
+    assert_int_equal(a.n_step, 5);
+    assert_true(a.gamma == 0.5);
+    assert_string_equal(a.model_spec, "dense(4) relu");
+    assert_true(a.input_scale == 255);
+    assert_int_equal(a.replay_shards, 4);
+    assert_int_equal(a.seed, 2147483647);
+    assert_true(a.progress_every == 0.25);
+}
+
+static void test_paramserver(void **unused) {
+    (void)unused;
+    fl_config_t c;
+    fl_config_defaults(&c);
+    set(&c, "paramserver.shards=3");
+    set(&c, "paramserver.max_staleness=4");
+    set(&c, "paramserver.stale_policy=Wait");
+    set(&c, "paramserver.staleness_lr=true");
+    set(&c, "paramserver.wait_timeout_s=2.5");
+    set(&c, "learner.count=6");
+    set(&c, "learner.optimizer=adam");
+    set(&c, "learner.lr=0.125");
+    fl_paramserver_service_opts_t p, p0;
+    fl_paramserver_service_opts_init(&p0);
+    fl_err_t err;
+    fl_err_init(&err);
+    /* apex: the shards run no optimizer, it keeps the default */
+    assert_int_equal(fl_options_paramserver(&c, &p, &err), FL_OK);
+    assert_int_equal(p.mode, FL_PARAMSERVER_APEX);
+    assert_int_equal(p.shards, 3);
+    assert_optim_equal(&p.optim, &p0.optim);
+    set(&c, "learner.mode=gorila");
+    assert_int_equal(fl_options_paramserver(&c, &p, &err), FL_OK);
+    assert_int_equal(p.mode, FL_PARAMSERVER_GORILA);
+    assert_int_equal(p.shards, 3);
+    assert_int_equal(p.learners, 6);
+    assert_int_equal(p.max_staleness, 4);
+    assert_int_equal(p.stale_policy, FL_PARAMSERVER_STALE_WAIT);
+    assert_int_equal(p.staleness_lr, 1);
+    assert_true(p.wait_timeout_s == 2.5);
+    assert_int_equal(p.threads, 0);
+    assert_int_equal(p.optim.kind, FL_OPTIM_ADAM);
+    assert_true(p.optim.lr == 0.125f);
+    set(&c, "paramserver.stale_policy=drop");
+    assert_int_equal(fl_options_paramserver(&c, &p, &err), FL_OK);
+    assert_int_equal(p.stale_policy, FL_PARAMSERVER_STALE_DROP);
+    /* a name no config holds */
+    snprintf(c.learner_optimizer, sizeof c.learner_optimizer, "lion");
+    assert_int_equal(fl_options_paramserver(&c, &p, &err), FL_INVALID_ARGUMENT);
+}
+
+/* The learner.* optimizer keys: each optimizer takes its own. */
+static void test_optimizer(void **unused) {
+    (void)unused;
+    fl_config_t c;
+    fl_config_defaults(&c);
+    set(&c, "learner.lr=0.5");
+    set(&c, "learner.momentum=0.25");
+    set(&c, "learner.adam_beta1=0.5");
+    set(&c, "learner.adam_beta2=0.75");
+    set(&c, "learner.adam_eps=0.125");
+    set(&c, "learner.rmsprop_decay=0.625");
+    set(&c, "learner.rmsprop_eps=0.0625");
+    fl_optim_config_t o;
+    fl_err_t err;
+    fl_err_init(&err);
+    set(&c, "learner.optimizer=sgd");
+    assert_int_equal(fl_options_optimizer(&c, &o, &err), FL_OK);
+    assert_int_equal(o.kind, FL_OPTIM_SGD);
+    assert_true(o.lr == 0.5f && o.momentum == 0.25f);
+    set(&c, "learner.optimizer=adam");
+    assert_int_equal(fl_options_optimizer(&c, &o, &err), FL_OK);
+    assert_int_equal(o.kind, FL_OPTIM_ADAM);
+    assert_true(o.lr == 0.5f && o.beta1 == 0.5f && o.beta2 == 0.75f && o.eps == 0.125f);
+    set(&c, "learner.optimizer=rmsprop");
+    assert_int_equal(fl_options_optimizer(&c, &o, &err), FL_OK);
+    assert_int_equal(o.kind, FL_OPTIM_RMSPROP);
+    assert_true(o.lr == 0.5f && o.decay == 0.625f && o.eps == 0.0625f);
+    assert_true(o.momentum == 0.0f); /* learner.momentum is SGD's */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults), cmocka_unit_test(test_env),         cmocka_unit_test(test_open_env),
+        cmocka_unit_test(test_actor),    cmocka_unit_test(test_paramserver), cmocka_unit_test(test_optimizer),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
