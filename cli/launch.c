@@ -277,247 +277,350 @@ static void param_info_all(fl_param_client_t *ps, fl_param_info_t *sum) {
     *sum = acc;
 }
 
-int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_list, const fl_launch_ops_t *ops,
-                      void *ctx, int exit_code, const char *reason_in) {
-    const fl_config_t *cfg = &L->cfg;
-    fleet_state_t *fs = &L->fs;
+/* ------------------------------------------------------------ the monitor ---- */
+
+/* What fl_launch_monitor works with, from the first progress line to the summary. */
+typedef struct monitor {
+    fl_launch_t *L;
+    const fl_launch_ops_t *ops;
+    void *ctx;
+    int R;      /* replay shards */
+    int gorila; /* learner.mode = gorila: the learners' steps add up */
+    int exit_code;
     char reason[512];
-    snprintf(reason, sizeof reason, "%s", reason_in ? reason_in : "");
-    const int R = (int)cfg->replay_shards;
-    int gorila = strcmp(cfg->learner_mode, "gorila") == 0;
-    fl_replay_sharded_t *rc_client = NULL;
-    fl_replay_info_t *shard_info = calloc((size_t)R, sizeof *shard_info);
-    fl_param_client_t *ps_client = NULL;
-    FILE *csv = NULL, *roles = NULL;
-    uint64_t last_inserted = 0, last_env = 0, last_learner = 0, last_samples = 0;
-    double last_t = fl_clock_sec();
-    fl_replay_info_t rinfo;
-    memset(&rinfo, 0, sizeof rinfo);
+    fl_replay_sharded_t *replay;
+    fl_replay_info_t rinfo;       /* summed over the shards */
+    fl_replay_info_t *shard_info; /* per shard, R of them (NULL when out of memory) */
+    fl_param_client_t *ps;
     fl_param_info_t pinfo;
-    memset(&pinfo, 0, sizeof pinfo);
-    uint64_t ep_count = 0;
-    double mret = 0;
-    if (!exit_code) {
-        fl_replay_sharded_create(replay_list, 0, &rc_client, NULL);
-        fl_param_client_create(ps_list, &ps_client, NULL);
-        csv = fopen(L->csv_path, "w");
-        if (csv) {
-            fprintf(csv, "time_s,env_steps,env_steps_per_s,episodes,mean_return_100,replay_size,replay_inserted,"
-                         "replay_inserts_per_s,learner_steps,learner_steps_per_s,samples_per_s,loss,wait_fraction,"
-                         "param_version,version_lag,pushes_applied,pushes_dropped");
-            for (int b = 0; b < STALENESS_BUCKETS; b++)
-                fprintf(csv, ",staleness_%s", staleness_names[b]);
-            fprintf(csv, "\n");
-            fflush(csv);
-        }
-        roles = fopen(L->roles_path, "w");
-        if (roles) {
-            fprintf(roles, "time_s,role,index,env_steps,env_steps_per_s,param_version,version_lag,learner_steps,"
-                           "learner_steps_per_s,samples_per_s,loss\n");
-            fflush(roles);
-        }
-        double next = fl_clock_sec() + cfg->run_progress_every;
-        while (!exit_code) {
-            if (fl_stop_requested()) {
-                snprintf(reason, sizeof reason, "interrupted (signal %d)", fl_stop_signal());
-                break;
-            }
-            if (ops->dead(ctx, reason, sizeof reason)) {
-                FL_ERROR("%s: stopping the fleet", reason);
-                exit_code = 1;
-                break;
-            }
-            double now = fl_clock_sec();
-            if (now < next) {
-                fl_sleep_sec(fmin(0.05, next - now));
-                continue;
-            }
-            next += cfg->run_progress_every;
-            if (next < now) next = now + cfg->run_progress_every;
-            if (rc_client) fl_replay_sharded_info(rc_client, 1000, &rinfo, shard_info, NULL);
-            param_info_all(ps_client, &pinfo);
-            double dt = now - last_t, el = now - L->t_start;
-            pthread_mutex_lock(&fs->mu);
-            uint64_t env = 0, min_version = UINT64_MAX;
-            for (int a = 0; a < fs->n_actors; a++) {
-                role_state_t *A = &fs->actors[a];
-                env += A->env_steps;
-                if (A->version < min_version) min_version = A->version;
-                if (roles && A->seen) {
-                    uint64_t alag = pinfo.version > A->version ? pinfo.version - A->version : 0;
-                    fprintf(roles, "%.3f,actor,%d,%llu,%.1f,%llu,%llu,,,,\n", el, a, (unsigned long long)A->env_steps,
-                            (double)(A->env_steps - A->last_env) / dt, (unsigned long long)A->version,
-                            (unsigned long long)alag);
-                }
-                A->last_env = A->env_steps;
-            }
-            /* Learners: apex learners step together (learner 0's count); gorila learners
-             * each push their own gradients (the sum). Samples add up either way. */
-            uint64_t lsteps = 0, lsamples = 0;
-            double loss = 0, wait = 0;
-            int seen = 0;
-            for (int i = 0; i < fs->n_learners; i++) {
-                role_state_t *Ln = &fs->learners[i];
-                if (!Ln->seen) continue;
-                seen++;
-                lsteps = gorila ? lsteps + Ln->learner_steps : (i == 0 ? Ln->learner_steps : lsteps);
-                lsamples += Ln->samples;
-                loss += Ln->loss;
-                wait += Ln->wait_fraction;
-                if (roles)
-                    fprintf(roles, "%.3f,learner,%d,,,%llu,,%llu,%.2f,%.1f,%.6g\n", el, i,
-                            (unsigned long long)Ln->version, (unsigned long long)Ln->learner_steps,
-                            (double)(Ln->learner_steps - Ln->last_steps) / dt,
-                            (double)(Ln->samples - Ln->last_samples) / dt, Ln->loss);
-                Ln->last_steps = Ln->learner_steps;
-                Ln->last_samples = Ln->samples;
-            }
-            if (seen) {
-                loss /= seen;
-                wait /= seen;
-            }
-            mret = mean_return(fs, &ep_count);
-            uint64_t episodes = fs->n_returns;
-            pthread_mutex_unlock(&fs->mu);
-            if (roles) fflush(roles);
-            double env_rate = (double)(env - last_env) / dt;
-            double ins_rate = (double)(rinfo.inserted - last_inserted) / dt;
-            double upd_rate = (double)(lsteps - last_learner) / dt;
-            double smp_rate = (double)(lsamples - last_samples) / dt;
-            uint64_t lag = (min_version == UINT64_MAX || pinfo.version < min_version) ? 0 : pinfo.version - min_version;
-            printf("[%6.1fs] env %7.0f steps/s | replay %8llu (+%6.0f/s) | learner %6.1f upd/s %8.0f smp/s loss %8.4f "
-                   "| return %7.1f (%llu ep) | version %llu lag %llu",
-                   el, env_rate, (unsigned long long)rinfo.size, ins_rate, upd_rate, smp_rate, loss, mret,
-                   (unsigned long long)episodes, (unsigned long long)pinfo.version, (unsigned long long)lag);
-            if (gorila)
-                printf(" | pushes %llu applied %llu dropped", (unsigned long long)pinfo.pushes_applied,
-                       (unsigned long long)pinfo.pushes_dropped);
-            printf("\n");
-            fflush(stdout);
-            if (csv) {
-                fprintf(csv, "%.3f,%llu,%.1f,%llu,%.3f,%llu,%llu,%.1f,%llu,%.2f,%.1f,%.6g,%.4f,%llu,%llu,%llu,%llu", el,
-                        (unsigned long long)env, env_rate, (unsigned long long)episodes, mret,
-                        (unsigned long long)rinfo.size, (unsigned long long)rinfo.inserted, ins_rate,
-                        (unsigned long long)lsteps, upd_rate, smp_rate, loss, wait, (unsigned long long)pinfo.version,
-                        (unsigned long long)lag, (unsigned long long)pinfo.pushes_applied,
-                        (unsigned long long)pinfo.pushes_dropped);
-                for (int b = 0; b < STALENESS_BUCKETS; b++)
-                    fprintf(csv, ",%llu", (unsigned long long)pinfo.staleness_hist[b]);
-                fprintf(csv, "\n");
-                fflush(csv);
-            }
-            last_t = now;
-            last_env = env;
-            last_inserted = rinfo.inserted;
-            last_learner = lsteps;
-            last_samples = lsamples;
-            if (cfg->run_stop_at_target && ep_count >= RETURN_WINDOW && mret >= cfg->run_target_return) {
-                snprintf(reason, sizeof reason, "target reached: mean return %.1f >= %g over the last %d episodes",
-                         mret, cfg->run_target_return, RETURN_WINDOW);
-                break;
-            }
-            if (cfg->run_max_seconds > 0 && el >= cfg->run_max_seconds) {
-                snprintf(reason, sizeof reason, "time limit: %.0f s", cfg->run_max_seconds);
-                break;
-            }
-        }
+    FILE *csv, *roles; /* metrics.csv, roles.csv (NULL when they could not be opened) */
+    /* The fleet's figures at the previous progress line. */
+    double last_t;
+    uint64_t last_inserted, last_env, last_learner, last_samples;
+} monitor_t;
+
+/* One period's figures from the roles' reports. */
+typedef struct figures {
+    uint64_t env, min_version; /* actors: env steps (sum), oldest parameter version */
+    uint64_t lsteps, lsamples; /* learners: steps (see learner_figures), samples (sum) */
+    double loss, wait;         /* learners' means */
+    double mret;               /* mean return over the last ep_count (<= RETURN_WINDOW) episodes */
+    uint64_t ep_count, episodes;
+} figures_t;
+
+/* The fleet's figures at the end, for summary.txt and the last line. */
+typedef struct totals {
+    uint64_t acked, env, lsteps, episodes, ep_count;
+    double mret, best;
+} totals_t;
+
+/* Opens the services' clients and metrics.csv and roles.csv with their headers. */
+static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_list) {
+    fl_replay_sharded_create(replay_list, 0, &M->replay, NULL);
+    fl_param_client_create(ps_list, &M->ps, NULL);
+    M->csv = fopen(M->L->csv_path, "w");
+    if (M->csv) {
+        fprintf(M->csv, "time_s,env_steps,env_steps_per_s,episodes,mean_return_100,replay_size,replay_inserted,"
+                        "replay_inserts_per_s,learner_steps,learner_steps_per_s,samples_per_s,loss,wait_fraction,"
+                        "param_version,version_lag,pushes_applied,pushes_dropped");
+        for (int b = 0; b < STALENESS_BUCKETS; b++) fprintf(M->csv, ",staleness_%s", staleness_names[b]);
+        fprintf(M->csv, "\n");
+        fflush(M->csv);
     }
-    double elapsed = fl_clock_sec() - L->t_start;
+    M->roles = fopen(M->L->roles_path, "w");
+    if (M->roles) {
+        fprintf(M->roles, "time_s,role,index,env_steps,env_steps_per_s,param_version,version_lag,learner_steps,"
+                          "learner_steps_per_s,samples_per_s,loss\n");
+        fflush(M->roles);
+    }
+}
 
-    /* Ordered stop: actors first, while the learners still sample (with a rate limit, an
-     * actor's last inserts may wait for the learners' samples), then learners, then the
-     * services. Each kind is asked through Control, then by the launcher's own means. */
-    pthread_mutex_lock(&fs->mu);
-    fs->stop_actors = 1;
-    pthread_mutex_unlock(&fs->mu);
-    ops->stop(ctx, "actor", 15);
-    pthread_mutex_lock(&fs->mu);
-    fs->stop_learners = 1;
-    pthread_mutex_unlock(&fs->mu);
-    ops->stop(ctx, "learner", 15);
-    pthread_mutex_lock(&fs->mu);
-    fs->stop_services = 1;
-    pthread_mutex_unlock(&fs->mu);
-    if (rc_client) fl_replay_sharded_info(rc_client, 2000, &rinfo, shard_info, NULL);
-    param_info_all(ps_client, &pinfo);
-    ops->stop(ctx, "replay paramserver", 10);
-    fl_replay_sharded_destroy(rc_client);
-    fl_param_client_destroy(ps_client);
-    if (csv) fclose(csv);
-    if (roles) fclose(roles);
+/* The actors' part of f, and their roles.csv rows (el: seconds since the start, dt: since
+ * the previous line). Under fs->mu. */
+static void actor_figures(monitor_t *M, double el, double dt, figures_t *f) {
+    fleet_state_t *fs = &M->L->fs;
+    f->env = 0;
+    f->min_version = UINT64_MAX;
+    for (int a = 0; a < fs->n_actors; a++) {
+        role_state_t *A = &fs->actors[a];
+        f->env += A->env_steps;
+        if (A->version < f->min_version) f->min_version = A->version;
+        if (M->roles && A->seen) {
+            uint64_t alag = M->pinfo.version > A->version ? M->pinfo.version - A->version : 0;
+            fprintf(M->roles, "%.3f,actor,%d,%llu,%.1f,%llu,%llu,,,,\n", el, a, (unsigned long long)A->env_steps,
+                    (double)(A->env_steps - A->last_env) / dt, (unsigned long long)A->version,
+                    (unsigned long long)alag);
+        }
+        A->last_env = A->env_steps;
+    }
+}
 
-    /* A role that ended with an error while stopping is a failure too. */
+/* The learners' part of f, and their roles.csv rows. Apex learners step together
+ * (learner 0's count); gorila learners each push their own gradients (the sum). Samples
+ * add up either way. Under fs->mu. */
+static void learner_figures(monitor_t *M, double el, double dt, figures_t *f) {
+    fleet_state_t *fs = &M->L->fs;
+    f->lsteps = f->lsamples = 0;
+    f->loss = f->wait = 0;
+    int seen = 0;
+    for (int i = 0; i < fs->n_learners; i++) {
+        role_state_t *Ln = &fs->learners[i];
+        if (!Ln->seen) continue;
+        seen++;
+        f->lsteps = M->gorila ? f->lsteps + Ln->learner_steps : (i == 0 ? Ln->learner_steps : f->lsteps);
+        f->lsamples += Ln->samples;
+        f->loss += Ln->loss;
+        f->wait += Ln->wait_fraction;
+        if (M->roles)
+            fprintf(M->roles, "%.3f,learner,%d,,,%llu,,%llu,%.2f,%.1f,%.6g\n", el, i, (unsigned long long)Ln->version,
+                    (unsigned long long)Ln->learner_steps, (double)(Ln->learner_steps - Ln->last_steps) / dt,
+                    (double)(Ln->samples - Ln->last_samples) / dt, Ln->loss);
+        Ln->last_steps = Ln->learner_steps;
+        Ln->last_samples = Ln->samples;
+    }
+    if (seen) {
+        f->loss /= seen;
+        f->wait /= seen;
+    }
+}
+
+/* This period's figures from the reports (and roles.csv's rows). */
+static void collect_figures(monitor_t *M, double el, double dt, figures_t *f) {
+    fleet_state_t *fs = &M->L->fs;
+    pthread_mutex_lock(&fs->mu);
+    actor_figures(M, el, dt, f);
+    learner_figures(M, el, dt, f);
+    f->mret = mean_return(fs, &f->ep_count);
+    f->episodes = fs->n_returns;
+    pthread_mutex_unlock(&fs->mu);
+    if (M->roles) fflush(M->roles);
+}
+
+/* The progress line on stdout and its metrics.csv row. */
+static void report_period(monitor_t *M, double el, double dt, const figures_t *f) {
+    const fl_replay_info_t *ri = &M->rinfo;
+    const fl_param_info_t *pi = &M->pinfo;
+    double env_rate = (double)(f->env - M->last_env) / dt;
+    double ins_rate = (double)(ri->inserted - M->last_inserted) / dt;
+    double upd_rate = (double)(f->lsteps - M->last_learner) / dt;
+    double smp_rate = (double)(f->lsamples - M->last_samples) / dt;
+    uint64_t lag = (f->min_version == UINT64_MAX || pi->version < f->min_version) ? 0 : pi->version - f->min_version;
+    printf("[%6.1fs] env %7.0f steps/s | replay %8llu (+%6.0f/s) | learner %6.1f upd/s %8.0f smp/s loss %8.4f "
+           "| return %7.1f (%llu ep) | version %llu lag %llu",
+           el, env_rate, (unsigned long long)ri->size, ins_rate, upd_rate, smp_rate, f->loss, f->mret,
+           (unsigned long long)f->episodes, (unsigned long long)pi->version, (unsigned long long)lag);
+    if (M->gorila)
+        printf(" | pushes %llu applied %llu dropped", (unsigned long long)pi->pushes_applied,
+               (unsigned long long)pi->pushes_dropped);
+    printf("\n");
+    fflush(stdout);
+    if (!M->csv) return;
+    fprintf(M->csv, "%.3f,%llu,%.1f,%llu,%.3f,%llu,%llu,%.1f,%llu,%.2f,%.1f,%.6g,%.4f,%llu,%llu,%llu,%llu", el,
+            (unsigned long long)f->env, env_rate, (unsigned long long)f->episodes, f->mret,
+            (unsigned long long)ri->size, (unsigned long long)ri->inserted, ins_rate, (unsigned long long)f->lsteps,
+            upd_rate, smp_rate, f->loss, f->wait, (unsigned long long)pi->version, (unsigned long long)lag,
+            (unsigned long long)pi->pushes_applied, (unsigned long long)pi->pushes_dropped);
+    for (int b = 0; b < STALENESS_BUCKETS; b++) fprintf(M->csv, ",%llu", (unsigned long long)pi->staleness_hist[b]);
+    fprintf(M->csv, "\n");
+    fflush(M->csv);
+}
+
+/* One progress period at time now: polls the services, prints and records the figures.
+ * Returns 1, with the reason, when the run is over (target return, time limit). */
+static int progress(monitor_t *M, double now) {
+    const fl_config_t *cfg = &M->L->cfg;
+    if (M->replay) fl_replay_sharded_info(M->replay, 1000, &M->rinfo, M->shard_info, NULL);
+    param_info_all(M->ps, &M->pinfo);
+    double dt = now - M->last_t, el = now - M->L->t_start;
+    figures_t f;
+    collect_figures(M, el, dt, &f);
+    report_period(M, el, dt, &f);
+    M->last_t = now;
+    M->last_env = f.env;
+    M->last_inserted = M->rinfo.inserted;
+    M->last_learner = f.lsteps;
+    M->last_samples = f.lsamples;
+    if (cfg->run_stop_at_target && f.ep_count >= RETURN_WINDOW && f.mret >= cfg->run_target_return) {
+        snprintf(M->reason, sizeof M->reason, "target reached: mean return %.1f >= %g over the last %d episodes",
+                 f.mret, cfg->run_target_return, RETURN_WINDOW);
+        return 1;
+    }
+    if (cfg->run_max_seconds > 0 && el >= cfg->run_max_seconds) {
+        snprintf(M->reason, sizeof M->reason, "time limit: %.0f s", cfg->run_max_seconds);
+        return 1;
+    }
+    return 0;
+}
+
+/* Watches the fleet, a progress period at a time, until a signal, a dead role or the end
+ * of the run. */
+static void watch(monitor_t *M) {
+    const fl_config_t *cfg = &M->L->cfg;
+    double next = fl_clock_sec() + cfg->run_progress_every;
+    while (!M->exit_code) {
+        if (fl_stop_requested()) {
+            snprintf(M->reason, sizeof M->reason, "interrupted (signal %d)", fl_stop_signal());
+            return;
+        }
+        if (M->ops->dead(M->ctx, M->reason, sizeof M->reason)) {
+            FL_ERROR("%s: stopping the fleet", M->reason);
+            M->exit_code = 1;
+            return;
+        }
+        double now = fl_clock_sec();
+        if (now < next) {
+            fl_sleep_sec(fmin(0.05, next - now));
+            continue;
+        }
+        next += cfg->run_progress_every;
+        if (next < now) next = now + cfg->run_progress_every;
+        if (progress(M, now)) return;
+    }
+}
+
+static void set_flag(fleet_state_t *fs, int *flag) {
+    pthread_mutex_lock(&fs->mu);
+    *flag = 1;
+    pthread_mutex_unlock(&fs->mu);
+}
+
+/* Ordered stop: actors first, while the learners still sample (with a rate limit, an
+ * actor's last inserts may wait for the learners' samples), then learners, then the
+ * services, whose last figures are read first. Each kind is asked through Control, then
+ * by the launcher's own means. Closes the clients and the metrics files. */
+static void stop_in_order(monitor_t *M) {
+    fleet_state_t *fs = &M->L->fs;
+    set_flag(fs, &fs->stop_actors);
+    M->ops->stop(M->ctx, "actor", 15);
+    set_flag(fs, &fs->stop_learners);
+    M->ops->stop(M->ctx, "learner", 15);
+    set_flag(fs, &fs->stop_services);
+    if (M->replay) fl_replay_sharded_info(M->replay, 2000, &M->rinfo, M->shard_info, NULL);
+    param_info_all(M->ps, &M->pinfo);
+    M->ops->stop(M->ctx, "replay paramserver", 10);
+    fl_replay_sharded_destroy(M->replay);
+    fl_param_client_destroy(M->ps);
+    M->replay = NULL;
+    M->ps = NULL;
+    if (M->csv) fclose(M->csv);
+    if (M->roles) fclose(M->roles);
+    M->csv = M->roles = NULL;
+}
+
+/* A role that ended with an error while stopping is a failure too. */
+static void check_unclean(monitor_t *M) {
     char why[512];
-    if (ops->unclean(ctx, why, sizeof why) && exit_code == 0) {
+    if (M->ops->unclean(M->ctx, why, sizeof why) && M->exit_code == 0) {
         FL_ERROR("%s", why);
-        exit_code = 1;
-        if (!reason[0]) snprintf(reason, sizeof reason, "%s", why);
+        M->exit_code = 1;
+        if (!M->reason[0]) snprintf(M->reason, sizeof M->reason, "%s", why);
     }
-    uint64_t acked = 0, env = 0, lsteps = 0;
+}
+
+static void final_totals(monitor_t *M, totals_t *t) {
+    fleet_state_t *fs = &M->L->fs;
+    memset(t, 0, sizeof *t);
     pthread_mutex_lock(&fs->mu);
     for (int a = 0; a < fs->n_actors; a++) {
-        acked += fs->actors[a].acked;
-        env += fs->actors[a].env_steps;
+        t->acked += fs->actors[a].acked;
+        t->env += fs->actors[a].env_steps;
     }
     for (int i = 0; i < fs->n_learners; i++)
-        lsteps = gorila ? lsteps + fs->learners[i].learner_steps : (i == 0 ? fs->learners[i].learner_steps : lsteps);
-    mret = mean_return(fs, &ep_count);
-    uint64_t episodes = fs->n_returns;
-    double best = fs->best_return;
+        t->lsteps = M->gorila ? t->lsteps + fs->learners[i].learner_steps
+                              : (i == 0 ? fs->learners[i].learner_steps : t->lsteps);
+    t->mret = mean_return(fs, &t->ep_count);
+    t->episodes = fs->n_returns;
+    t->best = fs->best_return;
     pthread_mutex_unlock(&fs->mu);
+}
 
-    FILE *sf = fopen(L->summary_path, "w");
-    if (sf) {
-        fprintf(sf, "reason=%s\nexit_code=%d\nelapsed_s=%.3f\nepisodes=%llu\nmean_return_100=%.3f\nbest_return=%.3f\n"
-                    "env_steps=%llu\nlearner_steps=%llu\nreplay_inserted=%llu\nreplay_size=%llu\nactors_acked=%llu\n"
-                    "param_version=%llu\nlearner_mode=%s\nlearners=%d\nparamserver_shards=%lld\n"
-                    "pushes_applied=%llu\npushes_dropped=%llu\npush_waits=%llu\npush_wait_timeouts=%llu\npush_bytes=%llu\n"
-                    "staleness_hist=",
-                reason, exit_code, elapsed, (unsigned long long)episodes, mret, best, (unsigned long long)env,
-                (unsigned long long)lsteps, (unsigned long long)rinfo.inserted, (unsigned long long)rinfo.size,
-                (unsigned long long)acked, (unsigned long long)pinfo.version, cfg->learner_mode, fs->n_learners,
-                (long long)cfg->paramserver_shards, (unsigned long long)pinfo.pushes_applied,
-                (unsigned long long)pinfo.pushes_dropped, (unsigned long long)pinfo.waits,
-                (unsigned long long)pinfo.wait_timeouts, (unsigned long long)pinfo.push_bytes);
-        for (int b = 0; b < STALENESS_BUCKETS; b++)
-            fprintf(sf, "%s%s:%llu", b ? "," : "", staleness_names[b],
-                    (unsigned long long)pinfo.staleness_hist[b]);
-        fprintf(sf, "\n");
-        /* Per replay shard, in shard order (what each shard last reported). */
-        static const char *const per_shard_keys[] = {"replay_inserted_per_shard", "replay_sampled_per_shard",
-                                                     "replay_size_per_shard"};
-        fprintf(sf, "replay_shards=%d\n", R);
-        for (int key = 0; key < 3; key++) {
-            fprintf(sf, "%s=", per_shard_keys[key]);
-            for (int r = 0; r < R && shard_info; r++) {
-                const fl_replay_info_t *in = &shard_info[r];
-                uint64_t v = key == 0 ? in->inserted : key == 1 ? in->sampled : in->size;
-                fprintf(sf, "%s%llu", r ? "," : "", (unsigned long long)v);
-            }
-            fprintf(sf, "\n");
+/* summary.txt's per-shard replay lines, in shard order (what each shard last reported). */
+static void write_per_shard(const monitor_t *M, FILE *sf) {
+    static const char *const per_shard_keys[] = {"replay_inserted_per_shard", "replay_sampled_per_shard",
+                                                 "replay_size_per_shard"};
+    fprintf(sf, "replay_shards=%d\n", M->R);
+    for (int key = 0; key < 3; key++) {
+        fprintf(sf, "%s=", per_shard_keys[key]);
+        for (int r = 0; r < M->R && M->shard_info; r++) {
+            const fl_replay_info_t *in = &M->shard_info[r];
+            uint64_t v = key == 0 ? in->inserted : key == 1 ? in->sampled : in->size;
+            fprintf(sf, "%s%llu", r ? "," : "", (unsigned long long)v);
         }
-        fprintf(sf, "pids=");
-        ops->pids(ctx, sf);
         fprintf(sf, "\n");
-        fclose(sf);
     }
+}
+
+static void write_summary(const monitor_t *M, double elapsed, const totals_t *t) {
+    const fl_config_t *cfg = &M->L->cfg;
+    const fl_param_info_t *pi = &M->pinfo;
+    FILE *sf = fopen(M->L->summary_path, "w");
+    if (!sf) return;
+    fprintf(sf, "reason=%s\nexit_code=%d\nelapsed_s=%.3f\nepisodes=%llu\nmean_return_100=%.3f\nbest_return=%.3f\n"
+                "env_steps=%llu\nlearner_steps=%llu\nreplay_inserted=%llu\nreplay_size=%llu\nactors_acked=%llu\n"
+                "param_version=%llu\nlearner_mode=%s\nlearners=%d\nparamserver_shards=%lld\n"
+                "pushes_applied=%llu\npushes_dropped=%llu\npush_waits=%llu\npush_wait_timeouts=%llu\npush_bytes=%llu\n"
+                "staleness_hist=",
+            M->reason, M->exit_code, elapsed, (unsigned long long)t->episodes, t->mret, t->best,
+            (unsigned long long)t->env, (unsigned long long)t->lsteps, (unsigned long long)M->rinfo.inserted,
+            (unsigned long long)M->rinfo.size, (unsigned long long)t->acked, (unsigned long long)pi->version,
+            cfg->learner_mode, M->L->fs.n_learners, (long long)cfg->paramserver_shards,
+            (unsigned long long)pi->pushes_applied, (unsigned long long)pi->pushes_dropped,
+            (unsigned long long)pi->waits, (unsigned long long)pi->wait_timeouts, (unsigned long long)pi->push_bytes);
+    for (int b = 0; b < STALENESS_BUCKETS; b++)
+        fprintf(sf, "%s%s:%llu", b ? "," : "", staleness_names[b], (unsigned long long)pi->staleness_hist[b]);
+    fprintf(sf, "\n");
+    write_per_shard(M, sf);
+    fprintf(sf, "pids=");
+    M->ops->pids(M->ctx, sf);
+    fprintf(sf, "\n");
+    fclose(sf);
+}
+
+/* The last line on stdout. */
+static void print_outcome(const monitor_t *M, double elapsed, const totals_t *t) {
     char per_shard[512] = "";
-    if (R > 1 && shard_info) {
+    if (M->R > 1 && M->shard_info) {
         size_t used = (size_t)snprintf(per_shard, sizeof per_shard, "; per shard inserted/sampled");
-        for (int r = 0; r < R && used < sizeof per_shard; r++)
-            used +=
-                (size_t)snprintf(per_shard + used, sizeof per_shard - used, " %llu/%llu",
-                                 (unsigned long long)shard_info[r].inserted, (unsigned long long)shard_info[r].sampled);
+        for (int r = 0; r < M->R && used < sizeof per_shard; r++)
+            used += (size_t)snprintf(per_shard + used, sizeof per_shard - used, " %llu/%llu",
+                                     (unsigned long long)M->shard_info[r].inserted,
+                                     (unsigned long long)M->shard_info[r].sampled);
     }
     printf(
         "fleet run: %s after %.1f s: %llu episodes, mean return %.1f (last %llu), %llu env steps, %llu learner "
         "steps, replay inserted %llu (actors saw %llu acknowledged%s). Output in %s/\n",
-        reason[0] ? reason : "stopped", elapsed, (unsigned long long)episodes, mret, (unsigned long long)ep_count,
-        (unsigned long long)env, (unsigned long long)lsteps, (unsigned long long)rinfo.inserted,
-        (unsigned long long)acked, per_shard, L->dir);
+        M->reason[0] ? M->reason : "stopped", elapsed, (unsigned long long)t->episodes, t->mret,
+        (unsigned long long)t->ep_count, (unsigned long long)t->env, (unsigned long long)t->lsteps,
+        (unsigned long long)M->rinfo.inserted, (unsigned long long)t->acked, per_shard, M->L->dir);
     fflush(stdout);
-    free(shard_info);
-    return exit_code;
+}
+
+int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_list, const fl_launch_ops_t *ops,
+                      void *ctx, int exit_code, const char *reason_in) {
+    monitor_t M;
+    memset(&M, 0, sizeof M);
+    M.L = L;
+    M.ops = ops;
+    M.ctx = ctx;
+    M.exit_code = exit_code;
+    snprintf(M.reason, sizeof M.reason, "%s", reason_in ? reason_in : "");
+    M.R = (int)L->cfg.replay_shards;
+    M.gorila = strcmp(L->cfg.learner_mode, "gorila") == 0;
+    M.shard_info = calloc((size_t)M.R, sizeof *M.shard_info);
+    M.last_t = fl_clock_sec();
+    if (!M.exit_code) {
+        open_outputs(&M, replay_list, ps_list);
+        watch(&M);
+    }
+    double elapsed = fl_clock_sec() - L->t_start;
+    stop_in_order(&M);
+    check_unclean(&M);
+    totals_t t;
+    final_totals(&M, &t);
+    write_summary(&M, elapsed, &t);
+    print_outcome(&M, elapsed, &t);
+    free(M.shard_info);
+    return M.exit_code;
 }
 
 int fl_launch_address_arg(const char *list, const char *path, char *arg, size_t len) {
