@@ -36,9 +36,16 @@
 
 /* ------------------------------------------------------ on one machine ---- */
 
+/* The fleet on this machine: its children and what the learners and actors are given. */
 typedef struct local {
-    fl_child_t *kids;
+    fl_launch_t *L;
+    fl_child_t *kids; /* R replay shards, P parameter-server shards, NL learners, then actors */
     int n;
+    int R, P, NL;
+    int exit_code; /* != 0 once starting failed, with reason */
+    char reason[512];
+    char *replay_list, *ps_list;       /* the services' addresses (malloc'd) */
+    char replay_arg[256], ps_arg[256]; /* the same as options (replay's may be @FILE) */
 } local_t;
 
 static int local_dead(void *ctx, char *reason, size_t len) {
@@ -92,121 +99,137 @@ static char *address_list(const fl_child_t *kids, int from, int n) {
 }
 
 
-static int run_local(fl_launch_t *L) {
-    const fl_config_t *cfg = fl_launch_config(L);
-    const int R = (int)cfg->replay_shards, P = (int)cfg->paramserver_shards;
-    const int NL = (int)cfg->learner_count, NS = R + P;
-    int nkids = NS + NL + (int)cfg->actor_count;
-    fl_child_t *kids = calloc((size_t)nkids, sizeof *kids);
-    int *ready = malloc((size_t)NS * sizeof *ready);
-    if (!kids || !ready) {
-        fprintf(stderr, "fleet run: out of memory for %d children\n", nkids);
-        free(ready);
-        free(kids);
-        return 1;
-    }
-    int exit_code = 0;
-    char reason[512] = "";
-    /* Services first: replay shards 0 .. R-1, then parameter-server shards 0 .. P-1; all
-     * start at once (each argv is copied by fork), then their addresses are read in order. */
+/* Services first: replay shards 0 .. R-1, then parameter-server shards 0 .. P-1; all
+ * start at once (each argv is copied by fork), then their addresses are read in order.
+ * ready: R + P slots for the ready pipes. Returns the first that failed, or -1. */
+static int start_services(local_t *lc, int *ready) {
+    const int R = lc->R, NS = lc->R + lc->P;
     char idx[32];
-    char *svc_args[] = {"--config", (char *)fl_launch_config_path(L), "--shard", idx, "--control", (char *)fl_launch_control_addr(L), NULL};
-    int failed_start = 0, failed_at = 0;
+    char *svc_args[] = {"--config",  (char *)fl_launch_config_path(lc->L),  "--shard", idx,
+                        "--control", (char *)fl_launch_control_addr(lc->L), NULL};
+    int failed_at = -1;
     for (int r = 0; r < NS; r++) ready[r] = -1;
-    for (int r = 0; r < NS && !failed_start; r++) {
+    for (int r = 0; r < NS && failed_at < 0; r++) {
         snprintf(idx, sizeof idx, "%d", r < R ? r : r - R);
-        if (fl_proc_spawn_start(&kids[r], r < R ? "replay" : "paramserver", r < R ? r : r - R, svc_args, 1,
-                                &ready[r]) != 0) {
-            failed_start = 1;
+        if (fl_proc_spawn_start(&lc->kids[r], r < R ? "replay" : "paramserver", r < R ? r : r - R, svc_args, 1,
+                                &ready[r]) != 0)
             failed_at = r;
-        }
     }
     double ready_until = fl_clock_sec() + 60;
     for (int r = 0; r < NS; r++) {
         if (ready[r] < 0) continue;
-        if (!failed_start) {
+        if (failed_at < 0) {
             double left = ready_until - fl_clock_sec();
-            if (fl_proc_spawn_wait(&kids[r], ready[r], left > 0 ? left : 0) != 0) {
-                failed_start = 1;
-                failed_at = r;
-            }
+            if (fl_proc_spawn_wait(&lc->kids[r], ready[r], left > 0 ? left : 0) != 0) failed_at = r;
         } else {
             close(ready[r]);
         }
     }
+    return failed_at;
+}
+
+/* Service kids[failed_at] did not start: the reason names the child that exited (a role
+ * that closed its ready pipe without an address is usually exiting: it gets a moment so
+ * that its exit status, not a guess, is reported). */
+static void start_failed(local_t *lc, int failed_at) {
+    fl_child_t *kids = lc->kids, *c = &kids[failed_at];
+    for (int w = 0; w < 100; w++) {
+        fl_proc_reap(kids, lc->n);
+        int any_dead = 0;
+        for (int i = 0; i < lc->n; i++) any_dead |= kids[i].pid && !kids[i].running;
+        if (any_dead) break;
+        fl_sleep_sec(0.02);
+    }
+    char st[128] = "did not report its address";
+    for (int i = 0; i < lc->n; i++)
+        if (kids[i].pid && !kids[i].running) {
+            c = &kids[i];
+            fl_proc_describe_status(c->status, st, sizeof st);
+        }
+    if (fl_stop_requested())
+        snprintf(lc->reason, sizeof lc->reason, "interrupted while starting");
+    else
+        snprintf(lc->reason, sizeof lc->reason, "%s %d (pid %d) %s while starting", c->role, c->index, (int)c->pid, st);
+    lc->exit_code = fl_stop_requested() ? 130 : 1;
+}
+
+/* The services' addresses as the learners' and actors' options. */
+static void pass_addresses(local_t *lc) {
+    lc->replay_list = address_list(lc->kids, 0, lc->R);
+    lc->ps_list = address_list(lc->kids, lc->R, lc->P);
+    if (lc->exit_code) return;
+    if (!lc->replay_list || !lc->ps_list) {
+        snprintf(lc->reason, sizeof lc->reason, "out of memory for the service addresses");
+        lc->exit_code = 1;
+        return;
+    }
+    char path[800];
+    snprintf(path, sizeof path, "%s/replay_addrs.txt", fl_launch_dir(lc->L));
+    if (fl_launch_address_arg(lc->replay_list, path, lc->replay_arg, sizeof lc->replay_arg) != 0) {
+        snprintf(lc->reason, sizeof lc->reason, "cannot pass the replay addresses in %.200s", path);
+        lc->exit_code = 1;
+    }
+    if (strlen(lc->ps_list) >= sizeof lc->ps_arg) {
+        snprintf(lc->reason, sizeof lc->reason, "the %d parameter-server addresses do not fit in one option", lc->P);
+        lc->exit_code = 1;
+    } else {
+        snprintf(lc->ps_arg, sizeof lc->ps_arg, "%s", lc->ps_list);
+    }
+}
+
+/* Prints the services' line, then starts learners and actors: `fleet ROLE --index i`
+ * with the services' addresses. */
+static void start_workers(local_t *lc) {
+    const char *control = fl_launch_control_addr(lc->L);
+    if (lc->R == 1)
+        printf("  services     replay %s, paramserver %s, control %s\n", lc->replay_arg, lc->ps_arg, control);
+    else if (lc->replay_arg[0] != '@')
+        printf("  services     replay shards %s, paramserver %s, control %s\n", lc->replay_arg, lc->ps_arg, control);
+    else
+        printf("  services     replay %d shards (addresses in %s), paramserver %s, control %s\n", lc->R,
+               lc->replay_arg + 1, lc->ps_arg, control);
+    fflush(stdout);
+    int k = lc->R + lc->P, workers = lc->n - k;
+    for (int i = 0; i < workers; i++) {
+        int learner = i < lc->NL, index = learner ? i : i - lc->NL;
+        char iarg[32];
+        snprintf(iarg, sizeof iarg, "%d", index);
+        char *args[] = {"--config",  (char *)fl_launch_config_path(lc->L), "--index",       iarg,
+                        "--replay",  lc->replay_arg,                       "--paramserver", lc->ps_arg,
+                        "--control", (char *)control,                      NULL};
+        fl_proc_spawn(&lc->kids[k++], learner ? "learner" : "actor", index, args, 0, 0);
+    }
+}
+
+static int run_local(fl_launch_t *L) {
+    const fl_config_t *cfg = fl_launch_config(L);
+    local_t lc;
+    memset(&lc, 0, sizeof lc);
+    lc.L = L;
+    lc.R = (int)cfg->replay_shards;
+    lc.P = (int)cfg->paramserver_shards;
+    lc.NL = (int)cfg->learner_count;
+    lc.n = lc.R + lc.P + lc.NL + (int)cfg->actor_count;
+    lc.kids = calloc((size_t)lc.n, sizeof *lc.kids);
+    int *ready = malloc((size_t)(lc.R + lc.P) * sizeof *ready);
+    if (!lc.kids || !ready) {
+        fprintf(stderr, "fleet run: out of memory for %d children\n", lc.n);
+        free(ready);
+        free(lc.kids);
+        return 1;
+    }
+    int failed_at = start_services(&lc, ready);
     free(ready);
-    if (failed_start) {
-        fl_child_t *c = &kids[failed_at];
-        /* A role that closed its ready pipe without an address is usually exiting: give
-         * it a moment so that its exit status, not a guess, is reported. */
-        for (int w = 0; w < 100; w++) {
-            fl_proc_reap(kids, nkids);
-            int any_dead = 0;
-            for (int i = 0; i < nkids; i++) any_dead |= kids[i].pid && !kids[i].running;
-            if (any_dead) break;
-            fl_sleep_sec(0.02);
-        }
-        char st[128] = "did not report its address";
-        for (int i = 0; i < nkids; i++)
-            if (kids[i].pid && !kids[i].running) {
-                c = &kids[i];
-                fl_proc_describe_status(c->status, st, sizeof st);
-            }
-        if (fl_stop_requested())
-            snprintf(reason, sizeof reason, "interrupted while starting");
-        else
-            snprintf(reason, sizeof reason, "%s %d (pid %d) %s while starting", c->role, c->index, (int)c->pid, st);
-        exit_code = fl_stop_requested() ? 130 : 1;
-    }
-    char *replay_list = address_list(kids, 0, R), *ps_list = address_list(kids, R, P);
-    char replay_arg[256] = "", ps_arg[256] = "", path[800];
-    if (!exit_code && (!replay_list || !ps_list)) {
-        snprintf(reason, sizeof reason, "out of memory for the service addresses");
-        exit_code = 1;
-    }
-    if (!exit_code) {
-        snprintf(path, sizeof path, "%s/replay_addrs.txt", fl_launch_dir(L));
-        if (fl_launch_address_arg(replay_list, path, replay_arg, sizeof replay_arg) != 0) {
-            snprintf(reason, sizeof reason, "cannot pass the replay addresses in %.200s", path);
-            exit_code = 1;
-        }
-        if (strlen(ps_list) >= sizeof ps_arg) {
-            snprintf(reason, sizeof reason, "the %d parameter-server addresses do not fit in one option", P);
-            exit_code = 1;
-        } else {
-            snprintf(ps_arg, sizeof ps_arg, "%s", ps_list);
-        }
-    }
-    if (!exit_code) {
-        if (R == 1)
-            printf("  services     replay %s, paramserver %s, control %s\n", replay_arg, ps_arg, fl_launch_control_addr(L));
-        else if (replay_arg[0] != '@')
-            printf("  services     replay shards %s, paramserver %s, control %s\n", replay_arg, ps_arg,
-                   fl_launch_control_addr(L));
-        else
-            printf("  services     replay %d shards (addresses in %s), paramserver %s, control %s\n", R,
-                   replay_arg + 1, ps_arg, fl_launch_control_addr(L));
-        fflush(stdout);
-        /* Learners, then actors: `fleet ROLE --index i` with the services' addresses. */
-        int k = NS;
-        for (int i = 0; i < NL + cfg->actor_count; i++) {
-            int learner = i < NL, index = learner ? i : i - NL;
-            char iarg[32];
-            snprintf(iarg, sizeof iarg, "%d", index);
-            char *args[] = {"--config",      (char *)fl_launch_config_path(L), "--index",   iarg,
-                            "--replay",      replay_arg,          "--paramserver", ps_arg,
-                            "--control",     (char *)fl_launch_control_addr(L), NULL};
-            fl_proc_spawn(&kids[k++], learner ? "learner" : "actor", index, args, 0, 0);
-        }
-    }
-    local_t lc = {kids, nkids};
+    if (failed_at >= 0) start_failed(&lc, failed_at);
+    pass_addresses(&lc);
+    if (!lc.exit_code) start_workers(&lc);
     static const fl_launch_ops_t ops = {local_dead, local_stop, local_unclean, local_pids};
-    exit_code = fl_launch_monitor(L, replay_list ? replay_list : "", ps_list ? ps_list : "", &ops, &lc, exit_code,
-                                  reason);
-    free(replay_list);
-    free(ps_list);
-    free(kids);
-    return exit_code;
+    int rc = fl_launch_monitor(L, lc.replay_list ? lc.replay_list : "", lc.ps_list ? lc.ps_list : "", &ops, &lc,
+                               lc.exit_code, lc.reason);
+    free(lc.replay_list);
+    free(lc.ps_list);
+    free(lc.kids);
+    return rc;
 }
 
 int fl_verb_run(int argc, char **argv) {
