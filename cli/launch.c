@@ -11,14 +11,14 @@
  * fails keeps its last figures.
  * Threads: one owner thread; Control's handler (on_report) runs on the server's threads
  * and shares the report tables with the monitor under fleet_state_t.mu. */
+#include "cli/launch.h"
+
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "cli/launch.h"
 
 #include "common/clock.h"
 #include "common/config.h"
