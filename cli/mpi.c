@@ -324,277 +324,340 @@ static char *kind_list(const mpi_state_t *m, const char *addrs, int kind) {
     return list;
 }
 
+/* One rank's run of the fleet: what fl_mpi_run's phases share. */
+typedef struct rank_run {
+    mpi_state_t m;
+    fl_config_t cfg;
+    const char *cfg_file;
+    rank_id_t me;
+    int kind, index;                 /* this rank's role */
+    char host[FL_CONFIG_STRING_MAX]; /* the address this rank's services bind */
+    char control[300];               /* Control's address */
+    char tmp_cfg[256];               /* the config this rank's role reads (the launcher's: config.ini) */
+    fl_launch_t *L;                  /* the launcher's */
+    char *addrs;                     /* every rank's service address, ADDR_LEN each ("" for none) */
+    char *replay_list, *ps_list;     /* the services' addresses in shard order (malloc'd) */
+    char replay_arg[256], ps_arg[256];
+    fl_child_t child; /* a service rank's or an actor rank's process */
+    MPI_Comm learners;
+} rank_run_t;
+
+/* 1. Who is where, and which role. 0, or the exit code (the same on every rank). */
+static int gather_roles(rank_run_t *X, const char *role) {
+    mpi_state_t *m = &X->m;
+    snprintf(X->me.role, sizeof X->me.role, "%s", role);
+    gethostname(X->me.host, sizeof X->me.host - 1);
+    m->ids = calloc((size_t)m->size, sizeof *m->ids);
+    m->kind = calloc((size_t)m->size, sizeof *m->kind);
+    m->index = calloc((size_t)m->size, sizeof *m->index);
+    m->done = calloc((size_t)m->size, sizeof *m->done);
+    m->msg = calloc((size_t)m->size, sizeof *m->msg);
+    X->addrs = calloc((size_t)m->size, ADDR_LEN);
+    if (any_rank(!m->ids || !m->kind || !m->index || !m->done || !m->msg || !X->addrs)) {
+        fprintf(stderr, "fleet run (rank %d): out of memory\n", m->me);
+        return 1;
+    }
+    MPI_Allgather(&X->me, (int)sizeof X->me, MPI_BYTE, m->ids, (int)sizeof X->me, MPI_BYTE, MPI_COMM_WORLD);
+    char why[600] = "";
+    if (make_plan(&X->cfg, m, why, sizeof why) != 0) {
+        if (m->me == 0) fprintf(stderr, "fleet run: %s\n", why);
+        return 2;
+    }
+    X->kind = m->kind[m->me];
+    X->index = m->index[m->me];
+    return 0;
+}
+
+/* 2. The address this rank's services bind: run.bind_host when the whole fleet is on one
+ * host (and run.interface is unset), else this host's interface address. */
+static int choose_address(rank_run_t *X) {
+    const mpi_state_t *m = &X->m;
+    int one_host = 1;
+    for (int r = 1; r < m->size; r++) one_host &= strcmp(m->ids[r].host, m->ids[0].host) == 0;
+    int bad = 0;
+    if (one_host && !X->cfg.run_interface[0]) {
+        snprintf(X->host, sizeof X->host, "%s", X->cfg.run_bind_host);
+    } else {
+        fl_err_t e;
+        fl_err_init(&e);
+        if (fl_netif_ipv4(X->cfg.run_interface, X->host, sizeof X->host, &e) != FL_OK) {
+            fprintf(stderr, "fleet run (rank %d on %s): %s\n", m->me, X->me.host, e.msg);
+            bad = 1;
+        }
+    }
+    if (!one_host && strcmp(X->cfg.run_bind_host, "127.0.0.1") != 0 && m->me == 0)
+        FL_WARN("run.bind_host = %s is ignored across hosts: each host binds its own address (run.interface)",
+                X->cfg.run_bind_host);
+    return any_rank(bad) ? 2 : 0;
+}
+
+/* 3a. The launcher's run folder and Control; Control's address to everyone. */
+static int start_control(rank_run_t *X) {
+    mpi_state_t *m = &X->m;
+    int rc = 0;
+    if (m->me == m->launcher) {
+        rc = fl_launch_create(&X->cfg, X->cfg_file, X->host, &X->L);
+        if (!rc) {
+            snprintf(X->control, sizeof X->control, "%s", fl_launch_control_addr(X->L));
+            print_ranks(m);
+        }
+    }
+    MPI_Bcast(&rc, 1, MPI_INT, m->launcher, MPI_COMM_WORLD);
+    if (rc) return rc;
+    MPI_Bcast(X->control, (int)sizeof X->control, MPI_CHAR, m->launcher, MPI_COMM_WORLD);
+    return 0;
+}
+
+/* The launcher's config.ini (malloc'd, *len bytes), or NULL with *len = -1. */
+static char *read_config_text(rank_run_t *X, long long *len) {
+    const char *path = fl_launch_config_path(X->L);
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (f && fseek(f, 0, SEEK_END) == 0) *len = ftell(f);
+    char *text = *len > 0 ? malloc((size_t)*len) : NULL;
+    if (!f || !text || fseek(f, 0, SEEK_SET) != 0 || fread(text, 1, (size_t)*len, f) != (size_t)*len) *len = -1;
+    if (f) fclose(f);
+    snprintf(X->tmp_cfg, sizeof X->tmp_cfg, "%s", path);
+    return text;
+}
+
+/* A rank's own copy of the config text (a temporary file), loaded as its config. 0, or 1
+ * after printing why. */
+static int keep_config_copy(rank_run_t *X, const char *text, long long len) {
+    const int me = X->m.me;
+    snprintf(X->tmp_cfg, sizeof X->tmp_cfg, "/tmp/fleet-rank%d-XXXXXX.ini", me);
+    int fd = mkstemps(X->tmp_cfg, 4);
+    int bad = fd < 0 || write(fd, text, (size_t)len) != (ssize_t)len;
+    if (fd >= 0) close(fd);
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_config_t got;
+    fl_config_defaults(&got);
+    if (!bad && fl_config_load_file(&got, X->tmp_cfg, &e) != FL_OK) {
+        fprintf(stderr, "fleet run (rank %d on %s): %s\n", me, X->me.host, e.msg);
+        bad = 1;
+    }
+    if (!bad) X->cfg = got;
+    if (bad && fd < 0) fprintf(stderr, "fleet run (rank %d on %s): cannot write %s\n", me, X->me.host, X->tmp_cfg);
+    return bad;
+}
+
+/* 3b. The effective config's text from the launcher to every rank. */
+static int broadcast_config(rank_run_t *X) {
+    mpi_state_t *m = &X->m;
+    const int launcher = m->me == m->launcher;
+    long long len = 0;
+    char *text = launcher ? read_config_text(X, &len) : NULL;
+    MPI_Bcast(&len, 1, MPI_LONG_LONG, m->launcher, MPI_COMM_WORLD);
+    if (len <= 0) {
+        if (launcher) fprintf(stderr, "fleet run: cannot read back %s\n", fl_launch_config_path(X->L));
+        free(text);
+        return 1;
+    }
+    if (!launcher) text = malloc((size_t)len);
+    if (any_rank(!text)) {
+        free(text);
+        return 1;
+    }
+    MPI_Bcast(text, (int)len, MPI_CHAR, m->launcher, MPI_COMM_WORLD);
+    int bad = launcher ? 0 : keep_config_copy(X, text, len);
+    free(text);
+    return any_rank(bad) ? 1 : 0;
+}
+
+/* SIGTERM to this rank's child, if it runs, and waits for it. */
+static void stop_child(rank_run_t *X) {
+    if (X->child.running) {
+        kill(X->child.pid, SIGTERM);
+        waitpid(X->child.pid, NULL, 0);
+    }
+}
+
+/* A service rank's `fleet replay|paramserver --listen HOST:0`; its address into addr. 0, or
+ * 1 after printing why (the child, if it still runs, is killed). */
+static int spawn_service(rank_run_t *X, char *addr) {
+    fl_child_t *c = &X->child;
+    const char *name = kind_names[X->kind];
+    char idx[32], listen[FL_CONFIG_STRING_MAX + 8];
+    snprintf(idx, sizeof idx, "%d", X->index);
+    snprintf(listen, sizeof listen, "%s:0", X->host);
+    char *args[] = {"--config", X->tmp_cfg, "--shard", idx, "--listen", listen, "--control", X->control, NULL};
+    if (fl_proc_spawn(c, name, X->index, args, 1, 60) == 0) {
+        snprintf(addr, ADDR_LEN, "%s", c->addr);
+        return 0;
+    }
+    char st[128] = "did not report its address";
+    for (int w = 0; w < 100 && c->pid; w++) {
+        if (fl_proc_reap(c, 1)) {
+            fl_proc_describe_status(c->status, st, sizeof st);
+            break;
+        }
+        fl_sleep_sec(0.02);
+    }
+    fprintf(stderr, "fleet run: %s %d (rank %d on %s) %s while starting\n", name, X->index, X->m.me, X->me.host, st);
+    if (c->running) {
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, NULL, 0);
+        c->running = 0;
+    }
+    return 1;
+}
+
+/* 4. Services start and every rank gathers their addresses (then share_addresses). */
+static int start_services(rank_run_t *X) {
+    char my_addr[ADDR_LEN] = "";
+    int bad = 0;
+    if (X->kind == K_REPLAY || X->kind == K_PARAMSERVER) bad = spawn_service(X, my_addr);
+    MPI_Allgather(my_addr, ADDR_LEN, MPI_CHAR, X->addrs, ADDR_LEN, MPI_CHAR, MPI_COMM_WORLD);
+    if (any_rank(bad)) {
+        stop_child(X);
+        return 1;
+    }
+    return 0;
+}
+
+/* The services' addresses as the learners' and actors' options; the launcher prints them. */
+static int share_addresses(rank_run_t *X) {
+    const mpi_state_t *m = &X->m;
+    X->replay_list = kind_list(m, X->addrs, K_REPLAY);
+    X->ps_list = kind_list(m, X->addrs, K_PARAMSERVER);
+    int bad = !X->replay_list || !X->ps_list;
+    if (!bad) {
+        char path[300];
+        snprintf(path, sizeof path, "%s.replay_addrs", X->tmp_cfg);
+        bad = fl_launch_address_arg(X->replay_list, path, X->replay_arg, sizeof X->replay_arg) != 0 ||
+              strlen(X->ps_list) >= sizeof X->ps_arg;
+        if (!bad) snprintf(X->ps_arg, sizeof X->ps_arg, "%s", X->ps_list);
+        if (bad && m->me == m->launcher)
+            fprintf(stderr, "fleet run: the service addresses do not fit in an option (%zu parameter-server bytes)\n",
+                    strlen(X->ps_list));
+    }
+    if (any_rank(bad)) {
+        stop_child(X);
+        return 1;
+    }
+    if (m->me == m->launcher) {
+        printf("  services     replay %s, paramserver %s, control %s\n", X->replay_arg, X->ps_arg, X->control);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* The launcher: the progress loop, then FINISH to every rank, or MPI_Abort when a rank
+ * did not stop. Returns the exit code. */
+static int run_launcher(rank_run_t *X) {
+    mpi_state_t *m = &X->m;
+    static const fl_launch_ops_t ops = {mpi_dead, mpi_stop, mpi_unclean, mpi_pids};
+    int rc = fl_launch_monitor(X->L, X->replay_list, X->ps_list, &ops, m, 0, "");
+    int left = 0;
+    char who[160] = "";
+    for (int r = 0; r < m->size; r++)
+        if (r != m->launcher && !m->done[r]) {
+            if (!left) describe_rank(m, r, who, sizeof who);
+            left++;
+        }
+    if (left) {
+        fprintf(stderr, "fleet run: %d rank%s did not stop (first: %s); ending the job\n", left, left == 1 ? "" : "s",
+                who);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, rc ? rc : 1);
+    }
+    for (int r = 0; r < m->size; r++) {
+        if (r == m->launcher) continue;
+        int one = 1;
+        MPI_Send(&one, 1, MPI_INT, r, TAG_FINISH, MPI_COMM_WORLD);
+    }
+    return rc;
+}
+
+/* A learner rank runs the learner in this process, with the learners' all-reduce. */
+static void run_learner(rank_run_t *X) {
+    fl_reduce_t *reduce = NULL;
+    fl_err_t e;
+    fl_err_init(&e);
+    int lr = 0;
+    if (fl_reduce_create_mpi(&X->learners, &reduce, &e) != FL_OK) {
+        fprintf(stderr, "fleet run: learner %d: %s\n", X->index, e.msg);
+        lr = 1;
+    } else {
+        char idx[32];
+        snprintf(idx, sizeof idx, "%d", X->index);
+        char *args[] = {"learner",       "--config", X->tmp_cfg,  "--index", idx,        "--replay", X->replay_arg,
+                        "--paramserver", X->ps_arg,  "--control", X->control, NULL};
+        lr = fl_learner_main((int)(sizeof args / sizeof args[0]) - 1, args, reduce);
+    }
+    fl_reduce_destroy(reduce);
+    char what[64];
+    snprintf(what, sizeof what, "exited with status %d", lr);
+    report_done_and_wait(&X->m, lr == 0, (int)getpid(), what);
+}
+
+/* An actor rank starts `fleet actor` and supervises it. */
+static void run_actor(rank_run_t *X) {
+    char idx[32];
+    snprintf(idx, sizeof idx, "%d", X->index);
+    char *args[] = {"--config",      X->tmp_cfg, "--index",   idx,        "--replay", X->replay_arg,
+                    "--paramserver", X->ps_arg,  "--control", X->control, NULL};
+    if (fl_proc_spawn(&X->child, "actor", X->index, args, 0, 0) != 0)
+        report_done_and_wait(&X->m, 0, 0, "could not be started");
+    else
+        supervise_child(&X->m, &X->child);
+}
+
+/* 5 and 6. The learners' communicator (collective over the world), then the roles run.
+ * Returns the launcher's exit code, 0 on the other ranks. */
+static int run_role(rank_run_t *X) {
+    MPI_Comm_split(MPI_COMM_WORLD, X->kind == K_LEARNER ? 0 : MPI_UNDEFINED, X->index, &X->learners);
+    switch (X->kind) {
+    case K_LAUNCHER: return run_launcher(X);
+    case K_LEARNER: run_learner(X); return 0;
+    case K_ACTOR: run_actor(X); return 0;
+    default: supervise_child(&X->m, &X->child); return 0;
+    }
+}
+
+/* Frees what the phases made, removes a rank's config copy and ends MPI. */
+static void finish(rank_run_t *X) {
+    mpi_state_t *m = &X->m;
+    if (X->learners != MPI_COMM_NULL) MPI_Comm_free(&X->learners);
+    if (m->me != m->launcher && X->tmp_cfg[0]) {
+        unlink(X->tmp_cfg);
+        char path[300];
+        snprintf(path, sizeof path, "%s.replay_addrs", X->tmp_cfg);
+        unlink(path);
+    }
+    fl_launch_destroy(X->L);
+    free(X->replay_list);
+    free(X->ps_list);
+    free(X->addrs);
+    free(m->ids);
+    free(m->kind);
+    free(m->index);
+    free(m->done);
+    free(m->msg);
+    MPI_Finalize();
+}
+
 int fl_mpi_run(const fl_config_t *cfg_in, const char *cfg_file, const char *role) {
     int provided = 0;
     MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
-    mpi_state_t m;
-    memset(&m, 0, sizeof m);
-    MPI_Comm_rank(MPI_COMM_WORLD, &m.me);
-    MPI_Comm_size(MPI_COMM_WORLD, &m.size);
-    fl_config_t cfg = *cfg_in;
-    int rc = 0;
-    char why[600] = "";
-    char tmp_cfg[256] = "";
-    fl_launch_t *L = NULL;
-    char *addrs = NULL, *replay_list = NULL, *ps_list = NULL;
-    MPI_Comm learners = MPI_COMM_NULL;
+    rank_run_t X;
+    memset(&X, 0, sizeof X);
+    MPI_Comm_rank(MPI_COMM_WORLD, &X.m.me);
+    MPI_Comm_size(MPI_COMM_WORLD, &X.m.size);
+    X.cfg = *cfg_in;
+    X.cfg_file = cfg_file;
+    X.learners = MPI_COMM_NULL;
     fl_proc_init();
     fl_stop_install();
-
-    /* 1. Who is where, and which role. */
-    rank_id_t me;
-    memset(&me, 0, sizeof me);
-    snprintf(me.role, sizeof me.role, "%s", role);
-    gethostname(me.host, sizeof me.host - 1);
-    m.ids = calloc((size_t)m.size, sizeof *m.ids);
-    m.kind = calloc((size_t)m.size, sizeof *m.kind);
-    m.index = calloc((size_t)m.size, sizeof *m.index);
-    m.done = calloc((size_t)m.size, sizeof *m.done);
-    m.msg = calloc((size_t)m.size, sizeof *m.msg);
-    addrs = calloc((size_t)m.size, ADDR_LEN);
-    if (any_rank(!m.ids || !m.kind || !m.index || !m.done || !m.msg || !addrs)) {
-        fprintf(stderr, "fleet run (rank %d): out of memory\n", m.me);
-        rc = 1;
-        goto finalize;
-    }
-    MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, m.ids, (int)sizeof me, MPI_BYTE, MPI_COMM_WORLD);
-    if (make_plan(&cfg, &m, why, sizeof why) != 0) {
-        if (m.me == 0) fprintf(stderr, "fleet run: %s\n", why);
-        rc = 2;
-        goto finalize;
-    }
-    const int kind = m.kind[m.me], index = m.index[m.me];
-    int one_host = 1;
-    for (int r = 1; r < m.size; r++) one_host &= strcmp(m.ids[r].host, m.ids[0].host) == 0;
-
-    /* 2. The address this rank's services bind. */
-    char host[FL_CONFIG_STRING_MAX];
-    int bad = 0;
-    if (one_host && !cfg.run_interface[0]) {
-        snprintf(host, sizeof host, "%s", cfg.run_bind_host);
-    } else {
-        fl_err_t e;
-        fl_err_init(&e);
-        if (fl_netif_ipv4(cfg.run_interface, host, sizeof host, &e) != FL_OK) {
-            fprintf(stderr, "fleet run (rank %d on %s): %s\n", m.me, me.host, e.msg);
-            bad = 1;
-        }
-    }
-    if (!one_host && strcmp(cfg.run_bind_host, "127.0.0.1") != 0 && m.me == 0)
-        FL_WARN("run.bind_host = %s is ignored across hosts: each host binds its own address (run.interface)",
-                cfg.run_bind_host);
-    if (any_rank(bad)) {
-        rc = 2;
-        goto finalize;
-    }
-
-    /* 3. The launcher's run folder and Control; the config text and Control's address
-     * to everyone. */
-    char control[300] = "";
-    if (m.me == m.launcher) {
-        rc = fl_launch_create(&cfg, cfg_file, host, &L);
-        if (!rc) {
-            snprintf(control, sizeof control, "%s", fl_launch_control_addr(L));
-            print_ranks(&m);
-        }
-    }
-    int lrc = rc;
-    MPI_Bcast(&lrc, 1, MPI_INT, m.launcher, MPI_COMM_WORLD);
-    if (lrc) {
-        rc = lrc;
-        goto finalize;
-    }
-    MPI_Bcast(control, (int)sizeof control, MPI_CHAR, m.launcher, MPI_COMM_WORLD);
-    {
-        long long len = 0;
-        char *text = NULL;
-        if (m.me == m.launcher) {
-            FILE *f = fopen(fl_launch_config_path(L), "rb");
-            if (f && fseek(f, 0, SEEK_END) == 0) len = ftell(f);
-            text = len > 0 ? malloc((size_t)len) : NULL;
-            if (!f || !text || fseek(f, 0, SEEK_SET) != 0 || fread(text, 1, (size_t)len, f) != (size_t)len) len = -1;
-            if (f) fclose(f);
-            snprintf(tmp_cfg, sizeof tmp_cfg, "%s", fl_launch_config_path(L));
-        }
-        MPI_Bcast(&len, 1, MPI_LONG_LONG, m.launcher, MPI_COMM_WORLD);
-        if (len <= 0) {
-            if (m.me == m.launcher) fprintf(stderr, "fleet run: cannot read back %s\n", fl_launch_config_path(L));
-            free(text);
-            rc = 1;
-            goto finalize;
-        }
-        if (m.me != m.launcher) text = malloc((size_t)len);
-        if (any_rank(!text)) {
-            free(text);
-            rc = 1;
-            goto finalize;
-        }
-        MPI_Bcast(text, (int)len, MPI_CHAR, m.launcher, MPI_COMM_WORLD);
-        bad = 0;
-        if (m.me != m.launcher) {
-            snprintf(tmp_cfg, sizeof tmp_cfg, "/tmp/fleet-rank%d-XXXXXX.ini", m.me);
-            int fd = mkstemps(tmp_cfg, 4);
-            bad = fd < 0 || write(fd, text, (size_t)len) != (ssize_t)len;
-            if (fd >= 0) close(fd);
-            fl_err_t e;
-            fl_err_init(&e);
-            fl_config_t got;
-            fl_config_defaults(&got);
-            if (!bad && fl_config_load_file(&got, tmp_cfg, &e) != FL_OK) {
-                fprintf(stderr, "fleet run (rank %d on %s): %s\n", m.me, me.host, e.msg);
-                bad = 1;
-            }
-            if (!bad) cfg = got;
-            if (bad && fd < 0) fprintf(stderr, "fleet run (rank %d on %s): cannot write %s\n", m.me, me.host, tmp_cfg);
-        }
-        free(text);
-        if (any_rank(bad)) {
-            rc = 1;
-            goto finalize;
-        }
-    }
-
-    /* 4. Services start and their addresses go round. */
-    fl_child_t child;
-    memset(&child, 0, sizeof child);
-    char my_addr[ADDR_LEN] = "";
-    bad = 0;
-    if (kind == K_REPLAY || kind == K_PARAMSERVER) {
-        char idx[32], listen[FL_CONFIG_STRING_MAX + 8];
-        snprintf(idx, sizeof idx, "%d", index);
-        snprintf(listen, sizeof listen, "%s:0", host);
-        char *args[] = {"--config", tmp_cfg, "--shard", idx, "--listen", listen, "--control", control, NULL};
-        if (fl_proc_spawn(&child, kind_names[kind], index, args, 1, 60) != 0) {
-            char st[128] = "did not report its address";
-            for (int w = 0; w < 100 && child.pid; w++) {
-                if (fl_proc_reap(&child, 1)) {
-                    fl_proc_describe_status(child.status, st, sizeof st);
-                    break;
-                }
-                fl_sleep_sec(0.02);
-            }
-            fprintf(stderr, "fleet run: %s %d (rank %d on %s) %s while starting\n", kind_names[kind], index, m.me,
-                    me.host, st);
-            if (child.running) {
-                kill(child.pid, SIGKILL);
-                waitpid(child.pid, NULL, 0);
-                child.running = 0;
-            }
-            bad = 1;
-        } else {
-            snprintf(my_addr, sizeof my_addr, "%s", child.addr);
-        }
-    }
-    MPI_Allgather(my_addr, ADDR_LEN, MPI_CHAR, addrs, ADDR_LEN, MPI_CHAR, MPI_COMM_WORLD);
-    if (any_rank(bad)) {
-        if (child.running) {
-            kill(child.pid, SIGTERM);
-            waitpid(child.pid, NULL, 0);
-        }
-        rc = 1;
-        goto finalize;
-    }
-    replay_list = kind_list(&m, addrs, K_REPLAY);
-    ps_list = kind_list(&m, addrs, K_PARAMSERVER);
-    char replay_arg[256] = "", ps_arg[256] = "";
-    bad = !replay_list || !ps_list;
-    if (!bad) {
-        char path[300];
-        snprintf(path, sizeof path, "%s.replay_addrs", tmp_cfg);
-        bad = fl_launch_address_arg(replay_list, path, replay_arg, sizeof replay_arg) != 0 ||
-              strlen(ps_list) >= sizeof ps_arg;
-        if (!bad) snprintf(ps_arg, sizeof ps_arg, "%s", ps_list);
-        if (bad && m.me == m.launcher)
-            fprintf(stderr, "fleet run: the service addresses do not fit in an option (%zu parameter-server bytes)\n",
-                    strlen(ps_list));
-    }
-    if (any_rank(bad)) {
-        rc = 1;
-        goto stop_child;
-    }
-    if (m.me == m.launcher) {
-        printf("  services     replay %s, paramserver %s, control %s\n", replay_arg, ps_arg, control);
-        fflush(stdout);
-    }
-
-    /* 5. The learners' communicator (collective over the world), then the roles run. */
-    MPI_Comm_split(MPI_COMM_WORLD, kind == K_LEARNER ? 0 : MPI_UNDEFINED, index, &learners);
-    char idx[32];
-    snprintf(idx, sizeof idx, "%d", index);
-    if (kind == K_LAUNCHER) {
-        static const fl_launch_ops_t ops = {mpi_dead, mpi_stop, mpi_unclean, mpi_pids};
-        rc = fl_launch_monitor(L, replay_list, ps_list, &ops, &m, 0, "");
-        int left = 0;
-        char who[160] = "";
-        for (int r = 0; r < m.size; r++)
-            if (r != m.launcher && !m.done[r]) {
-                if (!left) describe_rank(&m, r, who, sizeof who);
-                left++;
-            }
-        if (left) {
-            fprintf(stderr, "fleet run: %d rank%s did not stop (first: %s); ending the job\n", left,
-                    left == 1 ? "" : "s", who);
-            fflush(stderr);
-            MPI_Abort(MPI_COMM_WORLD, rc ? rc : 1);
-        }
-        for (int r = 0; r < m.size; r++) {
-            if (r == m.launcher) continue;
-            int one = 1;
-            MPI_Send(&one, 1, MPI_INT, r, TAG_FINISH, MPI_COMM_WORLD);
-        }
-    } else if (kind == K_LEARNER) {
-        fl_reduce_t *reduce = NULL;
-        fl_err_t e;
-        fl_err_init(&e);
-        int lr = 0;
-        if (fl_reduce_create_mpi(&learners, &reduce, &e) != FL_OK) {
-            fprintf(stderr, "fleet run: learner %d: %s\n", index, e.msg);
-            lr = 1;
-        } else {
-            char *args[] = {"learner",   "--config",    tmp_cfg, "--index", idx, "--replay", replay_arg,
-                            "--paramserver", ps_arg, "--control", control, NULL};
-            lr = fl_learner_main((int)(sizeof args / sizeof args[0]) - 1, args, reduce);
-        }
-        fl_reduce_destroy(reduce);
-        char what[64];
-        snprintf(what, sizeof what, "exited with status %d", lr);
-        report_done_and_wait(&m, lr == 0, (int)getpid(), what);
-    } else if (kind == K_ACTOR) {
-        char *args[] = {"--config", tmp_cfg,  "--index",   idx,     "--replay", replay_arg,
-                        "--paramserver", ps_arg, "--control", control, NULL};
-        if (fl_proc_spawn(&child, "actor", index, args, 0, 0) != 0) {
-            report_done_and_wait(&m, 0, 0, "could not be started");
-        } else {
-            supervise_child(&m, &child);
-        }
-    } else {
-        supervise_child(&m, &child);
-    }
-    goto finalize;
-
-stop_child:
-    if (child.running) {
-        kill(child.pid, SIGTERM);
-        waitpid(child.pid, NULL, 0);
-    }
-finalize:
-    if (learners != MPI_COMM_NULL) MPI_Comm_free(&learners);
-    if (m.me != m.launcher && tmp_cfg[0]) {
-        unlink(tmp_cfg);
-        char path[300];
-        snprintf(path, sizeof path, "%s.replay_addrs", tmp_cfg);
-        unlink(path);
-    }
-    fl_launch_destroy(L);
-    free(replay_list);
-    free(ps_list);
-    free(addrs);
-    free(m.ids);
-    free(m.kind);
-    free(m.index);
-    free(m.done);
-    free(m.msg);
-    MPI_Finalize();
+    int rc = gather_roles(&X, role);
+    if (!rc) rc = choose_address(&X);
+    if (!rc) rc = start_control(&X);
+    if (!rc) rc = broadcast_config(&X);
+    if (!rc) rc = start_services(&X);
+    if (!rc) rc = share_addresses(&X);
+    if (!rc) rc = run_role(&X);
+    finish(&X);
     return rc;
 }
 #endif

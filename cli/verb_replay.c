@@ -10,128 +10,139 @@
  * checkpoint shard-<id>.ckpt, if any, then its log; see docs/replay-durability.md), so a
  * shard killed with kill -9 is restarted with the same command line; --restore is then
  * refused (exit 2): put the checkpoint at replay.checkpoint_dir/shard-<id>.ckpt instead.
- * Exit codes: 0 after a requested stop, 1 when serving fails, 2 for usage and
- * configuration errors. */
-#include <errno.h>
+ * The verb is the replay service's callbacks for cli/service_main.h, which owns the
+ * skeleton. Exit codes: 0 after a requested stop, 1 when serving fails, 2 for usage and
+ * configuration errors (and a checkpoint that cannot be restored). One thread. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "common/clock.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/stop.h"
 #include "envs/plugin.h"
 #include "cli/cli.h"
 #include "cli/options.h"
+#include "cli/service_main.h"
 #include "cli/verbs.h"
 #include "replay/server.h"
 
-/* Writes all of buf to fd; 0 on success. */
-static int write_all(int fd, const char *buf, size_t len) {
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return -1;
-        buf += n;
-        len -= (size_t)n;
-    }
-    return 0;
+typedef struct replay_verb {
+    char restore[256]; /* --restore */
+    fl_wire_sig_t sig; /* the table's observation signature */
+    int shard;
+    fl_replay_service_t *svc;
+} replay_verb_t;
+
+static int check_shard(const fl_service_args_t *a) {
+    if (a->shard >= 0 && a->shard < a->cfg.replay_shards) return 0;
+    fprintf(stderr, "fleet replay: --shard %" PRId64 " is out of range (expected 0 .. %" PRId64
+                    ", replay.shards = %" PRId64 ")\n",
+            a->shard, a->cfg.replay_shards - 1, a->cfg.replay_shards);
+    return 2;
 }
 
-int fl_verb_replay(int argc, char **argv) {
-    fl_config_t cfg;
-    char listen[256] = "", control[256] = "", restore[256] = "";
-    int64_t shard = 0, ready_fd = -1;
-    const fl_opt_t opts[] = {
-        {"--listen", FL_OPT_STRING, listen},
-        {"--shard", FL_OPT_INT, &shard},
-        {"--ready-fd", FL_OPT_INT, &ready_fd},
-        {"--control", FL_OPT_STRING, control},
-        {"--restore", FL_OPT_STRING, restore},
-    };
-    int rc = fl_cli_parse("replay", argc, argv, &cfg, opts, (int)(sizeof opts / sizeof opts[0]), NULL, 0);
-    if (rc != 0) return rc;
-    if (shard < 0 || shard >= cfg.replay_shards) {
-        fprintf(stderr, "fleet replay: --shard %" PRId64 " is out of range (expected 0 .. %" PRId64
-                        ", replay.shards = %" PRId64 ")\n",
-                shard, cfg.replay_shards - 1, cfg.replay_shards);
-        return 2;
-    }
-    if (ready_fd < -1 || ready_fd > 1 << 20) {
-        fprintf(stderr, "fleet replay: --ready-fd %" PRId64 " is not a file descriptor\n", ready_fd);
-        return 2;
-    }
-    if (cfg.replay_wal && restore[0]) {
+static void default_listen(const fl_service_args_t *a, char *buf, size_t len) {
+    snprintf(buf, len, "%.250s:0", a->cfg.run_bind_host);
+}
+
+/* Refuses --restore with the write-ahead log, then reads the signature from the env (and
+ * replay.frame_stack = 0 from its wrappers). */
+static int prepare(void *ctx, fl_service_args_t *a) {
+    replay_verb_t *rv = ctx;
+    fl_config_t *cfg = &a->cfg;
+    rv->shard = (int)a->shard;
+    if (cfg->replay_wal && rv->restore[0]) {
         fprintf(stderr,
                 "fleet replay: --restore cannot be combined with replay.wal = 1: with the write-ahead log the shard "
                 "recovers from replay.checkpoint_dir by itself (copy the checkpoint to %s/shard-%" PRId64
                 ".ckpt instead)\n",
-                cfg.replay_checkpoint_dir[0] ? cfg.replay_checkpoint_dir : "<replay.checkpoint_dir>", shard);
+                cfg->replay_checkpoint_dir[0] ? cfg->replay_checkpoint_dir : "<replay.checkpoint_dir>", a->shard);
         return 2;
     }
-    if (!listen[0]) snprintf(listen, sizeof listen, "%.250s:0", cfg.run_bind_host);
-    fl_cli_setup_logging(&cfg, "replay", (int)shard);
-
-    const fl_env_def_t *env = NULL;
     fl_err_t err;
     fl_err_init(&err);
     fl_wrapped_env_t *wenv = NULL;
-    if (fl_options_open_env(&cfg, &wenv, &err) != FL_OK) {
+    if (fl_options_open_env(cfg, &wenv, &err) != FL_OK) {
         fprintf(stderr, "fleet replay: %s\n", err.msg);
         return 2;
     }
-    env = fl_wrapped_env_info(wenv);
+    const fl_env_def_t *env = fl_wrapped_env_info(wenv);
     fl_wire_sig_t sig = {.obs_dtype = env->obs_dtype, .obs_rank = env->obs_rank, .num_actions = env->num_actions};
     for (int d = 0; d < env->obs_rank && d < FL_WIRE_MAX_RANK; d++) sig.obs_shape[d] = env->obs_shape[d];
-    if (cfg.replay_frame_stack == 0) cfg.replay_frame_stack = fl_wrapped_env_frame_stack(wenv);
+    rv->sig = sig;
+    if (cfg->replay_frame_stack == 0) cfg->replay_frame_stack = fl_wrapped_env_frame_stack(wenv);
     fl_wrapped_env_destroy(wenv);
+    return 0;
+}
 
-    fl_stop_install();
-    fl_replay_service_t *svc = NULL;
-    fl_status st = fl_replay_service_create_restore(&cfg, (int)shard, &sig, restore, &svc, &err);
-    if (st != FL_OK) {
-        FL_ERROR("cannot %s replay shard %d: %s", restore[0] ? "restore" : "create", (int)shard, err.msg);
-        return st == FL_INVALID_ARGUMENT || st == FL_NOT_FOUND ? 2 : 1;
-    }
-    char bound[300];
-    if (fl_replay_service_start(svc, listen, bound, sizeof bound, &err) != FL_OK) {
-        FL_ERROR("cannot serve replay shard %d on %s: %s", (int)shard, listen, err.msg);
-        fl_replay_service_destroy(svc);
-        return 1;
+static int create(void *ctx, const fl_service_args_t *a) {
+    replay_verb_t *rv = ctx;
+    fl_err_t err;
+    fl_err_init(&err);
+    fl_status st = fl_replay_service_create_restore(&a->cfg, rv->shard, &rv->sig, rv->restore, &rv->svc, &err);
+    if (st == FL_OK) return 0;
+    FL_ERROR("cannot %s replay shard %d: %s", rv->restore[0] ? "restore" : "create", rv->shard, err.msg);
+    return st == FL_INVALID_ARGUMENT || st == FL_NOT_FOUND ? 2 : 1;
+}
+
+static int start(void *ctx, const fl_service_args_t *a, char *addr, size_t len) {
+    replay_verb_t *rv = ctx;
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_replay_service_start(rv->svc, a->listen, addr, len, &err) != FL_OK) {
+        FL_ERROR("cannot serve replay shard %d on %s: %s", rv->shard, a->listen, err.msg);
+        return -1;
     }
     fl_replay_info_t info;
-    fl_replay_service_info(svc, &info);
+    fl_replay_service_info(rv->svc, &info);
     char shape[64];
-    fl_wire_sig_format_shape(&sig, shape, sizeof shape);
-    FL_INFO("replay shard %d serving on %s (capacity %" PRIu64 ", obs %s %s, sampling from %" PRIu64 ")", (int)shard,
-            bound, info.capacity, fl_dtype_name(sig.obs_dtype), shape, fl_replay_service_min_size(svc));
-    if (control[0]) FL_DEBUG("--control %s: the launcher polls this shard's Info; no reports are sent", control);
+    fl_wire_sig_format_shape(&rv->sig, shape, sizeof shape);
+    FL_INFO("replay shard %d serving on %s (capacity %" PRIu64 ", obs %s %s, sampling from %" PRIu64 ")", rv->shard,
+            addr, info.capacity, fl_dtype_name(rv->sig.obs_dtype), shape, fl_replay_service_min_size(rv->svc));
+    if (a->control[0])
+        FL_DEBUG("--control %s: the launcher polls this shard's Info; no reports are sent", a->control);
+    return 0;
+}
 
-    if (ready_fd >= 0) {
-        char line[310];
-        int n = snprintf(line, sizeof line, "%s\n", bound);
-        int bad = write_all((int)ready_fd, line, (size_t)n) != 0;
-        int e = errno;
-        close((int)ready_fd);
-        if (bad) {
-            FL_ERROR("cannot write the bound address to --ready-fd %" PRId64 ": %s", ready_fd, strerror(e));
-            fl_replay_service_destroy(svc);
-            return 1;
-        }
-    }
-
-    while (!fl_stop_requested()) fl_sleep_sec(0.05);
-
-    FL_INFO("replay shard %d stopping (signal %d)", (int)shard, fl_stop_signal());
-    fl_replay_service_stop(svc);
-    fl_replay_service_info(svc, &info);
+/* After a requested stop: stops serving and logs the shard's last figures. (After a
+ * failure the shard is only destroyed.) */
+static void stop(void *ctx, int clean) {
+    replay_verb_t *rv = ctx;
+    if (!clean) return;
+    FL_INFO("replay shard %d stopping (signal %d)", rv->shard, fl_stop_signal());
+    fl_replay_service_stop(rv->svc);
+    fl_replay_info_t info;
+    fl_replay_service_info(rv->svc, &info);
     FL_INFO("replay shard %d final: size %" PRIu64 "/%" PRIu64 ", inserted %" PRIu64 " in %" PRIu64
             " batches, rejected %" PRIu64 ", sampled %" PRIu64 " in %" PRIu64 " calls, priority updates %" PRIu64
             " applied %" PRIu64 " stale, up %.1f s",
-            (int)shard, info.size, info.capacity, info.inserted, info.insert_batches, info.rejected, info.sampled,
+            rv->shard, info.size, info.capacity, info.inserted, info.insert_batches, info.rejected, info.sampled,
             info.sample_calls, info.updates_applied, info.updates_stale, info.uptime_s);
-    fl_replay_service_destroy(svc);
-    return 0;
+}
+
+static void destroy(void *ctx) {
+    replay_verb_t *rv = ctx;
+    fl_replay_service_destroy(rv->svc);
+}
+
+int fl_verb_replay(int argc, char **argv) {
+    replay_verb_t rv;
+    memset(&rv, 0, sizeof rv);
+    const fl_opt_t opts[] = {{"--restore", FL_OPT_STRING, rv.restore}};
+    const fl_service_def_t def = {
+        .verb = "replay",
+        .ready_what = "bound address",
+        .opts = opts,
+        .nopts = (int)(sizeof opts / sizeof opts[0]),
+        .ctx = &rv,
+        .check_shard = check_shard,
+        .default_listen = default_listen,
+        .prepare = prepare,
+        .create = create,
+        .start = start,
+        .stop = stop,
+        .destroy = destroy,
+    };
+    return fl_service_main(&def, argc, argv);
 }

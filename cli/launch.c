@@ -1,0 +1,638 @@
+/* launch: the launch.h implementation shared by `fleet run` on one machine (cli/run.c)
+ * and under mpirun (cli/mpi.c): the plan, the run folder with config.ini, the
+ * fleet.Control service and what the roles report to it, the progress loop with its
+ * metrics files (metrics.csv, roles.csv), the ordered stop and summary.txt.
+ *
+ * Ownership: an fl_launch_t owns its copy of the config, the Control server and the
+ * report tables; fl_launch_destroy frees them. fl_launch_monitor owns the clients and
+ * files it opens and closes them before it returns.
+ * Failure: fl_launch_create prints why and returns the exit code; a metrics or summary
+ * file that cannot be opened is skipped (the run goes on), and a service whose Info
+ * fails keeps its last figures.
+ * Threads: one owner thread; Control's handler (on_report) runs on the server's threads
+ * and shares the report tables with the monitor under fleet_state_t.mu. */
+#include "cli/launch.h"
+#include "cli/options.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "common/rpc.h"
+#include "common/stop.h"
+#include "envs/plugin.h"
+#include "fleet.pb-c.h"
+#include "cli/proc.h"
+#include "paramserver/client.h"
+#include "replay/client.h"
+
+#define RETURN_WINDOW 100
+/* The parameter servers' staleness histogram (fl_param_info_t.staleness_hist). */
+#define STALENESS_BUCKETS 8
+static const char *const staleness_names[STALENESS_BUCKETS] = {"0", "1", "2", "3-4", "5-8", "9-16", "17-32", "33+"};
+
+/* What the roles report, aggregated under a lock by the Control handler. */
+typedef struct role_state {
+    int seen;
+    uint64_t env_steps, episodes, acked, version, learner_steps, samples;
+    double loss, wait_fraction, epsilon;
+    uint64_t last_env, last_steps, last_samples; /* at the previous progress line */
+} role_state_t;
+
+typedef struct fleet_state {
+    pthread_mutex_t mu;
+    role_state_t *actors;
+    int n_actors;
+    role_state_t *learners;
+    int n_learners;
+    float returns[RETURN_WINDOW];
+    uint64_t n_returns; /* episodes reported in total */
+    double best_return;
+    /* Stop requests answered to each kind of role: actors first, then learners, then the
+     * services, the same order as the signals. */
+    int stop_actors, stop_learners, stop_services;
+} fleet_state_t;
+
+static fl_status on_report(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
+    fleet_state_t *fs = user;
+    Fleet__Report *r = fleet__report__unpack(NULL, len, req);
+    if (!r) return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "Report: not a valid fleet.Report message");
+    pthread_mutex_lock(&fs->mu);
+    role_state_t *st = NULL;
+    if (strcmp(r->role, "actor") == 0 && (int)r->index < fs->n_actors) st = &fs->actors[r->index];
+    if (strcmp(r->role, "learner") == 0 && (int)r->index < fs->n_learners) st = &fs->learners[r->index];
+    /* Services report too; their figures come from polling Info, so a report is only
+     * answered (with the stop flag). */
+    int service = strcmp(r->role, "replay") == 0 || strcmp(r->role, "paramserver") == 0;
+    if (st) {
+        st->seen = 1;
+        st->env_steps = r->env_steps;
+        st->episodes = r->episodes;
+        st->acked = r->transitions_acked;
+        st->version = r->param_version;
+        st->learner_steps = r->learner_steps;
+        st->samples = r->samples;
+        st->loss = r->loss;
+        st->wait_fraction = r->wait_fraction;
+        st->epsilon = r->epsilon;
+    }
+    for (size_t i = 0; i < r->n_episode_returns; i++) {
+        float ret = r->episode_returns[i];
+        fs->returns[fs->n_returns % RETURN_WINDOW] = ret;
+        fs->n_returns++;
+        if (fs->n_returns == 1 || ret > fs->best_return) fs->best_return = ret;
+    }
+    int stopping = strcmp(r->role, "actor") == 0     ? fs->stop_actors
+                   : strcmp(r->role, "learner") == 0 ? fs->stop_learners
+                                                     : fs->stop_services;
+    pthread_mutex_unlock(&fs->mu);
+    int known = st != NULL || service;
+    char role[32];
+    snprintf(role, sizeof role, "%s", r->role);
+    uint32_t index = r->index;
+    fleet__report__free_unpacked(r, NULL);
+    if (!known)
+        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "Report: unknown role '%s' index %u", role, index);
+    Fleet__ReportResponse resp = FLEET__REPORT_RESPONSE__INIT;
+    resp.stop = stopping;
+    return fl_rpc_reply_pb(reply, &resp.base);
+}
+
+static double mean_return(fleet_state_t *fs, uint64_t *count) {
+    uint64_t n = fs->n_returns < RETURN_WINDOW ? fs->n_returns : RETURN_WINDOW;
+    *count = n;
+    if (!n) return 0;
+    double s = 0;
+    for (uint64_t i = 0; i < n; i++) s += fs->returns[i];
+    return s / (double)n;
+}
+
+static void print_plan(const fl_config_t *c, const char *cfg_file, const char *dir, const fl_env_def_t *env) {
+    printf("fleet run: experiment '%s'%s%s%s, seed %lld, output %s/\n", c->run_name, cfg_file[0] ? " (" : "",
+           cfg_file, cfg_file[0] ? ")" : "", (long long)c->run_seed, dir);
+    printf("  replay       %lld shard%s   capacity %lld, alpha %g, beta %g, sampling from %lld transitions\n",
+           (long long)c->replay_shards, c->replay_shards > 1 ? "s" : " ", (long long)c->replay_capacity,
+           c->replay_alpha, c->replay_beta, (long long)c->replay_min_size_to_sample);
+    if (c->actor_count < c->replay_shards)
+        printf(
+            "  note         %lld replay shards but %lld actors: shards %lld .. %lld get no inserts (the learner "
+            "samples the others)\n",
+            (long long)c->replay_shards, (long long)c->actor_count, (long long)c->actor_count,
+            (long long)c->replay_shards - 1);
+    printf("  paramserver  %lld shard%s\n", (long long)c->paramserver_shards, c->paramserver_shards > 1 ? "s" : "");
+    printf("  learner      %lld (%s)   batch %lld, %s lr %g, %lld-step double DQN, gamma %g, target every %lld, "
+           "publish every %lld\n",
+           (long long)c->learner_count, c->learner_device, (long long)c->learner_batch_size, c->learner_optimizer,
+           c->learner_lr, (long long)c->learner_n_step, c->learner_gamma, (long long)c->learner_target_update,
+           (long long)c->learner_publish_every);
+    printf("  actors       %lld         env %s x %lld each, epsilons", (long long)c->actor_count, c->env_name,
+           (long long)c->env_num_envs);
+    for (int i = 0; i < c->actor_count && i < 8; i++) {
+        double e = c->actor_count > 1
+                       ? pow(c->actor_eps_base, 1.0 + c->actor_eps_alpha * i / (double)(c->actor_count - 1))
+                       : c->actor_eps_base;
+        printf(" %.3g", e);
+    }
+    if (c->actor_count > 8) printf(" ...");
+    printf(", buffer %lld, sync every %lld steps\n", (long long)c->actor_local_buffer, (long long)c->actor_sync_every);
+    char shape[64] = "";
+    size_t n = 0;
+    for (int i = 0; i < env->obs_rank && n < sizeof shape; i++)
+        n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%d", i ? "x" : "", env->obs_shape[i]);
+    char limit[32] = "none";
+    if (env->max_episode_steps > 0) snprintf(limit, sizeof limit, "%d steps", env->max_episode_steps);
+    printf("  env          %s: obs %s %s, %d actions, episode limit %s\n", env->name, fl_dtype_name(env->obs_dtype),
+           shape, env->num_actions, limit);
+    printf("  model        %s\n", c->model_spec);
+    printf("  stop         ");
+    if (c->run_stop_at_target) printf("at mean return >= %g over the last %d episodes, or ", c->run_target_return, RETURN_WINDOW);
+    if (c->run_max_seconds > 0)
+        printf("after %g s\n", c->run_max_seconds);
+    else
+        printf("on Ctrl-C\n");
+    fflush(stdout);
+}
+
+void fl_launch_print_plan(const fl_config_t *cfg, const char *cfg_file, const fl_env_def_t *env) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s", cfg->run_out_dir, cfg->run_name);
+    print_plan(cfg, cfg_file, dir, env);
+}
+
+/* ------------------------------------------------------------ the launch ---- */
+
+struct fl_launch {
+    fl_config_t cfg;
+    char cfg_file[256];
+    char dir[600], cfg_path[700], csv_path[700], roles_path[700], summary_path[700];
+    fleet_state_t fs;
+    fl_rpc_server_t *control;
+    char control_addr[300];
+    double t_start;
+};
+
+const fl_config_t *fl_launch_config(const fl_launch_t *L) { return &L->cfg; }
+const char *fl_launch_config_path(const fl_launch_t *L) { return L->cfg_path; }
+const char *fl_launch_control_addr(const fl_launch_t *L) { return L->control_addr; }
+const char *fl_launch_dir(const fl_launch_t *L) { return L->dir; }
+
+void fl_launch_destroy(fl_launch_t *L) {
+    if (!L) return;
+    fl_rpc_server_destroy(L->control);
+    free(L->fs.actors);
+    free(L->fs.learners);
+    pthread_mutex_destroy(&L->fs.mu);
+    free(L);
+}
+
+int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *control_host, fl_launch_t **out) {
+    *out = NULL;
+    /* The env every role will open (plugin, wrappers): checked here so that a mistake
+     * stops the run before any process starts. */
+    fl_wrapped_env_t *wenv = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_options_open_env(cfg, &wenv, &err) != FL_OK) {
+        fprintf(stderr, "fleet run: %s\n", err.msg);
+        return 2;
+    }
+    fl_launch_t *L = calloc(1, sizeof *L);
+    if (!L) {
+        fl_wrapped_env_destroy(wenv);
+        fprintf(stderr, "fleet run: out of memory\n");
+        return 1;
+    }
+    L->cfg = *cfg;
+    snprintf(L->cfg_file, sizeof L->cfg_file, "%s", cfg_file);
+    pthread_mutex_init(&L->fs.mu, NULL);
+    snprintf(L->dir, sizeof L->dir, "%s/%s", cfg->run_out_dir, cfg->run_name);
+    print_plan(cfg, cfg_file, L->dir, fl_wrapped_env_info(wenv));
+    fl_wrapped_env_destroy(wenv);
+    L->fs.n_actors = (int)cfg->actor_count;
+    L->fs.n_learners = (int)cfg->learner_count;
+    L->fs.actors = calloc((size_t)L->fs.n_actors, sizeof *L->fs.actors);
+    L->fs.learners = calloc((size_t)L->fs.n_learners, sizeof *L->fs.learners);
+    if (!L->fs.actors || !L->fs.learners) {
+        fprintf(stderr, "fleet run: out of memory\n");
+        fl_launch_destroy(L);
+        return 1;
+    }
+    if (fl_proc_mkdir_p(L->dir) != 0) {
+        fprintf(stderr, "fleet run: cannot create the run folder '%s': %s\n", L->dir, strerror(errno));
+        fl_launch_destroy(L);
+        return 1;
+    }
+    snprintf(L->cfg_path, sizeof L->cfg_path, "%s/config.ini", L->dir);
+    snprintf(L->csv_path, sizeof L->csv_path, "%s/metrics.csv", L->dir);
+    snprintf(L->roles_path, sizeof L->roles_path, "%s/roles.csv", L->dir);
+    snprintf(L->summary_path, sizeof L->summary_path, "%s/summary.txt", L->dir);
+    if (fl_config_write_file(cfg, L->cfg_path, &err) != FL_OK) {
+        fprintf(stderr, "fleet run: %s\n", err.msg);
+        fl_launch_destroy(L);
+        return 1;
+    }
+    /* Control service for the roles' reports. */
+    int port = 0;
+    char bind[300];
+    snprintf(bind, sizeof bind, "%s:0", control_host);
+    fl_rpc_server_opts_t so = {.threads = 2, .prepost = 16};
+    if (fl_rpc_server_create(&so, &L->control, &err) != FL_OK ||
+        fl_rpc_server_add_unary(L->control, "/fleet.Control/Report", on_report, &L->fs) != FL_OK ||
+        fl_rpc_server_bind(L->control, bind, &port, &err) != FL_OK || fl_rpc_server_start(L->control, &err) != FL_OK) {
+        fprintf(stderr, "fleet run: cannot start the control service on %s: %s\n", bind, err.msg);
+        fl_launch_destroy(L);
+        return 1;
+    }
+    snprintf(L->control_addr, sizeof L->control_addr, "%s:%d", control_host, port);
+    L->t_start = fl_clock_sec();
+    *out = L;
+    return 0;
+}
+
+/* Sums the parameter servers' Info (versions: the minimum over shards). */
+static void param_info_all(fl_param_client_t *ps, fl_param_info_t *sum) {
+    if (!ps) return;
+    int P = fl_param_num_shards(ps);
+    fl_param_info_t acc;
+    memset(&acc, 0, sizeof acc);
+    for (int s = 0; s < P; s++) {
+        fl_param_info_t in;
+        if (fl_param_info_shard(ps, s, 1000, &in, NULL) != FL_OK) return; /* keep the last complete figures */
+        acc.version = s == 0 || in.version < acc.version ? in.version : acc.version;
+        acc.publishes += in.publishes;
+        acc.fetches += in.fetches;
+        acc.fetches_with_params += in.fetches_with_params;
+        acc.pushes_applied += in.pushes_applied;
+        acc.pushes_dropped += in.pushes_dropped;
+        acc.waits += in.waits;
+        acc.push_bytes += in.push_bytes;
+        acc.wait_timeouts += in.wait_timeouts;
+        for (int b = 0; b < STALENESS_BUCKETS; b++) acc.staleness_hist[b] += in.staleness_hist[b];
+    }
+    *sum = acc;
+}
+
+/* ------------------------------------------------------------ the monitor ---- */
+
+/* What fl_launch_monitor works with, from the first progress line to the summary. */
+typedef struct monitor {
+    fl_launch_t *L;
+    const fl_launch_ops_t *ops;
+    void *ctx;
+    int R;      /* replay shards */
+    int gorila; /* learner.mode = gorila: the learners' steps add up */
+    int exit_code;
+    char reason[512];
+    fl_replay_sharded_t *replay;
+    fl_replay_info_t rinfo;       /* summed over the shards */
+    fl_replay_info_t *shard_info; /* per shard, R of them (NULL when out of memory) */
+    fl_param_client_t *ps;
+    fl_param_info_t pinfo;
+    FILE *csv, *roles; /* metrics.csv, roles.csv (NULL when they could not be opened) */
+    /* The fleet's figures at the previous progress line. */
+    double last_t;
+    uint64_t last_inserted, last_env, last_learner, last_samples;
+} monitor_t;
+
+/* One period's figures from the roles' reports. */
+typedef struct figures {
+    uint64_t env, min_version; /* actors: env steps (sum), oldest parameter version */
+    uint64_t lsteps, lsamples; /* learners: steps (see learner_figures), samples (sum) */
+    double loss, wait;         /* learners' means */
+    double mret;               /* mean return over the last ep_count (<= RETURN_WINDOW) episodes */
+    uint64_t ep_count, episodes;
+} figures_t;
+
+/* The fleet's figures at the end, for summary.txt and the last line. */
+typedef struct totals {
+    uint64_t acked, env, lsteps, episodes, ep_count;
+    double mret, best;
+} totals_t;
+
+/* Opens the services' clients and metrics.csv and roles.csv with their headers. */
+static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_list) {
+    fl_replay_sharded_create(replay_list, 0, &M->replay, NULL);
+    fl_param_client_create(ps_list, &M->ps, NULL);
+    M->csv = fopen(M->L->csv_path, "w");
+    if (M->csv) {
+        fprintf(M->csv, "time_s,env_steps,env_steps_per_s,episodes,mean_return_100,replay_size,replay_inserted,"
+                        "replay_inserts_per_s,learner_steps,learner_steps_per_s,samples_per_s,loss,wait_fraction,"
+                        "param_version,version_lag,pushes_applied,pushes_dropped");
+        for (int b = 0; b < STALENESS_BUCKETS; b++) fprintf(M->csv, ",staleness_%s", staleness_names[b]);
+        fprintf(M->csv, "\n");
+        fflush(M->csv);
+    }
+    M->roles = fopen(M->L->roles_path, "w");
+    if (M->roles) {
+        fprintf(M->roles, "time_s,role,index,env_steps,env_steps_per_s,param_version,version_lag,learner_steps,"
+                          "learner_steps_per_s,samples_per_s,loss\n");
+        fflush(M->roles);
+    }
+}
+
+/* The actors' part of f, and their roles.csv rows (el: seconds since the start, dt: since
+ * the previous line). Under fs->mu. */
+static void actor_figures(monitor_t *M, double el, double dt, figures_t *f) {
+    fleet_state_t *fs = &M->L->fs;
+    f->env = 0;
+    f->min_version = UINT64_MAX;
+    for (int a = 0; a < fs->n_actors; a++) {
+        role_state_t *A = &fs->actors[a];
+        f->env += A->env_steps;
+        if (A->version < f->min_version) f->min_version = A->version;
+        if (M->roles && A->seen) {
+            uint64_t alag = M->pinfo.version > A->version ? M->pinfo.version - A->version : 0;
+            fprintf(M->roles, "%.3f,actor,%d,%llu,%.1f,%llu,%llu,,,,\n", el, a, (unsigned long long)A->env_steps,
+                    (double)(A->env_steps - A->last_env) / dt, (unsigned long long)A->version,
+                    (unsigned long long)alag);
+        }
+        A->last_env = A->env_steps;
+    }
+}
+
+/* The learners' part of f, and their roles.csv rows. Apex learners step together
+ * (learner 0's count); gorila learners each push their own gradients (the sum). Samples
+ * add up either way. Under fs->mu. */
+static void learner_figures(monitor_t *M, double el, double dt, figures_t *f) {
+    fleet_state_t *fs = &M->L->fs;
+    f->lsteps = f->lsamples = 0;
+    f->loss = f->wait = 0;
+    int seen = 0;
+    for (int i = 0; i < fs->n_learners; i++) {
+        role_state_t *Ln = &fs->learners[i];
+        if (!Ln->seen) continue;
+        seen++;
+        f->lsteps = M->gorila ? f->lsteps + Ln->learner_steps : (i == 0 ? Ln->learner_steps : f->lsteps);
+        f->lsamples += Ln->samples;
+        f->loss += Ln->loss;
+        f->wait += Ln->wait_fraction;
+        if (M->roles)
+            fprintf(M->roles, "%.3f,learner,%d,,,%llu,,%llu,%.2f,%.1f,%.6g\n", el, i, (unsigned long long)Ln->version,
+                    (unsigned long long)Ln->learner_steps, (double)(Ln->learner_steps - Ln->last_steps) / dt,
+                    (double)(Ln->samples - Ln->last_samples) / dt, Ln->loss);
+        Ln->last_steps = Ln->learner_steps;
+        Ln->last_samples = Ln->samples;
+    }
+    if (seen) {
+        f->loss /= seen;
+        f->wait /= seen;
+    }
+}
+
+/* This period's figures from the reports (and roles.csv's rows). */
+static void collect_figures(monitor_t *M, double el, double dt, figures_t *f) {
+    fleet_state_t *fs = &M->L->fs;
+    pthread_mutex_lock(&fs->mu);
+    actor_figures(M, el, dt, f);
+    learner_figures(M, el, dt, f);
+    f->mret = mean_return(fs, &f->ep_count);
+    f->episodes = fs->n_returns;
+    pthread_mutex_unlock(&fs->mu);
+    if (M->roles) fflush(M->roles);
+}
+
+/* The progress line on stdout and its metrics.csv row. */
+static void report_period(monitor_t *M, double el, double dt, const figures_t *f) {
+    const fl_replay_info_t *ri = &M->rinfo;
+    const fl_param_info_t *pi = &M->pinfo;
+    double env_rate = (double)(f->env - M->last_env) / dt;
+    double ins_rate = (double)(ri->inserted - M->last_inserted) / dt;
+    double upd_rate = (double)(f->lsteps - M->last_learner) / dt;
+    double smp_rate = (double)(f->lsamples - M->last_samples) / dt;
+    uint64_t lag = (f->min_version == UINT64_MAX || pi->version < f->min_version) ? 0 : pi->version - f->min_version;
+    printf("[%6.1fs] env %7.0f steps/s | replay %8llu (+%6.0f/s) | learner %6.1f upd/s %8.0f smp/s loss %8.4f "
+           "| return %7.1f (%llu ep) | version %llu lag %llu",
+           el, env_rate, (unsigned long long)ri->size, ins_rate, upd_rate, smp_rate, f->loss, f->mret,
+           (unsigned long long)f->episodes, (unsigned long long)pi->version, (unsigned long long)lag);
+    if (M->gorila)
+        printf(" | pushes %llu applied %llu dropped", (unsigned long long)pi->pushes_applied,
+               (unsigned long long)pi->pushes_dropped);
+    printf("\n");
+    fflush(stdout);
+    if (!M->csv) return;
+    fprintf(M->csv, "%.3f,%llu,%.1f,%llu,%.3f,%llu,%llu,%.1f,%llu,%.2f,%.1f,%.6g,%.4f,%llu,%llu,%llu,%llu", el,
+            (unsigned long long)f->env, env_rate, (unsigned long long)f->episodes, f->mret,
+            (unsigned long long)ri->size, (unsigned long long)ri->inserted, ins_rate, (unsigned long long)f->lsteps,
+            upd_rate, smp_rate, f->loss, f->wait, (unsigned long long)pi->version, (unsigned long long)lag,
+            (unsigned long long)pi->pushes_applied, (unsigned long long)pi->pushes_dropped);
+    for (int b = 0; b < STALENESS_BUCKETS; b++) fprintf(M->csv, ",%llu", (unsigned long long)pi->staleness_hist[b]);
+    fprintf(M->csv, "\n");
+    fflush(M->csv);
+}
+
+/* One progress period at time now: polls the services, prints and records the figures.
+ * Returns 1, with the reason, when the run is over (target return, time limit). */
+static int progress(monitor_t *M, double now) {
+    const fl_config_t *cfg = &M->L->cfg;
+    if (M->replay) fl_replay_sharded_info(M->replay, 1000, &M->rinfo, M->shard_info, NULL);
+    param_info_all(M->ps, &M->pinfo);
+    double dt = now - M->last_t, el = now - M->L->t_start;
+    figures_t f;
+    collect_figures(M, el, dt, &f);
+    report_period(M, el, dt, &f);
+    M->last_t = now;
+    M->last_env = f.env;
+    M->last_inserted = M->rinfo.inserted;
+    M->last_learner = f.lsteps;
+    M->last_samples = f.lsamples;
+    if (cfg->run_stop_at_target && f.ep_count >= RETURN_WINDOW && f.mret >= cfg->run_target_return) {
+        snprintf(M->reason, sizeof M->reason, "target reached: mean return %.1f >= %g over the last %d episodes",
+                 f.mret, cfg->run_target_return, RETURN_WINDOW);
+        return 1;
+    }
+    if (cfg->run_max_seconds > 0 && el >= cfg->run_max_seconds) {
+        snprintf(M->reason, sizeof M->reason, "time limit: %.0f s", cfg->run_max_seconds);
+        return 1;
+    }
+    return 0;
+}
+
+/* Watches the fleet, a progress period at a time, until a signal, a dead role or the end
+ * of the run. */
+static void watch(monitor_t *M) {
+    const fl_config_t *cfg = &M->L->cfg;
+    double next = fl_clock_sec() + cfg->run_progress_every;
+    while (!M->exit_code) {
+        if (fl_stop_requested()) {
+            snprintf(M->reason, sizeof M->reason, "interrupted (signal %d)", fl_stop_signal());
+            return;
+        }
+        if (M->ops->dead(M->ctx, M->reason, sizeof M->reason)) {
+            FL_ERROR("%s: stopping the fleet", M->reason);
+            M->exit_code = 1;
+            return;
+        }
+        double now = fl_clock_sec();
+        if (now < next) {
+            fl_sleep_sec(fmin(0.05, next - now));
+            continue;
+        }
+        next += cfg->run_progress_every;
+        if (next < now) next = now + cfg->run_progress_every;
+        if (progress(M, now)) return;
+    }
+}
+
+static void set_flag(fleet_state_t *fs, int *flag) {
+    pthread_mutex_lock(&fs->mu);
+    *flag = 1;
+    pthread_mutex_unlock(&fs->mu);
+}
+
+/* Ordered stop: actors first, while the learners still sample (with a rate limit, an
+ * actor's last inserts may wait for the learners' samples), then learners, then the
+ * services, whose last figures are read first. Each kind is asked through Control, then
+ * by the launcher's own means. Closes the clients and the metrics files. */
+static void stop_in_order(monitor_t *M) {
+    fleet_state_t *fs = &M->L->fs;
+    set_flag(fs, &fs->stop_actors);
+    M->ops->stop(M->ctx, "actor", 15);
+    set_flag(fs, &fs->stop_learners);
+    M->ops->stop(M->ctx, "learner", 15);
+    set_flag(fs, &fs->stop_services);
+    if (M->replay) fl_replay_sharded_info(M->replay, 2000, &M->rinfo, M->shard_info, NULL);
+    param_info_all(M->ps, &M->pinfo);
+    M->ops->stop(M->ctx, "replay paramserver", 10);
+    fl_replay_sharded_destroy(M->replay);
+    fl_param_client_destroy(M->ps);
+    M->replay = NULL;
+    M->ps = NULL;
+    if (M->csv) fclose(M->csv);
+    if (M->roles) fclose(M->roles);
+    M->csv = M->roles = NULL;
+}
+
+/* A role that ended with an error while stopping is a failure too. */
+static void check_unclean(monitor_t *M) {
+    char why[512];
+    if (M->ops->unclean(M->ctx, why, sizeof why) && M->exit_code == 0) {
+        FL_ERROR("%s", why);
+        M->exit_code = 1;
+        if (!M->reason[0]) snprintf(M->reason, sizeof M->reason, "%s", why);
+    }
+}
+
+static void final_totals(monitor_t *M, totals_t *t) {
+    fleet_state_t *fs = &M->L->fs;
+    memset(t, 0, sizeof *t);
+    pthread_mutex_lock(&fs->mu);
+    for (int a = 0; a < fs->n_actors; a++) {
+        t->acked += fs->actors[a].acked;
+        t->env += fs->actors[a].env_steps;
+    }
+    for (int i = 0; i < fs->n_learners; i++)
+        t->lsteps = M->gorila ? t->lsteps + fs->learners[i].learner_steps
+                              : (i == 0 ? fs->learners[i].learner_steps : t->lsteps);
+    t->mret = mean_return(fs, &t->ep_count);
+    t->episodes = fs->n_returns;
+    t->best = fs->best_return;
+    pthread_mutex_unlock(&fs->mu);
+}
+
+/* summary.txt's per-shard replay lines, in shard order (what each shard last reported). */
+static void write_per_shard(const monitor_t *M, FILE *sf) {
+    static const char *const per_shard_keys[] = {"replay_inserted_per_shard", "replay_sampled_per_shard",
+                                                 "replay_size_per_shard"};
+    fprintf(sf, "replay_shards=%d\n", M->R);
+    for (int key = 0; key < 3; key++) {
+        fprintf(sf, "%s=", per_shard_keys[key]);
+        for (int r = 0; r < M->R && M->shard_info; r++) {
+            const fl_replay_info_t *in = &M->shard_info[r];
+            uint64_t v = key == 0 ? in->inserted : key == 1 ? in->sampled : in->size;
+            fprintf(sf, "%s%llu", r ? "," : "", (unsigned long long)v);
+        }
+        fprintf(sf, "\n");
+    }
+}
+
+static void write_summary(const monitor_t *M, double elapsed, const totals_t *t) {
+    const fl_config_t *cfg = &M->L->cfg;
+    const fl_param_info_t *pi = &M->pinfo;
+    FILE *sf = fopen(M->L->summary_path, "w");
+    if (!sf) return;
+    fprintf(sf, "reason=%s\nexit_code=%d\nelapsed_s=%.3f\nepisodes=%llu\nmean_return_100=%.3f\nbest_return=%.3f\n"
+                "env_steps=%llu\nlearner_steps=%llu\nreplay_inserted=%llu\nreplay_size=%llu\nactors_acked=%llu\n"
+                "param_version=%llu\nlearner_mode=%s\nlearners=%d\nparamserver_shards=%lld\n"
+                "pushes_applied=%llu\npushes_dropped=%llu\npush_waits=%llu\npush_wait_timeouts=%llu\npush_bytes=%llu\n"
+                "staleness_hist=",
+            M->reason, M->exit_code, elapsed, (unsigned long long)t->episodes, t->mret, t->best,
+            (unsigned long long)t->env, (unsigned long long)t->lsteps, (unsigned long long)M->rinfo.inserted,
+            (unsigned long long)M->rinfo.size, (unsigned long long)t->acked, (unsigned long long)pi->version,
+            cfg->learner_mode, M->L->fs.n_learners, (long long)cfg->paramserver_shards,
+            (unsigned long long)pi->pushes_applied, (unsigned long long)pi->pushes_dropped,
+            (unsigned long long)pi->waits, (unsigned long long)pi->wait_timeouts, (unsigned long long)pi->push_bytes);
+    for (int b = 0; b < STALENESS_BUCKETS; b++)
+        fprintf(sf, "%s%s:%llu", b ? "," : "", staleness_names[b], (unsigned long long)pi->staleness_hist[b]);
+    fprintf(sf, "\n");
+    write_per_shard(M, sf);
+    fprintf(sf, "pids=");
+    M->ops->pids(M->ctx, sf);
+    fprintf(sf, "\n");
+    fclose(sf);
+}
+
+/* The last line on stdout. */
+static void print_outcome(const monitor_t *M, double elapsed, const totals_t *t) {
+    char per_shard[512] = "";
+    if (M->R > 1 && M->shard_info) {
+        size_t used = (size_t)snprintf(per_shard, sizeof per_shard, "; per shard inserted/sampled");
+        for (int r = 0; r < M->R && used < sizeof per_shard; r++)
+            used += (size_t)snprintf(per_shard + used, sizeof per_shard - used, " %llu/%llu",
+                                     (unsigned long long)M->shard_info[r].inserted,
+                                     (unsigned long long)M->shard_info[r].sampled);
+    }
+    printf(
+        "fleet run: %s after %.1f s: %llu episodes, mean return %.1f (last %llu), %llu env steps, %llu learner "
+        "steps, replay inserted %llu (actors saw %llu acknowledged%s). Output in %s/\n",
+        M->reason[0] ? M->reason : "stopped", elapsed, (unsigned long long)t->episodes, t->mret,
+        (unsigned long long)t->ep_count, (unsigned long long)t->env, (unsigned long long)t->lsteps,
+        (unsigned long long)M->rinfo.inserted, (unsigned long long)t->acked, per_shard, M->L->dir);
+    fflush(stdout);
+}
+
+int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_list, const fl_launch_ops_t *ops,
+                      void *ctx, int exit_code, const char *reason_in) {
+    monitor_t M;
+    memset(&M, 0, sizeof M);
+    M.L = L;
+    M.ops = ops;
+    M.ctx = ctx;
+    M.exit_code = exit_code;
+    snprintf(M.reason, sizeof M.reason, "%s", reason_in ? reason_in : "");
+    M.R = (int)L->cfg.replay_shards;
+    M.gorila = strcmp(L->cfg.learner_mode, "gorila") == 0;
+    M.shard_info = calloc((size_t)M.R, sizeof *M.shard_info);
+    M.last_t = fl_clock_sec();
+    if (!M.exit_code) {
+        open_outputs(&M, replay_list, ps_list);
+        watch(&M);
+    }
+    double elapsed = fl_clock_sec() - L->t_start;
+    stop_in_order(&M);
+    check_unclean(&M);
+    totals_t t;
+    final_totals(&M, &t);
+    write_summary(&M, elapsed, &t);
+    print_outcome(&M, elapsed, &t);
+    free(M.shard_info);
+    return M.exit_code;
+}
+
+int fl_launch_address_arg(const char *list, const char *path, char *arg, size_t len) {
+    if (strlen(list) < len) {
+        snprintf(arg, len, "%s", list);
+        return 0;
+    }
+    FILE *af = fopen(path, "w");
+    int ok = af && fprintf(af, "%s\n", list) > 0;
+    if (af && fclose(af) != 0) ok = 0;
+    if (!ok || strlen(path) + 2 > len) return -1;
+    snprintf(arg, len, "@%s", path);
+    return 0;
+}
