@@ -414,7 +414,7 @@ static int run_case(const opts_t *o, const shape_t *s, const inputs_t *in, int s
     cfg.replay_capacity = (int64_t)o->capacity;
     cfg.replay_min_size_to_sample = (int64_t)(o->capacity < MIN_SIZE ? o->capacity : MIN_SIZE);
     cfg.replay_samples_per_insert = 0;
-    snprintf(cfg.replay_selector, sizeof cfg.replay_selector, "prioritized");
+    cfg.replay_selector = FL_CFG_SELECTOR_PRIORITIZED;
     char wal_dir[FL_CONFIG_STRING_MAX] = "";
     if (o->wal_parent[0]) { /* a fresh log folder per case */
         snprintf(wal_dir, sizeof wal_dir, "%.200s/replay-rpc-bench-XXXXXX", o->wal_parent);

@@ -96,7 +96,7 @@ int fl_cli_parse(const char *verb, int argc, char **argv, fl_config_t *cfg, cons
 }
 
 void fl_cli_setup_logging(const fl_config_t *cfg, const char *role, int index) {
-    int level = fl_log_parse_level(cfg->run_log_level);
+    int level = fl_log_parse_level(FL_CONFIG_ENUM_STR(cfg, run, log_level));
     if (level >= 0) fl_log_set_level((fl_log_level)level);
     fl_log_set_role(role, index);
 }

@@ -128,7 +128,7 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
     printf("  paramserver  %lld shard%s\n", (long long)c->paramserver_shards, c->paramserver_shards > 1 ? "s" : "");
     printf("  learner      %lld (%s)   batch %lld, %s lr %g, %lld-step double DQN, gamma %g, target every %lld, "
            "publish every %lld\n",
-           (long long)c->learner_count, c->learner_device, (long long)c->learner_batch_size, c->learner_optimizer,
+           (long long)c->learner_count, FL_CONFIG_ENUM_STR(c, learner, device), (long long)c->learner_batch_size, FL_CONFIG_ENUM_STR(c, learner, optimizer),
            c->learner_lr, (long long)c->learner_n_step, c->learner_gamma, (long long)c->learner_target_update,
            (long long)c->learner_publish_every);
     printf("  actors       %lld         env %s x %lld each, epsilons", (long long)c->actor_count, c->env_name,
@@ -564,7 +564,7 @@ static void write_summary(const monitor_t *M, double elapsed, const totals_t *t)
             M->reason, M->exit_code, elapsed, (unsigned long long)t->episodes, t->mret, t->best,
             (unsigned long long)t->env, (unsigned long long)t->lsteps, (unsigned long long)M->rinfo.inserted,
             (unsigned long long)M->rinfo.size, (unsigned long long)t->acked, (unsigned long long)pi->version,
-            cfg->learner_mode, M->L->fs.n_learners, (long long)cfg->paramserver_shards,
+            FL_CONFIG_ENUM_STR(cfg, learner, mode), M->L->fs.n_learners, (long long)cfg->paramserver_shards,
             (unsigned long long)pi->pushes_applied, (unsigned long long)pi->pushes_dropped,
             (unsigned long long)pi->waits, (unsigned long long)pi->wait_timeouts, (unsigned long long)pi->push_bytes);
     for (int b = 0; b < STALENESS_BUCKETS; b++)
@@ -606,7 +606,7 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
     M.exit_code = exit_code;
     snprintf(M.reason, sizeof M.reason, "%s", reason_in ? reason_in : "");
     M.R = (int)L->cfg.replay_shards;
-    M.gorila = strcmp(L->cfg.learner_mode, "gorila") == 0;
+    M.gorila = L->cfg.learner_mode == FL_CFG_MODE_GORILA;
     M.shard_info = calloc((size_t)M.R, sizeof *M.shard_info);
     M.last_t = fl_clock_sec();
     if (!M.exit_code) {

@@ -65,7 +65,7 @@ void fl_mpi_print_command(const fl_config_t *c, const char *cfg_file, const char
     long long K = plan_ranks(c);
     fprintf(f, "# %lld ranks: rank 0 the launcher, %lld replay, %lld parameter-server, %lld learner (%s), %lld actor\n",
             K, (long long)c->replay_shards, (long long)c->paramserver_shards, (long long)c->learner_count,
-            c->learner_mode, (long long)c->actor_count);
+            FL_CONFIG_ENUM_STR(c, learner, mode), (long long)c->actor_count);
     fprintf(f, "# on one host add --oversubscribe when it has fewer than %lld slots; as root add --allow-run-as-root;\n"
                "# the binary and the config must be at the same path on every host (docs/multi-host.md)\n",
             K);

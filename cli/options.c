@@ -12,7 +12,7 @@ void fl_options_env(const fl_config_t *c, fl_env_factory_opts_t *out) {
     out->num_envs = (int)c->env_num_envs;
     out->sticky_actions = c->env_sticky_actions;
     out->difficulty_ramping = c->env_difficulty_ramping != 0;
-    out->rng = strcmp(c->env_rng, "reference") == 0 ? FL_ENV_RNG_REFERENCE : FL_ENV_RNG_FLEET;
+    out->rng = c->env_rng == FL_CFG_RNG_REFERENCE ? FL_ENV_RNG_REFERENCE : FL_ENV_RNG_FLEET;
     out->args = c->env_args;
 }
 
@@ -43,7 +43,7 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out) {
 
 fl_status fl_options_optimizer(const fl_config_t *c, fl_optim_config_t *out, fl_err_t *err) {
     fl_optim_kind kind;
-    FL_TRY(fl_optim_kind_from_name(c->learner_optimizer, &kind, err));
+    FL_TRY(fl_optim_kind_from_name(FL_CONFIG_ENUM_STR(c, learner, optimizer), &kind, err));
     *out = fl_optim_config_default(kind);
     out->lr = (float)c->learner_lr;
     switch (kind) {
@@ -64,11 +64,11 @@ fl_status fl_options_optimizer(const fl_config_t *c, fl_optim_config_t *out, fl_
 
 fl_status fl_options_paramserver(const fl_config_t *c, fl_paramserver_service_opts_t *out, fl_err_t *err) {
     fl_paramserver_service_opts_init(out);
-    out->mode = strcmp(c->learner_mode, "gorila") == 0 ? FL_PARAMSERVER_GORILA : FL_PARAMSERVER_APEX;
+    out->mode = c->learner_mode == FL_CFG_MODE_GORILA ? FL_PARAMSERVER_GORILA : FL_PARAMSERVER_APEX;
     out->shards = (int)c->paramserver_shards;
     out->learners = (int)c->learner_count;
     out->max_staleness = (uint64_t)c->paramserver_max_staleness;
-    out->stale_policy = strcmp(c->paramserver_stale_policy, "wait") == 0 ? FL_PARAMSERVER_STALE_WAIT
+    out->stale_policy = c->paramserver_stale_policy == FL_CFG_STALE_WAIT ? FL_PARAMSERVER_STALE_WAIT
                                                                          : FL_PARAMSERVER_STALE_DROP;
     out->staleness_lr = c->paramserver_staleness_lr != 0;
     out->wait_timeout_s = c->paramserver_wait_timeout_s;

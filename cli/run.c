@@ -264,7 +264,7 @@ int fl_verb_run(int argc, char **argv) {
                         "this process was not started by mpirun\n");
         return 2;
     }
-    if (strcmp(cfg.learner_mode, "apex") == 0 && cfg.learner_count > 1) {
+    if (cfg.learner_mode == FL_CFG_MODE_APEX && cfg.learner_count > 1) {
         fprintf(stderr,
                 "fleet run: learner.count = %lld in apex mode averages gradients over MPI: start the fleet under "
                 "mpirun; `fleet run%s%s --print-mpirun` prints the command\n",

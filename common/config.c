@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -65,7 +66,7 @@ static const key_desc keys[] = {FL_CONFIG_KEYS(KEY_ROW)};
 #define FITS_FLOAT(s, k, d)
 #define FITS_BOOL(s, k, d)
 #define FITS_STRING(s, k, d) _Static_assert(sizeof(d) <= FL_CONFIG_STRING_MAX, "default of " #s "." #k " is too long");
-#define FITS_ENUM(s, k, d) FITS_STRING(s, k, d)
+#define FITS_ENUM(s, k, d) _Static_assert(sizeof(fl_cfg_##s##_##k) == sizeof(int), #s "." #k ": an enum the size of int");
 #define FITS_ROW(s, k, t, d, lo, hi, ch, h) FITS_##t(s, k, d)
 FL_CONFIG_KEYS(FITS_ROW)
 
@@ -100,6 +101,29 @@ static int first_of_section(size_t i) {
 size_t fl_config_key_count(void) { return NKEYS; }
 
 const char *fl_config_key_name(size_t i) { return i < NKEYS ? keys[i].name : NULL; }
+
+static int choice_at(const char *choices, int i, char *buf, size_t len);
+
+/* The choices of every ENUM key, split once into NUL-terminated names. */
+#define MAX_CHOICES 8
+#define MAX_CHOICE_LEN 32
+static char choice_names[NKEYS][MAX_CHOICES][MAX_CHOICE_LEN];
+static pthread_once_t choices_once = PTHREAD_ONCE_INIT;
+
+static void split_choices(void) {
+    for (size_t k = 0; k < NKEYS; k++)
+        if (keys[k].type == KT_ENUM)
+            for (int i = 0; i < MAX_CHOICES; i++)
+                if (!choice_at(keys[k].choices, i, choice_names[k][i], MAX_CHOICE_LEN)) break;
+}
+
+const char *fl_config_enum_name(const char *name, int v) {
+    pthread_once(&choices_once, split_choices);
+    for (size_t k = 0; k < NKEYS; k++)
+        if (keys[k].type == KT_ENUM && strcmp(keys[k].name, name) == 0)
+            return v >= 0 && v < MAX_CHOICES ? choice_names[k][v] : "";
+    return "";
+}
 
 /* ---- text helpers --------------------------------------------------------------- */
 
@@ -282,19 +306,32 @@ static const char *string_problem(const char *s, size_t n) {
     return NULL;
 }
 
-static int match_choice(const char *choices, const char *v, char *canon, size_t len) {
+/* The position of v among the '|'-separated choices (case-insensitive), or -1. */
+static int match_choice(const char *choices, const char *v) {
     size_t vn = strlen(v);
-    for (const char *p = choices; *p;) {
+    int i = 0;
+    for (const char *p = choices; *p; i++) {
         const char *bar = strchr(p, '|');
         size_t n = bar ? (size_t)(bar - p) : strlen(p);
-        if (n == vn && strncasecmp(p, v, n) == 0) {
-            snprintf(canon, len, "%.*s", (int)n, p);
-            return 1;
-        }
+        if (n == vn && strncasecmp(p, v, n) == 0) return i;
         if (!bar) break;
         p = bar + 1;
     }
-    return 0;
+    return -1;
+}
+
+/* Choice number i of the '|'-separated choices into buf; 0 when there is none. */
+static int choice_at(const char *choices, int i, char *buf, size_t len) {
+    const char *p = choices;
+    for (int k = 0; k < i; k++) {
+        p = strchr(p, '|');
+        if (!p) return 0;
+        p++;
+    }
+    if (i < 0 || !*p) return 0;
+    const char *bar = strchr(p, '|');
+    snprintf(buf, len, "%.*s", (int)(bar ? (size_t)(bar - p) : strlen(p)), p);
+    return 1;
 }
 
 /* Parses trimmed text t for key d into *out. */
@@ -360,9 +397,11 @@ static fl_status parse_value(const key_desc *d, const char *t, value_t *out, con
         memcpy(tmp, s, n);
         tmp[n] = '\0';
         if (d->type == KT_ENUM) {
-            if (!match_choice(d->choices, tmp, out->s, sizeof out->s))
+            int i = match_choice(d->choices, tmp);
+            if (i < 0)
                 return fail(err, FL_INVALID_ARGUMENT, loc, "%s = %s is not an accepted value (expected %s)", d->name,
                             show(t).s, acc);
+            out->i = i;
             return FL_OK;
         }
         const char *why = string_problem(tmp, n);
@@ -380,8 +419,8 @@ static void store(fl_config_t *c, const key_desc *d, const value_t *v) {
     case KT_INT: *(int64_t *)p = v->i; break;
     case KT_FLOAT: *(double *)p = v->f; break;
     case KT_BOOL: *(int *)p = (int)v->i; break;
-    case KT_STRING:
-    case KT_ENUM: memcpy(p, v->s, strlen(v->s) + 1); break;
+    case KT_STRING: memcpy(p, v->s, strlen(v->s) + 1); break;
+    case KT_ENUM: *(int *)p = (int)v->i; break;
     }
 }
 
@@ -396,8 +435,12 @@ static int format_value(const fl_config_t *c, const key_desc *d, char *buf, size
         return snprintf(buf, len, "%s", tmp);
     }
     case KT_BOOL: return snprintf(buf, len, "%s", *(const int *)p ? "true" : "false");
-    case KT_STRING:
-    case KT_ENUM: return snprintf(buf, len, "%.*s", FL_CONFIG_STRING_MAX - 1, (const char *)p);
+    case KT_STRING: return snprintf(buf, len, "%.*s", FL_CONFIG_STRING_MAX - 1, (const char *)p);
+    case KT_ENUM: {
+        char name[FL_CONFIG_STRING_MAX];
+        if (!choice_at(d->choices, *(const int *)p, name, sizeof name)) snprintf(name, sizeof name, "%d", *(const int *)p);
+        return snprintf(buf, len, "%s", name);
+    }
     }
     return snprintf(buf, len, "?");
 }
@@ -442,19 +485,19 @@ static fl_status check_field(const fl_config_t *c, const key_desc *d, fl_err_t *
             return fail(err, FL_INVALID_ARGUMENT, NULL, "%s = %d is not a boolean (expected 0 or 1)", d->name, v);
         return FL_OK;
     }
-    case KT_STRING:
     case KT_ENUM: {
+        char name[FL_CONFIG_STRING_MAX];
+        int v = *(const int *)p;
+        if (!choice_at(d->choices, v, name, sizeof name))
+            return fail(err, FL_INVALID_ARGUMENT, NULL, "%s = %d is not an accepted value (expected %s)", d->name, v,
+                        acc);
+        return FL_OK;
+    }
+    case KT_STRING: {
         const char *s = p;
         size_t n = strnlen(s, FL_CONFIG_STRING_MAX);
         if (n == FL_CONFIG_STRING_MAX)
             return fail(err, FL_INVALID_ARGUMENT, NULL, "%s is not NUL-terminated (expected %s)", d->name, acc);
-        if (d->type == KT_ENUM) {
-            char canon[FL_CONFIG_STRING_MAX];
-            if (!match_choice(d->choices, s, canon, sizeof canon) || strcmp(canon, s) != 0)
-                return fail(err, FL_INVALID_ARGUMENT, NULL, "%s = %s is not an accepted value (expected %s)", d->name,
-                            show(s).s, acc);
-            return FL_OK;
-        }
         const char *why = string_problem(s, n);
         if (why) return fail(err, FL_INVALID_ARGUMENT, NULL, "%s = %s %s", d->name, show(s).s, why);
         return FL_OK;
@@ -474,8 +517,8 @@ void fl_config_defaults(fl_config_t *c) {
         case KT_INT: *(int64_t *)p = d->idef; break;
         case KT_FLOAT: *(double *)p = d->fdef; break;
         case KT_BOOL: *(int *)p = (int)d->idef; break;
-        case KT_STRING:
-        case KT_ENUM: snprintf(p, FL_CONFIG_STRING_MAX, "%s", d->sdef); break;
+        case KT_STRING: snprintf(p, FL_CONFIG_STRING_MAX, "%s", d->sdef); break;
+        case KT_ENUM: *(int *)p = match_choice(d->choices, d->sdef); break;
         }
     }
 }
@@ -566,8 +609,10 @@ int fl_config_equal(const fl_config_t *a, const fl_config_t *b) {
             if (*(const int *)pa != *(const int *)pb) return 0;
             break;
         case KT_STRING:
-        case KT_ENUM:
             if (strncmp(pa, pb, FL_CONFIG_STRING_MAX) != 0) return 0;
+            break;
+        case KT_ENUM:
+            if (*(const int *)pa != *(const int *)pb) return 0;
             break;
         }
     }

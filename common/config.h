@@ -18,8 +18,9 @@
  *           double quotes is removed ("" is the empty string, quotes keep outer spaces).
  *           Control characters (newlines included) and a ';' that follows whitespace are
  *           rejected, because an INI file cannot hold them (see below).
- *   ENUM    one of the row's '|'-separated choices, case-insensitive (stored as spelled in
- *           the table); surrounding double quotes are removed as for STRING.
+ *   ENUM    one of the row's '|'-separated choices, case-insensitive; surrounding double
+ *           quotes are removed as for STRING. The field holds the value's position among
+ *           the choices, typed by the key's enum below (fl_cfg_<section>_<key>).
  *
  * INI syntax (libinih with its defaults, plus the rules below):
  *   - `[section]` lines and `key = value` lines (`key: value` is accepted too); lines
@@ -56,16 +57,27 @@
 #include "common/config_keys.h"
 #include "common/status.h"
 
-/* Size of STRING and ENUM fields, terminating NUL included. */
+/* Size of STRING fields, terminating NUL included. */
 #define FL_CONFIG_STRING_MAX 256
 
-#define FL__CONFIG_FIELD_INT(name) int64_t name;
-#define FL__CONFIG_FIELD_FLOAT(name) double name;
-#define FL__CONFIG_FIELD_BOOL(name) int name;
-#define FL__CONFIG_FIELD_STRING(name) char name[FL_CONFIG_STRING_MAX];
-#define FL__CONFIG_FIELD_ENUM(name) char name[FL_CONFIG_STRING_MAX];
-#define FL__CONFIG_FIELD(section, key, type, dflt, min, max, choices, help) \
-    FL__CONFIG_FIELD_##type(section##_##key)
+/* ---- The values of the ENUM keys ------------------------------------------------------
+ * One enum per ENUM row of config_keys.h, named fl_cfg_<section>_<key>, its enumerators in
+ * the order of the row's choices (tests/test_config.c checks every one against the table).
+ * An ENUM row without its enum here does not compile. */
+typedef enum { FL_CFG_LOG_DEBUG, FL_CFG_LOG_INFO, FL_CFG_LOG_WARN, FL_CFG_LOG_ERROR } fl_cfg_run_log_level;
+typedef enum { FL_CFG_RNG_FLEET, FL_CFG_RNG_REFERENCE } fl_cfg_env_rng;
+typedef enum { FL_CFG_SELECTOR_PRIORITIZED, FL_CFG_SELECTOR_UNIFORM, FL_CFG_SELECTOR_FIFO } fl_cfg_replay_selector;
+typedef enum { FL_CFG_STALE_DROP, FL_CFG_STALE_WAIT } fl_cfg_paramserver_stale_policy;
+typedef enum { FL_CFG_MODE_APEX, FL_CFG_MODE_GORILA } fl_cfg_learner_mode;
+typedef enum { FL_CFG_DEVICE_CPU, FL_CFG_DEVICE_CUDA, FL_CFG_DEVICE_AUTO } fl_cfg_learner_device;
+typedef enum { FL_CFG_OPTIM_RMSPROP, FL_CFG_OPTIM_ADAM, FL_CFG_OPTIM_SGD } fl_cfg_learner_optimizer;
+
+#define FL__CONFIG_FIELD_INT(section, key) int64_t section##_##key;
+#define FL__CONFIG_FIELD_FLOAT(section, key) double section##_##key;
+#define FL__CONFIG_FIELD_BOOL(section, key) int section##_##key;
+#define FL__CONFIG_FIELD_STRING(section, key) char section##_##key[FL_CONFIG_STRING_MAX];
+#define FL__CONFIG_FIELD_ENUM(section, key) fl_cfg_##section##_##key section##_##key;
+#define FL__CONFIG_FIELD(section, key, type, dflt, min, max, choices, help) FL__CONFIG_FIELD_##type(section, key)
 
 /* One field per key, named section_key (learner.batch_size -> learner_batch_size).
  * A small value type: caller-allocated, copied by assignment. */
@@ -114,6 +126,13 @@ void fl_config_print_help(FILE *f);
  * quotes (booleans as true/false). FL_NOT_FOUND for an unknown key, FL_INVALID_ARGUMENT
  * if buf (len bytes) cannot hold the value and its NUL. */
 fl_status fl_config_get_string(const fl_config_t *c, const char *name, char *buf, size_t len, fl_err_t *err);
+
+/* The spelling of the value v of ENUM key `name` ("learner.mode", FL_CFG_MODE_GORILA ->
+ * "gorila"), as in the key's choices; "" for a key that is not an ENUM or a value out of
+ * range. */
+const char *fl_config_enum_name(const char *name, int v);
+/* The spelling of ENUM field section_key of *c: FL_CONFIG_ENUM_STR(c, learner, mode). */
+#define FL_CONFIG_ENUM_STR(c, section, key) fl_config_enum_name(#section "." #key, (int)(c)->section##_##key)
 
 /* Number of keys, and the name ("section.key") of key i in table order (NULL if i is out
  * of range): for tools that walk every key with fl_config_get_string. */

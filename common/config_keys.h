@@ -4,7 +4,8 @@
  *
  * X(section, key, TYPE, default, min, max, choices, help)
  *   TYPE    INT (int64_t), FLOAT (double), BOOL (int 0/1), STRING (char[256]),
- *           ENUM (char[256], one of `choices`, '|'-separated)
+ *           ENUM (fl_cfg_<section>_<key>, one of `choices`, '|'-separated; config.h
+ *           declares the enum, its enumerators in the order of the choices)
  *   min/max inclusive bounds for INT and FLOAT (ignored otherwise)
  * Defaults are the Ape-X paper's settings (docs/design.md, "Algorithm defaults"); the files in
  * configs/ override them per experiment. */

@@ -156,7 +156,7 @@ static void outage_ok(outage_t *o) {
 
 static fl_status make_optimizer(const fl_config_t *c, size_t n, fl_optim_t **out, fl_err_t *err) {
     fl_optim_kind kind;
-    FL_TRY(fl_optim_kind_from_name(c->learner_optimizer, &kind, err));
+    FL_TRY(fl_optim_kind_from_name(FL_CONFIG_ENUM_STR(c, learner, optimizer), &kind, err));
     fl_optim_config_t oc = fl_optim_config_default(kind);
     oc.lr = (float)c->learner_lr;
     switch (kind) {
@@ -176,11 +176,11 @@ static fl_status make_optimizer(const fl_config_t *c, size_t n, fl_optim_t **out
 }
 
 static fl_status check_opts(const fl_config_t *c, const fl_learner_opts_t *o, fl_err_t *err) {
-    int apex = strcmp(c->learner_mode, "apex") == 0;
-    if (!apex && strcmp(c->learner_mode, "gorila") != 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: learner.mode = %s (expected apex or gorila)",
-                          c->learner_mode);
-    if (strcmp(c->learner_device, "cuda") == 0) {
+    int apex = c->learner_mode == FL_CFG_MODE_APEX;
+    if (!apex && c->learner_mode != FL_CFG_MODE_GORILA)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: learner.mode = %d (expected apex or gorila)",
+                          (int)c->learner_mode);
+    if (c->learner_device == FL_CFG_DEVICE_CUDA) {
 #ifndef FLEET_HAVE_CUDA
         return fl_err_set(err, FL_UNIMPLEMENTED,
                           "learner: learner.device = cuda, but fleet was built without CUDA (nvcc and cuDNN under "
@@ -239,7 +239,7 @@ static fl_status resume(fl_learner_t *l, const char *path, fl_err_t *err);
  * CPU networks and optimizer (fresh or resumed), which stay the copies that checkpoints
  * and publishes read (gpu_pull refreshes them). *use = 0: train on the CPU. */
 static fl_status gpu_open(fl_learner_t *l, fl_err_t *err) {
-    int want = strcmp(l->cfg.learner_device, "cuda") == 0;
+    int want = l->cfg.learner_device == FL_CFG_DEVICE_CUDA;
     int count = 0;
     fl_err_t de;
     fl_err_init(&de);
@@ -309,7 +309,7 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
     l->obs_count = 1;
     for (int i = 0; i < l->obs.rank; i++) l->obs_count *= (size_t)l->obs.shape[i];
     l->obs_bytes = fl_obs_spec_bytes(&l->obs);
-    l->gorila = strcmp(cfg->learner_mode, "gorila") == 0;
+    l->gorila = cfg->learner_mode == FL_CFG_MODE_GORILA;
     l->reduce = !l->gorila && cfg->learner_count > 1 ? opts->reduce : NULL;
     l->replay_out.what = "replay";
     l->param_out.what = "parameter server";
@@ -363,7 +363,7 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
         l->steps_at_publish = l->st.steps;
     }
 #ifdef FLEET_HAVE_CUDA
-    if (strcmp(cfg->learner_device, "cpu") != 0 && (s = gpu_open(l, err)) != FL_OK) goto fail;
+    if (cfg->learner_device != FL_CFG_DEVICE_CPU && (s = gpu_open(l, err)) != FL_OK) goto fail;
 #endif
 
     fl_rng_t split_rng;
@@ -1230,7 +1230,7 @@ fl_status fl_learner_run(fl_learner_t *l, fl_err_t *err) {
     fl_status s = FL_OK;
     l->t_start = l->win_start = fl_clock_sec();
     FL_INFO("learner: %zu parameters (%s), batch %d, %s lr %g, replay %s, parameter server %s",
-            fl_qnet_num_params(l->online), l->cfg.model_spec, l->batch_size, l->cfg.learner_optimizer,
+            fl_qnet_num_params(l->online), l->cfg.model_spec, l->batch_size, FL_CONFIG_ENUM_STR(&l->cfg, learner, optimizer),
             l->cfg.learner_lr, l->replay_addr, l->param_addr);
 
     if (l->reduce) s = group_start(l, err);

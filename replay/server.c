@@ -1137,7 +1137,7 @@ fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, co
     s->threads = want < FL_REPLAY_SERVICE_THREADS ? FL_REPLAY_SERVICE_THREADS : want > 256 ? 256 : want;
     s->max_insert_waiters = s->threads - FL_REPLAY_MAX_SAMPLE_WAITERS - 2;
 
-    fl_status st = fl_selector_parse(cfg->replay_selector, &tc.selector, err);
+    fl_status st = fl_selector_parse(fl_config_enum_name("replay.selector", (int)cfg->replay_selector), &tc.selector, err);
     if (st == FL_OK)
         st = restore_path && *restore_path ? fl_table_load(restore_path, &tc, &s->table, err)
              : cfg->replay_wal             ? wal_recover(s, &tc, err)

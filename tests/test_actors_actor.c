@@ -275,7 +275,7 @@ static void fixture_start_wrapped(fixture_t *f, int num_envs, int count, const c
     c->replay_capacity = 100000;
     c->replay_min_size_to_sample = 100;
     c->run_seed = 5;
-    snprintf(c->run_log_level, sizeof c->run_log_level, "warn");
+    c->run_log_level = FL_CFG_LOG_WARN;
     fl_actor_opts_t *o = &f->actor;
     fl_actor_opts_init(o);
     o->env.name = "cartpole";

@@ -78,16 +78,16 @@ static char *read_all(const char *path) {
 /* ---- expectations from the key table -------------------------------------------- */
 
 /* Every field equals its default as written in the table. */
-#define EXPECT_DEF_INT(f, d) assert_int_equal(c.f, (int64_t)(d));
-#define EXPECT_DEF_FLOAT(f, d)                                  \
+#define EXPECT_DEF_INT(f, n, d) assert_int_equal(c.f, (int64_t)(d));
+#define EXPECT_DEF_FLOAT(f, n, d)                               \
     do {                                                         \
         double want = (d);                                       \
         assert_memory_equal(&c.f, &want, sizeof want);           \
     } while (0);
-#define EXPECT_DEF_BOOL(f, d) assert_int_equal(c.f, (d));
-#define EXPECT_DEF_STRING(f, d) assert_string_equal(c.f, (d));
-#define EXPECT_DEF_ENUM(f, d) assert_string_equal(c.f, (d));
-#define EXPECT_DEF(s, k, t, d, lo, hi, ch, h) EXPECT_DEF_##t(s##_##k, d)
+#define EXPECT_DEF_BOOL(f, n, d) assert_int_equal(c.f, (d));
+#define EXPECT_DEF_STRING(f, n, d) assert_string_equal(c.f, (d));
+#define EXPECT_DEF_ENUM(f, n, d) assert_string_equal(fl_config_enum_name(n, (int)c.f), (d));
+#define EXPECT_DEF(s, k, t, d, lo, hi, ch, h) EXPECT_DEF_##t(s##_##k, #s "." #k, d)
 
 /* Two structs hold bit-identical values in every field. */
 #define SAME_INT(f) assert_int_equal(a->f, b->f);
@@ -96,7 +96,7 @@ static char *read_all(const char *path) {
         fail_msg("%s differs: %.17g vs %.17g", #f, a->f, b->f);
 #define SAME_BOOL(f) assert_int_equal(a->f, b->f);
 #define SAME_STRING(f) assert_string_equal(a->f, b->f);
-#define SAME_ENUM(f) assert_string_equal(a->f, b->f);
+#define SAME_ENUM(f) assert_int_equal(a->f, b->f);
 #define SAME(s, k, t, d, lo, hi, ch, h) SAME_##t(s##_##k)
 
 static void assert_same(const fl_config_t *a, const fl_config_t *b) {
@@ -107,15 +107,16 @@ static void assert_same(const fl_config_t *a, const fl_config_t *b) {
 /* Moves every field away from its default to an awkward but accepted value: INT to its
  * maximum, FLOAT to a full-precision point inside its range, BOOL flipped, ENUM to its last
  * choice, STRING to text with quotes, '=', ':', ';' and '#' and outer spaces. */
-static void last_choice(char *dst, const char *choices) {
-    const char *bar = strrchr(choices, '|');
-    snprintf(dst, FL_CONFIG_STRING_MAX, "%s", bar ? bar + 1 : choices);
+static int last_choice(const char *choices) {
+    int n = 0;
+    for (const char *p = choices; *p; p++) n += *p == '|';
+    return n;
 }
 #define ODD_INT(f, d, lo, hi, ch) c->f = (int64_t)(hi);
 #define ODD_FLOAT(f, d, lo, hi, ch) c->f = (lo) + ((double)(hi) - (lo)) * 0.123456789012345678;
 #define ODD_BOOL(f, d, lo, hi, ch) c->f = !(d);
 #define ODD_STRING(f, d, lo, hi, ch) snprintf(c->f, sizeof c->f, "  \"%s\" a=b: c;d #e '%s'  ", #f, d);
-#define ODD_ENUM(f, d, lo, hi, ch) last_choice(c->f, ch);
+#define ODD_ENUM(f, d, lo, hi, ch) c->f = last_choice(ch);
 #define ODD(s, k, t, d, lo, hi, ch, h) ODD_##t(s##_##k, d, lo, hi, ch)
 
 static void set_odd_values(fl_config_t *c) { FL_CONFIG_KEYS(ODD) }
@@ -137,8 +138,8 @@ static void test_defaults_match_table(void **state) {
     assert_true(c.learner_lr == 0.00025 / 4);
     assert_true(c.replay_alpha == 0.6);
     assert_int_equal(c.run_stop_at_target, 1);
-    assert_string_equal(c.learner_mode, "apex");
-    assert_string_equal(c.learner_optimizer, "rmsprop");
+    assert_int_equal(c.learner_mode, FL_CFG_MODE_APEX);
+    assert_int_equal(c.learner_optimizer, FL_CFG_OPTIM_RMSPROP);
     assert_string_equal(c.run_name, "default");
     assert_string_equal(c.model_spec, "dense(256) relu dense(256) relu dueling");
 }
@@ -326,11 +327,11 @@ static void test_file_overrides(void **state) {
     assert_string_equal(c.run_name, "  spaced name  ");
     assert_int_equal(c.run_seed, 42);
     assert_int_equal(c.run_stop_at_target, 0);
-    assert_string_equal(c.run_log_level, "debug");
+    assert_int_equal(c.run_log_level, FL_CFG_LOG_DEBUG);
     assert_int_equal(c.learner_batch_size, 128); /* the later line wins */
     assert_true(c.learner_lr == 1e-4);
-    assert_string_equal(c.learner_optimizer, "adam");
-    assert_string_equal(c.learner_mode, "gorila");
+    assert_int_equal(c.learner_optimizer, FL_CFG_OPTIM_ADAM);
+    assert_int_equal(c.learner_mode, FL_CFG_MODE_GORILA);
     assert_int_equal(c.replay_capacity, 100000);
     assert_int_equal(c.replay_min_size_to_sample, 1000);
     assert_true(c.replay_alpha == 0.5);
@@ -485,7 +486,7 @@ static void test_set(void **state) {
     assert_int_equal(fl_config_set(&c, "run.name=a=b", &err), FL_OK);
     assert_string_equal(c.run_name, "a=b");
     assert_int_equal(fl_config_set(&c, "learner.device=CUDA", &err), FL_OK);
-    assert_string_equal(c.learner_device, "cuda");
+    assert_int_equal(c.learner_device, FL_CFG_DEVICE_CUDA);
     assert_int_equal(fl_config_set(&c, "run.out_dir=\"\"", &err), FL_OK);
     assert_string_equal(c.run_out_dir, "");
     assert_int_equal(fl_config_set(&c, "run.name= \" x \" ", &err), FL_OK);
@@ -584,8 +585,9 @@ static void test_validate(void **state) {
     assert_int_equal(fl_config_validate(&c, &err), FL_INVALID_ARGUMENT);
     assert_contains(err.msg, "learner.batch_size = 0 is out of range (expected an integer in [1, 65536])");
     fl_config_defaults(&c);
-    snprintf(c.learner_optimizer, sizeof c.learner_optimizer, "adamw");
+    c.learner_optimizer = (fl_cfg_learner_optimizer)3;
     assert_int_equal(fl_config_validate(&c, &err), FL_INVALID_ARGUMENT);
+    assert_contains(err.msg, "learner.optimizer = 3 is not an accepted value");
     assert_contains(err.msg, "rmsprop|adam|sgd");
     fl_config_defaults(&c);
     c.run_stop_at_target = 2;
@@ -594,6 +596,60 @@ static void test_validate(void **state) {
     c.learner_gamma = INFINITY;
     assert_int_equal(fl_config_validate(&c, &err), FL_INVALID_ARGUMENT);
     assert_contains(err.msg, "learner.gamma");
+}
+
+/* Every ENUM key's C enum names its choices in the table's order, and no more. */
+static void test_enum_values_match_choices(void **state) {
+    (void)state;
+    static const struct {
+        const char *key;
+        int value;
+        const char *name;
+    } rows[] = {
+        {"run.log_level", FL_CFG_LOG_DEBUG, "debug"},
+        {"run.log_level", FL_CFG_LOG_INFO, "info"},
+        {"run.log_level", FL_CFG_LOG_WARN, "warn"},
+        {"run.log_level", FL_CFG_LOG_ERROR, "error"},
+        {"run.log_level", FL_CFG_LOG_ERROR + 1, ""},
+        {"env.rng", FL_CFG_RNG_FLEET, "fleet"},
+        {"env.rng", FL_CFG_RNG_REFERENCE, "reference"},
+        {"env.rng", FL_CFG_RNG_REFERENCE + 1, ""},
+        {"replay.selector", FL_CFG_SELECTOR_PRIORITIZED, "prioritized"},
+        {"replay.selector", FL_CFG_SELECTOR_UNIFORM, "uniform"},
+        {"replay.selector", FL_CFG_SELECTOR_FIFO, "fifo"},
+        {"replay.selector", FL_CFG_SELECTOR_FIFO + 1, ""},
+        {"paramserver.stale_policy", FL_CFG_STALE_DROP, "drop"},
+        {"paramserver.stale_policy", FL_CFG_STALE_WAIT, "wait"},
+        {"paramserver.stale_policy", FL_CFG_STALE_WAIT + 1, ""},
+        {"learner.mode", FL_CFG_MODE_APEX, "apex"},
+        {"learner.mode", FL_CFG_MODE_GORILA, "gorila"},
+        {"learner.mode", FL_CFG_MODE_GORILA + 1, ""},
+        {"learner.device", FL_CFG_DEVICE_CPU, "cpu"},
+        {"learner.device", FL_CFG_DEVICE_CUDA, "cuda"},
+        {"learner.device", FL_CFG_DEVICE_AUTO, "auto"},
+        {"learner.device", FL_CFG_DEVICE_AUTO + 1, ""},
+        {"learner.optimizer", FL_CFG_OPTIM_RMSPROP, "rmsprop"},
+        {"learner.optimizer", FL_CFG_OPTIM_ADAM, "adam"},
+        {"learner.optimizer", FL_CFG_OPTIM_SGD, "sgd"},
+        {"learner.optimizer", FL_CFG_OPTIM_SGD + 1, ""},
+        {"learner.optimizer", -1, ""},
+        {"learner.lr", 0, ""},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const char *got = fl_config_enum_name(rows[i].key, rows[i].value);
+        if (strcmp(got, rows[i].name) != 0)
+            fail_msg("%s value %d: \"%s\", expected \"%s\"", rows[i].key, rows[i].value, got, rows[i].name);
+    }
+    /* Parsing sets the enum, case-insensitively; the dump writes the name. */
+    fl_config_t c;
+    fl_err_t err;
+    fl_config_defaults(&c);
+    assert_int_equal(fl_config_set(&c, "learner.device=AUTO", &err), FL_OK);
+    assert_int_equal(c.learner_device, FL_CFG_DEVICE_AUTO);
+    char buf[64];
+    assert_int_equal(fl_config_get_string(&c, "learner.device", buf, sizeof buf, &err), FL_OK);
+    assert_string_equal(buf, "auto");
+    assert_string_equal(FL_CONFIG_ENUM_STR(&c, learner, device), "auto");
 }
 
 /* ---- command line --------------------------------------------------------------- */
@@ -720,6 +776,7 @@ static void test_print_help(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_enum_values_match_choices),
         cmocka_unit_test(test_defaults_match_table),
         cmocka_unit_test(test_defaults_are_valid),
         cmocka_unit_test(test_dump_round_trip),

@@ -62,7 +62,7 @@ static void die(const char *what, const fl_err_t *e) {
 static void fixture_start_sel(fixture_t *f, int64_t min_size, const char *selector) {
     memset(f, 0, sizeof *f);
     fl_config_defaults(&f->cfg);
-    snprintf(f->cfg.replay_selector, sizeof f->cfg.replay_selector, "%s", selector);
+    f->cfg.replay_selector = strcmp(selector, "fifo") == 0 ? FL_CFG_SELECTOR_FIFO : strcmp(selector, "uniform") == 0 ? FL_CFG_SELECTOR_UNIFORM : FL_CFG_SELECTOR_PRIORITIZED;
     f->cfg.replay_shards = SHARDS;
     f->cfg.replay_capacity = 4096; /* 1024 per shard */
     f->cfg.replay_min_size_to_sample = min_size;

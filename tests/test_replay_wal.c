@@ -446,7 +446,7 @@ static fl_config_t wal_cfg(const char *dir) {
     c.replay_min_size_to_sample = 1;
     c.run_seed = 7;
     /* A queue: sampling `size` items returns every item, oldest first. */
-    snprintf(c.replay_selector, sizeof c.replay_selector, "fifo");
+    c.replay_selector = FL_CFG_SELECTOR_FIFO;
     c.replay_max_times_sampled = 1;
     c.replay_wal = 1;
     snprintf(c.replay_checkpoint_dir, sizeof c.replay_checkpoint_dir, "%s", dir);
