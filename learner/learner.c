@@ -157,21 +157,10 @@ static void outage_ok(outage_t *o) {
 static fl_status make_optimizer(const fl_config_t *c, size_t n, fl_optim_t **out, fl_err_t *err) {
     fl_optim_kind kind;
     FL_TRY(fl_optim_kind_from_name(c->learner_optimizer, &kind, err));
-    fl_optim_config_t oc = fl_optim_config_default(kind);
-    oc.lr = (float)c->learner_lr;
-    switch (kind) {
-    case FL_OPTIM_SGD: oc.momentum = (float)c->learner_momentum; break;
-    case FL_OPTIM_ADAM:
-        oc.beta1 = (float)c->learner_adam_beta1;
-        oc.beta2 = (float)c->learner_adam_beta2;
-        oc.eps = (float)c->learner_adam_eps;
-        break;
-    case FL_OPTIM_RMSPROP:
-        oc.decay = (float)c->learner_rmsprop_decay;
-        oc.eps = (float)c->learner_rmsprop_eps;
-        oc.momentum = 0.0f; /* learner.momentum is SGD's */
-        break;
-    }
+    const fl_optim_settings_t os = {kind, c->learner_lr, c->learner_momentum, c->learner_adam_beta1,
+                                    c->learner_adam_beta2, c->learner_adam_eps, c->learner_rmsprop_decay,
+                                    c->learner_rmsprop_eps};
+    const fl_optim_config_t oc = fl_optim_config_from(&os);
     return fl_optim_create(&oc, n, out, err);
 }
 

@@ -337,22 +337,11 @@ static fl_status service_new(const fl_config_t *cfg, int shard, int with_rpc, fl
     if (so.gorila) {
         fl_optim_kind kind;
         FL_TRY(fl_optim_kind_from_name(cfg->learner_optimizer, &kind, err));
-        /* the learner's mapping of learner.* keys (learner/learner.c make_optimizer) */
-        so.optim = fl_optim_config_default(kind);
-        so.optim.lr = (float)cfg->learner_lr;
-        switch (kind) {
-        case FL_OPTIM_SGD: so.optim.momentum = (float)cfg->learner_momentum; break;
-        case FL_OPTIM_ADAM:
-            so.optim.beta1 = (float)cfg->learner_adam_beta1;
-            so.optim.beta2 = (float)cfg->learner_adam_beta2;
-            so.optim.eps = (float)cfg->learner_adam_eps;
-            break;
-        case FL_OPTIM_RMSPROP:
-            so.optim.decay = (float)cfg->learner_rmsprop_decay;
-            so.optim.eps = (float)cfg->learner_rmsprop_eps;
-            so.optim.momentum = 0.0f; /* learner.momentum is SGD's */
-            break;
-        }
+        /* the learners' optimizer settings, mapped as the learners map them */
+        const fl_optim_settings_t os = {kind, cfg->learner_lr, cfg->learner_momentum, cfg->learner_adam_beta1,
+                                        cfg->learner_adam_beta2, cfg->learner_adam_eps, cfg->learner_rmsprop_decay,
+                                        cfg->learner_rmsprop_eps};
+        so.optim = fl_optim_config_from(&os);
         so.learners = (int)cfg->learner_count;
         so.max_staleness = (uint64_t)cfg->paramserver_max_staleness;
         so.stale_wait = strcmp(cfg->paramserver_stale_policy, "wait") == 0;

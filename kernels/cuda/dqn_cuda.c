@@ -61,6 +61,7 @@ struct fl_cuda_dqn {
     size_t obs_elem; /* bytes per observation element */
     size_t n;        /* parameters */
     int opt_slots;
+    int opt_kernel; /* fl_cuda_optim_apply's id of the optimizer (fl_optim_cuda_kernel) */
     int num_layers;
     glayer_t layers[FL_QNET_MAX_LAYERS];
     size_t widest;
@@ -309,13 +310,13 @@ static fl_status check_config(const fl_cuda_dqn_config_t *c, fl_err_t *err) {
     return FL_OK;
 }
 
-/* A fresh optimizer state on the device (RMSProp's ms starts at one) and step 0. */
+/* A fresh optimizer state on the device (kernels/optim.c's initial values: RMSProp's ms
+ * starts at one) and step 0. */
 static fl_status reset_optim(fl_cuda_dqn_t *d, fl_err_t *err) {
     const size_t total = (size_t)d->opt_slots * d->n;
     float *h = calloc(total, sizeof(float));
     if (!h) return fl_err_set(err, FL_NO_MEMORY, "dqn_cuda: out of memory");
-    if (d->cfg.optim.kind == FL_OPTIM_RMSPROP)
-        for (size_t i = 0; i < d->n; i++) h[i] = 1.0f;
+    fl_optim_state_init(d->cfg.optim.kind, h, d->n);
     fl_status st = fl_cuda_dqn_set_optim_state(d, h, total, 0, err);
     free(h);
     return st;
@@ -329,6 +330,10 @@ fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **ou
     FL_TRY(fl_optim_create(&cfg->optim, 1, &probe, err));
     const int opt_slots = fl_optim_num_slots(probe);
     fl_optim_destroy(probe);
+    const int opt_kernel = fl_optim_cuda_kernel(cfg->optim.kind);
+    if (opt_kernel < 0)
+        return fl_err_set(err, FL_UNIMPLEMENTED, "dqn_cuda: optimizer %s has no GPU version (expected one of "
+                          "kernels/optim.c's optimizers with a fused kernel)", fl_optim_kind_name(cfg->optim.kind));
     fl_qnet_t *q = NULL;
     FL_TRY(fl_qnet_create_for_obs(cfg->spec, cfg->obs_rank, cfg->obs_shape, cfg->num_actions, 1, &q, err));
 
@@ -344,6 +349,7 @@ fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **ou
     d->A = cfg->num_actions;
     d->max_batch = cfg->max_batch;
     d->opt_slots = opt_slots;
+    d->opt_kernel = opt_kernel;
     d->obs_dim = fl_qnet_obs_dim(q);
     d->obs_elem = cfg->obs_dtype == FL_DTYPE_UINT8 ? 1 : 4;
     d->num_slots = cfg->num_slots;
@@ -721,7 +727,7 @@ static fl_status enqueue_update(fl_cuda_dqn_t *d, int B, int apply, fl_err_t *er
     FL_TRY(fl_cuda_sumsq(d->d_grads, d->n, d->d_sc, d->cs, err));
     FL_TRY(fl_cuda_step_finalize(d->d_hyper, d->d_sc, 1, apply, d->cs, err));
     if (apply)
-        FL_TRY(fl_cuda_optim_apply((int)d->cfg.optim.kind, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper,
+        FL_TRY(fl_cuda_optim_apply(d->opt_kernel, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper,
                                    d->d_sc, d->cs, err));
     return FL_OK;
 }
@@ -960,7 +966,7 @@ fl_status fl_cuda_dqn_apply(fl_cuda_dqn_t *d, const float *grads, float *grad_no
     FL_TRY(cuda_check(cudaMemsetAsync(&d->d_sc->sumsq, 0, sizeof(double), d->cs), "cudaMemsetAsync", err));
     FL_TRY(fl_cuda_sumsq(d->d_grads, d->n, d->d_sc, d->cs, err));
     FL_TRY(fl_cuda_step_finalize(d->d_hyper, d->d_sc, 0, 1, d->cs, err));
-    FL_TRY(fl_cuda_optim_apply((int)d->cfg.optim.kind, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper, d->d_sc,
+    FL_TRY(fl_cuda_optim_apply(d->opt_kernel, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper, d->d_sc,
                                d->cs, err));
     FL_TRY(cuda_check(cudaMemcpyAsync(d->h_sc, d->d_sc, sizeof *d->h_sc, cudaMemcpyDeviceToHost, d->cs),
                       "cudaMemcpyAsync (statistics)", err));
