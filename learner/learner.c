@@ -23,7 +23,7 @@
 #include "replay/prefetch.h"
 #ifdef FLEET_HAVE_CUDA
 #include "kernels/cuda/cuda.h"
-#include "kernels/cuda/dqn_cuda.h"
+#include "learner/dqn_cuda.h"
 #endif
 
 /* How long one Sample may wait for the shard to fill (and for its batch). */

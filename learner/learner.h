@@ -56,7 +56,7 @@
  *                         (tests of the staleness rules).
  * learner.device: cpu; cuda (built with CUDA and a GPU present, else FL_UNIMPLEMENTED /
  * FL_NO_DEVICE at create); auto (the GPU when there is one). On a GPU
- * (kernels/cuda/dqn_cuda.h) the CPU networks and optimizer stay as copies for
+ * (learner/dqn_cuda.h) the CPU networks and optimizer stay as copies for
  * checkpoints and publishes: a single apex learner runs a pipeline (batch k+1's copy to
  * the GPU overlaps update k; replay batches are page-locked once, so the GPU reads them
  * where the prefetch thread decoded them) and publishes from an asynchronous snapshot;

@@ -1,6 +1,6 @@
 /* ops_cuda: the CUDA ops of the Q-network and the DQN update, one per CPU reference op.
  *
- * These are the building blocks of dqn_cuda (the whole GPU update) and what the GPU
+ * These are the building blocks of learner/dqn_cuda (the whole GPU update) and what the GPU
  * tests compare, one by one, against kernels/ops.h, loss.h and optim.h. All pointers
  * named d_* are device memory; shapes and layouts are exactly those of the CPU
  * reference (row-major, batch first, NCHW activations, PyTorch weight layouts).
