@@ -47,9 +47,10 @@ typedef struct outage {
 } outage_t;
 
 struct fl_learner {
-    fl_config_t cfg;
+    fl_learner_options_t o; /* as given; model_spec points to the learner's copy, the other strings are NULL */
     int index;
-    char *replay_addr, *param_addr;
+    char *replay_addr, *param_addr, *model_spec;
+    char *ckpt_path; /* checkpoint_dir/learner-<index>.safetensors, or NULL without checkpoint_dir */
     fl_obs_spec_t obs;
     size_t obs_count, obs_bytes;
     int num_actions, batch_size;
@@ -95,13 +96,13 @@ struct fl_learner {
 
 static int stopping(const fl_learner_t *l) {
     if (fl_stop_requested() || fl_reporter_should_stop(l->rep)) return 1;
-    return l->cfg.learner_max_steps > 0 && l->st.steps >= (uint64_t)l->cfg.learner_max_steps;
+    return l->o.max_steps > 0 && l->st.steps >= (uint64_t)l->o.max_steps;
 }
 
 static void report(fl_learner_t *l, int force) {
     double now = fl_clock_sec();
     double span = now - l->win_start;
-    if (!force && span < l->cfg.run_progress_every) return;
+    if (!force && span < l->o.progress_every) return;
     if (l->win_steps > 0) l->last_mean_loss = l->win_loss_sum / (double)l->win_steps;
     fl_report_t r;
     memset(&r, 0, sizeof r);
@@ -154,22 +155,14 @@ static void outage_ok(outage_t *o) {
 
 /* ---- create / destroy ------------------------------------------------------------- */
 
-static fl_status make_optimizer(const fl_config_t *c, size_t n, fl_optim_t **out, fl_err_t *err) {
-    fl_optim_kind kind;
-    FL_TRY(fl_optim_kind_from_name(c->learner_optimizer, &kind, err));
-    const fl_optim_settings_t os = {kind, c->learner_lr, c->learner_momentum, c->learner_adam_beta1,
-                                    c->learner_adam_beta2, c->learner_adam_eps, c->learner_rmsprop_decay,
-                                    c->learner_rmsprop_eps};
-    const fl_optim_config_t oc = fl_optim_config_from(&os);
+static fl_status make_optimizer(const fl_optim_settings_t *settings, size_t n, fl_optim_t **out, fl_err_t *err) {
+    const fl_optim_config_t oc = fl_optim_config_from(settings);
     return fl_optim_create(&oc, n, out, err);
 }
 
-static fl_status check_opts(const fl_config_t *c, const fl_learner_opts_t *o, fl_err_t *err) {
-    int apex = strcmp(c->learner_mode, "apex") == 0;
-    if (!apex && strcmp(c->learner_mode, "gorila") != 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: learner.mode = %s (expected apex or gorila)",
-                          c->learner_mode);
-    if (strcmp(c->learner_device, "cuda") == 0) {
+static fl_status check_opts(const fl_learner_options_t *o, fl_err_t *err) {
+    const int apex = o->mode == FL_LEARNER_APEX;
+    if (o->device == FL_LEARNER_CUDA) {
 #ifndef FLEET_HAVE_CUDA
         return fl_err_set(err, FL_UNIMPLEMENTED,
                           "learner: learner.device = cuda, but fleet was built without CUDA (nvcc and cuDNN under "
@@ -181,23 +174,23 @@ static fl_status check_opts(const fl_config_t *c, const fl_learner_opts_t *o, fl
                               fl_dtype_name(o->obs.dtype));
 #endif
     }
-    if (o->index < 0 || o->index >= c->learner_count)
+    if (o->index < 0 || o->index >= o->count)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "learner: index %d is out of range (expected 0 <= I < learner.count = %lld)", o->index,
-                          (long long)c->learner_count);
-    if (apex && c->learner_count > 1) {
+                          (long long)o->count);
+    if (apex && o->count > 1) {
         if (!o->reduce)
             return fl_err_set(err, FL_FAILED_PRECONDITION,
                               "learner: learner.count = %lld in apex mode averages gradients over MPI: start the "
                               "fleet under mpirun (`fleet run --print-mpirun` prints the command), or use "
                               "learner.mode = gorila or learner.count = 1",
-                              (long long)c->learner_count);
-        if (fl_reduce_size(o->reduce) != c->learner_count || fl_reduce_rank(o->reduce) != o->index)
+                              (long long)o->count);
+        if (fl_reduce_size(o->reduce) != o->count || fl_reduce_rank(o->reduce) != o->index)
             return fl_err_set(err, FL_INVALID_ARGUMENT,
                               "learner: the all-reduce group is member %d of %d, expected learner %d of "
                               "learner.count = %lld",
                               fl_reduce_rank(o->reduce), fl_reduce_size(o->reduce), o->index,
-                              (long long)c->learner_count);
+                              (long long)o->count);
     }
     if (!o->replay_addr || !o->replay_addr[0])
         return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: no replay address (expected HOST:PORT or unix:/PATH)");
@@ -228,7 +221,7 @@ static fl_status resume(fl_learner_t *l, const char *path, fl_err_t *err);
  * CPU networks and optimizer (fresh or resumed), which stay the copies that checkpoints
  * and publishes read (gpu_pull refreshes them). *use = 0: train on the CPU. */
 static fl_status gpu_open(fl_learner_t *l, fl_err_t *err) {
-    int want = strcmp(l->cfg.learner_device, "cuda") == 0;
+    int want = l->o.device == FL_LEARNER_CUDA;
     int count = 0;
     fl_err_t de;
     fl_err_init(&de);
@@ -243,19 +236,19 @@ static fl_status gpu_open(fl_learner_t *l, fl_err_t *err) {
     }
     fl_cuda_dqn_config_t gc;
     fl_cuda_dqn_config_init(&gc);
-    gc.spec = l->cfg.model_spec;
+    gc.spec = l->o.model_spec;
     gc.obs_rank = l->obs.rank;
     for (int i = 0; i < l->obs.rank; i++) gc.obs_shape[i] = l->obs.shape[i];
     gc.obs_dtype = l->obs.dtype;
     gc.obs_scale = 1.0f / 255.0f; /* as fl_dtype_to_float */
-    gc.input_scale = (float)l->cfg.model_input_scale;
+    gc.input_scale = (float)l->o.input_scale;
     gc.num_actions = l->num_actions;
     gc.max_batch = l->batch_size;
-    gc.huber_delta = (float)l->cfg.learner_huber_delta;
-    gc.grad_clip = (float)l->cfg.learner_grad_clip;
+    gc.huber_delta = (float)l->o.huber_delta;
+    gc.grad_clip = (float)l->o.grad_clip;
     gc.optim = *fl_optim_config(l->opt);
-    gc.tf32 = l->cfg.learner_tf32 != 0;
-    gc.use_graph = l->cfg.learner_cuda_graphs != 0;
+    gc.tf32 = l->o.tf32 != 0;
+    gc.use_graph = l->o.cuda_graphs != 0;
     FL_TRY(fl_cuda_dqn_create(&gc, &l->gpu, err));
     const size_t np = fl_qnet_num_params(l->online);
     FL_TRY(fl_cuda_dqn_set_params(l->gpu, fl_qnet_params(l->online), fl_qnet_params(l->target), np, err));
@@ -282,24 +275,25 @@ static fl_status gpu_pull(fl_learner_t *l, fl_err_t *err) {
 }
 #endif
 
-fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opts, fl_learner_t **out,
-                            fl_err_t *err) {
-    if (!cfg || !opts || !out) return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: NULL argument");
+fl_status fl_learner_create(const fl_learner_options_t *opts, fl_learner_t **out, fl_err_t *err) {
+    if (!opts || !out) return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: NULL argument");
     *out = NULL;
-    FL_TRY(check_opts(cfg, opts, err));
+    FL_TRY(check_opts(opts, err));
     fl_status s = FL_OK;
     fl_learner_t *l = calloc(1, sizeof *l);
     if (!l) return fl_err_set(err, FL_NO_MEMORY, "learner: out of memory");
-    l->cfg = *cfg;
+    l->o = *opts;
+    l->o.replay_addr = l->o.paramserver_addr = l->o.control_addr = l->o.resume_path = l->o.model_spec = NULL;
+    l->o.checkpoint_dir = NULL;
     l->index = opts->index;
     l->obs = opts->obs;
     l->num_actions = opts->num_actions;
-    l->batch_size = (int)cfg->learner_batch_size;
+    l->batch_size = opts->batch_size;
     l->obs_count = 1;
     for (int i = 0; i < l->obs.rank; i++) l->obs_count *= (size_t)l->obs.shape[i];
     l->obs_bytes = fl_obs_spec_bytes(&l->obs);
-    l->gorila = strcmp(cfg->learner_mode, "gorila") == 0;
-    l->reduce = !l->gorila && cfg->learner_count > 1 ? opts->reduce : NULL;
+    l->gorila = opts->mode == FL_LEARNER_GORILA;
+    l->reduce = !l->gorila && opts->count > 1 ? opts->reduce : NULL;
     l->replay_out.what = "replay";
     l->param_out.what = "parameter server";
     if (l->obs_count > (size_t)1 << 30) {
@@ -307,28 +301,27 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
         goto fail;
     }
 
-    openblas_set_num_threads((int)cfg->learner_threads);
+    openblas_set_num_threads(opts->threads);
 
-    if ((s = fl_qnet_create_for_obs(cfg->model_spec, l->obs.rank, l->obs.shape, l->num_actions, l->batch_size,
+    if ((s = fl_qnet_create_for_obs(opts->model_spec, l->obs.rank, l->obs.shape, l->num_actions, l->batch_size,
                                     &l->online, err)) != FL_OK ||
-        (s = fl_qnet_create_for_obs(cfg->model_spec, l->obs.rank, l->obs.shape, l->num_actions, l->batch_size,
+        (s = fl_qnet_create_for_obs(opts->model_spec, l->obs.rank, l->obs.shape, l->num_actions, l->batch_size,
                                     &l->target, err)) != FL_OK) {
         fl_err_prefix(err, "learner: model.spec");
         goto fail;
     }
     fl_rng_t rng;
-    fl_rng_init_stream(&rng, (uint64_t)cfg->run_seed, INIT_STREAM + (uint64_t)l->index);
+    fl_rng_init_stream(&rng, opts->seed, INIT_STREAM + (uint64_t)l->index);
     fl_qnet_init(l->online, &rng);
     fl_qnet_copy_params(l->target, l->online);
-    fl_qnet_set_input_scale(l->online, (float)cfg->model_input_scale);
-    fl_qnet_set_input_scale(l->target, (float)cfg->model_input_scale);
+    fl_qnet_set_input_scale(l->online, (float)opts->input_scale);
+    fl_qnet_set_input_scale(l->target, (float)opts->input_scale);
 
-    if ((s = make_optimizer(cfg, fl_qnet_num_params(l->online), &l->opt, err)) != FL_OK) {
+    if ((s = make_optimizer(&opts->optim, fl_qnet_num_params(l->online), &l->opt, err)) != FL_OK) {
         fl_err_prefix(err, "learner: learner.optimizer");
         goto fail;
     }
-    fl_dqn_config_t dc = {l->batch_size, l->num_actions, (float)cfg->learner_huber_delta,
-                          (float)cfg->learner_grad_clip};
+    fl_dqn_config_t dc = {l->batch_size, l->num_actions, (float)opts->huber_delta, (float)opts->grad_clip};
     if ((s = fl_dqn_create(&dc, &l->dqn, err)) != FL_OK) goto fail;
 
     if ((s = fl_replay_batch_init(&l->batch, (size_t)l->batch_size, l->obs_bytes)) != FL_OK) {
@@ -341,8 +334,14 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
     l->priorities = malloc((size_t)l->batch_size * sizeof(float));
     l->replay_addr = strdup(opts->replay_addr);
     l->param_addr = strdup(opts->paramserver_addr);
+    l->o.model_spec = l->model_spec = strdup(opts->model_spec);
+    const char *dir = opts->checkpoint_dir ? opts->checkpoint_dir : "";
+    const size_t path_len = strlen(dir) + 64;
+    if (dir[0] && (l->ckpt_path = malloc(path_len)))
+        snprintf(l->ckpt_path, path_len, "%s/learner-%d.safetensors", dir, l->index);
     if (l->reduce) l->rbuf = malloc((fl_qnet_num_params(l->online) + 2) * sizeof(float));
-    if (!l->obs_f || !l->next_f || !l->priorities || !l->replay_addr || !l->param_addr || (l->reduce && !l->rbuf)) {
+    if (!l->obs_f || !l->next_f || !l->priorities || !l->replay_addr || !l->param_addr || !l->model_spec ||
+        (dir[0] && !l->ckpt_path) || (l->reduce && !l->rbuf)) {
         s = fl_err_set(err, FL_NO_MEMORY, "learner: out of memory");
         goto fail;
     }
@@ -352,37 +351,37 @@ fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opt
         l->steps_at_publish = l->st.steps;
     }
 #ifdef FLEET_HAVE_CUDA
-    if (strcmp(cfg->learner_device, "cpu") != 0 && (s = gpu_open(l, err)) != FL_OK) goto fail;
+    if (opts->device != FL_LEARNER_CPU && (s = gpu_open(l, err)) != FL_OK) goto fail;
 #endif
 
     fl_rng_t split_rng;
-    fl_rng_init_stream(&split_rng, (uint64_t)cfg->run_seed, SPLIT_STREAM + (uint64_t)l->index);
+    fl_rng_init_stream(&split_rng, opts->seed, SPLIT_STREAM + (uint64_t)l->index);
     if ((s = fl_replay_sharded_create(opts->replay_addr, fl_rng_u64(&split_rng), &l->replay, err)) != FL_OK) {
         fl_err_prefix(err, "learner: replay %s", opts->replay_addr);
         goto fail;
     }
-    if (fl_replay_sharded_count(l->replay) != cfg->replay_shards) {
+    if (fl_replay_sharded_count(l->replay) != opts->replay_shards) {
         s = fl_err_set(err, FL_INVALID_ARGUMENT,
                        "learner: replay %s lists %d shard address%s, but replay.shards = %lld (expected one address "
                        "per shard, shard 0 first)",
                        opts->replay_addr, fl_replay_sharded_count(l->replay),
-                       fl_replay_sharded_count(l->replay) == 1 ? "" : "es", (long long)cfg->replay_shards);
+                       fl_replay_sharded_count(l->replay) == 1 ? "" : "es", (long long)opts->replay_shards);
         goto fail;
     }
     fl_replay_sharded_set_timeout(l->replay, FL_LEARNER_RPC_TIMEOUT_MS);
     l->cur = &l->batch;
-    if (cfg->learner_prefetch > 0 &&
-        (s = fl_replay_prefetch_create(l->replay, (int)cfg->learner_prefetch, (size_t)l->batch_size, l->obs_bytes,
-                                       cfg->replay_beta, SAMPLE_TIMEOUT_MS, &l->prefetch, err)) != FL_OK) {
+    if (opts->prefetch > 0 &&
+        (s = fl_replay_prefetch_create(l->replay, opts->prefetch, (size_t)l->batch_size, l->obs_bytes, opts->beta,
+                                       SAMPLE_TIMEOUT_MS, &l->prefetch, err)) != FL_OK) {
         fl_err_prefix(err, "learner: learner.prefetch");
         goto fail;
     }
-    fl_param_client_opts_t po = {.quantize = l->gorila && cfg->learner_push_1bit, .learner = (uint32_t)l->index};
+    fl_param_client_opts_t po = {.quantize = l->gorila && opts->push_1bit, .learner = (uint32_t)l->index};
     if ((s = fl_param_client_create_opts(opts->paramserver_addr, &po, &l->params, err)) != FL_OK) {
         fl_err_prefix(err, "learner: parameter server %s", opts->paramserver_addr);
         goto fail;
     }
-    if ((s = fl_reporter_create(opts->control_addr, "learner", (uint32_t)l->index, cfg->run_progress_every, &l->rep,
+    if ((s = fl_reporter_create(opts->control_addr, "learner", (uint32_t)l->index, opts->progress_every, &l->rep,
                                 err)) != FL_OK) {
         fl_err_prefix(err, "learner: control %s", opts->control_addr ? opts->control_addr : "");
         goto fail;
@@ -410,6 +409,8 @@ void fl_learner_destroy(fl_learner_t *l) {
     free(l->rbuf);
     free(l->replay_addr);
     free(l->param_addr);
+    free(l->model_spec);
+    free(l->ckpt_path);
     fl_dqn_destroy(l->dqn);
 #ifdef FLEET_HAVE_CUDA
     fl_cuda_dqn_destroy(l->gpu);
@@ -475,7 +476,7 @@ static fl_status publish(fl_learner_t *l, int retry, fl_err_t *err) {
  * l->taken until release_batch). */
 static fl_status sample_once(fl_learner_t *l, fl_err_t *e) {
     if (!l->prefetch)
-        return fl_replay_sharded_sample(l->replay, (size_t)l->batch_size, l->cfg.replay_beta, SAMPLE_TIMEOUT_MS,
+        return fl_replay_sharded_sample(l->replay, (size_t)l->batch_size, l->o.beta, SAMPLE_TIMEOUT_MS,
                                         &l->batch, e);
     fl_replay_prefetched_t *r = NULL;
     while (!fl_replay_prefetch_next(l->prefetch, 200, &r))
@@ -623,7 +624,7 @@ fl_status fl_learner_save(fl_learner_t *l, const char *path, fl_err_t *err) {
     const char *keys[] = {"format", "format_version", "model.spec", "obs_dtype", "obs_shape", "num_actions",
                           "learner.optimizer", "learner.steps", "optimizer.steps", "learner.samples", "param_version",
                           "target_updates", "last_loss"};
-    const char *vals[] = {CKPT_FORMAT, CKPT_VERSION, l->cfg.model_spec, fl_dtype_name(l->obs.dtype), shape, actions,
+    const char *vals[] = {CKPT_FORMAT, CKPT_VERSION, l->o.model_spec, fl_dtype_name(l->obs.dtype), shape, actions,
                           fl_optim_kind_name(fl_optim_config(l->opt)->kind), steps, osteps, samples, version, targets,
                           loss};
     fl_status s = fl_safetensors_write(path, t, n, keys, vals, (int)(sizeof keys / sizeof keys[0]), err);
@@ -661,7 +662,7 @@ static fl_status resume(fl_learner_t *l, const char *path, fl_err_t *err) {
     snprintf(actions, sizeof actions, "%d", l->num_actions);
     const char *want_k[] = {"format", "format_version", "model.spec", "obs_dtype", "obs_shape", "num_actions",
                             "learner.optimizer"};
-    const char *want_v[] = {CKPT_FORMAT, CKPT_VERSION, l->cfg.model_spec, fl_dtype_name(l->obs.dtype), shape, actions,
+    const char *want_v[] = {CKPT_FORMAT, CKPT_VERSION, l->o.model_spec, fl_dtype_name(l->obs.dtype), shape, actions,
                             fl_optim_kind_name(fl_optim_config(l->opt)->kind)};
     for (size_t i = 0; i < sizeof want_k / sizeof want_k[0]; i++) {
         const char *v = fl_safetensors_meta(f, want_k[i]);
@@ -738,9 +739,7 @@ done:
 
 /* Writes learner.checkpoint_dir/learner-<index>.safetensors; logs a failure. */
 static void checkpoint(fl_learner_t *l) {
-    if (!l->cfg.learner_checkpoint_dir[0]) return;
-    char path[FL_CONFIG_STRING_MAX + 64];
-    snprintf(path, sizeof path, "%s/learner-%d.safetensors", l->cfg.learner_checkpoint_dir, l->index);
+    if (!l->ckpt_path) return;
     fl_err_t e;
     fl_err_init(&e);
 #ifdef FLEET_HAVE_CUDA
@@ -749,7 +748,7 @@ static void checkpoint(fl_learner_t *l) {
         return;
     }
 #endif
-    if (fl_learner_save(l, path, &e) != FL_OK) FL_WARN("learner checkpoint failed: %s", e.msg);
+    if (fl_learner_save(l, l->ckpt_path, &e) != FL_OK) FL_WARN("learner checkpoint failed: %s", e.msg);
 }
 
 /* ---- the loop ---------------------------------------------------------------------- */
@@ -787,15 +786,14 @@ static fl_status after_step(fl_learner_t *l, size_t n, double loss, fl_err_t *er
     l->st.last_loss = loss;
     l->win_loss_sum += loss;
     l->win_steps++;
-    if (l->st.steps % (uint64_t)l->cfg.learner_target_update == 0) {
+    if (l->st.steps % (uint64_t)l->o.target_update == 0) {
 #ifdef FLEET_HAVE_CUDA
         if (l->gpu) FL_TRY(fl_cuda_dqn_sync_target(l->gpu, err));
 #endif
         fl_qnet_copy_params(l->target, l->online);
         l->st.target_updates++;
     }
-    if (l->index == 0 && l->cfg.learner_checkpoint_every > 0 &&
-        l->st.steps % (uint64_t)l->cfg.learner_checkpoint_every == 0)
+    if (l->index == 0 && l->o.checkpoint_every > 0 && l->st.steps % (uint64_t)l->o.checkpoint_every == 0)
         checkpoint(l);
 #ifdef FLEET_HAVE_CUDA
     if (l->gpu && !l->gorila && l->index == 0) { /* publish from a snapshot copied while training goes on */
@@ -811,7 +809,7 @@ static fl_status after_step(fl_learner_t *l, size_t n, double loss, fl_err_t *er
                 if (s != FL_OK) return s;
             }
         }
-        if (l->st.steps % (uint64_t)l->cfg.learner_publish_every == 0 && !l->snapshot_pending) {
+        if (l->st.steps % (uint64_t)l->o.publish_every == 0 && !l->snapshot_pending) {
             FL_TRY(fl_cuda_dqn_snapshot_begin(l->gpu, err));
             l->snapshot_pending = 1;
         }
@@ -819,7 +817,7 @@ static fl_status after_step(fl_learner_t *l, size_t n, double loss, fl_err_t *er
     }
     if (l->gpu) return FL_OK; /* learners that do not publish */
 #endif
-    if (!l->gorila && l->index == 0 && l->st.steps % (uint64_t)l->cfg.learner_publish_every == 0) {
+    if (!l->gorila && l->index == 0 && l->st.steps % (uint64_t)l->o.publish_every == 0) {
         fl_status s = publish(l, 1, err);
         if (s == FL_CANCELLED) return FL_OK;
         if (s != FL_OK) return s;
@@ -1109,7 +1107,7 @@ static fl_status push_grads(fl_learner_t *l, fl_err_t *err) {
         fl_param_push_result_t res;
         memset(&res, 0, sizeof res);
         fl_status s = fl_param_push(l->params, fl_qnet_grads(l->online), fl_qnet_num_params(l->online), &res,
-                                    FL_LEARNER_RPC_TIMEOUT_MS + (int64_t)(l->cfg.paramserver_wait_timeout_s * 1000),
+                                    FL_LEARNER_RPC_TIMEOUT_MS + (int64_t)(l->o.paramserver_wait_timeout_s * 1000),
                                     &e);
         if (s == FL_OK) {
             outage_ok(&l->param_out);
@@ -1129,7 +1127,7 @@ static fl_status push_grads(fl_learner_t *l, fl_err_t *err) {
 /* Gorila: fetch (every learner.fetch_every steps), gradient, clip, push, bookkeeping. On
  * a GPU, fetched parameters go to the device and the gradient comes back to the host. */
 static fl_status gorila_step(fl_learner_t *l, fl_err_t *err) {
-    if (l->st.steps % (uint64_t)l->cfg.learner_fetch_every == 0) {
+    if (l->st.steps % (uint64_t)l->o.fetch_every == 0) {
         uint64_t before = l->fetched_version;
         FL_TRY(fetch_params(l, 0, err));
 #ifdef FLEET_HAVE_CUDA
@@ -1163,9 +1161,8 @@ static fl_status gorila_step(fl_learner_t *l, fl_err_t *err) {
         return FL_OK;
     }
     if (s != FL_OK) return fl_err_set(err, s, "learner: update: %s", e.msg);
-    fl_clip_grad_norm(fl_qnet_grads(l->online), fl_qnet_num_params(l->online), (float)l->cfg.learner_grad_clip);
-    if (l->cfg.learner_slow_push_ms > 0 && l->index == l->cfg.learner_count - 1)
-        idle(l, (double)l->cfg.learner_slow_push_ms / 1000.0);
+    fl_clip_grad_norm(fl_qnet_grads(l->online), fl_qnet_num_params(l->online), (float)l->o.grad_clip);
+    if (l->o.slow_push_ms > 0 && l->index == l->o.count - 1) idle(l, (double)l->o.slow_push_ms / 1000.0);
     FL_TRY(push_grads(l, err));
     return after_step(l, (size_t)b.size, ds.loss, err);
 }
@@ -1219,8 +1216,8 @@ fl_status fl_learner_run(fl_learner_t *l, fl_err_t *err) {
     fl_status s = FL_OK;
     l->t_start = l->win_start = fl_clock_sec();
     FL_INFO("learner: %zu parameters (%s), batch %d, %s lr %g, replay %s, parameter server %s",
-            fl_qnet_num_params(l->online), l->cfg.model_spec, l->batch_size, l->cfg.learner_optimizer,
-            l->cfg.learner_lr, l->replay_addr, l->param_addr);
+            fl_qnet_num_params(l->online), l->o.model_spec, l->batch_size, fl_optim_kind_name(l->o.optim.kind),
+            l->o.optim.lr, l->replay_addr, l->param_addr);
 
     if (l->reduce) s = group_start(l, err);
     if (s == FL_OK && l->gorila) s = gorila_start(l, err);

@@ -72,8 +72,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/config.h"
 #include "common/status.h"
+#include "kernels/optim.h"
 #include "kernels/qnet.h"
 #include "learner/reduce.h"
 #include "replay/client.h"
@@ -83,21 +83,63 @@
 /* Seconds between "waiting for replay" lines and between outage reminders. */
 #define FL_LEARNER_LOG_EVERY_S 5.0
 
-typedef struct fl_learner_opts {
-    int index;                    /* this learner's index, 0 <= index < learner.count */
+typedef enum {
+    FL_LEARNER_APEX,  /* learners own the optimizer (one learner, or a group under the all-reduce) */
+    FL_LEARNER_GORILA /* the parameter-server shards own it; learners push gradients */
+} fl_learner_mode;
+
+typedef enum {
+    FL_LEARNER_CPU,  /* train on the host */
+    FL_LEARNER_CUDA, /* train on the GPU (refused at create without one) */
+    FL_LEARNER_AUTO  /* the GPU when there is one, else the host */
+} fl_learner_device;
+
+/* Everything a learner reads. Two parts: this process's (filled by its caller) and the
+ * run's settings, which fleet/config_learner.h's fl_config_learner_options maps from the
+ * configuration (the key each comes from is named in brackets). Strings are borrowed
+ * until fl_learner_create returns; the learner keeps its own copies. */
+typedef struct fl_learner_options {
+    /* this process */
+    int index;                    /* this learner's index, 0 <= index < count */
     const char *replay_addr;      /* the replay shards' addresses, "host:port" or "unix:/path", comma-separated
                                      in shard order, or "@FILE" (see fl_replay_addrs_parse); one per
-                                     replay.shards; required */
-    const char *paramserver_addr; /* required: one address per paramserver.shards, comma-separated in
+                                     replay shard; required */
+    const char *paramserver_addr; /* required: one address per parameter-server shard, comma-separated in
                                      shard order (paramserver/client.h) */
     const char *control_addr;     /* the launcher's Control service; NULL or "" = no reports */
     fl_obs_spec_t obs;            /* env.name's observation signature */
     int num_actions;              /* env.name's action count */
     const char *resume_path;      /* a checkpoint of fl_learner_save to continue from; NULL or "" = none */
-    fl_reduce_t *reduce;          /* apex mode with learner.count > 1: this learner's member of the group
-                                     of all learners (rank = index, size = learner.count); borrowed.
-                                     NULL otherwise. */
-} fl_learner_opts_t;
+    fl_reduce_t *reduce;          /* apex mode with count > 1: this learner's member of the group of all
+                                     learners (rank = index, size = count); borrowed. NULL otherwise. */
+
+    /* the run's settings */
+    int64_t count;                /* [learner.count] learners in the run */
+    fl_learner_mode mode;         /* [learner.mode] */
+    fl_learner_device device;     /* [learner.device] */
+    int threads;                  /* [learner.threads] OpenBLAS threads */
+    int tf32, cuda_graphs;        /* [learner.tf32, learner.cuda_graphs] GPU: TF32 tensor cores, CUDA graphs */
+    int batch_size;               /* [learner.batch_size] */
+    fl_optim_settings_t optim;    /* [learner.optimizer, lr, momentum, adam_*, rmsprop_*] */
+    double grad_clip;             /* [learner.grad_clip] 0 = off */
+    double huber_delta;           /* [learner.huber_delta] */
+    int64_t target_update;        /* [learner.target_update] steps between target copies */
+    int64_t publish_every;        /* [learner.publish_every] steps between publishes (apex) */
+    const char *checkpoint_dir;   /* [learner.checkpoint_dir] "" = no checkpoints */
+    int64_t checkpoint_every;     /* [learner.checkpoint_every] 0 = only when the learner stops */
+    int64_t max_steps;            /* [learner.max_steps] 0 = no limit */
+    int prefetch;                 /* [learner.prefetch] Sample calls in flight, 0 = synchronous */
+    int64_t fetch_every;          /* [learner.fetch_every] gorila: steps between fetches */
+    int push_1bit;                /* [learner.push_1bit] gorila: 1-bit pushes */
+    int64_t slow_push_ms;         /* [learner.slow_push_ms] gorila: the last learner's delay before a push */
+    const char *model_spec;       /* [model.spec] */
+    double input_scale;           /* [model.input_scale] */
+    double beta;                  /* [replay.beta] importance-sampling exponent */
+    int64_t replay_shards;        /* [replay.shards] addresses expected in replay_addr */
+    double paramserver_wait_timeout_s; /* [paramserver.wait_timeout_s] gorila: a push's extra deadline */
+    uint64_t seed;                /* [run.seed] */
+    double progress_every;        /* [run.progress_every] seconds between reports */
+} fl_learner_options_t;
 
 /* Totals since create, readable at any time by the owner (and after run returns). */
 typedef struct fl_learner_stats {
@@ -120,12 +162,11 @@ typedef struct fl_learner_stats {
 
 typedef struct fl_learner fl_learner_t;
 
-/* Validates the config and opts, builds the networks (online initialised from run.seed
- * and the index, target a copy), optimizer, buffers and clients. Nothing is sent yet.
+/* Validates the options, builds the networks (online initialised from the seed and the
+ * index, target a copy), optimizer, buffers and clients. Nothing is sent yet.
  * FL_INVALID_ARGUMENT / FL_UNIMPLEMENTED with a message naming the key or option;
  * FL_NO_MEMORY. */
-fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opts, fl_learner_t **out,
-                            fl_err_t *err);
+fl_status fl_learner_create(const fl_learner_options_t *o, fl_learner_t **out, fl_err_t *err);
 /* Stops nothing by itself (see fl_learner_run); frees everything. NULL is a no-op. */
 void fl_learner_destroy(fl_learner_t *l);
 
