@@ -1,6 +1,8 @@
 /* learner: the CPU learner role (see learner.h). */
 #include "learner/learner.h"
 
+#include "learner/learner_internal.h"
+
 #include <cblas.h>
 #include <ctype.h>
 #include <errno.h>
@@ -25,72 +27,6 @@
 #include "kernels/cuda/cuda.h"
 #include "learner/dqn_cuda.h"
 #endif
-
-/* How long one Sample may wait for the shard to fill (and for its batch). */
-#define SAMPLE_TIMEOUT_MS 2000
-/* Slice of an interruptible sleep. */
-#define IDLE_SLICE_S 0.05
-/* Stream of run.seed that initialises learner i's network. */
-#define INIT_STREAM 0x6c6561726e6572ULL
-/* Replay batches a GPU learner page-locks at most (the prefetcher's, and its own). */
-#define FL_LEARNER_MAX_PINNED 70
-/* Stream of run.seed that splits learner i's batches across replay shards. */
-#define SPLIT_STREAM 0x73706c6974000000ULL
-
-/* One service's outage: logged once when it starts, reminded every few seconds, and
- * when it ends; the backoff grows while it lasts. */
-typedef struct outage {
-    const char *what;
-    int active;
-    double since, last_log;
-    fl_backoff_t backoff;
-} outage_t;
-
-struct fl_learner {
-    fl_learner_options_t o; /* as given; model_spec points to the learner's copy, the other strings are NULL */
-    int index;
-    char *replay_addr, *param_addr, *model_spec;
-    char *ckpt_path; /* checkpoint_dir/learner-<index>.safetensors, or NULL without checkpoint_dir */
-    fl_obs_spec_t obs;
-    size_t obs_count, obs_bytes;
-    int num_actions, batch_size;
-
-    fl_qnet_t *online, *target;
-    fl_optim_t *opt;
-    fl_dqn_t *dqn;
-    fl_replay_sharded_t *replay; /* every replay shard (one client per shard) */
-    fl_param_client_t *params;
-    fl_reporter_t *rep;
-    int gorila;          /* learner.mode = gorila */
-    fl_reduce_t *reduce; /* apex with several learners (borrowed), else NULL */
-    float *rbuf;         /* reduce: (num_params + 2): the gradient, "wants to stop", the loss */
-    uint64_t fetched_version; /* gorila: the parameters' version (minimum over shards) */
-#ifdef FLEET_HAVE_CUDA
-    fl_cuda_dqn_t *gpu; /* learner.device = cuda (or auto with a GPU): the update runs there */
-    int gpu_slot;       /* the pinned input slot the next batch goes into */
-    int snapshot_pending; /* a parameter snapshot for the next publish is in flight */
-    void *pinned[FL_LEARNER_MAX_PINNED]; /* replay batches page-locked for the GPU */
-    int n_pinned, pin_failed;
-#endif
-
-    fl_replay_batch_t batch;         /* learner.prefetch = 0: sampled into here */
-    fl_replay_prefetch_t *prefetch;  /* learner.prefetch > 0: that many Sample calls in flight */
-    fl_replay_prefetched_t *taken;   /* the prefetched batch being trained on, or NULL */
-    fl_replay_batch_t *cur;          /* the batch being trained on */
-    size_t prio_n;                   /* prefetch: priorities of l->taken's rows to send with it */
-    float *obs_f;      /* (batch_size, obs_count) */
-    float *next_f;     /* (batch_size, obs_count) */
-    float *priorities; /* (batch_size) */
-
-    fl_learner_stats_t st;
-    _Atomic uint64_t watch_steps, watch_retries; /* copies for fl_learner_counters */
-    outage_t replay_out, param_out;
-    uint64_t steps_at_publish;
-
-    /* reporting window */
-    double t_start, win_start, win_sample_s, win_loss_sum, last_mean_loss;
-    uint64_t win_steps;
-};
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
@@ -214,8 +150,6 @@ static fl_status check_opts(const fl_learner_options_t *o, fl_err_t *err) {
     return FL_OK;
 }
 
-static fl_status resume(fl_learner_t *l, const char *path, fl_err_t *err);
-
 #ifdef FLEET_HAVE_CUDA
 /* learner.device = cuda, or auto when a GPU is present: builds the GPU update from the
  * CPU networks and optimizer (fresh or resumed), which stay the copies that checkpoints
@@ -274,6 +208,16 @@ static fl_status gpu_pull(fl_learner_t *l, fl_err_t *err) {
     return FL_OK;
 }
 #endif
+
+fl_status fl__learner_pull(fl_learner_t *l, fl_err_t *err) {
+#ifdef FLEET_HAVE_CUDA
+    return gpu_pull(l, err);
+#else
+    (void)l;
+    (void)err;
+    return FL_OK;
+#endif
+}
 
 fl_status fl_learner_create(const fl_learner_options_t *opts, fl_learner_t **out, fl_err_t *err) {
     if (!opts || !out) return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: NULL argument");
@@ -347,7 +291,7 @@ fl_status fl_learner_create(const fl_learner_options_t *opts, fl_learner_t **out
     }
 
     if (opts->resume_path && opts->resume_path[0]) {
-        if ((s = resume(l, opts->resume_path, err)) != FL_OK) goto fail;
+        if ((s = fl__learner_resume(l, opts->resume_path, err)) != FL_OK) goto fail;
         l->steps_at_publish = l->st.steps;
     }
 #ifdef FLEET_HAVE_CUDA
@@ -572,185 +516,6 @@ static fl_status send_priorities(fl_learner_t *l, size_t n, fl_err_t *err) {
     }
 }
 
-/* ---- checkpoints (safetensors) --------------------------------------------------------- */
-
-#define CKPT_FORMAT "fleet.learner"
-#define CKPT_VERSION "1"
-
-/* "10,10,4" */
-static void shape_text(const fl_obs_spec_t *o, char *buf, size_t len) {
-    buf[0] = '\0';
-    for (int i = 0; i < o->rank; i++)
-        snprintf(buf + strlen(buf), len - strlen(buf), "%s%d", i ? "," : "", o->shape[i]);
-}
-
-fl_status fl_learner_save(fl_learner_t *l, const char *path, fl_err_t *err) {
-    const int nv = fl_qnet_num_views(l->online), slots = fl_optim_num_slots(l->opt);
-    const size_t np = fl_qnet_num_params(l->online);
-    fl_st_tensor_t *t = calloc((size_t)(2 * nv + slots), sizeof *t);
-    if (!t) return fl_err_set(err, FL_NO_MEMORY, "learner checkpoint %s: out of memory", path);
-    int n = 0;
-    for (int net = 0; net < 2; net++) {
-        fl_qnet_t *q = net ? l->target : l->online;
-        for (int i = 0; i < nv; i++) {
-            const fl_param_view_t *v = fl_qnet_view(q, i);
-            fl_st_tensor_t *x = &t[n++];
-            snprintf(x->name, sizeof x->name, "%s.%s", net ? "target" : "online", v->name);
-            x->dtype = FL_ST_F32;
-            x->rank = v->rank;
-            for (int d = 0; d < v->rank; d++) x->shape[d] = v->shape[d];
-            x->data = fl_qnet_params(q) + v->offset;
-            x->bytes = v->numel * sizeof(float);
-        }
-    }
-    for (int sl = 0; sl < slots; sl++) {
-        fl_st_tensor_t *x = &t[n++];
-        snprintf(x->name, sizeof x->name, "optimizer.%s", fl_optim_slot_name(l->opt, sl));
-        x->dtype = FL_ST_F32;
-        x->rank = 1;
-        x->shape[0] = (int64_t)np;
-        x->data = fl_optim_state(l->opt) + (size_t)sl * np;
-        x->bytes = np * sizeof(float);
-    }
-    char shape[64], steps[32], osteps[32], samples[32], version[32], targets[32], actions[16], loss[32];
-    shape_text(&l->obs, shape, sizeof shape);
-    snprintf(steps, sizeof steps, "%llu", (unsigned long long)l->st.steps);
-    snprintf(osteps, sizeof osteps, "%lld", (long long)fl_optim_steps(l->opt));
-    snprintf(samples, sizeof samples, "%llu", (unsigned long long)l->st.samples);
-    snprintf(version, sizeof version, "%llu", (unsigned long long)l->st.param_version);
-    snprintf(targets, sizeof targets, "%llu", (unsigned long long)l->st.target_updates);
-    snprintf(actions, sizeof actions, "%d", l->num_actions);
-    snprintf(loss, sizeof loss, "%.9g", l->st.last_loss);
-    const char *keys[] = {"format", "format_version", "model.spec", "obs_dtype", "obs_shape", "num_actions",
-                          "learner.optimizer", "learner.steps", "optimizer.steps", "learner.samples", "param_version",
-                          "target_updates", "last_loss"};
-    const char *vals[] = {CKPT_FORMAT, CKPT_VERSION, l->o.model_spec, fl_dtype_name(l->obs.dtype), shape, actions,
-                          fl_optim_kind_name(fl_optim_config(l->opt)->kind), steps, osteps, samples, version, targets,
-                          loss};
-    fl_status s = fl_safetensors_write(path, t, n, keys, vals, (int)(sizeof keys / sizeof keys[0]), err);
-    free(t);
-    if (s == FL_OK)
-        FL_INFO("learner checkpoint %s: step %llu, version %llu", path, (unsigned long long)l->st.steps,
-                (unsigned long long)l->st.param_version);
-    return s;
-}
-
-/* A metadata value as an unsigned integer; FL_INVALID_ARGUMENT naming it otherwise. */
-static fl_status meta_u64(const fl_safetensors_t *f, const char *path, const char *key, uint64_t *out,
-                          fl_err_t *err) {
-    const char *v = fl_safetensors_meta(f, key);
-    char *end = NULL;
-    errno = 0;
-    unsigned long long x = v && *v ? strtoull(v, &end, 10) : 0;
-    if (!v || !isdigit((unsigned char)v[0]) || *end || errno || x > (unsigned long long)INT64_MAX)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: metadata %s is %s%s%s, expected an integer",
-                          path, key, v ? "\"" : "", v ? v : "missing", v ? "\"" : "");
-    *out = x;
-    return FL_OK;
-}
-
-/* Loads a checkpoint written by fl_learner_save into l (networks, optimizer, counters),
- * after checking that it was written for the same model, observations, actions and
- * optimizer. Changes nothing on failure. */
-static fl_status resume(fl_learner_t *l, const char *path, fl_err_t *err) {
-    fl_safetensors_t *f = NULL;
-    FL_TRY(fl_safetensors_read(path, &f, err));
-    fl_status s = FL_OK;
-    char shape[64];
-    shape_text(&l->obs, shape, sizeof shape);
-    char actions[16];
-    snprintf(actions, sizeof actions, "%d", l->num_actions);
-    const char *want_k[] = {"format", "format_version", "model.spec", "obs_dtype", "obs_shape", "num_actions",
-                            "learner.optimizer"};
-    const char *want_v[] = {CKPT_FORMAT, CKPT_VERSION, l->o.model_spec, fl_dtype_name(l->obs.dtype), shape, actions,
-                            fl_optim_kind_name(fl_optim_config(l->opt)->kind)};
-    for (size_t i = 0; i < sizeof want_k / sizeof want_k[0]; i++) {
-        const char *v = fl_safetensors_meta(f, want_k[i]);
-        if (!v || strcmp(v, want_v[i]) != 0) {
-            s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: %s is %s%s%s, this learner has \"%s\"",
-                           path, want_k[i], v ? "\"" : "", v ? v : "missing", v ? "\"" : "", want_v[i]);
-            goto done;
-        }
-    }
-    uint64_t steps = 0, osteps = 0, samples = 0, version = 0, targets = 0;
-    if ((s = meta_u64(f, path, "learner.steps", &steps, err)) != FL_OK ||
-        (s = meta_u64(f, path, "optimizer.steps", &osteps, err)) != FL_OK ||
-        (s = meta_u64(f, path, "learner.samples", &samples, err)) != FL_OK ||
-        (s = meta_u64(f, path, "param_version", &version, err)) != FL_OK ||
-        (s = meta_u64(f, path, "target_updates", &targets, err)) != FL_OK)
-        goto done;
-    /* Every tensor present with its exact shape, before anything is copied. */
-    const int nv = fl_qnet_num_views(l->online), slots = fl_optim_num_slots(l->opt);
-    const size_t np = fl_qnet_num_params(l->online);
-    const fl_st_tensor_t *src[2 * FL_QNET_MAX_LAYERS * 4 + 8];
-    int n = 0;
-    for (int net = 0; net < 2 && s == FL_OK; net++)
-        for (int i = 0; i < nv && s == FL_OK; i++) {
-            const fl_param_view_t *v = fl_qnet_view(l->online, i);
-            char name[FL_ST_NAME_MAX];
-            snprintf(name, sizeof name, "%s.%s", net ? "target" : "online", v->name);
-            const fl_st_tensor_t *x = fl_safetensors_find(f, name);
-            int ok = x && x->dtype == FL_ST_F32 && x->rank == v->rank;
-            for (int d = 0; ok && d < v->rank; d++) ok = x->shape[d] == v->shape[d];
-            if (!ok)
-                s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s is %s; expected F32 of %zu "
-                               "elements as the network's view", path, name, x ? "of another dtype or shape" : "missing",
-                               v->numel);
-            src[n++] = x;
-        }
-    for (int sl = 0; sl < slots && s == FL_OK; sl++) {
-        char name[FL_ST_NAME_MAX];
-        snprintf(name, sizeof name, "optimizer.%s", fl_optim_slot_name(l->opt, sl));
-        const fl_st_tensor_t *x = fl_safetensors_find(f, name);
-        if (!x || x->dtype != FL_ST_F32 || x->rank != 1 || x->shape[0] != (int64_t)np)
-            s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s is %s; expected F32 (%zu)", path,
-                           name, x ? "of another dtype or shape" : "missing", np);
-        src[n++] = x;
-    }
-    if (s != FL_OK) goto done;
-    if (fl_safetensors_count(f) != n) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: %d tensors, expected %d", path,
-                       fl_safetensors_count(f), n);
-        goto done;
-    }
-    n = 0;
-    for (int net = 0; net < 2; net++) {
-        fl_qnet_t *q = net ? l->target : l->online;
-        for (int i = 0; i < nv; i++) {
-            const fl_param_view_t *v = fl_qnet_view(q, i);
-            memcpy(fl_qnet_params(q) + v->offset, src[n++]->data, v->numel * sizeof(float));
-        }
-    }
-    for (int sl = 0; sl < slots; sl++) memcpy(fl_optim_state(l->opt) + (size_t)sl * np, src[n++]->data, np * 4);
-    fl_optim_set_steps(l->opt, (int64_t)osteps);
-    l->st.steps = steps;
-    l->st.samples = samples;
-    l->st.param_version = version;
-    l->st.target_updates = targets;
-    atomic_store(&l->watch_steps, steps);
-    const char *loss = fl_safetensors_meta(f, "last_loss");
-    if (loss) l->st.last_loss = strtod(loss, NULL);
-    FL_INFO("learner: resumed from %s at step %llu (version %llu, last loss %.4g)", path, (unsigned long long)steps,
-            (unsigned long long)version, l->st.last_loss);
-done:
-    fl_safetensors_free(f);
-    return s;
-}
-
-/* Writes learner.checkpoint_dir/learner-<index>.safetensors; logs a failure. */
-static void checkpoint(fl_learner_t *l) {
-    if (!l->ckpt_path) return;
-    fl_err_t e;
-    fl_err_init(&e);
-#ifdef FLEET_HAVE_CUDA
-    if (gpu_pull(l, &e) != FL_OK) {
-        FL_WARN("learner checkpoint failed: %s", e.msg);
-        return;
-    }
-#endif
-    if (fl_learner_save(l, l->ckpt_path, &e) != FL_OK) FL_WARN("learner checkpoint failed: %s", e.msg);
-}
-
 /* ---- the loop ---------------------------------------------------------------------- */
 
 /* The sampled batch's observations are this learner's size. */
@@ -794,7 +559,7 @@ static fl_status after_step(fl_learner_t *l, size_t n, double loss, fl_err_t *er
         l->st.target_updates++;
     }
     if (l->index == 0 && l->o.checkpoint_every > 0 && l->st.steps % (uint64_t)l->o.checkpoint_every == 0)
-        checkpoint(l);
+        fl__learner_checkpoint(l);
 #ifdef FLEET_HAVE_CUDA
     if (l->gpu && !l->gorila && l->index == 0) { /* publish from a snapshot copied while training goes on */
         if (l->snapshot_pending) {
@@ -1276,7 +1041,7 @@ fl_status fl_learner_run(fl_learner_t *l, fl_err_t *err) {
         else
             FL_INFO("published the final parameters as version %llu", (unsigned long long)l->st.param_version);
     }
-    if (s == FL_OK && l->index == 0) checkpoint(l); /* the final state, when learner.checkpoint_dir is set */
+    if (s == FL_OK && l->index == 0) fl__learner_checkpoint(l); /* the final state, when learner.checkpoint_dir is set */
     l->st.total_s = fl_clock_sec() - l->t_start;
     report(l, 1);
     if (s == FL_OK)
