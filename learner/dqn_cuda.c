@@ -580,7 +580,9 @@ static fl_status forward(fl_cuda_dqn_t *d, const float *p, int B, float *q, fl_e
                                          err));
             break;
         case FL_QNET_RELU: FL_TRY(fl_cuda_relu_forward(l->x, y, (size_t)B * l->out_size, d->cs, err)); break;
-        case FL_QNET_CONV: FL_TRY(fl_cuda_conv_forward(d->ctx, l->conv, l->x, p + l->w_off, p + l->b_off, y, err)); break;
+        case FL_QNET_CONV:
+            FL_TRY(fl_cuda_conv_forward(d->ctx, l->conv, l->x, p + l->w_off, p + l->b_off, y, err));
+            break;
         case FL_QNET_FLATTEN: break; /* y aliases x */
         case FL_QNET_DUELING:
             FL_TRY(fl_cuda_dense_forward(d->ctx, l->x, p + l->w_off, p + l->b_off, B, (int)l->in_size, l->units + 1,

@@ -1,5 +1,6 @@
-/* learner: the Ape-X learner role on the CPU. It owns the online and target Q-networks,
- * the optimizer and the double-DQN update (learner/dqn.h), samples from the replay
+/* learner: the learner role (Ape-X or Gorila), training on the CPU or a GPU. It owns the
+ * online and target Q-networks, the optimizer and the double-DQN update (learner/dqn.h
+ * on the CPU, learner/dqn_cuda.h on a GPU), samples from the replay
  * shards (replay/client.h's sharded sampler: one batch drawn across all shards in
  * proportion to their priority mass, weights against the global minimum), sends the
  * new priorities back to the shard each key names and publishes the parameters to the
@@ -17,25 +18,30 @@
  *      Publish with version + 1; a report (fl_reporter_tick) every run.progress_every
  *      seconds with learner_steps, samples, the mean loss and the share of time spent
  *      in Sample over the reporting window, and the published version;
- *   4. stops on fl_stop_requested(), when the launcher asks, or after learner.max_steps
- *      steps (0 = no limit): publishes the final parameters (one attempt, bounded by
- *      FL_LEARNER_RPC_TIMEOUT_MS), forces a last report and returns FL_OK.
+ *   4. stops on fl_learner_stop or fl_stop_requested(), when the launcher asks, or after
+ *      learner.max_steps steps (0 = no limit): publishes the final parameters (one
+ *      attempt, bounded by FL_LEARNER_RPC_TIMEOUT_MS), forces a last report and returns
+ *      FL_OK.
  * A Sample, UpdatePriorities or Publish that fails because a service went away
  * (common/retry.h: UNAVAILABLE, DEADLINE_EXCEEDED, ...) is retried with its backoff while not
  * stopped, logged once per outage; the launcher decides when the fleet ends. A step
  * whose loss or gradient norm is not finite is skipped (parameters untouched, no
  * priorities sent) and logged.
  *
- * The caller resolves env.name (the verb does it with the env registry), so that this
- * library does not depend on the environments: it gets the observation signature and
- * the action count.
+ * The learner takes its own options (fl_learner_options_t), not the run's configuration:
+ * fleet/config_learner.h maps the configuration to them. The caller resolves env.name
+ * (the verb does it with the env registry), so that this library does not depend on the
+ * environments: it gets the observation signature and the action count.
+ * Inside, a mode (learner/mode.h: mode_apex.c, mode_group.c, mode_gorila.c) says what a
+ * step is and a backend (learner/backend.h: backend_cpu.c, backend_cuda.c) where its
+ * update runs; create picks both.
  *
  * Modes (learner.mode):
  *   apex, one learner     as above.
  *   apex, L > 1 learners  synchronous data parallelism: every learner samples its own
  *                         batch of learner.batch_size (the effective batch is L times
  *                         that), computes its gradient (fl_dqn_compute) and replaces it by
- *                         the mean over the learners (opts.reduce, a ring all-reduce);
+ *                         the mean over the learners (options.reduce, a ring all-reduce);
  *                         each then clips and steps its own optimizer, so all L networks
  *                         stay bit-identical. Learner 0's parameters, optimizer state and
  *                         counters are broadcast at the start (so a resumed learner 0
@@ -65,7 +71,8 @@
  *
  * Memory: everything is allocated at create; the training loop does not allocate
  * (beyond what the RPC layer does per call). create sets OpenBLAS to learner.threads.
- * Thread-safety: one owner thread; fl_learner_run polls the process-wide stop flag. */
+ * Thread-safety: one owner thread (fl_learner_stop and fl_learner_counters may be called
+ * from any thread); fl_learner_run polls its stop flag and the process-wide one. */
 #ifndef FL_LEARNER_LEARNER_H
 #define FL_LEARNER_LEARNER_H
 
@@ -167,13 +174,16 @@ typedef struct fl_learner fl_learner_t;
  * FL_INVALID_ARGUMENT / FL_UNIMPLEMENTED with a message naming the key or option;
  * FL_NO_MEMORY. */
 fl_status fl_learner_create(const fl_learner_options_t *o, fl_learner_t **out, fl_err_t *err);
-/* Stops nothing by itself (see fl_learner_run); frees everything. NULL is a no-op. */
-void fl_learner_destroy(fl_learner_t *l);
-
 /* Runs the role until a stop (see above). FL_OK on a clean stop; otherwise an error
  * that is not a service outage: a bad answer from a service (e.g. observations of the
  * wrong size), an input the update refuses, out of memory. */
 fl_status fl_learner_run(fl_learner_t *l, fl_err_t *err);
+/* Asks a running (or not yet started) fl_learner_run to stop, as fl_stop_request does for
+ * the whole process: it finishes the step in progress, then publishes, checkpoints and
+ * returns as on any other stop. Thread-safe; does not wait. NULL is a no-op. */
+void fl_learner_stop(fl_learner_t *l);
+/* Frees everything (after run has returned, or without run). NULL is a no-op. */
+void fl_learner_destroy(fl_learner_t *l);
 
 const fl_learner_stats_t *fl_learner_stats(const fl_learner_t *l);
 /* For a watcher on another thread while run is going (thread-safe): optimizer steps
@@ -193,7 +203,7 @@ fl_qnet_t *fl_learner_target(fl_learner_t *l);
  * last_loss. fl_learner_save writes one (atomically) any time between create and destroy
  * on the owner thread; with learner.checkpoint_dir set the learner writes
  * DIR/learner-<index>.safetensors every learner.checkpoint_every steps (0 = only at the
- * end) and when it stops. opts.resume_path continues from one: create checks format,
+ * end) and when it stops. options.resume_path continues from one: create checks format,
  * model, observations, actions and optimizer against its own configuration (naming the
  * mismatch), then takes both networks, the optimizer state and every counter, so that
  * training goes on from the same step (and the next publish is param_version + 1). */

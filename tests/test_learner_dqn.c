@@ -822,6 +822,41 @@ static void test_learner_checkpoint_resume(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* fl_learner_stop ends a run that has no step limit, from another thread, as a process
+ * stop does: a clean return after the step in progress, with the final publish. */
+static void test_learner_stop(void **state) {
+    fl_rng_t r;
+    fl_rng_init_stream(&r, g_seed, 10);
+    services_t sv;
+    services_start(&sv, 500);
+    insert_random(&sv, &r, 1000);
+    fl_config_t cfg = sv.cfg;
+    set_key(&cfg, "learner.batch_size=16");
+    set_key(&cfg, "model.spec=dense(8) relu");
+    fl_learner_options_t o = learner_opts(&sv);
+    bg_run_t w = {0};
+    assert_int_equal(create_learner(&cfg, &o, &w.l, &w.err), FL_OK);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, run_learner, &w), 0);
+    uint64_t steps = 0;
+    while (steps < 5) {
+        fl_learner_counters(w.l, &steps, NULL);
+        fl_sleep_sec(0.01);
+    }
+    fl_learner_stop(w.l);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (w.status != FL_OK) fail_msg("learner: %s", w.err.msg);
+    assert_false(fl_stop_requested());
+    const fl_learner_stats_t *st = fl_learner_stats(w.l);
+    assert_true(st->steps >= 5);
+    fl_param_store_info_t pinfo;
+    fl_paramserver_service_info(sv.params, &pinfo);
+    assert_int_equal(pinfo.version, st->param_version);
+    fl_learner_destroy(w.l);
+    fl_learner_stop(NULL);
+    services_stop(&sv);
+}
+
 static void test_learner_waits_restarts_stops(void **state) {
     fl_rng_t r;
     fl_rng_init_stream(&r, g_seed, 6);
@@ -905,6 +940,7 @@ int main(void) {
         cmocka_unit_test(test_learner_create_errors),
         cmocka_unit_test(test_learner_loop),
         cmocka_unit_test(test_learner_checkpoint_resume),
+        cmocka_unit_test(test_learner_stop),
         cmocka_unit_test(test_learner_waits_restarts_stops), /* last: sets the process-wide stop */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
