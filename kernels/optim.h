@@ -38,19 +38,18 @@
  * optimizer settings to an fl_optim_config_t: the CPU learner, the GPU learner (which
  * takes the CPU optimizer's config) and the Gorila parameter-server shards all use it.
  *
- * Adding an optimizer touches:
- *   kernels/optim.h        a value of fl_optim_kind (before FL_OPTIM_KINDS), and any new
- *                          hyperparameter as a field of fl_optim_config_t and
- *                          fl_optim_settings_t;
+ * Adding an optimizer that takes the existing hyperparameters touches:
+ *   kernels/optim.h        a value of fl_optim_kind (before FL_OPTIM_KINDS);
  *   kernels/optim.c        its row of the table and its step function;
- *   kernels/cuda/ops_cuda.cu  its fused kernel and a case of fl_cuda_optim_apply, only if
- *                          it has a GPU version (the row's `cuda` id says so; without one
- *                          the GPU learner refuses it at create);
  *   tests/test_kernels_optim.c  its exact update rule;
- *   and, for learners to choose it, common/config_keys.h (its name among
- *   learner.optimizer's choices, and keys for new hyperparameters, which
- *   fleet/config_learner.c and paramserver/server.c then copy into
- *   fl_optim_settings_t).
+ *   common/config_keys.h   its name among learner.optimizer's choices (the config checks
+ *                          enum keys), so that learners can choose it;
+ * and only if it has a GPU version (the row's `cuda` id; without one the GPU learner
+ * refuses it at create): kernels/cuda/ops_cuda.cu (its fused kernel, a case of
+ * fl_cuda_optim_apply) and tests/test_kernels_cuda_gpu.c. A new hyperparameter also
+ * adds a field to fl_optim_config_t and fl_optim_settings_t, a config key, its copy in
+ * fleet/config_learner.c and paramserver/server.c, and for the GPU a field of
+ * kernels/cuda/ops_cuda.h's fl_cuda_optim_hyper_t filled in learner/dqn_cuda.c.
  *
  * Failure: create validates the config (FL_INVALID_ARGUMENT naming the field) and
  * allocation (FL_NO_MEMORY); step cannot fail. A NaN/inf gradient makes the parameters
