@@ -174,9 +174,9 @@ static void rmsprop_configure(const fl_optim_settings_t *s, fl_optim_config_t *c
     {.kind = (kind_), .lr = (lr_), .beta1 = 0.9f, .beta2 = 0.999f, .eps = (eps_), .decay = 0.95f,           \
      .momentum = (momentum_)}
 
-/* Indexed by fl_optim_kind; the GPU kernel ids are the ones kernels/cuda/ops_cuda.cu
- * dispatches on. */
-static const optim_ops_t OPTIMS[FL_OPTIM_KINDS] = {
+/* Indexed by fl_optim_kind (a new optimizer is a new row at the end); the GPU kernel ids
+ * are the ones kernels/cuda/ops_cuda.cu dispatches on. */
+static const optim_ops_t OPTIMS[] = {
     [FL_OPTIM_SGD] = {"sgd", 1, {"momentum_buffer"}, {0.0f},
                       DEFAULTS(FL_OPTIM_SGD, 0.01f, 1e-8f, 0.9f),
                       sgd_check, sgd_configure, step_sgd, FL_OPTIM_SGD},
@@ -189,8 +189,12 @@ static const optim_ops_t OPTIMS[FL_OPTIM_KINDS] = {
                           rmsprop_check, rmsprop_configure, step_rmsprop, FL_OPTIM_RMSPROP},
 };
 
+enum { KINDS = (int)(sizeof OPTIMS / sizeof OPTIMS[0]) };
+
+int fl_optim_num_kinds(void) { return KINDS; }
+
 static const optim_ops_t *ops_of(fl_optim_kind kind) {
-    return (int)kind >= 0 && kind < FL_OPTIM_KINDS ? &OPTIMS[kind] : NULL;
+    return (int)kind >= 0 && (int)kind < KINDS ? &OPTIMS[kind] : NULL;
 }
 
 /* "sgd, adam or rmsprop": every name in the table, for messages. */
@@ -200,8 +204,8 @@ typedef struct names {
 
 static names_t known_names(void) {
     names_t n = {""};
-    for (int k = 0; k < FL_OPTIM_KINDS; k++) {
-        const char *sep = k == 0 ? "" : k == FL_OPTIM_KINDS - 1 ? " or " : ", ";
+    for (int k = 0; k < KINDS; k++) {
+        const char *sep = k == 0 ? "" : k == KINDS - 1 ? " or " : ", ";
         snprintf(n.text + strlen(n.text), sizeof n.text - strlen(n.text), "%s%s", sep, OPTIMS[k].name);
     }
     return n;
@@ -228,7 +232,7 @@ const char *fl_optim_kind_name(fl_optim_kind kind) {
 }
 
 fl_status fl_optim_kind_from_name(const char *name, fl_optim_kind *out, fl_err_t *err) {
-    for (int k = 0; name && k < FL_OPTIM_KINDS; k++) {
+    for (int k = 0; name && k < KINDS; k++) {
         if (strcmp(name, OPTIMS[k].name) == 0) {
             *out = (fl_optim_kind)k;
             return FL_OK;

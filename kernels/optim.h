@@ -39,8 +39,7 @@
  * takes the CPU optimizer's config) and the Gorila parameter-server shards all use it.
  *
  * Adding an optimizer that takes the existing hyperparameters touches:
- *   kernels/optim.h        a value of fl_optim_kind (before FL_OPTIM_KINDS);
- *   kernels/optim.c        its row of the table and its step function;
+ *   kernels/optim.c        its row of the table (at the end) and its step function;
  *   tests/test_kernels_optim.c  its exact update rule;
  *   common/config_keys.h   its name among learner.optimizer's choices (the config checks
  *                          enum keys), so that learners can choose it;
@@ -64,7 +63,10 @@
 
 #include "common/status.h"
 
-typedef enum { FL_OPTIM_SGD, FL_OPTIM_ADAM, FL_OPTIM_RMSPROP, FL_OPTIM_KINDS } fl_optim_kind;
+/* An optimizer is a row of optim.c's table, and its kind is the row's index; these name
+ * the first three rows for code that picks one directly (a row added later is reached by
+ * its name, fl_optim_kind_from_name). fl_optim_num_kinds() rows in all. */
+typedef enum { FL_OPTIM_SGD, FL_OPTIM_ADAM, FL_OPTIM_RMSPROP } fl_optim_kind;
 
 /* The most state slots an optimizer has. */
 #define FL_OPTIM_MAX_SLOTS 4
@@ -95,6 +97,8 @@ fl_optim_config_t fl_optim_config_default(fl_optim_kind kind);
  * that kind takes (as float): SGD lr, momentum; Adam lr, beta1, beta2, eps; RMSProp lr,
  * decay, eps, and momentum 0. Validation is fl_optim_create's. */
 fl_optim_config_t fl_optim_config_from(const fl_optim_settings_t *settings);
+/* The rows of the table: kinds are 0 .. fl_optim_num_kinds() - 1. */
+int fl_optim_num_kinds(void);
 /* "sgd", "adam", "rmsprop"; "invalid" for a value outside the table */
 const char *fl_optim_kind_name(fl_optim_kind kind);
 /* Parses a kind name (the config's learner.optimizer); FL_INVALID_ARGUMENT otherwise. */
