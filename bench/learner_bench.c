@@ -20,7 +20,7 @@
  * ratio column is fleet's updates/s over PyTorch's.
  *
  * GPU rows (when fleet was built with CUDA and a GPU is present; one line says they are
- * skipped otherwise, or with --no-gpu): the same cases through kernels/cuda/dqn_cuda.h
+ * skipped otherwise, or with --no-gpu): the same cases through learner/dqn_cuda.h
  * (cuBLAS, cuDNN, own kernels, CUDA graphs), observations float32 except the Nature
  * CNN's, which are uint8 pixels as replay stores them (converted on the GPU). Each update
  * includes the copy of the batch from pinned host memory to the GPU and the priorities
@@ -43,7 +43,7 @@
 #include "learner/dqn.h"
 #ifdef FLEET_HAVE_CUDA
 #include "kernels/cuda/cuda.h"
-#include "kernels/cuda/dqn_cuda.h"
+#include "learner/dqn_cuda.h"
 #endif
 
 #ifndef FL_SOURCE_DIR

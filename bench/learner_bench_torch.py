@@ -9,7 +9,7 @@ tensors made before the clock starts.
 
 On the CPU (the default) observations are float32 tensors already in (C, H, W), as
 fleet's CPU rows get float batches. With --device cuda the update mirrors fleet's GPU
-learner (kernels/cuda/dqn_cuda.h) step for step: the batch (observations of
+learner (learner/dqn_cuda.h) step for step: the batch (observations of
 --obs-dtype, actions, returns, discounts, weights) sits in pinned host memory and is
 copied to the GPU every update; uint8 observations are converted there (x / 255), images
 go from (H, W, C) to (C, H, W) there, and the priorities come back to the host at the

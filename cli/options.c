@@ -41,24 +41,76 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out) {
     out->progress_every = c->run_progress_every;
 }
 
-fl_status fl_options_optimizer(const fl_config_t *c, fl_optim_config_t *out, fl_err_t *err) {
+fl_status fl_options_optim_settings(const fl_config_t *c, fl_optim_settings_t *out, fl_err_t *err) {
     fl_optim_kind kind;
-    FL_TRY(fl_optim_kind_from_name(FL_CONFIG_ENUM_STR(c, learner, optimizer), &kind, err));
-    *out = fl_optim_config_default(kind);
-    out->lr = (float)c->learner_lr;
-    switch (kind) {
-    case FL_OPTIM_SGD: out->momentum = (float)c->learner_momentum; break;
-    case FL_OPTIM_ADAM:
-        out->beta1 = (float)c->learner_adam_beta1;
-        out->beta2 = (float)c->learner_adam_beta2;
-        out->eps = (float)c->learner_adam_eps;
-        break;
-    case FL_OPTIM_RMSPROP:
-        out->decay = (float)c->learner_rmsprop_decay;
-        out->eps = (float)c->learner_rmsprop_eps;
-        out->momentum = 0.0f; /* learner.momentum is SGD's */
-        break;
+    fl_status s = fl_optim_kind_from_name(FL_CONFIG_ENUM_STR(c, learner, optimizer), &kind, err);
+    if (s != FL_OK) {
+        fl_err_prefix(err, "learner.optimizer");
+        return s;
     }
+    *out = (fl_optim_settings_t){kind,
+                                 c->learner_lr,
+                                 c->learner_momentum,
+                                 c->learner_adam_beta1,
+                                 c->learner_adam_beta2,
+                                 c->learner_adam_eps,
+                                 c->learner_rmsprop_decay,
+                                 c->learner_rmsprop_eps};
+    return FL_OK;
+}
+
+fl_status fl_options_optimizer(const fl_config_t *c, fl_optim_config_t *out, fl_err_t *err) {
+    fl_optim_settings_t os;
+    FL_TRY(fl_options_optim_settings(c, &os, err));
+    *out = fl_optim_config_from(&os);
+    return FL_OK;
+}
+
+fl_status fl_options_learner(const fl_config_t *c, fl_learner_options_t *o, fl_err_t *err) {
+    if (!c || !o) return fl_err_set(err, FL_INVALID_ARGUMENT, "learner options: NULL argument");
+    switch (c->learner_mode) {
+    case FL_CFG_MODE_APEX: o->mode = FL_LEARNER_APEX; break;
+    case FL_CFG_MODE_GORILA: o->mode = FL_LEARNER_GORILA; break;
+    default:
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: learner.mode = %d (expected apex or gorila)",
+                          (int)c->learner_mode);
+    }
+    switch (c->learner_device) {
+    case FL_CFG_DEVICE_CPU: o->device = FL_LEARNER_CPU; break;
+    case FL_CFG_DEVICE_CUDA: o->device = FL_LEARNER_CUDA; break;
+    case FL_CFG_DEVICE_AUTO: o->device = FL_LEARNER_AUTO; break;
+    default:
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: learner.device = %d (expected cpu, cuda or auto)",
+                          (int)c->learner_device);
+    }
+    fl_status s = fl_options_optim_settings(c, &o->optim, err);
+    if (s != FL_OK) {
+        fl_err_prefix(err, "learner");
+        return s;
+    }
+    o->count = c->learner_count;
+    o->threads = (int)c->learner_threads;
+    o->tf32 = c->learner_tf32 != 0;
+    o->cuda_graphs = c->learner_cuda_graphs != 0;
+    o->batch_size = (int)c->learner_batch_size;
+    o->grad_clip = c->learner_grad_clip;
+    o->huber_delta = c->learner_huber_delta;
+    o->target_update = c->learner_target_update;
+    o->publish_every = c->learner_publish_every;
+    o->checkpoint_dir = c->learner_checkpoint_dir;
+    o->checkpoint_every = c->learner_checkpoint_every;
+    o->max_steps = c->learner_max_steps;
+    o->prefetch = (int)c->learner_prefetch;
+    o->fetch_every = c->learner_fetch_every;
+    o->push_1bit = c->learner_push_1bit != 0;
+    o->slow_push_ms = c->learner_slow_push_ms;
+    o->model_spec = c->model_spec;
+    o->input_scale = c->model_input_scale;
+    o->beta = c->replay_beta;
+    o->replay_shards = c->replay_shards;
+    o->paramserver_wait_timeout_s = c->paramserver_wait_timeout_s;
+    o->seed = (uint64_t)c->run_seed;
+    o->progress_every = c->run_progress_every;
     return FL_OK;
 }
 

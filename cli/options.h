@@ -1,8 +1,8 @@
 /* options: the one place where a configuration (common/config.h) becomes the options of
  * the modules the roles run. Every module takes its own options struct, declared in its
  * own header, and none of them reads fl_config_t; the functions below say which key
- * goes where, and turn the config's enum strings (env.rng, learner.mode,
- * paramserver.stale_policy) into the modules' C enums.
+ * goes where, and turn the config's enum keys (env.rng, learner.mode, learner.device,
+ * learner.optimizer, paramserver.stale_policy) into the modules' own C enums.
  *
  * Strings in the filled structs point into the config, which must outlive them (a
  * module that keeps a string copies it, see each header). */
@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "envs/plugin.h"
 #include "envs/wrappers.h"
+#include "learner/learner.h"
 #include "paramserver/server.h"
 
 /* env.*: the environment every role opens (envs/plugin.h). */
@@ -33,6 +34,16 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out);
  * (fl_options_optimizer; apex shards run none and keep the default). FL_INVALID_ARGUMENT
  * for an unknown learner.optimizer (which a loaded config cannot hold). */
 fl_status fl_options_paramserver(const fl_config_t *c, fl_paramserver_service_opts_t *out, fl_err_t *err);
+
+/* A learner's run settings (the second part of fl_learner_options_t: everything but
+ * index, addresses, obs, num_actions, resume_path and reduce, which the caller sets and
+ * this leaves as they are). FL_INVALID_ARGUMENT naming the key when an enum key holds a
+ * value outside its choices (possible only in a struct written by hand). */
+fl_status fl_options_learner(const fl_config_t *c, fl_learner_options_t *o, fl_err_t *err);
+
+/* The optimizer settings of the learner.* keys (kernels/optim.h), which the learners and
+ * the Gorila shards turn into the same fl_optim_config_t with fl_optim_config_from. */
+fl_status fl_options_optim_settings(const fl_config_t *c, fl_optim_settings_t *out, fl_err_t *err);
 
 /* The optimizer of the learner.* keys: learner.optimizer with learner.lr, and
  * learner.momentum (sgd), learner.adam_beta1/beta2/eps (adam) or

@@ -1,6 +1,7 @@
 /* `fleet learner`: one learner process (learner/learner.h). --resume FILE (or the key
- * learner.resume) continues from a checkpoint of fl_learner_save. Options are parsed and
- * env.name is resolved here (the learner library does not depend on the environments);
+ * learner.resume) continues from a checkpoint of fl_learner_save. Options are parsed,
+ * the configuration becomes the learner's options (cli/options.h) and env.name
+ * is resolved here (the learner library depends on neither);
  * the loop, its stop conditions and the final publish live in fl_learner_run. Exit
  * codes: 0 on a clean stop (SIGINT/SIGTERM, the launcher's request, or
  * learner.max_steps), 1 on a runtime failure (printed), 2 on a usage or configuration
@@ -62,7 +63,7 @@ int fl_learner_main(int argc, char **argv, fl_reduce_t *reduce) {
         fl_wrapped_env_destroy(wenv);
         return 2;
     }
-    fl_learner_opts_t lo = {
+    fl_learner_options_t lo = {
         .index = (int)index,
         .replay_addr = replay,
         .paramserver_addr = params,
@@ -78,7 +79,8 @@ int fl_learner_main(int argc, char **argv, fl_reduce_t *reduce) {
     fl_stop_install();
     fl_cli_setup_logging(&cfg, "learner", (int)index);
     fl_learner_t *l = NULL;
-    fl_status s = fl_learner_create(&cfg, &lo, &l, &err);
+    fl_status s = fl_options_learner(&cfg, &lo, &err);
+    if (s == FL_OK) s = fl_learner_create(&lo, &l, &err);
     if (s != FL_OK) {
         fprintf(stderr, "fleet learner: %s\n", err.msg[0] ? err.msg : fl_status_str(s));
         return s == FL_INVALID_ARGUMENT || s == FL_UNIMPLEMENTED || s == FL_PARSE_ERROR ? 2 : 1;

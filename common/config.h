@@ -20,7 +20,8 @@
  *           rejected, because an INI file cannot hold them (see below).
  *   ENUM    one of the row's '|'-separated choices, case-insensitive; surrounding double
  *           quotes are removed as for STRING. The field holds the value's position among
- *           the choices, typed by the key's enum below (fl_cfg_<section>_<key>).
+ *           the choices, typed by the key's enum (fl_cfg_<section>_<key>, declared beside
+ *           the key table in config_keys.h).
  *
  * INI syntax (libinih with its defaults, plus the rules below):
  *   - `[section]` lines and `key = value` lines (`key: value` is accepted too); lines
@@ -59,18 +60,6 @@
 
 /* Size of STRING fields, terminating NUL included. */
 #define FL_CONFIG_STRING_MAX 256
-
-/* ---- The values of the ENUM keys ------------------------------------------------------
- * One enum per ENUM row of config_keys.h, named fl_cfg_<section>_<key>, its enumerators in
- * the order of the row's choices (tests/test_config.c checks every one against the table).
- * An ENUM row without its enum here does not compile. */
-typedef enum { FL_CFG_LOG_DEBUG, FL_CFG_LOG_INFO, FL_CFG_LOG_WARN, FL_CFG_LOG_ERROR } fl_cfg_run_log_level;
-typedef enum { FL_CFG_RNG_FLEET, FL_CFG_RNG_REFERENCE } fl_cfg_env_rng;
-typedef enum { FL_CFG_SELECTOR_PRIORITIZED, FL_CFG_SELECTOR_UNIFORM, FL_CFG_SELECTOR_FIFO } fl_cfg_replay_selector;
-typedef enum { FL_CFG_STALE_DROP, FL_CFG_STALE_WAIT } fl_cfg_paramserver_stale_policy;
-typedef enum { FL_CFG_MODE_APEX, FL_CFG_MODE_GORILA } fl_cfg_learner_mode;
-typedef enum { FL_CFG_DEVICE_CPU, FL_CFG_DEVICE_CUDA, FL_CFG_DEVICE_AUTO } fl_cfg_learner_device;
-typedef enum { FL_CFG_OPTIM_RMSPROP, FL_CFG_OPTIM_ADAM, FL_CFG_OPTIM_SGD } fl_cfg_learner_optimizer;
 
 #define FL__CONFIG_FIELD_INT(section, key) int64_t section##_##key;
 #define FL__CONFIG_FIELD_FLOAT(section, key) double section##_##key;

@@ -4,13 +4,25 @@
  *
  * X(section, key, TYPE, default, min, max, choices, help)
  *   TYPE    INT (int64_t), FLOAT (double), BOOL (int 0/1), STRING (char[256]),
- *           ENUM (fl_cfg_<section>_<key>, one of `choices`, '|'-separated; config.h
- *           declares the enum, its enumerators in the order of the choices)
+ *           ENUM (fl_cfg_<section>_<key>, one of `choices`, '|'-separated; the enum is
+ *           declared below, its enumerators in the order of the choices)
  *   min/max inclusive bounds for INT and FLOAT (ignored otherwise)
  * Defaults are the Ape-X paper's settings (docs/design.md, "Algorithm defaults"); the files in
  * configs/ override them per experiment. */
 #ifndef FL_COMMON_CONFIG_KEYS_H
 #define FL_COMMON_CONFIG_KEYS_H
+
+/* The values of the ENUM keys: one enum per ENUM row below, named fl_cfg_<section>_<key>,
+ * its enumerators in the order of the row's choices (tests/test_config.c checks every one
+ * against the table). An ENUM row without its enum here does not compile; a new choice
+ * is one more enumerator here and one more word in the row. */
+typedef enum { FL_CFG_LOG_DEBUG, FL_CFG_LOG_INFO, FL_CFG_LOG_WARN, FL_CFG_LOG_ERROR } fl_cfg_run_log_level;
+typedef enum { FL_CFG_RNG_FLEET, FL_CFG_RNG_REFERENCE } fl_cfg_env_rng;
+typedef enum { FL_CFG_SELECTOR_PRIORITIZED, FL_CFG_SELECTOR_UNIFORM, FL_CFG_SELECTOR_FIFO } fl_cfg_replay_selector;
+typedef enum { FL_CFG_STALE_DROP, FL_CFG_STALE_WAIT } fl_cfg_paramserver_stale_policy;
+typedef enum { FL_CFG_MODE_APEX, FL_CFG_MODE_GORILA } fl_cfg_learner_mode;
+typedef enum { FL_CFG_DEVICE_CPU, FL_CFG_DEVICE_CUDA, FL_CFG_DEVICE_AUTO } fl_cfg_learner_device;
+typedef enum { FL_CFG_OPTIM_RMSPROP, FL_CFG_OPTIM_ADAM, FL_CFG_OPTIM_SGD } fl_cfg_learner_optimizer;
 
 #define FL_CONFIG_KEYS(X)                                                                                   \
     /* [run] the experiment as a whole */                                                                   \

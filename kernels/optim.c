@@ -1,5 +1,7 @@
 /* optim: SGD with momentum, Adam and centered RMSProp over a flat vector (see optim.h).
  *
+ * Each optimizer is one row of OPTIMS (name, state slots, defaults, checks, the settings
+ * it takes, step function, GPU kernel id); everything else walks the table.
  * The state is allocated once at create as one buffer of num_slots * n floats; a step
  * is a single pass over the elements with the per-step scalars (bias corrections)
  * computed in double beforehand. */
@@ -7,140 +9,40 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+struct fl_optim;
+
+/* One optimizer: a row of OPTIMS below. */
+typedef struct optim_ops {
+    const char *name;                              /* learner.optimizer */
+    int slots;                                     /* state vectors of n floats */
+    const char *slot_names[FL_OPTIM_MAX_SLOTS];    /* checkpoint tensor names */
+    float slot_init[FL_OPTIM_MAX_SLOTS];           /* each slot's initial value */
+    fl_optim_config_t defaults;
+    /* The kind's own fields; the common ones (kind, lr) are checked by check_config. */
+    fl_status (*check)(const fl_optim_config_t *c, fl_err_t *err);
+    /* The settings' fields the kind takes. */
+    void (*configure)(const fl_optim_settings_t *s, fl_optim_config_t *c);
+    void (*step)(struct fl_optim *o, float *p, const float *g);
+    int cuda; /* fused GPU kernel id (fl_cuda_optim_apply), -1 = none */
+} optim_ops_t;
+
 struct fl_optim {
     fl_optim_config_t cfg;
+    const optim_ops_t *ops;
     size_t n;
     int slots;
     int64_t steps;
     float *state; /* slots * n */
 };
 
-fl_optim_config_t fl_optim_config_default(fl_optim_kind kind) {
-    fl_optim_config_t c = {.kind = kind, .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                           .decay = 0.95f, .momentum = 0.0f};
-    switch (kind) {
-    case FL_OPTIM_SGD: c.momentum = 0.9f; break;
-    case FL_OPTIM_ADAM: c.lr = 1e-3f; break;
-    case FL_OPTIM_RMSPROP:
-        c.lr = 0.00025f / 4.0f;
-        c.eps = 1.5e-7f;
-        break;
-    }
-    return c;
-}
-
-const char *fl_optim_kind_name(fl_optim_kind kind) {
-    switch (kind) {
-    case FL_OPTIM_SGD: return "sgd";
-    case FL_OPTIM_ADAM: return "adam";
-    case FL_OPTIM_RMSPROP: return "rmsprop";
-    }
-    return "invalid";
-}
-
-fl_status fl_optim_kind_from_name(const char *name, fl_optim_kind *out, fl_err_t *err) {
-    static const fl_optim_kind kinds[] = {FL_OPTIM_SGD, FL_OPTIM_ADAM, FL_OPTIM_RMSPROP};
-    for (size_t i = 0; name && i < sizeof kinds / sizeof kinds[0]; i++) {
-        if (strcmp(name, fl_optim_kind_name(kinds[i])) == 0) {
-            *out = kinds[i];
-            return FL_OK;
-        }
-    }
-    return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer \"%s\": expected sgd, adam or rmsprop",
-                      name ? name : "(null)");
-}
-
-static int slots_of(fl_optim_kind kind) {
-    switch (kind) {
-    case FL_OPTIM_SGD: return 1;
-    case FL_OPTIM_ADAM: return 2;
-    case FL_OPTIM_RMSPROP: return 3;
-    }
-    return 0;
-}
-
 /* 1 when lo <= v < hi (hi_open) or lo <= v <= hi, and v is finite. */
 static int in_range(float v, float lo, float hi, int hi_open) {
     if (!isfinite(v) || v < lo) return 0;
     return hi_open ? v < hi : v <= hi;
-}
-
-static fl_status check_config(const fl_optim_config_t *c, fl_err_t *err) {
-    const char *k = fl_optim_kind_name(c->kind);
-    if (!in_range(c->lr, 0.0f, INFINITY, 1))
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer %s: lr = %g: expected a finite value >= 0", k,
-                          (double)c->lr);
-    switch (c->kind) {
-    case FL_OPTIM_SGD:
-        if (!in_range(c->momentum, 0.0f, 1.0f, 1))
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer sgd: momentum = %g: expected 0 <= momentum < 1",
-                              (double)c->momentum);
-        return FL_OK;
-    case FL_OPTIM_ADAM:
-        if (!in_range(c->beta1, 0.0f, 1.0f, 1))
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer adam: beta1 = %g: expected 0 <= beta1 < 1",
-                              (double)c->beta1);
-        if (!in_range(c->beta2, 0.0f, 1.0f, 1))
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer adam: beta2 = %g: expected 0 <= beta2 < 1",
-                              (double)c->beta2);
-        if (!in_range(c->eps, 0.0f, INFINITY, 1))
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer adam: eps = %g: expected a finite value >= 0",
-                              (double)c->eps);
-        return FL_OK;
-    case FL_OPTIM_RMSPROP:
-        if (!in_range(c->decay, 0.0f, 1.0f, 0))
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer rmsprop: decay = %g: expected 0 <= decay <= 1",
-                              (double)c->decay);
-        if (!in_range(c->momentum, 0.0f, 1.0f, 1))
-            return fl_err_set(err, FL_INVALID_ARGUMENT,
-                              "optimizer rmsprop: momentum = %g: expected 0 <= momentum < 1", (double)c->momentum);
-        if (!in_range(c->eps, 0.0f, INFINITY, 1))
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer rmsprop: eps = %g: expected a finite value >= 0",
-                              (double)c->eps);
-        return FL_OK;
-    }
-    return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer kind %d: expected sgd, adam or rmsprop", (int)c->kind);
-}
-
-/* Puts the state back to what a fresh optimizer has. */
-static void reset_state(fl_optim_t *o) {
-    memset(o->state, 0, (size_t)o->slots * o->n * sizeof(float));
-    if (o->cfg.kind == FL_OPTIM_RMSPROP) {
-        for (size_t i = 0; i < o->n; i++) o->state[i] = 1.0f; /* ms starts at one */
-    }
-    o->steps = 0;
-}
-
-fl_status fl_optim_create(const fl_optim_config_t *cfg, size_t n, fl_optim_t **out, fl_err_t *err) {
-    if (!cfg || !out) return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer: config and out must not be NULL");
-    *out = NULL;
-    FL_TRY(check_config(cfg, err));
-    if (n == 0) return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer: n = 0: expected at least one parameter");
-    const int slots = slots_of(cfg->kind);
-    if (n > SIZE_MAX / sizeof(float) / (size_t)slots)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer: n = %zu is too large", n);
-    fl_optim_t *o = calloc(1, sizeof *o);
-    if (!o) return fl_err_set(err, FL_NO_MEMORY, "optimizer: out of memory");
-    o->cfg = *cfg;
-    o->n = n;
-    o->slots = slots;
-    o->state = malloc((size_t)slots * n * sizeof(float));
-    if (!o->state) {
-        free(o);
-        return fl_err_set(err, FL_NO_MEMORY, "optimizer: out of memory for %d x %zu floats of state", slots, n);
-    }
-    reset_state(o);
-    *out = o;
-    return FL_OK;
-}
-
-void fl_optim_destroy(fl_optim_t *o) {
-    if (!o) return;
-    free(o->state);
-    free(o);
 }
 
 /* Each update is written once as a loop over a span of elements, and run over spans of
@@ -216,13 +118,193 @@ static void step_rmsprop(fl_optim_t *o, float *p, const float *g) {
     rmsprop_span(p + i, g + i, ms + i, mg + i, mom + i, o->n - i, k);
 }
 
+
+/* ---- the optimizers ------------------------------------------------------------------ */
+
+static fl_status sgd_check(const fl_optim_config_t *c, fl_err_t *err) {
+    if (!in_range(c->momentum, 0.0f, 1.0f, 1))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer sgd: momentum = %g: expected 0 <= momentum < 1",
+                          (double)c->momentum);
+    return FL_OK;
+}
+
+static void sgd_configure(const fl_optim_settings_t *s, fl_optim_config_t *c) { c->momentum = (float)s->momentum; }
+
+static fl_status adam_check(const fl_optim_config_t *c, fl_err_t *err) {
+    if (!in_range(c->beta1, 0.0f, 1.0f, 1))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer adam: beta1 = %g: expected 0 <= beta1 < 1",
+                          (double)c->beta1);
+    if (!in_range(c->beta2, 0.0f, 1.0f, 1))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer adam: beta2 = %g: expected 0 <= beta2 < 1",
+                          (double)c->beta2);
+    if (!in_range(c->eps, 0.0f, INFINITY, 1))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer adam: eps = %g: expected a finite value >= 0",
+                          (double)c->eps);
+    return FL_OK;
+}
+
+static void adam_configure(const fl_optim_settings_t *s, fl_optim_config_t *c) {
+    c->beta1 = (float)s->adam_beta1;
+    c->beta2 = (float)s->adam_beta2;
+    c->eps = (float)s->adam_eps;
+}
+
+static fl_status rmsprop_check(const fl_optim_config_t *c, fl_err_t *err) {
+    if (!in_range(c->decay, 0.0f, 1.0f, 0))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer rmsprop: decay = %g: expected 0 <= decay <= 1",
+                          (double)c->decay);
+    if (!in_range(c->momentum, 0.0f, 1.0f, 1))
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "optimizer rmsprop: momentum = %g: expected 0 <= momentum < 1", (double)c->momentum);
+    if (!in_range(c->eps, 0.0f, INFINITY, 1))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer rmsprop: eps = %g: expected a finite value >= 0",
+                          (double)c->eps);
+    return FL_OK;
+}
+
+static void rmsprop_configure(const fl_optim_settings_t *s, fl_optim_config_t *c) {
+    c->decay = (float)s->rmsprop_decay;
+    c->eps = (float)s->rmsprop_eps;
+    c->momentum = 0.0f; /* learner.momentum is SGD's */
+}
+
+/* The defaults of the fields a kind ignores: lr 0.01, betas 0.9/0.999, eps 1e-8,
+ * decay 0.95, momentum 0. */
+#define DEFAULTS(kind_, lr_, eps_, momentum_)                                                                \
+    {.kind = (kind_), .lr = (lr_), .beta1 = 0.9f, .beta2 = 0.999f, .eps = (eps_), .decay = 0.95f,           \
+     .momentum = (momentum_)}
+
+/* Indexed by fl_optim_kind (a new optimizer is a new row at the end); the GPU kernel ids
+ * are the ones kernels/cuda/ops_cuda.cu dispatches on. */
+static const optim_ops_t OPTIMS[] = {
+    [FL_OPTIM_SGD] = {"sgd", 1, {"momentum_buffer"}, {0.0f},
+                      DEFAULTS(FL_OPTIM_SGD, 0.01f, 1e-8f, 0.9f),
+                      sgd_check, sgd_configure, step_sgd, FL_OPTIM_SGD},
+    [FL_OPTIM_ADAM] = {"adam", 2, {"exp_avg", "exp_avg_sq"}, {0.0f, 0.0f},
+                       DEFAULTS(FL_OPTIM_ADAM, 1e-3f, 1e-8f, 0.0f),
+                       adam_check, adam_configure, step_adam, FL_OPTIM_ADAM},
+    /* ms starts at one, as TensorFlow does */
+    [FL_OPTIM_RMSPROP] = {"rmsprop", 3, {"ms", "mg", "mom"}, {1.0f, 0.0f, 0.0f},
+                          DEFAULTS(FL_OPTIM_RMSPROP, 0.00025f / 4.0f, 1.5e-7f, 0.0f),
+                          rmsprop_check, rmsprop_configure, step_rmsprop, FL_OPTIM_RMSPROP},
+};
+
+enum { KINDS = (int)(sizeof OPTIMS / sizeof OPTIMS[0]) };
+
+int fl_optim_num_kinds(void) { return KINDS; }
+
+static const optim_ops_t *ops_of(fl_optim_kind kind) {
+    return (int)kind >= 0 && (int)kind < KINDS ? &OPTIMS[kind] : NULL;
+}
+
+/* "sgd, adam or rmsprop": every name in the table, for messages. */
+typedef struct names {
+    char text[128];
+} names_t;
+
+static names_t known_names(void) {
+    names_t n = {""};
+    for (int k = 0; k < KINDS; k++) {
+        const char *sep = k == 0 ? "" : k == KINDS - 1 ? " or " : ", ";
+        snprintf(n.text + strlen(n.text), sizeof n.text - strlen(n.text), "%s%s", sep, OPTIMS[k].name);
+    }
+    return n;
+}
+
+fl_optim_config_t fl_optim_config_default(fl_optim_kind kind) {
+    const optim_ops_t *ops = ops_of(kind);
+    if (ops) return ops->defaults;
+    const fl_optim_config_t c = DEFAULTS(kind, 0.01f, 1e-8f, 0.0f);
+    return c;
+}
+
+fl_optim_config_t fl_optim_config_from(const fl_optim_settings_t *settings) {
+    fl_optim_config_t c = fl_optim_config_default(settings->kind);
+    c.lr = (float)settings->lr;
+    const optim_ops_t *ops = ops_of(settings->kind);
+    if (ops) ops->configure(settings, &c);
+    return c;
+}
+
+const char *fl_optim_kind_name(fl_optim_kind kind) {
+    const optim_ops_t *ops = ops_of(kind);
+    return ops ? ops->name : "invalid";
+}
+
+fl_status fl_optim_kind_from_name(const char *name, fl_optim_kind *out, fl_err_t *err) {
+    for (int k = 0; name && k < KINDS; k++) {
+        if (strcmp(name, OPTIMS[k].name) == 0) {
+            *out = (fl_optim_kind)k;
+            return FL_OK;
+        }
+    }
+    return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer \"%s\": expected %s", name ? name : "(null)",
+                      known_names().text);
+}
+
+int fl_optim_cuda_kernel(fl_optim_kind kind) {
+    const optim_ops_t *ops = ops_of(kind);
+    return ops ? ops->cuda : -1;
+}
+
+void fl_optim_state_init(fl_optim_kind kind, float *state, size_t n) {
+    const optim_ops_t *ops = ops_of(kind);
+    if (!ops) return;
+    memset(state, 0, (size_t)ops->slots * n * sizeof(float));
+    for (int sl = 0; sl < ops->slots; sl++) {
+        const float v = ops->slot_init[sl];
+        if (v != 0.0f)
+            for (size_t i = 0; i < n; i++) state[(size_t)sl * n + i] = v;
+    }
+}
+
+static fl_status check_config(const fl_optim_config_t *c, fl_err_t *err) {
+    const optim_ops_t *ops = ops_of(c->kind);
+    if (!ops)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer kind %d: expected %s", (int)c->kind, known_names().text);
+    if (!in_range(c->lr, 0.0f, INFINITY, 1))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer %s: lr = %g: expected a finite value >= 0", ops->name,
+                          (double)c->lr);
+    return ops->check(c, err);
+}
+
+/* ---- create / destroy ---------------------------------------------------------------- */
+
+fl_status fl_optim_create(const fl_optim_config_t *cfg, size_t n, fl_optim_t **out, fl_err_t *err) {
+    if (!cfg || !out) return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer: config and out must not be NULL");
+    *out = NULL;
+    FL_TRY(check_config(cfg, err));
+    if (n == 0) return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer: n = 0: expected at least one parameter");
+    const optim_ops_t *ops = ops_of(cfg->kind);
+    const int slots = ops->slots;
+    if (n > SIZE_MAX / sizeof(float) / (size_t)slots)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer: n = %zu is too large", n);
+    fl_optim_t *o = calloc(1, sizeof *o);
+    if (!o) return fl_err_set(err, FL_NO_MEMORY, "optimizer: out of memory");
+    o->cfg = *cfg;
+    o->ops = ops;
+    o->n = n;
+    o->slots = slots;
+    o->state = malloc((size_t)slots * n * sizeof(float));
+    if (!o->state) {
+        free(o);
+        return fl_err_set(err, FL_NO_MEMORY, "optimizer: out of memory for %d x %zu floats of state", slots, n);
+    }
+    fl_optim_state_init(cfg->kind, o->state, n);
+    o->steps = 0;
+    *out = o;
+    return FL_OK;
+}
+
+void fl_optim_destroy(fl_optim_t *o) {
+    if (!o) return;
+    free(o->state);
+    free(o);
+}
+
 void fl_optim_step(fl_optim_t *o, float *params, const float *grads) {
     o->steps++;
-    switch (o->cfg.kind) {
-    case FL_OPTIM_SGD: step_sgd(o, params, grads); break;
-    case FL_OPTIM_ADAM: step_adam(o, params, grads); break;
-    case FL_OPTIM_RMSPROP: step_rmsprop(o, params, grads); break;
-    }
+    o->ops->step(o, params, grads);
 }
 
 size_t fl_optim_size(const fl_optim_t *o) { return o->n; }
@@ -235,16 +317,7 @@ int64_t fl_optim_steps(const fl_optim_t *o) { return o->steps; }
 void fl_optim_set_steps(fl_optim_t *o, int64_t steps) { o->steps = steps; }
 
 const char *fl_optim_slot_name(const fl_optim_t *o, int i) {
-    static const char *const sgd[] = {"momentum_buffer"};
-    static const char *const adam[] = {"exp_avg", "exp_avg_sq"};
-    static const char *const rmsprop[] = {"ms", "mg", "mom"};
-    if (i < 0 || i >= o->slots) return NULL;
-    switch (o->cfg.kind) {
-    case FL_OPTIM_SGD: return sgd[i];
-    case FL_OPTIM_ADAM: return adam[i];
-    case FL_OPTIM_RMSPROP: return rmsprop[i];
-    }
-    return NULL;
+    return i >= 0 && i < o->slots ? o->ops->slot_names[i] : NULL;
 }
 
 float fl_clip_grad_norm(float *grads, size_t n, float max_norm) {

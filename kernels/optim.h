@@ -31,6 +31,26 @@
  * fl_clip_grad_norm scales the gradient by max_norm / ||g|| when ||g|| > max_norm
  * (TensorFlow's clip_by_global_norm: afterwards ||g|| == max_norm).
  *
+ * Every optimizer is one row of the table in optim.c: its name (the config's
+ * learner.optimizer), state slots (names and initial values), defaults, config checks,
+ * which fields of fl_optim_settings_t it takes, its step function, and the id of its
+ * fused GPU kernel, if any. fl_optim_config_from is the one mapping from a run's
+ * optimizer settings to an fl_optim_config_t: the CPU learner, the GPU learner (which
+ * takes the CPU optimizer's config) and the Gorila parameter-server shards all use it.
+ *
+ * Adding an optimizer that takes the existing hyperparameters touches:
+ *   kernels/optim.c        its row of the table (at the end) and its step function;
+ *   tests/test_kernels_optim.c  its exact update rule;
+ *   common/config_keys.h   its name among learner.optimizer's choices and its enumerator
+ *                          in fl_cfg_learner_optimizer (the config checks enum keys), so
+ *                          that learners can choose it;
+ * and only if it has a GPU version (the row's `cuda` id; without one the GPU learner
+ * refuses it at create): kernels/cuda/ops_cuda.cu (its fused kernel, a case of
+ * fl_cuda_optim_apply) and tests/test_kernels_cuda_gpu.c. A new hyperparameter also
+ * adds a field to fl_optim_config_t and fl_optim_settings_t, a config key, its copy in
+ * cli/options.c (fl_options_optim_settings), and for the GPU a field of
+ * kernels/cuda/ops_cuda.h's fl_cuda_optim_hyper_t filled in learner/dqn_cuda.c.
+ *
  * Failure: create validates the config (FL_INVALID_ARGUMENT naming the field) and
  * allocation (FL_NO_MEMORY); step cannot fail. A NaN/inf gradient makes the parameters
  * NaN/inf, as in the reference implementations: check the norm from fl_clip_grad_norm
@@ -44,7 +64,13 @@
 
 #include "common/status.h"
 
+/* An optimizer is a row of optim.c's table, and its kind is the row's index; these name
+ * the first three rows for code that picks one directly (a row added later is reached by
+ * its name, fl_optim_kind_from_name). fl_optim_num_kinds() rows in all. */
 typedef enum { FL_OPTIM_SGD, FL_OPTIM_ADAM, FL_OPTIM_RMSPROP } fl_optim_kind;
+
+/* The most state slots an optimizer has. */
+#define FL_OPTIM_MAX_SLOTS 4
 
 /* Which fields matter: SGD lr, momentum; Adam lr, beta1, beta2, eps;
  * RMSProp lr, decay, momentum, eps. The others are ignored. */
@@ -53,15 +79,38 @@ typedef struct fl_optim_config {
     float lr, beta1, beta2, eps, decay, momentum;
 } fl_optim_config_t;
 
+/* A run's optimizer settings as its configuration holds them (learner.optimizer,
+ * learner.lr, learner.momentum, learner.adam_*, learner.rmsprop_*). */
+typedef struct fl_optim_settings {
+    fl_optim_kind kind;
+    double lr;
+    double momentum;                        /* SGD's (RMSProp runs without momentum) */
+    double adam_beta1, adam_beta2, adam_eps;
+    double rmsprop_decay, rmsprop_eps;
+} fl_optim_settings_t;
+
 typedef struct fl_optim fl_optim_t;
 
 /* Defaults per kind: SGD lr 0.01 momentum 0.9; Adam lr 1e-3 betas 0.9/0.999 eps 1e-8;
  * RMSProp the Ape-X settings, lr 0.00025/4, decay 0.95, eps 1.5e-7, momentum 0. */
 fl_optim_config_t fl_optim_config_default(fl_optim_kind kind);
-/* "sgd", "adam", "rmsprop" */
+/* The optimizer of settings->kind with its defaults, and the fields of the settings
+ * that kind takes (as float): SGD lr, momentum; Adam lr, beta1, beta2, eps; RMSProp lr,
+ * decay, eps, and momentum 0. Validation is fl_optim_create's. */
+fl_optim_config_t fl_optim_config_from(const fl_optim_settings_t *settings);
+/* The rows of the table: kinds are 0 .. fl_optim_num_kinds() - 1. */
+int fl_optim_num_kinds(void);
+/* "sgd", "adam", "rmsprop"; "invalid" for a value outside the table */
 const char *fl_optim_kind_name(fl_optim_kind kind);
 /* Parses a kind name (the config's learner.optimizer); FL_INVALID_ARGUMENT otherwise. */
 fl_status fl_optim_kind_from_name(const char *name, fl_optim_kind *out, fl_err_t *err);
+/* The id of the kind's fused GPU kernel (kernels/cuda/ops_cuda.h fl_cuda_optim_apply),
+ * or -1 when it has none. */
+int fl_optim_cuda_kernel(fl_optim_kind kind);
+/* Writes a fresh state of the kind for n parameters (num_slots * n floats, as
+ * fl_optim_state): every slot at its initial value (RMSProp's ms at one, the rest zero).
+ * For backends that keep the state elsewhere (the GPU learner). */
+void fl_optim_state_init(fl_optim_kind kind, float *state, size_t n);
 
 /* An optimizer for n >= 1 parameters, state initialised as documented above. */
 fl_status fl_optim_create(const fl_optim_config_t *cfg, size_t n, fl_optim_t **out, fl_err_t *err);

@@ -536,6 +536,27 @@ int fl_qnet_num_actions(const fl_qnet_t *n) { return n->num_actions; }
 int fl_qnet_max_batch(const fl_qnet_t *n) { return n->max_batch; }
 const char *fl_qnet_spec(const fl_qnet_t *n) { return n->spec; }
 
+int fl_qnet_num_layers(const fl_qnet_t *n) { return n->num_layers; }
+
+int fl_qnet_layer(const fl_qnet_t *n, int i, fl_qnet_layer_t *out) {
+    static const fl_qnet_layer_kind kinds[LAYER_KINDS] = {
+        [LAYER_DENSE] = FL_QNET_DENSE, [LAYER_RELU] = FL_QNET_RELU,       [LAYER_DUELING] = FL_QNET_DUELING,
+        [LAYER_CONV] = FL_QNET_CONV,   [LAYER_FLATTEN] = FL_QNET_FLATTEN,
+    };
+    if (i < 0 || i >= n->num_layers) return -1;
+    const layer_t *l = &n->layers[i];
+    *out = (fl_qnet_layer_t){
+        .kind = kinds[l->kind],
+        .units = l->units,
+        .in_c = l->in.c, .in_h = l->in.h, .in_w = l->in.w,
+        .out_c = l->out.c, .out_h = l->out.h, .out_w = l->out.w,
+        .cout = l->conv.cout, .k = l->conv.k, .stride = l->conv.stride, .pad = l->conv.pad,
+        .w_off = l->w_off, .b_off = l->b_off,
+        .prefix = l->prefix,
+    };
+    return 0;
+}
+
 const fl_param_view_t *fl_qnet_view(const fl_qnet_t *n, int i) {
     return i >= 0 && i < n->num_views ? &n->views[i] : NULL;
 }

@@ -62,6 +62,25 @@
 #define FL_QNET_MAX_LAYERS 64
 #define FL_QNET_MAX_UNITS 65536
 
+/* The kinds of layer of the spec grammar above. */
+typedef enum { FL_QNET_DENSE, FL_QNET_RELU, FL_QNET_DUELING, FL_QNET_CONV, FL_QNET_FLATTEN } fl_qnet_layer_kind;
+
+/* One layer of a built network, as another backend needs it to run the same network
+ * (learner/dqn_cuda.c): per-sample shapes (channels, height, width), vectors as
+ * (N, 1, 1), and where its parameters sit in the flat buffer. */
+typedef struct fl_qnet_layer {
+    fl_qnet_layer_kind kind;
+    int units;                /* dense: outputs; dueling: actions */
+    int in_c, in_h, in_w;     /* input; the first layer's is the network input ((C, H, W) for images) */
+    int out_c, out_h, out_w;  /* output */
+    int cout, k, stride, pad; /* conv: output channels, kernel, stride, zero padding */
+    size_t w_off, b_off;      /* dense, dueling, conv: the weight's and the bias's offsets, in floats; a
+                                 dueling head's value row comes first, then the advantage rows (and the
+                                 same for the biases) */
+    const char *prefix;       /* its views' name prefix ("0.dense", "head.q", "head"); valid while the
+                                 network lives */
+} fl_qnet_layer_t;
+
 /* One named tensor inside the flat parameter (and gradient) buffer. */
 typedef struct fl_param_view {
     char name[FL_PARAM_NAME_MAX];
@@ -119,5 +138,10 @@ float fl_qnet_input_scale(const fl_qnet_t *n);
 int fl_qnet_num_actions(const fl_qnet_t *n);
 int fl_qnet_max_batch(const fl_qnet_t *n);
 const char *fl_qnet_spec(const fl_qnet_t *n); /* the spec as given to create */
+
+/* The layers in order, the appended head included: the one parse of model.spec that
+ * every backend reads. fl_qnet_layer: 0 and *out, or -1 when i is out of range. */
+int fl_qnet_num_layers(const fl_qnet_t *n);
+int fl_qnet_layer(const fl_qnet_t *n, int i, fl_qnet_layer_t *out);
 
 #endif

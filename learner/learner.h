@@ -1,5 +1,6 @@
-/* learner: the Ape-X learner role on the CPU. It owns the online and target Q-networks,
- * the optimizer and the double-DQN update (learner/dqn.h), samples from the replay
+/* learner: the learner role (Ape-X or Gorila), training on the CPU or a GPU. It owns the
+ * online and target Q-networks, the optimizer and the double-DQN update (learner/dqn.h
+ * on the CPU, learner/dqn_cuda.h on a GPU), samples from the replay
  * shards (replay/client.h's sharded sampler: one batch drawn across all shards in
  * proportion to their priority mass, weights against the global minimum), sends the
  * new priorities back to the shard each key names and publishes the parameters to the
@@ -17,25 +18,30 @@
  *      Publish with version + 1; a report (fl_reporter_tick) every run.progress_every
  *      seconds with learner_steps, samples, the mean loss and the share of time spent
  *      in Sample over the reporting window, and the published version;
- *   4. stops on fl_stop_requested(), when the launcher asks, or after learner.max_steps
- *      steps (0 = no limit): publishes the final parameters (one attempt, bounded by
- *      FL_LEARNER_RPC_TIMEOUT_MS), forces a last report and returns FL_OK.
+ *   4. stops on fl_learner_stop or fl_stop_requested(), when the launcher asks, or after
+ *      learner.max_steps steps (0 = no limit): publishes the final parameters (one
+ *      attempt, bounded by FL_LEARNER_RPC_TIMEOUT_MS), forces a last report and returns
+ *      FL_OK.
  * A Sample, UpdatePriorities or Publish that fails because a service went away
  * (common/retry.h: UNAVAILABLE, DEADLINE_EXCEEDED, ...) is retried with its backoff while not
  * stopped, logged once per outage; the launcher decides when the fleet ends. A step
  * whose loss or gradient norm is not finite is skipped (parameters untouched, no
  * priorities sent) and logged.
  *
- * The caller resolves env.name (the verb does it with the env registry), so that this
- * library does not depend on the environments: it gets the observation signature and
- * the action count.
+ * The learner takes its own options (fl_learner_options_t), not the run's configuration:
+ * cli/options.h (fl_options_learner) maps the configuration to them. The caller resolves env.name
+ * (the verb does it with the env registry), so that this library does not depend on the
+ * environments: it gets the observation signature and the action count.
+ * Inside, a mode (learner/mode.h: mode_apex.c, mode_group.c, mode_gorila.c) says what a
+ * step is and a backend (learner/backend.h: backend_cpu.c, backend_cuda.c) where its
+ * update runs; create picks both.
  *
  * Modes (learner.mode):
  *   apex, one learner     as above.
  *   apex, L > 1 learners  synchronous data parallelism: every learner samples its own
  *                         batch of learner.batch_size (the effective batch is L times
  *                         that), computes its gradient (fl_dqn_compute) and replaces it by
- *                         the mean over the learners (opts.reduce, a ring all-reduce);
+ *                         the mean over the learners (options.reduce, a ring all-reduce);
  *                         each then clips and steps its own optimizer, so all L networks
  *                         stay bit-identical. Learner 0's parameters, optimizer state and
  *                         counters are broadcast at the start (so a resumed learner 0
@@ -56,7 +62,7 @@
  *                         (tests of the staleness rules).
  * learner.device: cpu; cuda (built with CUDA and a GPU present, else FL_UNIMPLEMENTED /
  * FL_NO_DEVICE at create); auto (the GPU when there is one). On a GPU
- * (kernels/cuda/dqn_cuda.h) the CPU networks and optimizer stay as copies for
+ * (learner/dqn_cuda.h) the CPU networks and optimizer stay as copies for
  * checkpoints and publishes: a single apex learner runs a pipeline (batch k+1's copy to
  * the GPU overlaps update k; replay batches are page-locked once, so the GPU reads them
  * where the prefetch thread decoded them) and publishes from an asynchronous snapshot;
@@ -65,15 +71,16 @@
  *
  * Memory: everything is allocated at create; the training loop does not allocate
  * (beyond what the RPC layer does per call). create sets OpenBLAS to learner.threads.
- * Thread-safety: one owner thread; fl_learner_run polls the process-wide stop flag. */
+ * Thread-safety: one owner thread (fl_learner_stop and fl_learner_counters may be called
+ * from any thread); fl_learner_run polls its stop flag and the process-wide one. */
 #ifndef FL_LEARNER_LEARNER_H
 #define FL_LEARNER_LEARNER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/config.h"
 #include "common/status.h"
+#include "kernels/optim.h"
 #include "kernels/qnet.h"
 #include "learner/reduce.h"
 #include "replay/client.h"
@@ -83,21 +90,63 @@
 /* Seconds between "waiting for replay" lines and between outage reminders. */
 #define FL_LEARNER_LOG_EVERY_S 5.0
 
-typedef struct fl_learner_opts {
-    int index;                    /* this learner's index, 0 <= index < learner.count */
+typedef enum {
+    FL_LEARNER_APEX,  /* learners own the optimizer (one learner, or a group under the all-reduce) */
+    FL_LEARNER_GORILA /* the parameter-server shards own it; learners push gradients */
+} fl_learner_mode;
+
+typedef enum {
+    FL_LEARNER_CPU,  /* train on the host */
+    FL_LEARNER_CUDA, /* train on the GPU (refused at create without one) */
+    FL_LEARNER_AUTO  /* the GPU when there is one, else the host */
+} fl_learner_device;
+
+/* Everything a learner reads. Two parts: this process's (filled by its caller) and the
+ * run's settings, which cli/options.h's fl_options_learner maps from the
+ * configuration (the key each comes from is named in brackets). Strings are borrowed
+ * until fl_learner_create returns; the learner keeps its own copies. */
+typedef struct fl_learner_options {
+    /* this process */
+    int index;                    /* this learner's index, 0 <= index < count */
     const char *replay_addr;      /* the replay shards' addresses, "host:port" or "unix:/path", comma-separated
                                      in shard order, or "@FILE" (see fl_replay_addrs_parse); one per
-                                     replay.shards; required */
-    const char *paramserver_addr; /* required: one address per paramserver.shards, comma-separated in
+                                     replay shard; required */
+    const char *paramserver_addr; /* required: one address per parameter-server shard, comma-separated in
                                      shard order (paramserver/client.h) */
     const char *control_addr;     /* the launcher's Control service; NULL or "" = no reports */
     fl_obs_spec_t obs;            /* env.name's observation signature */
     int num_actions;              /* env.name's action count */
     const char *resume_path;      /* a checkpoint of fl_learner_save to continue from; NULL or "" = none */
-    fl_reduce_t *reduce;          /* apex mode with learner.count > 1: this learner's member of the group
-                                     of all learners (rank = index, size = learner.count); borrowed.
-                                     NULL otherwise. */
-} fl_learner_opts_t;
+    fl_reduce_t *reduce;          /* apex mode with count > 1: this learner's member of the group of all
+                                     learners (rank = index, size = count); borrowed. NULL otherwise. */
+
+    /* the run's settings */
+    int64_t count;                /* [learner.count] learners in the run */
+    fl_learner_mode mode;         /* [learner.mode] */
+    fl_learner_device device;     /* [learner.device] */
+    int threads;                  /* [learner.threads] OpenBLAS threads */
+    int tf32, cuda_graphs;        /* [learner.tf32, learner.cuda_graphs] GPU: TF32 tensor cores, CUDA graphs */
+    int batch_size;               /* [learner.batch_size] */
+    fl_optim_settings_t optim;    /* [learner.optimizer, lr, momentum, adam_*, rmsprop_*] */
+    double grad_clip;             /* [learner.grad_clip] 0 = off */
+    double huber_delta;           /* [learner.huber_delta] */
+    int64_t target_update;        /* [learner.target_update] steps between target copies */
+    int64_t publish_every;        /* [learner.publish_every] steps between publishes (apex) */
+    const char *checkpoint_dir;   /* [learner.checkpoint_dir] "" = no checkpoints */
+    int64_t checkpoint_every;     /* [learner.checkpoint_every] 0 = only when the learner stops */
+    int64_t max_steps;            /* [learner.max_steps] 0 = no limit */
+    int prefetch;                 /* [learner.prefetch] Sample calls in flight, 0 = synchronous */
+    int64_t fetch_every;          /* [learner.fetch_every] gorila: steps between fetches */
+    int push_1bit;                /* [learner.push_1bit] gorila: 1-bit pushes */
+    int64_t slow_push_ms;         /* [learner.slow_push_ms] gorila: the last learner's delay before a push */
+    const char *model_spec;       /* [model.spec] */
+    double input_scale;           /* [model.input_scale] */
+    double beta;                  /* [replay.beta] importance-sampling exponent */
+    int64_t replay_shards;        /* [replay.shards] addresses expected in replay_addr */
+    double paramserver_wait_timeout_s; /* [paramserver.wait_timeout_s] gorila: a push's extra deadline */
+    uint64_t seed;                /* [run.seed] */
+    double progress_every;        /* [run.progress_every] seconds between reports */
+} fl_learner_options_t;
 
 /* Totals since create, readable at any time by the owner (and after run returns). */
 typedef struct fl_learner_stats {
@@ -120,19 +169,21 @@ typedef struct fl_learner_stats {
 
 typedef struct fl_learner fl_learner_t;
 
-/* Validates the config and opts, builds the networks (online initialised from run.seed
- * and the index, target a copy), optimizer, buffers and clients. Nothing is sent yet.
+/* Validates the options, builds the networks (online initialised from the seed and the
+ * index, target a copy), optimizer, buffers and clients. Nothing is sent yet.
  * FL_INVALID_ARGUMENT / FL_UNIMPLEMENTED with a message naming the key or option;
  * FL_NO_MEMORY. */
-fl_status fl_learner_create(const fl_config_t *cfg, const fl_learner_opts_t *opts, fl_learner_t **out,
-                            fl_err_t *err);
-/* Stops nothing by itself (see fl_learner_run); frees everything. NULL is a no-op. */
-void fl_learner_destroy(fl_learner_t *l);
-
+fl_status fl_learner_create(const fl_learner_options_t *o, fl_learner_t **out, fl_err_t *err);
 /* Runs the role until a stop (see above). FL_OK on a clean stop; otherwise an error
  * that is not a service outage: a bad answer from a service (e.g. observations of the
  * wrong size), an input the update refuses, out of memory. */
 fl_status fl_learner_run(fl_learner_t *l, fl_err_t *err);
+/* Asks a running (or not yet started) fl_learner_run to stop, as fl_stop_request does for
+ * the whole process: it finishes the step in progress, then publishes, checkpoints and
+ * returns as on any other stop. Thread-safe; does not wait. NULL is a no-op. */
+void fl_learner_stop(fl_learner_t *l);
+/* Frees everything (after run has returned, or without run). NULL is a no-op. */
+void fl_learner_destroy(fl_learner_t *l);
 
 const fl_learner_stats_t *fl_learner_stats(const fl_learner_t *l);
 /* For a watcher on another thread while run is going (thread-safe): optimizer steps
@@ -152,7 +203,7 @@ fl_qnet_t *fl_learner_target(fl_learner_t *l);
  * last_loss. fl_learner_save writes one (atomically) any time between create and destroy
  * on the owner thread; with learner.checkpoint_dir set the learner writes
  * DIR/learner-<index>.safetensors every learner.checkpoint_every steps (0 = only at the
- * end) and when it stops. opts.resume_path continues from one: create checks format,
+ * end) and when it stops. options.resume_path continues from one: create checks format,
  * model, observations, actions and optimizer against its own configuration (naming the
  * mismatch), then takes both networks, the optimizer state and every counter, so that
  * training goes on from the same step (and the next publish is param_version + 1). */

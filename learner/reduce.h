@@ -17,7 +17,7 @@
  * Failure: a transport error comes back as its status with the transport's message,
  * naming the step and the peer; the buffer is then unspecified. A learner that fails
  * must still not leave its peers waiting: the learner keeps calling fl_reduce_mean with
- * its stop flag set (see learner.c), and the launcher aborts the job when a peer died.
+ * its stop flag set (see mode_group.c), and the launcher aborts the job when a peer died.
  * Thread-safety: one owner thread per fl_reduce_t; each member of the group calls the
  * same functions in the same order. */
 #ifndef FL_LEARNER_REDUCE_H

@@ -169,6 +169,51 @@ static void test_config_errors(void **state) {
     assert_non_null(strstr(err.msg, "adamw"));
 }
 
+/* The one mapping from a run's optimizer settings: each kind takes its own fields (as
+ * float) and keeps its defaults for the rest; RMSProp runs without momentum. Every kind
+ * has a fresh state as create makes it, a name that parses back, and a GPU kernel. */
+static void test_config_from_settings(void **state) {
+    const fl_optim_settings_t base = {FL_OPTIM_SGD, 0.125, 0.5, 0.8, 0.99, 1e-6, 0.9, 1e-5};
+    fl_optim_settings_t s = base;
+    fl_optim_config_t c = fl_optim_config_from(&s);
+    fl_optim_config_t d = fl_optim_config_default(FL_OPTIM_SGD);
+    assert_int_equal(c.kind, FL_OPTIM_SGD);
+    assert_true(c.lr == 0.125f && c.momentum == 0.5f);
+    assert_true(c.beta1 == d.beta1 && c.beta2 == d.beta2 && c.eps == d.eps && c.decay == d.decay);
+    s.kind = FL_OPTIM_ADAM;
+    c = fl_optim_config_from(&s);
+    d = fl_optim_config_default(FL_OPTIM_ADAM);
+    assert_true(c.lr == 0.125f && c.beta1 == 0.8f && c.beta2 == 0.99f && c.eps == (float)1e-6);
+    assert_true(c.momentum == d.momentum && c.decay == d.decay);
+    s.kind = FL_OPTIM_RMSPROP;
+    c = fl_optim_config_from(&s);
+    d = fl_optim_config_default(FL_OPTIM_RMSPROP);
+    assert_true(c.lr == 0.125f && c.decay == 0.9f && c.eps == (float)1e-5 && c.momentum == 0.0f);
+    assert_true(c.beta1 == d.beta1 && c.beta2 == d.beta2);
+
+    assert_int_equal(fl_optim_num_kinds(), 3);
+    for (int k = 0; k < fl_optim_num_kinds(); k++) {
+        fl_optim_kind back;
+        assert_int_equal(fl_optim_kind_from_name(fl_optim_kind_name((fl_optim_kind)k), &back, NULL), FL_OK);
+        assert_int_equal(back, k);
+        assert_true(fl_optim_cuda_kernel((fl_optim_kind)k) >= 0);
+        fl_optim_t *o = NULL;
+        const fl_optim_config_t oc = fl_optim_config_default((fl_optim_kind)k);
+        assert_int_equal(fl_optim_create(&oc, 5, &o, NULL), FL_OK);
+        float fresh[FL_OPTIM_MAX_SLOTS * 5];
+        memset(fresh, 0xff, sizeof fresh);
+        fl_optim_state_init((fl_optim_kind)k, fresh, 5);
+        assert_memory_equal(fresh, fl_optim_state(o), fl_optim_state_size(o) * sizeof(float));
+        fl_optim_destroy(o);
+    }
+    assert_string_equal(fl_optim_kind_name((fl_optim_kind)fl_optim_num_kinds()), "invalid");
+    assert_int_equal(fl_optim_cuda_kernel((fl_optim_kind)fl_optim_num_kinds()), -1);
+    fl_err_t err = {0};
+    fl_optim_kind kind;
+    assert_int_equal(fl_optim_kind_from_name("lion", &kind, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "expected sgd, adam or rmsprop"));
+}
+
 static void test_clip_grad_norm(void **state) {
     fl_rng_t r;
     fl_rng_init_stream(&r, g_seed, 12);
@@ -206,7 +251,7 @@ int main(void) {
         cmocka_unit_test(test_sgd_momentum),      cmocka_unit_test(test_adam),
         cmocka_unit_test(test_rmsprop_centered),  cmocka_unit_test(test_rmsprop_state_layout),
         cmocka_unit_test(test_state_round_trip),  cmocka_unit_test(test_config_errors),
-        cmocka_unit_test(test_clip_grad_norm),
+        cmocka_unit_test(test_config_from_settings), cmocka_unit_test(test_clip_grad_norm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

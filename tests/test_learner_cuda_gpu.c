@@ -1,4 +1,4 @@
-/* GPU tests of the whole double-DQN update (kernels/cuda/dqn_cuda.h) against the CPU
+/* GPU tests of the whole double-DQN update (learner/dqn_cuda.h) against the CPU
  * learner's fl_dqn_step (learner/dqn.h) on networks from kernels/qnet.c: the same
  * parameters and batches on both sides, then the same targets, priorities, loss,
  * gradient norm, gradient, updated parameters and optimizer state, over several steps
@@ -45,7 +45,7 @@
 #include "kernels/qnet.h"
 #ifdef FLEET_HAVE_CUDA
 #include "kernels/cuda/cuda.h"
-#include "kernels/cuda/dqn_cuda.h"
+#include "learner/dqn_cuda.h"
 #include "learner/dqn.h"
 #include "replay/client.h"
 #endif
@@ -611,8 +611,8 @@ static void test_create_without_gpu(void **state) {
         print_message("SKIP: a GPU is present; this test covers machines without one\n");
         skip();
     }
-    /* create re-derives the layer table and checks it against qnet's views before it
-     * looks for a device: a disagreement would answer FL_INTERNAL here */
+    /* create builds its layer table from qnet's before it looks for a device: a
+     * disagreement would answer FL_INTERNAL here */
     static const struct {
         const char *spec;
         int rank, shape[3];

@@ -30,6 +30,7 @@
 #include "kernels/optim.h"
 #include "kernels/qnet.h"
 #include "learner/dqn.h"
+#include "cli/options.h"
 #include "learner/learner.h"
 #ifdef FLEET_HAVE_CUDA
 #include "kernels/cuda/cuda.h"
@@ -572,14 +573,24 @@ static void insert_random(const services_t *sv, fl_rng_t *r, int n) {
     fl_replay_client_destroy(c);
 }
 
-static fl_learner_opts_t learner_opts(const services_t *sv) {
-    fl_learner_opts_t o = {.index = 0,
+/* This process's part of the learner's options; the run's part comes from a config. */
+static fl_learner_options_t learner_opts(const services_t *sv) {
+    fl_learner_options_t o = {.index = 0,
                            .replay_addr = sv->replay_addr,
                            .paramserver_addr = sv->param_addr,
                            .control_addr = NULL,
                            .obs = CP_OBS,
                            .num_actions = CP_ACTIONS};
     return o;
+}
+
+/* A learner for a run's configuration cfg, as `fleet learner` builds one: the run's
+ * settings mapped by fl_options_learner, the process's own from o. */
+static fl_status create_learner(const fl_config_t *cfg, const fl_learner_options_t *o, fl_learner_t **out,
+                                fl_err_t *err) {
+    fl_learner_options_t lo = *o;
+    fl_status s = fl_options_learner(cfg, &lo, err);
+    return s != FL_OK ? s : fl_learner_create(&lo, out, err);
 }
 
 static void test_learner_loop(void **state) {
@@ -598,10 +609,10 @@ static void test_learner_loop(void **state) {
     set_key(&cfg, "learner.optimizer=adam");
     set_key(&cfg, "learner.lr=0.001");
     set_key(&cfg, "model.spec=dense(16) relu dueling");
-    fl_learner_opts_t o = learner_opts(&sv);
+    fl_learner_options_t o = learner_opts(&sv);
     fl_learner_t *l = NULL;
     fl_err_t err = {0};
-    assert_int_equal(fl_learner_create(&cfg, &o, &l, &err), FL_OK);
+    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_OK);
     const size_t np = fl_qnet_num_params(fl_learner_online(l));
     float *initial = malloc(np * sizeof *initial), *fetched = malloc(np * sizeof *fetched);
     memcpy(initial, fl_qnet_params(fl_learner_online(l)), np * sizeof *initial);
@@ -658,20 +669,20 @@ static void test_learner_loop(void **state) {
 static void test_learner_create_errors(void **state) {
     services_t sv;
     services_start(&sv, 100);
-    fl_learner_opts_t o = learner_opts(&sv);
+    fl_learner_options_t o = learner_opts(&sv);
     fl_learner_t *l = NULL;
     fl_err_t err = {0};
     fl_config_t cfg = sv.cfg;
     set_key(&cfg, "learner.count=2"); /* apex with two learners needs the all-reduce group */
-    assert_int_equal(fl_learner_create(&cfg, &o, &l, &err), FL_FAILED_PRECONDITION);
+    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_FAILED_PRECONDITION);
     assert_non_null(strstr(err.msg, "mpirun"));
     o.index = 2;
-    assert_int_equal(fl_learner_create(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "learner.count = 2"));
     o = learner_opts(&sv);
     cfg = sv.cfg;
     set_key(&cfg, "learner.device=cuda"); /* without a GPU (or CUDA): refused, saying why */
-    fl_status ds = fl_learner_create(&cfg, &o, &l, &err);
+    fl_status ds = create_learner(&cfg, &o, &l, &err);
 #ifdef FLEET_HAVE_CUDA
     int gpus = 0;
     if (fl_cuda_device_count(&gpus, NULL) == FL_OK) {
@@ -688,14 +699,14 @@ static void test_learner_create_errors(void **state) {
 #endif
     cfg = sv.cfg;
     set_key(&cfg, "model.spec=dense(x)");
-    assert_int_equal(fl_learner_create(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "model.spec"));
     cfg = sv.cfg;
     o.replay_addr = "";
-    assert_int_equal(fl_learner_create(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);
     o = learner_opts(&sv);
     o.obs.dtype = FL_DTYPE_INT64;
-    assert_int_equal(fl_learner_create(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);
     assert_null(l);
     fl_learner_destroy(NULL);
     services_stop(&sv);
@@ -744,10 +755,10 @@ static void test_learner_checkpoint_resume(void **state) {
     set_key(&cfg, "learner.checkpoint_every=25");
     set_key(&cfg, "model.spec=dense(16) relu dueling");
     snprintf(cfg.learner_checkpoint_dir, sizeof cfg.learner_checkpoint_dir, "%s", dir);
-    fl_learner_opts_t o = learner_opts(&sv);
+    fl_learner_options_t o = learner_opts(&sv);
     fl_learner_t *l = NULL;
     fl_err_t err = {0};
-    assert_int_equal(fl_learner_create(&cfg, &o, &l, &err), FL_OK);
+    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_OK);
     if (fl_learner_run(l, &err) != FL_OK) fail_msg("learner: %s", err.msg);
     const fl_learner_stats_t *st = fl_learner_stats(l);
     assert_int_equal(st->steps, 60);
@@ -760,10 +771,10 @@ static void test_learner_checkpoint_resume(void **state) {
     fl_config_t cfg2 = cfg;
     set_key(&cfg2, "learner.max_steps=90");
     cfg2.learner_checkpoint_dir[0] = '\0';
-    fl_learner_opts_t o2 = o;
+    fl_learner_options_t o2 = o;
     o2.resume_path = path;
     fl_learner_t *m = NULL;
-    if (fl_learner_create(&cfg2, &o2, &m, &err) != FL_OK) fail_msg("resume: %s", err.msg);
+    if (create_learner(&cfg2, &o2, &m, &err) != FL_OK) fail_msg("resume: %s", err.msg);
     const fl_learner_stats_t *sm = fl_learner_stats(m);
     assert_int_equal(sm->steps, 60);
     assert_int_equal(sm->param_version, st->param_version);
@@ -782,14 +793,14 @@ static void test_learner_checkpoint_resume(void **state) {
     fl_config_t cfg3 = cfg2;
     set_key(&cfg3, "model.spec=dense(8) relu dueling");
     fl_learner_t *x = NULL;
-    assert_int_equal(fl_learner_create(&cfg3, &o2, &x, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(create_learner(&cfg3, &o2, &x, &err), FL_INVALID_ARGUMENT);
     assert_null(x);
     assert_non_null(strstr(err.msg, "model.spec"));
     assert_non_null(strstr(err.msg, path));
     /* another optimizer */
     cfg3 = cfg2;
     set_key(&cfg3, "learner.optimizer=adam");
-    assert_int_equal(fl_learner_create(&cfg3, &o2, &x, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(create_learner(&cfg3, &o2, &x, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "learner.optimizer"));
     /* a damaged file: one byte of the header changed */
     FILE *fp = fopen(path, "r+b");
@@ -797,11 +808,11 @@ static void test_learner_checkpoint_resume(void **state) {
     fseek(fp, 9, SEEK_SET);
     fputc('#', fp);
     fclose(fp);
-    assert_int_equal(fl_learner_create(&cfg2, &o2, &x, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(create_learner(&cfg2, &o2, &x, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "safetensors"));
     /* a missing file */
     o2.resume_path = "/nonexistent/learner.safetensors";
-    assert_int_equal(fl_learner_create(&cfg2, &o2, &x, &err), FL_NOT_FOUND);
+    assert_int_equal(create_learner(&cfg2, &o2, &x, &err), FL_NOT_FOUND);
 
     fl_learner_destroy(l);
     fl_learner_destroy(m);
@@ -809,6 +820,41 @@ static void test_learner_checkpoint_resume(void **state) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
+}
+
+/* fl_learner_stop ends a run that has no step limit, from another thread, as a process
+ * stop does: a clean return after the step in progress, with the final publish. */
+static void test_learner_stop(void **state) {
+    fl_rng_t r;
+    fl_rng_init_stream(&r, g_seed, 10);
+    services_t sv;
+    services_start(&sv, 500);
+    insert_random(&sv, &r, 1000);
+    fl_config_t cfg = sv.cfg;
+    set_key(&cfg, "learner.batch_size=16");
+    set_key(&cfg, "model.spec=dense(8) relu");
+    fl_learner_options_t o = learner_opts(&sv);
+    bg_run_t w = {0};
+    assert_int_equal(create_learner(&cfg, &o, &w.l, &w.err), FL_OK);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, run_learner, &w), 0);
+    uint64_t steps = 0;
+    while (steps < 5) {
+        fl_learner_counters(w.l, &steps, NULL);
+        fl_sleep_sec(0.01);
+    }
+    fl_learner_stop(w.l);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (w.status != FL_OK) fail_msg("learner: %s", w.err.msg);
+    assert_false(fl_stop_requested());
+    const fl_learner_stats_t *st = fl_learner_stats(w.l);
+    assert_true(st->steps >= 5);
+    fl_param_store_info_t pinfo;
+    fl_paramserver_service_info(sv.params, &pinfo);
+    assert_int_equal(pinfo.version, st->param_version);
+    fl_learner_destroy(w.l);
+    fl_learner_stop(NULL);
+    services_stop(&sv);
 }
 
 static void test_learner_waits_restarts_stops(void **state) {
@@ -823,9 +869,9 @@ static void test_learner_waits_restarts_stops(void **state) {
     fl_config_t cfg = sv.cfg;
     set_key(&cfg, "learner.batch_size=16");
     set_key(&cfg, "model.spec=dense(8) relu");
-    fl_learner_opts_t o = learner_opts(&sv);
+    fl_learner_options_t o = learner_opts(&sv);
     bg_run_t w = {0};
-    assert_int_equal(fl_learner_create(&cfg, &o, &w.l, &w.err), FL_OK);
+    assert_int_equal(create_learner(&cfg, &o, &w.l, &w.err), FL_OK);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, run_learner, &w), 0);
 
@@ -894,6 +940,7 @@ int main(void) {
         cmocka_unit_test(test_learner_create_errors),
         cmocka_unit_test(test_learner_loop),
         cmocka_unit_test(test_learner_checkpoint_resume),
+        cmocka_unit_test(test_learner_stop),
         cmocka_unit_test(test_learner_waits_restarts_stops), /* last: sets the process-wide stop */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

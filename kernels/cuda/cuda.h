@@ -6,7 +6,7 @@
  * failures come back as fl_status with CUDA's own message. With no GPU (or no driver),
  * fl_cuda_device_count answers FL_NO_DEVICE, and callers (tests included) skip.
  * The layer ops (cuBLAS, cuDNN, own kernels) are in ops_cuda.h, the learner's whole
- * double-DQN update in dqn_cuda.h.
+ * double-DQN update (a learner algorithm) in learner/dqn_cuda.h.
  * Thread-safety: functions are stateless; streams belong to their caller. */
 #ifndef FL_KERNELS_CUDA_H
 #define FL_KERNELS_CUDA_H

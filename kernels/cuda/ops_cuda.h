@@ -1,6 +1,6 @@
 /* ops_cuda: the CUDA ops of the Q-network and the DQN update, one per CPU reference op.
  *
- * These are the building blocks of dqn_cuda (the whole GPU update) and what the GPU
+ * These are the building blocks of learner/dqn_cuda (the whole GPU update) and what the GPU
  * tests compare, one by one, against kernels/ops.h, loss.h and optim.h. All pointers
  * named d_* are device memory; shapes and layouts are exactly those of the CPU
  * reference (row-major, batch first, NCHW activations, PyTorch weight layouts).
@@ -137,8 +137,10 @@ fl_status fl_cuda_sumsq(const float *d_x, size_t n, fl_cuda_step_scalars_t *d_sc
  * corrections for the new step count (computed in double, as optim.c does). */
 fl_status fl_cuda_step_finalize(const fl_cuda_optim_hyper_t *d_hyper, fl_cuda_step_scalars_t *d_sc, int check_loss,
                                 int apply, void *stream, fl_err_t *err);
-/* Unless sc->skip: params (n) updated from grads (n) * sc->clip_scale by hyper's rule
- * (kernels/optim.h), state = `slots` vectors of n floats as fl_optim_state. */
+/* Unless sc->skip: params (n) updated from grads (n) * sc->clip_scale by the rule of the
+ * optimizer whose fused kernel is `kind` (fl_optim_cuda_kernel: kernels/optim.c's table
+ * names the kernel of each optimizer that has one), state = `slots` vectors of n floats
+ * as fl_optim_state. */
 fl_status fl_cuda_optim_apply(int kind, size_t n, float *d_params, const float *d_grads, float *d_state,
                               const fl_cuda_optim_hyper_t *d_hyper, const fl_cuda_step_scalars_t *d_sc, void *stream,
                               fl_err_t *err);

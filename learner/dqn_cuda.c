@@ -1,8 +1,8 @@
-/* dqn_cuda: the double-DQN update on the GPU (see dqn_cuda.h).
+/* dqn_cuda: the learner's double-DQN update on the GPU (see dqn_cuda.h).
  *
- * The network is a table of layers re-derived from the spec with qnet.c's rules (same
- * tokens, shapes, parameter offsets and view names) and checked against a CPU
- * fl_qnet_t built from the same spec, view by view. Activations live in one device
+ * The network is the layer table of a CPU fl_qnet_t built from the same spec
+ * (fl_qnet_layer: kinds, shapes, parameter offsets and view names), so the spec is
+ * parsed once, by kernels/qnet.c. Activations live in one device
  * buffer per layer for max_batch samples (flatten aliases its input); the three
  * forwards of an update share them, so the last one (online on obs) leaves the
  * activations the backward needs, as on the CPU. Gradients flow backward through two
@@ -15,7 +15,7 @@
  * Per-step scalars (loss, norm, clip factor, skip flag, step count, Adam's bias
  * corrections) stay on the device (fl_cuda_step_scalars_t): the finalize kernel decides,
  * the optimizer kernel obeys, and a captured graph replays correctly. */
-#include "kernels/cuda/dqn_cuda.h"
+#include "learner/dqn_cuda.h"
 
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -26,10 +26,8 @@
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/qnet.h"
 
-typedef enum { L_DENSE, L_RELU, L_DUELING, L_CONV, L_FLATTEN } lkind;
-
 typedef struct glayer {
-    lkind kind;
+    fl_qnet_layer_kind kind;
     int units;             /* dense: outputs; dueling: actions */
     int in_c, in_h, in_w;  /* per-sample input shape (C, H, W) */
     int out_c, out_h, out_w;
@@ -61,6 +59,7 @@ struct fl_cuda_dqn {
     size_t obs_elem; /* bytes per observation element */
     size_t n;        /* parameters */
     int opt_slots;
+    int opt_kernel; /* fl_cuda_optim_apply's id of the optimizer (fl_optim_cuda_kernel) */
     int num_layers;
     glayer_t layers[FL_QNET_MAX_LAYERS];
     size_t widest;
@@ -131,138 +130,35 @@ void fl_cuda_dqn_config_init(fl_cuda_dqn_config_t *cfg) {
 
 /* ---- the layer table ---------------------------------------------------------------- */
 
-/* Parses one token of a spec that fl_qnet_create has already accepted. */
-static int parse_token(const char *tok, int len, glayer_t *l) {
-    char buf[96];
-    if (len <= 0 || len >= (int)sizeof buf) return -1;
-    memcpy(buf, tok, (size_t)len);
-    buf[len] = '\0';
-    int a = 0, b = 0, c = 0, p = 0;
-    char close = 0;
-    if (strcmp(buf, "relu") == 0) {
-        l->kind = L_RELU;
-    } else if (strcmp(buf, "dueling") == 0) {
-        l->kind = L_DUELING;
-    } else if (strcmp(buf, "flatten") == 0) {
-        l->kind = L_FLATTEN;
-    } else if (sscanf(buf, "dense(%d%c", &a, &close) == 2 && close == ')') {
-        l->kind = L_DENSE;
-        l->units = a;
-    } else if (sscanf(buf, "conv(%d,%d,%d,%d%c", &a, &b, &c, &p, &close) == 5 && close == ')') {
-        l->kind = L_CONV;
-        l->cout = a, l->k = b, l->stride = c, l->pad = p;
-    } else if (sscanf(buf, "conv(%d,%d,%d%c", &a, &b, &c, &close) == 4 && close == ')') {
-        l->kind = L_CONV;
-        l->cout = a, l->k = b, l->stride = c, l->pad = 0;
-    } else {
-        return -1;
-    }
-    return 0;
-}
-
-/* 0 when view `name` exists at `offset` with `numel` elements. */
-static int view_at(const fl_qnet_t *q, const char *prefix, const char *suffix, size_t offset, size_t numel) {
-    char name[FL_PARAM_NAME_MAX];
-    snprintf(name, sizeof name, "%s.%s", prefix, suffix);
-    const fl_param_view_t *v = fl_qnet_find_view(q, name);
-    return v && v->offset == offset && v->numel == numel ? 0 : -1;
-}
-
-/* Builds d->layers from the spec and checks them against the CPU network q. */
+/* Builds d->layers from the CPU network q's layer table (kernels/qnet.h): the same
+ * layers, shapes and parameter offsets, from the one parse of the spec. */
 static fl_status build_layers(fl_cuda_dqn_t *d, const fl_qnet_t *q, fl_err_t *err) {
-    const char *s = d->spec;
-    int count = 0, index = 0;
-    for (;;) {
-        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f' || *s == '\v') s++;
-        if (!*s) break;
-        const char *tok = s;
-        while (*s && !(*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f' || *s == '\v')) s++;
-        if (count >= FL_QNET_MAX_LAYERS - 1)
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: more than %d layers", FL_QNET_MAX_LAYERS - 1);
-        glayer_t *l = &d->layers[count];
-        memset(l, 0, sizeof *l);
-        if (parse_token(tok, (int)(s - tok), l) != 0)
-            return fl_err_set(err, FL_INTERNAL, "dqn_cuda: spec token %d \"%.*s\" accepted by qnet but not here",
-                              index + 1, (int)(s - tok) > 64 ? 64 : (int)(s - tok), tok);
-        static const char *const names[] = {"dense", "relu", "dueling", "conv", "flatten"};
-        if (l->kind == L_DUELING) snprintf(l->prefix, sizeof l->prefix, "head");
-        else snprintf(l->prefix, sizeof l->prefix, "%d.%s", index, names[l->kind]);
-        index++;
-        count++;
-    }
-    if (count == 0 || d->layers[count - 1].kind != L_DUELING) {
-        glayer_t *l = &d->layers[count++];
-        memset(l, 0, sizeof *l);
-        l->kind = L_DENSE;
-        l->units = d->A;
-        snprintf(l->prefix, sizeof l->prefix, "head.q");
-    } else {
-        d->layers[count - 1].units = d->A;
-    }
-    d->num_layers = count;
-
-    /* shapes and offsets, in qnet's order */
-    int c = d->image ? d->img_c : d->obs_dim, h = d->image ? d->img_h : 1, w = d->image ? d->img_w : 1;
-    size_t off = 0;
+    const int count = fl_qnet_num_layers(q);
+    if (count < 1 || count > FL_QNET_MAX_LAYERS)
+        return fl_err_set(err, FL_INTERNAL, "dqn_cuda: qnet has %d layers (expected 1..%d)", count,
+                          FL_QNET_MAX_LAYERS);
     d->widest = (size_t)d->obs_dim;
     for (int i = 0; i < count; i++) {
+        fl_qnet_layer_t ql;
+        if (fl_qnet_layer(q, i, &ql) != 0) return fl_err_set(err, FL_INTERNAL, "dqn_cuda: qnet layer %d missing", i);
         glayer_t *l = &d->layers[i];
-        l->in_c = c, l->in_h = h, l->in_w = w;
-        l->in_size = (size_t)c * (size_t)h * (size_t)w;
-        const size_t in = l->in_size;
-        int bad = 0;
-        switch (l->kind) {
-        case L_DENSE:
-            l->out_c = l->units, l->out_h = 1, l->out_w = 1;
-            l->w_off = off;
-            off += (size_t)l->units * in;
-            l->b_off = off;
-            off += (size_t)l->units;
-            bad = view_at(q, l->prefix, "weight", l->w_off, (size_t)l->units * in) ||
-                  view_at(q, l->prefix, "bias", l->b_off, (size_t)l->units);
-            break;
-        case L_RELU: l->out_c = c, l->out_h = h, l->out_w = w; break;
-        case L_FLATTEN: l->out_c = (int)in, l->out_h = 1, l->out_w = 1; break;
-        case L_DUELING: {
-            const size_t A = (size_t)l->units;
-            l->out_c = l->units, l->out_h = 1, l->out_w = 1;
-            l->w_off = off;
-            off += (A + 1) * in;
-            l->b_off = off;
-            off += A + 1;
-            /* value row then advantage rows, value bias then advantage biases: (1 + A, H), (1 + A) */
-            bad = view_at(q, "head", "value.weight", l->w_off, in) ||
-                  view_at(q, "head", "advantage.weight", l->w_off + in, A * in) ||
-                  view_at(q, "head", "value.bias", l->b_off, 1) ||
-                  view_at(q, "head", "advantage.bias", l->b_off + 1, A);
-            break;
-        }
-        case L_CONV: {
-            const int hp = h + 2 * l->pad, wp = w + 2 * l->pad;
-            if (l->k > hp || l->k > wp || l->stride < 1)
-                return fl_err_set(err, FL_INTERNAL, "dqn_cuda: layer %s does not fit its input", l->prefix);
-            l->out_c = l->cout, l->out_h = (hp - l->k) / l->stride + 1, l->out_w = (wp - l->k) / l->stride + 1;
-            const size_t wn = (size_t)l->cout * (size_t)c * (size_t)l->k * (size_t)l->k;
-            l->w_off = off;
-            off += wn;
-            l->b_off = off;
-            off += (size_t)l->cout;
-            bad = view_at(q, l->prefix, "weight", l->w_off, wn) || view_at(q, l->prefix, "bias", l->b_off, l->cout);
-            break;
-        }
-        }
-        if (bad)
-            return fl_err_set(err, FL_INTERNAL, "dqn_cuda: layer %s: parameter views disagree with qnet's", l->prefix);
-        c = l->out_c, h = l->out_h, w = l->out_w;
-        l->out_size = (size_t)c * (size_t)h * (size_t)w;
+        memset(l, 0, sizeof *l);
+        l->kind = ql.kind;
+        l->units = ql.units;
+        l->in_c = ql.in_c, l->in_h = ql.in_h, l->in_w = ql.in_w;
+        l->out_c = ql.out_c, l->out_h = ql.out_h, l->out_w = ql.out_w;
+        l->cout = ql.cout, l->k = ql.k, l->stride = ql.stride, l->pad = ql.pad;
+        l->w_off = ql.w_off, l->b_off = ql.b_off;
+        snprintf(l->prefix, sizeof l->prefix, "%s", ql.prefix);
+        l->in_size = (size_t)l->in_c * (size_t)l->in_h * (size_t)l->in_w;
+        l->out_size = (size_t)l->out_c * (size_t)l->out_h * (size_t)l->out_w;
         if (l->out_size > d->widest) d->widest = l->out_size;
     }
-    if (off != fl_qnet_num_params(q))
-        return fl_err_set(err, FL_INTERNAL, "dqn_cuda: %zu parameters here, %zu in qnet", off, fl_qnet_num_params(q));
+    d->num_layers = count;
     if (d->layers[count - 1].out_size != (size_t)d->A)
         return fl_err_set(err, FL_INTERNAL, "dqn_cuda: the head has %zu outputs, expected %d",
                           d->layers[count - 1].out_size, d->A);
-    d->n = off;
+    d->n = fl_qnet_num_params(q);
     return FL_OK;
 }
 
@@ -309,66 +205,22 @@ static fl_status check_config(const fl_cuda_dqn_config_t *c, fl_err_t *err) {
     return FL_OK;
 }
 
-/* A fresh optimizer state on the device (RMSProp's ms starts at one) and step 0. */
+/* A fresh optimizer state on the device (kernels/optim.c's initial values: RMSProp's ms
+ * starts at one) and step 0. */
 static fl_status reset_optim(fl_cuda_dqn_t *d, fl_err_t *err) {
     const size_t total = (size_t)d->opt_slots * d->n;
     float *h = calloc(total, sizeof(float));
     if (!h) return fl_err_set(err, FL_NO_MEMORY, "dqn_cuda: out of memory");
-    if (d->cfg.optim.kind == FL_OPTIM_RMSPROP)
-        for (size_t i = 0; i < d->n; i++) h[i] = 1.0f;
+    fl_optim_state_init(d->cfg.optim.kind, h, d->n);
     fl_status st = fl_cuda_dqn_set_optim_state(d, h, total, 0, err);
     free(h);
     return st;
 }
 
-fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **out, fl_err_t *err) {
-    if (!cfg || !out) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL config or output");
-    *out = NULL;
-    FL_TRY(check_config(cfg, err));
-    fl_optim_t *probe = NULL; /* validates the optimizer config with optim.c's own rules */
-    FL_TRY(fl_optim_create(&cfg->optim, 1, &probe, err));
-    const int opt_slots = fl_optim_num_slots(probe);
-    fl_optim_destroy(probe);
-    fl_qnet_t *q = NULL;
-    FL_TRY(fl_qnet_create_for_obs(cfg->spec, cfg->obs_rank, cfg->obs_shape, cfg->num_actions, 1, &q, err));
-
+/* Streams, events and the cuBLAS/cuDNN context on config.device. */
+static fl_status create_streams(fl_cuda_dqn_t *d, fl_err_t *err) {
     fl_status st = FL_OK;
-    fl_cuda_dqn_t *d = calloc(1, sizeof *d);
-    if (!d) {
-        fl_qnet_destroy(q);
-        return fl_err_set(err, FL_NO_MEMORY, "dqn_cuda: out of memory");
-    }
-    d->cfg = *cfg;
-    d->spec = strdup(cfg->spec);
-    d->cfg.spec = d->spec;
-    d->A = cfg->num_actions;
-    d->max_batch = cfg->max_batch;
-    d->opt_slots = opt_slots;
-    d->obs_dim = fl_qnet_obs_dim(q);
-    d->obs_elem = cfg->obs_dtype == FL_DTYPE_UINT8 ? 1 : 4;
-    d->num_slots = cfg->num_slots;
-    if (cfg->obs_rank == 3) {
-        d->image = 1;
-        d->img_h = cfg->obs_shape[0];
-        d->img_w = cfg->obs_shape[1];
-        d->img_c = cfg->obs_shape[2];
-    }
-    if (!d->spec) {
-        st = fl_err_set(err, FL_NO_MEMORY, "dqn_cuda: out of memory");
-        goto fail;
-    }
-    if ((st = build_layers(d, q, err)) != FL_OK) goto fail;
-    fl_qnet_destroy(q);
-    q = NULL;
-    /* the layer table is checked before the device, so machines without one test it too */
-    int ndev = 0;
-    if ((st = fl_cuda_device_count(&ndev, err)) != FL_OK) goto fail;
-    if (cfg->device >= ndev) {
-        st = fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: device %d (expected 0..%d)", cfg->device, ndev - 1);
-        goto fail;
-    }
-
-    if ((st = cuda_check(cudaSetDevice(cfg->device), "cudaSetDevice", err)) != FL_OK ||
+    if ((st = cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err)) != FL_OK ||
         (st = cuda_check(cudaStreamCreateWithFlags(&d->cs, cudaStreamNonBlocking), "cudaStreamCreate", err)) != FL_OK ||
         (st = cuda_check(cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking), "cudaStreamCreate", err)) !=
             FL_OK ||
@@ -382,15 +234,20 @@ fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **ou
             FL_OK ||
         (st = cuda_check(cudaEventCreateWithFlags(&d->ev_snap, cudaEventDisableTiming), "cudaEventCreate", err)) !=
             FL_OK)
-        goto fail;
+        return st;
     for (int k = 0; k < FL_CUDA_DQN_STAGES; k++)
         if ((st = cuda_check(cudaEventCreateWithFlags(&d->ev_staged[k], cudaEventDisableTiming), "cudaEventCreate",
                              err)) != FL_OK ||
             (st = cuda_check(cudaEventCreateWithFlags(&d->ev_stage_free[k], cudaEventDisableTiming),
                              "cudaEventCreate", err)) != FL_OK)
-            goto fail;
-    if ((st = fl_cuda_ctx_create(cfg->tf32, d->cs, &d->ctx, err)) != FL_OK) goto fail;
+            return st;
+    return fl_cuda_ctx_create(d->cfg.tf32, d->cs, &d->ctx, err);
+}
 
+/* Device buffers: parameters, gradients, optimizer state, the batch and its staging
+ * copies, the head's buffers, the per-step scalars. */
+static fl_status alloc_device(fl_cuda_dqn_t *d, fl_err_t *err) {
+    fl_status st = FL_OK;
     const size_t B = (size_t)d->max_batch, D = (size_t)d->obs_dim, A = (size_t)d->A, F = sizeof(float);
     const size_t N = d->n;
     if ((st = dev_alloc(d, (void **)&d->d_params, N * F, err)) != FL_OK ||
@@ -418,7 +275,7 @@ fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **ou
         (st = dev_alloc(d, (void **)&d->d_g[1], B * d->widest * F, err)) != FL_OK ||
         (st = dev_alloc(d, (void **)&d->d_hyper, sizeof(fl_cuda_optim_hyper_t), err)) != FL_OK ||
         (st = dev_alloc(d, (void **)&d->d_sc, sizeof(fl_cuda_step_scalars_t), err)) != FL_OK)
-        goto fail;
+        return st;
     for (int k = 0; k < FL_CUDA_DQN_STAGES; k++) {
         slot_mem_t *m = &d->stage[k];
         if ((st = dev_alloc(d, &m->obs, B * D * d->obs_elem, err)) != FL_OK ||
@@ -427,31 +284,42 @@ fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **ou
             (st = dev_alloc(d, (void **)&m->rewards, B * F, err)) != FL_OK ||
             (st = dev_alloc(d, (void **)&m->discounts, B * F, err)) != FL_OK ||
             (st = dev_alloc(d, (void **)&m->weights, B * F, err)) != FL_OK)
-            goto fail;
+            return st;
     }
+    return FL_OK;
+}
 
-    /* activations, convolution descriptors */
+/* Activations and convolution descriptors for max_batch samples. */
+static fl_status setup_layers(fl_cuda_dqn_t *d, fl_err_t *err) {
+    fl_status st = FL_OK;
+    const size_t B = (size_t)d->max_batch, F = sizeof(float);
     const float *x = d->d_x0;
     for (int i = 0; i < d->num_layers; i++) {
         glayer_t *l = &d->layers[i];
         l->x = x;
-        if (l->kind == L_FLATTEN) {
+        if (l->kind == FL_QNET_FLATTEN) {
             l->y = (float *)x; /* the same (C H W) floats, read as a vector */
         } else if (i < d->num_layers - 1) {
-            if ((st = dev_alloc(d, (void **)&l->y, B * l->out_size * F, err)) != FL_OK) goto fail;
+            if ((st = dev_alloc(d, (void **)&l->y, B * l->out_size * F, err)) != FL_OK) return st;
         }
         x = l->y;
-        if (l->kind == L_CONV) {
+        if (l->kind == FL_QNET_CONV) {
             if ((st = fl_cuda_conv_create(d->ctx, l->in_c, l->in_h, l->in_w, l->cout, l->k, l->stride, l->pad,
                                           &l->conv, err)) != FL_OK ||
                 (st = fl_cuda_conv_set_batch(d->ctx, l->conv, d->max_batch, err)) != FL_OK)
-                goto fail;
+                return st;
         }
     }
     d->cur_batch = d->max_batch;
     d->ws_gen = fl_cuda_ctx_workspace_generation(d->ctx);
+    return FL_OK;
+}
 
-    /* pinned host memory */
+/* Pinned host memory: the input slots, priorities, scalars and the snapshot. */
+static fl_status alloc_pinned(fl_cuda_dqn_t *d, fl_err_t *err) {
+    fl_status st = FL_OK;
+    const size_t B = (size_t)d->max_batch, D = (size_t)d->obs_dim, F = sizeof(float);
+    const size_t N = d->n;
     for (int s = 0; s < d->num_slots; s++) {
         slot_mem_t *m = &d->slots[s];
         if ((st = cuda_check(cudaHostAlloc(&m->obs, B * D * d->obs_elem, cudaHostAllocPortable), "cudaHostAlloc",
@@ -466,7 +334,7 @@ fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **ou
                              err)) != FL_OK ||
             (st = cuda_check(cudaHostAlloc((void **)&m->weights, B * F, cudaHostAllocPortable), "cudaHostAlloc",
                              err)) != FL_OK)
-            goto fail;
+            return st;
         memset(m->actions, 0, B * sizeof(int32_t));
         for (size_t i = 0; i < B; i++) m->weights[i] = 1.0f;
     }
@@ -476,15 +344,76 @@ fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **ou
                          err)) != FL_OK ||
         (st = cuda_check(cudaHostAlloc((void **)&d->h_snap, N * F, cudaHostAllocPortable), "cudaHostAlloc", err)) !=
             FL_OK)
-        goto fail;
+        return st;
+    return FL_OK;
+}
 
-    d->hyper = (fl_cuda_optim_hyper_t){.kind = (int)cfg->optim.kind, .lr = cfg->optim.lr, .beta1 = cfg->optim.beta1,
-                                       .beta2 = cfg->optim.beta2, .eps = cfg->optim.eps, .decay = cfg->optim.decay,
-                                       .momentum = cfg->optim.momentum, .grad_clip = cfg->grad_clip};
-    if ((st = cuda_check(cudaMemcpyAsync(d->d_hyper, &d->hyper, sizeof d->hyper, cudaMemcpyHostToDevice, d->cs),
-                         "cudaMemcpyAsync (hyperparameters)", err)) != FL_OK)
+/* The optimizer's hyperparameters and the clipping bound, to the device. */
+static fl_status upload_hyper(fl_cuda_dqn_t *d, fl_err_t *err) {
+    const fl_optim_config_t *o = &d->cfg.optim;
+    d->hyper = (fl_cuda_optim_hyper_t){.kind = (int)o->kind, .lr = o->lr, .beta1 = o->beta1, .beta2 = o->beta2,
+                                       .eps = o->eps, .decay = o->decay, .momentum = o->momentum,
+                                       .grad_clip = d->cfg.grad_clip};
+    return cuda_check(cudaMemcpyAsync(d->d_hyper, &d->hyper, sizeof d->hyper, cudaMemcpyHostToDevice, d->cs),
+                      "cudaMemcpyAsync (hyperparameters)", err);
+}
+
+fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **out, fl_err_t *err) {
+    if (!cfg || !out) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL config or output");
+    *out = NULL;
+    FL_TRY(check_config(cfg, err));
+    fl_optim_t *probe = NULL; /* validates the optimizer config with optim.c's own rules */
+    FL_TRY(fl_optim_create(&cfg->optim, 1, &probe, err));
+    const int opt_slots = fl_optim_num_slots(probe);
+    fl_optim_destroy(probe);
+    const int opt_kernel = fl_optim_cuda_kernel(cfg->optim.kind);
+    if (opt_kernel < 0)
+        return fl_err_set(err, FL_UNIMPLEMENTED, "dqn_cuda: optimizer %s has no GPU version (expected one of "
+                          "kernels/optim.c's optimizers with a fused kernel)", fl_optim_kind_name(cfg->optim.kind));
+    fl_qnet_t *q = NULL;
+    FL_TRY(fl_qnet_create_for_obs(cfg->spec, cfg->obs_rank, cfg->obs_shape, cfg->num_actions, 1, &q, err));
+
+    fl_status st = FL_OK;
+    fl_cuda_dqn_t *d = calloc(1, sizeof *d);
+    if (!d) {
+        fl_qnet_destroy(q);
+        return fl_err_set(err, FL_NO_MEMORY, "dqn_cuda: out of memory");
+    }
+    d->cfg = *cfg;
+    d->spec = strdup(cfg->spec);
+    d->cfg.spec = d->spec;
+    d->A = cfg->num_actions;
+    d->max_batch = cfg->max_batch;
+    d->opt_slots = opt_slots;
+    d->opt_kernel = opt_kernel;
+    d->obs_dim = fl_qnet_obs_dim(q);
+    d->obs_elem = cfg->obs_dtype == FL_DTYPE_UINT8 ? 1 : 4;
+    d->num_slots = cfg->num_slots;
+    if (cfg->obs_rank == 3) {
+        d->image = 1;
+        d->img_h = cfg->obs_shape[0];
+        d->img_w = cfg->obs_shape[1];
+        d->img_c = cfg->obs_shape[2];
+    }
+    if (!d->spec) {
+        st = fl_err_set(err, FL_NO_MEMORY, "dqn_cuda: out of memory");
         goto fail;
-    if ((st = reset_optim(d, err)) != FL_OK) goto fail; /* synchronizes cs */
+    }
+    if ((st = build_layers(d, q, err)) != FL_OK) goto fail;
+    fl_qnet_destroy(q);
+    q = NULL;
+    /* the layer table is checked before the device, so machines without one test it too */
+    int ndev = 0;
+    if ((st = fl_cuda_device_count(&ndev, err)) != FL_OK) goto fail;
+    if (cfg->device >= ndev) {
+        st = fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: device %d (expected 0..%d)", cfg->device, ndev - 1);
+        goto fail;
+    }
+
+    if ((st = create_streams(d, err)) != FL_OK || (st = alloc_device(d, err)) != FL_OK ||
+        (st = setup_layers(d, err)) != FL_OK || (st = alloc_pinned(d, err)) != FL_OK ||
+        (st = upload_hyper(d, err)) != FL_OK || (st = reset_optim(d, err)) != FL_OK) /* reset synchronizes cs */
+        goto fail;
     *out = d;
     return FL_OK;
 fail:
@@ -646,14 +575,16 @@ static fl_status forward(fl_cuda_dqn_t *d, const float *p, int B, float *q, fl_e
         glayer_t *l = &d->layers[i];
         float *y = i == d->num_layers - 1 ? q : l->y;
         switch (l->kind) {
-        case L_DENSE:
+        case FL_QNET_DENSE:
             FL_TRY(fl_cuda_dense_forward(d->ctx, l->x, p + l->w_off, p + l->b_off, B, (int)l->in_size, l->units, y,
                                          err));
             break;
-        case L_RELU: FL_TRY(fl_cuda_relu_forward(l->x, y, (size_t)B * l->out_size, d->cs, err)); break;
-        case L_CONV: FL_TRY(fl_cuda_conv_forward(d->ctx, l->conv, l->x, p + l->w_off, p + l->b_off, y, err)); break;
-        case L_FLATTEN: break; /* y aliases x */
-        case L_DUELING:
+        case FL_QNET_RELU: FL_TRY(fl_cuda_relu_forward(l->x, y, (size_t)B * l->out_size, d->cs, err)); break;
+        case FL_QNET_CONV:
+            FL_TRY(fl_cuda_conv_forward(d->ctx, l->conv, l->x, p + l->w_off, p + l->b_off, y, err));
+            break;
+        case FL_QNET_FLATTEN: break; /* y aliases x */
+        case FL_QNET_DUELING:
             FL_TRY(fl_cuda_dense_forward(d->ctx, l->x, p + l->w_off, p + l->b_off, B, (int)l->in_size, l->units + 1,
                                          d->d_va, err));
             FL_TRY(fl_cuda_dueling_combine_forward(d->d_va, B, l->units, y, d->cs, err));
@@ -672,25 +603,25 @@ static fl_status backward(fl_cuda_dqn_t *d, int B, fl_err_t *err) {
     int which = 0;
     for (int i = d->num_layers - 1; i >= 0; i--) {
         glayer_t *l = &d->layers[i];
-        if (l->kind == L_FLATTEN) continue; /* the gradient passes through unchanged */
+        if (l->kind == FL_QNET_FLATTEN) continue; /* the gradient passes through unchanged */
         float *dx = i > 0 ? d->d_g[which] : NULL;
         switch (l->kind) {
-        case L_DENSE:
+        case FL_QNET_DENSE:
             FL_TRY(fl_cuda_dense_backward(d->ctx, l->x, p + l->w_off, dy, B, (int)l->in_size, l->units, dx,
                                           g + l->w_off, g + l->b_off, err));
             break;
-        case L_RELU:
+        case FL_QNET_RELU:
             if (dx) FL_TRY(fl_cuda_relu_backward(l->y, dy, dx, (size_t)B * l->out_size, d->cs, err));
             break;
-        case L_CONV:
+        case FL_QNET_CONV:
             FL_TRY(fl_cuda_conv_backward(d->ctx, l->conv, l->x, p + l->w_off, dy, dx, g + l->w_off, g + l->b_off, err));
             break;
-        case L_DUELING:
+        case FL_QNET_DUELING:
             FL_TRY(fl_cuda_dueling_combine_backward(dy, B, l->units, d->d_dva, d->cs, err));
             FL_TRY(fl_cuda_dense_backward(d->ctx, l->x, p + l->w_off, d->d_dva, B, (int)l->in_size, l->units + 1, dx,
                                           g + l->w_off, g + l->b_off, err));
             break;
-        case L_FLATTEN: break;
+        case FL_QNET_FLATTEN: break;
         }
         dy = dx;
         which ^= 1;
@@ -721,7 +652,7 @@ static fl_status enqueue_update(fl_cuda_dqn_t *d, int B, int apply, fl_err_t *er
     FL_TRY(fl_cuda_sumsq(d->d_grads, d->n, d->d_sc, d->cs, err));
     FL_TRY(fl_cuda_step_finalize(d->d_hyper, d->d_sc, 1, apply, d->cs, err));
     if (apply)
-        FL_TRY(fl_cuda_optim_apply((int)d->cfg.optim.kind, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper,
+        FL_TRY(fl_cuda_optim_apply(d->opt_kernel, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper,
                                    d->d_sc, d->cs, err));
     return FL_OK;
 }
@@ -960,7 +891,7 @@ fl_status fl_cuda_dqn_apply(fl_cuda_dqn_t *d, const float *grads, float *grad_no
     FL_TRY(cuda_check(cudaMemsetAsync(&d->d_sc->sumsq, 0, sizeof(double), d->cs), "cudaMemsetAsync", err));
     FL_TRY(fl_cuda_sumsq(d->d_grads, d->n, d->d_sc, d->cs, err));
     FL_TRY(fl_cuda_step_finalize(d->d_hyper, d->d_sc, 0, 1, d->cs, err));
-    FL_TRY(fl_cuda_optim_apply((int)d->cfg.optim.kind, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper, d->d_sc,
+    FL_TRY(fl_cuda_optim_apply(d->opt_kernel, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper, d->d_sc,
                                d->cs, err));
     FL_TRY(cuda_check(cudaMemcpyAsync(d->h_sc, d->d_sc, sizeof *d->h_sc, cudaMemcpyDeviceToHost, d->cs),
                       "cudaMemcpyAsync (statistics)", err));

@@ -1,8 +1,8 @@
 /* dqn_cuda: the learner's double-DQN update on one GPU, equivalent to learner/dqn.h's
- * fl_dqn_step over networks built by kernels/qnet.c.
+ * fl_dqn_step over networks built by kernels/qnet.c; it runs on the ops of kernels/cuda.
  *
- * Same network (the model.spec grammar of qnet.h, parsed here again to learn every
- * layer's geometry and checked view by view against a CPU fl_qnet_t), same flat
+ * Same network (the layer table of a CPU fl_qnet_t built from the same model.spec,
+ * read with fl_qnet_layer: every layer's geometry and parameter offsets), same flat
  * parameter layout (one float vector in qnet's view order, so set/get_params exchange
  * exactly fl_qnet_params), same math (double-DQN targets with ties to the lowest action,
  * y = R when the discount is 0, weighted Huber loss divided by B, priorities |y - q|
@@ -36,8 +36,8 @@
  * Thread-safety: one thread drives an object (all calls but fl_cuda_dqn_slot, whose
  * pointers any thread may write into under the rule above). The calls switch the
  * calling thread's current device to config.device. */
-#ifndef FL_KERNELS_CUDA_DQN_CUDA_H
-#define FL_KERNELS_CUDA_DQN_CUDA_H
+#ifndef FL_LEARNER_DQN_CUDA_H
+#define FL_LEARNER_DQN_CUDA_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,0 +1,191 @@
+/* checkpoint: the learner's checkpoints as safetensors files (see learner.h for the
+ * format): fl_learner_save writes one, fl__learner_resume continues from one, and
+ * fl__learner_checkpoint writes learner.checkpoint_dir's file during and at the end of a
+ * run. The tensors are the CPU copies of the networks and the optimizer state (a GPU
+ * learner pulls them first), so that checkpoints move between the backends.
+ * Failure: save answers FL_NO_MEMORY or safetensors' errors (the file is written
+ * atomically); resume FL_INVALID_ARGUMENT naming the path and the mismatch, and changes
+ * nothing then; a periodic checkpoint that fails is logged and training goes on.
+ * Thread-safety: the learner's owner thread. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dtype.h"
+#include "common/log.h"
+#include "common/safetensors.h"
+#include "learner/learner_internal.h"
+
+#define CKPT_FORMAT "fleet.learner"
+#define CKPT_VERSION "1"
+
+/* "10,10,4" */
+static void shape_text(const fl_obs_spec_t *o, char *buf, size_t len) {
+    buf[0] = '\0';
+    for (int i = 0; i < o->rank; i++)
+        snprintf(buf + strlen(buf), len - strlen(buf), "%s%d", i ? "," : "", o->shape[i]);
+}
+
+fl_status fl_learner_save(fl_learner_t *l, const char *path, fl_err_t *err) {
+    const int nv = fl_qnet_num_views(l->online), slots = fl_optim_num_slots(l->opt);
+    const size_t np = fl_qnet_num_params(l->online);
+    fl_st_tensor_t *t = calloc((size_t)(2 * nv + slots), sizeof *t);
+    if (!t) return fl_err_set(err, FL_NO_MEMORY, "learner checkpoint %s: out of memory", path);
+    int n = 0;
+    for (int net = 0; net < 2; net++) {
+        fl_qnet_t *q = net ? l->target : l->online;
+        for (int i = 0; i < nv; i++) {
+            const fl_param_view_t *v = fl_qnet_view(q, i);
+            fl_st_tensor_t *x = &t[n++];
+            snprintf(x->name, sizeof x->name, "%s.%s", net ? "target" : "online", v->name);
+            x->dtype = FL_ST_F32;
+            x->rank = v->rank;
+            for (int d = 0; d < v->rank; d++) x->shape[d] = v->shape[d];
+            x->data = fl_qnet_params(q) + v->offset;
+            x->bytes = v->numel * sizeof(float);
+        }
+    }
+    for (int sl = 0; sl < slots; sl++) {
+        fl_st_tensor_t *x = &t[n++];
+        snprintf(x->name, sizeof x->name, "optimizer.%s", fl_optim_slot_name(l->opt, sl));
+        x->dtype = FL_ST_F32;
+        x->rank = 1;
+        x->shape[0] = (int64_t)np;
+        x->data = fl_optim_state(l->opt) + (size_t)sl * np;
+        x->bytes = np * sizeof(float);
+    }
+    char shape[64], steps[32], osteps[32], samples[32], version[32], targets[32], actions[16], loss[32];
+    shape_text(&l->obs, shape, sizeof shape);
+    snprintf(steps, sizeof steps, "%llu", (unsigned long long)l->st.steps);
+    snprintf(osteps, sizeof osteps, "%lld", (long long)fl_optim_steps(l->opt));
+    snprintf(samples, sizeof samples, "%llu", (unsigned long long)l->st.samples);
+    snprintf(version, sizeof version, "%llu", (unsigned long long)l->st.param_version);
+    snprintf(targets, sizeof targets, "%llu", (unsigned long long)l->st.target_updates);
+    snprintf(actions, sizeof actions, "%d", l->num_actions);
+    snprintf(loss, sizeof loss, "%.9g", l->st.last_loss);
+    const char *keys[] = {"format", "format_version", "model.spec", "obs_dtype", "obs_shape", "num_actions",
+                          "learner.optimizer", "learner.steps", "optimizer.steps", "learner.samples", "param_version",
+                          "target_updates", "last_loss"};
+    const char *vals[] = {CKPT_FORMAT, CKPT_VERSION, l->o.model_spec, fl_dtype_name(l->obs.dtype), shape, actions,
+                          fl_optim_kind_name(fl_optim_config(l->opt)->kind), steps, osteps, samples, version, targets,
+                          loss};
+    fl_status s = fl_safetensors_write(path, t, n, keys, vals, (int)(sizeof keys / sizeof keys[0]), err);
+    free(t);
+    if (s == FL_OK)
+        FL_INFO("learner checkpoint %s: step %llu, version %llu", path, (unsigned long long)l->st.steps,
+                (unsigned long long)l->st.param_version);
+    return s;
+}
+
+/* A metadata value as an unsigned integer; FL_INVALID_ARGUMENT naming it otherwise. */
+static fl_status meta_u64(const fl_safetensors_t *f, const char *path, const char *key, uint64_t *out,
+                          fl_err_t *err) {
+    const char *v = fl_safetensors_meta(f, key);
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = v && *v ? strtoull(v, &end, 10) : 0;
+    if (!v || !isdigit((unsigned char)v[0]) || *end || errno || x > (unsigned long long)INT64_MAX)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: metadata %s is %s%s%s, expected an integer",
+                          path, key, v ? "\"" : "", v ? v : "missing", v ? "\"" : "");
+    *out = x;
+    return FL_OK;
+}
+
+fl_status fl__learner_resume(fl_learner_t *l, const char *path, fl_err_t *err) {
+    fl_safetensors_t *f = NULL;
+    FL_TRY(fl_safetensors_read(path, &f, err));
+    fl_status s = FL_OK;
+    char shape[64];
+    shape_text(&l->obs, shape, sizeof shape);
+    char actions[16];
+    snprintf(actions, sizeof actions, "%d", l->num_actions);
+    const char *want_k[] = {"format", "format_version", "model.spec", "obs_dtype", "obs_shape", "num_actions",
+                            "learner.optimizer"};
+    const char *want_v[] = {CKPT_FORMAT, CKPT_VERSION, l->o.model_spec, fl_dtype_name(l->obs.dtype), shape, actions,
+                            fl_optim_kind_name(fl_optim_config(l->opt)->kind)};
+    for (size_t i = 0; i < sizeof want_k / sizeof want_k[0]; i++) {
+        const char *v = fl_safetensors_meta(f, want_k[i]);
+        if (!v || strcmp(v, want_v[i]) != 0) {
+            s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: %s is %s%s%s, this learner has \"%s\"",
+                           path, want_k[i], v ? "\"" : "", v ? v : "missing", v ? "\"" : "", want_v[i]);
+            goto done;
+        }
+    }
+    uint64_t steps = 0, osteps = 0, samples = 0, version = 0, targets = 0;
+    if ((s = meta_u64(f, path, "learner.steps", &steps, err)) != FL_OK ||
+        (s = meta_u64(f, path, "optimizer.steps", &osteps, err)) != FL_OK ||
+        (s = meta_u64(f, path, "learner.samples", &samples, err)) != FL_OK ||
+        (s = meta_u64(f, path, "param_version", &version, err)) != FL_OK ||
+        (s = meta_u64(f, path, "target_updates", &targets, err)) != FL_OK)
+        goto done;
+    /* Every tensor present with its exact shape, before anything is copied. */
+    const int nv = fl_qnet_num_views(l->online), slots = fl_optim_num_slots(l->opt);
+    const size_t np = fl_qnet_num_params(l->online);
+    const fl_st_tensor_t *src[2 * FL_QNET_MAX_LAYERS * 4 + 8];
+    int n = 0;
+    for (int net = 0; net < 2 && s == FL_OK; net++)
+        for (int i = 0; i < nv && s == FL_OK; i++) {
+            const fl_param_view_t *v = fl_qnet_view(l->online, i);
+            char name[FL_ST_NAME_MAX];
+            snprintf(name, sizeof name, "%s.%s", net ? "target" : "online", v->name);
+            const fl_st_tensor_t *x = fl_safetensors_find(f, name);
+            int ok = x && x->dtype == FL_ST_F32 && x->rank == v->rank;
+            for (int d = 0; ok && d < v->rank; d++) ok = x->shape[d] == v->shape[d];
+            if (!ok)
+                s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s is %s; expected F32 of %zu "
+                               "elements as the network's view", path, name, x ? "of another dtype or shape" : "missing",
+                               v->numel);
+            src[n++] = x;
+        }
+    for (int sl = 0; sl < slots && s == FL_OK; sl++) {
+        char name[FL_ST_NAME_MAX];
+        snprintf(name, sizeof name, "optimizer.%s", fl_optim_slot_name(l->opt, sl));
+        const fl_st_tensor_t *x = fl_safetensors_find(f, name);
+        if (!x || x->dtype != FL_ST_F32 || x->rank != 1 || x->shape[0] != (int64_t)np)
+            s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s is %s; expected F32 (%zu)", path,
+                           name, x ? "of another dtype or shape" : "missing", np);
+        src[n++] = x;
+    }
+    if (s != FL_OK) goto done;
+    if (fl_safetensors_count(f) != n) {
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: %d tensors, expected %d", path,
+                       fl_safetensors_count(f), n);
+        goto done;
+    }
+    n = 0;
+    for (int net = 0; net < 2; net++) {
+        fl_qnet_t *q = net ? l->target : l->online;
+        for (int i = 0; i < nv; i++) {
+            const fl_param_view_t *v = fl_qnet_view(q, i);
+            memcpy(fl_qnet_params(q) + v->offset, src[n++]->data, v->numel * sizeof(float));
+        }
+    }
+    for (int sl = 0; sl < slots; sl++) memcpy(fl_optim_state(l->opt) + (size_t)sl * np, src[n++]->data, np * 4);
+    fl_optim_set_steps(l->opt, (int64_t)osteps);
+    l->st.steps = steps;
+    l->st.samples = samples;
+    l->st.param_version = version;
+    l->st.target_updates = targets;
+    atomic_store(&l->watch_steps, steps);
+    const char *loss = fl_safetensors_meta(f, "last_loss");
+    if (loss) l->st.last_loss = strtod(loss, NULL);
+    FL_INFO("learner: resumed from %s at step %llu (version %llu, last loss %.4g)", path, (unsigned long long)steps,
+            (unsigned long long)version, l->st.last_loss);
+done:
+    fl_safetensors_free(f);
+    return s;
+}
+
+void fl__learner_checkpoint(fl_learner_t *l) {
+    if (!l->ckpt_path) return;
+    fl_err_t e;
+    fl_err_init(&e);
+    if (fl__learner_pull(l, &e) != FL_OK) {
+        FL_WARN("learner checkpoint failed: %s", e.msg);
+        return;
+    }
+    if (fl_learner_save(l, l->ckpt_path, &e) != FL_OK) FL_WARN("learner checkpoint failed: %s", e.msg);
+}

@@ -1,0 +1,116 @@
+/* mode_apex: one Ape-X learner (see learner.h). Learner 0 publishes its initial
+ * parameters (version 1, or past what the server holds) at the start; each step samples
+ * a batch, takes one update on the backend and does the bookkeeping (priorities, target
+ * copy, checkpoint, publish every learner.publish_every steps).
+ *
+ * A backend that pipelines (upload / launch / finish: a GPU with learner.prefetch > 0)
+ * runs the pipeline instead: batch k+1 is sampled and its copy to the device runs while
+ * update k computes; then update k is finished (its priorities go back with its batch)
+ * and k+1 launched. Two prefetched batches are held at a time (l->inflight is the
+ * launched one); end finishes the last.
+ * Thread-safety: the learner's owner thread. */
+#include "common/log.h"
+#include "learner/learner_internal.h"
+
+/* Waits for the launched update of l->cur's batch; then its bookkeeping. */
+static fl_status pipeline_finish(fl_learner_t *l, fl_err_t *err) {
+    float loss = 0;
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_status s = l->be->finish(l, &loss, &e);
+    return fl__learner_updated(l, s, &e, l->be->update_what, loss, err);
+}
+
+fl_status fl__learner_pipeline_step(fl_learner_t *l, int *done, fl_err_t *err) {
+    const fl__learner_backend_t *be = l->be;
+    if (fl__learner_stopping(l)) {
+        *done = 1;
+        return FL_OK;
+    }
+    fl_status s = fl__learner_sample(l, err); /* into l->taken / l->cur */
+    if (s != FL_OK) return s;
+    fl__learner_ready(l, be->where);
+    int stage = -1;
+    s = be->prepare(l, err);
+    if (s == FL_OK) s = be->upload(l, &stage, err);
+    fl_replay_prefetched_t *next = l->taken;
+    fl_replay_batch_t *next_batch = l->cur;
+    if (l->inflight) { /* update k: finished while k+1's copy runs */
+        l->taken = l->inflight;
+        l->cur = l->inflight_batch;
+        l->inflight = NULL;
+        fl_err_t fe;
+        fl_err_init(&fe);
+        fl_status fs = pipeline_finish(l, &fe);
+        fl__learner_release_batch(l);
+        if (s == FL_OK && fs != FL_OK) {
+            s = fs;
+            *err = fe;
+        }
+    }
+    l->taken = next;
+    l->cur = next_batch;
+    if (s == FL_OK) s = be->launch(l, stage, err);
+    if (s != FL_OK) {
+        fl__learner_release_batch(l);
+        return s;
+    }
+    l->inflight = l->taken;
+    l->inflight_batch = l->cur;
+    l->taken = NULL;
+    l->cur = &l->batch;
+    fl__learner_report(l, 0);
+    return FL_OK;
+}
+
+fl_status fl__learner_pipeline_end(fl_learner_t *l, fl_status s, fl_err_t *err) {
+    if (!l->inflight) return s;
+    l->taken = l->inflight;
+    l->cur = l->inflight_batch;
+    l->inflight = NULL;
+    fl_err_t fe;
+    fl_err_init(&fe);
+    fl_status fs = pipeline_finish(l, &fe);
+    fl__learner_release_batch(l);
+    if ((s == FL_OK || s == FL_CANCELLED) && fs != FL_OK) {
+        s = fs;
+        *err = fe;
+    }
+    return s;
+}
+
+/* One update of the sampled batch on the backend. */
+static fl_status update(fl_learner_t *l, fl_err_t *err) {
+    FL_TRY(l->be->prepare(l, err));
+    float loss = 0;
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_status s = l->be->step(l, &loss, &e);
+    return fl__learner_updated(l, s, &e, l->be->update_what, loss, err);
+}
+
+static fl_status apex_step(fl_learner_t *l, int *done, fl_err_t *err) {
+    if (l->pipelined) return fl__learner_pipeline_step(l, done, err);
+    if (fl__learner_stopping(l)) {
+        *done = 1;
+        return FL_OK;
+    }
+    FL_TRY(fl__learner_sample(l, err));
+    fl__learner_ready(l, NULL);
+    fl_status s = update(l, err);
+    fl__learner_release_batch(l);
+    fl__learner_report(l, 0);
+    return s;
+}
+
+static fl_status apex_end(fl_learner_t *l, fl_status s, fl_err_t *err) {
+    return l->pipelined ? fl__learner_pipeline_end(l, s, err) : s;
+}
+
+const fl__learner_mode_t fl__learner_mode_apex = {
+    .name = "apex",
+    .publishes = 1,
+    .start = fl__learner_publish_first,
+    .step = apex_step,
+    .end = apex_end,
+};
