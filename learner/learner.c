@@ -365,7 +365,8 @@ fl_status fl_learner_create(const fl_learner_options_t *opts, fl_learner_t **out
 
     l->mode = MODES[opts->mode == FL_LEARNER_GORILA ? MODE_GORILA : l->reduce ? MODE_GROUP : MODE_APEX];
     l->publisher = l->mode->publishes && l->index == 0;
-    l->pipelined = l->be->launch && !l->reduce && l->prefetch;
+    /* Only a lone apex learner pipelines: a Gorila learner must fetch and push every step. */
+    l->pipelined = l->mode == MODES[MODE_APEX] && l->be->launch && l->prefetch;
     *out = l;
     return FL_OK;
 fail:

@@ -60,8 +60,8 @@ struct fl_learner {
     void *be_state;                  /* the backend's own state (NULL for the CPU) */
     const fl__learner_mode_t *mode;  /* what a step is */
     int publisher;                   /* this learner publishes the parameters (apex learner 0) */
-    int pipelined;                   /* the backend pipelines updates (launch/finish): a GPU with learner.prefetch
-                                        > 0, not in a group */
+    int pipelined;                   /* the backend pipelines updates (launch/finish): a lone apex
+                                        learner on a GPU with learner.prefetch > 0 */
 
     fl_replay_sharded_t *replay; /* every replay shard (one client per shard) */
     fl_param_client_t *params;

@@ -104,10 +104,6 @@ static fl_status gorila_start(fl_learner_t *l, fl_err_t *err) {
 }
 
 static fl_status gorila_step(fl_learner_t *l, int *done, fl_err_t *err) {
-    /* A backend that pipelines (a GPU learner with learner.prefetch > 0) has always run
-     * the apex pipeline here, which updates on the device and neither fetches nor pushes;
-     * kept as it is. */
-    if (l->pipelined) return fl__learner_pipeline_step(l, done, err);
     if (fl__learner_stopping(l)) {
         *done = 1;
         return FL_OK;
@@ -121,7 +117,9 @@ static fl_status gorila_step(fl_learner_t *l, int *done, fl_err_t *err) {
 }
 
 static fl_status gorila_end(fl_learner_t *l, fl_status s, fl_err_t *err) {
-    return l->pipelined ? fl__learner_pipeline_end(l, s, err) : s;
+    (void)l;
+    (void)err;
+    return s;
 }
 
 const fl__learner_mode_t fl__learner_mode_gorila = {
