@@ -30,8 +30,8 @@ typedef struct fl__learner_mode {
 
 extern const fl__learner_mode_t fl__learner_mode_apex, fl__learner_mode_group, fl__learner_mode_gorila;
 
-/* mode_apex.c: the pipelined step and its drain, for backends with launch/finish (a
- * Gorila learner on such a backend runs them too, as it always has). */
+/* mode_apex.c: the pipelined step and its drain, for backends with launch/finish (a lone
+ * apex learner; see fl_learner_t.pipelined). */
 fl_status fl__learner_pipeline_step(fl_learner_t *l, int *done, fl_err_t *err);
 fl_status fl__learner_pipeline_end(fl_learner_t *l, fl_status s, fl_err_t *err);
 
