@@ -430,9 +430,9 @@ static int run_case(const opts_t *o, const shape_t *s, const inputs_t *in, int s
     cfg.run_seed = 1;
     fl_wire_sig_t sig;
     memset(&sig, 0, sizeof sig);
-    sig.obs_dtype = s->dtype;
-    sig.obs_rank = s->rank;
-    for (int d = 0; d < s->rank; d++) sig.obs_shape[d] = s->dims[d];
+    sig.obs.dtype = s->dtype;
+    sig.obs.rank = s->rank;
+    for (int d = 0; d < s->rank; d++) sig.obs.shape[d] = s->dims[d];
     sig.num_actions = s->num_actions;
     if ((st = fl_replay_service_create(&cfg, 0, &sig, &svc, &err)) != FL_OK) {
         fprintf(stderr, "%s: replay service create: %s (%s)\n", prog, fl_status_str(st), err.msg);

@@ -82,8 +82,8 @@ int fl_verb_replay(int argc, char **argv) {
         return 2;
     }
     env = fl_wrapped_env_info(wenv);
-    fl_wire_sig_t sig = {.obs_dtype = env->obs_dtype, .obs_rank = env->obs_rank, .num_actions = env->num_actions};
-    for (int d = 0; d < env->obs_rank && d < FL_WIRE_MAX_RANK; d++) sig.obs_shape[d] = env->obs_shape[d];
+    fl_wire_sig_t sig = {.obs = fl_obs_spec_make(env->obs_dtype, env->obs_rank, env->obs_shape),
+                         .num_actions = env->num_actions};
     if (cfg.replay_frame_stack == 0) cfg.replay_frame_stack = fl_wrapped_env_frame_stack(wenv);
     fl_wrapped_env_destroy(wenv);
 
@@ -103,9 +103,9 @@ int fl_verb_replay(int argc, char **argv) {
     fl_replay_info_t info;
     fl_replay_service_info(svc, &info);
     char shape[64];
-    fl_wire_sig_format_shape(&sig, shape, sizeof shape);
+    fl_obs_spec_format_shape(&sig.obs, shape, sizeof shape);
     FL_INFO("replay shard %d serving on %s (capacity %" PRIu64 ", obs %s %s, sampling from %" PRIu64 ")", (int)shard,
-            bound, info.capacity, fl_dtype_name(sig.obs_dtype), shape, fl_replay_service_min_size(svc));
+            bound, info.capacity, fl_dtype_name(sig.obs.dtype), shape, fl_replay_service_min_size(svc));
     if (control[0]) FL_DEBUG("--control %s: the launcher polls this shard's Info; no reports are sent", control);
 
     if (ready_fd >= 0) {

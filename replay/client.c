@@ -76,7 +76,7 @@ typedef struct wbatch {
 struct fl_replay_writer {
     fl_replay_client_t *c;
     uint64_t stream_id;
-    fl_wire_sig_t sig;
+    fl_obs_spec_t obs;
     size_t obs_bytes;
     int batches_per_call;
     uint64_t last_seq; /* sequence of the latest appended batch */
@@ -115,10 +115,7 @@ fl_status fl_replay_writer_create(fl_replay_client_t *c, uint64_t stream_id, con
     if (!w) return fl_err_set(err, FL_NO_MEMORY, "replay writer: out of memory");
     w->c = c;
     w->stream_id = stream_id;
-    w->sig.obs_dtype = obs->dtype;
-    w->sig.obs_rank = obs->rank;
-    for (int d = 0; d < obs->rank; d++) w->sig.obs_shape[d] = obs->shape[d];
-    w->sig.num_actions = 0;
+    w->obs = fl_obs_spec_make(obs->dtype, obs->rank, obs->shape);
     w->obs_bytes = ob;
     w->batches_per_call = batches_per_call;
     fl_backoff_init(&w->backoff);
@@ -182,7 +179,7 @@ static fl_status send_unsent(fl_replay_writer_t *w, fl_err_t *err) {
     while (w->sent < w->len) {
         wbatch *b = &w->q[w->sent];
         fl_wire_batch_msg_t bm;
-        fl_wire_encode_batch(&bm, &w->sig, &b->cols);
+        fl_wire_encode_batch(&bm, &w->obs, &b->cols);
         Fleet__InsertRequest req = FLEET__INSERT_REQUEST__INIT;
         req.stream_id = w->stream_id;
         req.sequence = b->seq;

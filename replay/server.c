@@ -836,7 +836,7 @@ static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_r
                          .next_obs = next_obs,
                          .priorities = NULL};
     fl_wire_batch_msg_t bm;
-    fl_wire_encode_batch(&bm, &s->sig, &b);
+    fl_wire_encode_batch(&bm, &s->sig.obs, &b);
     Fleet__SampleResponse resp = FLEET__SAMPLE_RESPONSE__INIT;
     resp.batch = &bm.batch;
     resp.n_keys = B;
@@ -931,8 +931,8 @@ static fl_status info_handler(void *user, const uint8_t *msg, size_t len, fl_rpc
     fleet__replay_info_request__free_unpacked(req, NULL);
     fl_replay_info_t in;
     fl_replay_service_info(s, &in);
-    int64_t shape[FL_WIRE_MAX_RANK];
-    for (int d = 0; d < s->sig.obs_rank; d++) shape[d] = s->sig.obs_shape[d];
+    int64_t shape[FL_OBS_MAX_RANK];
+    for (int d = 0; d < s->sig.obs.rank; d++) shape[d] = s->sig.obs.shape[d];
     Fleet__ReplayInfo r = FLEET__REPLAY_INFO__INIT;
     r.shard_id = in.shard_id;
     r.size = in.size;
@@ -944,8 +944,8 @@ static fl_status info_handler(void *user, const uint8_t *msg, size_t len, fl_rpc
     r.updates_stale = in.updates_stale;
     r.total_priority = in.total_priority;
     r.max_priority = in.max_priority;
-    r.obs_dtype = (Fleet__DType)s->sig.obs_dtype;
-    r.n_obs_shape = (size_t)s->sig.obs_rank;
+    r.obs_dtype = (Fleet__DType)s->sig.obs.dtype;
+    r.n_obs_shape = (size_t)s->sig.obs.rank;
     r.obs_shape = shape;
     r.sample_calls = in.sample_calls;
     r.uptime_s = in.uptime_s;
@@ -1063,9 +1063,9 @@ fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, co
     if (cfg->replay_capacity < 1)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.capacity = %" PRId64 ": expected >= 1",
                           cfg->replay_capacity);
-    if (!obs || fl_wire_sig_obs_bytes(obs) == 0)
+    if (!obs || fl_obs_spec_bytes(&obs->obs) == 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: invalid observation signature (dtype %d, rank %d)",
-                          shard, obs ? (int)obs->obs_dtype : -1, obs ? obs->obs_rank : -1);
+                          shard, obs ? (int)obs->obs.dtype : -1, obs ? obs->obs.rank : -1);
     if (obs->num_actions < 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: num_actions %d, expected >= 0", shard,
                           obs->num_actions);
@@ -1087,7 +1087,7 @@ fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, co
     fl_replay_service_t *s = calloc(1, sizeof *s);
     if (!s) return fl_err_set(err, FL_NO_MEMORY, "replay shard %d: out of memory", shard);
     s->sig = *obs;
-    s->obs_bytes = fl_wire_sig_obs_bytes(obs);
+    s->obs_bytes = fl_obs_spec_bytes(&obs->obs);
     s->shard = shard;
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
@@ -1112,9 +1112,7 @@ fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, co
     fl_table_config_t tc;
     fl_table_config_init(&tc);
     tc.capacity = ((uint64_t)cfg->replay_capacity + shards - 1) / shards;
-    tc.obs_dtype = obs->obs_dtype;
-    tc.obs_rank = obs->obs_rank;
-    for (int d = 0; d < obs->obs_rank; d++) tc.obs_shape[d] = obs->obs_shape[d];
+    tc.obs = fl_obs_spec_make(obs->obs.dtype, obs->obs.rank, obs->obs.shape);
     tc.alpha = cfg->replay_alpha;
     tc.priority_eps = cfg->replay_priority_eps;
     tc.max_times_sampled = cfg->replay_max_times_sampled;

@@ -119,7 +119,7 @@ fl_status fl_selector_parse(const char *name, fl_selector *out, fl_err_t *err) {
 void fl_table_config_init(fl_table_config_t *cfg) {
     memset(cfg, 0, sizeof(*cfg));
     cfg->capacity = 2000000;
-    cfg->obs_dtype = FL_DTYPE_INVALID;
+    cfg->obs.dtype = FL_DTYPE_INVALID;
     cfg->alpha = 0.6;
     cfg->priority_eps = 1e-6;
     cfg->shard_id = 0;
@@ -161,16 +161,16 @@ static fl_status check_config(const fl_table_config_t *cfg, size_t *obs_bytes, f
     if (cfg->capacity < 1 || cfg->capacity > max_capacity)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "table capacity %" PRIu64 ": expected 1 .. %" PRIu64,
                           cfg->capacity, max_capacity);
-    size_t elem = fl_dtype_size(cfg->obs_dtype);
+    const fl_obs_spec_t *obs = &cfg->obs;
+    size_t elem = fl_dtype_size(obs->dtype);
     if (elem == 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "table obs_dtype %d: expected a valid dtype",
-                          (int)cfg->obs_dtype);
-    if (cfg->obs_rank < 0 || cfg->obs_rank > FL_TABLE_MAX_RANK)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "table obs_rank %d: expected 0 .. %d", cfg->obs_rank,
-                          FL_TABLE_MAX_RANK);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "table obs_dtype %d: expected a valid dtype", (int)obs->dtype);
+    if (obs->rank < 0 || obs->rank > FL_OBS_MAX_RANK)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "table obs_rank %d: expected 0 .. %d", obs->rank,
+                          FL_OBS_MAX_RANK);
     size_t bytes = elem;
-    for (int d = 0; d < cfg->obs_rank; d++) {
-        int dim = cfg->obs_shape[d];
+    for (int d = 0; d < obs->rank; d++) {
+        int dim = obs->shape[d];
         if (dim < 1)
             return fl_err_set(err, FL_INVALID_ARGUMENT, "table obs_shape[%d] = %d: expected >= 1", d, dim);
         if (bytes > SIZE_MAX / (size_t)dim)
@@ -180,7 +180,7 @@ static fl_status check_config(const fl_table_config_t *cfg, size_t *obs_bytes, f
     fl_frames_layout_t lay;
     fl_err_t e2;
     fl_err_init(&e2);
-    if (fl_frames_layout_init(&lay, bytes, elem, cfg->obs_rank > 0 ? cfg->obs_shape[cfg->obs_rank - 1] : 1,
+    if (fl_frames_layout_init(&lay, bytes, elem, obs->rank > 0 ? obs->shape[obs->rank - 1] : 1,
                               cfg->frame_stack, cfg->zstd_level, &e2) != FL_OK)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "table %s", e2.msg);
     size_t stride = row_stride(row_bytes(cfg->frame_stack));
@@ -221,8 +221,8 @@ fl_status fl_table_create(const fl_table_config_t *cfg, fl_table_t **out, fl_err
     {
         fl_err_t e2;
         fl_err_init(&e2);
-        (void)fl_frames_layout_init(&t->lay, obs_bytes, fl_dtype_size(cfg->obs_dtype),
-                                    cfg->obs_rank > 0 ? cfg->obs_shape[cfg->obs_rank - 1] : 1, cfg->frame_stack,
+        (void)fl_frames_layout_init(&t->lay, obs_bytes, fl_dtype_size(cfg->obs.dtype),
+                                    cfg->obs.rank > 0 ? cfg->obs.shape[cfg->obs.rank - 1] : 1, cfg->frame_stack,
                                     cfg->zstd_level, &e2); /* checked by check_config */
     }
     t->row_bytes = row_bytes(cfg->frame_stack);
@@ -1022,6 +1022,10 @@ done:
 #error "replay checkpoints are written in host order, which must be little-endian"
 #endif
 
+/* The header holds 4 shape entries whatever the rank (unused ones 0). */
+#define CKPT_SHAPE_DIMS 4
+_Static_assert(FL_OBS_MAX_RANK == CKPT_SHAPE_DIMS, "the checkpoint header holds FL_OBS_MAX_RANK shape entries");
+
 
 /* The header as a byte buffer with a cursor. */
 typedef struct {
@@ -1073,9 +1077,9 @@ static void header_encode(hdr_t *h, const fl_table_config_t *c, uint64_t obs_byt
     put_u32(h, FL_TABLE_CKPT_HEADER_BYTES);
     put_u64(h, c->capacity);
     put_u32(h, (uint32_t)c->selector);
-    put_u32(h, (uint32_t)c->obs_dtype);
-    put_u32(h, (uint32_t)c->obs_rank);
-    for (int d = 0; d < FL_TABLE_MAX_RANK; d++) put_u32(h, d < c->obs_rank ? (uint32_t)c->obs_shape[d] : 0);
+    put_u32(h, (uint32_t)c->obs.dtype);
+    put_u32(h, (uint32_t)c->obs.rank);
+    for (int d = 0; d < CKPT_SHAPE_DIMS; d++) put_u32(h, d < c->obs.rank ? (uint32_t)c->obs.shape[d] : 0);
     put_u32(h, (uint32_t)c->shard_id);
     put_u64(h, (uint64_t)c->max_times_sampled);
     put_f64(h, c->alpha);
@@ -1100,12 +1104,12 @@ static void header_decode(hdr_t *h, fl_table_config_t *c, uint64_t *obs_bytes, c
     fl_table_config_init(c);
     c->capacity = get_u64(h);
     c->selector = (fl_selector)get_u32(h);
-    c->obs_dtype = (fl_dtype)get_u32(h);
+    c->obs.dtype = (fl_dtype)get_u32(h);
     uint32_t rank = get_u32(h);
-    c->obs_rank = rank > (uint32_t)FL_TABLE_MAX_RANK ? -1 : (int)rank;
-    for (int d = 0; d < FL_TABLE_MAX_RANK; d++) {
+    c->obs.rank = rank > (uint32_t)CKPT_SHAPE_DIMS ? -1 : (int)rank;
+    for (int d = 0; d < CKPT_SHAPE_DIMS; d++) {
         uint32_t v = get_u32(h);
-        c->obs_shape[d] = v > INT32_MAX ? -1 : (int)v;
+        c->obs.shape[d] = v > INT32_MAX ? -1 : (int)v;
     }
     uint32_t shard = get_u32(h);
     c->shard_id = shard > 255 ? -1 : (int)shard;
@@ -1350,11 +1354,11 @@ static fl_status check_signature(const char *path, const fl_table_config_t *f, c
                       "checkpoint %s: " field " " fmt " in the file, " fmt " configured for this shard", path, fv, \
                       ev)
     if (f->capacity != e->capacity) MISMATCH("capacity", "%" PRIu64, f->capacity, e->capacity);
-    if (f->obs_dtype != e->obs_dtype)
-        MISMATCH("obs_dtype", "%s", fl_dtype_name(f->obs_dtype), fl_dtype_name(e->obs_dtype));
-    if (f->obs_rank != e->obs_rank) MISMATCH("obs_rank", "%d", f->obs_rank, e->obs_rank);
-    for (int d = 0; d < f->obs_rank; d++)
-        if (f->obs_shape[d] != e->obs_shape[d]) MISMATCH("obs_shape", "%d", f->obs_shape[d], e->obs_shape[d]);
+    if (f->obs.dtype != e->obs.dtype)
+        MISMATCH("obs_dtype", "%s", fl_dtype_name(f->obs.dtype), fl_dtype_name(e->obs.dtype));
+    if (f->obs.rank != e->obs.rank) MISMATCH("obs_rank", "%d", f->obs.rank, e->obs.rank);
+    for (int d = 0; d < f->obs.rank; d++)
+        if (f->obs.shape[d] != e->obs.shape[d]) MISMATCH("obs_shape", "%d", f->obs.shape[d], e->obs.shape[d]);
     if (f->selector != e->selector)
         MISMATCH("selector", "%s", fl_selector_name(f->selector), fl_selector_name(e->selector));
     if (f->max_times_sampled != e->max_times_sampled)

@@ -55,11 +55,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/dtype.h"
+#include "common/obs.h"
 #include "common/status.h"
 #include "replay/frames.h"
 
-#define FL_TABLE_MAX_RANK 4
 #define FL_TABLE_KEY_SHARD_SHIFT 56
 #define FL_TABLE_KEY_SEQ_MASK ((UINT64_C(1) << FL_TABLE_KEY_SHARD_SHIFT) - 1)
 
@@ -88,9 +87,8 @@ fl_status fl_selector_parse(const char *name, fl_selector *out, fl_err_t *err);
 
 typedef struct fl_table_config {
     uint64_t capacity;                 /* items, >= 1 (any value) */
-    fl_dtype obs_dtype;                /* element type of obs and next_obs */
-    int obs_rank;                      /* 0 .. FL_TABLE_MAX_RANK (0: a scalar) */
-    int obs_shape[FL_TABLE_MAX_RANK];  /* first obs_rank entries, each >= 1 */
+    fl_obs_spec_t obs;                 /* element type and per-item shape of obs and next_obs
+                                          (rank 0 .. FL_OBS_MAX_RANK, 0: a scalar) */
     double alpha;                      /* priority exponent, finite, >= 0 (0: uniform) */
     double priority_eps;               /* added to |TD| before alpha, finite, >= 0 */
     int shard_id;                      /* 0 .. 255, the top 8 bits of every key */
@@ -107,7 +105,7 @@ typedef struct fl_table_config {
 
 /* Ape-X defaults: capacity 2,000,000, alpha 0.6, priority_eps 1e-6, shard 0, seed 0,
  * selector prioritized, max_times_sampled 0 (unlimited), rebuild_every 2^20, frame_stack
- * 1, zstd_level 0; the caller still sets obs_dtype, obs_rank and obs_shape. */
+ * 1, zstd_level 0; the caller still sets obs. */
 void fl_table_config_init(fl_table_config_t *cfg);
 
 typedef struct fl_table fl_table_t;

@@ -287,9 +287,9 @@ static void fixture_start_wrapped(fixture_t *f, int num_envs, int count, const c
     fl_err_init(&err);
     fl_wire_sig_t sig;
     memset(&sig, 0, sizeof sig);
-    sig.obs_dtype = FL_DTYPE_FLOAT32;
-    sig.obs_rank = 1;
-    sig.obs_shape[0] = obs_len;
+    sig.obs.dtype = FL_DTYPE_FLOAT32;
+    sig.obs.rank = 1;
+    sig.obs.shape[0] = obs_len;
     sig.num_actions = 2;
     if (fl_replay_service_create(c, 0, &sig, &f->replay, &err) != FL_OK ||
         fl_replay_service_start(f->replay, "127.0.0.1:0", f->replay_addr, sizeof f->replay_addr, &err) != FL_OK)

@@ -508,7 +508,7 @@ static void set_key(fl_config_t *c, const char *kv) {
 static void replay_start(services_t *sv, const char *listen) {
     fl_err_t err = {0};
     fl_wire_sig_t sig = {
-        .obs_dtype = FL_DTYPE_FLOAT32, .obs_rank = 1, .obs_shape = {CP_DIM}, .num_actions = CP_ACTIONS};
+        .obs = {.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {CP_DIM}}, .num_actions = CP_ACTIONS};
     assert_int_equal(fl_replay_service_create(&sv->cfg, 0, &sig, &sv->replay, &err), FL_OK);
     if (fl_replay_service_start(sv->replay, listen, sv->replay_addr, sizeof sv->replay_addr, &err) != FL_OK) {
         print_error("replay on %s: %s\n", listen, err.msg);

@@ -50,10 +50,10 @@ static fl_table_config_t make_cfg(uint64_t capacity, fl_selector sel, int64_t mt
     fl_table_config_t c;
     fl_table_config_init(&c);
     c.capacity = capacity;
-    c.obs_dtype = FL_DTYPE_UINT8;
-    c.obs_rank = 2;
-    c.obs_shape[0] = OBS_H;
-    c.obs_shape[1] = OBS_W;
+    c.obs.dtype = FL_DTYPE_UINT8;
+    c.obs.rank = 2;
+    c.obs.shape[0] = OBS_H;
+    c.obs.shape[1] = OBS_W;
     c.alpha = 0.6;
     c.priority_eps = 1e-3;
     c.shard_id = 3;
@@ -452,10 +452,10 @@ static void test_malformed(void **state) {
     other.capacity = 40;
     expect_load_error(good, len, &other, FL_INVALID_ARGUMENT, "capacity 37 in the file", "40 configured");
     other = cfg;
-    other.obs_shape[1] = 6;
+    other.obs.shape[1] = 6;
     expect_load_error(good, len, &other, FL_INVALID_ARGUMENT, "obs_shape 5 in the file", "6 configured");
     other = cfg;
-    other.obs_dtype = FL_DTYPE_FLOAT32;
+    other.obs.dtype = FL_DTYPE_FLOAT32;
     expect_load_error(good, len, &other, FL_INVALID_ARGUMENT, "obs_dtype", "configured");
     other = cfg;
     other.selector = FL_SELECTOR_UNIFORM;
@@ -541,7 +541,7 @@ static void test_save_errors(void **state) {
 
 /* ---- the service -------------------------------------------------------------------- */
 
-static const fl_wire_sig_t SIG = {FL_DTYPE_UINT8, 2, {OBS_H, OBS_W}, 4};
+static const fl_wire_sig_t SIG = {{FL_DTYPE_UINT8, 2, {OBS_H, OBS_W}}, 4};
 
 static fl_config_t service_cfg(void) {
     fl_config_t c;

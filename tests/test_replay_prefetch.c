@@ -21,7 +21,7 @@
 #define OBS_DIM 4
 #define OBS_BYTES (OBS_DIM * sizeof(float))
 #define N_ITEMS 600
-static const fl_wire_sig_t SIG = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}, 3};
+static const fl_wire_sig_t SIG = {{FL_DTYPE_FLOAT32, 1, {OBS_DIM}}, 3};
 static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 
 static fl_replay_service_t *start(char *addr, size_t len, int64_t min_size) {

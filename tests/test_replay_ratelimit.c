@@ -47,7 +47,7 @@ static void test_arithmetic(void **state) {
 }
 
 #define OBS_DIM 4
-static const fl_wire_sig_t SIG = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}, 2};
+static const fl_wire_sig_t SIG = {{FL_DTYPE_FLOAT32, 1, {OBS_DIM}}, 2};
 static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 #define BATCH 50
 #define TOTAL 4000

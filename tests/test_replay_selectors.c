@@ -24,9 +24,9 @@ static fl_table_t *make_table(uint64_t capacity, fl_selector sel, int64_t mts, d
     fl_table_config_t cfg;
     fl_table_config_init(&cfg);
     cfg.capacity = capacity;
-    cfg.obs_dtype = FL_DTYPE_INT32;
-    cfg.obs_rank = 1;
-    cfg.obs_shape[0] = 2;
+    cfg.obs.dtype = FL_DTYPE_INT32;
+    cfg.obs.rank = 1;
+    cfg.obs.shape[0] = 2;
     cfg.alpha = alpha;
     cfg.priority_eps = eps;
     cfg.seed = seed;
@@ -149,9 +149,9 @@ static void test_config_defaults_and_validation(void **state) {
     assert_int_equal(good.max_times_sampled, 0);
     assert_int_equal(good.rebuild_every, UINT64_C(1) << 20);
     good.capacity = 10;
-    good.obs_dtype = FL_DTYPE_FLOAT32;
-    good.obs_rank = 1;
-    good.obs_shape[0] = 4;
+    good.obs.dtype = FL_DTYPE_FLOAT32;
+    good.obs.rank = 1;
+    good.obs.shape[0] = 4;
     struct {
         fl_selector selector;
         int64_t mts;
@@ -670,9 +670,9 @@ static void test_periodic_and_on_demand_rebuild(void **state) {
     fl_table_config_t cfg;
     fl_table_config_init(&cfg);
     cfg.capacity = 50;
-    cfg.obs_dtype = FL_DTYPE_INT32;
-    cfg.obs_rank = 1;
-    cfg.obs_shape[0] = 2;
+    cfg.obs.dtype = FL_DTYPE_INT32;
+    cfg.obs.rank = 1;
+    cfg.obs.shape[0] = 2;
     cfg.rebuild_every = 100;
     fl_table_t *t = NULL;
     assert_int_equal(fl_table_create(&cfg, &t, NULL), FL_OK);

@@ -28,7 +28,7 @@
 #define OBS_BYTES (OBS_DIM * sizeof(float))
 #define NUM_ACTIONS 3
 
-static const fl_wire_sig_t SIG = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}, NUM_ACTIONS};
+static const fl_wire_sig_t SIG = {{FL_DTYPE_FLOAT32, 1, {OBS_DIM}}, NUM_ACTIONS};
 static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 
 /* ---- helpers --------------------------------------------------------------- */
@@ -161,7 +161,7 @@ typedef struct req_msg {
 
 static void req_make(req_msg_t *m, uint64_t stream, uint64_t seq, const cols_t *c) {
     fl_wire_batch_t b = {c->n, OBS_BYTES, c->obs, c->actions, c->rewards, c->discounts, c->next_obs, c->priorities};
-    fl_wire_encode_batch(&m->bm, &SIG, &b);
+    fl_wire_encode_batch(&m->bm, &SIG.obs, &b);
     fleet__insert_request__init(&m->req);
     m->req.stream_id = stream;
     m->req.sequence = seq;
@@ -1214,7 +1214,7 @@ static void test_create_checks(void **state) {
     assert_null(svc);
     assert_non_null(strstr(e.msg, "shard 4"));
     fl_wire_sig_t bad = SIG;
-    bad.obs_dtype = FL_DTYPE_INVALID;
+    bad.obs.dtype = FL_DTYPE_INVALID;
     assert_int_equal(fl_replay_service_create(&cfg, 1, &bad, &svc, &e), FL_INVALID_ARGUMENT);
     assert_int_equal(fl_replay_service_create(&cfg, 3, &SIG, &svc, &e), FL_OK);
     fl_replay_info_t in;

@@ -35,7 +35,7 @@
 #define ALPHA 0.6
 #define BETA 0.4
 
-static const fl_wire_sig_t SIG = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}, NUM_ACTIONS};
+static const fl_wire_sig_t SIG = {{FL_DTYPE_FLOAT32, 1, {OBS_DIM}}, NUM_ACTIONS};
 static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 
 /* ---- fixture ------------------------------------------------------------------------ */
@@ -81,9 +81,9 @@ static void fixture_start_sel(fixture_t *f, int64_t min_size, const char *select
     fl_table_config_t tc;
     fl_table_config_init(&tc);
     tc.capacity = 4096;
-    tc.obs_dtype = FL_DTYPE_FLOAT32;
-    tc.obs_rank = 1;
-    tc.obs_shape[0] = OBS_DIM;
+    tc.obs.dtype = FL_DTYPE_FLOAT32;
+    tc.obs.rank = 1;
+    tc.obs.shape[0] = OBS_DIM;
     tc.alpha = ALPHA;
     tc.priority_eps = f->cfg.replay_priority_eps;
     tc.seed = 99;

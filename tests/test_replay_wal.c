@@ -33,7 +33,7 @@
 #define NUM_ACTIONS 3
 
 static const fl_wire_sig_t SIG = {
-    .obs_dtype = FL_DTYPE_FLOAT32, .obs_rank = 1, .obs_shape = {OBS_DIM}, .num_actions = NUM_ACTIONS};
+    .obs = {.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {OBS_DIM}}, .num_actions = NUM_ACTIONS};
 static const fl_obs_spec_t SPEC = {.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {OBS_DIM}};
 
 static char g_dir[64];
@@ -532,7 +532,7 @@ static Fleet__InsertResponse *raw_insert(const char *addr, batch_t *batches, siz
                              .next_obs = c.next_obs,
                              .priorities = c.priorities};
         fl_wire_batch_msg_t bm;
-        fl_wire_encode_batch(&bm, &SIG, &b);
+        fl_wire_encode_batch(&bm, &SIG.obs, &b);
         Fleet__InsertRequest req = FLEET__INSERT_REQUEST__INIT;
         req.stream_id = batches[i].stream;
         req.sequence = batches[i].seq;
