@@ -35,6 +35,7 @@
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "replay/ratelimit.h"
+#include "replay/selector.h"
 #include "replay/wal.h"
 
 #define M_INSERT "/fleet.Replay/Insert"
@@ -847,7 +848,7 @@ static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_r
     resp.probabilities = probs;
     resp.table_size = ti.size;
     resp.total_priority = ti.total_priority;
-    int prioritized = fl_table_config(s->table)->selector == FL_SELECTOR_PRIORITIZED;
+    int prioritized = fl_selector_ops(fl_table_config(s->table)->selector)->prioritized;
     resp.min_priority = prioritized ? min_priority_of(B, beta, probs, weights, ti.total_priority) : 0.0;
     resp.shard_id = (uint32_t)s->shard;
     resp.sampling_mass = prioritized ? ti.total_priority : (double)ti.size;
@@ -906,8 +907,9 @@ void fl_replay_service_info(fl_replay_service_t *s, fl_replay_info_t *out) {
     out->sample_calls = atomic_load(&s->sample_calls);
     out->rejected = atomic_load(&s->rejected);
     out->total_priority = ti.total_priority;
-    out->sampling_mass = tc->selector == FL_SELECTOR_PRIORITIZED ? ti.total_priority : (double)ti.size;
-    out->min_priority = tc->selector == FL_SELECTOR_PRIORITIZED ? ti.min_priority : 0.0;
+    int prioritized = fl_selector_ops(tc->selector)->prioritized;
+    out->sampling_mass = prioritized ? ti.total_priority : (double)ti.size;
+    out->min_priority = prioritized ? ti.min_priority : 0.0;
     out->storage_bytes = ti.storage_bytes;
     out->frames = ti.frames;
     /* The wire reports priorities as stored for sampling: (p + eps)^alpha. */
