@@ -457,12 +457,142 @@ fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_
 
 /* ---- sample ------------------------------------------------------------------------- */
 
+/* The caller's output columns of one sample (any may be NULL). */
+typedef struct {
+    uint64_t *keys;
+    double *probs;
+    float *weights;
+    uint8_t *obs, *next_obs;
+    int32_t *actions;
+    float *rewards, *discounts;
+} sample_out_t;
+
+/* Everything a copy after the lock may need is allocated before any draw, so that a lack
+ * of memory never costs draws (max_times_sampled) or returns a partial batch: *held, room
+ * for (B) chunk pointers then (B, 2 * stack) frame indices, and *rd, a decompressor when
+ * the table may hold compressed chunks (they appear only through inserts with
+ * zstd_level > 0 or a load). */
+static fl_status prepare_copy_out(fl_table_t *t, size_t B, const sample_out_t *o, void **held,
+                                  fl_frames_reader_t **rd, fl_err_t *err) {
+    if (!o->obs && !o->next_obs) return FL_OK;
+    const size_t S = (size_t)t->lay.stack;
+    *held = malloc(B * (sizeof(fl_chunk_t *) + 2 * S * sizeof(uint16_t)));
+    fl_err_t e2;
+    fl_err_init(&e2);
+    if (!*held ||
+        ((t->lay.zstd_level > 0 || atomic_load(&t->zstd_chunks) > 0) && fl_frames_reader_create(&t->lay, rd, &e2) != FL_OK))
+        return fl_err_set(err, FL_NO_MEMORY, "sample: cannot allocate room to copy %zu items out", B);
+    return FL_OK;
+}
+
+/* Whether B draws can be given now (under the lock), given the tree's total. */
+static int can_draw(const fl_table_t *t, size_t B, double total) {
+    return !(t->size == 0 || (t->sel->prioritized && !(total > 0.0)) || (t->mts > 0 && t->draws_left < B));
+}
+
+/* Why B draws cannot be given, from the figures read under the lock. */
+static fl_status refuse_sample(const fl_table_t *t, size_t B, uint64_t size, uint64_t left, double total,
+                               fl_err_t *err) {
+    if (size == 0) return fl_err_set(err, FL_FAILED_PRECONDITION, "sample: the table is empty");
+    if (t->sel->prioritized && !(total > 0.0))
+        return fl_err_set(err, FL_FAILED_PRECONDITION, "sample: all %" PRIu64 " items have priority 0", size);
+    return fl_err_set(err, FL_FAILED_PRECONDITION,
+                      "sample: the live items can give %" PRIu64 " more draws (max_times_sampled %u), %zu asked", left,
+                      t->mts, B);
+}
+
+/* Under the lock: copies the drawn rows' scalars out, and their observations too unless
+ * `unlocked`, in which case each row's chunk gets a reference (dropped by copy_held) and
+ * its frame indices go to `held` (the slot itself may be reused once the lock is
+ * released). Two random reads per item (its row, then its frames in a chunk): rows are
+ * fetched 2 * PREFETCH_AHEAD items ahead, their frames PREFETCH_AHEAD ahead. */
+static void copy_rows_locked(fl_table_t *t, size_t B, const uint64_t *slots, const sample_out_t *o, int unlocked,
+                             void *held) {
+    const size_t ob = t->obs_bytes, S = (size_t)t->lay.stack;
+    uint8_t *obs_out = o->obs, *next_out = o->next_obs;
+    int32_t *actions = o->actions;
+    float *rewards = o->rewards, *discounts = o->discounts;
+    const int want_obs = obs_out || next_out;
+    if (!want_obs && !actions && !rewards && !discounts) return;
+    const int raw = want_obs && !unlocked;
+    const size_t fb = t->lay.frame_bytes;
+    for (size_t j = 0; j < B; j++) {
+        if (j + 2 * PREFETCH_AHEAD < B) __builtin_prefetch(fl__table_row(t, slots[j + 2 * PREFETCH_AHEAD]));
+        if (raw && j + PREFETCH_AHEAD < B) {
+            const uint8_t *ra = (const uint8_t *)fl__table_row(t, slots[j + PREFETCH_AHEAD]);
+            const fl_chunk_t *ca;
+            memcpy(&ca, ra + FL__ROW_CHUNK, sizeof(ca));
+            const uint16_t *ixa = (const uint16_t *)(ra + FL__ROW_IDX);
+            if (obs_out) __builtin_prefetch(ca->data + (size_t)ixa[0] * fb);
+            if (next_out) __builtin_prefetch(ca->data + (size_t)ixa[S] * fb);
+        }
+        const uint8_t *r = (const uint8_t *)fl__table_row(t, slots[j]);
+        fl__row_head_t h;
+        memcpy(&h, r, sizeof(h));
+        if (actions) actions[j] = h.action;
+        if (rewards) rewards[j] = h.reward;
+        if (discounts) discounts[j] = h.discount;
+        if (!want_obs) continue;
+        fl_chunk_t *c;
+        memcpy(&c, r + FL__ROW_CHUNK, sizeof(c));
+        const uint16_t *ix = (const uint16_t *)(r + FL__ROW_IDX);
+        if (unlocked) {
+            fl_chunk_retain(c, 1);
+            ((fl_chunk_t **)held)[j] = c;
+            memcpy((uint16_t *)((fl_chunk_t **)held + B) + j * 2 * S, ix, 2 * S * sizeof(uint16_t));
+            continue;
+        }
+        if (S == 1 && !c->compressed) { /* one raw frame per observation: a plain copy */
+            if (obs_out) memcpy(obs_out + j * ob, c->data + (size_t)ix[0] * ob, ob);
+            if (next_out) memcpy(next_out + j * ob, c->data + (size_t)ix[1] * ob, ob);
+            continue;
+        }
+        if (obs_out) (void)fl_frames_gather(&t->lay, c, ix, NULL, obs_out + j * ob);
+        if (next_out) (void)fl_frames_gather(&t->lay, c, ix + S, NULL, next_out + j * ob);
+    }
+}
+
+/* After the lock: the observations of the rows copy_rows_locked held, out of their
+ * chunks (decompressed with rd), dropping the references. */
+static fl_status copy_held(fl_table_t *t, size_t B, const sample_out_t *o, void *held, fl_frames_reader_t *rd,
+                           fl_err_t *err) {
+    const size_t ob = t->obs_bytes, S = (size_t)t->lay.stack;
+    fl_chunk_t **hc = held;
+    const uint16_t *hix = (const uint16_t *)(hc + B);
+    int bad = 0;
+    for (size_t j = 0; j < B; j++) {
+        const uint16_t *ix = hix + j * 2 * S;
+        if (o->obs) bad |= fl_frames_gather(&t->lay, hc[j], ix, rd, o->obs + j * ob);
+        if (o->next_obs) bad |= fl_frames_gather(&t->lay, hc[j], ix + S, rd, o->next_obs + j * ob);
+        fl_chunk_release(hc[j], 1);
+    }
+    if (bad) return fl_err_set(err, FL_DATA_LOSS, "sample: a stored frame no longer decompresses");
+    return FL_OK;
+}
+
+/* w_j = (N P_j)^-beta / (N P_min)^-beta = (q_min / q_j)^beta, with q_j >= q_min > 0 (1
+ * when draws ignore priorities). A weight too small for a float is raised to FLT_MIN so
+ * that it stays positive. */
+static void importance_weights(const fl_table_t *t, size_t B, double beta, double qmin, const double *q,
+                               float *weights) {
+    if (!t->sel->prioritized || beta == 0.0) {
+        for (size_t j = 0; j < B; j++) weights[j] = 1.0f;
+        return;
+    }
+    for (size_t j = 0; j < B; j++) {
+        double r = qmin / q[j];
+        float wj = (float)(beta == 1.0 ? r : beta == 0.5 ? sqrt(r) : pow(r, beta));
+        weights[j] = wj > 0.0f ? wj : FLT_MIN;
+    }
+}
+
 fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, double *probs,
                           float *weights, void *obs, int32_t *actions, float *rewards,
                           float *discounts, void *next_obs, fl_err_t *err) {
     if (B == 0) return fl_err_set(err, FL_INVALID_ARGUMENT, "sample: batch size 0, expected >= 1");
     if (!isfinite(beta) || beta < 0.0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "sample: beta %g, expected a finite value >= 0", beta);
+    const sample_out_t o = {keys, probs, weights, obs, next_obs, actions, rewards, discounts};
     fl_status s = FL_OK;
     void *held = NULL; /* unlocked copy: (B) chunk pointers, then (B, 2 * stack) frame indices */
     fl_frames_reader_t *rd = NULL; /* decompressor, when the table may hold compressed chunks */
@@ -474,36 +604,15 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
         s = fl_err_set(err, FL_NO_MEMORY, "sample: cannot allocate scratch for %zu items", B);
         goto done;
     }
-    /* Everything a copy after the lock may need is allocated before any draw, so that a
-     * lack of memory never costs draws (max_times_sampled) or returns a partial batch.
-     * Compressed chunks appear only through inserts with zstd_level > 0 or a load. */
-    const size_t S_ = (size_t)t->lay.stack;
-    if (obs || next_obs) {
-        held = malloc(B * (sizeof(fl_chunk_t *) + 2 * S_ * sizeof(uint16_t)));
-        fl_err_t e2;
-        fl_err_init(&e2);
-        if (!held || ((t->lay.zstd_level > 0 || atomic_load(&t->zstd_chunks) > 0) &&
-                      fl_frames_reader_create(&t->lay, &rd, &e2) != FL_OK)) {
-            s = fl_err_set(err, FL_NO_MEMORY, "sample: cannot allocate room to copy %zu items out", B);
-            goto done;
-        }
-    }
+    if ((s = prepare_copy_out(t, B, &o, &held, &rd, err)) != FL_OK) goto done;
 
     pthread_mutex_lock(&t->mu);
     double total = fl_sumtree_total(t->tree);
     double qmin = fl_sumtree_min(t->tree);
-    int prioritized = t->sel->prioritized;
-    if (t->size == 0 || (prioritized && !(total > 0.0)) || (t->mts > 0 && t->draws_left < B)) {
+    if (!can_draw(t, B, total)) {
         uint64_t size = t->size, left = t->draws_left;
         pthread_mutex_unlock(&t->mu);
-        if (size == 0)
-            s = fl_err_set(err, FL_FAILED_PRECONDITION, "sample: the table is empty");
-        else if (prioritized && !(total > 0.0))
-            s = fl_err_set(err, FL_FAILED_PRECONDITION, "sample: all %" PRIu64 " items have priority 0", size);
-        else
-            s = fl_err_set(err, FL_FAILED_PRECONDITION,
-                           "sample: the live items can give %" PRIu64 " more draws (max_times_sampled %u), %zu asked",
-                           left, t->mts, B);
+        s = refuse_sample(t, B, size, left, total, err);
         goto done;
     }
     /* Keys and rows are read after the draws: a removed item keeps its row and its place
@@ -512,86 +621,15 @@ fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, 
     t->sel->select(t, B, slots, q, probs);
     if (keys)
         for (size_t j = 0; j < B; j++) keys[j] = fl_table_key_make(t->cfg.shard_id, fl__table_slot_seq(t, w, slots[j]));
-    const size_t ob = t->obs_bytes, S = (size_t)t->lay.stack;
-    uint8_t *obs_out = obs, *next_out = next_obs;
-    int want_obs = obs_out || next_out;
-    /* Large or compressed batches are copied out after the lock is released: each row's
-     * chunk is held by a reference (taken here, dropped below) and its frame indices are
-     * kept in `held` (the slot itself may be reused meanwhile). */
+    /* Large or compressed batches are copied out after the lock is released. */
     const int need_reader = t->zstd_chunks > 0; /* some chunk is compressed */
-    const int unlocked = want_obs && (need_reader || 2 * ob * B > GATHER_UNLOCKED_BYTES);
-    if (want_obs || actions || rewards || discounts) {
-        /* Two random reads per item (its row, then its frames in a chunk): rows are
-         * fetched 2 * PREFETCH_AHEAD items ahead, their frames PREFETCH_AHEAD ahead. */
-        const int raw = want_obs && !unlocked;
-        const size_t fb = t->lay.frame_bytes;
-        for (size_t j = 0; j < B; j++) {
-            if (j + 2 * PREFETCH_AHEAD < B) __builtin_prefetch(fl__table_row(t, slots[j + 2 * PREFETCH_AHEAD]));
-            if (raw && j + PREFETCH_AHEAD < B) {
-                const uint8_t *ra = (const uint8_t *)fl__table_row(t, slots[j + PREFETCH_AHEAD]);
-                const fl_chunk_t *ca;
-                memcpy(&ca, ra + FL__ROW_CHUNK, sizeof(ca));
-                const uint16_t *ixa = (const uint16_t *)(ra + FL__ROW_IDX);
-                if (obs_out) __builtin_prefetch(ca->data + (size_t)ixa[0] * fb);
-                if (next_out) __builtin_prefetch(ca->data + (size_t)ixa[S] * fb);
-            }
-            const uint8_t *r = (const uint8_t *)fl__table_row(t, slots[j]);
-            fl__row_head_t h;
-            memcpy(&h, r, sizeof(h));
-            if (actions) actions[j] = h.action;
-            if (rewards) rewards[j] = h.reward;
-            if (discounts) discounts[j] = h.discount;
-            if (!want_obs) continue;
-            fl_chunk_t *c;
-            memcpy(&c, r + FL__ROW_CHUNK, sizeof(c));
-            const uint16_t *ix = (const uint16_t *)(r + FL__ROW_IDX);
-            if (unlocked) {
-                fl_chunk_retain(c, 1);
-                ((fl_chunk_t **)held)[j] = c;
-                memcpy((uint16_t *)((fl_chunk_t **)held + B) + j * 2 * S, ix, 2 * S * sizeof(uint16_t));
-                continue;
-            }
-            if (S == 1 && !c->compressed) { /* one raw frame per observation: a plain copy */
-                if (obs_out) memcpy(obs_out + j * ob, c->data + (size_t)ix[0] * ob, ob);
-                if (next_out) memcpy(next_out + j * ob, c->data + (size_t)ix[1] * ob, ob);
-                continue;
-            }
-            if (obs_out) (void)fl_frames_gather(&t->lay, c, ix, NULL, obs_out + j * ob);
-            if (next_out) (void)fl_frames_gather(&t->lay, c, ix + S, NULL, next_out + j * ob);
-        }
-    }
+    const int unlocked = (o.obs || o.next_obs) && (need_reader || 2 * t->obs_bytes * B > GATHER_UNLOCKED_BYTES);
+    copy_rows_locked(t, B, slots, &o, unlocked, held);
     t->sampled += B;
     pthread_mutex_unlock(&t->mu);
 
-    if (unlocked) {
-        fl_chunk_t **hc = held;
-        const uint16_t *hix = (const uint16_t *)(hc + B);
-        int bad = 0;
-        for (size_t j = 0; j < B; j++) {
-            const uint16_t *ix = hix + j * 2 * S;
-            if (obs_out) bad |= fl_frames_gather(&t->lay, hc[j], ix, rd, obs_out + j * ob);
-            if (next_out) bad |= fl_frames_gather(&t->lay, hc[j], ix + S, rd, next_out + j * ob);
-            fl_chunk_release(hc[j], 1);
-        }
-        if (bad) {
-            s = fl_err_set(err, FL_DATA_LOSS, "sample: a stored frame no longer decompresses");
-            goto done;
-        }
-    }
-
-    /* w_j = (N P_j)^-beta / (N P_min)^-beta = (q_min / q_j)^beta, with q_j >= q_min > 0. A
-     * weight too small for a float is raised to FLT_MIN so that it stays positive. */
-    if (weights) {
-        if (!prioritized || beta == 0.0) {
-            for (size_t j = 0; j < B; j++) weights[j] = 1.0f;
-        } else {
-            for (size_t j = 0; j < B; j++) {
-                double r = qmin / q[j];
-                float wj = (float)(beta == 1.0 ? r : beta == 0.5 ? sqrt(r) : pow(r, beta));
-                weights[j] = wj > 0.0f ? wj : FLT_MIN;
-            }
-        }
-    }
+    if (unlocked && (s = copy_held(t, B, &o, held, rd, err)) != FL_OK) goto done;
+    if (weights) importance_weights(t, B, beta, qmin, q, weights);
 done:
     fl_frames_reader_destroy(rd);
     free(held);
@@ -702,6 +740,92 @@ void fl_table_rebuild(fl_table_t *t) {
     pthread_mutex_unlock(&t->mu);
 }
 
+/* fl_table_verify's pass over the slots: empty slots (past the window, or removed) hold
+ * priority 0, live ones are within max_times_sampled and in the live list; counts the
+ * live slots and the draws they can give, and sums their leaves (Kahan, in slot order,
+ * independent of the tree's grouping). */
+static fl_status verify_slots(const fl_table_t *t, double *sum_out, uint64_t *live_out, uint64_t *draws_out,
+                              fl_err_t *err) {
+    double sum = 0.0, c = 0.0;
+    uint64_t live = 0, draws = 0;
+    for (uint64_t sl = 0; sl < t->capacity; sl++) {
+        double v = fl_sumtree_get(t->tree, sl);
+        int in_window = t->window == t->capacity || sl < t->window;
+        if (!in_window && fl__table_slot_gone(t, sl))
+            return fl_err_set(err, FL_INTERNAL, "table: slot %" PRIu64 " past the window is marked removed", sl);
+        if (!in_window || fl__table_slot_gone(t, sl)) {
+            if (v != 0.0) return fl_err_set(err, FL_INTERNAL, "table: empty slot %" PRIu64 " has priority %g", sl, v);
+            continue;
+        }
+        live++;
+        if (t->mts > 0) {
+            uint32_t times = fl__table_row(t, sl)->times;
+            if (times >= t->mts)
+                return fl_err_set(err, FL_INTERNAL, "table: live slot %" PRIu64 " sampled %u times, max %u", sl, times,
+                                  t->mts);
+            if (sampleable(t, v)) draws += t->mts - times;
+            if (t->live_list && (t->live_pos[sl] >= t->size || t->live_list[t->live_pos[sl]] != sl))
+                return fl_err_set(err, FL_INTERNAL, "table: live slot %" PRIu64 " is not in the uniform list", sl);
+        }
+        double y = v - c, z = sum + y;
+        c = (z - sum) - y;
+        sum = z;
+    }
+    *sum_out = sum;
+    *live_out = live;
+    *draws_out = draws;
+    return FL_OK;
+}
+
+/* The counters against what the slots hold. */
+static fl_status verify_counts(const fl_table_t *t, uint64_t live, uint64_t draws, fl_err_t *err) {
+    if (live != t->size)
+        return fl_err_set(err, FL_INTERNAL, "table: size %" PRIu64 " but %" PRIu64 " live slots", t->size, live);
+    /* Every empty slot of the window held an item that was removed; removed items and
+     * live ones are distinct insertions. */
+    if (t->window - live > t->removed || t->removed > t->inserted - live)
+        return fl_err_set(err, FL_INTERNAL, "table: %" PRIu64 " removed of %" PRIu64 " inserted, %" PRIu64 " live",
+                          t->removed, t->inserted, live);
+    if (t->mts > 0 && draws != t->draws_left)
+        return fl_err_set(err, FL_INTERNAL, "table: %" PRIu64 " draws left but the live items give %" PRIu64,
+                          t->draws_left, draws);
+    return FL_OK;
+}
+
+/* Chunks: in insertion order, the rows of one chunk are one run whose length is the
+ * chunk's row count; the frame indices lie within the chunk; the totals add up. */
+static fl_status verify_chunks(const fl_table_t *t, fl_err_t *err) {
+    fl__window_t w = fl__table_window_start(t);
+    uint64_t nchunks = 0, nframes = 0, nbytes = 0;
+    const size_t per = 2 * (size_t)t->lay.stack;
+    for (uint64_t i = 0; i < t->window;) {
+        fl_chunk_t *ch = fl__table_row_chunk(t, fl__table_seq_slot(t, w, w.seq + i));
+        uint64_t e = i;
+        while (e < t->window && fl__table_row_chunk(t, fl__table_seq_slot(t, w, w.seq + e)) == ch) {
+            const uint16_t *ix = fl__table_row_idx(t, fl__table_seq_slot(t, w, w.seq + e));
+            for (size_t k = 0; ch && k < per; k++)
+                if (ix[k] >= ch->nframes)
+                    return fl_err_set(err, FL_INTERNAL, "table: seq %" PRIu64 " frame index %u of a chunk of %u",
+                                      w.seq + e, ix[k], ch->nframes);
+            e++;
+        }
+        if (!ch || ch->rows != e - i || atomic_load(&ch->refs) < 1)
+            return fl_err_set(err, FL_INTERNAL,
+                              "table: seq %" PRIu64 " .. %" PRIu64 " share a chunk that counts %" PRIu64 " rows",
+                              w.seq + i, w.seq + e - 1, ch ? ch->rows : 0);
+        nchunks++;
+        nframes += ch->nframes;
+        nbytes += fl_chunk_alloc_bytes(ch);
+        i = e;
+    }
+    if (nchunks != t->chunks || nframes != t->frames || nbytes != t->chunk_bytes)
+        return fl_err_set(err, FL_INTERNAL,
+                          "table: %" PRIu64 " chunks, %" PRIu64 " frames, %" PRIu64 " bytes counted, %" PRIu64
+                          " / %" PRIu64 " / %" PRIu64 " found",
+                          t->chunks, t->frames, t->chunk_bytes, nchunks, nframes, nbytes);
+    return FL_OK;
+}
+
 fl_status fl_table_verify(fl_table_t *t, fl_err_t *err) {
     fl_status s = FL_OK;
     pthread_mutex_lock(&t->mu);
@@ -711,105 +835,17 @@ fl_status fl_table_verify(fl_table_t *t, fl_err_t *err) {
                        t->window, t->inserted, t->capacity);
         goto done;
     }
-    if ((s = fl_sumtree_verify(t->tree, err)) != FL_OK) goto done;
-    /* One pass over the slots: emptiness, the live count, the draws left, and a Kahan sum
-     * of the live leaves in slot order, independent of the tree's grouping. */
-    double sum = 0.0, c = 0.0;
+    double sum = 0.0;
     uint64_t live = 0, draws = 0;
-    for (uint64_t sl = 0; sl < t->capacity; sl++) {
-        double v = fl_sumtree_get(t->tree, sl);
-        int in_window = t->window == t->capacity || sl < t->window;
-        if (!in_window && fl__table_slot_gone(t, sl)) {
-            s = fl_err_set(err, FL_INTERNAL, "table: slot %" PRIu64 " past the window is marked removed", sl);
-            goto done;
-        }
-        if (!in_window || fl__table_slot_gone(t, sl)) {
-            if (v != 0.0) {
-                s = fl_err_set(err, FL_INTERNAL, "table: empty slot %" PRIu64 " has priority %g", sl, v);
-                goto done;
-            }
-            continue;
-        }
-        live++;
-        if (t->mts > 0) {
-            uint32_t times = fl__table_row(t, sl)->times;
-            if (times >= t->mts) {
-                s = fl_err_set(err, FL_INTERNAL, "table: live slot %" PRIu64 " sampled %u times, max %u", sl, times,
-                               t->mts);
-                goto done;
-            }
-            if (sampleable(t, v)) draws += t->mts - times;
-            if (t->live_list && (t->live_pos[sl] >= t->size || t->live_list[t->live_pos[sl]] != sl)) {
-                s = fl_err_set(err, FL_INTERNAL, "table: live slot %" PRIu64 " is not in the uniform list", sl);
-                goto done;
-            }
-        }
-        double y = v - c, z = sum + y;
-        c = (z - sum) - y;
-        sum = z;
-    }
-    if (live != t->size) {
-        s = fl_err_set(err, FL_INTERNAL, "table: size %" PRIu64 " but %" PRIu64 " live slots", t->size, live);
+    if ((s = fl_sumtree_verify(t->tree, err)) != FL_OK || (s = verify_slots(t, &sum, &live, &draws, err)) != FL_OK ||
+        (s = verify_counts(t, live, draws, err)) != FL_OK ||
+        (t->sel->verify && (s = t->sel->verify(t, err)) != FL_OK) || (s = verify_chunks(t, err)) != FL_OK)
         goto done;
-    }
-    /* Every empty slot of the window held an item that was removed; removed items and
-     * live ones are distinct insertions. */
-    if (t->window - live > t->removed || t->removed > t->inserted - live) {
-        s = fl_err_set(err, FL_INTERNAL, "table: %" PRIu64 " removed of %" PRIu64 " inserted, %" PRIu64 " live",
-                       t->removed, t->inserted, live);
-        goto done;
-    }
-    if (t->mts > 0 && draws != t->draws_left) {
-        s = fl_err_set(err, FL_INTERNAL, "table: %" PRIu64 " draws left but the live items give %" PRIu64,
-                       t->draws_left, draws);
-        goto done;
-    }
-    if (t->sel->verify && (s = t->sel->verify(t, err)) != FL_OK) goto done;
-    /* Chunks: in insertion order, the rows of one chunk are one run whose length is the
-     * chunk's row count; the frame indices lie within the chunk; the totals add up. */
-    {
-        fl__window_t w = fl__table_window_start(t);
-        uint64_t nchunks = 0, nframes = 0, nbytes = 0;
-        const size_t per = 2 * (size_t)t->lay.stack;
-        for (uint64_t i = 0; i < t->window;) {
-            fl_chunk_t *ch = fl__table_row_chunk(t, fl__table_seq_slot(t, w, w.seq + i));
-            uint64_t e = i;
-            while (e < t->window && fl__table_row_chunk(t, fl__table_seq_slot(t, w, w.seq + e)) == ch) {
-                const uint16_t *ix = fl__table_row_idx(t, fl__table_seq_slot(t, w, w.seq + e));
-                for (size_t k = 0; ch && k < per; k++)
-                    if (ix[k] >= ch->nframes) {
-                        s = fl_err_set(err, FL_INTERNAL, "table: seq %" PRIu64 " frame index %u of a chunk of %u",
-                                       w.seq + e, ix[k], ch->nframes);
-                        goto done;
-                    }
-                e++;
-            }
-            if (!ch || ch->rows != e - i || atomic_load(&ch->refs) < 1) {
-                s = fl_err_set(err, FL_INTERNAL,
-                               "table: seq %" PRIu64 " .. %" PRIu64 " share a chunk that counts %" PRIu64 " rows",
-                               w.seq + i, w.seq + e - 1, ch ? ch->rows : 0);
-                goto done;
-            }
-            nchunks++;
-            nframes += ch->nframes;
-            nbytes += fl_chunk_alloc_bytes(ch);
-            i = e;
-        }
-        if (nchunks != t->chunks || nframes != t->frames || nbytes != t->chunk_bytes) {
-            s = fl_err_set(err, FL_INTERNAL,
-                           "table: %" PRIu64 " chunks, %" PRIu64 " frames, %" PRIu64 " bytes counted, %" PRIu64
-                           " / %" PRIu64 " / %" PRIu64 " found",
-                           t->chunks, t->frames, t->chunk_bytes, nchunks, nframes, nbytes);
-            goto done;
-        }
-    }
     /* The tree sums groups of 8 pairwise, a few ulps per level, ~3 per level at worst;
      * 64 ulps covers any supported capacity. */
     double total = fl_sumtree_total(t->tree);
-    if (fabs(total - sum) > 64.0 * DBL_EPSILON * sum) {
+    if (fabs(total - sum) > 64.0 * DBL_EPSILON * sum)
         s = fl_err_set(err, FL_INTERNAL, "table: tree total %.17g != sum of leaves %.17g", total, sum);
-        goto done;
-    }
 done:
     pthread_mutex_unlock(&t->mu);
     return s;

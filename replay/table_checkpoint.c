@@ -479,231 +479,264 @@ fl_status fl_table_load(const char *path, const fl_table_config_t *expected, fl_
     return fl_table_load_extra(path, expected, out, NULL, NULL, err);
 }
 
+/* A checkpoint being loaded: the file, what has been read of it, and what is built from
+ * it. A read that comes up short clears `ok` and is reported once the CRC has been read
+ * (as a read error), so that the phases below need not check every read. */
+typedef struct {
+    const char *path;
+    ckpt_io_t io;
+    uint64_t file_bytes;
+    int ok;
+    fl_table_config_t fc; /* the configuration the table is created with */
+    ckpt_state_t st;
+    fl_table_t *t;
+    double *q;            /* (window) the slots' priorities */
+    fl_chunk_t **chunks;  /* (nchunks) built from the file, owned here until attached */
+    uint64_t nchunks;
+    int attached;         /* the table holds the chunks */
+    uint8_t *extra;       /* (extra_len) the extra section */
+    uint64_t extra_len;
+} load_t;
+
+/* Frees what a failed load built. */
+static void load_abandon(load_t *ld) {
+    if (ld->io.f) fclose(ld->io.f);
+    free(ld->q);
+    free(ld->extra);
+    if (ld->chunks && !ld->attached)
+        for (uint64_t i = 0; i < ld->nchunks; i++) free(ld->chunks[i]); /* never shared */
+    free(ld->chunks);
+    fl_table_destroy(ld->t);
+}
+
+static fl_status load_open(load_t *ld, fl_err_t *err) {
+    ld->io = (ckpt_io_t){fopen(ld->path, "rb"), crc32(0L, Z_NULL, 0), 0};
+    if (!ld->io.f)
+        return fl_err_set(err, errno == ENOENT ? FL_NOT_FOUND : FL_INTERNAL, "checkpoint %s: cannot open: %s",
+                          ld->path, strerror(errno));
+    setvbuf(ld->io.f, NULL, _IOFBF, 1 << 20);
+    struct stat stt;
+    if (fstat(fileno(ld->io.f), &stt) != 0)
+        return fl_err_set(err, FL_INTERNAL, "checkpoint %s: cannot stat: %s", ld->path, strerror(errno));
+    ld->file_bytes = (uint64_t)stt.st_size;
+    return FL_OK;
+}
+
+/* Reads the header: magic, version and length first, then the rest, into *h. */
+static fl_status load_header_bytes(load_t *ld, hdr_t *h, fl_err_t *err) {
+    const char *path = ld->path;
+    memset(h, 0, sizeof(*h));
+    if (ld->file_bytes < 16 || !io_read(&ld->io, h->b, 16))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: %" PRIu64 " bytes, too short for a header", path,
+                          ld->file_bytes);
+    if (memcmp(h->b, FL_TABLE_CKPT_MAGIC, 8) != 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: bad magic, not a fleet replay checkpoint", path);
+    h->at = 8;
+    uint32_t version = get_u32(h), hlen = get_u32(h);
+    if (version != FL_TABLE_CKPT_VERSION)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: format version %u, this build reads version %u",
+                          path, version, FL_TABLE_CKPT_VERSION);
+    if (hlen != FL_TABLE_CKPT_HEADER_BYTES)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: header length %u, expected %u for version %u",
+                          path, hlen, FL_TABLE_CKPT_HEADER_BYTES, version);
+    if (ld->file_bytes < FL_TABLE_CKPT_HEADER_BYTES || !io_read(&ld->io, h->b + 16, FL_TABLE_CKPT_HEADER_BYTES - 16))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: truncated: %" PRIu64 " bytes, header alone is %u",
+                          path, ld->file_bytes, FL_TABLE_CKPT_HEADER_BYTES);
+    return FL_OK;
+}
+
+/* Decodes and checks the header: a valid configuration (equal to `expected` where it
+ * must be), consistent counters, and a file long enough for the slots they announce. */
+static fl_status load_header(load_t *ld, const fl_table_config_t *expected, fl_err_t *err) {
+    const char *path = ld->path;
+    hdr_t h;
+    FL_TRY(load_header_bytes(ld, &h, err));
+    fl_table_config_t *fc = &ld->fc;
+    const ckpt_state_t *st = &ld->st;
+    uint64_t obs_bytes = 0;
+    header_decode(&h, fc, &obs_bytes, &ld->st);
+    size_t want_obs = 0;
+    fl_err_t e2;
+    fl_err_init(&e2);
+    if (fl__table_check_config(fc, &want_obs, &e2) != FL_OK)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: bad configuration in the header: %s", path,
+                          e2.msg);
+    if (obs_bytes != want_obs)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: obs_bytes %" PRIu64 " but the shape gives %zu",
+                          path, obs_bytes, want_obs);
+    if (expected) {
+        FL_TRY(check_signature(path, fc, expected, err));
+        fc->rebuild_every = expected->rebuild_every;
+        fc->zstd_level = expected->zstd_level; /* chunks say whether they are compressed */
+    }
+    uint64_t want_window = st->inserted < fc->capacity ? st->inserted : fc->capacity;
+    if (st->window != want_window || st->size > st->window || st->inserted > FL_TABLE_KEY_SEQ_MASK)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "checkpoint %s: inconsistent counters: inserted %" PRIu64 ", window %" PRIu64
+                          ", size %" PRIu64 " for capacity %" PRIu64,
+                          path, st->inserted, st->window, st->size, fc->capacity);
+    int mts = fc->max_times_sampled > 0, live_list = fl_selector_ops(fc->selector)->live_list;
+    uint64_t fixed = ckpt_fixed_bytes(st->window, st->size, fl__table_row_bytes(fc->frame_stack), mts, live_list);
+    if (ld->file_bytes < FL_TABLE_CKPT_HEADER_BYTES + fixed + CKPT_TAIL_MIN)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "checkpoint %s: %" PRIu64 " bytes, at least %" PRIu64 " expected for %" PRIu64
+                          " slots (truncated)",
+                          path, ld->file_bytes, (uint64_t)FL_TABLE_CKPT_HEADER_BYTES + fixed + CKPT_TAIL_MIN,
+                          st->window);
+    return FL_OK;
+}
+
+/* Creates the table and reads the slots into it: rows, priorities (into ld->q), the
+ * removed-slot bitmap and the live list. */
+static fl_status load_slots(load_t *ld, fl_err_t *err) {
+    fl_table_config_t tc = ld->fc;
+    fl_status s = fl_table_create(&tc, &ld->t, err);
+    if (s != FL_OK) {
+        fl_err_prefix(err, "checkpoint %s", ld->path);
+        return s;
+    }
+    fl_table_t *t = ld->t;
+    uint64_t w = ld->st.window;
+    ld->q = malloc(w ? (size_t)w * sizeof(double) : 1);
+    if (!ld->q)
+        return fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory for %" PRIu64 " priorities", ld->path, w);
+    size_t rb = t->row_bytes;
+    int ok = 1;
+    for (uint64_t r = 0; ok && r < w; r++) ok = io_read(&ld->io, fl__table_row(t, r), rb);
+    ok = ok && io_read(&ld->io, ld->q, (size_t)w * sizeof(double));
+    if (t->gone) ok = ok && io_read(&ld->io, t->gone, (size_t)((w + 63) / 64) * sizeof(uint64_t));
+    if (t->live_list) ok = ok && io_read(&ld->io, t->live_list, (size_t)ld->st.size * sizeof(uint64_t));
+    ld->ok = ok;
+    return FL_OK;
+}
+
+/* Reads the chunk section: every size is checked against what the file has left before
+ * it is allocated or read, and every chunk is validated as it is rebuilt. */
+static fl_status load_chunks(load_t *ld, fl_err_t *err) {
+    const char *path = ld->path;
+    const uint64_t w = ld->st.window, file_bytes = ld->file_bytes;
+    ckpt_io_t *io = &ld->io;
+    ld->ok = ld->ok && io_read(io, &ld->nchunks, sizeof(ld->nchunks));
+    if (!ld->ok) return FL_OK;
+    uint64_t nchunks = ld->nchunks;
+    if (nchunks > w || (w > 0 && nchunks == 0))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: %" PRIu64 " chunks for %" PRIu64 " slots", path,
+                          nchunks, w);
+    if (!(ld->chunks = calloc(nchunks ? (size_t)nchunks : 1, sizeof(fl_chunk_t *))))
+        return fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory for %" PRIu64 " chunks", path, nchunks);
+    for (uint64_t i = 0; i < nchunks; i++) {
+        uint32_t head[2];
+        uint64_t bytes = 0;
+        if (!(ld->ok = io_read(io, head, sizeof(head)) && io_read(io, &bytes, sizeof(bytes)))) break;
+        if (bytes > file_bytes - io->bytes || file_bytes - io->bytes - bytes < 8 + 4)
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "checkpoint %s: chunk %" PRIu64 " of %" PRIu64 " bytes, the file has %" PRIu64
+                              " left (truncated)",
+                              path, i, bytes, file_bytes - io->bytes);
+        uint8_t *data = malloc(bytes ? (size_t)bytes : 1);
+        if (!data) return fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory for chunk %" PRIu64, path, i);
+        fl_status s = FL_OK;
+        fl_err_t e2;
+        fl_err_init(&e2);
+        if ((ld->ok = io_read(io, data, (size_t)bytes)) &&
+            (s = fl_chunk_from_data(&ld->t->lay, head[0], head[1], data, (size_t)bytes, &ld->chunks[i], &e2)) !=
+                FL_OK)
+            fl_err_set(err, s, "checkpoint %s: chunk %" PRIu64 ": %s", path, i, e2.msg);
+        free(data);
+        if (s != FL_OK) return s;
+        if (!ld->ok) break;
+    }
+    return FL_OK;
+}
+
+/* Reads the extra section, whose length must be what the file has left before the CRC,
+ * and the CRC, which must match everything read before it. */
+static fl_status load_extra_and_crc(load_t *ld, fl_err_t *err) {
+    const char *path = ld->path;
+    ckpt_io_t *io = &ld->io;
+    uint64_t elen = UINT64_MAX;
+    int ok = ld->ok && io_read(io, &elen, sizeof(elen));
+    uint64_t want_extra = ok && ld->file_bytes - io->bytes >= 4 ? ld->file_bytes - io->bytes - 4 : 0;
+    if (ok && (elen != want_extra || want_extra > FL_TABLE_CKPT_MAX_EXTRA))
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "checkpoint %s: extra section of %" PRIu64 " bytes, but the file size leaves %" PRIu64
+                          " (at most %u; truncated or trailing bytes)",
+                          path, elen, want_extra, FL_TABLE_CKPT_MAX_EXTRA);
+    ld->extra = malloc(want_extra ? (size_t)want_extra : 1);
+    if (!ld->extra) return fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory", path);
+    ld->extra_len = want_extra;
+    ok = ok && io_read(io, ld->extra, (size_t)want_extra);
+    uint32_t want_crc = (uint32_t)io->crc, crc = 0;
+    ok = ok && fread(&crc, 1, sizeof(crc), io->f) == sizeof(crc);
+    if (!ok)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: read error after %" PRIu64 " bytes", path,
+                          io->bytes);
+    if (crc != want_crc)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "checkpoint %s: CRC-32 %08x in the file, %08x computed: corrupted", path, crc, want_crc);
+    return FL_OK;
+}
+
+/* Points the rows at their chunks, restores the counters and checks the whole table
+ * (check_loaded, then fl_table_verify). */
+static fl_status load_install(load_t *ld, fl_err_t *err) {
+    const char *path = ld->path;
+    fl_table_t *t = ld->t;
+    const ckpt_state_t *st = &ld->st;
+    uint64_t w = st->window;
+    if (t->gone && w % 64 && (t->gone[(w - 1) / 64] >> (w % 64)) != 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: removed bits set past the window", path);
+    FL_TRY(attach_loaded(path, t, w, ld->chunks, ld->nchunks, err));
+    ld->attached = 1;
+    t->inserted = st->inserted;
+    t->window = st->window;
+    t->size = st->size;
+    t->sampled = st->sampled;
+    t->removed = st->removed;
+    t->updates_applied = st->updates_applied;
+    t->updates_stale = st->updates_stale;
+    t->rebuilds = st->rebuilds;
+    t->since_rebuild = st->since_rebuild;
+    t->draws_left = st->draws_left;
+    t->fifo_head = st->fifo_head;
+    t->max_priority = st->max_priority;
+    t->rng = st->rng;
+    if (!isfinite(st->max_priority) || st->max_priority < 0.0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: max_priority %g", path, st->max_priority);
+    FL_TRY(check_loaded(path, t, ld->q, err));
+    fl_err_t e2;
+    fl_err_init(&e2);
+    if (fl_table_verify(t, &e2) != FL_OK)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: inconsistent contents: %s", path, e2.msg);
+    return FL_OK;
+}
+
 fl_status fl_table_load_extra(const char *path, const fl_table_config_t *expected, fl_table_t **out, void **extra,
                               size_t *extra_len, fl_err_t *err) {
     *out = NULL;
     if (extra) *extra = NULL;
     if (extra_len) *extra_len = 0;
-    uint8_t *xbuf = NULL;
-    fl_chunk_t **chunks = NULL;
-    uint64_t nchunks = 0;
-    int attached = 0;
     if (!path || !*path) return fl_err_set(err, FL_INVALID_ARGUMENT, "restore: empty checkpoint path");
-    fl_status s = FL_OK;
-    fl_table_t *t = NULL;
-    double *q = NULL;
-    ckpt_io_t io = {fopen(path, "rb"), crc32(0L, Z_NULL, 0), 0};
-    if (!io.f)
-        return fl_err_set(err, errno == ENOENT ? FL_NOT_FOUND : FL_INTERNAL, "checkpoint %s: cannot open: %s", path,
-                          strerror(errno));
-    setvbuf(io.f, NULL, _IOFBF, 1 << 20);
-    struct stat stt;
-    if (fstat(fileno(io.f), &stt) != 0) {
-        s = fl_err_set(err, FL_INTERNAL, "checkpoint %s: cannot stat: %s", path, strerror(errno));
-        goto fail;
+    load_t ld;
+    memset(&ld, 0, sizeof ld);
+    ld.path = path;
+    ld.ok = 1;
+    fl_status s;
+    if ((s = load_open(&ld, err)) != FL_OK || (s = load_header(&ld, expected, err)) != FL_OK ||
+        (s = load_slots(&ld, err)) != FL_OK || (s = load_chunks(&ld, err)) != FL_OK ||
+        (s = load_extra_and_crc(&ld, err)) != FL_OK || (s = load_install(&ld, err)) != FL_OK) {
+        load_abandon(&ld);
+        return s;
     }
-    uint64_t file_bytes = (uint64_t)stt.st_size;
-
-    hdr_t h;
-    memset(&h, 0, sizeof(h));
-    if (file_bytes < 16 || !io_read(&io, h.b, 16)) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: %" PRIu64 " bytes, too short for a header", path,
-                       file_bytes);
-        goto fail;
+    fclose(ld.io.f);
+    free(ld.q);
+    free(ld.chunks);
+    *out = ld.t;
+    if (extra && ld.extra_len) {
+        *extra = ld.extra;
+        ld.extra = NULL;
     }
-    if (memcmp(h.b, FL_TABLE_CKPT_MAGIC, 8) != 0) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: bad magic, not a fleet replay checkpoint", path);
-        goto fail;
-    }
-    h.at = 8;
-    uint32_t version = get_u32(&h), hlen = get_u32(&h);
-    if (version != FL_TABLE_CKPT_VERSION) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: format version %u, this build reads version %u", path,
-                       version, FL_TABLE_CKPT_VERSION);
-        goto fail;
-    }
-    if (hlen != FL_TABLE_CKPT_HEADER_BYTES) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: header length %u, expected %u for version %u", path,
-                       hlen, FL_TABLE_CKPT_HEADER_BYTES, version);
-        goto fail;
-    }
-    if (file_bytes < FL_TABLE_CKPT_HEADER_BYTES || !io_read(&io, h.b + 16, FL_TABLE_CKPT_HEADER_BYTES - 16)) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: truncated: %" PRIu64 " bytes, header alone is %u",
-                       path, file_bytes, FL_TABLE_CKPT_HEADER_BYTES);
-        goto fail;
-    }
-    fl_table_config_t fc;
-    uint64_t obs_bytes = 0;
-    ckpt_state_t st;
-    header_decode(&h, &fc, &obs_bytes, &st);
-    size_t want_obs = 0;
-    fl_err_t e2;
-    fl_err_init(&e2);
-    if (fl__table_check_config(&fc, &want_obs, &e2) != FL_OK) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: bad configuration in the header: %s", path, e2.msg);
-        goto fail;
-    }
-    if (obs_bytes != want_obs) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: obs_bytes %" PRIu64 " but the shape gives %zu", path,
-                       obs_bytes, want_obs);
-        goto fail;
-    }
-    if (expected) {
-        if ((s = check_signature(path, &fc, expected, err)) != FL_OK) goto fail;
-        fc.rebuild_every = expected->rebuild_every;
-        fc.zstd_level = expected->zstd_level; /* chunks say whether they are compressed */
-    }
-    uint64_t want_window = st.inserted < fc.capacity ? st.inserted : fc.capacity;
-    if (st.window != want_window || st.size > st.window || st.inserted > FL_TABLE_KEY_SEQ_MASK) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT,
-                       "checkpoint %s: inconsistent counters: inserted %" PRIu64 ", window %" PRIu64 ", size %" PRIu64
-                       " for capacity %" PRIu64,
-                       path, st.inserted, st.window, st.size, fc.capacity);
-        goto fail;
-    }
-    int mts = fc.max_times_sampled > 0, live_list = fl_selector_ops(fc.selector)->live_list;
-    uint64_t fixed = ckpt_fixed_bytes(st.window, st.size, fl__table_row_bytes(fc.frame_stack), mts, live_list);
-    if (file_bytes < FL_TABLE_CKPT_HEADER_BYTES + fixed + CKPT_TAIL_MIN) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT,
-                       "checkpoint %s: %" PRIu64 " bytes, at least %" PRIu64 " expected for %" PRIu64
-                       " slots (truncated)",
-                       path, file_bytes, (uint64_t)FL_TABLE_CKPT_HEADER_BYTES + fixed + CKPT_TAIL_MIN, st.window);
-        goto fail;
-    }
-
-    fl_table_config_t tc = fc;
-    if ((s = fl_table_create(&tc, &t, err)) != FL_OK) {
-        fl_err_prefix(err, "checkpoint %s", path);
-        goto fail;
-    }
-    uint64_t w = st.window;
-    q = malloc(w ? (size_t)w * sizeof(double) : 1);
-    if (!q) {
-        s = fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory for %" PRIu64 " priorities", path, w);
-        goto fail;
-    }
-    size_t rb = t->row_bytes;
-    int ok = 1;
-    for (uint64_t r = 0; ok && r < w; r++) ok = io_read(&io, fl__table_row(t, r), rb);
-    ok = ok && io_read(&io, q, (size_t)w * sizeof(double));
-    if (t->gone) ok = ok && io_read(&io, t->gone, (size_t)((w + 63) / 64) * sizeof(uint64_t));
-    if (t->live_list) ok = ok && io_read(&io, t->live_list, (size_t)st.size * sizeof(uint64_t));
-    /* The chunks: every size is checked against what the file has left before it is
-     * allocated or read. */
-    ok = ok && io_read(&io, &nchunks, sizeof(nchunks));
-    if (ok && (nchunks > w || (w > 0 && nchunks == 0))) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: %" PRIu64 " chunks for %" PRIu64 " slots", path,
-                       nchunks, w);
-        goto fail;
-    }
-    if (ok && !(chunks = calloc(nchunks ? (size_t)nchunks : 1, sizeof(fl_chunk_t *)))) {
-        s = fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory for %" PRIu64 " chunks", path, nchunks);
-        goto fail;
-    }
-    for (uint64_t i = 0; ok && i < nchunks; i++) {
-        uint32_t head[2];
-        uint64_t bytes = 0;
-        ok = io_read(&io, head, sizeof(head)) && io_read(&io, &bytes, sizeof(bytes));
-        if (!ok) break;
-        if (bytes > file_bytes - io.bytes || file_bytes - io.bytes - bytes < 8 + 4) {
-            s = fl_err_set(err, FL_INVALID_ARGUMENT,
-                           "checkpoint %s: chunk %" PRIu64 " of %" PRIu64 " bytes, the file has %" PRIu64
-                           " left (truncated)",
-                           path, i, bytes, file_bytes - io.bytes);
-            goto fail;
-        }
-        uint8_t *data = malloc(bytes ? (size_t)bytes : 1);
-        if (!data) {
-            s = fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory for chunk %" PRIu64, path, i);
-            goto fail;
-        }
-        ok = io_read(&io, data, (size_t)bytes);
-        if (ok) {
-            fl_err_init(&e2);
-            s = fl_chunk_from_data(&t->lay, head[0], head[1], data, (size_t)bytes, &chunks[i], &e2);
-            if (s != FL_OK) {
-                free(data);
-                s = fl_err_set(err, s, "checkpoint %s: chunk %" PRIu64 ": %s", path, i, e2.msg);
-                goto fail;
-            }
-        }
-        free(data);
-    }
-    uint64_t elen = UINT64_MAX;
-    ok = ok && io_read(&io, &elen, sizeof(elen));
-    uint64_t want_extra = ok && file_bytes - io.bytes >= 4 ? file_bytes - io.bytes - 4 : 0;
-    if (ok && (elen != want_extra || want_extra > FL_TABLE_CKPT_MAX_EXTRA)) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT,
-                       "checkpoint %s: extra section of %" PRIu64 " bytes, but the file size leaves %" PRIu64
-                       " (at most %u; truncated or trailing bytes)",
-                       path, elen, want_extra, FL_TABLE_CKPT_MAX_EXTRA);
-        goto fail;
-    }
-    xbuf = malloc(want_extra ? (size_t)want_extra : 1);
-    if (!xbuf) {
-        s = fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory", path);
-        goto fail;
-    }
-    ok = ok && io_read(&io, xbuf, (size_t)want_extra);
-    uint32_t want_crc = (uint32_t)io.crc, crc = 0;
-    ok = ok && fread(&crc, 1, sizeof(crc), io.f) == sizeof(crc);
-    if (!ok) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: read error after %" PRIu64 " bytes", path, io.bytes);
-        goto fail;
-    }
-    if (crc != want_crc) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: CRC-32 %08x in the file, %08x computed: corrupted",
-                       path, crc, want_crc);
-        goto fail;
-    }
-    if (t->gone && w % 64 && (t->gone[(w - 1) / 64] >> (w % 64)) != 0) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: removed bits set past the window", path);
-        goto fail;
-    }
-    if ((s = attach_loaded(path, t, w, chunks, nchunks, err)) != FL_OK) goto fail;
-    attached = 1;
-    t->inserted = st.inserted;
-    t->window = st.window;
-    t->size = st.size;
-    t->sampled = st.sampled;
-    t->removed = st.removed;
-    t->updates_applied = st.updates_applied;
-    t->updates_stale = st.updates_stale;
-    t->rebuilds = st.rebuilds;
-    t->since_rebuild = st.since_rebuild;
-    t->draws_left = st.draws_left;
-    t->fifo_head = st.fifo_head;
-    t->max_priority = st.max_priority;
-    t->rng = st.rng;
-    if (!isfinite(st.max_priority) || st.max_priority < 0.0) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: max_priority %g", path, st.max_priority);
-        goto fail;
-    }
-    if ((s = check_loaded(path, t, q, err)) != FL_OK) goto fail;
-    fl_err_init(&e2);
-    if (fl_table_verify(t, &e2) != FL_OK) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: inconsistent contents: %s", path, e2.msg);
-        goto fail;
-    }
-    fclose(io.f);
-    free(q);
-    free(chunks);
-    *out = t;
-    if (extra && want_extra) {
-        *extra = xbuf;
-        xbuf = NULL;
-    }
-    if (extra_len) *extra_len = (size_t)want_extra;
-    free(xbuf);
+    if (extra_len) *extra_len = (size_t)ld.extra_len;
+    free(ld.extra);
     return FL_OK;
-
-fail:
-    fclose(io.f);
-    free(q);
-    free(xbuf);
-    if (chunks && !attached)
-        for (uint64_t i = 0; i < nchunks; i++) free(chunks[i]); /* never shared */
-    free(chunks);
-    fl_table_destroy(t);
-    return s;
 }
