@@ -78,7 +78,9 @@
 #include "replay/client.h"
 #include "replay/prefetch.h"
 #include "replay/server.h"
+#include "replay/sharded.h"
 #include "replay/wire.h"
+#include "replay/writer.h"
 
 #define POOL 8                  /* distinct input batches per shape, reused round robin */
 #define N_STEP 3                /* learner.n_step: next_obs of transition i is obs of i + N_STEP */

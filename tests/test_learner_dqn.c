@@ -38,6 +38,7 @@
 #include "paramserver/server.h"
 #include "replay/client.h"
 #include "replay/server.h"
+#include "replay/writer.h"
 
 #include "seed_util.h"
 

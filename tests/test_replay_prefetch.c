@@ -17,6 +17,8 @@
 #include "replay/client.h"
 #include "replay/prefetch.h"
 #include "replay/server.h"
+#include "replay/sharded.h"
+#include "replay/writer.h"
 
 #define OBS_DIM 4
 #define OBS_BYTES (OBS_DIM * sizeof(float))

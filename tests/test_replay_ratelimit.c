@@ -17,6 +17,7 @@
 #include "replay/client.h"
 #include "replay/ratelimit.h"
 #include "replay/server.h"
+#include "replay/writer.h"
 
 static void test_arithmetic(void **state) {
     (void)state;

@@ -23,6 +23,7 @@
 #include "replay/server.h"
 #include "replay/table.h"
 #include "replay/wire.h"
+#include "replay/writer.h"
 
 #define OBS_DIM 4
 #define OBS_BYTES (OBS_DIM * sizeof(float))

@@ -24,8 +24,10 @@
 #include "common/config.h"
 #include "replay/client.h"
 #include "replay/server.h"
+#include "replay/sharded.h"
 #include "replay/table.h"
 #include "replay/wire.h"
+#include "replay/writer.h"
 
 #define OBS_DIM 2
 #define OBS_BYTES (OBS_DIM * sizeof(float))

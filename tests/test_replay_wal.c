@@ -27,6 +27,7 @@
 #include "replay/table.h"
 #include "replay/wal.h"
 #include "replay/wire.h"
+#include "replay/writer.h"
 
 #define OBS_DIM 4
 #define OBS_BYTES (OBS_DIM * sizeof(float))
