@@ -410,14 +410,14 @@ static int run_case(const opts_t *o, const shape_t *s, const inputs_t *in, int s
         return 1;
     }
 
-    fl_config_t cfg;
-    fl_config_defaults(&cfg);
-    cfg.replay_shards = 1;
-    cfg.replay_capacity = (int64_t)o->capacity;
-    cfg.replay_min_size_to_sample = (int64_t)(o->capacity < MIN_SIZE ? o->capacity : MIN_SIZE);
-    cfg.replay_samples_per_insert = 0;
-    snprintf(cfg.replay_selector, sizeof cfg.replay_selector, "prioritized");
-    char wal_dir[FL_CONFIG_STRING_MAX] = "";
+    fl_replay_service_opts_t ro;
+    fl_replay_service_opts_init(&ro);
+    ro.shards = 1;
+    ro.capacity = (int64_t)o->capacity;
+    ro.min_size_to_sample = (int64_t)(o->capacity < MIN_SIZE ? o->capacity : MIN_SIZE);
+    ro.samples_per_insert = 0;
+    ro.selector = FL_SELECTOR_PRIORITIZED;
+    char wal_dir[FL_REPLAY_DIR_MAX] = "";
     if (o->wal_parent[0]) { /* a fresh log folder per case */
         snprintf(wal_dir, sizeof wal_dir, "%.200s/replay-rpc-bench-XXXXXX", o->wal_parent);
         if (!mkdtemp(wal_dir)) {
@@ -425,18 +425,14 @@ static int run_case(const opts_t *o, const shape_t *s, const inputs_t *in, int s
             free(workers);
             return 1;
         }
-        cfg.replay_wal = 1;
-        snprintf(cfg.replay_checkpoint_dir, sizeof cfg.replay_checkpoint_dir, "%s", wal_dir);
+        ro.wal = 1;
+        ro.checkpoint_dir = wal_dir;
     }
-    cfg.actor_count = streams;
-    cfg.run_seed = 1;
-    fl_wire_sig_t sig;
-    memset(&sig, 0, sizeof sig);
-    sig.obs.dtype = s->dtype;
-    sig.obs.rank = s->rank;
-    for (int d = 0; d < s->rank; d++) sig.obs.shape[d] = s->dims[d];
-    sig.num_actions = s->num_actions;
-    if ((st = fl_replay_service_create(&cfg, 0, &sig, &svc, &err)) != FL_OK) {
+    ro.actors = streams;
+    ro.seed = 1;
+    ro.obs = fl_obs_spec_make(s->dtype, s->rank, s->dims);
+    ro.num_actions = s->num_actions;
+    if ((st = fl_replay_service_create(&ro, &svc, &err)) != FL_OK) {
         fprintf(stderr, "%s: replay service create: %s (%s)\n", prog, fl_status_str(st), err.msg);
         goto done;
     }

@@ -24,6 +24,7 @@
 #include "common/stop.h"
 #include "envs/plugin.h"
 #include "fleet/cli.h"
+#include "fleet/config_replay.h"
 #include "fleet/verbs.h"
 #include "replay/server.h"
 
@@ -82,14 +83,17 @@ int fl_verb_replay(int argc, char **argv) {
         return 2;
     }
     env = fl_wrapped_env_info(wenv);
-    fl_wire_sig_t sig = {.obs = fl_obs_spec_make(env->obs_dtype, env->obs_rank, env->obs_shape),
-                         .num_actions = env->num_actions};
     if (cfg.replay_frame_stack == 0) cfg.replay_frame_stack = fl_wrapped_env_frame_stack(wenv);
+    fl_replay_service_opts_t ro;
+    fl_status st = fl_config_replay_opts(&cfg, (int)shard, &ro, &err);
+    ro.obs = fl_obs_spec_make(env->obs_dtype, env->obs_rank, env->obs_shape);
+    ro.num_actions = env->num_actions;
+    ro.restore_path = restore;
     fl_wrapped_env_destroy(wenv);
 
     fl_stop_install();
     fl_replay_service_t *svc = NULL;
-    fl_status st = fl_replay_service_create_restore(&cfg, (int)shard, &sig, restore, &svc, &err);
+    if (st == FL_OK) st = fl_replay_service_create(&ro, &svc, &err);
     if (st != FL_OK) {
         FL_ERROR("cannot %s replay shard %d: %s", restore[0] ? "restore" : "create", (int)shard, err.msg);
         return st == FL_INVALID_ARGUMENT || st == FL_NOT_FOUND ? 2 : 1;
@@ -103,9 +107,9 @@ int fl_verb_replay(int argc, char **argv) {
     fl_replay_info_t info;
     fl_replay_service_info(svc, &info);
     char shape[64];
-    fl_obs_spec_format_shape(&sig.obs, shape, sizeof shape);
+    fl_obs_spec_format_shape(&ro.obs, shape, sizeof shape);
     FL_INFO("replay shard %d serving on %s (capacity %" PRIu64 ", obs %s %s, sampling from %" PRIu64 ")", (int)shard,
-            bound, info.capacity, fl_dtype_name(sig.obs.dtype), shape, fl_replay_service_min_size(svc));
+            bound, info.capacity, fl_dtype_name(ro.obs.dtype), shape, fl_replay_service_min_size(svc));
     if (control[0]) FL_DEBUG("--control %s: the launcher polls this shard's Info; no reports are sent", control);
 
     if (ready_fd >= 0) {

@@ -706,49 +706,88 @@ static void *checkpoint_loop(void *arg) {
 
 /* ----------------------------------------------------------- lifetime ---- */
 
-fl_status fl_replay_service_create(const fl_config_t *cfg, int shard, const fl_wire_sig_t *obs,
-                                   fl_replay_service_t **out, fl_err_t *err) {
-    return fl_replay_service_create_restore(cfg, shard, obs, NULL, out, err);
+void fl_replay_service_opts_init(fl_replay_service_opts_t *o) {
+    memset(o, 0, sizeof *o);
+    o->shard = 0;
+    o->shards = 1;
+    o->obs.dtype = FL_DTYPE_INVALID;
+    o->capacity = 2000000;
+    o->alpha = 0.6;
+    o->priority_eps = 1e-6;
+    o->selector = FL_SELECTOR_PRIORITIZED;
+    o->tree_rebuild_every = INT64_C(1) << 20;
+    o->seed = 1;
+    o->min_size_to_sample = 50000;
+    o->rate_error_buffer = 10000;
+    o->actors = 2;
 }
 
-fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, const fl_wire_sig_t *obs,
-                                           const char *restore_path, fl_replay_service_t **out, fl_err_t *err) {
-    *out = NULL;
-    if (cfg->replay_shards < 1 || cfg->replay_shards > 256)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.shards = %" PRId64 ": expected 1 .. 256",
-                          cfg->replay_shards);
-    if (shard < 0 || shard >= cfg->replay_shards)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: expected 0 .. %" PRId64 " (replay.shards = %" PRId64 ")",
-                          shard, cfg->replay_shards - 1, cfg->replay_shards);
-    if (cfg->replay_capacity < 1)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.capacity = %" PRId64 ": expected >= 1",
-                          cfg->replay_capacity);
-    if (!obs || fl_obs_spec_bytes(&obs->obs) == 0)
+/* The options' own checks, before anything is built. */
+static fl_status check_opts(const fl_replay_service_opts_t *o, fl_err_t *err) {
+    const int shard = o->shard;
+    const char *dir = o->checkpoint_dir ? o->checkpoint_dir : "";
+    if (o->shards < 1 || o->shards > 256)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.shards = %d: expected 1 .. 256", o->shards);
+    if (shard < 0 || shard >= o->shards)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: expected 0 .. %d (replay.shards = %d)", shard,
+                          o->shards - 1, o->shards);
+    if (o->capacity < 1)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.capacity = %" PRId64 ": expected >= 1", o->capacity);
+    if (fl_obs_spec_bytes(&o->obs) == 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: invalid observation signature (dtype %d, rank %d)",
-                          shard, obs ? (int)obs->obs.dtype : -1, obs ? obs->obs.rank : -1);
-    if (obs->num_actions < 0)
+                          shard, (int)o->obs.dtype, o->obs.rank);
+    if (o->num_actions < 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: num_actions %d, expected >= 0", shard,
-                          obs->num_actions);
-    if (cfg->replay_checkpoint_every > 0 && !cfg->replay_checkpoint_dir[0])
+                          o->num_actions);
+    if (strlen(dir) >= FL_REPLAY_DIR_MAX)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.checkpoint_dir: %zu bytes, expected at most %d",
+                          strlen(dir), FL_REPLAY_DIR_MAX - 1);
+    if (o->checkpoint_every > 0 && !dir[0])
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "replay.checkpoint_every = %g needs replay.checkpoint_dir (the folder to write to)",
-                          cfg->replay_checkpoint_every);
-    if (cfg->replay_wal && !cfg->replay_checkpoint_dir[0])
+                          o->checkpoint_every);
+    if (o->wal && !dir[0])
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "replay.wal needs replay.checkpoint_dir (the folder of the write-ahead log and the "
                           "checkpoints)");
-    if (cfg->replay_wal && restore_path && *restore_path)
+    if (o->wal && o->restore_path && *o->restore_path)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "replay shard %d: restoring %s cannot be combined with replay.wal = 1: with the log the "
                           "shard recovers from %s/shard-%d.ckpt and its log segments by itself (copy the checkpoint "
                           "there instead)",
-                          shard, restore_path, cfg->replay_checkpoint_dir, shard);
+                          shard, o->restore_path, dir, shard);
+    return FL_OK;
+}
 
-    fl_replay_service_t *s = calloc(1, sizeof *s);
-    if (!s) return fl_err_set(err, FL_NO_MEMORY, "replay shard %d: out of memory", shard);
-    s->sig = *obs;
-    s->obs_bytes = fl_obs_spec_bytes(&obs->obs);
-    s->shard = shard;
+/* The shard's table: its share of the capacity, its id, a sampling seed derived from the
+ * run's seed and the shard, and the options' signature and priorities. */
+static fl_table_config_t shard_table_config(const fl_replay_service_opts_t *o) {
+    uint64_t shards = (uint64_t)o->shards;
+    fl_table_config_t tc;
+    fl_table_config_init(&tc);
+    tc.capacity = ((uint64_t)o->capacity + shards - 1) / shards;
+    tc.obs = fl_obs_spec_make(o->obs.dtype, o->obs.rank, o->obs.shape);
+    tc.alpha = o->alpha;
+    tc.priority_eps = o->priority_eps;
+    tc.selector = o->selector;
+    tc.max_times_sampled = o->max_times_sampled;
+    tc.rebuild_every = (uint64_t)o->tree_rebuild_every;
+    tc.shard_id = o->shard;
+    tc.frame_stack = o->frame_stack > 1 ? o->frame_stack : 1;
+    tc.zstd_level = o->zstd_level;
+    fl_rng_t rng;
+    fl_rng_init_stream(&rng, o->seed, UINT64_C(0x7265706c61790000) + (uint64_t)o->shard);
+    tc.seed = fl_rng_u64(&rng);
+    return tc;
+}
+
+/* Everything of a new service but its table and its RPC server: the signature, locks,
+ * counters, checkpoint and log settings. */
+static void init_state(fl_replay_service_t *s, const fl_replay_service_opts_t *o) {
+    const char *dir = o->checkpoint_dir ? o->checkpoint_dir : "";
+    s->sig = (fl_wire_sig_t){fl_obs_spec_make(o->obs.dtype, o->obs.rank, o->obs.shape), o->num_actions};
+    s->obs_bytes = fl_obs_spec_bytes(&o->obs);
+    s->shard = o->shard;
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -759,59 +798,58 @@ fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, co
     pthread_mutex_init(&s->ckpt_mu, NULL);
     pthread_mutex_init(&s->wal_mu, NULL);
     s->wal_lock_fd = -1;
-    s->wal_fsync = cfg->replay_wal_fsync;
-    snprintf(s->wal_dir, sizeof s->wal_dir, "%s", cfg->replay_checkpoint_dir);
-    if (cfg->replay_checkpoint_dir[0])
-        snprintf(s->ckpt_default, sizeof s->ckpt_default, "%s/shard-%d.ckpt", cfg->replay_checkpoint_dir, shard);
-    s->ckpt_every = cfg->replay_checkpoint_every;
+    s->wal_fsync = o->wal_fsync;
+    snprintf(s->wal_dir, sizeof s->wal_dir, "%s", dir);
+    if (dir[0]) snprintf(s->ckpt_default, sizeof s->ckpt_default, "%s/shard-%d.ckpt", dir, o->shard);
+    s->ckpt_every = o->checkpoint_every;
     atomic_init(&s->insert_batches, 0);
     atomic_init(&s->rejected, 0);
     atomic_init(&s->sample_calls, 0);
+}
 
-    uint64_t shards = (uint64_t)cfg->replay_shards;
-    fl_table_config_t tc;
-    fl_table_config_init(&tc);
-    tc.capacity = ((uint64_t)cfg->replay_capacity + shards - 1) / shards;
-    tc.obs = fl_obs_spec_make(obs->obs.dtype, obs->obs.rank, obs->obs.shape);
-    tc.alpha = cfg->replay_alpha;
-    tc.priority_eps = cfg->replay_priority_eps;
-    tc.max_times_sampled = cfg->replay_max_times_sampled;
-    tc.rebuild_every = (uint64_t)cfg->replay_tree_rebuild_every;
-    tc.shard_id = shard;
-    tc.frame_stack = cfg->replay_frame_stack > 1 ? (int)cfg->replay_frame_stack : 1;
-    tc.zstd_level = (int)cfg->replay_zstd_level;
-    fl_rng_t rng;
-    fl_rng_init_stream(&rng, (uint64_t)cfg->run_seed, UINT64_C(0x7265706c61790000) + (uint64_t)shard);
-    tc.seed = fl_rng_u64(&rng);
-
-    uint64_t need = cfg->replay_min_size_to_sample > 0 ? (uint64_t)cfg->replay_min_size_to_sample : 1;
+/* The shard's shares of the sampling threshold and of the rate limiter's error buffer,
+ * and enough serving threads that every actor's stream may wait on the rate limiter
+ * while samples, priority updates and Info are still served. */
+static void init_limits(fl_replay_service_t *s, const fl_replay_service_opts_t *o, uint64_t capacity) {
+    uint64_t shards = (uint64_t)o->shards;
+    uint64_t need = o->min_size_to_sample > 0 ? (uint64_t)o->min_size_to_sample : 1;
     need = (need + shards - 1) / shards;
-    s->min_size = need < tc.capacity ? need : tc.capacity;
-    fl_ratelimit_init(&s->rl, cfg->replay_samples_per_insert, cfg->replay_rate_error_buffer / (double)shards,
-                      s->min_size);
-    /* Enough threads that every actor's stream may wait on the rate limiter while
-     * samples, priority updates and Info are still served. */
-    int want = (int)(cfg->actor_count / (int64_t)shards) + 1 + FL_REPLAY_MAX_SAMPLE_WAITERS + 3;
+    s->min_size = need < capacity ? need : capacity;
+    fl_ratelimit_init(&s->rl, o->samples_per_insert, o->rate_error_buffer / (double)shards, s->min_size);
+    int want = (int)(o->actors / (int64_t)shards) + 1 + FL_REPLAY_MAX_SAMPLE_WAITERS + 3;
     s->threads = want < FL_REPLAY_SERVICE_THREADS ? FL_REPLAY_SERVICE_THREADS : want > 256 ? 256 : want;
     s->max_insert_waiters = s->threads - FL_REPLAY_MAX_SAMPLE_WAITERS - 2;
+}
 
-    fl_status st = fl_selector_parse(cfg->replay_selector, &tc.selector, err);
-    if (st == FL_OK) st = fl__replay_open_table(s, &tc, restore_path, (int)cfg->replay_wal, err);
-    if (st != FL_OK) {
-        fl_err_prefix(err, "replay shard %d", shard);
-        goto fail;
-    }
+/* The RPC server, with the service's methods registered. */
+static fl_status register_methods(fl_replay_service_t *s, fl_err_t *err) {
     fl_rpc_server_opts_t ro = {.threads = s->threads};
-    if ((st = fl_rpc_server_create(&ro, &s->rpc, err)) != FL_OK) goto fail;
+    fl_status st;
+    FL_TRY(fl_rpc_server_create(&ro, &s->rpc, err));
     static const fl_rpc_stream_handler_t insert_h = {insert_open, insert_message, insert_close};
     if ((st = fl_rpc_server_add_stream(s->rpc, M_INSERT, &insert_h, s)) != FL_OK ||
         (st = fl_rpc_server_add_unary(s->rpc, M_SAMPLE, sample_handler, s)) != FL_OK ||
         (st = fl_rpc_server_add_unary(s->rpc, M_UPDATE, update_handler, s)) != FL_OK ||
         (st = fl_rpc_server_add_unary(s->rpc, M_INFO, info_handler, s)) != FL_OK ||
-        (st = fl_rpc_server_add_unary(s->rpc, M_CHECKPOINT, checkpoint_handler, s)) != FL_OK) {
-        fl_err_set(err, st, "replay shard %d: cannot register its methods", shard);
+        (st = fl_rpc_server_add_unary(s->rpc, M_CHECKPOINT, checkpoint_handler, s)) != FL_OK)
+        return fl_err_set(err, st, "replay shard %d: cannot register its methods", s->shard);
+    return FL_OK;
+}
+
+fl_status fl_replay_service_create(const fl_replay_service_opts_t *opts, fl_replay_service_t **out, fl_err_t *err) {
+    *out = NULL;
+    FL_TRY(check_opts(opts, err));
+    fl_replay_service_t *s = calloc(1, sizeof *s);
+    if (!s) return fl_err_set(err, FL_NO_MEMORY, "replay shard %d: out of memory", opts->shard);
+    init_state(s, opts);
+    fl_table_config_t tc = shard_table_config(opts);
+    init_limits(s, opts, tc.capacity);
+    fl_status st = fl__replay_open_table(s, &tc, opts->restore_path, opts->wal, err);
+    if (st != FL_OK) {
+        fl_err_prefix(err, "replay shard %d", opts->shard);
         goto fail;
     }
+    if ((st = register_methods(s, err)) != FL_OK) goto fail;
     *out = s;
     return FL_OK;
 fail:

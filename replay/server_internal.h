@@ -14,7 +14,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/config.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "replay/ratelimit.h"
@@ -59,7 +58,7 @@ struct fl_replay_service {
 
     atomic_uint_fast64_t insert_batches, rejected, sample_calls;
 
-    char ckpt_default[FL_CONFIG_STRING_MAX + 32]; /* replay.checkpoint_dir/shard-<id>.ckpt, or "" */
+    char ckpt_default[FL_REPLAY_DIR_MAX + 32]; /* replay.checkpoint_dir/shard-<id>.ckpt, or "" */
     double ckpt_every;                            /* seconds; 0 = no periodic checkpoints */
     pthread_mutex_t ckpt_mu;                      /* serializes checkpoints (each copies the table) */
     pthread_t ckpt_thread;
@@ -68,7 +67,7 @@ struct fl_replay_service {
     /* write-ahead log (replay.wal; NULL when off) */
     fl_wal_t *wal;
     pthread_mutex_t wal_mu;             /* the insert mutex: log append + table insert + stream record */
-    char wal_dir[FL_CONFIG_STRING_MAX]; /* replay.checkpoint_dir */
+    char wal_dir[FL_REPLAY_DIR_MAX]; /* replay.checkpoint_dir */
     int wal_fsync;                      /* replay.wal_fsync */
     int wal_lock_fd;                    /* flock'd shard-<id>.wal.lock, or -1 */
 };

@@ -187,7 +187,7 @@ static fl_status wal_replay(fl_replay_service_t *s, uint64_t start, uint64_t *la
         size_t n;
         uint64_t seg = 0, off = 0;
         if ((st = fl_wal_reader_next(rd, &p, &n, &seg, &off, err)) != FL_OK || !p) break;
-        char path[FL_CONFIG_STRING_MAX + 64];
+        char path[FL_REPLAY_DIR_MAX + 64];
         fl_wal_segment_path(path, sizeof path, s->wal_dir, s->shard, seg);
         Fleet__InsertRequest *req = fleet__insert_request__unpack(NULL, n, p);
         if (!req || req->sequence == 0) {
@@ -260,7 +260,7 @@ static fl_status wal_replay(fl_replay_service_t *s, uint64_t start, uint64_t *la
  * segment to append to. The folder is flock'ed so that two processes never share a log. */
 static fl_status wal_recover(fl_replay_service_t *s, const fl_table_config_t *tc, fl_err_t *err) {
     double t0 = fl_clock_sec();
-    char lock[FL_CONFIG_STRING_MAX + 64];
+    char lock[FL_REPLAY_DIR_MAX + 64];
     snprintf(lock, sizeof lock, "%s/shard-%d.wal.lock", s->wal_dir, s->shard);
     s->wal_lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (s->wal_lock_fd < 0)
