@@ -71,7 +71,6 @@
 
 #include "actors/actor.h"
 #include "common/clock.h"
-#include "common/config.h"
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/status.h"
@@ -531,7 +530,7 @@ done:
     fl_replay_service_destroy(svc);
     if (sock[0]) unlink(sock + 5);
     if (wal_dir[0]) { /* the log and lock files of this case */
-        char cmd[FL_CONFIG_STRING_MAX + 16];
+        char cmd[FL_REPLAY_DIR_MAX + 16];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", wal_dir);
         if (system(cmd) != 0) fprintf(stderr, "%s: could not remove %s\n", prog, wal_dir);
     }

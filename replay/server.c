@@ -196,6 +196,108 @@ fl_status fl__replay_apply_insert(fl_replay_service_t *s, fl__stream_rec_t *r, u
     return FL_OK;
 }
 
+/* The request's own checks: a sequence, the call's one stream, a batch that fits the
+ * table (*b, decoded). A rejection is answered (and counted) here. */
+static fl_status check_request(fl_replay_service_t *s, const insert_call *c, const Fleet__InsertRequest *req,
+                               fl_wire_batch_t *b, fl_rpc_reply_t *reply) {
+    fl_err_t e;
+    fl_err_init(&e);
+    if (req->sequence == 0) {
+        fl_err_set(&e, FL_INVALID_ARGUMENT, "sequence: got 0, expected >= 1");
+        return reject(s, reply, req, &e);
+    }
+    if (c->have_stream && req->stream_id != c->stream_id) {
+        fl_err_set(&e, FL_INVALID_ARGUMENT, "stream_id: got %" PRIu64 ", expected %" PRIu64 " (one stream per call)",
+                   req->stream_id, c->stream_id);
+        return reject(s, reply, req, &e);
+    }
+    if (fl_wire_decode_batch(req->batch, &s->sig, FL_WIRE_NEED_PRIORITIES, b, &e) != FL_OK)
+        return reject(s, reply, req, &e);
+    return FL_OK;
+}
+
+/* Binds the call to its stream's record on its first message, and makes room for one
+ * more first key and for the keys of a batch of `count`. */
+static fl_status prepare_call(fl_replay_service_t *s, insert_call *c, uint64_t stream_id, size_t count,
+                              fl_rpc_reply_t *reply) {
+    if (!c->have_stream) {
+        c->rec = fl__replay_get_stream(s, stream_id);
+        if (!c->rec)
+            return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory for stream records");
+        c->have_stream = 1;
+        c->stream_id = stream_id;
+    }
+    if (c->batches == c->keys_cap) {
+        size_t cap = c->keys_cap ? 2 * c->keys_cap : 16;
+        uint64_t *k = realloc(c->first_keys, cap * sizeof *k);
+        if (!k) return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory");
+        c->first_keys = k;
+        c->keys_cap = cap;
+    }
+    if (count > c->keybuf_cap) {
+        uint64_t *k = realloc(c->keybuf, count * sizeof *k);
+        if (!k) return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory");
+        c->keybuf = k;
+        c->keybuf_cap = count;
+    }
+    return FL_OK;
+}
+
+/* A new batch of stream record r (the caller holds r->mu). With the log on, the message
+ * is in the log before the table changes (and before anything is acknowledged), in the
+ * order of the table's inserts: the table's own work on the batch (checks, frame
+ * hashing) comes first, outside the lock that orders log and table, so that a batch the
+ * table refuses is never logged. keys (b->count) receives the batch's keys. */
+static fl_status log_and_apply(fl_replay_service_t *s, fl__stream_rec_t *r, uint64_t sequence, const uint8_t *msg,
+                               size_t len, const fl_wire_batch_t *b, uint64_t *keys, fl_err_t *e) {
+    if (!s->wal) return fl__replay_apply_insert(s, r, sequence, b, NULL, keys, e);
+    fl_table_prep_t *prep = NULL;
+    FL_TRY(fl_table_prepare(s->table, b->count, b->obs, b->actions, b->rewards, b->discounts, b->next_obs,
+                            b->priorities, &prep, e));
+    pthread_mutex_lock(&s->wal_mu);
+    fl_err_t we;
+    fl_err_init(&we);
+    fl_status st;
+    if (fl_wal_append(s->wal, msg, len, &we) != FL_OK) {
+        st = fl_err_set(e, FL_UNAVAILABLE, "write-ahead log: %s (nothing inserted; send again)", we.msg);
+        fl_table_prep_free(prep);
+    } else {
+        st = fl__replay_apply_insert(s, r, sequence, b, prep, keys, e);
+    }
+    pthread_mutex_unlock(&s->wal_mu);
+    return st;
+}
+
+/* Inserts the batch of the call's stream unless it is a resend (sequence not above the
+ * stream's last), after the rate limiter lets a new batch through. *first_key receives
+ * its first key (a resend's as remembered, else UINT64_MAX), *applied whether it went
+ * in. A failure is answered here (a refusal of the table or the log as a rejection). */
+static fl_status insert_batch(fl_replay_service_t *s, insert_call *c, const Fleet__InsertRequest *req,
+                              const uint8_t *msg, size_t len, const fl_wire_batch_t *b, uint64_t *first_key,
+                              int *applied, fl_rpc_reply_t *reply) {
+    fl__stream_rec_t *r = c->rec;
+    *first_key = UINT64_MAX;
+    *applied = 0;
+    pthread_mutex_lock(&r->mu);
+    int resend = req->sequence <= r->last_seq;
+    pthread_mutex_unlock(&r->mu);
+    if (!resend) FL_TRY(rate_wait_insert(s, b->count, reply));
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_status st = FL_OK;
+    pthread_mutex_lock(&r->mu);
+    if (req->sequence <= r->last_seq) {
+        size_t slot = (size_t)(req->sequence % FL__REPLAY_KEY_RING);
+        if (r->ring_seq[slot] == req->sequence) *first_key = r->ring_key[slot];
+    } else if ((st = log_and_apply(s, r, req->sequence, msg, len, b, c->keybuf, &e)) == FL_OK) {
+        *first_key = c->keybuf[0];
+        *applied = 1;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (st != FL_OK) return reject(s, reply, req, &e);
+    return FL_OK;
+}
+
 static fl_status insert_message(void *user, void *state, const uint8_t *msg, size_t len, fl_rpc_reply_t *reply) {
     fl_replay_service_t *s = user;
     insert_call *c = state;
@@ -206,107 +308,20 @@ static fl_status insert_message(void *user, void *state, const uint8_t *msg, siz
         return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
                                   "InsertRequest: %zu bytes that do not parse as a fleet.InsertRequest", len);
     }
-    fl_err_t e;
-    fl_err_init(&e);
-    fl_status st = FL_OK;
     fl_wire_batch_t b;
-    if (req->sequence == 0) {
-        fl_err_set(&e, FL_INVALID_ARGUMENT, "sequence: got 0, expected >= 1");
-        st = reject(s, reply, req, &e);
-        goto done;
-    }
-    if (c->have_stream && req->stream_id != c->stream_id) {
-        fl_err_set(&e, FL_INVALID_ARGUMENT, "stream_id: got %" PRIu64 ", expected %" PRIu64 " (one stream per call)",
-                   req->stream_id, c->stream_id);
-        st = reject(s, reply, req, &e);
-        goto done;
-    }
-    if (fl_wire_decode_batch(req->batch, &s->sig, FL_WIRE_NEED_PRIORITIES, &b, &e) != FL_OK) {
-        st = reject(s, reply, req, &e);
-        goto done;
-    }
-    if (!c->have_stream) {
-        c->rec = fl__replay_get_stream(s, req->stream_id);
-        if (!c->rec) {
-            st = fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory for stream records");
-            goto done;
-        }
-        c->have_stream = 1;
-        c->stream_id = req->stream_id;
-    }
-    if (c->batches == c->keys_cap) {
-        size_t cap = c->keys_cap ? 2 * c->keys_cap : 16;
-        uint64_t *k = realloc(c->first_keys, cap * sizeof *k);
-        if (!k) {
-            st = fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory");
-            goto done;
-        }
-        c->first_keys = k;
-        c->keys_cap = cap;
-    }
-    if (b.count > c->keybuf_cap) {
-        uint64_t *k = realloc(c->keybuf, b.count * sizeof *k);
-        if (!k) {
-            st = fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory");
-            goto done;
-        }
-        c->keybuf = k;
-        c->keybuf_cap = b.count;
-    }
-
-    fl__stream_rec_t *r = c->rec;
     uint64_t first_key = UINT64_MAX;
     int applied = 0;
-    pthread_mutex_lock(&r->mu);
-    int resend = req->sequence <= r->last_seq;
-    pthread_mutex_unlock(&r->mu);
-    if (!resend && (st = rate_wait_insert(s, b.count, reply)) != FL_OK) goto done;
-    pthread_mutex_lock(&r->mu);
-    if (req->sequence <= r->last_seq) {
-        size_t slot = (size_t)(req->sequence % FL__REPLAY_KEY_RING);
-        if (r->ring_seq[slot] == req->sequence) first_key = r->ring_key[slot];
-    } else {
-        /* With the log on, the message is in the log before the table changes (and
-         * before anything is acknowledged), in the order of the table's inserts. */
-        fl_table_prep_t *prep = NULL;
-        int locked = 0;
-        if (s->wal) {
-            /* The table's own work on the batch (checks, frame hashing) comes first,
-             * outside the lock that orders log and table; a batch the table refuses is
-             * never logged. */
-            st = fl_table_prepare(s->table, b.count, b.obs, b.actions, b.rewards, b.discounts, b.next_obs,
-                                  b.priorities, &prep, &e);
-            if (st == FL_OK) {
-                pthread_mutex_lock(&s->wal_mu);
-                locked = 1;
-                fl_err_t we;
-                fl_err_init(&we);
-                if (fl_wal_append(s->wal, msg, len, &we) != FL_OK) {
-                    st = fl_err_set(&e, FL_UNAVAILABLE, "write-ahead log: %s (nothing inserted; send again)", we.msg);
-                    fl_table_prep_free(prep);
-                    prep = NULL;
-                }
-            }
+    fl_status st;
+    if ((st = check_request(s, c, req, &b, reply)) == FL_OK &&
+        (st = prepare_call(s, c, req->stream_id, b.count, reply)) == FL_OK &&
+        (st = insert_batch(s, c, req, msg, len, &b, &first_key, &applied, reply)) == FL_OK) {
+        if (applied) {
+            atomic_fetch_add(&s->insert_batches, 1);
+            c->items += b.count;
+            notify_inserted(s, b.count);
         }
-        if (st == FL_OK) st = fl__replay_apply_insert(s, r, req->sequence, &b, prep, c->keybuf, &e);
-        if (locked) pthread_mutex_unlock(&s->wal_mu);
-        if (st == FL_OK) {
-            first_key = c->keybuf[0];
-            applied = 1;
-        }
+        c->first_keys[c->batches++] = first_key;
     }
-    pthread_mutex_unlock(&r->mu);
-    if (st != FL_OK) {
-        st = reject(s, reply, req, &e);
-        goto done;
-    }
-    if (applied) {
-        atomic_fetch_add(&s->insert_batches, 1);
-        c->items += b.count;
-        notify_inserted(s, b.count);
-    }
-    c->first_keys[c->batches++] = first_key;
-done:
     fleet__insert_request__free_unpacked(req, NULL);
     return st;
 }
@@ -734,8 +749,9 @@ static fl_status check_opts(const fl_replay_service_opts_t *o, fl_err_t *err) {
     if (o->capacity < 1)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.capacity = %" PRId64 ": expected >= 1", o->capacity);
     if (fl_obs_spec_bytes(&o->obs) == 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: invalid observation signature (dtype %d, rank %d)",
-                          shard, (int)o->obs.dtype, o->obs.rank);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "replay shard %d: invalid observation signature (dtype %d, rank %d)", shard,
+                          (int)o->obs.dtype, o->obs.rank);
     if (o->num_actions < 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: num_actions %d, expected >= 0", shard,
                           o->num_actions);

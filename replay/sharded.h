@@ -25,8 +25,8 @@
  *     the smallest positive priority over all shards, i.e. the shard's own weight times
  *     (q_min / q_min_s)^beta. Each Sample response carries its shard's q_min_s (see
  *     SampleResponse.min_priority), and so does the Info answer of a shard that got no
- *     rows (ReplayInfo.min_priority), so weights use every shard's current minimum. table_size is sum N_s, total_priority T and
- *     min_priority q_min, at sampling time.
+ *     rows (ReplayInfo.min_priority), so weights use every shard's current minimum.
+ *     table_size is sum N_s, total_priority T and min_priority q_min, at sampling time.
  *     A shard that refuses its rows (FAILED_PRECONDITION: fewer items than its share of
  *     replay.min_size_to_sample, or its rate limiter) after waiting for them is left out
  *     of the batch: its rows are drawn from the other shards by the same split, and

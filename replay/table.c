@@ -479,8 +479,8 @@ static fl_status prepare_copy_out(fl_table_t *t, size_t B, const sample_out_t *o
     *held = malloc(B * (sizeof(fl_chunk_t *) + 2 * S * sizeof(uint16_t)));
     fl_err_t e2;
     fl_err_init(&e2);
-    if (!*held ||
-        ((t->lay.zstd_level > 0 || atomic_load(&t->zstd_chunks) > 0) && fl_frames_reader_create(&t->lay, rd, &e2) != FL_OK))
+    const int may_be_compressed = t->lay.zstd_level > 0 || atomic_load(&t->zstd_chunks) > 0;
+    if (!*held || (may_be_compressed && fl_frames_reader_create(&t->lay, rd, &e2) != FL_OK))
         return fl_err_set(err, FL_NO_MEMORY, "sample: cannot allocate room to copy %zu items out", B);
     return FL_OK;
 }

@@ -45,8 +45,9 @@
  * Priorities and their sums are doubles (see replay/sumtree.h).
  *
  * Ownership: the table copies every input (into its rows and chunks); sample copies
- * the items out into buffers the caller owns. Failure: every entry point validates all of its input before changing anything,
- * so a failed call leaves the table as it was, and says what was wrong in `err`.
+ * the items out into buffers the caller owns. Failure: every entry point validates all
+ * of its input before changing anything, so a failed call leaves the table as it was,
+ * and says what was wrong in `err`.
  *
  * Thread-safety: every function may be called from any number of threads at once. The
  * table holds one mutex around its state (ring, sum-tree, counters and the sampling RNG);
@@ -55,8 +56,8 @@
  * O(log capacity) tree steps per item (and, for a sample, copying out a small batch of
  * raw frames; larger or compressed batches are copied after the lock is released, their
  * chunks held by a reference), and every rebuild_every applied priority updates one
- * O(capacity) tree rebuild (about 2 ms at 2M items). fl_table_config and fl_table_obs_bytes read immutable fields and take
- * no lock. */
+ * O(capacity) tree rebuild (about 2 ms at 2M items). fl_table_config and
+ * fl_table_obs_bytes read immutable fields and take no lock. */
 #ifndef FL_REPLAY_TABLE_H
 #define FL_REPLAY_TABLE_H
 

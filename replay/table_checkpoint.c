@@ -394,7 +394,8 @@ static fl_status check_loaded(const char *path, fl_table_t *t, const double *q, 
     for (uint64_t s = 0; s < w; s++) {
         const fl__row_head_t *h = fl__table_row(t, s);
         if (!(isfinite(q[s]) && q[s] >= 0.0))
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: slot %" PRIu64 " has priority %g", path, s, q[s]);
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: slot %" PRIu64 " has priority %g", path, s,
+                              q[s]);
         if (!isfinite(h->reward) || !(h->discount >= 0.0f && h->discount <= 1.0f))
             return fl_err_set(err, FL_INVALID_ARGUMENT,
                               "checkpoint %s: slot %" PRIu64 " has reward %g, discount %g", path, s, (double)h->reward,

@@ -301,7 +301,8 @@ fl_status fl_replay_writer_flush(fl_replay_writer_t *w, int64_t timeout_ms, fl_e
         }
         int64_t left_ms = (int64_t)(left_s * 1e3);
         if (left_ms <= 0) {
-            if (st == FL_OK) st = fl_err_set(&e, FL_DEADLINE_EXCEEDED, "flush timed out after %" PRId64 " ms", timeout_ms);
+            if (st == FL_OK)
+                st = fl_err_set(&e, FL_DEADLINE_EXCEEDED, "flush timed out after %" PRId64 " ms", timeout_ms);
             break;
         }
         st = open_call(w, left_ms, FL_RPC_WAIT_FOR_READY, &e);

@@ -2,9 +2,9 @@
  * replay/client.h), over client-streaming Insert calls.
  *
  * Transitions are appended in batches (the actor's local buffer); each batch gets the
- * next sequence number of the writer's stream id and is sent at once on the open call. After `batches_per_call` batches (or on
- * fl_replay_writer_flush) the call is finished and the shard's InsertResponse
- * acknowledges the batches it holds. Batches not yet acknowledged stay in the writer;
+ * next sequence number of the writer's stream id and is sent at once on the open call.
+ * After `batches_per_call` batches (or on fl_replay_writer_flush) the call is finished
+ * and the shard's InsertResponse acknowledges the batches it holds. Batches not yet acknowledged stay in the writer;
  * when a call fails they are sent again, in order, on the next call (the shard skips a
  * batch whose sequence it already holds, so a resend never duplicates). Nothing
  * appended is dropped unless the writer is destroyed before it was acknowledged.
