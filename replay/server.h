@@ -136,7 +136,8 @@
 #define FL_REPLAY_DIR_MAX 256
 
 /* What a shard is created from. Each field is the key named in its comment; counts
- * "over all shards" are the run's, of which the shard serves its share. */
+ * "over all shards" are the run's, of which the shard serves its share. The strings are
+ * read by create only (the service keeps copies of what it needs). */
 typedef struct fl_replay_service_opts {
     int shard;                  /* this shard, 0 .. shards - 1 (the top 8 bits of its keys) */
     int shards;                 /* replay.shards, 1 .. 256 */

@@ -24,6 +24,7 @@
 
 /* First keys remembered per stream, for the response to a resent batch. */
 #define FL__REPLAY_KEY_RING 64
+
 typedef struct fl__stream_rec {
     uint64_t id;
     pthread_mutex_t mu; /* guards the fields below */
@@ -53,23 +54,23 @@ struct fl_replay_service {
     int threads;
 
     pthread_mutex_t streams_mu; /* guards the map; records never move or go away */
-    fl__stream_rec_t **streams;       /* open addressing, streams_cap a power of two */
+    fl__stream_rec_t **streams; /* open addressing, streams_cap a power of two */
     size_t nstreams, streams_cap;
 
     atomic_uint_fast64_t insert_batches, rejected, sample_calls;
 
     char ckpt_default[FL_REPLAY_DIR_MAX + 32]; /* replay.checkpoint_dir/shard-<id>.ckpt, or "" */
-    double ckpt_every;                            /* seconds; 0 = no periodic checkpoints */
-    pthread_mutex_t ckpt_mu;                      /* serializes checkpoints (each copies the table) */
+    double ckpt_every;                         /* seconds; 0 = no periodic checkpoints */
+    pthread_mutex_t ckpt_mu;                   /* serializes checkpoints (each copies the table) */
     pthread_t ckpt_thread;
     int ckpt_thread_started;
 
     /* write-ahead log (replay.wal; NULL when off) */
     fl_wal_t *wal;
-    pthread_mutex_t wal_mu;             /* the insert mutex: log append + table insert + stream record */
+    pthread_mutex_t wal_mu;          /* the insert mutex: log append + table insert + stream record */
     char wal_dir[FL_REPLAY_DIR_MAX]; /* replay.checkpoint_dir */
-    int wal_fsync;                      /* replay.wal_fsync */
-    int wal_lock_fd;                    /* flock'd shard-<id>.wal.lock, or -1 */
+    int wal_fsync;                   /* replay.wal_fsync */
+    int wal_lock_fd;                 /* flock'd shard-<id>.wal.lock, or -1 */
 };
 
 /* The record of stream `id`, created on first use; NULL when out of memory. */
