@@ -17,6 +17,8 @@
 #include "envs/wrappers.h"
 #include "paramserver/client.h"
 #include "replay/client.h"
+#include "replay/sharded.h"
+#include "replay/writer.h"
 
 /* Milliseconds one parameter fetch may take (it waits for the server to come up). */
 #define FETCH_TIMEOUT_MS 1000

@@ -136,9 +136,9 @@ static int bench_selector(const report_t *rep, fl_selector sel, uint64_t capacit
     fl_table_config_t cfg;
     fl_table_config_init(&cfg);
     cfg.capacity = capacity;
-    cfg.obs_dtype = FL_DTYPE_FLOAT32;
-    cfg.obs_rank = 1;
-    cfg.obs_shape[0] = OBS_DIM;
+    cfg.obs.dtype = FL_DTYPE_FLOAT32;
+    cfg.obs.rank = 1;
+    cfg.obs.shape[0] = OBS_DIM;
     cfg.seed = 1;
     cfg.selector = sel;
     cfg.max_times_sampled = sel == FL_SELECTOR_FIFO ? 1 : 0;

@@ -103,9 +103,7 @@ static int run_case(const out_t *o, const char *name, const fl_env_def_t *def, c
     fl_table_config_t cfg;
     fl_table_config_init(&cfg);
     cfg.capacity = capacity;
-    cfg.obs_dtype = info->obs_dtype;
-    cfg.obs_rank = info->obs_rank;
-    for (int d = 0; d < info->obs_rank; d++) cfg.obs_shape[d] = info->obs_shape[d];
+    cfg.obs = fl_obs_spec_make(info->obs_dtype, info->obs_rank, info->obs_shape);
     cfg.frame_stack = stack;
     cfg.zstd_level = zstd;
     fl_table_t *t = NULL;

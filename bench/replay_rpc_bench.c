@@ -71,14 +71,15 @@
 
 #include "actors/actor.h"
 #include "common/clock.h"
-#include "common/config.h"
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/status.h"
 #include "replay/client.h"
 #include "replay/prefetch.h"
 #include "replay/server.h"
+#include "replay/sharded.h"
 #include "replay/wire.h"
+#include "replay/writer.h"
 
 #define POOL 8                  /* distinct input batches per shape, reused round robin */
 #define N_STEP 3                /* learner.n_step: next_obs of transition i is obs of i + N_STEP */
@@ -408,14 +409,14 @@ static int run_case(const opts_t *o, const shape_t *s, const inputs_t *in, int s
         return 1;
     }
 
-    fl_config_t cfg;
-    fl_config_defaults(&cfg);
-    cfg.replay_shards = 1;
-    cfg.replay_capacity = (int64_t)o->capacity;
-    cfg.replay_min_size_to_sample = (int64_t)(o->capacity < MIN_SIZE ? o->capacity : MIN_SIZE);
-    cfg.replay_samples_per_insert = 0;
-    cfg.replay_selector = FL_CFG_SELECTOR_PRIORITIZED;
-    char wal_dir[FL_CONFIG_STRING_MAX] = "";
+    fl_replay_service_opts_t ro;
+    fl_replay_service_opts_init(&ro);
+    ro.shards = 1;
+    ro.capacity = (int64_t)o->capacity;
+    ro.min_size_to_sample = (int64_t)(o->capacity < MIN_SIZE ? o->capacity : MIN_SIZE);
+    ro.samples_per_insert = 0;
+    ro.selector = FL_SELECTOR_PRIORITIZED;
+    char wal_dir[FL_REPLAY_DIR_MAX] = "";
     if (o->wal_parent[0]) { /* a fresh log folder per case */
         snprintf(wal_dir, sizeof wal_dir, "%.200s/replay-rpc-bench-XXXXXX", o->wal_parent);
         if (!mkdtemp(wal_dir)) {
@@ -423,18 +424,14 @@ static int run_case(const opts_t *o, const shape_t *s, const inputs_t *in, int s
             free(workers);
             return 1;
         }
-        cfg.replay_wal = 1;
-        snprintf(cfg.replay_checkpoint_dir, sizeof cfg.replay_checkpoint_dir, "%s", wal_dir);
+        ro.wal = 1;
+        ro.checkpoint_dir = wal_dir;
     }
-    cfg.actor_count = streams;
-    cfg.run_seed = 1;
-    fl_wire_sig_t sig;
-    memset(&sig, 0, sizeof sig);
-    sig.obs_dtype = s->dtype;
-    sig.obs_rank = s->rank;
-    for (int d = 0; d < s->rank; d++) sig.obs_shape[d] = s->dims[d];
-    sig.num_actions = s->num_actions;
-    if ((st = fl_replay_service_create(&cfg, 0, &sig, &svc, &err)) != FL_OK) {
+    ro.actors = streams;
+    ro.seed = 1;
+    ro.obs = fl_obs_spec_make(s->dtype, s->rank, s->dims);
+    ro.num_actions = s->num_actions;
+    if ((st = fl_replay_service_create(&ro, &svc, &err)) != FL_OK) {
         fprintf(stderr, "%s: replay service create: %s (%s)\n", prog, fl_status_str(st), err.msg);
         goto done;
     }
@@ -533,7 +530,7 @@ done:
     fl_replay_service_destroy(svc);
     if (sock[0]) unlink(sock + 5);
     if (wal_dir[0]) { /* the log and lock files of this case */
-        char cmd[FL_CONFIG_STRING_MAX + 16];
+        char cmd[FL_REPLAY_DIR_MAX + 16];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", wal_dir);
         if (system(cmd) != 0) fprintf(stderr, "%s: could not remove %s\n", prog, wal_dir);
     }

@@ -31,6 +31,7 @@
 #include "cli/proc.h"
 #include "paramserver/client.h"
 #include "replay/client.h"
+#include "replay/sharded.h"
 
 #define RETURN_WINDOW 100
 /* The parameter servers' staleness histogram (fl_param_info_t.staleness_hist). */

@@ -3,6 +3,10 @@
 
 #include <string.h>
 
+#include "replay/selector.h"
+
+_Static_assert(FL_CONFIG_STRING_MAX <= FL_REPLAY_DIR_MAX, "replay.checkpoint_dir must fit the service's paths");
+
 void fl_options_env(const fl_config_t *c, fl_env_factory_opts_t *out) {
     memset(out, 0, sizeof *out);
     out->name = c->env_name;
@@ -63,6 +67,33 @@ fl_status fl_options_optimizer(const fl_config_t *c, fl_optim_config_t *out, fl_
     fl_optim_settings_t os;
     FL_TRY(fl_options_optim_settings(c, &os, err));
     *out = fl_optim_config_from(&os);
+    return FL_OK;
+}
+
+fl_status fl_options_replay(const fl_config_t *c, int shard, fl_replay_service_opts_t *out, fl_err_t *err) {
+    fl_replay_service_opts_init(out);
+    out->shard = shard;
+    out->shards = (int)c->replay_shards;
+    out->capacity = c->replay_capacity;
+    out->alpha = c->replay_alpha;
+    out->priority_eps = c->replay_priority_eps;
+    if (fl_selector_parse(FL_CONFIG_ENUM_STR(c, replay, selector), &out->selector, err) != FL_OK) {
+        fl_err_prefix(err, "replay shard %d", shard);
+        return FL_INVALID_ARGUMENT;
+    }
+    out->max_times_sampled = c->replay_max_times_sampled;
+    out->tree_rebuild_every = c->replay_tree_rebuild_every;
+    out->frame_stack = (int)c->replay_frame_stack;
+    out->zstd_level = (int)c->replay_zstd_level;
+    out->seed = (uint64_t)c->run_seed;
+    out->min_size_to_sample = c->replay_min_size_to_sample;
+    out->samples_per_insert = c->replay_samples_per_insert;
+    out->rate_error_buffer = c->replay_rate_error_buffer;
+    out->actors = c->actor_count;
+    out->checkpoint_dir = c->replay_checkpoint_dir;
+    out->checkpoint_every = c->replay_checkpoint_every;
+    out->wal = c->replay_wal;
+    out->wal_fsync = c->replay_wal_fsync;
     return FL_OK;
 }
 

@@ -16,6 +16,7 @@
 #include "envs/wrappers.h"
 #include "learner/learner.h"
 #include "paramserver/server.h"
+#include "replay/server.h"
 
 /* env.*: the environment every role opens (envs/plugin.h). */
 void fl_options_env(const fl_config_t *c, fl_env_factory_opts_t *out);
@@ -34,6 +35,14 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out);
  * (fl_options_optimizer; apex shards run none and keep the default). FL_INVALID_ARGUMENT
  * for an unknown learner.optimizer (which a loaded config cannot hold). */
 fl_status fl_options_paramserver(const fl_config_t *c, fl_paramserver_service_opts_t *out, fl_err_t *err);
+
+/* What replay shard `shard` reads (replay/server.h): the replay.* keys, run.seed and
+ * actor.count. The observation signature, the action count (the env's) and the
+ * checkpoint to restore from (a command-line option) are left as
+ * fl_replay_service_opts_init leaves them, for the caller to set; replay.frame_stack is
+ * taken as it stands (the caller resolves 0, the env's frame stack, first).
+ * FL_INVALID_ARGUMENT, naming the shard, when replay.selector names no selector. */
+fl_status fl_options_replay(const fl_config_t *c, int shard, fl_replay_service_opts_t *out, fl_err_t *err);
 
 /* A learner's run settings (the second part of fl_learner_options_t: everything but
  * index, addresses, obs, num_actions, resume_path and reduce, which the caller sets and

@@ -29,7 +29,8 @@
 
 typedef struct replay_verb {
     char restore[256]; /* --restore */
-    fl_wire_sig_t sig; /* the table's observation signature */
+    fl_obs_spec_t obs; /* the table's observation signature (the env's) */
+    int num_actions;
     int shard;
     fl_replay_service_t *svc;
 } replay_verb_t;
@@ -68,9 +69,8 @@ static int prepare(void *ctx, fl_service_args_t *a) {
         return 2;
     }
     const fl_env_def_t *env = fl_wrapped_env_info(wenv);
-    fl_wire_sig_t sig = {.obs_dtype = env->obs_dtype, .obs_rank = env->obs_rank, .num_actions = env->num_actions};
-    for (int d = 0; d < env->obs_rank && d < FL_WIRE_MAX_RANK; d++) sig.obs_shape[d] = env->obs_shape[d];
-    rv->sig = sig;
+    rv->obs = fl_obs_spec_make(env->obs_dtype, env->obs_rank, env->obs_shape);
+    rv->num_actions = env->num_actions;
     if (cfg->replay_frame_stack == 0) cfg->replay_frame_stack = fl_wrapped_env_frame_stack(wenv);
     fl_wrapped_env_destroy(wenv);
     return 0;
@@ -80,7 +80,12 @@ static int create(void *ctx, const fl_service_args_t *a) {
     replay_verb_t *rv = ctx;
     fl_err_t err;
     fl_err_init(&err);
-    fl_status st = fl_replay_service_create_restore(&a->cfg, rv->shard, &rv->sig, rv->restore, &rv->svc, &err);
+    fl_replay_service_opts_t ro;
+    fl_status st = fl_options_replay(&a->cfg, rv->shard, &ro, &err);
+    ro.obs = rv->obs;
+    ro.num_actions = rv->num_actions;
+    ro.restore_path = rv->restore;
+    if (st == FL_OK) st = fl_replay_service_create(&ro, &rv->svc, &err);
     if (st == FL_OK) return 0;
     FL_ERROR("cannot %s replay shard %d: %s", rv->restore[0] ? "restore" : "create", rv->shard, err.msg);
     return st == FL_INVALID_ARGUMENT || st == FL_NOT_FOUND ? 2 : 1;
@@ -97,9 +102,9 @@ static int start(void *ctx, const fl_service_args_t *a, char *addr, size_t len) 
     fl_replay_info_t info;
     fl_replay_service_info(rv->svc, &info);
     char shape[64];
-    fl_wire_sig_format_shape(&rv->sig, shape, sizeof shape);
+    fl_obs_spec_format_shape(&rv->obs, shape, sizeof shape);
     FL_INFO("replay shard %d serving on %s (capacity %" PRIu64 ", obs %s %s, sampling from %" PRIu64 ")", rv->shard,
-            addr, info.capacity, fl_dtype_name(rv->sig.obs_dtype), shape, fl_replay_service_min_size(rv->svc));
+            addr, info.capacity, fl_dtype_name(rv->obs.dtype), shape, fl_replay_service_min_size(rv->svc));
     if (a->control[0])
         FL_DEBUG("--control %s: the launcher polls this shard's Info; no reports are sent", a->control);
     return 0;

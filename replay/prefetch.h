@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "replay/client.h"
+#include "replay/sharded.h"
 
 #define FL_REPLAY_PREFETCH_MAX_DEPTH 64
 

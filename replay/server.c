@@ -1,4 +1,8 @@
-/* server: the fleet.Replay service of one shard (see server.h).
+/* server: the fleet.Replay service of one shard (see server.h): its RPC handlers, the
+ * rate limiter's waits, checkpoints and the service's lifetime. How the table comes to be
+ * at create (empty, restored, or recovered from the write-ahead log) and the log's
+ * rotation at a checkpoint are in replay/server_recovery.c; what the two share is in
+ * replay/server_internal.h.
  *
  * State beyond the table: a hash map stream_id -> per-stream record (last applied
  * sequence and the first keys of its recent batches), each record with its own mutex
@@ -11,13 +15,12 @@
  * Write-ahead log (replay.wal, replay/wal.h): the insert mutex wal_mu is held across
  * "append the InsertRequest to the log, insert into the table, record the sequence"
  * (inside a stream record's lock), so the log's order is the table's insertion order and
- * replaying it through the same apply_insert gives the same keys. With the log on, stream
+ * replaying it through the same fl__replay_apply_insert gives the same keys. With the log on, stream
  * records are only changed under wal_mu, so a checkpoint reads them under wal_mu alone.
  * Lock order: a stream record, wal_mu, the streams map, the table. */
 #include "replay/server.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -25,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +37,8 @@
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "replay/ratelimit.h"
+#include "replay/selector.h"
+#include "replay/server_internal.h"
 #include "replay/wal.h"
 
 #define M_INSERT "/fleet.Replay/Insert"
@@ -43,58 +47,8 @@
 #define M_INFO "/fleet.Replay/Info"
 #define M_CHECKPOINT "/fleet.Replay/Checkpoint"
 
-/* First keys remembered per stream, for the response to a resent batch. */
-#define KEY_RING 64
 /* Reserve for everything but the observations in a sample response. */
 #define SAMPLE_MSG_SLACK (1u << 20)
-
-typedef struct stream_rec {
-    uint64_t id;
-    pthread_mutex_t mu; /* guards the fields below */
-    uint64_t last_seq;
-    uint64_t ring_seq[KEY_RING];
-    uint64_t ring_key[KEY_RING];
-} stream_rec;
-
-struct fl_replay_service {
-    fl_table_t *table;
-    fl_wire_sig_t sig;
-    size_t obs_bytes;
-    int shard;
-    uint64_t min_size;
-    fl_rpc_server_t *rpc;
-    int started, stopped;
-    double t_start;
-
-    pthread_mutex_t mu; /* guards the fields below; cv signals inserts, samples and stop */
-    pthread_cond_t cv;
-    int waiters;        /* Sample calls waiting for data or for the rate limiter */
-    int insert_waiters; /* Insert messages waiting for the rate limiter */
-    int max_insert_waiters;
-    int stopping;
-    fl_ratelimit_t rl;
-    double insert_blocked_s, sample_blocked_s;
-    int threads;
-
-    pthread_mutex_t streams_mu; /* guards the map; records never move or go away */
-    stream_rec **streams;       /* open addressing, streams_cap a power of two */
-    size_t nstreams, streams_cap;
-
-    atomic_uint_fast64_t insert_batches, rejected, sample_calls;
-
-    char ckpt_default[FL_CONFIG_STRING_MAX + 32]; /* replay.checkpoint_dir/shard-<id>.ckpt, or "" */
-    double ckpt_every;                            /* seconds; 0 = no periodic checkpoints */
-    pthread_mutex_t ckpt_mu;                      /* serializes checkpoints (each copies the table) */
-    pthread_t ckpt_thread;
-    int ckpt_thread_started;
-
-    /* write-ahead log (replay.wal; NULL when off) */
-    fl_wal_t *wal;
-    pthread_mutex_t wal_mu;             /* the insert mutex: log append + table insert + stream record */
-    char wal_dir[FL_CONFIG_STRING_MAX]; /* replay.checkpoint_dir */
-    int wal_fsync;                      /* replay.wal_fsync */
-    int wal_lock_fd;                    /* flock'd shard-<id>.wal.lock, or -1 */
-};
 
 /* ------------------------------------------------------------ streams ---- */
 
@@ -105,18 +59,17 @@ static size_t hash_id(uint64_t id) {
     return (size_t)id;
 }
 
-/* The record of stream `id`, created on first use; NULL when out of memory. */
-static stream_rec *get_stream(fl_replay_service_t *s, uint64_t id) {
+fl__stream_rec_t *fl__replay_get_stream(fl_replay_service_t *s, uint64_t id) {
     pthread_mutex_lock(&s->streams_mu);
     if (2 * (s->nstreams + 1) > s->streams_cap) {
         size_t cap = s->streams_cap ? 2 * s->streams_cap : 64;
-        stream_rec **m = calloc(cap, sizeof *m);
+        fl__stream_rec_t **m = calloc(cap, sizeof *m);
         if (!m) {
             pthread_mutex_unlock(&s->streams_mu);
             return NULL;
         }
         for (size_t i = 0; i < s->streams_cap; i++) {
-            stream_rec *r = s->streams[i];
+            fl__stream_rec_t *r = s->streams[i];
             if (!r) continue;
             size_t h = hash_id(r->id) & (cap - 1);
             while (m[h]) h = (h + 1) & (cap - 1);
@@ -128,7 +81,7 @@ static stream_rec *get_stream(fl_replay_service_t *s, uint64_t id) {
     }
     size_t h = hash_id(id) & (s->streams_cap - 1);
     while (s->streams[h] && s->streams[h]->id != id) h = (h + 1) & (s->streams_cap - 1);
-    stream_rec *r = s->streams[h];
+    fl__stream_rec_t *r = s->streams[h];
     if (!r) {
         r = calloc(1, sizeof *r);
         if (r) {
@@ -200,7 +153,7 @@ static uint64_t table_size(fl_replay_service_t *s) {
 typedef struct insert_call {
     int have_stream;
     uint64_t stream_id;
-    stream_rec *rec;
+    fl__stream_rec_t *rec;
     uint64_t batches, items;
     uint64_t *first_keys; /* (batches) */
     size_t keys_cap;
@@ -227,18 +180,8 @@ static fl_status reject(fl_replay_service_t *s, fl_rpc_reply_t *reply, const Fle
                               req->sequence, e->msg);
 }
 
-/* Applies one decoded InsertRequest (its sequence and batch) to the table and to its
- * stream's record. This is the one place where an insert changes the table: the live
- * path and recovery from the write-ahead log both call it, so that replaying the log
- * gives the keys acknowledged before. The caller holds r->mu and, with the log on, the
- * insert mutex wal_mu, and has checked that sequence > r->last_seq. keys (b->count)
- * receives the batch's keys. prep: the batch already prepared by fl_table_prepare (the
- * live path with the log on, which prepares before taking the insert mutex), committed
- * here; NULL: fl_table_insert. On failure nothing changed (the table validates its whole
- * input first); the live path never logs a batch the table refuses, and an older log's
- * refused record is refused again on replay. */
-static fl_status apply_insert(fl_replay_service_t *s, stream_rec *r, uint64_t sequence, const fl_wire_batch_t *b,
-                              fl_table_prep_t *prep, uint64_t *keys, fl_err_t *e) {
+fl_status fl__replay_apply_insert(fl_replay_service_t *s, fl__stream_rec_t *r, uint64_t sequence,
+                                  const fl_wire_batch_t *b, fl_table_prep_t *prep, uint64_t *keys, fl_err_t *e) {
     if (prep) {
         fl_table_commit(prep, keys); /* prepared (validated, frames hashed) outside the log's lock */
     } else {
@@ -247,9 +190,111 @@ static fl_status apply_insert(fl_replay_service_t *s, stream_rec *r, uint64_t se
         if (st != FL_OK) return st;
     }
     r->last_seq = sequence;
-    size_t slot = (size_t)(sequence % KEY_RING);
+    size_t slot = (size_t)(sequence % FL__REPLAY_KEY_RING);
     r->ring_seq[slot] = sequence;
     r->ring_key[slot] = keys[0];
+    return FL_OK;
+}
+
+/* The request's own checks: a sequence, the call's one stream, a batch that fits the
+ * table (*b, decoded). A rejection is answered (and counted) here. */
+static fl_status check_request(fl_replay_service_t *s, const insert_call *c, const Fleet__InsertRequest *req,
+                               fl_wire_batch_t *b, fl_rpc_reply_t *reply) {
+    fl_err_t e;
+    fl_err_init(&e);
+    if (req->sequence == 0) {
+        fl_err_set(&e, FL_INVALID_ARGUMENT, "sequence: got 0, expected >= 1");
+        return reject(s, reply, req, &e);
+    }
+    if (c->have_stream && req->stream_id != c->stream_id) {
+        fl_err_set(&e, FL_INVALID_ARGUMENT, "stream_id: got %" PRIu64 ", expected %" PRIu64 " (one stream per call)",
+                   req->stream_id, c->stream_id);
+        return reject(s, reply, req, &e);
+    }
+    if (fl_wire_decode_batch(req->batch, &s->sig, FL_WIRE_NEED_PRIORITIES, b, &e) != FL_OK)
+        return reject(s, reply, req, &e);
+    return FL_OK;
+}
+
+/* Binds the call to its stream's record on its first message, and makes room for one
+ * more first key and for the keys of a batch of `count`. */
+static fl_status prepare_call(fl_replay_service_t *s, insert_call *c, uint64_t stream_id, size_t count,
+                              fl_rpc_reply_t *reply) {
+    if (!c->have_stream) {
+        c->rec = fl__replay_get_stream(s, stream_id);
+        if (!c->rec)
+            return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory for stream records");
+        c->have_stream = 1;
+        c->stream_id = stream_id;
+    }
+    if (c->batches == c->keys_cap) {
+        size_t cap = c->keys_cap ? 2 * c->keys_cap : 16;
+        uint64_t *k = realloc(c->first_keys, cap * sizeof *k);
+        if (!k) return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory");
+        c->first_keys = k;
+        c->keys_cap = cap;
+    }
+    if (count > c->keybuf_cap) {
+        uint64_t *k = realloc(c->keybuf, count * sizeof *k);
+        if (!k) return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory");
+        c->keybuf = k;
+        c->keybuf_cap = count;
+    }
+    return FL_OK;
+}
+
+/* A new batch of stream record r (the caller holds r->mu). With the log on, the message
+ * is in the log before the table changes (and before anything is acknowledged), in the
+ * order of the table's inserts: the table's own work on the batch (checks, frame
+ * hashing) comes first, outside the lock that orders log and table, so that a batch the
+ * table refuses is never logged. keys (b->count) receives the batch's keys. */
+static fl_status log_and_apply(fl_replay_service_t *s, fl__stream_rec_t *r, uint64_t sequence, const uint8_t *msg,
+                               size_t len, const fl_wire_batch_t *b, uint64_t *keys, fl_err_t *e) {
+    if (!s->wal) return fl__replay_apply_insert(s, r, sequence, b, NULL, keys, e);
+    fl_table_prep_t *prep = NULL;
+    FL_TRY(fl_table_prepare(s->table, b->count, b->obs, b->actions, b->rewards, b->discounts, b->next_obs,
+                            b->priorities, &prep, e));
+    pthread_mutex_lock(&s->wal_mu);
+    fl_err_t we;
+    fl_err_init(&we);
+    fl_status st;
+    if (fl_wal_append(s->wal, msg, len, &we) != FL_OK) {
+        st = fl_err_set(e, FL_UNAVAILABLE, "write-ahead log: %s (nothing inserted; send again)", we.msg);
+        fl_table_prep_free(prep);
+    } else {
+        st = fl__replay_apply_insert(s, r, sequence, b, prep, keys, e);
+    }
+    pthread_mutex_unlock(&s->wal_mu);
+    return st;
+}
+
+/* Inserts the batch of the call's stream unless it is a resend (sequence not above the
+ * stream's last), after the rate limiter lets a new batch through. *first_key receives
+ * its first key (a resend's as remembered, else UINT64_MAX), *applied whether it went
+ * in. A failure is answered here (a refusal of the table or the log as a rejection). */
+static fl_status insert_batch(fl_replay_service_t *s, insert_call *c, const Fleet__InsertRequest *req,
+                              const uint8_t *msg, size_t len, const fl_wire_batch_t *b, uint64_t *first_key,
+                              int *applied, fl_rpc_reply_t *reply) {
+    fl__stream_rec_t *r = c->rec;
+    *first_key = UINT64_MAX;
+    *applied = 0;
+    pthread_mutex_lock(&r->mu);
+    int resend = req->sequence <= r->last_seq;
+    pthread_mutex_unlock(&r->mu);
+    if (!resend) FL_TRY(rate_wait_insert(s, b->count, reply));
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_status st = FL_OK;
+    pthread_mutex_lock(&r->mu);
+    if (req->sequence <= r->last_seq) {
+        size_t slot = (size_t)(req->sequence % FL__REPLAY_KEY_RING);
+        if (r->ring_seq[slot] == req->sequence) *first_key = r->ring_key[slot];
+    } else if ((st = log_and_apply(s, r, req->sequence, msg, len, b, c->keybuf, &e)) == FL_OK) {
+        *first_key = c->keybuf[0];
+        *applied = 1;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (st != FL_OK) return reject(s, reply, req, &e);
     return FL_OK;
 }
 
@@ -263,107 +308,20 @@ static fl_status insert_message(void *user, void *state, const uint8_t *msg, siz
         return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT,
                                   "InsertRequest: %zu bytes that do not parse as a fleet.InsertRequest", len);
     }
-    fl_err_t e;
-    fl_err_init(&e);
-    fl_status st = FL_OK;
     fl_wire_batch_t b;
-    if (req->sequence == 0) {
-        fl_err_set(&e, FL_INVALID_ARGUMENT, "sequence: got 0, expected >= 1");
-        st = reject(s, reply, req, &e);
-        goto done;
-    }
-    if (c->have_stream && req->stream_id != c->stream_id) {
-        fl_err_set(&e, FL_INVALID_ARGUMENT, "stream_id: got %" PRIu64 ", expected %" PRIu64 " (one stream per call)",
-                   req->stream_id, c->stream_id);
-        st = reject(s, reply, req, &e);
-        goto done;
-    }
-    if (fl_wire_decode_batch(req->batch, &s->sig, FL_WIRE_NEED_PRIORITIES, &b, &e) != FL_OK) {
-        st = reject(s, reply, req, &e);
-        goto done;
-    }
-    if (!c->have_stream) {
-        c->rec = get_stream(s, req->stream_id);
-        if (!c->rec) {
-            st = fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory for stream records");
-            goto done;
-        }
-        c->have_stream = 1;
-        c->stream_id = req->stream_id;
-    }
-    if (c->batches == c->keys_cap) {
-        size_t cap = c->keys_cap ? 2 * c->keys_cap : 16;
-        uint64_t *k = realloc(c->first_keys, cap * sizeof *k);
-        if (!k) {
-            st = fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory");
-            goto done;
-        }
-        c->first_keys = k;
-        c->keys_cap = cap;
-    }
-    if (b.count > c->keybuf_cap) {
-        uint64_t *k = realloc(c->keybuf, b.count * sizeof *k);
-        if (!k) {
-            st = fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory");
-            goto done;
-        }
-        c->keybuf = k;
-        c->keybuf_cap = b.count;
-    }
-
-    stream_rec *r = c->rec;
     uint64_t first_key = UINT64_MAX;
     int applied = 0;
-    pthread_mutex_lock(&r->mu);
-    int resend = req->sequence <= r->last_seq;
-    pthread_mutex_unlock(&r->mu);
-    if (!resend && (st = rate_wait_insert(s, b.count, reply)) != FL_OK) goto done;
-    pthread_mutex_lock(&r->mu);
-    if (req->sequence <= r->last_seq) {
-        size_t slot = (size_t)(req->sequence % KEY_RING);
-        if (r->ring_seq[slot] == req->sequence) first_key = r->ring_key[slot];
-    } else {
-        /* With the log on, the message is in the log before the table changes (and
-         * before anything is acknowledged), in the order of the table's inserts. */
-        fl_table_prep_t *prep = NULL;
-        int locked = 0;
-        if (s->wal) {
-            /* The table's own work on the batch (checks, frame hashing) comes first,
-             * outside the lock that orders log and table; a batch the table refuses is
-             * never logged. */
-            st = fl_table_prepare(s->table, b.count, b.obs, b.actions, b.rewards, b.discounts, b.next_obs,
-                                  b.priorities, &prep, &e);
-            if (st == FL_OK) {
-                pthread_mutex_lock(&s->wal_mu);
-                locked = 1;
-                fl_err_t we;
-                fl_err_init(&we);
-                if (fl_wal_append(s->wal, msg, len, &we) != FL_OK) {
-                    st = fl_err_set(&e, FL_UNAVAILABLE, "write-ahead log: %s (nothing inserted; send again)", we.msg);
-                    fl_table_prep_free(prep);
-                    prep = NULL;
-                }
-            }
+    fl_status st;
+    if ((st = check_request(s, c, req, &b, reply)) == FL_OK &&
+        (st = prepare_call(s, c, req->stream_id, b.count, reply)) == FL_OK &&
+        (st = insert_batch(s, c, req, msg, len, &b, &first_key, &applied, reply)) == FL_OK) {
+        if (applied) {
+            atomic_fetch_add(&s->insert_batches, 1);
+            c->items += b.count;
+            notify_inserted(s, b.count);
         }
-        if (st == FL_OK) st = apply_insert(s, r, req->sequence, &b, prep, c->keybuf, &e);
-        if (locked) pthread_mutex_unlock(&s->wal_mu);
-        if (st == FL_OK) {
-            first_key = c->keybuf[0];
-            applied = 1;
-        }
+        c->first_keys[c->batches++] = first_key;
     }
-    pthread_mutex_unlock(&r->mu);
-    if (st != FL_OK) {
-        st = reject(s, reply, req, &e);
-        goto done;
-    }
-    if (applied) {
-        atomic_fetch_add(&s->insert_batches, 1);
-        c->items += b.count;
-        notify_inserted(s, b.count);
-    }
-    c->first_keys[c->batches++] = first_key;
-done:
     fleet__insert_request__free_unpacked(req, NULL);
     return st;
 }
@@ -393,290 +351,6 @@ static fl_status insert_close(void *user, void *state, fl_status why, fl_rpc_rep
     }
     insert_call_free(c);
     return st;
-}
-
-/* ---------------------------------------------------- write-ahead log ---- */
-
-/* With the log on, a checkpoint's extra section holds the stream records and the log
- * segment that follows the checkpoint (little-endian):
- *   magic "FLWALST1" (8), resume segment u64, streams u64, then per stream:
- *   id u64, last applied sequence u64, ring entries u32, then per entry
- *   (sequence u64, first key u64). */
-#define WAL_EXTRA_MAGIC "FLWALST1"
-
-static uint8_t *put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-    return p + 8;
-}
-
-static uint64_t get_u64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-/* The extra section for segment `resume` (caller holds wal_mu, under which the stream
- * records change). *out is malloc'd. */
-static fl_status wal_extra_encode(fl_replay_service_t *s, uint64_t resume, uint8_t **out, size_t *len,
-                                  fl_err_t *err) {
-    pthread_mutex_lock(&s->streams_mu);
-    size_t n = 24;
-    for (size_t i = 0; i < s->streams_cap; i++) {
-        const stream_rec *r = s->streams[i];
-        if (!r) continue;
-        n += 20;
-        for (int k = 0; k < KEY_RING; k++) n += r->ring_seq[k] ? 16 : 0;
-    }
-    uint8_t *buf = malloc(n), *p = buf;
-    if (!buf) {
-        pthread_mutex_unlock(&s->streams_mu);
-        return fl_err_set(err, FL_NO_MEMORY, "checkpoint: out of memory for %zu bytes of stream records", n);
-    }
-    memcpy(p, WAL_EXTRA_MAGIC, 8);
-    p = put_u64(p + 8, resume);
-    p = put_u64(p, (uint64_t)s->nstreams);
-    for (size_t i = 0; i < s->streams_cap; i++) {
-        const stream_rec *r = s->streams[i];
-        if (!r) continue;
-        p = put_u64(p, r->id);
-        p = put_u64(p, r->last_seq);
-        uint32_t cnt = 0;
-        for (int k = 0; k < KEY_RING; k++) cnt += r->ring_seq[k] != 0;
-        for (int b = 0; b < 4; b++) p[b] = (uint8_t)(cnt >> (8 * b));
-        p += 4;
-        for (int k = 0; k < KEY_RING; k++) {
-            if (!r->ring_seq[k]) continue;
-            p = put_u64(p, r->ring_seq[k]);
-            p = put_u64(p, r->ring_key[k]);
-        }
-    }
-    pthread_mutex_unlock(&s->streams_mu);
-    *out = buf;
-    *len = (size_t)(p - buf);
-    return FL_OK;
-}
-
-/* Restores the stream records and the resume segment from a checkpoint's extra section. */
-static fl_status wal_extra_decode(fl_replay_service_t *s, const char *path, const uint8_t *x, size_t n,
-                                  uint64_t *resume, fl_err_t *err) {
-    if (n < 24 || memcmp(x, WAL_EXTRA_MAGIC, 8) != 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "checkpoint %s: its extra section (%zu bytes) is not the write-ahead log's stream records "
-                          "(expected magic \"%s\" and at least 24 bytes)",
-                          path, n, WAL_EXTRA_MAGIC);
-    *resume = get_u64(x + 8);
-    uint64_t nstreams = get_u64(x + 16);
-    if (*resume == 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: log segment 0 in its extra section, expected >= 1",
-                          path);
-    size_t off = 24;
-    for (uint64_t i = 0; i < nstreams; i++) {
-        if (n - off < 20)
-            return fl_err_set(err, FL_INVALID_ARGUMENT,
-                              "checkpoint %s: stream record %" PRIu64 " of %" PRIu64 " cut short at byte %zu of %zu",
-                              path, i, nstreams, off, n);
-        uint64_t id = get_u64(x + off), last = get_u64(x + off + 8);
-        uint32_t cnt = (uint32_t)x[off + 16] | (uint32_t)x[off + 17] << 8 | (uint32_t)x[off + 18] << 16 |
-                       (uint32_t)x[off + 19] << 24;
-        off += 20;
-        if (cnt > KEY_RING || (n - off) / 16 < cnt)
-            return fl_err_set(err, FL_INVALID_ARGUMENT,
-                              "checkpoint %s: stream %" PRIu64 ": %" PRIu32 " remembered keys, expected at most %d "
-                              "within the %zu bytes left",
-                              path, id, cnt, KEY_RING, n - off);
-        stream_rec *r = get_stream(s, id);
-        if (!r) return fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory for stream records", path);
-        r->last_seq = last;
-        for (uint32_t k = 0; k < cnt; k++, off += 16) {
-            uint64_t seq = get_u64(x + off);
-            if (seq == 0 || seq > last)
-                return fl_err_set(err, FL_INVALID_ARGUMENT,
-                                  "checkpoint %s: stream %" PRIu64 " remembers sequence %" PRIu64
-                                  ", expected 1 .. %" PRIu64,
-                                  path, id, seq, last);
-            r->ring_seq[seq % KEY_RING] = seq;
-            r->ring_key[seq % KEY_RING] = get_u64(x + off + 8);
-        }
-    }
-    if (off != n)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: %zu bytes after the %" PRIu64 " stream records",
-                          path, n - off, nstreams);
-    return FL_OK;
-}
-
-/* A checkpoint to the default file with the log on. Under the insert mutex: rotate the
- * log to segment N+1, copy the table and serialize the stream records with N+1, so that
- * the file holds exactly the inserts logged in segments <= N. Then write the file
- * (holding only ckpt_mu) and delete the segments below N+1, which it covers. */
-static fl_status wal_checkpoint(fl_replay_service_t *s, const char *path, fl_table_save_info_t *si, fl_err_t *err) {
-    fl_table_snapshot_t *sn = NULL;
-    uint8_t *extra = NULL;
-    size_t extra_len = 0;
-    pthread_mutex_lock(&s->wal_mu);
-    fl_status st = fl_wal_rotate(s->wal, err);
-    uint64_t resume = fl_wal_segment(s->wal);
-    if (st == FL_OK) st = fl_table_snapshot_take(s->table, &sn, err);
-    if (st == FL_OK) st = wal_extra_encode(s, resume, &extra, &extra_len, err);
-    pthread_mutex_unlock(&s->wal_mu);
-    if (st == FL_OK) st = fl_table_snapshot_write(sn, path, extra, extra_len, si, err);
-    fl_table_snapshot_free(sn);
-    free(extra);
-    if (st != FL_OK) return st;
-    size_t deleted = 0;
-    fl_err_t e;
-    fl_err_init(&e);
-    if (fl_wal_delete_before(s->wal_dir, s->shard, resume, &deleted, &e) != FL_OK)
-        FL_WARN("replay shard %d: checkpoint %s is written, but covered log segments remain: %s", s->shard, path,
-                e.msg);
-    FL_DEBUG("replay shard %d: log resumes at segment %" PRIu64 " after checkpoint %s; %zu segments deleted", s->shard,
-             resume, path, deleted);
-    return FL_OK;
-}
-
-/* Replays the records of the log from segment `start` on into the table, through
- * apply_insert; counts what it did. */
-static fl_status wal_replay(fl_replay_service_t *s, uint64_t start, uint64_t *last_seg, uint64_t *records,
-                            uint64_t *items, uint64_t *skipped, fl_err_t *err) {
-    fl_wal_reader_t *rd = NULL;
-    FL_TRY(fl_wal_reader_open(s->wal_dir, s->shard, start, &rd, err));
-    uint64_t *keys = NULL;
-    size_t keys_cap = 0;
-    fl_status st = FL_OK;
-    for (;;) {
-        const void *p;
-        size_t n;
-        uint64_t seg = 0, off = 0;
-        if ((st = fl_wal_reader_next(rd, &p, &n, &seg, &off, err)) != FL_OK || !p) break;
-        char path[FL_CONFIG_STRING_MAX + 64];
-        fl_wal_segment_path(path, sizeof path, s->wal_dir, s->shard, seg);
-        Fleet__InsertRequest *req = fleet__insert_request__unpack(NULL, n, p);
-        if (!req || req->sequence == 0) {
-            if (req) fleet__insert_request__free_unpacked(req, NULL);
-            st = fl_err_set(err, FL_DATA_LOSS,
-                            "wal %s: the record at offset %" PRIu64 " (%zu bytes) is not a valid fleet.InsertRequest",
-                            path, off, n);
-            break;
-        }
-        fl_wire_batch_t b;
-        fl_err_t e;
-        fl_err_init(&e);
-        if (fl_wire_decode_batch(req->batch, &s->sig, FL_WIRE_NEED_PRIORITIES, &b, &e) != FL_OK) {
-            st = fl_err_set(err, FL_INVALID_ARGUMENT,
-                            "wal %s: the record at offset %" PRIu64 " does not fit this shard's table (was the "
-                            "configuration changed?): %s",
-                            path, off, e.msg);
-            fleet__insert_request__free_unpacked(req, NULL);
-            break;
-        }
-        if (b.count > keys_cap) {
-            uint64_t *k = realloc(keys, b.count * sizeof *k);
-            if (!k) {
-                st = fl_err_set(err, FL_NO_MEMORY, "wal %s: out of memory for %zu keys", path, b.count);
-                fleet__insert_request__free_unpacked(req, NULL);
-                break;
-            }
-            keys = k;
-            keys_cap = b.count;
-        }
-        stream_rec *r = get_stream(s, req->stream_id);
-        if (!r) {
-            st = fl_err_set(err, FL_NO_MEMORY, "wal %s: out of memory for stream records", path);
-            fleet__insert_request__free_unpacked(req, NULL);
-            break;
-        }
-        pthread_mutex_lock(&r->mu);
-        pthread_mutex_lock(&s->wal_mu);
-        if (req->sequence <= r->last_seq) {
-            (*skipped)++;
-        } else if (apply_insert(s, r, req->sequence, &b, NULL, keys, &e) == FL_OK) {
-            (*items) += b.count;
-        } else {
-            /* The live shard refused it the same way (and acknowledged nothing). */
-            FL_WARN("replay shard %d: wal %s offset %" PRIu64 ": skipped, as when it was received: %s", s->shard, path,
-                    off, e.msg);
-            (*skipped)++;
-        }
-        pthread_mutex_unlock(&s->wal_mu);
-        pthread_mutex_unlock(&r->mu);
-        (*records)++;
-        fleet__insert_request__free_unpacked(req, NULL);
-    }
-    free(keys);
-    fl_wal_torn_t torn;
-    if (st == FL_OK && fl_wal_reader_torn(rd, &torn)) {
-        FL_WARN("replay shard %d: wal %s: cutting a torn tail of %" PRIu64 " bytes at offset %" PRIu64
-                " (%s); it was never acknowledged",
-                s->shard, torn.path, torn.bytes, torn.offset, torn.why);
-        st = fl_wal_reader_truncate_torn(rd, err);
-    }
-    *last_seg = fl_wal_reader_last_segment(rd);
-    fl_wal_reader_close(rd);
-    return st;
-}
-
-/* Recovery at create with the log on (see server.h): the table and the stream records
- * from replay.checkpoint_dir/shard-<id>.ckpt when it exists (else an empty table and
- * segment 1), every record of the log from the checkpoint's segment on, then a fresh
- * segment to append to. The folder is flock'ed so that two processes never share a log. */
-static fl_status wal_recover(fl_replay_service_t *s, const fl_table_config_t *tc, fl_err_t *err) {
-    double t0 = fl_clock_sec();
-    char lock[FL_CONFIG_STRING_MAX + 64];
-    snprintf(lock, sizeof lock, "%s/shard-%d.wal.lock", s->wal_dir, s->shard);
-    s->wal_lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (s->wal_lock_fd < 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.wal: cannot open %s: %s (replay.checkpoint_dir must be "
-                          "an existing, writable folder)", lock, strerror(errno));
-    if (flock(s->wal_lock_fd, LOCK_EX | LOCK_NB) != 0)
-        return fl_err_set(err, FL_FAILED_PRECONDITION,
-                          "replay.wal: %s is locked: another process serves shard %d from replay.checkpoint_dir %s",
-                          lock, s->shard, s->wal_dir);
-    uint64_t start = 1;
-    void *extra = NULL;
-    size_t extra_len = 0;
-    fl_status st = fl_table_load_extra(s->ckpt_default, tc, &s->table, &extra, &extra_len, err);
-    int from_ckpt = st == FL_OK;
-    if (st == FL_NOT_FOUND) {
-        st = fl_table_create(tc, &s->table, err);
-    } else if (st == FL_OK && extra_len) {
-        st = wal_extra_decode(s, s->ckpt_default, extra, extra_len, &start, err);
-    } else if (st == FL_OK) {
-        /* A checkpoint written without the log: it says nothing about log segments. */
-        uint64_t *segs = NULL;
-        size_t nseg = 0;
-        st = fl_wal_list(s->wal_dir, s->shard, &segs, &nseg, err);
-        free(segs);
-        if (st == FL_OK && nseg)
-            st = fl_err_set(err, FL_FAILED_PRECONDITION,
-                            "checkpoint %s was written without replay.wal (it records no log position), and %zu log "
-                            "segments shard-%d.wal.* exist in %s: remove the segments (their inserts are lost) or the "
-                            "checkpoint",
-                            s->ckpt_default, nseg, s->shard, s->wal_dir);
-    }
-    free(extra);
-    if (st != FL_OK) return st;
-    fl_table_info_t ti0;
-    fl_table_info(s->table, &ti0);
-    size_t stale = 0;
-    fl_err_t e;
-    fl_err_init(&e);
-    if (fl_wal_delete_before(s->wal_dir, s->shard, start, &stale, &e) != FL_OK)
-        FL_WARN("replay shard %d: log segments covered by the checkpoint remain: %s", s->shard, e.msg);
-    uint64_t last = 0, records = 0, items = 0, skipped = 0;
-    FL_TRY(wal_replay(s, start, &last, &records, &items, &skipped, err));
-    uint64_t next = last ? last + 1 : start;
-    FL_TRY(fl_wal_open(s->wal_dir, s->shard, next, s->wal_fsync, &s->wal, err));
-    /* The rate limiter continues from the recovered counters. */
-    fl_table_info_t ti;
-    fl_table_info(s->table, &ti);
-    s->rl.inserted = ti.inserted;
-    s->rl.sampled = ti.sampled;
-    char segs[64] = "";
-    if (last) snprintf(segs, sizeof segs, " of segments %" PRIu64 " .. %" PRIu64, start, last);
-    FL_INFO("replay shard %d: recovered %" PRIu64 " items in %.3f s (%" PRIu64 " from %s, %" PRIu64 " in %" PRIu64
-            " log records%s, %" PRIu64 " skipped); size %" PRIu64 "; logging to %s segment %" PRIu64 "%s",
-            s->shard, ti.inserted, fl_clock_sec() - t0, ti0.inserted, from_ckpt ? s->ckpt_default : "no checkpoint",
-            items, records, segs, skipped, ti.size, s->wal_dir, next, s->wal_fsync ? " (fdatasync per record)" : "");
-    return FL_OK;
 }
 
 /* ------------------------------------------------------------- Sample ---- */
@@ -836,7 +510,7 @@ static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_r
                          .next_obs = next_obs,
                          .priorities = NULL};
     fl_wire_batch_msg_t bm;
-    fl_wire_encode_batch(&bm, &s->sig, &b);
+    fl_wire_encode_batch(&bm, &s->sig.obs, &b);
     Fleet__SampleResponse resp = FLEET__SAMPLE_RESPONSE__INIT;
     resp.batch = &bm.batch;
     resp.n_keys = B;
@@ -847,7 +521,7 @@ static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_r
     resp.probabilities = probs;
     resp.table_size = ti.size;
     resp.total_priority = ti.total_priority;
-    int prioritized = fl_table_config(s->table)->selector == FL_SELECTOR_PRIORITIZED;
+    int prioritized = fl_selector_ops(fl_table_config(s->table)->selector)->prioritized;
     resp.min_priority = prioritized ? min_priority_of(B, beta, probs, weights, ti.total_priority) : 0.0;
     resp.shard_id = (uint32_t)s->shard;
     resp.sampling_mass = prioritized ? ti.total_priority : (double)ti.size;
@@ -906,8 +580,9 @@ void fl_replay_service_info(fl_replay_service_t *s, fl_replay_info_t *out) {
     out->sample_calls = atomic_load(&s->sample_calls);
     out->rejected = atomic_load(&s->rejected);
     out->total_priority = ti.total_priority;
-    out->sampling_mass = tc->selector == FL_SELECTOR_PRIORITIZED ? ti.total_priority : (double)ti.size;
-    out->min_priority = tc->selector == FL_SELECTOR_PRIORITIZED ? ti.min_priority : 0.0;
+    int prioritized = fl_selector_ops(tc->selector)->prioritized;
+    out->sampling_mass = prioritized ? ti.total_priority : (double)ti.size;
+    out->min_priority = prioritized ? ti.min_priority : 0.0;
     out->storage_bytes = ti.storage_bytes;
     out->frames = ti.frames;
     /* The wire reports priorities as stored for sampling: (p + eps)^alpha. */
@@ -931,8 +606,8 @@ static fl_status info_handler(void *user, const uint8_t *msg, size_t len, fl_rpc
     fleet__replay_info_request__free_unpacked(req, NULL);
     fl_replay_info_t in;
     fl_replay_service_info(s, &in);
-    int64_t shape[FL_WIRE_MAX_RANK];
-    for (int d = 0; d < s->sig.obs_rank; d++) shape[d] = s->sig.obs_shape[d];
+    int64_t shape[FL_OBS_MAX_RANK];
+    for (int d = 0; d < s->sig.obs.rank; d++) shape[d] = s->sig.obs.shape[d];
     Fleet__ReplayInfo r = FLEET__REPLAY_INFO__INIT;
     r.shard_id = in.shard_id;
     r.size = in.size;
@@ -944,8 +619,8 @@ static fl_status info_handler(void *user, const uint8_t *msg, size_t len, fl_rpc
     r.updates_stale = in.updates_stale;
     r.total_priority = in.total_priority;
     r.max_priority = in.max_priority;
-    r.obs_dtype = (Fleet__DType)s->sig.obs_dtype;
-    r.n_obs_shape = (size_t)s->sig.obs_rank;
+    r.obs_dtype = (Fleet__DType)s->sig.obs.dtype;
+    r.n_obs_shape = (size_t)s->sig.obs.rank;
     r.obs_shape = shape;
     r.sample_calls = in.sample_calls;
     r.uptime_s = in.uptime_s;
@@ -975,7 +650,7 @@ fl_status fl_replay_service_checkpoint(fl_replay_service_t *s, const char *path,
     double t0 = fl_clock_sec();
     pthread_mutex_lock(&s->ckpt_mu);
     fl_table_save_info_t si;
-    fl_status st = s->wal && strcmp(path, s->ckpt_default) == 0 ? wal_checkpoint(s, path, &si, err)
+    fl_status st = s->wal && strcmp(path, s->ckpt_default) == 0 ? fl__replay_wal_checkpoint(s, path, &si, err)
                                                                 : fl_table_save(s->table, path, &si, err);
     pthread_mutex_unlock(&s->ckpt_mu);
     if (st != FL_OK) {
@@ -1046,49 +721,89 @@ static void *checkpoint_loop(void *arg) {
 
 /* ----------------------------------------------------------- lifetime ---- */
 
-fl_status fl_replay_service_create(const fl_config_t *cfg, int shard, const fl_wire_sig_t *obs,
-                                   fl_replay_service_t **out, fl_err_t *err) {
-    return fl_replay_service_create_restore(cfg, shard, obs, NULL, out, err);
+void fl_replay_service_opts_init(fl_replay_service_opts_t *o) {
+    memset(o, 0, sizeof *o);
+    o->shard = 0;
+    o->shards = 1;
+    o->obs.dtype = FL_DTYPE_INVALID;
+    o->capacity = 2000000;
+    o->alpha = 0.6;
+    o->priority_eps = 1e-6;
+    o->selector = FL_SELECTOR_PRIORITIZED;
+    o->tree_rebuild_every = INT64_C(1) << 20;
+    o->seed = 1;
+    o->min_size_to_sample = 50000;
+    o->rate_error_buffer = 10000;
+    o->actors = 2;
 }
 
-fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, const fl_wire_sig_t *obs,
-                                           const char *restore_path, fl_replay_service_t **out, fl_err_t *err) {
-    *out = NULL;
-    if (cfg->replay_shards < 1 || cfg->replay_shards > 256)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.shards = %" PRId64 ": expected 1 .. 256",
-                          cfg->replay_shards);
-    if (shard < 0 || shard >= cfg->replay_shards)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: expected 0 .. %" PRId64 " (replay.shards = %" PRId64 ")",
-                          shard, cfg->replay_shards - 1, cfg->replay_shards);
-    if (cfg->replay_capacity < 1)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.capacity = %" PRId64 ": expected >= 1",
-                          cfg->replay_capacity);
-    if (!obs || fl_wire_sig_obs_bytes(obs) == 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: invalid observation signature (dtype %d, rank %d)",
-                          shard, obs ? (int)obs->obs_dtype : -1, obs ? obs->obs_rank : -1);
-    if (obs->num_actions < 0)
+/* The options' own checks, before anything is built. */
+static fl_status check_opts(const fl_replay_service_opts_t *o, fl_err_t *err) {
+    const int shard = o->shard;
+    const char *dir = o->checkpoint_dir ? o->checkpoint_dir : "";
+    if (o->shards < 1 || o->shards > 256)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.shards = %d: expected 1 .. 256", o->shards);
+    if (shard < 0 || shard >= o->shards)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: expected 0 .. %d (replay.shards = %d)", shard,
+                          o->shards - 1, o->shards);
+    if (o->capacity < 1)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.capacity = %" PRId64 ": expected >= 1", o->capacity);
+    if (fl_obs_spec_bytes(&o->obs) == 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "replay shard %d: invalid observation signature (dtype %d, rank %d)", shard,
+                          (int)o->obs.dtype, o->obs.rank);
+    if (o->num_actions < 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: num_actions %d, expected >= 0", shard,
-                          obs->num_actions);
-    if (cfg->replay_checkpoint_every > 0 && !cfg->replay_checkpoint_dir[0])
+                          o->num_actions);
+    if (strlen(dir) >= FL_REPLAY_DIR_MAX)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.checkpoint_dir: %zu bytes, expected at most %d",
+                          strlen(dir), FL_REPLAY_DIR_MAX - 1);
+    if (o->checkpoint_every > 0 && !dir[0])
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "replay.checkpoint_every = %g needs replay.checkpoint_dir (the folder to write to)",
-                          cfg->replay_checkpoint_every);
-    if (cfg->replay_wal && !cfg->replay_checkpoint_dir[0])
+                          o->checkpoint_every);
+    if (o->wal && !dir[0])
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "replay.wal needs replay.checkpoint_dir (the folder of the write-ahead log and the "
                           "checkpoints)");
-    if (cfg->replay_wal && restore_path && *restore_path)
+    if (o->wal && o->restore_path && *o->restore_path)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "replay shard %d: restoring %s cannot be combined with replay.wal = 1: with the log the "
                           "shard recovers from %s/shard-%d.ckpt and its log segments by itself (copy the checkpoint "
                           "there instead)",
-                          shard, restore_path, cfg->replay_checkpoint_dir, shard);
+                          shard, o->restore_path, dir, shard);
+    return FL_OK;
+}
 
-    fl_replay_service_t *s = calloc(1, sizeof *s);
-    if (!s) return fl_err_set(err, FL_NO_MEMORY, "replay shard %d: out of memory", shard);
-    s->sig = *obs;
-    s->obs_bytes = fl_wire_sig_obs_bytes(obs);
-    s->shard = shard;
+/* The shard's table: its share of the capacity, its id, a sampling seed derived from the
+ * run's seed and the shard, and the options' signature and priorities. */
+static fl_table_config_t shard_table_config(const fl_replay_service_opts_t *o) {
+    uint64_t shards = (uint64_t)o->shards;
+    fl_table_config_t tc;
+    fl_table_config_init(&tc);
+    tc.capacity = ((uint64_t)o->capacity + shards - 1) / shards;
+    tc.obs = fl_obs_spec_make(o->obs.dtype, o->obs.rank, o->obs.shape);
+    tc.alpha = o->alpha;
+    tc.priority_eps = o->priority_eps;
+    tc.selector = o->selector;
+    tc.max_times_sampled = o->max_times_sampled;
+    tc.rebuild_every = (uint64_t)o->tree_rebuild_every;
+    tc.shard_id = o->shard;
+    tc.frame_stack = o->frame_stack > 1 ? o->frame_stack : 1;
+    tc.zstd_level = o->zstd_level;
+    fl_rng_t rng;
+    fl_rng_init_stream(&rng, o->seed, UINT64_C(0x7265706c61790000) + (uint64_t)o->shard);
+    tc.seed = fl_rng_u64(&rng);
+    return tc;
+}
+
+/* Everything of a new service but its table and its RPC server: the signature, locks,
+ * counters, checkpoint and log settings. */
+static void init_state(fl_replay_service_t *s, const fl_replay_service_opts_t *o) {
+    const char *dir = o->checkpoint_dir ? o->checkpoint_dir : "";
+    s->sig = (fl_wire_sig_t){fl_obs_spec_make(o->obs.dtype, o->obs.rank, o->obs.shape), o->num_actions};
+    s->obs_bytes = fl_obs_spec_bytes(&o->obs);
+    s->shard = o->shard;
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -1099,73 +814,58 @@ fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, co
     pthread_mutex_init(&s->ckpt_mu, NULL);
     pthread_mutex_init(&s->wal_mu, NULL);
     s->wal_lock_fd = -1;
-    s->wal_fsync = cfg->replay_wal_fsync;
-    snprintf(s->wal_dir, sizeof s->wal_dir, "%s", cfg->replay_checkpoint_dir);
-    if (cfg->replay_checkpoint_dir[0])
-        snprintf(s->ckpt_default, sizeof s->ckpt_default, "%s/shard-%d.ckpt", cfg->replay_checkpoint_dir, shard);
-    s->ckpt_every = cfg->replay_checkpoint_every;
+    s->wal_fsync = o->wal_fsync;
+    snprintf(s->wal_dir, sizeof s->wal_dir, "%s", dir);
+    if (dir[0]) snprintf(s->ckpt_default, sizeof s->ckpt_default, "%s/shard-%d.ckpt", dir, o->shard);
+    s->ckpt_every = o->checkpoint_every;
     atomic_init(&s->insert_batches, 0);
     atomic_init(&s->rejected, 0);
     atomic_init(&s->sample_calls, 0);
+}
 
-    uint64_t shards = (uint64_t)cfg->replay_shards;
-    fl_table_config_t tc;
-    fl_table_config_init(&tc);
-    tc.capacity = ((uint64_t)cfg->replay_capacity + shards - 1) / shards;
-    tc.obs_dtype = obs->obs_dtype;
-    tc.obs_rank = obs->obs_rank;
-    for (int d = 0; d < obs->obs_rank; d++) tc.obs_shape[d] = obs->obs_shape[d];
-    tc.alpha = cfg->replay_alpha;
-    tc.priority_eps = cfg->replay_priority_eps;
-    tc.max_times_sampled = cfg->replay_max_times_sampled;
-    tc.rebuild_every = (uint64_t)cfg->replay_tree_rebuild_every;
-    tc.shard_id = shard;
-    tc.frame_stack = cfg->replay_frame_stack > 1 ? (int)cfg->replay_frame_stack : 1;
-    tc.zstd_level = (int)cfg->replay_zstd_level;
-    fl_rng_t rng;
-    fl_rng_init_stream(&rng, (uint64_t)cfg->run_seed, UINT64_C(0x7265706c61790000) + (uint64_t)shard);
-    tc.seed = fl_rng_u64(&rng);
-
-    uint64_t need = cfg->replay_min_size_to_sample > 0 ? (uint64_t)cfg->replay_min_size_to_sample : 1;
+/* The shard's shares of the sampling threshold and of the rate limiter's error buffer,
+ * and enough serving threads that every actor's stream may wait on the rate limiter
+ * while samples, priority updates and Info are still served. */
+static void init_limits(fl_replay_service_t *s, const fl_replay_service_opts_t *o, uint64_t capacity) {
+    uint64_t shards = (uint64_t)o->shards;
+    uint64_t need = o->min_size_to_sample > 0 ? (uint64_t)o->min_size_to_sample : 1;
     need = (need + shards - 1) / shards;
-    s->min_size = need < tc.capacity ? need : tc.capacity;
-    fl_ratelimit_init(&s->rl, cfg->replay_samples_per_insert, cfg->replay_rate_error_buffer / (double)shards,
-                      s->min_size);
-    /* Enough threads that every actor's stream may wait on the rate limiter while
-     * samples, priority updates and Info are still served. */
-    int want = (int)(cfg->actor_count / (int64_t)shards) + 1 + FL_REPLAY_MAX_SAMPLE_WAITERS + 3;
+    s->min_size = need < capacity ? need : capacity;
+    fl_ratelimit_init(&s->rl, o->samples_per_insert, o->rate_error_buffer / (double)shards, s->min_size);
+    int want = (int)(o->actors / (int64_t)shards) + 1 + FL_REPLAY_MAX_SAMPLE_WAITERS + 3;
     s->threads = want < FL_REPLAY_SERVICE_THREADS ? FL_REPLAY_SERVICE_THREADS : want > 256 ? 256 : want;
     s->max_insert_waiters = s->threads - FL_REPLAY_MAX_SAMPLE_WAITERS - 2;
+}
 
-    fl_status st = fl_selector_parse(fl_config_enum_name("replay.selector", (int)cfg->replay_selector), &tc.selector, err);
-    if (st == FL_OK)
-        st = restore_path && *restore_path ? fl_table_load(restore_path, &tc, &s->table, err)
-             : cfg->replay_wal             ? wal_recover(s, &tc, err)
-                                           : fl_table_create(&tc, &s->table, err);
-    if (st != FL_OK) {
-        fl_err_prefix(err, "replay shard %d", shard);
-        goto fail;
-    }
-    if (restore_path && *restore_path) {
-        /* The rate limiter continues from the restored counters. */
-        fl_table_info_t ti;
-        fl_table_info(s->table, &ti);
-        s->rl.inserted = ti.inserted;
-        s->rl.sampled = ti.sampled;
-        FL_INFO("replay shard %d: restored %" PRIu64 " items (%" PRIu64 " inserted, %" PRIu64 " sampled) from %s",
-                shard, ti.size, ti.inserted, ti.sampled, restore_path);
-    }
+/* The RPC server, with the service's methods registered. */
+static fl_status register_methods(fl_replay_service_t *s, fl_err_t *err) {
     fl_rpc_server_opts_t ro = {.threads = s->threads};
-    if ((st = fl_rpc_server_create(&ro, &s->rpc, err)) != FL_OK) goto fail;
+    fl_status st;
+    FL_TRY(fl_rpc_server_create(&ro, &s->rpc, err));
     static const fl_rpc_stream_handler_t insert_h = {insert_open, insert_message, insert_close};
     if ((st = fl_rpc_server_add_stream(s->rpc, M_INSERT, &insert_h, s)) != FL_OK ||
         (st = fl_rpc_server_add_unary(s->rpc, M_SAMPLE, sample_handler, s)) != FL_OK ||
         (st = fl_rpc_server_add_unary(s->rpc, M_UPDATE, update_handler, s)) != FL_OK ||
         (st = fl_rpc_server_add_unary(s->rpc, M_INFO, info_handler, s)) != FL_OK ||
-        (st = fl_rpc_server_add_unary(s->rpc, M_CHECKPOINT, checkpoint_handler, s)) != FL_OK) {
-        fl_err_set(err, st, "replay shard %d: cannot register its methods", shard);
+        (st = fl_rpc_server_add_unary(s->rpc, M_CHECKPOINT, checkpoint_handler, s)) != FL_OK)
+        return fl_err_set(err, st, "replay shard %d: cannot register its methods", s->shard);
+    return FL_OK;
+}
+
+fl_status fl_replay_service_create(const fl_replay_service_opts_t *opts, fl_replay_service_t **out, fl_err_t *err) {
+    *out = NULL;
+    FL_TRY(check_opts(opts, err));
+    fl_replay_service_t *s = calloc(1, sizeof *s);
+    if (!s) return fl_err_set(err, FL_NO_MEMORY, "replay shard %d: out of memory", opts->shard);
+    init_state(s, opts);
+    fl_table_config_t tc = shard_table_config(opts);
+    init_limits(s, opts, tc.capacity);
+    fl_status st = fl__replay_open_table(s, &tc, opts->restore_path, opts->wal, err);
+    if (st != FL_OK) {
+        fl_err_prefix(err, "replay shard %d", opts->shard);
         goto fail;
     }
+    if ((st = register_methods(s, err)) != FL_OK) goto fail;
     *out = s;
     return FL_OK;
 fail:

@@ -1,5 +1,10 @@
 /* server: one replay shard's gRPC service (fleet.Replay) over one prioritized table.
  *
+ * The service is created from its own options (fl_replay_service_opts_t below), one
+ * field per key of a run configuration's [replay] section that it reads (plus run.seed
+ * and actor.count); cli/options.h (fl_options_replay) maps a run's configuration to them, and the
+ * messages below name the keys.
+ *
  * Methods (see proto/fleet.proto for the messages):
  *   Insert            client-streaming. Each InsertRequest is decoded, validated against
  *                     the table's signature (replay/wire.h) and inserted before the next
@@ -57,7 +62,7 @@
  *                     thread started by fl_replay_service_start writes the default
  *                     checkpoint every that many seconds until stop; failures are
  *                     logged and retried at the next period.
- *   Restore           fl_replay_service_create_restore loads a checkpoint instead of
+ *   Restore           with opts.restore_path, create loads that checkpoint instead of
  *                     creating an empty table; the file's signature must match the
  *                     shard's configured table (see fl_table_load), and the rate
  *                     limiter continues from the restored inserted/sampled counters.
@@ -96,16 +101,19 @@
  *                     shard and folder fails create with FL_FAILED_PRECONDITION.
  *
  * The table: capacity ceil(replay.capacity / replay.shards), replay.alpha,
- * replay.priority_eps, shard id `shard`, a sampling seed derived from run.seed and the
- * shard, and the observation signature given at create (the configured env's; the
- * caller resolves env.name so that this library does not depend on the env registry).
+ * replay.priority_eps, replay.selector, replay.max_times_sampled,
+ * replay.tree_rebuild_every, replay.frame_stack, replay.zstd_level, shard id `shard`, a
+ * sampling seed derived from run.seed and the shard, and the observation signature given
+ * in the options (the configured env's; the caller resolves env.name so that this
+ * library does not depend on the env registry).
  *
  * Threads: the service is served by max(FL_REPLAY_SERVICE_THREADS, actors per shard +
  * MAX_SAMPLE_WAITERS + 4) threads (at most 256), so that every actor's stream can wait
  * on the rate limiter while samples are still served; all handlers are
  * thread-safe (the table locks itself, per-stream records have their own locks).
- * Lifetime: create, start once, stop (idempotent; waiting samplers are woken and
- * answered UNAVAILABLE, calls in flight get the rpc layer's grace period), destroy.
+ * Lifetime (as the other roles' services): create, start once, stop (idempotent;
+ * waiting samplers are woken and answered UNAVAILABLE, calls in flight get the rpc
+ * layer's grace period), destroy.
  * fl_replay_service_info and fl_replay_service_table may be called from any thread
  * between create and destroy. */
 #ifndef FL_REPLAY_SERVER_H
@@ -114,34 +122,69 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/config.h"
+#include "common/obs.h"
 #include "common/status.h"
 #include "replay/client.h"
+#include "replay/selector.h"
 #include "replay/table.h"
-#include "replay/wire.h"
 
 #define FL_REPLAY_SERVICE_THREADS 6
 #define FL_REPLAY_MAX_SAMPLE_WAITERS 3
 #define FL_REPLAY_MAX_SAMPLE 65536
 
+/* Longest checkpoint_dir, its NUL included (as long as a run configuration's strings). */
+#define FL_REPLAY_DIR_MAX 256
+
+/* What a shard is created from. Each field is the key named in its comment; counts
+ * "over all shards" are the run's, of which the shard serves its share. The strings are
+ * read by create only (the service keeps copies of what it needs). */
+typedef struct fl_replay_service_opts {
+    int shard;                  /* this shard, 0 .. shards - 1 (the top 8 bits of its keys) */
+    int shards;                 /* replay.shards, 1 .. 256 */
+    fl_obs_spec_t obs;          /* the observation signature (env.name's) */
+    int num_actions;            /* env.name's action count: inserted actions must be below it;
+                                   0: only checked to be >= 0 */
+    /* the table */
+    int64_t capacity;           /* replay.capacity over all shards, >= 1 */
+    double alpha;               /* replay.alpha */
+    double priority_eps;        /* replay.priority_eps */
+    fl_selector selector;       /* replay.selector */
+    int64_t max_times_sampled;  /* replay.max_times_sampled */
+    int64_t tree_rebuild_every; /* replay.tree_rebuild_every */
+    int frame_stack;            /* replay.frame_stack: <= 1 none (the caller resolves 0, the env's) */
+    int zstd_level;             /* replay.zstd_level */
+    uint64_t seed;              /* run.seed */
+    /* sampling and rate limit */
+    int64_t min_size_to_sample; /* replay.min_size_to_sample over all shards (<= 0: 1) */
+    double samples_per_insert;  /* replay.samples_per_insert (0 = off) */
+    double rate_error_buffer;   /* replay.rate_error_buffer over all shards */
+    int64_t actors;             /* actor.count: the insert streams over all shards (see Threads) */
+    /* checkpoints and the write-ahead log */
+    const char *checkpoint_dir; /* replay.checkpoint_dir; NULL or "" = none; shorter than FL_REPLAY_DIR_MAX */
+    double checkpoint_every;    /* replay.checkpoint_every, seconds (0 = off) */
+    int wal;                    /* replay.wal */
+    int wal_fsync;              /* replay.wal_fsync */
+    const char *restore_path;   /* a checkpoint to start from (see Restore); NULL or "" = none */
+} fl_replay_service_opts_t;
+
+/* The defaults of those keys (common/config_keys.h: capacity 2,000,000, alpha 0.6,
+ * priority_eps 1e-6, prioritized, tree_rebuild_every 2^20, min_size_to_sample 50,000,
+ * rate_error_buffer 10,000, run.seed 1, actor.count 2, everything else 0 / off), shard 0
+ * of 1, and no observation signature (the caller sets obs and num_actions). */
+void fl_replay_service_opts_init(fl_replay_service_opts_t *opts);
+
 typedef struct fl_replay_service fl_replay_service_t;
 
-/* Creates the shard's table from cfg (see above) for shard `shard` in
- * [0, replay.shards) and the observation signature `obs`. FL_INVALID_ARGUMENT for a bad
- * shard or signature (message names it), FL_NO_MEMORY if the table does not fit. With
- * replay.wal = 1 it recovers from replay.checkpoint_dir (see Write-ahead log above):
- * FL_DATA_LOSS for a damaged log, FL_INVALID_ARGUMENT for a checkpoint or log record that
- * does not fit the configured table, FL_FAILED_PRECONDITION when another process holds
- * the folder's lock, each naming the file. */
-fl_status fl_replay_service_create(const fl_config_t *cfg, int shard, const fl_wire_sig_t *obs,
-                                   fl_replay_service_t **out, fl_err_t *err);
-
-/* The same, with the table loaded from the checkpoint at restore_path (NULL or "" = an
- * empty table, as fl_replay_service_create). A missing file is FL_NOT_FOUND; a malformed
- * file or one whose signature differs from the configured table is FL_INVALID_ARGUMENT
- * with a message naming the file and the field. */
-fl_status fl_replay_service_create_restore(const fl_config_t *cfg, int shard, const fl_wire_sig_t *obs,
-                                           const char *restore_path, fl_replay_service_t **out, fl_err_t *err);
+/* Creates shard opts->shard's table (see above): empty, loaded from opts->restore_path,
+ * or, with opts->wal, recovered from opts->checkpoint_dir (see Write-ahead log above).
+ * FL_INVALID_ARGUMENT for a bad shard, signature or option (the message names it),
+ * FL_NO_MEMORY if the table does not fit. Restoring: a missing file is FL_NOT_FOUND; a
+ * malformed file or one whose signature differs from the configured table is
+ * FL_INVALID_ARGUMENT with a message naming the file and the field. With the log:
+ * FL_DATA_LOSS for a damaged log, FL_INVALID_ARGUMENT for a checkpoint or log record
+ * that does not fit the configured table, FL_FAILED_PRECONDITION when another process
+ * holds the folder's lock, each naming the file. */
+fl_status fl_replay_service_create(const fl_replay_service_opts_t *opts, fl_replay_service_t **out, fl_err_t *err);
 
 /* Writes a checkpoint of the table to `path` (NULL or "": the configured default, see
  * Checkpoint above; FL_UNIMPLEMENTED when there is none). With replay.wal on, a

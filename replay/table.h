@@ -6,8 +6,13 @@
  *   terminal), next_obs (obs_bytes).
  * Storage is a ring of `capacity` slots; item seq lives in slot seq % capacity. Once the
  * ring is full an insert overwrites the oldest slot (the remover is FIFO eviction), so the
- * table holds items of the last `capacity` insertions (the window). obs and next_obs are
- * both stored in full, in one row per slot together with the scalar columns.
+ * table holds items of the last `capacity` insertions (the window). A slot's row holds
+ * the scalar columns, a pointer to a frame chunk and the indices of its obs's and
+ * next_obs's frames in that chunk; the observations themselves are stored as frame
+ * chunks (replay/frames.h): one chunk per insert call, each distinct frame of the call
+ * stored once (observations that share frames, such as s_{t+n} of one transition and
+ * s_t of a later one, or the frames of a frame stack, share storage), zstd-compressed per
+ * frame with zstd_level > 0. Sample reassembles the observations from their frames.
  *
  * Removal after sampling: with max_times_sampled = m > 0, an item is removed as soon as
  * it has been returned m times by sample. Its slot stays empty (priority 0, never
@@ -22,7 +27,8 @@
  * not live (evicted, removed, from another shard, never issued) are skipped and counted,
  * so a stale priority update can never land on the item that reused its slot.
  *
- * Selectors (how sample picks items; fl_table_config_t.selector):
+ * Selectors (how sample picks items; fl_table_config_t.selector; one strategy each in
+ * replay/select_<name>.c, listed in replay/selector.h):
  *  - prioritized: P(i) = q_i / sum_j q_j over live items, q_i = (p_i + priority_eps)^alpha.
  *    Stratified: a batch of B splits [0, total) into B equal segments and draws one item
  *    from each (with replacement across segments). Importance weights follow the PER
@@ -38,28 +44,31 @@
  * info.total_priority), uniform and fifo just do not use them to sample.
  * Priorities and their sums are doubles (see replay/sumtree.h).
  *
- * Ownership: the table copies every input; sample copies rows into buffers the caller
- * owns. Failure: every entry point validates all of its input before changing anything,
- * so a failed call leaves the table as it was, and says what was wrong in `err`.
+ * Ownership: the table copies every input (into its rows and chunks); sample copies
+ * the items out into buffers the caller owns. Failure: every entry point validates all
+ * of its input before changing anything, so a failed call leaves the table as it was,
+ * and says what was wrong in `err`.
  *
  * Thread-safety: every function may be called from any number of threads at once. The
  * table holds one mutex around its state (ring, sum-tree, counters and the sampling RNG);
- * input validation and the per-item math (pow for priorities and weights) run outside
- * it, and the work under it is memcpy of rows plus O(log capacity) tree steps per item,
- * and every rebuild_every applied priority updates one O(capacity) tree rebuild (about
- * 2 ms at 2M items). fl_table_config and fl_table_obs_bytes read immutable fields and take
- * no lock. */
+ * input validation, building an insert's frame chunks and the per-item math (pow for
+ * priorities and weights) run outside it, and the work under it is storing rows plus
+ * O(log capacity) tree steps per item (and, for a sample, copying out a small batch of
+ * raw frames; larger or compressed batches are copied after the lock is released, their
+ * chunks held by a reference), and every rebuild_every applied priority updates one
+ * O(capacity) tree rebuild (about 2 ms at 2M items). fl_table_config and
+ * fl_table_obs_bytes read immutable fields and take no lock. */
 #ifndef FL_REPLAY_TABLE_H
 #define FL_REPLAY_TABLE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/dtype.h"
+#include "common/obs.h"
 #include "common/status.h"
 #include "replay/frames.h"
+#include "replay/selector.h"
 
-#define FL_TABLE_MAX_RANK 4
 #define FL_TABLE_KEY_SHARD_SHIFT 56
 #define FL_TABLE_KEY_SEQ_MASK ((UINT64_C(1) << FL_TABLE_KEY_SHARD_SHIFT) - 1)
 
@@ -70,27 +79,13 @@ static inline uint64_t fl_table_key_make(int shard, uint64_t seq) {
     return ((uint64_t)shard << FL_TABLE_KEY_SHARD_SHIFT) | (seq & FL_TABLE_KEY_SEQ_MASK);
 }
 
-/* How sample picks items (see the top of this file). */
-typedef enum fl_selector {
-    FL_SELECTOR_PRIORITIZED = 0,
-    FL_SELECTOR_UNIFORM = 1,
-    FL_SELECTOR_FIFO = 2,
-} fl_selector;
-
-/* "prioritized", "uniform" or "fifo"; "invalid" for any other value. */
-const char *fl_selector_name(fl_selector s);
-/* The selector named `name` (exactly one of the names above). FL_INVALID_ARGUMENT with a
- * message naming the accepted values otherwise; *out is then unchanged. */
-fl_status fl_selector_parse(const char *name, fl_selector *out, fl_err_t *err);
-
 /* Upper bound of fl_table_config_t.max_times_sampled. */
 #define FL_TABLE_MAX_TIMES_SAMPLED 2147483647
 
 typedef struct fl_table_config {
     uint64_t capacity;                 /* items, >= 1 (any value) */
-    fl_dtype obs_dtype;                /* element type of obs and next_obs */
-    int obs_rank;                      /* 0 .. FL_TABLE_MAX_RANK (0: a scalar) */
-    int obs_shape[FL_TABLE_MAX_RANK];  /* first obs_rank entries, each >= 1 */
+    fl_obs_spec_t obs;                 /* element type and per-item shape of obs and next_obs
+                                          (rank 0 .. FL_OBS_MAX_RANK, 0: a scalar) */
     double alpha;                      /* priority exponent, finite, >= 0 (0: uniform) */
     double priority_eps;               /* added to |TD| before alpha, finite, >= 0 */
     int shard_id;                      /* 0 .. 255, the top 8 bits of every key */
@@ -107,7 +102,7 @@ typedef struct fl_table_config {
 
 /* Ape-X defaults: capacity 2,000,000, alpha 0.6, priority_eps 1e-6, shard 0, seed 0,
  * selector prioritized, max_times_sampled 0 (unlimited), rebuild_every 2^20, frame_stack
- * 1, zstd_level 0; the caller still sets obs_dtype, obs_rank and obs_shape. */
+ * 1, zstd_level 0; the caller still sets obs. */
 void fl_table_config_init(fl_table_config_t *cfg);
 
 typedef struct fl_table fl_table_t;
@@ -219,18 +214,23 @@ fl_status fl_table_verify(fl_table_t *t, fl_err_t *err);
  * File format (version FL_TABLE_CKPT_VERSION, little-endian, no padding):
  *   header (FL_TABLE_CKPT_HEADER_BYTES):
  *     magic "FLRPLAY\0" (8), version u32, header length u32,
- *     config: capacity u64, selector u32, obs_dtype u32, obs_rank u32, obs_shape u32 x4,
- *       shard_id u32, max_times_sampled i64, alpha f64, priority_eps f64, seed u64,
- *       rebuild_every u64, obs_bytes u64,
+ *     config: capacity u64, selector u32 (its id, replay/selector.h), obs dtype u32, obs
+ *       rank u32, obs shape u32 x4 (unused entries 0), shard_id u32, max_times_sampled
+ *       i64, alpha f64, priority_eps f64, seed u64, rebuild_every u64, obs_bytes u64,
+ *       frame_stack u32, zstd_level u32,
  *     counters: inserted, window, size, sampled, removed, updates_applied, updates_stale,
  *       rebuilds, since_rebuild, draws_left, fifo_head (u64 each), max_priority f64,
  *     sampling RNG state u64 x4
  *   payload, for the slots s = 0 .. window-1 that the window occupies:
- *     rows: per slot action i32, reward f32, discount f32, times sampled u32, obs
- *       (obs_bytes), next_obs (obs_bytes)
+ *     rows: per slot action i32, reward f32, discount f32, times sampled u32, the number
+ *       of its chunk u64 (chunks numbered from 0 in insertion order), then its 2 *
+ *       frame_stack frame indices u16 in that chunk (obs's frames, then next_obs's)
  *     priorities: per slot (p + eps)^alpha f64 (0 for a removed item)
  *     with max_times_sampled: the removed-slot bitmap, ceil(window / 64) u64
- *     with max_times_sampled and the uniform selector: the dense live list, size u64
+ *     with max_times_sampled and a selector that keeps a live list (uniform): the dense
+ *       live list, size u64
+ *     chunks: their count u64, then per chunk nframes u32, compressed u32 (0 or 1), data
+ *       bytes u64 and the data (replay/frames.h: fl_chunk_t)
  *     extra section: its length u64, then that many bytes (the caller's; see
  *       fl_table_snapshot_write)
  *   trailer: CRC-32 (zlib) u32 of every byte before it.

@@ -9,31 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-size_t fl_wire_sig_obs_bytes(const fl_wire_sig_t *sig) {
-    size_t bytes = fl_dtype_size(sig->obs_dtype);
-    if (bytes == 0 || sig->obs_rank < 0 || sig->obs_rank > FL_WIRE_MAX_RANK) return 0;
-    for (int d = 0; d < sig->obs_rank; d++) {
-        if (sig->obs_shape[d] < 1) return 0;
-        if (bytes > SIZE_MAX / (size_t)sig->obs_shape[d]) return 0;
-        bytes *= (size_t)sig->obs_shape[d];
-    }
-    return bytes;
-}
-
-void fl_wire_sig_format_shape(const fl_wire_sig_t *sig, char *buf, size_t len) {
-    size_t used = 0;
-    if (len == 0) return;
-    buf[0] = '\0';
-    int n = snprintf(buf, len, "(");
-    used = n > 0 ? (size_t)n : 0;
-    for (int d = 0; d < sig->obs_rank && d < FL_WIRE_MAX_RANK && used < len; d++) {
-        n = snprintf(buf + used, len - used, "%s%d", d ? ", " : "", sig->obs_shape[d]);
-        if (n < 0) return;
-        used += (size_t)n;
-    }
-    if (used < len) snprintf(buf + used, len - used, ")");
-}
-
 /* "[50, 3]" for n values of v. */
 static void format_dims(char *buf, size_t len, size_t n, const int64_t *v) {
     size_t used = 0;
@@ -64,34 +39,35 @@ static const char *dtype_label(int d, char *buf, size_t len) {
 static fl_status check_tensor(const char *name, const Fleet__Tensor *t, size_t count, const fl_wire_sig_t *sig,
                               size_t obs_bytes, fl_err_t *err) {
     char got[160], want[160], sigbuf[96], dbuf[48];
+    const fl_obs_spec_t *o = sig ? &sig->obs : NULL;
     if (!t) {
-        if (sig) {
-            int64_t dims[FL_WIRE_MAX_RANK + 1];
+        if (o) {
+            int64_t dims[FL_OBS_MAX_RANK + 1];
             dims[0] = (int64_t)count;
-            for (int d = 0; d < sig->obs_rank; d++) dims[d + 1] = sig->obs_shape[d];
-            format_dims(want, sizeof want, (size_t)sig->obs_rank + 1, dims);
+            for (int d = 0; d < o->rank; d++) dims[d + 1] = o->shape[d];
+            format_dims(want, sizeof want, (size_t)o->rank + 1, dims);
             return fl_err_set(err, FL_INVALID_ARGUMENT, "%s: missing, expected a %s tensor of shape %s", name,
-                              fl_dtype_name(sig->obs_dtype), want);
+                              fl_dtype_name(o->dtype), want);
         }
         return fl_err_set(err, FL_INVALID_ARGUMENT, "%s: missing, expected a tensor of %zu items", name, count);
     }
     size_t elem = fl_dtype_size((fl_dtype)t->dtype);
-    if (sig) {
-        if ((int)t->dtype != (int)sig->obs_dtype)
+    if (o) {
+        if ((int)t->dtype != (int)o->dtype)
             return fl_err_set(err, FL_INVALID_ARGUMENT, "%s.dtype: got %s, expected %s", name,
-                              dtype_label((int)t->dtype, dbuf, sizeof dbuf), fl_dtype_name(sig->obs_dtype));
-        int64_t dims[FL_WIRE_MAX_RANK + 1];
+                              dtype_label((int)t->dtype, dbuf, sizeof dbuf), fl_dtype_name(o->dtype));
+        int64_t dims[FL_OBS_MAX_RANK + 1];
         dims[0] = (int64_t)count;
-        for (int d = 0; d < sig->obs_rank; d++) dims[d + 1] = sig->obs_shape[d];
-        size_t want_n = (size_t)sig->obs_rank + 1;
+        for (int d = 0; d < o->rank; d++) dims[d + 1] = o->shape[d];
+        size_t want_n = (size_t)o->rank + 1;
         int same = t->n_shape == want_n;
         for (size_t d = 0; same && d < want_n; d++) same = t->shape[d] == dims[d];
         if (!same) {
             format_dims(got, sizeof got, t->n_shape, t->shape);
             format_dims(want, sizeof want, want_n, dims);
             size_t u = (size_t)snprintf(sigbuf, sizeof sigbuf, "(count");
-            for (int d = 0; d < sig->obs_rank && u < sizeof sigbuf; d++)
-                u += (size_t)snprintf(sigbuf + u, sizeof sigbuf - u, ", %d", sig->obs_shape[d]);
+            for (int d = 0; d < o->rank && u < sizeof sigbuf; d++)
+                u += (size_t)snprintf(sigbuf + u, sizeof sigbuf - u, ", %d", o->shape[d]);
             if (u < sizeof sigbuf) snprintf(sigbuf + u, sizeof sigbuf - u, ")");
             return fl_err_set(err, FL_INVALID_ARGUMENT, "%s.shape: got %s, expected %s %s", name, got, want, sigbuf);
         }
@@ -100,7 +76,7 @@ static fl_status check_tensor(const char *name, const Fleet__Tensor *t, size_t c
             return fl_err_set(err, FL_INVALID_ARGUMENT, "%s.dtype: got %s, expected a known dtype", name,
                               dtype_label((int)t->dtype, dbuf, sizeof dbuf));
         size_t item = elem;
-        int ok = t->n_shape >= 1 && t->n_shape <= FL_WIRE_MAX_RANK + 1 && t->shape[0] == (int64_t)count;
+        int ok = t->n_shape >= 1 && t->n_shape <= FL_OBS_MAX_RANK + 1 && t->shape[0] == (int64_t)count;
         for (size_t d = 1; ok && d < t->n_shape; d++) {
             ok = t->shape[d] >= 1 && (uint64_t)t->shape[d] <= SIZE_MAX / item;
             if (ok) item *= (size_t)t->shape[d];
@@ -183,11 +159,11 @@ static fl_status decode(const Fleet__TransitionBatch *m, const fl_wire_sig_t *si
 
 fl_status fl_wire_decode_batch(const Fleet__TransitionBatch *m, const fl_wire_sig_t *sig, unsigned flags,
                                fl_wire_batch_t *out, fl_err_t *err) {
-    size_t obs_bytes = fl_wire_sig_obs_bytes(sig);
+    size_t obs_bytes = fl_obs_spec_bytes(&sig->obs);
     if (obs_bytes == 0) {
         memset(out, 0, sizeof *out);
-        return fl_err_set(err, FL_INTERNAL, "wire: invalid table signature (dtype %d, rank %d)", (int)sig->obs_dtype,
-                          sig->obs_rank);
+        return fl_err_set(err, FL_INTERNAL, "wire: invalid table signature (dtype %d, rank %d)", (int)sig->obs.dtype,
+                          sig->obs.rank);
     }
     return decode(m, sig, obs_bytes, flags, out, err);
 }
@@ -197,21 +173,21 @@ fl_status fl_wire_decode_batch_bytes(const Fleet__TransitionBatch *m, size_t obs
     return decode(m, NULL, obs_bytes, flags, out, err);
 }
 
-void fl_wire_encode_batch(fl_wire_batch_msg_t *m, const fl_wire_sig_t *sig, const fl_wire_batch_t *b) {
+void fl_wire_encode_batch(fl_wire_batch_msg_t *m, const fl_obs_spec_t *obs, const fl_wire_batch_t *b) {
     fleet__transition_batch__init(&m->batch);
     fleet__tensor__init(&m->obs);
     fleet__tensor__init(&m->next_obs);
-    size_t rank = (size_t)sig->obs_rank + 1;
+    size_t rank = (size_t)obs->rank + 1;
     m->obs_shape[0] = m->next_obs_shape[0] = (int64_t)b->count;
-    for (int d = 0; d < sig->obs_rank; d++) m->obs_shape[d + 1] = m->next_obs_shape[d + 1] = sig->obs_shape[d];
+    for (int d = 0; d < obs->rank; d++) m->obs_shape[d + 1] = m->next_obs_shape[d + 1] = obs->shape[d];
     size_t bytes = b->count * b->obs_bytes;
 
-    m->obs.dtype = (Fleet__DType)sig->obs_dtype;
+    m->obs.dtype = (Fleet__DType)obs->dtype;
     m->obs.n_shape = rank;
     m->obs.shape = m->obs_shape;
     m->obs.data.len = bytes;
     m->obs.data.data = (uint8_t *)b->obs;
-    m->next_obs.dtype = (Fleet__DType)sig->obs_dtype;
+    m->next_obs.dtype = (Fleet__DType)obs->dtype;
     m->next_obs.n_shape = rank;
     m->next_obs.shape = m->next_obs_shape;
     m->next_obs.data.len = bytes;

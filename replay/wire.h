@@ -19,24 +19,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/dtype.h"
+#include "common/obs.h"
 #include "common/status.h"
 #include "fleet.pb-c.h"
 
-#define FL_WIRE_MAX_RANK 4
-
 /* The observation signature of a table, plus its action count. */
 typedef struct fl_wire_sig {
-    fl_dtype obs_dtype;
-    int obs_rank;                    /* 0 .. FL_WIRE_MAX_RANK (0: a scalar per item) */
-    int obs_shape[FL_WIRE_MAX_RANK]; /* first obs_rank entries, each >= 1 */
-    int num_actions;                 /* > 0: actions must be < num_actions; 0: unknown */
+    fl_obs_spec_t obs; /* bytes of one observation: fl_obs_spec_bytes(&obs) */
+    int num_actions;   /* > 0: actions must be < num_actions; 0: unknown */
 } fl_wire_sig_t;
-
-/* Bytes of one observation; 0 if the signature is invalid. */
-size_t fl_wire_sig_obs_bytes(const fl_wire_sig_t *sig);
-/* Writes the per-item shape as "(4)" or "(84, 84, 4)" ("()" for a scalar) into buf. */
-void fl_wire_sig_format_shape(const fl_wire_sig_t *sig, char *buf, size_t len);
 
 /* Columns of one batch. Decoded batches point into their message. */
 typedef struct fl_wire_batch {
@@ -70,15 +61,15 @@ fl_status fl_wire_decode_batch_bytes(const Fleet__TransitionBatch *m, size_t obs
 typedef struct fl_wire_batch_msg {
     Fleet__TransitionBatch batch;
     Fleet__Tensor obs, next_obs;
-    int64_t obs_shape[FL_WIRE_MAX_RANK + 1];
-    int64_t next_obs_shape[FL_WIRE_MAX_RANK + 1];
+    int64_t obs_shape[FL_OBS_MAX_RANK + 1];
+    int64_t next_obs_shape[FL_OBS_MAX_RANK + 1];
 } fl_wire_batch_msg_t;
 
-/* Fills m so that m->batch describes b's columns with sig's observation signature (the
- * tensors' shapes are (count, *obs_shape)). No copies: m points at b's columns, and
+/* Fills m so that m->batch describes b's columns with the observation signature obs (the
+ * tensors' shapes are (count, *shape)). No copies: m points at b's columns, and
  * b->priorities == NULL leaves that column empty. m must not move after this call
  * (the message points into it). */
-void fl_wire_encode_batch(fl_wire_batch_msg_t *m, const fl_wire_sig_t *sig, const fl_wire_batch_t *b);
+void fl_wire_encode_batch(fl_wire_batch_msg_t *m, const fl_obs_spec_t *obs, const fl_wire_batch_t *b);
 
 /* Checks priorities given as |TD errors|: finite and >= 0. The message names
  * `field`[i]. */

@@ -20,6 +20,7 @@
 #include "fleet.pb-c.h"
 #include "replay/client.h"
 #include "replay/table.h"
+#include "replay/writer.h"
 #include "tests/proc_util.h"
 
 #define WRITERS 3

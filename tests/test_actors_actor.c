@@ -292,13 +292,16 @@ static void fixture_start_wrapped(fixture_t *f, int num_envs, int count, const c
 
     fl_err_t err;
     fl_err_init(&err);
-    fl_wire_sig_t sig;
-    memset(&sig, 0, sizeof sig);
-    sig.obs_dtype = FL_DTYPE_FLOAT32;
-    sig.obs_rank = 1;
-    sig.obs_shape[0] = obs_len;
-    sig.num_actions = 2;
-    if (fl_replay_service_create(c, 0, &sig, &f->replay, &err) != FL_OK ||
+    /* The shard as `fleet replay` would serve it for c (cli/options.c, fl_options_replay). */
+    fl_replay_service_opts_t ro;
+    fl_replay_service_opts_init(&ro);
+    ro.obs = fl_obs_spec_make(FL_DTYPE_FLOAT32, 1, &obs_len);
+    ro.num_actions = 2;
+    ro.capacity = c->replay_capacity;
+    ro.min_size_to_sample = c->replay_min_size_to_sample;
+    ro.seed = (uint64_t)c->run_seed;
+    ro.actors = c->actor_count;
+    if (fl_replay_service_create(&ro, &f->replay, &err) != FL_OK ||
         fl_replay_service_start(f->replay, "127.0.0.1:0", f->replay_addr, sizeof f->replay_addr, &err) != FL_OK)
         fail_msg("replay service: %s", err.msg);
     if (fl_paramserver_service_create(NULL, 0, &f->ps, &err) != FL_OK ||

@@ -39,6 +39,7 @@
 #include "paramserver/server.h"
 #include "replay/client.h"
 #include "replay/server.h"
+#include "replay/writer.h"
 
 #include "seed_util.h"
 
@@ -508,9 +509,15 @@ static void set_key(fl_config_t *c, const char *kv) {
 
 static void replay_start(services_t *sv, const char *listen) {
     fl_err_t err = {0};
-    fl_wire_sig_t sig = {
-        .obs_dtype = FL_DTYPE_FLOAT32, .obs_rank = 1, .obs_shape = {CP_DIM}, .num_actions = CP_ACTIONS};
-    assert_int_equal(fl_replay_service_create(&sv->cfg, 0, &sig, &sv->replay, &err), FL_OK);
+    /* The shard as `fleet replay` would serve it for sv->cfg (cli/options.c, fl_options_replay). */
+    fl_replay_service_opts_t ro;
+    fl_replay_service_opts_init(&ro);
+    ro.obs = (fl_obs_spec_t){.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {CP_DIM}};
+    ro.num_actions = CP_ACTIONS;
+    ro.capacity = sv->cfg.replay_capacity;
+    ro.min_size_to_sample = sv->cfg.replay_min_size_to_sample;
+    ro.seed = (uint64_t)sv->cfg.run_seed;
+    assert_int_equal(fl_replay_service_create(&ro, &sv->replay, &err), FL_OK);
     if (fl_replay_service_start(sv->replay, listen, sv->replay_addr, sizeof sv->replay_addr, &err) != FL_OK) {
         print_error("replay on %s: %s\n", listen, err.msg);
         fail();

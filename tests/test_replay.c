@@ -20,10 +20,10 @@ static fl_table_t *make_table(uint64_t capacity, double alpha, double eps, int s
     fl_table_config_t cfg;
     fl_table_config_init(&cfg);
     cfg.capacity = capacity;
-    cfg.obs_dtype = FL_DTYPE_UINT8;
-    cfg.obs_rank = 2;
-    cfg.obs_shape[0] = 3;
-    cfg.obs_shape[1] = 5;
+    cfg.obs.dtype = FL_DTYPE_UINT8;
+    cfg.obs.rank = 2;
+    cfg.obs.shape[0] = 3;
+    cfg.obs.shape[1] = 5;
     cfg.alpha = alpha;
     cfg.priority_eps = eps;
     cfg.shard_id = shard;
@@ -94,17 +94,17 @@ static void test_create_validates_config(void **state) {
     fl_table_config_t good;
     fl_table_config_init(&good);
     good.capacity = 10;
-    good.obs_dtype = FL_DTYPE_FLOAT32;
-    good.obs_rank = 1;
-    good.obs_shape[0] = 4;
+    good.obs.dtype = FL_DTYPE_FLOAT32;
+    good.obs.rank = 1;
+    good.obs.shape[0] = 4;
     fl_table_config_t bad[9];
     const char *field[9] = {"capacity", "obs_dtype", "obs_rank", "obs_shape", "alpha",
                             "priority_eps", "shard_id", "shard_id", "alpha"};
     for (int i = 0; i < 9; i++) bad[i] = good;
     bad[0].capacity = 0;
-    bad[1].obs_dtype = FL_DTYPE_INVALID;
-    bad[2].obs_rank = 5;
-    bad[3].obs_shape[0] = 0;
+    bad[1].obs.dtype = FL_DTYPE_INVALID;
+    bad[2].obs.rank = 5;
+    bad[3].obs.shape[0] = 0;
     bad[4].alpha = NAN;
     bad[5].priority_eps = -1e-6;
     bad[6].shard_id = 256;
@@ -120,7 +120,7 @@ static void test_create_validates_config(void **state) {
     fl_table_t *t = NULL;
     assert_int_equal(fl_table_create(&good, &t, NULL), FL_OK);
     assert_int_equal(fl_table_obs_bytes(t), 16);
-    assert_int_equal(fl_table_config(t)->obs_shape[0], 4);
+    assert_int_equal(fl_table_config(t)->obs.shape[0], 4);
     assert_true(fl_table_config(t)->alpha == 0.6);
     fl_table_destroy(t);
     fl_table_destroy(NULL);
@@ -688,9 +688,9 @@ static void test_concurrent_insert_sample_update(void **state) {
     fl_table_config_t cfg;
     fl_table_config_init(&cfg);
     cfg.capacity = 1000; /* small, so writers constantly overwrite what readers sample */
-    cfg.obs_dtype = FL_DTYPE_INT32;
-    cfg.obs_rank = 1;
-    cfg.obs_shape[0] = 4;
+    cfg.obs.dtype = FL_DTYPE_INT32;
+    cfg.obs.rank = 1;
+    cfg.obs.shape[0] = 4;
     cfg.seed = 21;
     fl_table_t *t = NULL;
     assert_int_equal(fl_table_create(&cfg, &t, NULL), FL_OK);

@@ -18,7 +18,6 @@
 #include <zlib.h>
 
 #include "common/clock.h"
-#include "common/config.h"
 #include "common/rng.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
@@ -50,10 +49,10 @@ static fl_table_config_t make_cfg(uint64_t capacity, fl_selector sel, int64_t mt
     fl_table_config_t c;
     fl_table_config_init(&c);
     c.capacity = capacity;
-    c.obs_dtype = FL_DTYPE_UINT8;
-    c.obs_rank = 2;
-    c.obs_shape[0] = OBS_H;
-    c.obs_shape[1] = OBS_W;
+    c.obs.dtype = FL_DTYPE_UINT8;
+    c.obs.rank = 2;
+    c.obs.shape[0] = OBS_H;
+    c.obs.shape[1] = OBS_W;
     c.alpha = 0.6;
     c.priority_eps = 1e-3;
     c.shard_id = 3;
@@ -452,10 +451,10 @@ static void test_malformed(void **state) {
     other.capacity = 40;
     expect_load_error(good, len, &other, FL_INVALID_ARGUMENT, "capacity 37 in the file", "40 configured");
     other = cfg;
-    other.obs_shape[1] = 6;
+    other.obs.shape[1] = 6;
     expect_load_error(good, len, &other, FL_INVALID_ARGUMENT, "obs_shape 5 in the file", "6 configured");
     other = cfg;
-    other.obs_dtype = FL_DTYPE_FLOAT32;
+    other.obs.dtype = FL_DTYPE_FLOAT32;
     expect_load_error(good, len, &other, FL_INVALID_ARGUMENT, "obs_dtype", "configured");
     other = cfg;
     other.selector = FL_SELECTOR_UNIFORM;
@@ -541,18 +540,20 @@ static void test_save_errors(void **state) {
 
 /* ---- the service -------------------------------------------------------------------- */
 
-static const fl_wire_sig_t SIG = {FL_DTYPE_UINT8, 2, {OBS_H, OBS_W}, 4};
+static const fl_obs_spec_t SERVICE_OBS = {FL_DTYPE_UINT8, 2, {OBS_H, OBS_W}};
 
-static fl_config_t service_cfg(void) {
-    fl_config_t c;
-    fl_config_defaults(&c);
-    c.replay_shards = 1;
-    c.replay_capacity = 50;
-    c.replay_min_size_to_sample = 1;
-    c.replay_max_times_sampled = 3;
-    c.run_seed = 11;
-    snprintf(c.replay_checkpoint_dir, sizeof c.replay_checkpoint_dir, "%s", g_dir);
-    return c;
+static fl_replay_service_opts_t service_opts(void) {
+    fl_replay_service_opts_t o;
+    fl_replay_service_opts_init(&o);
+    o.obs = SERVICE_OBS;
+    o.num_actions = 4;
+    o.shards = 1;
+    o.capacity = 50;
+    o.min_size_to_sample = 1;
+    o.max_times_sampled = 3;
+    o.seed = 11;
+    o.checkpoint_dir = g_dir;
+    return o;
 }
 
 static Fleet__ReplayInfo *rpc_info(fl_rpc_channel_t *ch) {
@@ -578,11 +579,14 @@ static Fleet__SampleResponse *rpc_sample(fl_rpc_channel_t *ch, uint32_t B) {
     return (Fleet__SampleResponse *)m;
 }
 
-static fl_replay_service_t *start_service(const fl_config_t *cfg, const char *restore, fl_rpc_channel_t **ch) {
+static fl_replay_service_t *start_service(const fl_replay_service_opts_t *opts, const char *restore,
+                                          fl_rpc_channel_t **ch) {
     fl_replay_service_t *s = NULL;
     fl_err_t e;
     fl_err_init(&e);
-    if (fl_replay_service_create_restore(cfg, 0, &SIG, restore, &s, &e) != FL_OK) fail_msg("create: %s", e.msg);
+    fl_replay_service_opts_t o = *opts;
+    o.restore_path = restore;
+    if (fl_replay_service_create(&o, &s, &e) != FL_OK) fail_msg("create: %s", e.msg);
     char addr[300];
     if (fl_replay_service_start(s, "127.0.0.1:0", addr, sizeof addr, &e) != FL_OK) fail_msg("start: %s", e.msg);
     if (ch) assert_int_equal(fl_rpc_channel_create(addr, 0, ch, &e), FL_OK);
@@ -591,9 +595,9 @@ static fl_replay_service_t *start_service(const fl_config_t *cfg, const char *re
 
 static void test_service_checkpoint_restore(void **state) {
     (void)state;
-    fl_config_t cfg = service_cfg();
+    fl_replay_service_opts_t opts = service_opts();
     fl_rpc_channel_t *ch = NULL;
-    fl_replay_service_t *s1 = start_service(&cfg, NULL, &ch);
+    fl_replay_service_t *s1 = start_service(&opts, NULL, &ch);
     fl_table_t *t1 = fl_replay_service_table(s1);
     fl_rng_t rng;
     fl_rng_init(&rng, 3);
@@ -641,7 +645,7 @@ static void test_service_checkpoint_restore(void **state) {
 
     /* A second service restored from the file answers Info and Sample the same. */
     fl_rpc_channel_t *ch2 = NULL;
-    fl_replay_service_t *s2 = start_service(&cfg, want, &ch2);
+    fl_replay_service_t *s2 = start_service(&opts, want, &ch2);
     Fleet__ReplayInfo *i2 = rpc_info(ch2);
     assert_int_equal(i1->size, i2->size);
     assert_int_equal(i1->capacity, i2->capacity);
@@ -669,16 +673,19 @@ static void test_service_checkpoint_restore(void **state) {
     assert_info_equal(t1, t2);
 
     /* A shard configured differently refuses the file, naming both values. */
-    fl_config_t other = cfg;
-    other.replay_capacity = 60;
+    fl_replay_service_opts_t other = opts;
+    other.capacity = 60;
+    other.restore_path = want;
     fl_replay_service_t *s3 = NULL;
-    assert_int_equal(fl_replay_service_create_restore(&other, 0, &SIG, want, &s3, &e), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_replay_service_create(&other, &s3, &e), FL_INVALID_ARGUMENT);
     assert_null(s3);
     assert_non_null(strstr(e.msg, "capacity 50 in the file"));
     assert_non_null(strstr(e.msg, "60 configured"));
     char nope[160];
     path_in_dir(nope, sizeof nope, "nope.ckpt");
-    assert_int_equal(fl_replay_service_create_restore(&cfg, 0, &SIG, nope, &s3, &e), FL_NOT_FOUND);
+    other = opts;
+    other.restore_path = nope;
+    assert_int_equal(fl_replay_service_create(&other, &s3, &e), FL_NOT_FOUND);
 
     fl_rpc_channel_destroy(ch);
     fl_rpc_channel_destroy(ch2);
@@ -688,16 +695,18 @@ static void test_service_checkpoint_restore(void **state) {
 
 static void test_service_periodic(void **state) {
     (void)state;
-    fl_config_t cfg = service_cfg();
-    snprintf(cfg.replay_checkpoint_dir, sizeof cfg.replay_checkpoint_dir, "%s/periodic", g_dir);
-    assert_int_equal(mkdir(cfg.replay_checkpoint_dir, 0755), 0);
-    cfg.replay_checkpoint_every = 0.1;
-    fl_replay_service_t *s = start_service(&cfg, NULL, NULL);
+    fl_replay_service_opts_t opts = service_opts();
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/periodic", g_dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    opts.checkpoint_dir = dir;
+    opts.checkpoint_every = 0.1;
+    fl_replay_service_t *s = start_service(&opts, NULL, NULL);
     fl_rng_t rng;
     fl_rng_init(&rng, 4);
     insert_n(fl_replay_service_table(s), &rng, 0, 20);
     char p[300];
-    snprintf(p, sizeof p, "%s/shard-0.ckpt", cfg.replay_checkpoint_dir);
+    snprintf(p, sizeof p, "%s/shard-0.ckpt", dir);
     /* Wait for a checkpoint that holds the 20 items. */
     fl_table_t *u = NULL;
     fl_err_t e;
@@ -719,9 +728,9 @@ static void test_service_periodic(void **state) {
     fl_replay_service_destroy(s);
 
     /* checkpoint_every without a folder is a configuration error. */
-    cfg.replay_checkpoint_dir[0] = '\0';
+    opts.checkpoint_dir = "";
     fl_replay_service_t *s2 = NULL;
-    assert_int_equal(fl_replay_service_create(&cfg, 0, &SIG, &s2, &e), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_replay_service_create(&opts, &s2, &e), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(e.msg, "replay.checkpoint_dir"));
 }
 

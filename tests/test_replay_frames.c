@@ -70,11 +70,11 @@ static fl_table_config_t make_cfg(const shape_t *sh, uint64_t capacity, int zstd
     fl_table_config_t cfg;
     fl_table_config_init(&cfg);
     cfg.capacity = capacity;
-    cfg.obs_dtype = FL_DTYPE_UINT8;
-    cfg.obs_rank = 3;
-    cfg.obs_shape[0] = sh->h;
-    cfg.obs_shape[1] = sh->w;
-    cfg.obs_shape[2] = sh->c * sh->stack;
+    cfg.obs.dtype = FL_DTYPE_UINT8;
+    cfg.obs.rank = 3;
+    cfg.obs.shape[0] = sh->h;
+    cfg.obs.shape[1] = sh->w;
+    cfg.obs.shape[2] = sh->c * sh->stack;
     cfg.frame_stack = sh->stack;
     cfg.zstd_level = zstd;
     cfg.seed = 11;

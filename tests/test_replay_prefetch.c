@@ -13,26 +13,28 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "common/config.h"
 #include "replay/client.h"
 #include "replay/prefetch.h"
 #include "replay/server.h"
+#include "replay/sharded.h"
+#include "replay/writer.h"
 
 #define OBS_DIM 4
 #define OBS_BYTES (OBS_DIM * sizeof(float))
 #define N_ITEMS 600
-static const fl_wire_sig_t SIG = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}, 3};
 static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 
 static fl_replay_service_t *start(char *addr, size_t len, int64_t min_size) {
-    fl_config_t cfg;
-    fl_config_defaults(&cfg);
-    cfg.replay_capacity = 10000;
-    cfg.replay_min_size_to_sample = min_size;
+    fl_replay_service_opts_t opts;
+    fl_replay_service_opts_init(&opts);
+    opts.obs = SPEC;
+    opts.num_actions = 3;
+    opts.capacity = 10000;
+    opts.min_size_to_sample = min_size;
     fl_replay_service_t *svc = NULL;
     fl_err_t e;
     fl_err_init(&e);
-    assert_int_equal(fl_replay_service_create(&cfg, 0, &SIG, &svc, &e), FL_OK);
+    assert_int_equal(fl_replay_service_create(&opts, &svc, &e), FL_OK);
     assert_int_equal(fl_replay_service_start(svc, "127.0.0.1:0", addr, len, &e), FL_OK);
     return svc;
 }

@@ -13,10 +13,10 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "common/config.h"
 #include "replay/client.h"
 #include "replay/ratelimit.h"
 #include "replay/server.h"
+#include "replay/writer.h"
 
 static void test_arithmetic(void **state) {
     (void)state;
@@ -47,7 +47,6 @@ static void test_arithmetic(void **state) {
 }
 
 #define OBS_DIM 4
-static const fl_wire_sig_t SIG = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}, 2};
 static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 #define BATCH 50
 #define TOTAL 4000
@@ -88,16 +87,18 @@ static void *writer_thread(void *p) {
 
 static void test_service_blocks_and_releases(void **state) {
     (void)state;
-    fl_config_t cfg;
-    fl_config_defaults(&cfg);
-    cfg.replay_capacity = 100000;
-    cfg.replay_min_size_to_sample = 200;
-    cfg.replay_samples_per_insert = 1.0;
-    cfg.replay_rate_error_buffer = 100;
+    fl_replay_service_opts_t opts;
+    fl_replay_service_opts_init(&opts);
+    opts.obs = SPEC;
+    opts.num_actions = 2;
+    opts.capacity = 100000;
+    opts.min_size_to_sample = 200;
+    opts.samples_per_insert = 1.0;
+    opts.rate_error_buffer = 100;
     fl_replay_service_t *svc;
     fl_err_t e;
     fl_err_init(&e);
-    assert_int_equal(fl_replay_service_create(&cfg, 0, &SIG, &svc, &e), FL_OK);
+    assert_int_equal(fl_replay_service_create(&opts, &svc, &e), FL_OK);
     char addr[300];
     assert_int_equal(fl_replay_service_start(svc, "127.0.0.1:0", addr, sizeof addr, &e), FL_OK);
 

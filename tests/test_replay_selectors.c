@@ -24,9 +24,9 @@ static fl_table_t *make_table(uint64_t capacity, fl_selector sel, int64_t mts, d
     fl_table_config_t cfg;
     fl_table_config_init(&cfg);
     cfg.capacity = capacity;
-    cfg.obs_dtype = FL_DTYPE_INT32;
-    cfg.obs_rank = 1;
-    cfg.obs_shape[0] = 2;
+    cfg.obs.dtype = FL_DTYPE_INT32;
+    cfg.obs.rank = 1;
+    cfg.obs.shape[0] = 2;
     cfg.alpha = alpha;
     cfg.priority_eps = eps;
     cfg.seed = seed;
@@ -141,6 +141,60 @@ static void test_selector_names(void **state) {
     }
 }
 
+/* The strategy table (replay/selector.h): every row is complete and reachable by its
+ * name, and the built-in selectors keep their checkpoint ids and properties. */
+static void test_selector_table(void **state) {
+    (void)state;
+    int n = 0;
+    for (const fl_selector_ops_t *ops; (ops = fl_selector_ops((fl_selector)n)) != NULL; n++) {
+        assert_non_null(ops->name);
+        assert_true(ops->name[0] != '\0');
+        assert_non_null(ops->select);
+        assert_string_equal(fl_selector_name((fl_selector)n), ops->name);
+        fl_selector s = (fl_selector)99;
+        assert_int_equal(fl_selector_parse(ops->name, &s, NULL), FL_OK);
+        assert_int_equal((int)s, n);
+    }
+    assert_true(n >= 3);
+    assert_null(fl_selector_ops((fl_selector)-1));
+    assert_null(fl_selector_ops((fl_selector)n));
+    const struct {
+        fl_selector id;
+        int prioritized, live_list, verify;
+    } builtin[] = {{FL_SELECTOR_PRIORITIZED, 1, 0, 0}, {FL_SELECTOR_UNIFORM, 0, 1, 0}, {FL_SELECTOR_FIFO, 0, 0, 1}};
+    assert_int_equal(FL_SELECTOR_PRIORITIZED, 0); /* checkpoint ids */
+    assert_int_equal(FL_SELECTOR_UNIFORM, 1);
+    assert_int_equal(FL_SELECTOR_FIFO, 2);
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {
+        const fl_selector_ops_t *ops = fl_selector_ops(builtin[i].id);
+        assert_int_equal(ops->prioritized, builtin[i].prioritized);
+        assert_int_equal(ops->live_list, builtin[i].live_list);
+        assert_int_equal(ops->verify != NULL, builtin[i].verify);
+    }
+    char list[128];
+    fl_selector_list(list, sizeof list, 1);
+    assert_string_equal(list, "prioritized (0), uniform (1) or fifo (2)");
+    /* Every selector of the table samples only live items, and the table stays
+     * consistent, with and without removal (a new row gets this for free). */
+    for (int id = 0; id < n; id++) {
+        fl_table_t *t = make_table(16, (fl_selector)id, 0, 1.0, 0.0, 5);
+        fl_table_t *q = make_table(16, (fl_selector)id, 1, 1.0, 0.0, 6);
+        float prios[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        insert_items(t, 0, 8, 0.0f, prios, NULL);
+        insert_items(q, 0, 8, 0.0f, prios, NULL);
+        uint64_t keys[8];
+        fl_err_t err = {0};
+        if (sample_keys(t, 8, keys, NULL, NULL, &err) != FL_OK) fail_msg("%s: %s", fl_selector_name(id), err.msg);
+        if (sample_keys(q, 8, keys, NULL, NULL, &err) != FL_OK) fail_msg("%s: %s", fl_selector_name(id), err.msg);
+        assert_int_equal(info_of(q).size, 0); /* max_times_sampled 1: each drawn once, then removed */
+        assert_int_equal(sample_keys(q, 1, keys, NULL, NULL, &err), FL_FAILED_PRECONDITION);
+        verify_ok(t);
+        verify_ok(q);
+        fl_table_destroy(t);
+        fl_table_destroy(q);
+    }
+}
+
 static void test_config_defaults_and_validation(void **state) {
     (void)state;
     fl_table_config_t good;
@@ -149,9 +203,9 @@ static void test_config_defaults_and_validation(void **state) {
     assert_int_equal(good.max_times_sampled, 0);
     assert_int_equal(good.rebuild_every, UINT64_C(1) << 20);
     good.capacity = 10;
-    good.obs_dtype = FL_DTYPE_FLOAT32;
-    good.obs_rank = 1;
-    good.obs_shape[0] = 4;
+    good.obs.dtype = FL_DTYPE_FLOAT32;
+    good.obs.rank = 1;
+    good.obs.shape[0] = 4;
     struct {
         fl_selector selector;
         int64_t mts;
@@ -670,9 +724,9 @@ static void test_periodic_and_on_demand_rebuild(void **state) {
     fl_table_config_t cfg;
     fl_table_config_init(&cfg);
     cfg.capacity = 50;
-    cfg.obs_dtype = FL_DTYPE_INT32;
-    cfg.obs_rank = 1;
-    cfg.obs_shape[0] = 2;
+    cfg.obs.dtype = FL_DTYPE_INT32;
+    cfg.obs.rank = 1;
+    cfg.obs.shape[0] = 2;
     cfg.rebuild_every = 100;
     fl_table_t *t = NULL;
     assert_int_equal(fl_table_create(&cfg, &t, NULL), FL_OK);
@@ -796,6 +850,7 @@ static void test_concurrent_max_times_sampled(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_selector_names),
+        cmocka_unit_test(test_selector_table),
         cmocka_unit_test(test_config_defaults_and_validation),
         cmocka_unit_test(test_uniform_frequencies),
         cmocka_unit_test(test_uniform_without_replacement),

@@ -16,32 +16,34 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "common/config.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "replay/client.h"
 #include "replay/server.h"
 #include "replay/table.h"
 #include "replay/wire.h"
+#include "replay/writer.h"
 
 #define OBS_DIM 4
 #define OBS_BYTES (OBS_DIM * sizeof(float))
 #define NUM_ACTIONS 3
 
-static const fl_wire_sig_t SIG = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}, NUM_ACTIONS};
+static const fl_wire_sig_t SIG = {{FL_DTYPE_FLOAT32, 1, {OBS_DIM}}, NUM_ACTIONS};
 static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 
 /* ---- helpers --------------------------------------------------------------- */
 
-static fl_config_t make_cfg(int64_t capacity, int64_t min_size, double alpha) {
-    fl_config_t c;
-    fl_config_defaults(&c);
-    c.replay_shards = 1;
-    c.replay_capacity = capacity;
-    c.replay_min_size_to_sample = min_size;
-    c.replay_alpha = alpha;
-    c.run_seed = 7;
-    return c;
+static fl_replay_service_opts_t make_opts(int64_t capacity, int64_t min_size, double alpha) {
+    fl_replay_service_opts_t o;
+    fl_replay_service_opts_init(&o);
+    o.obs = SIG.obs;
+    o.num_actions = SIG.num_actions;
+    o.shards = 1;
+    o.capacity = capacity;
+    o.min_size_to_sample = min_size;
+    o.alpha = alpha;
+    o.seed = 7;
+    return o;
 }
 
 typedef struct server {
@@ -49,10 +51,10 @@ typedef struct server {
     char addr[300];
 } server_t;
 
-static void server_start(server_t *s, const fl_config_t *cfg, const char *listen) {
+static void server_start(server_t *s, const fl_replay_service_opts_t *opts, const char *listen) {
     fl_err_t e;
     fl_err_init(&e);
-    fl_status st = fl_replay_service_create(cfg, 0, &SIG, &s->svc, &e);
+    fl_status st = fl_replay_service_create(opts, &s->svc, &e);
     if (st != FL_OK) fail_msg("create: %s", e.msg);
     st = fl_replay_service_start(s->svc, listen, s->addr, sizeof s->addr, &e);
     if (st != FL_OK) fail_msg("start: %s", e.msg);
@@ -161,7 +163,7 @@ typedef struct req_msg {
 
 static void req_make(req_msg_t *m, uint64_t stream, uint64_t seq, const cols_t *c) {
     fl_wire_batch_t b = {c->n, OBS_BYTES, c->obs, c->actions, c->rewards, c->discounts, c->next_obs, c->priorities};
-    fl_wire_encode_batch(&m->bm, &SIG, &b);
+    fl_wire_encode_batch(&m->bm, &SIG.obs, &b);
     fleet__insert_request__init(&m->req);
     m->req.stream_id = stream;
     m->req.sequence = seq;
@@ -232,9 +234,9 @@ static void test_wire_roundtrip_and_messages(void **state) {
 
 static void test_writer_flush_and_info(void **state) {
     (void)state;
-    fl_config_t cfg = make_cfg(10000, 1, 0.6);
+    fl_replay_service_opts_t opts = make_opts(10000, 1, 0.6);
     server_t s;
-    server_start(&s, &cfg, "127.0.0.1:0");
+    server_start(&s, &opts, "127.0.0.1:0");
     assert_non_null(strstr(s.addr, "127.0.0.1:"));
     assert_string_not_equal(s.addr, "127.0.0.1:0");
     fl_replay_client_t *c = NULL;
@@ -305,9 +307,9 @@ static void test_writer_flush_and_info(void **state) {
 
 static void test_sample_byte_identical(void **state) {
     (void)state;
-    fl_config_t cfg = make_cfg(10000, 1, 0.6);
+    fl_replay_service_opts_t opts = make_opts(10000, 1, 0.6);
     server_t s;
-    server_start(&s, &cfg, "127.0.0.1:0");
+    server_start(&s, &opts, "127.0.0.1:0");
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
@@ -362,9 +364,9 @@ static size_t count_key(const fl_replay_batch_t *b, uint64_t key) {
 
 static void test_update_priorities_changes_sampling(void **state) {
     (void)state;
-    fl_config_t cfg = make_cfg(1000, 1, 1.0);
+    fl_replay_service_opts_t opts = make_opts(1000, 1, 1.0);
     server_t s;
-    server_start(&s, &cfg, "127.0.0.1:0");
+    server_start(&s, &opts, "127.0.0.1:0");
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
@@ -447,9 +449,9 @@ static void test_update_priorities_changes_sampling(void **state) {
 
 static void test_stale_keys_counted(void **state) {
     (void)state;
-    fl_config_t cfg = make_cfg(50, 1, 0.6);
+    fl_replay_service_opts_t opts = make_opts(50, 1, 0.6);
     server_t s;
-    server_start(&s, &cfg, "127.0.0.1:0");
+    server_start(&s, &opts, "127.0.0.1:0");
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
@@ -500,9 +502,9 @@ static int has_waiter(void *p) { return fl_replay_service_sample_waiters(p) == 1
 
 static void test_sample_waits_for_min_size(void **state) {
     (void)state;
-    fl_config_t cfg = make_cfg(1000, 100, 0.6);
+    fl_replay_service_opts_t opts = make_opts(1000, 100, 0.6);
     server_t s;
-    server_start(&s, &cfg, "127.0.0.1:0");
+    server_start(&s, &opts, "127.0.0.1:0");
     assert_int_equal(fl_replay_service_min_size(s.svc), 100);
     fl_replay_client_t *c = NULL;
     fl_err_t e;
@@ -568,9 +570,9 @@ static void test_sample_waits_for_min_size(void **state) {
 /* A sampler waiting while the shard stops is answered, not left hanging. */
 static void test_stop_wakes_waiting_sampler(void **state) {
     (void)state;
-    fl_config_t cfg = make_cfg(1000, 100, 0.6);
+    fl_replay_service_opts_t opts = make_opts(1000, 100, 0.6);
     server_t s;
-    server_start(&s, &cfg, "127.0.0.1:0");
+    server_start(&s, &opts, "127.0.0.1:0");
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
@@ -628,9 +630,9 @@ static int inserted_reaches(void *p) {
 
 static void test_malformed_inserts_rejected(void **state) {
     (void)state;
-    fl_config_t cfg = make_cfg(10000, 1, 0.6);
+    fl_replay_service_opts_t opts = make_opts(10000, 1, 0.6);
     server_t s;
-    server_start(&s, &cfg, "127.0.0.1:0");
+    server_start(&s, &opts, "127.0.0.1:0");
     struct {
         mutate_fn fn;
         const char *field;
@@ -801,9 +803,9 @@ static void bad_no_batch(req_msg_t *m, cols_t *c) {
 
 static void test_bad_inserts_name_field_and_stream_goes_on(void **state) {
     (void)state;
-    fl_config_t cfg = make_cfg(10000, 1, 0.6);
+    fl_replay_service_opts_t opts = make_opts(10000, 1, 0.6);
     server_t s;
-    server_start(&s, &cfg, "127.0.0.1:0");
+    server_start(&s, &opts, "127.0.0.1:0");
     struct {
         mutate_fn fn;
         const char *msg;
@@ -924,9 +926,9 @@ static void test_bad_inserts_name_field_and_stream_goes_on(void **state) {
 
 static void test_resend_dedupe(void **state) {
     (void)state;
-    fl_config_t cfg = make_cfg(10000, 1, 0.6);
+    fl_replay_service_opts_t opts = make_opts(10000, 1, 0.6);
     server_t s;
-    server_start(&s, &cfg, "127.0.0.1:0");
+    server_start(&s, &opts, "127.0.0.1:0");
     cols_t c1, c2, c3;
     cols_make(&c1, 8, 0);
     cols_make(&c2, 8, 8);
@@ -1001,9 +1003,9 @@ static void test_writer_resends_after_failure(void **state) {
     char path[128], addr[160];
     snprintf(path, sizeof path, "/tmp/fleet-test-replay-%d.sock", (int)getpid());
     snprintf(addr, sizeof addr, "unix:%s", path);
-    fl_config_t cfg = make_cfg(10000, 1, 0.6);
+    fl_replay_service_opts_t opts = make_opts(10000, 1, 0.6);
     server_t a;
-    server_start(&a, &cfg, addr);
+    server_start(&a, &opts, addr);
     assert_string_equal(a.addr, addr);
     fl_replay_client_t *c = NULL;
     fl_err_t e;
@@ -1031,7 +1033,7 @@ static void test_writer_resends_after_failure(void **state) {
 
     /* A new shard on the same address gets everything pending on flush. */
     server_t b;
-    server_start(&b, &cfg, addr);
+    server_start(&b, &opts, addr);
     flush_ok(w);
     assert_int_equal(fl_replay_writer_acked(w), 8 * n);
     assert_int_equal(fl_replay_writer_pending(w), 0);
@@ -1066,9 +1068,9 @@ static void test_writer_resends_after_failure(void **state) {
 /* With its shard gone, appends keep their batches and a flush fails at its deadline. */
 static void test_flush_without_shard_times_out(void **state) {
     (void)state;
-    fl_config_t cfg = make_cfg(1000, 1, 0.6);
+    fl_replay_service_opts_t opts = make_opts(1000, 1, 0.6);
     server_t s;
-    server_start(&s, &cfg, "127.0.0.1:0");
+    server_start(&s, &opts, "127.0.0.1:0");
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
@@ -1160,9 +1162,9 @@ static void *sampler_thread(void *p) {
 
 static void test_concurrent_writers_and_sampler(void **state) {
     (void)state;
-    fl_config_t cfg = make_cfg(100000, 1, 0.6);
+    fl_replay_service_opts_t opts = make_opts(100000, 1, 0.6);
     server_t s;
-    server_start(&s, &cfg, "127.0.0.1:0");
+    server_start(&s, &opts, "127.0.0.1:0");
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
@@ -1205,18 +1207,21 @@ static void test_concurrent_writers_and_sampler(void **state) {
 
 static void test_create_checks(void **state) {
     (void)state;
-    fl_config_t cfg = make_cfg(1001, 301, 0.6);
-    cfg.replay_shards = 4;
+    fl_replay_service_opts_t opts = make_opts(1001, 301, 0.6);
+    opts.shards = 4;
     fl_replay_service_t *svc = NULL;
     fl_err_t e;
     fl_err_init(&e);
-    assert_int_equal(fl_replay_service_create(&cfg, 4, &SIG, &svc, &e), FL_INVALID_ARGUMENT);
+    opts.shard = 4;
+    assert_int_equal(fl_replay_service_create(&opts, &svc, &e), FL_INVALID_ARGUMENT);
     assert_null(svc);
     assert_non_null(strstr(e.msg, "shard 4"));
-    fl_wire_sig_t bad = SIG;
-    bad.obs_dtype = FL_DTYPE_INVALID;
-    assert_int_equal(fl_replay_service_create(&cfg, 1, &bad, &svc, &e), FL_INVALID_ARGUMENT);
-    assert_int_equal(fl_replay_service_create(&cfg, 3, &SIG, &svc, &e), FL_OK);
+    fl_replay_service_opts_t bad = opts;
+    bad.shard = 1;
+    bad.obs.dtype = FL_DTYPE_INVALID;
+    assert_int_equal(fl_replay_service_create(&bad, &svc, &e), FL_INVALID_ARGUMENT);
+    opts.shard = 3;
+    assert_int_equal(fl_replay_service_create(&opts, &svc, &e), FL_OK);
     fl_replay_info_t in;
     fl_replay_service_info(svc, &in);
     assert_int_equal(in.capacity, 251); /* ceil(1001 / 4) */

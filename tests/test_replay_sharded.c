@@ -21,11 +21,12 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "common/config.h"
 #include "replay/client.h"
 #include "replay/server.h"
+#include "replay/sharded.h"
 #include "replay/table.h"
 #include "replay/wire.h"
+#include "replay/writer.h"
 
 #define OBS_DIM 2
 #define OBS_BYTES (OBS_DIM * sizeof(float))
@@ -35,13 +36,13 @@
 #define ALPHA 0.6
 #define BETA 0.4
 
-static const fl_wire_sig_t SIG = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}, NUM_ACTIONS};
+static const fl_wire_sig_t SIG = {{FL_DTYPE_FLOAT32, 1, {OBS_DIM}}, NUM_ACTIONS};
 static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 
 /* ---- fixture ------------------------------------------------------------------------ */
 
 typedef struct fixture {
-    fl_config_t cfg;
+    fl_replay_service_opts_t opts;
     fl_replay_service_t *svc[SHARDS];
     char addr[SHARDS][300];
     char list[SHARDS * 300 + 8];
@@ -59,21 +60,24 @@ static void die(const char *what, const fl_err_t *e) {
 }
 
 /* min_size: replay.min_size_to_sample over all shards (each needs min_size / 4). */
-static void fixture_start_sel(fixture_t *f, int64_t min_size, const char *selector) {
+static void fixture_start_sel(fixture_t *f, int64_t min_size, fl_selector selector) {
     memset(f, 0, sizeof *f);
-    fl_config_defaults(&f->cfg);
-    f->cfg.replay_selector = strcmp(selector, "fifo") == 0 ? FL_CFG_SELECTOR_FIFO : strcmp(selector, "uniform") == 0 ? FL_CFG_SELECTOR_UNIFORM : FL_CFG_SELECTOR_PRIORITIZED;
-    f->cfg.replay_shards = SHARDS;
-    f->cfg.replay_capacity = 4096; /* 1024 per shard */
-    f->cfg.replay_min_size_to_sample = min_size;
-    f->cfg.replay_alpha = ALPHA;
-    f->cfg.replay_samples_per_insert = 0;
-    f->cfg.run_seed = 11;
+    fl_replay_service_opts_init(&f->opts);
+    f->opts.obs = SIG.obs;
+    f->opts.num_actions = SIG.num_actions;
+    f->opts.selector = selector;
+    f->opts.shards = SHARDS;
+    f->opts.capacity = 4096; /* 1024 per shard */
+    f->opts.min_size_to_sample = min_size;
+    f->opts.alpha = ALPHA;
+    f->opts.samples_per_insert = 0;
+    f->opts.seed = 11;
     fl_err_t e;
     fl_err_init(&e);
     size_t used = 0;
     for (int s = 0; s < SHARDS; s++) {
-        if (fl_replay_service_create(&f->cfg, s, &SIG, &f->svc[s], &e) != FL_OK) die("create", &e);
+        f->opts.shard = s;
+        if (fl_replay_service_create(&f->opts, &f->svc[s], &e) != FL_OK) die("create", &e);
         if (fl_replay_service_start(f->svc[s], "127.0.0.1:0", f->addr[s], sizeof f->addr[s], &e) != FL_OK)
             die("start", &e);
         used += (size_t)snprintf(f->list + used, sizeof f->list - used, "%s%s", s ? "," : "", f->addr[s]);
@@ -81,17 +85,17 @@ static void fixture_start_sel(fixture_t *f, int64_t min_size, const char *select
     fl_table_config_t tc;
     fl_table_config_init(&tc);
     tc.capacity = 4096;
-    tc.obs_dtype = FL_DTYPE_FLOAT32;
-    tc.obs_rank = 1;
-    tc.obs_shape[0] = OBS_DIM;
+    tc.obs.dtype = FL_DTYPE_FLOAT32;
+    tc.obs.rank = 1;
+    tc.obs.shape[0] = OBS_DIM;
     tc.alpha = ALPHA;
-    tc.priority_eps = f->cfg.replay_priority_eps;
+    tc.priority_eps = f->opts.priority_eps;
     tc.seed = 99;
     if (fl_table_create(&tc, &f->single, &e) != FL_OK) die("table", &e);
 }
 
 static void fixture_start_min(fixture_t *f, int64_t min_size) {
-    fixture_start_sel(f, min_size, "prioritized");
+    fixture_start_sel(f, min_size, FL_SELECTOR_PRIORITIZED);
 }
 
 static void fixture_start(fixture_t *f) {
@@ -119,7 +123,7 @@ static void add_items(fixture_t *f, int s, int n, const double *q) {
         rew[k] = (float)id;
         disc[k] = 0.9f;
         act[k] = id % NUM_ACTIONS;
-        double p = pow(q[k], 1.0 / ALPHA) - f->cfg.replay_priority_eps;
+        double p = pow(q[k], 1.0 / ALPHA) - f->opts.priority_eps;
         prio[k] = (float)(p > 0 ? p : 0);
         f->shard_of[id] = s;
     }
@@ -442,7 +446,7 @@ static void test_refusing_shard_left_out(void **state) {
 static void test_uniform_selector(void **state) {
     (void)state;
     static fixture_t f;
-    fixture_start_sel(&f, SHARDS, "uniform");
+    fixture_start_sel(&f, SHARDS, FL_SELECTOR_UNIFORM);
     const int sizes[SHARDS] = {10, 20, 30, 40};
     const double masses[SHARDS] = {10, 1, 1, 1}; /* priorities that must not matter */
     for (int s = 0; s < SHARDS; s++) add_shard_mass(&f, s, sizes[s], masses[s]);
@@ -528,7 +532,7 @@ static void test_updates_route_by_key(void **state) {
         int s = f.shard_of[id];
         if (fl_table_priority(fl_replay_service_table(f.svc[s]), f.shard_key[id], &q, &e) != FL_OK) die("priority", &e);
         float p = id == 3 ? 7.0f : 0.25f + 0.01f * (float)id;
-        assert_true(rel(q, pow((double)p + f.cfg.replay_priority_eps, ALPHA)) < 1e-12);
+        assert_true(rel(q, pow((double)p + f.opts.priority_eps, ALPHA)) < 1e-12);
     }
 
     /* A key naming a shard that does not exist: nothing is sent anywhere. */
@@ -550,7 +554,7 @@ static void test_updates_route_by_key(void **state) {
     double total = 0;
     for (int id = 0; id < n; id++) {
         float p = id == 3 ? 7.0f : 0.25f + 0.01f * (float)id;
-        total += f.q[id] = pow((double)p + f.cfg.replay_priority_eps, ALPHA);
+        total += f.q[id] = pow((double)p + f.opts.priority_eps, ALPHA);
     }
     f.q_total = total;
     fl_replay_batch_t b;
@@ -696,17 +700,19 @@ static void test_addresses(void **state) {
  * minimum priority. */
 static void test_one_shard_min_priority(void **state) {
     (void)state;
-    fl_config_t cfg;
-    fl_config_defaults(&cfg);
-    cfg.replay_shards = 1;
-    cfg.replay_capacity = 1000;
-    cfg.replay_min_size_to_sample = 1;
-    cfg.replay_alpha = ALPHA;
+    fl_replay_service_opts_t opts;
+    fl_replay_service_opts_init(&opts);
+    opts.obs = SIG.obs;
+    opts.num_actions = SIG.num_actions;
+    opts.shards = 1;
+    opts.capacity = 1000;
+    opts.min_size_to_sample = 1;
+    opts.alpha = ALPHA;
     fl_err_t e;
     fl_err_init(&e);
     fl_replay_service_t *svc = NULL;
     char addr[300];
-    if (fl_replay_service_create(&cfg, 0, &SIG, &svc, &e) != FL_OK) die("create", &e);
+    if (fl_replay_service_create(&opts, &svc, &e) != FL_OK) die("create", &e);
     if (fl_replay_service_start(svc, "127.0.0.1:0", addr, sizeof addr, &e) != FL_OK) die("start", &e);
     float obs[40 * OBS_DIM] = {0}, rew[40], disc[40], prio[40];
     int32_t act[40];
@@ -719,7 +725,7 @@ static void test_one_shard_min_priority(void **state) {
     if (fl_table_insert(fl_replay_service_table(svc), 40, obs, act, rew, disc, obs, prio, NULL, &e) != FL_OK)
         die("insert", &e);
     double qmin = INFINITY;
-    for (int i = 0; i < 40; i++) qmin = fmin(qmin, pow((double)prio[i] + cfg.replay_priority_eps, ALPHA));
+    for (int i = 0; i < 40; i++) qmin = fmin(qmin, pow((double)prio[i] + opts.priority_eps, ALPHA));
     fl_replay_sharded_t *rs = NULL;
     if (fl_replay_sharded_create(addr, 3, &rs, &e) != FL_OK) die("sharded create", &e);
     fl_replay_batch_t b;

@@ -19,7 +19,6 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "common/config.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "replay/client.h"
@@ -27,13 +26,14 @@
 #include "replay/table.h"
 #include "replay/wal.h"
 #include "replay/wire.h"
+#include "replay/writer.h"
 
 #define OBS_DIM 4
 #define OBS_BYTES (OBS_DIM * sizeof(float))
 #define NUM_ACTIONS 3
 
 static const fl_wire_sig_t SIG = {
-    .obs_dtype = FL_DTYPE_FLOAT32, .obs_rank = 1, .obs_shape = {OBS_DIM}, .num_actions = NUM_ACTIONS};
+    .obs = {.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {OBS_DIM}}, .num_actions = NUM_ACTIONS};
 static const fl_obs_spec_t SPEC = {.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {OBS_DIM}};
 
 static char g_dir[64];
@@ -438,19 +438,22 @@ static void test_corruption_refused(void **state) {
 
 /* ---- the service ---------------------------------------------------------- */
 
-static fl_config_t wal_cfg(const char *dir) {
-    fl_config_t c;
-    fl_config_defaults(&c);
-    c.replay_shards = 1;
-    c.replay_capacity = 10000;
-    c.replay_min_size_to_sample = 1;
-    c.run_seed = 7;
+/* dir: the log's folder, which must outlive the options' use. */
+static fl_replay_service_opts_t wal_opts(const char *dir) {
+    fl_replay_service_opts_t o;
+    fl_replay_service_opts_init(&o);
+    o.obs = SIG.obs;
+    o.num_actions = SIG.num_actions;
+    o.shards = 1;
+    o.capacity = 10000;
+    o.min_size_to_sample = 1;
+    o.seed = 7;
     /* A queue: sampling `size` items returns every item, oldest first. */
-    c.replay_selector = FL_CFG_SELECTOR_FIFO;
-    c.replay_max_times_sampled = 1;
-    c.replay_wal = 1;
-    snprintf(c.replay_checkpoint_dir, sizeof c.replay_checkpoint_dir, "%s", dir);
-    return c;
+    o.selector = FL_SELECTOR_FIFO;
+    o.max_times_sampled = 1;
+    o.wal = 1;
+    o.checkpoint_dir = dir;
+    return o;
 }
 
 typedef struct server {
@@ -458,10 +461,10 @@ typedef struct server {
     char addr[300];
 } server_t;
 
-static void server_start(server_t *s, const fl_config_t *cfg) {
+static void server_start(server_t *s, const fl_replay_service_opts_t *opts) {
     fl_err_t e;
     fl_err_init(&e);
-    if (fl_replay_service_create(cfg, 0, &SIG, &s->svc, &e) != FL_OK) fail_msg("create: %s", e.msg);
+    if (fl_replay_service_create(opts, &s->svc, &e) != FL_OK) fail_msg("create: %s", e.msg);
     if (fl_replay_service_start(s->svc, "127.0.0.1:0", s->addr, sizeof s->addr, &e) != FL_OK)
         fail_msg("start: %s", e.msg);
 }
@@ -532,7 +535,7 @@ static Fleet__InsertResponse *raw_insert(const char *addr, batch_t *batches, siz
                              .next_obs = c.next_obs,
                              .priorities = c.priorities};
         fl_wire_batch_msg_t bm;
-        fl_wire_encode_batch(&bm, &SIG, &b);
+        fl_wire_encode_batch(&bm, &SIG.obs, &b);
         Fleet__InsertRequest req = FLEET__INSERT_REQUEST__INIT;
         req.stream_id = batches[i].stream;
         req.sequence = batches[i].seq;
@@ -626,9 +629,9 @@ static void test_service_recovers_from_log(void **state) {
     (void)state;
     char dir[128];
     subdir(dir, sizeof dir, "svc-log");
-    fl_config_t cfg = wal_cfg(dir);
+    fl_replay_service_opts_t opts = wal_opts(dir);
     server_t a;
-    server_start(&a, &cfg);
+    server_start(&a, &opts);
     static expect_t x;
     memset(&x, 0, sizeof x);
     batch_t s77[3] = {{77, 1, 1000, 8, 0}, {77, 2, 1100, 5, 0}, {77, 3, 1200, 7, 0}};
@@ -663,7 +666,7 @@ static void test_service_recovers_from_log(void **state) {
     fl_replay_service_destroy(a.svc);
 
     server_t b;
-    server_start(&b, &cfg);
+    server_start(&b, &opts);
     fl_replay_service_info(b.svc, &in);
     assert_int_equal(in.inserted, x.n);
     assert_int_equal(in.size, x.n);
@@ -688,7 +691,7 @@ static void test_service_recovers_from_log(void **state) {
 
     /* A third incarnation recovers the second one's inserts as well. */
     server_t c3;
-    server_start(&c3, &cfg);
+    server_start(&c3, &opts);
     check_table(fl_replay_service_table(c3.svc), &x);
     fl_replay_service_destroy(c3.svc);
 
@@ -697,7 +700,7 @@ static void test_service_recovers_from_log(void **state) {
     fl_wal_segment_path(seg1, sizeof seg1, dir, 0, 1);
     poke_byte(seg1, FL_WAL_HEADER_BYTES + 3, 0xa5);
     fl_replay_service_t *bad = NULL;
-    assert_int_equal(fl_replay_service_create(&cfg, 0, &SIG, &bad, &e), FL_DATA_LOSS);
+    assert_int_equal(fl_replay_service_create(&opts, &bad, &e), FL_DATA_LOSS);
     assert_null(bad);
     assert_non_null(strstr(e.msg, seg1));
     assert_non_null(strstr(e.msg, "offset 0 "));
@@ -709,10 +712,10 @@ static void test_service_checkpoint_then_log(void **state) {
     (void)state;
     char dir[128];
     subdir(dir, sizeof dir, "svc-ckpt");
-    fl_config_t cfg = wal_cfg(dir);
-    cfg.replay_wal_fsync = 1; /* the same, with fdatasync per record */
+    fl_replay_service_opts_t opts = wal_opts(dir);
+    opts.wal_fsync = 1; /* the same, with fdatasync per record */
     server_t a;
-    server_start(&a, &cfg);
+    server_start(&a, &opts);
     static expect_t x;
     memset(&x, 0, sizeof x);
     batch_t first[3] = {{5, 1, 100, 4, 0}, {5, 2, 200, 6, 0}, {5, 3, 300, 3, 0}};
@@ -752,7 +755,7 @@ static void test_service_checkpoint_then_log(void **state) {
     fl_replay_service_destroy(a.svc);
 
     server_t b;
-    server_start(&b, &cfg);
+    server_start(&b, &opts);
     fl_replay_info_t in;
     fl_replay_service_info(b.svc, &in);
     assert_int_equal(in.inserted, x.n);
@@ -781,7 +784,7 @@ static void test_service_checkpoint_then_log(void **state) {
     free(segs);
     append_bytes(last, "\x40\x00\x00\x00\x01", 5);
     server_t c;
-    server_start(&c, &cfg);
+    server_start(&c, &opts);
     assert_int_equal(file_size(last), 0);
     r = raw_insert(c.addr, again, 6);
     assert_int_equal(r->items, 0);
@@ -790,34 +793,36 @@ static void test_service_checkpoint_then_log(void **state) {
 
     /* The folder is locked while a service uses it. */
     fl_replay_service_t *dup = NULL;
-    assert_int_equal(fl_replay_service_create(&cfg, 0, &SIG, &dup, &e), FL_FAILED_PRECONDITION);
+    assert_int_equal(fl_replay_service_create(&opts, &dup, &e), FL_FAILED_PRECONDITION);
     assert_non_null(strstr(e.msg, "shard-0.wal.lock"));
     fl_replay_service_destroy(c.svc);
 }
 
 static void test_service_config_errors(void **state) {
     (void)state;
-    fl_config_t cfg = wal_cfg("");
+    fl_replay_service_opts_t opts = wal_opts("");
     fl_replay_service_t *s = NULL;
     fl_err_t e;
     fl_err_init(&e);
-    assert_int_equal(fl_replay_service_create(&cfg, 0, &SIG, &s, &e), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_replay_service_create(&opts, &s, &e), FL_INVALID_ARGUMENT);
     assert_null(s);
     assert_non_null(strstr(e.msg, "replay.wal needs replay.checkpoint_dir"));
 
     char dir[128];
     subdir(dir, sizeof dir, "svc-cfg");
-    cfg = wal_cfg(dir);
+    opts = wal_opts(dir);
     char ckpt[256];
     snprintf(ckpt, sizeof ckpt, "%s/x.ckpt", dir);
-    assert_int_equal(fl_replay_service_create_restore(&cfg, 0, &SIG, ckpt, &s, &e), FL_INVALID_ARGUMENT);
+    opts.restore_path = ckpt;
+    assert_int_equal(fl_replay_service_create(&opts, &s, &e), FL_INVALID_ARGUMENT);
+    opts.restore_path = NULL;
     assert_non_null(strstr(e.msg, "replay.wal"));
 
     /* A checkpoint written without the log is accepted when there is no log ... */
-    fl_config_t plain = cfg;
-    plain.replay_wal = 0;
+    fl_replay_service_opts_t plain = opts;
+    plain.wal = 0;
     fl_replay_service_t *p = NULL;
-    assert_int_equal(fl_replay_service_create(&plain, 0, &SIG, &p, &e), FL_OK);
+    assert_int_equal(fl_replay_service_create(&plain, &p, &e), FL_OK);
     cols_t c;
     cols_make(&c, 3, 10);
     assert_int_equal(fl_table_insert(fl_replay_service_table(p), 3, c.obs, c.actions, c.rewards, c.discounts,
@@ -826,23 +831,23 @@ static void test_service_config_errors(void **state) {
     cols_free(&c);
     assert_int_equal(fl_replay_service_checkpoint(p, NULL, NULL, NULL, 0, &e), FL_OK);
     fl_replay_service_destroy(p);
-    assert_int_equal(fl_replay_service_create(&cfg, 0, &SIG, &s, &e), FL_OK);
+    assert_int_equal(fl_replay_service_create(&opts, &s, &e), FL_OK);
     fl_replay_info_t in;
     fl_replay_service_info(s, &in);
     assert_int_equal(in.inserted, 3);
     fl_replay_service_destroy(s);
     /* ... and refused once log segments exist beside it (which position is unknown). */
-    assert_int_equal(fl_replay_service_create(&plain, 0, &SIG, &p, &e), FL_OK);
+    assert_int_equal(fl_replay_service_create(&plain, &p, &e), FL_OK);
     assert_int_equal(fl_replay_service_checkpoint(p, NULL, NULL, NULL, 0, &e), FL_OK);
     fl_replay_service_destroy(p);
-    assert_int_equal(fl_replay_service_create(&cfg, 0, &SIG, &s, &e), FL_FAILED_PRECONDITION);
+    assert_int_equal(fl_replay_service_create(&opts, &s, &e), FL_FAILED_PRECONDITION);
     assert_non_null(strstr(e.msg, "without replay.wal"));
 
     /* A folder that does not exist. */
     char nodir[160];
     snprintf(nodir, sizeof nodir, "%s/missing", g_dir);
-    cfg = wal_cfg(nodir);
-    assert_int_equal(fl_replay_service_create(&cfg, 0, &SIG, &s, &e), FL_INVALID_ARGUMENT);
+    opts = wal_opts(nodir);
+    assert_int_equal(fl_replay_service_create(&opts, &s, &e), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(e.msg, "missing"));
 }
 

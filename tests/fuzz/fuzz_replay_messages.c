@@ -72,19 +72,19 @@ static const ProtobufCMessageDescriptor *descriptor_of(int t) {
 
 static void sig_vec(fl_wire_sig_t *s) {
     memset(s, 0, sizeof *s);
-    s->obs_dtype = FL_DTYPE_FLOAT32;
-    s->obs_rank = 1;
-    s->obs_shape[0] = 4;
+    s->obs.dtype = FL_DTYPE_FLOAT32;
+    s->obs.rank = 1;
+    s->obs.shape[0] = 4;
     s->num_actions = 3;
 }
 
 static void sig_img(fl_wire_sig_t *s) {
     memset(s, 0, sizeof *s);
-    s->obs_dtype = FL_DTYPE_UINT8;
-    s->obs_rank = 3;
-    s->obs_shape[0] = 10;
-    s->obs_shape[1] = 10;
-    s->obs_shape[2] = 4;
+    s->obs.dtype = FL_DTYPE_UINT8;
+    s->obs.rank = 3;
+    s->obs.shape[0] = 10;
+    s->obs.shape[1] = 10;
+    s->obs.shape[2] = 4;
     s->num_actions = 0;
 }
 
@@ -92,9 +92,7 @@ static fl_table_t *make_table(const fl_wire_sig_t *sig) {
     fl_table_config_t tc;
     fl_table_config_init(&tc);
     tc.capacity = 32;
-    tc.obs_dtype = sig->obs_dtype;
-    tc.obs_rank = sig->obs_rank;
-    for (int d = 0; d < sig->obs_rank; d++) tc.obs_shape[d] = sig->obs_shape[d];
+    tc.obs = sig->obs;
     tc.rebuild_every = 7;
     fl_table_t *t = NULL;
     fl_err_t e;
@@ -168,7 +166,7 @@ static void fuzz_insert(const Fleet__InsertRequest *req, const fl_wire_sig_t *si
         check_rejection("InsertRequest", st, &e);
         return;
     }
-    if (b.count == 0 || !b.priorities || b.obs_bytes != fl_wire_sig_obs_bytes(sig)) FAIL("decoded batch is inconsistent");
+    if (b.count == 0 || !b.priorities || b.obs_bytes != fl_obs_spec_bytes(&sig->obs)) FAIL("decoded batch is inconsistent");
     fl_table_t *t = make_table(sig);
     uint64_t *keys = malloc(b.count * sizeof *keys);
     if (!keys) FAIL("out of memory");
@@ -195,7 +193,7 @@ static void fuzz_insert(const Fleet__InsertRequest *req, const fl_wire_sig_t *si
     /* Re-encode what was accepted; it must decode again. */
     fl_wire_batch_msg_t *m = malloc(sizeof *m);
     if (!m) FAIL("out of memory");
-    fl_wire_encode_batch(m, sig, &b);
+    fl_wire_encode_batch(m, &sig->obs, &b);
     size_t n = fleet__transition_batch__get_packed_size(&m->batch);
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf) FAIL("out of memory");

@@ -38,11 +38,11 @@ static void write_checkpoint(const char *dir, const char *name, uint64_t capacit
     fl_table_config_t cfg;
     fl_table_config_init(&cfg);
     cfg.capacity = capacity;
-    cfg.obs_dtype = FL_DTYPE_UINT8;
-    cfg.obs_rank = 3;
-    cfg.obs_shape[0] = 4;
-    cfg.obs_shape[1] = 4;
-    cfg.obs_shape[2] = 2 * stack;
+    cfg.obs.dtype = FL_DTYPE_UINT8;
+    cfg.obs.rank = 3;
+    cfg.obs.shape[0] = 4;
+    cfg.obs.shape[1] = 4;
+    cfg.obs.shape[2] = 2 * stack;
     cfg.frame_stack = stack;
     cfg.zstd_level = zstd;
     cfg.selector = sel;
@@ -99,11 +99,11 @@ int main(int argc, char **argv) {
     float obs_v[8] = {0, 1, 2, 3, 4, 5, 6, 7}, nobs_v[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     int32_t act[2] = {0, 2};
     float rew[2] = {1.0f, -0.5f}, disc[2] = {0.99f, 0.0f}, prio[2] = {0.5f, 2.0f};
-    fl_wire_sig_t sv = {.obs_dtype = FL_DTYPE_FLOAT32, .obs_rank = 1, .obs_shape = {4}, .num_actions = 3};
+    fl_wire_sig_t sv = {.obs = {.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {4}}, .num_actions = 3};
     fl_wire_batch_t b = {.count = 2, .obs_bytes = 16, .obs = obs_v, .actions = act, .rewards = rew,
                          .discounts = disc, .next_obs = nobs_v, .priorities = prio};
     static fl_wire_batch_msg_t bm;
-    fl_wire_encode_batch(&bm, &sv, &b);
+    fl_wire_encode_batch(&bm, &sv.obs, &b);
     Fleet__InsertRequest ir = FLEET__INSERT_REQUEST__INIT;
     ir.stream_id = 7;
     ir.sequence = 1;
@@ -116,12 +116,12 @@ int main(int argc, char **argv) {
         obs_i[i] = (uint8_t)i;
         nobs_i[i] = (uint8_t)(i * 7);
     }
-    fl_wire_sig_t si = {.obs_dtype = FL_DTYPE_UINT8, .obs_rank = 3, .obs_shape = {10, 10, 4}};
+    fl_wire_sig_t si = {.obs = {.dtype = FL_DTYPE_UINT8, .rank = 3, .shape = {10, 10, 4}}};
     b.obs_bytes = 400;
     b.obs = obs_i;
     b.next_obs = nobs_i;
     static fl_wire_batch_msg_t bi;
-    fl_wire_encode_batch(&bi, &si, &b);
+    fl_wire_encode_batch(&bi, &si.obs, &b);
     ir.batch = &bi.batch;
     write_seed("insert_img", 1, &ir.base);
 
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
     b.next_obs = nobs_v;
     b.priorities = NULL;
     static fl_wire_batch_msg_t bs;
-    fl_wire_encode_batch(&bs, &sv, &b);
+    fl_wire_encode_batch(&bs, &sv.obs, &b);
     Fleet__SampleResponse sp = FLEET__SAMPLE_RESPONSE__INIT;
     uint64_t keys[2] = {9, 10};
     float w[2] = {1.0f, 0.5f};

@@ -1,0 +1,105 @@
+/* server_internal: what the replay service's files share (replay/server.c: the RPC
+ * handlers and the lifetime; replay/server_recovery.c: how the shard's table comes to be
+ * at create -- empty, restored from a checkpoint, or recovered from its checkpoint and
+ * write-ahead log -- and the log's rotation at a checkpoint). Not for use outside
+ * replay/.
+ *
+ * The service's state and its per-stream records; the locking rules are at the top of
+ * replay/server.c. */
+#ifndef FL_REPLAY_SERVER_INTERNAL_H
+#define FL_REPLAY_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/rpc.h"
+#include "common/status.h"
+#include "replay/ratelimit.h"
+#include "replay/server.h"
+#include "replay/table.h"
+#include "replay/wal.h"
+#include "replay/wire.h"
+
+/* First keys remembered per stream, for the response to a resent batch. */
+#define FL__REPLAY_KEY_RING 64
+
+typedef struct fl__stream_rec {
+    uint64_t id;
+    pthread_mutex_t mu; /* guards the fields below */
+    uint64_t last_seq;
+    uint64_t ring_seq[FL__REPLAY_KEY_RING];
+    uint64_t ring_key[FL__REPLAY_KEY_RING];
+} fl__stream_rec_t;
+
+struct fl_replay_service {
+    fl_table_t *table;
+    fl_wire_sig_t sig;
+    size_t obs_bytes;
+    int shard;
+    uint64_t min_size;
+    fl_rpc_server_t *rpc;
+    int started, stopped;
+    double t_start;
+
+    pthread_mutex_t mu; /* guards the fields below; cv signals inserts, samples and stop */
+    pthread_cond_t cv;
+    int waiters;        /* Sample calls waiting for data or for the rate limiter */
+    int insert_waiters; /* Insert messages waiting for the rate limiter */
+    int max_insert_waiters;
+    int stopping;
+    fl_ratelimit_t rl;
+    double insert_blocked_s, sample_blocked_s;
+    int threads;
+
+    pthread_mutex_t streams_mu; /* guards the map; records never move or go away */
+    fl__stream_rec_t **streams; /* open addressing, streams_cap a power of two */
+    size_t nstreams, streams_cap;
+
+    atomic_uint_fast64_t insert_batches, rejected, sample_calls;
+
+    char ckpt_default[FL_REPLAY_DIR_MAX + 32]; /* replay.checkpoint_dir/shard-<id>.ckpt, or "" */
+    double ckpt_every;                         /* seconds; 0 = no periodic checkpoints */
+    pthread_mutex_t ckpt_mu;                   /* serializes checkpoints (each copies the table) */
+    pthread_t ckpt_thread;
+    int ckpt_thread_started;
+
+    /* write-ahead log (replay.wal; NULL when off) */
+    fl_wal_t *wal;
+    pthread_mutex_t wal_mu;          /* the insert mutex: log append + table insert + stream record */
+    char wal_dir[FL_REPLAY_DIR_MAX]; /* replay.checkpoint_dir */
+    int wal_fsync;                   /* replay.wal_fsync */
+    int wal_lock_fd;                 /* flock'd shard-<id>.wal.lock, or -1 */
+};
+
+/* The record of stream `id`, created on first use; NULL when out of memory. */
+fl__stream_rec_t *fl__replay_get_stream(fl_replay_service_t *s, uint64_t id);
+
+/* Applies one decoded InsertRequest (its sequence and batch) to the table and to its
+ * stream's record. This is the one place where an insert changes the table: the live
+ * path and recovery from the write-ahead log both call it, so that replaying the log
+ * gives the keys acknowledged before. The caller holds r->mu and, with the log on, the
+ * insert mutex wal_mu, and has checked that sequence > r->last_seq. keys (b->count)
+ * receives the batch's keys. prep: the batch already prepared by fl_table_prepare (the
+ * live path with the log on, which prepares before taking the insert mutex), committed
+ * here; NULL: fl_table_insert. On failure nothing changed (the table validates its whole
+ * input first); the live path never logs a batch the table refuses, and an older log's
+ * refused record is refused again on replay. */
+fl_status fl__replay_apply_insert(fl_replay_service_t *s, fl__stream_rec_t *r, uint64_t sequence,
+                                  const fl_wire_batch_t *b, fl_table_prep_t *prep, uint64_t *keys, fl_err_t *e);
+
+/* Gives the service its table (s->table) for configuration tc: loaded from restore_path
+ * when that is set (the rate limiter continues from its counters), else with the
+ * write-ahead log on (wal) recovered from replay.checkpoint_dir (s->wal set, see
+ * server.h), else empty. On failure err says why (not yet prefixed with the shard). */
+fl_status fl__replay_open_table(fl_replay_service_t *s, const fl_table_config_t *tc, const char *restore_path, int wal,
+                                fl_err_t *err);
+
+/* A checkpoint to the default file with the log on: rotates the log, writes the table
+ * and the stream records to path, then deletes the log segments the file covers. The
+ * caller holds ckpt_mu. */
+fl_status fl__replay_wal_checkpoint(fl_replay_service_t *s, const char *path, fl_table_save_info_t *si,
+                                    fl_err_t *err);
+
+#endif

@@ -1,0 +1,323 @@
+/* writer: acknowledged inserts into one replay shard (see writer.h).
+ *
+ * The writer keeps every appended batch in a FIFO until an InsertResponse's
+ * last_sequence covers it. `sent` counts the FIFO's leading batches already written on
+ * the open call; a new call starts at 0, so opening a call after a failure resends
+ * everything unacknowledged, oldest first, and the shard's per-stream sequence record
+ * skips what it already holds. Calls are rotated after batches_per_call batches and
+ * before they get near their deadline, so an idle-but-healthy call never expires. */
+#include "replay/writer.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/retry.h"
+#include "common/rpc.h"
+#include "fleet.pb-c.h"
+#include "replay/client_internal.h"
+#include "replay/wire.h"
+
+#define M_INSERT "/fleet.Replay/Insert"
+
+/* Deadline of one Insert call of a writer; calls are rotated at half of it. */
+#define WRITER_CALL_TIMEOUT_MS 60000
+/* Room left in a message for everything but a batch's observations. */
+#define MSG_SLACK (1u << 20)
+
+typedef struct wbatch {
+    uint64_t seq;
+    fl_wire_batch_t cols; /* points into mem */
+    void *mem;
+} wbatch;
+
+struct fl_replay_writer {
+    fl_replay_client_t *c;
+    uint64_t stream_id;
+    fl_obs_spec_t obs;
+    size_t obs_bytes;
+    int batches_per_call;
+    uint64_t last_seq; /* sequence of the latest appended batch */
+
+    wbatch *q; /* pending batches, oldest first: q[0..len) */
+    size_t len, cap;
+    size_t sent; /* q[0..sent) went out on the open call */
+
+    fl_rpc_stream_t *call;
+    double call_t0;
+    int acked_once; /* a call was acknowledged: later calls need not wait for the shard */
+    int failed;     /* the last call failed: appends retry after retry_at */
+    double retry_at;
+    fl_backoff_t backoff;
+    fl_err_t last_err;
+
+    uint64_t acked, pending;
+};
+
+static void wbatch_free(wbatch *b) { free(b->mem); }
+
+fl_status fl_replay_writer_create(fl_replay_client_t *c, uint64_t stream_id, const fl_obs_spec_t *obs,
+                                  int batches_per_call, fl_replay_writer_t **out, fl_err_t *err) {
+    *out = NULL;
+    if (!c || !obs) return fl_err_set(err, FL_INVALID_ARGUMENT, "replay writer: %s is NULL", !c ? "client" : "obs");
+    size_t ob = fl_obs_spec_bytes(obs);
+    if (ob == 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "replay writer: invalid observation spec (dtype %d, rank %d; expected a known dtype, rank "
+                          "0 .. 4 and dimensions >= 1)",
+                          (int)obs->dtype, obs->rank);
+    if (batches_per_call < 1)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay writer: batches_per_call %d, expected >= 1",
+                          batches_per_call);
+    fl_replay_writer_t *w = calloc(1, sizeof *w);
+    if (!w) return fl_err_set(err, FL_NO_MEMORY, "replay writer: out of memory");
+    w->c = c;
+    w->stream_id = stream_id;
+    w->obs = fl_obs_spec_make(obs->dtype, obs->rank, obs->shape);
+    w->obs_bytes = ob;
+    w->batches_per_call = batches_per_call;
+    fl_backoff_init(&w->backoff);
+    fl_err_init(&w->last_err);
+    *out = w;
+    return FL_OK;
+}
+
+void fl_replay_writer_destroy(fl_replay_writer_t *w) {
+    if (!w) return;
+    fl_rpc_stream_cancel(w->call);
+    for (size_t i = 0; i < w->len; i++) wbatch_free(&w->q[i]);
+    free(w->q);
+    free(w);
+}
+
+uint64_t fl_replay_writer_acked(const fl_replay_writer_t *w) { return w->acked; }
+uint64_t fl_replay_writer_pending(const fl_replay_writer_t *w) { return w->pending; }
+
+/* Drops the pending batches the shard acknowledged (sequence <= last). */
+static void apply_ack(fl_replay_writer_t *w, uint64_t last) {
+    size_t k = 0;
+    while (k < w->len && w->q[k].seq <= last) {
+        w->acked += w->q[k].cols.count;
+        w->pending -= w->q[k].cols.count;
+        wbatch_free(&w->q[k]);
+        k++;
+    }
+    if (k == 0) return;
+    memmove(w->q, w->q + k, (w->len - k) * sizeof *w->q);
+    w->len -= k;
+    w->sent = w->sent > k ? w->sent - k : 0;
+}
+
+/* Records a failed call: everything pending goes out again on the next one. */
+static void mark_failed(fl_replay_writer_t *w, const fl_err_t *e) {
+    if (!w->failed)
+        FL_WARN("replay writer %" PRIu64 ": %s; %" PRIu64 " transitions pending, will resend", w->stream_id, e->msg,
+                w->pending);
+    w->failed = 1;
+    w->last_err = *e;
+    w->sent = 0;
+    w->retry_at = fl_clock_sec() + fl_backoff_next(&w->backoff);
+}
+
+static void mark_ok(fl_replay_writer_t *w) {
+    w->acked_once = 1;
+    w->failed = 0;
+    fl_backoff_reset(&w->backoff);
+}
+
+static fl_status open_call(fl_replay_writer_t *w, int64_t timeout_ms, unsigned flags, fl_err_t *err) {
+    w->sent = 0;
+    fl_status st = fl_rpc_stream_open(w->c->ch, M_INSERT, timeout_ms, flags, &w->call, err);
+    if (st == FL_OK) w->call_t0 = fl_clock_sec();
+    return st;
+}
+
+/* Writes q[sent..len) on the open call. A failure means the call is over. */
+static fl_status send_unsent(fl_replay_writer_t *w, fl_err_t *err) {
+    while (w->sent < w->len) {
+        wbatch *b = &w->q[w->sent];
+        fl_wire_batch_msg_t bm;
+        fl_wire_encode_batch(&bm, &w->obs, &b->cols);
+        Fleet__InsertRequest req = FLEET__INSERT_REQUEST__INIT;
+        req.stream_id = w->stream_id;
+        req.sequence = b->seq;
+        req.batch = &bm.batch;
+        FL_TRY(fl_rpc_stream_send_pb(w->call, &req.base, err));
+        w->sent++;
+    }
+    return FL_OK;
+}
+
+/* Finishes the open call and applies its acknowledgement. */
+static fl_status finish_call(fl_replay_writer_t *w, fl_err_t *err) {
+    ProtobufCMessage *m = NULL;
+    fl_status st = fl_rpc_stream_finish_pb(w->call, &fleet__insert_response__descriptor, &m, err);
+    w->call = NULL;
+    w->sent = 0;
+    if (st != FL_OK) return st;
+    Fleet__InsertResponse *resp = (Fleet__InsertResponse *)m;
+    apply_ack(w, resp->last_sequence);
+    fleet__insert_response__free_unpacked(resp, NULL);
+    return FL_OK;
+}
+
+/* Sends what is pending on the open call (opening one when allowed) and rotates the
+ * call when it is full or old. Failures only mark the writer failed. */
+static void pump(fl_replay_writer_t *w) {
+    fl_err_t e;
+    fl_err_init(&e);
+    if (!w->call) {
+        if (w->failed && fl_clock_sec() < w->retry_at) return;
+        /* Until the shard has acknowledged a call, wait for it to come up (an actor may
+         * start first); afterwards fail fast while it is unreachable, keeping batches. */
+        unsigned flags = w->acked_once ? 0u : FL_RPC_WAIT_FOR_READY;
+        if (open_call(w, WRITER_CALL_TIMEOUT_MS, flags, &e) != FL_OK) {
+            mark_failed(w, &e);
+            return;
+        }
+    }
+    if (send_unsent(w, &e) != FL_OK) {
+        fl_err_t fe;
+        fl_err_init(&fe);
+        /* The call is over: its status says why (the send error only says that it ended). */
+        if (finish_call(w, &fe) == FL_OK) {
+            mark_failed(w, &e);
+        } else {
+            mark_failed(w, &fe);
+        }
+        return;
+    }
+    double age_ms = (fl_clock_sec() - w->call_t0) * 1e3;
+    if (w->sent >= (size_t)w->batches_per_call || age_ms > WRITER_CALL_TIMEOUT_MS / 2) {
+        if (finish_call(w, &e) == FL_OK)
+            mark_ok(w);
+        else
+            mark_failed(w, &e);
+    }
+}
+
+static fl_status check_append(const fl_replay_writer_t *w, size_t n, const void *obs, const int32_t *actions,
+                              const float *rewards, const float *discounts, const void *next_obs,
+                              const float *priorities, fl_err_t *err) {
+    if (n == 0) return fl_err_set(err, FL_INVALID_ARGUMENT, "replay writer append: n is 0, expected >= 1");
+    size_t row = 2 * w->obs_bytes + 4 * sizeof(float);
+    size_t max_n = (FL_RPC_DEFAULT_MAX_MESSAGE - MSG_SLACK) / row;
+    if (max_n > UINT32_MAX) max_n = UINT32_MAX;
+    if (n > max_n)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "replay writer append: n is %zu, expected at most %zu (observations of %zu bytes)", n,
+                          max_n, w->obs_bytes);
+    const char *missing = !obs ? "obs" : !actions ? "actions" : !rewards ? "rewards" : !discounts ? "discounts"
+                        : !next_obs ? "next_obs" : !priorities ? "priorities" : NULL;
+    if (missing) return fl_err_set(err, FL_INVALID_ARGUMENT, "replay writer append: %s is NULL", missing);
+    for (size_t i = 0; i < n; i++) {
+        if (actions[i] < 0)
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "replay writer append: actions[%zu]: got %" PRId32
+                              ", expected >= 0", i, actions[i]);
+        if (!isfinite(rewards[i]))
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "replay writer append: rewards[%zu]: got %g, expected a finite value", i,
+                              (double)rewards[i]);
+        if (!(discounts[i] >= 0.0f && discounts[i] <= 1.0f))
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "replay writer append: discounts[%zu]: got %g, expected a value in [0, 1]", i,
+                              (double)discounts[i]);
+    }
+    fl_status st = fl_wire_check_priorities("priorities", n, priorities, err);
+    if (st != FL_OK) fl_err_prefix(err, "replay writer append");
+    return st;
+}
+
+fl_status fl_replay_writer_append(fl_replay_writer_t *w, size_t n, const void *obs, const int32_t *actions,
+                                  const float *rewards, const float *discounts, const void *next_obs,
+                                  const float *priorities, fl_err_t *err) {
+    FL_TRY(check_append(w, n, obs, actions, rewards, discounts, next_obs, priorities, err));
+    if (w->len == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 16;
+        wbatch *q = realloc(w->q, cap * sizeof *q);
+        if (!q) return fl_err_set(err, FL_NO_MEMORY, "replay writer append: out of memory");
+        w->q = q;
+        w->cap = cap;
+    }
+    size_t ob = n * w->obs_bytes;
+    size_t bytes = 2 * ob + n * (sizeof(int32_t) + 3 * sizeof(float));
+    uint8_t *mem = malloc(bytes);
+    if (!mem) return fl_err_set(err, FL_NO_MEMORY, "replay writer append: out of memory for %zu bytes", bytes);
+    /* Layout: the 4-byte columns first (aligned by malloc), then the observations. */
+    int32_t *a = (int32_t *)mem;
+    float *r = (float *)(mem + n * 4);
+    float *g = (float *)(mem + n * 8);
+    float *p = (float *)(mem + n * 12);
+    uint8_t *o = mem + n * 16;
+    uint8_t *no = o + ob;
+    memcpy(a, actions, n * sizeof *a);
+    memcpy(r, rewards, n * sizeof *r);
+    memcpy(g, discounts, n * sizeof *g);
+    memcpy(p, priorities, n * sizeof *p);
+    memcpy(o, obs, ob);
+    memcpy(no, next_obs, ob);
+    wbatch *b = &w->q[w->len++];
+    b->seq = ++w->last_seq;
+    b->mem = mem;
+    b->cols = (fl_wire_batch_t){.count = n,
+                                .obs_bytes = w->obs_bytes,
+                                .obs = o,
+                                .actions = a,
+                                .rewards = r,
+                                .discounts = g,
+                                .next_obs = no,
+                                .priorities = p};
+    w->pending += n;
+    pump(w);
+    return FL_OK;
+}
+
+fl_status fl_replay_writer_flush(fl_replay_writer_t *w, int64_t timeout_ms, fl_err_t *err) {
+    if (timeout_ms <= 0) timeout_ms = w->c->timeout_ms;
+    double deadline = fl_clock_sec() + (double)timeout_ms * 1e-3;
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_status st = FL_OK;
+    if (w->call) {
+        if ((st = send_unsent(w, &e)) != FL_OK) fl_err_init(&e);
+        st = finish_call(w, &e);
+        if (st == FL_OK)
+            mark_ok(w);
+        else
+            mark_failed(w, &e);
+    }
+    while (w->len > 0) {
+        if (st != FL_OK && !fl_retry_transient(st)) break;
+        double left_s = deadline - fl_clock_sec();
+        if (st != FL_OK) {
+            /* Wait out the backoff of the failure just seen, within the deadline. */
+            double pause = w->retry_at - fl_clock_sec();
+            if (pause > left_s) pause = left_s;
+            fl_sleep_sec(pause);
+            left_s = deadline - fl_clock_sec();
+        }
+        int64_t left_ms = (int64_t)(left_s * 1e3);
+        if (left_ms <= 0) {
+            if (st == FL_OK)
+                st = fl_err_set(&e, FL_DEADLINE_EXCEEDED, "flush timed out after %" PRId64 " ms", timeout_ms);
+            break;
+        }
+        st = open_call(w, left_ms, FL_RPC_WAIT_FOR_READY, &e);
+        if (st == FL_OK) {
+            if (send_unsent(w, &e) != FL_OK) fl_err_init(&e);
+            st = finish_call(w, &e);
+        }
+        if (st == FL_OK)
+            mark_ok(w);
+        else
+            mark_failed(w, &e);
+    }
+    if (w->len == 0) return FL_OK;
+    if (st == FL_OK) st = FL_DEADLINE_EXCEEDED;
+    return fl_err_set(err, st,
+                      "replay writer %" PRIu64 ": %" PRIu64 " transitions in %zu batches not acknowledged: %s",
+                      w->stream_id, w->pending, w->len, e.msg[0] ? e.msg : fl_status_str(st));
+}

@@ -1,0 +1,58 @@
+/* writer: an actor's acknowledged inserts into one replay shard (a client of
+ * replay/client.h), over client-streaming Insert calls.
+ *
+ * Transitions are appended in batches (the actor's local buffer); each batch gets the
+ * next sequence number of the writer's stream id and is sent at once on the open call.
+ * After `batches_per_call` batches (or on fl_replay_writer_flush) the call is finished
+ * and the shard's InsertResponse acknowledges the batches it holds. Batches not yet acknowledged stay in the writer;
+ * when a call fails they are sent again, in order, on the next call (the shard skips a
+ * batch whose sequence it already holds, so a resend never duplicates). Nothing
+ * appended is dropped unless the writer is destroyed before it was acknowledged.
+ *
+ * A stream id names one writer incarnation: a shard skips every batch of that id whose
+ * sequence is not above the last it applied, so a restarted process must not reuse
+ * its predecessor's id. Until the shard has acknowledged a first call, the writer's
+ * calls wait for it to come up (wait-for-ready, up to the call's 60 s deadline), so an
+ * actor started before its shard waits for it; afterwards append never waits for an
+ * unreachable shard: a failed call leaves its batches pending and appends retry at
+ * most every backoff interval (common/retry.h: 0.05 s doubling to 2 s). Flush always
+ * waits for the shard, up to its timeout.
+ *
+ * Ownership: the writer copies every appended batch and keeps it until the shard
+ * acknowledges it; the client is borrowed and must outlive the writer.
+ * Failure: a send failure is never an append error (see fl_replay_writer_append); flush
+ * reports what is still unacknowledged and why.
+ * Thread-safety: a writer belongs to one thread (its client may be shared). */
+#ifndef FL_REPLAY_WRITER_H
+#define FL_REPLAY_WRITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/obs.h"
+#include "common/status.h"
+#include "replay/client.h"
+
+typedef struct fl_replay_writer fl_replay_writer_t;
+
+fl_status fl_replay_writer_create(fl_replay_client_t *c, uint64_t stream_id, const fl_obs_spec_t *obs,
+                                  int batches_per_call, fl_replay_writer_t **out, fl_err_t *err);
+/* Destroys the writer; batches not yet acknowledged are lost (flush first). */
+void fl_replay_writer_destroy(fl_replay_writer_t *w);
+/* Appends one batch of n transitions (columns are copied) and sends it. A send failure
+ * is not an error here: the batch stays pending and goes out on the next call. Returns
+ * an error only for bad input (e.g. a non-finite priority, n == 0) or out of memory. */
+fl_status fl_replay_writer_append(fl_replay_writer_t *w, size_t n, const void *obs, const int32_t *actions,
+                                  const float *rewards, const float *discounts, const void *next_obs,
+                                  const float *priorities, fl_err_t *err);
+/* Finishes the open call and waits for its acknowledgement (up to timeout_ms; <= 0 means
+ * the client's timeout); resends pending batches first when the previous call failed.
+ * FL_OK means every appended batch is acknowledged; otherwise the batches stay pending
+ * and the error says how many and why (the shard's INVALID_ARGUMENT is returned at
+ * once, as resending cannot fix it). */
+fl_status fl_replay_writer_flush(fl_replay_writer_t *w, int64_t timeout_ms, fl_err_t *err);
+/* Transitions acknowledged so far, and transitions appended but not acknowledged. */
+uint64_t fl_replay_writer_acked(const fl_replay_writer_t *w);
+uint64_t fl_replay_writer_pending(const fl_replay_writer_t *w);
+
+#endif
