@@ -127,11 +127,12 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
             (long long)c->replay_shards, (long long)c->actor_count, (long long)c->actor_count,
             (long long)c->replay_shards - 1);
     printf("  paramserver  %lld shard%s\n", (long long)c->paramserver_shards, c->paramserver_shards > 1 ? "s" : "");
-    printf("  learner      %lld (%s)   batch %lld, %s lr %g, %lld-step double DQN, gamma %g, target every %lld, "
-           "publish every %lld\n",
-           (long long)c->learner_count, FL_CONFIG_ENUM_STR(c, learner, device), (long long)c->learner_batch_size, FL_CONFIG_ENUM_STR(c, learner, optimizer),
-           c->learner_lr, (long long)c->learner_n_step, c->learner_gamma, (long long)c->learner_target_update,
-           (long long)c->learner_publish_every);
+    printf(
+        "  learner      %lld (%s)   batch %lld, %s lr %g, %lld-step double DQN, gamma %g, target every %lld, "
+        "publish every %lld\n",
+        (long long)c->learner_count, FL_CONFIG_ENUM_STR(c, learner, device), (long long)c->learner_batch_size,
+        FL_CONFIG_ENUM_STR(c, learner, optimizer), c->learner_lr, (long long)c->learner_n_step, c->learner_gamma,
+        (long long)c->learner_target_update, (long long)c->learner_publish_every);
     printf("  actors       %lld         env %s x %lld each, epsilons", (long long)c->actor_count, c->env_name,
            (long long)c->env_num_envs);
     for (int i = 0; i < c->actor_count && i < 8; i++) {
@@ -152,7 +153,8 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
            shape, env->num_actions, limit);
     printf("  model        %s\n", c->model_spec);
     printf("  stop         ");
-    if (c->run_stop_at_target) printf("at mean return >= %g over the last %d episodes, or ", c->run_target_return, RETURN_WINDOW);
+    if (c->run_stop_at_target)
+        printf("at mean return >= %g over the last %d episodes, or ", c->run_target_return, RETURN_WINDOW);
     if (c->run_max_seconds > 0)
         printf("after %g s\n", c->run_max_seconds);
     else

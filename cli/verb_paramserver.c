@@ -75,8 +75,8 @@ static int start(void *ctx, const fl_service_args_t *a, char *addr, size_t len) 
     if (cfg->learner_mode == FL_CFG_MODE_GORILA)
         FL_INFO("paramserver shard %" PRId64 " of %" PRId64 " serving on %s (gorila: %s lr %g, %" PRId64
                 " learner(s), max_staleness %" PRId64 " %s%s)",
-                a->shard, cfg->paramserver_shards, addr, FL_CONFIG_ENUM_STR(cfg, learner, optimizer), cfg->learner_lr, cfg->learner_count,
-                cfg->paramserver_max_staleness, FL_CONFIG_ENUM_STR(cfg, paramserver, stale_policy),
+                a->shard, cfg->paramserver_shards, addr, FL_CONFIG_ENUM_STR(cfg, learner, optimizer), cfg->learner_lr,
+                cfg->learner_count, cfg->paramserver_max_staleness, FL_CONFIG_ENUM_STR(cfg, paramserver, stale_policy),
                 cfg->paramserver_staleness_lr ? ", staleness-scaled lr" : "");
     else
         FL_INFO("paramserver shard %" PRId64 " of %" PRId64 " serving on %s", a->shard, cfg->paramserver_shards, addr);

@@ -66,7 +66,8 @@ static const key_desc keys[] = {FL_CONFIG_KEYS(KEY_ROW)};
 #define FITS_FLOAT(s, k, d)
 #define FITS_BOOL(s, k, d)
 #define FITS_STRING(s, k, d) _Static_assert(sizeof(d) <= FL_CONFIG_STRING_MAX, "default of " #s "." #k " is too long");
-#define FITS_ENUM(s, k, d) _Static_assert(sizeof(fl_cfg_##s##_##k) == sizeof(int), #s "." #k ": an enum the size of int");
+#define FITS_ENUM(s, k, d) \
+    _Static_assert(sizeof(fl_cfg_##s##_##k) == sizeof(int), #s "." #k ": an enum the size of int");
 #define FITS_ROW(s, k, t, d, lo, hi, ch, h) FITS_##t(s, k, d)
 FL_CONFIG_KEYS(FITS_ROW)
 
@@ -438,7 +439,8 @@ static int format_value(const fl_config_t *c, const key_desc *d, char *buf, size
     case KT_STRING: return snprintf(buf, len, "%.*s", FL_CONFIG_STRING_MAX - 1, (const char *)p);
     case KT_ENUM: {
         char name[FL_CONFIG_STRING_MAX];
-        if (!choice_at(d->choices, *(const int *)p, name, sizeof name)) snprintf(name, sizeof name, "%d", *(const int *)p);
+        if (!choice_at(d->choices, *(const int *)p, name, sizeof name))
+            snprintf(name, sizeof name, "%d", *(const int *)p);
         return snprintf(buf, len, "%s", name);
     }
     }

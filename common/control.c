@@ -5,7 +5,6 @@
  * report is a unary call with a short deadline and no wait-for-ready, so an absent
  * launcher costs a role a failed connection attempt per report, never a stall. A failed
  * send keeps the episodes for the next report and is logged once until a send succeeds. */
-#include "common/methods.h"
 #include "common/control.h"
 
 #include <stdio.h>
@@ -15,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/methods.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 

@@ -17,11 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/methods.h"
 #include "common/dtype.h"
+#include "common/fanout.h"
+#include "common/methods.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
-#include "common/fanout.h"
 #include "paramserver/quantize.h"
 
 #define MAX_SHARDS 256

@@ -15,9 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/methods.h"
 #include "common/dtype.h"
 #include "common/log.h"
+#include "common/methods.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "paramserver/quantize.h"

@@ -5,14 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/methods.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "replay/client_internal.h"
 #include "replay/wire.h"
 
-#define M_SAMPLE "/fleet.Replay/Sample"
-#define M_UPDATE "/fleet.Replay/UpdatePriorities"
-#define M_INFO "/fleet.Replay/Info"
 
 fl_status fl_replay_client_create(const char *addr, fl_replay_client_t **out, fl_err_t *err) {
     *out = NULL;
@@ -96,8 +94,8 @@ fl_status fl__replay_sample_rows(fl_replay_client_t *c, size_t batch_size, doubl
         req.update_priorities = (float *)upd->priorities;
     }
     ProtobufCMessage *m = NULL;
-    FL_TRY(fl_rpc_unary_pb(c->ch, M_SAMPLE, &req.base, &fleet__sample_response__descriptor, &m, deadline_ms,
-                           FL_RPC_WAIT_FOR_READY, err));
+    FL_TRY(fl_rpc_unary_pb(c->ch, fl_method_path(FL_METHOD_REPLAY_SAMPLE), &req.base,
+                           &fleet__sample_response__descriptor, &m, deadline_ms, FL_RPC_WAIT_FOR_READY, err));
     Fleet__SampleResponse *resp = (Fleet__SampleResponse *)m;
     size_t room = out->capacity - offset;
     fl_wire_batch_t b;
@@ -183,8 +181,9 @@ fl_status fl_replay_update_priorities(fl_replay_client_t *c, size_t n, const uin
     req.n_priorities = n;
     req.priorities = (float *)priorities;
     ProtobufCMessage *m = NULL;
-    FL_TRY(fl_rpc_unary_pb(c->ch, M_UPDATE, &req.base, &fleet__update_priorities_response__descriptor, &m,
-                           c->timeout_ms, FL_RPC_WAIT_FOR_READY, err));
+    FL_TRY(fl_rpc_unary_pb(c->ch, fl_method_path(FL_METHOD_REPLAY_UPDATE_PRIORITIES), &req.base,
+                           &fleet__update_priorities_response__descriptor, &m, c->timeout_ms, FL_RPC_WAIT_FOR_READY,
+                           err));
     Fleet__UpdatePrioritiesResponse *resp = (Fleet__UpdatePrioritiesResponse *)m;
     if (applied) *applied = resp->applied;
     fleet__update_priorities_response__free_unpacked(resp, NULL);
@@ -194,7 +193,7 @@ fl_status fl_replay_update_priorities(fl_replay_client_t *c, size_t n, const uin
 fl_status fl_replay_info(fl_replay_client_t *c, int64_t timeout_ms, fl_replay_info_t *out, fl_err_t *err) {
     Fleet__ReplayInfoRequest req = FLEET__REPLAY_INFO_REQUEST__INIT;
     ProtobufCMessage *m = NULL;
-    FL_TRY(fl_rpc_unary_pb(c->ch, M_INFO, &req.base, &fleet__replay_info__descriptor, &m,
+    FL_TRY(fl_rpc_unary_pb(c->ch, fl_method_path(FL_METHOD_REPLAY_INFO), &req.base, &fleet__replay_info__descriptor, &m,
                            timeout_ms > 0 ? timeout_ms : c->timeout_ms, FL_RPC_WAIT_FOR_READY, err));
     Fleet__ReplayInfo *r = (Fleet__ReplayInfo *)m;
     memset(out, 0, sizeof *out);

@@ -33,6 +33,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/methods.h"
 #include "common/rng.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
@@ -40,12 +41,6 @@
 #include "replay/selector.h"
 #include "replay/server_internal.h"
 #include "replay/wal.h"
-
-#define M_INSERT "/fleet.Replay/Insert"
-#define M_SAMPLE "/fleet.Replay/Sample"
-#define M_UPDATE "/fleet.Replay/UpdatePriorities"
-#define M_INFO "/fleet.Replay/Info"
-#define M_CHECKPOINT "/fleet.Replay/Checkpoint"
 
 /* Reserve for everything but the observations in a sample response. */
 #define SAMPLE_MSG_SLACK (1u << 20)
@@ -843,11 +838,13 @@ static fl_status register_methods(fl_replay_service_t *s, fl_err_t *err) {
     fl_status st;
     FL_TRY(fl_rpc_server_create(&ro, &s->rpc, err));
     static const fl_rpc_stream_handler_t insert_h = {insert_open, insert_message, insert_close};
-    if ((st = fl_rpc_server_add_stream(s->rpc, M_INSERT, &insert_h, s)) != FL_OK ||
-        (st = fl_rpc_server_add_unary(s->rpc, M_SAMPLE, sample_handler, s)) != FL_OK ||
-        (st = fl_rpc_server_add_unary(s->rpc, M_UPDATE, update_handler, s)) != FL_OK ||
-        (st = fl_rpc_server_add_unary(s->rpc, M_INFO, info_handler, s)) != FL_OK ||
-        (st = fl_rpc_server_add_unary(s->rpc, M_CHECKPOINT, checkpoint_handler, s)) != FL_OK)
+    if ((st = fl_rpc_server_add_stream(s->rpc, fl_method_path(FL_METHOD_REPLAY_INSERT), &insert_h, s)) != FL_OK ||
+        (st = fl_rpc_server_add_unary(s->rpc, fl_method_path(FL_METHOD_REPLAY_SAMPLE), sample_handler, s)) != FL_OK ||
+        (st = fl_rpc_server_add_unary(s->rpc, fl_method_path(FL_METHOD_REPLAY_UPDATE_PRIORITIES), update_handler, s)) !=
+            FL_OK ||
+        (st = fl_rpc_server_add_unary(s->rpc, fl_method_path(FL_METHOD_REPLAY_INFO), info_handler, s)) != FL_OK ||
+        (st = fl_rpc_server_add_unary(s->rpc, fl_method_path(FL_METHOD_REPLAY_CHECKPOINT), checkpoint_handler, s)) !=
+            FL_OK)
         return fl_err_set(err, st, "replay shard %d: cannot register its methods", s->shard);
     return FL_OK;
 }

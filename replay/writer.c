@@ -15,13 +15,13 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/methods.h"
 #include "common/retry.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "replay/client_internal.h"
 #include "replay/wire.h"
 
-#define M_INSERT "/fleet.Replay/Insert"
 
 /* Deadline of one Insert call of a writer; calls are rotated at half of it. */
 #define WRITER_CALL_TIMEOUT_MS 60000
@@ -130,7 +130,8 @@ static void mark_ok(fl_replay_writer_t *w) {
 
 static fl_status open_call(fl_replay_writer_t *w, int64_t timeout_ms, unsigned flags, fl_err_t *err) {
     w->sent = 0;
-    fl_status st = fl_rpc_stream_open(w->c->ch, M_INSERT, timeout_ms, flags, &w->call, err);
+    fl_status st =
+        fl_rpc_stream_open(w->c->ch, fl_method_path(FL_METHOD_REPLAY_INSERT), timeout_ms, flags, &w->call, err);
     if (st == FL_OK) w->call_t0 = fl_clock_sec();
     return st;
 }
