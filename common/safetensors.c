@@ -391,6 +391,77 @@ static int cmp_begin(const void *a, const void *b) {
 }
 
 
+/* One tensor entry "name": {...} of the header (its name already read): its dtype, shape
+ * and offsets, checked against the buffer. 0 after fail(). */
+static int parse_tensor_entry(fl_safetensors_t *f, parser_t *ps, const char *name, const uint8_t *buf,
+                              size_t buf_len) {
+    if (strlen(name) >= FL_ST_NAME_MAX) {
+        fail(ps, "tensor name too long");
+        return 0;
+    }
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->t[i].name, name)) {
+            fail(ps, "a tensor name appears twice");
+            return 0;
+        }
+    if (f->n == f->cap) {
+        int cap = f->cap ? 2 * f->cap : 16;
+        fl_st_tensor_t *nt = realloc(f->t, (size_t)cap * sizeof *nt);
+        if (!nt) {
+            fail(ps, "out of memory");
+            return 0;
+        }
+        f->t = nt;
+        f->cap = cap;
+    }
+    fl_st_tensor_t *t = &f->t[f->n];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    uint64_t b = 0, e = 0;
+    if (!parse_tensor(ps, t, &b, &e)) return 0;
+    uint64_t want = fl_st_dtype_size(t->dtype);
+    for (int d = 0; d < t->rank; d++) {
+        if (t->shape[d] != 0 && want > UINT64_MAX / (uint64_t)t->shape[d]) {
+            fail(ps, "a tensor's size overflows");
+            return 0;
+        }
+        want *= (uint64_t)t->shape[d];
+    }
+    if (e < b || e > buf_len || e - b != want) {
+        char m[256];
+        snprintf(m, sizeof m,
+                 "tensor %.64s: data_offsets [%" PRIu64 ", %" PRIu64 "] for %" PRIu64
+                 " bytes of %s %s; the buffer holds %zu",
+                 t->name, b, e, want, fl_st_dtype_name(t->dtype), "data", buf_len);
+        fail(ps, m);
+        return 0;
+    }
+    t->data = buf + b;
+    t->bytes = (size_t)want;
+    f->n++;
+    return 1;
+}
+
+/* The tensors, in the order of their offsets, must tile the buffer exactly. */
+static fl_status check_tiling(fl_safetensors_t *f, const uint8_t *buf, size_t buf_len, const char *what,
+                              fl_err_t *err) {
+    if (f->n) qsort(f->t, (size_t)f->n, sizeof *f->t, cmp_begin);
+    size_t at = 0;
+    for (int i = 0; i < f->n; i++) {
+        size_t b = (size_t)((const uint8_t *)f->t[i].data - buf);
+        if (b != at)
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "safetensors %s: tensor %s starts at byte %zu of the buffer, expected "
+                              "%zu (tensors overlap or leave a gap)",
+                              what, f->t[i].name, b, at);
+        at += f->t[i].bytes;
+    }
+    if (at != buf_len)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors %s: the tensors cover %zu of the buffer's %zu bytes",
+                          what, at, buf_len);
+    return FL_OK;
+}
+
 fl_status fl_safetensors_parse(const void *bytes, size_t len, const char *what, fl_safetensors_t **out,
                                fl_err_t *err) {
     *out = NULL;
@@ -431,50 +502,7 @@ fl_status fl_safetensors_parse(const void *bytes, size_t len, const char *what, 
                 }
                 if (!parse_metadata(f, &ps)) goto bad;
             } else {
-                if (strlen(name) >= FL_ST_NAME_MAX) {
-                    fail(&ps, "tensor name too long");
-                    goto bad;
-                }
-                for (int i = 0; i < f->n; i++)
-                    if (!strcmp(f->t[i].name, name)) {
-                        fail(&ps, "a tensor name appears twice");
-                        goto bad;
-                    }
-                if (f->n == f->cap) {
-                    int cap = f->cap ? 2 * f->cap : 16;
-                    fl_st_tensor_t *nt = realloc(f->t, (size_t)cap * sizeof *nt);
-                    if (!nt) {
-                        fail(&ps, "out of memory");
-                        goto bad;
-                    }
-                    f->t = nt;
-                    f->cap = cap;
-                }
-                fl_st_tensor_t *t = &f->t[f->n];
-                memset(t, 0, sizeof *t);
-                snprintf(t->name, sizeof t->name, "%s", name);
-                uint64_t b = 0, e = 0;
-                if (!parse_tensor(&ps, t, &b, &e)) goto bad;
-                uint64_t want = fl_st_dtype_size(t->dtype);
-                for (int d = 0; d < t->rank; d++) {
-                    if (t->shape[d] != 0 && want > UINT64_MAX / (uint64_t)t->shape[d]) {
-                        fail(&ps, "a tensor's size overflows");
-                        goto bad;
-                    }
-                    want *= (uint64_t)t->shape[d];
-                }
-                if (e < b || e > buf_len || e - b != want) {
-                    char m[256];
-                    snprintf(m, sizeof m,
-                             "tensor %.64s: data_offsets [%" PRIu64 ", %" PRIu64 "] for %" PRIu64
-                             " bytes of %s %s; the buffer holds %zu",
-                             t->name, b, e, want, fl_st_dtype_name(t->dtype), "data", buf_len);
-                    fail(&ps, m);
-                    goto bad;
-                }
-                t->data = buf + b;
-                t->bytes = (size_t)want;
-                f->n++;
+                if (!parse_tensor_entry(f, &ps, name, buf, buf_len)) goto bad;
             }
             skip_ws(&ps);
             if (ps.p < ps.end && *ps.p == ',') {
@@ -490,25 +518,7 @@ fl_status fl_safetensors_parse(const void *bytes, size_t len, const char *what, 
         fail(&ps, "bytes after the header's object");
         goto bad;
     }
-    /* The tensors, in the order of their offsets, must tile the buffer exactly. */
-    if (f->n) qsort(f->t, (size_t)f->n, sizeof *f->t, cmp_begin);
-    size_t at = 0;
-    for (int i = 0; i < f->n; i++) {
-        size_t b = (size_t)((const uint8_t *)f->t[i].data - buf);
-        if (b != at) {
-            fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors %s: tensor %s starts at byte %zu of the buffer, expected "
-                       "%zu (tensors overlap or leave a gap)", what, f->t[i].name, b, at);
-            ps.st = FL_INVALID_ARGUMENT;
-            goto bad;
-        }
-        at += f->t[i].bytes;
-    }
-    if (at != buf_len) {
-        fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors %s: the tensors cover %zu of the buffer's %zu bytes", what,
-                   at, buf_len);
-        ps.st = FL_INVALID_ARGUMENT;
-        goto bad;
-    }
+    if ((ps.st = check_tiling(f, buf, buf_len, what, err)) != FL_OK) goto bad;
     *out = f;
     return FL_OK;
 bad:

@@ -395,10 +395,10 @@ static uint64_t min_active_clock(const fl_param_store_t *s) {
     return m;
 }
 
-fl_status fl_param_store_push(fl_param_store_t *s, uint32_t learner, uint64_t based_on_version, uint64_t offset,
-                              uint64_t total, const void *grads, size_t n, fl_param_push_outcome_t *out,
-                              fl_err_t *err) {
-    memset(out, 0, sizeof *out);
+/* What a push can be refused for before any lock: the mode, the learner, the slice and
+ * non-finite gradients. */
+static fl_status check_push(const fl_param_store_t *s, uint32_t learner, uint64_t offset, uint64_t total,
+                            const void *grads, size_t n, fl_err_t *err) {
     if (!s->o.gorila)
         return fl_err_set(err, FL_FAILED_PRECONDITION,
                           "PushGradients: this shard runs learner.mode = apex, where learners apply their own "
@@ -414,6 +414,73 @@ fl_status fl_param_store_push(fl_param_store_t *s, uint32_t learner, uint64_t ba
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "grads.values[%zu]: %s (every gradient must be finite; nothing was applied)", bad,
                           non_finite_name(bits));
+    return FL_OK;
+}
+
+/* One optimizer step over the live slice (live_mu held). Finite gradients can still
+ * overflow a step (g * g in Adam's and RMSProp's averages, a large lr or momentum): such
+ * a step would leave non-finite parameters, or state that turns them NaN later, for good.
+ * The values before the step are kept and put back when it made one non-finite, and the
+ * push is refused. */
+static fl_status apply_step(fl_param_store_t *s, const float *g, size_t n, uint64_t staleness, fl_err_t *err) {
+    if (!s->opt) return FL_OK; /* NULL for an empty slice */
+    float *state = fl_optim_state(s->opt);
+    size_t ns = fl_optim_state_size(s->opt);
+    int64_t steps = fl_optim_steps(s->opt);
+    memcpy(s->backup, s->live, 4 * n);
+    memcpy(s->backup + n, state, 4 * ns);
+    float lr = fl_optim_config(s->opt)->lr;
+    if (s->o.staleness_lr && staleness > 1) fl_optim_set_lr(s->opt, (float)((double)lr / (double)staleness));
+    fl_optim_step(s->opt, s->live, g);
+    fl_optim_set_lr(s->opt, lr);
+    uint32_t nf_bits = 0;
+    size_t nf = first_non_finite((const uint8_t *)s->live, n, &nf_bits);
+    size_t nf_state = nf < n ? ns : first_non_finite((const uint8_t *)state, ns, &nf_bits);
+    if (nf == n && nf_state == ns) return FL_OK;
+    memcpy(s->live, s->backup, 4 * n);
+    memcpy(state, s->backup + n, 4 * ns);
+    fl_optim_set_steps(s->opt, steps);
+    if (nf < n)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "grads: this push would turn parameter %zu of the slice into %s (the optimizer step "
+                          "overflows float32: gradients too large?); nothing was applied",
+                          nf, non_finite_name(nf_bits));
+    return fl_err_set(err, FL_INVALID_ARGUMENT,
+                      "grads: this push would turn the optimizer's %s of parameter %zu of the slice into %s "
+                      "(the optimizer step overflows float32: gradients too large?); nothing was applied",
+                      fl_optim_slot_name(s->opt, (int)(nf_state / n)), nf_state % n, non_finite_name(nf_bits));
+}
+
+/* Stale-synchronous wait (live_mu held): while this learner is more than max_staleness
+ * pushes ahead of the slowest active one, its reply waits, up to wait_timeout_s. */
+static void wait_for_slowest(fl_param_store_t *s, uint32_t learner, fl_param_push_outcome_t *out) {
+    if (!s->o.stale_wait || s->o.max_staleness == 0 ||
+        s->clocks[learner] - min_active_clock(s) <= s->o.max_staleness || s->stopping)
+        return;
+    out->waited = 1;
+    atomic_fetch_add(&s->waits, 1);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    double secs = s->o.wait_timeout_s;
+    time_t whole = (time_t)secs;
+    until.tv_sec += whole;
+    until.tv_nsec += (long)((secs - (double)whole) * 1e9);
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    while (s->clocks[learner] - min_active_clock(s) > s->o.max_staleness) {
+        if (s->stopping || pthread_cond_timedwait(&s->clock_cv, &s->live_mu, &until) == ETIMEDOUT) {
+            if (s->clocks[learner] - min_active_clock(s) <= s->o.max_staleness) break;
+            out->wait_timed_out = 1;
+            atomic_fetch_add(&s->wait_timeouts, 1);
+            break;
+        }
+    }
+}
+
+fl_status fl_param_store_push(fl_param_store_t *s, uint32_t learner, uint64_t based_on_version, uint64_t offset,
+                              uint64_t total, const void *grads, size_t n, fl_param_push_outcome_t *out,
+                              fl_err_t *err) {
+    memset(out, 0, sizeof *out);
+    FL_TRY(check_push(s, learner, offset, total, grads, n, err));
 
     pthread_mutex_lock(&s->live_mu);
     fl_status st = FL_OK;
@@ -447,41 +514,7 @@ fl_status fl_param_store_push(fl_param_store_t *s, uint32_t learner, uint64_t ba
         memcpy(s->scratch, grads, 4 * n);
         g = s->scratch;
     }
-    if (s->opt) { /* NULL for an empty slice */
-        /* Finite gradients can still overflow a step (g * g in Adam's and RMSProp's
-         * averages, a large lr or momentum): such a step would leave non-finite
-         * parameters, or state that turns them NaN later, for good. Keep the values
-         * before the step and put them back when it made one non-finite. */
-        float *state = fl_optim_state(s->opt);
-        size_t ns = fl_optim_state_size(s->opt);
-        int64_t steps = fl_optim_steps(s->opt);
-        memcpy(s->backup, s->live, 4 * n);
-        memcpy(s->backup + n, state, 4 * ns);
-        float lr = fl_optim_config(s->opt)->lr;
-        if (s->o.staleness_lr && staleness > 1) fl_optim_set_lr(s->opt, (float)((double)lr / (double)staleness));
-        fl_optim_step(s->opt, s->live, g);
-        fl_optim_set_lr(s->opt, lr);
-        uint32_t nf_bits = 0;
-        size_t nf = first_non_finite((const uint8_t *)s->live, n, &nf_bits);
-        size_t nf_state = nf < n ? ns : first_non_finite((const uint8_t *)state, ns, &nf_bits);
-        if (nf < n || nf_state < ns) {
-            memcpy(s->live, s->backup, 4 * n);
-            memcpy(state, s->backup + n, 4 * ns);
-            fl_optim_set_steps(s->opt, steps);
-            if (nf < n)
-                st = fl_err_set(err, FL_INVALID_ARGUMENT,
-                                "grads: this push would turn parameter %zu of the slice into %s (the optimizer step "
-                                "overflows float32: gradients too large?); nothing was applied",
-                                nf, non_finite_name(nf_bits));
-            else
-                st =
-                    fl_err_set(err, FL_INVALID_ARGUMENT,
-                               "grads: this push would turn the optimizer's %s of parameter %zu of the slice into %s "
-                               "(the optimizer step overflows float32: gradients too large?); nothing was applied",
-                               fl_optim_slot_name(s->opt, (int)(nf_state / n)), nf_state % n, non_finite_name(nf_bits));
-            goto out;
-        }
-    }
+    if ((st = apply_step(s, g, n, staleness, err)) != FL_OK) goto out;
     atomic_fetch_add(&s->hist[fl_param_staleness_bucket(staleness)], 1);
     pthread_mutex_lock(&s->mu);
     atomic_store(&s->version, held + 1);
@@ -490,28 +523,7 @@ fl_status fl_param_store_push(fl_param_store_t *s, uint32_t learner, uint64_t ba
     out->applied = 1;
     s->clocks[learner]++;
     pthread_cond_broadcast(&s->clock_cv);
-
-    if (s->o.stale_wait && s->o.max_staleness > 0 &&
-        s->clocks[learner] - min_active_clock(s) > s->o.max_staleness && !s->stopping) {
-        out->waited = 1;
-        atomic_fetch_add(&s->waits, 1);
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        double secs = s->o.wait_timeout_s;
-        time_t whole = (time_t)secs;
-        until.tv_sec += whole;
-        until.tv_nsec += (long)((secs - (double)whole) * 1e9);
-        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-        while (s->clocks[learner] - min_active_clock(s) > s->o.max_staleness) {
-            if (s->stopping ||
-                pthread_cond_timedwait(&s->clock_cv, &s->live_mu, &until) == ETIMEDOUT) {
-                if (s->clocks[learner] - min_active_clock(s) <= s->o.max_staleness) break;
-                out->wait_timed_out = 1;
-                atomic_fetch_add(&s->wait_timeouts, 1);
-                break;
-            }
-        }
-    }
+    wait_for_slowest(s, learner, out);
     out->version = atomic_load(&s->version);
 out:
     pthread_mutex_unlock(&s->live_mu);
