@@ -21,6 +21,17 @@ static fl_status pipeline_finish(fl_learner_t *l, fl_err_t *err) {
     return fl__learner_updated(l, s, &e, l->be->update_what, loss, err);
 }
 
+/* Finishes the update in flight (it becomes the current batch) and releases its batch. */
+static fl_status finish_inflight(fl_learner_t *l, fl_err_t *fe) {
+    l->taken = l->inflight;
+    l->cur = l->inflight_batch;
+    l->inflight = NULL;
+    fl_err_init(fe);
+    fl_status fs = pipeline_finish(l, fe);
+    fl__learner_release_batch(l);
+    return fs;
+}
+
 fl_status fl__learner_pipeline_step(fl_learner_t *l, int *done, fl_err_t *err) {
     const fl__learner_backend_t *be = l->be;
     if (fl__learner_stopping(l)) {
@@ -36,13 +47,8 @@ fl_status fl__learner_pipeline_step(fl_learner_t *l, int *done, fl_err_t *err) {
     fl_replay_prefetched_t *next = l->taken;
     fl_replay_batch_t *next_batch = l->cur;
     if (l->inflight) { /* update k: finished while k+1's copy runs */
-        l->taken = l->inflight;
-        l->cur = l->inflight_batch;
-        l->inflight = NULL;
         fl_err_t fe;
-        fl_err_init(&fe);
-        fl_status fs = pipeline_finish(l, &fe);
-        fl__learner_release_batch(l);
+        fl_status fs = finish_inflight(l, &fe);
         if (s == FL_OK && fs != FL_OK) {
             s = fs;
             *err = fe;
@@ -65,13 +71,8 @@ fl_status fl__learner_pipeline_step(fl_learner_t *l, int *done, fl_err_t *err) {
 
 fl_status fl__learner_pipeline_end(fl_learner_t *l, fl_status s, fl_err_t *err) {
     if (!l->inflight) return s;
-    l->taken = l->inflight;
-    l->cur = l->inflight_batch;
-    l->inflight = NULL;
     fl_err_t fe;
-    fl_err_init(&fe);
-    fl_status fs = pipeline_finish(l, &fe);
-    fl__learner_release_batch(l);
+    fl_status fs = finish_inflight(l, &fe);
     if ((s == FL_OK || s == FL_CANCELLED) && fs != FL_OK) {
         s = fs;
         *err = fe;
