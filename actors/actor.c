@@ -287,7 +287,7 @@ static fl_status send_ready(actor_t *a, fl_err_t *err) {
         a->prio = p;
         a->prio_cap = b.count;
     }
-    FL_TRY(fl_actor_priorities(a->net, a->def->obs_dtype, b.count, b.obs, b.action, b.reward, b.discount,
+    FL_TRY(fl_actor_priorities(a->net, a->def->obs.dtype, b.count, b.obs, b.action, b.reward, b.discount,
                                b.next_obs, a->scratch, a->prio, err));
     for (size_t k = 0; k < b.count; k++) {
         if (!isfinite(a->prio[k])) {
@@ -308,7 +308,7 @@ static fl_status send_ready(actor_t *a, fl_err_t *err) {
 /* One vector step: forward, act, step, feed the builder, record finished episodes. */
 static fl_status step(actor_t *a, fl_err_t *err) {
     const int N = a->num_envs;
-    if (fl_dtype_to_float(a->def->obs_dtype, a->obs, (size_t)N * a->obs_count, a->obs_f) != 0)
+    if (fl_dtype_to_float(a->def->obs.dtype, a->obs, (size_t)N * a->obs_count, a->obs_f) != 0)
         return fl_err_set(err, FL_INTERNAL, "observation dtype conversion failed");
     fl_status s = fl_qnet_forward(a->net, a->obs_f, N, a->q);
     if (s != FL_OK) return fl_err_set(err, s, "Q-network forward of %d observations failed", N);
@@ -384,10 +384,10 @@ static fl_status open_envs(actor_t *a, fl_rng_t *init_rng, fl_err_t *err) {
     a->num_actions = a->def->num_actions;
     a->obs_bytes = fl_env_obs_size(a->def);
     a->obs_count = fl_env_obs_count(a->def);
-    if (fl_dtype_to_float(a->def->obs_dtype, NULL, 0, NULL) != 0)
+    if (fl_dtype_to_float(a->def->obs.dtype, NULL, 0, NULL) != 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "actor: env %s has %s observations, which the Q-network cannot read", a->def->name,
-                          fl_dtype_name(a->def->obs_dtype));
+                          fl_dtype_name(a->def->obs.dtype));
     a->epsilon = fl_actor_epsilon(o->eps_base, o->eps_alpha, a->index, o->count);
     a->st.epsilon = a->epsilon;
 
@@ -420,7 +420,7 @@ static fl_status build_net(actor_t *a, fl_rng_t *init_rng, fl_err_t *err) {
     a->prio_cap = (size_t)o->local_buffer + N * (size_t)o->n_step;
     size_t prio_batch = a->prio_cap < FL_ACTOR_MAX_PRIORITY_BATCH ? a->prio_cap : FL_ACTOR_MAX_PRIORITY_BATCH;
     int max_batch = (int)(prio_batch > N ? prio_batch : N);
-    fl_status s = fl_qnet_create_for_obs(o->model_spec, a->def->obs_rank, a->def->obs_shape, a->num_actions,
+    fl_status s = fl_qnet_create_for_obs(o->model_spec, a->def->obs.rank, a->def->obs.shape, a->num_actions,
                                          max_batch, &a->net, err);
     if (s != FL_OK) {
         fl_err_prefix(err, "model.spec");
@@ -454,11 +454,7 @@ static fl_status connect_clients(actor_t *a, const char *replay_addr, const char
                                  const char *control_addr, fl_err_t *err) {
     const fl_actor_opts_t *o = &a->o;
     const int index = a->index;
-    fl_obs_spec_t spec;
-    memset(&spec, 0, sizeof spec);
-    spec.dtype = a->def->obs_dtype;
-    spec.rank = a->def->obs_rank;
-    for (int i = 0; i < a->def->obs_rank && i < 4; i++) spec.shape[i] = a->def->obs_shape[i];
+    const fl_obs_spec_t spec = a->def->obs;
     a->st.stream_id = make_stream_id(index);
     /* replay_addr lists every shard (fl_replay_addrs_parse); this actor's one stream
      * sticks to shard index % shards (fl_replay_shard_for_actor), so its batches and

@@ -258,9 +258,7 @@ static double gpu_rate(const netcase_t *c, int B, int tf32, double seconds) {
     fl_cuda_dqn_config_t g;
     fl_cuda_dqn_config_init(&g);
     g.spec = c->spec;
-    g.obs_rank = c->rank;
-    for (int i = 0; i < c->rank; i++) g.obs_shape[i] = c->shape[i];
-    g.obs_dtype = u8 ? FL_DTYPE_UINT8 : FL_DTYPE_FLOAT32;
+    g.obs = fl_obs_spec_make(u8 ? FL_DTYPE_UINT8 : FL_DTYPE_FLOAT32, c->rank, c->shape);
     g.num_actions = c->actions;
     g.max_batch = B;
     g.huber_delta = 1.0f;

@@ -74,9 +74,7 @@ static void atari_step(void *state, fl_rng_t *rng, int action, void *obs, float 
 static fl_env_def_t g_atari = {
     .abi_version = FL_ENV_ABI_VERSION,
     .name = "breakout84",
-    .obs_dtype = FL_DTYPE_UINT8,
-    .obs_rank = 3,
-    .obs_shape = {ATARI_HW, ATARI_HW, 1},
+    .obs = {.dtype = FL_DTYPE_UINT8, .rank = 3, .shape = {ATARI_HW, ATARI_HW, 1}},
     .max_episode_steps = 0,
     .reset = atari_reset,
     .step = atari_step,
@@ -103,7 +101,7 @@ static int run_case(const out_t *o, const char *name, const fl_env_def_t *def, c
     fl_table_config_t cfg;
     fl_table_config_init(&cfg);
     cfg.capacity = capacity;
-    cfg.obs = fl_obs_spec_make(info->obs_dtype, info->obs_rank, info->obs_shape);
+    cfg.obs = info->obs;
     cfg.frame_stack = stack;
     cfg.zstd_level = zstd;
     fl_table_t *t = NULL;

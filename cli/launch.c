@@ -145,11 +145,11 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
     printf(", buffer %lld, sync every %lld steps\n", (long long)c->actor_local_buffer, (long long)c->actor_sync_every);
     char shape[64] = "";
     size_t n = 0;
-    for (int i = 0; i < env->obs_rank && n < sizeof shape; i++)
-        n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%d", i ? "x" : "", env->obs_shape[i]);
+    for (int i = 0; i < env->obs.rank && n < sizeof shape; i++)
+        n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%d", i ? "x" : "", env->obs.shape[i]);
     char limit[32] = "none";
     if (env->max_episode_steps > 0) snprintf(limit, sizeof limit, "%d steps", env->max_episode_steps);
-    printf("  env          %s: obs %s %s, %d actions, episode limit %s\n", env->name, fl_dtype_name(env->obs_dtype),
+    printf("  env          %s: obs %s %s, %d actions, episode limit %s\n", env->name, fl_dtype_name(env->obs.dtype),
            shape, env->num_actions, limit);
     printf("  model        %s\n", c->model_spec);
     printf("  stop         ");

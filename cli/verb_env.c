@@ -28,9 +28,9 @@
 static void print_env(const fl_env_def_t *d) {
     char shape[64] = "";
     size_t n = 0;
-    for (int i = 0; i < d->obs_rank; i++)
-        n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%d", i ? "x" : "", d->obs_shape[i]);
-    printf("  %-26s obs %-8s %-10s actions %-2d limit %-4d %s\n", d->name, fl_dtype_name(d->obs_dtype), shape,
+    for (int i = 0; i < d->obs.rank; i++)
+        n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%d", i ? "x" : "", d->obs.shape[i]);
+    printf("  %-26s obs %-8s %-10s actions %-2d limit %-4d %s\n", d->name, fl_dtype_name(d->obs.dtype), shape,
            d->num_actions, d->max_episode_steps, d->description ? d->description : "");
 }
 

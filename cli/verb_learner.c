@@ -57,9 +57,9 @@ int fl_learner_main(int argc, char **argv, fl_reduce_t *reduce) {
         return 2;
     }
     env = fl_wrapped_env_info(wenv);
-    if (env->obs_rank < 1 || env->obs_rank > 4) {
+    if (env->obs.rank < 1 || env->obs.rank > 4) {
         fprintf(stderr, "fleet learner: env %s has observations of rank %d (expected 1..4)\n", env->name,
-                env->obs_rank);
+                env->obs.rank);
         fl_wrapped_env_destroy(wenv);
         return 2;
     }
@@ -68,12 +68,11 @@ int fl_learner_main(int argc, char **argv, fl_reduce_t *reduce) {
         .replay_addr = replay,
         .paramserver_addr = params,
         .control_addr = control[0] ? control : NULL,
-        .obs = {.dtype = env->obs_dtype, .rank = env->obs_rank},
+        .obs = env->obs,
         .num_actions = env->num_actions,
         .resume_path = resume[0] ? resume : cfg.learner_resume,
         .reduce = reduce,
     };
-    for (int d = 0; d < env->obs_rank; d++) lo.obs.shape[d] = env->obs_shape[d];
     fl_wrapped_env_destroy(wenv);
 
     fl_stop_install();

@@ -69,7 +69,7 @@ static int prepare(void *ctx, fl_service_args_t *a) {
         return 2;
     }
     const fl_env_def_t *env = fl_wrapped_env_info(wenv);
-    rv->obs = fl_obs_spec_make(env->obs_dtype, env->obs_rank, env->obs_shape);
+    rv->obs = env->obs;
     rv->num_actions = env->num_actions;
     if (cfg->replay_frame_stack == 0) cfg->replay_frame_stack = fl_wrapped_env_frame_stack(wenv);
     fl_wrapped_env_destroy(wenv);

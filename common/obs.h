@@ -1,6 +1,8 @@
-/* obs: the observation signature -- element type and per-item shape -- that envs produce,
- * actors send, replay tables store and check, and learners feed to the network. This is
- * the one definition; every module that needs a signature holds an fl_obs_spec_t.
+/* obs: helpers on the observation signature -- element type and per-item shape -- that
+ * envs produce, actors send, replay tables store and check, and learners feed to the
+ * network. The type, fl_obs_spec_t, and FL_OBS_MAX_RANK are defined once, in
+ * <fleet/env.h> (include/fleet/env.h), because an env definition holds one (its obs
+ * member); every module that needs a signature holds an fl_obs_spec_t.
  *
  * A rank-0 signature is one scalar per item. Value type, caller-owned; functions are pure. */
 #ifndef FL_COMMON_OBS_H
@@ -9,14 +11,7 @@
 #include <stddef.h>
 
 #include "common/dtype.h"
-
-#define FL_OBS_MAX_RANK 4
-
-typedef struct fl_obs_spec {
-    fl_dtype dtype;
-    int rank;                   /* 0 .. FL_OBS_MAX_RANK (0: a scalar per item) */
-    int shape[FL_OBS_MAX_RANK]; /* first rank entries, each >= 1; the rest 0 */
-} fl_obs_spec_t;
+#include "fleet/env.h"
 
 /* Bytes of one observation; 0 when the spec is invalid (unknown dtype, rank out of
  * range, a dimension < 1, or a size that overflows size_t). */

@@ -2,12 +2,30 @@
 #include "envs/env.h"
 
 #include <limits.h>
+#include <stddef.h>
+
+/* fl_env_def_t.obs replaced three loose members (fl_dtype obs_dtype, int obs_rank,
+ * int obs_shape[FL_ENV_MAX_RANK]) right after description without changing the layout,
+ * which is why FL_ENV_ABI_VERSION is still 2: the signature starts where obs_dtype did
+ * (after the description pointer), its fields sit where the loose ones did, and it ends
+ * where obs_shape did, so num_actions and every later member keep their offsets. */
+_Static_assert(offsetof(fl_env_def_t, obs) == offsetof(fl_env_def_t, description) + sizeof(const char *),
+               "fl_env_def_t.obs starts where obs_dtype was");
+_Static_assert(sizeof(fl_dtype) == sizeof(int), "fl_dtype is int-sized on this ABI");
+_Static_assert(offsetof(fl_obs_spec_t, dtype) == 0 && offsetof(fl_obs_spec_t, rank) == sizeof(int) &&
+                   offsetof(fl_obs_spec_t, shape) == 2 * sizeof(int),
+               "fl_obs_spec_t lays out dtype, rank, shape like the old loose members");
+_Static_assert(sizeof(fl_obs_spec_t) == sizeof(int) * (2 + FL_ENV_MAX_RANK),
+               "fl_obs_spec_t is as big as obs_dtype, obs_rank and obs_shape were");
+_Static_assert(FL_OBS_MAX_RANK == FL_ENV_MAX_RANK, "an env's signature has FL_ENV_MAX_RANK dimensions");
+_Static_assert(offsetof(fl_env_def_t, num_actions) == offsetof(fl_env_def_t, obs) + sizeof(fl_obs_spec_t),
+               "num_actions follows the signature as it followed obs_shape");
 
 size_t fl_env_obs_count(const fl_env_def_t *def) {
-    if (!def || def->obs_rank < 1 || def->obs_rank > FL_ENV_MAX_RANK) return 0;
+    if (!def || def->obs.rank < 1 || def->obs.rank > FL_ENV_MAX_RANK) return 0;
     size_t n = 1;
-    for (int i = 0; i < def->obs_rank; i++) {
-        int d = def->obs_shape[i];
+    for (int i = 0; i < def->obs.rank; i++) {
+        int d = def->obs.shape[i];
         if (d <= 0) return 0;
         if (n > SIZE_MAX / (size_t)d) return 0;
         n *= (size_t)d;
@@ -17,7 +35,7 @@ size_t fl_env_obs_count(const fl_env_def_t *def) {
 
 size_t fl_env_obs_size(const fl_env_def_t *def) {
     if (!def) return 0;
-    size_t es = fl_dtype_size(def->obs_dtype);
+    size_t es = fl_dtype_size(def->obs.dtype);
     size_t n = fl_env_obs_count(def);
     if (es == 0 || n == 0 || n > SIZE_MAX / es) return 0;
     return n * es;
@@ -32,16 +50,16 @@ fl_status fl_env_validate(const fl_env_def_t *def, fl_err_t *err) {
                           "against this envs/env.h)",
                           name, def->abi_version, FL_ENV_ABI_VERSION);
     if (!def->name || !def->name[0]) return fl_err_set(err, FL_INVALID_ARGUMENT, "env: name is empty");
-    if (fl_dtype_size(def->obs_dtype) == 0)
+    if (fl_dtype_size(def->obs.dtype) == 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': obs_dtype %d is not a known dtype", name,
-                          (int)def->obs_dtype);
-    if (def->obs_rank < 1 || def->obs_rank > FL_ENV_MAX_RANK)
+                          (int)def->obs.dtype);
+    if (def->obs.rank < 1 || def->obs.rank > FL_ENV_MAX_RANK)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': obs_rank is %d, expected 1..%d", name,
-                          def->obs_rank, FL_ENV_MAX_RANK);
-    for (int i = 0; i < def->obs_rank; i++)
-        if (def->obs_shape[i] <= 0)
+                          def->obs.rank, FL_ENV_MAX_RANK);
+    for (int i = 0; i < def->obs.rank; i++)
+        if (def->obs.shape[i] <= 0)
             return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': obs_shape[%d] is %d, expected > 0", name,
-                              i, def->obs_shape[i]);
+                              i, def->obs.shape[i]);
     if (fl_env_obs_size(def) == 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': observation size overflows", name);
     if (def->num_actions < 1)

@@ -248,9 +248,7 @@ static inline void fl__minatar_step(const fl_minatar_game_t *game, const uint8_t
         .abi_version = FL_ENV_ABI_VERSION,                                                                     \
         .name = "minatar-" NAME,                                                                               \
         .description = DESC " (MinAtar, full 6-action set)",                                                   \
-        .obs_dtype = FL_DTYPE_UINT8,                                                                           \
-        .obs_rank = 3,                                                                                         \
-        .obs_shape = {FL_MINATAR_ROWS, FL_MINATAR_COLS, (NCH)},                                                  \
+        .obs = {.dtype = FL_DTYPE_UINT8, .rank = 3, .shape = {FL_MINATAR_ROWS, FL_MINATAR_COLS, (NCH)}},       \
         .num_actions = FL_MINATAR_NUM_ACTIONS,                                                                 \
         .max_episode_steps = 0,                                                                                \
         .state_size = sizeof(STATE_T),                                                                         \
@@ -266,9 +264,7 @@ static inline void fl__minatar_step(const fl_minatar_game_t *game, const uint8_t
         .abi_version = FL_ENV_ABI_VERSION,                                                                     \
         .name = "minatar-" NAME "-v1",                                                                         \
         .description = DESC " (MinAtar, minimal action set)",                                                  \
-        .obs_dtype = FL_DTYPE_UINT8,                                                                           \
-        .obs_rank = 3,                                                                                         \
-        .obs_shape = {FL_MINATAR_ROWS, FL_MINATAR_COLS, (NCH)},                                                  \
+        .obs = {.dtype = FL_DTYPE_UINT8, .rank = 3, .shape = {FL_MINATAR_ROWS, FL_MINATAR_COLS, (NCH)}},       \
         .num_actions = (NMINIMAL),                                                                             \
         .max_episode_steps = 0,                                                                                \
         .state_size = sizeof(STATE_T),                                                                         \

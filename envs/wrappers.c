@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/obs.h"
+
 #define STATE_ALIGN 64
 #define TOKEN_MAX 96
 
@@ -27,9 +29,7 @@ static const char *const kind_names[K_COUNT] = {"",       "sticky",     "noop", 
 #define KNOWN_WRAPPERS "sticky, noop, frameskip, grayscale, resize, clipreward, maxsteps, framestack"
 
 typedef struct space {
-    fl_dtype dtype;
-    int rank;
-    int shape[FL_ENV_MAX_RANK];
+    fl_obs_spec_t obs;
     size_t size; /* bytes */
 } space_t;
 
@@ -71,18 +71,18 @@ struct fl_wrapped_env {
 /* ---- Spaces --------------------------------------------------------------------------- */
 
 static size_t space_bytes(const space_t *s) {
-    size_t n = fl_dtype_size(s->dtype);
-    for (int i = 0; i < s->rank; i++) {
-        if (s->shape[i] <= 0 || n > SIZE_MAX / (size_t)s->shape[i]) return 0;
-        n *= (size_t)s->shape[i];
+    size_t n = fl_dtype_size(s->obs.dtype);
+    for (int i = 0; i < s->obs.rank; i++) {
+        if (s->obs.shape[i] <= 0 || n > SIZE_MAX / (size_t)s->obs.shape[i]) return 0;
+        n *= (size_t)s->obs.shape[i];
     }
     return n;
 }
 
 static void space_str(const space_t *s, char *buf, size_t len) {
-    size_t u = (size_t)snprintf(buf, len, "%s (", fl_dtype_name(s->dtype));
-    for (int i = 0; i < s->rank && u < len; i++)
-        u += (size_t)snprintf(buf + u, len - u, "%s%d", i ? "," : "", s->shape[i]);
+    size_t u = (size_t)snprintf(buf, len, "%s (", fl_dtype_name(s->obs.dtype));
+    for (int i = 0; i < s->obs.rank && u < len; i++)
+        u += (size_t)snprintf(buf + u, len - u, "%s%d", i ? "," : "", s->obs.shape[i]);
     if (u < len) snprintf(buf + u, len - u, ")");
 }
 
@@ -313,31 +313,32 @@ static fl_status layer_setup(layer_t *L, fl_err_t *err) {
     switch (L->kind) {
     case K_STICKY: L->bytes = sizeof(int); break;
     case K_FRAMESKIP:
-        if (L->prm.mode == 1 && in->dtype != FL_DTYPE_UINT8 && in->dtype != FL_DTYPE_FLOAT32 &&
-            in->dtype != FL_DTYPE_INT32 && in->dtype != FL_DTYPE_INT64)
+        if (L->prm.mode == 1 && in->obs.dtype != FL_DTYPE_UINT8 && in->obs.dtype != FL_DTYPE_FLOAT32 &&
+            in->obs.dtype != FL_DTYPE_INT32 && in->obs.dtype != FL_DTYPE_INT64)
             return bad_space(err, &L->prm, in, "uint8, float32, int32 or int64 (for maxpool)");
         L->bytes = 2 * in->size;
         break;
     case K_GRAYSCALE:
-        if (in->dtype != FL_DTYPE_UINT8 || in->rank != 3 || in->shape[2] != 3)
+        if (in->obs.dtype != FL_DTYPE_UINT8 || in->obs.rank != 3 || in->obs.shape[2] != 3)
             return bad_space(err, &L->prm, in, "uint8 (H,W,3) RGB");
-        out->shape[2] = 1;
+        out->obs.shape[2] = 1;
         L->bytes = in->size;
         break;
     case K_RESIZE:
-        if (in->dtype != FL_DTYPE_UINT8 || in->rank != 3) return bad_space(err, &L->prm, in, "uint8 (H,W,C)");
-        out->shape[0] = L->prm.h;
-        out->shape[1] = L->prm.w;
-        if (taps_build(&L->ty, in->shape[0], L->prm.h, L->prm.mode) ||
-            taps_build(&L->tx, in->shape[1], L->prm.w, L->prm.mode))
+        if (in->obs.dtype != FL_DTYPE_UINT8 || in->obs.rank != 3)
+            return bad_space(err, &L->prm, in, "uint8 (H,W,C)");
+        out->obs.shape[0] = L->prm.h;
+        out->obs.shape[1] = L->prm.w;
+        if (taps_build(&L->ty, in->obs.shape[0], L->prm.h, L->prm.mode) ||
+            taps_build(&L->tx, in->obs.shape[1], L->prm.w, L->prm.mode))
             return fl_err_set(err, FL_NO_MEMORY, "wrapper '%s': out of memory for the resize tables", L->prm.token);
         L->bytes = in->size;
         break;
     case K_MAXSTEPS: L->bytes = sizeof(int64_t); break;
     case K_FRAMESTACK: {
-        int last = in->shape[in->rank - 1];
+        int last = in->obs.shape[in->obs.rank - 1];
         if (last > INT_MAX / L->prm.n) return bad_space(err, &L->prm, in, "a last axis small enough to stack");
-        out->shape[in->rank - 1] = last * L->prm.n;
+        out->obs.shape[in->obs.rank - 1] = last * L->prm.n;
         break;
     }
     default: break;
@@ -373,9 +374,8 @@ fl_status fl_wrapped_env_create_limited(const fl_env_def_t *inner, const char *s
     w->inner_limit = inner_limit > 0 ? inner_limit : inner->max_episode_steps;
     layer_t *base = &w->layers[0];
     base->kind = K_BASE;
-    base->out.dtype = inner->obs_dtype;
-    base->out.rank = inner->obs_rank;
-    for (int i = 0; i < inner->obs_rank; i++) base->out.shape[i] = inner->obs_shape[i];
+    /* The first rank entries only: the unused ones stay 0 whatever the definition holds. */
+    base->out.obs = fl_obs_spec_make(inner->obs.dtype, inner->obs.rank, inner->obs.shape);
     base->out.size = fl_env_obs_size(inner);
     base->in = base->out;
     base->off = align_up(inner->state_size);
@@ -413,9 +413,7 @@ fl_status fl_wrapped_env_create_limited(const fl_env_def_t *inner, const char *s
     d->abi_version = FL_ENV_ABI_VERSION;
     d->name = w->name;
     d->description = inner->description;
-    d->obs_dtype = o->dtype;
-    d->obs_rank = o->rank;
-    for (int i = 0; i < o->rank; i++) d->obs_shape[i] = o->shape[i];
+    d->obs = o->obs;
     d->num_actions = inner->num_actions;
     d->max_episode_steps = max_steps;
     d->state_size = w->state_size;
@@ -501,8 +499,8 @@ static void grayscale(const uint8_t *rgb, uint8_t *y, size_t pixels) {
 
 /* (H,W,C) -> (h,w,C) through the layer's tap tables. */
 static void resize(const layer_t *L, const uint8_t *src, uint8_t *dst) {
-    const int W = L->in.shape[1], C = L->in.shape[2];
-    const int h = L->out.shape[0], w = L->out.shape[1];
+    const int W = L->in.obs.shape[1], C = L->in.obs.shape[2];
+    const int h = L->out.obs.shape[0], w = L->out.obs.shape[1];
     for (int oy = 0; oy < h; oy++) {
         const int fy = L->ty.first[oy], ny = L->ty.count[oy];
         for (int ox = 0; ox < w; ox++) {
@@ -542,7 +540,7 @@ static void stack_fill(uint8_t *stack, const uint8_t *frame, size_t positions, s
 
 /* Bytes of one position's channels (last axis) and the number of positions. */
 static void stack_geometry(const layer_t *L, size_t *e, size_t *positions) {
-    *e = fl_dtype_size(L->in.dtype) * (size_t)L->in.shape[L->in.rank - 1];
+    *e = fl_dtype_size(L->in.obs.dtype) * (size_t)L->in.obs.shape[L->in.obs.rank - 1];
     *positions = L->in.size / *e;
 }
 
@@ -637,7 +635,7 @@ static void layer_step(const fl_wrapped_env_t *w, int li, uint8_t *st, fl_rng_t 
         *r = total;
         const uint8_t *last = buf[(taken - 1) & 1];
         if (L->prm.mode == 1 && taken >= 2)
-            max_pool(L->in.dtype, buf[0], buf[1], obs, L->in.size);
+            max_pool(L->in.obs.dtype, buf[0], buf[1], obs, L->in.size);
         else
             memcpy(obs, last, L->in.size);
         break;

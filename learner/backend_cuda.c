@@ -88,9 +88,7 @@ static fl_status cuda_open(fl_learner_t *l, int required, int *declined, fl_err_
     fl_cuda_dqn_config_t gc;
     fl_cuda_dqn_config_init(&gc);
     gc.spec = l->o.model_spec;
-    gc.obs_rank = l->obs.rank;
-    for (int i = 0; i < l->obs.rank; i++) gc.obs_shape[i] = l->obs.shape[i];
-    gc.obs_dtype = l->obs.dtype;
+    gc.obs = l->obs;
     gc.obs_scale = 1.0f / 255.0f; /* as fl_dtype_to_float */
     gc.input_scale = (float)l->o.input_scale;
     gc.num_actions = l->num_actions;

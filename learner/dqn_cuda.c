@@ -112,9 +112,9 @@ static fl_status cuda_check(cudaError_t e, const char *what, fl_err_t *err) {
 
 void fl_cuda_dqn_config_init(fl_cuda_dqn_config_t *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    cfg->obs_rank = 1;
-    cfg->obs_shape[0] = 1;
-    cfg->obs_dtype = FL_DTYPE_FLOAT32;
+    cfg->obs.rank = 1;
+    cfg->obs.shape[0] = 1;
+    cfg->obs.dtype = FL_DTYPE_FLOAT32;
     cfg->obs_scale = 1.0f / 255.0f;
     cfg->input_scale = 1.0f;
     cfg->num_actions = 1;
@@ -175,15 +175,15 @@ static fl_status dev_alloc(fl_cuda_dqn_t *d, void **p, size_t bytes, fl_err_t *e
 
 static fl_status check_config(const fl_cuda_dqn_config_t *c, fl_err_t *err) {
     if (!c->spec) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: spec must not be NULL");
-    if (c->obs_rank < 1 || c->obs_rank > 4)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: obs_rank = %d (expected 1..4)", c->obs_rank);
-    for (int i = 0; i < c->obs_rank; i++)
-        if (c->obs_shape[i] < 1)
+    if (c->obs.rank < 1 || c->obs.rank > 4)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: obs_rank = %d (expected 1..4)", c->obs.rank);
+    for (int i = 0; i < c->obs.rank; i++)
+        if (c->obs.shape[i] < 1)
             return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: obs_shape[%d] = %d (expected >= 1)", i,
-                              c->obs_shape[i]);
-    if (c->obs_dtype != FL_DTYPE_FLOAT32 && c->obs_dtype != FL_DTYPE_UINT8)
+                              c->obs.shape[i]);
+    if (c->obs.dtype != FL_DTYPE_FLOAT32 && c->obs.dtype != FL_DTYPE_UINT8)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: obs_dtype %s (expected float32 or uint8)",
-                          fl_dtype_name(c->obs_dtype));
+                          fl_dtype_name(c->obs.dtype));
     if (!(c->obs_scale == c->obs_scale) || !(c->input_scale == c->input_scale))
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: obs_scale and input_scale must not be NaN");
     if (c->num_actions < 1 || c->num_actions > FL_QNET_MAX_UNITS)
@@ -371,7 +371,7 @@ fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **ou
         return fl_err_set(err, FL_UNIMPLEMENTED, "dqn_cuda: optimizer %s has no GPU version (expected one of "
                           "kernels/optim.c's optimizers with a fused kernel)", fl_optim_kind_name(cfg->optim.kind));
     fl_qnet_t *q = NULL;
-    FL_TRY(fl_qnet_create_for_obs(cfg->spec, cfg->obs_rank, cfg->obs_shape, cfg->num_actions, 1, &q, err));
+    FL_TRY(fl_qnet_create_for_obs(cfg->spec, cfg->obs.rank, cfg->obs.shape, cfg->num_actions, 1, &q, err));
 
     fl_status st = FL_OK;
     fl_cuda_dqn_t *d = calloc(1, sizeof *d);
@@ -387,13 +387,13 @@ fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **ou
     d->opt_slots = opt_slots;
     d->opt_kernel = opt_kernel;
     d->obs_dim = fl_qnet_obs_dim(q);
-    d->obs_elem = cfg->obs_dtype == FL_DTYPE_UINT8 ? 1 : 4;
+    d->obs_elem = cfg->obs.dtype == FL_DTYPE_UINT8 ? 1 : 4;
     d->num_slots = cfg->num_slots;
-    if (cfg->obs_rank == 3) {
+    if (cfg->obs.rank == 3) {
         d->image = 1;
-        d->img_h = cfg->obs_shape[0];
-        d->img_w = cfg->obs_shape[1];
-        d->img_c = cfg->obs_shape[2];
+        d->img_h = cfg->obs.shape[0];
+        d->img_w = cfg->obs.shape[1];
+        d->img_c = cfg->obs.shape[2];
     }
     if (!d->spec) {
         st = fl_err_set(err, FL_NO_MEMORY, "dqn_cuda: out of memory");
@@ -630,7 +630,7 @@ static fl_status backward(fl_cuda_dqn_t *d, int B, fl_err_t *err) {
 }
 
 static fl_status to_input(fl_cuda_dqn_t *d, const void *src, int B, fl_err_t *err) {
-    const int is_u8 = d->cfg.obs_dtype == FL_DTYPE_UINT8;
+    const int is_u8 = d->cfg.obs.dtype == FL_DTYPE_UINT8;
     if (d->image)
         return fl__cuda_obs_to_input(src, is_u8, B, d->img_c, d->img_h, d->img_w, 1, d->cfg.obs_scale,
                                      d->cfg.input_scale, d->d_x0, d->cs, err);

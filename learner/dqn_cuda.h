@@ -50,6 +50,7 @@ extern "C" {
 
 /* C headers without their own extern "C" */
 #include "common/dtype.h"
+#include "common/obs.h"
 #include "kernels/optim.h"
 
 #define FL_CUDA_DQN_MAX_SLOTS 8
@@ -57,9 +58,9 @@ extern "C" {
 
 typedef struct fl_cuda_dqn_config {
     const char *spec;      /* model.spec (qnet.h grammar) */
-    int obs_rank;          /* 1..4; rank 3 is an image (H, W, C), any other rank a vector */
-    int obs_shape[4];      /* obs_rank sizes >= 1 */
-    fl_dtype obs_dtype;    /* FL_DTYPE_FLOAT32 or FL_DTYPE_UINT8: the slots' obs/next_obs */
+    fl_obs_spec_t obs;     /* rank 1..4 (3 is an image (H, W, C), any other rank a vector), the first
+                            * rank shape sizes >= 1, dtype FL_DTYPE_FLOAT32 or FL_DTYPE_UINT8 (the
+                            * slots' obs/next_obs) */
     float obs_scale;       /* uint8 only: (float)u * obs_scale (the learner uses 1.0f / 255.0f) */
     float input_scale;     /* model.input_scale, applied after the conversion */
     int num_actions;       /* >= 1 */
@@ -73,14 +74,14 @@ typedef struct fl_cuda_dqn_config {
     int num_slots;         /* 1..FL_CUDA_DQN_MAX_SLOTS pinned input slots */
 } fl_cuda_dqn_config_t;
 
-/* Defaults: no spec, obs_scale 1/255, input_scale 1, huber_delta 1, grad_clip 40, the
+/* Defaults: no spec, obs float32 (1), obs_scale 1/255, input_scale 1, huber_delta 1, grad_clip 40, the
  * Ape-X centered RMSProp, tf32 1, use_graph 1, device 0, 2 slots. */
 void fl_cuda_dqn_config_init(fl_cuda_dqn_config_t *cfg);
 
 /* Pinned host buffers of one slot, each for max_batch items. */
 typedef struct fl_cuda_dqn_slot {
-    void *obs;          /* (max_batch, obs_dim) of obs_dtype, (H, W, C) per item for images */
-    void *next_obs;     /* (max_batch, obs_dim) of obs_dtype */
+    void *obs;          /* (max_batch, obs_dim) of obs.dtype, (H, W, C) per item for images */
+    void *next_obs;     /* (max_batch, obs_dim) of obs.dtype */
     int32_t *actions;   /* (max_batch) in [0, num_actions) */
     float *rewards;     /* (max_batch) n-step returns */
     float *discounts;   /* (max_batch) gamma^m, 0 at terminal */

@@ -135,7 +135,7 @@ static void test_open_env(void **unused) {
     fl_err_t err;
     fl_err_init(&err);
     assert_int_equal(fl_options_open_env(&c, &w, &err), FL_OK);
-    assert_int_equal(fl_wrapped_env_info(w)->obs_shape[0], 12);
+    assert_int_equal(fl_wrapped_env_info(w)->obs.shape[0], 12);
     fl_wrapped_env_destroy(w);
     set(&c, "env.name=no-such-env");
     assert_int_equal(fl_options_open_env(&c, &w, &err), FL_NOT_FOUND);

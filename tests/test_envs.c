@@ -102,9 +102,9 @@ static void test_cartpole_definition(void **unused) {
     const fl_env_def_t *d = &fl_env_cartpole;
     assert_int_equal(d->abi_version, FL_ENV_ABI_VERSION);
     assert_string_equal(d->name, "cartpole");
-    assert_int_equal(d->obs_dtype, FL_DTYPE_FLOAT32);
-    assert_int_equal(d->obs_rank, 1);
-    assert_int_equal(d->obs_shape[0], 4);
+    assert_int_equal(d->obs.dtype, FL_DTYPE_FLOAT32);
+    assert_int_equal(d->obs.rank, 1);
+    assert_int_equal(d->obs.shape[0], 4);
     assert_int_equal(d->num_actions, 2);
     assert_int_equal(d->max_episode_steps, 500);
     assert_int_equal(d->state_size, sizeof(fl_cartpole_state_t));
@@ -129,17 +129,17 @@ static void test_validate(void **unused) {
     assert_non_null(strstr(err.msg, "num_actions"));
 
     d = fl_env_cartpole;
-    d.obs_rank = 5;
+    d.obs.rank = 5;
     assert_int_equal(fl_env_validate(&d, &err), FL_INVALID_ARGUMENT);
     assert_int_equal(fl_env_obs_size(&d), 0);
 
     d = fl_env_cartpole;
-    d.obs_shape[0] = 0;
+    d.obs.shape[0] = 0;
     assert_int_equal(fl_env_validate(&d, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "obs_shape[0]"));
 
     d = fl_env_cartpole;
-    d.obs_dtype = FL_DTYPE_INVALID;
+    d.obs.dtype = FL_DTYPE_INVALID;
     assert_int_equal(fl_env_validate(&d, &err), FL_INVALID_ARGUMENT);
 
     d = fl_env_cartpole;
@@ -153,11 +153,11 @@ static void test_validate(void **unused) {
 
     /* A MinAtar-shaped uint8 observation: 10 x 10 x 4 bytes. */
     d = fl_env_cartpole;
-    d.obs_dtype = FL_DTYPE_UINT8;
-    d.obs_rank = 3;
-    d.obs_shape[0] = 10;
-    d.obs_shape[1] = 10;
-    d.obs_shape[2] = 4;
+    d.obs.dtype = FL_DTYPE_UINT8;
+    d.obs.rank = 3;
+    d.obs.shape[0] = 10;
+    d.obs.shape[1] = 10;
+    d.obs.shape[2] = 4;
     assert_int_equal(fl_env_validate(&d, &err), FL_OK);
     assert_int_equal(fl_env_obs_size(&d), 400);
 

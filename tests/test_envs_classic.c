@@ -156,18 +156,18 @@ static void test_definitions(void **unused) {
     assert_int_equal(fl_env_validate(ac, &err), FL_OK);
 
     assert_string_equal(mc->name, "mountaincar");
-    assert_int_equal(mc->obs_dtype, FL_DTYPE_FLOAT32);
-    assert_int_equal(mc->obs_rank, 1);
-    assert_int_equal(mc->obs_shape[0], 2);
+    assert_int_equal(mc->obs.dtype, FL_DTYPE_FLOAT32);
+    assert_int_equal(mc->obs.rank, 1);
+    assert_int_equal(mc->obs.shape[0], 2);
     assert_int_equal(mc->num_actions, 3);
     assert_int_equal(mc->max_episode_steps, 200);
     assert_int_equal(mc->state_size, sizeof(fl_mountaincar_state_t));
     assert_int_equal(fl_env_obs_size(mc), 8);
 
     assert_string_equal(ac->name, "acrobot");
-    assert_int_equal(ac->obs_dtype, FL_DTYPE_FLOAT32);
-    assert_int_equal(ac->obs_rank, 1);
-    assert_int_equal(ac->obs_shape[0], 6);
+    assert_int_equal(ac->obs.dtype, FL_DTYPE_FLOAT32);
+    assert_int_equal(ac->obs.rank, 1);
+    assert_int_equal(ac->obs.shape[0], 6);
     assert_int_equal(ac->num_actions, 3);
     assert_int_equal(ac->max_episode_steps, 500);
     assert_int_equal(ac->state_size, sizeof(fl_acrobot_state_t));
@@ -556,7 +556,7 @@ static void test_acrobot_reset(void **unused) {
  * at exactly the step limit with return -limit. */
 static void check_truncation(const fl_env_def_t *def, int limit, int32_t action) {
     enum { N = 3, MAXOBS = 6 };
-    size_t dim = (size_t)def->obs_shape[0];
+    size_t dim = (size_t)def->obs.shape[0];
     assert_true(dim <= MAXOBS && def->state_size <= sizeof(fl_acrobot_state_t));
     fl_vecenv_t *ve = make(def, N, 9, 0);
     assert_int_equal(fl_vecenv_max_episode_steps(ve), limit);

@@ -533,11 +533,11 @@ static void test_definitions(void **st) {
     for (int i = 0; i < 2; i++) {
         fl_err_t err;
         assert_int_equal(fl_env_validate(defs[i], &err), FL_OK);
-        assert_int_equal(defs[i]->obs_dtype, FL_DTYPE_UINT8);
-        assert_int_equal(defs[i]->obs_rank, 3);
-        assert_int_equal(defs[i]->obs_shape[0], 10);
-        assert_int_equal(defs[i]->obs_shape[1], 10);
-        assert_int_equal(defs[i]->obs_shape[2], 4);
+        assert_int_equal(defs[i]->obs.dtype, FL_DTYPE_UINT8);
+        assert_int_equal(defs[i]->obs.rank, 3);
+        assert_int_equal(defs[i]->obs.shape[0], 10);
+        assert_int_equal(defs[i]->obs.shape[1], 10);
+        assert_int_equal(defs[i]->obs.shape[2], 4);
         assert_int_equal(defs[i]->max_episode_steps, 0);
         assert_int_equal(defs[i]->state_size, sizeof(fl_asterix_env_state_t));
     }

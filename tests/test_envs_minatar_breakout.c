@@ -78,11 +78,11 @@ static void test_definitions(void **st) {
     const fl_env_def_t *d = &fl_env_minatar_breakout;
     assert_string_equal(d->name, "minatar-breakout");
     assert_int_equal(d->num_actions, 6);
-    assert_int_equal(d->obs_dtype, FL_DTYPE_UINT8);
-    assert_int_equal(d->obs_rank, 3);
-    assert_int_equal(d->obs_shape[0], 10);
-    assert_int_equal(d->obs_shape[1], 10);
-    assert_int_equal(d->obs_shape[2], 4);
+    assert_int_equal(d->obs.dtype, FL_DTYPE_UINT8);
+    assert_int_equal(d->obs.rank, 3);
+    assert_int_equal(d->obs.shape[0], 10);
+    assert_int_equal(d->obs.shape[1], 10);
+    assert_int_equal(d->obs.shape[2], 4);
     assert_int_equal(d->max_episode_steps, 0);
     assert_int_equal(d->state_size, sizeof(fl_breakout_state_t));
     assert_non_null(d->configure);
@@ -90,7 +90,7 @@ static void test_definitions(void **st) {
     d = &fl_env_minatar_breakout_v1;
     assert_string_equal(d->name, "minatar-breakout-v1");
     assert_int_equal(d->num_actions, 3);
-    assert_int_equal(d->obs_shape[2], 4);
+    assert_int_equal(d->obs.shape[2], 4);
     assert_int_equal(fl_env_validate(d, NULL), FL_OK);
 }
 

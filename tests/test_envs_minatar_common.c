@@ -195,11 +195,11 @@ static void test_definitions(void **st) {
     const fl_env_def_t *d = &fl_env_minatar_probe;
     assert_string_equal(d->name, "minatar-probe");
     assert_int_equal(d->num_actions, 6);
-    assert_int_equal(d->obs_dtype, FL_DTYPE_UINT8);
-    assert_int_equal(d->obs_rank, 3);
-    assert_int_equal(d->obs_shape[0], 10);
-    assert_int_equal(d->obs_shape[1], 10);
-    assert_int_equal(d->obs_shape[2], 2);
+    assert_int_equal(d->obs.dtype, FL_DTYPE_UINT8);
+    assert_int_equal(d->obs.rank, 3);
+    assert_int_equal(d->obs.shape[0], 10);
+    assert_int_equal(d->obs.shape[1], 10);
+    assert_int_equal(d->obs.shape[2], 2);
     assert_int_equal(d->max_episode_steps, 0);
     assert_int_equal(d->state_size, sizeof(probe_state_t));
     assert_int_equal(fl_env_validate(d, NULL), FL_OK);

@@ -852,11 +852,11 @@ static void test_definitions(void **st) {
     for (int i = 0; i < 2; i++) {
         fl_err_t err;
         assert_int_equal(fl_env_validate(defs[i], &err), FL_OK);
-        assert_int_equal(defs[i]->obs_dtype, FL_DTYPE_UINT8);
-        assert_int_equal(defs[i]->obs_rank, 3);
-        assert_int_equal(defs[i]->obs_shape[0], 10);
-        assert_int_equal(defs[i]->obs_shape[1], 10);
-        assert_int_equal(defs[i]->obs_shape[2], 10);
+        assert_int_equal(defs[i]->obs.dtype, FL_DTYPE_UINT8);
+        assert_int_equal(defs[i]->obs.rank, 3);
+        assert_int_equal(defs[i]->obs.shape[0], 10);
+        assert_int_equal(defs[i]->obs.shape[1], 10);
+        assert_int_equal(defs[i]->obs.shape[2], 10);
         assert_int_equal(defs[i]->num_actions, 6);
         assert_int_equal(defs[i]->max_episode_steps, 0);
         assert_int_equal(fl_env_obs_size(defs[i]), OBS_BYTES);

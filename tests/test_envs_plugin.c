@@ -3,7 +3,8 @@
  * The shared objects are compiled here, at run time, with the build's C compiler
  * (FLEET_CC, else cc) against the installed-header layout: a temp folder holds
  * include/fleet/env.h (a copy of the tree's include/fleet/env.h) and the sources the tests write,
- * plus the real examples/gridgame/gridgame.c. Covered: a good plugin (the example),
+ * plus the real examples/gridgame/gridgame.c. Covered: a good plugin (the example), one
+ * whose definition still has the older loose obs_dtype/obs_rank/obs_shape members,
  * every error path of the loader (missing file, not a shared object, missing symbol,
  * NULL definition, wrong ABI, bad spaces, name mismatch), bare file names, fl_env_resolve,
  * fl_env_create_wrapped, fl_env_instance_options, fl_vecenv_configure with the example's
@@ -108,7 +109,7 @@ static void plugin_text(char *buf, size_t len, const char *tweak) {
              "static void step(void *s, fl_rng_t *r, int a, void *obs, float *rew, int *t) {\n"
              "    (void)s; (void)r; (void)a; memset(obs, 0, 8); *rew = 0; *t = 1; }\n"
              "static fl_env_def_t def = {.abi_version = FL_ENV_ABI_VERSION, .name = \"tiny\",\n"
-             "    .obs_dtype = FL_DTYPE_FLOAT32, .obs_rank = 1, .obs_shape = {2}, .num_actions = 2,\n"
+             "    .obs = {FL_DTYPE_FLOAT32, 1, {2}}, .num_actions = 2,\n"
              "    .state_size = 8, .reset = reset, .step = step};\n"
              "FL_ENV_EXPORT const fl_env_def_t *fl_env_plugin(void) { %s return &def; }\n",
              tweak);
@@ -205,10 +206,10 @@ static void test_loads_example(void **state) {
     assert_int_equal(load(g_grid, "gridgame", &def, &err), FL_OK);
     assert_non_null(def);
     assert_string_equal(def->name, "gridgame");
-    assert_int_equal(def->obs_dtype, FL_DTYPE_FLOAT32);
-    assert_int_equal(def->obs_rank, 2);
-    assert_int_equal(def->obs_shape[0], 5);
-    assert_int_equal(def->obs_shape[1], 5);
+    assert_int_equal(def->obs.dtype, FL_DTYPE_FLOAT32);
+    assert_int_equal(def->obs.rank, 2);
+    assert_int_equal(def->obs.shape[0], 5);
+    assert_int_equal(def->obs.shape[1], 5);
     assert_int_equal(def->num_actions, 4);
     assert_int_equal(def->max_episode_steps, 50);
     assert_int_equal(fl_env_obs_size(def), 25 * sizeof(float));
@@ -234,6 +235,60 @@ static void test_loads_example(void **state) {
         act[0] = t % 2 ? 1 : 3; /* down/right: reaches the goal */
     }
     assert_true(ended > 0);
+    fl_vecenv_destroy(ve);
+}
+
+/* fl_env_def_t.obs took the place of three loose members (obs_dtype, obs_rank,
+ * obs_shape) with the same layout, so a plugin whose definition has the old members
+ * (as one built against an earlier header does) still loads under ABI 2. */
+static void test_loads_old_loose_obs_layout(void **state) {
+    (void)state;
+    char so[512];
+    build_plugin("oldlayout",
+                 "#include <fleet/env.h>\n"
+                 "#include <string.h>\n"
+                 "typedef struct old_def {\n"
+                 "    int abi_version; const char *name; const char *description;\n"
+                 "    fl_dtype obs_dtype; int obs_rank; int obs_shape[FL_ENV_MAX_RANK];\n"
+                 "    int num_actions; int max_episode_steps; size_t state_size;\n"
+                 "    fl_env_reset_fn reset; fl_env_step_fn step; fl_env_render_fn render;\n"
+                 "    int render_height; int render_width;\n"
+                 "    fl_env_configure_fn configure; fl_env_action_name_fn action_name;\n"
+                 "} old_def_t;\n"
+                 "static void reset(void *s, fl_rng_t *r, void *obs) { (void)s; (void)r; memset(obs, 1, 24); }\n"
+                 "static void step(void *s, fl_rng_t *r, int a, void *obs, float *rew, int *t) {\n"
+                 "    (void)s; (void)r; memset(obs, 2, 24); *rew = (float)a; *t = a == 2; }\n"
+                 "static const old_def_t def = {.abi_version = 2, .name = \"old\", .description = \"loose\",\n"
+                 "    .obs_dtype = FL_DTYPE_FLOAT32, .obs_rank = 2, .obs_shape = {3, 2}, .num_actions = 3,\n"
+                 "    .max_episode_steps = 9, .state_size = 8, .reset = reset, .step = step};\n"
+                 "FL_ENV_EXPORT const old_def_t *fl_env_plugin(void) { return &def; }\n",
+                 NULL, so, sizeof so);
+    const fl_env_def_t *def = NULL;
+    fl_err_t err;
+    assert_int_equal(load(so, "old", &def, &err), FL_OK);
+    assert_string_equal(def->name, "old");
+    assert_string_equal(def->description, "loose");
+    assert_int_equal(def->obs.dtype, FL_DTYPE_FLOAT32);
+    assert_int_equal(def->obs.rank, 2);
+    assert_int_equal(def->obs.shape[0], 3);
+    assert_int_equal(def->obs.shape[1], 2);
+    assert_int_equal(def->num_actions, 3);
+    assert_int_equal(def->max_episode_steps, 9);
+    assert_int_equal(def->state_size, 8);
+    assert_null(def->render);
+    assert_null(def->configure);
+    assert_null(def->action_name);
+    assert_int_equal(fl_env_obs_size(def), 6 * sizeof(float));
+    fl_vecenv_t *ve = NULL;
+    assert_int_equal(fl_vecenv_create(def, 2, 3, 0, &ve, &err), FL_OK);
+    float obs[2 * 6], rew[2];
+    uint8_t term[2], trunc[2];
+    int32_t act[2] = {1, 2};
+    fl_vecenv_reset(ve, obs);
+    assert_int_equal(fl_vecenv_step(ve, act, obs, rew, term, trunc, NULL, NULL, &err), FL_OK);
+    assert_true(rew[0] == 1.0f && rew[1] == 2.0f);
+    assert_int_equal(term[0], 0);
+    assert_int_equal(term[1], 1);
     fl_vecenv_destroy(ve);
 }
 
@@ -325,9 +380,9 @@ static void test_bad_spaces(void **state) {
     static const struct {
         const char *tweak, *field;
     } cases[] = {
-        {"def.obs_rank = 2; def.obs_shape[1] = 0;", "obs_shape[1]"},
-        {"def.obs_rank = 5;", "obs_rank"},
-        {"def.obs_dtype = (fl_dtype)9;", "obs_dtype"},
+        {"def.obs.rank = 2; def.obs.shape[1] = 0;", "obs_shape[1]"},
+        {"def.obs.rank = 5;", "obs_rank"},
+        {"def.obs.dtype = (fl_dtype)9;", "obs_dtype"},
         {"def.num_actions = 0;", "num_actions"},
         {"def.max_episode_steps = -1;", "max_episode_steps"},
         {"def.step = 0;", "step function"},
@@ -430,7 +485,7 @@ static void test_create_wrapped(void **state) {
     assert_int_equal(fl_env_create_wrapped(&f, &w, &err), FL_OK);
     assert_non_null(w);
     assert_string_equal(fl_wrapped_env_info(w)->name, "cartpole[framestack(2)]");
-    assert_int_equal(fl_wrapped_env_info(w)->obs_shape[0], 8);
+    assert_int_equal(fl_wrapped_env_info(w)->obs.shape[0], 8);
     fl_wrapped_env_destroy(w);
     f.wrappers = "nosuchwrapper";
     assert_int_not_equal(fl_env_create_wrapped(&f, &w, &err), FL_OK);
@@ -503,6 +558,7 @@ int main(void) {
         cmocka_unit_test(test_installed_header_standalone),
         cmocka_unit_test(test_installed_header_mixes_with_tree),
         cmocka_unit_test(test_loads_example),
+        cmocka_unit_test(test_loads_old_loose_obs_layout),
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_not_a_shared_object),
         cmocka_unit_test(test_missing_symbol),

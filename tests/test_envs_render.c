@@ -131,7 +131,7 @@ static void test_minatar_render_matches_obs(void **state) {
     for (size_t g = 0; g < sizeof games / sizeof games[0]; g++) {
         const fl_env_def_t *d = fl_env_find(games[g]);
         assert_non_null(d);
-        int ch = d->obs_shape[2];
+        int ch = d->obs.shape[2];
         uint8_t *s = calloc(1, d->state_size), *o = malloc(fl_env_obs_size(d));
         uint8_t *rgb = malloc(FL_MINATAR_RENDER_SIZE * FL_MINATAR_RENDER_SIZE * 3);
         fl_env_options_t opts = {.sticky_prob = 0.0f, .difficulty_ramping = 1, .args = ""};

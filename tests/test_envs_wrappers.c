@@ -53,9 +53,7 @@ static void counter_step(void *state, fl_rng_t *rng, int action, void *obs, floa
 static const fl_env_def_t counter_env = {
     .abi_version = FL_ENV_ABI_VERSION,
     .name = "counter",
-    .obs_dtype = FL_DTYPE_INT32,
-    .obs_rank = 1,
-    .obs_shape = {3},
+    .obs = {.dtype = FL_DTYPE_INT32, .rank = 1, .shape = {3}},
     .num_actions = 4,
     .max_episode_steps = 0,
     .state_size = sizeof(counter_state_t),
@@ -66,9 +64,7 @@ static const fl_env_def_t counter_env = {
 static const fl_env_def_t counter6_env = {
     .abi_version = FL_ENV_ABI_VERSION,
     .name = "counter6",
-    .obs_dtype = FL_DTYPE_INT32,
-    .obs_rank = 1,
-    .obs_shape = {3},
+    .obs = {.dtype = FL_DTYPE_INT32, .rank = 1, .shape = {3}},
     .num_actions = 4,
     .max_episode_steps = 6,
     .state_size = sizeof(counter_state_t),
@@ -87,9 +83,7 @@ static int counter_configure(void *state, const fl_env_options_t *opts) {
 static const fl_env_def_t counter_cfg_env = {
     .abi_version = FL_ENV_ABI_VERSION,
     .name = "counter_cfg",
-    .obs_dtype = FL_DTYPE_INT32,
-    .obs_rank = 1,
-    .obs_shape = {3},
+    .obs = {.dtype = FL_DTYPE_INT32, .rank = 1, .shape = {3}},
     .num_actions = 4,
     .state_size = sizeof(counter_state_t),
     .reset = counter_reset,
@@ -116,9 +110,7 @@ static void rewards_step(void *state, fl_rng_t *rng, int action, void *obs, floa
 static const fl_env_def_t rewards_env = {
     .abi_version = FL_ENV_ABI_VERSION,
     .name = "rewards",
-    .obs_dtype = FL_DTYPE_FLOAT32,
-    .obs_rank = 1,
-    .obs_shape = {1},
+    .obs = {.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {1}},
     .num_actions = 5,
     .state_size = sizeof(int),
     .reset = rewards_reset,
@@ -159,9 +151,7 @@ static void rgb4_step(void *state, fl_rng_t *rng, int action, void *obs, float *
 static const fl_env_def_t rgb4_env = {
     .abi_version = FL_ENV_ABI_VERSION,
     .name = "rgb4",
-    .obs_dtype = FL_DTYPE_UINT8,
-    .obs_rank = 3,
-    .obs_shape = {4, 4, 3},
+    .obs = {.dtype = FL_DTYPE_UINT8, .rank = 3, .shape = {4, 4, 3}},
     .num_actions = 2,
     .state_size = sizeof(counter_state_t),
     .reset = rgb4_reset,
@@ -189,9 +179,7 @@ static void colors_step(void *state, fl_rng_t *rng, int action, void *obs, float
 static const fl_env_def_t colors_env = {
     .abi_version = FL_ENV_ABI_VERSION,
     .name = "colors",
-    .obs_dtype = FL_DTYPE_UINT8,
-    .obs_rank = 3,
-    .obs_shape = {1, 6, 3},
+    .obs = {.dtype = FL_DTYPE_UINT8, .rank = 3, .shape = {1, 6, 3}},
     .num_actions = 1,
     .state_size = sizeof(int),
     .reset = colors_reset,
@@ -259,9 +247,9 @@ static void test_empty_spec_is_identity(void **unused) {
     inst_open(&a, &counter_env, "", 1);
     const fl_env_def_t *d = fl_wrapped_env_info(a.w);
     assert_string_equal(d->name, "counter");
-    assert_int_equal(d->obs_dtype, FL_DTYPE_INT32);
-    assert_int_equal(d->obs_rank, 1);
-    assert_int_equal(d->obs_shape[0], 3);
+    assert_int_equal(d->obs.dtype, FL_DTYPE_INT32);
+    assert_int_equal(d->obs.rank, 1);
+    assert_int_equal(d->obs.shape[0], 3);
     assert_int_equal(d->num_actions, 4);
     assert_ptr_equal(fl_wrapped_env_inner(a.w), &counter_env);
     assert_null(d->reset);
@@ -280,8 +268,8 @@ static void test_framestack_order_and_reset_fill(void **unused) {
     inst_t a;
     inst_open(&a, &counter_env, "framestack(3)", 1);
     const fl_env_def_t *d = fl_wrapped_env_info(a.w);
-    assert_int_equal(d->obs_rank, 1);
-    assert_int_equal(d->obs_shape[0], 9);
+    assert_int_equal(d->obs.rank, 1);
+    assert_int_equal(d->obs.shape[0], 9);
     assert_int_equal(fl_wrapped_env_obs_size(a.w), 9 * sizeof(int32_t));
     int32_t r0[9] = {0, 100, 0, 0, 100, 0, 0, 100, 0};
     assert_i32(a.obs, r0, 9);
@@ -304,10 +292,10 @@ static void test_framestack_images_on_last_axis(void **unused) {
     inst_open(&s, &rgb4_env, "grayscale framestack(2)", 1);
     inst_open(&g, &rgb4_env, "grayscale", 1);
     const fl_env_def_t *d = fl_wrapped_env_info(s.w);
-    assert_int_equal(d->obs_rank, 3);
-    assert_int_equal(d->obs_shape[0], 4);
-    assert_int_equal(d->obs_shape[1], 4);
-    assert_int_equal(d->obs_shape[2], 2);
+    assert_int_equal(d->obs.rank, 3);
+    assert_int_equal(d->obs.shape[0], 4);
+    assert_int_equal(d->obs.shape[1], 4);
+    assert_int_equal(d->obs.shape[2], 2);
     uint8_t prev[16];
     memcpy(prev, g.obs, 16);
     for (int p = 0; p < 16; p++) {
@@ -524,11 +512,11 @@ static void test_grayscale_values(void **unused) {
     inst_t a;
     inst_open(&a, &colors_env, "grayscale", 1);
     const fl_env_def_t *d = fl_wrapped_env_info(a.w);
-    assert_int_equal(d->obs_dtype, FL_DTYPE_UINT8);
-    assert_int_equal(d->obs_rank, 3);
-    assert_int_equal(d->obs_shape[0], 1);
-    assert_int_equal(d->obs_shape[1], 6);
-    assert_int_equal(d->obs_shape[2], 1);
+    assert_int_equal(d->obs.dtype, FL_DTYPE_UINT8);
+    assert_int_equal(d->obs.rank, 3);
+    assert_int_equal(d->obs.shape[0], 1);
+    assert_int_equal(d->obs.shape[1], 6);
+    assert_int_equal(d->obs.shape[2], 1);
     assert_memory_equal(a.obs, colors_gray, 6);
     inst_step(&a, 0);
     assert_memory_equal(a.obs, colors_gray, 6);
@@ -599,11 +587,11 @@ static void test_chained_spaces(void **unused) {
                                            &w, &err),
                      FL_OK);
     const fl_env_def_t *d = fl_wrapped_env_info(w);
-    assert_int_equal(d->obs_dtype, FL_DTYPE_UINT8);
-    assert_int_equal(d->obs_rank, 3);
-    assert_int_equal(d->obs_shape[0], 2);
-    assert_int_equal(d->obs_shape[1], 2);
-    assert_int_equal(d->obs_shape[2], 4);
+    assert_int_equal(d->obs.dtype, FL_DTYPE_UINT8);
+    assert_int_equal(d->obs.rank, 3);
+    assert_int_equal(d->obs.shape[0], 2);
+    assert_int_equal(d->obs.shape[1], 2);
+    assert_int_equal(d->obs.shape[2], 4);
     assert_int_equal(d->num_actions, 2);
     assert_int_equal(d->max_episode_steps, 27000);
     assert_int_equal(fl_wrapped_env_obs_size(w), 16);
@@ -613,23 +601,23 @@ static void test_chained_spaces(void **unused) {
 
     assert_int_equal(fl_wrapped_env_create(&rgb4_env, "resize(3,2) grayscale", &w, &err), FL_OK);
     d = fl_wrapped_env_info(w);
-    assert_int_equal(d->obs_shape[0], 3);
-    assert_int_equal(d->obs_shape[1], 2);
-    assert_int_equal(d->obs_shape[2], 1);
+    assert_int_equal(d->obs.shape[0], 3);
+    assert_int_equal(d->obs.shape[1], 2);
+    assert_int_equal(d->obs.shape[2], 1);
     fl_wrapped_env_destroy(w);
 
     assert_int_equal(fl_wrapped_env_create(&rgb4_env, "resize(3,5)", &w, &err), FL_OK);
     d = fl_wrapped_env_info(w);
-    assert_int_equal(d->obs_shape[0], 3);
-    assert_int_equal(d->obs_shape[1], 5);
-    assert_int_equal(d->obs_shape[2], 3);
+    assert_int_equal(d->obs.shape[0], 3);
+    assert_int_equal(d->obs.shape[1], 5);
+    assert_int_equal(d->obs.shape[2], 3);
     fl_wrapped_env_destroy(w);
 
     assert_int_equal(fl_wrapped_env_create(&counter_env, "framestack(4) frameskip(2) noop(3)", &w, &err), FL_OK);
     d = fl_wrapped_env_info(w);
-    assert_int_equal(d->obs_dtype, FL_DTYPE_INT32);
-    assert_int_equal(d->obs_rank, 1);
-    assert_int_equal(d->obs_shape[0], 12);
+    assert_int_equal(d->obs.dtype, FL_DTYPE_INT32);
+    assert_int_equal(d->obs.rank, 1);
+    assert_int_equal(d->obs.shape[0], 12);
     assert_int_equal(fl_wrapped_env_obs_size(w), 48);
     fl_wrapped_env_destroy(w);
     fl_wrapped_env_destroy(NULL);

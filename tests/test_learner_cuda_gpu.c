@@ -109,9 +109,7 @@ static void pair_create(pair_t *p, const dcase_t *c, uint64_t stream) {
     fl_cuda_dqn_config_t g;
     fl_cuda_dqn_config_init(&g);
     g.spec = c->spec;
-    g.obs_rank = c->rank;
-    for (int i = 0; i < c->rank; i++) g.obs_shape[i] = c->shape[i];
-    g.obs_dtype = c->uint8 ? FL_DTYPE_UINT8 : FL_DTYPE_FLOAT32;
+    g.obs = fl_obs_spec_make(c->uint8 ? FL_DTYPE_UINT8 : FL_DTYPE_FLOAT32, c->rank, c->shape);
     g.obs_scale = 1.0f / 255.0f;
     g.input_scale = c->input_scale;
     g.num_actions = c->actions;
@@ -140,7 +138,7 @@ static void pair_destroy(pair_t *p) {
     free(p->next_f);
 }
 
-/* Item i's observation: raw (obs_dtype) and the CPU's float conversion of it (the
+/* Item i's observation: raw (obs.dtype) and the CPU's float conversion of it (the
  * learner's fl_dtype_to_float). */
 static void draw_obs(pair_t *p, void *raw, float *f, int i) {
     const size_t D = p->D, at = (size_t)i * D;
@@ -592,7 +590,7 @@ static void test_bad_arguments(void **state) {
     assert_int_equal(fl_cuda_dqn_create(&g, &d, &e), FL_INVALID_ARGUMENT);
     assert_null(d);
     g.spec = "dense(4)";
-    g.obs_dtype = FL_DTYPE_INT64;
+    g.obs.dtype = FL_DTYPE_INT64;
     assert_int_equal(fl_cuda_dqn_create(&g, &d, &e), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(e.msg, "obs_dtype"));
     fl_cuda_dqn_destroy(NULL);
@@ -629,9 +627,7 @@ static void test_create_without_gpu(void **state) {
         fl_cuda_dqn_config_t g;
         fl_cuda_dqn_config_init(&g);
         g.spec = specs[i].spec;
-        g.obs_rank = specs[i].rank;
-        for (int k = 0; k < specs[i].rank; k++) g.obs_shape[k] = specs[i].shape[k];
-        g.obs_dtype = FL_DTYPE_UINT8;
+        g.obs = fl_obs_spec_make(FL_DTYPE_UINT8, specs[i].rank, specs[i].shape);
         g.num_actions = 3;
         g.max_batch = 4;
         fl_cuda_dqn_t *d = (fl_cuda_dqn_t *)&g;

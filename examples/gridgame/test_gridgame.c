@@ -71,8 +71,8 @@ int main(int argc, char **argv) {
 
     CHECK(def->abi_version == FL_ENV_ABI_VERSION);
     CHECK(strcmp(def->name, "gridgame") == 0);
-    CHECK(def->obs_dtype == FL_DTYPE_FLOAT32);
-    CHECK(def->obs_rank == 2 && def->obs_shape[0] == 5 && def->obs_shape[1] == 5);
+    CHECK(def->obs.dtype == FL_DTYPE_FLOAT32);
+    CHECK(def->obs.rank == 2 && def->obs.shape[0] == 5 && def->obs.shape[1] == 5);
     CHECK(def->num_actions == 4);
     CHECK(def->max_episode_steps == 50);
     CHECK(def->reset && def->step && def->configure);

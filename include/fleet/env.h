@@ -62,6 +62,18 @@ typedef struct fl_rng {
     uint64_t s[4];
 } fl_rng_t;
 
+/* Ranks of an observation signature (the same bound as FL_ENV_MAX_RANK). */
+#define FL_OBS_MAX_RANK FL_ENV_MAX_RANK
+
+/* An observation signature: element type and per-item shape. This is the one definition
+ * in the fleet tree (common/obs.h adds the helpers); envs declare theirs in
+ * fl_env_def_t.obs, and actors, replay tables and learners carry the same type. */
+typedef struct fl_obs_spec {
+    fl_dtype dtype;
+    int rank;                   /* 0 .. FL_OBS_MAX_RANK (0: a scalar per item; an env's is 1..) */
+    int shape[FL_OBS_MAX_RANK]; /* first rank entries, each >= 1; the rest 0 */
+} fl_obs_spec_t;
+
 /* reset: start a new episode; writes the first observation into obs. */
 typedef void (*fl_env_reset_fn)(void *state, fl_rng_t *rng, void *obs);
 /* step: apply action (valid), write the next observation into obs, the reward into
@@ -94,9 +106,13 @@ typedef struct fl_env_def {
     int abi_version;          /* FL_ENV_ABI_VERSION */
     const char *name;         /* the env.name that selects this env (the registry key), e.g. "cartpole" */
     const char *description;  /* one line for listings; may be NULL */
-    fl_dtype obs_dtype;       /* element type of an observation */
-    int obs_rank;             /* 1..FL_ENV_MAX_RANK */
-    int obs_shape[FL_ENV_MAX_RANK]; /* first obs_rank entries used, each > 0 */
+    /* The observation signature: obs.dtype, obs.rank (1..FL_ENV_MAX_RANK) and obs.shape
+     * (the first obs.rank entries used, each > 0), e.g. `.obs = {FL_DTYPE_FLOAT32, 1, {4}}`.
+     * Earlier headers declared three loose members here instead (fl_dtype obs_dtype,
+     * int obs_rank, int obs_shape[FL_ENV_MAX_RANK]); the struct has the same layout (an
+     * enum-sized dtype, an int, int[4] at the same offsets; envs/env.c asserts it), so
+     * FL_ENV_ABI_VERSION stays 2 and plugins built against the old header keep loading. */
+    fl_obs_spec_t obs;
     int num_actions;          /* discrete actions 0..num_actions-1 */
     int max_episode_steps;    /* the env's own time limit (truncation); 0 = none */
     size_t state_size;        /* bytes of one instance's state, allocated by the caller */
