@@ -97,7 +97,7 @@ fl_status fl_options_replay(const fl_config_t *c, int shard, fl_replay_service_o
     return FL_OK;
 }
 
-fl_status fl_options_learner(const fl_config_t *c, fl_learner_options_t *o, fl_err_t *err) {
+fl_status fl_options_learner(const fl_config_t *c, fl_learner_opts_t *o, fl_err_t *err) {
     if (!c || !o) return fl_err_set(err, FL_INVALID_ARGUMENT, "learner options: NULL argument");
     switch (c->learner_mode) {
     case FL_CFG_MODE_APEX: o->mode = FL_LEARNER_APEX; break;

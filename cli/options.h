@@ -44,11 +44,11 @@ fl_status fl_options_paramserver(const fl_config_t *c, fl_paramserver_service_op
  * FL_INVALID_ARGUMENT, naming the shard, when replay.selector names no selector. */
 fl_status fl_options_replay(const fl_config_t *c, int shard, fl_replay_service_opts_t *out, fl_err_t *err);
 
-/* A learner's run settings (the second part of fl_learner_options_t: everything but
+/* A learner's run settings (the second part of fl_learner_opts_t: everything but
  * index, addresses, obs, num_actions, resume_path and reduce, which the caller sets and
  * this leaves as they are). FL_INVALID_ARGUMENT naming the key when an enum key holds a
  * value outside its choices (possible only in a struct written by hand). */
-fl_status fl_options_learner(const fl_config_t *c, fl_learner_options_t *o, fl_err_t *err);
+fl_status fl_options_learner(const fl_config_t *c, fl_learner_opts_t *o, fl_err_t *err);
 
 /* The optimizer settings of the learner.* keys (kernels/optim.h), which the learners and
  * the Gorila shards turn into the same fl_optim_config_t with fl_optim_config_from. */

@@ -63,7 +63,7 @@ int fl_learner_main(int argc, char **argv, fl_reduce_t *reduce) {
         fl_wrapped_env_destroy(wenv);
         return 2;
     }
-    fl_learner_options_t lo = {
+    fl_learner_opts_t lo = {
         .index = (int)index,
         .replay_addr = replay,
         .paramserver_addr = params,

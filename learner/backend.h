@@ -34,7 +34,7 @@ typedef struct fl__learner_backend {
     const char *where;       /* "the CPU", "the GPU": log lines */
     const char *update_what; /* "update", "GPU update": error messages */
     /* learner.device names this backend: what it refuses at create, before anything is built. */
-    fl_status (*check)(const fl_learner_options_t *o, fl_err_t *err);
+    fl_status (*check)(const fl_learner_opts_t *o, fl_err_t *err);
     /* Takes over training from the CPU networks and optimizer; keeps its state in
      * l->be_state. required = 0 (learner.device = auto): *declined = 1 and FL_OK when it
      * cannot (no GPU), and the learner trains on the CPU. NULL: nothing to open. */

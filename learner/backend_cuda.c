@@ -38,7 +38,7 @@ typedef struct gpu_state {
 
 static gpu_state_t *state_of(fl_learner_t *l) { return (gpu_state_t *)l->be_state; }
 
-static fl_status cuda_check_opts(const fl_learner_options_t *o, fl_err_t *err) {
+static fl_status cuda_check_opts(const fl_learner_opts_t *o, fl_err_t *err) {
     if (o->obs.dtype != FL_DTYPE_FLOAT32 && o->obs.dtype != FL_DTYPE_UINT8)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "learner: learner.device = cuda takes float32 or uint8 observations, not %s",

@@ -184,7 +184,7 @@ fl_status fl__learner_updated(fl_learner_t *l, fl_status s, const fl_err_t *e, c
 
 /* ---- create / destroy ------------------------------------------------------------- */
 
-static fl_status check_opts(const fl_learner_options_t *o, fl_err_t *err) {
+static fl_status check_opts(const fl_learner_opts_t *o, fl_err_t *err) {
     if (o->mode != FL_LEARNER_APEX && o->mode != FL_LEARNER_GORILA)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: mode %d (expected apex or gorila)", (int)o->mode);
     if ((int)o->device < 0 || (size_t)o->device >= sizeof DEVICES / sizeof DEVICES[0])
@@ -234,7 +234,7 @@ static fl_status check_opts(const fl_learner_options_t *o, fl_err_t *err) {
 
 /* Both networks (online initialised from the seed and the index, target a copy), the
  * optimizer and the CPU update. */
-static fl_status build_networks(fl_learner_t *l, const fl_learner_options_t *o, fl_err_t *err) {
+static fl_status build_networks(fl_learner_t *l, const fl_learner_opts_t *o, fl_err_t *err) {
     fl_status s;
     if ((s = fl_qnet_create_for_obs(o->model_spec, l->obs.rank, l->obs.shape, l->num_actions, l->batch_size,
                                     &l->online, err)) != FL_OK ||
@@ -260,7 +260,7 @@ static fl_status build_networks(fl_learner_t *l, const fl_learner_options_t *o, 
 }
 
 /* The batch, its float copies, priorities, the reduce buffer and the learner's strings. */
-static fl_status alloc_buffers(fl_learner_t *l, const fl_learner_options_t *o, fl_err_t *err) {
+static fl_status alloc_buffers(fl_learner_t *l, const fl_learner_opts_t *o, fl_err_t *err) {
     fl_status s;
     if ((s = fl_replay_batch_init(&l->batch, (size_t)l->batch_size, l->obs_bytes)) != FL_OK)
         return fl_err_set(err, s, "learner: out of memory for a batch of %d", l->batch_size);
@@ -294,7 +294,7 @@ static fl_status open_backend(fl_learner_t *l, fl_err_t *err) {
 }
 
 /* The replay shards (and the prefetcher), the parameter servers and the reporter. */
-static fl_status connect_services(fl_learner_t *l, const fl_learner_options_t *o, fl_err_t *err) {
+static fl_status connect_services(fl_learner_t *l, const fl_learner_opts_t *o, fl_err_t *err) {
     fl_status s;
     fl_rng_t split_rng;
     fl_rng_init_stream(&split_rng, o->seed, SPLIT_STREAM + (uint64_t)l->index);
@@ -330,7 +330,7 @@ static fl_status connect_services(fl_learner_t *l, const fl_learner_options_t *o
     return FL_OK;
 }
 
-fl_status fl_learner_create(const fl_learner_options_t *opts, fl_learner_t **out, fl_err_t *err) {
+fl_status fl_learner_create(const fl_learner_opts_t *opts, fl_learner_t **out, fl_err_t *err) {
     if (!opts || !out) return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: NULL argument");
     *out = NULL;
     FL_TRY(check_opts(opts, err));

@@ -28,7 +28,7 @@
  * whose loss or gradient norm is not finite is skipped (parameters untouched, no
  * priorities sent) and logged.
  *
- * The learner takes its own options (fl_learner_options_t), not the run's configuration:
+ * The learner takes its own options (fl_learner_opts_t), not the run's configuration:
  * cli/options.h (fl_options_learner) maps the configuration to them. The caller resolves env.name
  * (the verb does it with the env registry), so that this library does not depend on the
  * environments: it gets the observation signature and the action count.
@@ -105,7 +105,7 @@ typedef enum {
  * run's settings, which cli/options.h's fl_options_learner maps from the
  * configuration (the key each comes from is named in brackets). Strings are borrowed
  * until fl_learner_create returns; the learner keeps its own copies. */
-typedef struct fl_learner_options {
+typedef struct fl_learner_opts {
     /* this process */
     int index;                    /* this learner's index, 0 <= index < count */
     const char *replay_addr;      /* the replay shards' addresses, "host:port" or "unix:/path", comma-separated
@@ -146,7 +146,7 @@ typedef struct fl_learner_options {
     double paramserver_wait_timeout_s; /* [paramserver.wait_timeout_s] gorila: a push's extra deadline */
     uint64_t seed;                /* [run.seed] */
     double progress_every;        /* [run.progress_every] seconds between reports */
-} fl_learner_options_t;
+} fl_learner_opts_t;
 
 /* Totals since create, readable at any time by the owner (and after run returns). */
 typedef struct fl_learner_stats {
@@ -173,7 +173,7 @@ typedef struct fl_learner fl_learner_t;
  * index, target a copy), optimizer, buffers and clients. Nothing is sent yet.
  * FL_INVALID_ARGUMENT / FL_UNIMPLEMENTED with a message naming the key or option;
  * FL_NO_MEMORY. */
-fl_status fl_learner_create(const fl_learner_options_t *o, fl_learner_t **out, fl_err_t *err);
+fl_status fl_learner_create(const fl_learner_opts_t *o, fl_learner_t **out, fl_err_t *err);
 /* Runs the role until a stop (see above). FL_OK on a clean stop; otherwise an error
  * that is not a service outage: a bad answer from a service (e.g. observations of the
  * wrong size), an input the update refuses, out of memory. */

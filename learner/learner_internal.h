@@ -43,7 +43,7 @@ typedef struct fl__learner_outage {
 } fl__learner_outage_t;
 
 struct fl_learner {
-    fl_learner_options_t o; /* as given; model_spec points to the learner's copy, the other strings are NULL */
+    fl_learner_opts_t o; /* as given; model_spec points to the learner's copy, the other strings are NULL */
     int index;
     char *replay_addr, *param_addr, *model_spec;
     char *ckpt_path; /* checkpoint_dir/learner-<index>.safetensors, or NULL without checkpoint_dir */

@@ -581,8 +581,8 @@ static void insert_random(const services_t *sv, fl_rng_t *r, int n) {
 }
 
 /* This process's part of the learner's options; the run's part comes from a config. */
-static fl_learner_options_t learner_opts(const services_t *sv) {
-    fl_learner_options_t o = {.index = 0,
+static fl_learner_opts_t learner_opts(const services_t *sv) {
+    fl_learner_opts_t o = {.index = 0,
                            .replay_addr = sv->replay_addr,
                            .paramserver_addr = sv->param_addr,
                            .control_addr = NULL,
@@ -593,9 +593,9 @@ static fl_learner_options_t learner_opts(const services_t *sv) {
 
 /* A learner for a run's configuration cfg, as `fleet learner` builds one: the run's
  * settings mapped by fl_options_learner, the process's own from o. */
-static fl_status create_learner(const fl_config_t *cfg, const fl_learner_options_t *o, fl_learner_t **out,
+static fl_status create_learner(const fl_config_t *cfg, const fl_learner_opts_t *o, fl_learner_t **out,
                                 fl_err_t *err) {
-    fl_learner_options_t lo = *o;
+    fl_learner_opts_t lo = *o;
     fl_status s = fl_options_learner(cfg, &lo, err);
     return s != FL_OK ? s : fl_learner_create(&lo, out, err);
 }
@@ -616,7 +616,7 @@ static void test_learner_loop(void **state) {
     set_key(&cfg, "learner.optimizer=adam");
     set_key(&cfg, "learner.lr=0.001");
     set_key(&cfg, "model.spec=dense(16) relu dueling");
-    fl_learner_options_t o = learner_opts(&sv);
+    fl_learner_opts_t o = learner_opts(&sv);
     fl_learner_t *l = NULL;
     fl_err_t err = {0};
     assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_OK);
@@ -676,7 +676,7 @@ static void test_learner_loop(void **state) {
 static void test_learner_create_errors(void **state) {
     services_t sv;
     services_start(&sv, 100);
-    fl_learner_options_t o = learner_opts(&sv);
+    fl_learner_opts_t o = learner_opts(&sv);
     fl_learner_t *l = NULL;
     fl_err_t err = {0};
     fl_config_t cfg = sv.cfg;
@@ -762,7 +762,7 @@ static void test_learner_checkpoint_resume(void **state) {
     set_key(&cfg, "learner.checkpoint_every=25");
     set_key(&cfg, "model.spec=dense(16) relu dueling");
     snprintf(cfg.learner_checkpoint_dir, sizeof cfg.learner_checkpoint_dir, "%s", dir);
-    fl_learner_options_t o = learner_opts(&sv);
+    fl_learner_opts_t o = learner_opts(&sv);
     fl_learner_t *l = NULL;
     fl_err_t err = {0};
     assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_OK);
@@ -778,7 +778,7 @@ static void test_learner_checkpoint_resume(void **state) {
     fl_config_t cfg2 = cfg;
     set_key(&cfg2, "learner.max_steps=90");
     cfg2.learner_checkpoint_dir[0] = '\0';
-    fl_learner_options_t o2 = o;
+    fl_learner_opts_t o2 = o;
     o2.resume_path = path;
     fl_learner_t *m = NULL;
     if (create_learner(&cfg2, &o2, &m, &err) != FL_OK) fail_msg("resume: %s", err.msg);
@@ -840,7 +840,7 @@ static void test_learner_stop(void **state) {
     fl_config_t cfg = sv.cfg;
     set_key(&cfg, "learner.batch_size=16");
     set_key(&cfg, "model.spec=dense(8) relu");
-    fl_learner_options_t o = learner_opts(&sv);
+    fl_learner_opts_t o = learner_opts(&sv);
     bg_run_t w = {0};
     assert_int_equal(create_learner(&cfg, &o, &w.l, &w.err), FL_OK);
     pthread_t th;
@@ -876,7 +876,7 @@ static void test_learner_waits_restarts_stops(void **state) {
     fl_config_t cfg = sv.cfg;
     set_key(&cfg, "learner.batch_size=16");
     set_key(&cfg, "model.spec=dense(8) relu");
-    fl_learner_options_t o = learner_opts(&sv);
+    fl_learner_opts_t o = learner_opts(&sv);
     bg_run_t w = {0};
     assert_int_equal(create_learner(&cfg, &o, &w.l, &w.err), FL_OK);
     pthread_t th;
