@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/methods.h"
 #include "common/rpc.h"
 #include "common/stop.h"
 #include "envs/plugin.h"
@@ -246,7 +247,7 @@ int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *c
     snprintf(bind, sizeof bind, "%s:0", control_host);
     fl_rpc_server_opts_t so = {.threads = 2, .prepost = 16};
     if (fl_rpc_server_create(&so, &L->control, &err) != FL_OK ||
-        fl_rpc_server_add_unary(L->control, "/fleet.Control/Report", on_report, &L->fs) != FL_OK ||
+        fl_rpc_server_add_unary(L->control, fl_method_path(FL_METHOD_CONTROL_REPORT), on_report, &L->fs) != FL_OK ||
         fl_rpc_server_bind(L->control, bind, &port, &err) != FL_OK || fl_rpc_server_start(L->control, &err) != FL_OK) {
         fprintf(stderr, "fleet run: cannot start the control service on %s: %s\n", bind, err.msg);
         fl_launch_destroy(L);

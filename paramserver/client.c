@@ -398,7 +398,8 @@ static void fetch_one(void *arg, int s) {
     memset(v, 0, sizeof *v);
     if (walk(x->bufs[s].data, x->bufs[s].len, on_response, v)) {
         j->st =
-            fl_err_set(&j->err, FL_DATA_LOSS, "/fleet.ParamServer/Fetch: the response is not a valid FetchResponse");
+            fl_err_set(&j->err, FL_DATA_LOSS, "%s: the response is not a valid FetchResponse",
+                       fl_method_path(FL_METHOD_PARAM_FETCH));
         return;
     }
     if (v->has_params) j->st = check_fetched(x, s, &j->err);
