@@ -292,12 +292,25 @@ static fl_status refresh_views(fl_replay_sharded_t *s, int64_t timeout_ms, fl_er
     return st;
 }
 
-/* Until some shard holds priority mass (polling Info), or the deadline. */
+static fl_status nothing_to_sample(const fl_replay_sharded_t *s, uint64_t size, fl_err_t *err) {
+    return fl_err_set(err, FL_FAILED_PRECONDITION,
+                      "replay holds %" PRIu64 " transitions and nothing to sample on any of its %d shards", size,
+                      s->n);
+}
+
+/* Until some shard holds priority mass (polling Info), or the deadline. A poll that runs
+ * out of time after an earlier one found every shard empty answers as that one did: the
+ * caller learns that there is nothing to sample, not that the deadline hit an Info call. */
 static fl_status wait_for_mass(fl_replay_sharded_t *s, int64_t timeout_ms, double deadline, fl_err_t *err) {
+    int polled = 0;
+    uint64_t size = 0;
     for (;;) {
-        FL_TRY(refresh_views(s, timeout_ms > 0 ? ms_left(deadline) : s->timeout_ms, err));
+        fl_status st = refresh_views(s, timeout_ms > 0 ? ms_left(deadline) : s->timeout_ms, err);
+        if (st == FL_DEADLINE_EXCEEDED && polled) return nothing_to_sample(s, size, err);
+        if (st != FL_OK) return st;
+        polled = 1;
         double sum = 0.0;
-        uint64_t size = 0;
+        size = 0;
         pthread_mutex_lock(&s->mu);
         for (int i = 0; i < s->n; i++) {
             sum += s->views[i].mass;
@@ -306,10 +319,7 @@ static fl_status wait_for_mass(fl_replay_sharded_t *s, int64_t timeout_ms, doubl
         pthread_mutex_unlock(&s->mu);
         if (sum > 0.0) return FL_OK;
         double now = fl_clock_sec();
-        if (timeout_ms <= 0 || now + 0.05 >= deadline)
-            return fl_err_set(err, FL_FAILED_PRECONDITION,
-                              "replay holds %" PRIu64 " transitions and nothing to sample on any of its %d shards",
-                              size, s->n);
+        if (timeout_ms <= 0 || now + 0.05 >= deadline) return nothing_to_sample(s, size, err);
         fl_sleep_sec(0.05);
     }
 }
