@@ -140,7 +140,7 @@ static void test_refusals_then_data(void **state) {
     fl_err_init(&e);
     assert_int_equal(fl_replay_sharded_create(addr, 3, &rs, &e), FL_OK);
     fl_replay_prefetch_t *p = NULL;
-    assert_int_equal(fl_replay_prefetch_create(rs, 2, 16, OBS_BYTES, 0.4, 100, &p, &e), FL_OK);
+    assert_int_equal(fl_replay_prefetch_create(rs, 2, 16, OBS_BYTES, 0.4, 1000, &p, &e), FL_OK);
     fl_replay_prefetched_t *r = NULL;
     assert_int_equal(fl_replay_prefetch_next(p, 20000, &r), 1);
     assert_int_equal(r->status, FL_FAILED_PRECONDITION);
