@@ -29,6 +29,8 @@
 
 #include <ini.h>
 
+#include "common/suggest.h"
+
 /* ---- the key table -------------------------------------------------------------- */
 
 typedef enum { KT_INT, KT_FLOAT, KT_BOOL, KT_STRING, KT_ENUM } key_type;
@@ -146,26 +148,6 @@ static void list_add(list_buf *l, const char *item) {
     l->len += (size_t)snprintf(l->s + l->len, sizeof l->s - l->len, "%s%s", l->len ? ", " : "", item);
 }
 
-static size_t edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64) return SIZE_MAX;
-    size_t row[65];
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
 /* A value as shown in a message: '' when empty, cut after 60 bytes. */
 typedef struct {
     char s[72];
@@ -250,7 +232,7 @@ static fl_status unknown_key(const char *section, const char *key, const char *l
     const key_desc *best = NULL;
     size_t best_dist = SIZE_MAX;
     for (size_t i = 0; i < NKEYS; i++) {
-        size_t dist = strcmp(keys[i].key, key) == 0 ? 0 : edit_distance(given, keys[i].name);
+        size_t dist = strcmp(keys[i].key, key) == 0 ? 0 : fl_edit_distance(given, keys[i].name);
         if (dist < best_dist) best_dist = dist, best = &keys[i];
     }
     size_t limit = strlen(given) / 5 > 2 ? strlen(given) / 5 : 2;
@@ -277,7 +259,7 @@ static fl_status unknown_section(const char *section, const char *loc, fl_err_t 
     const char *best = NULL;
     size_t best_dist = SIZE_MAX;
     for (size_t i = 0; i < NKEYS; i++) {
-        size_t dist = edit_distance(section, keys[i].section);
+        size_t dist = fl_edit_distance(section, keys[i].section);
         if (first_of_section(i) && dist < best_dist) best_dist = dist, best = keys[i].section;
     }
     char hint[96] = "";
@@ -652,6 +634,7 @@ typedef struct {
     char pending[64];
     int err_line; /* the earliest error found by the reader or the handler, 0 if none */
     fl_err_t first;
+    int seen[NKEYS]; /* the line that set each key in this file, 0 if none */
 } loader;
 
 /* The placeholder key that stands in for a line too long for libinih. */
@@ -812,6 +795,16 @@ static int on_key(void *user, const char *section, const char *name, const char 
         record(L, L->lineno, &e);
         return 0;
     }
+    const key_desc *d = find_key(section, kname);
+    if (!d) return 1;
+    size_t k = (size_t)(d - keys);
+    if (L->seen[k]) {
+        fail(&e, FL_INVALID_ARGUMENT, loc, "%s is given twice in this file (first on line %d); set it once",
+             keys[k].name, L->seen[k]);
+        record(L, L->lineno, &e);
+        return 0;
+    }
+    L->seen[k] = L->lineno;
     return 1;
 }
 

@@ -35,7 +35,8 @@
  *   - Lines of any length are accepted (libinih's own line limit does not apply).
  *   - Text after `]` other than a comment, a key outside any section, a line that is
  *     neither a section, a key nor a comment, unknown sections and keys, and bad values
- *     are errors. A key given twice keeps the last value.
+ *     are errors, and so is a key given twice in one file (the message names both
+ *     lines); --set overrides whatever the file says.
  *
  * Errors (message in err, first error only, *c unchanged on failure):
  *   FL_IO_ERROR          the file cannot be opened or read

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/suggest.h"
 #include "envs/classic.h"
 #include "envs/minatar.h"
 #include "envs/minatar_games2.h"
@@ -50,5 +51,9 @@ fl_status fl_env_lookup(const char *name, const fl_env_def_t **out, fl_err_t *er
         if (n < 0) break;
         used += (size_t)n;
     }
-    return fl_err_set(err, FL_NOT_FOUND, "unknown env '%s' (known: %s)", name ? name : "(null)", known);
+    fl_suggest_t sg;
+    fl_suggest_init(&sg, name, name && strlen(name) >= 6 ? strlen(name) / 3 : 2);
+    for (int i = 0; i < NUM_BUILTINS; i++) fl_suggest_consider(&sg, builtins[i]->name);
+    return fl_err_set(err, FL_NOT_FOUND, "unknown env '%s' (known: %s%s%s%s)", name ? name : "(null)", known,
+                      sg.best ? "; did you mean '" : "", sg.best ? sg.best : "", sg.best ? "'?" : "");
 }

@@ -288,6 +288,36 @@ static void test_dump_refuses_unloadable_values(void **state) {
 
 /* ---- loading files -------------------------------------------------------------- */
 
+/* A key given twice in one file is an error naming both lines, also across a reopened
+ * section; the same key in another section is another key; --set still overrides. */
+static void test_file_key_twice(void **state) {
+    (void)state;
+    const char *path = write_tmp("twice.ini",
+                                 "[learner]\n"
+                                 "batch_size = 64\n"
+                                 "[env]\n"
+                                 "name = cartpole\n"
+                                 "[run]\n"
+                                 "name = x\n"
+                                 "[learner]\n"
+                                 "lr = 0.01\n"
+                                 "batch_size = 128\n");
+    fl_config_t c;
+    fl_err_t err;
+    fl_config_defaults(&c);
+    assert_int_equal(fl_config_load_file(&c, path, &err), FL_INVALID_ARGUMENT);
+    assert_contains(err.msg, "twice.ini:9: learner.batch_size is given twice in this file (first on line 2)");
+    assert_int_equal(c.learner_batch_size, 512); /* *c unchanged on failure */
+
+    path = write_tmp("once.ini", "[learner]\nbatch_size = 64\n[run]\nname = x\n[env]\nname = cartpole\n");
+    assert_int_equal(fl_config_load_file(&c, path, &err), FL_OK);
+    assert_int_equal(fl_config_set(&c, "learner.batch_size=32", &err), FL_OK);
+    assert_int_equal(c.learner_batch_size, 32);
+    /* Loading the same file twice is two files: each sets each key once. */
+    assert_int_equal(fl_config_load_file(&c, path, &err), FL_OK);
+    assert_int_equal(c.learner_batch_size, 64);
+}
+
 static void test_file_overrides(void **state) {
     (void)state;
     char text[2048];
@@ -313,7 +343,7 @@ static void test_file_overrides(void **state) {
              "name = a;b\n"
              "plugin = ./x.so;not a comment\n"
              "[learner]\n"
-             "batch_size = 128\n",
+             "target_update = 100\n",
              "a comment that makes this line longer than the two hundred bytes that libinih reads at once, "
              "so that the reader has to pass it on by itself and strip the comment the way libinih does, "
              "which this sentence makes sure of by going on for a while longer");
@@ -328,7 +358,8 @@ static void test_file_overrides(void **state) {
     assert_int_equal(c.run_seed, 42);
     assert_int_equal(c.run_stop_at_target, 0);
     assert_int_equal(c.run_log_level, FL_CFG_LOG_DEBUG);
-    assert_int_equal(c.learner_batch_size, 128); /* the later line wins */
+    assert_int_equal(c.learner_batch_size, 64);
+    assert_int_equal(c.learner_target_update, 100); /* a section may be opened again */
     assert_true(c.learner_lr == 1e-4);
     assert_int_equal(c.learner_optimizer, FL_CFG_OPTIM_ADAM);
     assert_int_equal(c.learner_mode, FL_CFG_MODE_GORILA);
@@ -783,6 +814,7 @@ int main(void) {
         cmocka_unit_test(test_get_set_round_trip),
         cmocka_unit_test(test_dump_refuses_unloadable_values),
         cmocka_unit_test(test_file_overrides),
+        cmocka_unit_test(test_file_key_twice),
         cmocka_unit_test(test_file_errors),
         cmocka_unit_test(test_file_with_nul_byte),
         cmocka_unit_test(test_missing_file),

@@ -93,6 +93,12 @@ static void test_registry(void **unused) {
     assert_null(out);
     assert_non_null(strstr(err.msg, "'pong'"));
     assert_non_null(strstr(err.msg, "cartpole"));
+    assert_null(strstr(err.msg, "did you mean")); /* nothing is close to "pong" */
+    /* A typo gets the closest name. */
+    assert_int_equal(fl_env_lookup("minatar-breakuot", &out, &err), FL_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "did you mean 'minatar-breakout'?"));
+    assert_int_equal(fl_env_lookup("cartpol", &out, &err), FL_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "did you mean 'cartpole'?"));
     assert_int_equal(fl_env_lookup("cartpole", &out, &err), FL_OK);
     assert_ptr_equal(out, &fl_env_cartpole);
 }
