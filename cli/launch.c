@@ -156,6 +156,8 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
     printf("  stop         ");
     if (c->run_stop_at_target)
         printf("at mean return >= %g over the last %d episodes, or ", c->run_target_return, RETURN_WINDOW);
+    if (c->run_max_env_steps > 0) printf("after %lld env steps, or ", (long long)c->run_max_env_steps);
+    if (c->run_max_learner_steps > 0) printf("after %lld learner steps, or ", (long long)c->run_max_learner_steps);
     if (c->run_max_seconds > 0)
         printf("after %g s\n", c->run_max_seconds);
     else
@@ -401,6 +403,29 @@ static void collect_figures(monitor_t *M, double el, double dt, figures_t *f) {
     if (M->roles) fflush(M->roles);
 }
 
+/* How far the run is through its nearest budget (run.max_seconds, run.max_env_steps,
+ * run.max_learner_steps), as a fraction in [0, 1]; -1 when it has none. */
+static double budget_done(const fl_config_t *c, double el, const figures_t *f) {
+    double done = -1.0;
+    if (c->run_max_seconds > 0) done = fmax(done, el / c->run_max_seconds);
+    if (c->run_max_env_steps > 0) done = fmax(done, (double)f->env / (double)c->run_max_env_steps);
+    if (c->run_max_learner_steps > 0) done = fmax(done, (double)f->lsteps / (double)c->run_max_learner_steps);
+    return done > 1.0 ? 1.0 : done;
+}
+
+/* " | 42% ETA 3m05s" for the budget's progress (the ETA from the pace so far). */
+static void print_budget(const fl_config_t *c, double el, const figures_t *f) {
+    double done = budget_done(c, el, f);
+    if (done < 0) return;
+    printf(" | %3.0f%%", 100.0 * done);
+    if (done <= 0.0 || done >= 1.0) return;
+    double eta = el * (1.0 - done) / done;
+    if (eta >= 3600)
+        printf(" ETA %dh%02dm", (int)(eta / 3600), (int)fmod(eta / 60, 60));
+    else
+        printf(" ETA %dm%02ds", (int)(eta / 60), (int)fmod(eta, 60));
+}
+
 /* The progress line on stdout and its metrics.csv row. */
 static void report_period(monitor_t *M, double el, double dt, const figures_t *f) {
     const fl_replay_info_t *ri = &M->rinfo;
@@ -417,6 +442,7 @@ static void report_period(monitor_t *M, double el, double dt, const figures_t *f
     if (M->gorila)
         printf(" | pushes %llu applied %llu dropped", (unsigned long long)pi->pushes_applied,
                (unsigned long long)pi->pushes_dropped);
+    print_budget(&M->L->cfg, el, f);
     printf("\n");
     fflush(stdout);
     if (!M->csv) return;
@@ -431,7 +457,8 @@ static void report_period(monitor_t *M, double el, double dt, const figures_t *f
 }
 
 /* One progress period at time now: polls the services, prints and records the figures.
- * Returns 1, with the reason, when the run is over (target return, time limit). */
+ * Returns 1, with the reason, when the run is over (target return, a budget: env steps,
+ * learner steps or time). */
 static int progress(monitor_t *M, double now) {
     const fl_config_t *cfg = &M->L->cfg;
     if (M->replay) fl_replay_sharded_info(M->replay, 1000, &M->rinfo, M->shard_info, NULL);
@@ -448,6 +475,16 @@ static int progress(monitor_t *M, double now) {
     if (cfg->run_stop_at_target && f.ep_count >= RETURN_WINDOW && f.mret >= cfg->run_target_return) {
         snprintf(M->reason, sizeof M->reason, "target reached: mean return %.1f >= %g over the last %d episodes",
                  f.mret, cfg->run_target_return, RETURN_WINDOW);
+        return 1;
+    }
+    if (cfg->run_max_env_steps > 0 && f.env >= (uint64_t)cfg->run_max_env_steps) {
+        snprintf(M->reason, sizeof M->reason, "env-step budget: %llu of %lld env steps",
+                 (unsigned long long)f.env, (long long)cfg->run_max_env_steps);
+        return 1;
+    }
+    if (cfg->run_max_learner_steps > 0 && f.lsteps >= (uint64_t)cfg->run_max_learner_steps) {
+        snprintf(M->reason, sizeof M->reason, "learner-step budget: %llu of %lld learner steps",
+                 (unsigned long long)f.lsteps, (long long)cfg->run_max_learner_steps);
         return 1;
     }
     if (cfg->run_max_seconds > 0 && el >= cfg->run_max_seconds) {

@@ -29,6 +29,8 @@ typedef enum { FL_CFG_OPTIM_RMSPROP, FL_CFG_OPTIM_ADAM, FL_CFG_OPTIM_SGD } fl_cf
     X(run, name, STRING, "default", 0, 0, "", "experiment name; output goes to <out_dir>/<name>/")          \
     X(run, seed, INT, 1, 0, 2147483647, "", "master seed; every env, actor and table derives its own")     \
     X(run, max_seconds, FLOAT, 300, 0, 1e9, "", "stop the fleet after this many seconds (0 = no limit)")    \
+    X(run, max_env_steps, INT, 0, 0, 1000000000000000, "", "budget: stop the fleet (a normal end, exit 0) once the actors have taken this many env steps in all (0 = no limit; checked every run.progress_every)") \
+    X(run, max_learner_steps, INT, 0, 0, 1000000000000000, "", "budget: stop the fleet (a normal end, exit 0) after this many learner steps (learner 0's with apex, the sum with gorila; 0 = no limit; checked every run.progress_every)") \
     X(run, target_return, FLOAT, 475, -1e12, 1e12, "", "stop when the mean return of the last 100 episodes reaches this") \
     X(run, stop_at_target, BOOL, 1, 0, 1, "", "whether reaching run.target_return stops the fleet")         \
     X(run, out_dir, STRING, "runs", 0, 0, "", "folder under which runs/<name>/ is written")                 \

@@ -1,6 +1,7 @@
 /* A whole fleet of separate processes talking gRPC over loopback, through `fleet run`:
- * it learns CartPole, the replay holds every acknowledged insert, Ctrl-C leaves no child
- * behind, and a child that dies is reported with its role and status. */
+ * it learns CartPole, the replay holds every acknowledged insert, step budgets end a run
+ * normally, Ctrl-C leaves no child behind, and a child that dies is reported with its
+ * role and status. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -95,6 +96,44 @@ static void test_learns_cartpole(void **state) {
     free(cfg);
     free(sum);
     free(log);
+}
+
+/* run.max_env_steps and run.max_learner_steps end a run as a normal stop: exit 0, the
+ * budget named in summary.txt, and the counters at or past it. */
+static void budget_run(const char *name, const char *budget, const char *reason, const char *counter,
+                       unsigned long long at_least) {
+    char *argv[20];
+    char sets[4][512];
+    fleet_argv(argv, sets, name, budget, "run.stop_at_target=false");
+    char out[512];
+    snprintf(out, sizeof out, "%s/%s.log", g_tmp, name);
+    pid_t pid = start_process(argv, out);
+    int status = wait_process(pid, 300);
+    char *log = read_file(out);
+    if (log) fprintf(stderr, "---- fleet run output (tail) ----\n%s\n", strlen(log) > 3000 ? log + strlen(log) - 3000 : log);
+    assert_true(status != -1);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "100%")); /* the progress line's budget column */
+    char *sum = summary_of(name);
+    assert_non_null(sum);
+    char v[256];
+    assert_non_null(kv_get(sum, "reason", v, sizeof v));
+    assert_non_null(strstr(v, reason));
+    assert_non_null(kv_get(sum, "exit_code", v, sizeof v));
+    assert_int_equal(atoi(v), 0);
+    assert_non_null(kv_get(sum, counter, v, sizeof v));
+    assert_true(strtoull(v, NULL, 10) >= at_least);
+    assert_children_gone(sum, 4);
+    free(sum);
+    free(log);
+}
+
+static void test_budgets_are_normal_stops(void **state) {
+    (void)state;
+    budget_run("envbudget", "run.max_env_steps=20000", "env-step budget", "env_steps", 20000);
+    budget_run("learnerbudget", "run.max_learner_steps=300", "learner-step budget", "learner_steps", 300);
 }
 
 static void test_sigint_stops_everything(void **state) {
@@ -197,6 +236,7 @@ static void test_dead_child_is_reported(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_learns_cartpole),
+        cmocka_unit_test(test_budgets_are_normal_stops),
         cmocka_unit_test(test_sigint_stops_everything),
         cmocka_unit_test(test_dead_child_is_reported),
     };
