@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/clock.h"
 #include "common/config.h"
@@ -197,6 +198,38 @@ void fl_launch_destroy(fl_launch_t *L) {
     free(L);
 }
 
+/* Claims the run folder: out_dir/name, or out_dir/name-2, name-3, ... when that exists,
+ * so that a run never writes into another run's folder (mkdir claims it atomically, also
+ * against a run starting at the same time). L->cfg.run_name becomes the folder's name, so
+ * that config.ini says where its run lives. 0, or -1 after printing why. */
+static int claim_run_dir(fl_launch_t *L) {
+    const fl_config_t *c = &L->cfg;
+    if (fl_proc_mkdir_p(c->run_out_dir) != 0) {
+        fprintf(stderr, "fleet run: cannot create the output folder '%s' (run.out_dir): %s\n", c->run_out_dir,
+                strerror(errno));
+        return -1;
+    }
+    char name[FL_CONFIG_STRING_MAX];
+    for (int k = 1; k <= 9999; k++) {
+        if (k == 1)
+            snprintf(name, sizeof name, "%s", c->run_name);
+        else if (snprintf(name, sizeof name, "%s-%d", c->run_name, k) >= (int)sizeof name)
+            break;
+        snprintf(L->dir, sizeof L->dir, "%s/%s", c->run_out_dir, name);
+        if (mkdir(L->dir, 0777) == 0) {
+            if (k > 1) snprintf(L->cfg.run_name, sizeof L->cfg.run_name, "%s", name);
+            return 0;
+        }
+        if (errno != EEXIST) {
+            fprintf(stderr, "fleet run: cannot create the run folder '%s': %s\n", L->dir, strerror(errno));
+            return -1;
+        }
+    }
+    fprintf(stderr, "fleet run: every run folder '%s/%s' .. '%s-9999' exists; choose another run.name\n",
+            c->run_out_dir, c->run_name, c->run_name);
+    return -1;
+}
+
 int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *control_host, fl_launch_t **out) {
     *out = NULL;
     /* The env every role will open (plugin, wrappers): checked here so that a mistake
@@ -217,7 +250,12 @@ int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *c
     L->cfg = *cfg;
     snprintf(L->cfg_file, sizeof L->cfg_file, "%s", cfg_file);
     pthread_mutex_init(&L->fs.mu, NULL);
-    snprintf(L->dir, sizeof L->dir, "%s/%s", cfg->run_out_dir, cfg->run_name);
+    if (claim_run_dir(L) != 0) {
+        fl_wrapped_env_destroy(wenv);
+        fl_launch_destroy(L);
+        return 1;
+    }
+    cfg = &L->cfg; /* run.name is the claimed folder's */
     print_plan(cfg, cfg_file, L->dir, fl_wrapped_env_info(wenv));
     fl_wrapped_env_destroy(wenv);
     L->fs.n_actors = (int)cfg->actor_count;
@@ -226,11 +264,6 @@ int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *c
     L->fs.learners = calloc((size_t)L->fs.n_learners, sizeof *L->fs.learners);
     if (!L->fs.actors || !L->fs.learners) {
         fprintf(stderr, "fleet run: out of memory\n");
-        fl_launch_destroy(L);
-        return 1;
-    }
-    if (fl_proc_mkdir_p(L->dir) != 0) {
-        fprintf(stderr, "fleet run: cannot create the run folder '%s': %s\n", L->dir, strerror(errno));
         fl_launch_destroy(L);
         return 1;
     }

@@ -1,6 +1,6 @@
 /* A whole fleet of separate processes talking gRPC over loopback, through `fleet run`:
  * it learns CartPole, the replay holds every acknowledged insert, step budgets end a run
- * normally, Ctrl-C leaves no child behind, and a child that dies is reported with its
+ * normally, a run folder is never overwritten, Ctrl-C leaves no child behind, and a child that dies is reported with its
  * role and status. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -136,6 +136,42 @@ static void test_budgets_are_normal_stops(void **state) {
     budget_run("learnerbudget", "run.max_learner_steps=300", "learner-step budget", "learner_steps", 300);
 }
 
+/* A second run with the same name gets its own folder, NAME-2, and its config.ini says so;
+ * the first run's files stay as they were. */
+static void test_run_folder_is_never_overwritten(void **state) {
+    (void)state;
+    char path[512];
+    for (int i = 0; i < 2; i++) {
+        char *argv[20];
+        char sets[4][512];
+        fleet_argv(argv, sets, "twice", "run.max_env_steps=5000", "run.stop_at_target=false");
+        char out[512];
+        snprintf(out, sizeof out, "%s/twice-%d.log", g_tmp, i);
+        int status = wait_process(start_process(argv, out), 300);
+        assert_true(status != -1 && WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+        if (i == 0) {
+            snprintf(path, sizeof path, "%s/twice/summary.txt", g_tmp);
+            assert_int_equal(access(path, F_OK), 0);
+        }
+    }
+    char *first = summary_of("twice"), *second = summary_of("twice-2");
+    assert_non_null(first);
+    assert_non_null(second);
+    snprintf(path, sizeof path, "%s/twice-2/config.ini", g_tmp);
+    char *cfg = read_file(path);
+    assert_non_null(cfg);
+    assert_non_null(strstr(cfg, "name = \"twice-2\""));
+    snprintf(path, sizeof path, "%s/twice/config.ini", g_tmp);
+    char *cfg1 = read_file(path);
+    assert_non_null(cfg1);
+    assert_non_null(strstr(cfg1, "name = \"twice\""));
+    free(cfg1);
+    free(cfg);
+    free(second);
+    free(first);
+}
+
 static void test_sigint_stops_everything(void **state) {
     (void)state;
     char *argv[16];
@@ -237,6 +273,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_learns_cartpole),
         cmocka_unit_test(test_budgets_are_normal_stops),
+        cmocka_unit_test(test_run_folder_is_never_overwritten),
         cmocka_unit_test(test_sigint_stops_everything),
         cmocka_unit_test(test_dead_child_is_reported),
     };
