@@ -29,6 +29,7 @@
 #include "common/rpc.h"
 #include "common/stop.h"
 #include "envs/plugin.h"
+#include "kernels/qnet.h"
 #include "fleet.pb-c.h"
 #include "cli/proc.h"
 #include "paramserver/client.h"
@@ -198,6 +199,18 @@ void fl_launch_destroy(fl_launch_t *L) {
     free(L);
 }
 
+int fl_launch_check_roles(const fl_config_t *cfg, const fl_env_def_t *env) {
+    fl_qnet_t *q = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    fl_status s = fl_qnet_create_for_obs(cfg->model_spec, env->obs.rank, env->obs.shape, env->num_actions, 1, &q, &err);
+    fl_qnet_destroy(q);
+    if (s == FL_OK) return 0;
+    fprintf(stderr, "fleet run: model.spec \"%s\" for env %s (obs %s, %d actions): %s\n", cfg->model_spec, env->name,
+            fl_dtype_name(env->obs.dtype), env->num_actions, err.msg);
+    return 2;
+}
+
 /* Claims the run folder: out_dir/name, or out_dir/name-2, name-3, ... when that exists,
  * so that a run never writes into another run's folder (mkdir claims it atomically, also
  * against a run starting at the same time). L->cfg.run_name becomes the folder's name, so
@@ -239,6 +252,10 @@ int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *c
     fl_err_init(&err);
     if (fl_options_open_env(cfg, &wenv, &err) != FL_OK) {
         fprintf(stderr, "fleet run: %s\n", err.msg);
+        return 2;
+    }
+    if (fl_launch_check_roles(cfg, fl_wrapped_env_info(wenv)) != 0) {
+        fl_wrapped_env_destroy(wenv);
         return 2;
     }
     fl_launch_t *L = calloc(1, sizeof *L);

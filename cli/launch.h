@@ -43,6 +43,12 @@ const fl_config_t *fl_launch_config(const fl_launch_t *L);
 const char *fl_launch_config_path(const fl_launch_t *L);
 const char *fl_launch_control_addr(const fl_launch_t *L);
 const char *fl_launch_dir(const fl_launch_t *L);
+/* What every role would refuse about cfg and its env before any process starts: the
+ * Q-network of model.spec for the env's observations and actions (the actors' and the
+ * learners' network). 0, or 2 after printing the error naming model.spec. (The env
+ * itself, its plugin and wrappers, are checked by opening it.) */
+int fl_launch_check_roles(const fl_config_t *cfg, const fl_env_def_t *env);
+
 /* Prints the role plan of cfg (what fl_launch_create prints), e.g. for --dry-run. */
 void fl_launch_print_plan(const fl_config_t *cfg, const char *cfg_file, const fl_env_def_t *env);
 

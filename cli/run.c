@@ -279,6 +279,10 @@ int fl_verb_run(int argc, char **argv) {
             fprintf(stderr, "fleet run: %s\n", err.msg);
             return 2;
         }
+        if (fl_launch_check_roles(&cfg, fl_wrapped_env_info(wenv)) != 0) {
+            fl_wrapped_env_destroy(wenv);
+            return 2;
+        }
         fl_launch_print_plan(&cfg, cfg_file, fl_wrapped_env_info(wenv));
         fl_wrapped_env_destroy(wenv);
         fl_config_dump(&cfg, stdout);

@@ -68,6 +68,15 @@ static void test_config_errors(void **state) {
     assert_int_equal(fleet(&out, "run", "/nonexistent/x.ini", "--dry-run", NULL), 2);
     assert_non_null(strstr(out, "/nonexistent/x.ini"));
     free(out);
+    /* what a role would refuse is refused before any process starts: a network that does
+     * not fit the env's observations, a misspelt env name (with a suggestion) */
+    assert_int_equal(fleet(&out, "run", "--dry-run", "--set", "model.spec=conv(16,3,1) relu flatten dueling"), 2);
+    assert_non_null(strstr(out, "model.spec"));
+    assert_non_null(strstr(out, "env cartpole"));
+    free(out);
+    assert_int_equal(fleet(&out, "run", "--dry-run", "--set", "env.name=cartpol"), 2);
+    assert_non_null(strstr(out, "did you mean 'cartpole'?"));
+    free(out);
     /* a good dry run prints the plan and the effective config */
     assert_int_equal(fleet(&out, "run", "--dry-run", "--set", "actor.count=3"), 0);
     assert_non_null(strstr(out, "actors       3"));
