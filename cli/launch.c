@@ -31,90 +31,20 @@
 #include "envs/plugin.h"
 #include "kernels/qnet.h"
 #include "fleet.pb-c.h"
+#include "cli/fleet_state.h"
 #include "cli/proc.h"
+#include "cli/progress.h"
 #include "paramserver/client.h"
 #include "replay/client.h"
 #include "replay/sharded.h"
 
-#define RETURN_WINDOW 100
 /* The parameter servers' staleness histogram (fl_param_info_t.staleness_hist). */
 #define STALENESS_BUCKETS 8
 static const char *const staleness_names[STALENESS_BUCKETS] = {"0", "1", "2", "3-4", "5-8", "9-16", "17-32", "33+"};
 
-/* What the roles report, aggregated under a lock by the Control handler. */
-typedef struct role_state {
-    int seen;
-    uint64_t env_steps, episodes, acked, version, learner_steps, samples;
-    double loss, wait_fraction, epsilon;
-    uint64_t last_env, last_steps, last_samples; /* at the previous progress line */
-} role_state_t;
-
-typedef struct fleet_state {
-    pthread_mutex_t mu;
-    role_state_t *actors;
-    int n_actors;
-    role_state_t *learners;
-    int n_learners;
-    float returns[RETURN_WINDOW];
-    uint64_t n_returns; /* episodes reported in total */
-    double best_return;
-    /* Stop requests answered to each kind of role: actors first, then learners, then the
-     * services, the same order as the signals. */
-    int stop_actors, stop_learners, stop_services;
-} fleet_state_t;
-
-static fl_status on_report(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
-    fleet_state_t *fs = user;
-    Fleet__Report *r = fleet__report__unpack(NULL, len, req);
-    if (!r) return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "Report: not a valid fleet.Report message");
-    pthread_mutex_lock(&fs->mu);
-    role_state_t *st = NULL;
-    if (strcmp(r->role, "actor") == 0 && (int)r->index < fs->n_actors) st = &fs->actors[r->index];
-    if (strcmp(r->role, "learner") == 0 && (int)r->index < fs->n_learners) st = &fs->learners[r->index];
-    /* Services report too; their figures come from polling Info, so a report is only
-     * answered (with the stop flag). */
-    int service = strcmp(r->role, "replay") == 0 || strcmp(r->role, "paramserver") == 0;
-    if (st) {
-        st->seen = 1;
-        st->env_steps = r->env_steps;
-        st->episodes = r->episodes;
-        st->acked = r->transitions_acked;
-        st->version = r->param_version;
-        st->learner_steps = r->learner_steps;
-        st->samples = r->samples;
-        st->loss = r->loss;
-        st->wait_fraction = r->wait_fraction;
-        st->epsilon = r->epsilon;
-    }
-    for (size_t i = 0; i < r->n_episode_returns; i++) {
-        float ret = r->episode_returns[i];
-        fs->returns[fs->n_returns % RETURN_WINDOW] = ret;
-        fs->n_returns++;
-        if (fs->n_returns == 1 || ret > fs->best_return) fs->best_return = ret;
-    }
-    int stopping = strcmp(r->role, "actor") == 0     ? fs->stop_actors
-                   : strcmp(r->role, "learner") == 0 ? fs->stop_learners
-                                                     : fs->stop_services;
-    pthread_mutex_unlock(&fs->mu);
-    int known = st != NULL || service;
-    char role[32];
-    snprintf(role, sizeof role, "%s", r->role);
-    uint32_t index = r->index;
-    fleet__report__free_unpacked(r, NULL);
-    if (!known)
-        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "Report: unknown role '%s' index %u", role, index);
-    Fleet__ReportResponse resp = FLEET__REPORT_RESPONSE__INIT;
-    resp.stop = stopping;
-    return fl_rpc_reply_pb(reply, &resp.base);
-}
-
-static double mean_return(fleet_state_t *fs, uint64_t *count) {
-    uint64_t n = fs->n_returns < RETURN_WINDOW ? fs->n_returns : RETURN_WINDOW;
-    *count = n;
-    if (!n) return 0;
-    double s = 0;
-    for (uint64_t i = 0; i < n; i++) s += fs->returns[i];
-    return s / (double)n;
+/* 1 when run.target_return applies to the evaluators' return. */
+static int target_on_eval(const fl_config_t *c) {
+    return c->run_target_on == FL_CFG_TARGET_EVAL && c->run_evaluators > 0;
 }
 
 static void print_plan(const fl_config_t *c, const char *cfg_file, const char *dir, const fl_env_def_t *env) {
@@ -155,9 +85,17 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
     printf("  env          %s: obs %s %s, %d actions, episode limit %s\n", env->name, fl_dtype_name(env->obs.dtype),
            shape, env->num_actions, limit);
     printf("  model        %s\n", c->model_spec);
+    if (c->run_evaluators > 0)
+        printf("  evaluators   %lld         %lld episodes with epsilon %g every %g %s, each cut at %lld steps\n",
+               (long long)c->run_evaluators, (long long)c->eval_episodes, c->eval_epsilon, c->eval_every,
+               c->eval_every_unit == FL_CFG_EVERY_SECONDS ? "s" : "learner steps", (long long)c->eval_max_episode_steps);
     printf("  stop         ");
-    if (c->run_stop_at_target)
-        printf("at mean return >= %g over the last %d episodes, or ", c->run_target_return, RETURN_WINDOW);
+    if (c->run_stop_at_target && target_on_eval(c))
+        printf("at evaluation return >= %g (mean of %lld episodes), or ", c->run_target_return,
+               (long long)c->eval_episodes);
+    else if (c->run_stop_at_target)
+        printf("at mean training return >= %g over the last %d episodes, or ", c->run_target_return,
+               FL_FLEET_RETURN_WINDOW);
     if (c->run_max_env_steps > 0) printf("after %lld env steps, or ", (long long)c->run_max_env_steps);
     if (c->run_max_learner_steps > 0) printf("after %lld learner steps, or ", (long long)c->run_max_learner_steps);
     if (c->run_max_seconds > 0)
@@ -178,8 +116,10 @@ void fl_launch_print_plan(const fl_config_t *cfg, const char *cfg_file, const fl
 struct fl_launch {
     fl_config_t cfg;
     char cfg_file[256];
-    char dir[600], cfg_path[700], csv_path[700], roles_path[700], summary_path[700];
-    fleet_state_t fs;
+    char dir[600], cfg_path[700], csv_path[700], roles_path[700], summary_path[700], evals_path[700],
+        returns_path[700];
+    fl_fleet_state_t fs;
+    int fs_ready;
     fl_rpc_server_t *control;
     char control_addr[300];
     double t_start;
@@ -193,9 +133,7 @@ const char *fl_launch_dir(const fl_launch_t *L) { return L->dir; }
 void fl_launch_destroy(fl_launch_t *L) {
     if (!L) return;
     fl_rpc_server_destroy(L->control);
-    free(L->fs.actors);
-    free(L->fs.learners);
-    pthread_mutex_destroy(&L->fs.mu);
+    if (L->fs_ready) fl_fleet_state_destroy(&L->fs);
     free(L);
 }
 
@@ -266,7 +204,6 @@ int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *c
     }
     L->cfg = *cfg;
     snprintf(L->cfg_file, sizeof L->cfg_file, "%s", cfg_file);
-    pthread_mutex_init(&L->fs.mu, NULL);
     if (claim_run_dir(L) != 0) {
         fl_wrapped_env_destroy(wenv);
         fl_launch_destroy(L);
@@ -275,11 +212,10 @@ int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *c
     cfg = &L->cfg; /* run.name is the claimed folder's */
     print_plan(cfg, cfg_file, L->dir, fl_wrapped_env_info(wenv));
     fl_wrapped_env_destroy(wenv);
-    L->fs.n_actors = (int)cfg->actor_count;
-    L->fs.n_learners = (int)cfg->learner_count;
-    L->fs.actors = calloc((size_t)L->fs.n_actors, sizeof *L->fs.actors);
-    L->fs.learners = calloc((size_t)L->fs.n_learners, sizeof *L->fs.learners);
-    if (!L->fs.actors || !L->fs.learners) {
+    L->t_start = fl_clock_sec();
+    L->fs_ready = 1;
+    if (fl_fleet_state_init(&L->fs, (int)cfg->actor_count, (int)cfg->learner_count, (int)cfg->run_evaluators,
+                            cfg->learner_mode == FL_CFG_MODE_GORILA, L->t_start) != 0) {
         fprintf(stderr, "fleet run: out of memory\n");
         fl_launch_destroy(L);
         return 1;
@@ -288,6 +224,8 @@ int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *c
     snprintf(L->csv_path, sizeof L->csv_path, "%s/metrics.csv", L->dir);
     snprintf(L->roles_path, sizeof L->roles_path, "%s/roles.csv", L->dir);
     snprintf(L->summary_path, sizeof L->summary_path, "%s/summary.txt", L->dir);
+    snprintf(L->evals_path, sizeof L->evals_path, "%s/evals.csv", L->dir);
+    snprintf(L->returns_path, sizeof L->returns_path, "%s/returns.csv", L->dir);
     if (fl_config_write_file(cfg, L->cfg_path, &err) != FL_OK) {
         fprintf(stderr, "fleet run: %s\n", err.msg);
         fl_launch_destroy(L);
@@ -299,14 +237,13 @@ int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *c
     snprintf(bind, sizeof bind, "%s:0", control_host);
     fl_rpc_server_opts_t so = {.threads = 2, .prepost = 16};
     if (fl_rpc_server_create(&so, &L->control, &err) != FL_OK ||
-        fl_rpc_server_add_unary(L->control, fl_method_path(FL_METHOD_CONTROL_REPORT), on_report, &L->fs) != FL_OK ||
+        fl_rpc_server_add_unary(L->control, fl_method_path(FL_METHOD_CONTROL_REPORT), fl_fleet_state_on_report, &L->fs) != FL_OK ||
         fl_rpc_server_bind(L->control, bind, &port, &err) != FL_OK || fl_rpc_server_start(L->control, &err) != FL_OK) {
         fprintf(stderr, "fleet run: cannot start the control service on %s: %s\n", bind, err.msg);
         fl_launch_destroy(L);
         return 1;
     }
     snprintf(L->control_addr, sizeof L->control_addr, "%s:%d", control_host, port);
-    L->t_start = fl_clock_sec();
     *out = L;
     return 0;
 }
@@ -350,10 +287,15 @@ typedef struct monitor {
     fl_replay_info_t *shard_info; /* per shard, R of them (NULL when out of memory) */
     fl_param_client_t *ps;
     fl_param_info_t pinfo;
-    FILE *csv, *roles; /* metrics.csv, roles.csv (NULL when they could not be opened) */
+    /* metrics.csv, roles.csv, evals.csv, returns.csv (NULL when they could not be opened) */
+    FILE *csv, *roles, *evals, *returns;
     /* The fleet's figures at the previous progress line. */
     double last_t;
     uint64_t last_inserted, last_env, last_learner, last_samples;
+    /* The evaluations so far: the latest (the headline), how many, the best mean. */
+    fl_eval_result_t eval;
+    uint64_t n_evals;
+    double best_eval;
 } monitor_t;
 
 /* One period's figures from the roles' reports. */
@@ -361,7 +303,7 @@ typedef struct figures {
     uint64_t env, min_version; /* actors: env steps (sum), oldest parameter version */
     uint64_t lsteps, lsamples; /* learners: steps (see learner_figures), samples (sum) */
     double loss, wait;         /* learners' means */
-    double mret;               /* mean return over the last ep_count (<= RETURN_WINDOW) episodes */
+    double mret;               /* mean training return over the last ep_count (<= 100) episodes */
     uint64_t ep_count, episodes;
 } figures_t;
 
@@ -371,43 +313,62 @@ typedef struct totals {
     double mret, best;
 } totals_t;
 
-/* Opens the services' clients and metrics.csv and roles.csv with their headers. */
+static FILE *open_csv(const char *path, const char *header) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        FL_WARN("cannot write %s: %s (the run goes on without it)", path, strerror(errno));
+        return NULL;
+    }
+    fprintf(f, "%s\n", header);
+    fflush(f);
+    return f;
+}
+
+/* Opens the services' clients and the metrics files with their headers. */
 static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_list) {
     fl_replay_sharded_create(replay_list, 0, &M->replay, NULL);
     fl_param_client_create(ps_list, &M->ps, NULL);
-    M->csv = fopen(M->L->csv_path, "w");
-    if (M->csv) {
-        fprintf(M->csv, "time_s,env_steps,env_steps_per_s,episodes,mean_return_100,replay_size,replay_inserted,"
-                        "replay_inserts_per_s,learner_steps,learner_steps_per_s,samples_per_s,loss,wait_fraction,"
-                        "param_version,version_lag,pushes_applied,pushes_dropped");
-        for (int b = 0; b < STALENESS_BUCKETS; b++) fprintf(M->csv, ",staleness_%s", staleness_names[b]);
-        fprintf(M->csv, "\n");
-        fflush(M->csv);
-    }
-    M->roles = fopen(M->L->roles_path, "w");
-    if (M->roles) {
-        fprintf(M->roles, "time_s,role,index,env_steps,env_steps_per_s,param_version,version_lag,learner_steps,"
-                          "learner_steps_per_s,samples_per_s,loss\n");
-        fflush(M->roles);
-    }
+    char header[1024];
+    size_t n = (size_t)snprintf(header, sizeof header,
+                                "time_s,env_steps,env_steps_per_s,episodes,mean_return_100,replay_size,replay_inserted,"
+                                "replay_inserts_per_s,learner_steps,learner_steps_per_s,samples_per_s,loss,"
+                                "wait_fraction,param_version,version_lag,pushes_applied,pushes_dropped");
+    for (int b = 0; b < STALENESS_BUCKETS; b++)
+        n += (size_t)snprintf(header + n, sizeof header - n, ",staleness_%s", staleness_names[b]);
+    snprintf(header + n, sizeof header - n, ",eval_return_mean,eval_return_ci95,eval_param_version,evaluations");
+    M->csv = open_csv(M->L->csv_path, header);
+    M->roles = open_csv(M->L->roles_path, "time_s,role,index,env_steps,env_steps_per_s,param_version,version_lag,"
+                                          "learner_steps,learner_steps_per_s,samples_per_s,loss,epsilon,episodes,"
+                                          "return_mean");
+    M->evals = open_csv(M->L->evals_path, "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean,"
+                                          "return_std,return_min,return_max,return_ci95,length_mean,length_min,"
+                                          "length_max,evaluator,seconds,truncated");
+    M->returns = open_csv(M->L->returns_path, "time_s,env_steps,actor,epsilon,episodes,return_mean");
 }
 
-/* The actors' part of f, and their roles.csv rows (el: seconds since the start, dt: since
- * the previous line). Under fs->mu. */
+/* The actors' part of f, and their roles.csv and returns.csv rows (el: seconds since the
+ * start, dt: since the previous line). Under fs->mu. */
 static void actor_figures(monitor_t *M, double el, double dt, figures_t *f) {
-    fleet_state_t *fs = &M->L->fs;
-    f->env = 0;
+    fl_fleet_state_t *fs = &M->L->fs;
+    f->env = fl_fleet_state_env_steps(fs);
     f->min_version = UINT64_MAX;
     for (int a = 0; a < fs->n_actors; a++) {
-        role_state_t *A = &fs->actors[a];
-        f->env += A->env_steps;
+        fl_role_state_t *A = &fs->actors[a];
         if (A->version < f->min_version) f->min_version = A->version;
+        uint64_t n_ret;
+        double ret = fl_fleet_state_actor_return(fs, a, &n_ret);
         if (M->roles && A->seen) {
             uint64_t alag = M->pinfo.version > A->version ? M->pinfo.version - A->version : 0;
-            fprintf(M->roles, "%.3f,actor,%d,%llu,%.1f,%llu,%llu,,,,\n", el, a, (unsigned long long)A->env_steps,
-                    (double)(A->env_steps - A->last_env) / dt, (unsigned long long)A->version,
-                    (unsigned long long)alag);
+            fprintf(M->roles, "%.3f,actor,%d,%llu,%.1f,%llu,%llu,,,,,%.6g,%llu,", el, a,
+                    (unsigned long long)A->env_steps, (double)(A->env_steps - A->last_env) / dt,
+                    (unsigned long long)A->version, (unsigned long long)alag, A->epsilon,
+                    (unsigned long long)A->n_recent);
+            if (n_ret) fprintf(M->roles, "%.4f", ret);
+            fprintf(M->roles, "\n");
         }
+        if (M->returns && n_ret)
+            fprintf(M->returns, "%.3f,%llu,%d,%.6g,%llu,%.4f\n", el, (unsigned long long)f->env, a, A->epsilon,
+                    (unsigned long long)A->n_recent, ret);
         A->last_env = A->env_steps;
     }
 }
@@ -416,22 +377,23 @@ static void actor_figures(monitor_t *M, double el, double dt, figures_t *f) {
  * (learner 0's count); gorila learners each push their own gradients (the sum). Samples
  * add up either way. Under fs->mu. */
 static void learner_figures(monitor_t *M, double el, double dt, figures_t *f) {
-    fleet_state_t *fs = &M->L->fs;
-    f->lsteps = f->lsamples = 0;
+    fl_fleet_state_t *fs = &M->L->fs;
+    f->lsteps = fl_fleet_state_learner_steps(fs);
+    f->lsamples = 0;
     f->loss = f->wait = 0;
     int seen = 0;
     for (int i = 0; i < fs->n_learners; i++) {
-        role_state_t *Ln = &fs->learners[i];
+        fl_role_state_t *Ln = &fs->learners[i];
         if (!Ln->seen) continue;
         seen++;
-        f->lsteps = M->gorila ? f->lsteps + Ln->learner_steps : (i == 0 ? Ln->learner_steps : f->lsteps);
         f->lsamples += Ln->samples;
         f->loss += Ln->loss;
         f->wait += Ln->wait_fraction;
         if (M->roles)
-            fprintf(M->roles, "%.3f,learner,%d,,,%llu,,%llu,%.2f,%.1f,%.6g\n", el, i, (unsigned long long)Ln->version,
-                    (unsigned long long)Ln->learner_steps, (double)(Ln->learner_steps - Ln->last_steps) / dt,
-                    (double)(Ln->samples - Ln->last_samples) / dt, Ln->loss);
+            fprintf(M->roles, "%.3f,learner,%d,,,%llu,,%llu,%.2f,%.1f,%.6g,,,\n", el, i,
+                    (unsigned long long)Ln->version, (unsigned long long)Ln->learner_steps,
+                    (double)(Ln->learner_steps - Ln->last_steps) / dt, (double)(Ln->samples - Ln->last_samples) / dt,
+                    Ln->loss);
         Ln->last_steps = Ln->learner_steps;
         Ln->last_samples = Ln->samples;
     }
@@ -441,16 +403,38 @@ static void learner_figures(monitor_t *M, double el, double dt, figures_t *f) {
     }
 }
 
-/* This period's figures from the reports (and roles.csv's rows). */
+/* This period's figures from the reports (and roles.csv's and returns.csv's rows). */
 static void collect_figures(monitor_t *M, double el, double dt, figures_t *f) {
-    fleet_state_t *fs = &M->L->fs;
+    fl_fleet_state_t *fs = &M->L->fs;
     pthread_mutex_lock(&fs->mu);
     actor_figures(M, el, dt, f);
     learner_figures(M, el, dt, f);
-    f->mret = mean_return(fs, &f->ep_count);
+    f->mret = fl_fleet_state_mean_return(fs, &f->ep_count);
     f->episodes = fs->n_returns;
     pthread_mutex_unlock(&fs->mu);
     if (M->roles) fflush(M->roles);
+    if (M->returns) fflush(M->returns);
+}
+
+/* The evaluations that arrived since the last period: evals.csv rows, the headline. */
+static void take_evals(monitor_t *M) {
+    fl_eval_result_t got[FL_FLEET_EVAL_QUEUE];
+    int n = fl_fleet_state_take_evals(&M->L->fs, got, FL_FLEET_EVAL_QUEUE);
+    for (int i = 0; i < n; i++) {
+        const double *v = got[i].v;
+        if (M->evals)
+            fprintf(M->evals, "%.3f,%.0f,%.0f,%llu,%.0f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.0f,%.0f,%d,%.3f,%.0f\n",
+                    got[i].received_s, v[FL_EVAL_RESULT_at_env_steps], v[FL_EVAL_RESULT_at_learner_steps],
+                    (unsigned long long)got[i].version, v[FL_EVAL_RESULT_episodes], v[FL_EVAL_RESULT_epsilon],
+                    v[FL_EVAL_RESULT_return_mean], v[FL_EVAL_RESULT_return_std], v[FL_EVAL_RESULT_return_min],
+                    v[FL_EVAL_RESULT_return_max], v[FL_EVAL_RESULT_return_ci95], v[FL_EVAL_RESULT_length_mean],
+                    v[FL_EVAL_RESULT_length_min], v[FL_EVAL_RESULT_length_max], got[i].evaluator,
+                    v[FL_EVAL_RESULT_seconds], v[FL_EVAL_RESULT_truncated]);
+        if (!M->n_evals || v[FL_EVAL_RESULT_return_mean] > M->best_eval) M->best_eval = v[FL_EVAL_RESULT_return_mean];
+        M->n_evals++;
+        M->eval = got[i];
+    }
+    if (n && M->evals) fflush(M->evals);
 }
 
 /* How far the run is through its nearest budget (run.max_seconds, run.max_env_steps,
@@ -463,20 +447,36 @@ static double budget_done(const fl_config_t *c, double el, const figures_t *f) {
     return done > 1.0 ? 1.0 : done;
 }
 
-/* " | 42% ETA 3m05s" for the budget's progress (the ETA from the pace so far). */
-static void print_budget(const fl_config_t *c, double el, const figures_t *f) {
-    double done = budget_done(c, el, f);
-    if (done < 0) return;
-    printf(" | %3.0f%%", 100.0 * done);
-    if (done <= 0.0 || done >= 1.0) return;
-    double eta = el * (1.0 - done) / done;
-    if (eta >= 3600)
-        printf(" ETA %dh%02dm", (int)(eta / 3600), (int)fmod(eta / 60, 60));
-    else
-        printf(" ETA %dm%02ds", (int)(eta / 60), (int)fmod(eta, 60));
+/* The progress line on stdout (cli/progress.h). */
+static void print_progress(monitor_t *M, double el, const figures_t *f, double env_rate, double upd_rate,
+                           uint64_t lag) {
+    const fl_config_t *c = &M->L->cfg;
+    fl_progress_t p;
+    memset(&p, 0, sizeof p);
+    p.elapsed_s = el;
+    p.evaluators = (int)c->run_evaluators;
+    p.have_eval = M->n_evals > 0;
+    p.eval_mean = M->eval.v[FL_EVAL_RESULT_return_mean];
+    p.eval_ci95 = M->eval.v[FL_EVAL_RESULT_return_ci95];
+    p.have_train = f->ep_count > 0;
+    p.train_return = f->mret;
+    p.env_rate = env_rate;
+    p.upd_rate = upd_rate;
+    p.loss = f->loss;
+    p.replay_size = M->rinfo.size;
+    p.lag = lag;
+    p.gorila = M->gorila;
+    p.pushes_applied = M->pinfo.pushes_applied;
+    p.pushes_dropped = M->pinfo.pushes_dropped;
+    p.budget_done = budget_done(c, el, f);
+    p.eta_s = p.budget_done > 0 ? el * (1.0 - p.budget_done) / p.budget_done : -1;
+    char line[FL_PROGRESS_COLUMNS + 1];
+    fl_progress_format(&p, line, sizeof line);
+    printf("%s\n", line);
+    fflush(stdout);
 }
 
-/* The progress line on stdout and its metrics.csv row. */
+/* The progress line and its metrics.csv row. */
 static void report_period(monitor_t *M, double el, double dt, const figures_t *f) {
     const fl_replay_info_t *ri = &M->rinfo;
     const fl_param_info_t *pi = &M->pinfo;
@@ -485,16 +485,7 @@ static void report_period(monitor_t *M, double el, double dt, const figures_t *f
     double upd_rate = (double)(f->lsteps - M->last_learner) / dt;
     double smp_rate = (double)(f->lsamples - M->last_samples) / dt;
     uint64_t lag = (f->min_version == UINT64_MAX || pi->version < f->min_version) ? 0 : pi->version - f->min_version;
-    printf("[%6.1fs] env %7.0f steps/s | replay %8llu (+%6.0f/s) | learner %6.1f upd/s %8.0f smp/s loss %8.4f "
-           "| return %7.1f (%llu ep) | version %llu lag %llu",
-           el, env_rate, (unsigned long long)ri->size, ins_rate, upd_rate, smp_rate, f->loss, f->mret,
-           (unsigned long long)f->episodes, (unsigned long long)pi->version, (unsigned long long)lag);
-    if (M->gorila)
-        printf(" | pushes %llu applied %llu dropped", (unsigned long long)pi->pushes_applied,
-               (unsigned long long)pi->pushes_dropped);
-    print_budget(&M->L->cfg, el, f);
-    printf("\n");
-    fflush(stdout);
+    print_progress(M, el, f, env_rate, upd_rate, lag);
     if (!M->csv) return;
     fprintf(M->csv, "%.3f,%llu,%.1f,%llu,%.3f,%llu,%llu,%.1f,%llu,%.2f,%.1f,%.6g,%.4f,%llu,%llu,%llu,%llu", el,
             (unsigned long long)f->env, env_rate, (unsigned long long)f->episodes, f->mret,
@@ -502,8 +493,32 @@ static void report_period(monitor_t *M, double el, double dt, const figures_t *f
             upd_rate, smp_rate, f->loss, f->wait, (unsigned long long)pi->version, (unsigned long long)lag,
             (unsigned long long)pi->pushes_applied, (unsigned long long)pi->pushes_dropped);
     for (int b = 0; b < STALENESS_BUCKETS; b++) fprintf(M->csv, ",%llu", (unsigned long long)pi->staleness_hist[b]);
+    if (M->n_evals)
+        fprintf(M->csv, ",%.6g,%.6g,%llu,%llu", M->eval.v[FL_EVAL_RESULT_return_mean],
+                M->eval.v[FL_EVAL_RESULT_return_ci95], (unsigned long long)M->eval.version,
+                (unsigned long long)M->n_evals);
+    else
+        fprintf(M->csv, ",,,,0");
     fprintf(M->csv, "\n");
     fflush(M->csv);
+}
+
+/* 1, with the reason, when the headline return has reached run.target_return. */
+static int target_reached(monitor_t *M, const figures_t *f) {
+    const fl_config_t *cfg = &M->L->cfg;
+    if (!cfg->run_stop_at_target) return 0;
+    if (target_on_eval(cfg)) {
+        if (!M->n_evals || M->eval.v[FL_EVAL_RESULT_return_mean] < cfg->run_target_return) return 0;
+        snprintf(M->reason, sizeof M->reason,
+                 "target reached: evaluation return %.1f >= %g (mean of %.0f episodes, parameter version %llu)",
+                 M->eval.v[FL_EVAL_RESULT_return_mean], cfg->run_target_return, M->eval.v[FL_EVAL_RESULT_episodes],
+                 (unsigned long long)M->eval.version);
+        return 1;
+    }
+    if (f->ep_count < FL_FLEET_RETURN_WINDOW || f->mret < cfg->run_target_return) return 0;
+    snprintf(M->reason, sizeof M->reason, "target reached: mean training return %.1f >= %g over the last %d episodes",
+             f->mret, cfg->run_target_return, FL_FLEET_RETURN_WINDOW);
+    return 1;
 }
 
 /* One progress period at time now: polls the services, prints and records the figures.
@@ -516,17 +531,14 @@ static int progress(monitor_t *M, double now) {
     double dt = now - M->last_t, el = now - M->L->t_start;
     figures_t f;
     collect_figures(M, el, dt, &f);
+    take_evals(M);
     report_period(M, el, dt, &f);
     M->last_t = now;
     M->last_env = f.env;
     M->last_inserted = M->rinfo.inserted;
     M->last_learner = f.lsteps;
     M->last_samples = f.lsamples;
-    if (cfg->run_stop_at_target && f.ep_count >= RETURN_WINDOW && f.mret >= cfg->run_target_return) {
-        snprintf(M->reason, sizeof M->reason, "target reached: mean return %.1f >= %g over the last %d episodes",
-                 f.mret, cfg->run_target_return, RETURN_WINDOW);
-        return 1;
-    }
+    if (target_reached(M, &f)) return 1;
     if (cfg->run_max_env_steps > 0 && f.env >= (uint64_t)cfg->run_max_env_steps) {
         snprintf(M->reason, sizeof M->reason, "env-step budget: %llu of %lld env steps",
                  (unsigned long long)f.env, (long long)cfg->run_max_env_steps);
@@ -548,8 +560,12 @@ static int progress(monitor_t *M, double now) {
  * of the run. */
 static void watch(monitor_t *M) {
     const fl_config_t *cfg = &M->L->cfg;
-    double next = fl_clock_sec() + cfg->run_progress_every;
+    double next = fl_clock_sec() + cfg->run_progress_every, next_echo = 0;
     while (!M->exit_code) {
+        if (M->ops->echo_logs && fl_clock_sec() >= next_echo) {
+            M->ops->echo_logs(M->ctx);
+            next_echo = fl_clock_sec() + 0.25;
+        }
         if (fl_stop_requested()) {
             snprintf(M->reason, sizeof M->reason, "interrupted (signal %d)", fl_stop_signal());
             return;
@@ -570,20 +586,25 @@ static void watch(monitor_t *M) {
     }
 }
 
-static void set_flag(fleet_state_t *fs, int *flag) {
+static void set_flag(fl_fleet_state_t *fs, int *flag) {
     pthread_mutex_lock(&fs->mu);
     *flag = 1;
     pthread_mutex_unlock(&fs->mu);
 }
 
-/* Ordered stop: actors first, while the learners still sample (with a rate limit, an
- * actor's last inserts may wait for the learners' samples), then learners, then the
- * services, whose last figures are read first. Each kind is asked through Control, then
- * by the launcher's own means. Closes the clients and the metrics files. */
+static void close_file(FILE **f) {
+    if (*f) fclose(*f);
+    *f = NULL;
+}
+
+/* Ordered stop: actors and evaluators first, while the learners still sample (with a
+ * rate limit, an actor's last inserts may wait for the learners' samples), then learners,
+ * then the services, whose last figures are read first. Each kind is asked through
+ * Control, then by the launcher's own means. Closes the clients and the metrics files. */
 static void stop_in_order(monitor_t *M) {
-    fleet_state_t *fs = &M->L->fs;
+    fl_fleet_state_t *fs = &M->L->fs;
     set_flag(fs, &fs->stop_actors);
-    M->ops->stop(M->ctx, "actor", 15);
+    M->ops->stop(M->ctx, "actor evaluator", 15);
     set_flag(fs, &fs->stop_learners);
     M->ops->stop(M->ctx, "learner", 15);
     set_flag(fs, &fs->stop_services);
@@ -594,9 +615,11 @@ static void stop_in_order(monitor_t *M) {
     fl_param_client_destroy(M->ps);
     M->replay = NULL;
     M->ps = NULL;
-    if (M->csv) fclose(M->csv);
-    if (M->roles) fclose(M->roles);
-    M->csv = M->roles = NULL;
+    take_evals(M); /* the last results, sent while stopping */
+    close_file(&M->csv);
+    close_file(&M->roles);
+    close_file(&M->evals);
+    close_file(&M->returns);
 }
 
 /* A role that ended with an error while stopping is a failure too. */
@@ -610,17 +633,13 @@ static void check_unclean(monitor_t *M) {
 }
 
 static void final_totals(monitor_t *M, totals_t *t) {
-    fleet_state_t *fs = &M->L->fs;
+    fl_fleet_state_t *fs = &M->L->fs;
     memset(t, 0, sizeof *t);
     pthread_mutex_lock(&fs->mu);
-    for (int a = 0; a < fs->n_actors; a++) {
-        t->acked += fs->actors[a].acked;
-        t->env += fs->actors[a].env_steps;
-    }
-    for (int i = 0; i < fs->n_learners; i++)
-        t->lsteps = M->gorila ? t->lsteps + fs->learners[i].learner_steps
-                              : (i == 0 ? fs->learners[i].learner_steps : t->lsteps);
-    t->mret = mean_return(fs, &t->ep_count);
+    for (int a = 0; a < fs->n_actors; a++) t->acked += fs->actors[a].acked;
+    t->env = fl_fleet_state_env_steps(fs);
+    t->lsteps = fl_fleet_state_learner_steps(fs);
+    t->mret = fl_fleet_state_mean_return(fs, &t->ep_count);
     t->episodes = fs->n_returns;
     t->best = fs->best_return;
     pthread_mutex_unlock(&fs->mu);
@@ -640,6 +659,21 @@ static void write_per_shard(const monitor_t *M, FILE *sf) {
         }
         fprintf(sf, "\n");
     }
+}
+
+/* summary.txt's evaluation lines: the last evaluation (the headline) and the best mean. */
+static void write_eval_summary(const monitor_t *M, FILE *sf) {
+    const double *v = M->eval.v;
+    fprintf(sf, "evaluations=%llu\n", (unsigned long long)M->n_evals);
+    if (!M->n_evals) return;
+    fprintf(sf,
+            "eval_return_mean=%.6g\neval_return_std=%.6g\neval_return_ci95=%.6g\neval_return_min=%.6g\n"
+            "eval_return_max=%.6g\neval_length_mean=%.6g\neval_episodes=%.0f\neval_epsilon=%.6g\n"
+            "eval_param_version=%llu\neval_env_steps=%.0f\neval_learner_steps=%.0f\nbest_eval_return=%.6g\n",
+            v[FL_EVAL_RESULT_return_mean], v[FL_EVAL_RESULT_return_std], v[FL_EVAL_RESULT_return_ci95],
+            v[FL_EVAL_RESULT_return_min], v[FL_EVAL_RESULT_return_max], v[FL_EVAL_RESULT_length_mean],
+            v[FL_EVAL_RESULT_episodes], v[FL_EVAL_RESULT_epsilon], (unsigned long long)M->eval.version,
+            v[FL_EVAL_RESULT_at_env_steps], v[FL_EVAL_RESULT_at_learner_steps], M->best_eval);
 }
 
 static void write_summary(const monitor_t *M, double elapsed, const totals_t *t) {
@@ -662,6 +696,7 @@ static void write_summary(const monitor_t *M, double elapsed, const totals_t *t)
         fprintf(sf, "%s%s:%llu", b ? "," : "", staleness_names[b], (unsigned long long)pi->staleness_hist[b]);
     fprintf(sf, "\n");
     write_per_shard(M, sf);
+    write_eval_summary(M, sf);
     fprintf(sf, "pids=");
     M->ops->pids(M->ctx, sf);
     fprintf(sf, "\n");
@@ -670,7 +705,7 @@ static void write_summary(const monitor_t *M, double elapsed, const totals_t *t)
 
 /* The last line on stdout. */
 static void print_outcome(const monitor_t *M, double elapsed, const totals_t *t) {
-    char per_shard[512] = "";
+    char per_shard[512] = "", eval[160] = "";
     if (M->R > 1 && M->shard_info) {
         size_t used = (size_t)snprintf(per_shard, sizeof per_shard, "; per shard inserted/sampled");
         for (int r = 0; r < M->R && used < sizeof per_shard; r++)
@@ -678,10 +713,14 @@ static void print_outcome(const monitor_t *M, double elapsed, const totals_t *t)
                                      (unsigned long long)M->shard_info[r].inserted,
                                      (unsigned long long)M->shard_info[r].sampled);
     }
+    if (M->n_evals)
+        snprintf(eval, sizeof eval, "evaluation return %.1f +- %.1f (%.0f episodes, version %llu), ",
+                 M->eval.v[FL_EVAL_RESULT_return_mean], M->eval.v[FL_EVAL_RESULT_return_ci95],
+                 M->eval.v[FL_EVAL_RESULT_episodes], (unsigned long long)M->eval.version);
     printf(
-        "fleet run: %s after %.1f s: %llu episodes, mean return %.1f (last %llu), %llu env steps, %llu learner "
-        "steps, replay inserted %llu (actors saw %llu acknowledged%s). Output in %s/\n",
-        M->reason[0] ? M->reason : "stopped", elapsed, (unsigned long long)t->episodes, t->mret,
+        "fleet run: %s after %.1f s: %s%llu episodes, mean training return %.1f (last %llu), %llu env steps, "
+        "%llu learner steps, replay inserted %llu (actors saw %llu acknowledged%s). Output in %s/\n",
+        M->reason[0] ? M->reason : "stopped", elapsed, eval, (unsigned long long)t->episodes, t->mret,
         (unsigned long long)t->ep_count, (unsigned long long)t->env, (unsigned long long)t->lsteps,
         (unsigned long long)M->rinfo.inserted, (unsigned long long)t->acked, per_shard, M->L->dir);
     fflush(stdout);
@@ -706,6 +745,7 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
     }
     double elapsed = fl_clock_sec() - L->t_start;
     stop_in_order(&M);
+    if (ops->echo_logs) ops->echo_logs(ctx);
     check_unclean(&M);
     totals_t t;
     final_totals(&M, &t);

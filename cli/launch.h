@@ -9,6 +9,8 @@
  * metrics.csv (one row per progress period: the fleet's figures), roles.csv (one row per
  * role per period: env steps/s, parameter version and lag of each actor; steps/s,
  * samples/s and loss of each learner), summary.txt (key=value lines at the end).
+ * On one machine the roles' logs go to logs/<role>-<index>.log (their warnings and errors
+ * are echoed to the terminal).
  * One owner thread; the Control service runs on its own threads. */
 #ifndef FL_CLI_LAUNCH_H
 #define FL_CLI_LAUNCH_H
@@ -32,6 +34,9 @@ typedef struct fl_launch_ops {
     int (*unclean)(void *ctx, char *reason, size_t len);
     /* The value of summary.txt's "pids=" line (e.g. "12,13,14"). */
     void (*pids)(void *ctx, FILE *f);
+    /* Shows what the roles' logs gained that the terminal must see (NULL: nothing to do,
+     * the roles write to the terminal themselves). Called a few times a second. */
+    void (*echo_logs)(void *ctx);
 } fl_launch_ops_t;
 
 /* Validates the run, prints the plan (to stdout), creates the run folder, writes

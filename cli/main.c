@@ -1,6 +1,6 @@
 /* fleet: the command. One binary, one verb per role:
  *   fleet run [CONFIG] [--set k=v]...     launch and supervise a whole fleet
- *   fleet replay | paramserver | actor | learner ...   run one role (the launcher starts these)
+ *   fleet replay | paramserver | actor | learner | evaluator ...   run one role (the launcher starts these)
  *   fleet env list                        the built-in environments
  *   fleet version | help [VERB]
  * Every role verb takes --config FILE and --set section.key=value; the rest of its
@@ -96,6 +96,18 @@ static const verb_t verbs[] = {
      "  --paramserver ADDR       the parameter server\n"
      "  --control ADDR           the launcher's Control service (optional)\n" COMMON_OPTS,
      fl_verb_learner},
+    {"evaluator", "evaluate the latest parameters with greedy episodes",
+     "usage: fleet evaluator --paramserver ADDR [--index I] [--control ADDR] [--config FILE] [--set K=V]...\n"
+     "Every eval.every (eval.every_unit: seconds, or the fleet's learner steps as the launcher reports\n"
+     "them) fetches the latest parameters, plays eval.episodes episodes of env.name with\n"
+     "epsilon = eval.epsilon on its own env seeds (eval.parallel side by side, each cut after\n"
+     "eval.max_episode_steps) and reports mean, std, 95% CI, min and max of return and length.\n"
+     "Options:\n"
+     "  --index I                this evaluator's index in [0, run.evaluators) (default 0)\n"
+     "  --paramserver ADDR       the parameter server (shards comma-separated, in shard order)\n"
+     "  --control ADDR           the launcher's Control service (optional with eval.every_unit = seconds)\n"
+     COMMON_OPTS,
+     fl_verb_evaluator},
     {"env", "inspect environments",
      "usage: fleet env list\n"
      "       fleet env bench [NAME...] [--steps N] [--envs K] [--json]\n"

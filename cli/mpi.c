@@ -21,7 +21,10 @@
  *   5. Actor ranks start `fleet actor` as a child with those addresses. Learner ranks
  *      run the learner in their own process (it needs MPI): a communicator of the
  *      learners (MPI_Comm_split) carries their gradient all-reduce (learner/reduce.h).
- *   6. The launcher runs the progress loop of cli/launch.h. A rank whose role ends
+ *   6. The launcher starts run.evaluators `fleet evaluator` children on its own host
+ *      (they need only the parameter servers' and Control's addresses, and no rank),
+ *      logging to the run's logs/ folder, and runs the progress loop of cli/launch.h;
+ *      its evaluators stop with the actors. A rank whose role ends
  *      sends it DONE (exit status, pid, host); an end the launcher did not ask for is
  *      reported with role, index, rank and host, and the fleet is stopped in order
  *      (actors, learners, services): STOP messages make the ranks SIGTERM their children,
@@ -239,8 +242,31 @@ static int poll_done(mpi_state_t *m) {
     }
 }
 
+/* What the launcher rank watches: the other ranks, and the evaluator processes it runs
+ * itself on its own host (run.evaluators; they need no rank of their own). */
+typedef struct launcher_ctx {
+    mpi_state_t *m;
+    fl_child_t *evals;
+    int n_evals;
+} launcher_ctx_t;
+
+/* "evaluator 0 (pid 12) exited with status 1 (log: ...)" */
+static void describe_eval(const fl_child_t *c, char *reason, size_t len) {
+    char st[128];
+    fl_proc_describe_status(c->status, st, sizeof st);
+    snprintf(reason, len, "evaluator %d (pid %d, on the launcher's host) %s%s%s%s", c->index, (int)c->pid, st,
+             c->log[0] ? " (log: " : "", c->log, c->log[0] ? ")" : "");
+}
+
 static int mpi_dead(void *ctx, char *reason, size_t len) {
-    mpi_state_t *m = ctx;
+    launcher_ctx_t *lx = ctx;
+    mpi_state_t *m = lx->m;
+    fl_child_t *dead = fl_proc_reap(lx->evals, lx->n_evals);
+    if (dead) {
+        fl_proc_echo_logs(lx->evals, lx->n_evals);
+        describe_eval(dead, reason, len);
+        return 1;
+    }
     int r = poll_done(m);
     if (r < 0) return 0;
     char who[160];
@@ -250,7 +276,9 @@ static int mpi_dead(void *ctx, char *reason, size_t len) {
 }
 
 static void mpi_stop(void *ctx, const char *roles, double grace_s) {
-    mpi_state_t *m = ctx;
+    launcher_ctx_t *lx = ctx;
+    mpi_state_t *m = lx->m;
+    if (strstr(roles, "evaluator")) fl_proc_stop_roles(lx->evals, lx->n_evals, "evaluator", grace_s);
     for (int r = 0; r < m->size; r++) {
         if (r == m->launcher || m->done[r] || !strstr(roles, kind_names[m->kind[r]])) continue;
         int one = 1;
@@ -268,7 +296,13 @@ static void mpi_stop(void *ctx, const char *roles, double grace_s) {
 }
 
 static int mpi_unclean(void *ctx, char *reason, size_t len) {
-    mpi_state_t *m = ctx;
+    launcher_ctx_t *lx = ctx;
+    mpi_state_t *m = lx->m;
+    for (int i = 0; i < lx->n_evals; i++)
+        if (lx->evals[i].pid && !fl_proc_clean_exit(lx->evals[i].status)) {
+            describe_eval(&lx->evals[i], reason, len);
+            return 1;
+        }
     poll_done(m);
     for (int r = 0; r < m->size; r++) {
         if (r == m->launcher || (m->done[r] && m->msg[r].clean)) continue;
@@ -281,7 +315,8 @@ static int mpi_unclean(void *ctx, char *reason, size_t len) {
 }
 
 static void mpi_pids(void *ctx, FILE *f) {
-    mpi_state_t *m = ctx;
+    launcher_ctx_t *lx = ctx;
+    mpi_state_t *m = lx->m;
     int first = 1;
     for (int r = 0; r < m->size; r++) {
         int pid = r == m->launcher ? (int)getpid() : m->msg[r].pid;
@@ -289,6 +324,16 @@ static void mpi_pids(void *ctx, FILE *f) {
         fprintf(f, "%s%d", first ? "" : ",", pid);
         first = 0;
     }
+    for (int i = 0; i < lx->n_evals; i++)
+        if (lx->evals[i].pid) {
+            fprintf(f, "%s%d", first ? "" : ",", (int)lx->evals[i].pid);
+            first = 0;
+        }
+}
+
+static void mpi_echo_logs(void *ctx) {
+    launcher_ctx_t *lx = ctx;
+    fl_proc_echo_logs(lx->evals, lx->n_evals);
 }
 
 static void print_ranks(const mpi_state_t *m) {
@@ -543,12 +588,43 @@ static int share_addresses(rank_run_t *X) {
     return 0;
 }
 
+/* The launcher rank's evaluators: `fleet evaluator --index i` children on its host,
+ * logging to the run's logs/ folder. 0, or 1 after printing why. */
+static int start_evaluators(rank_run_t *X, launcher_ctx_t *lx) {
+    const int n = (int)X->cfg.run_evaluators;
+    lx->evals = n ? calloc((size_t)n, sizeof *lx->evals) : NULL;
+    if (n && !lx->evals) {
+        fprintf(stderr, "fleet run: out of memory for %d evaluators\n", n);
+        return 1;
+    }
+    lx->n_evals = n;
+    char logs[700];
+    snprintf(logs, sizeof logs, "%s/logs", fl_launch_dir(X->L));
+    if (n && fl_proc_mkdir_p(logs) == 0) fl_proc_set_log_dir(logs);
+    for (int i = 0; i < n; i++) {
+        char idx[32];
+        snprintf(idx, sizeof idx, "%d", i);
+        char *args[] = {"--config", X->tmp_cfg, "--index", idx, "--paramserver", X->ps_arg, "--control", X->control,
+                        NULL};
+        if (fl_proc_spawn(&lx->evals[i], "evaluator", i, args, 0, 0) != 0) {
+            fprintf(stderr, "fleet run: cannot start evaluator %d: %s\n", i, strerror(errno));
+            return 1;
+        }
+    }
+    if (n) printf("  evaluators   %d on the launcher's host, logs in %s/\n", n, logs);
+    fflush(stdout);
+    return 0;
+}
+
 /* The launcher: the progress loop, then FINISH to every rank, or MPI_Abort when a rank
  * did not stop. Returns the exit code. */
 static int run_launcher(rank_run_t *X) {
     mpi_state_t *m = &X->m;
-    static const fl_launch_ops_t ops = {mpi_dead, mpi_stop, mpi_unclean, mpi_pids};
-    int rc = fl_launch_monitor(X->L, X->replay_list, X->ps_list, &ops, m, 0, "");
+    static const fl_launch_ops_t ops = {mpi_dead, mpi_stop, mpi_unclean, mpi_pids, mpi_echo_logs};
+    launcher_ctx_t lx = {m, NULL, 0};
+    int failed = start_evaluators(X, &lx);
+    int rc = fl_launch_monitor(X->L, X->replay_list, X->ps_list, &ops, &lx, failed, failed ? "evaluators did not start" : "");
+    free(lx.evals);
     int left = 0;
     char who[160] = "";
     for (int r = 0; r < m->size; r++)

@@ -45,6 +45,22 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out) {
     out->progress_every = c->run_progress_every;
 }
 
+void fl_options_evaluator(const fl_config_t *c, fl_evaluator_opts_t *out) {
+    memset(out, 0, sizeof *out);
+    fl_options_env(c, &out->env);
+    out->model_spec = c->model_spec;
+    out->input_scale = c->model_input_scale;
+    out->every = c->eval_every;
+    out->every_learner_steps = c->eval_every_unit == FL_CFG_EVERY_LEARNER_STEPS;
+    out->episodes = (int)c->eval_episodes;
+    out->epsilon = c->eval_epsilon;
+    out->max_episode_steps = c->eval_max_episode_steps;
+    out->parallel = (int)c->eval_parallel;
+    out->count = (int)c->run_evaluators;
+    out->seed = (uint64_t)c->run_seed;
+    out->progress_every = c->run_progress_every;
+}
+
 fl_status fl_options_optim_settings(const fl_config_t *c, fl_optim_settings_t *out, fl_err_t *err) {
     fl_optim_kind kind;
     fl_status s = fl_optim_kind_from_name(FL_CONFIG_ENUM_STR(c, learner, optimizer), &kind, err);

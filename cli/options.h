@@ -13,6 +13,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "envs/plugin.h"
+#include "eval/evaluator.h"
 #include "envs/wrappers.h"
 #include "learner/learner.h"
 #include "paramserver/server.h"
@@ -29,6 +30,10 @@ fl_status fl_options_open_env(const fl_config_t *c, fl_wrapped_env_t **out, fl_e
  * learner.gamma, model.spec and model.input_scale, replay.shards, run.seed and
  * run.progress_every. */
 void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out);
+
+/* What an evaluator reads (eval/evaluator.h): env.*, eval.*, model.spec and
+ * model.input_scale, run.evaluators, run.seed and run.progress_every. */
+void fl_options_evaluator(const fl_config_t *c, fl_evaluator_opts_t *out);
 
 /* What a parameter-server shard reads (paramserver/server.h): learner.mode,
  * paramserver.*, learner.count and, with learner.mode = gorila, the optimizer

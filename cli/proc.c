@@ -17,6 +17,9 @@
 #include "common/stop.h"
 
 static char g_self[4096];
+static char g_log_dir[512];
+
+void fl_proc_set_log_dir(const char *dir) { snprintf(g_log_dir, sizeof g_log_dir, "%s", dir ? dir : ""); }
 
 int fl_proc_init(void) {
     ssize_t sl = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
@@ -35,6 +38,9 @@ int fl_proc_spawn_start(fl_child_t *c, const char *role, int index, char *const 
     snprintf(c->role, sizeof c->role, "%s", role);
     c->index = index;
     c->addr[0] = '\0';
+    c->log[0] = '\0';
+    c->log_seen = 0;
+    if (g_log_dir[0]) snprintf(c->log, sizeof c->log, "%s/%s-%d.log", g_log_dir, role, index);
     *ready_fd = -1;
     int fds[2] = {-1, -1};
     if (want_ready && pipe(fds) != 0) return -1;
@@ -61,6 +67,13 @@ int fl_proc_spawn_start(fl_child_t *c, const char *role, int index, char *const 
         setpgid(0, 0);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
+        if (c->log[0]) {
+            int lf = open(c->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+            if (lf >= 0) {
+                dup2(lf, STDOUT_FILENO);
+                dup2(lf, STDERR_FILENO);
+            }
+        }
         if (want_ready) {
             if (fds[1] != 3) {
                 dup2(fds[1], 3);
@@ -123,20 +136,19 @@ void fl_proc_describe_status(int status, char *buf, size_t len) {
         snprintf(buf, len, "stopped (status 0x%x)", status);
 }
 
-/* Reaps exited children; returns the first one that exited (or NULL). */
+/* Reaps exited children; returns the first one that exited (or NULL). Each child is
+ * waited for by its pid, so that other children of the process (a plot being drawn) are
+ * left to whoever started them. */
 fl_child_t *fl_proc_reap(fl_child_t *kids, int n) {
     fl_child_t *first = NULL;
-    for (;;) {
+    for (int i = 0; i < n; i++) {
+        if (!kids[i].pid || !kids[i].running) continue;
         int status;
-        pid_t pid = waitpid(-1, &status, WNOHANG);
-        if (pid <= 0) break;
-        for (int i = 0; i < n; i++) {
-            if (kids[i].pid == pid && kids[i].running) {
-                kids[i].running = 0;
-                kids[i].status = status;
-                if (!first) first = &kids[i];
-            }
-        }
+        pid_t pid = waitpid(kids[i].pid, &status, WNOHANG);
+        if (pid != kids[i].pid) continue;
+        kids[i].running = 0;
+        kids[i].status = status;
+        if (!first) first = &kids[i];
     }
     return first;
 }
@@ -180,4 +192,73 @@ int fl_proc_mkdir_p(const char *path) {
     }
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
     return 0;
+}
+
+/* 1 for a line a reader of the terminal must see (see fl_proc_echo_logs). */
+static int worth_echoing(const char *line) {
+    /* "HH:MM:SS.mmm L ..." */
+    int is_log = strlen(line) > 15 && line[2] == ':' && line[5] == ':' && line[8] == '.' && line[12] == ' ' &&
+                 line[14] == ' ';
+    return !is_log || line[13] == 'W' || line[13] == 'E';
+}
+
+/* Echoes the complete lines of buf[0..n) worth it; returns the bytes they take (a
+ * partial last line waits, unless it fills the buffer). */
+static size_t echo_lines(char *buf, size_t n, size_t cap) {
+    size_t used = 0;
+    while (used < n) {
+        char *nl = memchr(buf + used, '\n', n - used);
+        if (!nl && n < cap) break;
+        size_t end = nl ? (size_t)(nl - buf) : n;
+        char keep = buf[end];
+        buf[end] = '\0';
+        if (worth_echoing(buf + used)) fprintf(stderr, "%s\n", buf + used);
+        buf[end] = keep;
+        used = nl ? end + 1 : end;
+    }
+    return used;
+}
+
+void fl_proc_echo_logs(fl_child_t *kids, int n) {
+    enum { CHUNK = 64 * 1024 };
+    static char buf[CHUNK];
+    for (int i = 0; i < n; i++) {
+        fl_child_t *c = &kids[i];
+        struct stat st;
+        if (!c->log[0] || stat(c->log, &st) != 0 || st.st_size <= c->log_seen) continue;
+        int fd = open(c->log, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        for (;;) {
+            ssize_t got = pread(fd, buf, CHUNK, c->log_seen);
+            if (got <= 0) break;
+            size_t used = echo_lines(buf, (size_t)got, CHUNK);
+            c->log_seen += (long)used;
+            if (used == 0 || got < CHUNK) break;
+        }
+        close(fd);
+    }
+    fflush(stderr);
+}
+
+void fl_proc_log_tail(const fl_child_t *c, int lines, char *buf, size_t len) {
+    buf[0] = '\0';
+    FILE *f = c->log[0] ? fopen(c->log, "r") : NULL;
+    if (!f) return;
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    long from = size > (long)len - 1 ? size - (long)len + 1 : 0;
+    if (size < 0 || fseek(f, from, SEEK_SET) != 0) {
+        fclose(f);
+        return;
+    }
+    size_t got = fread(buf, 1, len - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    /* keep the last `lines` lines */
+    int seen = 0;
+    for (size_t k = got; k-- > 0;) {
+        if (buf[k] == '\n' && k + 1 < got && ++seen == lines) {
+            memmove(buf, buf + k + 1, got - k);
+            return;
+        }
+    }
 }

@@ -17,8 +17,22 @@ typedef struct fl_child {
     pid_t pid;
     char addr[256]; /* a service's address, once ready */
     int running;
-    int status; /* waitpid status once it exited */
+    int status;     /* waitpid status once it exited */
+    char log[640];  /* its log file ("" = it writes to the launcher's stdout and stderr) */
+    long log_seen;  /* bytes of the log already looked at by fl_proc_echo_logs */
 } fl_child_t;
+
+/* Children started from now on write their stdout and stderr to DIR/<role>-<index>.log
+ * (appending), instead of the launcher's terminal; NULL or "" = the terminal. The folder
+ * must exist. */
+void fl_proc_set_log_dir(const char *dir);
+/* Echoes to stderr the lines that kids' logs gained since the last call and that a
+ * reader must see: warnings and errors ("HH:MM:SS.mmm W ..." and "... E ..."), and
+ * anything that is not a log line (a role's last words on failure). Info and debug lines
+ * stay in the files. Reads only logs that grew. */
+void fl_proc_echo_logs(fl_child_t *kids, int n);
+/* The last `lines` lines of c's log, into buf (""), for a report of its death. */
+void fl_proc_log_tail(const fl_child_t *c, int lines, char *buf, size_t len);
 
 /* Finds this process's own executable (for exec); 0 or -1 with errno. Call once first. */
 int fl_proc_init(void);

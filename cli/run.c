@@ -11,7 +11,9 @@
  * does not fit in an option); each actor streams to shard index % R and the learner
  * samples all of them (replay/client.h). Then cli/launch.h's monitor runs the progress
  * loop, the ordered stop (actors, learners, services) and the summary; the functions here
- * tell it which child died, stop children by role and list their pids.
+ * tell it which child died, stop children by role and list their pids. run.evaluators
+ * evaluator processes (`fleet evaluator --index e`) start last, with the parameter
+ * servers' and Control's addresses.
  *
  * Children run in their own process group (a terminal's Ctrl-C reaches only the
  * launcher, which then stops them in order) and get SIGTERM if the launcher itself dies.
@@ -40,23 +42,37 @@
 /* The fleet on this machine: its children and what the learners and actors are given. */
 typedef struct local {
     fl_launch_t *L;
-    fl_child_t *kids; /* R replay shards, P parameter-server shards, NL learners, then actors */
+    fl_child_t *kids; /* R replay shards, P parameter-server shards, NL learners, actors, NE evaluators */
     int n;
-    int R, P, NL;
+    int R, P, NL, NE;
     int exit_code; /* != 0 once starting failed, with reason */
     char reason[512];
     char *replay_list, *ps_list;       /* the services' addresses (malloc'd) */
     char replay_arg[256], ps_arg[256]; /* the same as options (replay's may be @FILE) */
 } local_t;
 
+/* "actor 3 (pid 12) exited with status 1 (log: runs/x/logs/actor-3.log)" */
+static void describe_child(const fl_child_t *c, char *reason, size_t len) {
+    char st[128];
+    fl_proc_describe_status(c->status, st, sizeof st);
+    if (c->log[0])
+        snprintf(reason, len, "%s %d (pid %d) %s (log: %s)", c->role, c->index, (int)c->pid, st, c->log);
+    else
+        snprintf(reason, len, "%s %d (pid %d) %s", c->role, c->index, (int)c->pid, st);
+}
+
 static int local_dead(void *ctx, char *reason, size_t len) {
     local_t *lc = ctx;
     fl_child_t *dead = fl_proc_reap(lc->kids, lc->n);
     if (!dead) return 0;
-    char st[128];
-    fl_proc_describe_status(dead->status, st, sizeof st);
-    snprintf(reason, len, "%s %d (pid %d) %s", dead->role, dead->index, (int)dead->pid, st);
+    fl_proc_echo_logs(lc->kids, lc->n); /* its last words first */
+    describe_child(dead, reason, len);
     return 1;
+}
+
+static void local_echo_logs(void *ctx) {
+    local_t *lc = ctx;
+    fl_proc_echo_logs(lc->kids, lc->n);
 }
 
 static void local_stop(void *ctx, const char *roles, double grace_s) {
@@ -68,9 +84,7 @@ static int local_unclean(void *ctx, char *reason, size_t len) {
     local_t *lc = ctx;
     for (int i = 0; i < lc->n; i++) {
         if (!lc->kids[i].pid || fl_proc_clean_exit(lc->kids[i].status)) continue;
-        char d[128];
-        fl_proc_describe_status(lc->kids[i].status, d, sizeof d);
-        snprintf(reason, len, "%s %d (pid %d) %s", lc->kids[i].role, lc->kids[i].index, (int)lc->kids[i].pid, d);
+        describe_child(&lc->kids[i], reason, len);
         return 1;
     }
     return 0;
@@ -141,16 +155,18 @@ static void start_failed(local_t *lc, int failed_at) {
         if (any_dead) break;
         fl_sleep_sec(0.02);
     }
-    char st[128] = "did not report its address";
+    char st[700];
+    snprintf(st, sizeof st, "%s %d (pid %d) did not report its address", c->role, c->index, (int)c->pid);
     for (int i = 0; i < lc->n; i++)
         if (kids[i].pid && !kids[i].running) {
             c = &kids[i];
-            fl_proc_describe_status(c->status, st, sizeof st);
+            describe_child(c, st, sizeof st);
         }
+    fl_proc_echo_logs(kids, lc->n);
     if (fl_stop_requested())
         snprintf(lc->reason, sizeof lc->reason, "interrupted while starting");
     else
-        snprintf(lc->reason, sizeof lc->reason, "%s %d (pid %d) %s while starting", c->role, c->index, (int)c->pid, st);
+        snprintf(lc->reason, sizeof lc->reason, "%.480s while starting", st);
     lc->exit_code = fl_stop_requested() ? 130 : 1;
 }
 
@@ -190,7 +206,7 @@ static void start_workers(local_t *lc) {
         printf("  services     replay %d shards (addresses in %s), paramserver %s, control %s\n", lc->R,
                lc->replay_arg + 1, lc->ps_arg, control);
     fflush(stdout);
-    int k = lc->R + lc->P, workers = lc->n - k;
+    int k = lc->R + lc->P, workers = lc->n - k - lc->NE;
     for (int i = 0; i < workers; i++) {
         int learner = i < lc->NL, index = learner ? i : i - lc->NL;
         char iarg[32];
@@ -199,6 +215,13 @@ static void start_workers(local_t *lc) {
                         "--replay",  lc->replay_arg,                       "--paramserver", lc->ps_arg,
                         "--control", (char *)control,                      NULL};
         fl_proc_spawn(&lc->kids[k++], learner ? "learner" : "actor", index, args, 0, 0);
+    }
+    for (int i = 0; i < lc->NE; i++) {
+        char iarg[32];
+        snprintf(iarg, sizeof iarg, "%d", i);
+        char *args[] = {"--config",      (char *)fl_launch_config_path(lc->L), "--index", iarg,
+                        "--paramserver", lc->ps_arg, "--control", (char *)control, NULL};
+        fl_proc_spawn(&lc->kids[k++], "evaluator", i, args, 0, 0);
     }
 }
 
@@ -210,7 +233,8 @@ static int run_local(fl_launch_t *L) {
     lc.R = (int)cfg->replay_shards;
     lc.P = (int)cfg->paramserver_shards;
     lc.NL = (int)cfg->learner_count;
-    lc.n = lc.R + lc.P + lc.NL + (int)cfg->actor_count;
+    lc.NE = (int)cfg->run_evaluators;
+    lc.n = lc.R + lc.P + lc.NL + (int)cfg->actor_count + lc.NE;
     lc.kids = calloc((size_t)lc.n, sizeof *lc.kids);
     int *ready = malloc((size_t)(lc.R + lc.P) * sizeof *ready);
     if (!lc.kids || !ready) {
@@ -219,12 +243,19 @@ static int run_local(fl_launch_t *L) {
         free(lc.kids);
         return 1;
     }
+    char logs[700];
+    snprintf(logs, sizeof logs, "%s/logs", fl_launch_dir(L));
+    if (fl_proc_mkdir_p(logs) == 0) {
+        fl_proc_set_log_dir(logs);
+        printf("  logs         %s/ (one per role; their warnings and errors show here)\n", logs);
+    } else
+        fprintf(stderr, "fleet run: cannot create %s (%s): the roles log to this terminal\n", logs, strerror(errno));
     int failed_at = start_services(&lc, ready);
     free(ready);
     if (failed_at >= 0) start_failed(&lc, failed_at);
     pass_addresses(&lc);
     if (!lc.exit_code) start_workers(&lc);
-    static const fl_launch_ops_t ops = {local_dead, local_stop, local_unclean, local_pids};
+    static const fl_launch_ops_t ops = {local_dead, local_stop, local_unclean, local_pids, local_echo_logs};
     int rc = fl_launch_monitor(L, lc.replay_list ? lc.replay_list : "", lc.ps_list ? lc.ps_list : "", &ops, &lc,
                                lc.exit_code, lc.reason);
     free(lc.replay_list);

@@ -11,6 +11,7 @@ int fl_verb_replay(int argc, char **argv);
 int fl_verb_paramserver(int argc, char **argv);
 int fl_verb_actor(int argc, char **argv);
 int fl_verb_learner(int argc, char **argv);
+int fl_verb_evaluator(int argc, char **argv);
 /* fleet learner with an all-reduce group (an MPI rank's learner; NULL = none). */
 struct fl_reduce;
 int fl_learner_main(int argc, char **argv, struct fl_reduce *reduce);

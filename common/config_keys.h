@@ -23,6 +23,8 @@ typedef enum { FL_CFG_STALE_DROP, FL_CFG_STALE_WAIT } fl_cfg_paramserver_stale_p
 typedef enum { FL_CFG_MODE_APEX, FL_CFG_MODE_GORILA } fl_cfg_learner_mode;
 typedef enum { FL_CFG_DEVICE_CPU, FL_CFG_DEVICE_CUDA, FL_CFG_DEVICE_AUTO } fl_cfg_learner_device;
 typedef enum { FL_CFG_OPTIM_RMSPROP, FL_CFG_OPTIM_ADAM, FL_CFG_OPTIM_SGD } fl_cfg_learner_optimizer;
+typedef enum { FL_CFG_TARGET_EVAL, FL_CFG_TARGET_TRAIN } fl_cfg_run_target_on;
+typedef enum { FL_CFG_EVERY_SECONDS, FL_CFG_EVERY_LEARNER_STEPS } fl_cfg_eval_every_unit;
 
 #define FL_CONFIG_KEYS(X)                                                                                   \
     /* [run] the experiment as a whole */                                                                   \
@@ -31,7 +33,9 @@ typedef enum { FL_CFG_OPTIM_RMSPROP, FL_CFG_OPTIM_ADAM, FL_CFG_OPTIM_SGD } fl_cf
     X(run, max_seconds, FLOAT, 300, 0, 1e9, "", "stop the fleet after this many seconds (0 = no limit)")    \
     X(run, max_env_steps, INT, 0, 0, 1000000000000000, "", "budget: stop the fleet (a normal end, exit 0) once the actors have taken this many env steps in all (0 = no limit; checked every run.progress_every)") \
     X(run, max_learner_steps, INT, 0, 0, 1000000000000000, "", "budget: stop the fleet (a normal end, exit 0) after this many learner steps (learner 0's with apex, the sum with gorila; 0 = no limit; checked every run.progress_every)") \
-    X(run, target_return, FLOAT, 475, -1e12, 1e12, "", "stop when the mean return of the last 100 episodes reaches this") \
+    X(run, target_return, FLOAT, 475, -1e12, 1e12, "", "stop when the headline return reaches this: the latest evaluation's mean (run.target_on = eval) or the mean of the last 100 training episodes (train)") \
+    X(run, target_on, ENUM, "eval", 0, 0, "eval|train", "which return run.target_return applies to: the evaluators' greedy return, or the training episodes' (eval with run.evaluators = 0 falls back to train)") \
+    X(run, evaluators, INT, 1, 0, 64, "", "evaluator processes: each plays eval.episodes episodes with the latest parameters every eval.every") \
     X(run, stop_at_target, BOOL, 1, 0, 1, "", "whether reaching run.target_return stops the fleet")         \
     X(run, out_dir, STRING, "runs", 0, 0, "", "folder under which runs/<name>/ is written")                 \
     X(run, log_level, ENUM, "info", 0, 0, "debug|info|warn|error", "log verbosity of every role")           \
@@ -48,6 +52,13 @@ typedef enum { FL_CFG_OPTIM_RMSPROP, FL_CFG_OPTIM_ADAM, FL_CFG_OPTIM_SGD } fl_cf
     X(env, rng, ENUM, "fleet", 0, 0, "fleet|reference", "random generator of games that offer a reference-compatible one") \
     X(env, args, STRING, "", 0, 0, "", "free text handed to the env (plugins)") \
     X(env, wrappers, STRING, "", 0, 0, "", "Atari-style wrappers around the env, e.g. \"noop(30) frameskip(4) framestack(4)\" (docs/environments.md)") \
+    /* [eval] the evaluators' greedy evaluation */                                                          \
+    X(eval, every, FLOAT, 5, 0.001, 1e12, "", "how often an evaluator evaluates the latest parameters, in eval.every_unit") \
+    X(eval, every_unit, ENUM, "seconds", 0, 0, "seconds|learner_steps", "unit of eval.every") \
+    X(eval, episodes, INT, 10, 1, 100000, "", "episodes per evaluation") \
+    X(eval, epsilon, FLOAT, 0, 0, 1, "", "exploration epsilon of the evaluated policy (0 = greedy)") \
+    X(eval, max_episode_steps, INT, 27000, 0, 1000000000, "", "an evaluation episode is cut after this many agent steps (0 = only the env's own limits)") \
+    X(eval, parallel, INT, 16, 1, 1024, "", "episodes an evaluator plays side by side (one batched forward per step)") \
     /* [actor] experience generation */                                                                     \
     X(actor, count, INT, 2, 1, 4096, "", "number of actor processes")                                      \
     X(actor, eps_base, FLOAT, 0.4, 0, 1, "", "epsilon_i = eps_base^(1 + eps_alpha * i/(N-1))")             \

@@ -20,6 +20,7 @@
 
 #define FL__CONTROL_EPISODES_MAX 4096
 #define FL__CONTROL_DEADLINE_MS 2000
+#define FL__CONTROL_EXTRA_MAX 64
 
 struct fl_reporter {
     fl_rpc_channel_t *ch; /* NULL: reporting is off */
@@ -30,6 +31,7 @@ struct fl_reporter {
     int sent_once;
     int failing; /* the last send failed and was logged */
     int stop;
+    uint64_t fleet_env_steps, fleet_learner_steps; /* the launcher's last answer */
     /* ring of finished episodes: oldest at head */
     float returns[FL__CONTROL_EPISODES_MAX];
     uint32_t lengths[FL__CONTROL_EPISODES_MAX];
@@ -118,6 +120,18 @@ void fl_reporter_tick(fl_reporter_t *r, const fl_report_t *rep, int force) {
     m.loss = rep->loss;
     m.wait_fraction = rep->wait_fraction;
     m.epsilon = rep->epsilon;
+    Fleet__Metric extra_m[FL__CONTROL_EXTRA_MAX];
+    Fleet__Metric *extra_p[FL__CONTROL_EXTRA_MAX];
+    size_t n_extra = rep->n_extra > 0 ? (size_t)rep->n_extra : 0;
+    if (n_extra > FL__CONTROL_EXTRA_MAX) n_extra = FL__CONTROL_EXTRA_MAX;
+    for (size_t i = 0; i < n_extra; i++) {
+        fleet__metric__init(&extra_m[i]);
+        extra_m[i].name = (char *)rep->extra_names[i];
+        extra_m[i].value = rep->extra_values[i];
+        extra_p[i] = &extra_m[i];
+    }
+    m.n_extra = n_extra;
+    m.extra = n_extra ? extra_p : NULL;
 
     fl_err_t err;
     fl_err_init(&err);
@@ -137,6 +151,8 @@ void fl_reporter_tick(fl_reporter_t *r, const fl_report_t *rep, int force) {
     r->head = (r->head + n) % FL__CONTROL_EPISODES_MAX;
     r->count -= n;
     const Fleet__ReportResponse *rr = (const Fleet__ReportResponse *)resp;
+    r->fleet_env_steps = rr->env_steps;
+    r->fleet_learner_steps = rr->learner_steps;
     if (rr->stop && !r->stop) {
         FL_INFO("control: the launcher asks this role to stop");
         r->stop = 1;
@@ -145,3 +161,8 @@ void fl_reporter_tick(fl_reporter_t *r, const fl_report_t *rep, int force) {
 }
 
 int fl_reporter_should_stop(const fl_reporter_t *r) { return r && r->stop; }
+
+void fl_reporter_fleet_steps(const fl_reporter_t *r, uint64_t *env_steps, uint64_t *learner_steps) {
+    *env_steps = r ? r->fleet_env_steps : 0;
+    *learner_steps = r ? r->fleet_learner_steps : 0;
+}

@@ -21,6 +21,11 @@ typedef struct fl_report {
     double loss;          /* learner: mean loss since the last report */
     double wait_fraction; /* learner: share of time waiting for data */
     double epsilon;       /* actor */
+    /* Named figures with no field of their own (Report.extra): n_extra names and values
+     * (at most 64 are sent; names are borrowed until fl_reporter_tick returns). */
+    int n_extra;
+    const char *const *extra_names;
+    const double *extra_values;
 } fl_report_t;
 
 fl_status fl_reporter_create(const char *control_addr, const char *role, uint32_t index, double every_s,
@@ -33,5 +38,8 @@ void fl_reporter_episode(fl_reporter_t *r, float ret, uint32_t length);
 void fl_reporter_tick(fl_reporter_t *r, const fl_report_t *rep, int force);
 /* 1 once the launcher has asked this role to stop. */
 int fl_reporter_should_stop(const fl_reporter_t *r);
+/* The fleet's env steps and learner steps as the launcher's last answer gave them (0
+ * before the first answer, and without a launcher). */
+void fl_reporter_fleet_steps(const fl_reporter_t *r, uint64_t *env_steps, uint64_t *learner_steps);
 
 #endif

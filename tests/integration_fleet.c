@@ -1,5 +1,7 @@
 /* A whole fleet of separate processes talking gRPC over loopback, through `fleet run`:
- * it learns CartPole, the replay holds every acknowledged insert, step budgets end a run
+ * it learns CartPole (stopped by the evaluator's greedy return, which metrics.csv,
+ * evals.csv and summary.txt record, with each actor's own training return in
+ * returns.csv, and each role's log in logs/), the replay holds every acknowledged insert, step budgets end a run
  * normally, a run folder is never overwritten, Ctrl-C leaves no child behind, and a child that dies is reported with its
  * role and status. */
 #include <setjmp.h>
@@ -56,7 +58,7 @@ static void test_learns_cartpole(void **state) {
     (void)state;
     char *argv[16];
     char sets[4][512];
-    /* Stop at a mean return of 200 (a random policy gets ~22); bounded in time. */
+    /* Stop at an evaluation return of 200 (a random policy gets ~22); bounded in time. */
     fleet_argv(argv, sets, "learn", "run.target_return=200", "run.max_seconds=400");
     char out[512];
     snprintf(out, sizeof out, "%s/learn.log", g_tmp);
@@ -70,9 +72,16 @@ static void test_learns_cartpole(void **state) {
     char *sum = summary_of("learn");
     assert_non_null(sum);
     char v[256];
-    assert_non_null(kv_get(sum, "mean_return_100", v, sizeof v));
-    double mret = atof(v);
-    assert_true(mret >= 100.0); /* well above a random policy's ~22 */
+    /* The stop came from the evaluator's greedy return, the headline everywhere. */
+    assert_non_null(kv_get(sum, "reason", v, sizeof v));
+    assert_non_null(strstr(v, "evaluation return"));
+    assert_non_null(kv_get(sum, "eval_return_mean", v, sizeof v));
+    assert_true(atof(v) >= 200.0);
+    assert_non_null(kv_get(sum, "evaluations", v, sizeof v));
+    assert_true(atoi(v) >= 1);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "] eval "));         /* the progress line leads with it */
+    assert_non_null(strstr(log, "evaluation return")); /* and the last line names it */
     assert_non_null(kv_get(sum, "actors_acked", v, sizeof v));
     unsigned long long acked = strtoull(v, NULL, 10);
     assert_non_null(kv_get(sum, "replay_inserted", v, sizeof v));
@@ -91,7 +100,32 @@ static void test_learns_cartpole(void **state) {
     char *csv = read_file(path);
     assert_non_null(csv);
     assert_non_null(strstr(csv, "mean_return_100"));
-    assert_children_gone(sum, 4); /* replay, paramserver, learner, >= 1 actor */
+    assert_non_null(strstr(csv, "eval_return_mean"));
+    /* evals.csv: one row per evaluation, the last one at the target */
+    snprintf(path, sizeof path, "%s/learn/evals.csv", g_tmp);
+    char *evals = read_file(path);
+    assert_non_null(evals);
+    assert_true(strncmp(evals, "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean", 72) == 0);
+    assert_non_null(strchr(strchr(evals, '\n') + 1, '\n')); /* at least one row */
+    /* returns.csv: each actor's training return with its own epsilon (0.1 and 1e-8) */
+    snprintf(path, sizeof path, "%s/learn/returns.csv", g_tmp);
+    char *rets = read_file(path);
+    assert_non_null(rets);
+    assert_non_null(strstr(rets, ",0,0.1,"));
+    assert_non_null(strstr(rets, ",1,1e-08,"));
+    /* Each role logs to logs/<role>-<index>.log; only warnings and errors reach the terminal. */
+    const char *roles[] = {"replay-0", "paramserver-0", "learner-0", "actor-0", "actor-1", "evaluator-0"};
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
+        snprintf(path, sizeof path, "%s/learn/logs/%s.log", g_tmp, roles[i]);
+        char *rl = read_file(path);
+        if (!rl) fail_msg("no log %s", path);
+        assert_non_null(strstr(rl, " I ["));
+        free(rl);
+    }
+    assert_null(strstr(log, " I [actor 0]"));
+    free(rets);
+    free(evals);
+    assert_children_gone(sum, 5); /* replay, paramserver, learner, evaluator, >= 1 actor */
     free(csv);
     free(cfg);
     free(sum);
@@ -262,6 +296,7 @@ static void test_dead_child_is_reported(void **state) {
     assert_non_null(log);
     assert_non_null(strstr(log, "actor"));
     assert_non_null(strstr(log, "killed by signal 9"));
+    assert_non_null(strstr(log, "/crash/logs/actor-")); /* where to read what it did */
     char *sum = summary_of("crash");
     assert_non_null(sum);
     assert_children_gone(sum, 4); /* replay, paramserver, learner, >= 1 actor */

@@ -3,6 +3,7 @@
 #ifndef FL_TESTS_RUN_UTIL_H
 #define FL_TESTS_RUN_UTIL_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -10,9 +11,33 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The text of every file in dir (sorted by name), each after a "==> NAME <==" line,
+ * appended to *text (malloc'd; *text may be NULL). */
+static inline void append_dir_files(const char *dir, char **text) {
+    struct dirent **names = NULL;
+    int n = scandir(dir, &names, NULL, alphasort);
+    for (int i = 0; i < n; i++) {
+        char path[1400];
+        snprintf(path, sizeof path, "%.1000s/%.255s", dir, names[i]->d_name);
+        char *body = names[i]->d_name[0] == '.' ? NULL : read_file(path);
+        if (body) {
+            size_t old = *text ? strlen(*text) : 0, add = strlen(body) + strlen(path) + 16;
+            char *t = realloc(*text, old + add);
+            if (t) {
+                snprintf(t + old, add, "==> %s <==\n%s", path, body);
+                *text = t;
+            }
+            free(body);
+        }
+        free(names[i]);
+    }
+    free(names);
+}
+
 /* Runs `[launcher...] fleet run configs/cartpole.ini --set run.out_dir=TMP --set
  * run.name=NAME [--set S]...` with output in TMP/NAME.log; returns its exit status (-1 on
- * timeout or a signal) and the output in *log (printed, its tail, to stderr). */
+ * timeout or a signal) and in *log the output (printed, its tail, to stderr) followed by
+ * every role's log (TMP/NAME/logs/). */
 static inline int run_fleet_at(const char *tmp, const char *const *launcher, int nlauncher, const char *name,
                                const char *const *sets, int nsets, double timeout_s, char **log) {
     static char cfg[1024], out_dir[512], run_name[256], out[512];
@@ -41,6 +66,9 @@ static inline int run_fleet_at(const char *tmp, const char *const *launcher, int
     if (*log)
         fprintf(stderr, "---- fleet run %s (tail) ----\n%s\n", name,
                 strlen(*log) > 5000 ? *log + strlen(*log) - 5000 : *log);
+    char logs[800];
+    snprintf(logs, sizeof logs, "%s/%s/logs", tmp, name);
+    append_dir_files(logs, log);
     if (status == -1 || !WIFEXITED(status)) return -1;
     return WEXITSTATUS(status);
 }

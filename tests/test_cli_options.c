@@ -70,6 +70,22 @@ static void test_defaults(void **unused) {
     assert_int_equal(a.seed, a0.seed);
     assert_true(a.progress_every == a0.progress_every);
 
+    fl_evaluator_opts_t v, v0;
+    fl_options_evaluator(&c, &v);
+    fl_evaluator_opts_init(&v0);
+    assert_env_equal(&v.env, &v0.env);
+    assert_string_equal(v.model_spec, v0.model_spec);
+    assert_true(v.input_scale == v0.input_scale);
+    assert_true(v.every == v0.every);
+    assert_int_equal(v.every_learner_steps, v0.every_learner_steps);
+    assert_int_equal(v.episodes, v0.episodes);
+    assert_true(v.epsilon == v0.epsilon);
+    assert_int_equal(v.max_episode_steps, v0.max_episode_steps);
+    assert_int_equal(v.parallel, v0.parallel);
+    assert_int_equal(v.count, v0.count);
+    assert_int_equal(v.seed, v0.seed);
+    assert_true(v.progress_every == v0.progress_every);
+
     fl_paramserver_service_opts_t p, p0;
     fl_err_t err;
     fl_err_init(&err);

@@ -408,7 +408,7 @@ static void test_file_errors(void **state) {
     const bad_file cases[] = {
         /* unknown section, with a key in it */
         {"[run]\nseed = 3\n\n[nosuch]\nkey = 1\n", FL_NOT_FOUND,
-         {":5: ", "unknown key 'nosuch.key'", "section [nosuch] does not exist", "sections are run, env, actor"}},
+         {":5: ", "unknown key 'nosuch.key'", "section [nosuch] does not exist", "sections are run, env, eval, actor"}},
         /* unknown section without keys: reported at its own line */
         {"[nosuch]\n[run]\nseed = 2\n", FL_NOT_FOUND, {":1: ", "unknown section [nosuch]", "sections are run"}},
         {"[lerner]\n", FL_NOT_FOUND, {":1: ", "did you mean [learner]?"}},
@@ -664,6 +664,12 @@ static void test_enum_values_match_choices(void **state) {
         {"learner.optimizer", FL_CFG_OPTIM_SGD, "sgd"},
         {"learner.optimizer", FL_CFG_OPTIM_SGD + 1, ""},
         {"learner.optimizer", -1, ""},
+        {"run.target_on", FL_CFG_TARGET_EVAL, "eval"},
+        {"run.target_on", FL_CFG_TARGET_TRAIN, "train"},
+        {"run.target_on", FL_CFG_TARGET_TRAIN + 1, ""},
+        {"eval.every_unit", FL_CFG_EVERY_SECONDS, "seconds"},
+        {"eval.every_unit", FL_CFG_EVERY_LEARNER_STEPS, "learner_steps"},
+        {"eval.every_unit", FL_CFG_EVERY_LEARNER_STEPS + 1, ""},
         {"learner.lr", 0, ""},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {

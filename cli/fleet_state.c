@@ -1,0 +1,161 @@
+/* fleet_state: the launcher's record of the roles' reports (see fleet_state.h). */
+#include "cli/fleet_state.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "fleet.pb-c.h"
+
+int fl_fleet_state_init(fl_fleet_state_t *fs, int n_actors, int n_learners, int n_evaluators, int gorila,
+                        double t_start) {
+    memset(fs, 0, sizeof *fs);
+    pthread_mutex_init(&fs->mu, NULL);
+    fs->t_start = t_start;
+    fs->gorila = gorila;
+    fs->n_actors = n_actors;
+    fs->n_learners = n_learners;
+    fs->n_evaluators = n_evaluators;
+    fs->actors = calloc((size_t)n_actors + 1, sizeof *fs->actors);
+    fs->learners = calloc((size_t)n_learners + 1, sizeof *fs->learners);
+    fs->evaluators = calloc((size_t)n_evaluators + 1, sizeof *fs->evaluators);
+    fs->eval_round = calloc((size_t)n_evaluators + 1, sizeof *fs->eval_round);
+    return fs->actors && fs->learners && fs->evaluators && fs->eval_round ? 0 : -1;
+}
+
+void fl_fleet_state_destroy(fl_fleet_state_t *fs) {
+    free(fs->actors);
+    free(fs->learners);
+    free(fs->evaluators);
+    free(fs->eval_round);
+    pthread_mutex_destroy(&fs->mu);
+    memset(fs, 0, sizeof *fs);
+}
+
+double fl_fleet_state_mean_return(const fl_fleet_state_t *fs, uint64_t *count) {
+    uint64_t n = fs->n_returns < FL_FLEET_RETURN_WINDOW ? fs->n_returns : FL_FLEET_RETURN_WINDOW;
+    *count = n;
+    if (!n) return 0;
+    double s = 0;
+    for (uint64_t i = 0; i < n; i++) s += fs->returns[i];
+    return s / (double)n;
+}
+
+double fl_fleet_state_actor_return(const fl_fleet_state_t *fs, int a, uint64_t *count) {
+    const fl_role_state_t *A = &fs->actors[a];
+    uint64_t n = A->n_recent < FL_FLEET_ACTOR_WINDOW ? A->n_recent : FL_FLEET_ACTOR_WINDOW;
+    *count = n;
+    if (!n) return 0;
+    double s = 0;
+    for (uint64_t i = 0; i < n; i++) s += A->recent[i];
+    return s / (double)n;
+}
+
+uint64_t fl_fleet_state_learner_steps(const fl_fleet_state_t *fs) {
+    uint64_t steps = 0;
+    for (int i = 0; i < fs->n_learners; i++)
+        steps = fs->gorila ? steps + fs->learners[i].learner_steps : (i == 0 ? fs->learners[i].learner_steps : steps);
+    return steps;
+}
+
+uint64_t fl_fleet_state_env_steps(const fl_fleet_state_t *fs) {
+    uint64_t env = 0;
+    for (int a = 0; a < fs->n_actors; a++) env += fs->actors[a].env_steps;
+    return env;
+}
+
+int fl_fleet_state_take_evals(fl_fleet_state_t *fs, fl_eval_result_t *out, int max) {
+    pthread_mutex_lock(&fs->mu);
+    int n = fs->queued < max ? fs->queued : max;
+    memcpy(out, fs->queue, (size_t)n * sizeof *out);
+    memmove(fs->queue, fs->queue + n, (size_t)(fs->queued - n) * sizeof *fs->queue);
+    fs->queued -= n;
+    pthread_mutex_unlock(&fs->mu);
+    return n;
+}
+
+/* An evaluator's result, when the report carries every name with a finite value and a
+ * round newer than the last one queued for it. Under mu. */
+static void take_result(fl_fleet_state_t *fs, const Fleet__Report *r) {
+    fl_eval_result_t res;
+    memset(&res, 0, sizeof res);
+    int found = 0;
+    for (size_t i = 0; i < r->n_extra; i++) {
+        const Fleet__Metric *m = r->extra[i];
+        if (!m->name) continue;
+        for (int k = 0; k < FL_EVALUATOR_RESULT_COUNT; k++)
+            if (strcmp(m->name, fl_evaluator_result_names[k]) == 0 && isfinite(m->value)) {
+                res.v[k] = m->value;
+                found++;
+                break;
+            }
+    }
+    double round = res.v[FL_EVAL_RESULT_round];
+    if (found != FL_EVALUATOR_RESULT_COUNT || round < 1 || round <= (double)fs->eval_round[r->index]) return;
+    fs->eval_round[r->index] = (uint64_t)round;
+    res.evaluator = (int)r->index;
+    res.version = r->param_version;
+    res.received_s = fl_clock_sec() - fs->t_start;
+    if (fs->queued == FL_FLEET_EVAL_QUEUE) { /* keep the newest */
+        memmove(fs->queue, fs->queue + 1, (FL_FLEET_EVAL_QUEUE - 1) * sizeof *fs->queue);
+        fs->queued--;
+    }
+    fs->queue[fs->queued++] = res;
+}
+
+/* An actor's or a learner's counters, and an actor's finished episodes. Under mu. */
+static void take_counters(fl_fleet_state_t *fs, fl_role_state_t *st, const Fleet__Report *r, int actor) {
+    st->seen = 1;
+    st->env_steps = r->env_steps;
+    st->episodes = r->episodes;
+    st->acked = r->transitions_acked;
+    st->version = r->param_version;
+    st->learner_steps = r->learner_steps;
+    st->samples = r->samples;
+    st->loss = r->loss;
+    st->wait_fraction = r->wait_fraction;
+    st->epsilon = r->epsilon;
+    if (!actor) return;
+    for (size_t i = 0; i < r->n_episode_returns; i++) {
+        float ret = r->episode_returns[i];
+        fs->returns[fs->n_returns % FL_FLEET_RETURN_WINDOW] = ret;
+        fs->n_returns++;
+        if (fs->n_returns == 1 || ret > fs->best_return) fs->best_return = ret;
+        st->recent[st->n_recent % FL_FLEET_ACTOR_WINDOW] = ret;
+        st->n_recent++;
+    }
+}
+
+fl_status fl_fleet_state_on_report(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
+    fl_fleet_state_t *fs = user;
+    Fleet__Report *r = fleet__report__unpack(NULL, len, req);
+    if (!r) return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "Report: not a valid fleet.Report message");
+    const char *role = r->role ? r->role : "";
+    int actor = strcmp(role, "actor") == 0, learner = strcmp(role, "learner") == 0;
+    int evaluator = strcmp(role, "evaluator") == 0;
+    /* Services report too; their figures come from polling Info, so a report is only
+     * answered (with the stop flag). */
+    int service = strcmp(role, "replay") == 0 || strcmp(role, "paramserver") == 0;
+    pthread_mutex_lock(&fs->mu);
+    fl_role_state_t *st = NULL;
+    if (actor && (int)r->index < fs->n_actors) st = &fs->actors[r->index];
+    if (learner && (int)r->index < fs->n_learners) st = &fs->learners[r->index];
+    if (evaluator && (int)r->index < fs->n_evaluators) st = &fs->evaluators[r->index];
+    if (st) take_counters(fs, st, r, actor);
+    if (st && evaluator && r->n_extra) take_result(fs, r);
+    Fleet__ReportResponse resp = FLEET__REPORT_RESPONSE__INIT;
+    resp.stop = actor || evaluator ? fs->stop_actors : learner ? fs->stop_learners : fs->stop_services;
+    resp.env_steps = fl_fleet_state_env_steps(fs);
+    resp.learner_steps = fl_fleet_state_learner_steps(fs);
+    pthread_mutex_unlock(&fs->mu);
+    int known = st != NULL || service;
+    char name[32];
+    snprintf(name, sizeof name, "%s", role);
+    uint32_t index = r->index;
+    fleet__report__free_unpacked(r, NULL);
+    if (!known)
+        return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "Report: unknown role '%s' index %u", name, index);
+    return fl_rpc_reply_pb(reply, &resp.base);
+}

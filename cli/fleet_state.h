@@ -1,0 +1,80 @@
+/* fleet_state: what the roles report to the launcher's fleet.Control service, kept for
+ * the monitor (cli/launch.c): each actor's and learner's latest counters, the training
+ * returns (a window over the whole fleet and one per actor) and the evaluators' results.
+ *
+ * The Control handler (fl_fleet_state_on_report) runs on the server's threads; the
+ * monitor reads and updates the tables under mu. An evaluator's result (Report.extra with
+ * every name of eval/evaluator.h) is queued once per evaluation round; the monitor takes
+ * the queue with fl_fleet_state_take_evals. The answer to every report carries the stop
+ * flag of the role's kind and the fleet's env and learner steps.
+ * Memory: fixed at init (the queue keeps the newest FL_FLEET_EVAL_QUEUE results). */
+#ifndef FL_CLI_FLEET_STATE_H
+#define FL_CLI_FLEET_STATE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/rpc.h"
+#include "common/status.h"
+#include "eval/evaluator.h"
+
+#define FL_FLEET_RETURN_WINDOW 100 /* training episodes in the fleet's mean return */
+#define FL_FLEET_ACTOR_WINDOW 20   /* an actor's recent episodes in its own mean */
+#define FL_FLEET_EVAL_QUEUE 64
+
+typedef struct fl_role_state {
+    int seen;
+    uint64_t env_steps, episodes, acked, version, learner_steps, samples;
+    double loss, wait_fraction, epsilon;
+    uint64_t last_env, last_steps, last_samples; /* the monitor's, at the previous progress line */
+    float recent[FL_FLEET_ACTOR_WINDOW];          /* actors: their latest returns (a ring) */
+    uint64_t n_recent;                            /* episodes reported in total */
+} fl_role_state_t;
+
+/* One evaluation as an evaluator reported it (values indexed by FL_EVAL_RESULT_*). */
+typedef struct fl_eval_result {
+    int evaluator;
+    uint64_t version;
+    double received_s; /* seconds since the launch when it arrived */
+    double v[FL_EVALUATOR_RESULT_COUNT];
+} fl_eval_result_t;
+
+typedef struct fl_fleet_state {
+    pthread_mutex_t mu;
+    double t_start;
+    int gorila; /* learner steps add up over learners (else learner 0's) */
+    fl_role_state_t *actors, *learners, *evaluators;
+    int n_actors, n_learners, n_evaluators;
+    float returns[FL_FLEET_RETURN_WINDOW];
+    uint64_t n_returns; /* training episodes reported in total */
+    double best_return;
+    fl_eval_result_t queue[FL_FLEET_EVAL_QUEUE];
+    int queued;
+    uint64_t *eval_round; /* per evaluator: the last round queued */
+    /* Stop requests answered to each kind of role: actors and evaluators first, then
+     * learners, then the services, the same order as the signals. */
+    int stop_actors, stop_learners, stop_services;
+} fl_fleet_state_t;
+
+/* 0, or -1 when out of memory. */
+int fl_fleet_state_init(fl_fleet_state_t *fs, int n_actors, int n_learners, int n_evaluators, int gorila,
+                        double t_start);
+void fl_fleet_state_destroy(fl_fleet_state_t *fs);
+
+/* The fleet.Control/Report handler (user: the fl_fleet_state_t). */
+fl_status fl_fleet_state_on_report(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply);
+
+/* Moves up to max queued results, oldest first, into out; returns how many. Locks mu. */
+int fl_fleet_state_take_evals(fl_fleet_state_t *fs, fl_eval_result_t *out, int max);
+
+/* Under mu: the mean of the fleet's last (<= FL_FLEET_RETURN_WINDOW) training returns,
+ * their count in *count; the learners' steps (apex: learner 0's, gorila: the sum); the
+ * actors' env steps. */
+double fl_fleet_state_mean_return(const fl_fleet_state_t *fs, uint64_t *count);
+uint64_t fl_fleet_state_learner_steps(const fl_fleet_state_t *fs);
+uint64_t fl_fleet_state_env_steps(const fl_fleet_state_t *fs);
+/* Under mu: actor a's mean over its recent episodes (count in *count, 0 = none yet). */
+double fl_fleet_state_actor_return(const fl_fleet_state_t *fs, int a, uint64_t *count);
+
+#endif

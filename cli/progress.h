@@ -1,0 +1,41 @@
+/* progress: the launcher's progress line, one per run.progress_every, at most
+ * FL_PROGRESS_COLUMNS columns:
+ *   [  12.3s] eval 475.0+-3.2 | train 187.3 | env 31.2K/s | upd 950.0/s loss 0.012 | replay 1.0M | 42% ETA 3m05s
+ * The headline comes first: the latest evaluation's mean return with its 95% confidence
+ * interval ("eval -" before the first one; absent without evaluators), then the training
+ * return (the fleet's last 100 episodes, all epsilons), env steps/s, learner updates/s
+ * and loss, replay size, the version lag of the oldest actor, Gorila's pushes, and the
+ * nearest budget's share and ETA. Numbers are compact (1.2K, 3.4M). When everything does
+ * not fit, the least important parts (pushes, lag, replay, then loss) are left out; time,
+ * eval, train and the budget always stay. Pure functions. */
+#ifndef FL_CLI_PROGRESS_H
+#define FL_CLI_PROGRESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FL_PROGRESS_COLUMNS 120
+
+typedef struct fl_progress {
+    double elapsed_s;
+    int evaluators;           /* 0: no eval part */
+    int have_eval;            /* an evaluation has arrived */
+    double eval_mean, eval_ci95;
+    int have_train;           /* a training episode has ended */
+    double train_return;
+    double env_rate, upd_rate, loss;
+    uint64_t replay_size, lag;
+    int gorila;
+    uint64_t pushes_applied, pushes_dropped;
+    double budget_done;       /* [0, 1], or < 0: no budget */
+    double eta_s;             /* < 0: unknown */
+} fl_progress_t;
+
+/* Writes the line (no newline) into buf (len >= FL_PROGRESS_COLUMNS + 1); returns its
+ * length, <= FL_PROGRESS_COLUMNS. */
+size_t fl_progress_format(const fl_progress_t *p, char *buf, size_t len);
+
+/* v in at most 7 characters: "-999.9", "12.3K", "4.6M", ... ("nan", "inf" as such). */
+void fl_progress_compact(double v, char out[16]);
+
+#endif

@@ -1,0 +1,52 @@
+/* `fleet evaluator`: one evaluator process (eval/evaluator.h). Options are parsed here;
+ * the loop lives in eval/evaluator.c. Exit codes: 0 on a clean stop (SIGINT/SIGTERM or
+ * the launcher's request), 1 on a runtime failure (printed), 2 on a usage or
+ * configuration error. */
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/log.h"
+#include "common/stop.h"
+#include "eval/evaluator.h"
+#include "cli/cli.h"
+#include "cli/options.h"
+#include "cli/verbs.h"
+
+int fl_verb_evaluator(int argc, char **argv) {
+    fl_config_t cfg;
+    int64_t index = 0;
+    char params[256] = "", control[256] = "";
+    const fl_opt_t opts[] = {
+        {"--index", FL_OPT_INT, &index},
+        {"--paramserver", FL_OPT_STRING, params},
+        {"--control", FL_OPT_STRING, control},
+    };
+    int rc = fl_cli_parse("evaluator", argc, argv, &cfg, opts, (int)(sizeof opts / sizeof opts[0]), NULL, 0);
+    if (rc != 0) return rc;
+    int count = cfg.run_evaluators > 0 ? (int)cfg.run_evaluators : 1;
+    if (index < 0 || index >= count) {
+        fprintf(stderr, "fleet evaluator: --index %lld is out of range (expected 0 <= I < run.evaluators = %d)\n",
+                (long long)index, count);
+        return 2;
+    }
+    if (!params[0]) {
+        fprintf(stderr, "fleet evaluator: --paramserver ADDR[,ADDR...] is required\n");
+        return 2;
+    }
+    fl_stop_install();
+    fl_cli_setup_logging(&cfg, "evaluator", (int)index);
+    fl_evaluator_opts_t eo;
+    fl_options_evaluator(&cfg, &eo);
+    eo.count = count;
+    fl_evaluator_t *ev = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    fl_status s = fl_evaluator_create(&eo, (int)index, params, control[0] ? control : NULL, &ev, &err);
+    if (s == FL_OK) s = fl_evaluator_run(ev, &err);
+    fl_evaluator_destroy(ev);
+    if (s != FL_OK) {
+        fprintf(stderr, "fleet evaluator: %s\n", err.msg[0] ? err.msg : fl_status_str(s));
+        return 1;
+    }
+    return 0;
+}

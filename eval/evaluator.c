@@ -1,0 +1,297 @@
+/* evaluator: the evaluator role of evaluator.h. */
+#include "eval/evaluator.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/control.h"
+#include "common/log.h"
+#include "common/rng.h"
+#include "common/stop.h"
+#include "eval/evaluate.h"
+#include "kernels/qnet.h"
+#include "paramserver/client.h"
+
+#define FETCH_TIMEOUT_MS 2000
+#define POLL_S 0.1
+#define TICK_STEPS 256 /* agent steps between reporter ticks inside an evaluation */
+
+const char *const fl_evaluator_result_names[FL_EVALUATOR_RESULT_COUNT] = {FL_EVALUATOR_RESULT(FL__EVALUATOR_NAME)};
+
+struct fl_evaluator {
+    fl_evaluator_opts_t o;
+    char *model_spec, *env_name, *env_plugin, *env_wrappers, *env_args; /* copies */
+    int index;
+    fl_wrapped_env_t *wenv;
+    fl_env_options_t env_opts;
+    fl_evaluation_t *ev;
+    fl_qnet_t *net;
+    fl_param_client_t *params;
+    fl_reporter_t *reporter;
+    fl_rng_t seeder;
+    uint64_t version; /* held by net (0 = none yet) */
+    int fetch_failing;
+    uint64_t steps_in_round;
+    atomic_int stop;
+    int ran;
+    fl_evaluator_stats_t st;
+};
+
+void fl_evaluator_opts_init(fl_evaluator_opts_t *o) {
+    memset(o, 0, sizeof *o);
+    fl_env_factory_opts_init(&o->env);
+    o->model_spec = "dense(256) relu dense(256) relu dueling";
+    o->input_scale = 1.0;
+    o->every = 5;
+    o->episodes = 10;
+    o->max_episode_steps = 27000;
+    o->parallel = 16;
+    o->count = 1;
+    o->seed = 1;
+    o->progress_every = 1.0;
+}
+
+void fl_evaluator_destroy(fl_evaluator_t *e) {
+    if (!e) return;
+    fl_reporter_destroy(e->reporter);
+    fl_param_client_destroy(e->params);
+    fl_qnet_destroy(e->net);
+    fl_evaluation_destroy(e->ev);
+    fl_wrapped_env_destroy(e->wenv);
+    free(e->model_spec);
+    free(e->env_name);
+    free(e->env_plugin);
+    free(e->env_wrappers);
+    free(e->env_args);
+    free(e);
+}
+
+static int dup_str(const char *s, char **out) {
+    *out = strdup(s ? s : "");
+    return *out != NULL;
+}
+
+static fl_status check_opts(const fl_evaluator_opts_t *o, int index, const char *param_addr,
+                            const char *control_addr, fl_err_t *err) {
+    if (o->count < 1 || index < 0 || index >= o->count)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "evaluator: index %d is out of range (expected 0 <= I < run.evaluators = %d)",
+                          index, o->count);
+    if (!param_addr || !*param_addr)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "evaluator: the parameter server's address is required");
+    if (!(o->every > 0))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "eval.every = %g: expected a value > 0", o->every);
+    if (o->episodes < 1 || o->parallel < 1)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "eval.episodes = %d, eval.parallel = %d: expected >= 1 each",
+                          o->episodes, o->parallel);
+    if (!(o->epsilon >= 0 && o->epsilon <= 1))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "eval.epsilon = %g: expected a value in [0, 1]", o->epsilon);
+    if (o->every_learner_steps && !(control_addr && *control_addr))
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "eval.every_unit = learner_steps needs the launcher's Control address (--control), which "
+                          "tells the fleet's learner steps; use eval.every_unit = seconds to run alone");
+    return FL_OK;
+}
+
+/* Copies the options and their strings (the caller's may go away). */
+static fl_status copy_opts(fl_evaluator_t *e, const fl_evaluator_opts_t *o, fl_err_t *err) {
+    e->o = *o;
+    if (!dup_str(o->model_spec, &e->model_spec) || !dup_str(o->env.name, &e->env_name) ||
+        !dup_str(o->env.plugin, &e->env_plugin) || !dup_str(o->env.wrappers, &e->env_wrappers) ||
+        !dup_str(o->env.args, &e->env_args))
+        return fl_err_set(err, FL_NO_MEMORY, "evaluator: out of memory");
+    e->o.model_spec = e->model_spec;
+    e->o.env.name = e->env_name;
+    e->o.env.plugin = e->env_plugin;
+    e->o.env.wrappers = e->env_wrappers;
+    e->o.env.args = e->env_args;
+    return FL_OK;
+}
+
+static fl_status open_all(fl_evaluator_t *e, const char *param_addr, const char *control_addr, fl_err_t *err) {
+    const fl_evaluator_opts_t *o = &e->o;
+    FL_TRY(fl_env_create_wrapped(&o->env, &e->wenv, err));
+    const fl_env_def_t *def = fl_wrapped_env_info(e->wenv);
+    fl_env_instance_options(&o->env, &e->env_opts);
+    int parallel = o->parallel < o->episodes ? o->parallel : o->episodes;
+    FL_TRY(fl_evaluation_create(e->wenv, &e->env_opts, parallel, &e->ev, err));
+    fl_status s = fl_qnet_create_for_obs(o->model_spec, def->obs.rank, def->obs.shape, def->num_actions, parallel,
+                                         &e->net, err);
+    if (s != FL_OK) {
+        fl_err_prefix(err, "model.spec");
+        return s;
+    }
+    fl_qnet_set_input_scale(e->net, (float)o->input_scale);
+    fl_rng_init_stream(&e->seeder, o->seed, FL_EVALUATOR_SEED_STREAM + (uint64_t)e->index);
+    FL_TRY(fl_param_client_create(param_addr, &e->params, err));
+    return fl_reporter_create(control_addr, "evaluator", (uint32_t)e->index, o->progress_every / 2, &e->reporter, err);
+}
+
+fl_status fl_evaluator_create(const fl_evaluator_opts_t *opts, int index, const char *param_addr,
+                              const char *control_addr, fl_evaluator_t **out, fl_err_t *err) {
+    *out = NULL;
+    FL_TRY(check_opts(opts, index, param_addr, control_addr, err));
+    fl_evaluator_t *e = calloc(1, sizeof *e);
+    if (!e) return fl_err_set(err, FL_NO_MEMORY, "evaluator: out of memory");
+    e->index = index;
+    fl_status s = copy_opts(e, opts, err);
+    if (s == FL_OK) s = open_all(e, param_addr, control_addr, err);
+    if (s != FL_OK) {
+        fl_evaluator_destroy(e);
+        return s;
+    }
+    *out = e;
+    return FL_OK;
+}
+
+static int should_stop(fl_evaluator_t *e) {
+    return fl_stop_requested() || atomic_load(&e->stop) || fl_reporter_should_stop(e->reporter);
+}
+
+/* A report without a result (keeps the launcher's answer, and its stop request, fresh). */
+static void report(fl_evaluator_t *e, int force) {
+    fl_report_t r;
+    memset(&r, 0, sizeof r);
+    r.env_steps = e->st.steps;
+    r.episodes = e->st.episodes;
+    r.param_version = e->st.last_version;
+    r.epsilon = e->o.epsilon;
+    fl_reporter_tick(e->reporter, &r, force);
+}
+
+/* Fetches the server's parameters into the network when it holds a newer version than
+ * the network; *newer = 1 then. Parameters of another size are fatal; an unreachable
+ * server is retried later. */
+static fl_status fetch_newer(fl_evaluator_t *e, int *newer, fl_err_t *err) {
+    *newer = 0;
+    fl_err_t fe;
+    fl_err_init(&fe);
+    uint64_t version = e->version;
+    int updated = 0;
+    fl_status s = fl_param_fetch(e->params, &version, fl_qnet_params(e->net), fl_qnet_num_params(e->net), &updated,
+                                 FETCH_TIMEOUT_MS, &fe);
+    if (s == FL_INVALID_ARGUMENT || s == FL_UNIMPLEMENTED)
+        return fl_err_set(err, s, "parameter server: %s (model.spec \"%s\" has %zu parameters)", fe.msg,
+                          e->o.model_spec, fl_qnet_num_params(e->net));
+    if (s != FL_OK) {
+        if (!e->fetch_failing) FL_WARN("parameter fetch failed (will retry): %s", fe.msg);
+        e->fetch_failing = 1;
+        return FL_OK;
+    }
+    if (e->fetch_failing) FL_INFO("parameter server reachable again");
+    e->fetch_failing = 0;
+    if (updated && version > e->version) {
+        e->version = version;
+        *newer = 1;
+    }
+    return FL_OK;
+}
+
+static int on_step(void *user, int episode, const void *state, int64_t step, float reward) {
+    (void)episode, (void)state, (void)step, (void)reward;
+    fl_evaluator_t *e = user;
+    if (++e->steps_in_round % TICK_STEPS == 0) report(e, 0);
+    return should_stop(e);
+}
+
+/* Sends one evaluation's result in a forced report. */
+static void report_result(fl_evaluator_t *e, const fl_eval_stats_t *s, uint64_t at_env, uint64_t at_learner) {
+    double values[FL_EVALUATOR_RESULT_COUNT];
+    values[FL_EVAL_RESULT_round] = (double)e->st.rounds;
+    values[FL_EVAL_RESULT_return_mean] = s->return_mean;
+    values[FL_EVAL_RESULT_return_std] = s->return_std;
+    values[FL_EVAL_RESULT_return_ci95] = s->return_ci95;
+    values[FL_EVAL_RESULT_return_min] = s->return_min;
+    values[FL_EVAL_RESULT_return_max] = s->return_max;
+    values[FL_EVAL_RESULT_length_mean] = s->length_mean;
+    values[FL_EVAL_RESULT_length_min] = s->length_min;
+    values[FL_EVAL_RESULT_length_max] = s->length_max;
+    values[FL_EVAL_RESULT_episodes] = s->episodes;
+    values[FL_EVAL_RESULT_truncated] = s->truncated;
+    values[FL_EVAL_RESULT_epsilon] = e->o.epsilon;
+    values[FL_EVAL_RESULT_seconds] = s->seconds;
+    values[FL_EVAL_RESULT_at_env_steps] = (double)at_env;
+    values[FL_EVAL_RESULT_at_learner_steps] = (double)at_learner;
+    fl_report_t r;
+    memset(&r, 0, sizeof r);
+    r.env_steps = e->st.steps;
+    r.episodes = e->st.episodes;
+    r.param_version = e->st.last_version;
+    r.epsilon = e->o.epsilon;
+    r.n_extra = FL_EVALUATOR_RESULT_COUNT;
+    r.extra_names = fl_evaluator_result_names;
+    r.extra_values = values;
+    fl_reporter_tick(e->reporter, &r, 1);
+}
+
+/* One evaluation of the network's parameters (version e->version). */
+static fl_status evaluate(fl_evaluator_t *e, uint64_t at_env, uint64_t at_learner, fl_err_t *err) {
+    fl_eval_stats_t s;
+    uint64_t seed = fl_rng_u64(&e->seeder);
+    e->steps_in_round = 0;
+    fl_status st = fl_evaluation_run(e->ev, e->net, e->o.episodes, e->o.epsilon, seed, e->o.max_episode_steps,
+                                     on_step, e, NULL, NULL, &s, err);
+    if (st == FL_CANCELLED) return FL_OK; /* asked to stop: the partial evaluation is dropped */
+    FL_TRY(st);
+    e->st.rounds++;
+    e->st.episodes += (uint64_t)s.episodes;
+    e->st.steps += s.steps;
+    e->st.last_version = e->version;
+    e->st.last_return_mean = s.return_mean;
+    FL_INFO("evaluation %llu of version %llu: return %.2f +- %.2f (min %.2f, max %.2f) over %d episodes, "
+            "length %.1f, %.2f s",
+            (unsigned long long)e->st.rounds, (unsigned long long)e->version, s.return_mean, s.return_ci95,
+            s.return_min, s.return_max, s.episodes, s.length_mean, s.seconds);
+    report_result(e, &s, at_env, at_learner);
+    return FL_OK;
+}
+
+/* 1 when the schedule says the next evaluation is due. */
+static int due(fl_evaluator_t *e, double next_t, uint64_t next_steps) {
+    if (!e->o.every_learner_steps) return fl_clock_sec() >= next_t;
+    uint64_t env, learner;
+    fl_reporter_fleet_steps(e->reporter, &env, &learner);
+    return learner >= next_steps;
+}
+
+fl_status fl_evaluator_run(fl_evaluator_t *e, fl_err_t *err) {
+    if (e->ran) return fl_err_set(err, FL_FAILED_PRECONDITION, "evaluator: run called twice");
+    e->ran = 1;
+    double next_t = fl_clock_sec();
+    uint64_t next_steps = 0;
+    int waiting_logged = 0;
+    while (!should_stop(e)) {
+        if (!due(e, next_t, next_steps)) {
+            report(e, 0);
+            fl_sleep_sec(POLL_S);
+            continue;
+        }
+        int newer = 0;
+        FL_TRY(fetch_newer(e, &newer, err));
+        if (!newer) {
+            if (!e->version && !waiting_logged) FL_INFO("waiting for the first parameters");
+            waiting_logged = 1;
+            report(e, 0);
+            fl_sleep_sec(POLL_S);
+            continue;
+        }
+        /* The fleet's step counts now, a few milliseconds after the fetch. */
+        report(e, 1);
+        uint64_t at_env, at_learner;
+        fl_reporter_fleet_steps(e->reporter, &at_env, &at_learner);
+        FL_TRY(evaluate(e, at_env, at_learner, err));
+        if (e->o.every_learner_steps)
+            next_steps = at_learner + (uint64_t)fmax(1.0, e->o.every);
+        else
+            next_t = fl_clock_sec() + e->o.every;
+    }
+    report(e, 1);
+    return FL_OK;
+}
+
+void fl_evaluator_stop(fl_evaluator_t *e) { atomic_store(&e->stop, 1); }
+
+void fl_evaluator_stats(const fl_evaluator_t *e, fl_evaluator_stats_t *out) { *out = e->st; }

@@ -1,0 +1,279 @@
+/* Tests for cli/fleet_state (the launcher's Control handler) together with the evaluator
+ * role (eval/evaluator): real in-process services on 127.0.0.1, a parameter server with
+ * published parameters and a Control server running the launcher's own handler. The
+ * evaluator's first result, queued by the handler, equals an independent evaluation of
+ * the same parameters with the seed the evaluator documents; a newer version is evaluated
+ * and an unchanged one is not; the handler answers the fleet's step counts, keeps
+ * per-actor training returns, ignores a repeated or incomplete result and refuses an
+ * unknown role; the stop request reaches the evaluator. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cli/fleet_state.h"
+#include "common/clock.h"
+#include "common/control.h"
+#include "common/methods.h"
+#include "common/rng.h"
+#include "common/rpc.h"
+#include "eval/evaluate.h"
+#include "eval/evaluator.h"
+#include "fleet.pb-c.h"
+#include "kernels/qnet.h"
+#include "paramserver/client.h"
+#include "paramserver/server.h"
+
+#define SPEC "dense(16) relu"
+
+typedef struct fixture {
+    fl_fleet_state_t fs;
+    fl_rpc_server_t *control;
+    char control_addr[64];
+    fl_paramserver_service_t *ps;
+    char ps_addr[128];
+    fl_qnet_t *net;
+    fl_evaluator_opts_t opts;
+} fixture_t;
+
+static void publish(fixture_t *f, uint64_t version, uint64_t init_seed) {
+    fl_rng_t rng;
+    fl_rng_init(&rng, init_seed);
+    fl_qnet_init(f->net, &rng);
+    fl_param_client_t *pc = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_param_client_create(f->ps_addr, &pc, &err) != FL_OK ||
+        fl_param_publish(pc, version, fl_qnet_params(f->net), fl_qnet_num_params(f->net), 5000, &err) != FL_OK)
+        fail_msg("publish: %s", err.msg);
+    fl_param_client_destroy(pc);
+}
+
+static void fixture_start(fixture_t *f, int n_actors, int n_learners, int n_evaluators) {
+    memset(f, 0, sizeof *f);
+    assert_int_equal(fl_fleet_state_init(&f->fs, n_actors, n_learners, n_evaluators, 0, fl_clock_sec()), 0);
+    fl_err_t err;
+    fl_err_init(&err);
+    fl_rpc_server_opts_t so = {.threads = 2, .prepost = 8};
+    int port = 0;
+    if (fl_rpc_server_create(&so, &f->control, &err) != FL_OK ||
+        fl_rpc_server_add_unary(f->control, fl_method_path(FL_METHOD_CONTROL_REPORT), fl_fleet_state_on_report,
+                                &f->fs) != FL_OK ||
+        fl_rpc_server_bind(f->control, "127.0.0.1:0", &port, &err) != FL_OK ||
+        fl_rpc_server_start(f->control, &err) != FL_OK)
+        fail_msg("control: %s", err.msg);
+    snprintf(f->control_addr, sizeof f->control_addr, "127.0.0.1:%d", port);
+    if (fl_paramserver_service_create(NULL, 0, &f->ps, &err) != FL_OK ||
+        fl_paramserver_service_start(f->ps, "127.0.0.1:0", f->ps_addr, sizeof f->ps_addr, &err) != FL_OK)
+        fail_msg("paramserver: %s", err.msg);
+    if (fl_qnet_create(SPEC, 4, 2, 16, &f->net, &err) != FL_OK) fail_msg("net: %s", err.msg);
+    fl_evaluator_opts_init(&f->opts);
+    f->opts.env.name = "cartpole";
+    f->opts.model_spec = SPEC;
+    f->opts.every = 0.05;
+    f->opts.episodes = 6;
+    f->opts.parallel = 4;
+    f->opts.count = n_evaluators;
+    f->opts.seed = 11;
+    f->opts.progress_every = 0.1;
+}
+
+static void fixture_stop(fixture_t *f) {
+    fl_qnet_destroy(f->net);
+    fl_paramserver_service_destroy(f->ps);
+    fl_rpc_server_destroy(f->control);
+    fl_fleet_state_destroy(&f->fs);
+}
+
+typedef struct runner {
+    fl_evaluator_t *ev;
+    fl_status status;
+    fl_err_t err;
+} runner_t;
+
+static void *run_thread(void *p) {
+    runner_t *r = p;
+    fl_err_init(&r->err);
+    r->status = fl_evaluator_run(r->ev, &r->err);
+    return NULL;
+}
+
+/* Waits up to 30 s for n queued results and takes them. */
+static int wait_results(fixture_t *f, fl_eval_result_t *out, int n) {
+    int got = 0;
+    for (double until = fl_clock_sec() + 30; got < n && fl_clock_sec() < until;) {
+        got += fl_fleet_state_take_evals(&f->fs, out + got, n - got);
+        if (got < n) fl_sleep_sec(0.02);
+    }
+    return got;
+}
+
+static void test_evaluator_reports_the_real_evaluation(void **unused) {
+    (void)unused;
+    fixture_t f;
+    fixture_start(&f, 1, 1, 2);
+    publish(&f, 3, 77);
+    /* What the evaluator must find: evaluator 1, round 1 uses the first draw of its stream. */
+    fl_rng_t seeder;
+    fl_rng_init_stream(&seeder, 11, FL_EVALUATOR_SEED_STREAM + 1);
+    uint64_t seed = fl_rng_u64(&seeder);
+    fl_wrapped_env_t *w = NULL;
+    fl_evaluation_t *ev = NULL;
+    fl_env_options_t eopts;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_env_create_wrapped(&f.opts.env, &w, &err), FL_OK);
+    fl_env_instance_options(&f.opts.env, &eopts);
+    assert_int_equal(fl_evaluation_create(w, &eopts, 4, &ev, &err), FL_OK);
+    fl_eval_stats_t want;
+    assert_int_equal(fl_evaluation_run(ev, f.net, 6, 0, seed, f.opts.max_episode_steps, NULL, NULL, NULL, NULL, &want, &err),
+                     FL_OK);
+
+    runner_t r = {0};
+    assert_int_equal(fl_evaluator_create(&f.opts, 1, f.ps_addr, f.control_addr, &r.ev, &err), FL_OK);
+    pthread_t th;
+    pthread_create(&th, NULL, run_thread, &r);
+    fl_eval_result_t res[2];
+    assert_int_equal(wait_results(&f, res, 1), 1);
+    assert_int_equal(res[0].evaluator, 1);
+    assert_int_equal(res[0].version, 3);
+    assert_float_equal(res[0].v[FL_EVAL_RESULT_round], 1, 0);
+    assert_float_equal(res[0].v[FL_EVAL_RESULT_return_mean], want.return_mean, 1e-9);
+    assert_float_equal(res[0].v[FL_EVAL_RESULT_return_std], want.return_std, 1e-9);
+    assert_float_equal(res[0].v[FL_EVAL_RESULT_return_ci95], want.return_ci95, 1e-9);
+    assert_float_equal(res[0].v[FL_EVAL_RESULT_return_min], want.return_min, 0);
+    assert_float_equal(res[0].v[FL_EVAL_RESULT_return_max], want.return_max, 0);
+    assert_float_equal(res[0].v[FL_EVAL_RESULT_length_mean], want.length_mean, 1e-9);
+    assert_float_equal(res[0].v[FL_EVAL_RESULT_episodes], 6, 0);
+    /* Version 3 is not evaluated again; version 4 is. */
+    fl_sleep_sec(0.5);
+    assert_int_equal(fl_fleet_state_take_evals(&f.fs, res, 2), 0);
+    publish(&f, 4, 78);
+    assert_int_equal(wait_results(&f, res, 1), 1);
+    assert_int_equal(res[0].version, 4);
+    assert_float_equal(res[0].v[FL_EVAL_RESULT_round], 2, 0);
+    /* The launcher's stop request ends the run cleanly. */
+    pthread_mutex_lock(&f.fs.mu);
+    f.fs.stop_actors = 1;
+    pthread_mutex_unlock(&f.fs.mu);
+    pthread_join(th, NULL);
+    if (r.status != FL_OK) fail_msg("run: %s", r.err.msg);
+    fl_evaluator_stats_t st;
+    fl_evaluator_stats(r.ev, &st);
+    assert_int_equal(st.rounds, 2);
+    assert_int_equal(st.last_version, 4);
+    fl_evaluator_destroy(r.ev);
+    fl_evaluation_destroy(ev);
+    fl_wrapped_env_destroy(w);
+    fixture_stop(&f);
+}
+
+static void test_learner_step_schedule_needs_control(void **unused) {
+    (void)unused;
+    fixture_t f;
+    fixture_start(&f, 1, 1, 1);
+    f.opts.every_learner_steps = 1;
+    fl_evaluator_t *ev = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_evaluator_create(&f.opts, 0, f.ps_addr, NULL, &ev, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "eval.every_unit"));
+    assert_int_equal(fl_evaluator_create(&f.opts, 1, f.ps_addr, f.control_addr, &ev, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "run.evaluators"));
+    f.opts.model_spec = "dense(";
+    assert_int_equal(fl_evaluator_create(&f.opts, 0, f.ps_addr, f.control_addr, &ev, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "model.spec"));
+    fixture_stop(&f);
+}
+
+/* One hand-made report through a reporter; returns the launcher's answer of steps. */
+static void send(const char *addr, const char *role, int index, const fl_report_t *rep, const float *returns, int n,
+                 uint64_t *env, uint64_t *learner) {
+    fl_reporter_t *r = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_reporter_create(addr, role, (uint32_t)index, 0, &r, &err), FL_OK);
+    for (int i = 0; i < n; i++) fl_reporter_episode(r, returns[i], 10);
+    fl_reporter_tick(r, rep, 1);
+    fl_reporter_fleet_steps(r, env, learner);
+    fl_reporter_destroy(r);
+}
+
+static void test_handler_tables(void **unused) {
+    (void)unused;
+    fixture_t f;
+    fixture_start(&f, 2, 1, 1);
+    uint64_t env, learner;
+    fl_report_t a = {.env_steps = 100, .epsilon = 0.4};
+    const float ret0[] = {1, 2, 3};
+    send(f.control_addr, "actor", 0, &a, ret0, 3, &env, &learner);
+    assert_int_equal(env, 100);
+    fl_report_t b = {.env_steps = 50, .epsilon = 0.01};
+    const float ret1[] = {10};
+    send(f.control_addr, "actor", 1, &b, ret1, 1, &env, &learner);
+    fl_report_t l = {.learner_steps = 77};
+    send(f.control_addr, "learner", 0, &l, NULL, 0, &env, &learner);
+    assert_int_equal(env, 150);
+    assert_int_equal(learner, 77);
+    pthread_mutex_lock(&f.fs.mu);
+    uint64_t n;
+    assert_float_equal(fl_fleet_state_actor_return(&f.fs, 0, &n), 2.0, 1e-9);
+    assert_int_equal(n, 3);
+    assert_float_equal(fl_fleet_state_actor_return(&f.fs, 1, &n), 10.0, 1e-9);
+    assert_float_equal(fl_fleet_state_mean_return(&f.fs, &n), 4.0, 1e-9);
+    assert_int_equal(n, 4);
+    assert_float_equal(f.fs.actors[1].epsilon, 0.01, 1e-12);
+    pthread_mutex_unlock(&f.fs.mu);
+
+    /* Results: complete ones queue once per round; incomplete ones are ignored. */
+    double values[FL_EVALUATOR_RESULT_COUNT];
+    for (int i = 0; i < FL_EVALUATOR_RESULT_COUNT; i++) values[i] = i + 0.5;
+    values[FL_EVAL_RESULT_round] = 1;
+    fl_report_t e = {.param_version = 9, .n_extra = FL_EVALUATOR_RESULT_COUNT,
+                     .extra_names = fl_evaluator_result_names, .extra_values = values};
+    send(f.control_addr, "evaluator", 0, &e, NULL, 0, &env, &learner);
+    send(f.control_addr, "evaluator", 0, &e, NULL, 0, &env, &learner); /* the same round again */
+    e.n_extra = FL_EVALUATOR_RESULT_COUNT - 1;
+    values[FL_EVAL_RESULT_round] = 2;
+    send(f.control_addr, "evaluator", 0, &e, NULL, 0, &env, &learner); /* a name missing */
+    fl_eval_result_t res[4];
+    assert_int_equal(fl_fleet_state_take_evals(&f.fs, res, 4), 1);
+    assert_int_equal(res[0].version, 9);
+    assert_float_equal(res[0].v[FL_EVAL_RESULT_return_mean], FL_EVAL_RESULT_return_mean + 0.5, 0);
+
+    /* An unknown role or an index out of range is refused, and nothing changes. */
+    fl_rpc_channel_t *ch = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_rpc_channel_create(f.control_addr, 0, &ch, &err), FL_OK);
+    Fleet__Report m = FLEET__REPORT__INIT;
+    m.role = "evaluator";
+    m.index = 5;
+    ProtobufCMessage *resp = NULL;
+    assert_int_equal(fl_rpc_unary_pb(ch, fl_method_path(FL_METHOD_CONTROL_REPORT), &m.base,
+                                     &fleet__report_response__descriptor, &resp, 2000, 0, &err),
+                     FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "unknown role"));
+    m.role = "pirate";
+    m.index = 0;
+    assert_int_equal(fl_rpc_unary_pb(ch, fl_method_path(FL_METHOD_CONTROL_REPORT), &m.base,
+                                     &fleet__report_response__descriptor, &resp, 2000, 0, &err),
+                     FL_INVALID_ARGUMENT);
+    fl_rpc_channel_destroy(ch);
+    fixture_stop(&f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_evaluator_reports_the_real_evaluation),
+        cmocka_unit_test(test_learner_step_schedule_needs_control),
+        cmocka_unit_test(test_handler_tables),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

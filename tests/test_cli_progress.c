@@ -1,0 +1,83 @@
+/* Tests for cli/progress: the progress line keeps to FL_PROGRESS_COLUMNS columns with the
+ * widest figures there are, keeps the headline (eval), the training return and the budget
+ * when it must leave parts out, reads as documented on typical figures, and compacts
+ * numbers into at most 7 characters. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cli/progress.h"
+
+static void test_compact(void **unused) {
+    (void)unused;
+    char b[16];
+    const struct {
+        double v;
+        const char *want;
+    } rows[] = {{0, "0.0"},          {12.34, "12.3"},    {-999.9, "-999.9"}, {999.96, "1.0K"},
+                {31234, "31.2K"},    {-45678, "-45.7K"}, {1.5e6, "1.5M"},    {2.25e9, "2.2G"},
+                {9.99e14, "999.0T"}, {NAN, "nan"},       {-INFINITY, "-inf"}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        fl_progress_compact(rows[i].v, b);
+        if (strcmp(b, rows[i].want) != 0) fail_msg("%g: \"%s\", expected \"%s\"", rows[i].v, b, rows[i].want);
+    }
+    const double wide[] = {-1e300, 1e300, -9.87654e17, -999999.0, 123456789.0, -1e-300};
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++) {
+        fl_progress_compact(wide[i], b);
+        assert_true(strlen(b) <= 8);
+    }
+}
+
+static void test_typical_line(void **unused) {
+    (void)unused;
+    fl_progress_t p = {.elapsed_s = 12.34, .evaluators = 1, .have_eval = 1, .eval_mean = 475.0, .eval_ci95 = 3.2,
+                       .have_train = 1, .train_return = 187.3, .env_rate = 31234, .upd_rate = 950,
+                       .loss = 0.0123, .replay_size = 1000000, .lag = 2, .budget_done = 0.42, .eta_s = 185};
+    char line[FL_PROGRESS_COLUMNS + 1];
+    fl_progress_format(&p, line, sizeof line);
+    assert_string_equal(line, "[  12.3s] eval 475.0+-3.2 | train 187.3 | env 31.2K/s | upd 950.0/s loss 0.012 | "
+                              "replay 1.0M | lag 2 | 42% ETA 3m05s");
+    p.have_eval = 0;
+    p.have_train = 0;
+    p.budget_done = -1;
+    fl_progress_format(&p, line, sizeof line);
+    assert_string_equal(line, "[  12.3s] eval - | train - | env 31.2K/s | upd 950.0/s loss 0.012 | replay 1.0M | lag 2");
+    p.evaluators = 0;
+    p.gorila = 1;
+    p.pushes_applied = 1234;
+    p.pushes_dropped = 5;
+    fl_progress_format(&p, line, sizeof line);
+    assert_string_equal(line, "[  12.3s] train - | env 31.2K/s | upd 950.0/s loss 0.012 | replay 1.0M | lag 2 | "
+                              "push 1.2K/5 dropped");
+}
+
+static void test_widest_line_fits(void **unused) {
+    (void)unused;
+    fl_progress_t p = {.elapsed_s = 1e9, .evaluators = 1, .have_eval = 1, .eval_mean = -123456.7,
+                       .eval_ci95 = 98765.4, .have_train = 1, .train_return = -876543.2, .env_rate = 9.99e13,
+                       .upd_rate = -1e300, .loss = -1.23456e-300, .replay_size = UINT64_MAX, .lag = UINT64_MAX,
+                       .gorila = 1, .pushes_applied = UINT64_MAX, .pushes_dropped = UINT64_MAX,
+                       .budget_done = 0.5, .eta_s = 1e12};
+    char line[FL_PROGRESS_COLUMNS + 1];
+    size_t n = fl_progress_format(&p, line, sizeof line);
+    assert_true(n <= FL_PROGRESS_COLUMNS);
+    assert_int_equal(n, strlen(line));
+    assert_non_null(strstr(line, "eval -123.5K+-98.8K"));
+    assert_non_null(strstr(line, "train -876.5K"));
+    assert_non_null(strstr(line, "50% ETA 99h59m"));
+    assert_null(strstr(line, "push")); /* the first part left out */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compact),
+        cmocka_unit_test(test_typical_line),
+        cmocka_unit_test(test_widest_line_fits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
