@@ -123,19 +123,19 @@ void fl_proc_describe_status(int status, char *buf, size_t len) {
         snprintf(buf, len, "stopped (status 0x%x)", status);
 }
 
-/* Reaps exited children; returns the first one that exited (or NULL). */
+/* Reaps exited children, each by its own pid (never waitpid(-1): other children of the
+ * launcher, e.g. cli/curve's gnuplot, are reaped by their owners); returns the first one
+ * that exited (or NULL). */
 fl_child_t *fl_proc_reap(fl_child_t *kids, int n) {
     fl_child_t *first = NULL;
-    for (;;) {
+    for (int i = 0; i < n; i++) {
+        if (!kids[i].running || kids[i].pid <= 0) continue;
         int status;
-        pid_t pid = waitpid(-1, &status, WNOHANG);
-        if (pid <= 0) break;
-        for (int i = 0; i < n; i++) {
-            if (kids[i].pid == pid && kids[i].running) {
-                kids[i].running = 0;
-                kids[i].status = status;
-                if (!first) first = &kids[i];
-            }
+        pid_t pid = waitpid(kids[i].pid, &status, WNOHANG);
+        if (pid == kids[i].pid) {
+            kids[i].running = 0;
+            kids[i].status = status;
+            if (!first) first = &kids[i];
         }
     }
     return first;
