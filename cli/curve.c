@@ -29,7 +29,6 @@
 #include "common/log.h"
 
 #define CURVE_PNG "curve.png"
-#define CURVE_TMP ".curve.png.tmp"
 #define CURVE_GP "curve.gp"
 #define CURVE_LOG "logs/curve.log"
 #define MAX_SHOWN 8          /* actor lines drawn at most */
@@ -59,7 +58,10 @@ struct fl_curve {
     char dir[PATH_MAX];
     char name[256];          /* the folder's name: the picture's title */
     char gnuplot[PATH_MAX];  /* "" when none was found */
-    char gp_path[PATH_MAX + 32], gp_tmp[PATH_MAX + 32], png_path[PATH_MAX + 32], tmp_path[PATH_MAX + 32];
+    char gp_path[PATH_MAX + 32], gp_tmp[PATH_MAX + 64], png_path[PATH_MAX + 32], tmp_path[PATH_MAX + 64];
+    /* gnuplot's output before the rename, in dir: named after this process and curve, so
+     * that a `fleet plot` beside a running launcher does not share it */
+    char tmp_name[48], out_arg[64];
     csv_scan_t evals, returns;
     actor_t *actors; /* indexed by actor index, n_actors entries allocated */
     int n_actors;
@@ -315,7 +317,7 @@ static void say(int fd, const char *msg) {
 }
 
 /* In the forked drawer: only async-signal-safe calls, then _exit. */
-static void drawer(const char *dir, char *const argv[]) {
+static void drawer(const char *dir, const char *tmp, char *const argv[]) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     setpgid(0, 0);
     struct sigaction dfl;
@@ -335,7 +337,7 @@ static void drawer(const char *dir, char *const argv[]) {
         dup2(out, 2);
     }
     close_range(3, ~0U, 0);
-    unlink(CURVE_TMP);
+    unlink(tmp);
     pid_t g = _Fork();
     if (g < 0) _exit(DRAW_EXIT_FORK);
     if (g == 0) {
@@ -348,13 +350,13 @@ static void drawer(const char *dir, char *const argv[]) {
     while (waitpid(g, &st, 0) < 0)
         if (errno != EINTR) _exit(DRAW_EXIT_FORK);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        unlink(CURVE_TMP);
+        unlink(tmp);
         _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WTERMSIG(st) & 127));
     }
     struct stat ps;
-    if (stat(CURVE_TMP, &ps) != 0 || ps.st_size == 0 || rename(CURVE_TMP, CURVE_PNG) != 0) {
+    if (stat(tmp, &ps) != 0 || ps.st_size == 0 || rename(tmp, CURVE_PNG) != 0) {
         say(2, "fleet curve: gnuplot wrote no picture\n");
-        unlink(CURVE_TMP);
+        unlink(tmp);
         _exit(DRAW_EXIT_RESULT);
     }
     _exit(0);
@@ -368,14 +370,14 @@ static int start_drawing(fl_curve_t *c) {
         return -1;
     }
     if (stat(c->png_path, &c->png_before) != 0) memset(&c->png_before, 0, sizeof c->png_before);
-    char *argv[] = {c->gnuplot, "-e", "out='" CURVE_TMP "'", CURVE_GP, NULL};
+    char *argv[] = {c->gnuplot, "-e", c->out_arg, CURVE_GP, NULL};
     pid_t pid = _Fork();
     if (pid < 0) {
         if (!c->warned) FL_WARN("curve: cannot start gnuplot: %s", strerror(errno));
         c->warned = 1;
         return -1;
     }
-    if (pid == 0) drawer(c->dir, argv);
+    if (pid == 0) drawer(c->dir, c->tmp_name, argv);
     setpgid(pid, pid); /* also here, so that a kill of the group right away reaches it */
     c->pid = pid;
     return 0;
@@ -474,9 +476,13 @@ fl_curve_t *fl_curve_create(const char *dir) {
     snprintf(c->name, sizeof c->name, "%.*s", (int)(n - b), base + b);
     free(abs);
     snprintf(c->gp_path, sizeof c->gp_path, "%s/" CURVE_GP, c->dir);
-    snprintf(c->gp_tmp, sizeof c->gp_tmp, "%s/." CURVE_GP ".tmp", c->dir);
+    static int serial; /* one owner thread per curve; distinct curves of one process */
+    int id = __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED);
+    snprintf(c->tmp_name, sizeof c->tmp_name, ".curve-%d-%d.png.tmp", (int)getpid(), id);
+    snprintf(c->out_arg, sizeof c->out_arg, "out='%s'", c->tmp_name);
+    snprintf(c->gp_tmp, sizeof c->gp_tmp, "%s/.curve-%d-%d.gp.tmp", c->dir, (int)getpid(), id);
     snprintf(c->png_path, sizeof c->png_path, "%s/" CURVE_PNG, c->dir);
-    snprintf(c->tmp_path, sizeof c->tmp_path, "%s/" CURVE_TMP, c->dir);
+    snprintf(c->tmp_path, sizeof c->tmp_path, "%s/%s", c->dir, c->tmp_name);
     snprintf(c->evals.path, sizeof c->evals.path, "%s/evals.csv", c->dir);
     snprintf(c->returns.path, sizeof c->returns.path, "%s/returns.csv", c->dir);
     scan_reset(&c->evals);
