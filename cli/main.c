@@ -2,6 +2,7 @@
  *   fleet run [CONFIG] [--set k=v]...     launch and supervise a whole fleet
  *   fleet replay | paramserver | actor | learner | evaluator ...   run one role (the launcher starts these)
  *   fleet env list                        the built-in environments
+ *   fleet plot RUN_DIR                    draw a run's learning curve (curve.png, with gnuplot)
  *   fleet version | help [VERB]
  * Every role verb takes --config FILE and --set section.key=value; the rest of its
  * options are listed by `fleet help VERB`. Exit codes: 0 success, 1 runtime failure,
@@ -136,6 +137,18 @@ static const verb_t verbs[] = {
      "  --sticky P               sticky-action probability (play default 0, record default 0.1)\n"
      "  --ramping 0|1            difficulty ramping (default 1); --rng fleet|reference: the MinAtar generator\n",
      fl_verb_env},
+    {"plot", "draw a run's learning curve, RUN_DIR/curve.png, with gnuplot",
+     "usage: fleet plot RUN_DIR\n"
+     "Draws RUN_DIR/curve.png now, the picture `fleet run` keeps up to date while it runs: x the whole\n"
+     "fleet's env steps, y the return; the greedy evaluations of evals.csv as a thick line (their mean)\n"
+     "over a band from their min to their max return, and one thin line per actor for the training\n"
+     "returns of returns.csv, labelled with the actor's epsilon (8 evenly spaced actors when there are\n"
+     "more). Also writes RUN_DIR/curve.gp, the gnuplot script that drew it: `gnuplot curve.gp` in\n"
+     "RUN_DIR draws it again (restyle a copy: a running fleet rewrites curve.gp). Prints the path.\n"
+     "Needs gnuplot on PATH (Debian: gnuplot-nox; scripts/setup.sh installs it). Exit 1 when it is\n"
+     "missing, when RUN_DIR has neither evals.csv nor returns.csv or no rows yet, or when gnuplot fails\n"
+     "or takes over 60 s.\n",
+     fl_verb_plot},
     {"version", "print the version", "usage: fleet version\n", NULL},
     {"help", "help on a verb, or `fleet help config` for every configuration key", "usage: fleet help [VERB|config]\n",
      NULL},

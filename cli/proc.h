@@ -48,7 +48,8 @@ int fl_proc_spawn(fl_child_t *c, const char *role, int index, char *const extra[
                   double timeout_s);
 /* "exited with status 1", "was killed by signal 9 (Killed)". */
 void fl_proc_describe_status(int status, char *buf, size_t len);
-/* Reaps exited children among kids[0..n); returns the first that exited, or NULL. */
+/* Reaps exited children among kids[0..n), each by its pid (other children of the process
+ * are left to their owners); returns the first that exited, or NULL. */
 fl_child_t *fl_proc_reap(fl_child_t *kids, int n);
 /* SIGTERM to every running child whose role is named in `roles` (e.g. "replay paramserver"),
  * waits up to grace_s, then SIGKILLs whatever is left (logged). */

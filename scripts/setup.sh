@@ -9,6 +9,7 @@ packages=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libcmocka-dev libinih-dev libopenblas-dev libzstd-dev zlib1g-dev
   libopenmpi-dev openmpi-bin
+  gnuplot-nox  # draws each run's curve.png (a run goes on without it; its tests skip the drawing)
 )
 
 missing=()

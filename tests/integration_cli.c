@@ -1,4 +1,5 @@
-/* The `fleet` command's usage and configuration errors, through the real binary. */
+/* The `fleet` command's usage and configuration errors, and `fleet plot`, through the real
+ * binary. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,8 +25,8 @@ static void test_usage(void **state) {
     assert_int_equal(fleet(&out, "version", NULL, NULL, NULL), 0);
     assert_non_null(strstr(out, "fleet "));
     free(out);
-    const char *verbs[] = {"run", "replay", "paramserver", "actor", "learner", "env", "version", "help"};
-    for (int i = 0; i < 8; i++) {
+    const char *verbs[] = {"run", "replay", "paramserver", "actor", "learner", "env", "plot", "version", "help"};
+    for (int i = 0; i < 9; i++) {
         assert_int_equal(fleet(&out, "help", verbs[i], NULL, NULL), 0);
         assert_non_null(strstr(out, "usage: fleet"));
         free(out);
@@ -84,10 +85,83 @@ static void test_config_errors(void **state) {
     free(out);
 }
 
+static void write_file(const char *dir, const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* `fleet plot RUN_DIR`: its usage and failures, and a picture of a synthetic run folder
+ * (where gnuplot is installed; else the message that names the package). */
+static void test_plot(void **state) {
+    (void)state;
+    char *out;
+    assert_int_equal(fleet(&out, "plot", NULL, NULL, NULL), 2);
+    assert_non_null(strstr(out, "missing RUN_DIR"));
+    free(out);
+    assert_int_equal(fleet(&out, "plot", "--bogus", NULL, NULL), 2);
+    assert_non_null(strstr(out, "unknown option '--bogus'"));
+    free(out);
+    assert_int_equal(fleet(&out, "plot", "/nonexistent/run", NULL, NULL), 1);
+    assert_non_null(strstr(out, "no such folder"));
+    free(out);
+    char tmpl[] = "/tmp/fleet-plot-XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    assert_non_null(dir);
+    assert_int_equal(fleet(&out, "plot", dir, NULL, NULL), 1);
+    assert_non_null(strstr(out, "neither evals.csv nor returns.csv"));
+    free(out);
+    int have_gnuplot = system("command -v gnuplot >/dev/null 2>&1") == 0;
+    write_file(dir, "returns.csv", "time_s,env_steps,actor,epsilon,episodes,return_mean\n");
+    assert_int_equal(fleet(&out, "plot", dir, NULL, NULL), 1);
+    assert_non_null(strstr(out, have_gnuplot ? "nothing to plot yet" : "gnuplot-nox"));
+    free(out);
+    write_file(dir, "returns.csv",
+               "time_s,env_steps,actor,epsilon,episodes,return_mean\n"
+               "5.0,1000,0,0.4,3,12.5\n5.0,1000,1,0.01,2,20.0\n10.0,2500,0,0.4,7,15.0\n10.0,2500,1,0.01,5,31.5\n");
+    write_file(dir, "evals.csv",
+               "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean,return_std,return_min,"
+               "return_max,return_ci95,length_mean,length_min,length_max\n"
+               "6.0,1200,100,2,10,0,18.0,3.0,12.0,25.0,1.9,18.0,12,25\n"
+               "11.0,2600,300,6,10,0,40.0,9.0,22.0,61.0,5.6,40.0,22,61\n");
+    /* without gnuplot on PATH: the package to install */
+    char *path = strdup(getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+    setenv("PATH", "/nonexistent", 1);
+    assert_int_equal(fleet(&out, "plot", dir, NULL, NULL), 1);
+    setenv("PATH", path, 1);
+    free(path);
+    assert_non_null(strstr(out, "gnuplot-nox"));
+    free(out);
+    char png[512];
+    snprintf(png, sizeof png, "%s/curve.png", dir);
+    if (have_gnuplot) {
+        assert_int_equal(fleet(&out, "plot", dir, NULL, NULL), 0);
+        assert_non_null(strstr(out, png));
+        free(out);
+        char *pic = read_file(png);
+        assert_non_null(pic);
+        assert_memory_equal(pic, "\x89PNG\r\n\x1a\n", 8);
+        free(pic);
+        char gp[512];
+        snprintf(gp, sizeof gp, "%s/curve.gp", dir);
+        char *script = read_file(gp);
+        assert_non_null(script);
+        assert_non_null(strstr(script, "actor 1 (eps 0.01)"));
+        free(script);
+    } else {
+        print_message("gnuplot is not installed: `fleet plot` drew nothing\n");
+    }
+    rm_rf(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_plot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
