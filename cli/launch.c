@@ -28,9 +28,11 @@
 #include "common/methods.h"
 #include "common/rpc.h"
 #include "common/stop.h"
+#include "common/tfevents.h"
 #include "envs/plugin.h"
 #include "kernels/qnet.h"
 #include "fleet.pb-c.h"
+#include "cli/curve.h"
 #include "cli/fleet_state.h"
 #include "cli/proc.h"
 #include "cli/progress.h"
@@ -289,6 +291,9 @@ typedef struct monitor {
     fl_param_info_t pinfo;
     /* metrics.csv, roles.csv, evals.csv, returns.csv (NULL when they could not be opened) */
     FILE *csv, *roles, *evals, *returns;
+    fl_tfevents_t *tb;   /* events.out.tfevents.* (NULL when it could not be written) */
+    fl_curve_t *curve;   /* curve.png */
+    double next_curve;   /* when curve.png is redrawn next */
     /* The fleet's figures at the previous progress line. */
     double last_t;
     uint64_t last_inserted, last_env, last_learner, last_samples;
@@ -324,18 +329,84 @@ static FILE *open_csv(const char *path, const char *header) {
     return f;
 }
 
-/* Opens the services' clients and the metrics files with their headers. */
+/* One column of metrics.csv and its TensorBoard tag ("" = not sent to TensorBoard: the
+ * x axis itself, and the evaluation columns, which go as eval/ at their own steps). */
+typedef struct metric {
+    const char *column, *tag;
+    int decimals; /* -1: an integer */
+    double value;
+    int empty; /* no value (an empty field) */
+} metric_t;
+
+#define N_METRICS (21 + STALENESS_BUCKETS)
+/* Seconds between redrawings of curve.png while the run goes (and after an evaluation). */
+#define CURVE_EVERY_S 10.0
+
+/* This period's metrics.csv row, in column order (f: the figures; rates per second). */
+static int period_metrics(const monitor_t *M, double el, const figures_t *f, const double rate[4], uint64_t lag,
+                          metric_t out[N_METRICS]) {
+    static char stale_col[STALENESS_BUCKETS][32], stale_tag[STALENESS_BUCKETS][40];
+    const fl_replay_info_t *ri = &M->rinfo;
+    const fl_param_info_t *pi = &M->pinfo;
+    const int have = M->n_evals > 0;
+    metric_t m[] = {
+        {"time_s", "time/seconds", 3, el, 0},
+        {"env_steps", "", -1, (double)f->env, 0},
+        {"env_steps_per_s", "env/steps_per_s", 1, rate[0], 0},
+        {"episodes", "train/episodes", -1, (double)f->episodes, 0},
+        {"mean_return_100", "train/mean_return_100", 3, f->mret, 0},
+        {"replay_size", "replay/size", -1, (double)ri->size, 0},
+        {"replay_inserted", "replay/inserted", -1, (double)ri->inserted, 0},
+        {"replay_inserts_per_s", "replay/inserts_per_s", 1, rate[1], 0},
+        {"learner_steps", "learner/steps", -1, (double)f->lsteps, 0},
+        {"learner_steps_per_s", "learner/steps_per_s", 2, rate[2], 0},
+        {"samples_per_s", "learner/samples_per_s", 1, rate[3], 0},
+        {"loss", "learner/loss", 6, f->loss, 0},
+        {"wait_fraction", "learner/wait_fraction", 4, f->wait, 0},
+        {"param_version", "params/version", -1, (double)pi->version, 0},
+        {"version_lag", "params/version_lag", -1, (double)lag, 0},
+        {"pushes_applied", "params/pushes_applied", -1, (double)pi->pushes_applied, 0},
+        {"pushes_dropped", "params/pushes_dropped", -1, (double)pi->pushes_dropped, 0},
+    };
+    int n = 0;
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) out[n++] = m[i];
+    for (int b = 0; b < STALENESS_BUCKETS; b++) {
+        snprintf(stale_col[b], sizeof stale_col[b], "staleness_%s", staleness_names[b]);
+        snprintf(stale_tag[b], sizeof stale_tag[b], "params/staleness_%s", staleness_names[b]);
+        out[n++] = (metric_t){stale_col[b], stale_tag[b], -1, (double)pi->staleness_hist[b], 0};
+    }
+    out[n++] = (metric_t){"eval_return_mean", "", 6, M->eval.v[FL_EVAL_RESULT_return_mean], !have};
+    out[n++] = (metric_t){"eval_return_ci95", "", 6, M->eval.v[FL_EVAL_RESULT_return_ci95], !have};
+    out[n++] = (metric_t){"eval_param_version", "", -1, (double)M->eval.version, !have};
+    out[n++] = (metric_t){"evaluations", "", -1, (double)M->n_evals, 0};
+    return n;
+}
+
+/* The evaluation figures sent to TensorBoard (eval/<name>), at the env steps of the
+ * evaluated parameters. */
+static const struct {
+    int index;
+    const char *tag;
+} eval_tags[] = {{FL_EVAL_RESULT_return_mean, "eval/return_mean"}, {FL_EVAL_RESULT_return_std, "eval/return_std"},
+                 {FL_EVAL_RESULT_return_ci95, "eval/return_ci95"}, {FL_EVAL_RESULT_return_min, "eval/return_min"},
+                 {FL_EVAL_RESULT_return_max, "eval/return_max"},   {FL_EVAL_RESULT_length_mean, "eval/length_mean"},
+                 {FL_EVAL_RESULT_at_learner_steps, "eval/learner_steps"}};
+#define N_EVAL_TAGS ((int)(sizeof eval_tags / sizeof eval_tags[0]))
+
+/* Opens the services' clients, the metrics files with their headers, the TensorBoard
+ * event file and the curve. */
 static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_list) {
     fl_replay_sharded_create(replay_list, 0, &M->replay, NULL);
     fl_param_client_create(ps_list, &M->ps, NULL);
-    char header[1024];
-    size_t n = (size_t)snprintf(header, sizeof header,
-                                "time_s,env_steps,env_steps_per_s,episodes,mean_return_100,replay_size,replay_inserted,"
-                                "replay_inserts_per_s,learner_steps,learner_steps_per_s,samples_per_s,loss,"
-                                "wait_fraction,param_version,version_lag,pushes_applied,pushes_dropped");
-    for (int b = 0; b < STALENESS_BUCKETS; b++)
-        n += (size_t)snprintf(header + n, sizeof header - n, ",staleness_%s", staleness_names[b]);
-    snprintf(header + n, sizeof header - n, ",eval_return_mean,eval_return_ci95,eval_param_version,evaluations");
+    metric_t m[N_METRICS];
+    const double zero[4] = {0, 0, 0, 0};
+    figures_t f;
+    memset(&f, 0, sizeof f);
+    int n = period_metrics(M, 0, &f, zero, 0, m);
+    char header[2048];
+    size_t used = 0;
+    for (int i = 0; i < n && used < sizeof header; i++)
+        used += (size_t)snprintf(header + used, sizeof header - used, "%s%s", i ? "," : "", m[i].column);
     M->csv = open_csv(M->L->csv_path, header);
     M->roles = open_csv(M->L->roles_path, "time_s,role,index,env_steps,env_steps_per_s,param_version,version_lag,"
                                           "learner_steps,learner_steps_per_s,samples_per_s,loss,epsilon,episodes,"
@@ -344,6 +415,24 @@ static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_l
                                           "return_std,return_min,return_max,return_ci95,length_mean,length_min,"
                                           "length_max,evaluator,seconds,truncated");
     M->returns = open_csv(M->L->returns_path, "time_s,env_steps,actor,epsilon,episodes,return_mean");
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_tfevents_open(M->L->dir, &M->tb, &err) != FL_OK)
+        FL_WARN("no TensorBoard events for this run: %s", err.msg);
+    M->curve = fl_curve_create(M->L->dir);
+    M->next_curve = fl_clock_sec() + CURVE_EVERY_S;
+}
+
+/* Sends tags[0..n) = values at step to TensorBoard; a failure is logged and ends the
+ * event file (the run goes on). */
+static void tb_write(monitor_t *M, int64_t step, double wall, int n, const char *const *tags, const double *values) {
+    if (!M->tb || n == 0) return;
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_tfevents_scalars(M->tb, step, wall, n, tags, values, &err) == FL_OK) return;
+    FL_WARN("TensorBoard events: %s; no more are written for this run", err.msg);
+    fl_tfevents_close(M->tb);
+    M->tb = NULL;
 }
 
 /* The actors' part of f, and their roles.csv and returns.csv rows (el: seconds since the
@@ -369,6 +458,12 @@ static void actor_figures(monitor_t *M, double el, double dt, figures_t *f) {
         if (M->returns && n_ret)
             fprintf(M->returns, "%.3f,%llu,%d,%.6g,%llu,%.4f\n", el, (unsigned long long)f->env, a, A->epsilon,
                     (unsigned long long)A->n_recent, ret);
+        if (M->tb && n_ret) {
+            char tag[48];
+            snprintf(tag, sizeof tag, "train/return_actor_%d", a);
+            const char *tags[] = {tag};
+            tb_write(M, (int64_t)f->env, fl_clock_wall(), 1, tags, &ret);
+        }
         A->last_env = A->env_steps;
     }
 }
@@ -430,11 +525,19 @@ static void take_evals(monitor_t *M) {
                     v[FL_EVAL_RESULT_return_max], v[FL_EVAL_RESULT_return_ci95], v[FL_EVAL_RESULT_length_mean],
                     v[FL_EVAL_RESULT_length_min], v[FL_EVAL_RESULT_length_max], got[i].evaluator,
                     v[FL_EVAL_RESULT_seconds], v[FL_EVAL_RESULT_truncated]);
+        const char *tags[N_EVAL_TAGS];
+        double values[N_EVAL_TAGS];
+        for (int k = 0; k < N_EVAL_TAGS; k++) {
+            tags[k] = eval_tags[k].tag;
+            values[k] = v[eval_tags[k].index];
+        }
+        tb_write(M, (int64_t)v[FL_EVAL_RESULT_at_env_steps], fl_clock_wall(), N_EVAL_TAGS, tags, values);
         if (!M->n_evals || v[FL_EVAL_RESULT_return_mean] > M->best_eval) M->best_eval = v[FL_EVAL_RESULT_return_mean];
         M->n_evals++;
         M->eval = got[i];
     }
     if (n && M->evals) fflush(M->evals);
+    if (n) M->next_curve = 0; /* redraw with the new evaluation */
 }
 
 /* How far the run is through its nearest budget (run.max_seconds, run.max_env_steps,
@@ -486,21 +589,28 @@ static void report_period(monitor_t *M, double el, double dt, const figures_t *f
     double smp_rate = (double)(f->lsamples - M->last_samples) / dt;
     uint64_t lag = (f->min_version == UINT64_MAX || pi->version < f->min_version) ? 0 : pi->version - f->min_version;
     print_progress(M, el, f, env_rate, upd_rate, lag);
-    if (!M->csv) return;
-    fprintf(M->csv, "%.3f,%llu,%.1f,%llu,%.3f,%llu,%llu,%.1f,%llu,%.2f,%.1f,%.6g,%.4f,%llu,%llu,%llu,%llu", el,
-            (unsigned long long)f->env, env_rate, (unsigned long long)f->episodes, f->mret,
-            (unsigned long long)ri->size, (unsigned long long)ri->inserted, ins_rate, (unsigned long long)f->lsteps,
-            upd_rate, smp_rate, f->loss, f->wait, (unsigned long long)pi->version, (unsigned long long)lag,
-            (unsigned long long)pi->pushes_applied, (unsigned long long)pi->pushes_dropped);
-    for (int b = 0; b < STALENESS_BUCKETS; b++) fprintf(M->csv, ",%llu", (unsigned long long)pi->staleness_hist[b]);
-    if (M->n_evals)
-        fprintf(M->csv, ",%.6g,%.6g,%llu,%llu", M->eval.v[FL_EVAL_RESULT_return_mean],
-                M->eval.v[FL_EVAL_RESULT_return_ci95], (unsigned long long)M->eval.version,
-                (unsigned long long)M->n_evals);
-    else
-        fprintf(M->csv, ",,,,0");
-    fprintf(M->csv, "\n");
-    fflush(M->csv);
+    const double rate[4] = {env_rate, ins_rate, upd_rate, smp_rate};
+    metric_t m[N_METRICS];
+    int n = period_metrics(M, el, f, rate, lag, m);
+    const char *tags[N_METRICS];
+    double values[N_METRICS];
+    int nt = 0;
+    for (int i = 0; i < n; i++) {
+        if (M->csv) {
+            if (i) fputc(',', M->csv);
+            if (!m[i].empty && m[i].decimals < 0) fprintf(M->csv, "%llu", (unsigned long long)m[i].value);
+            if (!m[i].empty && m[i].decimals >= 0) fprintf(M->csv, "%.*f", m[i].decimals, m[i].value);
+        }
+        if (m[i].tag[0] && !m[i].empty) {
+            tags[nt] = m[i].tag;
+            values[nt++] = m[i].value;
+        }
+    }
+    if (M->csv) {
+        fputc('\n', M->csv);
+        fflush(M->csv);
+    }
+    tb_write(M, (int64_t)f->env, fl_clock_wall(), nt, tags, values);
 }
 
 /* 1, with the reason, when the headline return has reached run.target_return. */
@@ -538,6 +648,10 @@ static int progress(monitor_t *M, double now) {
     M->last_inserted = M->rinfo.inserted;
     M->last_learner = f.lsteps;
     M->last_samples = f.lsamples;
+    if (M->curve && fl_clock_sec() >= M->next_curve) {
+        fl_curve_refresh(M->curve);
+        M->next_curve = fl_clock_sec() + CURVE_EVERY_S;
+    }
     if (target_reached(M, &f)) return 1;
     if (cfg->run_max_env_steps > 0 && f.env >= (uint64_t)cfg->run_max_env_steps) {
         snprintf(M->reason, sizeof M->reason, "env-step budget: %llu of %lld env steps",
@@ -620,6 +734,16 @@ static void stop_in_order(monitor_t *M) {
     close_file(&M->roles);
     close_file(&M->evals);
     close_file(&M->returns);
+    fl_tfevents_close(M->tb);
+    M->tb = NULL;
+}
+
+/* The final curve.png, after every file it reads is complete. */
+static void finish_curve(monitor_t *M) {
+    if (!M->curve) return;
+    if (fl_curve_available(M->curve)) fl_curve_finish(M->curve, 30); /* a failure: logs/curve.log says why */
+    fl_curve_destroy(M->curve);
+    M->curve = NULL;
 }
 
 /* A role that ended with an error while stopping is a failure too. */
@@ -746,6 +870,7 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
     double elapsed = fl_clock_sec() - L->t_start;
     stop_in_order(&M);
     if (ops->echo_logs) ops->echo_logs(ctx);
+    finish_curve(&M);
     check_unclean(&M);
     totals_t t;
     final_totals(&M, &t);

@@ -123,6 +123,16 @@ static void test_learns_cartpole(void **state) {
         free(rl);
     }
     assert_null(strstr(log, " I [actor 0]"));
+    /* TensorBoard's event file, and curve.png where gnuplot is installed. */
+    snprintf(path, sizeof path, "%s/learn", g_tmp);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    int events = 0;
+    for (struct dirent *e; (e = readdir(d));) events += strncmp(e->d_name, "events.out.tfevents.", 20) == 0;
+    closedir(d);
+    assert_int_equal(events, 1);
+    snprintf(path, sizeof path, "%s/learn/curve.png", g_tmp);
+    if (system("command -v gnuplot >/dev/null 2>&1") == 0) assert_int_equal(access(path, F_OK), 0);
     free(rets);
     free(evals);
     assert_children_gone(sum, 5); /* replay, paramserver, learner, evaluator, >= 1 actor */

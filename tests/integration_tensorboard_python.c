@@ -32,12 +32,14 @@
 #include <unistd.h>
 
 #include "common/tfevents.h"
+#include "tests/proc_util.h"
+#include "tests/run_util.h"
 
 static char g_dir[64];
 static char g_env[2048]; /* "PYTHONPATH=... " prefix for commands */
 static const char *g_python;
 
-static int run(const char *cmd) {
+static int run_cmd(const char *cmd) {
     int rc = system(cmd);
     return rc == -1 ? -1 : WEXITSTATUS(rc);
 }
@@ -53,7 +55,7 @@ static int find_python(void) {
             snprintf(cmd, sizeof cmd,
                      "%s %s -c 'import numpy, tensorboard.backend.event_processing.event_accumulator' >/dev/null 2>&1",
                      g_env, cands[i]);
-            if (run(cmd) == 0) {
+            if (run_cmd(cmd) == 0) {
                 g_python = cands[i];
                 return 1;
             }
@@ -62,7 +64,7 @@ static int find_python(void) {
                          "timeout 300 %s -m pip install --quiet --disable-pip-version-check --target '%s/pydeps' "
                          "tensorboard >/dev/null 2>&1",
                          cands[i], bin ? bin : "/tmp/fleet");
-                (void)run(cmd);
+                (void)run_cmd(cmd);
             }
         }
     return 0;
@@ -101,7 +103,7 @@ static void test_tensorboard_reads_fleet(void **state) {
     }
     /* Read while the writer is still open, as TensorBoard reads a live run. */
     snprintf(cmd, sizeof cmd, "%s %s %s/tests/py/tensorboard_interop.py check %s", g_env, g_python, src, run_dir);
-    assert_int_equal(run(cmd), 0);
+    assert_int_equal(run_cmd(cmd), 0);
     fl_tfevents_close(w);
 }
 
@@ -118,7 +120,28 @@ static int teardown(void **state) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
+/* A real run (CartPole, a few seconds, an evaluation every second): its event file holds
+ * every metrics.csv column, the evaluations and each actor's training return, point for
+ * point with the CSV files. */
+static void test_a_run_writes_tensorboard_events(void **state) {
+    (void)state;
+    if (!find_python()) {
+        print_message("SKIP: no python3 with numpy and tensorboard, and pip could not install them\n");
+        skip();
+    }
+    const char *sets[] = {"run.max_seconds=8", "run.stop_at_target=false", "eval.every=1"};
+    char *log = NULL;
+    int rc = run_fleet_at(g_dir, NULL, 0, "tbrun", sets, 3, 120, &log);
+    free(log);
+    assert_int_equal(rc, 0);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s %s/tests/py/tensorboard_interop.py run %s/tbrun", g_env, g_python,
+             getenv("FLEET_SOURCE_DIR"), g_dir);
+    assert_int_equal(run_cmd(cmd), 0);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_tensorboard_reads_fleet)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_tensorboard_reads_fleet),
+                                       cmocka_unit_test(test_a_run_writes_tensorboard_events)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

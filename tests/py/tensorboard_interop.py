@@ -24,6 +24,16 @@ k = 0 .. K-1, all arithmetic in float64, left to right:
     "eval/return_mean" = -200.0 + k * 1.37
 Values are stored as float32, so each must equal numpy.float32(expected) exactly (most
 of these are not float32 numbers: the rounding shows); wall times must agree to 1e-6.
+
+  tensorboard_interop.py run RUN_DIR  RUN_DIR is the folder of a real `fleet run`; its
+                                     event file must hold every metrics.csv column (but
+                                     env_steps, the x axis, and the eval_ columns) under
+                                     the tag TAGS gives it, one point per row at that
+                                     row's env_steps; eval/* one point per evals.csv row at
+                                     its env_steps; train/return_actor_<i> one point per
+                                     returns.csv row of actor i. Counts and integer columns
+                                     must match exactly, other values to the CSV's printed
+                                     precision.
 Exit status 0 on success, 1 on a mismatch (printed).
 """
 import glob
@@ -98,10 +108,84 @@ def compare(where, tag, got, want):
     return True
 
 
+# metrics.csv column -> TensorBoard tag (cli/launch.c's table)
+TAGS = {
+    "time_s": "time/seconds", "env_steps_per_s": "env/steps_per_s", "episodes": "train/episodes",
+    "mean_return_100": "train/mean_return_100", "replay_size": "replay/size", "replay_inserted": "replay/inserted",
+    "replay_inserts_per_s": "replay/inserts_per_s", "learner_steps": "learner/steps",
+    "learner_steps_per_s": "learner/steps_per_s", "samples_per_s": "learner/samples_per_s", "loss": "learner/loss",
+    "wait_fraction": "learner/wait_fraction", "param_version": "params/version", "version_lag": "params/version_lag",
+    "pushes_applied": "params/pushes_applied", "pushes_dropped": "params/pushes_dropped",
+}
+EVAL_TAGS = {"return_mean": "eval/return_mean", "return_std": "eval/return_std", "return_ci95": "eval/return_ci95",
+             "return_min": "eval/return_min", "return_max": "eval/return_max", "length_mean": "eval/length_mean",
+             "learner_steps": "eval/learner_steps"}
+
+
+def read_csv(path):
+    import csv
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def near(got, text):
+    """got (a float32) against a CSV field: exact for integers, else to the printed digits."""
+    want = float(text)
+    if "." not in text and "e" not in text:
+        return got == float(np.float32(want))
+    digits = len(text.split(".")[1].split("e")[0]) if "." in text else 0
+    return abs(got - want) <= 0.5 * 10.0 ** -digits + 1e-6 * abs(want) + 1e-30
+
+
+def check_series(acc, tag, rows, column, step_column="env_steps"):
+    got = [(e.step, e.value) for e in acc.Scalars(tag)]
+    if len(got) != len(rows):
+        print(f"{tag}: {len(got)} points, {len(rows)} CSV rows")
+        return False
+    for i, ((step, value), row) in enumerate(zip(got, rows)):
+        if step != int(float(row[step_column])) or not near(value, row[column]):
+            print(f"{tag} point {i}: (step {step}, {value!r}), CSV ({row[step_column]}, {row[column]})")
+            return False
+    return True
+
+
+def check_run(folder):
+    metrics = read_csv(os.path.join(folder, "metrics.csv"))
+    evals = read_csv(os.path.join(folder, "evals.csv"))
+    returns = read_csv(os.path.join(folder, "returns.csv"))
+    if not metrics or not evals or not returns:
+        print(f"rows: metrics {len(metrics)}, evals {len(evals)}, returns {len(returns)}: the run is too short")
+        return 1
+    acc = event_accumulator.EventAccumulator(folder, size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    want = {TAGS.get(c, "params/" + c) for c in metrics[0] if c != "env_steps" and not c.startswith("eval")}
+    want |= set(EVAL_TAGS.values())
+    actors = sorted({r["actor"] for r in returns})
+    want |= {f"train/return_actor_{a}" for a in actors}
+    if tags != want:
+        print("missing tags:", sorted(want - tags), "unexpected:", sorted(tags - want))
+        return 1
+    for column in metrics[0]:
+        if column == "env_steps" or column.startswith("eval"):
+            continue
+        if not check_series(acc, TAGS.get(column, "params/" + column), metrics, column):
+            return 1
+    for column, tag in EVAL_TAGS.items():
+        if not check_series(acc, tag, evals, column):
+            return 1
+    for a in actors:
+        if not check_series(acc, f"train/return_actor_{a}", [r for r in returns if r["actor"] == a], "return_mean"):
+            return 1
+    return 0
+
+
 def main():
     mode, folder = sys.argv[1], sys.argv[2]
+    if mode == "run":
+        return check_run(folder)
     if mode != "check":
-        print("usage: tensorboard_interop.py check DIR")
+        print("usage: tensorboard_interop.py check DIR | run RUN_DIR")
         return 1
     files = glob.glob(os.path.join(folder, "events.out.tfevents.*"))
     if len(files) != 1:
