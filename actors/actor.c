@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/control.h"
 #include "common/log.h"
+#include "common/statefile.h"
 #include "common/stop.h"
 #include "envs/plugin.h"
 #include "envs/wrappers.h"
@@ -135,7 +136,10 @@ static uint64_t make_stream_id(int index) {
 /* Everything one actor owns; released by fl_actor_destroy. */
 struct fl_actor {
     fl_actor_opts_t o; /* the caller's options; its strings point to the copies below */
-    char *env_name, *env_plugin, *env_wrappers, *env_args, *model_spec;
+    char *env_name, *env_plugin, *env_wrappers, *env_args, *model_spec, *state_dir;
+    char state_path[1100]; /* state_dir/actor-<index>.state, or "" */
+    uint64_t acked_base;   /* transitions acknowledged before a resume */
+    double state_saved_at;
     fl_env_options_t env_opts; /* the envs' settings (the vector keeps a pointer to them) */
     int index, num_envs, num_actions;
     fl_wrapped_env_t *wenv;   /* env.name wrapped with env.wrappers */
@@ -199,6 +203,7 @@ void fl_actor_destroy(fl_actor_t *a) {
     free(a->env_wrappers);
     free(a->env_args);
     free(a->model_spec);
+    free(a->state_dir);
     free(a);
 }
 
@@ -207,7 +212,7 @@ static void report(actor_t *a, int force) {
     memset(&r, 0, sizeof r);
     r.env_steps = a->st.env_steps;
     r.episodes = a->st.episodes;
-    r.transitions_acked = a->writer ? fl_replay_writer_acked(a->writer) : 0;
+    r.transitions_acked = a->acked_base + (a->writer ? fl_replay_writer_acked(a->writer) : 0);
     r.param_version = a->st.param_version;
     r.epsilon = a->epsilon;
     fl_reporter_tick(a->reporter, &r, force);
@@ -350,6 +355,8 @@ void fl_actor_opts_init(fl_actor_opts_t *o) {
     o->replay_shards = 1;
     o->seed = 1;
     o->progress_every = 1.0;
+    o->state_dir = "";
+    o->state_every = 300;
 }
 
 /* A copy of s ("" for NULL) in *out; 0, or -1 when out of memory. */
@@ -363,8 +370,10 @@ static fl_status copy_opts(actor_t *a, const fl_actor_opts_t *o, fl_err_t *err) 
     a->o = *o;
     if (copy_string(o->env.name, &a->env_name) || copy_string(o->env.plugin, &a->env_plugin) ||
         copy_string(o->env.wrappers, &a->env_wrappers) || copy_string(o->env.args, &a->env_args) ||
-        copy_string(o->model_spec, &a->model_spec))
+        copy_string(o->model_spec, &a->model_spec) || copy_string(o->state_dir, &a->state_dir))
         return fl_err_set(err, FL_NO_MEMORY, "actor: out of memory");
+    a->o.state_dir = a->state_dir;
+    if (a->state_dir[0]) snprintf(a->state_path, sizeof a->state_path, "%s/actor-%d.state", a->state_dir, a->index);
     a->o.env.name = a->env_name;
     a->o.env.plugin = a->env_plugin;
     a->o.env.wrappers = a->env_wrappers;
@@ -481,6 +490,68 @@ static fl_status connect_clients(actor_t *a, const char *replay_addr, const char
     return fl_reporter_create(control_addr, "actor", (uint32_t)index, o->progress_every / 2.0, &a->reporter, err);
 }
 
+/* Writes actor-<index>.state (see the file comment of actor.h); a failure is logged. */
+static void save_state(actor_t *a) {
+    a->state_saved_at = fl_clock_sec();
+    if (!a->state_path[0]) return;
+    fl_state_out_t w;
+    fl_err_t e;
+    fl_err_init(&e);
+    if (fl_state_begin(&w, a->state_path, "actor", &e) == FL_OK) {
+        fl_state_put_u64(&w, "num_envs", (uint64_t)a->num_envs);
+        fl_state_put_u64(&w, "env_steps", a->st.env_steps);
+        fl_state_put_u64(&w, "episodes", a->st.episodes);
+        fl_state_put_double(&w, "return_sum", a->st.return_sum);
+        fl_state_put_u64(&w, "transitions_sent", a->st.transitions_sent);
+        fl_state_put_u64(&w, "transitions_acked", a->acked_base + fl_replay_writer_acked(a->writer));
+        fl_state_put_u64(&w, "param_updates", a->st.param_updates);
+        fl_state_put_rng(&w, "explore_rng", &a->explore);
+        for (int i = 0; i < a->num_envs; i++) {
+            char key[32];
+            snprintf(key, sizeof key, "env_rng_%d", i);
+            fl_state_put_rng(&w, key, fl_wrapvec_rng(a->envs, i));
+        }
+        if (fl_state_commit(&w, &e) == FL_OK) return;
+    }
+    FL_WARN("actor state not saved: %s", e.msg);
+}
+
+/* Create, phase 4 (fleet run --resume): counters and generators from actor-<index>.state. */
+static fl_status load_state(actor_t *a, fl_err_t *err) {
+    if (!a->o.resume) return FL_OK;
+    if (!a->state_path[0])
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: resuming needs run.checkpoint_dir (the folder of its state)");
+    fl_state_t *st = NULL;
+    fl_status s = fl_state_load(a->state_path, "actor", &st, err);
+    if (s == FL_NOT_FOUND) {
+        FL_WARN("no state to resume from (%s): this actor starts afresh", a->state_path);
+        return FL_OK;
+    }
+    FL_TRY(s);
+    uint64_t n = 0, acked = 0;
+    int ok = fl_state_get_u64(st, "num_envs", &n) && n == (uint64_t)a->num_envs &&
+             fl_state_get_u64(st, "env_steps", &a->st.env_steps) && fl_state_get_u64(st, "episodes", &a->st.episodes) &&
+             fl_state_get_double(st, "return_sum", &a->st.return_sum) &&
+             fl_state_get_u64(st, "transitions_sent", &a->st.transitions_sent) &&
+             fl_state_get_u64(st, "transitions_acked", &acked) &&
+             fl_state_get_u64(st, "param_updates", &a->st.param_updates) &&
+             fl_state_get_rng(st, "explore_rng", &a->explore);
+    for (int i = 0; ok && i < a->num_envs; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "env_rng_%d", i);
+        ok = fl_state_get_rng(st, key, fl_wrapvec_rng(a->envs, i));
+    }
+    fl_state_free(st);
+    if (!ok)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "actor state %s: incomplete, or saved with num_envs = %llu where env.num_envs is now %d",
+                          a->state_path, (unsigned long long)n, a->num_envs);
+    a->acked_base = acked;
+    FL_INFO("resumed from %s at %llu env steps, %llu episodes", a->state_path, (unsigned long long)a->st.env_steps,
+            (unsigned long long)a->st.episodes);
+    return FL_OK;
+}
+
 fl_status fl_actor_create(const fl_actor_opts_t *opts, int index, const char *replay_addr, const char *param_addr,
                           const char *control_addr, fl_actor_t **out, fl_err_t *err) {
     *out = NULL;
@@ -502,6 +573,8 @@ fl_status fl_actor_create(const fl_actor_opts_t *opts, int index, const char *re
     if (s == FL_OK) s = open_envs(a, &init_rng, err);
     if (s == FL_OK) s = build_net(a, &init_rng, err);
     if (s == FL_OK) s = connect_clients(a, replay_addr, param_addr, control_addr, err);
+    if (s == FL_OK) s = load_state(a, err);
+    a->state_saved_at = fl_clock_sec();
     if (s != FL_OK) {
         fl_actor_destroy(a);
         return s;
@@ -523,6 +596,7 @@ static fl_status step_loop(actor_t *a, fl_err_t *err) {
             next_sync = a->st.env_steps + (uint64_t)a->o.sync_every;
         }
         report(a, 0);
+        if (a->o.state_every > 0 && fl_clock_sec() - a->state_saved_at >= a->o.state_every) save_state(a);
     }
     return FL_OK;
 }
@@ -534,7 +608,7 @@ static fl_status finish(actor_t *a, fl_err_t *err) {
     fl_err_t ferr;
     fl_err_init(&ferr);
     fl_status fs = fl_replay_writer_flush(a->writer, FL_ACTOR_FLUSH_TIMEOUT_MS, &ferr);
-    uint64_t acked = fl_replay_writer_acked(a->writer), pending = fl_replay_writer_pending(a->writer);
+    uint64_t acked = a->acked_base + fl_replay_writer_acked(a->writer), pending = fl_replay_writer_pending(a->writer);
     if (fs != FL_OK || pending > 0)
         FL_WARN("stopping: %llu transitions acknowledged, %llu NOT acknowledged (%s)", (unsigned long long)acked,
                 (unsigned long long)pending, fs != FL_OK ? ferr.msg : "flush incomplete");
@@ -543,6 +617,7 @@ static fl_status finish(actor_t *a, fl_err_t *err) {
             (unsigned long long)a->st.env_steps, (unsigned long long)a->st.episodes,
             (unsigned long long)a->st.transitions_sent, (unsigned long long)acked, (unsigned long long)pending,
             (unsigned long long)a->st.param_version);
+    save_state(a);
     report(a, 1);
     return FL_OK;
 }
@@ -558,7 +633,7 @@ fl_status fl_actor_run(fl_actor_t *a, fl_err_t *err) {
     fl_status s = wait_first_params(a, err);
     if (s == FL_OK) s = step_loop(a, err);
     if (s == FL_OK) s = finish(a, err);
-    a->st.transitions_acked = fl_replay_writer_acked(a->writer);
+    a->st.transitions_acked = a->acked_base + fl_replay_writer_acked(a->writer);
     a->st.transitions_unacked = fl_replay_writer_pending(a->writer);
     return s;
 }

@@ -23,7 +23,16 @@
  * forced so the launcher sees the final acknowledged count.
  *
  * Seeds: the vector of envs and the exploration generator derive from run.seed and the
- * actor index, so actors differ and a run is reproducible. The replay stream id mixes
+ * actor index, so actors differ and a run is reproducible.
+ *
+ * State (for a resumed experiment): with state_dir set the actor writes
+ * state_dir/actor-<index>.state (common/statefile.h) when it stops, after the final flush,
+ * and every state_every seconds: its counters (env steps, episodes, the sum of returns,
+ * transitions sent and acknowledged, parameter updates) and its generators (exploration
+ * and every env's). With resume it starts from that file: the counters go on from it and
+ * the generators continue their streams; the envs start new episodes (episodes in
+ * progress at the stop, like partial n-step windows, are not resumed). A missing file is
+ * a warning (the actor starts afresh); one of another env count is refused. The replay stream id mixes
  * the index, the process id and clock readings, so that a restarted actor never reuses
  * its predecessor's stream (and sequence numbers) on a shard.
  *
@@ -120,6 +129,9 @@ typedef struct fl_actor_opts {
     int64_t replay_shards;     /* replay.shards: shards replay_addr should list (a warning otherwise) */
     uint64_t seed;             /* run.seed */
     double progress_every;     /* run.progress_every: the reporter ticks every progress_every / 2 s */
+    const char *state_dir;     /* run.checkpoint_dir: the actor keeps actor-<index>.state there ("" = none) */
+    double state_every;        /* run.checkpoint_every: seconds between state files (0 = only at the stop) */
+    int resume;                /* start from state_dir's file (fleet run --resume) */
 } fl_actor_opts_t;
 
 /* The defaults of the keys above (those of a config with no file and no --set). */

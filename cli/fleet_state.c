@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/statefile.h"
 #include "fleet.pb-c.h"
 
 int fl_fleet_state_init(fl_fleet_state_t *fs, int n_actors, int n_learners, int n_evaluators, int gorila,
@@ -158,4 +159,122 @@ fl_status fl_fleet_state_on_report(void *user, const uint8_t *req, size_t len, f
     if (!known)
         return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "Report: unknown role '%s' index %u", name, index);
     return fl_rpc_reply_pb(reply, &resp.base);
+}
+
+/* ------------------------------------------------------------- save, restore ---- */
+
+/* The last min(count, cap) values of a ring of cap that has seen `count`, oldest first. */
+static size_t ring_in_order(const float *ring, uint64_t count, size_t cap, float *out) {
+    size_t n = count < cap ? (size_t)count : cap;
+    for (size_t i = 0; i < n; i++) out[i] = ring[(count - n + i) % cap];
+    return n;
+}
+
+/* Puts n values (oldest first) back into a ring that has seen `count` in all. */
+static void ring_restore(float *ring, uint64_t count, size_t cap, const float *in, size_t n) {
+    for (size_t i = 0; i < n; i++) ring[(count - n + i) % cap] = in[i];
+}
+
+fl_status fl_fleet_state_save(fl_fleet_state_t *fs, const fl_fleet_totals_t *t, const char *path, fl_err_t *err) {
+    fl_state_out_t w;
+    FL_TRY(fl_state_begin(&w, path, "launcher", err));
+    float win[FL_FLEET_RETURN_WINDOW];
+    char key[64];
+    pthread_mutex_lock(&fs->mu);
+    fl_state_put_u64(&w, "actors", (uint64_t)fs->n_actors);
+    fl_state_put_u64(&w, "learners", (uint64_t)fs->n_learners);
+    fl_state_put_u64(&w, "episodes", fs->n_returns);
+    fl_state_put_double(&w, "best_return", fs->best_return);
+    fl_state_put_floats(&w, "returns", win, ring_in_order(fs->returns, fs->n_returns, FL_FLEET_RETURN_WINDOW, win));
+    for (int a = 0; a < fs->n_actors; a++) {
+        const fl_role_state_t *A = &fs->actors[a];
+        snprintf(key, sizeof key, "actor_%d_env_steps", a);
+        fl_state_put_u64(&w, key, A->env_steps);
+        snprintf(key, sizeof key, "actor_%d_episodes", a);
+        fl_state_put_u64(&w, key, A->n_recent);
+        snprintf(key, sizeof key, "actor_%d_returns", a);
+        fl_state_put_floats(&w, key, win, ring_in_order(A->recent, A->n_recent, FL_FLEET_ACTOR_WINDOW, win));
+    }
+    for (int i = 0; i < fs->n_learners; i++) {
+        snprintf(key, sizeof key, "learner_%d_steps", i);
+        fl_state_put_u64(&w, key, fs->learners[i].learner_steps);
+        snprintf(key, sizeof key, "learner_%d_samples", i);
+        fl_state_put_u64(&w, key, fs->learners[i].samples);
+    }
+    pthread_mutex_unlock(&fs->mu);
+    fl_state_put_double(&w, "elapsed_s", t->elapsed_s);
+    fl_state_put_u64(&w, "env_steps", t->env_steps);
+    fl_state_put_u64(&w, "learner_steps", t->learner_steps);
+    fl_state_put_u64(&w, "samples", t->samples);
+    fl_state_put_u64(&w, "replay_inserted", t->replay_inserted);
+    fl_state_put_u64(&w, "evaluations", t->n_evals);
+    fl_state_put_double(&w, "best_eval", t->best_eval);
+    fl_state_put_u64(&w, "eval_version", t->eval.version);
+    fl_state_put_doubles(&w, "eval_result", t->eval.v, FL_EVALUATOR_RESULT_COUNT);
+    return fl_state_commit(&w, err);
+}
+
+/* The totals of a launcher state file. */
+static int restore_totals(const fl_state_t *st, fl_fleet_totals_t *t) {
+    memset(t, 0, sizeof *t);
+    int ok = fl_state_get_double(st, "elapsed_s", &t->elapsed_s) && fl_state_get_u64(st, "env_steps", &t->env_steps) &&
+             fl_state_get_u64(st, "learner_steps", &t->learner_steps) && fl_state_get_u64(st, "samples", &t->samples) &&
+             fl_state_get_u64(st, "replay_inserted", &t->replay_inserted) &&
+             fl_state_get_u64(st, "evaluations", &t->n_evals) && fl_state_get_double(st, "best_eval", &t->best_eval) &&
+             fl_state_get_u64(st, "eval_version", &t->eval.version) &&
+             fl_state_get_doubles(st, "eval_result", t->eval.v, FL_EVALUATOR_RESULT_COUNT) == FL_EVALUATOR_RESULT_COUNT;
+    return ok;
+}
+
+/* The roles' part of a launcher state file, under mu. */
+static int restore_roles(fl_fleet_state_t *fs, const fl_state_t *st) {
+    float win[FL_FLEET_RETURN_WINDOW];
+    char key[64];
+    size_t n = fl_state_get_floats(st, "returns", win, FL_FLEET_RETURN_WINDOW);
+    if (!fl_state_get_u64(st, "episodes", &fs->n_returns) || !fl_state_get_double(st, "best_return", &fs->best_return) ||
+        n > fs->n_returns)
+        return 0;
+    ring_restore(fs->returns, fs->n_returns, FL_FLEET_RETURN_WINDOW, win, n);
+    for (int a = 0; a < fs->n_actors; a++) {
+        fl_role_state_t *A = &fs->actors[a];
+        snprintf(key, sizeof key, "actor_%d_env_steps", a);
+        int ok = fl_state_get_u64(st, key, &A->env_steps);
+        snprintf(key, sizeof key, "actor_%d_episodes", a);
+        ok = ok && fl_state_get_u64(st, key, &A->n_recent);
+        snprintf(key, sizeof key, "actor_%d_returns", a);
+        n = fl_state_get_floats(st, key, win, FL_FLEET_ACTOR_WINDOW);
+        if (!ok || n > A->n_recent) return 0;
+        ring_restore(A->recent, A->n_recent, FL_FLEET_ACTOR_WINDOW, win, n);
+        A->last_env = A->env_steps;
+    }
+    for (int i = 0; i < fs->n_learners; i++) {
+        fl_role_state_t *Ln = &fs->learners[i];
+        snprintf(key, sizeof key, "learner_%d_steps", i);
+        int ok = fl_state_get_u64(st, key, &Ln->learner_steps);
+        snprintf(key, sizeof key, "learner_%d_samples", i);
+        if (!ok || !fl_state_get_u64(st, key, &Ln->samples)) return 0;
+        Ln->last_steps = Ln->learner_steps;
+        Ln->last_samples = Ln->samples;
+    }
+    return 1;
+}
+
+fl_status fl_fleet_state_restore(fl_fleet_state_t *fs, fl_fleet_totals_t *t, const char *path, fl_err_t *err) {
+    fl_state_t *st = NULL;
+    FL_TRY(fl_state_load(path, "launcher", &st, err));
+    uint64_t actors = 0, learners = 0;
+    fl_status s = FL_OK;
+    if (!fl_state_get_u64(st, "actors", &actors) || !fl_state_get_u64(st, "learners", &learners) ||
+        actors != (uint64_t)fs->n_actors || learners != (uint64_t)fs->n_learners)
+        s = fl_err_set(err, FL_INVALID_ARGUMENT,
+                       "%s: saved with %llu actors and %llu learners; the run now has actor.count = %d and "
+                       "learner.count = %d (a resumed experiment keeps its roles)",
+                       path, (unsigned long long)actors, (unsigned long long)learners, fs->n_actors, fs->n_learners);
+    if (s == FL_OK && !restore_totals(st, t)) s = fl_err_set(err, FL_PARSE_ERROR, "%s: the totals are incomplete", path);
+    pthread_mutex_lock(&fs->mu);
+    if (s == FL_OK && !restore_roles(fs, st))
+        s = fl_err_set(err, FL_PARSE_ERROR, "%s: the roles' figures are incomplete", path);
+    pthread_mutex_unlock(&fs->mu);
+    fl_state_free(st);
+    return s;
 }

@@ -77,4 +77,21 @@ uint64_t fl_fleet_state_env_steps(const fl_fleet_state_t *fs);
 /* Under mu: actor a's mean over its recent episodes (count in *count, 0 = none yet). */
 double fl_fleet_state_actor_return(const fl_fleet_state_t *fs, int a, uint64_t *count);
 
+/* The launcher's figures that a resumed experiment continues from (with the tables). */
+typedef struct fl_fleet_totals {
+    double elapsed_s;
+    uint64_t env_steps, learner_steps, samples, replay_inserted;
+    uint64_t n_evals;
+    double best_eval;
+    fl_eval_result_t eval; /* the latest evaluation (when n_evals > 0) */
+} fl_fleet_totals_t;
+
+/* Writes the tables' resumable part (the training-return windows, the actors' env steps,
+ * the learners' steps and samples) and t to path (common/statefile.h). Locks mu. */
+fl_status fl_fleet_state_save(fl_fleet_state_t *fs, const fl_fleet_totals_t *t, const char *path, fl_err_t *err);
+/* Reads what fl_fleet_state_save wrote into fs (made with the same role counts; other
+ * counts are refused, naming both) and *t. The roles' progress-line baselines become the
+ * saved counters, so that the first rates after a resume are true. Locks mu. */
+fl_status fl_fleet_state_restore(fl_fleet_state_t *fs, fl_fleet_totals_t *t, const char *path, fl_err_t *err);
+
 #endif

@@ -15,12 +15,15 @@
 #include "cli/options.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/config.h"
@@ -125,6 +128,10 @@ struct fl_launch {
     fl_rpc_server_t *control;
     char control_addr[300];
     double t_start;
+    int lock_fd;            /* run.lock, held while the launcher lives */
+    int resuming;           /* fl_launch_resume */
+    fl_fleet_totals_t prev; /* a resumed run's figures at its last stop */
+    char state_path[800];   /* run.checkpoint_dir/launcher.state, or "" */
 };
 
 const fl_config_t *fl_launch_config(const fl_launch_t *L) { return &L->cfg; }
@@ -136,6 +143,7 @@ void fl_launch_destroy(fl_launch_t *L) {
     if (!L) return;
     fl_rpc_server_destroy(L->control);
     if (L->fs_ready) fl_fleet_state_destroy(&L->fs);
+    if (L->lock_fd >= 0) close(L->lock_fd); /* releases the lock */
     free(L);
 }
 
@@ -183,7 +191,136 @@ static int claim_run_dir(fl_launch_t *L) {
     return -1;
 }
 
-int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *control_host, fl_launch_t **out) {
+/* Holds an exclusive lock on dir/run.lock while the launcher lives, so that a run folder
+ * is never driven by two launchers (a --resume of a run that still goes is refused). */
+static int lock_run_dir(fl_launch_t *L) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/run.lock", L->dir);
+    L->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (L->lock_fd >= 0 && flock(L->lock_fd, LOCK_EX | LOCK_NB) == 0) return 0;
+    if (L->lock_fd >= 0 && errno == EWOULDBLOCK)
+        fprintf(stderr, "fleet run: %s is in use by another fleet run (it holds %s); stop that one first\n", L->dir,
+                path);
+    else
+        fprintf(stderr, "fleet run: cannot lock %s: %s\n", path, strerror(errno));
+    return -1;
+}
+
+/* A new run: its own folder, and with run.checkpoints its checkpoint folder. */
+static int prepare_new(fl_launch_t *L) {
+    if (claim_run_dir(L) != 0 || lock_run_dir(L) != 0) return -1;
+    fl_config_t *c = &L->cfg;
+    if (c->run_checkpoints && !c->run_checkpoint_dir[0] &&
+        snprintf(c->run_checkpoint_dir, sizeof c->run_checkpoint_dir, "%s/checkpoints", L->dir) >=
+            (int)sizeof c->run_checkpoint_dir) {
+        fprintf(stderr, "fleet run: the checkpoint folder %s/checkpoints is too long a path\n", L->dir);
+        return -1;
+    }
+    if (c->run_checkpoint_dir[0] && fl_proc_mkdir_p(c->run_checkpoint_dir) != 0) {
+        fprintf(stderr, "fleet run: cannot create run.checkpoint_dir %s: %s\n", c->run_checkpoint_dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* A resumed run: its folder, locked, with the checkpoints a resume needs. */
+static int prepare_resume(fl_launch_t *L, const char *dir) {
+    snprintf(L->dir, sizeof L->dir, "%s", dir);
+    for (size_t n = strlen(L->dir); n > 1 && L->dir[n - 1] == '/'; n--) L->dir[n - 1] = '\0';
+    if (lock_run_dir(L) != 0) return -1;
+    const fl_config_t *c = &L->cfg;
+    if (!c->run_checkpoint_dir[0]) {
+        fprintf(stderr, "fleet run: %s ran with run.checkpoints = false: it has no checkpoints to resume from\n",
+                L->dir);
+        return -1;
+    }
+    char path[800];
+    snprintf(path, sizeof path, "%s/learner-0.safetensors", c->run_checkpoint_dir);
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "fleet run: cannot resume %s: no learner checkpoint %s (%s); the run stopped before its "
+                        "first checkpoint\n", L->dir, path, strerror(errno));
+        return -1;
+    }
+    snprintf(L->state_path, sizeof L->state_path, "%s/launcher.state", c->run_checkpoint_dir);
+    if (access(L->state_path, R_OK) != 0) {
+        fprintf(stderr, "fleet run: cannot resume %s: no %s (%s)\n", L->dir, L->state_path, strerror(errno));
+        return -1;
+    }
+    L->resuming = 1;
+    return 0;
+}
+
+/* Restores the launcher's figures of a resumed run and prints where it continues. */
+static int restore_figures(fl_launch_t *L) {
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_fleet_state_restore(&L->fs, &L->prev, L->state_path, &err) != FL_OK) {
+        fprintf(stderr, "fleet run: cannot resume: %s\n", err.msg);
+        return -1;
+    }
+    L->t_start = fl_clock_sec() - L->prev.elapsed_s;
+    L->fs.t_start = L->t_start;
+    printf("  resume       %s at %.1f s: %llu env steps, %llu learner steps, %llu episodes", L->dir,
+           L->prev.elapsed_s, (unsigned long long)L->prev.env_steps, (unsigned long long)L->prev.learner_steps,
+           (unsigned long long)L->fs.n_returns);
+    if (L->prev.n_evals)
+        printf(", evaluation return %.1f", L->prev.eval.v[FL_EVAL_RESULT_return_mean]);
+    printf("\n");
+    fflush(stdout);
+    return 0;
+}
+
+/* The Control service for the roles' reports, on control_host:0. */
+static int start_control(fl_launch_t *L, const char *control_host) {
+    fl_err_t err;
+    fl_err_init(&err);
+    int port = 0;
+    char bind[300];
+    snprintf(bind, sizeof bind, "%s:0", control_host);
+    fl_rpc_server_opts_t so = {.threads = 2, .prepost = 16};
+    if (fl_rpc_server_create(&so, &L->control, &err) != FL_OK ||
+        fl_rpc_server_add_unary(L->control, fl_method_path(FL_METHOD_CONTROL_REPORT), fl_fleet_state_on_report,
+                                &L->fs) != FL_OK ||
+        fl_rpc_server_bind(L->control, bind, &port, &err) != FL_OK || fl_rpc_server_start(L->control, &err) != FL_OK) {
+        fprintf(stderr, "fleet run: cannot start the control service on %s: %s\n", bind, err.msg);
+        return -1;
+    }
+    snprintf(L->control_addr, sizeof L->control_addr, "%s:%d", control_host, port);
+    return 0;
+}
+
+/* The run's files, its figures (restored when resuming), config.ini and Control. */
+static int open_run(fl_launch_t *L, const char *cfg_file, const fl_env_def_t *env, const char *control_host) {
+    const fl_config_t *cfg = &L->cfg;
+    print_plan(cfg, cfg_file, L->dir, env);
+    L->t_start = fl_clock_sec();
+    L->fs_ready = 1;
+    if (fl_fleet_state_init(&L->fs, (int)cfg->actor_count, (int)cfg->learner_count, (int)cfg->run_evaluators,
+                            cfg->learner_mode == FL_CFG_MODE_GORILA, L->t_start) != 0) {
+        fprintf(stderr, "fleet run: out of memory\n");
+        return -1;
+    }
+    if (L->resuming && restore_figures(L) != 0) return -1;
+    if (!L->resuming && cfg->run_checkpoint_dir[0])
+        snprintf(L->state_path, sizeof L->state_path, "%s/launcher.state", cfg->run_checkpoint_dir);
+    snprintf(L->cfg_path, sizeof L->cfg_path, "%s/config.ini", L->dir);
+    snprintf(L->csv_path, sizeof L->csv_path, "%s/metrics.csv", L->dir);
+    snprintf(L->roles_path, sizeof L->roles_path, "%s/roles.csv", L->dir);
+    snprintf(L->summary_path, sizeof L->summary_path, "%s/summary.txt", L->dir);
+    snprintf(L->evals_path, sizeof L->evals_path, "%s/evals.csv", L->dir);
+    snprintf(L->returns_path, sizeof L->returns_path, "%s/returns.csv", L->dir);
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_config_write_file(cfg, L->cfg_path, &err) != FL_OK) {
+        fprintf(stderr, "fleet run: %s\n", err.msg);
+        return -1;
+    }
+    return start_control(L, control_host);
+}
+
+/* fl_launch_create and fl_launch_resume (resume_dir != NULL). */
+static int launch_open(const fl_config_t *cfg, const char *cfg_file, const char *control_host, const char *resume_dir,
+                       fl_launch_t **out) {
     *out = NULL;
     /* The env every role will open (plugin, wrappers): checked here so that a mistake
      * stops the run before any process starts. */
@@ -205,50 +342,28 @@ int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *c
         return 1;
     }
     L->cfg = *cfg;
+    L->lock_fd = -1;
     snprintf(L->cfg_file, sizeof L->cfg_file, "%s", cfg_file);
-    if (claim_run_dir(L) != 0) {
-        fl_wrapped_env_destroy(wenv);
-        fl_launch_destroy(L);
-        return 1;
-    }
-    cfg = &L->cfg; /* run.name is the claimed folder's */
-    print_plan(cfg, cfg_file, L->dir, fl_wrapped_env_info(wenv));
+    int rc = resume_dir ? prepare_resume(L, resume_dir) : prepare_new(L);
+    if (rc == 0) rc = open_run(L, cfg_file, fl_wrapped_env_info(wenv), control_host);
     fl_wrapped_env_destroy(wenv);
-    L->t_start = fl_clock_sec();
-    L->fs_ready = 1;
-    if (fl_fleet_state_init(&L->fs, (int)cfg->actor_count, (int)cfg->learner_count, (int)cfg->run_evaluators,
-                            cfg->learner_mode == FL_CFG_MODE_GORILA, L->t_start) != 0) {
-        fprintf(stderr, "fleet run: out of memory\n");
+    if (rc != 0) {
         fl_launch_destroy(L);
-        return 1;
+        return resume_dir ? 2 : 1;
     }
-    snprintf(L->cfg_path, sizeof L->cfg_path, "%s/config.ini", L->dir);
-    snprintf(L->csv_path, sizeof L->csv_path, "%s/metrics.csv", L->dir);
-    snprintf(L->roles_path, sizeof L->roles_path, "%s/roles.csv", L->dir);
-    snprintf(L->summary_path, sizeof L->summary_path, "%s/summary.txt", L->dir);
-    snprintf(L->evals_path, sizeof L->evals_path, "%s/evals.csv", L->dir);
-    snprintf(L->returns_path, sizeof L->returns_path, "%s/returns.csv", L->dir);
-    if (fl_config_write_file(cfg, L->cfg_path, &err) != FL_OK) {
-        fprintf(stderr, "fleet run: %s\n", err.msg);
-        fl_launch_destroy(L);
-        return 1;
-    }
-    /* Control service for the roles' reports. */
-    int port = 0;
-    char bind[300];
-    snprintf(bind, sizeof bind, "%s:0", control_host);
-    fl_rpc_server_opts_t so = {.threads = 2, .prepost = 16};
-    if (fl_rpc_server_create(&so, &L->control, &err) != FL_OK ||
-        fl_rpc_server_add_unary(L->control, fl_method_path(FL_METHOD_CONTROL_REPORT), fl_fleet_state_on_report, &L->fs) != FL_OK ||
-        fl_rpc_server_bind(L->control, bind, &port, &err) != FL_OK || fl_rpc_server_start(L->control, &err) != FL_OK) {
-        fprintf(stderr, "fleet run: cannot start the control service on %s: %s\n", bind, err.msg);
-        fl_launch_destroy(L);
-        return 1;
-    }
-    snprintf(L->control_addr, sizeof L->control_addr, "%s:%d", control_host, port);
     *out = L;
     return 0;
 }
+
+int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *control_host, fl_launch_t **out) {
+    return launch_open(cfg, cfg_file, control_host, NULL, out);
+}
+
+int fl_launch_resume(const fl_config_t *cfg, const char *run_dir, const char *control_host, fl_launch_t **out) {
+    return launch_open(cfg, "", control_host, run_dir, out);
+}
+
+int fl_launch_resuming(const fl_launch_t *L) { return L->resuming; }
 
 /* Sums the parameter servers' Info (versions: the minimum over shards). */
 static void param_info_all(fl_param_client_t *ps, fl_param_info_t *sum) {
@@ -294,6 +409,7 @@ typedef struct monitor {
     fl_tfevents_t *tb;   /* events.out.tfevents.* (NULL when it could not be written) */
     fl_curve_t *curve;   /* curve.png */
     double next_curve;   /* when curve.png is redrawn next */
+    double next_state;   /* when launcher.state is written next */
     /* The fleet's figures at the previous progress line. */
     double last_t;
     uint64_t last_inserted, last_env, last_learner, last_samples;
@@ -318,13 +434,17 @@ typedef struct totals {
     double mret, best;
 } totals_t;
 
-static FILE *open_csv(const char *path, const char *header) {
-    FILE *f = fopen(path, "w");
+/* A metrics file with its header; a resumed run appends to the file it has (a missing
+ * or empty one gets the header). */
+static FILE *open_csv(const char *path, const char *header, int append) {
+    struct stat st;
+    int has_rows = append && stat(path, &st) == 0 && st.st_size > 0;
+    FILE *f = fopen(path, append ? "a" : "w");
     if (!f) {
         FL_WARN("cannot write %s: %s (the run goes on without it)", path, strerror(errno));
         return NULL;
     }
-    fprintf(f, "%s\n", header);
+    if (!has_rows) fprintf(f, "%s\n", header);
     fflush(f);
     return f;
 }
@@ -407,14 +527,15 @@ static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_l
     size_t used = 0;
     for (int i = 0; i < n && used < sizeof header; i++)
         used += (size_t)snprintf(header + used, sizeof header - used, "%s%s", i ? "," : "", m[i].column);
-    M->csv = open_csv(M->L->csv_path, header);
+    const int append = M->L->resuming;
+    M->csv = open_csv(M->L->csv_path, header, append);
     M->roles = open_csv(M->L->roles_path, "time_s,role,index,env_steps,env_steps_per_s,param_version,version_lag,"
                                           "learner_steps,learner_steps_per_s,samples_per_s,loss,epsilon,episodes,"
-                                          "return_mean");
+                                          "return_mean", append);
     M->evals = open_csv(M->L->evals_path, "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean,"
                                           "return_std,return_min,return_max,return_ci95,length_mean,length_min,"
-                                          "length_max,evaluator,seconds,truncated");
-    M->returns = open_csv(M->L->returns_path, "time_s,env_steps,actor,epsilon,episodes,return_mean");
+                                          "length_max,evaluator,seconds,truncated", append);
+    M->returns = open_csv(M->L->returns_path, "time_s,env_steps,actor,epsilon,episodes,return_mean", append);
     fl_err_t err;
     fl_err_init(&err);
     if (fl_tfevents_open(M->L->dir, &M->tb, &err) != FL_OK)
@@ -613,6 +734,34 @@ static void report_period(monitor_t *M, double el, double dt, const figures_t *f
     tb_write(M, (int64_t)f->env, fl_clock_wall(), nt, tags, values);
 }
 
+/* Writes run.checkpoint_dir/launcher.state: the figures a resumed run continues from
+ * (f: this period's, NULL: the roles' final reports). A failure is logged. */
+static void save_figures(monitor_t *M, const figures_t *f) {
+    fl_launch_t *L = M->L;
+    if (!L->state_path[0]) return;
+    fl_fleet_totals_t t;
+    memset(&t, 0, sizeof t);
+    t.elapsed_s = fl_clock_sec() - L->t_start;
+    if (f) {
+        t.env_steps = f->env;
+        t.learner_steps = f->lsteps;
+        t.samples = f->lsamples;
+    } else { /* at the end: the roles' final reports */
+        pthread_mutex_lock(&L->fs.mu);
+        t.env_steps = fl_fleet_state_env_steps(&L->fs);
+        t.learner_steps = fl_fleet_state_learner_steps(&L->fs);
+        for (int i = 0; i < L->fs.n_learners; i++) t.samples += L->fs.learners[i].samples;
+        pthread_mutex_unlock(&L->fs.mu);
+    }
+    t.replay_inserted = M->rinfo.inserted;
+    t.n_evals = M->n_evals;
+    t.best_eval = M->best_eval;
+    t.eval = M->eval;
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_fleet_state_save(&L->fs, &t, L->state_path, &err) != FL_OK) FL_WARN("launcher state not saved: %s", err.msg);
+}
+
 /* 1, with the reason, when the headline return has reached run.target_return. */
 static int target_reached(monitor_t *M, const figures_t *f) {
     const fl_config_t *cfg = &M->L->cfg;
@@ -648,6 +797,10 @@ static int progress(monitor_t *M, double now) {
     M->last_inserted = M->rinfo.inserted;
     M->last_learner = f.lsteps;
     M->last_samples = f.lsamples;
+    if (cfg->run_checkpoint_every > 0 && fl_clock_sec() >= M->next_state) {
+        save_figures(M, &f);
+        M->next_state = fl_clock_sec() + cfg->run_checkpoint_every;
+    }
     if (M->curve && fl_clock_sec() >= M->next_curve) {
         fl_curve_refresh(M->curve);
         M->next_curve = fl_clock_sec() + CURVE_EVERY_S;
@@ -724,7 +877,8 @@ static void stop_in_order(monitor_t *M) {
     set_flag(fs, &fs->stop_services);
     if (M->replay) fl_replay_sharded_info(M->replay, 2000, &M->rinfo, M->shard_info, NULL);
     param_info_all(M->ps, &M->pinfo);
-    M->ops->stop(M->ctx, "replay paramserver", 10);
+    /* Replay shards write their last checkpoint as they stop: they get time for it. */
+    M->ops->stop(M->ctx, "replay paramserver", M->L->cfg.run_checkpoint_dir[0] ? 300 : 10);
     fl_replay_sharded_destroy(M->replay);
     fl_param_client_destroy(M->ps);
     M->replay = NULL;
@@ -863,6 +1017,17 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
     M.gorila = L->cfg.learner_mode == FL_CFG_MODE_GORILA;
     M.shard_info = calloc((size_t)M.R, sizeof *M.shard_info);
     M.last_t = fl_clock_sec();
+    M.next_state = M.last_t + L->cfg.run_checkpoint_every;
+    if (L->resuming) { /* the first rates count from where the run stopped */
+        M.last_env = L->prev.env_steps;
+        M.last_learner = L->prev.learner_steps;
+        M.last_samples = L->prev.samples;
+        M.last_inserted = L->prev.replay_inserted;
+        M.rinfo.inserted = L->prev.replay_inserted;
+        M.n_evals = L->prev.n_evals;
+        M.best_eval = L->prev.best_eval;
+        M.eval = L->prev.eval;
+    }
     if (!M.exit_code) {
         open_outputs(&M, replay_list, ps_list);
         watch(&M);
@@ -874,6 +1039,7 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
     check_unclean(&M);
     totals_t t;
     final_totals(&M, &t);
+    if (!M.exit_code || M.last_env) save_figures(&M, NULL);
     write_summary(&M, elapsed, &t);
     print_outcome(&M, elapsed, &t);
     free(M.shard_info);

@@ -39,10 +39,19 @@ typedef struct fl_launch_ops {
     void (*echo_logs)(void *ctx);
 } fl_launch_ops_t;
 
-/* Validates the run, prints the plan (to stdout), creates the run folder, writes
- * config.ini and starts Control on control_host:0. 0, or the exit code (2 for a
+/* Validates the run, prints the plan (to stdout), creates the run folder (with
+ * run.checkpoints: sets run.checkpoint_dir to its checkpoints/ folder), writes config.ini
+ * and starts Control on control_host:0. 0, or the exit code (2 for a
  * configuration error, 1 otherwise) after printing why. */
 int fl_launch_create(const fl_config_t *cfg, const char *cfg_file, const char *control_host, fl_launch_t **out);
+/* Continues the run in run_dir (fleet run --resume): cfg is its config.ini with the
+ * command line's overrides. Checks that the run is not going and has its checkpoints
+ * (run.checkpoint_dir: the learner's and launcher.state), restores the launcher's figures
+ * (counters, return windows, the latest evaluation, the elapsed time) and appends to the
+ * run's files. 0, or the exit code after printing why. */
+int fl_launch_resume(const fl_config_t *cfg, const char *run_dir, const char *control_host, fl_launch_t **out);
+/* 1 for a resumed run. */
+int fl_launch_resuming(const fl_launch_t *L);
 void fl_launch_destroy(fl_launch_t *L); /* NULL is a no-op */
 const fl_config_t *fl_launch_config(const fl_launch_t *L);
 const char *fl_launch_config_path(const fl_launch_t *L);

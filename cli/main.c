@@ -41,13 +41,19 @@ typedef struct verb {
 static const verb_t verbs[] = {
     {"run", "launch a whole fleet (on this machine, or under mpirun on many) and supervise it",
      "usage: fleet run [CONFIG.ini] [--config FILE] [--set SECTION.KEY=VALUE]...\n"
+     "       fleet run --resume runs/NAME [--set SECTION.KEY=VALUE]...\n"
      "       mpirun -np K fleet run CONFIG.ini        (a fleet across hosts; docs/multi-host.md)\n"
      "Reads the experiment, prints the role plan, starts every role as its own process (replay\n"
-     "shards, parameter servers, learners, actors) talking gRPC over loopback, prints one\n"
-     "progress line per run.progress_every seconds and writes runs/<name>/ (config.ini,\n"
-     "metrics.csv). Stops on Ctrl-C / SIGTERM, at run.max_seconds, or when the mean return of\n"
-     "the last 100 episodes reaches run.target_return; a child that dies is reported with its\n"
-     "role and exit status and the fleet is stopped.\n"
+     "shards, parameter servers, learners, actors, evaluators) talking gRPC over loopback, prints\n"
+     "one progress line per run.progress_every seconds and writes runs/<name>/ (config.ini,\n"
+     "metrics.csv, evals.csv, returns.csv, roles.csv, TensorBoard events, curve.png, logs/,\n"
+     "checkpoints/, summary.txt; an existing name gets runs/<name>-2/). Stops on Ctrl-C /\n"
+     "SIGTERM, at run.max_seconds, run.max_env_steps or run.max_learner_steps, or when the\n"
+     "evaluation return reaches run.target_return; a child that dies is reported with its role\n"
+     "and exit status and the fleet is stopped.\n"
+     "  --resume DIR             continue the run in DIR from its checkpoints (its config.ini, then\n"
+     "                           --set overrides): learner, replay, actors' and evaluators' counters\n"
+     "                           and generators, the metrics files (appended)\n"
      "Options:\n" COMMON_OPTS
      "  --dry-run                print the role plan and the effective config, start nothing\n"
      "  --print-mpirun           print the mpirun command (rank count) for this config\n"
@@ -82,7 +88,8 @@ static const verb_t verbs[] = {
      "  --replay ADDRS           the replay shards (HOST:PORT or unix:/PATH), comma-separated in shard order,\n"
      "                           or @FILE with one per line; actor I writes to shard I mod replay.shards\n"
      "  --paramserver ADDR       the parameter server\n"
-     "  --control ADDR           the launcher's Control service (optional)\n" COMMON_OPTS,
+     "  --control ADDR           the launcher's Control service (optional)\n"
+     "  --resume                 continue from run.checkpoint_dir/actor-I.state (counters, generators)\n" COMMON_OPTS,
      fl_verb_actor},
     {"learner", "train the Q-network from replay and publish parameters",
      "usage: fleet learner --replay ADDRS --paramserver ADDR [--index I] [--control ADDR] [--config FILE] [--set K=V]...\n"
@@ -107,6 +114,7 @@ static const verb_t verbs[] = {
      "  --index I                this evaluator's index in [0, run.evaluators) (default 0)\n"
      "  --paramserver ADDR       the parameter server (shards comma-separated, in shard order)\n"
      "  --control ADDR           the launcher's Control service (optional with eval.every_unit = seconds)\n"
+     "  --resume                 continue from run.checkpoint_dir/evaluator-I.state (rounds, seeds)\n"
      COMMON_OPTS,
      fl_verb_evaluator},
     {"env", "inspect environments",

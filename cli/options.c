@@ -43,6 +43,8 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out) {
     out->replay_shards = c->replay_shards;
     out->seed = (uint64_t)c->run_seed;
     out->progress_every = c->run_progress_every;
+    out->state_dir = c->run_checkpoint_dir;
+    out->state_every = c->run_checkpoint_every;
 }
 
 void fl_options_evaluator(const fl_config_t *c, fl_evaluator_opts_t *out) {
@@ -59,6 +61,8 @@ void fl_options_evaluator(const fl_config_t *c, fl_evaluator_opts_t *out) {
     out->count = (int)c->run_evaluators;
     out->seed = (uint64_t)c->run_seed;
     out->progress_every = c->run_progress_every;
+    out->state_dir = c->run_checkpoint_dir;
+    out->state_every = c->run_checkpoint_every;
 }
 
 fl_status fl_options_optim_settings(const fl_config_t *c, fl_optim_settings_t *out, fl_err_t *err) {
@@ -106,8 +110,13 @@ fl_status fl_options_replay(const fl_config_t *c, int shard, fl_replay_service_o
     out->samples_per_insert = c->replay_samples_per_insert;
     out->rate_error_buffer = c->replay_rate_error_buffer;
     out->actors = c->actor_count;
-    out->checkpoint_dir = c->replay_checkpoint_dir;
-    out->checkpoint_every = c->replay_checkpoint_every;
+    /* The experiment's checkpoints (run.checkpoint_dir) unless replay.* names its own. */
+    int own = c->replay_checkpoint_dir[0] != '\0';
+    out->checkpoint_dir = own ? c->replay_checkpoint_dir : c->run_checkpoint_dir;
+    out->checkpoint_every = own || c->replay_checkpoint_every > 0 ? c->replay_checkpoint_every
+                            : c->run_checkpoint_dir[0]                ? c->run_checkpoint_every
+                                                                      : 0;
+    out->checkpoint_at_stop = !own && c->run_checkpoint_dir[0] != '\0';
     out->wal = c->replay_wal;
     out->wal_fsync = c->replay_wal_fsync;
     return FL_OK;
@@ -144,8 +153,10 @@ fl_status fl_options_learner(const fl_config_t *c, fl_learner_opts_t *o, fl_err_
     o->huber_delta = c->learner_huber_delta;
     o->target_update = c->learner_target_update;
     o->publish_every = c->learner_publish_every;
-    o->checkpoint_dir = c->learner_checkpoint_dir;
+    o->checkpoint_dir = c->learner_checkpoint_dir[0] ? c->learner_checkpoint_dir : c->run_checkpoint_dir;
     o->checkpoint_every = c->learner_checkpoint_every;
+    o->checkpoint_every_s = c->learner_checkpoint_dir[0] ? 0 : c->run_checkpoint_every;
+    o->keep_checkpoints = (int)c->run_keep_checkpoints;
     o->max_steps = c->learner_max_steps;
     o->prefetch = (int)c->learner_prefetch;
     o->fetch_every = c->learner_fetch_every;

@@ -119,13 +119,20 @@ static char *address_list(const fl_child_t *kids, int from, int n) {
  * ready: R + P slots for the ready pipes. Returns the first that failed, or -1. */
 static int start_services(local_t *lc, int *ready) {
     const int R = lc->R, NS = lc->R + lc->P;
-    char idx[32];
+    const fl_config_t *cfg = fl_launch_config(lc->L);
+    char idx[32], restore[1100];
     char *svc_args[] = {"--config",  (char *)fl_launch_config_path(lc->L),  "--shard", idx,
-                        "--control", (char *)fl_launch_control_addr(lc->L), NULL};
+                        "--control", (char *)fl_launch_control_addr(lc->L), NULL, NULL, NULL};
     int failed_at = -1;
     for (int r = 0; r < NS; r++) ready[r] = -1;
     for (int r = 0; r < NS && failed_at < 0; r++) {
         snprintf(idx, sizeof idx, "%d", r < R ? r : r - R);
+        /* A resumed shard starts from its last checkpoint (with the write-ahead log it
+         * recovers from the checkpoint folder by itself). */
+        snprintf(restore, sizeof restore, "%s/shard-%d.ckpt", cfg->run_checkpoint_dir, r);
+        int restoring = r < R && fl_launch_resuming(lc->L) && !cfg->replay_wal && access(restore, R_OK) == 0;
+        svc_args[6] = restoring ? "--restore" : NULL;
+        svc_args[7] = restoring ? restore : NULL;
         if (fl_proc_spawn_start(&lc->kids[r], r < R ? "replay" : "paramserver", r < R ? r : r - R, svc_args, 1,
                                 &ready[r]) != 0)
             failed_at = r;
@@ -206,21 +213,26 @@ static void start_workers(local_t *lc) {
         printf("  services     replay %d shards (addresses in %s), paramserver %s, control %s\n", lc->R,
                lc->replay_arg + 1, lc->ps_arg, control);
     fflush(stdout);
+    const int resume = fl_launch_resuming(lc->L);
+    char ckpt[1100];
+    snprintf(ckpt, sizeof ckpt, "%s/learner-0.safetensors", fl_launch_config(lc->L)->run_checkpoint_dir);
     int k = lc->R + lc->P, workers = lc->n - k - lc->NE;
     for (int i = 0; i < workers; i++) {
         int learner = i < lc->NL, index = learner ? i : i - lc->NL;
         char iarg[32];
         snprintf(iarg, sizeof iarg, "%d", index);
+        /* Resuming: learners from learner 0's checkpoint, actors from their state files. */
         char *args[] = {"--config",  (char *)fl_launch_config_path(lc->L), "--index",       iarg,
                         "--replay",  lc->replay_arg,                       "--paramserver", lc->ps_arg,
-                        "--control", (char *)control,                      NULL};
+                        "--control", (char *)control,                      resume ? "--resume" : NULL,
+                        learner ? ckpt : NULL, NULL};
         fl_proc_spawn(&lc->kids[k++], learner ? "learner" : "actor", index, args, 0, 0);
     }
     for (int i = 0; i < lc->NE; i++) {
         char iarg[32];
         snprintf(iarg, sizeof iarg, "%d", i);
-        char *args[] = {"--config",      (char *)fl_launch_config_path(lc->L), "--index", iarg,
-                        "--paramserver", lc->ps_arg, "--control", (char *)control, NULL};
+        char *args[] = {"--config",  (char *)fl_launch_config_path(lc->L), "--index", iarg, "--paramserver", lc->ps_arg,
+                        "--control", (char *)control, resume ? "--resume" : NULL, NULL};
         fl_proc_spawn(&lc->kids[k++], "evaluator", i, args, 0, 0);
     }
 }
@@ -264,18 +276,70 @@ static int run_local(fl_launch_t *L) {
     return rc;
 }
 
+/* `--resume DIR` (or --resume=DIR) taken out of argv into dir, and DIR/config.ini put
+ * first as the config (--set overrides still apply after it): 0, 1 when there is none,
+ * or 2 after printing why. args holds argc + 2 slots. */
+static int take_resume(int *argc, char **argv, char **args, char *dir, size_t dir_len, char *cfg, size_t cfg_len) {
+    int n = 0, found = 0;
+    args[n++] = argv[0];
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--resume") == 0 && i + 1 < *argc) {
+            snprintf(dir, dir_len, "%s", argv[++i]);
+            found = 1;
+        } else if (strncmp(a, "--resume=", 9) == 0) {
+            snprintf(dir, dir_len, "%s", a + 9);
+            found = 1;
+        } else if (strcmp(a, "--resume") == 0) {
+            fprintf(stderr, "fleet run: --resume needs the run's folder (e.g. --resume runs/cartpole)\n");
+            return 2;
+        } else {
+            args[n++] = argv[i];
+        }
+    }
+    if (!found) return 1;
+    if (*argc > 1 && argv[1][0] != '-') {
+        fprintf(stderr, "fleet run: give a config file or --resume %s, not both (a resumed run reads its own "
+                        "config.ini; change keys with --set)\n", dir);
+        return 2;
+    }
+    snprintf(cfg, cfg_len, "%s/config.ini", dir);
+    if (access(cfg, R_OK) != 0) {
+        fprintf(stderr, "fleet run: --resume %s: cannot read %s (%s): not a run folder of fleet run\n", dir, cfg,
+                strerror(errno));
+        return 2;
+    }
+    memmove(args + 3, args + 1, (size_t)(n - 1) * sizeof *args);
+    args[1] = "--config";
+    args[2] = cfg;
+    *argc = n + 2;
+    return 0;
+}
+
 int fl_verb_run(int argc, char **argv) {
     fl_config_t cfg;
     fl_config_defaults(&cfg);
-    char cfg_file[256], hostfile[256] = "", role[256] = "";
+    char cfg_file[256], hostfile[256] = "", role[256] = "", resume_dir[700] = "", resume_cfg[800];
     int dry_run = 0, print_mpirun = 0;
     fl_opt_t opts[] = {{"--dry-run", FL_OPT_FLAG, &dry_run},
                        {"--print-mpirun", FL_OPT_FLAG, &print_mpirun},
                        {"--hostfile", FL_OPT_STRING, hostfile},
                        {"--role", FL_OPT_STRING, role}};
-    int rc = fl_cli_parse("run", argc, argv, &cfg, opts, (int)(sizeof opts / sizeof opts[0]), cfg_file,
-                          sizeof cfg_file);
+    char **args = calloc((size_t)argc + 3, sizeof *args);
+    if (!args) return 1;
+    int rc = take_resume(&argc, argv, args, resume_dir, sizeof resume_dir, resume_cfg, sizeof resume_cfg);
+    if (rc == 2) {
+        free(args);
+        return 2;
+    }
+    rc = fl_cli_parse("run", argc, rc == 0 ? args : argv, &cfg, opts,
+                      (int)(sizeof opts / sizeof opts[0]), cfg_file, sizeof cfg_file);
+    free(args);
     if (rc) return rc;
+    if (resume_dir[0] && fl_mpi_launched()) {
+        fprintf(stderr, "fleet run: --resume runs a fleet on this machine; under mpirun it is not supported yet\n");
+        return 2;
+    }
     fl_cli_setup_logging(&cfg, "run", -1);
     if (print_mpirun) {
         fl_mpi_print_command(&cfg, cfg_file, hostfile, stdout);
@@ -325,7 +389,8 @@ int fl_verb_run(int argc, char **argv) {
     }
     fl_stop_install();
     fl_launch_t *L = NULL;
-    rc = fl_launch_create(&cfg, cfg_file, cfg.run_bind_host, &L);
+    rc = resume_dir[0] ? fl_launch_resume(&cfg, resume_dir, cfg.run_bind_host, &L)
+                       : fl_launch_create(&cfg, cfg_file, cfg.run_bind_host, &L);
     if (rc) return rc;
     rc = run_local(L);
     fl_launch_destroy(L);

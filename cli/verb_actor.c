@@ -16,8 +16,10 @@ int fl_verb_actor(int argc, char **argv) {
     fl_config_t cfg;
     int64_t index = -1;
     char replay[256] = "", params[256] = "", control[256] = "";
+    int resume = 0;
     const fl_opt_t opts[] = {
         {"--index", FL_OPT_INT, &index},
+        {"--resume", FL_OPT_FLAG, &resume},
         {"--replay", FL_OPT_STRING, replay},
         {"--paramserver", FL_OPT_STRING, params},
         {"--control", FL_OPT_STRING, control},
@@ -48,6 +50,7 @@ int fl_verb_actor(int argc, char **argv) {
     fl_cli_setup_logging(&cfg, "actor", (int)index);
     fl_actor_opts_t ao;
     fl_options_actor(&cfg, &ao);
+    ao.resume = resume;
     fl_actor_t *actor = NULL;
     fl_err_t err;
     fl_err_init(&err);

@@ -16,8 +16,10 @@ int fl_verb_evaluator(int argc, char **argv) {
     fl_config_t cfg;
     int64_t index = 0;
     char params[256] = "", control[256] = "";
+    int resume = 0;
     const fl_opt_t opts[] = {
         {"--index", FL_OPT_INT, &index},
+        {"--resume", FL_OPT_FLAG, &resume},
         {"--paramserver", FL_OPT_STRING, params},
         {"--control", FL_OPT_STRING, control},
     };
@@ -37,6 +39,7 @@ int fl_verb_evaluator(int argc, char **argv) {
     fl_cli_setup_logging(&cfg, "evaluator", (int)index);
     fl_evaluator_opts_t eo;
     fl_options_evaluator(&cfg, &eo);
+    eo.resume = resume;
     eo.count = count;
     fl_evaluator_t *ev = NULL;
     fl_err_t err;

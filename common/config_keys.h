@@ -38,6 +38,10 @@ typedef enum { FL_CFG_EVERY_SECONDS, FL_CFG_EVERY_LEARNER_STEPS } fl_cfg_eval_ev
     X(run, evaluators, INT, 1, 0, 64, "", "evaluator processes: each plays eval.episodes episodes with the latest parameters every eval.every") \
     X(run, stop_at_target, BOOL, 1, 0, 1, "", "whether reaching run.target_return stops the fleet")         \
     X(run, out_dir, STRING, "runs", 0, 0, "", "folder under which runs/<name>/ is written")                 \
+    X(run, checkpoints, BOOL, 1, 0, 1, "", "checkpoint the whole experiment (learner, replay shards, actors, evaluators, the launcher's figures) in run.checkpoint_dir, so that `fleet run --resume runs/<name>` continues it") \
+    X(run, checkpoint_every, FLOAT, 300, 0, 1e9, "", "seconds between the learner's and the replay shards' checkpoints while the run goes (0 = only when it stops)") \
+    X(run, keep_checkpoints, INT, 3, 1, 1000, "", "learner checkpoints kept (learner-<i>.step-<N>.safetensors beside the latest, learner-<i>.safetensors)") \
+    X(run, checkpoint_dir, STRING, "", 0, 0, "", "folder of the experiment's checkpoints; `fleet run` sets it to runs/<name>/checkpoints when run.checkpoints is on") \
     X(run, log_level, ENUM, "info", 0, 0, "debug|info|warn|error", "log verbosity of every role")           \
     X(run, progress_every, FLOAT, 1.0, 0.05, 3600, "", "seconds between progress lines and metrics rows")   \
     X(run, bind_host, STRING, "127.0.0.1", 0, 0, "", "address that services bind (port chosen by the OS)")  \

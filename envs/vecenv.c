@@ -173,3 +173,5 @@ int64_t fl_vecenv_elapsed(const fl_vecenv_t *ve, int i) {
     return i >= 0 && i < ve->num_envs ? ve->elapsed[i] : -1;
 }
 void *fl_vecenv_state(fl_vecenv_t *ve, int i) { return i >= 0 && i < ve->num_envs ? state_at(ve, i) : NULL; }
+
+fl_rng_t *fl_vecenv_rng(fl_vecenv_t *ve, int i) { return i >= 0 && i < ve->num_envs ? &ve->rngs[i] : NULL; }

@@ -79,6 +79,9 @@ int64_t fl_vecenv_elapsed(const fl_vecenv_t *ve, int i);
 /* Instance i's state (def->state_size bytes), for rendering, inspection, or putting an
  * instance into a chosen state between steps (layouts of built-ins: envs/registry.h). */
 void *fl_vecenv_state(fl_vecenv_t *ve, int i);
+/* Instance i's random generator (NULL out of range): what a checkpoint saves and a
+ * resumed run sets before its first reset, so that the instances' streams continue. */
+fl_rng_t *fl_vecenv_rng(fl_vecenv_t *ve, int i);
 
 /* ---- Internal: vectors of instances that are not a plain definition ---------------------
  * envs/wrappers.c steps wrapper chains with this loop. def names the instances (name,

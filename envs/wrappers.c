@@ -741,3 +741,5 @@ fl_status fl_wrapvec_step(fl_wrapvec_t *v, const int32_t *actions, void *obs, fl
 int fl_wrapvec_num_envs(const fl_wrapvec_t *v) { return fl_vecenv_num_envs(v->ve); }
 const fl_wrapped_env_t *fl_wrapvec_env(const fl_wrapvec_t *v) { return v->inst.ctx; }
 void *fl_wrapvec_state(fl_wrapvec_t *v, int i) { return fl_vecenv_state(v->ve, i); }
+
+fl_rng_t *fl_wrapvec_rng(fl_wrapvec_t *v, int i) { return fl_vecenv_rng(v->ve, i); }

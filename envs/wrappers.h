@@ -121,5 +121,7 @@ int fl_wrapvec_num_envs(const fl_wrapvec_t *v);
 const fl_wrapped_env_t *fl_wrapvec_env(const fl_wrapvec_t *v);
 /* Instance i's state (fl_wrapped_env_state_size bytes), NULL out of range. */
 void *fl_wrapvec_state(fl_wrapvec_t *v, int i);
+/* Instance i's random generator (fl_vecenv_rng), NULL out of range. */
+fl_rng_t *fl_wrapvec_rng(fl_wrapvec_t *v, int i);
 
 #endif

@@ -11,6 +11,7 @@
 #include "common/control.h"
 #include "common/log.h"
 #include "common/rng.h"
+#include "common/statefile.h"
 #include "common/stop.h"
 #include "eval/evaluate.h"
 #include "kernels/qnet.h"
@@ -24,7 +25,8 @@ const char *const fl_evaluator_result_names[FL_EVALUATOR_RESULT_COUNT] = {FL_EVA
 
 struct fl_evaluator {
     fl_evaluator_opts_t o;
-    char *model_spec, *env_name, *env_plugin, *env_wrappers, *env_args; /* copies */
+    char *model_spec, *env_name, *env_plugin, *env_wrappers, *env_args, *state_dir; /* copies */
+    char state_path[1100]; /* state_dir/evaluator-<index>.state, or "" */
     int index;
     fl_wrapped_env_t *wenv;
     fl_env_options_t env_opts;
@@ -53,6 +55,8 @@ void fl_evaluator_opts_init(fl_evaluator_opts_t *o) {
     o->count = 1;
     o->seed = 1;
     o->progress_every = 1.0;
+    o->state_dir = "";
+    o->state_every = 300;
 }
 
 void fl_evaluator_destroy(fl_evaluator_t *e) {
@@ -67,6 +71,7 @@ void fl_evaluator_destroy(fl_evaluator_t *e) {
     free(e->env_plugin);
     free(e->env_wrappers);
     free(e->env_args);
+    free(e->state_dir);
     free(e);
 }
 
@@ -101,8 +106,10 @@ static fl_status copy_opts(fl_evaluator_t *e, const fl_evaluator_opts_t *o, fl_e
     e->o = *o;
     if (!dup_str(o->model_spec, &e->model_spec) || !dup_str(o->env.name, &e->env_name) ||
         !dup_str(o->env.plugin, &e->env_plugin) || !dup_str(o->env.wrappers, &e->env_wrappers) ||
-        !dup_str(o->env.args, &e->env_args))
+        !dup_str(o->env.args, &e->env_args) || !dup_str(o->state_dir, &e->state_dir))
         return fl_err_set(err, FL_NO_MEMORY, "evaluator: out of memory");
+    e->o.state_dir = e->state_dir;
+    if (e->state_dir[0]) snprintf(e->state_path, sizeof e->state_path, "%s/evaluator-%d.state", e->state_dir, e->index);
     e->o.model_spec = e->model_spec;
     e->o.env.name = e->env_name;
     e->o.env.plugin = e->env_plugin;
@@ -130,6 +137,44 @@ static fl_status open_all(fl_evaluator_t *e, const char *param_addr, const char 
     return fl_reporter_create(control_addr, "evaluator", (uint32_t)e->index, o->progress_every / 2, &e->reporter, err);
 }
 
+/* Writes evaluator-<index>.state; a failure is logged. */
+static void save_state(fl_evaluator_t *e) {
+    if (!e->state_path[0]) return;
+    fl_state_out_t w;
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_state_begin(&w, e->state_path, "evaluator", &err) == FL_OK) {
+        fl_state_put_u64(&w, "rounds", e->st.rounds);
+        fl_state_put_u64(&w, "episodes", e->st.episodes);
+        fl_state_put_u64(&w, "steps", e->st.steps);
+        fl_state_put_u64(&w, "last_version", e->st.last_version);
+        fl_state_put_double(&w, "last_return_mean", e->st.last_return_mean);
+        fl_state_put_rng(&w, "seeder", &e->seeder);
+        if (fl_state_commit(&w, &err) == FL_OK) return;
+    }
+    FL_WARN("evaluator state not saved: %s", err.msg);
+}
+
+/* fleet run --resume: the rounds, totals and seed generator of evaluator-<index>.state. */
+static fl_status load_state(fl_evaluator_t *e, fl_err_t *err) {
+    if (!e->o.resume || !e->state_path[0]) return FL_OK;
+    fl_state_t *st = NULL;
+    fl_status s = fl_state_load(e->state_path, "evaluator", &st, err);
+    if (s == FL_NOT_FOUND) {
+        FL_WARN("no state to resume from (%s): the evaluations start again at round 1", e->state_path);
+        return FL_OK;
+    }
+    FL_TRY(s);
+    int ok = fl_state_get_u64(st, "rounds", &e->st.rounds) && fl_state_get_u64(st, "episodes", &e->st.episodes) &&
+             fl_state_get_u64(st, "steps", &e->st.steps) && fl_state_get_u64(st, "last_version", &e->st.last_version) &&
+             fl_state_get_double(st, "last_return_mean", &e->st.last_return_mean) &&
+             fl_state_get_rng(st, "seeder", &e->seeder);
+    fl_state_free(st);
+    if (!ok) return fl_err_set(err, FL_INVALID_ARGUMENT, "evaluator state %s: incomplete", e->state_path);
+    FL_INFO("resumed from %s after %llu evaluations", e->state_path, (unsigned long long)e->st.rounds);
+    return FL_OK;
+}
+
 fl_status fl_evaluator_create(const fl_evaluator_opts_t *opts, int index, const char *param_addr,
                               const char *control_addr, fl_evaluator_t **out, fl_err_t *err) {
     *out = NULL;
@@ -139,6 +184,7 @@ fl_status fl_evaluator_create(const fl_evaluator_opts_t *opts, int index, const 
     e->index = index;
     fl_status s = copy_opts(e, opts, err);
     if (s == FL_OK) s = open_all(e, param_addr, control_addr, err);
+    if (s == FL_OK) s = load_state(e, err);
     if (s != FL_OK) {
         fl_evaluator_destroy(e);
         return s;
@@ -246,6 +292,7 @@ static fl_status evaluate(fl_evaluator_t *e, uint64_t at_env, uint64_t at_learne
             (unsigned long long)e->st.rounds, (unsigned long long)e->version, s.return_mean, s.return_ci95,
             s.return_min, s.return_max, s.episodes, s.length_mean, s.seconds);
     report_result(e, &s, at_env, at_learner);
+    save_state(e);
     return FL_OK;
 }
 

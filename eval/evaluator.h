@@ -15,6 +15,9 @@
  * Seeds: evaluation round r of evaluator i uses the r-th draw of stream
  * FL_EVALUATOR_SEED_STREAM + i of run.seed, so evaluators never share env seeds with one
  * another or with the actors (streams 0 .. actor.count - 1), and a run is reproducible.
+ * With state_dir set, the round count, the totals and the seed generator are written to
+ * state_dir/evaluator-<index>.state after every evaluation; with resume they are read
+ * back, so a resumed experiment's evaluations continue the rounds and the seeds.
  *
  * Stop: on fl_stop_requested(), fl_evaluator_stop or the launcher's request, also in the
  * middle of an evaluation (checked at every step; the partial evaluation is dropped).
@@ -54,6 +57,9 @@ typedef struct fl_evaluator_opts {
     int count;                  /* run.evaluators (index < count) */
     uint64_t seed;              /* run.seed */
     double progress_every;      /* run.progress_every: reports while waiting, every progress_every / 2 s */
+    const char *state_dir;      /* run.checkpoint_dir: evaluator-<index>.state is kept there ("" = none) */
+    double state_every;         /* run.checkpoint_every (the state is written after every evaluation) */
+    int resume;                 /* start from state_dir's file (fleet run --resume) */
 } fl_evaluator_opts_t;
 
 void fl_evaluator_opts_init(fl_evaluator_opts_t *o);

@@ -8,12 +8,15 @@
  * nothing then; a periodic checkpoint that fails is logged and training goes on.
  * Thread-safety: the learner's owner thread. */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "common/clock.h"
 #include "common/dtype.h"
 #include "common/log.h"
 #include "common/safetensors.h"
@@ -179,13 +182,57 @@ done:
     return s;
 }
 
+/* The step number of "learner-<index>.step-<N>.safetensors", or -1 for another name. */
+static long long copy_step(const char *name, int index) {
+    char prefix[64];
+    int n = snprintf(prefix, sizeof prefix, "learner-%d.step-", index);
+    if (strncmp(name, prefix, (size_t)n) != 0 || !isdigit((unsigned char)name[n])) return -1;
+    char *end;
+    long long step = strtoll(name + n, &end, 10);
+    return strcmp(end, ".safetensors") == 0 ? step : -1;
+}
+
+/* Links the checkpoint just written as learner-<index>.step-<steps>.safetensors and
+ * removes all but the keep_checkpoints newest such copies. Failures are logged. */
+static void keep_copies(fl_learner_t *l) {
+    if (l->o.keep_checkpoints <= 0) return;
+    char dir[1024], copy[1100];
+    snprintf(dir, sizeof dir, "%s", l->ckpt_path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0'; else snprintf(dir, sizeof dir, ".");
+    snprintf(copy, sizeof copy, "%s/learner-%d.step-%llu.safetensors", dir, l->index, (unsigned long long)l->st.steps);
+    unlink(copy);
+    if (link(l->ckpt_path, copy) != 0) FL_WARN("learner checkpoint: cannot link %s: %s", copy, strerror(errno));
+    DIR *d = opendir(dir);
+    if (!d) return;
+    long long steps[1024];
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) && n < 1024;) {
+        long long st = copy_step(e->d_name, l->index);
+        if (st >= 0) steps[n++] = st;
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++) { /* remove every copy with keep_checkpoints newer ones */
+        int newer = 0;
+        for (int j = 0; j < n; j++) newer += steps[j] > steps[i];
+        if (newer < l->o.keep_checkpoints) continue;
+        snprintf(copy, sizeof copy, "%s/learner-%d.step-%lld.safetensors", dir, l->index, steps[i]);
+        if (unlink(copy) != 0) FL_WARN("learner checkpoint: cannot remove %s: %s", copy, strerror(errno));
+    }
+}
+
 void fl__learner_checkpoint(fl_learner_t *l) {
     if (!l->ckpt_path) return;
+    l->last_ckpt_t = fl_clock_sec();
     fl_err_t e;
     fl_err_init(&e);
     if (fl__learner_pull(l, &e) != FL_OK) {
         FL_WARN("learner checkpoint failed: %s", e.msg);
         return;
     }
-    if (fl_learner_save(l, l->ckpt_path, &e) != FL_OK) FL_WARN("learner checkpoint failed: %s", e.msg);
+    if (fl_learner_save(l, l->ckpt_path, &e) != FL_OK) {
+        FL_WARN("learner checkpoint failed: %s", e.msg);
+        return;
+    }
+    keep_copies(l);
 }

@@ -167,7 +167,9 @@ fl_status fl__learner_after_step(fl_learner_t *l, size_t n, double loss, fl_err_
         fl_qnet_copy_params(l->target, l->online);
         l->st.target_updates++;
     }
-    if (l->index == 0 && l->o.checkpoint_every > 0 && l->st.steps % (uint64_t)l->o.checkpoint_every == 0)
+    if (l->index == 0 && l->ckpt_path &&
+        ((l->o.checkpoint_every > 0 && l->st.steps % (uint64_t)l->o.checkpoint_every == 0) ||
+         (l->o.checkpoint_every_s > 0 && fl_clock_sec() - l->last_ckpt_t >= l->o.checkpoint_every_s)))
         fl__learner_checkpoint(l);
     return l->publisher ? publish_due(l, err) : FL_OK;
 }
@@ -444,7 +446,7 @@ static fl_status wind_down(fl_learner_t *l, fl_status s) {
 
 fl_status fl_learner_run(fl_learner_t *l, fl_err_t *err) {
     if (!l) return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: NULL learner");
-    l->t_start = l->win_start = fl_clock_sec();
+    l->t_start = l->win_start = l->last_ckpt_t = fl_clock_sec();
     FL_INFO("learner: %zu parameters (%s), batch %d, %s lr %g, replay %s, parameter server %s",
             fl_qnet_num_params(l->online), l->o.model_spec, l->batch_size, fl_optim_kind_name(l->o.optim.kind),
             l->o.optim.lr, l->replay_addr, l->param_addr);

@@ -134,6 +134,8 @@ typedef struct fl_learner_opts {
     int64_t publish_every;        /* [learner.publish_every] steps between publishes (apex) */
     const char *checkpoint_dir;   /* [learner.checkpoint_dir] "" = no checkpoints */
     int64_t checkpoint_every;     /* [learner.checkpoint_every] 0 = only when the learner stops */
+    double checkpoint_every_s;    /* [run.checkpoint_every] seconds between checkpoints as well (0 = off) */
+    int keep_checkpoints;         /* [run.keep_checkpoints] step-numbered copies kept (0 = none) */
     int64_t max_steps;            /* [learner.max_steps] 0 = no limit */
     int prefetch;                 /* [learner.prefetch] Sample calls in flight, 0 = synchronous */
     int64_t fetch_every;          /* [learner.fetch_every] gorila: steps between fetches */
@@ -202,8 +204,10 @@ fl_qnet_t *fl_learner_target(fl_learner_t *l);
  * learner.steps, optimizer.steps, learner.samples, param_version, target_updates,
  * last_loss. fl_learner_save writes one (atomically) any time between create and destroy
  * on the owner thread; with learner.checkpoint_dir set the learner writes
- * DIR/learner-<index>.safetensors every learner.checkpoint_every steps (0 = only at the
- * end) and when it stops. options.resume_path continues from one: create checks format,
+ * DIR/learner-<index>.safetensors every learner.checkpoint_every steps and every
+ * checkpoint_every_s seconds (0 = neither: only at the end) and when it stops; with
+ * keep_checkpoints = K > 0 each checkpoint is also linked as
+ * DIR/learner-<index>.step-<steps>.safetensors and only the K newest of those are kept. options.resume_path continues from one: create checks format,
  * model, observations, actions and optimizer against its own configuration (naming the
  * mismatch), then takes both networks, the optimizer state and every counter, so that
  * training goes on from the same step (and the next publish is param_version + 1). */

@@ -47,6 +47,7 @@ struct fl_learner {
     int index;
     char *replay_addr, *param_addr, *model_spec;
     char *ckpt_path; /* checkpoint_dir/learner-<index>.safetensors, or NULL without checkpoint_dir */
+    double last_ckpt_t; /* fl_clock_sec() of the last checkpoint (or of the run's start) */
     fl_obs_spec_t obs;
     size_t obs_count, obs_bytes;
     int num_actions, batch_size;

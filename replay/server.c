@@ -813,6 +813,7 @@ static void init_state(fl_replay_service_t *s, const fl_replay_service_opts_t *o
     snprintf(s->wal_dir, sizeof s->wal_dir, "%s", dir);
     if (dir[0]) snprintf(s->ckpt_default, sizeof s->ckpt_default, "%s/shard-%d.ckpt", dir, o->shard);
     s->ckpt_every = o->checkpoint_every;
+    s->ckpt_at_stop = o->checkpoint_at_stop && s->ckpt_default[0];
     atomic_init(&s->insert_batches, 0);
     atomic_init(&s->rejected, 0);
     atomic_init(&s->sample_calls, 0);
@@ -909,6 +910,12 @@ void fl_replay_service_stop(fl_replay_service_t *s) {
     }
     /* A server never started is torn down by fl_rpc_server_destroy alone. */
     if (s->started) fl_rpc_server_shutdown(s->rpc);
+    if (s->ckpt_at_stop) { /* no call runs any more: the table holds everything acknowledged */
+        fl_err_t e;
+        fl_err_init(&e);
+        if (fl_replay_service_checkpoint(s, NULL, NULL, NULL, 0, &e) != FL_OK)
+            FL_WARN("replay shard %d: the last checkpoint failed: %s", s->shard, e.msg);
+    }
 }
 
 void fl_replay_service_destroy(fl_replay_service_t *s) {

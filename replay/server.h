@@ -162,6 +162,8 @@ typedef struct fl_replay_service_opts {
     /* checkpoints and the write-ahead log */
     const char *checkpoint_dir; /* replay.checkpoint_dir; NULL or "" = none; shorter than FL_REPLAY_DIR_MAX */
     double checkpoint_every;    /* replay.checkpoint_every, seconds (0 = off) */
+    int checkpoint_at_stop;     /* a last checkpoint to the default file when the service stops
+                                   (run.checkpoints: what a resumed experiment restores) */
     int wal;                    /* replay.wal */
     int wal_fsync;              /* replay.wal_fsync */
     const char *restore_path;   /* a checkpoint to start from (see Restore); NULL or "" = none */

@@ -61,6 +61,7 @@ struct fl_replay_service {
 
     char ckpt_default[FL_REPLAY_DIR_MAX + 32]; /* replay.checkpoint_dir/shard-<id>.ckpt, or "" */
     double ckpt_every;                         /* seconds; 0 = no periodic checkpoints */
+    int ckpt_at_stop;                          /* a last checkpoint to ckpt_default at the stop */
     pthread_mutex_t ckpt_mu;                   /* serializes checkpoints (each copies the table) */
     pthread_t ckpt_thread;
     int ckpt_thread_started;
