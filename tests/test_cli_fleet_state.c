@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -269,11 +270,68 @@ static void test_handler_tables(void **unused) {
     fixture_stop(&f);
 }
 
+/* launcher.state: the windows, the roles' counters and the totals come back exactly; the
+ * progress baselines are the saved counters; other role counts are refused. */
+static void test_save_restore(void **unused) {
+    (void)unused;
+    fixture_t f;
+    fixture_start(&f, 2, 1, 1);
+    uint64_t env, learner;
+    float rets[150];
+    for (int i = 0; i < 150; i++) rets[i] = (float)i * 0.37f;
+    fl_report_t a = {.env_steps = 1000, .epsilon = 0.4};
+    send(f.control_addr, "actor", 0, &a, rets, 150, &env, &learner);
+    fl_report_t l = {.learner_steps = 77, .samples = 9856};
+    send(f.control_addr, "learner", 0, &l, NULL, 0, &env, &learner);
+    fl_fleet_totals_t t = {.elapsed_s = 12.5, .env_steps = 1000, .learner_steps = 77, .samples = 9856,
+                           .replay_inserted = 990, .n_evals = 3, .best_eval = 41.5};
+    t.eval.version = 9;
+    for (int i = 0; i < FL_EVALUATOR_RESULT_COUNT; i++) t.eval.v[i] = i * 1.1;
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/fl_launcher_state_%d", (int)getpid());
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_fleet_state_save(&f.fs, &t, path, &err), FL_OK);
+
+    fl_fleet_state_t back;
+    assert_int_equal(fl_fleet_state_init(&back, 2, 1, 1, 0, 0), 0);
+    fl_fleet_totals_t tb;
+    assert_int_equal(fl_fleet_state_restore(&back, &tb, path, &err), FL_OK);
+    assert_true(tb.elapsed_s == t.elapsed_s);
+    assert_int_equal(tb.env_steps, t.env_steps);
+    assert_int_equal(tb.learner_steps, t.learner_steps);
+    assert_int_equal(tb.samples, t.samples);
+    assert_int_equal(tb.replay_inserted, t.replay_inserted);
+    assert_int_equal(tb.n_evals, t.n_evals);
+    assert_true(tb.best_eval == t.best_eval);
+    assert_int_equal(tb.eval.version, t.eval.version);
+    assert_memory_equal(tb.eval.v, t.eval.v, sizeof t.eval.v);
+    uint64_t n1, n2;
+    assert_true(fl_fleet_state_mean_return(&back, &n1) == fl_fleet_state_mean_return(&f.fs, &n2));
+    assert_int_equal(n1, n2);
+    assert_int_equal(back.n_returns, 150);
+    assert_true(fl_fleet_state_actor_return(&back, 0, &n1) == fl_fleet_state_actor_return(&f.fs, 0, &n2));
+    assert_int_equal(back.actors[0].env_steps, 1000);
+    assert_int_equal(back.actors[0].last_env, 1000);
+    assert_int_equal(back.learners[0].last_steps, 77);
+    assert_int_equal(back.learners[0].last_samples, 9856);
+    assert_true(back.best_return == f.fs.best_return);
+    fl_fleet_state_destroy(&back);
+
+    assert_int_equal(fl_fleet_state_init(&back, 3, 1, 1, 0, 0), 0);
+    assert_int_equal(fl_fleet_state_restore(&back, &tb, path, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "actor.count = 3"));
+    fl_fleet_state_destroy(&back);
+    unlink(path);
+    fixture_stop(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_evaluator_reports_the_real_evaluation),
         cmocka_unit_test(test_learner_step_schedule_needs_control),
         cmocka_unit_test(test_handler_tables),
+        cmocka_unit_test(test_save_restore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
