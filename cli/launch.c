@@ -837,7 +837,9 @@ static void watch(monitor_t *M) {
             snprintf(M->reason, sizeof M->reason, "interrupted (signal %d)", fl_stop_signal());
             return;
         }
-        if (M->ops->dead(M->ctx, M->reason, sizeof M->reason)) {
+        int dead = M->ops->dead(M->ctx, M->reason, sizeof M->reason);
+        if (dead == 2) return; /* the roles' own budgets are spent: a normal end */
+        if (dead) {
             FL_ERROR("%s: stopping the fleet", M->reason);
             M->exit_code = 1;
             return;

@@ -25,7 +25,8 @@ typedef struct fl_launch fl_launch_t;
 
 typedef struct fl_launch_ops {
     /* A role that ended while the fleet runs: writes why ("actor 3 (pid 12) exited with
-     * status 1") and returns 1; 0 when all run. */
+     * status 1") and returns 1; returns 2, with the reason, when roles ended cleanly on
+     * their own budgets (actor.max_steps, learner.max_steps: a normal end); 0 otherwise. */
     int (*dead)(void *ctx, char *reason, size_t len);
     /* Stops the roles named in `roles` ("actor", "learner", "replay paramserver") and
      * waits up to grace_s for them to end. They were asked through Control already. */

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -61,13 +62,43 @@ static void describe_child(const fl_child_t *c, char *reason, size_t len) {
         snprintf(reason, len, "%s %d (pid %d) %s", c->role, c->index, (int)c->pid, st);
 }
 
+/* 1 when child c ended cleanly on its own budget: an actor after actor.max_steps, a
+ * learner after learner.max_steps. */
+static int finished_budget(const local_t *lc, const fl_child_t *c) {
+    const fl_config_t *cfg = fl_launch_config(lc->L);
+    if (!WIFEXITED(c->status) || WEXITSTATUS(c->status) != 0) return 0;
+    return (strcmp(c->role, "actor") == 0 && cfg->actor_max_steps > 0) ||
+           (strcmp(c->role, "learner") == 0 && cfg->learner_max_steps > 0);
+}
+
+/* Children that ended while the fleet runs: a failure (1, with why), or the end of the
+ * work (2: every actor took actor.max_steps, or a learner learner.max_steps), or 0. */
 static int local_dead(void *ctx, char *reason, size_t len) {
     local_t *lc = ctx;
-    fl_child_t *dead = fl_proc_reap(lc->kids, lc->n);
-    if (!dead) return 0;
-    fl_proc_echo_logs(lc->kids, lc->n); /* its last words first */
-    describe_child(dead, reason, len);
-    return 1;
+    if (!fl_proc_reap(lc->kids, lc->n)) return 0;
+    int actors = 0, actors_done = 0, learner_done = -1;
+    for (int i = 0; i < lc->n; i++) {
+        fl_child_t *c = &lc->kids[i];
+        int actor = strcmp(c->role, "actor") == 0;
+        actors += actor;
+        if (!c->pid || c->running) continue;
+        if (!finished_budget(lc, c)) {
+            fl_proc_echo_logs(lc->kids, lc->n); /* its last words first */
+            describe_child(c, reason, len);
+            return 1;
+        }
+        actors_done += actor;
+        if (!actor) learner_done = c->index;
+    }
+    const fl_config_t *cfg = fl_launch_config(lc->L);
+    if (learner_done >= 0) {
+        snprintf(reason, len, "learner %d took learner.max_steps = %lld steps", learner_done,
+                 (long long)cfg->learner_max_steps);
+        return 2;
+    }
+    if (actors_done < actors) return 0; /* the others go on */
+    snprintf(reason, len, "every actor took actor.max_steps = %lld env steps", (long long)cfg->actor_max_steps);
+    return 2;
 }
 
 static void local_echo_logs(void *ctx) {
