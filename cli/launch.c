@@ -40,7 +40,9 @@
 #include "cli/proc.h"
 #include "cli/progress.h"
 #include "paramserver/client.h"
+#include "learner/learner.h"
 #include "replay/client.h"
+#include "replay/server.h"
 #include "replay/sharded.h"
 
 /* The parameter servers' staleness histogram (fl_param_info_t.staleness_hist). */
@@ -147,16 +149,48 @@ void fl_launch_destroy(fl_launch_t *L) {
     free(L);
 }
 
+/* What replay shard 0 and learner 0 would refuse about cfg with this env: the options
+ * their create functions check first. 0, or 2 after printing why. */
+static int check_services(const fl_config_t *cfg, const fl_env_def_t *env) {
+    fl_err_t err;
+    fl_err_init(&err);
+    fl_replay_service_opts_t ro;
+    fl_replay_service_opts_init(&ro);
+    fl_status s = fl_options_replay(cfg, 0, &ro, &err);
+    ro.obs = env->obs;
+    ro.num_actions = env->num_actions;
+    if (s == FL_OK) s = fl_replay_service_check_opts(&ro, &err);
+    if (s != FL_OK) {
+        fprintf(stderr, "fleet run: the replay shards would refuse this config: %s\n", err.msg);
+        return 2;
+    }
+    fl_learner_opts_t lo;
+    memset(&lo, 0, sizeof lo);
+    s = fl_options_learner(cfg, &lo, &err);
+    lo.obs = env->obs;
+    lo.num_actions = env->num_actions;
+    lo.replay_addr = lo.paramserver_addr = "127.0.0.1:1"; /* the real ones exist only once services run */
+    if (lo.mode == FL_LEARNER_APEX) lo.count = 1;         /* an apex group is checked by the launchers */
+    if (s == FL_OK) s = fl_learner_check_opts(&lo, &err);
+    if (s != FL_OK) {
+        fprintf(stderr, "fleet run: the learners would refuse this config: %s\n", err.msg);
+        return 2;
+    }
+    return 0;
+}
+
 int fl_launch_check_roles(const fl_config_t *cfg, const fl_env_def_t *env) {
     fl_qnet_t *q = NULL;
     fl_err_t err;
     fl_err_init(&err);
     fl_status s = fl_qnet_create_for_obs(cfg->model_spec, env->obs.rank, env->obs.shape, env->num_actions, 1, &q, &err);
     fl_qnet_destroy(q);
-    if (s == FL_OK) return 0;
-    fprintf(stderr, "fleet run: model.spec \"%s\" for env %s (obs %s, %d actions): %s\n", cfg->model_spec, env->name,
-            fl_dtype_name(env->obs.dtype), env->num_actions, err.msg);
-    return 2;
+    if (s != FL_OK) {
+        fprintf(stderr, "fleet run: model.spec \"%s\" for env %s (obs %s, %d actions): %s\n", cfg->model_spec,
+                env->name, fl_dtype_name(env->obs.dtype), env->num_actions, err.msg);
+        return 2;
+    }
+    return check_services(cfg, env);
 }
 
 /* Claims the run folder: out_dir/name, or out_dir/name-2, name-3, ... when that exists,

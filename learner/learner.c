@@ -234,6 +234,8 @@ static fl_status check_opts(const fl_learner_opts_t *o, fl_err_t *err) {
     return FL_OK;
 }
 
+fl_status fl_learner_check_opts(const fl_learner_opts_t *o, fl_err_t *err) { return check_opts(o, err); }
+
 /* Both networks (online initialised from the seed and the index, target a copy), the
  * optimizer and the CPU update. */
 static fl_status build_networks(fl_learner_t *l, const fl_learner_opts_t *o, fl_err_t *err) {

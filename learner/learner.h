@@ -176,6 +176,10 @@ typedef struct fl_learner fl_learner_t;
  * FL_INVALID_ARGUMENT / FL_UNIMPLEMENTED with a message naming the key or option;
  * FL_NO_MEMORY. */
 fl_status fl_learner_create(const fl_learner_opts_t *o, fl_learner_t **out, fl_err_t *err);
+/* What fl_learner_create checks of o before it builds anything (mode, device and its
+ * availability, index, addresses, observations, actions), for a launcher that checks
+ * before any process starts. */
+fl_status fl_learner_check_opts(const fl_learner_opts_t *o, fl_err_t *err);
 /* Runs the role until a stop (see above). FL_OK on a clean stop; otherwise an error
  * that is not a service outage: a bad answer from a service (e.g. observations of the
  * wrong size), an input the update refuses, out of memory. */

@@ -770,6 +770,10 @@ static fl_status check_opts(const fl_replay_service_opts_t *o, fl_err_t *err) {
     return FL_OK;
 }
 
+fl_status fl_replay_service_check_opts(const fl_replay_service_opts_t *opts, fl_err_t *err) {
+    return check_opts(opts, err);
+}
+
 /* The shard's table: its share of the capacity, its id, a sampling seed derived from the
  * run's seed and the shard, and the options' signature and priorities. */
 static fl_table_config_t shard_table_config(const fl_replay_service_opts_t *o) {

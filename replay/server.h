@@ -187,6 +187,10 @@ typedef struct fl_replay_service fl_replay_service_t;
  * that does not fit the configured table, FL_FAILED_PRECONDITION when another process
  * holds the folder's lock, each naming the file. */
 fl_status fl_replay_service_create(const fl_replay_service_opts_t *opts, fl_replay_service_t **out, fl_err_t *err);
+/* What fl_replay_service_create checks of opts before it allocates anything (shards,
+ * capacity, signature, checkpoint and log settings), for a launcher that checks before
+ * any process starts. */
+fl_status fl_replay_service_check_opts(const fl_replay_service_opts_t *opts, fl_err_t *err);
 
 /* Writes a checkpoint of the table to `path` (NULL or "": the configured default, see
  * Checkpoint above; FL_UNIMPLEMENTED when there is none). With replay.wal on, a

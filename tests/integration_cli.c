@@ -78,6 +78,13 @@ static void test_config_errors(void **state) {
     assert_int_equal(fleet(&out, "run", "--dry-run", "--set", "env.name=cartpol"), 2);
     assert_non_null(strstr(out, "did you mean 'cartpole'?"));
     free(out);
+    /* settings a replay shard refuses: periodic checkpoints with nowhere to write them */
+    char *argv[] = {(char *)fleet_bin(), "run", "--dry-run", "--set", "run.checkpoints=false", "--set",
+                    "replay.checkpoint_every=5", NULL};
+    assert_int_equal(run_capture(argv, 60, &out), 2);
+    assert_non_null(strstr(out, "replay shards would refuse"));
+    assert_non_null(strstr(out, "replay.checkpoint_every = 5 needs replay.checkpoint_dir"));
+    free(out);
     /* a good dry run prints the plan and the effective config */
     assert_int_equal(fleet(&out, "run", "--dry-run", "--set", "actor.count=3"), 0);
     assert_non_null(strstr(out, "actors       3"));
