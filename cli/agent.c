@@ -105,8 +105,8 @@ fl_status fl_agent_find_checkpoint(const char *arg, const fl_config_t *cfg, char
     else
         snprintf(also, sizeof also, " (the config's learner.checkpoint_dir is empty)");
     return fl_err_set(err, FL_NOT_FOUND, "no checkpoint in %s: looked for %s%s. Runs write the learner's checkpoint "
-                      "when learner.checkpoint_dir is set, e.g. --set learner.checkpoint_dir=%s/checkpoints",
-                      arg, first, also, arg);
+                      "when learner.checkpoint_dir is set, e.g. `fleet run CONFIG --set "
+                      "learner.checkpoint_dir=runs/NAME/checkpoints`", arg, first, also);
 }
 
 /* ---- the agent ------------------------------------------------------------------- */
