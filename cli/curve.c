@@ -27,6 +27,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "cli/proc.h"
 
 #define CURVE_PNG "curve.png"
 #define CURVE_GP "curve.gp"
@@ -69,37 +70,6 @@ struct fl_curve {
     struct stat png_before; /* curve.png when the drawer started (st_ino 0: absent) */
     int warned;             /* a failed drawing was logged */
 };
-
-/* ---- finding gnuplot ---------------------------------------------------- */
-
-static int find_on_path(const char *prog, char *out, size_t len) {
-    const char *path = getenv("PATH");
-    if (!path) return -1;
-    const char *p = path;
-    for (;;) {
-        size_t n = strcspn(p, ":");
-        char cand[PATH_MAX];
-        int k = n == 0 ? snprintf(cand, sizeof cand, "./%s", prog)
-                       : snprintf(cand, sizeof cand, "%.*s/%s", (int)n, p, prog);
-        struct stat st;
-        if (k > 0 && (size_t)k < sizeof cand && stat(cand, &st) == 0 && S_ISREG(st.st_mode) &&
-            access(cand, X_OK) == 0) {
-            /* exec after chdir: the path must not depend on the working directory */
-            if (cand[0] != '/') {
-                char *abs = realpath(cand, NULL);
-                if (!abs) return -1;
-                snprintf(out, len, "%s", abs);
-                free(abs);
-            } else {
-                snprintf(out, len, "%s", cand);
-            }
-            return 0;
-        }
-        if (p[n] == '\0') break;
-        p += n + 1;
-    }
-    return -1;
-}
 
 /* ---- reading the CSV files ---------------------------------------------- */
 
@@ -487,7 +457,7 @@ fl_curve_t *fl_curve_create(const char *dir) {
     snprintf(c->returns.path, sizeof c->returns.path, "%s/returns.csv", c->dir);
     scan_reset(&c->evals);
     scan_reset(&c->returns);
-    if (find_on_path("gnuplot", c->gnuplot, sizeof c->gnuplot) != 0) {
+    if (fl_proc_find_on_path("gnuplot", c->gnuplot, sizeof c->gnuplot) != 0) {
         c->gnuplot[0] = '\0';
         FL_INFO("curve: no gnuplot on PATH, so no %s (install gnuplot-nox on Debian)", c->png_path);
     }

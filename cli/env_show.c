@@ -11,10 +11,15 @@
  * not a terminal its bytes are the keys, so a session can be scripted:
  *     printf 'aaad q' | fleet env play minatar-breakout --plain
  *
- * record writes an episode (random actions) as an animated GIF, or, for a .png path, a
- * strip of frames evenly spaced over the episode. The strip is made in two passes: the
- * first runs the episode to learn its length, the second replays the same seeds and
- * actions and keeps the chosen frames, so memory stays at a few frames. */
+ * record writes an episode through the recorder (cli/recorder.h, the same path as `fleet
+ * eval --record`): an animated GIF, an MP4 video (with ffmpeg) or, for a .png path, a strip
+ * of frames evenly spaced over the episode, made in two passes that play the same
+ * seeds, so memory stays at a few frames. The episode is random actions, or with
+ * --checkpoint RUN_DIR|FILE the trained agent's (cli/agent.h: the run's config, with
+ * --config, --set and the env options given here as overrides; greedy unless --epsilon),
+ * seeded with --seed (default run.seed) as `fleet eval` seeds its episode 0.
+ * Exit codes: 0; 1 for runtime failures (an env that cannot render, a failed recording,
+ * MP4 without ffmpeg); 2 for usage and configuration errors. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -22,26 +27,38 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/ioctl.h>
 #include <termios.h>
 #include <unistd.h>
 
-#include "common/image.h"
+#include "common/config.h"
 #include "common/rng.h"
 #include "envs/plugin.h"
 #include "envs/registry.h"
+#include "cli/agent.h"
+#include "cli/recorder.h"
 #include "cli/verbs.h"
 
 #define ACTION_RNG_STREAM (1u << 20)
 
+#define MAX_SETS 64
+
 typedef struct show_opts {
     const char *name, *plugin, *out;
     uint64_t seed;
+    int seed_given;
     fl_env_options_t env;
     int plain, width;                  /* play */
-    int64_t max_steps;                 /* record: frames of a GIF / steps of an episode */
+    int64_t max_steps;                 /* record: steps of an episode */
     int frames, columns, scale, delay; /* record */
+    /* record --checkpoint: the agent's run, its config and overrides (--set, and the
+     * env options given, as env.* keys) */
+    const char *checkpoint, *config;
+    double epsilon;
+    int epsilon_given;
+    const char *sets[MAX_SETS];
+    char env_sets[5][300];
+    int nsets, user_sets;
 } show_opts_t;
 
 /* One instance with its generator, and an action generator for random play. */
@@ -118,14 +135,130 @@ int fl_env_opt_int(const char *verb, const char *opt, const char *s, int64_t lo,
     return 0;
 }
 
+/* Adds one override "section.key=value" for the agent's config; returns 0 or 2. */
+static int add_set(show_opts_t *o, const char *kv) {
+    if (o->nsets >= MAX_SETS) {
+        fprintf(stderr, "fleet env record: more than %d overrides\n", MAX_SETS);
+        return 2;
+    }
+    o->sets[o->nsets++] = kv;
+    return 0;
+}
+
+/* An env option given on the command line, also as the env.* key that overrides the
+ * agent's config with it. Returns 0, or 2 after printing what was wrong. */
+static int env_set(show_opts_t *o, int slot, const char *key, const char *v) {
+    snprintf(o->env_sets[slot], sizeof o->env_sets[slot], "%s=%s", key, v);
+    return add_set(o, o->env_sets[slot]);
+}
+
+/* The env options of play and record (a with value v): 0 taken, 1 not one of them, 2
+ * after printing what was wrong. */
+static int parse_env_opt(const char *verb, const char *a, const char *v, show_opts_t *o) {
+    int64_t n = 0;
+    if (strcmp(a, "--plugin") == 0) {
+        o->plugin = v;
+        return env_set(o, 0, "env.plugin", v);
+    }
+    if (strcmp(a, "--args") == 0) {
+        o->env.args = v;
+        return env_set(o, 1, "env.args", v);
+    }
+    if (strcmp(a, "--seed") == 0) {
+        if (fl_env_opt_int(verb, a, v, 0, INT64_MAX, &n)) return 2;
+        o->seed = (uint64_t)n;
+        o->seed_given = 1;
+        return 0;
+    }
+    if (strcmp(a, "--sticky") == 0) {
+        char *end = NULL;
+        double p = strtod(v, &end);
+        if (end == v || *end || !(p >= 0 && p <= 1)) {
+            fprintf(stderr, "fleet env %s: --sticky expects a probability in [0, 1], got '%s'\n", verb, v);
+            return 2;
+        }
+        o->env.sticky_prob = (float)p;
+        return env_set(o, 2, "env.sticky_actions", v);
+    }
+    if (strcmp(a, "--ramping") == 0) {
+        if (fl_env_opt_int(verb, a, v, 0, 1, &n)) return 2;
+        o->env.difficulty_ramping = (int)n;
+        return env_set(o, 3, "env.difficulty_ramping", v);
+    }
+    if (strcmp(a, "--rng") == 0) {
+        if (strcmp(v, "fleet") != 0 && strcmp(v, "reference") != 0) {
+            fprintf(stderr, "fleet env %s: --rng expects 'fleet' or 'reference', got '%s'\n", verb, v);
+            return 2;
+        }
+        o->env.reference_rng = strcmp(v, "reference") == 0;
+        return env_set(o, 4, "env.rng", v);
+    }
+    return 1;
+}
+
+/* record's own options: 0 taken, 1 not one of them, 2 after printing what was wrong. */
+static int parse_record_opt(const char *a, const char *v, show_opts_t *o) {
+    int64_t n = 0;
+    const char *verb = "record";
+    if (strcmp(a, "--out") == 0) {
+        o->out = v;
+    } else if (strcmp(a, "--checkpoint") == 0) {
+        o->checkpoint = v;
+    } else if (strcmp(a, "--config") == 0) {
+        o->config = v;
+    } else if (strcmp(a, "--set") == 0) {
+        o->user_sets++;
+        return add_set(o, v);
+    } else if (strcmp(a, "--epsilon") == 0) {
+        char *end = NULL;
+        o->epsilon = strtod(v, &end);
+        if (end == v || *end || !(o->epsilon >= 0 && o->epsilon <= 1)) {
+            fprintf(stderr, "fleet env record: --epsilon expects a probability in [0, 1], got '%s'\n", v);
+            return 2;
+        }
+        o->epsilon_given = 1;
+    } else if (strcmp(a, "--steps") == 0) {
+        if (fl_env_opt_int(verb, a, v, 1, 1000000, &n)) return 2;
+        o->max_steps = n;
+    } else if (strcmp(a, "--frames") == 0) {
+        if (fl_env_opt_int(verb, a, v, 1, FL_RECORD_MAX_STRIP, &n)) return 2;
+        o->frames = (int)n;
+    } else if (strcmp(a, "--columns") == 0) {
+        if (fl_env_opt_int(verb, a, v, 1, 64, &n)) return 2;
+        o->columns = (int)n;
+    } else if (strcmp(a, "--scale") == 0) {
+        if (fl_env_opt_int(verb, a, v, 1, 8, &n)) return 2;
+        o->scale = (int)n;
+    } else if (strcmp(a, "--delay") == 0) {
+        if (fl_env_opt_int(verb, a, v, 0, 1000, &n)) return 2;
+        o->delay = (int)n;
+    } else {
+        return 1;
+    }
+    return 0;
+}
+
+/* Checks what goes together: --config, --set and --epsilon need --checkpoint, and an env
+ * name is needed without it (with it, the run's env.name). Returns 0 or 2. */
+static int check_combination(const char *verb, const show_opts_t *o) {
+    if (!o->checkpoint && (o->config || o->epsilon_given || o->user_sets)) {
+        fprintf(stderr, "fleet env %s: --config, --set and --epsilon go with --checkpoint RUN_DIR|FILE\n", verb);
+        return 2;
+    }
+    if (!o->name && !o->checkpoint) {
+        fprintf(stderr, "fleet env %s: missing env name (see `fleet env list`)\n", verb);
+        return 2;
+    }
+    return 0;
+}
+
 /* Parses the options shared by play and record and the verb's own; returns 0, or 2 after
  * printing what was wrong. */
 static int parse_opts(const char *verb, int argc, char **argv, show_opts_t *o) {
+    const int is_play = strcmp(verb, "play") == 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t n = 0;
-        int is_play = strcmp(verb, "play") == 0;
         if (a[0] != '-') {
             if (o->name) {
                 fprintf(stderr, "fleet env %s: one env name expected, got '%s' and '%s'\n", verb, o->name, a);
@@ -143,60 +276,18 @@ static int parse_opts(const char *verb, int argc, char **argv, show_opts_t *o) {
             return 2;
         }
         i++;
-        if (strcmp(a, "--plugin") == 0) {
-            o->plugin = v;
-        } else if (strcmp(a, "--args") == 0) {
-            o->env.args = v;
-        } else if (strcmp(a, "--seed") == 0) {
-            if (fl_env_opt_int(verb, a, v, 0, INT64_MAX, &n)) return 2;
-            o->seed = (uint64_t)n;
-        } else if (strcmp(a, "--sticky") == 0) {
-            char *end = NULL;
-            double p = strtod(v, &end);
-            if (end == v || *end || !(p >= 0 && p <= 1)) {
-                fprintf(stderr, "fleet env %s: --sticky expects a probability in [0, 1], got '%s'\n", verb, v);
-                return 2;
-            }
-            o->env.sticky_prob = (float)p;
-        } else if (strcmp(a, "--ramping") == 0) {
-            if (fl_env_opt_int(verb, a, v, 0, 1, &n)) return 2;
-            o->env.difficulty_ramping = (int)n;
-        } else if (strcmp(a, "--rng") == 0) {
-            if (strcmp(v, "fleet") != 0 && strcmp(v, "reference") != 0) {
-                fprintf(stderr, "fleet env %s: --rng expects 'fleet' or 'reference', got '%s'\n", verb, v);
-                return 2;
-            }
-            o->env.reference_rng = strcmp(v, "reference") == 0;
-        } else if (strcmp(a, "--width") == 0 && is_play) {
+        int rc = parse_env_opt(verb, a, v, o);
+        if (rc == 1 && is_play && strcmp(a, "--width") == 0) {
+            int64_t n = 0;
             if (fl_env_opt_int(verb, a, v, 8, 1000, &n)) return 2;
             o->width = (int)n;
-        } else if (strcmp(a, "--out") == 0 && !is_play) {
-            o->out = v;
-        } else if (strcmp(a, "--steps") == 0 && !is_play) {
-            if (fl_env_opt_int(verb, a, v, 1, 1000000, &n)) return 2;
-            o->max_steps = n;
-        } else if (strcmp(a, "--frames") == 0 && !is_play) {
-            if (fl_env_opt_int(verb, a, v, 1, 256, &n)) return 2;
-            o->frames = (int)n;
-        } else if (strcmp(a, "--columns") == 0 && !is_play) {
-            if (fl_env_opt_int(verb, a, v, 1, 64, &n)) return 2;
-            o->columns = (int)n;
-        } else if (strcmp(a, "--scale") == 0 && !is_play) {
-            if (fl_env_opt_int(verb, a, v, 1, 8, &n)) return 2;
-            o->scale = (int)n;
-        } else if (strcmp(a, "--delay") == 0 && !is_play) {
-            if (fl_env_opt_int(verb, a, v, 0, 1000, &n)) return 2;
-            o->delay = (int)n;
-        } else {
-            fprintf(stderr, "fleet env %s: unknown option '%s' (see `fleet help env`)\n", verb, a);
-            return 2;
+            rc = 0;
         }
+        if (rc == 1 && !is_play) rc = parse_record_opt(a, v, o);
+        if (rc == 1) fprintf(stderr, "fleet env %s: unknown option '%s' (see `fleet help env`)\n", verb, a);
+        if (rc) return 2;
     }
-    if (!o->name) {
-        fprintf(stderr, "fleet env %s: missing env name (see `fleet env list`)\n", verb);
-        return 2;
-    }
-    return 0;
+    return check_combination(verb, o);
 }
 
 static fl_status resolve(const show_opts_t *o, const fl_env_def_t **def, fl_err_t *err) {
@@ -393,77 +484,147 @@ static int env_play(int argc, char **argv) {
 
 /* ---- record ------------------------------------------------------------------------ */
 
-/* Copies rgb (w, h) scaled up by an integer factor into out. */
-static void upscale(const uint8_t *rgb, int w, int h, int k, uint8_t *out) {
-    for (int y = 0; y < h * k; y++)
-        for (int x = 0; x < w * k; x++)
-            memcpy(out + ((size_t)y * (size_t)(w * k) + (size_t)x) * 3, rgb + ((size_t)(y / k) * (size_t)w + (size_t)(x / k)) * 3, 3);
+typedef struct random_play {
+    const fl_env_def_t *def;
+    const show_opts_t *o;
+    double ret;
+} random_play_t;
+
+/* Renders the instance's frame of `step` into rec when it wants it. */
+static fl_status offer(fl_recorder_t *rec, instance_t *in, int64_t step, fl_err_t *err) {
+    if (!fl_recorder_wants(rec, step)) return FL_OK;
+    render(in);
+    return fl_recorder_add(rec, step, in->rgb, err);
 }
 
-/* Runs one episode of random actions from a fresh instance (same seeds every call),
- * calling keep(step) for every frame (step 0 is the reset); stops after max_steps. */
-typedef int (*keep_fn)(void *ctx, instance_t *in, int64_t step);
-
-static fl_status run_episode(const fl_env_def_t *def, const show_opts_t *o, keep_fn keep, void *ctx, int64_t *len,
-                             double *ret, fl_err_t *err) {
+/* A recorder play function (cli/recorder.h): one episode of random actions from a fresh
+ * instance (the same seeds every call), at most max_steps steps. */
+static fl_status play_random(void *user, fl_recorder_t *rec, int64_t *length, fl_err_t *err) {
+    random_play_t *p = user;
     instance_t in;
-    FL_TRY(instance_open(&in, def, o, err));
+    FL_TRY(instance_open(&in, p->def, p->o, err));
     instance_reset(&in);
-    fl_status st = FL_OK;
-    if (keep && keep(ctx, &in, 0) != 0) st = FL_IO_ERROR;
-    while (st == FL_OK && in.steps < o->max_steps) {
+    fl_status st = offer(rec, &in, 0, err);
+    while (st == FL_OK && in.steps < p->o->max_steps) {
         float r;
         int term;
-        int a = (int)fl_rng_below(&in.act_rng, (uint64_t)def->num_actions);
+        int a = (int)fl_rng_below(&in.act_rng, (uint64_t)p->def->num_actions);
         int over = instance_step(&in, a, &r, &term);
-        if (keep && keep(ctx, &in, in.steps) != 0) st = FL_IO_ERROR;
+        st = offer(rec, &in, in.steps, err);
         if (over) break;
     }
-    *len = in.steps;
-    *ret = in.ret;
+    *length = in.steps;
+    p->ret = in.ret;
     instance_free(&in);
     return st;
 }
 
-typedef struct record_ctx {
-    fl_gif_t *gif;
-    fl_err_t *err;
-    int scale;
-    uint8_t *scaled;
-    /* strip */
-    const int64_t *pick;
-    int npick, have;
-    uint8_t **frames;
-} record_ctx_t;
-
-static int keep_gif(void *p, instance_t *in, int64_t step) {
-    (void)step;
-    record_ctx_t *c = p;
-    render(in);
-    const uint8_t *img = in->rgb;
-    if (c->scale > 1) {
-        upscale(in->rgb, in->def->render_width, in->def->render_height, c->scale, c->scaled);
-        img = c->scaled;
-    }
-    return fl_gif_add(c->gif, img, c->err) != FL_OK;
+static fl_record_opts_t record_opts(const show_opts_t *o, int width, int height) {
+    return (fl_record_opts_t){.path = o->out, .width = width, .height = height, .scale = o->scale,
+                              .delay_cs = o->delay, .frames = o->frames, .columns = o->columns};
 }
 
-static int keep_strip(void *p, instance_t *in, int64_t step) {
-    record_ctx_t *c = p;
-    while (c->have < c->npick && c->pick[c->have] == step) {
-        render(in);
-        if (c->scale > 1)
-            upscale(in->rgb, in->def->render_width, in->def->render_height, c->scale, c->frames[c->have]);
-        else
-            memcpy(c->frames[c->have], in->rgb, (size_t)in->def->render_width * (size_t)in->def->render_height * 3);
-        c->have++;
+static void print_recorded(const char *name, const char *who, const fl_record_result_t *r, double ret,
+                           const char *out) {
+    printf("recorded %s%s: %lld steps, return %g, %d frames (%d x %d) -> %s\n", name, who, (long long)r->length, ret,
+           r->frames, r->width, r->height, out);
+}
+
+static int record_random(const show_opts_t *o) {
+    fl_err_t err;
+    fl_err_init(&err);
+    const fl_env_def_t *def = NULL;
+    if (resolve(o, &def, &err) != FL_OK) {
+        fprintf(stderr, "fleet env record: %s\n", err.msg);
+        return 1;
+    }
+    if (!def->render) {
+        fprintf(stderr, "fleet env record: env '%s' has no render function, so it cannot be recorded\n", def->name);
+        return 1;
+    }
+    random_play_t p = {.def = def, .o = o};
+    fl_record_opts_t ro = record_opts(o, def->render_width, def->render_height);
+    fl_record_result_t res;
+    if (fl_record_episode(&ro, play_random, &p, &res, &err) != FL_OK) {
+        fprintf(stderr, "fleet env record: %s\n", err.msg);
+        return 1;
+    }
+    print_recorded(def->name, "", &res, p.ret, o->out);
+    return 0;
+}
+
+/* The agent's config: its run's config.ini (or --config), then the overrides. Returns 0,
+ * or 2 after printing what was wrong. */
+static int agent_config(const show_opts_t *o, fl_config_t *cfg, char *path, size_t len) {
+    fl_err_t err;
+    fl_err_init(&err);
+    if (o->config)
+        snprintf(path, len, "%s", o->config);
+    else if (fl_agent_find_config(o->checkpoint, path, len, &err) != FL_OK) {
+        fprintf(stderr, "fleet env record: --checkpoint %s\n", err.msg);
+        return 2;
+    }
+    char *args[MAX_SETS * 2 + 4];
+    int n = 0;
+    args[n++] = "record";
+    args[n++] = "--config";
+    args[n++] = path;
+    for (int i = 0; i < o->nsets; i++) {
+        args[n++] = "--set";
+        args[n++] = (char *)o->sets[i];
+    }
+    args[n] = NULL;
+    if (fl_config_from_args(cfg, &n, args, &err) != FL_OK) {
+        fprintf(stderr, "fleet env record: %s\n", err.msg);
+        return 2;
+    }
+    if (o->name && strcmp(o->name, cfg->env_name) != 0) {
+        fprintf(stderr, "fleet env record: the checkpoint's run plays env.name = %s, not '%s' (leave the name out "
+                        "with --checkpoint)\n", cfg->env_name, o->name);
+        return 2;
     }
     return 0;
 }
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcasecmp(s + n - m, suffix) == 0;
+/* --checkpoint: one episode of the trained agent (cli/agent.h) as `fleet eval` plays its
+ * episode 0 with --seed and --epsilon (defaults run.seed and eval.epsilon). */
+static int record_agent(const show_opts_t *o) {
+    fl_config_t cfg;
+    char config[4096], checkpoint[4096 + 64];
+    int rc = agent_config(o, &cfg, config, sizeof config);
+    if (rc) return rc;
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_agent_find_checkpoint(o->checkpoint, &cfg, checkpoint, sizeof checkpoint, &err) != FL_OK) {
+        fprintf(stderr, "fleet env record: %s\n", err.msg);
+        return 2;
+    }
+    fl_agent_settings_t s = {.episodes = 1, .epsilon = o->epsilon_given ? o->epsilon : cfg.eval_epsilon,
+                             .seed = o->seed_given ? o->seed : (uint64_t)cfg.run_seed, .max_steps = o->max_steps,
+                             .parallel = 1};
+    fl_agent_t *a = NULL;
+    fl_status st = fl_agent_open(&cfg, checkpoint, &s, &a, &err);
+    if (st != FL_OK) {
+        fprintf(stderr, "fleet env record: %s\n", err.msg);
+        return st == FL_INVALID_ARGUMENT || st == FL_NOT_FOUND ? 2 : 1;
+    }
+    int w = 0, h = 0;
+    fl_record_result_t res;
+    if (!fl_agent_frame_size(a, &w, &h))
+        st = fl_err_set(&err, FL_FAILED_PRECONDITION, "env '%s' has no render function, so it cannot be recorded",
+                        fl_agent_env(a)->name);
+    fl_record_opts_t ro = record_opts(o, w, h);
+    if (st == FL_OK) st = fl_record_episode(&ro, fl_agent_play, a, &res, &err);
+    if (st == FL_OK) {
+        char who[4096 + 128];
+        snprintf(who, sizeof who, " (agent of %s, epsilon %g, seed %llu)", checkpoint, s.epsilon,
+                 (unsigned long long)s.seed);
+        print_recorded(fl_agent_env(a)->name, who, &res, (double)fl_agent_returns(a)[0], o->out);
+    } else {
+        fprintf(stderr, "fleet env record: %s\n", err.msg);
+    }
+    fl_agent_close(a);
+    return st == FL_OK ? 0 : 1;
 }
 
 static int env_record(int argc, char **argv) {
@@ -477,78 +638,18 @@ static int env_record(int argc, char **argv) {
     int rc = parse_opts("record", argc, argv, &o);
     if (rc) return rc;
     if (!o.out) {
-        fprintf(stderr, "fleet env record: missing --out FILE (.gif for an animation, .png for a strip)\n");
-        return 2;
-    }
-    int gif = ends_with(o.out, ".gif");
-    if (!gif && !ends_with(o.out, ".png")) {
-        fprintf(stderr, "fleet env record: --out '%s' must end in .gif (animation) or .png (strip of frames)\n",
-                o.out);
+        fprintf(stderr, "fleet env record: missing --out FILE (.gif for an animation, .mp4 for a video, .png for a "
+                        "strip)\n");
         return 2;
     }
     fl_err_t err;
     fl_err_init(&err);
-    const fl_env_def_t *def = NULL;
-    if (resolve(&o, &def, &err) != FL_OK) {
-        fprintf(stderr, "fleet env record: %s\n", err.msg);
-        return 1;
-    }
-    if (!def->render) {
-        fprintf(stderr, "fleet env record: env '%s' has no render function, so it cannot be recorded\n", def->name);
-        return 1;
-    }
-    int w = def->render_width * o.scale, h = def->render_height * o.scale;
-    record_ctx_t ctx = {.err = &err, .scale = o.scale};
-    int64_t len = 0;
-    double ret = 0;
-    fl_status st = FL_OK;
-    int nframes = 0;
-    if (gif) {
-        ctx.scaled = malloc((size_t)w * (size_t)h * 3);
-        st = ctx.scaled ? fl_gif_open(&ctx.gif, o.out, w, h, o.delay, &err)
-                        : fl_err_set(&err, FL_NO_MEMORY, "out of memory");
-        if (st == FL_OK) st = run_episode(def, &o, keep_gif, &ctx, &len, &ret, &err);
-        nframes = fl_gif_frames(ctx.gif);
-        fl_status cst = fl_gif_close(ctx.gif, &err);
-        if (st == FL_OK) st = cst;
-        free(ctx.scaled);
-    } else {
-        /* Pass 1: the episode's length. Pass 2: the same episode, keeping evenly spaced
-         * frames from the reset to the last step. */
-        st = run_episode(def, &o, NULL, NULL, &len, &ret, &err);
-        int64_t pick[256];
-        int n = (int64_t)o.frames < len + 1 ? o.frames : (int)(len + 1);
-        for (int i = 0; i < n; i++) pick[i] = n == 1 ? 0 : (int64_t)((double)i * (double)len / (n - 1) + 0.5);
-        uint8_t *frames[256] = {0};
-        for (int i = 0; i < n && st == FL_OK; i++)
-            if (!(frames[i] = malloc((size_t)w * (size_t)h * 3))) st = fl_err_set(&err, FL_NO_MEMORY, "out of memory");
-        ctx.pick = pick;
-        ctx.npick = n;
-        ctx.frames = frames;
-        int64_t len2 = 0;
-        double ret2 = 0;
-        if (st == FL_OK) st = run_episode(def, &o, keep_strip, &ctx, &len2, &ret2, &err);
-        if (st == FL_OK && (len2 != len || ctx.have != n))
-            st = fl_err_set(&err, FL_INTERNAL,
-                            "env '%s' is not deterministic: replaying the same seeds gave %lld steps, then %lld",
-                            def->name, (long long)len, (long long)len2);
-        if (st == FL_OK) {
-            static const uint8_t gap[3] = {255, 255, 255};
-            int sw = 0, sh = 0;
-            uint8_t *strip = fl_image_tile((const uint8_t *const *)frames, n, w, h, o.columns, 4, gap, &sw, &sh);
-            st = strip ? fl_png_write(o.out, strip, sw, sh, &err) : fl_err_set(&err, FL_NO_MEMORY, "out of memory");
-            free(strip);
-        }
-        for (int i = 0; i < n; i++) free(frames[i]);
-        nframes = n;
-    }
+    fl_status st = fl_record_check(o.out, &err);
     if (st != FL_OK) {
-        fprintf(stderr, "fleet env record: %s\n", err.msg);
-        return 1;
+        fprintf(stderr, "fleet env record: %s%s\n", st == FL_INVALID_ARGUMENT ? "--out " : "", err.msg);
+        return st == FL_INVALID_ARGUMENT ? 2 : 1;
     }
-    printf("recorded %s: %lld steps, return %g, %d frames (%d x %d) -> %s\n", def->name, (long long)len, ret, nframes,
-           w, h, o.out);
-    return 0;
+    return o.checkpoint ? record_agent(&o) : record_random(&o);
 }
 
 int fl_env_show(int argc, char **argv) {

@@ -3,6 +3,7 @@
  *   fleet replay | paramserver | actor | learner | evaluator ...   run one role (the launcher starts these)
  *   fleet env list                        the built-in environments
  *   fleet plot RUN_DIR                    draw a run's learning curve (curve.png, with gnuplot)
+ *   fleet eval RUN_DIR|CHECKPOINT         play and measure a trained agent, or record it
  *   fleet version | help [VERB]
  * Every role verb takes --config FILE and --set section.key=value; the rest of its
  * options are listed by `fleet help VERB`. Exit codes: 0 success, 1 runtime failure,
@@ -132,17 +133,25 @@ static const verb_t verbs[] = {
      "                           '.'/Enter noop, a digit picks an action by index, r resets, q quits.\n"
      "                           Keys come from stdin, so `printf 'ddd q' | fleet env play ...` scripts it\n"
      "  --width COLS             text columns of the picture (default: the terminal's, at most 80)\n"
-     "       fleet env record NAME --out FILE.gif|FILE.png [--steps N] [--frames K] [--columns C]\n"
+     "       fleet env record NAME --out FILE.gif|FILE.mp4|FILE.png [--steps N] [--frames K] [--columns C]\n"
      "                        [--scale S] [--delay CS] [env options]\n"
-     "  record                   one episode of random actions: an animated GIF, or a PNG strip of K frames\n"
+     "       fleet env record [NAME] --checkpoint RUN_DIR|CHECKPOINT --out FILE [--epsilon E] [--config FILE]\n"
+     "                        [--set K=V]... [record and env options]\n"
+     "  record                   one episode of random actions, or with --checkpoint the trained agent's (as\n"
+     "                           `fleet eval` finds it: the run's config.ini and checkpoint; env and model from\n"
+     "                           that config, the env options given here and --set override it; --epsilon E\n"
+     "                           or eval.epsilon (0: greedy); --seed or run.seed, like `fleet eval`'s episode 0), as an\n"
+     "                           animated GIF, an MP4 video (needs ffmpeg on PATH) or a PNG strip of K frames\n"
      "                           evenly spaced over the episode\n"
      "  --steps N                at most N steps (default 1000)\n"
      "  --frames K               frames in a PNG strip (default 16), laid out C per row (--columns, default 8)\n"
-     "  --scale S                enlarge each frame S times (default 1); --delay CS: GIF frame delay (default 8)\n"
+     "  --scale S                enlarge each frame S times (default 1); --delay CS: GIF frame delay, MP4 at\n"
+     "                           100/CS frames per second (default 8)\n"
      " env options (play and record):\n"
      "  --plugin PATH            load the env from a plugin shared object (see docs/custom-envs.md)\n"
      "  --args TEXT              env.args for the env; --seed N: the seed (default 1)\n"
-     "  --sticky P               sticky-action probability (play default 0, record default 0.1)\n"
+     "  --sticky P               sticky-action probability (play default 0, record default 0.1; with\n"
+     "                           --checkpoint the run's env.sticky_actions)\n"
      "  --ramping 0|1            difficulty ramping (default 1); --rng fleet|reference: the MinAtar generator\n",
      fl_verb_env},
     {"plot", "draw a run's learning curve, RUN_DIR/curve.png, with gnuplot",
@@ -157,6 +166,38 @@ static const verb_t verbs[] = {
      "missing, when RUN_DIR has neither evals.csv nor returns.csv or no rows yet, or when gnuplot fails\n"
      "or takes over 60 s.\n",
      fl_verb_plot},
+    {"eval", "play a trained agent's episodes from a run folder or checkpoint; record one",
+     "usage: fleet eval RUN_DIR|CHECKPOINT [--episodes N] [--epsilon E] [--seed S] [--max-steps N] [--parallel P]\n"
+     "                  [--record FILE.gif|FILE.mp4|FILE.png] [--scale S] [--frames K] [--columns C] [--delay CS]\n"
+     "                  [--json] [--config FILE] [--set SECTION.KEY=VALUE]...\n"
+     "Loads the online network of a learner checkpoint, plays N episodes with its epsilon-greedy policy\n"
+     "(episode k on stream k of the seed, P side by side) and prints the checkpoint and config used, the\n"
+     "env, then the return's mean +- the half-width of its 95% confidence interval (Student's t with N-1\n"
+     "degrees of freedom), std, min and max, the length's mean, min and max, the truncated episodes, the\n"
+     "agent steps and the seconds taken.\n"
+     "RUN_DIR (runs/NAME/ of `fleet run`): its config.ini, and the checkpoint RUN_DIR/checkpoints/\n"
+     "learner-0.safetensors, else <learner.checkpoint_dir>/learner-0.safetensors (runs write checkpoints\n"
+     "when learner.checkpoint_dir is set). CHECKPOINT (a .safetensors file): config.ini from its folder or\n"
+     "the folder above. --config FILE replaces that config; --set overrides apply after it (e.g. --set\n"
+     "env.sticky_actions=0). Env, wrappers and model come from the config.\n"
+     "Options:\n"
+     "  --episodes N             episodes to play (default eval.episodes)\n"
+     "  --epsilon E              exploration epsilon in [0, 1] (default eval.epsilon; 0 = greedy)\n"
+     "  --seed S                 seed of the env and exploration streams (default run.seed)\n"
+     "  --max-steps N            cut an episode after N agent steps (default eval.max_episode_steps; 0 = the\n"
+     "                           env's own limits)\n"
+     "  --parallel P             episodes played side by side (default eval.parallel)\n"
+     "  --record FILE            record episode 0: .gif (animation), .mp4 (video; needs ffmpeg on PATH,\n"
+     "                           Debian: apt-get install ffmpeg) or .png (a strip of K evenly spaced frames;\n"
+     "                           the episodes are played twice, the second time to pick the frames)\n"
+     "  --scale S                enlarge each frame S times (default 1)\n"
+     "  --frames K, --columns C  PNG strip: K frames (default 16), C per row (default 8)\n"
+     "  --delay CS               GIF frame delay in hundredths of a second, MP4 at 100/CS fps (default 8)\n"
+     "  --json                   print one JSON object: every statistic, each episode's return and length\n"
+     "  --config FILE, --set SECTION.KEY=VALUE   as for every verb (`fleet help config`)\n"
+     "Exit 0; 1 when playing or recording fails (or .mp4 without ffmpeg); 2 for usage and configuration\n"
+     "errors: no such folder, no config or checkpoint found, a checkpoint of another model.spec.\n",
+     fl_verb_eval},
     {"version", "print the version", "usage: fleet version\n", NULL},
     {"help", "help on a verb, or `fleet help config` for every configuration key", "usage: fleet help [VERB|config]\n",
      NULL},

@@ -3,9 +3,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -261,4 +263,33 @@ void fl_proc_log_tail(const fl_child_t *c, int lines, char *buf, size_t len) {
             return;
         }
     }
+}
+
+int fl_proc_find_on_path(const char *prog, char *out, size_t len) {
+    const char *path = getenv("PATH");
+    if (!path) return -1;
+    const char *p = path;
+    for (;;) {
+        size_t n = strcspn(p, ":");
+        char cand[PATH_MAX];
+        int k = n == 0 ? snprintf(cand, sizeof cand, "./%s", prog)
+                       : snprintf(cand, sizeof cand, "%.*s/%s", (int)n, p, prog);
+        struct stat st;
+        if (k > 0 && (size_t)k < sizeof cand && stat(cand, &st) == 0 && S_ISREG(st.st_mode) &&
+            access(cand, X_OK) == 0) {
+            /* absolute, so that it holds after a chdir */
+            if (cand[0] != '/') {
+                char *abs = realpath(cand, NULL);
+                if (!abs) return -1;
+                snprintf(out, len, "%s", abs);
+                free(abs);
+            } else {
+                snprintf(out, len, "%s", cand);
+            }
+            return 0;
+        }
+        if (p[n] == '\0') break;
+        p += n + 1;
+    }
+    return -1;
 }

@@ -56,6 +56,10 @@ fl_child_t *fl_proc_reap(fl_child_t *kids, int n);
 void fl_proc_stop_roles(fl_child_t *kids, int n, const char *roles, double grace_s);
 /* 1 if the status is a clean end: exit 0 or SIGTERM. */
 int fl_proc_clean_exit(int status);
+/* The first executable regular file named prog in PATH's folders (an empty entry is the
+ * working directory), as an absolute path into out: 0, or -1 when there is none (or no
+ * PATH). For helper programs (gnuplot, ffmpeg), checked before they are needed. */
+int fl_proc_find_on_path(const char *prog, char *out, size_t len);
 /* mkdir -p; 0 or -1 with errno. */
 int fl_proc_mkdir_p(const char *path);
 

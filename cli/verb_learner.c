@@ -2,18 +2,23 @@
  * learner.resume) continues from a checkpoint of fl_learner_save. Options are parsed,
  * the configuration becomes the learner's options (cli/options.h) and env.name
  * is resolved here (the learner library depends on neither);
+ * learner.checkpoint_dir is created when missing (e.g. runs/NAME/checkpoints, inside the
+ * run folder that the launcher has just made);
  * the loop, its stop conditions and the final publish live in fl_learner_run. Exit
  * codes: 0 on a clean stop (SIGINT/SIGTERM, the launcher's request, or
  * learner.max_steps), 1 on a runtime failure (printed), 2 on a usage or configuration
  * error. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/log.h"
 #include "common/stop.h"
 #include "envs/plugin.h"
 #include "cli/cli.h"
 #include "cli/options.h"
+#include "cli/proc.h"
 #include "cli/verbs.h"
 #include "learner/learner.h"
 
@@ -77,6 +82,11 @@ int fl_learner_main(int argc, char **argv, fl_reduce_t *reduce) {
 
     fl_stop_install();
     fl_cli_setup_logging(&cfg, "learner", (int)index);
+    if (cfg.learner_checkpoint_dir[0] && fl_proc_mkdir_p(cfg.learner_checkpoint_dir) != 0) {
+        fprintf(stderr, "fleet learner: learner.checkpoint_dir = %s: cannot create the folder: %s\n",
+                cfg.learner_checkpoint_dir, strerror(errno));
+        return 1;
+    }
     fl_learner_t *l = NULL;
     fl_status s = fl_options_learner(&cfg, &lo, &err);
     if (s == FL_OK) s = fl_learner_create(&lo, &l, &err);

@@ -18,6 +18,9 @@ int fl_learner_main(int argc, char **argv, struct fl_reduce *reduce);
 int fl_verb_env(int argc, char **argv);
 /* `fleet plot RUN_DIR`: draws RUN_DIR/curve.png (cli/curve.h). */
 int fl_verb_plot(int argc, char **argv);
+/* `fleet eval RUN_DIR|CHECKPOINT`: a trained agent's episodes and their statistics
+ * (cli/verb_eval.c). */
+int fl_verb_eval(int argc, char **argv);
 /* `fleet env play` and `fleet env record` (argv[1] is "play" or "record"). */
 int fl_env_show(int argc, char **argv);
 /* Parses the value s of option opt of `fleet env VERB` as an integer in [lo, hi]; returns 0,

@@ -119,7 +119,7 @@ typedef enum { FL_CFG_EVERY_SECONDS, FL_CFG_EVERY_LEARNER_STEPS } fl_cfg_eval_ev
     X(learner, n_step, INT, 3, 1, 1000, "", "steps in the multi-step return (actors build them)")          \
     X(learner, target_update, INT, 2500, 1, 1000000000, "", "learner steps between target-network copies") \
     X(learner, publish_every, INT, 10, 1, 1000000000, "", "learner steps between parameter publishes")     \
-    X(learner, checkpoint_dir, STRING, "", 0, 0, "", "folder of the learner checkpoints learner-<index>.safetensors (empty = none)") \
+    X(learner, checkpoint_dir, STRING, "", 0, 0, "", "folder of the learner checkpoints learner-<index>.safetensors, created when missing (empty = none); `fleet eval` finds RUN_DIR/checkpoints/ or this folder") \
     X(learner, checkpoint_every, INT, 0, 0, 1000000000000, "", "learner steps between checkpoints to learner.checkpoint_dir (0 = only when the learner stops)") \
     X(learner, resume, STRING, "", 0, 0, "", "a learner checkpoint (.safetensors) to continue from (empty = start fresh; `fleet learner --resume FILE` overrides)") \
     X(learner, prefetch, INT, 2, 0, 64, "", "Sample calls kept in flight while training (0 = sample synchronously)") \

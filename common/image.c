@@ -276,6 +276,14 @@ fl_status fl_gif_close(fl_gif_t *g, fl_err_t *err) {
     return st;
 }
 
+void fl_gif_abort(fl_gif_t *g) {
+    if (!g) return;
+    out_close(&g->out, 0, NULL);
+    free(g->child);
+    free(g->indices);
+    free(g);
+}
+
 /* ---- PNG --------------------------------------------------------------------------- */
 
 static void png_chunk(FILE *f, const char type[4], const uint8_t *data, size_t len) {

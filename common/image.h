@@ -26,6 +26,9 @@ fl_status fl_gif_add(fl_gif_t *gif, const uint8_t *rgb, fl_err_t *err);
 /* Finishes the file and frees the writer (also after an error; then the file is removed).
  * Returns the first error met by add or close. NULL is accepted. */
 fl_status fl_gif_close(fl_gif_t *gif, fl_err_t *err);
+/* Drops the file (nothing appears at path) and frees the writer, e.g. when what was
+ * being recorded failed. NULL is accepted. */
+void fl_gif_abort(fl_gif_t *gif);
 /* Frames added so far. */
 int fl_gif_frames(const fl_gif_t *gif);
 

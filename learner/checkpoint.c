@@ -1,11 +1,13 @@
 /* checkpoint: the learner's checkpoints as safetensors files (see learner.h for the
- * format): fl_learner_save writes one, fl__learner_resume continues from one, and
+ * format): fl_learner_save writes one, fl__learner_resume continues from one,
+ * fl_learner_load_network takes the online network out of one (for `fleet eval`), and
  * fl__learner_checkpoint writes learner.checkpoint_dir's file during and at the end of a
  * run. The tensors are the CPU copies of the networks and the optimizer state (a GPU
- * learner pulls them first), so that checkpoints move between the backends.
+ * learner pulls them first), so that checkpoints move between the backends. Resume and
+ * load check every tensor a network needs (find_views) before they copy any.
  * Failure: save answers FL_NO_MEMORY or safetensors' errors (the file is written
- * atomically); resume FL_INVALID_ARGUMENT naming the path and the mismatch, and changes
- * nothing then; a periodic checkpoint that fails is logged and training goes on.
+ * atomically); resume and load FL_INVALID_ARGUMENT naming the path and the mismatch, and
+ * change nothing then; a periodic checkpoint that fails is logged and training goes on.
  * Thread-safety: the learner's owner thread. */
 #include <ctype.h>
 #include <dirent.h>
@@ -24,6 +26,10 @@
 
 #define CKPT_FORMAT "fleet.learner"
 #define CKPT_VERSION "1"
+/* Longest model.spec compared (config strings are shorter). */
+#define SPEC_MAX 4096
+/* Room for the two specs of a hint in a message. */
+#define SPEC_HINT_MAX 300
 
 /* "10,10,4" */
 static void shape_text(const fl_obs_spec_t *o, char *buf, size_t len) {
@@ -97,10 +103,127 @@ static fl_status meta_u64(const fl_safetensors_t *f, const char *path, const cha
     return FL_OK;
 }
 
-fl_status fl__learner_resume(fl_learner_t *l, const char *path, fl_err_t *err) {
+/* s without leading and trailing whitespace, every run of whitespace as one space. */
+static void squeeze(const char *s, char *out, size_t len) {
+    size_t n = 0;
+    int gap = 0;
+    for (; *s && n + 2 < len; s++) {
+        if (isspace((unsigned char)*s)) {
+            gap = n > 0;
+            continue;
+        }
+        if (gap) out[n++] = ' ';
+        gap = 0;
+        out[n++] = *s;
+    }
+    out[n] = '\0';
+}
+
+/* The same layers in the same order: the specs equal up to whitespace. */
+static int same_spec(const char *a, const char *b) {
+    char x[SPEC_MAX], y[SPEC_MAX];
+    squeeze(a, x, sizeof x);
+    squeeze(b, y, sizeof y);
+    return strcmp(x, y) == 0;
+}
+
+/* "(128, 4)" */
+static void dims_text(const int64_t *shape, int rank, char *buf, size_t len) {
+    snprintf(buf, len, "(");
+    for (int d = 0; d < rank; d++)
+        snprintf(buf + strlen(buf), len - strlen(buf), "%s%lld", d ? ", " : "", (long long)shape[d]);
+    snprintf(buf + strlen(buf), len - strlen(buf), "%s)", rank == 1 ? "," : "");
+}
+
+/* ": this network is model.spec ...; was the run's model.spec ...?" when the checkpoint's
+ * model.spec is not the network's, else "": a hint in messages about its tensors. */
+static void spec_hint(const fl_safetensors_t *f, const fl_qnet_t *net, char *buf, size_t len) {
+    const char *spec = fl_safetensors_meta(f, "model.spec");
+    buf[0] = '\0';
+    if (spec && same_spec(spec, fl_qnet_spec(net))) return;
+    snprintf(buf, len, ": this network is model.spec \"%s\"; was the run's model.spec \"%s\"?", fl_qnet_spec(net),
+             spec ? spec : "(not recorded)");
+}
+
+/* One view's tensor "<prefix>.<view>": present, F32, of the view's shape. */
+static fl_status find_view(const fl_safetensors_t *f, const char *path, const char *prefix, const fl_qnet_t *net,
+                           const fl_param_view_t *v, const fl_st_tensor_t **out, fl_err_t *err) {
+    char name[FL_ST_NAME_MAX], want[96], got[96], hint[2 * SPEC_HINT_MAX];
+    snprintf(name, sizeof name, "%s.%s", prefix, v->name);
+    const fl_st_tensor_t *x = fl_safetensors_find(f, name);
+    int ok = x && x->dtype == FL_ST_F32 && x->rank == v->rank;
+    for (int d = 0; ok && d < v->rank; d++) ok = x->shape[d] == v->shape[d];
+    if (ok) {
+        *out = x;
+        return FL_OK;
+    }
+    dims_text(v->shape, v->rank, want, sizeof want);
+    spec_hint(f, net, hint, sizeof hint);
+    if (!x)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s is missing; expected F32 %s as the "
+                          "network's view%s", path, name, want, hint);
+    dims_text(x->shape, x->rank, got, sizeof got);
+    return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s is %s %s; expected F32 %s as the "
+                      "network's view%s", path, name, fl_st_dtype_name(x->dtype), got, want, hint);
+}
+
+/* Every view of net has its tensor "<prefix>.<view>" (find_view), and f holds no other
+ * "<prefix>." tensor (a deeper network of the same first and last layers would otherwise
+ * load). src[i] gets view i's tensor. */
+static fl_status find_views(const fl_safetensors_t *f, const char *path, const char *prefix, const fl_qnet_t *net,
+                            const fl_st_tensor_t **src, fl_err_t *err) {
+    const int nv = fl_qnet_num_views(net);
+    for (int i = 0; i < nv; i++) FL_TRY(find_view(f, path, prefix, net, fl_qnet_view(net, i), &src[i], err));
+    const size_t plen = strlen(prefix);
+    for (int i = 0; i < fl_safetensors_count(f); i++) {
+        const char *name = fl_safetensors_at(f, i)->name;
+        if (strncmp(name, prefix, plen) != 0 || name[plen] != '.' || fl_qnet_find_view(net, name + plen + 1)) continue;
+        char hint[2 * SPEC_HINT_MAX];
+        spec_hint(f, net, hint, sizeof hint);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s has no view in this network%s",
+                          path, name, hint);
+    }
+    return FL_OK;
+}
+
+static void copy_views(fl_qnet_t *net, const fl_st_tensor_t *const *src) {
+    for (int i = 0; i < fl_qnet_num_views(net); i++) {
+        const fl_param_view_t *v = fl_qnet_view(net, i);
+        memcpy(fl_qnet_params(net) + v->offset, src[i]->data, v->numel * sizeof(float));
+    }
+}
+
+/* format = fleet.learner and format_version = 1. */
+static fl_status check_format(const fl_safetensors_t *f, const char *path, fl_err_t *err) {
+    const char *keys[] = {"format", "format_version"}, *want[] = {CKPT_FORMAT, CKPT_VERSION};
+    for (int i = 0; i < 2; i++) {
+        const char *v = fl_safetensors_meta(f, keys[i]);
+        if (!v || strcmp(v, want[i]) != 0)
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: metadata %s is %s%s%s, expected \"%s\" "
+                              "(a file that fl_learner_save wrote, e.g. <learner.checkpoint_dir>/learner-0.safetensors)",
+                              path, keys[i], v ? "\"" : "", v ? v : "missing", v ? "\"" : "", want[i]);
+    }
+    return FL_OK;
+}
+
+fl_status fl_learner_load_network(const char *path, fl_qnet_t *net, fl_err_t *err) {
     fl_safetensors_t *f = NULL;
     FL_TRY(fl_safetensors_read(path, &f, err));
-    fl_status s = FL_OK;
+    const fl_st_tensor_t *src[FL_QNET_MAX_LAYERS * 4];
+    fl_status s = check_format(f, path, err);
+    if (s == FL_OK) s = find_views(f, path, "online", net, src, err);
+    const char *spec = fl_safetensors_meta(f, "model.spec");
+    if (s == FL_OK && !(spec && same_spec(spec, fl_qnet_spec(net))))
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: model.spec is %s%s%s; this network is \"%s\" "
+                       "(the tensors fit, but the layers differ: was the run's model.spec \"%s\"?)", path,
+                       spec ? "\"" : "", spec ? spec : "missing", spec ? "\"" : "", fl_qnet_spec(net), spec ? spec : "?");
+    if (s == FL_OK) copy_views(net, src);
+    fl_safetensors_free(f);
+    return s;
+}
+
+/* The metadata resume compares with the learner's own configuration. */
+static fl_status check_resume_meta(const fl_learner_t *l, const fl_safetensors_t *f, const char *path, fl_err_t *err) {
     char shape[64];
     shape_text(&l->obs, shape, sizeof shape);
     char actions[16];
@@ -111,62 +234,57 @@ fl_status fl__learner_resume(fl_learner_t *l, const char *path, fl_err_t *err) {
                             fl_optim_kind_name(fl_optim_config(l->opt)->kind)};
     for (size_t i = 0; i < sizeof want_k / sizeof want_k[0]; i++) {
         const char *v = fl_safetensors_meta(f, want_k[i]);
-        if (!v || strcmp(v, want_v[i]) != 0) {
-            s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: %s is %s%s%s, this learner has \"%s\"",
-                           path, want_k[i], v ? "\"" : "", v ? v : "missing", v ? "\"" : "", want_v[i]);
-            goto done;
-        }
+        if (!v || strcmp(v, want_v[i]) != 0)
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: %s is %s%s%s, this learner has \"%s\"",
+                              path, want_k[i], v ? "\"" : "", v ? v : "missing", v ? "\"" : "", want_v[i]);
     }
-    uint64_t steps = 0, osteps = 0, samples = 0, version = 0, targets = 0;
-    if ((s = meta_u64(f, path, "learner.steps", &steps, err)) != FL_OK ||
-        (s = meta_u64(f, path, "optimizer.steps", &osteps, err)) != FL_OK ||
-        (s = meta_u64(f, path, "learner.samples", &samples, err)) != FL_OK ||
-        (s = meta_u64(f, path, "param_version", &version, err)) != FL_OK ||
-        (s = meta_u64(f, path, "target_updates", &targets, err)) != FL_OK)
-        goto done;
-    /* Every tensor present with its exact shape, before anything is copied. */
+    return FL_OK;
+}
+
+/* Both networks' and the optimizer's tensors, each present with its exact shape, and no
+ * other tensor; src gets the online views, the target views, then the slots. */
+static fl_status find_resume_tensors(const fl_learner_t *l, const fl_safetensors_t *f, const char *path,
+                                     const fl_st_tensor_t **src, fl_err_t *err) {
     const int nv = fl_qnet_num_views(l->online), slots = fl_optim_num_slots(l->opt);
     const size_t np = fl_qnet_num_params(l->online);
-    const fl_st_tensor_t *src[2 * FL_QNET_MAX_LAYERS * 4 + 8];
-    int n = 0;
-    for (int net = 0; net < 2 && s == FL_OK; net++)
-        for (int i = 0; i < nv && s == FL_OK; i++) {
-            const fl_param_view_t *v = fl_qnet_view(l->online, i);
-            char name[FL_ST_NAME_MAX];
-            snprintf(name, sizeof name, "%s.%s", net ? "target" : "online", v->name);
-            const fl_st_tensor_t *x = fl_safetensors_find(f, name);
-            int ok = x && x->dtype == FL_ST_F32 && x->rank == v->rank;
-            for (int d = 0; ok && d < v->rank; d++) ok = x->shape[d] == v->shape[d];
-            if (!ok)
-                s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s is %s; expected F32 of %zu "
-                               "elements as the network's view", path, name, x ? "of another dtype or shape" : "missing",
-                               v->numel);
-            src[n++] = x;
-        }
-    for (int sl = 0; sl < slots && s == FL_OK; sl++) {
+    FL_TRY(find_views(f, path, "online", l->online, src, err));
+    FL_TRY(find_views(f, path, "target", l->target, src + nv, err));
+    int n = 2 * nv;
+    for (int sl = 0; sl < slots; sl++) {
         char name[FL_ST_NAME_MAX];
         snprintf(name, sizeof name, "optimizer.%s", fl_optim_slot_name(l->opt, sl));
         const fl_st_tensor_t *x = fl_safetensors_find(f, name);
         if (!x || x->dtype != FL_ST_F32 || x->rank != 1 || x->shape[0] != (int64_t)np)
-            s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s is %s; expected F32 (%zu)", path,
-                           name, x ? "of another dtype or shape" : "missing", np);
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s is %s; expected F32 (%zu)",
+                              path, name, x ? "of another dtype or shape" : "missing", np);
         src[n++] = x;
     }
-    if (s != FL_OK) goto done;
-    if (fl_safetensors_count(f) != n) {
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: %d tensors, expected %d", path,
-                       fl_safetensors_count(f), n);
+    if (fl_safetensors_count(f) != n)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: %d tensors, expected %d", path,
+                          fl_safetensors_count(f), n);
+    return FL_OK;
+}
+
+fl_status fl__learner_resume(fl_learner_t *l, const char *path, fl_err_t *err) {
+    fl_safetensors_t *f = NULL;
+    FL_TRY(fl_safetensors_read(path, &f, err));
+    uint64_t steps = 0, osteps = 0, samples = 0, version = 0, targets = 0;
+    const fl_st_tensor_t *src[2 * FL_QNET_MAX_LAYERS * 4 + 8];
+    fl_status s;
+    if ((s = check_resume_meta(l, f, path, err)) != FL_OK ||
+        (s = meta_u64(f, path, "learner.steps", &steps, err)) != FL_OK ||
+        (s = meta_u64(f, path, "optimizer.steps", &osteps, err)) != FL_OK ||
+        (s = meta_u64(f, path, "learner.samples", &samples, err)) != FL_OK ||
+        (s = meta_u64(f, path, "param_version", &version, err)) != FL_OK ||
+        (s = meta_u64(f, path, "target_updates", &targets, err)) != FL_OK ||
+        (s = find_resume_tensors(l, f, path, src, err)) != FL_OK)
         goto done;
-    }
-    n = 0;
-    for (int net = 0; net < 2; net++) {
-        fl_qnet_t *q = net ? l->target : l->online;
-        for (int i = 0; i < nv; i++) {
-            const fl_param_view_t *v = fl_qnet_view(q, i);
-            memcpy(fl_qnet_params(q) + v->offset, src[n++]->data, v->numel * sizeof(float));
-        }
-    }
-    for (int sl = 0; sl < slots; sl++) memcpy(fl_optim_state(l->opt) + (size_t)sl * np, src[n++]->data, np * 4);
+    /* Everything checked: copy. */
+    const int nv = fl_qnet_num_views(l->online), slots = fl_optim_num_slots(l->opt);
+    const size_t np = fl_qnet_num_params(l->online);
+    copy_views(l->online, src);
+    copy_views(l->target, src + nv);
+    for (int sl = 0; sl < slots; sl++) memcpy(fl_optim_state(l->opt) + (size_t)sl * np, src[2 * nv + sl]->data, np * 4);
     fl_optim_set_steps(l->opt, (int64_t)osteps);
     l->st.steps = steps;
     l->st.samples = samples;

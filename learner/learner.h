@@ -217,4 +217,17 @@ fl_qnet_t *fl_learner_target(fl_learner_t *l);
  * training goes on from the same step (and the next publish is param_version + 1). */
 fl_status fl_learner_save(fl_learner_t *l, const char *path, fl_err_t *err);
 
+/* The online network of the checkpoint at path into net (built by the caller with the
+ * run's model.spec, observations and actions; any max_batch), e.g. to evaluate or watch
+ * a trained agent. Checks, before anything is copied: format = fleet.learner and
+ * format_version = 1; for every view of net a tensor "online.<view>" of F32 and the
+ * view's shape; no other "online." tensor; and the checkpoint's model.spec equal to
+ * net's (up to whitespace). Nothing else of the file (the target network, the optimizer,
+ * the counters) is read, and net's input scale is left as it is (model.input_scale is
+ * not in the file). Errors: FL_NOT_FOUND for a missing file; FL_INVALID_ARGUMENT naming
+ * the path and what was wrong: not a safetensors file, not a learner checkpoint, a
+ * tensor missing, extra or of another shape (with both shapes and both model.specs);
+ * net is unchanged then. */
+fl_status fl_learner_load_network(const char *path, fl_qnet_t *net, fl_err_t *err);
+
 #endif

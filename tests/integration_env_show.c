@@ -1,7 +1,8 @@
 /* `fleet env play` and `fleet env record` through the real binary: a scripted play session
  * (keys on stdin) steps the game once per action key and ignores other keys; a recorded
- * GIF and PNG strip have the sizes and frame counts asked for; usage mistakes exit 2 and
- * a missing env exits 1, each with a message naming the problem. */
+ * GIF and PNG strip have the sizes and frame counts asked for, and an MP4 (with ffmpeg) is
+ * an MP4 file; usage mistakes exit 2 and a missing env exits 1, each with a message naming
+ * the problem. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -101,6 +102,18 @@ static void test_record(void **state) {
     assert_int_equal(u32be(png + 16), 3 * 300 + 4 * 4);
     assert_int_equal(u32be(png + 20), 2 * 200 + 3 * 4);
     free(png);
+
+    /* MP4 through ffmpeg (the same recorder as `fleet eval --record`), when installed */
+    if (system("command -v ffmpeg >/dev/null 2>&1") != 0) return;
+    snprintf(cmd, sizeof cmd, "$F env record minatar-breakout --steps 5 --scale 3 --out %s/b.mp4%%s", g_dir);
+    assert_int_equal(shell(&out, cmd, ""), 0);
+    assert_non_null(strstr(out, "(480 x 480) -> "));
+    free(out);
+    snprintf(path, sizeof path, "%s/b.mp4", g_dir);
+    unsigned char *mp4 = (unsigned char *)read_file(path);
+    assert_non_null(mp4);
+    assert_memory_equal(mp4 + 4, "ftyp", 4);
+    free(mp4);
 }
 
 static void test_errors(void **state) {
