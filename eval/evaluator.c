@@ -197,16 +197,24 @@ static int should_stop(fl_evaluator_t *e) {
     return fl_stop_requested() || atomic_load(&e->stop) || fl_reporter_should_stop(e->reporter);
 }
 
-/* A report without a result (keeps the launcher's answer, and its stop request, fresh). */
-static void report(fl_evaluator_t *e, int force) {
+/* A report: the totals, and the result of an evaluation when values is not NULL (forced
+ * then). Without one it keeps the launcher's answer, and its stop request, fresh. */
+static void send_report(fl_evaluator_t *e, const double *values, int force) {
     fl_report_t r;
     memset(&r, 0, sizeof r);
     r.env_steps = e->st.steps;
     r.episodes = e->st.episodes;
     r.param_version = e->st.last_version;
     r.epsilon = e->o.epsilon;
-    fl_reporter_tick(e->reporter, &r, force);
+    if (values) {
+        r.n_extra = FL_EVALUATOR_RESULT_COUNT;
+        r.extra_names = fl_evaluator_result_names;
+        r.extra_values = values;
+    }
+    fl_reporter_tick(e->reporter, &r, force || values);
 }
+
+static void report(fl_evaluator_t *e, int force) { send_report(e, NULL, force); }
 
 /* Fetches the server's parameters into the network when it holds a newer version than
  * the network; *newer = 1 then. Parameters of another size are fatal; an unreachable
@@ -261,16 +269,7 @@ static void report_result(fl_evaluator_t *e, const fl_eval_stats_t *s, uint64_t 
     values[FL_EVAL_RESULT_seconds] = s->seconds;
     values[FL_EVAL_RESULT_at_env_steps] = (double)at_env;
     values[FL_EVAL_RESULT_at_learner_steps] = (double)at_learner;
-    fl_report_t r;
-    memset(&r, 0, sizeof r);
-    r.env_steps = e->st.steps;
-    r.episodes = e->st.episodes;
-    r.param_version = e->st.last_version;
-    r.epsilon = e->o.epsilon;
-    r.n_extra = FL_EVALUATOR_RESULT_COUNT;
-    r.extra_names = fl_evaluator_result_names;
-    r.extra_values = values;
-    fl_reporter_tick(e->reporter, &r, 1);
+    send_report(e, values, 1);
 }
 
 /* One evaluation of the network's parameters (version e->version). */

@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "tests/py_util.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,34 +28,10 @@ static char g_dir[64];
 static char g_env[2048]; /* "PYTHONPATH=... " prefix for commands */
 static const char *g_python;
 
-static int run(const char *cmd) {
-    int rc = system(cmd);
-    return rc == -1 ? -1 : WEXITSTATUS(rc);
-}
+static int run(const char *cmd) { return py_shell(cmd); }
 
 /* Finds a python3 that imports numpy and safetensors, installing them if it must. */
-static int find_python(void) {
-    const char *bin = getenv("FLEET_BINARY_DIR");
-    snprintf(g_env, sizeof g_env, "PYTHONPATH=%s/pydeps${PYTHONPATH:+:$PYTHONPATH}", bin ? bin : "/tmp/fleet");
-    const char *cands[] = {"python3", "/usr/bin/python3"};
-    char cmd[4096];
-    for (int pass = 0; pass < 2; pass++)
-        for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
-            snprintf(cmd, sizeof cmd, "%s %s -c 'import numpy, safetensors.numpy' >/dev/null 2>&1", g_env, cands[i]);
-            if (run(cmd) == 0) {
-                g_python = cands[i];
-                return 1;
-            }
-            if (pass == 0) {
-                snprintf(cmd, sizeof cmd,
-                         "timeout 300 %s -m pip install --quiet --disable-pip-version-check --target '%s/pydeps' "
-                         "numpy safetensors >/dev/null 2>&1",
-                         cands[i], bin ? bin : "/tmp/fleet");
-                (void)run(cmd);
-            }
-        }
-    return 0;
-}
+static int find_python(void) { return py_find("numpy, safetensors.numpy", "numpy safetensors", g_env, sizeof g_env, &g_python); }
 
 static int64_t pattern(int64_t k, int unsigned_type) {
     int64_t v = (k * 7 + 3) % 251;
