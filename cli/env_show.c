@@ -72,6 +72,7 @@ typedef struct instance {
 } instance_t;
 
 static void instance_free(instance_t *in) {
+    fl_env_close(in->def, in->state);
     free(in->state);
     free(in->obs);
     free(in->rgb);

@@ -46,11 +46,11 @@ static fl_status bench_single(const fl_env_def_t *def, int64_t steps, double *ra
     size_t ss = def->state_size ? (def->state_size + 63) / 64 * 64 : 64;
     void *state = aligned_alloc(64, ss);
     void *obs = malloc(fl_env_obs_size(def));
+    if (state) memset(state, 0, ss);
     if (!state || !obs) {
         st = fl_err_set(err, FL_NO_MEMORY, "env '%s': out of memory", def->name);
         goto done;
     }
-    memset(state, 0, ss);
     st = configure_instance(def, state, err);
     if (st != FL_OK) goto done;
     fl_rng_t env_rng, act_rng;
@@ -73,6 +73,7 @@ static fl_status bench_single(const fl_env_def_t *def, int64_t steps, double *ra
     double dt = fl_clock_sec() - t0;
     *rate = dt > 0 ? (double)steps / dt : 0.0;
 done:
+    if (state) fl_env_close(def, state);
     free(state);
     free(obs);
     return st;

@@ -44,11 +44,11 @@ size_t fl_env_obs_size(const fl_env_def_t *def) {
 fl_status fl_env_validate(const fl_env_def_t *def, fl_err_t *err) {
     if (!def) return fl_err_set(err, FL_INVALID_ARGUMENT, "env definition is NULL");
     const char *name = def->name && def->name[0] ? def->name : "(unnamed)";
-    if (def->abi_version != FL_ENV_ABI_VERSION)
+    if (def->abi_version < FL_ENV_ABI_VERSION_MIN || def->abi_version > FL_ENV_ABI_VERSION)
         return fl_err_set(err, FL_FAILED_PRECONDITION,
-                          "env '%s': abi_version is %d, this fleet expects %d (rebuild the plugin "
+                          "env '%s': abi_version is %d, this fleet expects %d..%d (rebuild the plugin "
                           "against this envs/env.h)",
-                          name, def->abi_version, FL_ENV_ABI_VERSION);
+                          name, def->abi_version, FL_ENV_ABI_VERSION_MIN, FL_ENV_ABI_VERSION);
     if (!def->name || !def->name[0]) return fl_err_set(err, FL_INVALID_ARGUMENT, "env: name is empty");
     if (fl_dtype_size(def->obs.dtype) == 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': obs_dtype %d is not a known dtype", name,
@@ -85,4 +85,8 @@ fl_status fl_env_configure(const fl_env_def_t *def, void *state, const fl_env_op
                       "rng = %s, args = \"%s\"",
                       def->name, instance, (double)opts->sticky_prob, opts->difficulty_ramping,
                       opts->reference_rng ? "reference" : "fleet", opts->args ? opts->args : "");
+}
+
+void fl_env_close(const fl_env_def_t *def, void *state) {
+    if (def && state && def->abi_version >= 3 && def->close) def->close(state);
 }

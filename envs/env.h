@@ -46,6 +46,8 @@
 /* Bytes of one observation (dtype size times the product of the shape); 0 if the
  * definition's dtype or shape is invalid. */
 size_t fl_env_obs_size(const fl_env_def_t *def);
+/* def's close for one instance's state, when def has one (ABI 3); nothing otherwise. */
+void fl_env_close(const fl_env_def_t *def, void *state);
 /* Number of elements of one observation; 0 if the shape is invalid. */
 size_t fl_env_obs_count(const fl_env_def_t *def);
 

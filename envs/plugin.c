@@ -71,11 +71,11 @@ static fl_status load_locked(const char *path, const char *expected_name, const 
         s = fl_err_set(err, FL_INVALID_ARGUMENT, "env.plugin '%s': %s() returned NULL", path, FL_ENV_PLUGIN_SYMBOL);
         goto fail;
     }
-    if (def->abi_version != FL_ENV_ABI_VERSION) {
+    if (def->abi_version < FL_ENV_ABI_VERSION_MIN || def->abi_version > FL_ENV_ABI_VERSION) {
         s = fl_err_set(err, FL_FAILED_PRECONDITION,
-                       "env.plugin '%s': abi_version is %d, this fleet expects %d (rebuild the plugin against "
+                       "env.plugin '%s': abi_version is %d, this fleet expects %d..%d (rebuild the plugin against "
                        "this fleet's <fleet/env.h>)",
-                       path, def->abi_version, FL_ENV_ABI_VERSION);
+                       path, def->abi_version, FL_ENV_ABI_VERSION_MIN, FL_ENV_ABI_VERSION);
         goto fail;
     }
     s = fl_env_validate(def, err);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/suggest.h"
+#include "envs/atari.h"
 #include "envs/classic.h"
 #include "envs/minatar.h"
 #include "envs/minatar_games2.h"
@@ -28,15 +29,20 @@ static const fl_env_def_t *const builtins[] = {
 
 #define NUM_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
 
-int fl_env_count(void) { return NUM_BUILTINS; }
+/* The compiled-in envs, then the Atari games of the build's ROMs (envs/atari.h; their
+ * -full and -rgb variants are found by name but not listed). */
+int fl_env_count(void) { return NUM_BUILTINS + fl_atari_count(); }
 
-const fl_env_def_t *fl_env_at(int i) { return i >= 0 && i < NUM_BUILTINS ? builtins[i] : NULL; }
+const fl_env_def_t *fl_env_at(int i) {
+    if (i >= 0 && i < NUM_BUILTINS) return builtins[i];
+    return fl_atari_at(i - NUM_BUILTINS);
+}
 
 const fl_env_def_t *fl_env_find(const char *name) {
     if (!name) return NULL;
     for (int i = 0; i < NUM_BUILTINS; i++)
         if (strcmp(builtins[i]->name, name) == 0) return builtins[i];
-    return NULL;
+    return fl_atari_find(name);
 }
 
 fl_status fl_env_lookup(const char *name, const fl_env_def_t **out, fl_err_t *err) {
@@ -54,6 +60,11 @@ fl_status fl_env_lookup(const char *name, const fl_env_def_t **out, fl_err_t *er
     fl_suggest_t sg;
     fl_suggest_init(&sg, name, name && strlen(name) >= 6 ? strlen(name) / 3 : 2);
     for (int i = 0; i < NUM_BUILTINS; i++) fl_suggest_consider(&sg, builtins[i]->name);
+    static char atari[FL_ATARI_MAX_GAMES][80]; /* `best` points into them */
+    for (int i = 0; i < fl_atari_count() && i < FL_ATARI_MAX_GAMES; i++) {
+        snprintf(atari[i], sizeof atari[i], "atari-%s", fl_atari_game_name(i));
+        fl_suggest_consider(&sg, atari[i]);
+    }
     return fl_err_set(err, FL_NOT_FOUND, "unknown env '%s' (known: %s%s%s%s)", name ? name : "(null)", known,
                       sg.best ? "; did you mean '" : "", sg.best ? sg.best : "", sg.best ? "'?" : "");
 }

@@ -83,8 +83,16 @@ fl_status fl__vecenv_create_instances(const fl__vec_instances_t *inst, int num_e
     return create("wrapvec", inst->def, inst, inst->state_size, inst->obs_size, num_envs, seed, 0, out, err);
 }
 
+static inline void *state_at(const fl_vecenv_t *ve, int i) {
+    return ve->states + (size_t)i * ve->state_stride;
+}
+
 void fl_vecenv_destroy(fl_vecenv_t *ve) {
     if (!ve) return;
+    /* What the instances hold outside their states (wrapped chains: the inner env's, at
+     * the start of each state). */
+    const fl_env_def_t *owner = ve->inst ? ve->inst->configure_def : ve->def;
+    for (int i = 0; ve->states && i < ve->num_envs; i++) fl_env_close(owner, state_at(ve, i));
     free(ve->states);
     free(ve->rngs);
     free(ve->elapsed);
@@ -92,9 +100,6 @@ void fl_vecenv_destroy(fl_vecenv_t *ve) {
     free(ve);
 }
 
-static inline void *state_at(const fl_vecenv_t *ve, int i) {
-    return ve->states + (size_t)i * ve->state_stride;
-}
 
 fl_status fl_vecenv_configure(fl_vecenv_t *ve, const fl_env_options_t *opts, fl_err_t *err) {
     const fl_env_def_t *def = ve->def;

@@ -447,6 +447,8 @@ size_t fl_wrapped_env_state_size(const fl_wrapped_env_t *w) {
 size_t fl_wrapped_env_obs_size(const fl_wrapped_env_t *w) {
     return w->layers[w->num_layers - 1].out.size;
 }
+void fl_wrapped_env_close(const fl_wrapped_env_t *w, void *state) { fl_env_close(w->inner, state); }
+
 void *fl_wrapped_env_inner_state(const fl_wrapped_env_t *w, void *state) {
     (void)w;
     return state;

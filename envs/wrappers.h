@@ -93,6 +93,9 @@ fl_status fl_wrapped_env_configure(const fl_wrapped_env_t *w, void *state, const
 /* Starts an episode: state is fl_wrapped_env_state_size bytes (zeroed before the first
  * reset), obs receives fl_wrapped_env_obs_size bytes. */
 void fl_wrapped_env_reset(const fl_wrapped_env_t *w, void *state, fl_rng_t *rng, void *obs);
+/* Releases what the inner env holds for one instance (fl_env_close), before the state is
+ * freed or zeroed for reuse. */
+void fl_wrapped_env_close(const fl_wrapped_env_t *w, void *state);
 /* One agent step with a valid action (0 <= action < num_actions; the caller checks).
  * *terminated: the MDP reached a terminal state; *truncated: a step limit (maxsteps or
  * the inner's own) was hit without termination. After either, reset before stepping. */

@@ -35,7 +35,10 @@ struct fl_evaluation {
 
 void fl_evaluation_destroy(fl_evaluation_t *e) {
     if (!e) return;
-    for (int i = 0; e->slots && i < e->parallel; i++) free(e->slots[i].state);
+    for (int i = 0; e->slots && i < e->parallel; i++) {
+        if (e->slots[i].state) fl_wrapped_env_close(e->w, e->slots[i].state);
+        free(e->slots[i].state);
+    }
     free(e->slots);
     free(e->obs);
     free(e->obs_f);
@@ -70,7 +73,7 @@ fl_status fl_evaluation_create(const fl_wrapped_env_t *w, const fl_env_options_t
     e->actions = calloc(P, sizeof *e->actions);
     e->active = calloc(P, sizeof *e->active);
     int ok = e->slots && e->obs && e->obs_f && e->q && e->actions && e->active;
-    for (size_t i = 0; ok && i < P; i++) ok = (e->slots[i].state = malloc(e->state_size ? e->state_size : 1)) != NULL;
+    for (size_t i = 0; ok && i < P; i++) ok = (e->slots[i].state = calloc(1, e->state_size ? e->state_size : 1)) != NULL;
     if (!ok) {
         fl_evaluation_destroy(e);
         return fl_err_set(err, FL_NO_MEMORY, "evaluation: out of memory for %d instances of %s", parallel, def->name);
@@ -117,6 +120,7 @@ double fl_eval_t95(int df) {
 /* Starts episode k on slot s: a zeroed, configured instance reset with stream k. */
 static fl_status start_episode(fl_evaluation_t *e, int s, int k, uint64_t seed, unsigned char *obs, fl_err_t *err) {
     slot_t *sl = &e->slots[s];
+    fl_wrapped_env_close(e->w, sl->state);
     memset(sl->state, 0, e->state_size ? e->state_size : 1);
     if (e->opts) FL_TRY(fl_wrapped_env_configure(e->w, sl->state, e->opts, err));
     fl_rng_init_stream(&sl->env_rng, seed, (uint64_t)k);

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs every Debian package fleet's build and tests need. Idempotent: does nothing
-# when all are present. Uses sudo when not root. CUDA (nvcc, cuBLAS, cuDNN) is optional
-# and not installed here: the build uses it when /usr/local/cuda (or nvcc on PATH) has it.
+# Installs every Debian package fleet's build and tests need, then fetches and builds the
+# Arcade Learning Environment once (scripts/ale.sh, cached in .deps/; FLEET_ALE=OFF skips
+# it, and a failure there only leaves the build without Atari envs). Idempotent: does
+# nothing when all is present. Uses sudo when not root. CUDA (nvcc, cuBLAS, cuDNN) is
+# optional and not installed here: the build uses it when /usr/local/cuda (or nvcc on
+# PATH) has it.
 set -euo pipefail
 
 packages=(
@@ -10,7 +13,14 @@ packages=(
   libcmocka-dev libinih-dev libopenblas-dev libzstd-dev zlib1g-dev
   libopenmpi-dev openmpi-bin
   gnuplot-nox  # draws each run's curve.png (a run goes on without it; its tests skip the drawing)
+  python3-venv python3-pip  # fetch ALE's source (scripts/ale.sh) and the interoperability tests' packages
 )
+
+# ALE for the Atari envs, after the packages it needs.
+ale() {
+  if [ "${FLEET_ALE:-AUTO}" = "OFF" ]; then return 0; fi
+  bash "$(dirname "$0")/ale.sh" || echo "setup: going on without the Atari envs (see above)" >&2
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -21,6 +31,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"
+  ale
   exit 0
 fi
 
@@ -34,3 +45,4 @@ echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+ale

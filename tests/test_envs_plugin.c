@@ -370,7 +370,7 @@ static void test_wrong_abi(void **state) {
     assert_int_equal(load(so, "tiny", &def, &err), FL_FAILED_PRECONDITION);
     assert_null(def);
     char want[128];
-    snprintf(want, sizeof want, "abi_version is 7, this fleet expects %d", FL_ENV_ABI_VERSION);
+    snprintf(want, sizeof want, "abi_version is 7, this fleet expects %d..%d", FL_ENV_ABI_VERSION_MIN, FL_ENV_ABI_VERSION);
     assert_non_null(strstr(err.msg, want));
     assert_non_null(strstr(err.msg, so));
 }

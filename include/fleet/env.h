@@ -39,8 +39,12 @@
 extern "C" {
 #endif
 
-/* Bumped whenever fl_env_def_t or a function signature changes incompatibly. */
-#define FL_ENV_ABI_VERSION 2
+/* Bumped whenever fl_env_def_t or a function signature changes. 3 added `close` at the
+ * end of fl_env_def_t; definitions of version 2 (which end before it) still load and are
+ * read as having no close function. */
+#define FL_ENV_ABI_VERSION 3
+/* The oldest version this header's users still load. */
+#define FL_ENV_ABI_VERSION_MIN 2
 /* The function a plugin exports: `const fl_env_def_t *fl_env_plugin(void)`. */
 #define FL_ENV_PLUGIN_SYMBOL "fl_env_plugin"
 #define FL_ENV_MAX_RANK 4
@@ -101,6 +105,12 @@ typedef int (*fl_env_configure_fn)(void *state, const fl_env_options_t *opts);
  * (0 <= a < num_actions), e.g. "left" or "fire", for tools such as `fleet env play`,
  * whose keys find actions by these names (arrows: left/right/up/down, space: fire). */
 typedef const char *(*fl_env_action_name_fn)(int action);
+/* close (ABI 3, optional, may be NULL): releases what configure or reset acquired for one
+ * instance (an emulator, a file); called once before the instance's state is freed or
+ * zeroed for reuse, also for a state that was only zeroed (then it must do nothing).
+ * Callers go through fl_env_close (envs/env.h), which does not read the member of a
+ * version-2 definition. */
+typedef void (*fl_env_close_fn)(void *state);
 
 typedef struct fl_env_def {
     int abi_version;          /* FL_ENV_ABI_VERSION */
@@ -123,6 +133,7 @@ typedef struct fl_env_def {
     int render_width;
     fl_env_configure_fn configure; /* optional; NULL when the env takes no options */
     fl_env_action_name_fn action_name; /* optional; NULL when actions are only numbered */
+    fl_env_close_fn close;    /* ABI 3; optional; NULL when an instance holds nothing outside its state */
 } fl_env_def_t;
 
 /* ---- Inline random helpers ------------------------------------------------------------

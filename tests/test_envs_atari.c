@@ -1,0 +1,188 @@
+/* Tests for envs/atari (the ALE games as built-in envs), skipped with a message in a
+ * build without ALE or without ROMs:
+ *  - the registry lists the games and finds the -full and -rgb variants, with ALE's
+ *    action sets (Pong's 6 minimal actions, 18 in full) and screen sizes;
+ *  - a seed and an action sequence replay exactly (frames, rewards, terminals), also with
+ *    sticky actions; other seeds with sticky actions play differently;
+ *  - env.args frameskip=4 sums the rewards of 4 frames and ends on the 4th; bad args are
+ *    refused;
+ *  - Breakout starts with 5 lives (fl_atari_lives) and loses them;
+ *  - the grayscale and RGB variants show the same screen, and instances are closed
+ *    (their emulators freed: the sanitizer build finds a leak otherwise). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/rng.h"
+#include "envs/atari.h"
+#include "envs/registry.h"
+
+#define SKIP_WITHOUT_ATARI()                                                                          \
+    do {                                                                                              \
+        if (!fl_atari_available() || !fl_env_find("atari-pong")) {                                    \
+            print_message("SKIP: this build has no ALE or no Atari ROMs (scripts/ale.sh builds them)\\n"); \
+            skip();                                                                                   \
+        }                                                                                             \
+    } while (0)
+
+typedef struct inst {
+    const fl_env_def_t *d;
+    void *state, *obs;
+    fl_rng_t rng;
+} inst_t;
+
+static void inst_open(inst_t *in, const char *name, uint64_t seed, float sticky, const char *args) {
+    in->d = fl_env_find(name);
+    assert_non_null(in->d);
+    in->state = calloc(1, in->d->state_size);
+    in->obs = malloc(fl_env_obs_size(in->d));
+    fl_env_options_t o = {.sticky_prob = sticky, .args = args};
+    assert_int_equal(in->d->configure(in->state, &o), 0);
+    fl_rng_init_stream(&in->rng, seed, 0);
+    in->d->reset(in->state, &in->rng, in->obs);
+}
+
+static void inst_close(inst_t *in) {
+    fl_env_close(in->d, in->state);
+    free(in->state);
+    free(in->obs);
+}
+
+/* Plays n steps of a fixed action pattern; a checksum of every frame, reward and end. */
+static uint64_t play(inst_t *in, int n, double *ret) {
+    uint64_t h = 1469598103934665603ull;
+    size_t bytes = fl_env_obs_size(in->d);
+    *ret = 0;
+    for (int t = 0; t < n; t++) {
+        float r;
+        int term;
+        in->d->step(in->state, &in->rng, (t / 7) % in->d->num_actions, in->obs, &r, &term);
+        *ret += r;
+        const uint8_t *o = in->obs;
+        for (size_t i = 0; i < bytes; i += 13) h = (h ^ o[i]) * 1099511628211ull;
+        h = (h ^ (uint64_t)(int64_t)r ^ ((uint64_t)term << 40)) * 1099511628211ull;
+        if (term) in->d->reset(in->state, &in->rng, in->obs);
+    }
+    return h;
+}
+
+static void test_registry(void **unused) {
+    (void)unused;
+    SKIP_WITHOUT_ATARI();
+    const fl_env_def_t *p = fl_env_find("atari-pong"), *pf = fl_env_find("atari-pong-full"),
+                       *pr = fl_env_find("atari-pong-rgb"), *pfr = fl_env_find("atari-pong-full-rgb");
+    assert_non_null(p);
+    assert_non_null(pf);
+    assert_non_null(pr);
+    assert_non_null(pfr);
+    assert_int_equal(p->num_actions, 6);
+    assert_int_equal(pf->num_actions, 18);
+    assert_int_equal(p->obs.dtype, FL_DTYPE_UINT8);
+    assert_int_equal(p->obs.rank, 3);
+    assert_int_equal(p->obs.shape[0], 210);
+    assert_int_equal(p->obs.shape[1], 160);
+    assert_int_equal(p->obs.shape[2], 1);
+    assert_int_equal(pr->obs.shape[2], 3);
+    assert_string_equal(p->action_name(1), "fire");
+    assert_null(fl_env_find("atari-nosuchgame"));
+    assert_null(fl_env_find("atari-pong-rgb-full")); /* -full comes first */
+    int found = 0;
+    for (int i = 0; i < fl_env_count(); i++) found += strcmp(fl_env_at(i)->name, "atari-breakout") == 0;
+    assert_int_equal(found, 1);
+    assert_true(fl_atari_count() >= 50);
+}
+
+static void test_replays_exactly(void **unused) {
+    (void)unused;
+    SKIP_WITHOUT_ATARI();
+    const float sticky[] = {0.0f, 0.25f};
+    for (int k = 0; k < 2; k++) {
+        inst_t a, b, c;
+        inst_open(&a, "atari-breakout", 7, sticky[k], "");
+        inst_open(&b, "atari-breakout", 7, sticky[k], "");
+        inst_open(&c, "atari-breakout", 8, sticky[k], "");
+        double ra, rb, rc;
+        uint64_t ha = play(&a, 3000, &ra), hb = play(&b, 3000, &rb), hc = play(&c, 3000, &rc);
+        assert_true(ha == hb);
+        assert_true(ra == rb);
+        if (sticky[k] > 0) assert_true(ha != hc); /* ALE's sticky draws come from the seed */
+        inst_close(&a);
+        inst_close(&b);
+        inst_close(&c);
+    }
+}
+
+static void test_frameskip_and_args(void **unused) {
+    (void)unused;
+    SKIP_WITHOUT_ATARI();
+    inst_t one, four;
+    inst_open(&one, "atari-pong", 3, 0.0f, "");
+    inst_open(&four, "atari-pong", 3, 0.0f, "frameskip=4");
+    /* Four single frames of an action, then one 4-frame step of the same: the same screen. */
+    float r1 = 0, r;
+    int term;
+    for (int k = 0; k < 4; k++) {
+        one.d->step(one.state, &one.rng, 2, one.obs, &r, &term);
+        r1 += r;
+    }
+    four.d->step(four.state, &four.rng, 2, four.obs, &r, &term);
+    assert_memory_equal(one.obs, four.obs, fl_env_obs_size(one.d));
+    assert_true(r == r1);
+    inst_close(&one);
+    inst_close(&four);
+    const fl_env_def_t *d = fl_env_find("atari-pong");
+    void *s = calloc(1, d->state_size);
+    const char *bad[] = {"frameskip=0", "frameskip=x", "colour=3", "mode=-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fl_env_options_t o = {.sticky_prob = 0, .args = bad[i]};
+        if (d->configure(s, &o) != -1) fail_msg("args \"%s\" accepted", bad[i]);
+    }
+    fl_env_options_t o = {.sticky_prob = 1.5f, .args = ""};
+    assert_int_equal(d->configure(s, &o), -1);
+    fl_env_close(d, s);
+    free(s);
+}
+
+static void test_lives_and_variants(void **unused) {
+    (void)unused;
+    SKIP_WITHOUT_ATARI();
+    inst_t g, c;
+    inst_open(&g, "atari-breakout", 5, 0.0f, "");
+    inst_open(&c, "atari-breakout-rgb", 5, 0.0f, "");
+    assert_int_equal(fl_atari_lives(g.d, g.state), 5);
+    assert_int_equal(fl_atari_lives(fl_env_find("cartpole"), g.state), -1);
+    /* Gray and RGB of the same play: where the RGB screen is black, so is the gray one. */
+    double r;
+    play(&g, 200, &r);
+    play(&c, 200, &r);
+    const uint8_t *gray = g.obs, *rgb = c.obs;
+    for (size_t i = 0; i < 210 * 160; i++)
+        if (!rgb[3 * i] && !rgb[3 * i + 1] && !rgb[3 * i + 2]) assert_int_equal(gray[i], 0);
+    /* Without firing, Breakout's ball never comes: play with fire until a life is lost. */
+    int lost = 0;
+    for (int t = 0; t < 20000 && !lost; t++) {
+        float rr;
+        int term;
+        g.d->step(g.state, &g.rng, t % 2 ? 1 : 0, g.obs, &rr, &term);
+        lost = fl_atari_lives(g.d, g.state) < 5;
+    }
+    assert_true(lost);
+    inst_close(&g);
+    inst_close(&c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_replays_exactly),
+        cmocka_unit_test(test_frameskip_and_args),
+        cmocka_unit_test(test_lives_and_variants),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
