@@ -52,6 +52,7 @@ typedef struct atari_state {
     float repeat;    /* env.sticky_actions: ALE's repeat_action_probability */
     int frameskip;   /* env.args frameskip=N: emulator frames per step (rewards summed) */
     int mode, difficulty;
+    int ale_seed;    /* env.args ale_seed=N: ALE's random_seed (-1: a draw from the instance's generator) */
 } atari_state_t;
 
 const char *fl_atari_roms_dir(void) {
@@ -135,7 +136,7 @@ static void scan(void) {
 
 static int parse_args(atari_state_t *s, const char *args) {
     s->frameskip = 1;
-    s->mode = s->difficulty = -1;
+    s->mode = s->difficulty = s->ale_seed = -1;
     for (const char *p = args ? args : ""; *p;) {
         while (*p == ' ' || *p == ',') p++;
         if (!*p) break;
@@ -148,6 +149,8 @@ static int parse_args(atari_state_t *s, const char *args) {
             s->mode = value;
         else if (strcmp(key, "difficulty") == 0 && value >= 0)
             s->difficulty = value;
+        else if (strcmp(key, "ale_seed") == 0 && value >= 0)
+            s->ale_seed = value;
         else
             return -1;
         p += used;
@@ -179,7 +182,7 @@ static void atari_reset(void *state, fl_rng_t *rng, void *obs) {
     }
     if (!s->ale) {
         fl_ale_opts_t o = {.rom = g_games[s->slot / VARIANTS].rom,
-                           .seed = (int32_t)(fl_env_rng_u64(rng) >> 33),
+                           .seed = s->ale_seed >= 0 ? s->ale_seed : (int32_t)(fl_env_rng_u64(rng) >> 33),
                            .repeat_prob = s->repeat,
                            .mode = s->mode,
                            .difficulty = s->difficulty,

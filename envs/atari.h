@@ -14,10 +14,12 @@
  * frames at frameskip 1; env.max_episode_steps replaces it).
  *
  * Per instance: env.sticky_actions is ALE's repeat_action_probability; env.args takes
- * "frameskip=N mode=M difficulty=D" (space- or comma-separated; mode and difficulty
- * among those the game offers, else its defaults). Seeds: an instance's emulator is
- * started at its first reset with ALE's random_seed drawn from the instance's fleet
- * generator, so a seed and an action sequence replay exactly. An instance holds an
+ * "frameskip=N mode=M difficulty=D ale_seed=S" (space- or comma-separated; mode and
+ * difficulty among those the game offers, else its defaults). Seeds: an instance's
+ * emulator is started at its first reset with ALE's random_seed drawn from the
+ * instance's fleet generator, so a seed and an action sequence replay exactly; ale_seed=S
+ * sets ALE's random_seed itself (to replay a trace of another ALE program, as
+ * tests/integration_atari_python.c does with ale-py). An instance holds an
  * emulator outside its state: the definitions have a close function (ABI 3).
  * Without ALE in the build there are no Atari envs (fl_atari_available() is 0). */
 #ifndef FL_ENVS_ATARI_H

@@ -1,0 +1,98 @@
+/* Fidelity of fleet's Atari envs against ale-py (the Python package of the same
+ * emulator, installed with pip into <build>/pydeps when missing, as the other
+ * interoperability tests do; skipped with a message where that cannot work, or when the
+ * build has no ALE): for Pong, Breakout, Space Invaders, Seaquest and Ms. Pac-Man, the
+ * same ALE seed and the same 10,000 actions (with sticky actions 0.25, and without for
+ * one game) give identical raw frames (CRC-32 of every grayscale screen), rewards,
+ * terminals and lives (tests/py/ale_interop.py holds the action pattern and the trace
+ * format). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "tests/py_util.h"
+#include "common/rng.h"
+#include "envs/atari.h"
+#include "envs/registry.h"
+
+#define STEPS 10000
+#define SEED 123
+
+static char g_env[2048];
+static const char *g_python;
+
+/* Plays atari-<game> with ale_seed = SEED and writes the trace ale_interop.py reads. */
+static void write_trace(const char *game, float sticky, const char *path) {
+    char name[96], args[64];
+    snprintf(name, sizeof name, "atari-%s", game);
+    snprintf(args, sizeof args, "ale_seed=%d", SEED);
+    const fl_env_def_t *d = fl_env_find(name);
+    assert_non_null(d);
+    void *state = calloc(1, d->state_size);
+    uint8_t *obs = malloc(fl_env_obs_size(d));
+    fl_env_options_t o = {.sticky_prob = sticky, .args = args};
+    assert_int_equal(d->configure(state, &o), 0);
+    fl_rng_t rng;
+    fl_rng_init(&rng, 1);
+    d->reset(state, &rng, obs);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    const int n = d->num_actions;
+    for (int t = 0; t < STEPS; t++) {
+        int a = (7 * t + t / 13) % n;
+        float r;
+        int term;
+        d->step(state, &rng, a, obs, &r, &term);
+        unsigned long crc = crc32(0L, obs, (uInt)fl_env_obs_size(d));
+        fprintf(f, "%d %d %d %d %d %lu\n", t, a, (int)r, term, fl_atari_lives(d, state), crc);
+        if (term) d->reset(state, &rng, obs);
+    }
+    fclose(f);
+    fl_env_close(d, state);
+    free(state);
+    free(obs);
+}
+
+static void test_frames_match_ale_py(void **unused) {
+    (void)unused;
+    if (!fl_atari_available() || !fl_env_find("atari-pong")) {
+        print_message("SKIP: this build has no ALE or no Atari ROMs (scripts/ale.sh builds them)\n");
+        skip();
+    }
+    if (!py_find("ale_py, numpy", "ale-py==0.12.1", g_env, sizeof g_env, &g_python)) {
+        print_message("SKIP: no python3 with ale-py, and pip could not install it\n");
+        skip();
+    }
+    const struct {
+        const char *game;
+        float sticky;
+    } cases[] = {{"pong", 0.25f}, {"breakout", 0.25f}, {"space_invaders", 0.25f},
+                 {"seaquest", 0.25f}, {"ms_pacman", 0.25f}, {"breakout", 0.0f}};
+    char dir[] = "/tmp/fl_ale_py_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char trace[128], cmd[4096];
+        snprintf(trace, sizeof trace, "%s/%s-%zu.txt", dir, cases[i].game, i);
+        write_trace(cases[i].game, cases[i].sticky, trace);
+        snprintf(cmd, sizeof cmd, "%s %s %s/tests/py/ale_interop.py check %s %s %d %g %d", g_env, g_python,
+                 getenv("FLEET_SOURCE_DIR"), trace, cases[i].game, SEED, (double)cases[i].sticky, STEPS);
+        if (py_shell(cmd) != 0) fail_msg("%s (sticky %g): fleet and ale-py differ (above)", cases[i].game,
+                                         (double)cases[i].sticky);
+        unlink(trace);
+    }
+    rmdir(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_frames_match_ale_py)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
