@@ -15,7 +15,8 @@
 
 struct fl_agent {
     fl_agent_settings_t s;
-    fl_env_factory_opts_t factory; /* strings borrowed from the config */
+    fl_env_factory_opts_t factory; /* strings borrowed from the config (but wrappers) */
+    char wrappers[FL_CONFIG_STRING_MAX]; /* env.wrappers without the training-only ones */
     fl_env_options_t inst;
     fl_wrapped_env_t *env;
     fl_qnet_t *net;
@@ -127,6 +128,9 @@ void fl_agent_close(fl_agent_t *a) {
 /* The env, the network with the checkpoint's parameters, the evaluation. */
 static fl_status build(fl_agent_t *a, const fl_config_t *cfg, const char *checkpoint, fl_err_t *err) {
     fl_options_env(cfg, &a->factory);
+    /* Whole games, scored as the game scores them: no training-only wrappers. */
+    fl_wrappers_for_evaluation(a->factory.wrappers, a->wrappers, sizeof a->wrappers);
+    a->factory.wrappers = a->wrappers;
     fl_env_instance_options(&a->factory, &a->inst);
     FL_TRY(fl_env_create_wrapped(&a->factory, &a->env, err));
     const fl_env_def_t *def = fl_wrapped_env_info(a->env);

@@ -3,9 +3,28 @@
 
 #include <string.h>
 
+#include "envs/registry.h"
 #include "replay/selector.h"
 
 _Static_assert(FL_CONFIG_STRING_MAX <= FL_REPLAY_DIR_MAX, "replay.checkpoint_dir must fit the service's paths");
+
+/* The standard Atari protocols (env.preset): their wrappers and sticky actions. Nature
+ * DQN / Ape-X: up to 30 no-op starts, frame skip 4 with a max over the last two frames,
+ * episodic life and fire-on-reset (for games whose action 1 is fire), 84x84 (area
+ * interpolation of ALE's grayscale screen), reward clipping, 108,000 frames, frame stack
+ * 4, no sticky actions. Machado et al. 2018: sticky actions 0.25 (ALE's), the full action
+ * set (an atari-<game>-full env), no episodic life, frame skip 4, 84x84, reward clipping,
+ * 108,000 frames, frame stack 4. Evaluations drop the training-only wrappers. */
+static const char *const NATURE_FIRE =
+    "noop(30) frameskip(4) episodiclife firereset resize(84,84) clipreward maxsteps(27000) framestack(4)";
+static const char *const NATURE = "noop(30) frameskip(4) episodiclife resize(84,84) clipreward maxsteps(27000) framestack(4)";
+static const char *const MACHADO = "frameskip(4) resize(84,84) clipreward maxsteps(27000) framestack(4)";
+
+/* 1 when env `name` is built in with action 1 named fire (of 3 or more). */
+static int fires(const char *name) {
+    const fl_env_def_t *d = fl_env_find(name);
+    return d && d->num_actions >= 3 && d->action_name && strcmp(d->action_name(1), "fire") == 0;
+}
 
 void fl_options_env(const fl_config_t *c, fl_env_factory_opts_t *out) {
     memset(out, 0, sizeof *out);
@@ -18,9 +37,36 @@ void fl_options_env(const fl_config_t *c, fl_env_factory_opts_t *out) {
     out->difficulty_ramping = c->env_difficulty_ramping != 0;
     out->rng = c->env_rng == FL_CFG_RNG_REFERENCE ? FL_ENV_RNG_REFERENCE : FL_ENV_RNG_FLEET;
     out->args = c->env_args;
+    if (c->env_preset == FL_CFG_PRESET_NATURE) {
+        out->wrappers = fires(c->env_name) ? NATURE_FIRE : NATURE;
+        out->sticky_actions = 0.0;
+    } else if (c->env_preset == FL_CFG_PRESET_MACHADO) {
+        out->wrappers = MACHADO;
+        out->sticky_actions = 0.25;
+    }
+}
+
+/* What a preset needs of the rest of [env]. */
+static fl_status check_preset(const fl_config_t *c, fl_err_t *err) {
+    if (c->env_preset == FL_CFG_PRESET_NONE) return FL_OK;
+    const char *preset = FL_CONFIG_ENUM_STR(c, env, preset);
+    if (c->env_wrappers[0])
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "env.preset = %s sets the wrappers itself; env.wrappers = \"%s\" as well: give one of them",
+                          preset, c->env_wrappers);
+    if (strncmp(c->env_name, "atari-", 6) != 0 || c->env_plugin[0])
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "env.preset = %s is an Atari protocol: env.name = %s is not atari-*",
+                          preset, c->env_name);
+    if (c->env_preset == FL_CFG_PRESET_MACHADO && !strstr(c->env_name, "-full"))
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "env.preset = machado plays the full action set: env.name = %s-full instead of %s",
+                          c->env_name, c->env_name);
+    return FL_OK;
 }
 
 fl_status fl_options_open_env(const fl_config_t *c, fl_wrapped_env_t **out, fl_err_t *err) {
+    *out = NULL;
+    FL_TRY(check_preset(c, err));
     fl_env_factory_opts_t o;
     fl_options_env(c, &o);
     return fl_env_create_wrapped(&o, out, err);

@@ -24,6 +24,7 @@ typedef enum { FL_CFG_MODE_APEX, FL_CFG_MODE_GORILA } fl_cfg_learner_mode;
 typedef enum { FL_CFG_DEVICE_CPU, FL_CFG_DEVICE_CUDA, FL_CFG_DEVICE_AUTO } fl_cfg_learner_device;
 typedef enum { FL_CFG_OPTIM_RMSPROP, FL_CFG_OPTIM_ADAM, FL_CFG_OPTIM_SGD } fl_cfg_learner_optimizer;
 typedef enum { FL_CFG_TARGET_EVAL, FL_CFG_TARGET_TRAIN } fl_cfg_run_target_on;
+typedef enum { FL_CFG_PRESET_NONE, FL_CFG_PRESET_NATURE, FL_CFG_PRESET_MACHADO } fl_cfg_env_preset;
 typedef enum { FL_CFG_EVERY_SECONDS, FL_CFG_EVERY_LEARNER_STEPS } fl_cfg_eval_every_unit;
 
 #define FL_CONFIG_KEYS(X)                                                                                   \
@@ -56,6 +57,7 @@ typedef enum { FL_CFG_EVERY_SECONDS, FL_CFG_EVERY_LEARNER_STEPS } fl_cfg_eval_ev
     X(env, rng, ENUM, "fleet", 0, 0, "fleet|reference", "random generator of games that offer a reference-compatible one") \
     X(env, args, STRING, "", 0, 0, "", "free text handed to the env (plugins)") \
     X(env, wrappers, STRING, "", 0, 0, "", "Atari-style wrappers around the env, e.g. \"noop(30) frameskip(4) framestack(4)\" (docs/environments.md)") \
+    X(env, preset, ENUM, "none", 0, 0, "none|nature|machado", "a standard Atari protocol for an atari-* env (docs/environments.md): nature (Nature DQN / Ape-X: no-op starts, frame skip 4 with max-pooling, 84x84, frame stack 4, reward clipping, episodic life and fire-on-reset for training, no sticky actions) or machado (Machado et al. 2018: sticky actions 0.25, the full action set, no episodic life); it sets env.wrappers and env.sticky_actions") \
     /* [eval] the evaluators' greedy evaluation */                                                          \
     X(eval, every, FLOAT, 5, 0.001, 1e12, "", "how often an evaluator evaluates the latest parameters, in eval.every_unit") \
     X(eval, every_unit, ENUM, "seconds", 0, 0, "seconds|learner_steps", "unit of eval.every") \

@@ -342,6 +342,8 @@ int fl_atari_lives(const fl_env_def_t *def, void *state) {
 
 int fl_atari_available(void) { return 1; }
 
+int fl_atari_env(const fl_env_def_t *def) { return def && def->reset == atari_reset; }
+
 #else /* no ALE in this build */
 
 const char *fl_atari_roms_dir(void) { return ""; }
@@ -363,5 +365,9 @@ int fl_atari_lives(const fl_env_def_t *def, void *state) {
     return -1;
 }
 int fl_atari_available(void) { return 0; }
+int fl_atari_env(const fl_env_def_t *def) {
+    (void)def;
+    return 0;
+}
 
 #endif

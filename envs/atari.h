@@ -40,6 +40,8 @@ const char *fl_atari_game_name(int i);
 const fl_env_def_t *fl_atari_at(int i);
 /* The definition named `name` ("atari-<game>[-full][-rgb]"), or NULL. */
 const fl_env_def_t *fl_atari_find(const char *name);
+/* 1 when def is one of these envs (the episodiclife wrapper needs its lives). */
+int fl_atari_env(const fl_env_def_t *def);
 /* An Atari instance's lives (for an episodic-life wrapper); -1 for other envs or before
  * the first reset. */
 int fl_atari_lives(const fl_env_def_t *def, void *state);

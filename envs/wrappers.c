@@ -9,6 +9,8 @@
  * coefficient tables are computed once at create time and shared read-only. */
 #include "envs/wrappers.h"
 
+#include "envs/atari.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -21,12 +23,26 @@
 #define STATE_ALIGN 64
 #define TOKEN_MAX 96
 
-enum { K_BASE, K_STICKY, K_NOOP, K_FRAMESKIP, K_GRAYSCALE, K_RESIZE, K_CLIPREWARD, K_MAXSTEPS, K_FRAMESTACK, K_COUNT };
+enum {
+    K_BASE,
+    K_STICKY,
+    K_NOOP,
+    K_FRAMESKIP,
+    K_EPISODICLIFE,
+    K_FIRERESET,
+    K_GRAYSCALE,
+    K_RESIZE,
+    K_CLIPREWARD,
+    K_MAXSTEPS,
+    K_FRAMESTACK,
+    K_COUNT
+};
 
 /* Indexed by kind; also the canonical, innermost-first order of the chain. */
-static const char *const kind_names[K_COUNT] = {"",       "sticky",     "noop",     "frameskip", "grayscale",
-                                                "resize", "clipreward", "maxsteps", "framestack"};
-#define KNOWN_WRAPPERS "sticky, noop, frameskip, grayscale, resize, clipreward, maxsteps, framestack"
+static const char *const kind_names[K_COUNT] = {"",          "sticky", "noop",       "frameskip", "episodiclife", "firereset",
+                                                "grayscale", "resize", "clipreward", "maxsteps",  "framestack"};
+#define KNOWN_WRAPPERS \
+    "sticky, noop, frameskip, episodiclife, firereset, grayscale, resize, clipreward, maxsteps, framestack"
 
 typedef struct space {
     fl_obs_spec_t obs;
@@ -160,6 +176,8 @@ static fl_status parse_params(int kind, char *args, int has_parens, params_t *pr
         break;
     case K_GRAYSCALE:
     case K_CLIPREWARD:
+    case K_EPISODICLIFE:
+    case K_FIRERESET:
         if (has_parens) return bad_token(err, t, "no arguments (write it without parentheses)");
         break;
     case K_RESIZE:
@@ -335,6 +353,7 @@ static fl_status layer_setup(layer_t *L, fl_err_t *err) {
         L->bytes = in->size;
         break;
     case K_MAXSTEPS: L->bytes = sizeof(int64_t); break;
+    case K_EPISODICLIFE: L->bytes = 2 * sizeof(int); break; /* lives seen, and whether the game is over */
     case K_FRAMESTACK: {
         int last = in->obs.shape[in->obs.rank - 1];
         if (last > INT_MAX / L->prm.n) return bad_space(err, &L->prm, in, "a last axis small enough to stack");
@@ -346,6 +365,24 @@ static fl_status layer_setup(layer_t *L, fl_err_t *err) {
     out->size = space_bytes(out);
     if (out->size == 0) return bad_space(err, &L->prm, in, "an observation size that does not overflow");
     if (L->kind == K_FRAMESTACK) L->bytes = in->size + out->size;
+    return FL_OK;
+}
+
+/* What episodiclife and firereset need of the inner env: lives (an Atari game) and a
+ * fire action (action 1 named "fire", and at least 3 actions, as the games that need it
+ * have). */
+static fl_status check_inner(const fl_env_def_t *inner, const layer_t *L, fl_err_t *err) {
+    if (L->kind == K_EPISODICLIFE && !fl_atari_env(inner))
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "wrapper spec: token '%s': expected an env with lives (an atari-* game), got '%s'",
+                          L->prm.token, inner->name);
+    if (L->kind == K_FIRERESET &&
+        (inner->num_actions < 3 || !inner->action_name || strcmp(inner->action_name(1), "fire") != 0))
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "wrapper spec: token '%s': expected an env whose action 1 is fire (of 3 or more), got '%s' "
+                          "(action 1: %s)",
+                          L->prm.token, inner->name,
+                          inner->action_name && inner->num_actions > 1 ? inner->action_name(1) : "none");
     return FL_OK;
 }
 
@@ -393,6 +430,11 @@ fl_status fl_wrapped_env_create_limited(const fl_env_def_t *inner, const char *s
         L->in = w->layers[w->num_layers - 1].out;
         w->num_layers++; /* counted before setup so that destroy frees its tables */
         fl_status st = layer_setup(L, err);
+        if (st != FL_OK) {
+            fl_wrapped_env_destroy(w);
+            return st;
+        }
+        if (st == FL_OK) st = check_inner(inner, L, err);
         if (st != FL_OK) {
             fl_wrapped_env_destroy(w);
             return st;
@@ -575,6 +617,29 @@ static void layer_reset(const fl_wrapped_env_t *w, int li, uint8_t *st, fl_rng_t
         break;
     }
     case K_FRAMESKIP: layer_reset(w, li - 1, st, rng, obs); break;
+    case K_EPISODICLIFE: {
+        int *lives = (int *)my, *over = lives + 1;
+        if (*over || *lives <= 0) { /* a real reset: the game is over (or never began) */
+            layer_reset(w, li - 1, st, rng, obs);
+        } else { /* only a life was lost: go on from where the game is, with a no-op step */
+            float r = 0.0f;
+            int t = 0, tr = 0;
+            layer_step(w, li - 1, st, rng, 0, obs, &r, &t, &tr);
+            if (t || tr) layer_reset(w, li - 1, st, rng, obs);
+        }
+        *lives = fl_atari_lives(w->inner, st);
+        *over = 0;
+        break;
+    }
+    case K_FIRERESET:
+        layer_reset(w, li - 1, st, rng, obs);
+        for (int a = 1; a <= 2; a++) { /* fire, then the next action, as the games expect */
+            float r = 0.0f;
+            int t = 0, tr = 0;
+            layer_step(w, li - 1, st, rng, a, obs, &r, &t, &tr);
+            if (t || tr) layer_reset(w, li - 1, st, rng, obs);
+        }
+        break;
     case K_GRAYSCALE:
         layer_reset(w, li - 1, st, rng, my);
         grayscale(my, obs, L->out.size);
@@ -642,6 +707,16 @@ static void layer_step(const fl_wrapped_env_t *w, int li, uint8_t *st, fl_rng_t 
             memcpy(obs, last, L->in.size);
         break;
     }
+    case K_EPISODICLIFE: {
+        int *lives = (int *)my, *over = lives + 1;
+        layer_step(w, li - 1, st, rng, a, obs, r, term, trunc);
+        *over = *term || *trunc;
+        int now = fl_atari_lives(w->inner, st);
+        if (now < *lives && now > 0) *term = 1; /* a life lost ends the agent's episode */
+        *lives = now;
+        break;
+    }
+    case K_FIRERESET: layer_step(w, li - 1, st, rng, a, obs, r, term, trunc); break;
     case K_GRAYSCALE:
         layer_step(w, li - 1, st, rng, a, my, r, term, trunc);
         grayscale(my, obs, L->out.size);
@@ -745,3 +820,24 @@ const fl_wrapped_env_t *fl_wrapvec_env(const fl_wrapvec_t *v) { return v->inst.c
 void *fl_wrapvec_state(fl_wrapvec_t *v, int i) { return fl_vecenv_state(v->ve, i); }
 
 fl_rng_t *fl_wrapvec_rng(fl_wrapvec_t *v, int i) { return fl_vecenv_rng(v->ve, i); }
+
+void fl_wrappers_for_evaluation(const char *spec, char *out, size_t len) {
+    size_t used = 0;
+    if (len) out[0] = '\0';
+    for (const char *s = spec ? spec : ""; *s;) {
+        while (*s == ' ' || *s == '\t' || *s == '\n') s++;
+        if (!*s) break;
+        const char *start = s;
+        int depth = 0;
+        while (*s && (depth || (*s != ' ' && *s != '\t' && *s != '\n'))) {
+            depth += *s == '(' ? 1 : *s == ')' ? -1 : 0;
+            s++;
+        }
+        size_t n = (size_t)(s - start);
+        if ((n == 12 && strncmp(start, "episodiclife", 12) == 0) || (n == 10 && strncmp(start, "clipreward", 10) == 0))
+            continue;
+        int w = snprintf(out + used, len > used ? len - used : 0, "%s%.*s", used ? " " : "", (int)n, start);
+        if (w > 0) used += (size_t)w;
+        if (used >= len) break;
+    }
+}

@@ -26,6 +26,13 @@
  *                     truncation) and sums the rewards; m = maxpool (default) returns the
  *                     elementwise max of the last two frames of this step (the only
  *                     frame if just one was taken), m = last returns the last frame.
+ *   episodiclife      (an atari-* env: it needs lives) the loss of a life ends the agent's
+ *                     episode (terminated) while the game goes on; the next reset is then
+ *                     a no-op step, not a new game, unless the game is over. Training only:
+ *                     evaluations drop it (fl_wrappers_for_evaluation).
+ *   firereset         (an env whose action 1 is "fire", with 3 or more actions) reset is
+ *                     followed by steps of action 1 and action 2, the start a game such as
+ *                     Breakout waits for; their rewards are dropped.
  *   grayscale         uint8 (H,W,3) -> (H,W,1), Y = round(0.299 R + 0.587 G + 0.114 B).
  *   resize(h,w[,m])   uint8 (H,W,C) -> (h,w,C), rounded to nearest. m = area (default):
  *                     each output pixel is the mean of the input rectangle it covers,
@@ -33,7 +40,8 @@
  *                     axis is enlarged it is interpolated as bilinear); m = bilinear:
  *                     half-pixel centers, src = (dst + 0.5) * in/out - 0.5, clamped to
  *                     the edge (OpenCV INTER_LINEAR).
- *   clipreward        reward -> sign(reward) in {-1, 0, 1} (NaN -> 0).
+ *   clipreward        reward -> sign(reward) in {-1, 0, 1} (NaN -> 0). Training only, like
+ *                     episodiclife: evaluations report the game's own score.
  *   maxsteps(N)       truncates after N steps of this layer (agent steps); a step that
  *                     also terminates is terminated only.
  *   framestack(n)     the last n observations concatenated on the last axis, oldest first:
@@ -58,6 +66,11 @@
 #include "envs/vecenv.h"
 
 typedef struct fl_wrapped_env fl_wrapped_env_t;
+
+/* spec without its training-only wrappers (episodiclife, clipreward), into out (len
+ * bytes; a spec longer than that is cut): what an evaluation plays, so that its returns
+ * are whole games' scores. */
+void fl_wrappers_for_evaluation(const char *spec, char *out, size_t len);
 
 /* Builds the chain described by spec (NULL or "" = no wrapper) around inner, which is
  * validated and must outlive the result. */

@@ -13,6 +13,7 @@
 #include "common/rng.h"
 #include "common/statefile.h"
 #include "common/stop.h"
+#include "envs/wrappers.h"
 #include "eval/evaluate.h"
 #include "kernels/qnet.h"
 #include "paramserver/client.h"
@@ -104,8 +105,12 @@ static fl_status check_opts(const fl_evaluator_opts_t *o, int index, const char 
 /* Copies the options and their strings (the caller's may go away). */
 static fl_status copy_opts(fl_evaluator_t *e, const fl_evaluator_opts_t *o, fl_err_t *err) {
     e->o = *o;
-    if (!dup_str(o->model_spec, &e->model_spec) || !dup_str(o->env.name, &e->env_name) ||
-        !dup_str(o->env.plugin, &e->env_plugin) || !dup_str(o->env.wrappers, &e->env_wrappers) ||
+    /* Evaluations play whole games and report their scores: no training-only wrappers. */
+    size_t wl = strlen(o->env.wrappers ? o->env.wrappers : "") + 1;
+    e->env_wrappers = malloc(wl);
+    if (e->env_wrappers) fl_wrappers_for_evaluation(o->env.wrappers, e->env_wrappers, wl);
+    if (!e->env_wrappers || !dup_str(o->model_spec, &e->model_spec) || !dup_str(o->env.name, &e->env_name) ||
+        !dup_str(o->env.plugin, &e->env_plugin) ||
         !dup_str(o->env.args, &e->env_args) || !dup_str(o->state_dir, &e->state_dir))
         return fl_err_set(err, FL_NO_MEMORY, "evaluator: out of memory");
     e->o.state_dir = e->state_dir;

@@ -12,6 +12,9 @@
  * forced report (Report.extra, the names below). A version already evaluated is not
  * evaluated again: a fleet whose learner has stopped publishing is not re-measured.
  *
+ * The env is env.* without its training-only wrappers (episodiclife, clipreward:
+ * fl_wrappers_for_evaluation), so that an evaluation's returns are whole games' scores.
+ *
  * Seeds: evaluation round r of evaluator i uses the r-th draw of stream
  * FL_EVALUATOR_SEED_STREAM + i of run.seed, so evaluators never share env seeds with one
  * another or with the actors (streams 0 .. actor.count - 1), and a run is reproducible.

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "cli/options.h"
+#include "envs/registry.h"
 
 static void set(fl_config_t *c, const char *kv) {
     fl_err_t err;
@@ -269,10 +270,49 @@ static void test_optimizer(void **unused) {
     assert_true(o.momentum == 0.0f); /* learner.momentum is SGD's */
 }
 
+/* env.preset: the protocols' wrappers and sticky actions, and what they refuse. */
+static void test_presets(void **unused) {
+    (void)unused;
+    fl_config_t c;
+    fl_config_defaults(&c);
+    fl_err_t err;
+    fl_err_init(&err);
+    fl_env_factory_opts_t e;
+    assert_int_equal(fl_config_set(&c, "env.preset=machado", &err), FL_OK);
+    fl_options_env(&c, &e);
+    assert_string_equal(e.wrappers, "frameskip(4) resize(84,84) clipreward maxsteps(27000) framestack(4)");
+    assert_true(e.sticky_actions == 0.25);
+    fl_wrapped_env_t *w = NULL;
+    /* cartpole is no Atari game; an Atari game needs its -full variant; wrappers twice */
+    assert_int_equal(fl_options_open_env(&c, &w, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "not atari-*"));
+    assert_int_equal(fl_config_set(&c, "env.name=atari-pong", &err), FL_OK);
+    assert_int_equal(fl_options_open_env(&c, &w, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "atari-pong-full"));
+    assert_int_equal(fl_config_set(&c, "env.preset=nature", &err), FL_OK);
+    assert_int_equal(fl_config_set(&c, "env.wrappers=framestack(4)", &err), FL_OK);
+    assert_int_equal(fl_options_open_env(&c, &w, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "give one of them"));
+    assert_int_equal(fl_config_set(&c, "env.wrappers=", &err), FL_OK);
+    fl_options_env(&c, &e);
+    assert_true(e.sticky_actions == 0.0);
+    assert_non_null(strstr(e.wrappers, "noop(30) frameskip(4) episodiclife"));
+    if (fl_env_find("atari-pong")) { /* with ALE: Pong fires (action 1), and opens as 84x84x4 */
+        assert_non_null(strstr(e.wrappers, "firereset"));
+        assert_int_equal(fl_options_open_env(&c, &w, &err), FL_OK);
+        const fl_env_def_t *d = fl_wrapped_env_info(w);
+        assert_int_equal(d->obs.shape[0], 84);
+        assert_int_equal(d->obs.shape[2], 4);
+        assert_int_equal(d->max_episode_steps, 27000);
+        fl_wrapped_env_destroy(w);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults), cmocka_unit_test(test_env),         cmocka_unit_test(test_open_env),
         cmocka_unit_test(test_actor),    cmocka_unit_test(test_paramserver), cmocka_unit_test(test_optimizer),
+        cmocka_unit_test(test_presets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

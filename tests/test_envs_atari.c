@@ -22,6 +22,7 @@
 #include "common/rng.h"
 #include "envs/atari.h"
 #include "envs/registry.h"
+#include "envs/wrappers.h"
 
 #define SKIP_WITHOUT_ATARI()                                                                          \
     do {                                                                                              \
@@ -177,12 +178,68 @@ static void test_lives_and_variants(void **unused) {
     inst_close(&c);
 }
 
+/* firereset starts Breakout's ball; episodiclife ends the agent's episode at a lost life
+ * while the game goes on (the next reset continues it with 4 lives, not a new game of 5). */
+static void test_fire_and_episodic_life(void **unused) {
+    (void)unused;
+    SKIP_WITHOUT_ATARI();
+    const fl_env_def_t *d = fl_env_find("atari-breakout");
+    fl_wrapped_env_t *w = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_wrapped_env_create(d, "episodiclife firereset", &w, &err), FL_OK);
+    void *state = calloc(1, fl_wrapped_env_state_size(w));
+    void *obs = malloc(fl_wrapped_env_obs_size(w));
+    fl_env_options_t o = {.sticky_prob = 0, .args = ""};
+    assert_int_equal(fl_wrapped_env_configure(w, state, &o, &err), FL_OK);
+    fl_rng_t rng;
+    fl_rng_init(&rng, 3);
+    fl_wrapped_env_reset(w, state, &rng, obs);
+    assert_int_equal(fl_atari_lives(d, fl_wrapped_env_inner_state(w, state)), 5);
+    int t = 0, term = 0, trunc = 0;
+    float r;
+    while (!term && t < 5000) { /* noop: the paddle stays; the fired ball is lost */
+        fl_wrapped_env_step(w, state, &rng, 0, obs, &r, &term, &trunc);
+        t++;
+    }
+    assert_true(term);
+    assert_int_equal(fl_atari_lives(d, fl_wrapped_env_inner_state(w, state)), 4);
+    fl_wrapped_env_reset(w, state, &rng, obs);
+    assert_int_equal(fl_atari_lives(d, fl_wrapped_env_inner_state(w, state)), 4); /* the same game */
+    fl_wrapped_env_close(w, state);
+    free(state);
+    free(obs);
+    fl_wrapped_env_destroy(w);
+    /* What the wrappers need of the env. */
+    assert_int_equal(fl_wrapped_env_create(fl_env_find("cartpole"), "episodiclife", &w, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "lives"));
+    assert_int_equal(fl_wrapped_env_create(fl_env_find("atari-ms_pacman"), "firereset", &w, &err),
+                     FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "fire"));
+}
+
+/* Evaluations drop the training-only wrappers, and only those. */
+static void test_wrappers_for_evaluation(void **unused) {
+    (void)unused;
+    char out[256];
+    fl_wrappers_for_evaluation("noop(30) frameskip(4) episodiclife firereset resize(84, 84) clipreward "
+                               "maxsteps(27000) framestack(4)",
+                               out, sizeof out);
+    assert_string_equal(out, "noop(30) frameskip(4) firereset resize(84, 84) maxsteps(27000) framestack(4)");
+    fl_wrappers_for_evaluation("", out, sizeof out);
+    assert_string_equal(out, "");
+    fl_wrappers_for_evaluation("clipreward", out, sizeof out);
+    assert_string_equal(out, "");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_replays_exactly),
         cmocka_unit_test(test_frameskip_and_args),
         cmocka_unit_test(test_lives_and_variants),
+        cmocka_unit_test(test_fire_and_episodic_life),
+        cmocka_unit_test(test_wrappers_for_evaluation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
