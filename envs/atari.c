@@ -193,9 +193,11 @@ static void atari_reset(void *state, fl_rng_t *rng, void *obs) {
             fprintf(stderr, "atari-%s: %s\n", g_games[s->slot / VARIANTS].name, err);
             abort(); /* the ROM loaded when the env was made: this is not a configuration error */
         }
-    } else {
-        fl_ale_reset(s->ale);
     }
+    /* Every episode, the first one too, begins with ALE's reset_game, as ale-py's Gymnasium
+     * env begins them (loading the ROM already resets the console, and a second reset
+     * draws a new power-on state for games that read uninitialised RAM). */
+    fl_ale_reset(s->ale);
     obs_of(s, obs);
 }
 

@@ -7,9 +7,9 @@
  * terminals and lives (tests/py/ale_interop.py holds the action pattern and the trace
  * format); and fleet's Nature preprocessing (`frameskip(4) resize(84,84) framestack(4)`)
  * against Gymnasium's AtariPreprocessing plus FrameStackObservation (pip: gymnasium,
- * opencv-python-headless) on 3,000 steps of Pong and Breakout: the same rewards and
- * terminals, and stacks that agree to within one grey level (Pong exactly; in Breakout
- * 0.004% of the pixels round to the neighbouring level), except the frame of a step in
+ * opencv-python-headless) on 3,000 steps of each of the five games: the same rewards and
+ * terminals, and stacks that agree to within one grey level (Pong exactly; in the others
+ * 0.004% to 0.12% of the pixels round to the neighbouring level), except the frame of a step in
  * which the episode ends, where Gymnasium max-pools a stale buffer
  * (tests/py/ale_preprocessing.py). */
 #include <setjmp.h>
@@ -113,7 +113,9 @@ static void write_preprocessed(const char *game, const char *frames_path, const 
                      FL_OK);
     void *state = calloc(1, fl_wrapped_env_state_size(w));
     uint8_t *obs = malloc(fl_wrapped_env_obs_size(w));
-    fl_env_options_t o = {.sticky_prob = 0, .args = ""};
+    char args[64];
+    snprintf(args, sizeof args, "ale_seed=%d", SEED);
+    fl_env_options_t o = {.sticky_prob = 0, .args = args};
     assert_int_equal(fl_wrapped_env_configure(w, state, &o, &err), FL_OK);
     fl_rng_t rng;
     fl_rng_init(&rng, 1);
@@ -152,7 +154,7 @@ static void test_preprocessing_matches_gymnasium(void **unused) {
         print_message("SKIP: no python3 with ale-py, Gymnasium and OpenCV, and pip could not install them\n");
         skip();
     }
-    const char *games[] = {"pong", "breakout"};
+    const char *games[] = {"pong", "breakout", "space_invaders", "seaquest", "ms_pacman"};
     char dir[] = "/tmp/fl_ale_pre_XXXXXX";
     assert_non_null(mkdtemp(dir));
     for (size_t i = 0; i < sizeof games / sizeof games[0]; i++) {
@@ -160,8 +162,8 @@ static void test_preprocessing_matches_gymnasium(void **unused) {
         snprintf(frames, sizeof frames, "%s/%s.u8", dir, games[i]);
         snprintf(trace, sizeof trace, "%s/%s.txt", dir, games[i]);
         write_preprocessed(games[i], frames, trace);
-        snprintf(cmd, sizeof cmd, "%s %s %s/tests/py/ale_preprocessing.py check %s %s %s %d", g_env, g_python,
-                 getenv("FLEET_SOURCE_DIR"), frames, trace, games[i], PRE_STEPS);
+        snprintf(cmd, sizeof cmd, "%s %s %s/tests/py/ale_preprocessing.py check %s %s %s %d %d", g_env, g_python,
+                 getenv("FLEET_SOURCE_DIR"), frames, trace, games[i], SEED, PRE_STEPS);
         if (py_shell(cmd) != 0) fail_msg("%s: fleet's Nature preprocessing and Gymnasium's differ (above)", games[i]);
         unlink(frames);
         unlink(trace);

@@ -11,7 +11,8 @@ resets, as this script does with reset_game), lives is ALE's count after the fra
 crc is zlib's CRC-32 of the 210x160 grayscale screen after the frame. The actions are
      a(t) = (7 t + t // 13) % n        (n: the size of the minimal action set)
 This script plays the same actions with ale_py.ALEInterface (random_seed SEED,
-repeat_action_probability STICKY, the ROM of the ale-py wheel) and checks every line:
+repeat_action_probability STICKY, the ROM of the ale-py wheel, reset_game after loading
+it, as fleet and Gymnasium begin every episode) and checks every line:
 exit 0 when all STEPS agree, 1 at the first difference (printed).
 """
 import sys
@@ -28,6 +29,7 @@ def main():
     ale.setInt("random_seed", seed)
     ale.setFloat("repeat_action_probability", sticky)
     ale.loadROM(roms.get_rom_path(game))
+    ale.reset_game()  # an episode begins with reset_game, the first one too (as in fleet and Gymnasium)
     actions = ale.getMinimalActionSet()
     n = len(actions)
     with open(trace) as f:
