@@ -176,9 +176,9 @@ static void obs_of(const atari_state_t *s, void *obs) {
 
 static void atari_reset(void *state, fl_rng_t *rng, void *obs) {
     atari_state_t *s = state;
-    if (!s->configured) {
-        fl_env_options_t none = {.sticky_prob = 0.0f, .args = ""};
-        configure_slot(0, s, &none); /* never reached through the API: configure comes first */
+    if (!s->configured) { /* the env API configures every instance before its first reset */
+        fprintf(stderr, "atari: an instance was reset before its configure (a caller broke the env API)\n");
+        abort();
     }
     if (!s->ale) {
         fl_ale_opts_t o = {.rom = g_games[s->slot / VARIANTS].rom,
