@@ -215,6 +215,13 @@ static void report(actor_t *a, int force) {
     r.transitions_acked = a->acked_base + (a->writer ? fl_replay_writer_acked(a->writer) : 0);
     r.param_version = a->st.param_version;
     r.epsilon = a->epsilon;
+    /* The writer's backlog: what a supervisor's accounting needs besides the acked. */
+    static const char *const names[] = {"transitions_pending", "transitions_dropped"};
+    double values[2] = {a->writer ? (double)fl_replay_writer_pending(a->writer) : 0,
+                        a->writer ? (double)fl_replay_writer_dropped(a->writer) : 0};
+    r.n_extra = 2;
+    r.extra_names = names;
+    r.extra_values = values;
     fl_reporter_tick(a->reporter, &r, force);
 }
 
@@ -348,6 +355,7 @@ void fl_actor_opts_init(fl_actor_opts_t *o) {
     o->sync_every = 400;
     o->fetch_bf16 = 0;
     o->max_steps = 0;
+    o->max_backlog_mb = 64;
     o->n_step = 3;
     o->gamma = 0.99;
     o->model_spec = "dense(256) relu dense(256) relu dueling";
@@ -401,7 +409,8 @@ static fl_status open_envs(actor_t *a, fl_rng_t *init_rng, fl_err_t *err) {
     a->st.epsilon = a->epsilon;
 
     fl_rng_t seeder;
-    fl_rng_init_stream(&seeder, o->seed, (uint64_t)a->index);
+    fl_rng_init_stream(&seeder, o->incarnation ? mix64(o->seed ^ mix64((uint64_t)o->incarnation)) : o->seed,
+                       (uint64_t)a->index);
     uint64_t env_seed = fl_rng_u64(&seeder);
     fl_rng_init(&a->explore, fl_rng_u64(&seeder));
     fl_rng_init(init_rng, fl_rng_u64(&seeder));
@@ -485,6 +494,7 @@ static fl_status connect_clients(actor_t *a, const char *replay_addr, const char
     if (s != FL_OK) return s;
     FL_TRY(fl_replay_writer_create(a->replay, a->st.stream_id, &spec,
                                    fl_actor_batches_per_call(a->obs_bytes, o->local_buffer), &a->writer, err));
+    fl_replay_writer_set_backlog(a->writer, (size_t)(o->max_backlog_mb * 1048576.0));
     fl_param_client_opts_t po = {.bf16 = o->fetch_bf16 != 0};
     FL_TRY(fl_param_client_create_opts(param_addr, &po, &a->params, err));
     return fl_reporter_create(control_addr, "actor", (uint32_t)index, o->progress_every / 2.0, &a->reporter, err);
@@ -635,6 +645,7 @@ fl_status fl_actor_run(fl_actor_t *a, fl_err_t *err) {
     if (s == FL_OK) s = finish(a, err);
     a->st.transitions_acked = a->acked_base + fl_replay_writer_acked(a->writer);
     a->st.transitions_unacked = fl_replay_writer_pending(a->writer);
+    a->st.transitions_dropped = fl_replay_writer_dropped(a->writer);
     return s;
 }
 

@@ -80,6 +80,7 @@ typedef struct fl_actor_stats {
     uint64_t transitions_sent;    /* transitions appended to the replay writer */
     uint64_t transitions_acked;   /* of those, acknowledged by the shard */
     uint64_t transitions_unacked; /* appended but not acknowledged when the actor stopped */
+    uint64_t transitions_dropped; /* unacknowledged, dropped for actor.max_backlog_mb */
     uint64_t param_version;       /* parameter version in use at the end (0 = local init) */
     uint64_t param_updates;       /* fetches that brought new parameters */
     double epsilon;               /* this actor's exploration epsilon */
@@ -132,6 +133,9 @@ typedef struct fl_actor_opts {
     const char *state_dir;     /* run.checkpoint_dir: the actor keeps actor-<index>.state there ("" = none) */
     double state_every;        /* run.checkpoint_every: seconds between state files (0 = only at the stop) */
     int resume;                /* start from state_dir's file (fleet run --resume) */
+    double max_backlog_mb;     /* actor.max_backlog_mb: bound of the writer's unacknowledged backlog (0 = none) */
+    int incarnation;           /* restarts of this actor so far (fleet run's supervision): mixed into its seeds
+                                  so that a restarted actor does not repeat its predecessor's episodes */
 } fl_actor_opts_t;
 
 /* The defaults of the keys above (those of a config with no file and no --set). */

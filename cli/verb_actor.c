@@ -17,8 +17,10 @@ int fl_verb_actor(int argc, char **argv) {
     int64_t index = -1;
     char replay[256] = "", params[256] = "", control[256] = "";
     int resume = 0;
+    int64_t incarnation = 0;
     const fl_opt_t opts[] = {
         {"--index", FL_OPT_INT, &index},
+        {"--incarnation", FL_OPT_INT, &incarnation},
         {"--resume", FL_OPT_FLAG, &resume},
         {"--replay", FL_OPT_STRING, replay},
         {"--paramserver", FL_OPT_STRING, params},
@@ -51,6 +53,7 @@ int fl_verb_actor(int argc, char **argv) {
     fl_actor_opts_t ao;
     fl_options_actor(&cfg, &ao);
     ao.resume = resume;
+    ao.incarnation = (int)incarnation;
     fl_actor_t *actor = NULL;
     fl_err_t err;
     fl_err_init(&err);

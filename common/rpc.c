@@ -26,6 +26,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/stop.h"
 
 /* ------------------------------------------------------------ helpers ---- */
 
@@ -922,11 +923,27 @@ struct fl_rpc_stream {
     grpc_status_code code;
     grpc_slice details;
     const char *error_string;
+    int stoppable;                 /* FL_RPC_STOPPABLE: cancelled once a stop is requested */
+    int cancelled;                 /* ... which it was */
 };
+
+/* Waits for the stream's event `tag`. A stoppable stream waits in short slices and
+ * cancels its call once the process is asked to stop (the event then comes at once). */
+static grpc_event stream_pluck(fl_rpc_stream_t *s, void *tag) {
+    if (!s->stoppable) return grpc_completion_queue_pluck(s->cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_pluck(s->cq, tag, deadline_from_ms(100), NULL);
+        if (ev.type != GRPC_QUEUE_TIMEOUT) return ev;
+        if (!s->cancelled && fl_stop_requested()) {
+            s->cancelled = 1;
+            grpc_call_cancel_with_status(s->call, GRPC_STATUS_CANCELLED, "the process was asked to stop", NULL);
+        }
+    }
+}
 
 static int stream_wait_send(fl_rpc_stream_t *s) {
     if (!s->send_pending) return 1;
-    grpc_event ev = grpc_completion_queue_pluck(s->cq, TAG_S_SEND, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_event ev = stream_pluck(s, TAG_S_SEND);
     s->send_pending = 0;
     if (s->pending_bb) {
         grpc_byte_buffer_destroy(s->pending_bb);
@@ -958,6 +975,7 @@ fl_status fl_rpc_stream_open(fl_rpc_channel_t *ch, const char *method, int64_t t
     if (!s) return fl_err_set(err, FL_NO_MEMORY, "%s: out of memory", method);
     snprintf(s->method, sizeof s->method, "%s", method);
     s->write_flags = (flags & FL_RPC_BUFFERED) ? GRPC_WRITE_BUFFER_HINT : 0;
+    s->stoppable = (flags & FL_RPC_STOPPABLE) != 0;
     s->cq = grpc_completion_queue_create_for_pluck(NULL);
     s->call = grpc_channel_create_call(ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq,
                                        grpc_slice_from_copied_string(method), NULL, deadline_from_ms(timeout_ms),
@@ -1033,9 +1051,8 @@ static fl_status stream_close_wait(fl_rpc_stream_t *s, fl_err_t *err) {
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    if (grpc_call_start_batch(s->call, &op, 1, TAG_S_CLOSE, NULL) == GRPC_CALL_OK)
-        grpc_completion_queue_pluck(s->cq, TAG_S_CLOSE, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    grpc_completion_queue_pluck(s->cq, TAG_S_RECV, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (grpc_call_start_batch(s->call, &op, 1, TAG_S_CLOSE, NULL) == GRPC_CALL_OK) stream_pluck(s, TAG_S_CLOSE);
+    stream_pluck(s, TAG_S_RECV);
     fl_status st = call_status(s->method, s->code, s->details, s->error_string, err);
     if (st == FL_OK && !s->resp_bb) st = fl_err_set(err, FL_INTERNAL, "%s: server sent no response", s->method);
     return st;

@@ -23,5 +23,12 @@ int fl_ratelimit_can_sample(const fl_ratelimit_t *r, uint64_t n, uint64_t size) 
     return fl_ratelimit_diff(r) - (double)n >= r->min_diff;
 }
 
+void fl_ratelimit_clamp(fl_ratelimit_t *r) {
+    if (r->spi <= 0 || r->inserted < r->min_size) return;
+    double diff = fl_ratelimit_diff(r), want = diff > r->max_diff ? r->max_diff : diff < r->min_diff ? r->min_diff : diff;
+    double sampled = (double)r->inserted * r->spi - want;
+    r->sampled = sampled > 0 ? (uint64_t)sampled : 0;
+}
+
 void fl_ratelimit_inserted(fl_ratelimit_t *r, uint64_t n) { r->inserted += n; }
 void fl_ratelimit_sampled(fl_ratelimit_t *r, uint64_t n) { r->sampled += n; }

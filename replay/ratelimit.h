@@ -29,6 +29,11 @@ int fl_ratelimit_can_insert(const fl_ratelimit_t *r, uint64_t n);
 int fl_ratelimit_can_sample(const fl_ratelimit_t *r, uint64_t n, uint64_t size);
 void fl_ratelimit_inserted(fl_ratelimit_t *r, uint64_t n);
 void fl_ratelimit_sampled(fl_ratelimit_t *r, uint64_t n);
+/* After a restart from a checkpoint and the write-ahead log: the log holds the inserts
+ * since the checkpoint but not the samples, so inserted * spi - sampled may lie far past
+ * the window, which would hold every insert back until the learner re-sampled all of
+ * it. Moves `sampled` so that the difference is within [min_diff, max_diff]. */
+void fl_ratelimit_clamp(fl_ratelimit_t *r);
 /* inserted * spi - sampled. */
 double fl_ratelimit_diff(const fl_ratelimit_t *r);
 

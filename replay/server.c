@@ -914,7 +914,9 @@ void fl_replay_service_stop(fl_replay_service_t *s) {
     }
     /* A server never started is torn down by fl_rpc_server_destroy alone. */
     if (s->started) fl_rpc_server_shutdown(s->rpc);
-    if (s->ckpt_at_stop) { /* no call runs any more: the table holds everything acknowledged */
+    /* No call runs any more: the table holds everything acknowledged. Only a shard that
+     * served writes it: one whose recovery failed must not overwrite the checkpoint. */
+    if (s->ckpt_at_stop && s->started) {
         fl_err_t e;
         fl_err_init(&e);
         if (fl_replay_service_checkpoint(s, NULL, NULL, NULL, 0, &e) != FL_OK)

@@ -310,6 +310,7 @@ static fl_status wal_recover(fl_replay_service_t *s, const fl_table_config_t *tc
     fl_table_info(s->table, &ti);
     s->rl.inserted = ti.inserted;
     s->rl.sampled = ti.sampled;
+    fl_ratelimit_clamp(&s->rl);
     char segs[64] = "";
     if (last) snprintf(segs, sizeof segs, " of segments %" PRIu64 " .. %" PRIu64, start, last);
     FL_INFO("replay shard %d: recovered %" PRIu64 " items in %.3f s (%" PRIu64 " from %s, %" PRIu64 " in %" PRIu64
@@ -328,6 +329,7 @@ fl_status fl__replay_open_table(fl_replay_service_t *s, const fl_table_config_t 
     fl_table_info(s->table, &ti);
     s->rl.inserted = ti.inserted;
     s->rl.sampled = ti.sampled;
+    fl_ratelimit_clamp(&s->rl);
     FL_INFO("replay shard %d: restored %" PRIu64 " items (%" PRIu64 " inserted, %" PRIu64 " sampled) from %s",
             s->shard, ti.size, ti.inserted, ti.sampled, restore_path);
     return FL_OK;

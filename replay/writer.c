@@ -18,6 +18,7 @@
 #include "common/methods.h"
 #include "common/retry.h"
 #include "common/rpc.h"
+#include "common/stop.h"
 #include "fleet.pb-c.h"
 #include "replay/client_internal.h"
 #include "replay/wire.h"
@@ -25,11 +26,15 @@
 
 /* Deadline of one Insert call of a writer; calls are rotated at half of it. */
 #define WRITER_CALL_TIMEOUT_MS 60000
+/* While the shard is unreachable, append waits for it once this many calls' worth of
+ * batches are pending. */
+#define AWAY_CALLS 4
 /* Room left in a message for everything but a batch's observations. */
 #define MSG_SLACK (1u << 20)
 
 typedef struct wbatch {
     uint64_t seq;
+    size_t bytes; /* of mem */
     fl_wire_batch_t cols; /* points into mem */
     void *mem;
 } wbatch;
@@ -55,6 +60,8 @@ struct fl_replay_writer {
     fl_err_t last_err;
 
     uint64_t acked, pending;
+    size_t pending_bytes, max_pending_bytes; /* the backlog's memory and its bound (0 = none) */
+    uint64_t dropped, dropped_batches;       /* unsent transitions dropped for the bound */
 };
 
 static void wbatch_free(wbatch *b) { free(b->mem); }
@@ -95,6 +102,8 @@ void fl_replay_writer_destroy(fl_replay_writer_t *w) {
 
 uint64_t fl_replay_writer_acked(const fl_replay_writer_t *w) { return w->acked; }
 uint64_t fl_replay_writer_pending(const fl_replay_writer_t *w) { return w->pending; }
+uint64_t fl_replay_writer_dropped(const fl_replay_writer_t *w) { return w->dropped; }
+void fl_replay_writer_set_backlog(fl_replay_writer_t *w, size_t max_bytes) { w->max_pending_bytes = max_bytes; }
 
 /* Drops the pending batches the shard acknowledged (sequence <= last). */
 static void apply_ack(fl_replay_writer_t *w, uint64_t last) {
@@ -102,6 +111,7 @@ static void apply_ack(fl_replay_writer_t *w, uint64_t last) {
     while (k < w->len && w->q[k].seq <= last) {
         w->acked += w->q[k].cols.count;
         w->pending -= w->q[k].cols.count;
+        w->pending_bytes -= w->q[k].bytes;
         wbatch_free(&w->q[k]);
         k++;
     }
@@ -136,9 +146,11 @@ static fl_status open_call(fl_replay_writer_t *w, int64_t timeout_ms, unsigned f
     return st;
 }
 
-/* Writes q[sent..len) on the open call. A failure means the call is over. */
+/* Writes q[sent..) on the open call, up to batches_per_call batches on one call (a
+ * backlog goes out in pieces, each acknowledged before the next). A failure means the
+ * call is over. */
 static fl_status send_unsent(fl_replay_writer_t *w, fl_err_t *err) {
-    while (w->sent < w->len) {
+    while (w->sent < w->len && w->sent < (size_t)w->batches_per_call) {
         wbatch *b = &w->q[w->sent];
         fl_wire_batch_msg_t bm;
         fl_wire_encode_batch(&bm, &w->obs, &b->cols);
@@ -174,7 +186,7 @@ static void pump(fl_replay_writer_t *w) {
         if (w->failed && fl_clock_sec() < w->retry_at) return;
         /* Until the shard has acknowledged a call, wait for it to come up (an actor may
          * start first); afterwards fail fast while it is unreachable, keeping batches. */
-        unsigned flags = w->acked_once ? 0u : FL_RPC_WAIT_FOR_READY;
+        unsigned flags = FL_RPC_STOPPABLE | (w->acked_once ? 0u : FL_RPC_WAIT_FOR_READY);
         if (open_call(w, WRITER_CALL_TIMEOUT_MS, flags, &e) != FL_OK) {
             mark_failed(w, &e);
             return;
@@ -232,6 +244,33 @@ static fl_status check_append(const fl_replay_writer_t *w, size_t n, const void 
     return st;
 }
 
+/* Keeps the backlog within max_pending_bytes: drops the oldest batches not on the open
+ * call (never the newest, just appended), counting them. Acknowledged batches are gone
+ * from the queue already, so only unacknowledged data is ever dropped. */
+static void bound_backlog(fl_replay_writer_t *w) {
+    if (!w->max_pending_bytes) return;
+    size_t k = w->sent, end = k;
+    size_t bytes = w->pending_bytes;
+    uint64_t items = 0;
+    while (bytes > w->max_pending_bytes && end + 1 < w->len) {
+        bytes -= w->q[end].bytes;
+        items += w->q[end].cols.count;
+        wbatch_free(&w->q[end]);
+        end++;
+    }
+    if (end == k) return;
+    if (w->dropped_batches == 0 || (w->dropped_batches + (end - k)) / 1000 != w->dropped_batches / 1000)
+        FL_WARN("replay writer %" PRIu64 ": the unacknowledged backlog passed its bound of %zu MiB: dropped the "
+                "oldest %" PRIu64 " unsent transitions (%" PRIu64 " so far)",
+                w->stream_id, w->max_pending_bytes >> 20, items, w->dropped + items);
+    memmove(w->q + k, w->q + end, (w->len - end) * sizeof *w->q);
+    w->len -= end - k;
+    w->pending_bytes = bytes;
+    w->pending -= items;
+    w->dropped += items;
+    w->dropped_batches += end - k;
+}
+
 fl_status fl_replay_writer_append(fl_replay_writer_t *w, size_t n, const void *obs, const int32_t *actions,
                                   const float *rewards, const float *discounts, const void *next_obs,
                                   const float *priorities, fl_err_t *err) {
@@ -263,6 +302,7 @@ fl_status fl_replay_writer_append(fl_replay_writer_t *w, size_t n, const void *o
     wbatch *b = &w->q[w->len++];
     b->seq = ++w->last_seq;
     b->mem = mem;
+    b->bytes = bytes;
     b->cols = (fl_wire_batch_t){.count = n,
                                 .obs_bytes = w->obs_bytes,
                                 .obs = o,
@@ -272,7 +312,16 @@ fl_status fl_replay_writer_append(fl_replay_writer_t *w, size_t n, const void *o
                                 .next_obs = no,
                                 .priorities = p};
     w->pending += n;
+    w->pending_bytes += bytes;
+    bound_backlog(w);
     pump(w);
+    /* The shard is away: the caller does not run ahead of it by more than a few calls'
+     * worth (what it would make meanwhile could only go out late or be dropped). */
+    while (w->failed && w->len > AWAY_CALLS * (size_t)w->batches_per_call && !fl_stop_requested()) {
+        double pause = w->retry_at - fl_clock_sec();
+        if (pause > 0) fl_sleep_sec(pause < 0.1 ? pause : 0.1);
+        pump(w);
+    }
     return FL_OK;
 }
 

@@ -4,19 +4,28 @@
  * Transitions are appended in batches (the actor's local buffer); each batch gets the
  * next sequence number of the writer's stream id and is sent at once on the open call.
  * After `batches_per_call` batches (or on fl_replay_writer_flush) the call is finished
- * and the shard's InsertResponse acknowledges the batches it holds. Batches not yet acknowledged stay in the writer;
- * when a call fails they are sent again, in order, on the next call (the shard skips a
- * batch whose sequence it already holds, so a resend never duplicates). Nothing
- * appended is dropped unless the writer is destroyed before it was acknowledged.
+ * and the shard's InsertResponse acknowledges the batches it holds. Batches not yet
+ * acknowledged stay in the writer; when a call fails they are sent again, in order, on
+ * the next calls, at most batches_per_call batches per call (a backlog goes out in
+ * pieces, each acknowledged before the next, so no call outgrows its deadline), and the
+ * shard skips a batch whose sequence it already holds, so a resend never duplicates.
+ * The backlog is bounded (fl_replay_writer_set_backlog): past the bound the oldest
+ * batches not on the open call are dropped and counted. Nothing acknowledged is ever
+ * dropped; nothing else is dropped but for the bound or when the writer is destroyed
+ * before its batches were acknowledged.
  *
  * A stream id names one writer incarnation: a shard skips every batch of that id whose
  * sequence is not above the last it applied, so a restarted process must not reuse
  * its predecessor's id. Until the shard has acknowledged a first call, the writer's
  * calls wait for it to come up (wait-for-ready, up to the call's 60 s deadline), so an
- * actor started before its shard waits for it; afterwards append never waits for an
- * unreachable shard: a failed call leaves its batches pending and appends retry at
- * most every backoff interval (common/retry.h: 0.05 s doubling to 2 s). Flush always
- * waits for the shard, up to its timeout.
+ * actor started before its shard waits for it; afterwards a failed call leaves its
+ * batches pending and appends retry at most every backoff interval (common/retry.h:
+ * 0.05 s doubling to 2 s), without waiting, until four calls' worth of batches are
+ * pending: then append waits for the shard (retrying) until it takes them or the
+ * process is asked to stop, so an actor does not run ahead of an absent shard. Flush always
+ * waits for the shard, up to its timeout. A call that waits on the shard (its rate
+ * limiter holding inserts back) is cancelled once the process is asked to stop
+ * (common/stop.h), so an actor stops promptly; flush is not cancelled that way.
  *
  * Ownership: the writer copies every appended batch and keeps it until the shard
  * acknowledges it; the client is borrowed and must outlive the writer.
@@ -54,5 +63,10 @@ fl_status fl_replay_writer_flush(fl_replay_writer_t *w, int64_t timeout_ms, fl_e
 /* Transitions acknowledged so far, and transitions appended but not acknowledged. */
 uint64_t fl_replay_writer_acked(const fl_replay_writer_t *w);
 uint64_t fl_replay_writer_pending(const fl_replay_writer_t *w);
+/* Transitions dropped unacknowledged because the backlog passed its bound. */
+uint64_t fl_replay_writer_dropped(const fl_replay_writer_t *w);
+/* Bounds the unacknowledged backlog to max_bytes of batch memory (0 = unbounded, the
+ * default). The newest batch is always kept, whatever its size. */
+void fl_replay_writer_set_backlog(fl_replay_writer_t *w, size_t max_bytes);
 
 #endif

@@ -8,11 +8,13 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/stop.h"
 #include "replay/client.h"
 #include "replay/ratelimit.h"
 #include "replay/server.h"
@@ -44,6 +46,26 @@ static void test_arithmetic(void **state) {
     assert_false(fl_ratelimit_can_insert(&r, 1));
     assert_true(fl_ratelimit_can_sample(&r, 20, 100));
     assert_true(fabs(fl_ratelimit_diff(&r) - 30) < 1e-12);
+}
+
+/* A shard recovered from its log has the inserts since the checkpoint but not the
+ * samples: the clamp brings the difference back into the window. */
+static void test_clamp_after_recovery(void **state) {
+    (void)state;
+    fl_ratelimit_t r;
+    fl_ratelimit_init(&r, 2, 10, 10); /* window [10, 30] */
+    r.inserted = 1000;
+    r.sampled = 100; /* diff 1900 */
+    assert_false(fl_ratelimit_can_insert(&r, 1));
+    fl_ratelimit_clamp(&r);
+    assert_true(fabs(fl_ratelimit_diff(&r) - 30) < 1e-9);
+    assert_true(fl_ratelimit_can_sample(&r, 20, 1000));
+    r.sampled = 1995; /* diff 5, below the window */
+    fl_ratelimit_clamp(&r);
+    assert_true(fabs(fl_ratelimit_diff(&r) - 10) < 1e-9);
+    r.sampled = 1980; /* inside: unchanged */
+    fl_ratelimit_clamp(&r);
+    assert_int_equal(r.sampled, 1980);
 }
 
 #define OBS_DIM 4
@@ -160,10 +182,130 @@ static void test_service_blocks_and_releases(void **state) {
     fl_replay_service_destroy(svc);
 }
 
+/* One batch of BATCH transitions, for the writer tests below. */
+static fl_status append_one(fl_replay_writer_t *w, fl_err_t *e) {
+    float obs[BATCH * OBS_DIM], rewards[BATCH], discounts[BATCH], prios[BATCH];
+    int32_t actions[BATCH];
+    for (int i = 0; i < BATCH; i++) {
+        for (int d = 0; d < OBS_DIM; d++) obs[i * OBS_DIM + d] = (float)(i * d);
+        rewards[i] = 0.5f;
+        discounts[i] = 0.99f;
+        prios[i] = 1.0f;
+        actions[i] = i % 2;
+    }
+    return fl_replay_writer_append(w, BATCH, obs, actions, rewards, discounts, obs, prios, e);
+}
+
+/* A shard that went away (its socket refuses): the writer keeps what it cannot send
+ * within its backlog bound, dropping the oldest unsent batches and counting them, and
+ * sends the rest once a shard serves the address again. */
+static void test_writer_backlog_is_bounded(void **state) {
+    (void)state;
+    char sock[64], addr[80];
+    snprintf(sock, sizeof sock, "/tmp/fleet-backlog-%d.sock", (int)getpid());
+    snprintf(addr, sizeof addr, "unix:%s", sock);
+    fl_replay_service_opts_t opts;
+    fl_replay_service_opts_init(&opts);
+    opts.obs = SPEC;
+    opts.num_actions = 2;
+    opts.capacity = 100000;
+    fl_replay_service_t *svc;
+    fl_err_t e;
+    fl_err_init(&e);
+    assert_int_equal(fl_replay_service_create(&opts, &svc, &e), FL_OK);
+    char bound[300];
+    assert_int_equal(fl_replay_service_start(svc, addr, bound, sizeof bound, &e), FL_OK);
+    fl_replay_client_t *c = NULL;
+    fl_replay_writer_t *w = NULL;
+    assert_int_equal(fl_replay_client_create(addr, &c, &e), FL_OK);
+    assert_int_equal(fl_replay_writer_create(c, 7, &SPEC, 8, &w, &e), FL_OK);
+    const size_t batch_bytes = BATCH * (2 * OBS_DIM * sizeof(float) + 4 * 4);
+    fl_replay_writer_set_backlog(w, 3 * batch_bytes); /* three batches */
+    assert_int_equal(append_one(w, &e), FL_OK);
+    assert_int_equal(fl_replay_writer_flush(w, 10000, &e), FL_OK); /* acknowledged once */
+    fl_replay_service_destroy(svc);                                /* the shard goes away */
+    for (int i = 0; i < 20; i++) assert_int_equal(append_one(w, &e), FL_OK);
+    assert_int_equal(fl_replay_writer_acked(w), BATCH);
+    assert_true(fl_replay_writer_pending(w) <= 3 * BATCH);
+    assert_int_equal(fl_replay_writer_pending(w) + fl_replay_writer_dropped(w), 20 * BATCH);
+    assert_true(fl_replay_writer_dropped(w) >= 17 * BATCH);
+    /* A shard on the same address takes what is left. */
+    assert_int_equal(fl_replay_service_create(&opts, &svc, &e), FL_OK);
+    assert_int_equal(fl_replay_service_start(svc, addr, bound, sizeof bound, &e), FL_OK);
+    uint64_t left = fl_replay_writer_pending(w);
+    assert_int_equal(fl_replay_writer_flush(w, 30000, &e), FL_OK);
+    assert_int_equal(fl_replay_writer_acked(w), BATCH + left);
+    fl_replay_info_t in;
+    fl_replay_service_info(svc, &in);
+    assert_int_equal(in.inserted, left);
+    fl_replay_writer_destroy(w);
+    fl_replay_client_destroy(c);
+    fl_replay_service_destroy(svc);
+    unlink(sock);
+}
+
+static void *blocked_writer(void *p) {
+    writer_arg *a = p;
+    fl_replay_client_t *c = NULL;
+    fl_replay_writer_t *w = NULL;
+    fl_err_t e;
+    fl_err_init(&e);
+    a->st = fl_replay_client_create(a->addr, &c, &e);
+    if (a->st == FL_OK) a->st = fl_replay_writer_create(c, 11, &SPEC, 2, &w, &e);
+    /* Appends until the stop request: the shard's rate limiter holds them back, so
+     * this thread ends only because the stop cancels the waiting call. */
+    while (a->st == FL_OK && !fl_stop_requested()) a->st = append_one(w, &e);
+    a->acked = w ? fl_replay_writer_acked(w) : 0;
+    fl_replay_writer_destroy(w);
+    fl_replay_client_destroy(c);
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/* An actor whose inserts wait on a rate-limited shard with no learner stops when the
+ * process is asked to: the waiting call is cancelled. (Last: the stop request stays.) */
+static void test_stop_cancels_a_waiting_insert(void **state) {
+    (void)state;
+    fl_replay_service_opts_t opts;
+    fl_replay_service_opts_init(&opts);
+    opts.obs = SPEC;
+    opts.num_actions = 2;
+    opts.capacity = 100000;
+    opts.min_size_to_sample = 100;
+    opts.samples_per_insert = 1.0;
+    opts.rate_error_buffer = 50;
+    fl_replay_service_t *svc;
+    fl_err_t e;
+    fl_err_init(&e);
+    assert_int_equal(fl_replay_service_create(&opts, &svc, &e), FL_OK);
+    char addr[300];
+    assert_int_equal(fl_replay_service_start(svc, "127.0.0.1:0", addr, sizeof addr, &e), FL_OK);
+    writer_arg wa = {.addr = addr};
+    atomic_init(&wa.done, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, blocked_writer, &wa);
+    fl_replay_info_t in;
+    int blocked = 0;
+    for (int i = 0; i < 3000 && !blocked; i++) {
+        fl_replay_service_info(svc, &in);
+        blocked = in.inserts_waiting > 0;
+        if (!blocked) fl_sleep_sec(0.01);
+    }
+    assert_true(blocked);
+    assert_false(atomic_load(&wa.done));
+    fl_stop_request();
+    pthread_join(th, NULL); /* returns: the call was cancelled (a hang fails the test) */
+    assert_int_equal(wa.st, FL_OK);
+    fl_replay_service_destroy(svc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_arithmetic),
+        cmocka_unit_test(test_clamp_after_recovery),
         cmocka_unit_test(test_service_blocks_and_releases),
+        cmocka_unit_test(test_writer_backlog_is_bounded),
+        cmocka_unit_test(test_stop_cancels_a_waiting_insert), /* last: it requests the stop */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
