@@ -2,11 +2,16 @@
  * last 100 episodes >= 475), over several seeds, each a real `fleet run` of separate
  * processes. Prints one row per seed and the median.
  *
- * Usage: fleet_solve [--json] [--seeds N] [--fleet PATH] [--config FILE] [--limit S]
+ * Usage: fleet_solve [--json] [--seeds N] [--fleet PATH] [--config FILE] [--limit S] [--chaos S]
  *   --fleet   the fleet binary (default: ../bin/fleet next to this program)
  *   --config  the experiment (default: configs/cartpole.ini of the source tree)
  *   --limit   run.max_seconds of each run (default 300); a run that hits it counts as
- *             not solved */
+ *             not solved
+ *   --chaos   every S seconds (0.5 S .. 1.5 S, at random) a random role of the fleet gets
+ *             SIGKILL while it runs (the launcher restarts it); each row then also
+ *             prints the kills and the restarts summary.txt counted. Learner checkpoints
+ *             every 2 s (run.checkpoint_every), as a restarted learner resumes from its
+ *             latest one. */
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -14,6 +19,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "tests/chaos_util.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -40,7 +47,7 @@ static int kv(const char *path, const char *key, char *out, size_t len) {
 
 int main(int argc, char **argv) {
     int json = 0, seeds = 3;
-    double limit = 300;
+    double limit = 300, chaos = 0;
     char fleet[PATH_MAX] = "", config[PATH_MAX] = "";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
@@ -53,8 +60,11 @@ int main(int argc, char **argv) {
             snprintf(config, sizeof config, "%s", argv[++i]);
         else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc)
             limit = atof(argv[++i]);
+        else if (strcmp(argv[i], "--chaos") == 0 && i + 1 < argc)
+            chaos = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: fleet_solve [--json] [--seeds N] [--fleet PATH] [--config FILE] [--limit S]\n");
+            fprintf(stderr, "usage: fleet_solve [--json] [--seeds N] [--fleet PATH] [--config FILE] [--limit S] "
+                            "[--chaos S]\n");
             return 2;
         }
     }
@@ -84,7 +94,11 @@ int main(int argc, char **argv) {
     int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     double times[100];
     int solved = 0;
-    if (!json) printf("fleet_solve: %s, %d seeds, %d cores\n", config, seeds, cores);
+    if (!json) {
+        printf("fleet_solve: %s, %d seeds, %d cores", config, seeds, cores);
+        if (chaos > 0) printf(", a random role killed every %.1f s on average", chaos);
+        printf("\n");
+    }
     for (int s = 1; s <= seeds; s++) {
         char set_dir[PATH_MAX + 32], set_name[64], set_seed[64], set_limit[64];
         snprintf(set_dir, sizeof set_dir, "run.out_dir=%s", tmp);
@@ -98,23 +112,35 @@ int main(int argc, char **argv) {
             (void)devnull;
             devnull = freopen("/dev/null", "w", stderr);
             execl(fleet, "fleet", "run", config, "--set", set_dir, "--set", set_name, "--set", set_seed, "--set",
-                  set_limit, (char *)NULL);
+                  set_limit, "--set", chaos > 0 ? "run.checkpoint_every=2" : "run.checkpoints=1", (char *)NULL);
             _exit(127);
         }
-        int status = 0;
-        waitpid(pid, &status, 0);
-        char summary[PATH_MAX + 64], reason[512] = "", elapsed[64] = "0";
+        int status = 0, kills = 0;
+        uint64_t rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)s;
+        while (chaos > 0 && waitpid(pid, &status, WNOHANG) == 0) {
+            double wait = chaos * (0.5 + (double)(rng % 1000) / 1000.0);
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            for (double w = 0; w < wait && waitpid(pid, &status, WNOHANG) == 0; w += 0.05) usleep(50000);
+            if (kill(pid, 0) != 0) break;
+            char role[16];
+            kills += chaos_kill_one(pid, &rng, role, sizeof role) != 0;
+        }
+        if (chaos <= 0 || kill(pid, 0) == 0) waitpid(pid, &status, 0);
+        char summary[PATH_MAX + 64], reason[512] = "", elapsed[64] = "0", restarts[64] = "0";
         snprintf(summary, sizeof summary, "%s/seed%d/summary.txt", tmp, s);
         kv(summary, "reason", reason, sizeof reason);
         kv(summary, "elapsed_s", elapsed, sizeof elapsed);
+        kv(summary, "restarts", restarts, sizeof restarts);
         int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && strncmp(reason, "target reached", 14) == 0;
         double t = atof(elapsed);
         times[s - 1] = ok ? t : 1e9;
         solved += ok;
         if (json)
             printf("{\"bench\":\"fleet_solve\",\"case\":\"cartpole/seed%d\",\"value\":%.1f,\"unit\":\"s\",\"cores\":%d,"
-                   "\"solved\":%s}\n",
-                   s, t, cores, ok ? "true" : "false");
+                   "\"solved\":%s,\"kills\":%d,\"restarts\":%s}\n",
+                   s, t, cores, ok ? "true" : "false", kills, restarts);
+        else if (chaos > 0)
+            printf("  seed %-3d %8.1f s  %s  (%d kills, %s restarts)\n", s, t, ok ? "solved" : reason, kills, restarts);
         else
             printf("  seed %-3d %8.1f s  %s\n", s, t, ok ? "solved" : reason);
         fflush(stdout);

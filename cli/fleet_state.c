@@ -107,11 +107,36 @@ static void take_result(fl_fleet_state_t *fs, const Fleet__Report *r) {
 }
 
 /* An actor's or a learner's counters, and an actor's finished episodes. Under mu. */
+/* Report.extra's value named `name`, or 0. */
+static double extra_value(const Fleet__Report *r, const char *name) {
+    for (size_t i = 0; i < r->n_extra; i++)
+        if (r->extra[i]->name && strcmp(r->extra[i]->name, name) == 0 && isfinite(r->extra[i]->value) &&
+            r->extra[i]->value >= 0)
+            return r->extra[i]->value;
+    return 0;
+}
+
 static void take_counters(fl_fleet_state_t *fs, fl_role_state_t *st, const Fleet__Report *r, int actor) {
+    if (actor && st->pid && r->pid != st->pid) { /* a new incarnation: it counts from zero */
+        st->base_env = st->env_steps;
+        st->base_episodes = st->episodes;
+        st->base_acked = st->acked;
+        st->base_dropped = st->dropped;
+        st->lost_unacked += st->pending;
+    }
+    st->pid = r->pid;
     st->seen = 1;
-    st->env_steps = r->env_steps;
-    st->episodes = r->episodes;
-    st->acked = r->transitions_acked;
+    if (actor) {
+        st->env_steps = st->base_env + r->env_steps;
+        st->episodes = st->base_episodes + r->episodes;
+        st->acked = st->base_acked + r->transitions_acked;
+        st->pending = (uint64_t)extra_value(r, "transitions_pending");
+        st->dropped = st->base_dropped + (uint64_t)extra_value(r, "transitions_dropped");
+    } else {
+        st->env_steps = r->env_steps;
+        st->episodes = r->episodes;
+        st->acked = r->transitions_acked;
+    }
     st->version = r->param_version;
     st->learner_steps = r->learner_steps;
     st->samples = r->samples;
@@ -194,6 +219,13 @@ fl_status fl_fleet_state_save(fl_fleet_state_t *fs, const fl_fleet_totals_t *t, 
         fl_state_put_u64(&w, key, A->n_recent);
         snprintf(key, sizeof key, "actor_%d_returns", a);
         fl_state_put_floats(&w, key, win, ring_in_order(A->recent, A->n_recent, FL_FLEET_ACTOR_WINDOW, win));
+        /* The counters of its earlier incarnations (an actor resumes its own counters). */
+        const uint64_t base[4] = {A->base_env, A->base_episodes, A->base_acked, A->base_dropped};
+        static const char *const base_names[4] = {"env", "episodes", "acked", "dropped"};
+        for (int b = 0; b < 4; b++) {
+            snprintf(key, sizeof key, "actor_%d_base_%s", a, base_names[b]);
+            fl_state_put_u64(&w, key, base[b]);
+        }
     }
     for (int i = 0; i < fs->n_learners; i++) {
         snprintf(key, sizeof key, "learner_%d_steps", i);
@@ -245,6 +277,12 @@ static int restore_roles(fl_fleet_state_t *fs, const fl_state_t *st) {
         n = fl_state_get_floats(st, key, win, FL_FLEET_ACTOR_WINDOW);
         if (!ok || n > A->n_recent) return 0;
         ring_restore(A->recent, A->n_recent, FL_FLEET_ACTOR_WINDOW, win, n);
+        uint64_t *base[4] = {&A->base_env, &A->base_episodes, &A->base_acked, &A->base_dropped};
+        static const char *const base_names[4] = {"env", "episodes", "acked", "dropped"};
+        for (int b = 0; b < 4; b++) { /* absent from the files of older versions: 0 */
+            snprintf(key, sizeof key, "actor_%d_base_%s", a, base_names[b]);
+            if (!fl_state_get_u64(st, key, base[b])) *base[b] = 0;
+        }
         A->last_env = A->env_steps;
     }
     for (int i = 0; i < fs->n_learners; i++) {

@@ -30,6 +30,13 @@ typedef struct fl_role_state {
     uint64_t last_env, last_steps, last_samples; /* the monitor's, at the previous progress line */
     float recent[FL_FLEET_ACTOR_WINDOW];          /* actors: their latest returns (a ring) */
     uint64_t n_recent;                            /* episodes reported in total */
+    /* Actors: an actor restarted by the launcher counts from zero again, so what its
+     * predecessors reported is kept as a base that its own counters add to; a report
+     * from a new pid moves the totals so far into the base. */
+    int64_t pid;                                  /* of the latest report (0 = none yet) */
+    uint64_t base_env, base_episodes, base_acked, base_dropped;
+    uint64_t pending, dropped;                    /* actors: the writer's backlog, totals with the base */
+    uint64_t lost_unacked;                        /* actors: pending when an incarnation was replaced */
 } fl_role_state_t;
 
 /* One evaluation as an evaluator reported it (values indexed by FL_EVAL_RESULT_*). */

@@ -18,11 +18,13 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -134,7 +136,40 @@ struct fl_launch {
     int resuming;           /* fl_launch_resume */
     fl_fleet_totals_t prev; /* a resumed run's figures at its last stop */
     char state_path[800];   /* run.checkpoint_dir/launcher.state, or "" */
+    FILE *events;           /* events.log (opened at the first event) */
+    uint64_t restarts;      /* roles restarted by the supervision */
+    uint64_t role_restarts[FL_LAUNCH_ROLES];
 };
+
+static const char *const role_names[FL_LAUNCH_ROLES] = {"replay", "paramserver", "learner", "actor", "evaluator"};
+
+void fl_launch_event(fl_launch_t *L, const char *restarted_role, const char *fmt, ...) {
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (restarted_role) {
+        L->restarts++;
+        for (int r = 0; r < FL_LAUNCH_ROLES; r++)
+            if (strcmp(restarted_role, role_names[r]) == 0) L->role_restarts[r]++;
+    }
+    FL_WARN("%s", text);
+    if (!L->events) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/events.log", L->dir);
+        L->events = fopen(path, "a");
+        if (!L->events) return;
+    }
+    time_t now = time(NULL);
+    struct tm tm;
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    fprintf(L->events, "%s +%.1fs %s\n", stamp, fl_clock_sec() - L->t_start, text);
+    fflush(L->events);
+}
+
+uint64_t fl_launch_restarts(const fl_launch_t *L) { return L->restarts; }
 
 const fl_config_t *fl_launch_config(const fl_launch_t *L) { return &L->cfg; }
 const char *fl_launch_config_path(const fl_launch_t *L) { return L->cfg_path; }
@@ -146,6 +181,7 @@ void fl_launch_destroy(fl_launch_t *L) {
     fl_rpc_server_destroy(L->control);
     if (L->fs_ready) fl_fleet_state_destroy(&L->fs);
     if (L->lock_fd >= 0) close(L->lock_fd); /* releases the lock */
+    if (L->events) fclose(L->events);
     free(L);
 }
 
@@ -462,9 +498,17 @@ typedef struct figures {
     uint64_t ep_count, episodes;
 } figures_t;
 
+/* A counter's rate over dt seconds; 0 when it went back (a role restarted from a
+ * checkpoint counts from there again). */
+static double per_s(uint64_t now, uint64_t before, double dt) {
+    return now >= before ? (double)(now - before) / dt : 0.0;
+}
+
 /* The fleet's figures at the end, for summary.txt and the last line. */
 typedef struct totals {
     uint64_t acked, env, lsteps, episodes, ep_count;
+    uint64_t pending, dropped, lost; /* actors' unacknowledged: still pending, dropped for the bound, lost
+                                        with a replaced incarnation */
     double mret, best;
 } totals_t;
 
@@ -604,7 +648,7 @@ static void actor_figures(monitor_t *M, double el, double dt, figures_t *f) {
         if (M->roles && A->seen) {
             uint64_t alag = M->pinfo.version > A->version ? M->pinfo.version - A->version : 0;
             fprintf(M->roles, "%.3f,actor,%d,%llu,%.1f,%llu,%llu,,,,,%.6g,%llu,", el, a,
-                    (unsigned long long)A->env_steps, (double)(A->env_steps - A->last_env) / dt,
+                    (unsigned long long)A->env_steps, per_s(A->env_steps, A->last_env, dt),
                     (unsigned long long)A->version, (unsigned long long)alag, A->epsilon,
                     (unsigned long long)A->n_recent);
             if (n_ret) fprintf(M->roles, "%.4f", ret);
@@ -642,7 +686,7 @@ static void learner_figures(monitor_t *M, double el, double dt, figures_t *f) {
         if (M->roles)
             fprintf(M->roles, "%.3f,learner,%d,,,%llu,,%llu,%.2f,%.1f,%.6g,,,\n", el, i,
                     (unsigned long long)Ln->version, (unsigned long long)Ln->learner_steps,
-                    (double)(Ln->learner_steps - Ln->last_steps) / dt, (double)(Ln->samples - Ln->last_samples) / dt,
+                    per_s(Ln->learner_steps, Ln->last_steps, dt), per_s(Ln->samples, Ln->last_samples, dt),
                     Ln->loss);
         Ln->last_steps = Ln->learner_steps;
         Ln->last_samples = Ln->samples;
@@ -726,6 +770,7 @@ static void print_progress(monitor_t *M, double el, const figures_t *f, double e
     p.gorila = M->gorila;
     p.pushes_applied = M->pinfo.pushes_applied;
     p.pushes_dropped = M->pinfo.pushes_dropped;
+    p.restarts = M->L->restarts;
     p.budget_done = budget_done(c, el, f);
     p.eta_s = p.budget_done > 0 ? el * (1.0 - p.budget_done) / p.budget_done : -1;
     char line[FL_PROGRESS_COLUMNS + 1];
@@ -738,10 +783,10 @@ static void print_progress(monitor_t *M, double el, const figures_t *f, double e
 static void report_period(monitor_t *M, double el, double dt, const figures_t *f) {
     const fl_replay_info_t *ri = &M->rinfo;
     const fl_param_info_t *pi = &M->pinfo;
-    double env_rate = (double)(f->env - M->last_env) / dt;
-    double ins_rate = (double)(ri->inserted - M->last_inserted) / dt;
-    double upd_rate = (double)(f->lsteps - M->last_learner) / dt;
-    double smp_rate = (double)(f->lsamples - M->last_samples) / dt;
+    double env_rate = per_s(f->env, M->last_env, dt);
+    double ins_rate = per_s(ri->inserted, M->last_inserted, dt);
+    double upd_rate = per_s(f->lsteps, M->last_learner, dt);
+    double smp_rate = per_s(f->lsamples, M->last_samples, dt);
     uint64_t lag = (f->min_version == UINT64_MAX || pi->version < f->min_version) ? 0 : pi->version - f->min_version;
     print_progress(M, el, f, env_rate, upd_rate, lag);
     const double rate[4] = {env_rate, ins_rate, upd_rate, smp_rate};
@@ -950,7 +995,12 @@ static void final_totals(monitor_t *M, totals_t *t) {
     fl_fleet_state_t *fs = &M->L->fs;
     memset(t, 0, sizeof *t);
     pthread_mutex_lock(&fs->mu);
-    for (int a = 0; a < fs->n_actors; a++) t->acked += fs->actors[a].acked;
+    for (int a = 0; a < fs->n_actors; a++) {
+        t->acked += fs->actors[a].acked;
+        t->pending += fs->actors[a].pending;
+        t->dropped += fs->actors[a].dropped;
+        t->lost += fs->actors[a].lost_unacked;
+    }
     t->env = fl_fleet_state_env_steps(fs);
     t->lsteps = fl_fleet_state_learner_steps(fs);
     t->mret = fl_fleet_state_mean_return(fs, &t->ep_count);
@@ -1011,6 +1061,11 @@ static void write_summary(const monitor_t *M, double elapsed, const totals_t *t)
     fprintf(sf, "\n");
     write_per_shard(M, sf);
     write_eval_summary(M, sf);
+    fprintf(sf, "actors_pending=%llu\nactors_dropped=%llu\nactors_lost_unacked=%llu\nrestarts=%llu\n",
+            (unsigned long long)t->pending, (unsigned long long)t->dropped, (unsigned long long)t->lost,
+            (unsigned long long)M->L->restarts);
+    for (int r = 0; r < FL_LAUNCH_ROLES; r++)
+        fprintf(sf, "restarts_%s=%llu\n", role_names[r], (unsigned long long)M->L->role_restarts[r]);
     fprintf(sf, "pids=");
     M->ops->pids(M->ctx, sf);
     fprintf(sf, "\n");
@@ -1069,6 +1124,8 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
         watch(&M);
     }
     double elapsed = fl_clock_sec() - L->t_start;
+    printf("fleet run: stopping the fleet (%s)\n", M.reason[0] ? M.reason : "stopped");
+    fflush(stdout);
     stop_in_order(&M);
     if (ops->echo_logs) ops->echo_logs(ctx);
     finish_curve(&M);

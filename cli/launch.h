@@ -23,6 +23,9 @@
 
 typedef struct fl_launch fl_launch_t;
 
+/* The kinds of role, for the restart counts of summary.txt. */
+#define FL_LAUNCH_ROLES 5
+
 typedef struct fl_launch_ops {
     /* A role that ended while the fleet runs: writes why ("actor 3 (pid 12) exited with
      * status 1") and returns 1; returns 2, with the reason, when roles ended cleanly on
@@ -63,6 +66,14 @@ const char *fl_launch_dir(const fl_launch_t *L);
  * learners' network). 0, or 2 after printing the error naming model.spec. (The env
  * itself, its plugin and wrappers, are checked by opening it.) */
 int fl_launch_check_roles(const fl_config_t *cfg, const fl_env_def_t *env);
+
+/* Supervision (cli/run.c, cli/mpi.c): appends "TIME +ELAPSED text" to the run's
+ * events.log and logs it as a warning. restarted_role ("actor", "replay", ...; NULL for
+ * an event that is not a restart) counts a restart for the progress line and
+ * summary.txt (restarts=, restarts_<role>=). Owner thread only. */
+void fl_launch_event(fl_launch_t *L, const char *restarted_role, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+uint64_t fl_launch_restarts(const fl_launch_t *L);
 
 /* Prints the role plan of cfg (what fl_launch_create prints), e.g. for --dry-run. */
 void fl_launch_print_plan(const fl_config_t *cfg, const char *cfg_file, const fl_env_def_t *env);

@@ -82,6 +82,7 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out) {
     out->sync_every = c->actor_sync_every;
     out->fetch_bf16 = c->actor_fetch_bf16 != 0;
     out->max_steps = c->actor_max_steps;
+    out->max_backlog_mb = c->actor_max_backlog_mb;
     out->n_step = (int)c->learner_n_step;
     out->gamma = c->learner_gamma;
     out->model_spec = c->model_spec;
@@ -163,9 +164,13 @@ fl_status fl_options_replay(const fl_config_t *c, int shard, fl_replay_service_o
                             : c->run_checkpoint_dir[0]                ? c->run_checkpoint_every
                                                                       : 0;
     out->checkpoint_at_stop = !own && c->run_checkpoint_dir[0] != '\0';
-    out->wal = c->replay_wal;
+    out->wal = fl_options_replay_wal(c);
     out->wal_fsync = c->replay_wal_fsync;
     return FL_OK;
+}
+
+int fl_options_replay_wal(const fl_config_t *c) {
+    return c->replay_wal && (c->replay_checkpoint_dir[0] || c->run_checkpoint_dir[0]);
 }
 
 fl_status fl_options_learner(const fl_config_t *c, fl_learner_opts_t *o, fl_err_t *err) {

@@ -48,6 +48,9 @@ fl_status fl_options_paramserver(const fl_config_t *c, fl_paramserver_service_op
  * taken as it stands (the caller resolves 0, the env's frame stack, first).
  * FL_INVALID_ARGUMENT, naming the shard, when replay.selector names no selector. */
 fl_status fl_options_replay(const fl_config_t *c, int shard, fl_replay_service_opts_t *out, fl_err_t *err);
+/* 1 when a shard keeps the write-ahead log: replay.wal and a checkpoint folder
+ * (replay.checkpoint_dir, else run.checkpoint_dir) to keep it in. */
+int fl_options_replay_wal(const fl_config_t *c);
 
 /* A learner's run settings (the second part of fl_learner_opts_t: everything but
  * index, addresses, obs, num_actions, resume_path and reduce, which the caller sets and

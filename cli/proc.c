@@ -43,6 +43,8 @@ int fl_proc_spawn_start(fl_child_t *c, const char *role, int index, char *const 
     c->log[0] = '\0';
     c->log_seen = 0;
     if (g_log_dir[0]) snprintf(c->log, sizeof c->log, "%s/%s-%d.log", g_log_dir, role, index);
+    struct stat st; /* a restarted role appends: what its predecessor wrote was seen already */
+    if (c->log[0] && stat(c->log, &st) == 0) c->log_seen = (long)st.st_size;
     *ready_fd = -1;
     int fds[2] = {-1, -1};
     if (want_ready && pipe(fds) != 0) return -1;

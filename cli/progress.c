@@ -40,9 +40,9 @@ static void count_text(uint64_t n, char out[16]) {
         fl_progress_compact((double)n, out);
 }
 
-enum { SEG_TIME, SEG_EVAL, SEG_TRAIN, SEG_ENV, SEG_UPD, SEG_LOSS, SEG_REPLAY, SEG_LAG, SEG_PUSH, SEG_BUDGET, SEGS };
+enum { SEG_TIME, SEG_EVAL, SEG_TRAIN, SEG_ENV, SEG_UPD, SEG_LOSS, SEG_REPLAY, SEG_LAG, SEG_PUSH, SEG_RESTART, SEG_BUDGET, SEGS };
 /* Dropped first to last when the line is too long. */
-static const int drop_order[] = {SEG_PUSH, SEG_LAG, SEG_REPLAY, SEG_LOSS, SEG_UPD, SEG_ENV};
+static const int drop_order[] = {SEG_PUSH, SEG_LAG, SEG_REPLAY, SEG_RESTART, SEG_LOSS, SEG_UPD, SEG_ENV};
 
 static void budget_text(const fl_progress_t *p, char *s, size_t n) {
     if (p->budget_done < 0) return;
@@ -82,6 +82,10 @@ static void segments(const fl_progress_t *p, char seg[SEGS][64]) {
         count_text(p->pushes_applied, a);
         count_text(p->pushes_dropped, b);
         snprintf(seg[SEG_PUSH], 64, "push %s/%s dropped", a, b);
+    }
+    if (p->restarts) {
+        count_text(p->restarts, a);
+        snprintf(seg[SEG_RESTART], 64, "restarts %s", a);
     }
     budget_text(p, seg[SEG_BUDGET], 64);
 }

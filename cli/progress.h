@@ -4,9 +4,10 @@
  * The headline comes first: the latest evaluation's mean return with its 95% confidence
  * interval ("eval -" before the first one; absent without evaluators), then the training
  * return (the fleet's last 100 episodes, all epsilons), env steps/s, learner updates/s
- * and loss, replay size, the version lag of the oldest actor, Gorila's pushes, and the
- * nearest budget's share and ETA. Numbers are compact (1.2K, 3.4M). When everything does
- * not fit, the least important parts (pushes, lag, replay, then loss) are left out; time,
+ * and loss, replay size, the version lag of the oldest actor, Gorila's pushes, the roles
+ * restarted so far (once there is one), and the nearest budget's share and ETA. Numbers
+ * are compact (1.2K, 3.4M). When everything does not fit, the least important parts
+ * (pushes, lag, replay, restarts, then loss) are left out; time,
  * eval, train and the budget always stay. Pure functions. */
 #ifndef FL_CLI_PROGRESS_H
 #define FL_CLI_PROGRESS_H
@@ -27,6 +28,7 @@ typedef struct fl_progress {
     uint64_t replay_size, lag;
     int gorila;
     uint64_t pushes_applied, pushes_dropped;
+    uint64_t restarts;        /* roles restarted by the launcher (0: no part) */
     double budget_done;       /* [0, 1], or < 0: no budget */
     double eta_s;             /* < 0: unknown */
 } fl_progress_t;

@@ -22,6 +22,8 @@
  * does not start is reported with its role and exit status and the fleet is stopped
  * (exit 1, or 130 when interrupted). One thread. */
 #include <errno.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +42,21 @@
 
 /* ------------------------------------------------------ on one machine ---- */
 
+/* Supervision of one child: its restarts and the one waiting, if any. */
+typedef struct sup {
+    int restarts;      /* restarts so far */
+    int quick;         /* deaths in a row, each within SUP_STABLE_S of its start */
+    int waiting;       /* it died and restarts at restart_at */
+    double restart_at;
+    double delay;      /* the wait before its next restart */
+    double started_at; /* of its current incarnation */
+} sup_t;
+
 /* The fleet on this machine: its children and what the learners and actors are given. */
 typedef struct local {
     fl_launch_t *L;
     fl_child_t *kids; /* R replay shards, P parameter-server shards, NL learners, actors, NE evaluators */
+    sup_t *sup;       /* one per child */
     int n;
     int R, P, NL, NE;
     int exit_code; /* != 0 once starting failed, with reason */
@@ -71,21 +84,91 @@ static int finished_budget(const local_t *lc, const fl_child_t *c) {
            (strcmp(c->role, "learner") == 0 && cfg->learner_max_steps > 0);
 }
 
-/* Children that ended while the fleet runs: a failure (1, with why), or the end of the
- * work (2: every actor took actor.max_steps, or a learner learner.max_steps), or 0. */
+/* A role that dies within SUP_STABLE_S of its start died "quickly": the first restart
+ * waits SUP_FIRST_DELAY_S, each one after a quick death twice as long up to
+ * SUP_MAX_DELAY_S, and run.max_restarts quick deaths in a row end the run (a role that
+ * cannot come up: a broken checkpoint, a crashing plugin). A role that ran longer starts
+ * over: its restarts are not limited in number. */
+#define SUP_FIRST_DELAY_S 0.2
+#define SUP_MAX_DELAY_S 30.0
+#define SUP_STABLE_S 10.0
+
+static int spawn_kid(local_t *lc, int i);
+
+/* Why child i cannot be restarted (a reason), or NULL when it can. */
+static const char *not_restartable(const local_t *lc, int i) {
+    const fl_config_t *cfg = fl_launch_config(lc->L);
+    if (cfg->run_max_restarts <= 0) return "run.max_restarts = 0";
+    if (lc->sup[i].quick > cfg->run_max_restarts)
+        return "it died run.max_restarts + 1 times in a row within 10 s of its start";
+    if (strcmp(lc->kids[i].role, "paramserver") == 0 && cfg->learner_mode == FL_CFG_MODE_GORILA)
+        return "in gorila mode a parameter-server shard holds the only copy of its slice of the parameters";
+    return NULL;
+}
+
+/* Child i died on its own: schedules its restart (1) or writes why the fleet must stop (0). */
+static int supervise(local_t *lc, int i, char *reason, size_t len) {
+    fl_child_t *c = &lc->kids[i];
+    sup_t *s = &lc->sup[i];
+    fl_proc_echo_logs(lc->kids, lc->n); /* its last words first */
+    char what[900];
+    describe_child(c, what, sizeof what);
+    double now = fl_clock_sec();
+    if (now - s->started_at >= SUP_STABLE_S) {
+        s->quick = 0;
+        s->delay = SUP_FIRST_DELAY_S;
+    } else {
+        s->quick++;
+    }
+    const char *why = not_restartable(lc, i);
+    if (why) {
+        snprintf(reason, len, "%s; not restarted: %s", what, why);
+        return 0;
+    }
+    if (s->delay <= 0) s->delay = SUP_FIRST_DELAY_S;
+    s->waiting = 1;
+    s->restart_at = now + s->delay;
+    if (s->quick)
+        fl_launch_event(lc->L, NULL, "%s; restarting it in %.1f s (restart %d; %d in a row within 10 s of its start, "
+                        "of run.max_restarts = %lld)", what, s->delay, s->restarts + 1, s->quick,
+                        (long long)fl_launch_config(lc->L)->run_max_restarts);
+    else
+        fl_launch_event(lc->L, NULL, "%s; restarting it in %.1f s (restart %d)", what, s->delay, s->restarts + 1);
+    s->delay = fmin(2 * s->delay, SUP_MAX_DELAY_S);
+    return 1;
+}
+
+/* Restarts the children whose wait is over. A restart that fails to start shows up as
+ * a death on the next look. */
+static void restart_due(local_t *lc) {
+    double now = fl_clock_sec();
+    for (int i = 0; i < lc->n; i++) {
+        sup_t *s = &lc->sup[i];
+        if (!s->waiting || now < s->restart_at || fl_stop_requested()) continue;
+        s->waiting = 0;
+        s->restarts++;
+        fl_child_t *c = &lc->kids[i];
+        if (spawn_kid(lc, i) == 0)
+            fl_launch_event(lc->L, c->role, "restarted %s %d (pid %d)", c->role, c->index, (int)c->pid);
+    }
+}
+
+/* Children that ended while the fleet runs: a failure the supervision cannot mend (1,
+ * with why), or the end of the work (2: every actor took actor.max_steps, or a learner
+ * learner.max_steps), or 0. Dead roles are restarted here (run.max_restarts). */
 static int local_dead(void *ctx, char *reason, size_t len) {
     local_t *lc = ctx;
-    if (!fl_proc_reap(lc->kids, lc->n)) return 0;
+    restart_due(lc);
+    fl_proc_reap(lc->kids, lc->n);
     int actors = 0, actors_done = 0, learner_done = -1;
     for (int i = 0; i < lc->n; i++) {
         fl_child_t *c = &lc->kids[i];
         int actor = strcmp(c->role, "actor") == 0;
         actors += actor;
-        if (!c->pid || c->running) continue;
+        if (!c->pid || c->running || lc->sup[i].waiting) continue;
         if (!finished_budget(lc, c)) {
-            fl_proc_echo_logs(lc->kids, lc->n); /* its last words first */
-            describe_child(c, reason, len);
-            return 1;
+            if (!supervise(lc, i, reason, len)) return 1;
+            continue;
         }
         actors_done += actor;
         if (!actor) learner_done = c->index;
@@ -113,8 +196,8 @@ static void local_stop(void *ctx, const char *roles, double grace_s) {
 
 static int local_unclean(void *ctx, char *reason, size_t len) {
     local_t *lc = ctx;
-    for (int i = 0; i < lc->n; i++) {
-        if (!lc->kids[i].pid || fl_proc_clean_exit(lc->kids[i].status)) continue;
+    for (int i = 0; i < lc->n; i++) { /* one waiting for its restart was reported then */
+        if (!lc->kids[i].pid || lc->sup[i].waiting || fl_proc_clean_exit(lc->kids[i].status)) continue;
         describe_child(&lc->kids[i], reason, len);
         return 1;
     }
@@ -145,28 +228,119 @@ static char *address_list(const fl_child_t *kids, int from, int n) {
 }
 
 
+static const char *kid_role(const local_t *lc, int i, int *index);
+
+/* The command line of child i (`fleet ROLE` + v): its first start, or its restart
+ * number `restart` (>= 1). */
+typedef struct kid_args {
+    char *v[24];
+    char idx[32], file[1100], listen[256], inc[32];
+} kid_args_t;
+
+static void kid_args(local_t *lc, int i, int restart, kid_args_t *a) {
+    const fl_config_t *cfg = fl_launch_config(lc->L);
+    const char *dir = cfg->run_checkpoint_dir;
+    const int resume = fl_launch_resuming(lc->L) && !restart;
+    const fl_child_t *c = &lc->kids[i];
+    int n = 0, index;
+    char **v = a->v;
+    memset(a, 0, sizeof *a);
+    kid_role(lc, i, &index);
+    v[n++] = "--config";
+    v[n++] = (char *)fl_launch_config_path(lc->L);
+    v[n++] = "--control";
+    v[n++] = (char *)fl_launch_control_addr(lc->L);
+    if (i < lc->R + lc->P) { /* a service: a restart binds the address its clients know */
+        int replay = i < lc->R;
+        snprintf(a->idx, sizeof a->idx, "%d", replay ? i : i - lc->R);
+        v[n++] = "--shard";
+        v[n++] = a->idx;
+        /* Without the write-ahead log a shard starts from its last checkpoint; with it,
+         * the shard recovers from the checkpoint folder by itself. */
+        snprintf(a->file, sizeof a->file, "%s/shard-%d.ckpt", dir, i);
+        if (replay && (resume || restart) && !fl_options_replay_wal(cfg) && dir[0] && access(a->file, R_OK) == 0) {
+            v[n++] = "--restore";
+            v[n++] = a->file;
+        }
+        if (restart && c->addr[0]) {
+            snprintf(a->listen, sizeof a->listen, "%s", c->addr);
+            v[n++] = "--listen";
+            v[n++] = a->listen;
+        }
+        return;
+    }
+    int learner = i < lc->R + lc->P + lc->NL, evaluator = i >= lc->n - lc->NE;
+    snprintf(a->idx, sizeof a->idx, "%d", index);
+    v[n++] = "--index";
+    v[n++] = a->idx;
+    v[n++] = "--paramserver";
+    v[n++] = lc->ps_arg;
+    if (!evaluator) {
+        v[n++] = "--replay";
+        v[n++] = lc->replay_arg;
+    }
+    if (learner) { /* resuming: learner 0's checkpoint; a restart: its own latest, if any */
+        snprintf(a->file, sizeof a->file, "%s/learner-%d.safetensors", dir, restart ? index : 0);
+        if (resume || (restart && dir[0] && access(a->file, R_OK) == 0)) {
+            v[n++] = "--resume";
+            v[n++] = a->file;
+        }
+    } else if (evaluator) { /* from its state file: its rounds go on */
+        snprintf(a->file, sizeof a->file, "%s/evaluator-%d.state", dir, index);
+        if (resume || (restart && dir[0] && access(a->file, R_OK) == 0)) v[n++] = "--resume";
+    } else if (resume) { /* an actor resumes from its state file; a restarted one starts afresh */
+        v[n++] = "--resume";
+    } else if (restart) {
+        snprintf(a->inc, sizeof a->inc, "%d", restart);
+        v[n++] = "--incarnation";
+        v[n++] = a->inc;
+    }
+}
+
+/* The role and index of child i. */
+static const char *kid_role(const local_t *lc, int i, int *index) {
+    int k = i;
+    if (k < lc->R) return *index = k, "replay";
+    if ((k -= lc->R) < lc->P) return *index = k, "paramserver";
+    if ((k -= lc->P) < lc->NL) return *index = k, "learner";
+    if ((k -= lc->NL) < lc->n - lc->R - lc->P - lc->NL - lc->NE) return *index = k, "actor";
+    return *index = k - (lc->n - lc->R - lc->P - lc->NL - lc->NE), "evaluator";
+}
+
+/* Restarts child i (its supervision counted the restart): a service must come back on
+ * the address its clients know. 0, or -1 (its death is seen on the next look). */
+static int spawn_kid(local_t *lc, int i) {
+    kid_args_t a;
+    kid_args(lc, i, lc->sup[i].restarts, &a);
+    fl_child_t *c = &lc->kids[i];
+    int index;
+    const char *role = kid_role(lc, i, &index);
+    int service = i < lc->R + lc->P;
+    lc->sup[i].started_at = fl_clock_sec();
+    if (fl_proc_spawn(c, role, index, a.v, service, 120) == 0) {
+        if (!service || strcmp(c->addr, a.listen) == 0) return 0;
+        fl_launch_event(lc->L, NULL, "%s %d came back on %s, not on %s where its clients look: stopping it", role,
+                        index, c->addr, a.listen);
+    }
+    if (c->pid > 0 && c->running) kill(c->pid, SIGKILL); /* reaped, and seen dead, on the next look */
+    if (service && a.listen[0]) snprintf(c->addr, sizeof c->addr, "%s", a.listen);
+    return -1;
+}
+
 /* Services first: replay shards 0 .. R-1, then parameter-server shards 0 .. P-1; all
  * start at once (each argv is copied by fork), then their addresses are read in order.
  * ready: R + P slots for the ready pipes. Returns the first that failed, or -1. */
 static int start_services(local_t *lc, int *ready) {
-    const int R = lc->R, NS = lc->R + lc->P;
-    const fl_config_t *cfg = fl_launch_config(lc->L);
-    char idx[32], restore[1100];
-    char *svc_args[] = {"--config",  (char *)fl_launch_config_path(lc->L),  "--shard", idx,
-                        "--control", (char *)fl_launch_control_addr(lc->L), NULL, NULL, NULL};
+    const int NS = lc->R + lc->P;
     int failed_at = -1;
     for (int r = 0; r < NS; r++) ready[r] = -1;
     for (int r = 0; r < NS && failed_at < 0; r++) {
-        snprintf(idx, sizeof idx, "%d", r < R ? r : r - R);
-        /* A resumed shard starts from its last checkpoint (with the write-ahead log it
-         * recovers from the checkpoint folder by itself). */
-        snprintf(restore, sizeof restore, "%s/shard-%d.ckpt", cfg->run_checkpoint_dir, r);
-        int restoring = r < R && fl_launch_resuming(lc->L) && !cfg->replay_wal && access(restore, R_OK) == 0;
-        svc_args[6] = restoring ? "--restore" : NULL;
-        svc_args[7] = restoring ? restore : NULL;
-        if (fl_proc_spawn_start(&lc->kids[r], r < R ? "replay" : "paramserver", r < R ? r : r - R, svc_args, 1,
-                                &ready[r]) != 0)
-            failed_at = r;
+        kid_args_t a;
+        kid_args(lc, r, 0, &a);
+        int index;
+        const char *role = kid_role(lc, r, &index);
+        lc->sup[r].started_at = fl_clock_sec();
+        if (fl_proc_spawn_start(&lc->kids[r], role, index, a.v, 1, &ready[r]) != 0) failed_at = r;
     }
     double ready_until = fl_clock_sec() + 60;
     for (int r = 0; r < NS; r++) {
@@ -244,27 +418,13 @@ static void start_workers(local_t *lc) {
         printf("  services     replay %d shards (addresses in %s), paramserver %s, control %s\n", lc->R,
                lc->replay_arg + 1, lc->ps_arg, control);
     fflush(stdout);
-    const int resume = fl_launch_resuming(lc->L);
-    char ckpt[1100];
-    snprintf(ckpt, sizeof ckpt, "%s/learner-0.safetensors", fl_launch_config(lc->L)->run_checkpoint_dir);
-    int k = lc->R + lc->P, workers = lc->n - k - lc->NE;
-    for (int i = 0; i < workers; i++) {
-        int learner = i < lc->NL, index = learner ? i : i - lc->NL;
-        char iarg[32];
-        snprintf(iarg, sizeof iarg, "%d", index);
-        /* Resuming: learners from learner 0's checkpoint, actors from their state files. */
-        char *args[] = {"--config",  (char *)fl_launch_config_path(lc->L), "--index",       iarg,
-                        "--replay",  lc->replay_arg,                       "--paramserver", lc->ps_arg,
-                        "--control", (char *)control,                      resume ? "--resume" : NULL,
-                        learner ? ckpt : NULL, NULL};
-        fl_proc_spawn(&lc->kids[k++], learner ? "learner" : "actor", index, args, 0, 0);
-    }
-    for (int i = 0; i < lc->NE; i++) {
-        char iarg[32];
-        snprintf(iarg, sizeof iarg, "%d", i);
-        char *args[] = {"--config",  (char *)fl_launch_config_path(lc->L), "--index", iarg, "--paramserver", lc->ps_arg,
-                        "--control", (char *)control, resume ? "--resume" : NULL, NULL};
-        fl_proc_spawn(&lc->kids[k++], "evaluator", i, args, 0, 0);
+    for (int i = lc->R + lc->P; i < lc->n; i++) {
+        kid_args_t a;
+        kid_args(lc, i, 0, &a);
+        int index;
+        const char *role = kid_role(lc, i, &index);
+        lc->sup[i].started_at = fl_clock_sec();
+        fl_proc_spawn(&lc->kids[i], role, index, a.v, 0, 0);
     }
 }
 
@@ -279,11 +439,13 @@ static int run_local(fl_launch_t *L) {
     lc.NE = (int)cfg->run_evaluators;
     lc.n = lc.R + lc.P + lc.NL + (int)cfg->actor_count + lc.NE;
     lc.kids = calloc((size_t)lc.n, sizeof *lc.kids);
+    lc.sup = calloc((size_t)lc.n, sizeof *lc.sup);
     int *ready = malloc((size_t)(lc.R + lc.P) * sizeof *ready);
-    if (!lc.kids || !ready) {
+    if (!lc.kids || !lc.sup || !ready) {
         fprintf(stderr, "fleet run: out of memory for %d children\n", lc.n);
         free(ready);
         free(lc.kids);
+        free(lc.sup);
         return 1;
     }
     char logs[700];
@@ -304,6 +466,7 @@ static int run_local(fl_launch_t *L) {
     free(lc.replay_list);
     free(lc.ps_list);
     free(lc.kids);
+    free(lc.sup);
     return rc;
 }
 

@@ -53,7 +53,7 @@ static int prepare(void *ctx, fl_service_args_t *a) {
     replay_verb_t *rv = ctx;
     fl_config_t *cfg = &a->cfg;
     rv->shard = (int)a->shard;
-    if (cfg->replay_wal && rv->restore[0]) {
+    if (fl_options_replay_wal(cfg) && rv->restore[0]) {
         fprintf(stderr,
                 "fleet replay: --restore cannot be combined with replay.wal = 1: with the write-ahead log the shard "
                 "recovers from replay.checkpoint_dir by itself (copy the checkpoint to %s/shard-%" PRId64

@@ -39,6 +39,7 @@ typedef enum { FL_CFG_EVERY_SECONDS, FL_CFG_EVERY_LEARNER_STEPS } fl_cfg_eval_ev
     X(run, evaluators, INT, 1, 0, 64, "", "evaluator processes: each plays eval.episodes episodes with the latest parameters every eval.every") \
     X(run, stop_at_target, BOOL, 1, 0, 1, "", "whether reaching run.target_return stops the fleet")         \
     X(run, out_dir, STRING, "runs", 0, 0, "", "folder under which runs/<name>/ is written")                 \
+    X(run, max_restarts, INT, 10, 0, 1000000, "", "`fleet run` restarts a role that dies; one that dies within 10 s of its start this many times in a row ends the run (its restarts wait 0.2 s, doubling to 30 s); 0 = a dead role ends the run") \
     X(run, checkpoints, BOOL, 1, 0, 1, "", "checkpoint the whole experiment (learner, replay shards, actors, evaluators, the launcher's figures) in run.checkpoint_dir, so that `fleet run --resume runs/<name>` continues it") \
     X(run, checkpoint_every, FLOAT, 300, 0, 1e9, "", "seconds between the learner's and the replay shards' checkpoints while the run goes (0 = only when it stops)") \
     X(run, keep_checkpoints, INT, 3, 1, 1000, "", "learner checkpoints kept (learner-<i>.step-<N>.safetensors beside the latest, learner-<i>.safetensors)") \
@@ -73,6 +74,7 @@ typedef enum { FL_CFG_EVERY_SECONDS, FL_CFG_EVERY_LEARNER_STEPS } fl_cfg_eval_ev
     X(actor, sync_every, INT, 400, 1, 1000000000, "", "env steps between parameter fetches")               \
     X(actor, fetch_bf16, BOOL, 0, 0, 1, "", "fetch parameters as bfloat16 (half the bytes; learners keep float32)") \
     X(actor, max_steps, INT, 0, 0, 1000000000000, "", "env steps after which an actor stops (0 = no limit)") \
+    X(actor, max_backlog_mb, FLOAT, 64, 0, 1e6, "", "MiB of unacknowledged transitions an actor keeps for resending while its replay shard is away; past it the oldest unsent are dropped and counted (0 = no bound)") \
     /* [replay] the prioritized replay service */                                                           \
     X(replay, shards, INT, 1, 1, 256, "", "number of replay shard processes")                              \
     X(replay, capacity, INT, 2000000, 1, 1000000000000, "", "transitions kept in total (FIFO eviction)")   \
@@ -91,7 +93,7 @@ typedef enum { FL_CFG_EVERY_SECONDS, FL_CFG_EVERY_LEARNER_STEPS } fl_cfg_eval_ev
     X(replay, frame_stack, INT, 0, 0, 64, "", "observations are this many frames on their last axis, each distinct frame stored once (0 = the env.wrappers framestack, 1 = none)") \
     X(replay, zstd_level, INT, 0, 0, 19, "", "compress every stored frame with zstd at this level (0 = off; replay/frames.h)") \
     X(replay, checkpoint_every, FLOAT, 0, 0, 1e9, "", "seconds between periodic checkpoints to replay.checkpoint_dir (0 = off)") \
-    X(replay, wal, BOOL, 0, 0, 1, "", "write-ahead log of inserts in replay.checkpoint_dir, so that a killed shard restarts with every acknowledged item") \
+    X(replay, wal, BOOL, 1, 0, 1, "", "write-ahead log of inserts in the shard's checkpoint folder (replay.checkpoint_dir, else run.checkpoint_dir), so that a killed shard restarts with every acknowledged item; off when the shard has no such folder") \
     X(replay, wal_fsync, BOOL, 0, 0, 1, "", "fdatasync the write-ahead log before acknowledging (0 = the page cache: survives a killed process, not a machine crash)") \
     /* [paramserver] the parameter service */                                                               \
     X(paramserver, shards, INT, 1, 1, 256, "", "number of parameter-server shard processes")               \

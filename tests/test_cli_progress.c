@@ -54,6 +54,11 @@ static void test_typical_line(void **unused) {
     fl_progress_format(&p, line, sizeof line);
     assert_string_equal(line, "[  12.3s] train - | env 31.2K/s | upd 950.0/s loss 0.012 | replay 1.0M | lag 2 | "
                               "push 1.2K/5 dropped");
+    p.gorila = 0;
+    p.restarts = 3;
+    fl_progress_format(&p, line, sizeof line);
+    assert_string_equal(line, "[  12.3s] train - | env 31.2K/s | upd 950.0/s loss 0.012 | replay 1.0M | lag 2 | "
+                              "restarts 3");
 }
 
 static void test_widest_line_fits(void **unused) {
@@ -62,7 +67,7 @@ static void test_widest_line_fits(void **unused) {
                        .eval_ci95 = 98765.4, .have_train = 1, .train_return = -876543.2, .env_rate = 9.99e13,
                        .upd_rate = -1e300, .loss = -1.23456e-300, .replay_size = UINT64_MAX, .lag = UINT64_MAX,
                        .gorila = 1, .pushes_applied = UINT64_MAX, .pushes_dropped = UINT64_MAX,
-                       .budget_done = 0.5, .eta_s = 1e12};
+                       .restarts = UINT64_MAX, .budget_done = 0.5, .eta_s = 1e12};
     char line[FL_PROGRESS_COLUMNS + 1];
     size_t n = fl_progress_format(&p, line, sizeof line);
     assert_true(n <= FL_PROGRESS_COLUMNS);

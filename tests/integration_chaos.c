@@ -1,0 +1,132 @@
+/* Chaos: the CartPole fleet of configs/cartpole.ini runs while a random role process
+ * (replay, parameter server, learner, an actor or the evaluator) is killed with SIGKILL
+ * every 2-4 s. The launcher restarts each one (the replay shard from its checkpoint and
+ * write-ahead log, the learner from its latest checkpoint, every 2 s here), and the run
+ * must still reach its target (exit 0), with:
+ *   - every kill seen and answered by a restart (events.log, summary.txt's restarts=),
+ *     and no role left dead or failing as the fleet stops;
+ *   - every acknowledged transition accounted for: the actors' acknowledged transitions
+ *     (all incarnations) are within what the shard inserted, and what it inserted it
+ *     holds, but for what FIFO eviction at the capacity (1M) removed.
+ * Kills stop a few seconds before the end of the run's time limit is near; the run is
+ * bounded by run.max_seconds. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "tests/chaos_util.h"
+#include "tests/proc_util.h"
+#include "tests/run_util.h"
+
+static char g_tmp[256];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/fleet-chaos-XXXXXX");
+    return mkdtemp(g_tmp) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    rm_rf(g_tmp);
+    return 0;
+}
+
+/* Lines of text that contain `what`. */
+static int count_lines(const char *text, const char *what) {
+    int n = 0;
+    for (const char *p = text; p && (p = strstr(p, what)) != NULL; p += strlen(what)) n++;
+    return n;
+}
+
+static void test_fleet_survives_kills(void **state) {
+    (void)state;
+    char cfg[1024], out_dir[512], out[512], dir[512];
+    snprintf(cfg, sizeof cfg, "%s/configs/cartpole.ini", fleet_source_dir());
+    snprintf(out_dir, sizeof out_dir, "run.out_dir=%s", g_tmp);
+    snprintf(out, sizeof out, "%s/chaos.log", g_tmp);
+    snprintf(dir, sizeof dir, "%s/chaos", g_tmp);
+    char *argv[] = {(char *)fleet_bin(), "run", cfg, "--set", out_dir, "--set", "run.name=chaos",
+                    "--set", "run.checkpoint_every=2", "--set", "run.max_seconds=480", NULL};
+    pid_t pid = start_process(argv, out);
+    assert_true(pid > 0);
+    uint64_t rng = 0x2545f4914f6cdd1dULL;
+    int kills = 0, status = 0, done = 0;
+    char killed[2048] = "";
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    sleep(3); /* the fleet's first seconds: every role up */
+    while (!done) {
+        double wait = 2.0 + (double)(rng % 2000) / 1000.0;
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        for (double w = 0; w < wait && !done; w += 0.05) {
+            done = waitpid(pid, &status, WNOHANG) == pid;
+            usleep(50000);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double el = (double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (done) break;
+        if (el > 600) { /* far past run.max_seconds: the launcher hangs */
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            fail_msg("fleet run did not end within 600 s");
+        }
+        if (el > 470) continue; /* the time limit is near: let it stop in peace */
+        char *so_far = read_file(out); /* and once it is stopping (a role killed then is an unclean end) */
+        int stopping = so_far && strstr(so_far, "fleet run: stopping the fleet");
+        free(so_far);
+        if (stopping) continue;
+        char role[16];
+        pid_t victim = chaos_kill_one(pid, &rng, role, sizeof role);
+        if (victim) {
+            kills++;
+            size_t u = strlen(killed);
+            snprintf(killed + u, sizeof killed - u, "%s%s", u ? "," : "", role);
+        }
+    }
+    char *log = read_file(out);
+    fprintf(stderr, "chaos: %d kills (%s)\n", kills, killed);
+    if (log) fprintf(stderr, "---- fleet run (tail) ----\n%s\n", strlen(log) > 8000 ? log + strlen(log) - 8000 : log);
+    char logs[700];
+    snprintf(logs, sizeof logs, "%s/logs", dir);
+    append_dir_files(logs, &log);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    char *sum = summary_at(g_tmp, "chaos");
+    assert_non_null(sum);
+    char reason[512];
+    assert_non_null(kv_get(sum, "reason", reason, sizeof reason));
+    assert_non_null(strstr(reason, "target reached"));
+    assert_true(kills >= 3);
+    /* Each kill was seen and answered with a restart (one may land as the fleet stops). */
+    char events_path[700];
+    snprintf(events_path, sizeof events_path, "%s/events.log", dir);
+    char *events = read_file(events_path);
+    assert_non_null(events);
+    int seen = count_lines(events, "killed by signal 9"), restarted = count_lines(events, "restarted ");
+    fprintf(stderr, "events.log: %d deaths seen, %d restarts\n%s\n", seen, restarted, events);
+    assert_true(seen >= kills - 1 && seen <= kills);
+    assert_true(restarted >= kills - 1);
+    assert_true(summary_u64(sum, "restarts") == (unsigned long long)restarted);
+    assert_null(strstr(log, "not restarted"));
+    /* Acknowledged transitions are all in the shard or evicted (capacity 1M). */
+    unsigned long long acked = summary_u64(sum, "actors_acked"), inserted = summary_u64(sum, "replay_inserted"),
+                       size = summary_u64(sum, "replay_size");
+    fprintf(stderr, "acked %llu, inserted %llu, size %llu, pending %llu, dropped %llu, lost unacked %llu\n", acked,
+            inserted, size, summary_u64(sum, "actors_pending"), summary_u64(sum, "actors_dropped"),
+            summary_u64(sum, "actors_lost_unacked"));
+    assert_true(acked > 0);
+    assert_true(acked <= inserted);
+    assert_int_equal(size, inserted < 1000000 ? inserted : 1000000); /* the rest evicted, first in first out */
+    assert_children_gone(sum, 5);
+    free(events);
+    free(sum);
+    free(log);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test_setup_teardown(test_fleet_survives_kills, setup, teardown)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
