@@ -35,7 +35,8 @@ typedef struct verb {
 
 #define SERVICE_OPTS                                                                                  \
     "  --listen ADDR            address to bind: HOST:PORT (PORT 0 = the OS chooses) or unix:/PATH\n"  \
-    "                           (default: run.bind_host with port 0)\n"                                  \
+    "                           (default: run.bind_host with port 0); an address other than loopback\n" \
+    "                           needs run.tls_dir (or run.insecure; docs/security.md)\n"                \
     "  --shard N                this shard's index (default 0)\n"                                         \
     "  --ready-fd FD            write the bound address and a newline to FD once serving, then close it\n" \
     "  --control ADDR           the launcher's Control service to report to (optional)\n"

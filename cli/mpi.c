@@ -510,7 +510,7 @@ static int make_job_files(rank_run_t *X, const char *addrs) {
         hosts[n++] = addrs + (size_t)r * ADDR_LEN;
     }
     char why[1024] = "out of memory, or no temporary folder";
-    if (!bad) bad = fl_security_make(X->tls_dir, hosts, n, 30, why, sizeof why) != 0;
+    if (!bad) bad = fl_security_make(X->tls_dir, hosts, n, 365, why, sizeof why) != 0;
     free(hosts);
     for (int i = 0; i < 5 && !bad; i++) {
         char path[FL_CONFIG_STRING_MAX + 32];

@@ -85,6 +85,6 @@ int fl_verb_certs(int argc, char **argv) {
     }
     printf("%s: ca.pem ca.key fleet.pem fleet.key token learner.token (valid %ld days)\n", dir, days);
     printf("use them with:   --set run.tls_dir=%s   (or run.tls_dir = %s in the config's [run] section)\n", dir, dir);
-    printf("every host of the fleet needs this folder at the same path; ca.key stays with you: no role reads it\n");
+    printf("every host of the fleet needs this folder at the same path; no role reads ca.key: it can stay here\n");
     return 0;
 }
