@@ -1185,7 +1185,9 @@ static int explain_tls(const channel_sec *cs, const char *text, char *out, size_
         }
         return 0;
     }
-    if (strstr(text, "Socket closed") || strstr(text, "Connection reset") || strstr(text, "End of TCP stream")) {
+    /* Only while connecting: a server that dies during a call closes its socket too. */
+    if (strstr(text, "failed to connect") &&
+        (strstr(text, "Socket closed") || strstr(text, "Connection reset") || strstr(text, "End of TCP stream"))) {
         snprintf(out, len,
                  "the server closed the connection at once: it likely uses TLS, and this process sent plaintext (it "
                  "has no run.tls_dir): give it the fleet's run.tls_dir");
