@@ -6,7 +6,14 @@
  * close tag (RECV_CLOSE_ON_SERVER, posted at the start, completes when the call ends).
  * The main path of a call is strictly sequential, so only one thread touches a call's
  * state at a time; the close tag only sets a flag and drops a reference. A context is
- * freed when both its main path and its close op have completed. */
+ * freed when both its main path and its close op have completed.
+ *
+ * Security: a server bound while a security is set gets TLS credentials with an auth
+ * metadata processor (token_check) that gRPC runs on its own threads before a call
+ * reaches the queue; it records which token the call carried in the call's auth context,
+ * which call_allowed reads before a learner-only method's handler. A channel gets TLS
+ * credentials composed with a metadata plugin (token_send) that picks the token per
+ * method. Both copy the tokens they need, so fl_rpc_set_security never touches them. */
 #include "common/rpc.h"
 
 #include <grpc/byte_buffer.h>
@@ -310,8 +317,8 @@ static const char *sec_files(void) {
     return buf;
 }
 
-/* TLS server credentials with the token check, from the current security; NULL when none
- * is set (then *insecure = 1) or on failure. */
+/* TLS server credentials with the token check from the current security (*secure = 1),
+ * or plaintext ones when none is set; NULL on failure. */
 static grpc_server_credentials *server_creds(int *secure) {
     *secure = 0;
     pthread_mutex_lock(&g_sec_mu);
