@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/security.h"
 #include "common/log.h"
 
 static int set_opt(const char *verb, const fl_opt_t *o, const char *value) {
@@ -92,7 +93,9 @@ int fl_cli_parse(const char *verb, int argc, char **argv, fl_config_t *cfg, cons
         fprintf(stderr, "fleet %s: %s\n", verb, err.msg);
         return 2;
     }
-    return 0;
+    /* Every process that parses a config talks gRPC as its config says: TLS and tokens
+     * from run.tls_dir, or plaintext without it. */
+    return fl_security_setup(cfg, verb);
 }
 
 void fl_cli_setup_logging(const fl_config_t *cfg, const char *role, int index) {

@@ -15,7 +15,8 @@ typedef struct fl_opt {
     void *dest;       /* char[256] for STRING, int64_t for INT, int for FLAG */
 } fl_opt_t;
 
-/* Parses argv (argv[0] = the verb's name): config options into cfg, then the table.
+/* Parses argv (argv[0] = the verb's name): config options into cfg, then the table;
+ * then sets this process's gRPC security from run.tls_dir (cli/security.h).
  * `positional` (may be NULL) receives one positional argument (e.g. the config file of
  * `fleet run`); a second one is an error. Prints the error to stderr and returns 2 on
  * failure, 0 on success. */

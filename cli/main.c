@@ -4,6 +4,7 @@
  *   fleet env list                        the built-in environments
  *   fleet plot RUN_DIR                    draw a run's learning curve (curve.png, with gnuplot)
  *   fleet eval RUN_DIR|CHECKPOINT         play and measure a trained agent, or record it
+ *   fleet certs DIR                       make a fleet's TLS credentials (run.tls_dir)
  *   fleet version | help [VERB]
  * Every role verb takes --config FILE and --set section.key=value; the rest of its
  * options are listed by `fleet help VERB`. Exit codes: 0 success, 1 runtime failure,
@@ -34,7 +35,8 @@ typedef struct verb {
 
 #define SERVICE_OPTS                                                                                  \
     "  --listen ADDR            address to bind: HOST:PORT (PORT 0 = the OS chooses) or unix:/PATH\n"  \
-    "                           (default: run.bind_host with port 0)\n"                                  \
+    "                           (default: run.bind_host with port 0); an address other than loopback\n" \
+    "                           needs run.tls_dir (or run.insecure; docs/security.md)\n"                \
     "  --shard N                this shard's index (default 0)\n"                                         \
     "  --ready-fd FD            write the bound address and a newline to FD once serving, then close it\n" \
     "  --control ADDR           the launcher's Control service to report to (optional)\n"
@@ -198,6 +200,22 @@ static const verb_t verbs[] = {
      "Exit 0; 1 when playing or recording fails (or .mp4 without ffmpeg); 2 for usage and configuration\n"
      "errors: no such folder, no config or checkpoint found, a checkpoint of another model.spec.\n",
      fl_verb_eval},
+    {"certs", "make a fleet's TLS certificates and tokens (for run.tls_dir)",
+     "usage: fleet certs DIR [--hosts h1,h2,...] [--days N]\n"
+     "Makes DIR (mode 0700) with a fleet's credentials, using the openssl command (Debian: openssl):\n"
+     "  ca.pem, ca.key           the fleet's own certificate authority (no role reads ca.key)\n"
+     "  fleet.pem, fleet.key     the certificate every service presents, signed by ca.pem, valid for\n"
+     "                           127.0.0.1, ::1, localhost, this host's name and the --hosts\n"
+     "  token                    the run token: every role sends it, every service requires it\n"
+     "  learner.token            the learner token: also allows publishing parameters and pushing\n"
+     "                           gradients (only `fleet learner` and the parameter servers read it)\n"
+     "Keys and tokens are 0600. Then run the fleet with --set run.tls_dir=DIR: every service speaks TLS\n"
+     "and refuses calls without the token; docs/security.md has the trust model. Refuses a DIR that\n"
+     "holds credentials already.\n"
+     "  --hosts h1,h2,...        more host names or addresses the services are dialled by (every host\n"
+     "                           of a multi-host fleet, by the name or address its services bind)\n"
+     "  --days N                 validity of the certificates (default 365)\n",
+     fl_verb_certs},
     {"version", "print the version", "usage: fleet version\n", NULL},
     {"help", "help on a verb, or `fleet help config` for every configuration key", "usage: fleet help [VERB|config]\n",
      NULL},

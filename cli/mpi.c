@@ -13,6 +13,12 @@
  *   2. Addresses. A fleet on one host binds run.bind_host (loopback by default). Across
  *      hosts each rank binds its own host's address: run.interface's IPv4 address, or
  *      the first interface that is up and not loopback (common/netif.h), never 0.0.0.0.
+ *   2b. TLS. With run.tls_dir every rank and role uses it. Without it, when services bind
+ *      an interface's address (across hosts, or run.interface) and run.insecure is false,
+ *      the launcher makes per-job credentials (cli/security.h) for every rank's host name
+ *      and address and sends the files to every rank (MPI_Bcast); each keeps them in a
+ *      0700 folder of its own (the launcher in the run folder's tls/) and hands that
+ *      folder to its roles as run.tls_dir. On one host's loopback: plaintext, as alone.
  *   3. The launcher writes the effective config and starts fleet.Control (cli/launch.h);
  *      the config text and Control's address go to every rank (MPI_Bcast), which keeps a
  *      copy in a temporary file for its role.
@@ -38,10 +44,12 @@
  * Failure: a configuration error (rank count, roles, interface) is printed once by the
  * launcher (or by the rank that found it, naming its host) and every rank exits 2. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,6 +58,7 @@
 #include "common/stop.h"
 #include "cli/launch.h"
 #include "cli/proc.h"
+#include "cli/security.h"
 #include "cli/verbs.h"
 #include "learner/reduce.h"
 
@@ -385,6 +394,12 @@ typedef struct rank_run {
     char replay_arg[256], ps_arg[256];
     fl_child_t child; /* a service rank's or an actor rank's process */
     MPI_Comm learners;
+    int netif;                      /* services bind an interface's address (across hosts, or run.interface) */
+    char tls_dir[FL_CONFIG_STRING_MAX]; /* the credentials this rank's roles use ("" = none) */
+    char tls_set[FL_CONFIG_STRING_MAX + 16]; /* "run.tls_dir=<tls_dir>", the roles' --set */
+    int tls_own;                    /* tls_dir is this rank's per-job copy (removed at the end) */
+    char *job_files[5];             /* the launcher's per-job credentials, until they are in the run folder */
+    long long job_len[5];
 } rank_run_t;
 
 /* 1. Who is where, and which role. 0, or the exit code (the same on every rank). */
@@ -420,7 +435,8 @@ static int choose_address(rank_run_t *X) {
     int one_host = 1;
     for (int r = 1; r < m->size; r++) one_host &= strcmp(m->ids[r].host, m->ids[0].host) == 0;
     int bad = 0;
-    if (one_host && !X->cfg.run_interface[0]) {
+    X->netif = !(one_host && !X->cfg.run_interface[0]);
+    if (!X->netif) {
         snprintf(X->host, sizeof X->host, "%s", X->cfg.run_bind_host);
     } else {
         fl_err_t e;
@@ -436,12 +452,152 @@ static int choose_address(rank_run_t *X) {
     return any_rank(bad) ? 2 : 0;
 }
 
+/* The per-job credential files every rank gets (ca.key stays with the launcher's maker,
+ * and is dropped). learner.token goes only to the ranks that use it. */
+static const char *const job_names[5] = {FL_TLS_CA, FL_TLS_CERT, FL_TLS_KEY, FL_TLS_TOKEN, FL_TLS_LEARNER_TOKEN};
+
+/* Writes the per-job files into dir (0700, made here): 0 or -1 with errno. */
+static int write_job_files(const rank_run_t *X, const char *dir, int with_learner) {
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) return -1;
+    for (int i = 0; i < 5; i++) {
+        if (i == 4 && !with_learner) continue;
+        char path[FL_CONFIG_STRING_MAX + 32];
+        snprintf(path, sizeof path, "%s/%s", dir, job_names[i]);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, i < 2 ? 0644 : 0600);
+        int bad = fd < 0 || write(fd, X->job_files[i], (size_t)X->job_len[i]) != (ssize_t)X->job_len[i];
+        if (fd >= 0) bad |= close(fd) != 0;
+        if (bad) return -1;
+    }
+    return 0;
+}
+
+/* Removes a credentials folder this job made. */
+static void remove_job_dir(const char *dir) {
+    static const char *const all[] = {FL_TLS_CA, FL_TLS_CA_KEY, FL_TLS_CERT, FL_TLS_KEY, FL_TLS_TOKEN,
+                                      FL_TLS_LEARNER_TOKEN};
+    for (int i = 0; i < 6; i++) {
+        char path[FL_CONFIG_STRING_MAX + 32];
+        snprintf(path, sizeof path, "%s/%s", dir, all[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+/* A whole small file (malloc'd, *len bytes), or NULL. */
+static char *read_whole(const char *path, long long *len) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    *len = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (*len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)*len + 1)) != NULL && fread(buf, 1, (size_t)*len, f) != (size_t)*len) {
+        free(buf);
+        buf = NULL;
+    }
+    if (f) fclose(f);
+    return buf;
+}
+
+/* The launcher: makes the job's credentials in a temporary folder for every rank's host
+ * name and address (addrs: ADDR_LEN each), and reads the files back. 0 or 1 after
+ * printing why. */
+static int make_job_files(rank_run_t *X, const char *addrs) {
+    const mpi_state_t *m = &X->m;
+    const char **hosts = calloc((size_t)m->size * 2, sizeof *hosts);
+    int bad = !hosts || !mkdtemp(strcpy(X->tls_dir, "/tmp/fleet-tls-XXXXXX"));
+    int n = 0;
+    for (int r = 0; hosts && r < m->size; r++) {
+        hosts[n++] = m->ids[r].host;
+        hosts[n++] = addrs + (size_t)r * ADDR_LEN;
+    }
+    char why[1024] = "out of memory, or no temporary folder";
+    if (!bad) bad = fl_security_make(X->tls_dir, hosts, n, 365, why, sizeof why) != 0;
+    free(hosts);
+    for (int i = 0; i < 5 && !bad; i++) {
+        char path[FL_CONFIG_STRING_MAX + 32];
+        snprintf(path, sizeof path, "%s/%s", X->tls_dir, job_names[i]);
+        X->job_files[i] = read_whole(path, &X->job_len[i]);
+        if (!X->job_files[i]) snprintf(why, sizeof why, "cannot read back %s", path);
+        bad = !X->job_files[i];
+    }
+    if (bad) fprintf(stderr, "fleet run: cannot make the job's TLS credentials: %s\n", why);
+    else X->tls_own = 1;
+    return bad;
+}
+
+/* 2b. TLS for the job (see the top of this file). 0, or the exit code (the same on every
+ * rank). */
+static int job_security(rank_run_t *X) {
+    mpi_state_t *m = &X->m;
+    const int launcher = m->me == m->launcher;
+    snprintf(X->tls_dir, sizeof X->tls_dir, "%s", X->cfg.run_tls_dir);
+    if (!X->cfg.run_tls_dir[0] && (!X->netif || X->cfg.run_insecure)) {
+        char why[1024];
+        int r = fl_security_check_bind(&X->cfg, X->host, why, sizeof why);
+        if (r > 0 && launcher) fprintf(stderr, "fleet run: warning: %s\n", why);
+        if (r < 0 && launcher) fprintf(stderr, "fleet run: %s\n", why);
+        return any_rank(r < 0) ? 2 : 0;
+    }
+    if (!X->cfg.run_tls_dir[0]) {
+        char *addrs = calloc((size_t)m->size, ADDR_LEN);
+        if (any_rank(!addrs)) {
+            free(addrs);
+            return 1;
+        }
+        char mine[ADDR_LEN] = "";
+        snprintf(mine, sizeof mine, "%s", X->host);
+        MPI_Allgather(mine, ADDR_LEN, MPI_CHAR, addrs, ADDR_LEN, MPI_CHAR, MPI_COMM_WORLD);
+        int bad = launcher ? make_job_files(X, addrs) : 0;
+        free(addrs);
+        if (any_rank(bad)) return 1;
+        for (int i = 0; i < 5; i++) {
+            MPI_Bcast(&X->job_len[i], 1, MPI_LONG_LONG, m->launcher, MPI_COMM_WORLD);
+            if (!launcher) X->job_files[i] = malloc((size_t)X->job_len[i] + 1);
+            if (any_rank(!X->job_files[i])) return 1;
+            MPI_Bcast(X->job_files[i], (int)X->job_len[i], MPI_CHAR, m->launcher, MPI_COMM_WORLD);
+        }
+        if (!launcher) {
+            char dir[64];
+            snprintf(dir, sizeof dir, "/tmp/fleet-rank%d-tls-XXXXXX", m->me);
+            bad = !mkdtemp(dir);
+            if (!bad) {
+                snprintf(X->tls_dir, sizeof X->tls_dir, "%s", dir);
+                X->tls_own = 1;
+                bad = write_job_files(X, dir, X->kind == K_LEARNER || X->kind == K_PARAMSERVER) != 0;
+            }
+            if (bad) fprintf(stderr, "fleet run (rank %d on %s): cannot write the job's TLS credentials in %s: %s\n",
+                             m->me, X->me.host, dir, strerror(errno));
+        }
+        if (any_rank(bad)) return 1;
+    }
+    char why[1024];
+    int bad = fl_security_load(X->tls_dir, 0, why, sizeof why) != 0;
+    if (bad) fprintf(stderr, "fleet run (rank %d on %s): run.tls_dir = %s: %s\n", m->me, X->me.host, X->tls_dir, why);
+    return any_rank(bad) ? 2 : 0;
+}
+
+/* The launcher's per-job credentials move from their temporary folder into the run
+ * folder's tls/ (0700), which its evaluators then use. 0 or 1 after printing why. */
+static int keep_job_credentials(rank_run_t *X) {
+    if (X->m.me != X->m.launcher || !X->job_files[0] || !X->tls_own) return 0;
+    char dir[FL_CONFIG_STRING_MAX];
+    if (snprintf(dir, sizeof dir, "%s/tls", fl_launch_dir(X->L)) >= (int)sizeof dir || write_job_files(X, dir, 1) != 0) {
+        fprintf(stderr, "fleet run: cannot write the job's TLS credentials in %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    remove_job_dir(X->tls_dir);
+    snprintf(X->tls_dir, sizeof X->tls_dir, "%s", dir);
+    X->tls_own = 0; /* the run folder keeps them */
+    printf("  tls          per-job credentials for %d ranks in %s/ (no run.tls_dir)\n", X->m.size, dir);
+    return 0;
+}
+
 /* 3a. The launcher's run folder and Control; Control's address to everyone. */
 static int start_control(rank_run_t *X) {
     mpi_state_t *m = &X->m;
     int rc = 0;
     if (m->me == m->launcher) {
         rc = fl_launch_create(&X->cfg, X->cfg_file, X->host, &X->L);
+        if (!rc) rc = keep_job_credentials(X);
         if (!rc) {
             snprintf(X->control, sizeof X->control, "%s", fl_launch_control_addr(X->L));
             print_ranks(m);
@@ -526,7 +682,8 @@ static int spawn_service(rank_run_t *X, char *addr) {
     char idx[32], listen[FL_CONFIG_STRING_MAX + 8];
     snprintf(idx, sizeof idx, "%d", X->index);
     snprintf(listen, sizeof listen, "%s:0", X->host);
-    char *args[] = {"--config", X->tmp_cfg, "--shard", idx, "--listen", listen, "--control", X->control, NULL};
+    char *args[] = {"--config", X->tmp_cfg, "--shard", idx, "--listen", listen, "--control", X->control,
+                    "--set", X->tls_set, NULL};
     if (fl_proc_spawn(c, name, X->index, args, 1, 60) == 0) {
         snprintf(addr, ADDR_LEN, "%s", c->addr);
         return 0;
@@ -605,7 +762,7 @@ static int start_evaluators(rank_run_t *X, launcher_ctx_t *lx) {
         char idx[32];
         snprintf(idx, sizeof idx, "%d", i);
         char *args[] = {"--config", X->tmp_cfg, "--index", idx, "--paramserver", X->ps_arg, "--control", X->control,
-                        NULL};
+                        "--set", X->tls_set, NULL};
         if (fl_proc_spawn(&lx->evals[i], "evaluator", i, args, 0, 0) != 0) {
             fprintf(stderr, "fleet run: cannot start evaluator %d: %s\n", i, strerror(errno));
             return 1;
@@ -659,7 +816,7 @@ static void run_learner(rank_run_t *X) {
         char idx[32];
         snprintf(idx, sizeof idx, "%d", X->index);
         char *args[] = {"learner",       "--config", X->tmp_cfg,  "--index", idx,        "--replay", X->replay_arg,
-                        "--paramserver", X->ps_arg,  "--control", X->control, NULL};
+                        "--paramserver", X->ps_arg,  "--control", X->control, "--set",   X->tls_set, NULL};
         lr = fl_learner_main((int)(sizeof args / sizeof args[0]) - 1, args, reduce);
     }
     fl_reduce_destroy(reduce);
@@ -673,7 +830,7 @@ static void run_actor(rank_run_t *X) {
     char idx[32];
     snprintf(idx, sizeof idx, "%d", X->index);
     char *args[] = {"--config",      X->tmp_cfg, "--index",   idx,        "--replay", X->replay_arg,
-                    "--paramserver", X->ps_arg,  "--control", X->control, NULL};
+                    "--paramserver", X->ps_arg,  "--control", X->control, "--set",    X->tls_set, NULL};
     if (fl_proc_spawn(&X->child, "actor", X->index, args, 0, 0) != 0)
         report_done_and_wait(&X->m, 0, 0, "could not be started");
     else
@@ -703,6 +860,8 @@ static void finish(rank_run_t *X) {
         unlink(path);
     }
     fl_launch_destroy(X->L);
+    if (X->tls_own) remove_job_dir(X->tls_dir);
+    for (int i = 0; i < 5; i++) free(X->job_files[i]);
     free(X->replay_list);
     free(X->ps_list);
     free(X->addrs);
@@ -728,8 +887,10 @@ int fl_mpi_run(const fl_config_t *cfg_in, const char *cfg_file, const char *role
     fl_stop_install();
     int rc = gather_roles(&X, role);
     if (!rc) rc = choose_address(&X);
+    if (!rc) rc = job_security(&X);
     if (!rc) rc = start_control(&X);
     if (!rc) rc = broadcast_config(&X);
+    snprintf(X.tls_set, sizeof X.tls_set, "run.tls_dir=%s", X.tls_dir);
     if (!rc) rc = start_services(&X);
     if (!rc) rc = share_addresses(&X);
     if (!rc) rc = run_role(&X);

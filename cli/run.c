@@ -38,6 +38,7 @@
 #include "cli/launch.h"
 #include "cli/options.h"
 #include "cli/proc.h"
+#include "cli/security.h"
 #include "cli/verbs.h"
 
 /* ------------------------------------------------------ on one machine ---- */
@@ -577,6 +578,7 @@ int fl_verb_run(int argc, char **argv) {
         fl_config_dump(&cfg, stdout);
         return 0;
     }
+    if ((rc = fl_security_bind_allowed(&cfg, "run", cfg.run_bind_host)) != 0) return rc;
     if (fl_proc_init() != 0) {
         fprintf(stderr, "fleet run: cannot find its own executable: %s\n", strerror(errno));
         return 1;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/security.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/stop.h"
@@ -45,7 +46,7 @@ static int parse_args(const fl_service_def_t *def, int argc, char **argv, fl_ser
         return 2;
     }
     if (!a->listen[0]) def->default_listen(a, a->listen, sizeof a->listen);
-    return 0;
+    return fl_security_bind_allowed(&a->cfg, def->verb, a->listen);
 }
 
 /* The bound address and a newline to --ready-fd, which is then closed. 0, or -1 after

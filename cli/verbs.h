@@ -21,6 +21,8 @@ int fl_verb_plot(int argc, char **argv);
 /* `fleet eval RUN_DIR|CHECKPOINT`: a trained agent's episodes and their statistics
  * (cli/verb_eval.c). */
 int fl_verb_eval(int argc, char **argv);
+/* `fleet certs DIR`: a fleet's TLS credentials and tokens (cli/verb_certs.c). */
+int fl_verb_certs(int argc, char **argv);
 /* `fleet env play` and `fleet env record` (argv[1] is "play" or "record"). */
 int fl_env_show(int argc, char **argv);
 /* Parses the value s of option opt of `fleet env VERB` as an integer in [lo, hi]; returns 0,

@@ -48,6 +48,8 @@ typedef enum { FL_CFG_EVERY_SECONDS, FL_CFG_EVERY_LEARNER_STEPS } fl_cfg_eval_ev
     X(run, progress_every, FLOAT, 1.0, 0.05, 3600, "", "seconds between progress lines and metrics rows")   \
     X(run, bind_host, STRING, "127.0.0.1", 0, 0, "", "address that services bind (port chosen by the OS)")  \
     X(run, interface, STRING, "", 0, 0, "", "under mpirun across hosts: the network interface whose IPv4 address services bind (empty = the first that is up and not loopback)") \
+    X(run, tls_dir, STRING, "", 0, 0, "", "folder of the fleet's TLS certificates and tokens, made by `fleet certs DIR` (empty = none: plaintext without tokens, and services may bind only loopback or unix sockets; docs/security.md)") \
+    X(run, insecure, BOOL, 0, 0, 1, "", "allow services to bind a non-loopback address without run.tls_dir: plaintext, no tokens, anyone who reaches a port may call it (a warning is printed)") \
     /* [env] the environment each actor steps */                                                           \
     X(env, name, STRING, "cartpole", 0, 0, "", "environment name (see `fleet env list`)")                   \
     X(env, plugin, STRING, "", 0, 0, "", "path of a shared object that provides env.name (empty = built-in)") \

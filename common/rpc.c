@@ -6,7 +6,14 @@
  * close tag (RECV_CLOSE_ON_SERVER, posted at the start, completes when the call ends).
  * The main path of a call is strictly sequential, so only one thread touches a call's
  * state at a time; the close tag only sets a flag and drops a reference. A context is
- * freed when both its main path and its close op have completed. */
+ * freed when both its main path and its close op have completed.
+ *
+ * Security: a server bound while a security is set gets TLS credentials with an auth
+ * metadata processor (token_check) that gRPC runs on its own threads before a call
+ * reaches the queue; it records which token the call carried in the call's auth context,
+ * which call_allowed reads before a learner-only method's handler. A channel gets TLS
+ * credentials composed with a metadata plugin (token_send) that picks the token per
+ * method. Both copy the tokens they need, so fl_rpc_set_security never touches them. */
 #include "common/rpc.h"
 
 #include <grpc/byte_buffer.h>
@@ -16,12 +23,15 @@
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -109,6 +119,339 @@ static size_t transport_args(grpc_arg *a) {
     return FL__TRANSPORT_ARGS;
 }
 
+/* ----------------------------------------------------------- security ---- */
+
+/* The process-wide security (NULL = plaintext). Servers and channels copy what they need
+ * when they are made, so a later change never touches them. */
+typedef struct sec_state {
+    char *ca, *cert, *key, *token, *learner_token;
+    char **learner_methods;
+    int n_learner_methods;
+    char *ca_file, *cert_file, *key_file;
+} sec_state;
+
+static pthread_mutex_t g_sec_mu = PTHREAD_MUTEX_INITIALIZER;
+static sec_state *g_sec;
+
+/* The auth-context property the token check adds: which credential the call carried. */
+#define CRED_PROPERTY "fleet.credential"
+#define CRED_RUN "run"
+#define CRED_LEARNER "learner"
+
+static void sec_free(sec_state *s) {
+    if (!s) return;
+    free(s->ca);
+    free(s->cert);
+    free(s->key);
+    free(s->token);
+    free(s->learner_token);
+    for (int i = 0; i < s->n_learner_methods; i++) free(s->learner_methods[i]);
+    free(s->learner_methods);
+    free(s->ca_file);
+    free(s->cert_file);
+    free(s->key_file);
+    free(s);
+}
+
+static char *dup_or_empty(const char *s) { return strdup(s ? s : ""); }
+
+/* A token may only hold printable ASCII without spaces (it travels in an HTTP/2 header). */
+static int token_ok(const char *t) {
+    for (; *t; t++)
+        if (*t <= ' ' || *t > '~') return 0;
+    return 1;
+}
+
+fl_status fl_rpc_set_security(const fl_rpc_security_t *sec, fl_err_t *err) {
+    sec_state *n = NULL;
+    if (sec) {
+        if (!sec->ca_pem || !sec->ca_pem[0] || !sec->cert_pem || !sec->cert_pem[0] || !sec->key_pem ||
+            !sec->key_pem[0])
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "rpc security: the CA, the certificate and the key are all needed (PEM text)");
+        if (!sec->token || !sec->token[0] || !token_ok(sec->token) ||
+            (sec->learner_token && !token_ok(sec->learner_token)))
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "rpc security: a token is empty or holds characters other than printable ASCII "
+                              "without spaces (expected the hex text `fleet certs` writes)");
+        n = calloc(1, sizeof *n);
+        if (!n) return fl_err_set(err, FL_NO_MEMORY, "rpc security: out of memory");
+        n->ca = dup_or_empty(sec->ca_pem);
+        n->cert = dup_or_empty(sec->cert_pem);
+        n->key = dup_or_empty(sec->key_pem);
+        n->token = dup_or_empty(sec->token);
+        n->learner_token = sec->learner_token && sec->learner_token[0] ? strdup(sec->learner_token) : NULL;
+        n->ca_file = dup_or_empty(sec->ca_file);
+        n->cert_file = dup_or_empty(sec->cert_file);
+        n->key_file = dup_or_empty(sec->key_file);
+        int bad = !n->ca || !n->cert || !n->key || !n->token || !n->ca_file || !n->cert_file || !n->key_file ||
+                  (sec->learner_token && sec->learner_token[0] && !n->learner_token);
+        int k = 0;
+        while (sec->learner_methods && sec->learner_methods[k]) k++;
+        if (k) {
+            n->learner_methods = calloc((size_t)k, sizeof *n->learner_methods);
+            bad |= !n->learner_methods;
+            for (int i = 0; i < k && n->learner_methods; i++) {
+                n->learner_methods[i] = strdup(sec->learner_methods[i]);
+                n->n_learner_methods++;
+                bad |= !n->learner_methods[i];
+            }
+        }
+        if (bad) {
+            sec_free(n);
+            return fl_err_set(err, FL_NO_MEMORY, "rpc security: out of memory");
+        }
+    }
+    pthread_mutex_lock(&g_sec_mu);
+    sec_state *old = g_sec;
+    g_sec = n;
+    pthread_mutex_unlock(&g_sec_mu);
+    sec_free(old);
+    return FL_OK;
+}
+
+int fl_rpc_secure(void) {
+    pthread_mutex_lock(&g_sec_mu);
+    int on = g_sec != NULL;
+    pthread_mutex_unlock(&g_sec_mu);
+    return on;
+}
+
+int fl_rpc_addr_is_loopback(const char *addr) {
+    if (!addr) return 0;
+    if (strncmp(addr, "unix:", 5) == 0 || strncmp(addr, "unix-abstract:", 14) == 0) return 1;
+    if (strncmp(addr, "ipv4:", 5) == 0 || strncmp(addr, "ipv6:", 5) == 0) addr += 5;
+    char host[256];
+    const char *colon = strrchr(addr, ':');
+    if (addr[0] == '[') {
+        const char *end = strchr(addr, ']');
+        if (!end || (size_t)(end - addr - 1) >= sizeof host) return 0;
+        snprintf(host, sizeof host, "%.*s", (int)(end - addr - 1), addr + 1);
+    } else if (colon && strchr(addr, ':') == colon) { /* one colon: host:port */
+        if ((size_t)(colon - addr) >= sizeof host) return 0;
+        snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
+    } else { /* no port, or a bare IPv6 address */
+        if (strlen(addr) >= sizeof host) return 0;
+        snprintf(host, sizeof host, "%s", addr);
+    }
+    if (strcasecmp(host, "localhost") == 0) return 1;
+    struct in_addr a4;
+    if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET6, host, &a6) == 1) return IN6_IS_ADDR_LOOPBACK(&a6);
+    return 0;
+}
+
+/* Constant-time equality of a presented token and a secret: the time taken depends on
+ * neither's contents, only on the presented length. */
+static int token_equal(const char *given, size_t given_len, const char *secret) {
+    size_t n = strlen(secret);
+    unsigned diff = (unsigned)(given_len != n);
+    for (size_t i = 0; i < given_len; i++) diff |= (unsigned char)given[i] ^ (unsigned char)secret[n ? i % n : 0];
+    return diff == 0 && n > 0;
+}
+
+/* The servers' token check (a gRPC auth metadata processor): runs on a gRPC thread for
+ * every call before the call reaches the server's queue. The state holds copies of the
+ * tokens. */
+typedef struct token_check {
+    char *token, *learner_token;
+} token_check;
+
+static void token_check_destroy(void *state) {
+    token_check *t = state;
+    free(t->token);
+    free(t->learner_token);
+    free(t);
+}
+
+static void token_check_process(void *state, grpc_auth_context *ctx, const grpc_metadata *md, size_t num_md,
+                                grpc_process_auth_metadata_done_cb cb, void *user_data) {
+    const token_check *t = state;
+    const grpc_metadata *auth = NULL;
+    for (size_t i = 0; i < num_md; i++)
+        if (grpc_slice_str_cmp(md[i].key, "authorization") == 0) {
+            auth = &md[i];
+            break;
+        }
+    if (!auth) {
+        cb(user_data, NULL, 0, NULL, 0, GRPC_STATUS_UNAUTHENTICATED,
+           "fleet: the call carries no token (expected 'authorization: Bearer <token>'; the client needs this "
+           "fleet's run.tls_dir, whose token file it sends)");
+        return;
+    }
+    const char *v = (const char *)GRPC_SLICE_START_PTR(auth->value);
+    size_t n = GRPC_SLICE_LENGTH(auth->value);
+    static const char bearer[] = "Bearer ";
+    const size_t nb = sizeof bearer - 1;
+    if (n < nb || strncasecmp(v, bearer, nb) != 0) {
+        cb(user_data, NULL, 0, NULL, 0, GRPC_STATUS_UNAUTHENTICATED,
+           "fleet: the call's authorization is not a bearer token (expected 'authorization: Bearer <token>')");
+        return;
+    }
+    v += nb;
+    n -= nb;
+    int is_run = token_equal(v, n, t->token);
+    int is_learner = t->learner_token ? token_equal(v, n, t->learner_token) : 0;
+    if (!is_run && !is_learner) {
+        cb(user_data, NULL, 0, NULL, 0, GRPC_STATUS_UNAUTHENTICATED,
+           "fleet: the call's token is wrong (it is neither this fleet's run token nor its learner token: the client "
+           "has another fleet's credentials; give every role the same run.tls_dir)");
+        return;
+    }
+    grpc_auth_context_add_cstring_property(ctx, CRED_PROPERTY, is_learner ? CRED_LEARNER : CRED_RUN);
+    /* The token is consumed: it goes no further than this check. */
+    cb(user_data, auth, 1, NULL, 0, GRPC_STATUS_OK, NULL);
+}
+
+/* "the certificate fleet.pem and the key fleet.key" of the current security, for
+ * messages (a thread-local buffer). */
+static const char *sec_files(void) {
+    static _Thread_local char buf[600];
+    pthread_mutex_lock(&g_sec_mu);
+    if (g_sec)
+        snprintf(buf, sizeof buf, "the certificate %.280s and the key %.280s",
+                 g_sec->cert_file[0] ? g_sec->cert_file : "(PEM text)", g_sec->key_file[0] ? g_sec->key_file : "(PEM text)");
+    else
+        snprintf(buf, sizeof buf, "no TLS set");
+    pthread_mutex_unlock(&g_sec_mu);
+    return buf;
+}
+
+/* TLS server credentials with the token check from the current security (*secure = 1),
+ * or plaintext ones when none is set; NULL on failure. */
+static grpc_server_credentials *server_creds(int *secure) {
+    *secure = 0;
+    pthread_mutex_lock(&g_sec_mu);
+    grpc_server_credentials *creds = NULL;
+    if (!g_sec) {
+        pthread_mutex_unlock(&g_sec_mu);
+        return grpc_insecure_server_credentials_create();
+    }
+    token_check *t = calloc(1, sizeof *t);
+    if (t) {
+        t->token = strdup(g_sec->token);
+        t->learner_token = g_sec->learner_token ? strdup(g_sec->learner_token) : NULL;
+    }
+    if (t && t->token && (!g_sec->learner_token || t->learner_token)) {
+        grpc_ssl_pem_key_cert_pair pair = {g_sec->key, g_sec->cert};
+        creds = grpc_ssl_server_credentials_create_ex(NULL, &pair, 1, GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE, NULL);
+    }
+    pthread_mutex_unlock(&g_sec_mu);
+    if (!creds) {
+        if (t) token_check_destroy(t);
+        return NULL;
+    }
+    grpc_auth_metadata_processor p = {token_check_process, token_check_destroy, t};
+    grpc_server_credentials_set_auth_metadata_processor(creds, p);
+    *secure = 1;
+    return creds;
+}
+
+/* The clients' token (a gRPC metadata credentials plugin): the learner token on the
+ * learner methods when this process has it, the run token on every other call. */
+typedef struct token_send {
+    char *run_header, *learner_header; /* "Bearer <token>" */
+    char **learner_methods;
+    int n_learner_methods;
+} token_send;
+
+static void token_send_destroy(void *state) {
+    token_send *t = state;
+    free(t->run_header);
+    free(t->learner_header);
+    for (int i = 0; i < t->n_learner_methods; i++) free(t->learner_methods[i]);
+    free(t->learner_methods);
+    free(t);
+}
+
+/* 1 when "<service_url>/<method>" names a learner method ("https://host/fleet.X", "Y"
+ * is "/fleet.X/Y"). */
+static int is_learner_method(const token_send *t, const char *service_url, const char *method) {
+    const char *svc = service_url ? strrchr(service_url, '/') : NULL;
+    if (!svc || !method) return 0;
+    size_t ns = strlen(svc), nm = strlen(method);
+    for (int i = 0; i < t->n_learner_methods; i++) {
+        const char *p = t->learner_methods[i];
+        if (strncmp(p, svc, ns) == 0 && p[ns] == '/' && strcmp(p + ns + 1, method) == 0 && strlen(p) == ns + 1 + nm)
+            return 1;
+    }
+    return 0;
+}
+
+static int token_send_get(void *state, grpc_auth_metadata_context context, grpc_credentials_plugin_metadata_cb cb,
+                          void *user_data, grpc_metadata creds_md[GRPC_METADATA_CREDENTIALS_PLUGIN_SYNC_MAX],
+                          size_t *num_creds_md, grpc_status_code *status, const char **error_details) {
+    (void)cb;
+    (void)user_data;
+    const token_send *t = state;
+    const char *h = t->learner_header && is_learner_method(t, context.service_url, context.method_name)
+                        ? t->learner_header
+                        : t->run_header;
+    memset(&creds_md[0], 0, sizeof creds_md[0]);
+    creds_md[0].key = grpc_slice_from_static_string("authorization");
+    creds_md[0].value = grpc_slice_from_copied_string(h);
+    *num_creds_md = 1;
+    *status = GRPC_STATUS_OK;
+    *error_details = NULL;
+    return 1;
+}
+
+static char *bearer_header(const char *token) {
+    size_t n = strlen(token) + 8;
+    char *h = malloc(n);
+    if (h) snprintf(h, n, "Bearer %s", token);
+    return h;
+}
+
+/* What a channel keeps of the security it was made with, for its error messages. */
+typedef struct channel_sec {
+    int secure;
+    char ca_file[256], cert_file[256];
+} channel_sec;
+
+/* TLS channel credentials that send the token, from the current security (insecure ones
+ * when none is set); NULL on failure. */
+static grpc_channel_credentials *channel_creds(channel_sec *cs) {
+    memset(cs, 0, sizeof *cs);
+    pthread_mutex_lock(&g_sec_mu);
+    if (!g_sec) {
+        pthread_mutex_unlock(&g_sec_mu);
+        return grpc_insecure_credentials_create();
+    }
+    token_send *t = calloc(1, sizeof *t);
+    int bad = !t;
+    if (t) {
+        t->run_header = bearer_header(g_sec->token);
+        t->learner_header = g_sec->learner_token ? bearer_header(g_sec->learner_token) : NULL;
+        bad = !t->run_header || (g_sec->learner_token && !t->learner_header);
+        if (g_sec->n_learner_methods) {
+            t->learner_methods = calloc((size_t)g_sec->n_learner_methods, sizeof *t->learner_methods);
+            bad |= !t->learner_methods;
+            for (int i = 0; t->learner_methods && i < g_sec->n_learner_methods; i++) {
+                t->learner_methods[i] = strdup(g_sec->learner_methods[i]);
+                t->n_learner_methods++;
+                bad |= !t->learner_methods[i];
+            }
+        }
+    }
+    grpc_channel_credentials *ssl = bad ? NULL : grpc_ssl_credentials_create(g_sec->ca, NULL, NULL, NULL);
+    cs->secure = 1;
+    snprintf(cs->ca_file, sizeof cs->ca_file, "%s", g_sec->ca_file[0] ? g_sec->ca_file : "the configured CA");
+    snprintf(cs->cert_file, sizeof cs->cert_file, "%s", g_sec->cert_file[0] ? g_sec->cert_file : "fleet.pem");
+    pthread_mutex_unlock(&g_sec_mu);
+    if (!ssl) {
+        if (t) token_send_destroy(t);
+        return NULL;
+    }
+    grpc_metadata_credentials_plugin plugin = {token_send_get, NULL, token_send_destroy, t, "fleet-token"};
+    grpc_call_credentials *call = grpc_metadata_credentials_create_from_plugin(plugin, GRPC_PRIVACY_AND_INTEGRITY, NULL);
+    grpc_channel_credentials *both = call ? grpc_composite_channel_credentials_create(ssl, call, NULL) : NULL;
+    grpc_channel_credentials_release(ssl);
+    if (call) grpc_call_credentials_release(call);
+    return both;
+}
+
 /* ------------------------------------------------------------- server ---- */
 
 struct fl_rpc_reply {
@@ -125,6 +468,7 @@ typedef struct method_entry {
     fl_rpc_unary_fn unary;
     fl_rpc_stream_handler_t stream;
     void *user;
+    int learner_only; /* with TLS: the call needs the learner token */
 } method_entry;
 
 enum { TAG_REQUEST, TAG_MAIN, TAG_SHUTDOWN };
@@ -168,6 +512,7 @@ struct fl_rpc_server {
     int max_msg;
     double grace_s;
     int started;
+    int secure;          /* bound with TLS and the token check */
     int shutdown_called;
     atomic_int shutting_down;
     pthread_mutex_t mu;
@@ -316,6 +661,30 @@ static void stream_close(call_ctx *c, fl_status why, fl_rpc_reply_t *r) {
     }
 }
 
+/* With TLS, a learner-only method needs the call to have carried the learner token (the
+ * token check recorded which one it was). 1 when the call may go on; else it is ended
+ * PERMISSION_DENIED. */
+static int call_allowed(call_ctx *c) {
+    if (!c->m->learner_only || !c->srv->secure) return 1;
+    int learner = 0;
+    grpc_auth_context *ctx = grpc_call_auth_context(c->call);
+    if (ctx) {
+        grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ctx, CRED_PROPERTY);
+        const grpc_auth_property *p;
+        while ((p = grpc_auth_property_iterator_next(&it)) != NULL)
+            learner |= p->value_length == sizeof CRED_LEARNER - 1 && memcmp(p->value, CRED_LEARNER, p->value_length) == 0;
+        grpc_auth_context_release(ctx);
+    }
+    if (learner) return 1;
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "%s is learner-only: it needs the learner token (learner.token in run.tls_dir, which `fleet learner` "
+             "sends), and the call carried the run token",
+             c->m->path);
+    finish_error(c, FL_PERMISSION_DENIED, msg, 1);
+    return 0;
+}
+
 static void on_new_call(call_ctx *c) {
     fl_rpc_server_t *s = c->srv;
     c->m = NULL;
@@ -333,6 +702,7 @@ static void on_new_call(call_ctx *c) {
         finish_error(c, FL_UNIMPLEMENTED, msg, 1);
         return;
     }
+    if (!call_allowed(c)) return;
     if (c->m->streaming) {
         c->stream_state = c->m->stream.open ? c->m->stream.open(c->m->user) : NULL;
         c->stream_open = 1;
@@ -422,7 +792,7 @@ static void handle_event(fl_rpc_server_t *s, tag_t *t, int ok) {
             c->m = c->reg;
             c->first_recv = 1;
             c->state = ST_RECV;
-            on_recv(c, 1);
+            if (call_allowed(c)) on_recv(c, 1);
         } else {
             on_new_call(c);
         }
@@ -509,6 +879,16 @@ fl_status fl_rpc_server_add_stream(fl_rpc_server_t *s, const char *method, const
     return add_method(s, method, &e);
 }
 
+fl_status fl_rpc_server_learner_only(fl_rpc_server_t *s, const char *method) {
+    if (s->started) return FL_FAILED_PRECONDITION;
+    for (int i = 0; i < s->n_methods; i++)
+        if (strcmp(s->methods[i].path, method) == 0) {
+            s->methods[i].learner_only = 1;
+            return FL_OK;
+        }
+    return FL_NOT_FOUND;
+}
+
 fl_status fl_rpc_server_bind(fl_rpc_server_t *s, const char *addr, int *port, fl_err_t *err) {
     if (port) *port = 0;
     if (s->started) return fl_err_set(err, FL_FAILED_PRECONDITION, "rpc server: bind %s after start", addr);
@@ -518,12 +898,22 @@ fl_status fl_rpc_server_bind(fl_rpc_server_t *s, const char *addr, int *port, fl
         if (strncmp(path, "//", 2) == 0) path += 2;
         unlink(path); /* a stale socket file from an earlier run */
     }
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int secure = 0;
+    grpc_server_credentials *creds = server_creds(&secure);
+    if (!creds)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "rpc server: cannot make TLS credentials for '%s' from the certificate and key set", addr);
     int p = grpc_server_add_http2_port(s->server, addr, creds);
     grpc_server_credentials_release(creds);
+    if (p == 0 && secure)
+        return fl_err_set(err, FL_UNAVAILABLE,
+                          "rpc server: cannot bind '%s' with TLS (expected host:port with a free port, or unix:/path; "
+                          "and a certificate and private key that belong together: %s)",
+                          addr, sec_files());
     if (p == 0)
         return fl_err_set(err, FL_UNAVAILABLE,
                           "rpc server: cannot bind '%s' (expected host:port with a free port, or unix:/path)", addr);
+    s->secure |= secure;
     if (port) *port = is_unix ? 0 : p;
     return FL_OK;
 }
@@ -658,6 +1048,7 @@ fl_status fl_rpc_reply_error(fl_rpc_reply_t *r, fl_status code, const char *fmt,
 struct fl_rpc_channel {
     grpc_channel *ch;
     char *target;
+    channel_sec sec; /* the security it was made with (for explaining failures) */
     int max_msg;
     /* Methods registered with the channel (gRPC then skips per-call path interning). */
     pthread_mutex_t mu;
@@ -705,7 +1096,7 @@ fl_status fl_rpc_channel_create(const char *target, int max_message_bytes, fl_rp
     c->max_msg = effective_limit(max_message_bytes);
     pthread_mutex_init(&c->mu, NULL);
     fl_grpc_init();
-    grpc_arg args[5 + FL__TRANSPORT_ARGS];
+    grpc_arg args[6 + FL__TRANSPORT_ARGS];
     memset(args, 0, sizeof args);
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -726,8 +1117,20 @@ fl_status fl_rpc_channel_create(const char *target, int max_message_bytes, fl_rp
     args[4].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
     args[4].value.integer = 1;
     size_t nargs = 5 + transport_args(args + 5);
+    grpc_channel_credentials *creds = channel_creds(&c->sec);
+    if (!creds) {
+        fl_rpc_channel_destroy(c);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "rpc channel: cannot make TLS credentials for '%s' from the CA set",
+                          target);
+    }
+    /* A unix socket has no host name: its server's certificate is checked for localhost. */
+    if (c->sec.secure && strncmp(target, "unix:", 5) == 0) {
+        args[nargs].type = GRPC_ARG_STRING;
+        args[nargs].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args[nargs].value.string = "localhost";
+        nargs++;
+    }
     grpc_channel_args cargs = {nargs, args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     c->ch = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     if (!c->ch || !c->target) {
@@ -750,18 +1153,119 @@ void fl_rpc_channel_destroy(fl_rpc_channel_t *c) {
 
 const char *fl_rpc_channel_target(const fl_rpc_channel_t *c) { return c->target; }
 
-/* Builds the error of a finished call from its status. */
-static fl_status call_status(const char *method, grpc_status_code code, grpc_slice details, const char *error_string,
-                             fl_err_t *err) {
+/* What a failed connection's message says about TLS, in words a user can act on: 1 with
+ * the explanation in out, 0 when it says nothing about TLS. */
+static int explain_tls(const channel_sec *cs, const char *text, char *out, size_t len) {
+    if (cs->secure) {
+        if (strstr(text, "certificate verify failed") || strstr(text, "CERTIFICATE_VERIFY_FAILED")) {
+            snprintf(out, len,
+                     "the TLS handshake failed: the server's certificate is not signed by the CA this process trusts "
+                     "(%s); the server has another fleet's credentials (or this process has): give every role the "
+                     "same run.tls_dir, made once by `fleet certs`",
+                     cs->ca_file);
+            return 1;
+        }
+        const char *peer = strstr(text, "Peer name ");
+        if (peer) {
+            char host[128] = "";
+            sscanf(peer + 10, "%127s", host);
+            snprintf(out, len,
+                     "the TLS handshake failed: the server's certificate (%s of its run.tls_dir) is not valid for the "
+                     "host name dialled, %s; make the credentials again with `fleet certs DIR --hosts %s,...` so that "
+                     "they cover every host name and address the services bind",
+                     cs->cert_file, host, host);
+            return 1;
+        }
+        if (strstr(text, "wrong version number") || strstr(text, "packet length too long") ||
+            strstr(text, "unknown protocol") || strstr(text, "http request") || strstr(text, "record layer failure")) {
+            snprintf(out, len,
+                     "the TLS handshake failed: the server speaks plaintext (it runs without run.tls_dir) while this "
+                     "process uses TLS (CA %s): give every role the same run.tls_dir",
+                     cs->ca_file);
+            return 1;
+        }
+        if (strstr(text, "Handshake") || strstr(text, "handshake") || strstr(text, "SSL")) {
+            snprintf(out, len,
+                     "the TLS handshake failed: check that the server runs with the same run.tls_dir as this process "
+                     "(CA %s)",
+                     cs->ca_file);
+            return 1;
+        }
+        return 0;
+    }
+    /* Only while connecting: a server that dies during a call closes its socket too. */
+    if (strstr(text, "failed to connect") &&
+        (strstr(text, "Socket closed") || strstr(text, "Connection reset") || strstr(text, "End of TCP stream"))) {
+        snprintf(out, len,
+                 "the server closed the connection at once: it likely uses TLS, and this process sent plaintext (it "
+                 "has no run.tls_dir): give it the fleet's run.tls_dir");
+        return 1;
+    }
+    return 0;
+}
+
+/* The last connection error of a channel that cannot connect: a call that does not wait
+ * for the connection, to a method no server has (it has no effect if the connection
+ * comes up meanwhile), with a short deadline. Its message into out. */
+static void last_connect_error(fl_rpc_channel_t *ch, char *out, size_t len) {
+    out[0] = '\0';
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_call *call = grpc_channel_create_call(ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                               grpc_slice_from_static_string("/fleet.Probe/Connect"), NULL,
+                                               deadline_from_ms(1000), NULL);
+    grpc_metadata_array trailing;
+    grpc_metadata_array_init(&trailing);
+    grpc_status_code code = GRPC_STATUS_OK;
+    grpc_slice details = grpc_empty_slice();
+    const char *error_string = NULL;
+    grpc_op ops[3];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[2].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[2].data.recv_status_on_client.trailing_metadata = &trailing;
+    ops[2].data.recv_status_on_client.status = &code;
+    ops[2].data.recv_status_on_client.status_details = &details;
+    ops[2].data.recv_status_on_client.error_string = &error_string;
+    if (grpc_call_start_batch(call, ops, 3, (void *)1, NULL) == GRPC_CALL_OK) {
+        grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (code == GRPC_STATUS_UNAVAILABLE)
+            snprintf(out, len, "%.*s", (int)GRPC_SLICE_LENGTH(details), (const char *)GRPC_SLICE_START_PTR(details));
+    }
+    gpr_free((void *)error_string);
+    grpc_slice_unref(details);
+    grpc_metadata_array_destroy(&trailing);
+    grpc_call_unref(call);
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(cq);
+}
+
+/* Builds the error of a finished call from its status. A connection that failed is
+ * explained when the failure was about TLS; a call that waited for the connection until
+ * its deadline asks the channel (ch; NULL = do not) for its last connection error. */
+static fl_status call_status(const channel_sec *cs, fl_rpc_channel_t *ch, unsigned flags, const char *method,
+                             grpc_status_code code, grpc_slice details, const char *error_string, fl_err_t *err) {
     if (code == GRPC_STATUS_OK) return FL_OK;
     fl_status st = fl_status_from_grpc((int)code);
     size_t n = GRPC_SLICE_LENGTH(details);
+    char text[FL_ERR_MSG_MAX], why[FL_ERR_MSG_MAX];
     if (n)
-        fl_err_set(err, st, "%s: %.*s", method, (int)n, (const char *)GRPC_SLICE_START_PTR(details));
+        snprintf(text, sizeof text, "%.*s", (int)n, (const char *)GRPC_SLICE_START_PTR(details));
     else
-        fl_err_set(err, st, "%s: %s%s%s", method, fl_status_str(st), error_string ? " - " : "",
-                   error_string ? error_string : "");
-    return st;
+        snprintf(text, sizeof text, "%s%s%s", fl_status_str(st), error_string ? " - " : "",
+                 error_string ? error_string : "");
+    if (code == GRPC_STATUS_UNAVAILABLE && explain_tls(cs, text, why, sizeof why))
+        return fl_err_set(err, st, "%s: %s (%s)", method, why, text);
+    if (ch && code == GRPC_STATUS_DEADLINE_EXCEEDED && (flags & FL_RPC_WAIT_FOR_READY) &&
+        grpc_channel_check_connectivity_state(ch->ch, 0) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+        char last[FL_ERR_MSG_MAX];
+        last_connect_error(ch, last, sizeof last);
+        if (explain_tls(cs, last, why, sizeof why))
+            return fl_err_set(err, st, "%s: %s while waiting for the server: %s (%s)", method, text, why, last);
+    }
+    return fl_err_set(err, st, "%s: %s", method, text);
 }
 
 /* Unary calls pluck on a completion queue owned by the calling thread, created on its
@@ -830,7 +1334,7 @@ static fl_status unary_bb(fl_rpc_channel_t *ch, const char *method, grpc_byte_bu
         st = fl_err_set(err, FL_INTERNAL, "%s: cannot start call (%d)", method, (int)e);
     } else {
         grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-        st = call_status(method, code, details, error_string, err);
+        st = call_status(&ch->sec, ch, flags, method, code, details, error_string, err);
         if (st == FL_OK && !*recv_bb) st = fl_err_set(err, FL_INTERNAL, "%s: server sent no response message", method);
     }
     if (st != FL_OK && *recv_bb) {
@@ -911,6 +1415,7 @@ fl_status fl_rpc_unary_pb(fl_rpc_channel_t *ch, const char *method, const Protob
 #define TAG_S_CLOSE ((void *)3)
 
 struct fl_rpc_stream {
+    channel_sec sec; /* its channel's, for explaining failures */
     grpc_call *call;
     grpc_completion_queue *cq;
     char method[256];
@@ -974,6 +1479,7 @@ fl_status fl_rpc_stream_open(fl_rpc_channel_t *ch, const char *method, int64_t t
     fl_rpc_stream_t *s = calloc(1, sizeof *s);
     if (!s) return fl_err_set(err, FL_NO_MEMORY, "%s: out of memory", method);
     snprintf(s->method, sizeof s->method, "%s", method);
+    s->sec = ch->sec;
     s->write_flags = (flags & FL_RPC_BUFFERED) ? GRPC_WRITE_BUFFER_HINT : 0;
     s->stoppable = (flags & FL_RPC_STOPPABLE) != 0;
     s->cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -1053,7 +1559,7 @@ static fl_status stream_close_wait(fl_rpc_stream_t *s, fl_err_t *err) {
     op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
     if (grpc_call_start_batch(s->call, &op, 1, TAG_S_CLOSE, NULL) == GRPC_CALL_OK) stream_pluck(s, TAG_S_CLOSE);
     stream_pluck(s, TAG_S_RECV);
-    fl_status st = call_status(s->method, s->code, s->details, s->error_string, err);
+    fl_status st = call_status(&s->sec, NULL, 0, s->method, s->code, s->details, s->error_string, err);
     if (st == FL_OK && !s->resp_bb) st = fl_err_set(err, FL_INTERNAL, "%s: server sent no response", s->method);
     return st;
 }

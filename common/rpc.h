@@ -19,6 +19,18 @@
  * the gRPC status to fl_status (same numeric codes) and keeps the server's message in
  * the fl_err_t, prefixed with the method.
  *
+ * Security (process-wide, fl_rpc_set_security): with none set, servers and channels are
+ * plaintext and unauthenticated, as a fleet on loopback or unix sockets needs. With one set,
+ * every server bound and every channel created afterwards uses TLS (the server presents
+ * this process's certificate; clients verify it against the CA and the host name they
+ * dial) and every call carries a token ("authorization: Bearer <token>"), which servers
+ * check before any handler runs: a missing or wrong token ends the call UNAUTHENTICATED.
+ * Methods a server marks learner-only (fl_rpc_server_learner_only) also need the learner
+ * token, else PERMISSION_DENIED; a client sends the learner token, when it has one, on the
+ * methods its security lists as learner methods, and the run token on all others. A
+ * failed TLS handshake is explained in the client's error: what is likely wrong and which
+ * files are involved.
+ *
  * Ownership: byte buffers returned to callers (fl_rpc_buf_t) are malloc'd and freed with
  * fl_rpc_buf_free. Streams are owned by one thread at a time. */
 #ifndef FL_COMMON_RPC_H
@@ -32,6 +44,31 @@
 
 /* Default limit on one message, either direction (256 MiB). */
 #define FL_RPC_DEFAULT_MAX_MESSAGE (256 << 20)
+
+/* -------------------------------------------------------------- security ---- */
+
+typedef struct fl_rpc_security {
+    const char *ca_pem;        /* the CA that signed the servers' certificates (PEM) */
+    const char *cert_pem;      /* this process's certificate (chain), presented by its servers */
+    const char *key_pem;       /* its private key */
+    const char *token;         /* the run token: every call sends it, every server requires it */
+    const char *learner_token; /* NULL or "": none. Servers accept it on learner-only methods;
+                                  clients send it instead of the run token on learner_methods */
+    const char *const *learner_methods; /* NULL-terminated method paths (may be NULL) */
+    /* For messages only: the files the PEMs came from ("" or NULL = not named). */
+    const char *ca_file, *cert_file, *key_file;
+} fl_rpc_security_t;
+
+/* Sets the security of every server bound and every channel created from now on; the
+ * strings are copied. NULL goes back to plaintext without tokens. Servers and channels
+ * made before keep what they had. FL_INVALID_ARGUMENT when a PEM or the run token is
+ * missing or a token holds characters other than printable ASCII. Thread-safe. */
+fl_status fl_rpc_set_security(const fl_rpc_security_t *sec, fl_err_t *err);
+/* 1 while a security is set. */
+int fl_rpc_secure(void);
+/* 1 when addr ("host", "host:port", "[v6]:port" or "unix:/path") is a unix socket or a
+ * loopback address: 127.0.0.0/8, ::1 or localhost. */
+int fl_rpc_addr_is_loopback(const char *addr);
 
 /* ---------------------------------------------------------------- server ---- */
 
@@ -68,8 +105,13 @@ fl_status fl_rpc_server_create(const fl_rpc_server_opts_t *opts, fl_rpc_server_t
 fl_status fl_rpc_server_add_unary(fl_rpc_server_t *s, const char *method, fl_rpc_unary_fn fn, void *user);
 fl_status fl_rpc_server_add_stream(fl_rpc_server_t *s, const char *method, const fl_rpc_stream_handler_t *h,
                                    void *user);
+/* Marks a registered method as learner-only: with a security set, its calls need the
+ * learner token (checked before the handler; else PERMISSION_DENIED naming the method).
+ * Without one it changes nothing. Only before fl_rpc_server_start. */
+fl_status fl_rpc_server_learner_only(fl_rpc_server_t *s, const char *method);
 /* Binds "host:port" (port 0 = the OS chooses) or "unix:/path" (an existing socket file
- * is replaced). *port gets the bound TCP port (0 for unix sockets); may be NULL. */
+ * is replaced), with TLS and the token check when a security is set (fl_rpc_set_security).
+ * *port gets the bound TCP port (0 for unix sockets); may be NULL. */
 fl_status fl_rpc_server_bind(fl_rpc_server_t *s, const char *addr, int *port, fl_err_t *err);
 fl_status fl_rpc_server_start(fl_rpc_server_t *s, fl_err_t *err);
 /* Stops accepting calls, lets calls in flight finish for the grace period, cancels the

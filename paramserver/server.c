@@ -383,7 +383,10 @@ static fl_status service_new(const fl_paramserver_service_opts_t *opts, int shar
         (st = fl_rpc_server_add_unary(svc->rpc, fl_method_path(FL_METHOD_PARAM_FETCH), rpc_fetch, svc)) != FL_OK ||
         (st = fl_rpc_server_add_unary(svc->rpc, fl_method_path(FL_METHOD_PARAM_PUSH_GRADIENTS), rpc_push_gradients,
                                       svc)) != FL_OK ||
-        (st = fl_rpc_server_add_unary(svc->rpc, fl_method_path(FL_METHOD_PARAM_INFO), rpc_info, svc)) != FL_OK) {
+        (st = fl_rpc_server_add_unary(svc->rpc, fl_method_path(FL_METHOD_PARAM_INFO), rpc_info, svc)) != FL_OK ||
+        /* With TLS, only a learner's token may change the parameters. */
+        (st = fl_rpc_server_learner_only(svc->rpc, fl_method_path(FL_METHOD_PARAM_PUBLISH))) != FL_OK ||
+        (st = fl_rpc_server_learner_only(svc->rpc, fl_method_path(FL_METHOD_PARAM_PUSH_GRADIENTS))) != FL_OK) {
         fl_err_set(err, st, "paramserver: cannot register the service's methods");
         goto fail;
     }

@@ -28,6 +28,8 @@
  *   Info           the shard's slice and counters: publishes, fetches (bf16 ones too),
  *                  pushes applied and dropped, waits and wait timeouts, and the staleness
  *                  histogram (0, 1, 2, 3-4, 5-8, 9-16, 17-32, 33+).
+ * Publish and PushGradients are learner-only (fl_rpc_server_learner_only): with TLS
+ * (run.tls_dir) they need the learner token, not just the run token (docs/security.md).
  * Malformed requests are answered INVALID_ARGUMENT naming the field; the service keeps
  * serving.
  *

@@ -6,7 +6,7 @@
  * bridge: every service must bind its own host's address (never loopback, never
  * 0.0.0.0), the roles must find each other through the addresses gathered over MPI,
  * and the two apex learners, one per host, average their gradients over MPI between
- * the hosts. Skips where it cannot make namespaces (not root, no iproute2 or unshare,
+ * the hosts; the gRPC calls use TLS and tokens with per-job credentials. Skips where it cannot make namespaces (not root, no iproute2 or unshare,
  * a container without the capability) or fleet has no MPI. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -144,6 +144,9 @@ static void test_fleet_across_two_hosts(void **state) {
     assert_null(strstr(log, "127.0.0.1"));
     assert_null(strstr(log, "0.0.0.0"));
     assert_non_null(strstr(log, "training with 2 learners"));
+    /* No run.tls_dir: every call crossed the bridge with TLS and a token, per-job
+     * credentials that the launcher made and sent to the ranks over MPI. */
+    assert_non_null(strstr(log, "  tls          per-job credentials for 7 ranks in "));
     assert_no_error_lines(log);
     char *sum = summary_at(g_tmp, "two");
     assert_non_null(sum);

@@ -2,9 +2,11 @@
  * to roles by the config's plan (SPMD) or by --role per app context (MPMD), service
  * addresses exchanged through MPI, two apex learners averaging gradients by the ring
  * all-reduce over MPI, two replay and two parameter-server shards. A role that dies is
- * reported with its role, rank and host, and the job ends instead of hanging. Skips
+ * reported with its role, rank and host, and the job ends instead of hanging. Services on
+ * an interface's address without run.tls_dir get per-job TLS credentials. Skips
  * where fleet was built without MPI or mpirun is missing. */
 #include <dirent.h>
+#include <sys/stat.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -99,6 +101,48 @@ static void test_spmd_fleet(void **state) {
     assert_non_null(log);
     assert_int_equal(rc, 0);
     check_fleet("spmd", log, 2);
+    free(log);
+}
+
+/* Mode and existence of path (-1 when missing). */
+static int mode_of(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (int)(st.st_mode & 0777) : -1;
+}
+
+/* Services on an interface's address (run.interface, here the loopback one) without
+ * run.tls_dir: the launcher makes per-job credentials, every rank gets them over MPI, and
+ * the fleet runs with TLS and tokens (the learner's publishes need its learner token); the
+ * run folder keeps them in a private tls/, the other ranks' copies are removed. */
+static void test_per_job_credentials(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    const char *sets[] = {"run.interface=lo", "run.max_learner_steps=300", "run.max_seconds=120"};
+    char *log = NULL;
+    int rc = run_mpi("6", "tls", sets, 3, 300, &log);
+    assert_non_null(log);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(log, "  tls          per-job credentials for 6 ranks in "));
+    assert_no_error_lines(log);
+    char *sum = summary_at(g_tmp, "tls");
+    assert_non_null(sum);
+    assert_int_equal(summary_u64(sum, "exit_code"), 0);
+    assert_true(summary_u64(sum, "learner_steps") > 0);
+    assert_true(summary_u64(sum, "actors_acked") > 0);
+    assert_true(summary_u64(sum, "param_version") > 1);
+    free(sum);
+    char path[600];
+    snprintf(path, sizeof path, "%s/tls/tls", g_tmp);
+    assert_int_equal(mode_of(path), 0700);
+    static const char *const files[][2] = {{"ca.pem", "644"},   {"fleet.pem", "644"}, {"fleet.key", "600"},
+                                           {"token", "600"},    {"learner.token", "600"}};
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "%s/tls/tls/%s", g_tmp, files[i][0]);
+        assert_int_equal(mode_of(path), (int)strtol(files[i][1], NULL, 8));
+    }
+    /* The per-job CA's key is not kept: no one can make more certificates for the job. */
+    snprintf(path, sizeof path, "%s/tls/tls/ca.key", g_tmp);
+    assert_int_equal(mode_of(path), -1);
     free(log);
 }
 
@@ -266,6 +310,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spmd_fleet),
         cmocka_unit_test(test_mpmd_fleet),
+        cmocka_unit_test(test_per_job_credentials),
         cmocka_unit_test(test_wrong_rank_count),
         cmocka_unit_test(test_print_mpirun),
         cmocka_unit_test(test_dead_role_ends_job),
