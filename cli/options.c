@@ -87,6 +87,8 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out) {
     out->model_spec = c->model_spec;
     out->input_scale = c->model_input_scale;
     out->replay_shards = c->replay_shards;
+    out->max_abs_reward = c->replay_max_abs_reward;
+    out->max_priority = c->replay_max_priority;
     out->seed = (uint64_t)c->run_seed;
     out->progress_every = c->run_progress_every;
     out->state_dir = c->run_checkpoint_dir;
@@ -165,6 +167,10 @@ fl_status fl_options_replay(const fl_config_t *c, int shard, fl_replay_service_o
     out->checkpoint_at_stop = !own && c->run_checkpoint_dir[0] != '\0';
     out->wal = c->replay_wal;
     out->wal_fsync = c->replay_wal_fsync;
+    out->max_abs_reward = c->replay_max_abs_reward;
+    out->max_priority = c->replay_max_priority;
+    out->max_streams = c->replay_max_streams;
+    out->stream_idle_s = c->replay_stream_idle_s;
     return FL_OK;
 }
 
@@ -211,6 +217,7 @@ fl_status fl_options_learner(const fl_config_t *c, fl_learner_opts_t *o, fl_err_
     o->model_spec = c->model_spec;
     o->input_scale = c->model_input_scale;
     o->beta = c->replay_beta;
+    o->max_priority = c->replay_max_priority;
     o->replay_shards = c->replay_shards;
     o->paramserver_wait_timeout_s = c->paramserver_wait_timeout_s;
     o->seed = (uint64_t)c->run_seed;

@@ -152,6 +152,15 @@ fl_status fl__learner_sample(fl_learner_t *l, fl_err_t *err) {
 /* Sends the priorities of the batch just trained on; retries through an outage until
  * stopped (then the update is dropped: FL_OK). */
 fl_status fl__learner_send_priorities(fl_learner_t *l, size_t n, fl_err_t *err) {
+    const float hi = l->o.max_priority > 0 ? (float)l->o.max_priority : 0.0f;
+    for (size_t i = 0; hi > 0 && i < n; i++) {
+        if (!(l->priorities[i] > hi)) continue;
+        if (l->priorities_clamped++ == 0)
+            FL_WARN("a priority of %g (|TD error|) is above replay.max_priority = %g, which the replay refuses: "
+                    "sending %g instead (counted; diverging Q-values?)",
+                    (double)l->priorities[i], l->o.max_priority, (double)hi);
+        l->priorities[i] = hi;
+    }
     if (l->taken) { /* prefetching: they ride on the next Sample call */
         l->prio_n = n;
         l->st.priorities_sent += n;

@@ -555,7 +555,8 @@ static void insert_random(const services_t *sv, fl_rng_t *r, int n) {
     fl_replay_client_t *c = NULL;
     fl_replay_writer_t *w = NULL;
     assert_int_equal(fl_replay_client_create(sv->replay_addr, &c, &err), FL_OK);
-    assert_int_equal(fl_replay_writer_create(c, 1, &CP_OBS, 8, &w, &err), FL_OK);
+    static uint64_t stream_id; /* a writer's stream is its own: one id per writer */
+    assert_int_equal(fl_replay_writer_create(c, ++stream_id, &CP_OBS, 8, &w, &err), FL_OK);
     enum { CHUNK = 100 };
     static float obs[CHUNK * CP_DIM], next_obs[CHUNK * CP_DIM], rew[CHUNK], disc[CHUNK], prio[CHUNK];
     int32_t act[CHUNK];
