@@ -235,6 +235,8 @@ fl_status fl_options_paramserver(const fl_config_t *c, fl_paramserver_service_op
                                                                          : FL_PARAMSERVER_STALE_DROP;
     out->staleness_lr = c->paramserver_staleness_lr != 0;
     out->wait_timeout_s = c->paramserver_wait_timeout_s;
+    out->max_version_step = (uint64_t)c->paramserver_max_version_step;
+    out->max_large_messages = (int)c->paramserver_max_large_messages;
     /* Only gorila shards run the optimizer (apex ones keep the default, unused). */
     if (out->mode == FL_PARAMSERVER_GORILA) FL_TRY(fl_options_optimizer(c, &out->optim, err));
     return FL_OK;

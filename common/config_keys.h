@@ -103,6 +103,8 @@ typedef enum { FL_CFG_EVERY_SECONDS, FL_CFG_EVERY_LEARNER_STEPS } fl_cfg_eval_ev
     X(paramserver, stale_policy, ENUM, "drop", 0, 0, "drop|wait", "gorila: pushes beyond paramserver.max_staleness are dropped, or the fast learner's reply waits for the slow ones (stale-synchronous parallel)") \
     X(paramserver, staleness_lr, BOOL, 0, 0, 1, "", "gorila: scale the learning rate of each push by 1/max(1, staleness)") \
     X(paramserver, wait_timeout_s, FLOAT, 30, 0, 1e6, "", "gorila, stale_policy = wait: longest a reply is held for slower learners (seconds)") \
+    X(paramserver, max_version_step, INT, 4294967296, 1, 4611686018427387904, "", "a publish's version may be at most this far past the held one (a learner resumed from a checkpoint onto a fresh parameter server jumps by its checkpoint's version)") \
+    X(paramserver, max_large_messages, INT, 2, 1, 1024, "", "requests of 16 MiB or more (publishes and pushes of big vectors) handled at once; more wait up to 2 s, then are refused") \
     /* [learner] training */                                                                                \
     X(learner, count, INT, 1, 1, 1024, "", "number of learner processes")                                  \
     X(learner, mode, ENUM, "apex", 0, 0, "apex|gorila", "who owns the optimizer: learners (apex) or parameter servers (gorila)") \
