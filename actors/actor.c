@@ -169,7 +169,7 @@ struct fl_actor {
 
     atomic_int stop; /* fl_actor_stop */
     int ran;         /* fl_actor_run was called */
-    int warned_nonfinite, fetch_failing;
+    int warned_nonfinite, warned_large, fetch_failing;
     double fetch_failed_at;
     fl_actor_stats_t st;
 };
@@ -301,6 +301,7 @@ static fl_status send_ready(actor_t *a, fl_err_t *err) {
     }
     FL_TRY(fl_actor_priorities(a->net, a->def->obs.dtype, b.count, b.obs, b.action, b.reward, b.discount,
                                b.next_obs, a->scratch, a->prio, err));
+    const float max_prio = a->o.max_priority > 0 ? (float)a->o.max_priority : HUGE_VALF;
     for (size_t k = 0; k < b.count; k++) {
         if (!isfinite(a->prio[k])) {
             if (!a->warned_nonfinite)
@@ -308,10 +309,22 @@ static fl_status send_ready(actor_t *a, fl_err_t *err) {
                         (unsigned long long)a->st.param_version);
             a->warned_nonfinite = 1;
             a->prio[k] = 1.0f;
+        } else if (a->prio[k] > max_prio) {
+            if (!a->warned_large)
+                FL_WARN("initial priority %g is above replay.max_priority = %g (Q-values of parameter version %llu); "
+                        "sending %g",
+                        (double)a->prio[k], a->o.max_priority, (unsigned long long)a->st.param_version,
+                        (double)max_prio);
+            a->warned_large = 1;
+            a->prio[k] = max_prio;
         }
     }
-    FL_TRY(fl_replay_writer_append(a->writer, b.count, b.obs, b.action, b.reward, b.discount, b.next_obs, a->prio,
-                                   err));
+    /* What remains refused (a non-finite observation, a reward beyond replay.max_abs_reward)
+     * came from the env. */
+    fl_status s = fl_replay_writer_append(a->writer, b.count, b.obs, b.action, b.reward, b.discount, b.next_obs,
+                                          a->prio, err);
+    if (s == FL_INVALID_ARGUMENT) fl_err_prefix(err, "env %s", a->env_name);
+    if (s != FL_OK) return s;
     a->st.transitions_sent += b.count;
     fl_nstep_clear(a->nstep);
     return FL_OK;
@@ -361,6 +374,8 @@ void fl_actor_opts_init(fl_actor_opts_t *o) {
     o->model_spec = "dense(256) relu dense(256) relu dueling";
     o->input_scale = 1;
     o->replay_shards = 1;
+    o->max_abs_reward = FL_REPLAY_WRITER_MAX_ABS_REWARD;
+    o->max_priority = FL_REPLAY_WRITER_MAX_PRIORITY;
     o->seed = 1;
     o->progress_every = 1.0;
     o->state_dir = "";
@@ -495,6 +510,7 @@ static fl_status connect_clients(actor_t *a, const char *replay_addr, const char
     FL_TRY(fl_replay_writer_create(a->replay, a->st.stream_id, &spec,
                                    fl_actor_batches_per_call(a->obs_bytes, o->local_buffer), &a->writer, err));
     fl_replay_writer_set_backlog(a->writer, (size_t)(o->max_backlog_mb * 1048576.0));
+    fl_replay_writer_set_limits(a->writer, o->max_abs_reward, o->max_priority);
     fl_param_client_opts_t po = {.bf16 = o->fetch_bf16 != 0};
     FL_TRY(fl_param_client_create_opts(param_addr, &po, &a->params, err));
     return fl_reporter_create(control_addr, "actor", (uint32_t)index, o->progress_every / 2.0, &a->reporter, err);

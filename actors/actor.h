@@ -128,6 +128,8 @@ typedef struct fl_actor_opts {
     const char *model_spec;    /* model.spec: the Q-network */
     double input_scale;        /* model.input_scale */
     int64_t replay_shards;     /* replay.shards: shards replay_addr should list (a warning otherwise) */
+    double max_abs_reward;     /* replay.max_abs_reward: a larger n-step reward is the env's error */
+    double max_priority;       /* replay.max_priority: larger initial priorities are sent as this */
     uint64_t seed;             /* run.seed */
     double progress_every;     /* run.progress_every: the reporter ticks every progress_every / 2 s */
     const char *state_dir;     /* run.checkpoint_dir: the actor keeps actor-<index>.state there ("" = none) */

@@ -68,8 +68,10 @@ static const verb_t verbs[] = {
      "usage: fleet replay [--listen ADDR] [--shard N] [--ready-fd FD] [--control ADDR] [--restore PATH] [--config FILE] [--set K=V]...\n"
      "Serves fleet.Replay (Insert, Sample, UpdatePriorities, Info, Checkpoint) for one shard whose\n"
      "table holds replay.capacity / replay.shards transitions of env.name's observations.\n"
-     "Checkpoint writes the whole table to the file the call names, or to\n"
-     "replay.checkpoint_dir/shard-<N>.ckpt; replay.checkpoint_every > 0 writes that file periodically.\n"
+     "Checkpoint writes the whole table to replay.checkpoint_dir/shard-<N>.ckpt, or to the file the call\n"
+     "names inside that folder (a plain name ending in .ckpt: no folders, see docs/security.md); without\n"
+     "replay.checkpoint_dir the call is refused. replay.checkpoint_every > 0 writes the default file\n"
+     "periodically.\n"
      "Options:\n" SERVICE_OPTS
      "  --restore PATH           start from the checkpoint PATH (its table's signature must match the config)\n"
      COMMON_OPTS,

@@ -88,6 +88,8 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out) {
     out->model_spec = c->model_spec;
     out->input_scale = c->model_input_scale;
     out->replay_shards = c->replay_shards;
+    out->max_abs_reward = c->replay_max_abs_reward;
+    out->max_priority = c->replay_max_priority;
     out->seed = (uint64_t)c->run_seed;
     out->progress_every = c->run_progress_every;
     out->state_dir = c->run_checkpoint_dir;
@@ -166,6 +168,10 @@ fl_status fl_options_replay(const fl_config_t *c, int shard, fl_replay_service_o
     out->checkpoint_at_stop = !own && c->run_checkpoint_dir[0] != '\0';
     out->wal = fl_options_replay_wal(c);
     out->wal_fsync = c->replay_wal_fsync;
+    out->max_abs_reward = c->replay_max_abs_reward;
+    out->max_priority = c->replay_max_priority;
+    out->max_streams = c->replay_max_streams;
+    out->stream_idle_s = c->replay_stream_idle_s;
     return FL_OK;
 }
 
@@ -216,6 +222,7 @@ fl_status fl_options_learner(const fl_config_t *c, fl_learner_opts_t *o, fl_err_
     o->model_spec = c->model_spec;
     o->input_scale = c->model_input_scale;
     o->beta = c->replay_beta;
+    o->max_priority = c->replay_max_priority;
     o->replay_shards = c->replay_shards;
     o->paramserver_wait_timeout_s = c->paramserver_wait_timeout_s;
     o->seed = (uint64_t)c->run_seed;
@@ -233,6 +240,8 @@ fl_status fl_options_paramserver(const fl_config_t *c, fl_paramserver_service_op
                                                                          : FL_PARAMSERVER_STALE_DROP;
     out->staleness_lr = c->paramserver_staleness_lr != 0;
     out->wait_timeout_s = c->paramserver_wait_timeout_s;
+    out->max_version_step = (uint64_t)c->paramserver_max_version_step;
+    out->max_large_messages = (int)c->paramserver_max_large_messages;
     /* Only gorila shards run the optimizer (apex ones keep the default, unused). */
     if (out->mode == FL_PARAMSERVER_GORILA) FL_TRY(fl_options_optimizer(c, &out->optim, err));
     return FL_OK;

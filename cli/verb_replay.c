@@ -4,8 +4,9 @@
  * priorities come from the [replay] section. Once serving, the bound address is logged
  * and written, with a newline, to --ready-fd (the launcher's pipe), which is then
  * closed. With --restore PATH the table starts from that checkpoint (see replay/server.h);
- * replay.checkpoint_dir and replay.checkpoint_every enable the Checkpoint call's default
- * file and periodic checkpoints. With replay.wal = 1 the shard logs every insert before it
+ * replay.checkpoint_dir and replay.checkpoint_every enable the Checkpoint call (which
+ * writes only inside that folder: the default file, or a plain file name the call gives)
+ * and periodic checkpoints. With replay.wal = 1 the shard logs every insert before it
  * acknowledges it and recovers at start from replay.checkpoint_dir by itself (its
  * checkpoint shard-<id>.ckpt, if any, then its log; see docs/replay-durability.md), so a
  * shard killed with kill -9 is restarted with the same command line; --restore is then

@@ -97,12 +97,18 @@ typedef enum { FL_CFG_EVERY_SECONDS, FL_CFG_EVERY_LEARNER_STEPS } fl_cfg_eval_ev
     X(replay, checkpoint_every, FLOAT, 0, 0, 1e9, "", "seconds between periodic checkpoints to replay.checkpoint_dir (0 = off)") \
     X(replay, wal, BOOL, 1, 0, 1, "", "write-ahead log of inserts in the shard's checkpoint folder (replay.checkpoint_dir, else run.checkpoint_dir), so that a killed shard restarts with every acknowledged item; off when the shard has no such folder") \
     X(replay, wal_fsync, BOOL, 0, 0, 1, "", "fdatasync the write-ahead log before acknowledging (0 = the page cache: survives a killed process, not a machine crash)") \
+    X(replay, max_abs_reward, FLOAT, 1e6, 1e-6, 3e38, "", "inserts with an n-step reward beyond +-this are refused (the actor reports it as its env's error)") \
+    X(replay, max_priority, FLOAT, 1e6, 1e-6, 3e38, "", "inserted and updated priorities above this are refused (actors and learners send larger ones as this)") \
+    X(replay, max_streams, INT, 16384, 1, 100000000, "", "insert streams a shard keeps resend records of (about 1.1 KB each); a new stream beyond them is refused unless an idle one can be reclaimed") \
+    X(replay, stream_idle_s, FLOAT, 3600, 1, 1e9, "", "a stream's resend record unused for this long may be reclaimed: must exceed any actor's longest outage, or its resent batches go in twice") \
     /* [paramserver] the parameter service */                                                               \
     X(paramserver, shards, INT, 1, 1, 256, "", "number of parameter-server shard processes")               \
     X(paramserver, max_staleness, INT, 0, 0, 1000000000, "", "gorila: bound on a pushed gradient's staleness (held version - based_on_version) for drop, on the lead of the fastest learner's pushes over the slowest one's for wait (0 = no bound)") \
     X(paramserver, stale_policy, ENUM, "drop", 0, 0, "drop|wait", "gorila: pushes beyond paramserver.max_staleness are dropped, or the fast learner's reply waits for the slow ones (stale-synchronous parallel)") \
     X(paramserver, staleness_lr, BOOL, 0, 0, 1, "", "gorila: scale the learning rate of each push by 1/max(1, staleness)") \
     X(paramserver, wait_timeout_s, FLOAT, 30, 0, 1e6, "", "gorila, stale_policy = wait: longest a reply is held for slower learners (seconds)") \
+    X(paramserver, max_version_step, INT, 4294967296, 1, 4611686018427387904, "", "a publish's version may be at most this far past the held one (a learner resumed from a checkpoint onto a fresh parameter server jumps by its checkpoint's version)") \
+    X(paramserver, max_large_messages, INT, 2, 1, 1024, "", "requests of 16 MiB or more (publishes and pushes of big vectors) handled at once; more wait up to 2 s, then are refused") \
     /* [learner] training */                                                                                \
     X(learner, count, INT, 1, 1, 1024, "", "number of learner processes")                                  \
     X(learner, mode, ENUM, "apex", 0, 0, "apex|gorila", "who owns the optimizer: learners (apex) or parameter servers (gorila)") \

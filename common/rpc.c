@@ -13,7 +13,14 @@
  * reaches the queue; it records which token the call carried in the call's auth context,
  * which call_allowed reads before a learner-only method's handler. A channel gets TLS
  * credentials composed with a metadata plugin (token_send) that picks the token per
- * method. Both copy the tokens they need, so fl_rpc_set_security never touches them. */
+ * method. Both copy the tokens they need, so fl_rpc_set_security never touches them.
+ *
+ * Idle streams: every client-streaming call is on a list (idle_mu, changed once per call)
+ * with the time its current receive was posted (an atomic, 0 while a handler runs, so
+ * that a message costs no lock); a watchdog thread cancels the calls that have waited
+ * for a message longer than stream_idle_s. The list's mutex is taken alone, and a
+ * context leaves the list before it is freed, so the watchdog never touches a freed
+ * call. */
 #include "common/rpc.h"
 
 #include <grpc/byte_buffer.h>
@@ -454,11 +461,21 @@ static grpc_channel_credentials *channel_creds(channel_sec *cs) {
 
 /* ------------------------------------------------------------- server ---- */
 
+/* What a server's clients may hold (see rpc.h): idle and half-open connections, calls
+ * per connection and gRPC's memory. Returns the number of args written (at most
+ * FL__LIMIT_ARGS); a quota it creates is s->quota (the server takes its own reference). */
+#define FL__LIMIT_ARGS 8
+struct fl_rpc_server;
+static size_t limit_args(const fl_rpc_server_opts_t *o, struct fl_rpc_server *s, grpc_arg *a);
+
+struct call_ctx;
+
 struct fl_rpc_reply {
     grpc_slice payload;
     int has_payload;
     fl_status code;
     char msg[FL_ERR_MSG_MAX];
+    struct call_ctx *ctx; /* the call being answered (its peer) */
 };
 
 typedef struct method_entry {
@@ -499,6 +516,12 @@ typedef struct call_ctx {
     grpc_byte_buffer *send_bb;
     grpc_slice status_details;
     int has_status_details;
+    char *peer; /* grpc_call_get_peer, on first use */
+    /* client-streaming calls: the idle list, guarded by the server's idle_mu */
+    struct call_ctx *idle_prev, *idle_next;
+    int on_idle_list;
+    _Atomic int64_t recv_posted_ms; /* fl_clock_sec() in ms when the pending receive was posted; 0: none */
+    atomic_int idle_cancelled;      /* the watchdog cancelled the call */
 } call_ctx;
 
 struct fl_rpc_server {
@@ -520,10 +543,32 @@ struct fl_rpc_server {
     int shutdown_seen; /* the server's shutdown tag completed */
     int live;          /* call contexts alive (including pre-posted requests) */
     tag_t t_shutdown;
+    /* idle client-streaming calls (see the top of this file) */
+    double stream_idle_s; /* <= 0: no watchdog */
+    pthread_mutex_t idle_mu;
+    pthread_cond_t idle_cv; /* wakes the watchdog for the stop */
+    call_ctx *idle_head;
+    pthread_t idle_thread;
+    int idle_started, idle_stop;
+    grpc_resource_quota *quota;
 };
+
+static void idle_list_remove(call_ctx *c) {
+    fl_rpc_server_t *s = c->srv;
+    pthread_mutex_lock(&s->idle_mu);
+    if (c->on_idle_list) {
+        if (c->idle_prev) c->idle_prev->idle_next = c->idle_next;
+        else s->idle_head = c->idle_next;
+        if (c->idle_next) c->idle_next->idle_prev = c->idle_prev;
+        c->on_idle_list = 0;
+    }
+    pthread_mutex_unlock(&s->idle_mu);
+}
 
 static void ctx_free(call_ctx *c) {
     fl_rpc_server_t *s = c->srv;
+    idle_list_remove(c);
+    gpr_free(c->peer);
     if (c->recv_bb) grpc_byte_buffer_destroy(c->recv_bb);
     if (c->send_bb) grpc_byte_buffer_destroy(c->send_bb);
     if (c->has_status_details) grpc_slice_unref(c->status_details);
@@ -553,6 +598,8 @@ static void post_request_for(fl_rpc_server_t *s, const method_entry *reg) {
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->md);
     atomic_init(&c->refs, 1);
+    atomic_init(&c->recv_posted_ms, 0);
+    atomic_init(&c->idle_cancelled, 0);
     pthread_mutex_lock(&s->mu);
     s->live++;
     pthread_mutex_unlock(&s->mu);
@@ -618,15 +665,16 @@ static void send_finish(call_ctx *c, fl_rpc_reply_t *r, int send_initial) {
     start_batch(c, ops, n, &c->t_main);
 }
 
-static void reply_init(fl_rpc_reply_t *r) {
+static void reply_init(fl_rpc_reply_t *r, call_ctx *c) {
     r->has_payload = 0;
     r->code = FL_OK;
     r->msg[0] = '\0';
+    r->ctx = c;
 }
 
 static void finish_error(call_ctx *c, fl_status code, const char *msg, int send_initial) {
     fl_rpc_reply_t r;
-    reply_init(&r);
+    reply_init(&r, c);
     r.code = code;
     snprintf(r.msg, sizeof r.msg, "%s", msg);
     send_finish(c, &r, send_initial);
@@ -645,6 +693,8 @@ static void post_recv(call_ctx *c) {
     ops[n].data.recv_message.recv_message = &c->recv_bb;
     n++;
     c->state = ST_RECV;
+    if (c->m->streaming && c->srv->stream_idle_s > 0)
+        atomic_store_explicit(&c->recv_posted_ms, (int64_t)(fl_clock_sec() * 1e3) + 1, memory_order_relaxed);
     start_batch(c, ops, n, &c->t_main);
 }
 
@@ -706,6 +756,15 @@ static void on_new_call(call_ctx *c) {
     if (c->m->streaming) {
         c->stream_state = c->m->stream.open ? c->m->stream.open(c->m->user) : NULL;
         c->stream_open = 1;
+        if (s->stream_idle_s > 0) {
+            pthread_mutex_lock(&s->idle_mu);
+            c->idle_prev = NULL;
+            c->idle_next = s->idle_head;
+            if (s->idle_head) s->idle_head->idle_prev = c;
+            s->idle_head = c;
+            c->on_idle_list = 1;
+            pthread_mutex_unlock(&s->idle_mu);
+        }
     }
     c->first_recv = 1;
     post_recv(c);
@@ -717,6 +776,10 @@ static void on_recv(call_ctx *c, int ok) {
     c->recv_bb = NULL;
     int send_initial = c->first_recv && !m->streaming;
     c->first_recv = 0;
+    if (m->streaming && c->srv->stream_idle_s > 0) {
+        atomic_store_explicit(&c->recv_posted_ms, 0, memory_order_relaxed);
+        if (atomic_load(&c->idle_cancelled)) ok = 0; /* whatever the receive says: the watchdog ended the call */
+    }
     if (!ok) {
         if (bb) grpc_byte_buffer_destroy(bb);
         if (m->streaming) stream_close(c, FL_CANCELLED, NULL);
@@ -724,7 +787,7 @@ static void on_recv(call_ctx *c, int ok) {
         return;
     }
     fl_rpc_reply_t r;
-    reply_init(&r);
+    reply_init(&r, c);
     if (!m->streaming) {
         if (!bb) {
             finish_error(c, FL_INVALID_ARGUMENT, "unary call without a request message", 1);
@@ -811,6 +874,38 @@ static void handle_event(fl_rpc_server_t *s, tag_t *t, int ok) {
     }
 }
 
+/* The watchdog of idle client-streaming calls (see the top of this file). */
+static void *idle_watchdog(void *arg) {
+    fl_rpc_server_t *s = arg;
+    double period = s->stream_idle_s / 4 < 1.0 ? s->stream_idle_s / 4 : 1.0;
+    char why[160];
+    snprintf(why, sizeof why,
+             "stream idle: no message for %g s (a client-streaming call may pause at most that long between "
+             "messages)",
+             s->stream_idle_s);
+    pthread_mutex_lock(&s->idle_mu);
+    while (!s->idle_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + period;
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&s->idle_cv, &s->idle_mu, &ts);
+        if (s->idle_stop) break;
+        int64_t now_ms = (int64_t)(fl_clock_sec() * 1e3), idle_ms = (int64_t)(s->stream_idle_s * 1e3);
+        for (call_ctx *c = s->idle_head; c; c = c->idle_next) {
+            int64_t posted = atomic_load_explicit(&c->recv_posted_ms, memory_order_relaxed);
+            if (posted <= 0 || now_ms - posted < idle_ms || atomic_load(&c->idle_cancelled)) continue;
+            /* A handler that took the message meanwhile finds the call cancelled later. */
+            atomic_store(&c->idle_cancelled, 1);
+            FL_DEBUG("rpc: cancelling a call of %s: %s", c->m ? c->m->path : "?", why);
+            grpc_call_cancel_with_status(c->call, GRPC_STATUS_CANCELLED, why, NULL);
+        }
+    }
+    pthread_mutex_unlock(&s->idle_mu);
+    return NULL;
+}
+
 static void *server_thread(void *arg) {
     fl_rpc_server_t *s = arg;
     for (;;) {
@@ -819,6 +914,54 @@ static void *server_thread(void *arg) {
         if (ev.type == GRPC_OP_COMPLETE) handle_event(s, ev.tag, ev.success);
     }
     return NULL;
+}
+
+/* A limit's value: the option, its default when 0, none when < 0. */
+static double limit_of(double v, double def) { return v == 0 ? def : v; }
+
+static int ms_of(double sec) { return sec * 1e3 >= 2147483647.0 ? 2147483647 : (int)(sec * 1e3); }
+
+static size_t limit_args(const fl_rpc_server_opts_t *o, struct fl_rpc_server *s, grpc_arg *a) {
+    size_t n = 0;
+    double idle = limit_of(o->connection_idle_s, FL_RPC_DEFAULT_CONNECTION_IDLE_S);
+    double ka = limit_of(o->keepalive_s, FL_RPC_DEFAULT_KEEPALIVE_S);
+    double ka_to = limit_of(o->keepalive_timeout_s, FL_RPC_DEFAULT_KEEPALIVE_TIMEOUT_S);
+    int streams = o->max_streams_per_connection == 0 ? FL_RPC_DEFAULT_MAX_STREAMS_PER_CONNECTION
+                                                     : o->max_streams_per_connection;
+    int64_t mem = o->memory_bytes == 0 ? FL_RPC_DEFAULT_MEMORY_BYTES : o->memory_bytes;
+    if (idle > 0) {
+        a[n].type = GRPC_ARG_INTEGER, a[n].key = GRPC_ARG_MAX_CONNECTION_IDLE_MS, a[n].value.integer = ms_of(idle);
+        n++;
+    }
+    if (ka > 0) {
+        /* Pings also on connections without calls and without data, so that a peer that
+         * is gone (a half-open connection) is found within ka + ka_to. */
+        a[n].type = GRPC_ARG_INTEGER, a[n].key = GRPC_ARG_KEEPALIVE_TIME_MS, a[n].value.integer = ms_of(ka);
+        n++;
+        a[n].type = GRPC_ARG_INTEGER, a[n].key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS;
+        a[n].value.integer = ms_of(ka_to > 0 ? ka_to : FL_RPC_DEFAULT_KEEPALIVE_TIMEOUT_S);
+        n++;
+        a[n].type = GRPC_ARG_INTEGER, a[n].key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, a[n].value.integer = 1;
+        n++;
+        a[n].type = GRPC_ARG_INTEGER, a[n].key = GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, a[n].value.integer = 0;
+        n++;
+        a[n].type = GRPC_ARG_INTEGER, a[n].key = GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS;
+        a[n].value.integer = ms_of(ka);
+        n++;
+    }
+    if (streams > 0) {
+        a[n].type = GRPC_ARG_INTEGER, a[n].key = GRPC_ARG_MAX_CONCURRENT_STREAMS, a[n].value.integer = streams;
+        n++;
+    }
+    if (mem > 0) {
+        s->quota = grpc_resource_quota_create("fleet-server");
+        grpc_resource_quota_resize(s->quota, (size_t)mem);
+        a[n].type = GRPC_ARG_POINTER, a[n].key = GRPC_ARG_RESOURCE_QUOTA;
+        a[n].value.pointer.p = s->quota;
+        a[n].value.pointer.vtable = grpc_resource_quota_arg_vtable();
+        n++;
+    }
+    return n;
 }
 
 fl_status fl_rpc_server_create(const fl_rpc_server_opts_t *opts, fl_rpc_server_t **out, fl_err_t *err) {
@@ -830,11 +973,14 @@ fl_status fl_rpc_server_create(const fl_rpc_server_opts_t *opts, fl_rpc_server_t
     s->prepost = o.prepost > 0 ? o.prepost : 16;
     s->max_msg = effective_limit(o.max_message_bytes);
     s->grace_s = o.grace_s > 0 ? o.grace_s : 1.0;
+    s->stream_idle_s = o.stream_idle_s == 0 ? FL_RPC_DEFAULT_STREAM_IDLE_S : o.stream_idle_s;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->idle_mu, NULL);
+    pthread_cond_init(&s->idle_cv, NULL);
     s->t_shutdown = (tag_t){TAG_SHUTDOWN, NULL};
     fl_grpc_init();
-    grpc_arg args[3 + FL__TRANSPORT_ARGS];
+    grpc_arg args[3 + FL__LIMIT_ARGS + FL__TRANSPORT_ARGS];
     memset(args, 0, sizeof args);
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -845,9 +991,15 @@ fl_status fl_rpc_server_create(const fl_rpc_server_opts_t *opts, fl_rpc_server_t
     args[2].type = GRPC_ARG_INTEGER;
     args[2].key = GRPC_ARG_ALLOW_REUSEPORT;
     args[2].value.integer = 0;
-    size_t nargs = 3 + transport_args(args + 3);
+    size_t nargs = 3;
+    nargs += limit_args(&o, s, args + nargs);
+    nargs += transport_args(args + nargs);
     grpc_channel_args cargs = {nargs, args};
     s->server = grpc_server_create(&cargs, NULL);
+    if (s->quota) { /* the server holds its own reference */
+        grpc_resource_quota_unref(s->quota);
+        s->quota = NULL;
+    }
     s->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
     *out = s;
@@ -940,6 +1092,13 @@ fl_status fl_rpc_server_start(fl_rpc_server_t *s, fl_err_t *err) {
             return fl_err_set(err, FL_INTERNAL, "rpc server: cannot start thread %d", i);
         }
     }
+    int streaming = 0;
+    for (int i = 0; i < s->n_methods; i++) streaming |= s->methods[i].streaming;
+    if (streaming && s->stream_idle_s > 0) {
+        if (pthread_create(&s->idle_thread, NULL, idle_watchdog, s) != 0)
+            return fl_err_set(err, FL_INTERNAL, "rpc server: cannot start the idle-stream watchdog");
+        s->idle_started = 1;
+    }
     return FL_OK;
 }
 
@@ -947,6 +1106,14 @@ void fl_rpc_server_shutdown(fl_rpc_server_t *s) {
     if (!s || s->shutdown_called) return;
     s->shutdown_called = 1;
     atomic_store(&s->shutting_down, 1);
+    if (s->idle_started) {
+        pthread_mutex_lock(&s->idle_mu);
+        s->idle_stop = 1;
+        pthread_cond_broadcast(&s->idle_cv);
+        pthread_mutex_unlock(&s->idle_mu);
+        pthread_join(s->idle_thread, NULL);
+        s->idle_started = 0;
+    }
     if (s->started) {
         grpc_server_shutdown_and_notify(s->server, s->cq, &s->t_shutdown);
         /* Grace period for calls in flight, then cancel what is left. */
@@ -998,6 +1165,8 @@ void fl_rpc_server_destroy(fl_rpc_server_t *s) {
     free(s->threads);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->idle_mu);
+    pthread_cond_destroy(&s->idle_cv);
     free(s);
     grpc_shutdown();
 }
@@ -1029,6 +1198,13 @@ fl_status fl_rpc_reply_pb(fl_rpc_reply_t *r, const ProtobufCMessage *msg) {
     if (!p && n) return FL_NO_MEMORY;
     protobuf_c_message_pack(msg, p);
     return FL_OK;
+}
+
+const char *fl_rpc_reply_peer(const fl_rpc_reply_t *r) {
+    call_ctx *c = r ? r->ctx : NULL;
+    if (!c || !c->call) return "";
+    if (!c->peer) c->peer = grpc_call_get_peer(c->call); /* the call's own thread: no race */
+    return c->peer ? c->peer : "";
 }
 
 fl_status fl_rpc_reply_error(fl_rpc_reply_t *r, fl_status code, const char *fmt, ...) {

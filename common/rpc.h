@@ -14,6 +14,15 @@
  * one thread). A handler's user pointer is shared by all threads: handlers must be
  * thread-safe. Unknown methods are answered UNIMPLEMENTED.
  *
+ * What a client may hold on a server is bounded (fl_rpc_server_opts_t, docs/security.md):
+ * a connection without calls is closed after connection_idle_s; every connection is
+ * pinged every keepalive_s and closed when a ping is not answered within
+ * keepalive_timeout_s (a peer that vanished without closing); at most
+ * max_streams_per_connection calls run on one connection; gRPC's buffers for all
+ * connections share a memory quota of memory_bytes (past it gRPC closes idle connections
+ * first, then cancels calls); and a client-streaming call that sends no message for
+ * stream_idle_s is cancelled (CANCELLED, "stream idle ...").
+ *
  * Client: a channel per target, shareable by any number of threads. Unary calls and
  * client-streaming calls with deadlines and optional wait-for-ready. Every failure maps
  * the gRPC status to fl_status (same numeric codes) and keeps the server's message in
@@ -75,11 +84,27 @@ int fl_rpc_addr_is_loopback(const char *addr);
 typedef struct fl_rpc_server fl_rpc_server_t;
 typedef struct fl_rpc_reply fl_rpc_reply_t;
 
+/* Defaults of the limits below. An actor's writer rotates its Insert calls every 30 s and
+ * sends continuously, so a stream idle for 120 s is no writer's. */
+#define FL_RPC_DEFAULT_STREAM_IDLE_S 120.0
+#define FL_RPC_DEFAULT_CONNECTION_IDLE_S 300.0
+#define FL_RPC_DEFAULT_KEEPALIVE_S 60.0
+#define FL_RPC_DEFAULT_KEEPALIVE_TIMEOUT_S 20.0
+#define FL_RPC_DEFAULT_MAX_STREAMS_PER_CONNECTION 64
+#define FL_RPC_DEFAULT_MEMORY_BYTES (INT64_C(1) << 30)
+
 typedef struct fl_rpc_server_opts {
     int threads;           /* completion-queue threads (0 = 2) */
     int prepost;           /* requests kept posted for new calls (0 = 16) */
     int max_message_bytes; /* receive limit per message (0 = FL_RPC_DEFAULT_MAX_MESSAGE, -1 = none) */
     double grace_s;        /* shutdown: seconds calls in flight may finish before cancel (0 = 1.0) */
+    /* Limits on what clients may hold (see above); 0 = the default FL_RPC_DEFAULT_*, < 0 = none. */
+    double stream_idle_s;           /* a client-streaming call with no message for this long is cancelled */
+    double connection_idle_s;       /* a connection without calls for this long is closed */
+    double keepalive_s;             /* every connection is pinged this often ... */
+    double keepalive_timeout_s;     /* ... and closed when a ping is not answered within this */
+    int max_streams_per_connection; /* calls running at once on one connection */
+    int64_t memory_bytes;           /* gRPC's memory quota for the server's connections */
 } fl_rpc_server_opts_t;
 
 /* Unary: the request is req[0..len). Fill `reply` with fl_rpc_reply_bytes / _alloc / _pb,
@@ -129,6 +154,10 @@ void *fl_rpc_reply_alloc(fl_rpc_reply_t *r, size_t len);
 fl_status fl_rpc_reply_ref(fl_rpc_reply_t *r, const void *data, size_t len, void (*release)(void *), void *user);
 /* Packs a protobuf-c message as the reply. */
 fl_status fl_rpc_reply_pb(fl_rpc_reply_t *r, const ProtobufCMessage *msg);
+/* The address of the client that made the call, as gRPC names it ("ipv4:127.0.0.1:51234",
+ * "ipv6:[::1]:51234", "unix:..."): one per connection. Valid during the handler; "" when
+ * unknown. */
+const char *fl_rpc_reply_peer(const fl_rpc_reply_t *r);
 /* Sets the error message sent with a non-OK status; returns code. */
 fl_status fl_rpc_reply_error(fl_rpc_reply_t *r, fl_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

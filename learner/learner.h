@@ -144,6 +144,8 @@ typedef struct fl_learner_opts {
     const char *model_spec;       /* [model.spec] */
     double input_scale;           /* [model.input_scale] */
     double beta;                  /* [replay.beta] importance-sampling exponent */
+    double max_priority;          /* [replay.max_priority] priorities sent back are clamped to it, as the
+                                     shards refuse larger ones (0 = no clamp) */
     int64_t replay_shards;        /* [replay.shards] addresses expected in replay_addr */
     double paramserver_wait_timeout_s; /* [paramserver.wait_timeout_s] gorila: a push's extra deadline */
     uint64_t seed;                /* [run.seed] */

@@ -90,6 +90,8 @@ struct fl_learner {
     atomic_int stop;                             /* fl_learner_stop */
     fl__learner_outage_t replay_out, param_out;
     uint64_t steps_at_publish;
+    double version_jump_logged; /* fl_clock_sec() of the last "the server already holds ..." warning */
+    uint64_t priorities_clamped; /* priorities sent as replay.max_priority instead of their value */
 
     /* reporting window */
     double t_start, win_start, win_sample_s, win_loss_sum, last_mean_loss;

@@ -37,11 +37,21 @@ void fl__learner_outage_ok(fl__learner_outage_t *o) {
     o->active = 0;
 }
 
+/* How often one publish may move its version past one the server holds (another
+ * publisher keeps moving ahead) before it gives up. */
+#define MAX_VERSION_JUMPS 4
+
 /* Publishes the online parameters as the next version. retry: keep trying through an
  * outage until stopped (FL_CANCELLED then). A server that holds a newer version (this
- * learner was restarted) moves the version past it. */
+ * learner was restarted) moves the version past it: logged at most once per
+ * FL_LEARNER_LOG_EVERY_S, at most MAX_VERSION_JUMPS times per publish (then
+ * FL_ABORTED), never past 2^64 - 1 (FL_OUT_OF_RANGE: no version can be newer). */
 fl_status fl__learner_publish(fl_learner_t *l, int retry, fl_err_t *err) {
+    if (l->st.param_version == UINT64_MAX)
+        return fl_err_set(err, FL_OUT_OF_RANGE, "learner: publish: version %llu is the largest there is",
+                          (unsigned long long)l->st.param_version);
     uint64_t version = l->st.param_version + 1;
+    int jumps = 0;
     for (;;) {
         fl_err_t e;
         fl_err_init(&e);
@@ -60,8 +70,22 @@ fl_status fl__learner_publish(fl_learner_t *l, int retry, fl_err_t *err) {
             fl_err_init(&ie);
             fl_status si = fl_param_info(l->params, FL_LEARNER_RPC_TIMEOUT_MS, &info, &ie);
             if (si == FL_OK && info.version >= version) {
-                FL_WARN("the parameter server already holds version %llu; publishing as %llu",
-                        (unsigned long long)info.version, (unsigned long long)(info.version + 1));
+                if (info.version == UINT64_MAX)
+                    return fl_err_set(err, FL_OUT_OF_RANGE,
+                                      "learner: publish: the parameter server holds version %llu, the largest there "
+                                      "is, so no publish can be newer (restart the parameter server)",
+                                      (unsigned long long)info.version);
+                if (++jumps > MAX_VERSION_JUMPS)
+                    return fl_err_set(err, FL_ABORTED,
+                                      "learner: publish: the parameter server's version moved past ours %d times "
+                                      "in one publish (now %llu): another process is publishing",
+                                      MAX_VERSION_JUMPS, (unsigned long long)info.version);
+                double now = fl_clock_sec();
+                if (now - l->version_jump_logged >= FL_LEARNER_LOG_EVERY_S) {
+                    l->version_jump_logged = now;
+                    FL_WARN("the parameter server already holds version %llu; publishing as %llu",
+                            (unsigned long long)info.version, (unsigned long long)(info.version + 1));
+                }
                 version = info.version + 1;
                 continue;
             }
@@ -152,6 +176,15 @@ fl_status fl__learner_sample(fl_learner_t *l, fl_err_t *err) {
 /* Sends the priorities of the batch just trained on; retries through an outage until
  * stopped (then the update is dropped: FL_OK). */
 fl_status fl__learner_send_priorities(fl_learner_t *l, size_t n, fl_err_t *err) {
+    const float hi = l->o.max_priority > 0 ? (float)l->o.max_priority : 0.0f;
+    for (size_t i = 0; hi > 0 && i < n; i++) {
+        if (!(l->priorities[i] > hi)) continue;
+        if (l->priorities_clamped++ == 0)
+            FL_WARN("a priority of %g (|TD error|) is above replay.max_priority = %g, which the replay refuses: "
+                    "sending %g instead (counted; diverging Q-values?)",
+                    (double)l->priorities[i], l->o.max_priority, (double)hi);
+        l->priorities[i] = hi;
+    }
     if (l->taken) { /* prefetching: they ride on the next Sample call */
         l->prio_n = n;
         l->st.priorities_sent += n;

@@ -4,11 +4,17 @@
  * is encoded once by the store (per dtype); a fetch takes a reference to the snapshot
  * and hands its bytes to gRPC by reference, the reference being dropped when gRPC is
  * done with them: no copy and no lock while sending. Up-to-date fetches encode a few
- * bytes and never touch the lock. */
+ * bytes and never touch the lock.
+ *
+ * Large requests (server.h) take a slot under large_mu before their handler runs; the
+ * last one out trims the heap. */
 #include "paramserver/server.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +34,9 @@ struct fl_paramserver_service {
     int shard;
     int gorila;
     int started;
+    pthread_mutex_t large_mu; /* guards large_busy; large_cv signals a freed slot */
+    pthread_cond_t large_cv;
+    int large_slots, large_busy;
 };
 
 /* ---------------------------------------------------------------- replies ---- */
@@ -280,16 +289,59 @@ static fl_status on_info(fl_paramserver_service_t *svc, const uint8_t *req, size
     return sink_pb(reply, &r.base);
 }
 
-/* The gRPC entry points: the handlers above, answering through gRPC. */
-#define FL__PS_RPC(name)                                                                             \
-    static fl_status rpc_##name(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) { \
-        sink r = {reply, NULL};                                                                      \
-        return on_##name(user, req, len, &r);                                                        \
+/* Takes a large-message slot for a request of len bytes, waiting up to
+ * FL_PARAMSERVER_LARGE_WAIT_S; RESOURCE_EXHAUSTED naming the limit when none frees. */
+static fl_status large_acquire(fl_paramserver_service_t *svc, const char *method, size_t len, sink *reply) {
+    pthread_mutex_lock(&svc->large_mu);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)FL_PARAMSERVER_LARGE_WAIT_S;
+    until.tv_nsec += (long)((FL_PARAMSERVER_LARGE_WAIT_S - (double)(time_t)FL_PARAMSERVER_LARGE_WAIT_S) * 1e9);
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    int timed_out = 0;
+    while (svc->large_busy >= svc->large_slots && !timed_out)
+        timed_out = pthread_cond_timedwait(&svc->large_cv, &svc->large_mu, &until) == ETIMEDOUT &&
+                    svc->large_busy >= svc->large_slots;
+    if (timed_out) {
+        int busy = svc->large_busy;
+        pthread_mutex_unlock(&svc->large_mu);
+        return sink_error(reply, FL_RESOURCE_EXHAUSTED,
+                          "%s: a request of %zu bytes needs one of the %d large-message slots "
+                          "(paramserver.max_large_messages; requests of %u bytes or more), and %d are taken after "
+                          "%g s of waiting: send it again later",
+                          method, len, svc->large_slots, FL_PARAMSERVER_LARGE_MESSAGE, busy,
+                          FL_PARAMSERVER_LARGE_WAIT_S);
     }
-FL__PS_RPC(publish)
-FL__PS_RPC(fetch)
-FL__PS_RPC(push_gradients)
-FL__PS_RPC(info)
+    svc->large_busy++;
+    pthread_mutex_unlock(&svc->large_mu);
+    return FL_OK;
+}
+
+/* Frees a slot; the last large request out gives the heap's free memory back. */
+static void large_release(fl_paramserver_service_t *svc) {
+    pthread_mutex_lock(&svc->large_mu);
+    int last = --svc->large_busy == 0;
+    pthread_cond_signal(&svc->large_cv);
+    pthread_mutex_unlock(&svc->large_mu);
+    if (last) malloc_trim(0);
+}
+
+/* The gRPC entry points: the handlers above, answering through gRPC; large requests
+ * hold a slot while they are handled. */
+#define FL__PS_RPC(name, method)                                                                     \
+    static fl_status rpc_##name(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) { \
+        fl_paramserver_service_t *svc = user;                                                        \
+        sink r = {reply, NULL};                                                                      \
+        if (len < FL_PARAMSERVER_LARGE_MESSAGE) return on_##name(svc, req, len, &r);                 \
+        FL_TRY(large_acquire(svc, method, len, &r));                                                 \
+        fl_status st = on_##name(svc, req, len, &r);                                                 \
+        large_release(svc);                                                                          \
+        return st;                                                                                   \
+    }
+FL__PS_RPC(publish, "Publish")
+FL__PS_RPC(fetch, "Fetch")
+FL__PS_RPC(push_gradients, "PushGradients")
+FL__PS_RPC(info, "Info")
 #undef FL__PS_RPC
 
 fl_status fl__paramserver_service_call(fl_paramserver_service_t *svc, const char *method, const uint8_t *req,
@@ -316,6 +368,17 @@ void fl__paramserver_reply_free(fl__paramserver_reply_t *r) {
     if (r) local_drop_payload(r);
 }
 
+fl_status fl__paramserver_large_slot_take(fl_paramserver_service_t *svc, fl_err_t *err) {
+    fl__paramserver_reply_t local;
+    memset(&local, 0, sizeof local);
+    sink r = {NULL, &local};
+    fl_status st = large_acquire(svc, "test", 0, &r);
+    if (st != FL_OK) fl_err_set(err, st, "%s", local.msg);
+    return st;
+}
+
+void fl__paramserver_large_slot_give(fl_paramserver_service_t *svc) { large_release(svc); }
+
 /* ----------------------------------------------------------- lifecycle ---- */
 
 void fl_paramserver_service_opts_init(fl_paramserver_service_opts_t *o) {
@@ -332,6 +395,8 @@ void fl_paramserver_service_opts_init(fl_paramserver_service_opts_t *o) {
     o->stale_policy = FL_PARAMSERVER_STALE_DROP;
     o->staleness_lr = 0;
     o->wait_timeout_s = 30.0;
+    o->max_version_step = FL_PARAM_DEFAULT_MAX_VERSION_STEP;
+    o->max_large_messages = 2;
     o->threads = 0;
 }
 
@@ -347,11 +412,15 @@ static fl_status service_new(const fl_paramserver_service_opts_t *opts, int shar
     if (shard < 0 || shard >= shards)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver: shard %d is out of range [0, %" PRId64
                           ") (paramserver.shards = %" PRId64 ")", shard, shards, shards);
+    if (opts->max_large_messages < 1)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver.max_large_messages = %d: expected >= 1",
+                          opts->max_large_messages);
     fl_param_store_opts_t so;
     fl_param_store_opts_init(&so);
     so.shard_id = (uint32_t)shard;
     so.num_shards = (int)shards;
     so.gorila = opts->mode == FL_PARAMSERVER_GORILA;
+    so.max_version_step = opts->max_version_step;
     if (so.gorila) {
         so.optim = opts->optim;
         so.learners = opts->learners;
@@ -364,6 +433,15 @@ static fl_status service_new(const fl_paramserver_service_opts_t *opts, int shar
     if (!svc) return fl_err_set(err, FL_NO_MEMORY, "paramserver: out of memory");
     svc->shard = shard;
     svc->gorila = so.gorila;
+    pthread_mutex_init(&svc->large_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&svc->large_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    svc->large_slots = opts->max_large_messages;
+    /* Held push replies keep their slots: the slowest learner must still find one. */
+    if (so.gorila && so.stale_wait && svc->large_slots < so.learners) svc->large_slots = so.learners;
     fl_status st = fl_param_store_create(&so, &svc->store, err);
     if (st != FL_OK) goto fail;
     if (!with_rpc) goto done;
@@ -449,6 +527,8 @@ void fl_paramserver_service_destroy(fl_paramserver_service_t *svc) {
     fl_param_store_stop(svc->store);
     fl_rpc_server_destroy(svc->rpc);
     fl_param_store_destroy(svc->store);
+    pthread_cond_destroy(&svc->large_cv);
+    pthread_mutex_destroy(&svc->large_mu);
     free(svc);
 }
 

@@ -5,10 +5,11 @@
  * the store (paramserver/store.h, which defines the apex and gorila semantics) over
  * common/rpc:
  *   Publish        validates the request (float32 tensor of shape (n,), 4n data bytes,
- *                  finite values, this shard's slice, a newer version, the length fixed
- *                  by the first publish) and makes it the held version (gorila: only the
- *                  first publish, which sets the initial parameters); answers the version
- *                  now held.
+ *                  finite values, this shard's slice, a version above the held one and at
+ *                  most paramserver.max_version_step above it, the length fixed by the
+ *                  first publish) and makes it the held version (gorila: only the first
+ *                  publish, which sets the initial parameters); answers the version now
+ *                  held.
  *   Fetch          if_newer_than >= held version (or nothing published): version only,
  *                  has_params = false. Otherwise the held version's response, encoded once
  *                  per version and handed to gRPC by reference (no copy). dtype float32
@@ -33,6 +34,15 @@
  * Malformed requests are answered INVALID_ARGUMENT naming the field; the service keeps
  * serving.
  *
+ * Large messages: a request of FL_PARAMSERVER_LARGE_MESSAGE bytes or more (a Publish or
+ * PushGradients of a big vector) is handled only while it holds one of
+ * paramserver.max_large_messages slots (under the wait policy at least learner.count, so
+ * that held push replies never starve the slowest learner); a request that finds none
+ * free waits up to FL_PARAMSERVER_LARGE_WAIT_S, then is answered RESOURCE_EXHAUSTED
+ * naming the limit (clients retry it). When the last large request in flight is done,
+ * the freed memory is given back to the system (glibc malloc_trim), so that a burst of
+ * large messages does not leave the process at its peak size.
+ *
  * Threads: max(2, min(8, cores)) handler threads; with stale_policy = wait at least
  * learner.count + 2, because up to learner.count - 1 push replies may be held at once.
  *
@@ -50,6 +60,11 @@
 #include "paramserver/store.h"
 
 typedef struct fl_paramserver_service fl_paramserver_service_t;
+
+/* A request this large needs a large-message slot (see above). */
+#define FL_PARAMSERVER_LARGE_MESSAGE (16u << 20)
+/* How long a large request waits for a slot. */
+#define FL_PARAMSERVER_LARGE_WAIT_S 2.0
 
 /* learner.mode: who owns the optimizer (paramserver/store.h). */
 typedef enum fl_paramserver_mode {
@@ -74,18 +89,21 @@ typedef struct fl_paramserver_service_opts {
     fl_paramserver_stale_policy stale_policy; /* gorila: paramserver.stale_policy */
     int staleness_lr;                         /* gorila: paramserver.staleness_lr */
     double wait_timeout_s;                    /* gorila, wait policy: paramserver.wait_timeout_s */
+    uint64_t max_version_step;                /* paramserver.max_version_step (0 = no bound) */
+    int max_large_messages;                   /* paramserver.max_large_messages, >= 1 */
     int threads; /* handler threads; 0 = max(2, min(8, cores)). Under the wait policy at
                   * least learners + 2 either way (see the file comment). */
 } fl_paramserver_service_opts_t;
 
 /* The defaults of the keys above: apex, one shard, the Ape-X RMSProp (lr 6.25e-5,
  * decay 0.95, eps 1.5e-7), one learner, no staleness bound, drop, no staleness-scaled lr,
- * a 30 s wait timeout, threads 0. */
+ * a 30 s wait timeout, max_version_step 2^32 (FL_PARAM_DEFAULT_MAX_VERSION_STEP),
+ * max_large_messages 2, threads 0. */
 void fl_paramserver_service_opts_init(fl_paramserver_service_opts_t *o);
 
 /* opts may be NULL (the defaults of fl_paramserver_service_opts_init). shard must lie in
  * [0, opts->shards): FL_INVALID_ARGUMENT otherwise (the message names
- * paramserver.shards). */
+ * paramserver.shards); so is max_large_messages < 1. */
 fl_status fl_paramserver_service_create(const fl_paramserver_service_opts_t *opts, int shard,
                                         fl_paramserver_service_t **out, fl_err_t *err);
 /* Binds listen_addr ("host:port", port 0 = the OS chooses, or "unix:/path") and starts
@@ -126,5 +144,11 @@ fl_status fl__paramserver_service_create_local(const fl_paramserver_service_opts
 fl_status fl__paramserver_service_call(fl_paramserver_service_t *svc, const char *method, const uint8_t *req,
                                        size_t len, fl__paramserver_reply_t *out);
 void fl__paramserver_reply_free(fl__paramserver_reply_t *r);
+
+/* Takes one large-message slot as a large request would (waiting up to
+ * FL_PARAMSERVER_LARGE_WAIT_S; FL_RESOURCE_EXHAUSTED when none frees), or gives one back,
+ * so that a test can hold the slots while it sends requests over gRPC. */
+fl_status fl__paramserver_large_slot_take(fl_paramserver_service_t *svc, fl_err_t *err);
+void fl__paramserver_large_slot_give(fl_paramserver_service_t *svc);
 
 #endif

@@ -85,6 +85,7 @@ void fl_param_store_opts_init(fl_param_store_opts_t *o) {
     o->optim = fl_optim_config_default(FL_OPTIM_RMSPROP);
     o->learners = 1;
     o->wait_timeout_s = 30;
+    o->max_version_step = FL_PARAM_DEFAULT_MAX_VERSION_STEP;
 }
 
 fl_status fl_param_store_create(const fl_param_store_opts_t *o, fl_param_store_t **out, fl_err_t *err) {
@@ -207,10 +208,23 @@ static fl_status check_held(const fl_param_store_t *s, uint64_t version, uint64_
                           "publish sets the initial parameters and only PushGradients changes them (held version %" PRIu64
                           ")",
                           version, atomic_load(&s->version));
-    if (c && version <= c->pub.version)
+    uint64_t held = c ? c->pub.version : 0, step = s->o.max_version_step;
+    uint64_t hi = step == 0 || held > UINT64_MAX - step ? UINT64_MAX : held + step;
+    if (c && version <= held && held == UINT64_MAX)
         return fl_err_set(err, FL_FAILED_PRECONDITION,
-                          "params.version: %" PRIu64 " is not newer than the held version %" PRIu64, version,
-                          c->pub.version);
+                          "params.version: %" PRIu64 " is not newer than the held version %" PRIu64
+                          ", the largest there is (restart the parameter server)",
+                          version, held);
+    if (c && version <= held)
+        return fl_err_set(err, FL_FAILED_PRECONDITION,
+                          "params.version: %" PRIu64 " is not newer than the held version %" PRIu64
+                          " (expected %" PRIu64 " .. %" PRIu64 ")",
+                          version, held, held + 1, hi);
+    if (version > hi)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "params.version: %" PRIu64 " is too far past the held version %" PRIu64 ": expected %" PRIu64
+                          " .. %" PRIu64 " (paramserver.max_version_step = %" PRIu64 ")",
+                          version, held, held + 1, hi, step);
     return FL_OK;
 }
 

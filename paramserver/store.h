@@ -13,6 +13,10 @@
  * vector whose length the first publish fixes (its `total`). A publish or push must
  * carry exactly that slice; with num_shards == 1 that is the whole vector.
  *
+ * Versions: a publish must carry a version above the held one (0 when none) and at most
+ * max_version_step above it, so that no publish can put the version where no later one
+ * can pass it (a version near 2^64).
+ *
  * Two modes (learner.mode):
  *   apex    a publish replaces the held version (versions must grow); pushes are refused.
  *   gorila  the first publish sets the initial parameters (and the optimizer starts over
@@ -34,10 +38,13 @@
  *           staleness_lr: the step of a push uses lr / max(1, staleness).
  *
  * Failures leave the store unchanged and explain themselves in err, naming the field:
- *   FL_FAILED_PRECONDITION  a version not newer than the held one; a push in apex mode,
+ *   FL_FAILED_PRECONDITION  a version not newer than the held one (naming the held version
+ *                           and the accepted range); a push in apex mode,
  *                           before the first publish or based on a future version; a
  *                           second publish in gorila mode
- *   FL_INVALID_ARGUMENT     an empty slice or one that is not this shard's (expected and
+ *   FL_INVALID_ARGUMENT     a version more than max_version_step past the held one (naming
+ *                           the held version and the accepted range), an empty slice or
+ *                           one that is not this shard's (expected and
  *                           got named), a length different from the held one, a
  *                           non-finite value (its index), a learner out of range, a push
  *                           whose optimizer step would make a parameter or the optimizer's
@@ -98,9 +105,20 @@ typedef struct fl_param_store_opts {
     int stale_wait;             /* gorila: 0 = drop, 1 = wait */
     int staleness_lr;           /* gorila: lr / max(1, staleness) */
     double wait_timeout_s;      /* gorila, wait */
+    uint64_t max_version_step;  /* paramserver.max_version_step: a publish's version at most this past
+                                   the held one (0 = no bound) */
 } fl_param_store_opts_t;
 
-/* Apex, one shard (the whole vector), shard id 0; gorila fields at the config defaults. */
+/* The default of paramserver.max_version_step: 2^32. A learner publishes its own last
+ * version + 1 (or, when a restarted learner finds a newer one held, that + 1); a jump
+ * over more than one version happens only when a learner resumed from a checkpoint
+ * publishes to a fresh parameter server: its checkpoint's version + 1, which stays
+ * below 2^32 for any run of fewer than 2^32 publishes (years at learner.publish_every
+ * = 1). */
+#define FL_PARAM_DEFAULT_MAX_VERSION_STEP (UINT64_C(1) << 32)
+
+/* Apex, one shard (the whole vector), shard id 0; gorila fields at the config defaults;
+ * max_version_step FL_PARAM_DEFAULT_MAX_VERSION_STEP. */
 void fl_param_store_opts_init(fl_param_store_opts_t *o);
 
 fl_status fl_param_store_create(const fl_param_store_opts_t *o, fl_param_store_t **out, fl_err_t *err);

@@ -5,9 +5,12 @@
  * replay/server_internal.h.
  *
  * State beyond the table: a hash map stream_id -> per-stream record (last applied
- * sequence and the first keys of its recent batches), each record with its own mutex
- * held across "check sequence, insert, record sequence" so that two calls of the same
- * stream can never both apply one batch; a mutex + condition variable on which Sample
+ * sequence, the writer's key and the first keys of its recent batches), each record with
+ * its own mutex held across "check key and sequence, insert, record sequence" so that two
+ * calls of the same stream can never both apply one batch. A record counts the calls
+ * bound to it (under the map's mutex); one with none for replay.stream_idle_s is freed
+ * when the map needs room (at most replay.max_streams records). A mutex + condition
+ * variable on which Sample
  * waits for the table to fill, signalled after every applied insert; and atomic
  * counters for what the table does not count itself. Lock order: a stream record, then
  * the table (inside fl_table_*), released before the service mutex is taken.
@@ -54,40 +57,118 @@ static size_t hash_id(uint64_t id) {
     return (size_t)id;
 }
 
-fl__stream_rec_t *fl__replay_get_stream(fl_replay_service_t *s, uint64_t id) {
+/* Removes the record at slot i (streams_mu held) and closes the gap it leaves in its
+ * probe sequence by moving later entries back (linear probing without tombstones). */
+static void map_remove_at(fl_replay_service_t *s, size_t i) {
+    const size_t mask = s->streams_cap - 1;
+    s->streams[i] = NULL;
+    s->nstreams--;
+    for (size_t j = (i + 1) & mask; s->streams[j]; j = (j + 1) & mask) {
+        size_t home = hash_id(s->streams[j]->id) & mask;
+        /* The entry at j stays when its home lies cyclically in (i, j]. */
+        int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+        if (stays) continue;
+        s->streams[i] = s->streams[j];
+        s->streams[j] = NULL;
+        i = j;
+    }
+}
+
+/* Frees every record that no call is bound to and that has not been used for
+ * stream_idle_s (streams_mu held), and notes when the next one can be due. */
+static void reclaim_idle(fl_replay_service_t *s, double now) {
+    double next = now + s->stream_idle_s;
+    size_t freed = 0;
+    for (size_t i = 0; i < s->streams_cap;) {
+        fl__stream_rec_t *r = s->streams[i];
+        if (r && r->users == 0 && now - r->last_used >= s->stream_idle_s) {
+            map_remove_at(s, i); /* an entry may move into slot i: look at it again */
+            pthread_mutex_destroy(&r->mu);
+            free(r);
+            freed++;
+            continue;
+        }
+        if (r && r->users == 0 && r->last_used + s->stream_idle_s < next) next = r->last_used + s->stream_idle_s;
+        i++;
+    }
+    /* Records released after this scan were used at or after `now`. */
+    s->next_reclaim = next;
+    s->streams_reclaimed += freed;
+    if (freed)
+        FL_INFO("replay shard %d: reclaimed %zu insert stream records idle for %g s or more (%zu left)", s->shard,
+                freed, s->stream_idle_s, s->nstreams);
+}
+
+/* Doubles the map (streams_mu held); 0 when out of memory. */
+static int map_grow(fl_replay_service_t *s) {
+    size_t cap = s->streams_cap ? 2 * s->streams_cap : 64;
+    fl__stream_rec_t **m = calloc(cap, sizeof *m);
+    if (!m) return 0;
+    for (size_t i = 0; i < s->streams_cap; i++) {
+        fl__stream_rec_t *r = s->streams[i];
+        if (!r) continue;
+        size_t h = hash_id(r->id) & (cap - 1);
+        while (m[h]) h = (h + 1) & (cap - 1);
+        m[h] = r;
+    }
+    free(s->streams);
+    s->streams = m;
+    s->streams_cap = cap;
+    return 1;
+}
+
+fl__stream_rec_t *fl__replay_get_stream(fl_replay_service_t *s, uint64_t id, int acquire, fl_err_t *err) {
     pthread_mutex_lock(&s->streams_mu);
-    if (2 * (s->nstreams + 1) > s->streams_cap) {
-        size_t cap = s->streams_cap ? 2 * s->streams_cap : 64;
-        fl__stream_rec_t **m = calloc(cap, sizeof *m);
-        if (!m) {
+    fl__stream_rec_t *r = NULL;
+    if (s->streams_cap) {
+        size_t h = hash_id(id) & (s->streams_cap - 1);
+        while (s->streams[h] && s->streams[h]->id != id) h = (h + 1) & (s->streams_cap - 1);
+        r = s->streams[h];
+    }
+    if (!r) {
+        double now = fl_clock_sec();
+        int full = acquire && s->nstreams >= s->max_streams;
+        if ((full || 2 * (s->nstreams + 1) > s->streams_cap) && now >= s->next_reclaim) reclaim_idle(s, now);
+        if (acquire && s->nstreams >= s->max_streams) {
+            size_t n = s->nstreams;
             pthread_mutex_unlock(&s->streams_mu);
+            fl_err_set(err, FL_RESOURCE_EXHAUSTED,
+                       "stream %" PRIu64 " refused: replay shard %d holds the records of %zu insert streams, as many "
+                       "as replay.max_streams = %zu allows, and none has been idle for replay.stream_idle_s = %g s; "
+                       "try again later",
+                       id, s->shard, n, s->max_streams, s->stream_idle_s);
             return NULL;
         }
-        for (size_t i = 0; i < s->streams_cap; i++) {
-            fl__stream_rec_t *r = s->streams[i];
-            if (!r) continue;
-            size_t h = hash_id(r->id) & (cap - 1);
-            while (m[h]) h = (h + 1) & (cap - 1);
-            m[h] = r;
+        if (2 * (s->nstreams + 1) > s->streams_cap && !map_grow(s)) {
+            pthread_mutex_unlock(&s->streams_mu);
+            fl_err_set(err, FL_NO_MEMORY, "replay shard %d: out of memory for stream records", s->shard);
+            return NULL;
         }
-        free(s->streams);
-        s->streams = m;
-        s->streams_cap = cap;
-    }
-    size_t h = hash_id(id) & (s->streams_cap - 1);
-    while (s->streams[h] && s->streams[h]->id != id) h = (h + 1) & (s->streams_cap - 1);
-    fl__stream_rec_t *r = s->streams[h];
-    if (!r) {
         r = calloc(1, sizeof *r);
-        if (r) {
-            r->id = id;
-            pthread_mutex_init(&r->mu, NULL);
-            s->streams[h] = r;
-            s->nstreams++;
+        if (!r) {
+            pthread_mutex_unlock(&s->streams_mu);
+            fl_err_set(err, FL_NO_MEMORY, "replay shard %d: out of memory for stream records", s->shard);
+            return NULL;
         }
+        r->id = id;
+        r->last_used = now;
+        pthread_mutex_init(&r->mu, NULL);
+        size_t h = hash_id(id) & (s->streams_cap - 1);
+        while (s->streams[h]) h = (h + 1) & (s->streams_cap - 1);
+        s->streams[h] = r;
+        s->nstreams++;
     }
+    if (acquire) r->users++;
     pthread_mutex_unlock(&s->streams_mu);
     return r;
+}
+
+void fl__replay_put_stream(fl_replay_service_t *s, fl__stream_rec_t *r) {
+    if (!r) return;
+    pthread_mutex_lock(&s->streams_mu);
+    r->users--;
+    r->last_used = fl_clock_sec();
+    pthread_mutex_unlock(&s->streams_mu);
 }
 
 static void notify_inserted(fl_replay_service_t *s, uint64_t n) {
@@ -175,7 +256,7 @@ static fl_status reject(fl_replay_service_t *s, fl_rpc_reply_t *reply, const Fle
                               req->sequence, e->msg);
 }
 
-fl_status fl__replay_apply_insert(fl_replay_service_t *s, fl__stream_rec_t *r, uint64_t sequence,
+fl_status fl__replay_apply_insert(fl_replay_service_t *s, fl__stream_rec_t *r, uint64_t sequence, uint64_t stream_key,
                                   const fl_wire_batch_t *b, fl_table_prep_t *prep, uint64_t *keys, fl_err_t *e) {
     if (prep) {
         fl_table_commit(prep, keys); /* prepared (validated, frames hashed) outside the log's lock */
@@ -185,14 +266,16 @@ fl_status fl__replay_apply_insert(fl_replay_service_t *s, fl__stream_rec_t *r, u
         if (st != FL_OK) return st;
     }
     r->last_seq = sequence;
+    if (!r->key) r->key = stream_key;
     size_t slot = (size_t)(sequence % FL__REPLAY_KEY_RING);
     r->ring_seq[slot] = sequence;
     r->ring_key[slot] = keys[0];
     return FL_OK;
 }
 
-/* The request's own checks: a sequence, the call's one stream, a batch that fits the
- * table (*b, decoded). A rejection is answered (and counted) here. */
+/* The request's own checks: a sequence, a stream key, the call's one stream, a batch that
+ * fits the table and its limits (*b, decoded). A rejection is answered (and counted)
+ * here. */
 static fl_status check_request(fl_replay_service_t *s, const insert_call *c, const Fleet__InsertRequest *req,
                                fl_wire_batch_t *b, fl_rpc_reply_t *reply) {
     fl_err_t e;
@@ -201,12 +284,16 @@ static fl_status check_request(fl_replay_service_t *s, const insert_call *c, con
         fl_err_set(&e, FL_INVALID_ARGUMENT, "sequence: got 0, expected >= 1");
         return reject(s, reply, req, &e);
     }
+    if (req->stream_key == 0) {
+        fl_err_set(&e, FL_INVALID_ARGUMENT, "stream_key: got 0, expected the writer's random nonzero key");
+        return reject(s, reply, req, &e);
+    }
     if (c->have_stream && req->stream_id != c->stream_id) {
         fl_err_set(&e, FL_INVALID_ARGUMENT, "stream_id: got %" PRIu64 ", expected %" PRIu64 " (one stream per call)",
                    req->stream_id, c->stream_id);
         return reject(s, reply, req, &e);
     }
-    if (fl_wire_decode_batch(req->batch, &s->sig, FL_WIRE_NEED_PRIORITIES, b, &e) != FL_OK)
+    if (fl_wire_decode_batch(req->batch, &s->sig, FL_WIRE_NEED_PRIORITIES | FL_WIRE_FINITE_OBS, b, &e) != FL_OK)
         return reject(s, reply, req, &e);
     return FL_OK;
 }
@@ -216,9 +303,11 @@ static fl_status check_request(fl_replay_service_t *s, const insert_call *c, con
 static fl_status prepare_call(fl_replay_service_t *s, insert_call *c, uint64_t stream_id, size_t count,
                               fl_rpc_reply_t *reply) {
     if (!c->have_stream) {
-        c->rec = fl__replay_get_stream(s, stream_id);
+        fl_err_t e;
+        fl_err_init(&e);
+        c->rec = fl__replay_get_stream(s, stream_id, 1, &e);
         if (!c->rec)
-            return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory for stream records");
+            return fl_rpc_reply_error(reply, e.code == FL_NO_MEMORY ? FL_RESOURCE_EXHAUSTED : e.code, "%s", e.msg);
         c->have_stream = 1;
         c->stream_id = stream_id;
     }
@@ -243,9 +332,9 @@ static fl_status prepare_call(fl_replay_service_t *s, insert_call *c, uint64_t s
  * order of the table's inserts: the table's own work on the batch (checks, frame
  * hashing) comes first, outside the lock that orders log and table, so that a batch the
  * table refuses is never logged. keys (b->count) receives the batch's keys. */
-static fl_status log_and_apply(fl_replay_service_t *s, fl__stream_rec_t *r, uint64_t sequence, const uint8_t *msg,
-                               size_t len, const fl_wire_batch_t *b, uint64_t *keys, fl_err_t *e) {
-    if (!s->wal) return fl__replay_apply_insert(s, r, sequence, b, NULL, keys, e);
+static fl_status log_and_apply(fl_replay_service_t *s, fl__stream_rec_t *r, const Fleet__InsertRequest *req,
+                               const uint8_t *msg, size_t len, const fl_wire_batch_t *b, uint64_t *keys, fl_err_t *e) {
+    if (!s->wal) return fl__replay_apply_insert(s, r, req->sequence, req->stream_key, b, NULL, keys, e);
     fl_table_prep_t *prep = NULL;
     FL_TRY(fl_table_prepare(s->table, b->count, b->obs, b->actions, b->rewards, b->discounts, b->next_obs,
                             b->priorities, &prep, e));
@@ -257,34 +346,53 @@ static fl_status log_and_apply(fl_replay_service_t *s, fl__stream_rec_t *r, uint
         st = fl_err_set(e, FL_UNAVAILABLE, "write-ahead log: %s (nothing inserted; send again)", we.msg);
         fl_table_prep_free(prep);
     } else {
-        st = fl__replay_apply_insert(s, r, sequence, b, prep, keys, e);
+        st = fl__replay_apply_insert(s, r, req->sequence, req->stream_key, b, prep, keys, e);
     }
     pthread_mutex_unlock(&s->wal_mu);
     return st;
 }
 
+/* The stream's own rules for a message (r->mu held): the key it was bound to, and how far
+ * a new batch may run past the last one. */
+static fl_status check_stream(const fl__stream_rec_t *r, const Fleet__InsertRequest *req, fl_err_t *e) {
+    if (r->key && req->stream_key != r->key)
+        return fl_err_set(e, FL_PERMISSION_DENIED,
+                          "stream %" PRIu64 " belongs to another writer (its batches carry another stream_key)",
+                          req->stream_id);
+    if (r->last_seq && req->sequence > r->last_seq && req->sequence - r->last_seq > FL_REPLAY_MAX_SEQUENCE_STEP)
+        return fl_err_set(e, FL_INVALID_ARGUMENT,
+                          "sequence: got %" PRIu64 ", expected 1 .. %" PRIu64 " (the stream's last batch is %" PRIu64
+                          ": resends up to it, new batches at most %" PRIu64 " past it)",
+                          req->sequence, r->last_seq + FL_REPLAY_MAX_SEQUENCE_STEP, r->last_seq,
+                          FL_REPLAY_MAX_SEQUENCE_STEP);
+    return FL_OK;
+}
+
 /* Inserts the batch of the call's stream unless it is a resend (sequence not above the
  * stream's last), after the rate limiter lets a new batch through. *first_key receives
  * its first key (a resend's as remembered, else UINT64_MAX), *applied whether it went
- * in. A failure is answered here (a refusal of the table or the log as a rejection). */
+ * in. A failure is answered here (a refusal of the stream, the table or the log as a
+ * rejection). */
 static fl_status insert_batch(fl_replay_service_t *s, insert_call *c, const Fleet__InsertRequest *req,
                               const uint8_t *msg, size_t len, const fl_wire_batch_t *b, uint64_t *first_key,
                               int *applied, fl_rpc_reply_t *reply) {
     fl__stream_rec_t *r = c->rec;
     *first_key = UINT64_MAX;
     *applied = 0;
-    pthread_mutex_lock(&r->mu);
-    int resend = req->sequence <= r->last_seq;
-    pthread_mutex_unlock(&r->mu);
-    if (!resend) FL_TRY(rate_wait_insert(s, b->count, reply));
     fl_err_t e;
     fl_err_init(&e);
-    fl_status st = FL_OK;
     pthread_mutex_lock(&r->mu);
-    if (req->sequence <= r->last_seq) {
+    fl_status st = check_stream(r, req, &e);
+    int resend = req->sequence <= r->last_seq;
+    pthread_mutex_unlock(&r->mu);
+    if (st != FL_OK) return reject(s, reply, req, &e);
+    if (!resend) FL_TRY(rate_wait_insert(s, b->count, reply));
+    pthread_mutex_lock(&r->mu);
+    if ((st = check_stream(r, req, &e)) != FL_OK) { /* another call of the stream may have moved it meanwhile */
+    } else if (req->sequence <= r->last_seq) {
         size_t slot = (size_t)(req->sequence % FL__REPLAY_KEY_RING);
         if (r->ring_seq[slot] == req->sequence) *first_key = r->ring_key[slot];
-    } else if ((st = log_and_apply(s, r, req->sequence, msg, len, b, c->keybuf, &e)) == FL_OK) {
+    } else if ((st = log_and_apply(s, r, req, msg, len, b, c->keybuf, &e)) == FL_OK) {
         *first_key = c->keybuf[0];
         *applied = 1;
     }
@@ -344,31 +452,57 @@ static fl_status insert_close(void *user, void *state, fl_status why, fl_rpc_rep
             st = fl_rpc_reply_pb(reply, &resp.base);
         }
     }
+    if (c) fl__replay_put_stream(s, c->rec);
     insert_call_free(c);
     return st;
 }
 
 /* ------------------------------------------------------------- Sample ---- */
 
+/* The waiting-place entry of client `peer` (s->mu held): its own, else a free one (one
+ * is free whenever fewer than FL_REPLAY_MAX_SAMPLE_WAITERS calls wait). */
+static fl__sample_waiter_t *waiter_entry(fl_replay_service_t *s, const char *peer) {
+    fl__sample_waiter_t *free_one = NULL;
+    for (int i = 0; i < FL_REPLAY_MAX_SAMPLE_WAITERS; i++) {
+        fl__sample_waiter_t *w = &s->waiting[i];
+        if (w->n > 0 && strncmp(w->peer, peer, sizeof w->peer - 1) == 0) return w;
+        if (w->n == 0 && !free_one) free_one = w;
+    }
+    if (free_one) snprintf(free_one->peer, sizeof free_one->peer, "%s", peer);
+    return free_one;
+}
+
 /* Waits (up to timeout_ms) until B items may be sampled: the table holds min_size items
  * and the rate limiter allows it. On success the B samples are counted by the limiter
- * (the caller then draws them). */
-static fl_status wait_for_data(fl_replay_service_t *s, size_t B, uint32_t timeout_ms, fl_rpc_reply_t *reply) {
+ * (the caller then draws them). peer: the calling client, which may have at most
+ * FL_REPLAY_MAX_SAMPLE_WAITERS_PER_CLIENT calls waiting. */
+static fl_status wait_for_data(fl_replay_service_t *s, size_t B, uint32_t timeout_ms, const char *peer,
+                               fl_rpc_reply_t *reply) {
     pthread_mutex_lock(&s->mu);
     uint64_t size = table_size(s);
     if (fl_ratelimit_can_sample(&s->rl, B, size)) goto allowed;
-    if (timeout_ms == 0 || s->waiters >= FL_REPLAY_MAX_SAMPLE_WAITERS) {
-        int w = s->waiters;
+    fl__sample_waiter_t *mine = timeout_ms == 0 || s->waiters >= FL_REPLAY_MAX_SAMPLE_WAITERS ? NULL
+                                                                                             : waiter_entry(s, peer);
+    if (!mine || mine->n >= FL_REPLAY_MAX_SAMPLE_WAITERS_PER_CLIENT) {
+        char why[160] = "";
+        if (mine)
+            snprintf(why, sizeof why,
+                     "; not waiting: this client already has %d Sample calls waiting (at most %d per client)", mine->n,
+                     FL_REPLAY_MAX_SAMPLE_WAITERS_PER_CLIENT);
+        else if (timeout_ms)
+            snprintf(why, sizeof why, "; not waiting: %d Sample calls already wait (at most %d at once)", s->waiters,
+                     FL_REPLAY_MAX_SAMPLE_WAITERS);
         pthread_mutex_unlock(&s->mu);
         if (size < s->min_size)
             return fl_rpc_reply_error(reply, FL_FAILED_PRECONDITION,
-                                      "replay holds %" PRIu64 " of the %" PRIu64
-                                      " transitions needed to sample%s",
-                                      size, s->min_size, w ? " (and other Sample calls are already waiting)" : "");
+                                      "replay holds %" PRIu64 " of the %" PRIu64 " transitions needed to sample%s",
+                                      size, s->min_size, why);
         return fl_rpc_reply_error(reply, FL_FAILED_PRECONDITION,
-                                  "rate limited: %g samples per insert allows no more samples until actors insert more",
-                                  s->rl.spi);
+                                  "rate limited: %g samples per insert allows no more samples until actors insert "
+                                  "more%s",
+                                  s->rl.spi, why);
     }
+    mine->n++;
     s->waiters++;
     double t0 = fl_clock_sec();
     struct timespec until;
@@ -382,6 +516,7 @@ static fl_status wait_for_data(fl_replay_service_t *s, size_t B, uint32_t timeou
         }
     }
     s->waiters--;
+    mine->n--;
     s->sample_blocked_s += fl_clock_sec() - t0;
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
@@ -422,7 +557,7 @@ static double min_priority_of(size_t B, double beta, const double *probs, const 
 }
 
 /* Checks and applies priority updates (keys and priorities of one request, named by
- * field): equal lengths, every priority finite and >= 0, else FL_INVALID_ARGUMENT in e and
+ * field): equal lengths, every priority finite, >= 0 and <= replay.max_priority, else FL_INVALID_ARGUMENT in e and
  * nothing applied. *applied receives the updates applied (the rest were stale). Shared by
  * UpdatePriorities and the updates that ride on a Sample request. */
 static fl_status apply_updates(fl_replay_service_t *s, const char *field, size_t n_keys, const uint64_t *keys,
@@ -431,7 +566,7 @@ static fl_status apply_updates(fl_replay_service_t *s, const char *field, size_t
     if (n_prio != n_keys)
         return fl_err_set(e, FL_INVALID_ARGUMENT, "%s: got %zu values, expected %zu (one per key)", field, n_prio,
                           n_keys);
-    FL_TRY(fl_wire_check_priorities(field, n_prio, prio, e));
+    FL_TRY(fl_wire_check_priorities_max(field, n_prio, prio, s->sig.max_priority, e));
     return fl_table_update_priorities(s->table, n_keys, keys, prio, applied, e);
 }
 
@@ -468,7 +603,7 @@ static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_r
                                   s->obs_bytes);
     if (!(beta >= 0.0 && beta <= 1.0))
         return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "beta: got %g, expected a value in [0, 1]", beta);
-    FL_TRY(wait_for_data(s, B, timeout_ms, reply));
+    FL_TRY(wait_for_data(s, B, timeout_ms, fl_rpc_reply_peer(reply), reply));
 
     /* One allocation for every column: 8-byte columns first, then 4-byte ones, then the
      * observations. */
@@ -658,6 +793,70 @@ fl_status fl_replay_service_checkpoint(fl_replay_service_t *s, const char *path,
     return FL_OK;
 }
 
+/* What is wrong with a Checkpoint call's file name, or NULL (see server.h, Checkpoint).
+ * own: the shard's default file name. */
+static const char *bad_name(const char *name, const char *own, char *why, size_t len) {
+    size_t n = strlen(name);
+    if (n > FL_REPLAY_CKPT_NAME_MAX) {
+        snprintf(why, len, "%zu characters, expected at most %d", n, FL_REPLAY_CKPT_NAME_MAX);
+        return why;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch == '/') {
+            snprintf(why, len, "'/' at character %zu: expected a file name without a folder (the file goes into "
+                     "replay.checkpoint_dir)", i);
+            return why;
+        }
+        if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+              ch == '_' || ch == '-')) {
+            snprintf(why, len, "byte 0x%02x at character %zu: expected only A-Z, a-z, 0-9, '.', '_' and '-'", ch, i);
+            return why;
+        }
+    }
+    if (name[0] == '.') {
+        snprintf(why, len, "\"%s\" starts with '.': expected a plain file name", name);
+        return why;
+    }
+    if (strstr(name, "..")) {
+        snprintf(why, len, "\"%s\" contains \"..\": expected a plain file name", name);
+        return why;
+    }
+    if (n < 6 || strcmp(name + n - 5, ".ckpt") != 0) {
+        snprintf(why, len, "\"%s\" does not end in \".ckpt\" (with a name before it)", name);
+        return why;
+    }
+    if (strncmp(name, "shard-", 6) == 0 && strcmp(name, own) != 0) {
+        snprintf(why, len,
+                 "\"%s\": names starting with \"shard-\" belong to the shards' own files (checkpoints and logs); "
+                 "expected %s or another name",
+                 name, own);
+        return why;
+    }
+    return NULL;
+}
+
+fl_status fl_replay_service_checkpoint_path(const fl_replay_service_t *s, const char *name, char *path, size_t len,
+                                            fl_err_t *err) {
+    if (!s->ckpt_default[0])
+        return fl_err_set(err, FL_UNIMPLEMENTED,
+                          "replay shard %d: checkpoints are not enabled (replay.checkpoint_dir is empty; a Checkpoint "
+                          "call writes only inside that folder)",
+                          s->shard);
+    if (!name || !*name) {
+        snprintf(path, len, "%s", s->ckpt_default);
+        return FL_OK;
+    }
+    char own[32], why[FL_ERR_MSG_MAX / 2];
+    snprintf(own, sizeof own, "shard-%d.ckpt", s->shard);
+    if (bad_name(name, own, why, sizeof why))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "name: %s", why);
+    int n = snprintf(path, len, "%s/%s", s->wal_dir, name);
+    if (n < 0 || (size_t)n >= len)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "name: \"%s\" does not fit a path of %zu bytes", name, len);
+    return FL_OK;
+}
+
 static fl_status checkpoint_handler(void *user, const uint8_t *msg, size_t len, fl_rpc_reply_t *reply) {
     fl_replay_service_t *s = user;
     Fleet__CheckpointRequest *req = fleet__checkpoint_request__unpack(NULL, len, msg);
@@ -667,13 +866,9 @@ static fl_status checkpoint_handler(void *user, const uint8_t *msg, size_t len, 
     fl_err_t e;
     fl_err_init(&e);
     fl_table_save_info_t si;
-    char *path = malloc(strlen(req->path) + sizeof s->ckpt_default);
-    fl_status st;
-    if (!path) {
-        st = fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory");
-        goto done;
-    }
-    st = fl_replay_service_checkpoint(s, req->path, &si, path, strlen(req->path) + sizeof s->ckpt_default, &e);
+    char path[FL_REPLAY_DIR_MAX + FL_REPLAY_CKPT_NAME_MAX + 8];
+    fl_status st = fl_replay_service_checkpoint_path(s, req->name, path, sizeof path, &e);
+    if (st == FL_OK) st = fl_replay_service_checkpoint(s, path, &si, NULL, 0, &e);
     if (st != FL_OK) {
         st = fl_rpc_reply_error(reply, st, "%s", e.msg);
         goto done;
@@ -684,7 +879,6 @@ static fl_status checkpoint_handler(void *user, const uint8_t *msg, size_t len, 
     resp.bytes = si.bytes;
     st = fl_rpc_reply_pb(reply, &resp.base);
 done:
-    free(path);
     fleet__checkpoint_request__free_unpacked(req, NULL);
     return st;
 }
@@ -730,6 +924,10 @@ void fl_replay_service_opts_init(fl_replay_service_opts_t *o) {
     o->min_size_to_sample = 50000;
     o->rate_error_buffer = 10000;
     o->actors = 2;
+    o->max_abs_reward = 1e6;
+    o->max_priority = 1e6;
+    o->max_streams = 16384;
+    o->stream_idle_s = 3600;
 }
 
 /* The options' own checks, before anything is built. */
@@ -750,6 +948,13 @@ static fl_status check_opts(const fl_replay_service_opts_t *o, fl_err_t *err) {
     if (o->num_actions < 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: num_actions %d, expected >= 0", shard,
                           o->num_actions);
+    if (!(o->max_abs_reward > 0) || !(o->max_priority > 0) || !(o->stream_idle_s > 0))
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "replay.max_abs_reward = %g, replay.max_priority = %g, replay.stream_idle_s = %g: expected "
+                          "each > 0",
+                          o->max_abs_reward, o->max_priority, o->stream_idle_s);
+    if (o->max_streams < 1)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.max_streams = %" PRId64 ": expected >= 1", o->max_streams);
     if (strlen(dir) >= FL_REPLAY_DIR_MAX)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.checkpoint_dir: %zu bytes, expected at most %d",
                           strlen(dir), FL_REPLAY_DIR_MAX - 1);
@@ -800,7 +1005,8 @@ static fl_table_config_t shard_table_config(const fl_replay_service_opts_t *o) {
  * counters, checkpoint and log settings. */
 static void init_state(fl_replay_service_t *s, const fl_replay_service_opts_t *o) {
     const char *dir = o->checkpoint_dir ? o->checkpoint_dir : "";
-    s->sig = (fl_wire_sig_t){fl_obs_spec_make(o->obs.dtype, o->obs.rank, o->obs.shape), o->num_actions};
+    s->sig = (fl_wire_sig_t){fl_obs_spec_make(o->obs.dtype, o->obs.rank, o->obs.shape), o->num_actions,
+                             o->max_abs_reward, o->max_priority};
     s->obs_bytes = fl_obs_spec_bytes(&o->obs);
     s->shard = o->shard;
     pthread_mutex_init(&s->mu, NULL);
@@ -810,6 +1016,8 @@ static void init_state(fl_replay_service_t *s, const fl_replay_service_opts_t *o
     pthread_cond_init(&s->cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->streams_mu, NULL);
+    s->max_streams = (size_t)o->max_streams;
+    s->stream_idle_s = o->stream_idle_s;
     pthread_mutex_init(&s->ckpt_mu, NULL);
     pthread_mutex_init(&s->wal_mu, NULL);
     s->wal_lock_fd = -1;

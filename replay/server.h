@@ -7,13 +7,29 @@
  *
  * Methods (see proto/fleet.proto for the messages):
  *   Insert            client-streaming. Each InsertRequest is decoded, validated against
- *                     the table's signature (replay/wire.h) and inserted before the next
- *                     one is read. The shard keeps, per stream_id, the last sequence it
- *                     applied: a batch whose sequence is not above it is a resend and is
- *                     skipped (still counted in the response's `batches`), so a writer
- *                     that resends unacknowledged batches after a failure never
- *                     duplicates one. One stream_id per call; sequences start at 1. The
- *                     response (at the client's half-close) reports the stream's
+ *                     the table's signature (replay/wire.h: also finite float32
+ *                     observations, |reward| <= replay.max_abs_reward, priorities <=
+ *                     replay.max_priority) and inserted before the next one is read. The
+ *                     shard keeps, per stream_id, the last sequence it applied: a batch
+ *                     whose sequence is not above it is a resend and is skipped (still
+ *                     counted in the response's `batches`), so a writer that resends
+ *                     unacknowledged batches after a failure never duplicates one. One
+ *                     stream_id per call; sequences start at 1.
+ *                     Streams belong to their writer: every message carries the writer's
+ *                     random stream_key (0 is INVALID_ARGUMENT); the stream's first
+ *                     applied batch binds the key, and a later message of that stream_id
+ *                     with another key is PERMISSION_DENIED ("stream N belongs to another
+ *                     writer"), nothing applied. A new batch may run at most
+ *                     FL_REPLAY_MAX_SEQUENCE_STEP past the stream's last sequence
+ *                     (INVALID_ARGUMENT naming the range), so that no message can mark a
+ *                     stream's future batches as held. The shard keeps records of at
+ *                     most replay.max_streams streams; a record with no call bound to it
+ *                     for replay.stream_idle_s is reclaimed when room is needed (its
+ *                     writer, if it ever comes back, starts afresh: its resends would go
+ *                     in again, which is why the deadline must exceed any actor's
+ *                     outage), and a new stream that finds no room is RESOURCE_EXHAUSTED
+ *                     naming replay.max_streams. The response (at the client's
+ *                     half-close) reports the stream's
  *                     last_sequence, this call's batches and inserted items, the table
  *                     size and each batch's first key (UINT64_MAX for a skipped batch
  *                     too old for the shard to remember its key). A malformed message
@@ -28,8 +44,11 @@
  *                     table's capacity). batch_size 0 (or above FL_REPLAY_MAX_SAMPLE) and
  *                     beta outside [0, 1] are INVALID_ARGUMENT. At most
  *                     FL_REPLAY_MAX_SAMPLE_WAITERS calls wait at once, so that waiting
- *                     samplers never hold every serving thread; a call beyond that fails
- *                     at once with FAILED_PRECONDITION. Priority updates carried by the
+ *                     samplers never hold every serving thread, and at most
+ *                     FL_REPLAY_MAX_SAMPLE_WAITERS_PER_CLIENT of them from one client
+ *                     (one peer address, i.e. one connection), so that no client holds
+ *                     every waiting place; a call beyond either fails at once with
+ *                     FAILED_PRECONDITION naming the limit. Priority updates carried by the
  *                     request (update_keys / update_priorities, a learner's updates for
  *                     its previous batch) are checked and applied first, as
  *                     UpdatePriorities would (a malformed list fails the call whole with
@@ -41,17 +60,22 @@
  *                     inserts wait at once; one more is refused with RESOURCE_EXHAUSTED
  *                     (not acknowledged: the writer sends it again). Waiting time is
  *                     counted in Info (insert_blocked_s, sample_blocked_s).
- *   UpdatePriorities  keys and priorities of equal length, priorities finite and >= 0
- *                     (else INVALID_ARGUMENT, nothing applied); keys that are not live
+ *   UpdatePriorities  keys and priorities of equal length, priorities finite, >= 0 and <=
+ *                     replay.max_priority (else INVALID_ARGUMENT, nothing applied); keys that are not live
  *                     (evicted, another shard's, never issued) are counted as stale.
  *   Info              every counter of ReplayInfo.
  *   Checkpoint        writes the whole table (replay/table.h: fl_table_save, atomic
- *                     temporary file + fsync + rename) to the request's path, or when
- *                     that is empty to replay.checkpoint_dir/shard-<id>.ckpt; with
- *                     neither, UNIMPLEMENTED ("checkpoints are not enabled"). The
- *                     response names the file, the live items and the bytes written.
- *                     The path is the caller's choice: the shard writes wherever its
- *                     user may, so expose the port only to trusted clients. One
+ *                     temporary file + fsync + rename) to the file the request names
+ *                     inside replay.checkpoint_dir, or when the name is empty to
+ *                     replay.checkpoint_dir/shard-<id>.ckpt. A name is a plain file name:
+ *                     1 to FL_REPLAY_CKPT_NAME_MAX characters of [A-Za-z0-9._-], ending
+ *                     in ".ckpt", not starting with '.', without "..", and not starting
+ *                     with "shard-" unless it is this shard's own default name (so that
+ *                     no call overwrites a log segment, another shard's checkpoint or
+ *                     the learner's and actors' files next to them); anything else is
+ *                     INVALID_ARGUMENT naming what is wrong. Without a checkpoint folder
+ *                     the call is UNIMPLEMENTED ("checkpoints are not enabled"). The
+ *                     response names the file, the live items and the bytes written. One
  *                     checkpoint runs at a time; inserts and samples wait only while
  *                     the table is copied, not while the file is written. Per-stream
  *                     resend records are saved (in the file's extra section) only by a
@@ -129,8 +153,17 @@
 #include "replay/table.h"
 
 #define FL_REPLAY_SERVICE_THREADS 6
-#define FL_REPLAY_MAX_SAMPLE_WAITERS 3
+#define FL_REPLAY_MAX_SAMPLE_WAITERS 4
+/* Waiting Sample calls of one client (a learner keeps learner.prefetch = 2 in flight). */
+#define FL_REPLAY_MAX_SAMPLE_WAITERS_PER_CLIENT 2
 #define FL_REPLAY_MAX_SAMPLE 65536
+/* Longest name a Checkpoint call may give its file. */
+#define FL_REPLAY_CKPT_NAME_MAX 100
+/* How far a new batch's sequence may run past its stream's last one. A writer numbers its
+ * batches 1, 2, 3, ... and resends from its oldest unacknowledged one, so its next new
+ * batch is the last + 1; a larger gap means the shard lost acknowledged batches (it was
+ * restored from an older checkpoint), at most the batches written since. */
+#define FL_REPLAY_MAX_SEQUENCE_STEP (UINT64_C(1) << 20)
 
 /* Longest checkpoint_dir, its NUL included (as long as a run configuration's strings). */
 #define FL_REPLAY_DIR_MAX 256
@@ -167,12 +200,18 @@ typedef struct fl_replay_service_opts {
     int wal;                    /* replay.wal */
     int wal_fsync;              /* replay.wal_fsync */
     const char *restore_path;   /* a checkpoint to start from (see Restore); NULL or "" = none */
+    /* limits on what a client may send or leave behind (docs/security.md) */
+    double max_abs_reward;      /* replay.max_abs_reward: |reward| of an inserted transition, > 0 */
+    double max_priority;        /* replay.max_priority: inserted and updated priorities, > 0 */
+    int64_t max_streams;        /* replay.max_streams: insert streams with a record, >= 1 */
+    double stream_idle_s;       /* replay.stream_idle_s: a record unused this long may be reclaimed, > 0 */
 } fl_replay_service_opts_t;
 
 /* The defaults of those keys (common/config_keys.h: capacity 2,000,000, alpha 0.6,
  * priority_eps 1e-6, prioritized, tree_rebuild_every 2^20, min_size_to_sample 50,000,
- * rate_error_buffer 10,000, run.seed 1, actor.count 2, everything else 0 / off), shard 0
- * of 1, and no observation signature (the caller sets obs and num_actions). */
+ * rate_error_buffer 10,000, run.seed 1, actor.count 2, max_abs_reward and max_priority
+ * 1e6, max_streams 16,384, stream_idle_s 3600, everything else 0 / off), shard 0 of 1,
+ * and no observation signature (the caller sets obs and num_actions). */
 void fl_replay_service_opts_init(fl_replay_service_opts_t *opts);
 
 typedef struct fl_replay_service fl_replay_service_t;
@@ -193,13 +232,21 @@ fl_status fl_replay_service_create(const fl_replay_service_opts_t *opts, fl_repl
 fl_status fl_replay_service_check_opts(const fl_replay_service_opts_t *opts, fl_err_t *err);
 
 /* Writes a checkpoint of the table to `path` (NULL or "": the configured default, see
- * Checkpoint above; FL_UNIMPLEMENTED when there is none). With replay.wal on, a
+ * Checkpoint above; FL_UNIMPLEMENTED when there is none). The path is the caller's (the
+ * process's own code: the Checkpoint call reaches here only with a checked name inside
+ * replay.checkpoint_dir, see fl_replay_service_checkpoint_path). With replay.wal on, a
  * checkpoint to the default file also rotates the log and deletes the segments it covers
  * (see Write-ahead log above). path_out (len bytes, may be NULL) receives the path used,
  * info (may be NULL) the items and bytes written. Any thread, between create and
  * destroy; checkpoints are serialized. */
 fl_status fl_replay_service_checkpoint(fl_replay_service_t *s, const char *path, fl_table_save_info_t *info,
                                        char *path_out, size_t len, fl_err_t *err);
+/* The file a Checkpoint call's `name` stands for (see Checkpoint above): path (len bytes)
+ * receives replay.checkpoint_dir/name, or the default file for an empty name.
+ * FL_INVALID_ARGUMENT naming what is wrong with the name, FL_UNIMPLEMENTED without a
+ * checkpoint folder. */
+fl_status fl_replay_service_checkpoint_path(const fl_replay_service_t *s, const char *name, char *path, size_t len,
+                                            fl_err_t *err);
 
 /* Binds listen_addr ("host:port", port 0 = the OS chooses, or "unix:/path") and starts
  * serving. bound_addr_out (len bytes, may be NULL) receives the address clients should

@@ -27,11 +27,21 @@
 
 typedef struct fl__stream_rec {
     uint64_t id;
-    pthread_mutex_t mu; /* guards the fields below */
+    pthread_mutex_t mu; /* guards the fields up to the rings */
     uint64_t last_seq;
+    uint64_t key; /* the writer's stream_key, bound by the first batch applied; 0 = not yet */
     uint64_t ring_seq[FL__REPLAY_KEY_RING];
     uint64_t ring_key[FL__REPLAY_KEY_RING];
+    /* guarded by the service's streams_mu */
+    int users;        /* Insert calls bound to the record: it is never reclaimed while > 0 */
+    double last_used; /* fl_clock_sec() when it was made or its last call ended */
 } fl__stream_rec_t;
+
+/* Sample calls waiting, per client (peer address). */
+typedef struct fl__sample_waiter {
+    char peer[96];
+    int n;
+} fl__sample_waiter_t;
 
 struct fl_replay_service {
     fl_table_t *table;
@@ -46,6 +56,7 @@ struct fl_replay_service {
     pthread_mutex_t mu; /* guards the fields below; cv signals inserts, samples and stop */
     pthread_cond_t cv;
     int waiters;        /* Sample calls waiting for data or for the rate limiter */
+    fl__sample_waiter_t waiting[FL_REPLAY_MAX_SAMPLE_WAITERS]; /* ... by client (n = 0: a free entry) */
     int insert_waiters; /* Insert messages waiting for the rate limiter */
     int max_insert_waiters;
     int stopping;
@@ -53,9 +64,14 @@ struct fl_replay_service {
     double insert_blocked_s, sample_blocked_s;
     int threads;
 
-    pthread_mutex_t streams_mu; /* guards the map; records never move or go away */
-    fl__stream_rec_t **streams; /* open addressing, streams_cap a power of two */
+    pthread_mutex_t streams_mu; /* guards the map and the records' users and last_used; a record
+                                   goes away only when reclaimed, with no call bound to it */
+    fl__stream_rec_t **streams; /* open addressing, linear probing, streams_cap a power of two */
     size_t nstreams, streams_cap;
+    size_t max_streams;         /* replay.max_streams */
+    double stream_idle_s;       /* replay.stream_idle_s */
+    double next_reclaim;        /* fl_clock_sec() before which no record can be reclaimable */
+    uint64_t streams_reclaimed;
 
     atomic_uint_fast64_t insert_batches, rejected, sample_calls;
 
@@ -74,20 +90,28 @@ struct fl_replay_service {
     int wal_lock_fd;                 /* flock'd shard-<id>.wal.lock, or -1 */
 };
 
-/* The record of stream `id`, created on first use; NULL when out of memory. */
-fl__stream_rec_t *fl__replay_get_stream(fl_replay_service_t *s, uint64_t id);
+/* The record of stream `id`, created on first use. acquire: for a live Insert call,
+ * which binds itself to the record (release it with fl__replay_put_stream); a new record
+ * then needs room under replay.max_streams (idle records are reclaimed to make it),
+ * else NULL with FL_RESOURCE_EXHAUSTED in err. Without acquire (recovery, before the
+ * service serves) the cap does not apply. NULL with FL_NO_MEMORY when out of memory. */
+fl__stream_rec_t *fl__replay_get_stream(fl_replay_service_t *s, uint64_t id, int acquire, fl_err_t *err);
+/* Ends a call's binding to its record (NULL is a no-op). */
+void fl__replay_put_stream(fl_replay_service_t *s, fl__stream_rec_t *r);
 
 /* Applies one decoded InsertRequest (its sequence and batch) to the table and to its
  * stream's record. This is the one place where an insert changes the table: the live
  * path and recovery from the write-ahead log both call it, so that replaying the log
  * gives the keys acknowledged before. The caller holds r->mu and, with the log on, the
- * insert mutex wal_mu, and has checked that sequence > r->last_seq. keys (b->count)
+ * insert mutex wal_mu, and has checked that sequence > r->last_seq (and the stream key
+ * against r->key). stream_key binds a record that has none yet (0 leaves it unbound, as
+ * for a log record written before keys existed). keys (b->count)
  * receives the batch's keys. prep: the batch already prepared by fl_table_prepare (the
  * live path with the log on, which prepares before taking the insert mutex), committed
  * here; NULL: fl_table_insert. On failure nothing changed (the table validates its whole
  * input first); the live path never logs a batch the table refuses, and an older log's
  * refused record is refused again on replay. */
-fl_status fl__replay_apply_insert(fl_replay_service_t *s, fl__stream_rec_t *r, uint64_t sequence,
+fl_status fl__replay_apply_insert(fl_replay_service_t *s, fl__stream_rec_t *r, uint64_t sequence, uint64_t stream_key,
                                   const fl_wire_batch_t *b, fl_table_prep_t *prep, uint64_t *keys, fl_err_t *e);
 
 /* Gives the service its table (s->table) for configuration tc: loaded from restore_path

@@ -38,10 +38,13 @@
 
 /* With the log on, a checkpoint's extra section holds the stream records and the log
  * segment that follows the checkpoint (little-endian):
- *   magic "FLWALST1" (8), resume segment u64, streams u64, then per stream:
- *   id u64, last applied sequence u64, ring entries u32, then per entry
- *   (sequence u64, first key u64). */
-#define WAL_EXTRA_MAGIC "FLWALST1"
+ *   magic "FLWALST2" (8), resume segment u64, streams u64, then per stream:
+ *   id u64, last applied sequence u64, stream key u64 (0: not bound yet), ring entries
+ *   u32, then per entry (sequence u64, first key u64).
+ * Version 1 ("FLWALST1", written before streams had keys) is still read: the same
+ * without the key, so its streams are bound again by their first batch after the load. */
+#define WAL_EXTRA_MAGIC "FLWALST2"
+#define WAL_EXTRA_MAGIC_V1 "FLWALST1"
 
 static uint8_t *put_u64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -63,7 +66,7 @@ static fl_status wal_extra_encode(fl_replay_service_t *s, uint64_t resume, uint8
     for (size_t i = 0; i < s->streams_cap; i++) {
         const fl__stream_rec_t *r = s->streams[i];
         if (!r) continue;
-        n += 20;
+        n += 28;
         for (int k = 0; k < FL__REPLAY_KEY_RING; k++) n += r->ring_seq[k] ? 16 : 0;
     }
     uint8_t *buf = malloc(n), *p = buf;
@@ -79,6 +82,7 @@ static fl_status wal_extra_encode(fl_replay_service_t *s, uint64_t resume, uint8
         if (!r) continue;
         p = put_u64(p, r->id);
         p = put_u64(p, r->last_seq);
+        p = put_u64(p, r->key);
         uint32_t cnt = 0;
         for (int k = 0; k < FL__REPLAY_KEY_RING; k++) cnt += r->ring_seq[k] != 0;
         for (int b = 0; b < 4; b++) p[b] = (uint8_t)(cnt >> (8 * b));
@@ -95,14 +99,17 @@ static fl_status wal_extra_encode(fl_replay_service_t *s, uint64_t resume, uint8
     return FL_OK;
 }
 
-/* Restores the stream records and the resume segment from a checkpoint's extra section. */
+/* Restores the stream records and the resume segment from a checkpoint's extra section
+ * (version 2, or version 1 without keys). */
 static fl_status wal_extra_decode(fl_replay_service_t *s, const char *path, const uint8_t *x, size_t n,
                                   uint64_t *resume, fl_err_t *err) {
-    if (n < 24 || memcmp(x, WAL_EXTRA_MAGIC, 8) != 0)
+    int v1 = n >= 8 && memcmp(x, WAL_EXTRA_MAGIC_V1, 8) == 0;
+    if (n < 24 || (!v1 && memcmp(x, WAL_EXTRA_MAGIC, 8) != 0))
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "checkpoint %s: its extra section (%zu bytes) is not the write-ahead log's stream records "
-                          "(expected magic \"%s\" and at least 24 bytes)",
-                          path, n, WAL_EXTRA_MAGIC);
+                          "(expected magic \"%s\" or \"%s\" and at least 24 bytes)",
+                          path, n, WAL_EXTRA_MAGIC, WAL_EXTRA_MAGIC_V1);
+    const size_t head = v1 ? 20 : 28; /* id, last, [key,] count */
     *resume = get_u64(x + 8);
     uint64_t nstreams = get_u64(x + 16);
     if (*resume == 0)
@@ -110,22 +117,23 @@ static fl_status wal_extra_decode(fl_replay_service_t *s, const char *path, cons
                           path);
     size_t off = 24;
     for (uint64_t i = 0; i < nstreams; i++) {
-        if (n - off < 20)
+        if (n - off < head)
             return fl_err_set(err, FL_INVALID_ARGUMENT,
                               "checkpoint %s: stream record %" PRIu64 " of %" PRIu64 " cut short at byte %zu of %zu",
                               path, i, nstreams, off, n);
-        uint64_t id = get_u64(x + off), last = get_u64(x + off + 8);
-        uint32_t cnt = (uint32_t)x[off + 16] | (uint32_t)x[off + 17] << 8 | (uint32_t)x[off + 18] << 16 |
-                       (uint32_t)x[off + 19] << 24;
-        off += 20;
+        uint64_t id = get_u64(x + off), last = get_u64(x + off + 8), key = v1 ? 0 : get_u64(x + off + 16);
+        const uint8_t *c = x + off + head - 4;
+        uint32_t cnt = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24;
+        off += head;
         if (cnt > FL__REPLAY_KEY_RING || (n - off) / 16 < cnt)
             return fl_err_set(err, FL_INVALID_ARGUMENT,
                               "checkpoint %s: stream %" PRIu64 ": %" PRIu32 " remembered keys, expected at most %d "
                               "within the %zu bytes left",
                               path, id, cnt, FL__REPLAY_KEY_RING, n - off);
-        fl__stream_rec_t *r = fl__replay_get_stream(s, id);
+        fl__stream_rec_t *r = fl__replay_get_stream(s, id, 0, err);
         if (!r) return fl_err_set(err, FL_NO_MEMORY, "checkpoint %s: out of memory for stream records", path);
         r->last_seq = last;
+        r->key = key;
         for (uint32_t k = 0; k < cnt; k++, off += 16) {
             uint64_t seq = get_u64(x + off);
             if (seq == 0 || seq > last)
@@ -182,6 +190,10 @@ static fl_status wal_replay(fl_replay_service_t *s, uint64_t start, uint64_t *la
     uint64_t *keys = NULL;
     size_t keys_cap = 0;
     fl_status st = FL_OK;
+    /* What the log holds was acknowledged under the limits of its day: only the table's
+     * own signature is checked again, never replay.max_abs_reward or max_priority. */
+    fl_wire_sig_t sig = s->sig;
+    sig.max_abs_reward = sig.max_priority = 0.0;
     for (;;) {
         const void *p;
         size_t n;
@@ -200,7 +212,7 @@ static fl_status wal_replay(fl_replay_service_t *s, uint64_t start, uint64_t *la
         fl_wire_batch_t b;
         fl_err_t e;
         fl_err_init(&e);
-        if (fl_wire_decode_batch(req->batch, &s->sig, FL_WIRE_NEED_PRIORITIES, &b, &e) != FL_OK) {
+        if (fl_wire_decode_batch(req->batch, &sig, FL_WIRE_NEED_PRIORITIES, &b, &e) != FL_OK) {
             st = fl_err_set(err, FL_INVALID_ARGUMENT,
                             "wal %s: the record at offset %" PRIu64 " does not fit this shard's table (was the "
                             "configuration changed?): %s",
@@ -218,7 +230,7 @@ static fl_status wal_replay(fl_replay_service_t *s, uint64_t start, uint64_t *la
             keys = k;
             keys_cap = b.count;
         }
-        fl__stream_rec_t *r = fl__replay_get_stream(s, req->stream_id);
+        fl__stream_rec_t *r = fl__replay_get_stream(s, req->stream_id, 0, &e);
         if (!r) {
             st = fl_err_set(err, FL_NO_MEMORY, "wal %s: out of memory for stream records", path);
             fleet__insert_request__free_unpacked(req, NULL);
@@ -228,7 +240,7 @@ static fl_status wal_replay(fl_replay_service_t *s, uint64_t start, uint64_t *la
         pthread_mutex_lock(&s->wal_mu);
         if (req->sequence <= r->last_seq) {
             (*skipped)++;
-        } else if (fl__replay_apply_insert(s, r, req->sequence, &b, NULL, keys, &e) == FL_OK) {
+        } else if (fl__replay_apply_insert(s, r, req->sequence, req->stream_key, &b, NULL, keys, &e) == FL_OK) {
             (*items) += b.count;
         } else {
             /* The live shard refused it the same way (and acknowledged nothing). */

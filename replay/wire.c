@@ -1,9 +1,10 @@
 /* wire: TransitionBatch <-> columns, with validation against a signature (see wire.h).
  *
- * Checks run in field order (count, obs, actions, rewards, discounts, next_obs,
- * priorities) so that the first thing wrong is the one reported. */
+ * Checks run in field order (count, obs, actions, rewards, discounts, next_obs, the
+ * observations' values, priorities) so that the first thing wrong is the one reported. */
 #include "replay/wire.h"
 
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -104,11 +105,70 @@ static fl_status check_len(const char *name, size_t n, size_t count, fl_err_t *e
 }
 
 fl_status fl_wire_check_priorities(const char *field, size_t n, const float *p, fl_err_t *err) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(p[i]) || p[i] < 0.0f)
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "%s[%zu]: got %g, expected a finite value >= 0", field, i,
-                              (double)p[i]);
+    return fl_wire_check_priorities_max(field, n, p, 0.0, err);
+}
+
+fl_status fl_wire_check_priorities_max(const char *field, size_t n, const float *p, double max, fl_err_t *err) {
+    const float hi = max > 0.0 ? (float)max : HUGE_VALF;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] >= 0.0f && p[i] <= hi && p[i] != HUGE_VALF) continue;
+        if (max > 0.0)
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "%s[%zu]: got %g, expected a finite value in [0, %g] (replay.max_priority)", field, i,
+                              (double)p[i], max);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "%s[%zu]: got %g, expected a finite value >= 0", field, i,
+                          (double)p[i]);
+    }
     return FL_OK;
+}
+
+fl_status fl_wire_check_rewards(const char *field, size_t n, const float *r, double max, fl_err_t *err) {
+    const float hi = max > 0.0 ? (float)max : FLT_MAX;
+    for (size_t i = 0; i < n; i++) {
+        if (fabsf(r[i]) <= hi) continue;
+        if (max > 0.0 && isfinite(r[i]))
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "%s[%zu]: got %g, expected a value with |r| <= %g (replay.max_abs_reward)", field, i,
+                              (double)r[i], max);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "%s[%zu]: got %g, expected a finite value", field, i,
+                          (double)r[i]);
+    }
+    return FL_OK;
+}
+
+size_t fl_wire_first_non_finite(const void *values, size_t n) {
+    const uint8_t *p = values;
+    size_t i = 0;
+    /* Blocks with one test each (the loop vectorizes); the exact index only on a hit. */
+    for (; i + 16 <= n; i += 16) {
+        uint32_t bad = 0;
+        for (size_t k = 0; k < 16; k++) {
+            uint32_t u;
+            memcpy(&u, p + 4 * (i + k), 4);
+            bad |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        if (bad) break;
+    }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, p + 4 * i, 4);
+        if ((u & 0x7f800000u) == 0x7f800000u) return i;
+    }
+    return n;
+}
+
+/* With FL_WIRE_FINITE_OBS: every value of a float32 observation tensor is finite. */
+static fl_status check_obs_finite(const char *name, const Fleet__Tensor *t, size_t count, size_t obs_bytes,
+                                  fl_err_t *err) {
+    if (t->dtype != FLEET__DTYPE__DTYPE_FLOAT32) return FL_OK;
+    size_t n = t->data.len / 4, bad = fl_wire_first_non_finite(t->data.data, n);
+    if (bad == n) return FL_OK;
+    float v;
+    memcpy(&v, t->data.data + 4 * bad, 4);
+    size_t per = obs_bytes / 4;
+    return fl_err_set(err, FL_INVALID_ARGUMENT,
+                      "%s[%zu][%zu]: got %g, expected a finite value (float32 observations; of %zu items)", name,
+                      bad / per, bad % per, (double)v, count);
 }
 
 static fl_status decode(const Fleet__TransitionBatch *m, const fl_wire_sig_t *sig, size_t obs_bytes, unsigned flags,
@@ -130,10 +190,7 @@ static fl_status decode(const Fleet__TransitionBatch *m, const fl_wire_sig_t *si
         }
     }
     FL_TRY(check_len("batch.rewards", m->n_rewards, count, err));
-    for (size_t i = 0; i < count; i++)
-        if (!isfinite(m->rewards[i]))
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "batch.rewards[%zu]: got %g, expected a finite value", i,
-                              (double)m->rewards[i]);
+    FL_TRY(fl_wire_check_rewards("batch.rewards", count, m->rewards, sig ? sig->max_abs_reward : 0.0, err));
     FL_TRY(check_len("batch.discounts", m->n_discounts, count, err));
     for (size_t i = 0; i < count; i++) {
         float g = m->discounts[i];
@@ -142,9 +199,14 @@ static fl_status decode(const Fleet__TransitionBatch *m, const fl_wire_sig_t *si
                               (double)g);
     }
     FL_TRY(check_tensor("batch.next_obs", m->next_obs, count, sig, obs_bytes, err));
+    if (flags & FL_WIRE_FINITE_OBS) {
+        FL_TRY(check_obs_finite("batch.obs", m->obs, count, obs_bytes, err));
+        FL_TRY(check_obs_finite("batch.next_obs", m->next_obs, count, obs_bytes, err));
+    }
     if (m->n_priorities || (flags & FL_WIRE_NEED_PRIORITIES)) {
         FL_TRY(check_len("batch.priorities", m->n_priorities, count, err));
-        FL_TRY(fl_wire_check_priorities("batch.priorities", count, m->priorities, err));
+        FL_TRY(fl_wire_check_priorities_max("batch.priorities", count, m->priorities,
+                                            sig ? sig->max_priority : 0.0, err));
         out->priorities = m->priorities;
     }
     out->count = count;

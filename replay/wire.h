@@ -5,7 +5,9 @@
  * `count` values, obs and next_obs have the table's dtype and the shape
  * (count, *obs_shape), their data holds exactly count * obs_bytes bytes, actions lie in
  * [0, num_actions) (or are >= 0 when the number of actions is unknown), rewards are
- * finite, discounts lie in [0, 1], priorities are finite and >= 0. Every rejection is
+ * finite (and, with a bound in the signature, |r| <= max_abs_reward), discounts lie in
+ * [0, 1], priorities are finite and >= 0 (and <= max_priority with that bound), and with
+ * FL_WIRE_FINITE_OBS every float32 observation value is finite. Every rejection is
  * FL_INVALID_ARGUMENT with a message that names the field, what it held and what was
  * expected, e.g.
  *   batch.obs.shape: got [50, 3], expected [50, 4] (count, 4)
@@ -23,10 +25,13 @@
 #include "common/status.h"
 #include "fleet.pb-c.h"
 
-/* The observation signature of a table, plus its action count. */
+/* The observation signature of a table, plus its action count and the bounds on values
+ * (replay.max_abs_reward, replay.max_priority; 0 = only finite). */
 typedef struct fl_wire_sig {
-    fl_obs_spec_t obs; /* bytes of one observation: fl_obs_spec_bytes(&obs) */
-    int num_actions;   /* > 0: actions must be < num_actions; 0: unknown */
+    fl_obs_spec_t obs;     /* bytes of one observation: fl_obs_spec_bytes(&obs) */
+    int num_actions;       /* > 0: actions must be < num_actions; 0: unknown */
+    double max_abs_reward; /* > 0: every |reward| must be <= it */
+    double max_priority;   /* > 0: every priority must be <= it */
 } fl_wire_sig_t;
 
 /* Columns of one batch. Decoded batches point into their message. */
@@ -43,6 +48,7 @@ typedef struct fl_wire_batch {
 
 /* Decode flags. */
 #define FL_WIRE_NEED_PRIORITIES 1u /* the priorities column must hold count values (inserts) */
+#define FL_WIRE_FINITE_OBS 2u      /* float32 observations must be finite (inserts; other dtypes always are) */
 
 /* Checks a TransitionBatch (the field `batch` of its message; may be NULL, which is an
  * error) against sig and fills *out with views into it. Priorities are validated when
@@ -74,5 +80,13 @@ void fl_wire_encode_batch(fl_wire_batch_msg_t *m, const fl_obs_spec_t *obs, cons
 /* Checks priorities given as |TD errors|: finite and >= 0. The message names
  * `field`[i]. */
 fl_status fl_wire_check_priorities(const char *field, size_t n, const float *p, fl_err_t *err);
+/* The same with an upper bound (max > 0; 0 = none): every value finite and in [0, max].
+ * The message names the bound as replay.max_priority. */
+fl_status fl_wire_check_priorities_max(const char *field, size_t n, const float *p, double max, fl_err_t *err);
+/* The same for rewards: finite, and |r| <= max when max > 0 (replay.max_abs_reward). */
+fl_status fl_wire_check_rewards(const char *field, size_t n, const float *r, double max, fl_err_t *err);
+/* Index of the first non-finite value among n float32 (little-endian bytes, any
+ * alignment), or n when all are finite. */
+size_t fl_wire_first_non_finite(const void *values, size_t n);
 
 #endif

@@ -1,5 +1,8 @@
 /* writer: acknowledged inserts into one replay shard (see writer.h).
  *
+ * The stream key is drawn from the kernel's random source at create and goes with every
+ * InsertRequest; the shard binds the stream to it.
+ *
  * The writer keeps every appended batch in a FIFO until an InsertResponse's
  * last_sequence covers it. `sent` counts the FIFO's leading batches already written on
  * the open call; a new call starts at 0, so opening a call after a failure resends
@@ -8,10 +11,14 @@
  * before they get near their deadline, so an idle-but-healthy call never expires. */
 #include "replay/writer.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -42,6 +49,8 @@ typedef struct wbatch {
 struct fl_replay_writer {
     fl_replay_client_t *c;
     uint64_t stream_id;
+    uint64_t stream_key; /* random, nonzero: binds the stream to this writer at the shard */
+    double max_abs_reward, max_priority;
     fl_obs_spec_t obs;
     size_t obs_bytes;
     int batches_per_call;
@@ -66,6 +75,24 @@ struct fl_replay_writer {
 
 static void wbatch_free(wbatch *b) { free(b->mem); }
 
+/* A random nonzero 64-bit key from the kernel (getrandom, else /dev/urandom). */
+static fl_status draw_key(uint64_t *key, fl_err_t *err) {
+    *key = 0;
+    for (int tries = 0; tries < 4 && *key == 0; tries++) {
+        ssize_t got = getrandom(key, sizeof *key, 0);
+        if (got != (ssize_t)sizeof *key) {
+            int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+            got = fd >= 0 ? read(fd, key, sizeof *key) : -1;
+            if (fd >= 0) close(fd);
+            if (got != (ssize_t)sizeof *key)
+                return fl_err_set(err, FL_INTERNAL, "replay writer: cannot draw a stream key (getrandom and "
+                                  "/dev/urandom: %s)", strerror(errno));
+        }
+    }
+    if (*key == 0) return fl_err_set(err, FL_INTERNAL, "replay writer: the random source gave only zero keys");
+    return FL_OK;
+}
+
 fl_status fl_replay_writer_create(fl_replay_client_t *c, uint64_t stream_id, const fl_obs_spec_t *obs,
                                   int batches_per_call, fl_replay_writer_t **out, fl_err_t *err) {
     *out = NULL;
@@ -79,10 +106,15 @@ fl_status fl_replay_writer_create(fl_replay_client_t *c, uint64_t stream_id, con
     if (batches_per_call < 1)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay writer: batches_per_call %d, expected >= 1",
                           batches_per_call);
+    uint64_t key;
+    FL_TRY(draw_key(&key, err));
     fl_replay_writer_t *w = calloc(1, sizeof *w);
     if (!w) return fl_err_set(err, FL_NO_MEMORY, "replay writer: out of memory");
     w->c = c;
     w->stream_id = stream_id;
+    w->stream_key = key;
+    w->max_abs_reward = FL_REPLAY_WRITER_MAX_ABS_REWARD;
+    w->max_priority = FL_REPLAY_WRITER_MAX_PRIORITY;
     w->obs = fl_obs_spec_make(obs->dtype, obs->rank, obs->shape);
     w->obs_bytes = ob;
     w->batches_per_call = batches_per_call;
@@ -98,6 +130,11 @@ void fl_replay_writer_destroy(fl_replay_writer_t *w) {
     for (size_t i = 0; i < w->len; i++) wbatch_free(&w->q[i]);
     free(w->q);
     free(w);
+}
+
+void fl_replay_writer_set_limits(fl_replay_writer_t *w, double max_abs_reward, double max_priority) {
+    w->max_abs_reward = max_abs_reward;
+    w->max_priority = max_priority;
 }
 
 uint64_t fl_replay_writer_acked(const fl_replay_writer_t *w) { return w->acked; }
@@ -156,6 +193,7 @@ static fl_status send_unsent(fl_replay_writer_t *w, fl_err_t *err) {
         fl_wire_encode_batch(&bm, &w->obs, &b->cols);
         Fleet__InsertRequest req = FLEET__INSERT_REQUEST__INIT;
         req.stream_id = w->stream_id;
+        req.stream_key = w->stream_key;
         req.sequence = b->seq;
         req.batch = &bm.batch;
         FL_TRY(fl_rpc_stream_send_pb(w->call, &req.base, err));
@@ -230,16 +268,24 @@ static fl_status check_append(const fl_replay_writer_t *w, size_t n, const void 
         if (actions[i] < 0)
             return fl_err_set(err, FL_INVALID_ARGUMENT, "replay writer append: actions[%zu]: got %" PRId32
                               ", expected >= 0", i, actions[i]);
-        if (!isfinite(rewards[i]))
-            return fl_err_set(err, FL_INVALID_ARGUMENT,
-                              "replay writer append: rewards[%zu]: got %g, expected a finite value", i,
-                              (double)rewards[i]);
         if (!(discounts[i] >= 0.0f && discounts[i] <= 1.0f))
             return fl_err_set(err, FL_INVALID_ARGUMENT,
                               "replay writer append: discounts[%zu]: got %g, expected a value in [0, 1]", i,
                               (double)discounts[i]);
     }
-    fl_status st = fl_wire_check_priorities("priorities", n, priorities, err);
+    /* What the shard would refuse: non-finite float32 observations, rewards and
+     * priorities beyond their bounds (replay.max_abs_reward, replay.max_priority). */
+    fl_status st = fl_wire_check_rewards("rewards", n, rewards, w->max_abs_reward, err);
+    for (int k = 0; st == FL_OK && k < 2 && w->obs.dtype == FL_DTYPE_FLOAT32; k++) {
+        size_t per = w->obs_bytes / 4, bad = fl_wire_first_non_finite(k ? next_obs : obs, n * per);
+        if (bad < n * per) {
+            float v;
+            memcpy(&v, (const uint8_t *)(k ? next_obs : obs) + 4 * bad, 4);
+            st = fl_err_set(err, FL_INVALID_ARGUMENT, "%s[%zu][%zu]: got %g, expected a finite value",
+                            k ? "next_obs" : "obs", bad / per, bad % per, (double)v);
+        }
+    }
+    if (st == FL_OK) st = fl_wire_check_priorities_max("priorities", n, priorities, w->max_priority, err);
     if (st != FL_OK) fl_err_prefix(err, "replay writer append");
     return st;
 }
@@ -317,11 +363,19 @@ fl_status fl_replay_writer_append(fl_replay_writer_t *w, size_t n, const void *o
     pump(w);
     /* The shard is away: the caller does not run ahead of it by more than a few calls'
      * worth (what it would make meanwhile could only go out late or be dropped). */
-    while (w->failed && w->len > AWAY_CALLS * (size_t)w->batches_per_call && !fl_stop_requested()) {
+    while (w->failed && fl_retry_transient(w->last_err.code) && w->len > AWAY_CALLS * (size_t)w->batches_per_call &&
+           !fl_stop_requested()) {
         double pause = w->retry_at - fl_clock_sec();
         if (pause > 0) fl_sleep_sec(pause < 0.1 ? pause : 0.1);
         pump(w);
     }
+    /* A refusal that resending cannot change (the stream bound to another writer, a
+     * batch the shard will not take): the writer is done; its owner must start over. */
+    if (w->failed && !fl_retry_transient(w->last_err.code))
+        return fl_err_set(err, w->last_err.code,
+                          "replay writer %" PRIu64 ": the shard refuses this writer's batches (%" PRIu64
+                          " transitions pending): %s",
+                          w->stream_id, w->pending, w->last_err.msg);
     return FL_OK;
 }
 

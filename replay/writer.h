@@ -16,7 +16,10 @@
  *
  * A stream id names one writer incarnation: a shard skips every batch of that id whose
  * sequence is not above the last it applied, so a restarted process must not reuse
- * its predecessor's id. Until the shard has acknowledged a first call, the writer's
+ * its predecessor's id. Each writer also draws a random stream key at create (from the
+ * kernel: getrandom, else /dev/urandom) and sends it with every batch; the shard binds
+ * the stream to the key of its first batch and refuses the stream id to anyone else.
+ * Until the shard has acknowledged a first call, the writer's
  * calls wait for it to come up (wait-for-ready, up to the call's 60 s deadline), so an
  * actor started before its shard waits for it; afterwards a failed call leaves its
  * batches pending and appends retry at most every backoff interval (common/retry.h:
@@ -44,13 +47,28 @@
 
 typedef struct fl_replay_writer fl_replay_writer_t;
 
+/* The bounds a writer checks until told otherwise (the defaults of replay.max_abs_reward
+ * and replay.max_priority). */
+#define FL_REPLAY_WRITER_MAX_ABS_REWARD 1e6
+#define FL_REPLAY_WRITER_MAX_PRIORITY 1e6
+
+/* FL_INTERNAL when no random stream key can be drawn. */
 fl_status fl_replay_writer_create(fl_replay_client_t *c, uint64_t stream_id, const fl_obs_spec_t *obs,
                                   int batches_per_call, fl_replay_writer_t **out, fl_err_t *err);
+/* The shard's bounds (replay.max_abs_reward, replay.max_priority; 0 = only finite), so
+ * that append refuses what the shard would. */
+void fl_replay_writer_set_limits(fl_replay_writer_t *w, double max_abs_reward, double max_priority);
 /* Destroys the writer; batches not yet acknowledged are lost (flush first). */
 void fl_replay_writer_destroy(fl_replay_writer_t *w);
-/* Appends one batch of n transitions (columns are copied) and sends it. A send failure
- * is not an error here: the batch stays pending and goes out on the next call. Returns
- * an error only for bad input (e.g. a non-finite priority, n == 0) or out of memory. */
+/* Appends one batch of n transitions (columns are copied) and sends it. A transient send
+ * failure (common/retry.h: the shard away, restarting, overloaded) is not an error here:
+ * the batch stays pending and goes out on a later call. Returns an error for bad input
+ * (n == 0, an action < 0, a discount outside [0, 1], a non-finite float32 observation, a
+ * reward or priority that is not finite or beyond the limits above: FL_INVALID_ARGUMENT
+ * naming the column and row), out of memory, or when the shard refused the writer's last
+ * call with a status that resending cannot change (PERMISSION_DENIED: its stream is bound
+ * to another writer): the writer cannot go on, and an actor exits, to be restarted with
+ * a new stream. */
 fl_status fl_replay_writer_append(fl_replay_writer_t *w, size_t n, const void *obs, const int32_t *actions,
                                   const float *rewards, const float *discounts, const void *next_obs,
                                   const float *priorities, fl_err_t *err);

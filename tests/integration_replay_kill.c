@@ -318,15 +318,16 @@ static void test_kill9_loses_no_acknowledged_item(void **state) {
     }
     fprintf(stderr, "%" PRIu64 " transitions appended and acknowledged\n", total);
 
-    /* The shard's table, through a Checkpoint call to a file of our own. */
+    /* The shard's table, through a Checkpoint call to a file of our own (in the shard's
+     * checkpoint folder, where every Checkpoint call writes). */
     char final[400];
-    snprintf(final, sizeof final, "%s/final.ckpt", g_tmp);
+    snprintf(final, sizeof final, "%s/final.ckpt", g_ckpt_dir);
     fl_err_t e;
     fl_err_init(&e);
     fl_rpc_channel_t *ch = NULL;
     assert_int_equal(fl_rpc_channel_create(s.addr, 0, &ch, &e), FL_OK);
     Fleet__CheckpointRequest creq = FLEET__CHECKPOINT_REQUEST__INIT;
-    creq.path = final;
+    creq.name = "final.ckpt";
     ProtobufCMessage *m = NULL;
     if (fl_rpc_unary_pb(ch, "/fleet.Replay/Checkpoint", &creq.base, &fleet__checkpoint_response__descriptor, &m, 60000,
                         0, &e) != FL_OK)

@@ -33,6 +33,13 @@ static fl_status slow(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t
     return fl_rpc_reply_bytes(reply, req, len);
 }
 
+/* Answers the caller's address as the server sees it. */
+static fl_status peer(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
+    (void)user, (void)req, (void)len;
+    const char *p = fl_rpc_reply_peer(reply);
+    return fl_rpc_reply_bytes(reply, p, strlen(p));
+}
+
 static fl_status failing(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
     (void)user;
     return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "field 'x': expected 3 bytes, got %zu", len);
@@ -43,7 +50,7 @@ typedef struct {
     uint64_t count, sum, bytes;
 } sum_state;
 
-static atomic_int g_stream_closes, g_stream_opens;
+static atomic_int g_stream_closes, g_stream_opens, g_stream_cancels;
 
 static void *sum_open(void *user) {
     (void)user;
@@ -55,6 +62,7 @@ static fl_status sum_message(void *user, void *state, const uint8_t *msg, size_t
     (void)user;
     sum_state *s = state;
     if (len == 4 && memcmp(msg, "FAIL", 4) == 0) return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "asked to fail");
+    if (len == 5 && memcmp(msg, "SLEEP", 5) == 0) fl_sleep_sec(0.6); /* a handler busy past the idle limit */
     s->count++;
     s->bytes += len;
     for (size_t i = 0; i < len; i++) s->sum += msg[i];
@@ -72,6 +80,7 @@ static fl_status sum_close(void *user, void *state, fl_status why, fl_rpc_reply_
         st = fl_rpc_reply_bytes(reply, out, (size_t)n);
     }
     free(s);
+    if (why == FL_CANCELLED) atomic_fetch_add(&g_stream_cancels, 1);
     atomic_fetch_add(&g_stream_closes, 1);
     return st;
 }
@@ -83,12 +92,12 @@ typedef struct {
     char addr[128];
 } server_fixture;
 
-static void start_server(server_fixture *f, const char *bind, int max_msg, double grace) {
+static void start_server_opts(server_fixture *f, const char *bind, const fl_rpc_server_opts_t *o) {
     fl_err_t err;
     fl_err_init(&err);
-    fl_rpc_server_opts_t o = {.threads = 4, .prepost = 16, .max_message_bytes = max_msg, .grace_s = grace};
-    assert_int_equal(fl_rpc_server_create(&o, &f->srv, &err), FL_OK);
+    assert_int_equal(fl_rpc_server_create(o, &f->srv, &err), FL_OK);
     assert_int_equal(fl_rpc_server_add_unary(f->srv, "/test.Echo/Echo", echo, NULL), FL_OK);
+    assert_int_equal(fl_rpc_server_add_unary(f->srv, "/test.Echo/Peer", peer, NULL), FL_OK);
     assert_int_equal(fl_rpc_server_add_unary(f->srv, "/test.Echo/Slow", slow, NULL), FL_OK);
     assert_int_equal(fl_rpc_server_add_unary(f->srv, "/test.Echo/Fail", failing, NULL), FL_OK);
     assert_int_equal(fl_rpc_server_add_stream(f->srv, "/test.Echo/Sum", &sum_handler, NULL), FL_OK);
@@ -103,6 +112,11 @@ static void start_server(server_fixture *f, const char *bind, int max_msg, doubl
         snprintf(f->addr, sizeof f->addr, "127.0.0.1:%d", port);
     }
     assert_int_equal(fl_rpc_server_start(f->srv, &err), FL_OK);
+}
+
+static void start_server(server_fixture *f, const char *bind, int max_msg, double grace) {
+    fl_rpc_server_opts_t o = {.threads = 4, .prepost = 16, .max_message_bytes = max_msg, .grace_s = grace};
+    start_server_opts(f, bind, &o);
 }
 
 static fl_rpc_channel_t *connect_to(const char *addr) {
@@ -459,6 +473,71 @@ static void test_no_reuseport(void **state) {
     fl_rpc_server_destroy(f.srv);
 }
 
+/* Each connection is its own client: the handler sees the address it came from. */
+static void test_peer(void **state) {
+    (void)state;
+    server_fixture f;
+    start_server(&f, "127.0.0.1:0", 0, 1.0);
+    char seen[2][128];
+    for (int i = 0; i < 2; i++) {
+        fl_rpc_channel_t *ch = connect_to(f.addr);
+        fl_rpc_buf_t resp;
+        fl_err_t err;
+        fl_err_init(&err);
+        assert_int_equal(fl_rpc_unary(ch, "/test.Echo/Peer", "", 0, 5000, FL_RPC_WAIT_FOR_READY, &resp, &err), FL_OK);
+        assert_true(resp.len > 0 && resp.len < sizeof seen[i]);
+        memcpy(seen[i], resp.data, resp.len);
+        seen[i][resp.len] = '\0';
+        fl_rpc_buf_free(&resp);
+        fl_rpc_channel_destroy(ch);
+        assert_non_null(strstr(seen[i], "127.0.0.1:"));
+    }
+    assert_string_not_equal(seen[0], seen[1]);
+    fl_rpc_server_destroy(f.srv);
+}
+
+static int cancels_reached(int want) {
+    for (int i = 0; i < 3000 && atomic_load(&g_stream_cancels) < want; i++) fl_sleep_sec(0.01);
+    return atomic_load(&g_stream_cancels) >= want;
+}
+
+/* A client-streaming call that sends nothing for stream_idle_s is cancelled (and its
+ * handler closed); a handler that is itself busy longer than that is not. */
+static void test_stream_idle_cancelled(void **state) {
+    (void)state;
+    server_fixture f;
+    fl_rpc_server_opts_t o = {.threads = 4, .grace_s = 1.0, .stream_idle_s = 0.3};
+    start_server_opts(&f, "127.0.0.1:0", &o);
+    fl_rpc_channel_t *ch = connect_to(f.addr);
+    fl_err_t err;
+    fl_err_init(&err);
+    fl_rpc_buf_t resp;
+
+    /* Busy handler: 0.6 s inside one message, then the half-close; answered in full. */
+    int cancels = atomic_load(&g_stream_cancels);
+    fl_rpc_stream_t *s = NULL;
+    assert_int_equal(fl_rpc_stream_open(ch, "/test.Echo/Sum", 30000, FL_RPC_WAIT_FOR_READY, &s, &err), FL_OK);
+    assert_int_equal(fl_rpc_stream_send(s, "SLEEP", 5, &err), FL_OK);
+    assert_int_equal(fl_rpc_stream_finish(s, &resp, &err), FL_OK);
+    assert_int_equal(resp.len, 7);
+    assert_memory_equal(resp.data, "1 377 5", 7); /* 'S' + 'L' + 'E' + 'E' + 'P' = 377 */
+    fl_rpc_buf_free(&resp);
+    assert_int_equal(atomic_load(&g_stream_cancels), cancels);
+
+    /* Silent client: one message, then nothing; the server ends the call. */
+    assert_int_equal(fl_rpc_stream_open(ch, "/test.Echo/Sum", 30000, FL_RPC_WAIT_FOR_READY, &s, &err), FL_OK);
+    assert_int_equal(fl_rpc_stream_send(s, "abc", 3, &err), FL_OK);
+    assert_true(cancels_reached(cancels + 1));
+    assert_int_equal(fl_rpc_stream_finish(s, &resp, &err), FL_CANCELLED);
+    assert_non_null(strstr(err.msg, "stream idle: no message for 0.3 s"));
+
+    /* The server goes on serving. */
+    assert_int_equal(fl_rpc_unary(ch, "/test.Echo/Echo", "x", 1, 5000, 0, &resp, &err), FL_OK);
+    fl_rpc_buf_free(&resp);
+    fl_rpc_channel_destroy(ch);
+    fl_rpc_server_destroy(f.srv);
+}
+
 static void test_status_mapping(void **state) {
     (void)state;
     for (int c = 0; c <= 16; c++) assert_int_equal(fl_status_to_grpc(fl_status_from_grpc(c)), c);
@@ -476,6 +555,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_mapping),
         cmocka_unit_test(test_echo_tcp),
+        cmocka_unit_test(test_peer),
+        cmocka_unit_test(test_stream_idle_cancelled),
         cmocka_unit_test(test_echo_unix),
         cmocka_unit_test(test_concurrent_clients),
         cmocka_unit_test(test_stream_many_messages),

@@ -555,7 +555,8 @@ static void insert_random(const services_t *sv, fl_rng_t *r, int n) {
     fl_replay_client_t *c = NULL;
     fl_replay_writer_t *w = NULL;
     assert_int_equal(fl_replay_client_create(sv->replay_addr, &c, &err), FL_OK);
-    assert_int_equal(fl_replay_writer_create(c, 1, &CP_OBS, 8, &w, &err), FL_OK);
+    static uint64_t stream_id; /* a writer's stream is its own: one id per writer */
+    assert_int_equal(fl_replay_writer_create(c, ++stream_id, &CP_OBS, 8, &w, &err), FL_OK);
     enum { CHUNK = 100 };
     static float obs[CHUNK * CP_DIM], next_obs[CHUNK * CP_DIM], rew[CHUNK], disc[CHUNK], prio[CHUNK];
     int32_t act[CHUNK];
@@ -864,6 +865,61 @@ static void test_learner_stop(void **state) {
     services_stop(&sv);
 }
 
+/* Another publisher ahead of the learner: the learner logs it and publishes past it (at
+ * most paramserver.max_version_step ahead, so that it always can). A parameter server
+ * that holds 2^64 - 1 (possible only without that bound) fails the publish at once,
+ * instead of a loop of warnings. */
+static void test_learner_version_past_ours(void **state) {
+    fl_rng_t r;
+    fl_rng_init_stream(&r, g_seed, 11);
+    services_t sv;
+    services_start(&sv, 500);
+    insert_random(&sv, &r, 1000);
+    fl_config_t cfg = sv.cfg;
+    set_key(&cfg, "learner.batch_size=16");
+    set_key(&cfg, "learner.max_steps=30");
+    set_key(&cfg, "learner.publish_every=10");
+    set_key(&cfg, "model.spec=dense(8) relu");
+    fl_learner_opts_t o = learner_opts(&sv);
+    fl_learner_t *l = NULL;
+    fl_err_t err = {0};
+    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_OK);
+    const size_t np = fl_qnet_num_params(fl_learner_online(l));
+    float *zeros = calloc(np, sizeof *zeros);
+    fl_param_client_t *pc = NULL;
+    assert_int_equal(fl_param_client_create(sv.param_addr, &pc, &err), FL_OK);
+    assert_int_equal(fl_param_publish(pc, 1000, zeros, np, 10000, &err), FL_OK);
+    if (fl_learner_run(l, &err) != FL_OK) fail_msg("learner: %s", err.msg);
+    const fl_learner_stats_t *st = fl_learner_stats(l);
+    fl_param_store_info_t pinfo;
+    fl_paramserver_service_info(sv.params, &pinfo);
+    assert_int_equal(st->param_version, 1001 + 30 / 10);
+    assert_int_equal(pinfo.version, st->param_version);
+    fl_learner_destroy(l);
+    fl_paramserver_service_destroy(sv.params);
+
+    /* A parameter server without the bound, at 2^64 - 1. */
+    fl_paramserver_service_opts_t po;
+    fl_paramserver_service_opts_init(&po);
+    po.max_version_step = 0;
+    assert_int_equal(fl_paramserver_service_create(&po, 0, &sv.params, &err), FL_OK);
+    assert_int_equal(
+        fl_paramserver_service_start(sv.params, "127.0.0.1:0", sv.param_addr, sizeof sv.param_addr, &err), FL_OK);
+    fl_param_client_destroy(pc);
+    assert_int_equal(fl_param_client_create(sv.param_addr, &pc, &err), FL_OK);
+    assert_int_equal(fl_param_publish(pc, UINT64_MAX, zeros, np, 10000, &err), FL_OK);
+    o = learner_opts(&sv);
+    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_OK);
+    assert_int_equal(fl_learner_run(l, &err), FL_OUT_OF_RANGE);
+    if (!strstr(err.msg, "the parameter server holds version 18446744073709551615, the largest there is"))
+        fail_msg("learner: %s", err.msg);
+    assert_int_equal(fl_learner_stats(l)->steps, 0);
+    fl_learner_destroy(l);
+    fl_param_client_destroy(pc);
+    free(zeros);
+    services_stop(&sv);
+}
+
 static void test_learner_waits_restarts_stops(void **state) {
     fl_rng_t r;
     fl_rng_init_stream(&r, g_seed, 6);
@@ -948,6 +1004,7 @@ int main(void) {
         cmocka_unit_test(test_learner_loop),
         cmocka_unit_test(test_learner_checkpoint_resume),
         cmocka_unit_test(test_learner_stop),
+        cmocka_unit_test(test_learner_version_past_ours),
         cmocka_unit_test(test_learner_waits_restarts_stops), /* last: sets the process-wide stop */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -624,24 +624,33 @@ static void test_service_checkpoint_restore(void **state) {
     assert_int_equal(cr->bytes, (uint64_t)st.st_size);
     fleet__checkpoint_response__free_unpacked(cr, NULL);
 
-    /* And to a path named in the request. */
+    /* And to a file named in the request, inside the checkpoint folder. */
     char named[160];
     path_in_dir(named, sizeof named, "named.ckpt");
-    creq.path = named;
+    creq.name = "named.ckpt";
     assert_int_equal(fl_rpc_unary_pb(ch, "/fleet.Replay/Checkpoint", &creq.base,
                                      &fleet__checkpoint_response__descriptor, &m, 10000, 0, &e),
                      FL_OK);
     cr = (Fleet__CheckpointResponse *)m;
     assert_string_equal(cr->path, named);
+    assert_int_equal(stat(named, &st), 0);
     fleet__checkpoint_response__free_unpacked(cr, NULL);
-    /* An unwritable path fails the call and names it. */
-    char bad[180];
-    path_in_dir(bad, sizeof bad, "missing-dir/x.ckpt");
-    creq.path = bad;
+    /* A name with a folder is refused (tests/test_replay_limits.c has the other rules). */
+    creq.name = "missing-dir/x.ckpt";
+    assert_int_equal(fl_rpc_unary_pb(ch, "/fleet.Replay/Checkpoint", &creq.base,
+                                     &fleet__checkpoint_response__descriptor, &m, 10000, 0, &e),
+                     FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.msg, "'/'"));
+    /* A file that cannot be written fails the call and names it: a folder in its way. */
+    char blocked[160];
+    path_in_dir(blocked, sizeof blocked, "blocked.ckpt");
+    assert_int_equal(mkdir(blocked, 0755), 0);
+    creq.name = "blocked.ckpt";
     assert_int_equal(fl_rpc_unary_pb(ch, "/fleet.Replay/Checkpoint", &creq.base,
                                      &fleet__checkpoint_response__descriptor, &m, 10000, 0, &e),
                      FL_INTERNAL);
-    assert_non_null(strstr(e.msg, "missing-dir/x.ckpt"));
+    assert_non_null(strstr(e.msg, "blocked.ckpt"));
+    assert_int_equal(rmdir(blocked), 0);
 
     /* A second service restored from the file answers Info and Sample the same. */
     fl_rpc_channel_t *ch2 = NULL;

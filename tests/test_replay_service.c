@@ -28,7 +28,7 @@
 #define OBS_BYTES (OBS_DIM * sizeof(float))
 #define NUM_ACTIONS 3
 
-static const fl_wire_sig_t SIG = {{FL_DTYPE_FLOAT32, 1, {OBS_DIM}}, NUM_ACTIONS};
+static const fl_wire_sig_t SIG = {{FL_DTYPE_FLOAT32, 1, {OBS_DIM}}, NUM_ACTIONS, 0, 0};
 static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 
 /* ---- helpers --------------------------------------------------------------- */
@@ -166,6 +166,7 @@ static void req_make(req_msg_t *m, uint64_t stream, uint64_t seq, const cols_t *
     fl_wire_encode_batch(&m->bm, &SIG.obs, &b);
     fleet__insert_request__init(&m->req);
     m->req.stream_id = stream;
+    m->req.stream_key = 2 * stream + 1; /* one key per stream, as its writer would keep */
     m->req.sequence = seq;
     m->req.batch = &m->bm.batch;
 }
@@ -423,7 +424,8 @@ static void test_update_priorities_changes_sampling(void **state) {
     assert_int_equal(fl_rpc_unary_pb(ch, "/fleet.Replay/UpdatePriorities", &ureq.base,
                                      &fleet__update_priorities_response__descriptor, &m, 5000, 0, &e),
                      FL_INVALID_ARGUMENT);
-    assert_non_null(strstr(e.msg, "priorities[1]: got inf, expected a finite value >= 0"));
+    assert_non_null(
+        strstr(e.msg, "priorities[1]: got inf, expected a finite value in [0, 1e+06] (replay.max_priority)"));
     /* Bytes that do not parse, to UpdatePriorities and to Sample; the shard keeps serving. */
     {
         const uint8_t junk[] = {0x0a, 0x7f, 0x01};
@@ -822,8 +824,8 @@ static void test_bad_inserts_name_field_and_stream_goes_on(void **state) {
         {bad_reward_nan, "batch.rewards[3]: got nan, expected a finite value"},
         {bad_reward_inf, "batch.rewards[0]: got inf, expected a finite value"},
         {bad_reward_ninf, "batch.rewards[7]: got -inf, expected a finite value"},
-        {bad_priority_neg, "batch.priorities[5]: got -1, expected a finite value >= 0"},
-        {bad_priority_inf, "batch.priorities[0]: got inf, expected a finite value >= 0"},
+        {bad_priority_neg, "batch.priorities[5]: got -1, expected a finite value in [0, 1e+06] (replay.max_priority)"},
+        {bad_priority_inf, "batch.priorities[0]: got inf, expected a finite value in [0, 1e+06] (replay.max_priority)"},
         {bad_discount_neg, "batch.discounts[2]: got -0.25, expected a value in [0, 1]"},
         {bad_discount_nan, "batch.discounts[0]: got nan, expected a value in [0, 1]"},
         {bad_action_high, "batch.actions[4]: got 3, expected 0 .. 2"},

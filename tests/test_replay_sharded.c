@@ -36,7 +36,7 @@
 #define ALPHA 0.6
 #define BETA 0.4
 
-static const fl_wire_sig_t SIG = {{FL_DTYPE_FLOAT32, 1, {OBS_DIM}}, NUM_ACTIONS};
+static const fl_wire_sig_t SIG = {{FL_DTYPE_FLOAT32, 1, {OBS_DIM}}, NUM_ACTIONS, 0, 0};
 static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 
 /* ---- fixture ------------------------------------------------------------------------ */

@@ -515,8 +515,11 @@ typedef struct batch {
     uint64_t first_key;
 } batch_t;
 
-/* Sends batches[0 .. nb) on one raw Insert call; returns the response (caller frees). */
-static Fleet__InsertResponse *raw_insert(const char *addr, batch_t *batches, size_t nb) {
+/* Sends batches[0 .. nb) on one raw Insert call, each with the stream key `key` (0: the
+ * stream's own, 2 * stream + 1); returns the call's status, *resp the response (caller
+ * frees) and e the error. */
+static fl_status raw_insert_key(const char *addr, batch_t *batches, size_t nb, uint64_t key,
+                                Fleet__InsertResponse **resp, fl_err_t *ep) {
     fl_err_t e;
     fl_err_init(&e);
     fl_rpc_channel_t *ch = NULL;
@@ -538,6 +541,7 @@ static Fleet__InsertResponse *raw_insert(const char *addr, batch_t *batches, siz
         fl_wire_encode_batch(&bm, &SIG.obs, &b);
         Fleet__InsertRequest req = FLEET__INSERT_REQUEST__INIT;
         req.stream_id = batches[i].stream;
+        req.stream_key = key ? key : 2 * batches[i].stream + 1; /* one key per stream, as its writer keeps */
         req.sequence = batches[i].seq;
         req.batch = &bm.batch;
         fl_status st = fl_rpc_stream_send_pb(s, &req.base, &e);
@@ -545,9 +549,23 @@ static Fleet__InsertResponse *raw_insert(const char *addr, batch_t *batches, siz
         if (st != FL_OK) fail_msg("send: %s", e.msg);
     }
     ProtobufCMessage *m = NULL;
-    if (fl_rpc_stream_finish_pb(s, &fleet__insert_response__descriptor, &m, &e) != FL_OK) fail_msg("insert: %s", e.msg);
+    fl_status st = fl_rpc_stream_finish_pb(s, &fleet__insert_response__descriptor, &m, &e);
     fl_rpc_channel_destroy(ch);
-    Fleet__InsertResponse *r = (Fleet__InsertResponse *)m;
+    *resp = (Fleet__InsertResponse *)m;
+    *ep = e;
+    return st;
+}
+
+static fl_status raw_insert_status(const char *addr, batch_t *batches, size_t nb, Fleet__InsertResponse **resp,
+                                   fl_err_t *ep) {
+    return raw_insert_key(addr, batches, nb, 0, resp, ep);
+}
+
+/* The same for a call that must succeed. */
+static Fleet__InsertResponse *raw_insert(const char *addr, batch_t *batches, size_t nb) {
+    Fleet__InsertResponse *r = NULL;
+    fl_err_t e;
+    if (raw_insert_status(addr, batches, nb, &r, &e) != FL_OK) fail_msg("insert: %s", e.msg);
     assert_int_equal(r->n_first_keys, nb);
     return r;
 }
@@ -681,12 +699,15 @@ static void test_service_recovers_from_log(void **state) {
     assert_int_equal(again[2].first_key, fl_table_key_make(0, x.n));
     fleet__insert_response__free_unpacked(r, NULL);
     expect_batches(&x, &again[2], 1);
-    /* The writer's stream too: a resent batch of it is skipped. */
-    batch_t wagain[1] = {{500, 6, 3500, 8, 0}};
-    r = raw_insert(b.addr, wagain, 1);
-    assert_int_equal(r->items, 0);
-    assert_int_equal(r->last_sequence, 6);
-    fleet__insert_response__free_unpacked(r, NULL);
+    /* The writer's stream is still its writer's: its key came back with the log, so a
+     * batch with another key is refused and nothing goes in. */
+    batch_t wagain[1] = {{500, 7, 3500, 8, 0}};
+    r = NULL;
+    assert_int_equal(raw_insert_status(b.addr, wagain, 1, &r, &e), FL_PERMISSION_DENIED);
+    assert_null(r);
+    assert_non_null(strstr(e.msg, "stream 500 belongs to another writer"));
+    fl_replay_service_info(b.svc, &in);
+    assert_int_equal(in.inserted, x.n);
     fl_replay_service_destroy(b.svc);
 
     /* A third incarnation recovers the second one's inserts as well. */
@@ -770,6 +791,12 @@ static void test_service_checkpoint_then_log(void **state) {
     again[5].first_key = r->first_keys[5];
     fleet__insert_response__free_unpacked(r, NULL);
     expect_batches(&x, &again[5], 1);
+    /* Stream 5's key came back from the checkpoint too (its first batches' segment is
+     * gone): another key is refused. */
+    batch_t forged[1] = {{5, 7, 800, 2, 0}};
+    r = NULL;
+    assert_int_equal(raw_insert_key(b.addr, forged, 1, 12345, &r, &e), FL_PERMISSION_DENIED);
+    assert_non_null(strstr(e.msg, "stream 5 belongs to another writer"));
     /* A checkpoint right before the end: recovery from the file alone. */
     assert_int_equal(fl_replay_service_checkpoint(b.svc, NULL, NULL, NULL, 0, &e), FL_OK);
     fl_replay_service_destroy(b.svc);
@@ -796,6 +823,78 @@ static void test_service_checkpoint_then_log(void **state) {
     assert_int_equal(fl_replay_service_create(&opts, &dup, &e), FL_FAILED_PRECONDITION);
     assert_non_null(strstr(e.msg, "shard-0.wal.lock"));
     fl_replay_service_destroy(c.svc);
+}
+
+/* A checkpoint whose stream records are of version 1 ("FLWALST1", before streams had
+ * keys) still loads: its streams keep their sequences and remembered keys, and the first
+ * batch after the load binds a stream's key. */
+static void test_service_reads_v1_stream_records(void **state) {
+    (void)state;
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/v1", g_dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    fl_replay_service_opts_t opts = wal_opts(dir);
+    server_t a;
+    server_start(&a, &opts);
+    batch_t first[3] = {{9, 1, 100, 4, 0}, {9, 2, 200, 5, 0}, {9, 3, 300, 6, 0}};
+    insert_new(a.addr, first, 3);
+    fl_err_t e;
+    fl_err_init(&e);
+    assert_int_equal(fl_replay_service_checkpoint(a.svc, NULL, NULL, NULL, 0, &e), FL_OK);
+    fl_replay_service_destroy(a.svc);
+
+    /* Rewrite the file's stream records as version 1: the same without the key. */
+    char ckpt[256];
+    snprintf(ckpt, sizeof ckpt, "%s/shard-0.ckpt", dir);
+    fl_table_t *t = NULL;
+    void *x2 = NULL;
+    size_t n2 = 0;
+    assert_int_equal(fl_table_load_extra(ckpt, NULL, &t, &x2, &n2, &e), FL_OK);
+    const uint8_t *v2 = x2;
+    assert_memory_equal(v2, "FLWALST2", 8);
+    assert_int_equal(v2[16], 1); /* one stream */
+    uint8_t v1[24 + 20 + 64 * 16];
+    memcpy(v1, "FLWALST1", 8);
+    memcpy(v1 + 8, v2 + 8, 16);          /* resume segment, streams */
+    memcpy(v1 + 24, v2 + 24, 16);        /* id, last sequence */
+    assert_int_equal(v2[40], 2 * 9 + 1); /* the key, dropped */
+    memcpy(v1 + 40, v2 + 48, n2 - 48);   /* ring count and entries */
+    size_t n1 = n2 - 8;
+    fl_table_snapshot_t *sn = NULL;
+    assert_int_equal(fl_table_snapshot_take(t, &sn, &e), FL_OK);
+    assert_int_equal(fl_table_snapshot_write(sn, ckpt, v1, n1, NULL, &e), FL_OK);
+    fl_table_snapshot_free(sn);
+    fl_table_destroy(t);
+    free(x2);
+
+    server_t b;
+    server_start(&b, &opts);
+    /* A resend is still recognised, answered with its key. */
+    Fleet__InsertResponse *r = NULL;
+    batch_t again[1] = {{9, 2, 200, 5, 0}};
+    assert_int_equal(raw_insert_key(b.addr, again, 1, 777, &r, &e), FL_OK);
+    assert_int_equal(r->items, 0);
+    assert_int_equal(r->first_keys[0], first[1].first_key);
+    fleet__insert_response__free_unpacked(r, NULL);
+    /* The first new batch binds the stream to its key, whatever it is ... */
+    batch_t next[1] = {{9, 4, 400, 2, 0}};
+    assert_int_equal(raw_insert_key(b.addr, next, 1, 777, &r, &e), FL_OK);
+    assert_int_equal(r->items, 2);
+    fleet__insert_response__free_unpacked(r, NULL);
+    /* ... and from then on the stream is that writer's. */
+    batch_t other[1] = {{9, 5, 500, 2, 0}};
+    r = NULL;
+    assert_int_equal(raw_insert_key(b.addr, other, 1, 2 * 9 + 1, &r, &e), FL_PERMISSION_DENIED);
+    assert_null(r);
+    /* The checkpoint the shard writes now is version 2 again, with the new key. */
+    assert_int_equal(fl_replay_service_checkpoint(b.svc, NULL, NULL, NULL, 0, &e), FL_OK);
+    fl_replay_service_destroy(b.svc);
+    assert_int_equal(fl_table_load_extra(ckpt, NULL, &t, &x2, &n2, &e), FL_OK);
+    assert_memory_equal(x2, "FLWALST2", 8);
+    assert_int_equal(((const uint8_t *)x2)[40], 777 % 256);
+    assert_int_equal(((const uint8_t *)x2)[41], 777 / 256);
+    fl_table_destroy(t);
+    free(x2);
 }
 
 static void test_service_config_errors(void **state) {
@@ -860,6 +959,7 @@ int main(void) {
         cmocka_unit_test(test_corruption_refused),
         cmocka_unit_test(test_service_recovers_from_log),
         cmocka_unit_test(test_service_checkpoint_then_log),
+        cmocka_unit_test(test_service_reads_v1_stream_records),
         cmocka_unit_test(test_service_config_errors),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
