@@ -62,12 +62,9 @@ static void dump_log(const char *path) {
 /* Starts `fleet replay` (output to a log file of incarnation `run`) and waits for the
  * address it writes to --ready-fd. */
 static void shard_start(shard_t *s, int run) {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
     snprintf(s->log, sizeof s->log, "%s/shard-run%d.log", g_tmp, run);
     char listen[320], fd_arg[16], dir_set[400];
     snprintf(listen, sizeof listen, "unix:%s", g_sock);
-    snprintf(fd_arg, sizeof fd_arg, "%d", p[1]);
     snprintf(dir_set, sizeof dir_set, "replay.checkpoint_dir=%s", g_ckpt_dir);
     char *argv[] = {(char *)fleet_bin(),
                     "replay",
@@ -92,46 +89,13 @@ static void shard_start(shard_t *s, int run) {
                     "--set",
                     "replay.min_size_to_sample=1",
                     NULL};
-    s->pid = fork();
-    assert_true(s->pid >= 0);
-    if (s->pid == 0) {
-        close(p[0]);
-        int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(p[1]);
     /* Wait (generously: a loaded machine, a sanitizer build) for the address line. */
-    size_t got = 0;
-    double t0 = fl_clock_sec();
-    for (;;) {
-        struct pollfd pf = {p[0], POLLIN, 0};
-        int r = poll(&pf, 1, 200);
-        if (r > 0) {
-            ssize_t k = read(p[0], s->addr + got, sizeof s->addr - 1 - got);
-            if (k > 0) {
-                got += (size_t)k;
-                s->addr[got] = '\0';
-                if (strchr(s->addr, '\n')) break;
-                continue;
-            }
-            if (k == 0) { /* the shard closed the pipe without an address: it failed */
-                dump_log(s->log);
-                fail_msg("fleet replay (run %d) exited before it was ready", run);
-            }
-        }
-        if (fl_clock_sec() - t0 > 120) {
-            dump_log(s->log);
-            fail_msg("fleet replay (run %d) not ready after 120 s", run);
-        }
+    s->pid = start_service_process(argv, fd_arg, s->log, 120, s->addr, sizeof s->addr);
+    assert_true(s->pid > 0);
+    if (!s->addr[0]) {
+        dump_log(s->log);
+        fail_msg("fleet replay (run %d) exited, or was not ready after 120 s", run);
     }
-    close(p[0]);
-    *strchr(s->addr, '\n') = '\0';
 }
 
 static void shard_kill9(shard_t *s) {

@@ -52,46 +52,18 @@ static void dump(const char *path) {
 /* Starts `fleet replay --listen 127.0.0.1:0 --set run.tls_dir=creds` (log in log) and
  * reads the address it writes to --ready-fd into addr. The pid. */
 static pid_t start_replay(const char *creds, const char *log, char *addr, size_t len) {
-    int p[2];
-    assert_int_equal(pipe(p), 0);
     char fd_arg[16], tls[300];
-    snprintf(fd_arg, sizeof fd_arg, "%d", p[1]);
     snprintf(tls, sizeof tls, "run.tls_dir=%s", creds);
     char *argv[] = {(char *)fleet_bin(), "replay", "--listen", "127.0.0.1:0", "--ready-fd", fd_arg, "--set", tls,
                     "--set", "replay.capacity=1000", "--set", "replay.min_size_to_sample=100", NULL};
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(p[0]);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(p[1]);
-    size_t got = 0;
-    addr[0] = '\0';
-    for (int waited = 0; waited < 600 && !strchr(addr, '\n'); waited++) { /* up to 120 s */
-        struct pollfd pf = {p[0], POLLIN, 0};
-        if (poll(&pf, 1, 200) <= 0) continue;
-        ssize_t k = read(p[0], addr + got, len - 1 - got);
-        if (k <= 0) break;
-        got += (size_t)k;
-        addr[got] = '\0';
-    }
-    close(p[0]);
-    char *nl = strchr(addr, '\n');
-    if (!nl) {
+    pid_t pid = start_service_process(argv, fd_arg, log, 120, addr, len);
+    assert_true(pid > 0);
+    if (!addr[0]) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         dump(log);
         fail_msg("fleet replay with TLS did not report its address");
     }
-    *nl = '\0';
     return pid;
 }
 

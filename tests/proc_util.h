@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,56 @@ static inline pid_t start_process(char *const argv[], const char *out_path) {
         execv(argv[0], argv);
         _exit(127);
     }
+    return pid;
+}
+
+/* Starts a service (`fleet replay|paramserver ... --ready-fd FD`) with output to
+ * out_path and reads the address it writes on its ready pipe into addr (the newline
+ * dropped). argv must hold "--ready-fd" followed by a slot for the descriptor's number,
+ * which is filled in here (fd_arg: room for it). Waits up to timeout_s; returns the pid,
+ * with addr "" when the service closed the pipe without an address or time ran out
+ * (the caller reports it, with the log). */
+static inline pid_t start_service_process(char *argv[], char fd_arg[16], const char *out_path, double timeout_s,
+                                          char *addr, size_t len) {
+    int p[2];
+    addr[0] = '\0';
+    if (pipe(p) != 0) return -1;
+    snprintf(fd_arg, 16, "%d", p[1]);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(p[1]);
+    size_t got = 0;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        struct pollfd pf = {p[0], POLLIN, 0};
+        int r = poll(&pf, 1, 200);
+        if (r > 0) {
+            ssize_t k = read(p[0], addr + got, len - 1 - got);
+            if (k <= 0) break; /* closed without an address: it failed */
+            got += (size_t)k;
+            addr[got] = '\0';
+            if (strchr(addr, '\n')) break;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9 > timeout_s) break;
+    }
+    close(p[0]);
+    char *nl = strchr(addr, '\n');
+    if (nl)
+        *nl = '\0';
+    else
+        addr[0] = '\0';
     return pid;
 }
 

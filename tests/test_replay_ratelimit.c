@@ -107,29 +107,30 @@ static void *writer_thread(void *p) {
     return NULL;
 }
 
-static void test_service_blocks_and_releases(void **state) {
-    (void)state;
+/* A shard on loopback with 1 sample per insert, sampling from min_size, error buffer
+ * `buffer`; its address into addr. */
+static fl_replay_service_t *start_rate_limited(uint64_t min_size, double buffer, char *addr, size_t len) {
     fl_replay_service_opts_t opts;
     fl_replay_service_opts_init(&opts);
     opts.obs = SPEC;
     opts.num_actions = 2;
     opts.capacity = 100000;
-    opts.min_size_to_sample = 200;
+    opts.min_size_to_sample = min_size;
     opts.samples_per_insert = 1.0;
-    opts.rate_error_buffer = 100;
+    opts.rate_error_buffer = buffer;
     fl_replay_service_t *svc;
     fl_err_t e;
     fl_err_init(&e);
     assert_int_equal(fl_replay_service_create(&opts, &svc, &e), FL_OK);
-    char addr[300];
-    assert_int_equal(fl_replay_service_start(svc, "127.0.0.1:0", addr, sizeof addr, &e), FL_OK);
+    assert_int_equal(fl_replay_service_start(svc, "127.0.0.1:0", addr, len, &e), FL_OK);
+    return svc;
+}
 
-    writer_arg wa = {.addr = addr};
-    atomic_init(&wa.done, 0);
-    pthread_t th;
-    pthread_create(&th, NULL, writer_thread, &wa);
-
-    /* With nobody sampling, the writer must end up waiting inside the shard. */
+/* Starts fn(wa) on th and waits until an insert waits inside the shard (nobody samples),
+ * with wa's thread still going. */
+static void start_blocked_writer(fl_replay_service_t *svc, writer_arg *wa, pthread_t *th, void *(*fn)(void *)) {
+    atomic_init(&wa->done, 0);
+    pthread_create(th, NULL, fn, wa);
     fl_replay_info_t in;
     int blocked = 0;
     for (int i = 0; i < 3000 && !blocked; i++) {
@@ -138,7 +139,19 @@ static void test_service_blocks_and_releases(void **state) {
         if (!blocked) fl_sleep_sec(0.01);
     }
     assert_true(blocked);
-    assert_false(atomic_load(&wa.done));
+    assert_false(atomic_load(&wa->done));
+}
+
+static void test_service_blocks_and_releases(void **state) {
+    (void)state;
+    char addr[300];
+    fl_replay_service_t *svc = start_rate_limited(200, 100, addr, sizeof addr);
+    fl_err_t e;
+    fl_err_init(&e);
+    writer_arg wa = {.addr = addr};
+    pthread_t th;
+    start_blocked_writer(svc, &wa, &th, writer_thread);
+    fl_replay_info_t in;
     fl_replay_service_info(svc, &in);
     /* admitted: min_size inserts free, then up to (max_diff - diff) / spi more (+ one batch) */
     assert_true(in.inserted <= 200 + 100 + BATCH);
@@ -266,33 +279,11 @@ static void *blocked_writer(void *p) {
  * process is asked to: the waiting call is cancelled. (Last: the stop request stays.) */
 static void test_stop_cancels_a_waiting_insert(void **state) {
     (void)state;
-    fl_replay_service_opts_t opts;
-    fl_replay_service_opts_init(&opts);
-    opts.obs = SPEC;
-    opts.num_actions = 2;
-    opts.capacity = 100000;
-    opts.min_size_to_sample = 100;
-    opts.samples_per_insert = 1.0;
-    opts.rate_error_buffer = 50;
-    fl_replay_service_t *svc;
-    fl_err_t e;
-    fl_err_init(&e);
-    assert_int_equal(fl_replay_service_create(&opts, &svc, &e), FL_OK);
     char addr[300];
-    assert_int_equal(fl_replay_service_start(svc, "127.0.0.1:0", addr, sizeof addr, &e), FL_OK);
+    fl_replay_service_t *svc = start_rate_limited(100, 50, addr, sizeof addr);
     writer_arg wa = {.addr = addr};
-    atomic_init(&wa.done, 0);
     pthread_t th;
-    pthread_create(&th, NULL, blocked_writer, &wa);
-    fl_replay_info_t in;
-    int blocked = 0;
-    for (int i = 0; i < 3000 && !blocked; i++) {
-        fl_replay_service_info(svc, &in);
-        blocked = in.inserts_waiting > 0;
-        if (!blocked) fl_sleep_sec(0.01);
-    }
-    assert_true(blocked);
-    assert_false(atomic_load(&wa.done));
+    start_blocked_writer(svc, &wa, &th, blocked_writer);
     fl_stop_request();
     pthread_join(th, NULL); /* returns: the call was cancelled (a hang fails the test) */
     assert_int_equal(wa.st, FL_OK);
