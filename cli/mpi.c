@@ -30,7 +30,12 @@
  *   6. The launcher starts run.evaluators `fleet evaluator` children on its own host
  *      (they need only the parameter servers' and Control's addresses, and no rank),
  *      logging to the run's logs/ folder, and runs the progress loop of cli/launch.h;
- *      its evaluators stop with the actors. A rank whose role ends
+ *      its evaluators stop with the actors. A service or actor rank restarts its child
+ *      when it dies on its own, by the rule of cli/proc.h and with the arguments of one
+ *      machine (cli/run.c), and sends the launcher an EVENT for each death and restart
+ *      (events.log, the restart counts); the launcher restarts its evaluators the same
+ *      way. A gorila-mode parameter-server shard and a learner rank are not restarted.
+ *      A rank whose role ends (asked to, cleanly, or past the restart rule)
  *      sends it DONE (exit status, pid, host); an end the launcher did not ask for is
  *      reported with role, index, rank and host, and the fleet is stopped in order
  *      (actors, learners, services): STOP messages make the ranks SIGTERM their children,
@@ -46,6 +51,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +63,7 @@
 #include "common/log.h"
 #include "common/stop.h"
 #include "cli/launch.h"
+#include "cli/options.h"
 #include "cli/proc.h"
 #include "cli/security.h"
 #include "cli/verbs.h"
@@ -94,7 +101,7 @@ void fl_mpi_print_command(const fl_config_t *c, const char *cfg_file, const char
 enum { K_LAUNCHER, K_REPLAY, K_PARAMSERVER, K_LEARNER, K_ACTOR, K_COUNT };
 static const char *const kind_names[K_COUNT] = {"launcher", "replay", "paramserver", "learner", "actor"};
 
-enum { TAG_DONE = 7201, TAG_STOP = 7202, TAG_FINISH = 7203 };
+enum { TAG_DONE = 7201, TAG_STOP = 7202, TAG_FINISH = 7203, TAG_EVENT = 7204 };
 #define ADDR_LEN 256
 
 typedef struct rank_id {
@@ -105,8 +112,15 @@ typedef struct rank_id {
 typedef struct done_msg {
     int clean; /* exit 0 or SIGTERM */
     int pid;
-    char what[160]; /* "exited with status 1" */
+    char what[256]; /* "exited with status 1" */
 } done_msg_t;
+
+/* A rank's supervision event for the launcher's events.log: its child's death, or its
+ * restart (role set: counted as a restart of that role). */
+typedef struct event_msg {
+    char role[16]; /* "" for a death */
+    char text[480];
+} event_msg_t;
 
 typedef struct mpi_state {
     int size, me, launcher;
@@ -205,30 +219,6 @@ static void report_done_and_wait(mpi_state_t *m, int clean, int pid, const char 
     }
 }
 
-/* A service or actor rank: watches its child, forwards STOP (and a signal to this rank)
- * as SIGTERM, and reports its end. */
-static void supervise_child(mpi_state_t *m, fl_child_t *c) {
-    int termed = 0;
-    while (c->running) {
-        int flag = 0;
-        MPI_Status st;
-        MPI_Iprobe(m->launcher, TAG_STOP, MPI_COMM_WORLD, &flag, &st);
-        if (flag) {
-            int dummy = 0;
-            MPI_Recv(&dummy, 1, MPI_INT, m->launcher, TAG_STOP, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        }
-        if ((flag || fl_stop_requested()) && !termed) {
-            kill(c->pid, SIGTERM);
-            termed = 1;
-        }
-        if (fl_proc_reap(c, 1)) break;
-        fl_sleep_sec(0.02);
-    }
-    char what[128];
-    fl_proc_describe_status(c->status, what, sizeof what);
-    report_done_and_wait(m, fl_proc_clean_exit(c->status), (int)c->pid, what);
-}
-
 /* ---- the launcher's view of the ranks (cli/launch.h ops) ---- */
 
 static void describe_rank(const mpi_state_t *m, int r, char *buf, size_t len) {
@@ -236,8 +226,47 @@ static void describe_rank(const mpi_state_t *m, int r, char *buf, size_t len) {
              m->msg[r].pid);
 }
 
-/* Receives every DONE that has arrived; returns the first rank that ended, or -1. */
-static int poll_done(mpi_state_t *m) {
+typedef struct rank_run rank_run_t;
+
+/* An evaluator's supervision on the launcher rank. */
+typedef struct eval_sup {
+    fl_restart_t rule;
+    int restarts, waiting; /* waiting: it died and restarts at restart_at */
+    double restart_at;
+} eval_sup_t;
+
+/* What the launcher rank watches: the other ranks, and the evaluator processes it runs
+ * itself on its own host (run.evaluators; they need no rank of their own). */
+typedef struct launcher_ctx {
+    mpi_state_t *m;
+    rank_run_t *X; /* its evaluators' options */
+    fl_launch_t *L;
+    fl_child_t *evals;
+    eval_sup_t *esup;
+    int n_evals;
+} launcher_ctx_t;
+
+/* Receives every supervision EVENT that has arrived and records it (events.log, and the
+ * restart counts of the progress line and summary.txt). */
+static void poll_events(launcher_ctx_t *lx) {
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_EVENT, MPI_COMM_WORLD, &flag, &st);
+        if (!flag) return;
+        event_msg_t e;
+        MPI_Recv(&e, (int)sizeof e, MPI_BYTE, st.MPI_SOURCE, TAG_EVENT, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        e.role[sizeof e.role - 1] = '\0';
+        e.text[sizeof e.text - 1] = '\0';
+        fl_launch_event(lx->L, e.role[0] ? e.role : NULL, "%s", e.text);
+    }
+}
+
+/* Receives every EVENT, then every DONE that has arrived; returns the first rank that
+ * ended, or -1. */
+static int poll_done(launcher_ctx_t *lx) {
+    mpi_state_t *m = lx->m;
+    poll_events(lx);
     int first = -1;
     for (;;) {
         int flag = 0;
@@ -251,14 +280,6 @@ static int poll_done(mpi_state_t *m) {
     }
 }
 
-/* What the launcher rank watches: the other ranks, and the evaluator processes it runs
- * itself on its own host (run.evaluators; they need no rank of their own). */
-typedef struct launcher_ctx {
-    mpi_state_t *m;
-    fl_child_t *evals;
-    int n_evals;
-} launcher_ctx_t;
-
 /* "evaluator 0 (pid 12) exited with status 1 (log: ...)" */
 static void describe_eval(const fl_child_t *c, char *reason, size_t len) {
     char st[128];
@@ -267,16 +288,55 @@ static void describe_eval(const fl_child_t *c, char *reason, size_t len) {
              c->log[0] ? " (log: " : "", c->log, c->log[0] ? ")" : "");
 }
 
+static int spawn_eval(launcher_ctx_t *lx, int i, int restart);
+
+/* Evaluator i died on its own: schedules its restart (1), or writes why the fleet must
+ * stop (0). The restart rule of cli/proc.h, as on one machine. */
+static int supervise_eval(launcher_ctx_t *lx, int i, char *reason, size_t len) {
+    fl_launch_t *L = lx->L;
+    eval_sup_t *s = &lx->esup[i];
+    char what[900];
+    fl_proc_echo_logs(lx->evals, lx->n_evals); /* its last words first */
+    describe_eval(&lx->evals[i], what, sizeof what);
+    const char *why = NULL;
+    double now = fl_clock_sec();
+    double wait = fl_restart_after(&s->rule, now, fl_launch_config(L)->run_max_restarts, &why);
+    if (why) {
+        snprintf(reason, len, "%s; not restarted: %s", what, why);
+        return 0;
+    }
+    s->waiting = 1;
+    s->restart_at = now + wait;
+    fl_launch_event(L, NULL, "%s; restarting it in %.1f s (restart %d)", what, wait, s->restarts + 1);
+    return 1;
+}
+
+/* Restarts the evaluators whose wait is over; one that fails to start is seen dead on
+ * the next look. */
+static void restart_evals(launcher_ctx_t *lx) {
+    double now = fl_clock_sec();
+    for (int i = 0; i < lx->n_evals; i++) {
+        eval_sup_t *s = &lx->esup[i];
+        if (!s->waiting || now < s->restart_at || fl_stop_requested()) continue;
+        s->waiting = 0;
+        s->restarts++;
+        if (spawn_eval(lx, i, s->restarts) == 0)
+            fl_launch_event(lx->L, "evaluator", "restarted evaluator %d (pid %d, on the launcher's host)",
+                            i, (int)lx->evals[i].pid);
+    }
+}
+
 static int mpi_dead(void *ctx, char *reason, size_t len) {
     launcher_ctx_t *lx = ctx;
     mpi_state_t *m = lx->m;
-    fl_child_t *dead = fl_proc_reap(lx->evals, lx->n_evals);
-    if (dead) {
-        fl_proc_echo_logs(lx->evals, lx->n_evals);
-        describe_eval(dead, reason, len);
-        return 1;
+    restart_evals(lx);
+    fl_proc_reap(lx->evals, lx->n_evals);
+    for (int i = 0; i < lx->n_evals; i++) {
+        const fl_child_t *c = &lx->evals[i];
+        if (!c->pid || c->running || lx->esup[i].waiting) continue;
+        if (!supervise_eval(lx, i, reason, len)) return 1;
     }
-    int r = poll_done(m);
+    int r = poll_done(lx);
     if (r < 0) return 0;
     char who[160];
     describe_rank(m, r, who, sizeof who);
@@ -295,7 +355,7 @@ static void mpi_stop(void *ctx, const char *roles, double grace_s) {
     }
     double until = fl_clock_sec() + grace_s;
     for (;;) {
-        poll_done(m);
+        poll_done(lx);
         int left = 0;
         for (int r = 0; r < m->size; r++)
             left += r != m->launcher && !m->done[r] && strstr(roles, kind_names[m->kind[r]]) != NULL;
@@ -307,12 +367,12 @@ static void mpi_stop(void *ctx, const char *roles, double grace_s) {
 static int mpi_unclean(void *ctx, char *reason, size_t len) {
     launcher_ctx_t *lx = ctx;
     mpi_state_t *m = lx->m;
-    for (int i = 0; i < lx->n_evals; i++)
-        if (lx->evals[i].pid && !fl_proc_clean_exit(lx->evals[i].status)) {
+    for (int i = 0; i < lx->n_evals; i++) /* one waiting for its restart was reported then */
+        if (lx->evals[i].pid && !lx->esup[i].waiting && !fl_proc_clean_exit(lx->evals[i].status)) {
             describe_eval(&lx->evals[i], reason, len);
             return 1;
         }
-    poll_done(m);
+    poll_done(lx);
     for (int r = 0; r < m->size; r++) {
         if (r == m->launcher || (m->done[r] && m->msg[r].clean)) continue;
         char who[160];
@@ -379,7 +439,7 @@ static char *kind_list(const mpi_state_t *m, const char *addrs, int kind) {
 }
 
 /* One rank's run of the fleet: what fl_mpi_run's phases share. */
-typedef struct rank_run {
+struct rank_run {
     mpi_state_t m;
     fl_config_t cfg;
     const char *cfg_file;
@@ -393,6 +453,7 @@ typedef struct rank_run {
     char *replay_list, *ps_list;     /* the services' addresses in shard order (malloc'd) */
     char replay_arg[256], ps_arg[256];
     fl_child_t child; /* a service rank's or an actor rank's process */
+    fl_restart_t rule; /* the child's restart rule (cli/proc.h) */
     MPI_Comm learners;
     int netif;                      /* services bind an interface's address (across hosts, or run.interface) */
     char tls_dir[FL_CONFIG_STRING_MAX]; /* the credentials this rank's roles use ("" = none) */
@@ -400,7 +461,7 @@ typedef struct rank_run {
     int tls_own;                    /* tls_dir is this rank's per-job copy (removed at the end) */
     char *job_files[5];             /* the launcher's per-job credentials, until they are in the run folder */
     long long job_len[5];
-} rank_run_t;
+};
 
 /* 1. Who is where, and which role. 0, or the exit code (the same on every rank). */
 static int gather_roles(rank_run_t *X, const char *role) {
@@ -684,6 +745,7 @@ static int spawn_service(rank_run_t *X, char *addr) {
     snprintf(listen, sizeof listen, "%s:0", X->host);
     char *args[] = {"--config", X->tmp_cfg, "--shard", idx, "--listen", listen, "--control", X->control,
                     "--set", X->tls_set, NULL};
+    X->rule.started_at = fl_clock_sec();
     if (fl_proc_spawn(c, name, X->index, args, 1, 60) == 0) {
         snprintf(addr, ADDR_LEN, "%s", c->addr);
         return 0;
@@ -745,12 +807,28 @@ static int share_addresses(rank_run_t *X) {
     return 0;
 }
 
+/* Starts evaluator i, or restarts it (restart: its restarts so far, >= 1), with --resume
+ * when its state file exists: its rounds go on. 0 or -1. */
+static int spawn_eval(launcher_ctx_t *lx, int i, int restart) {
+    const rank_run_t *X = lx->X;
+    const char *dir = fl_launch_config(lx->L)->run_checkpoint_dir;
+    char idx[32], file[FL_CONFIG_STRING_MAX + 32];
+    snprintf(idx, sizeof idx, "%d", i);
+    snprintf(file, sizeof file, "%s/evaluator-%d.state", dir, i);
+    int resume = restart && dir[0] && access(file, R_OK) == 0;
+    char *args[] = {"--config", (char *)X->tmp_cfg, "--index", idx, "--paramserver", (char *)X->ps_arg, "--control",
+                    (char *)X->control, "--set", (char *)X->tls_set, resume ? "--resume" : NULL, NULL};
+    lx->esup[i].rule.started_at = fl_clock_sec();
+    return fl_proc_spawn(&lx->evals[i], "evaluator", i, args, 0, 0);
+}
+
 /* The launcher rank's evaluators: `fleet evaluator --index i` children on its host,
  * logging to the run's logs/ folder. 0, or 1 after printing why. */
 static int start_evaluators(rank_run_t *X, launcher_ctx_t *lx) {
     const int n = (int)X->cfg.run_evaluators;
     lx->evals = n ? calloc((size_t)n, sizeof *lx->evals) : NULL;
-    if (n && !lx->evals) {
+    lx->esup = n ? calloc((size_t)n, sizeof *lx->esup) : NULL;
+    if (n && (!lx->evals || !lx->esup)) {
         fprintf(stderr, "fleet run: out of memory for %d evaluators\n", n);
         return 1;
     }
@@ -759,11 +837,7 @@ static int start_evaluators(rank_run_t *X, launcher_ctx_t *lx) {
     snprintf(logs, sizeof logs, "%s/logs", fl_launch_dir(X->L));
     if (n && fl_proc_mkdir_p(logs) == 0) fl_proc_set_log_dir(logs);
     for (int i = 0; i < n; i++) {
-        char idx[32];
-        snprintf(idx, sizeof idx, "%d", i);
-        char *args[] = {"--config", X->tmp_cfg, "--index", idx, "--paramserver", X->ps_arg, "--control", X->control,
-                        "--set", X->tls_set, NULL};
-        if (fl_proc_spawn(&lx->evals[i], "evaluator", i, args, 0, 0) != 0) {
+        if (spawn_eval(lx, i, 0) != 0) {
             fprintf(stderr, "fleet run: cannot start evaluator %d: %s\n", i, strerror(errno));
             return 1;
         }
@@ -778,10 +852,11 @@ static int start_evaluators(rank_run_t *X, launcher_ctx_t *lx) {
 static int run_launcher(rank_run_t *X) {
     mpi_state_t *m = &X->m;
     static const fl_launch_ops_t ops = {mpi_dead, mpi_stop, mpi_unclean, mpi_pids, mpi_echo_logs};
-    launcher_ctx_t lx = {m, NULL, 0};
+    launcher_ctx_t lx = {m, X, X->L, NULL, NULL, 0};
     int failed = start_evaluators(X, &lx);
     int rc = fl_launch_monitor(X->L, X->replay_list, X->ps_list, &ops, &lx, failed, failed ? "evaluators did not start" : "");
     free(lx.evals);
+    free(lx.esup);
     int left = 0;
     char who[160] = "";
     for (int r = 0; r < m->size; r++)
@@ -825,16 +900,148 @@ static void run_learner(rank_run_t *X) {
     report_done_and_wait(&X->m, lr == 0, (int)getpid(), what);
 }
 
+/* An actor rank's `fleet actor`; a restart (restart = restarts so far, >= 1) runs it as
+ * `--incarnation restart`. 0 or -1. */
+static int spawn_actor(rank_run_t *X, int restart) {
+    char idx[32], inc[32];
+    snprintf(idx, sizeof idx, "%d", X->index);
+    snprintf(inc, sizeof inc, "%d", restart);
+    char *args[] = {"--config",  X->tmp_cfg,  "--index", idx,        "--replay",
+                    X->replay_arg, "--paramserver", X->ps_arg, "--control", X->control,
+                    "--set",     X->tls_set,  restart ? "--incarnation" : NULL, inc, NULL};
+    X->rule.started_at = fl_clock_sec();
+    return fl_proc_spawn(&X->child, "actor", X->index, args, 0, 0);
+}
+
+/* Sends the launcher a supervision event for its events.log: role "" for a death, the
+ * role for a restart (counted as one). */
+static void send_event(const mpi_state_t *m, const char *role, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void send_event(const mpi_state_t *m, const char *role, const char *fmt, ...) {
+    event_msg_t e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.role, sizeof e.role, "%s", role);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.text, sizeof e.text, fmt, ap);
+    va_end(ap);
+    MPI_Send(&e, (int)sizeof e, MPI_BYTE, m->launcher, TAG_EVENT, MPI_COMM_WORLD);
+}
+
+/* A service rank's child again after its death, on the address it first bound (its
+ * clients know no other); a replay shard recovers from its checkpoint folder (or
+ * --restore of its checkpoint without the write-ahead log), as on one machine. 0, or -1
+ * (a child that came up elsewhere is killed, and seen dead on the next look). */
+static int respawn_service(rank_run_t *X) {
+    fl_child_t *c = &X->child;
+    const char *name = kind_names[X->kind], *dir = X->cfg.run_checkpoint_dir;
+    char idx[32], listen[ADDR_LEN], file[FL_CONFIG_STRING_MAX + 32];
+    snprintf(idx, sizeof idx, "%d", X->index);
+    snprintf(listen, sizeof listen, "%s", X->addrs + (size_t)X->m.me * ADDR_LEN);
+    snprintf(file, sizeof file, "%s/shard-%d.ckpt", dir, X->index);
+    int restore = X->kind == K_REPLAY && !fl_options_replay_wal(&X->cfg) && dir[0] && access(file, R_OK) == 0;
+    char *args[] = {"--config", X->tmp_cfg, "--shard", idx, "--listen", listen, "--control", X->control,
+                    "--set", X->tls_set, restore ? "--restore" : NULL, file, NULL};
+    X->rule.started_at = fl_clock_sec();
+    if (fl_proc_spawn(c, name, X->index, args, 1, 120) == 0) {
+        if (strcmp(c->addr, listen) == 0) return 0;
+        send_event(&X->m, "", "%s %d (rank %d on %s) came back on %s, not on %s where its clients look: stopping it",
+                   name, X->index, X->m.me, X->me.host, c->addr, listen);
+    }
+    if (c->pid > 0 && c->running) kill(c->pid, SIGKILL); /* reaped, and seen dead, on the next look */
+    return -1;
+}
+
+/* Watches this rank's child until it ends, forwarding STOP (and a signal to this rank)
+ * as SIGTERM: 1 when it was asked to end, 0 when it ended on its own. */
+static int watch_child(mpi_state_t *m, fl_child_t *c) {
+    int termed = 0;
+    while (c->running) {
+        int flag = 0;
+        MPI_Status st;
+        MPI_Iprobe(m->launcher, TAG_STOP, MPI_COMM_WORLD, &flag, &st);
+        if (flag) {
+            int dummy = 0;
+            MPI_Recv(&dummy, 1, MPI_INT, m->launcher, TAG_STOP, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+        if ((flag || fl_stop_requested()) && !termed) {
+            kill(c->pid, SIGTERM);
+            termed = 1;
+        }
+        if (fl_proc_reap(c, 1)) break;
+        fl_sleep_sec(0.02);
+    }
+    return termed;
+}
+
+/* Waits s seconds before a restart: 1 when STOP (or a signal to this rank) came meanwhile. */
+static int wait_restart(mpi_state_t *m, double s) {
+    double until = fl_clock_sec() + s;
+    while (fl_clock_sec() < until) {
+        int flag = 0;
+        MPI_Status st;
+        MPI_Iprobe(m->launcher, TAG_STOP, MPI_COMM_WORLD, &flag, &st);
+        if (flag) {
+            int dummy = 0;
+            MPI_Recv(&dummy, 1, MPI_INT, m->launcher, TAG_STOP, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            return 1;
+        }
+        if (fl_stop_requested()) return 1;
+        fl_sleep_sec(0.02);
+    }
+    return 0;
+}
+
+/* A service or actor rank: watches its child and restarts it when it dies on its own (an
+ * end other than exit 0 or SIGTERM), by the rule of cli/proc.h and with the arguments of
+ * one machine (cli/run.c): a service on the address it first bound, an actor with
+ * --incarnation k; a gorila-mode parameter-server shard never (it holds the only copy of
+ * its slice). Each death and restart goes to the launcher as EVENT; the end of its role
+ * (asked for, clean, or past the rule) as DONE. */
+static void supervise_child(rank_run_t *X) {
+    mpi_state_t *m = &X->m;
+    fl_child_t *c = &X->child;
+    const char *name = kind_names[X->kind];
+    int restarts = 0;
+    char what[128], msg[256];
+    for (;;) {
+        int asked = watch_child(m, c);
+        fl_proc_describe_status(c->status, what, sizeof what);
+        if (asked || fl_stop_requested() || fl_proc_clean_exit(c->status)) break;
+        const char *why = NULL;
+        double wait = fl_restart_after(&X->rule, fl_clock_sec(), X->cfg.run_max_restarts, &why);
+        if (!why && X->kind == K_PARAMSERVER && X->cfg.learner_mode == FL_CFG_MODE_GORILA)
+            why = "in gorila mode a parameter-server shard holds the only copy of its slice of the parameters";
+        if (why) {
+            snprintf(msg, sizeof msg, "%s; not restarted: %s", what, why);
+            report_done_and_wait(m, 0, (int)c->pid, msg);
+            return;
+        }
+        if (X->rule.quick)
+            send_event(m, "", "%s %d (rank %d on %s, pid %d) %s; restarting it in %.1f s (restart %d; %d in a row "
+                       "within 10 s of its start, of run.max_restarts = %lld)", name, X->index, m->me, X->me.host,
+                       (int)c->pid, what, wait, restarts + 1, X->rule.quick, (long long)X->cfg.run_max_restarts);
+        else
+            send_event(m, "", "%s %d (rank %d on %s, pid %d) %s; restarting it in %.1f s (restart %d)", name, X->index,
+                       m->me, X->me.host, (int)c->pid, what, wait, restarts + 1);
+        if (wait_restart(m, wait)) {
+            report_done_and_wait(m, 1, (int)c->pid, "was waiting for its restart when the fleet stopped");
+            return;
+        }
+        restarts++;
+        if ((X->kind == K_ACTOR ? spawn_actor(X, restarts) : respawn_service(X)) == 0)
+            send_event(m, name, "restarted %s %d (rank %d on %s, pid %d)", name, X->index, m->me, X->me.host,
+                       (int)c->pid);
+    }
+    report_done_and_wait(m, fl_proc_clean_exit(c->status), (int)c->pid, what);
+}
+
 /* An actor rank starts `fleet actor` and supervises it. */
 static void run_actor(rank_run_t *X) {
-    char idx[32];
-    snprintf(idx, sizeof idx, "%d", X->index);
-    char *args[] = {"--config",      X->tmp_cfg, "--index",   idx,        "--replay", X->replay_arg,
-                    "--paramserver", X->ps_arg,  "--control", X->control, "--set",    X->tls_set, NULL};
-    if (fl_proc_spawn(&X->child, "actor", X->index, args, 0, 0) != 0)
+    if (spawn_actor(X, 0) != 0)
         report_done_and_wait(&X->m, 0, 0, "could not be started");
     else
-        supervise_child(&X->m, &X->child);
+        supervise_child(X);
 }
 
 /* 5 and 6. The learners' communicator (collective over the world), then the roles run.
@@ -845,7 +1052,7 @@ static int run_role(rank_run_t *X) {
     case K_LAUNCHER: return run_launcher(X);
     case K_LEARNER: run_learner(X); return 0;
     case K_ACTOR: run_actor(X); return 0;
-    default: supervise_child(&X->m, &X->child); return 0;
+    default: supervise_child(X); return 0;
     }
 }
 

@@ -4,7 +4,8 @@
  * A child runs `fleet ROLE args...` in its own process group (a terminal's Ctrl-C
  * reaches only the launcher, which stops children in order) and gets SIGTERM when its
  * parent dies. A service child writes its bound address and a newline on its fd 3
- * ("ready pipe"). Exit statuses are described in words for reports. One owner thread. */
+ * ("ready pipe"). Exit statuses are described in words for reports; fl_restart_after is
+ * the restart rule both launchers share. One owner thread. */
 #ifndef FL_CLI_PROC_H
 #define FL_CLI_PROC_H
 
@@ -62,5 +63,25 @@ int fl_proc_clean_exit(int status);
 int fl_proc_find_on_path(const char *prog, char *out, size_t len);
 /* mkdir -p; 0 or -1 with errno. */
 int fl_proc_mkdir_p(const char *path);
+
+/* The restart rule of a supervised role process (cli/run.c, cli/mpi.c): one that dies
+ * within FL_RESTART_STABLE_S of its start died quickly; the first restart waits
+ * FL_RESTART_FIRST_DELAY_S, each one after a quick death twice as long up to
+ * FL_RESTART_MAX_DELAY_S, and run.max_restarts + 1 quick deaths in a row give up (a role
+ * that cannot come up). One that ran longer starts over, with no limit on how often. */
+#define FL_RESTART_FIRST_DELAY_S 0.2
+#define FL_RESTART_MAX_DELAY_S 30.0
+#define FL_RESTART_STABLE_S 10.0
+
+typedef struct fl_restart {
+    double started_at; /* of its current incarnation (set at each start) */
+    int quick;         /* deaths in a row, each within FL_RESTART_STABLE_S of its start */
+    double delay;      /* the wait before its next restart (0 = the first) */
+} fl_restart_t;
+
+/* The process died at `now`: the wait in seconds before its restart, or -1 with *why
+ * when it must not be restarted (max_restarts <= 0, or max_restarts + 1 quick deaths in
+ * a row). */
+double fl_restart_after(fl_restart_t *r, double now, long long max_restarts, const char **why);
 
 #endif

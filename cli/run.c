@@ -22,7 +22,6 @@
  * does not start is reported with its role and exit status and the fleet is stopped
  * (exit 1, or 130 when interrupted). One thread. */
 #include <errno.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,12 +44,10 @@
 
 /* Supervision of one child: its restarts and the one waiting, if any. */
 typedef struct sup {
-    int restarts;      /* restarts so far */
-    int quick;         /* deaths in a row, each within SUP_STABLE_S of its start */
-    int waiting;       /* it died and restarts at restart_at */
+    int restarts; /* restarts so far */
+    int waiting;  /* it died and restarts at restart_at */
     double restart_at;
-    double delay;      /* the wait before its next restart */
-    double started_at; /* of its current incarnation */
+    fl_restart_t rule; /* its quick deaths and next wait (cli/proc.h) */
 } sup_t;
 
 /* The fleet on this machine: its children and what the learners and actors are given. */
@@ -85,23 +82,16 @@ static int finished_budget(const local_t *lc, const fl_child_t *c) {
            (strcmp(c->role, "learner") == 0 && cfg->learner_max_steps > 0);
 }
 
-/* A role that dies within SUP_STABLE_S of its start died "quickly": the first restart
- * waits SUP_FIRST_DELAY_S, each one after a quick death twice as long up to
- * SUP_MAX_DELAY_S, and run.max_restarts quick deaths in a row end the run (a role that
- * cannot come up: a broken checkpoint, a crashing plugin). A role that ran longer starts
- * over: its restarts are not limited in number. */
-#define SUP_FIRST_DELAY_S 0.2
-#define SUP_MAX_DELAY_S 30.0
-#define SUP_STABLE_S 10.0
-
 static int spawn_kid(local_t *lc, int i);
 
-/* Why child i cannot be restarted (a reason), or NULL when it can. */
-static const char *not_restartable(const local_t *lc, int i) {
+/* Why child i cannot be restarted after its death at `now` (a reason), or NULL when it
+ * can: the restart rule of cli/proc.h (fl_restart_after, which sets *wait), and a
+ * gorila-mode parameter-server shard never. */
+static const char *not_restartable(local_t *lc, int i, double now, double *wait) {
     const fl_config_t *cfg = fl_launch_config(lc->L);
-    if (cfg->run_max_restarts <= 0) return "run.max_restarts = 0";
-    if (lc->sup[i].quick > cfg->run_max_restarts)
-        return "it died run.max_restarts + 1 times in a row within 10 s of its start";
+    const char *why = NULL;
+    *wait = fl_restart_after(&lc->sup[i].rule, now, cfg->run_max_restarts, &why);
+    if (why) return why;
     if (strcmp(lc->kids[i].role, "paramserver") == 0 && cfg->learner_mode == FL_CFG_MODE_GORILA)
         return "in gorila mode a parameter-server shard holds the only copy of its slice of the parameters";
     return NULL;
@@ -114,28 +104,20 @@ static int supervise(local_t *lc, int i, char *reason, size_t len) {
     fl_proc_echo_logs(lc->kids, lc->n); /* its last words first */
     char what[900];
     describe_child(c, what, sizeof what);
-    double now = fl_clock_sec();
-    if (now - s->started_at >= SUP_STABLE_S) {
-        s->quick = 0;
-        s->delay = SUP_FIRST_DELAY_S;
-    } else {
-        s->quick++;
-    }
-    const char *why = not_restartable(lc, i);
+    double now = fl_clock_sec(), wait = 0;
+    const char *why = not_restartable(lc, i, now, &wait);
     if (why) {
         snprintf(reason, len, "%s; not restarted: %s", what, why);
         return 0;
     }
-    if (s->delay <= 0) s->delay = SUP_FIRST_DELAY_S;
     s->waiting = 1;
-    s->restart_at = now + s->delay;
-    if (s->quick)
+    s->restart_at = now + wait;
+    if (s->rule.quick)
         fl_launch_event(lc->L, NULL, "%s; restarting it in %.1f s (restart %d; %d in a row within 10 s of its start, "
-                        "of run.max_restarts = %lld)", what, s->delay, s->restarts + 1, s->quick,
+                        "of run.max_restarts = %lld)", what, wait, s->restarts + 1, s->rule.quick,
                         (long long)fl_launch_config(lc->L)->run_max_restarts);
     else
-        fl_launch_event(lc->L, NULL, "%s; restarting it in %.1f s (restart %d)", what, s->delay, s->restarts + 1);
-    s->delay = fmin(2 * s->delay, SUP_MAX_DELAY_S);
+        fl_launch_event(lc->L, NULL, "%s; restarting it in %.1f s (restart %d)", what, wait, s->restarts + 1);
     return 1;
 }
 
@@ -317,7 +299,7 @@ static int spawn_kid(local_t *lc, int i) {
     int index;
     const char *role = kid_role(lc, i, &index);
     int service = i < lc->R + lc->P;
-    lc->sup[i].started_at = fl_clock_sec();
+    lc->sup[i].rule.started_at = fl_clock_sec();
     if (fl_proc_spawn(c, role, index, a.v, service, 120) == 0) {
         if (!service || strcmp(c->addr, a.listen) == 0) return 0;
         fl_launch_event(lc->L, NULL, "%s %d came back on %s, not on %s where its clients look: stopping it", role,
@@ -340,7 +322,7 @@ static int start_services(local_t *lc, int *ready) {
         kid_args(lc, r, 0, &a);
         int index;
         const char *role = kid_role(lc, r, &index);
-        lc->sup[r].started_at = fl_clock_sec();
+        lc->sup[r].rule.started_at = fl_clock_sec();
         if (fl_proc_spawn_start(&lc->kids[r], role, index, a.v, 1, &ready[r]) != 0) failed_at = r;
     }
     double ready_until = fl_clock_sec() + 60;
@@ -424,7 +406,7 @@ static void start_workers(local_t *lc) {
         kid_args(lc, i, 0, &a);
         int index;
         const char *role = kid_role(lc, i, &index);
-        lc->sup[i].started_at = fl_clock_sec();
+        lc->sup[i].rule.started_at = fl_clock_sec();
         fl_proc_spawn(&lc->kids[i], role, index, a.v, 0, 0);
     }
 }

@@ -1,8 +1,10 @@
 /* A whole fleet under Open MPI's mpirun on one machine (--oversubscribe): ranks mapped
  * to roles by the config's plan (SPMD) or by --role per app context (MPMD), service
  * addresses exchanged through MPI, two apex learners averaging gradients by the ring
- * all-reduce over MPI, two replay and two parameter-server shards. A role that dies is
- * reported with its role, rank and host, and the job ends instead of hanging. Services on
+ * all-reduce over MPI, two replay and two parameter-server shards. An actor that dies is
+ * restarted by its rank (events.log, summary.txt's restarts); with run.max_restarts = 0
+ * a role that dies is reported with its role, rank and host, and the job ends instead of
+ * hanging. Services on
  * an interface's address without run.tls_dir get per-job TLS credentials. Skips
  * where fleet was built without MPI or mpirun is missing. */
 #include <dirent.h>
@@ -266,28 +268,80 @@ static pid_t find_actor(const char *name) {
     return found;
 }
 
-/* kill -9 of actor 1's process: its rank reports the end, the launcher names the role,
- * rank and host, stops the others and the job ends with an error, not a hang. */
+/* Starts `mpirun -np 6 fleet run cartpole.ini` as run `name` with run.max_seconds =
+ * max_seconds and run.max_restarts = max_restarts, waits until it trains and SIGKILLs
+ * actor 1's process; returns the job's pid, and the actor's in *actor. */
+static pid_t start_and_kill_actor(const char *name, const char *max_seconds, const char *max_restarts, paths_t *p,
+                                  pid_t *actor) {
+    char run_name[300], secs[64], restarts[64];
+    paths_for(name, p);
+    snprintf(run_name, sizeof run_name, "run.name=%s", name);
+    snprintf(secs, sizeof secs, "run.max_seconds=%s", max_seconds);
+    snprintf(restarts, sizeof restarts, "run.max_restarts=%s", max_restarts);
+    char *argv[] = {g_mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "6",
+                    (char *)fleet_bin(), "run", p->cfg, "--set", p->out_dir, "--set", run_name, "--set", secs, "--set",
+                    restarts, "--set", "run.stop_at_target=false", NULL};
+    pid_t job = start_process(argv, p->out);
+    *actor = 0;
+    for (int i = 0; i < 600 && !*actor; i++) {
+        char *log = read_file(p->out);
+        int training = log && strstr(log, "training") != NULL;
+        free(log);
+        if (training) *actor = find_actor(name);
+        if (!*actor) usleep(100000);
+    }
+    assert_true(*actor > 0);
+    fprintf(stderr, "killing actor 1 (pid %d)\n", (int)*actor);
+    assert_int_equal(kill(*actor, SIGKILL), 0);
+    return job;
+}
+
+/* kill -9 of actor 1's process: its rank restarts it (`--incarnation 1`) and tells the
+ * launcher, which writes the death and the restart to events.log and counts the restart;
+ * the job runs on to its time budget and ends cleanly. */
+static void test_dead_actor_restarted(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    paths_t p;
+    pid_t actor = 0;
+    pid_t job = start_and_kill_actor("revive", "25", "10", &p, &actor);
+    int status = wait_process(job, 240);
+    char *log = read_file(p.out);
+    assert_non_null(log);
+    fprintf(stderr, "---- revive (tail) ----\n%s\n", strlen(log) > 4000 ? log + strlen(log) - 4000 : log);
+    assert_true(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_null(strstr(log, "not restarted"));
+    char host[128], want[300], path[700];
+    gethostname(host, sizeof host);
+    snprintf(path, sizeof path, "%s/revive/events.log", g_tmp);
+    char *events = read_file(path);
+    assert_non_null(events);
+    fprintf(stderr, "---- events.log ----\n%s\n", events ? events : "");
+    snprintf(want, sizeof want, "actor 1 (rank 5 on %s, pid %d) was killed by signal 9 (Killed); restarting it in",
+             host, (int)actor);
+    assert_non_null(strstr(events, want));
+    snprintf(want, sizeof want, "restarted actor 1 (rank 5 on %s, pid ", host);
+    assert_non_null(strstr(events, want));
+    free(events);
+    char *sum = summary_at(g_tmp, "revive");
+    assert_non_null(sum);
+    assert_int_equal(summary_u64(sum, "exit_code"), 0);
+    assert_true(summary_u64(sum, "restarts") >= 1);
+    assert_true(summary_u64(sum, "restarts_actor") >= 1);
+    assert_true(summary_u64(sum, "actors_acked") > 0);
+    free(sum);
+    free(log);
+}
+
+/* With run.max_restarts = 0, kill -9 of actor 1's process: its rank reports the end, the
+ * launcher names the role, rank and host, stops the others and the job ends with an
+ * error, not a hang. */
 static void test_dead_role_ends_job(void **state) {
     (void)state;
     SKIP_WITHOUT_MPI();
     paths_t p;
-    paths_for("die", &p);
-    char *argv[] = {g_mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "6",
-                    (char *)fleet_bin(), "run", p.cfg, "--set", p.out_dir, "--set", "run.name=die", "--set",
-                    "run.max_seconds=120", "--set", "run.stop_at_target=false", NULL};
-    pid_t job = start_process(argv, p.out);
     pid_t actor = 0;
-    for (int i = 0; i < 600 && !actor; i++) {
-        char *log = read_file(p.out);
-        int training = log && strstr(log, "training") != NULL;
-        free(log);
-        if (training) actor = find_actor("die");
-        if (!actor) usleep(100000);
-    }
-    assert_true(actor > 0);
-    fprintf(stderr, "killing actor 1 (pid %d)\n", (int)actor);
-    assert_int_equal(kill(actor, SIGKILL), 0);
+    pid_t job = start_and_kill_actor("die", "120", "0", &p, &actor);
     int status = wait_process(job, 120);
     char *log = read_file(p.out);
     assert_non_null(log);
@@ -296,7 +350,8 @@ static void test_dead_role_ends_job(void **state) {
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 0); /* and says it failed */
     char host[128], want[256];
     gethostname(host, sizeof host);
-    snprintf(want, sizeof want, "actor 1 (rank 5 on %s, pid %d) was killed by signal 9", host, (int)actor);
+    snprintf(want, sizeof want, "actor 1 (rank 5 on %s, pid %d) was killed by signal 9 (Killed); not restarted: "
+             "run.max_restarts = 0", host, (int)actor);
     assert_non_null(strstr(log, want));
     char *sum = summary_at(g_tmp, "die");
     assert_non_null(sum);
@@ -314,6 +369,7 @@ int main(void) {
         cmocka_unit_test(test_wrong_rank_count),
         cmocka_unit_test(test_print_mpirun),
         cmocka_unit_test(test_dead_role_ends_job),
+        cmocka_unit_test(test_dead_actor_restarted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
