@@ -77,10 +77,12 @@ static const verb_t verbs[] = {
      COMMON_OPTS,
      fl_verb_replay},
     {"paramserver", "serve the latest parameters (one shard)",
-     "usage: fleet paramserver [--listen ADDR] [--shard N] [--ready-fd FD] [--control ADDR] [--config FILE] [--set K=V]...\n"
+     "usage: fleet paramserver [--listen ADDR] [--shard N] [--ready-fd FD] [--control ADDR] [--restore FILE] [--config FILE] [--set K=V]...\n"
      "Serves fleet.ParamServer (Publish, Fetch, Info): the latest flat parameter vector and its\n"
      "version; Fetch(if_newer_than) answers without a payload when the caller is up to date.\n"
-     "Options:\n" SERVICE_OPTS COMMON_OPTS,
+     "Options:\n" SERVICE_OPTS
+     "  --restore FILE           gorila: start from the shard checkpoint FILE (paramserver-<shard>.safetensors;\n"
+     "                           its slice and optimizer settings must match the config)\n" COMMON_OPTS,
      fl_verb_paramserver},
     {"actor", "step environments and stream experience to replay",
      "usage: fleet actor --index I --replay ADDRS --paramserver ADDR [--control ADDR] [--config FILE] [--set K=V]...\n"

@@ -34,7 +34,8 @@
  *      when it dies on its own, by the rule of cli/proc.h and with the arguments of one
  *      machine (cli/run.c), and sends the launcher an EVENT for each death and restart
  *      (events.log, the restart counts); the launcher restarts its evaluators the same
- *      way. A gorila-mode parameter-server shard and a learner rank are not restarted.
+ *      way (a gorila-mode parameter-server shard from its checkpoint, with --restore).
+ *      A learner rank is not restarted.
  *      A rank whose role ends (asked to, cleanly, or past the restart rule)
  *      sends it DONE (exit status, pid, host); an end the launcher did not ask for is
  *      reported with role, index, rank and host, and the fleet is stopped in order
@@ -930,7 +931,8 @@ static void send_event(const mpi_state_t *m, const char *role, const char *fmt, 
 
 /* A service rank's child again after its death, on the address it first bound (its
  * clients know no other); a replay shard recovers from its checkpoint folder (or
- * --restore of its checkpoint without the write-ahead log), as on one machine. 0, or -1
+ * --restore of its checkpoint without the write-ahead log), a gorila parameter-server
+ * shard gets --restore of its paramserver-<shard>.safetensors, as on one machine. 0, or -1
  * (a child that came up elsewhere is killed, and seen dead on the next look). */
 static int respawn_service(rank_run_t *X) {
     fl_child_t *c = &X->child;
@@ -938,8 +940,13 @@ static int respawn_service(rank_run_t *X) {
     char idx[32], listen[ADDR_LEN], file[FL_CONFIG_STRING_MAX + 32];
     snprintf(idx, sizeof idx, "%d", X->index);
     snprintf(listen, sizeof listen, "%s", X->addrs + (size_t)X->m.me * ADDR_LEN);
-    snprintf(file, sizeof file, "%s/shard-%d.ckpt", dir, X->index);
-    int restore = X->kind == K_REPLAY && !fl_options_replay_wal(&X->cfg) && dir[0] && access(file, R_OK) == 0;
+    int gorila_ps = X->kind == K_PARAMSERVER && X->cfg.learner_mode == FL_CFG_MODE_GORILA;
+    if (gorila_ps)
+        snprintf(file, sizeof file, "%s/paramserver-%d.safetensors", dir, X->index);
+    else
+        snprintf(file, sizeof file, "%s/shard-%d.ckpt", dir, X->index);
+    int restore = (gorila_ps || (X->kind == K_REPLAY && !fl_options_replay_wal(&X->cfg))) && dir[0] &&
+                  access(file, R_OK) == 0;
     char *args[] = {"--config", X->tmp_cfg, "--shard", idx, "--listen", listen, "--control", X->control,
                     "--set", X->tls_set, restore ? "--restore" : NULL, file, NULL};
     X->rule.started_at = fl_clock_sec();
@@ -994,9 +1001,8 @@ static int wait_restart(mpi_state_t *m, double s) {
 
 /* A service or actor rank: watches its child and restarts it when it dies on its own (an
  * end other than exit 0 or SIGTERM), by the rule of cli/proc.h and with the arguments of
- * one machine (cli/run.c): a service on the address it first bound, an actor with
- * --incarnation k; a gorila-mode parameter-server shard never (it holds the only copy of
- * its slice). Each death and restart goes to the launcher as EVENT; the end of its role
+ * one machine (cli/run.c): a service on the address it first bound (a gorila-mode
+ * parameter-server shard from its checkpoint), an actor with --incarnation k. Each death and restart goes to the launcher as EVENT; the end of its role
  * (asked for, clean, or past the rule) as DONE. */
 static void supervise_child(rank_run_t *X) {
     mpi_state_t *m = &X->m;
@@ -1010,8 +1016,6 @@ static void supervise_child(rank_run_t *X) {
         if (asked || fl_stop_requested() || fl_proc_clean_exit(c->status)) break;
         const char *why = NULL;
         double wait = fl_restart_after(&X->rule, fl_clock_sec(), X->cfg.run_max_restarts, &why);
-        if (!why && X->kind == K_PARAMSERVER && X->cfg.learner_mode == FL_CFG_MODE_GORILA)
-            why = "in gorila mode a parameter-server shard holds the only copy of its slice of the parameters";
         if (why) {
             snprintf(msg, sizeof msg, "%s; not restarted: %s", what, why);
             report_done_and_wait(m, 0, (int)c->pid, msg);

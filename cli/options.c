@@ -242,6 +242,8 @@ fl_status fl_options_paramserver(const fl_config_t *c, fl_paramserver_service_op
     out->wait_timeout_s = c->paramserver_wait_timeout_s;
     out->max_version_step = (uint64_t)c->paramserver_max_version_step;
     out->max_large_messages = (int)c->paramserver_max_large_messages;
+    out->checkpoint_dir = c->run_checkpoint_dir;
+    out->checkpoint_every_s = c->run_checkpoint_every;
     /* Only gorila shards run the optimizer (apex ones keep the default, unused). */
     if (out->mode == FL_PARAMSERVER_GORILA) FL_TRY(fl_options_optimizer(c, &out->optim, err));
     return FL_OK;

@@ -36,7 +36,8 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out);
 void fl_options_evaluator(const fl_config_t *c, fl_evaluator_opts_t *out);
 
 /* What a parameter-server shard reads (paramserver/server.h): learner.mode,
- * paramserver.*, learner.count and, with learner.mode = gorila, the optimizer
+ * paramserver.*, learner.count, run.checkpoint_dir and run.checkpoint_every (its gorila
+ * checkpoints) and, with learner.mode = gorila, the optimizer
  * (fl_options_optimizer; apex shards run none and keep the default). FL_INVALID_ARGUMENT
  * for an unknown learner.optimizer (which a loaded config cannot hold). */
 fl_status fl_options_paramserver(const fl_config_t *c, fl_paramserver_service_opts_t *out, fl_err_t *err);

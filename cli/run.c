@@ -85,16 +85,13 @@ static int finished_budget(const local_t *lc, const fl_child_t *c) {
 static int spawn_kid(local_t *lc, int i);
 
 /* Why child i cannot be restarted after its death at `now` (a reason), or NULL when it
- * can: the restart rule of cli/proc.h (fl_restart_after, which sets *wait), and a
- * gorila-mode parameter-server shard never. */
+ * can: the restart rule of cli/proc.h (fl_restart_after, which sets *wait). (A gorila
+ * parameter-server shard restarts from its checkpoint: kid_args.) */
 static const char *not_restartable(local_t *lc, int i, double now, double *wait) {
     const fl_config_t *cfg = fl_launch_config(lc->L);
     const char *why = NULL;
     *wait = fl_restart_after(&lc->sup[i].rule, now, cfg->run_max_restarts, &why);
-    if (why) return why;
-    if (strcmp(lc->kids[i].role, "paramserver") == 0 && cfg->learner_mode == FL_CFG_MODE_GORILA)
-        return "in gorila mode a parameter-server shard holds the only copy of its slice of the parameters";
-    return NULL;
+    return why;
 }
 
 /* Child i died on its own: schedules its restart (1) or writes why the fleet must stop (0). */
@@ -238,10 +235,17 @@ static void kid_args(local_t *lc, int i, int restart, kid_args_t *a) {
         snprintf(a->idx, sizeof a->idx, "%d", replay ? i : i - lc->R);
         v[n++] = "--shard";
         v[n++] = a->idx;
-        /* Without the write-ahead log a shard starts from its last checkpoint; with it,
-         * the shard recovers from the checkpoint folder by itself. */
-        snprintf(a->file, sizeof a->file, "%s/shard-%d.ckpt", dir, i);
-        if (replay && (resume || restart) && !fl_options_replay_wal(cfg) && dir[0] && access(a->file, R_OK) == 0) {
+        /* Without the write-ahead log a replay shard starts from its last checkpoint;
+         * with it, the shard recovers from the checkpoint folder by itself. A gorila
+         * parameter-server shard starts from its last checkpoint (an apex one gets its
+         * parameters from the learner again). */
+        int gorila = !replay && cfg->learner_mode == FL_CFG_MODE_GORILA;
+        if (replay)
+            snprintf(a->file, sizeof a->file, "%s/shard-%d.ckpt", dir, i);
+        else
+            snprintf(a->file, sizeof a->file, "%s/paramserver-%d.safetensors", dir, i - lc->R);
+        if ((replay ? !fl_options_replay_wal(cfg) : gorila) && (resume || restart) && dir[0] &&
+            access(a->file, R_OK) == 0) {
             v[n++] = "--restore";
             v[n++] = a->file;
         }

@@ -6,26 +6,54 @@
  * SIGINT/SIGTERM or until the launcher's Control service asks it to stop, reporting the
  * held version to the launcher when --control is given. --ready-fd lets a launcher learn
  * the bound address (useful with port 0). The verb is the parameter server's callbacks
- * for cli/service_main.h, which owns the skeleton. Exit codes: 0 after a requested stop,
- * 1 when serving fails, 2 for usage and configuration errors. One thread. */
+ * for cli/service_main.h, which owns the skeleton.
+ *
+ * Gorila checkpoints (paramserver/checkpoint.h): a gorila shard writes
+ * <run.checkpoint_dir>/paramserver-<shard>.safetensors every run.checkpoint_every seconds
+ * (0 = only then) and when it stops; `--restore FILE` loads one before it serves (a file
+ * that does not match the config is refused, exit 2), so that `fleet run` can restart a
+ * killed shard. A failed periodic checkpoint is logged and the shard serves on.
+ *
+ * Exit codes: 0 after a requested stop, 1 when serving fails, 2 for usage and
+ * configuration errors. One thread. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/config.h"
+#include "common/clock.h"
 #include "common/control.h"
 #include "common/log.h"
 #include "cli/cli.h"
 #include "cli/options.h"
 #include "cli/service_main.h"
 #include "cli/verbs.h"
+#include "paramserver/checkpoint.h"
 #include "paramserver/server.h"
 
 typedef struct ps_verb {
     fl_paramserver_service_t *svc;
     fl_reporter_t *rep; /* to the launcher's Control */
     int64_t shard;
+    char restore[256];    /* --restore FILE ("" = none) */
+    char ckpt_path[1100]; /* gorila with run.checkpoint_dir: where its checkpoints go ("" = none) */
+    double ckpt_every, last_ckpt;
 } ps_verb_t;
+
+/* Writes the gorila checkpoint (when there is a folder); failures are logged. */
+static void checkpoint(ps_verb_t *pv) {
+    if (!pv->ckpt_path[0]) return;
+    pv->last_ckpt = fl_clock_sec();
+    fl_err_t err;
+    fl_err_init(&err);
+    int saved = 0;
+    if (fl_paramserver_service_checkpoint(pv->svc, pv->ckpt_path, &saved, &err) != FL_OK)
+        FL_WARN("paramserver shard %" PRId64 " checkpoint failed: %s", pv->shard, err.msg);
+    else if (saved)
+        FL_DEBUG("paramserver shard %" PRId64 " checkpoint %s", pv->shard, pv->ckpt_path);
+}
 
 static uint64_t held_version(fl_paramserver_service_t *svc) {
     fl_param_store_info_t in;
@@ -55,9 +83,34 @@ static int create(void *ctx, const fl_service_args_t *a) {
     fl_paramserver_service_opts_t po;
     fl_status st = fl_options_paramserver(&a->cfg, &po, &err);
     if (st == FL_OK) st = fl_paramserver_service_create(&po, (int)a->shard, &pv->svc, &err);
-    if (st == FL_OK) return 0;
-    FL_ERROR("%s", err.msg);
-    return st == FL_INVALID_ARGUMENT ? 2 : 1;
+    if (st != FL_OK) {
+        FL_ERROR("%s", err.msg);
+        return st == FL_INVALID_ARGUMENT ? 2 : 1;
+    }
+    int gorila = po.mode == FL_PARAMSERVER_GORILA;
+    if (pv->restore[0]) {
+        uint64_t version = 0;
+        if (!gorila)
+            st = fl_err_set(&err, FL_INVALID_ARGUMENT, "--restore %s: only a gorila shard (learner.mode = gorila) is "
+                            "restored; an apex shard gets its parameters from the learner again", pv->restore);
+        else
+            st = fl_paramserver_service_restore(pv->svc, pv->restore, &version, &err);
+        if (st != FL_OK) {
+            FL_ERROR("%s", err.msg);
+            fl_paramserver_service_destroy(pv->svc);
+            pv->svc = NULL;
+            return st == FL_NO_MEMORY || st == FL_INTERNAL ? 1 : 2;
+        }
+        FL_INFO("paramserver shard %" PRId64 " restored from %s at version %" PRIu64, pv->shard, pv->restore, version);
+    }
+    if (gorila && po.checkpoint_dir && po.checkpoint_dir[0]) {
+        if (mkdir(po.checkpoint_dir, 0755) != 0 && errno != EEXIST)
+            FL_WARN("paramserver: cannot create %s: %s", po.checkpoint_dir, strerror(errno));
+        fl_param_checkpoint_path(po.checkpoint_dir, (int)a->shard, pv->ckpt_path, sizeof pv->ckpt_path);
+        pv->ckpt_every = po.checkpoint_every_s;
+        pv->last_ckpt = fl_clock_sec();
+    }
+    return 0;
 }
 
 /* Serves, and reports to --control. */
@@ -87,6 +140,7 @@ static int start(void *ctx, const fl_service_args_t *a, char *addr, size_t len) 
 static int tick(void *ctx) {
     ps_verb_t *pv = ctx;
     if (fl_reporter_should_stop(pv->rep)) return 1;
+    if (pv->ckpt_every > 0 && fl_clock_sec() - pv->last_ckpt >= pv->ckpt_every) checkpoint(pv);
     fl_report_t r = {0};
     r.param_version = held_version(pv->svc);
     fl_reporter_tick(pv->rep, &r, 0);
@@ -98,6 +152,7 @@ static void stop(void *ctx, int clean) {
     ps_verb_t *pv = ctx;
     if (clean) FL_INFO("paramserver shard %" PRId64 " stopping", pv->shard);
     fl_paramserver_service_stop(pv->svc);
+    if (clean) checkpoint(pv);
     if (clean && pv->rep) {
         fl_report_t r = {0};
         r.param_version = held_version(pv->svc);
@@ -114,9 +169,12 @@ static void destroy(void *ctx) {
 int fl_verb_paramserver(int argc, char **argv) {
     ps_verb_t pv;
     memset(&pv, 0, sizeof pv);
+    const fl_opt_t opts[] = {{"--restore", FL_OPT_STRING, pv.restore}};
     const fl_service_def_t def = {
         .verb = "paramserver",
         .ready_what = "address",
+        .opts = opts,
+        .nopts = (int)(sizeof opts / sizeof opts[0]),
         .ctx = &pv,
         .check_shard = check_shard,
         .default_listen = default_listen,

@@ -41,7 +41,7 @@ typedef enum { FL_CFG_EVERY_SECONDS, FL_CFG_EVERY_LEARNER_STEPS } fl_cfg_eval_ev
     X(run, out_dir, STRING, "runs", 0, 0, "", "folder under which runs/<name>/ is written")                 \
     X(run, max_restarts, INT, 10, 0, 1000000, "", "`fleet run` (and, under mpirun, each rank) restarts a role process that dies; one that dies within 10 s of its start this many times in a row ends the run (its restarts wait 0.2 s, doubling to 30 s); 0 = a dead role ends the run") \
     X(run, checkpoints, BOOL, 1, 0, 1, "", "checkpoint the whole experiment (learner, replay shards, actors, evaluators, the launcher's figures) in run.checkpoint_dir, so that `fleet run --resume runs/<name>` continues it") \
-    X(run, checkpoint_every, FLOAT, 300, 0, 1e9, "", "seconds between the learner's and the replay shards' checkpoints while the run goes (0 = only when it stops)") \
+    X(run, checkpoint_every, FLOAT, 300, 0, 1e9, "", "seconds between the learner's, the replay shards' and the gorila parameter-server shards' checkpoints while the run goes (0 = only when it stops)") \
     X(run, keep_checkpoints, INT, 3, 1, 1000, "", "learner checkpoints kept (learner-<i>.step-<N>.safetensors beside the latest, learner-<i>.safetensors)") \
     X(run, checkpoint_dir, STRING, "", 0, 0, "", "folder of the experiment's checkpoints; `fleet run` sets it to runs/<name>/checkpoints when run.checkpoints is on") \
     X(run, log_level, ENUM, "info", 0, 0, "debug|info|warn|error", "log verbosity of every role")           \

@@ -26,6 +26,7 @@
 #include "common/methods.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
+#include "paramserver/checkpoint.h"
 #include "paramserver/quantize.h"
 
 struct fl_paramserver_service {
@@ -534,4 +535,14 @@ void fl_paramserver_service_destroy(fl_paramserver_service_t *svc) {
 
 void fl_paramserver_service_info(fl_paramserver_service_t *svc, fl_param_store_info_t *out) {
     fl_param_store_info(svc->store, out);
+}
+
+fl_status fl_paramserver_service_checkpoint(fl_paramserver_service_t *svc, const char *path, int *saved,
+                                            fl_err_t *err) {
+    return fl_param_checkpoint_save(svc->store, path, saved, err);
+}
+
+fl_status fl_paramserver_service_restore(fl_paramserver_service_t *svc, const char *path, uint64_t *version,
+                                         fl_err_t *err) {
+    return fl_param_checkpoint_load(svc->store, path, version, err);
 }

@@ -93,6 +93,9 @@ typedef struct fl_paramserver_service_opts {
     int max_large_messages;                   /* paramserver.max_large_messages, >= 1 */
     int threads; /* handler threads; 0 = max(2, min(8, cores)). Under the wait policy at
                   * least learners + 2 either way (see the file comment). */
+    const char *checkpoint_dir; /* gorila: run.checkpoint_dir ("" or NULL = none), where the process
+                                   (`fleet paramserver`) writes paramserver-<shard>.safetensors */
+    double checkpoint_every_s;  /* gorila: run.checkpoint_every (0 = only when it stops) */
 } fl_paramserver_service_opts_t;
 
 /* The defaults of the keys above: apex, one shard, the Ape-X RMSProp (lr 6.25e-5,
@@ -118,6 +121,16 @@ void fl_paramserver_service_destroy(fl_paramserver_service_t *svc);
 
 /* The held version and counters, as Info reports them. */
 void fl_paramserver_service_info(fl_paramserver_service_t *svc, fl_param_store_info_t *out);
+
+/* Gorila checkpoints (paramserver/checkpoint.h). Checkpoint writes the shard's state to
+ * path (*saved = 0 while nothing is published) and may run while the service serves;
+ * restore loads one into a service that holds nothing yet (before start), refusing a
+ * file that does not match its configuration; *version (may be NULL) gets the restored
+ * version. */
+fl_status fl_paramserver_service_checkpoint(fl_paramserver_service_t *svc, const char *path, int *saved,
+                                            fl_err_t *err);
+fl_status fl_paramserver_service_restore(fl_paramserver_service_t *svc, const char *path, uint64_t *version,
+                                         fl_err_t *err);
 
 /* ---- internal: the handlers without gRPC (tests/fuzz/fuzz_paramserver.c) ----
  *

@@ -55,6 +55,7 @@ struct fl_param_store {
     float *backup;    /* (n + optimizer state) the values before a step, restored when the step
                          made one of them non-finite; NULL for an empty slice */
     int stopping;
+    int restored; /* from a checkpoint: a push from a lost version is taken (store.h) */
     atomic_uint_fast64_t publishes, fetches, fetches_with_params, fetches_bf16, push_bytes;
     atomic_uint_fast64_t pushes_applied, pushes_dropped, waits, wait_timeouts;
     atomic_uint_fast64_t hist[FL_PARAM_STALENESS_BUCKETS];
@@ -508,6 +509,14 @@ fl_status fl_param_store_push(fl_param_store_t *s, uint32_t learner, uint64_t ba
     st = check_geometry(s, "grads", offset, total, n, err);
     pthread_mutex_unlock(&s->mu);
     if (st != FL_OK) goto out;
+    if (based_on_version > held && s->restored &&
+        (s->o.max_version_step == 0 || based_on_version - held <= s->o.max_version_step)) {
+        /* a version this shard made before its restart and lost: go on from there */
+        pthread_mutex_lock(&s->mu);
+        atomic_store(&s->version, based_on_version);
+        pthread_mutex_unlock(&s->mu);
+        held = based_on_version;
+    }
     if (based_on_version > held) {
         st = fl_err_set(err, FL_FAILED_PRECONDITION,
                         "based_on_version: %" PRIu64 " is newer than the held version %" PRIu64
@@ -617,4 +626,129 @@ void fl_param_store_info(fl_param_store_t *s, fl_param_store_info_t *out) {
     out->wait_timeouts = atomic_load(&s->wait_timeouts);
     for (int i = 0; i < FL_PARAM_STALENESS_BUCKETS; i++) out->staleness_hist[i] = atomic_load(&s->hist[i]);
     out->uptime_s = fl_clock_sec() - s->t0;
+}
+
+const fl_param_store_opts_t *fl_param_store_opts(const fl_param_store_t *s) { return &s->o; }
+
+void fl_param_store_state_free(fl_param_store_state_t *st) {
+    if (!st) return;
+    free(st->params);
+    free(st->optim);
+    free(st->clocks);
+    st->params = st->optim = NULL;
+    st->clocks = NULL;
+}
+
+fl_status fl_param_store_capture(fl_param_store_t *s, fl_param_store_state_t *out, int *have, fl_err_t *err) {
+    memset(out, 0, sizeof *out);
+    *have = 0;
+    if (!s->o.gorila)
+        return fl_err_set(err, FL_FAILED_PRECONDITION,
+                          "paramserver checkpoint: only a gorila shard (learner.mode = gorila) keeps state of its own");
+    pthread_mutex_lock(&s->live_mu);
+    if (!s->live) {
+        pthread_mutex_unlock(&s->live_mu);
+        return FL_OK;
+    }
+    size_t n = s->n, ns = s->opt ? fl_optim_state_size(s->opt) : 0;
+    out->params = malloc(n ? 4 * n : 1);
+    out->optim = ns ? malloc(4 * ns) : NULL;
+    out->clocks = malloc(sizeof *out->clocks * (size_t)s->o.learners);
+    if (!out->params || (ns && !out->optim) || !out->clocks) {
+        pthread_mutex_unlock(&s->live_mu);
+        fl_param_store_state_free(out);
+        return fl_err_set(err, FL_NO_MEMORY, "paramserver checkpoint: out of memory for a copy of %zu parameters", n);
+    }
+    if (n) memcpy(out->params, s->live, 4 * n);
+    if (ns) memcpy(out->optim, fl_optim_state(s->opt), 4 * ns);
+    memcpy(out->clocks, s->clocks, sizeof *out->clocks * (size_t)s->o.learners);
+    out->optim_size = ns;
+    out->optim_steps = s->opt ? fl_optim_steps(s->opt) : 0;
+    out->learners = s->o.learners;
+    out->version = atomic_load(&s->version); /* stable while live_mu is held */
+    out->offset = s->offset, out->total = s->total, out->n = n;
+    out->publishes = atomic_load(&s->publishes);
+    out->pushes_applied = atomic_load(&s->pushes_applied);
+    out->pushes_dropped = atomic_load(&s->pushes_dropped);
+    out->waits = atomic_load(&s->waits);
+    out->wait_timeouts = atomic_load(&s->wait_timeouts);
+    for (int i = 0; i < FL_PARAM_STALENESS_BUCKETS; i++) out->staleness_hist[i] = atomic_load(&s->hist[i]);
+    pthread_mutex_unlock(&s->live_mu);
+    *have = 1;
+    return FL_OK;
+}
+
+fl_status fl_param_store_restore(fl_param_store_t *s, const fl_param_store_state_t *in, fl_err_t *err) {
+    if (!s->o.gorila)
+        return fl_err_set(err, FL_FAILED_PRECONDITION,
+                          "paramserver restore: an apex shard (learner.mode = apex) is not restored: the learner "
+                          "publishes its parameters again");
+    if (in->version == 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver restore: version 0 (expected a published version)");
+    if (in->learners != s->o.learners)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver restore: %d learner clocks, expected learner.count = %d",
+                          in->learners, s->o.learners);
+    FL_TRY(check_slice(s, "params", in->offset, in->total, in->n, err));
+    size_t n = in->n;
+    uint32_t bits = 0;
+    size_t bad = first_non_finite((const uint8_t *)in->params, n, &bits);
+    if (bad < n)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver restore: parameter %zu of the slice is %s", bad,
+                          non_finite_name(bits));
+    fl_status st = FL_OK;
+    fl_optim_t *opt = NULL;
+    float *live = malloc(n ? 4 * n : 1), *scratch = malloc(n ? 4 * n : 1), *backup = NULL;
+    snap *p = build_snapshot(in->version, in->offset, in->total, in->params, n);
+    if (!live || !scratch || !p) {
+        st = fl_err_set(err, FL_NO_MEMORY, "paramserver restore: out of memory for %zu parameters", n);
+        goto fail;
+    }
+    if (n) {
+        if ((st = fl_optim_create(&s->o.optim, n, &opt, err)) != FL_OK) goto fail;
+        if (in->optim_size != fl_optim_state_size(opt) || !in->optim) {
+            st = fl_err_set(err, FL_INVALID_ARGUMENT,
+                            "paramserver restore: %zu optimizer state values, expected %zu (%s over %zu parameters)",
+                            in->optim_size, fl_optim_state_size(opt), fl_optim_kind_name(s->o.optim.kind), n);
+            goto fail;
+        }
+        if (!(backup = malloc(4 * (n + in->optim_size)))) {
+            st = fl_err_set(err, FL_NO_MEMORY, "paramserver restore: out of memory for %zu parameters", n);
+            goto fail;
+        }
+        memcpy(live, in->params, 4 * n);
+        memcpy(fl_optim_state(opt), in->optim, 4 * in->optim_size);
+        fl_optim_set_steps(opt, in->optim_steps);
+    }
+    pthread_mutex_lock(&s->live_mu);
+    pthread_mutex_lock(&s->mu);
+    if (s->cur) {
+        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_unlock(&s->live_mu);
+        st = fl_err_set(err, FL_FAILED_PRECONDITION,
+                        "paramserver restore: this shard already holds version %" PRIu64 " (restore before serving)",
+                        atomic_load(&s->version));
+        goto fail;
+    }
+    s->cur = p;
+    atomic_store(&s->version, in->version);
+    atomic_store(&s->publishes, in->publishes);
+    pthread_mutex_unlock(&s->mu);
+    s->live = live, s->scratch = scratch, s->backup = backup, s->opt = opt;
+    s->n = n, s->offset = in->offset, s->total = in->total;
+    memcpy(s->clocks, in->clocks, sizeof *s->clocks * (size_t)s->o.learners);
+    s->restored = 1;
+    atomic_store(&s->pushes_applied, in->pushes_applied);
+    atomic_store(&s->pushes_dropped, in->pushes_dropped);
+    atomic_store(&s->waits, in->waits);
+    atomic_store(&s->wait_timeouts, in->wait_timeouts);
+    for (int i = 0; i < FL_PARAM_STALENESS_BUCKETS; i++) atomic_store(&s->hist[i], in->staleness_hist[i]);
+    pthread_mutex_unlock(&s->live_mu);
+    return FL_OK;
+fail:
+    free(live);
+    free(scratch);
+    free(backup);
+    fl_optim_destroy(opt);
+    snap_unref(p);
+    return st;
 }

@@ -168,6 +168,40 @@ void fl_param_snapshot_release(const fl_param_snapshot_t *snap);
 void fl_param_store_count_bf16(fl_param_store_t *s);
 void fl_param_store_count_push_bytes(fl_param_store_t *s, uint64_t bytes);
 
+/* ---- checkpoints (gorila; paramserver/checkpoint.h writes and reads the files) ----
+ *
+ * What a gorila shard needs to go on after a restart: a copy of its slice, of the
+ * optimizer's state over it and of the version and counters. */
+typedef struct fl_param_store_state {
+    uint64_t version, offset, total;
+    size_t n;
+    float *params;        /* (n) */
+    float *optim;         /* (optim_size): the optimizer's slots, one after another; NULL for an empty slice */
+    size_t optim_size;
+    int64_t optim_steps;
+    int learners;
+    uint64_t *clocks;     /* (learners) applied pushes per learner (the wait policy's clocks) */
+    uint64_t publishes, pushes_applied, pushes_dropped, waits, wait_timeouts;
+    uint64_t staleness_hist[FL_PARAM_STALENESS_BUCKETS];
+} fl_param_store_state_t;
+
+/* The options the store was created with. */
+const fl_param_store_opts_t *fl_param_store_opts(const fl_param_store_t *s);
+/* Copies the state under the store's lock (pushes wait only for the copy). *have = 0 and
+ * nothing copied while nothing is published; FL_FAILED_PRECONDITION in apex mode;
+ * FL_NO_MEMORY. Free with fl_param_store_state_free. */
+fl_status fl_param_store_capture(fl_param_store_t *s, fl_param_store_state_t *out, int *have, fl_err_t *err);
+void fl_param_store_state_free(fl_param_store_state_t *st); /* frees the arrays; NULL is a no-op */
+/* Installs a captured state (the caller checked it against the config: the slice, the
+ * optimizer's kind and sizes, learners) into a store that holds nothing yet:
+ * FL_FAILED_PRECONDITION in apex mode or once something is held, FL_INVALID_ARGUMENT for
+ * a slice that is not this shard's or arrays of the wrong size, FL_NO_MEMORY. After a
+ * restore, a push based on a version newer than the held one (the versions the shard
+ * lost since its checkpoint) is applied as a fresh one (staleness 0) and moves the held
+ * version to based_on_version + 1 (within max_version_step), so that no client sees the
+ * version go back. */
+fl_status fl_param_store_restore(fl_param_store_t *s, const fl_param_store_state_t *in, fl_err_t *err);
+
 /* The latest version (0 = none); lock-free. */
 uint64_t fl_param_store_version(const fl_param_store_t *s);
 void fl_param_store_info(fl_param_store_t *s, fl_param_store_info_t *out);
