@@ -195,7 +195,7 @@ static void test_killed_shard_restored(void **state) {
     snprintf(path, sizeof path, "%s/kill/events.log", g_tmp);
     char *events = read_file(path);
     assert_non_null(events);
-    fprintf(stderr, "events.log:\n%s\n", events);
+    fprintf(stderr, "events.log:\n%s\n", events ? events : "");
     assert_non_null(strstr(events, "killed by signal 9"));
     assert_non_null(strstr(events, "restarted paramserver"));
     assert_non_null(strstr(log, "restored from"));
