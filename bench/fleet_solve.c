@@ -8,7 +8,8 @@
  *   --limit   run.max_seconds of each run (default 300); a run that hits it counts as
  *             not solved
  *   --chaos   every S seconds (0.5 S .. 1.5 S, at random) a random role of the fleet gets
- *             SIGKILL while it runs (the launcher restarts it); each row then also
+ *             SIGKILL while it runs, until the launcher starts stopping the fleet (the
+ *             launcher restarts it); each row then also
  *             prints the kills and the restarts summary.txt counted. Learner checkpoints
  *             every 2 s (run.checkpoint_every), as a restarted learner resumes from its
  *             latest one. */
@@ -41,6 +42,17 @@ static int kv(const char *path, const char *key, char *out, size_t len) {
             break;
         }
     }
+    fclose(f);
+    return found;
+}
+
+/* 1 once the launcher's output says the fleet is being stopped. */
+static int stopping(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) found = strstr(line, "fleet run: stopping the fleet") != NULL;
     fclose(f);
     return found;
 }
@@ -105,10 +117,12 @@ int main(int argc, char **argv) {
         snprintf(set_name, sizeof set_name, "run.name=seed%d", s);
         snprintf(set_seed, sizeof set_seed, "run.seed=%d", s);
         snprintf(set_limit, sizeof set_limit, "run.max_seconds=%g", limit);
+        char out_path[PATH_MAX + 32];
+        snprintf(out_path, sizeof out_path, "%s/seed%d.out", tmp, s);
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
-            FILE *devnull = freopen("/dev/null", "w", stdout);
+            FILE *devnull = freopen(out_path, "w", stdout);
             (void)devnull;
             devnull = freopen("/dev/null", "w", stderr);
             execl(fleet, "fleet", "run", config, "--set", set_dir, "--set", set_name, "--set", set_seed, "--set",
@@ -122,6 +136,7 @@ int main(int argc, char **argv) {
             rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
             for (double w = 0; w < wait && waitpid(pid, &status, WNOHANG) == 0; w += 0.05) usleep(50000);
             if (kill(pid, 0) != 0) break;
+            if (stopping(out_path)) continue; /* a role killed now would be an unclean end */
             char role[16];
             kills += chaos_kill_one(pid, &rng, role, sizeof role) != 0;
         }

@@ -160,7 +160,10 @@ static void apply_ack(fl_replay_writer_t *w, uint64_t last) {
 
 /* Records a failed call: everything pending goes out again on the next one. */
 static void mark_failed(fl_replay_writer_t *w, const fl_err_t *e) {
-    if (!w->failed)
+    if (!w->failed && fl_stop_requested()) /* a call cancelled by the stop: the flush sends it */
+        FL_DEBUG("replay writer %" PRIu64 ": %s; %" PRIu64 " transitions pending for the last flush", w->stream_id,
+                 e->msg, w->pending);
+    else if (!w->failed)
         FL_WARN("replay writer %" PRIu64 ": %s; %" PRIu64 " transitions pending, will resend", w->stream_id, e->msg,
                 w->pending);
     w->failed = 1;
