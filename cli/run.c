@@ -208,7 +208,15 @@ static char *address_list(const fl_child_t *kids, int from, int n) {
 }
 
 
-static const char *kid_role(const local_t *lc, int i, int *index);
+/* The role and index of child i. */
+static const char *kid_role(const local_t *lc, int i, int *index) {
+    int k = i;
+    if (k < lc->R) return *index = k, "replay";
+    if ((k -= lc->R) < lc->P) return *index = k, "paramserver";
+    if ((k -= lc->P) < lc->NL) return *index = k, "learner";
+    if ((k -= lc->NL) < lc->n - lc->R - lc->P - lc->NL - lc->NE) return *index = k, "actor";
+    return *index = k - (lc->n - lc->R - lc->P - lc->NL - lc->NE), "evaluator";
+}
 
 /* The command line of child i (`fleet ROLE` + v): its first start, or its restart
  * number `restart` (>= 1). */
@@ -284,15 +292,6 @@ static void kid_args(local_t *lc, int i, int restart, kid_args_t *a) {
     }
 }
 
-/* The role and index of child i. */
-static const char *kid_role(const local_t *lc, int i, int *index) {
-    int k = i;
-    if (k < lc->R) return *index = k, "replay";
-    if ((k -= lc->R) < lc->P) return *index = k, "paramserver";
-    if ((k -= lc->P) < lc->NL) return *index = k, "learner";
-    if ((k -= lc->NL) < lc->n - lc->R - lc->P - lc->NL - lc->NE) return *index = k, "actor";
-    return *index = k - (lc->n - lc->R - lc->P - lc->NL - lc->NE), "evaluator";
-}
 
 /* Restarts child i (its supervision counted the restart): a service must come back on
  * the address its clients know. 0, or -1 (its death is seen on the next look). */
