@@ -8,16 +8,29 @@
  *   minatar  MinAtar: (10, 10, 4) -> conv(16,3,1) relu flatten dense(128) relu dueling, 6 actions
  *   nature   Atari: (84, 84, 4) -> conv(32,8,4) relu conv(64,4,2) relu conv(64,3,1) relu flatten
  *            dense(512) relu dueling, 18 actions (the Nature DQN torso)
- * Batches: 128 and 512 for mlp, 32 and 512 for minatar and nature. BLAS threads 1 and 2
- * (openblas_set_num_threads; torch.set_num_threads on the PyTorch side). Inputs are
- * random floats in [0, 1) made before the clock starts; each case runs --seconds after a
- * short warm-up (at least 2 updates).
+ * Batches: 128 and 512 for mlp, 32 and 512 for minatar and nature. Inputs are random
+ * floats in [0, 1) made before the clock starts; each configuration of each case runs
+ * --seconds after a short warm-up (at least 2 updates).
  *
  * PyTorch: bench/learner_bench_torch.py (found next to this file's source, or given with
  * --torch-script) run with /usr/bin/python3 (or --python PATH; Debian's python3-torch
- * belongs to the system interpreter) for the same case, one process per case; skipped
- * with a note when it cannot import torch (Debian: apt-get install python3-torch). The
- * ratio column is fleet's updates/s over PyTorch's.
+ * belongs to the system interpreter) for the same case, one process per configuration;
+ * skipped with a note when it cannot import torch (Debian: apt-get install python3-torch).
+ *
+ * Best against best. Each case (network x batch) runs every configuration of each side,
+ * one per entry T of --threads (default 1,2):
+ *   fleet    T BLAS threads (openblas_set_num_threads(T));
+ *   PyTorch  torch.set_num_threads(T) with OMP_NUM_THREADS=T and OPENBLAS_NUM_THREADS=1 in
+ *            its environment: torch's own threads run the convolutions and elementwise ops,
+ *            and OpenBLAS (Debian's torch calls it for its dense layers) must not start as
+ *            many again on the same cores.
+ * A row per configuration (threads T on both sides; its ratio is fleet's updates/s over
+ * PyTorch's), then per case fleet's best configuration, PyTorch's best and the ratio of the
+ * bests. FLOP per update are counted from the network's layers (bench/flops.h says exactly
+ * what is counted: 5 F - F1 per sample for a forward of F FLOP and a first layer of F1)
+ * and give each best's GFLOP/s, next to the machine's peak FP32 FLOP/s, measured at the
+ * start (bench/flops.h: cores x FMA units x vector width x 2 x clock, one core timed on
+ * independent vector FMAs).
  *
  * GPU rows (when fleet was built with CUDA and a GPU is present; one line says they are
  * skipped otherwise, or with --no-gpu): the same cases through learner/dqn_cuda.h
@@ -36,6 +49,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/flops.h"
 #include "common/clock.h"
 #include "common/rng.h"
 #include "kernels/optim.h"
@@ -187,13 +201,18 @@ done:
     return rate;
 }
 
-/* PyTorch's updates/s from the script; < 0 when it cannot run. version gets torch's.
- * extra: more arguments for the script ("" for the CPU rows). */
+/* OpenBLAS's threads in every PyTorch configuration (see the header). */
+#define TORCH_OPENBLAS_THREADS 1
+
+/* PyTorch's updates/s from the script at `threads` torch threads (OMP_NUM_THREADS the
+ * same, OPENBLAS_NUM_THREADS=TORCH_OPENBLAS_THREADS); < 0 when it cannot run. version gets
+ * torch's. extra: more arguments for the script ("" for the CPU rows). */
 static double torch_rate(const opts_t *o, const netcase_t *c, int B, int threads, const char *extra, char *version,
                          size_t len) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' '%s' --case %s --batch %d --threads %d --seconds %g%s", o->python, o->script,
-             c->name, B, threads, o->seconds, extra);
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d '%s' '%s' --case %s --batch %d --threads %d --seconds %g%s",
+             threads, TORCH_OPENBLAS_THREADS, o->python, o->script, c->name, B, threads, o->seconds, extra);
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     double rate = -1;
@@ -360,6 +379,144 @@ static int gpu_rows(const opts_t *o, int have_torch) {
 #endif
 }
 
+/* ---- CPU rows: every configuration, then best against best ------------------------- */
+
+/* FLOP of one update of case c at batch B (bench/flops.h); < 0 when the network cannot
+ * be built. */
+static double update_flops(const netcase_t *c, int B) {
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_qnet_t *n = NULL;
+    if (fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, 1, &n, &e) != FL_OK) {
+        die("network", &e);
+        return -1;
+    }
+    const double f = fl_flops_count_dqn_update(n, B);
+    fl_qnet_destroy(n);
+    return f;
+}
+
+static void print_peak(const opts_t *o, const fl_flops_peak_t *p) {
+    if (o->json) {
+        if (!p->ok) {
+            printf("{\"bench\":\"peak_fp32\",\"case\":\"cpu\",\"measured\":0,\"why\":\"%s\",\"cores\":%ld}\n", p->isa,
+                   o->cores);
+            return;
+        }
+        printf("{\"bench\":\"peak_fp32\",\"case\":\"cpu\",\"measured\":1,\"isa\":\"%s\",\"vector_floats\":%d,"
+               "\"fma_units\":%d,\"fma_per_cycle\":%.4g,\"add_clock_ghz\":%.4g,"
+               "\"core_gflops\":%.4g,\"clock_ghz\":%.4g,\"peak_gflops\":%.4g,\"cores\":%ld}\n",
+               p->isa, p->vector_floats, p->fma_units, p->fma_per_cycle, p->add_clock_hz / 1e9,
+               p->core_flops / 1e9, p->clock_hz / 1e9, p->peak_flops / 1e9, o->cores);
+        return;
+    }
+    char line[1024];
+    fl_flops_describe_peak(p, line, sizeof line);
+    printf("learner_bench: %s\n", line);
+}
+
+/* The best of n rates (the index; -1 when none is > 0). */
+static int best_of(const double *rate, int n) {
+    int b = -1;
+    for (int i = 0; i < n; i++)
+        if (rate[i] > 0 && (b < 0 || rate[i] > rate[b])) b = i;
+    return b;
+}
+
+/* One case's figures for the closing table. */
+typedef struct best_row {
+    const netcase_t *c;
+    int B;
+    double flop;          /* per update */
+    double fleet, torch;  /* best updates/s; <= 0: none */
+    int fleet_t, torch_t; /* their threads */
+} best_row_t;
+
+static void format_rate(char *buf, size_t len, double rate, int threads, double flop) {
+    if (rate > 0) snprintf(buf, len, "%11.1f %3d %8.1f", rate, threads, rate * flop / 1e9);
+    else snprintf(buf, len, "%11s %3s %8s", "-", "-", "-");
+}
+
+static void print_best(const opts_t *o, const best_row_t *r, const fl_flops_peak_t *peak) {
+    const double ratio = r->fleet > 0 && r->torch > 0 ? r->fleet / r->torch : 0.0;
+    if (o->json) {
+        printf("{\"bench\":\"learner_best\",\"case\":\"%s\",\"batch\":%d,\"flop_per_update\":%.6g,"
+               "\"fleet_best_updates_per_s\":%.4g,\"fleet_best_threads\":%d,\"fleet_best_gflops\":%.4g,"
+               "\"torch_best_updates_per_s\":%.4g,\"torch_best_threads\":%d,\"torch_best_openblas_threads\":%d,"
+               "\"torch_best_gflops\":%.4g,\"ratio_of_bests\":%.4g,\"peak_gflops\":%.4g,\"core_peak_gflops\":%.4g,"
+               "\"cores\":%ld}\n",
+               r->c->name, r->B, r->flop, r->fleet, r->fleet_t, r->fleet * r->flop / 1e9, r->torch, r->torch_t,
+               TORCH_OPENBLAS_THREADS, r->torch > 0 ? r->torch * r->flop / 1e9 : 0.0, ratio,
+               peak->ok ? peak->peak_flops / 1e9 : 0.0, peak->ok ? peak->core_flops / 1e9 : 0.0, o->cores);
+        return;
+    }
+    char fb[64], tb[64], rb[32] = "-", pb[32] = "-";
+    format_rate(fb, sizeof fb, r->fleet, r->fleet_t, r->flop);
+    format_rate(tb, sizeof tb, r->torch, r->torch_t, r->flop);
+    if (ratio > 0) snprintf(rb, sizeof rb, "%.2fx", ratio);
+    if (peak->ok) snprintf(pb, sizeof pb, "%.1f", peak->peak_flops / 1e9);
+    printf("%-8s %6d %10.2f %s %s %8s %10s\n", r->c->name, r->B, r->flop / 1e6, fb, tb, rb, pb);
+}
+
+/* Every configuration of every case, a row each, then the bests; 0, or 1 when a fleet
+ * update failed. */
+static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak) {
+    char version[64] = "";
+    best_row_t best[NUM_CASES * 2];
+    int n_best = 0;
+    if (!o->json) {
+        printf("PyTorch at T threads: torch.set_num_threads(T), OMP_NUM_THREADS=T, OPENBLAS_NUM_THREADS=%d\n",
+               TORCH_OPENBLAS_THREADS);
+        printf("%-8s %6s %7s %14s %14s %14s %8s\n", "network", "batch", "threads", "fleet upd/s", "fleet smp/s",
+               "torch upd/s", "ratio");
+    }
+    for (int k = 0; k < NUM_CASES; k++) {
+        if (o->only >= 0 && o->only != k) continue;
+        const netcase_t *c = &CASES[k];
+        for (int bi = 0; bi < 2; bi++) {
+            const int B = c->batches[bi];
+            const double flop = update_flops(c, B);
+            if (flop < 0) return 1;
+            double f[4], t[4];
+            for (int ti = 0; ti < o->n_threads; ti++) {
+                const int T = o->threads[ti];
+                f[ti] = fleet_rate(c, B, T, o->seconds);
+                if (f[ti] < 0) return 1;
+                t[ti] = have_torch ? torch_rate(o, c, B, T, "", version, sizeof version) : -1;
+                if (o->json) {
+                    printf("{\"bench\":\"learner\",\"case\":\"%s\",\"batch\":%d,\"threads\":%d,"
+                           "\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,"
+                           "\"ratio\":%.4g,"
+                           "\"torch_openblas_threads\":%d,\"flop_per_update\":%.6g,\"fleet_gflops\":%.4g,"
+                           "\"torch_gflops\":%.4g,\"cores\":%ld}\n",
+                           c->name, B, T, f[ti], f[ti] * B, t[ti], t[ti] > 0 ? f[ti] / t[ti] : 0.0,
+                           TORCH_OPENBLAS_THREADS, flop, f[ti] * flop / 1e9, t[ti] > 0 ? t[ti] * flop / 1e9 : 0.0,
+                           o->cores);
+                } else {
+                    char tb[32] = "-", rb[32] = "-";
+                    if (t[ti] > 0) {
+                        snprintf(tb, sizeof tb, "%.1f", t[ti]);
+                        snprintf(rb, sizeof rb, "%.2fx", f[ti] / t[ti]);
+                    }
+                    printf("%-8s %6d %7d %14.1f %14.0f %14s %8s\n", c->name, B, T, f[ti], f[ti] * B, tb, rb);
+                }
+                fflush(stdout);
+            }
+            const int fi = best_of(f, o->n_threads), ti = best_of(t, o->n_threads);
+            best_row_t r = {c, B, flop, f[fi], ti >= 0 ? t[ti] : -1, o->threads[fi], ti >= 0 ? o->threads[ti] : 0};
+            if (o->json) print_best(o, &r, peak);
+            best[n_best++] = r;
+        }
+    }
+    if (o->json) return 0;
+    printf("\nbest against best (each side's fastest configuration; GFLOP/s = updates/s x FLOP per update, counted as "
+           "bench/flops.h says; peak: the machine's, all cores)\n");
+    printf("%-8s %6s %10s %11s %3s %8s %11s %3s %8s %8s %10s\n", "network", "batch", "MFLOP/upd", "fleet upd/s",
+           "thr", "GFLOP/s", "torch upd/s", "thr", "GFLOP/s", "ratio", "peak GF/s");
+    for (int i = 0; i < n_best; i++) print_best(o, &best[i], peak);
+    return 0;
+}
+
 static int parse_threads(const char *s, opts_t *o) {
     o->n_threads = 0;
     while (*s && o->n_threads < 4) {
@@ -404,37 +561,14 @@ int main(int argc, char **argv) {
     o.cores = sysconf(_SC_NPROCESSORS_ONLN);
     char version[64] = "";
     int have_torch = o.torch && torch_rate(&o, &CASES[0], 8, 1, "", version, sizeof version) >= 0;
-    if (!o.json) {
+    fl_flops_peak_t peak;
+    fl_flops_measure_peak(o.cores, &peak);
+    print_peak(&o, &peak);
+    if (!o.json)
         printf("learner_bench: %ld cores, full DQN update (double, dueling, 3-step, weights, Huber, clip 40, centered "
-               "RMSProp), %.1f s per case; PyTorch %s\n",
+               "RMSProp), %.1f s per configuration; PyTorch %s\n",
                o.cores, o.seconds, have_torch ? version : "not available (cannot import torch)");
-        printf("%-8s %6s %7s %14s %14s %14s %8s\n", "network", "batch", "threads", "fleet upd/s", "fleet smp/s",
-               "torch upd/s", "ratio");
-    }
-    for (int k = 0; k < NUM_CASES; k++) {
-        if (o.only >= 0 && o.only != k) continue;
-        const netcase_t *c = &CASES[k];
-        for (int bi = 0; bi < 2; bi++)
-            for (int ti = 0; ti < o.n_threads; ti++) {
-                int B = c->batches[bi], T = o.threads[ti];
-                double f = fleet_rate(c, B, T, o.seconds);
-                if (f < 0) return 1;
-                double t = have_torch ? torch_rate(&o, c, B, T, "", version, sizeof version) : -1;
-                if (o.json) {
-                    printf("{\"bench\":\"learner\",\"case\":\"%s\",\"batch\":%d,\"threads\":%d,\"fleet_updates_per_s\":%.4g,"
-                           "\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,\"ratio\":%.4g,\"cores\":%ld}\n",
-                           c->name, B, T, f, f * B, t, t > 0 ? f / t : 0.0, o.cores);
-                } else {
-                    char tb[32] = "-", rb[32] = "-";
-                    if (t > 0) {
-                        snprintf(tb, sizeof tb, "%.1f", t);
-                        snprintf(rb, sizeof rb, "%.2fx", f / t);
-                    }
-                    printf("%-8s %6d %7d %14.1f %14.0f %14s %8s\n", c->name, B, T, f, f * B, tb, rb);
-                }
-                fflush(stdout);
-            }
-    }
+    if (cpu_rows(&o, have_torch, &peak) != 0) return 1;
     if (!o.gpu) {
         fprintf(o.json ? stderr : stdout, "learner_bench: GPU rows skipped (--no-gpu)\n");
         return 0;

@@ -16,6 +16,11 @@ go from (H, W, C) to (C, H, W) there, and the priorities come back to the host a
 end of every update. --tf32 1 allows TF32 in matmuls and cuDNN convolutions (fleet's
 tf32 flag), 0 forbids it.
 
+--threads T is torch.set_num_threads(T). learner_bench runs this script with
+OMP_NUM_THREADS=T and OPENBLAS_NUM_THREADS=1 in its environment (Debian's torch calls
+OpenBLAS for its dense layers, which would otherwise start a thread per core of its own
+next to torch's); run it by hand the same way to get the same configuration.
+
 Prints one line: "<updates/s> <torch version> <threads>".
 Usage: learner_bench_torch.py --case mlp|minatar|nature --batch B --threads T --seconds S
        [--device cpu|cuda] [--tf32 0|1] [--obs-dtype float32|uint8]

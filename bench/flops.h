@@ -1,0 +1,69 @@
+/* flops: what the benches need to turn a rate into FLOP/s and set it against the machine:
+ * the floating-point operations of a Q-network's forward and of one DQN update, counted
+ * from the network's layers, and the CPU's peak FP32 FLOP/s, measured.
+ *
+ * What is counted: 2 FLOP per multiply-add of the layers that hold weights (dense:
+ * in x N per sample; conv(C,K,S,P): C x out_h x out_w x Cin x K x K; the dueling head:
+ * features x (actions + 1)). Not counted: biases, relu, the dueling combination
+ * (V + A - mean A), the uint8 conversion, the loss, argmax, the gradient norm and clip,
+ * the optimizer step (about 10 FLOP per parameter per update, once per batch, not per
+ * sample). With F the forward FLOP of one sample and F1 its first layer's share, one
+ * double-DQN update of a batch of B (learner/dqn.h) counts
+ *   forward:  3 F  (the online network on s_t; the online and the target network on s_{t+n})
+ *   backward: 2 F - F1  (the weight gradient of every layer, F; the input gradient of every
+ *             layer but the first, F - F1: nothing needs the observations' gradient)
+ * so 5 F - F1 per sample, B (5 F - F1) per update.
+ *
+ * Peak FP32 FLOP/s = cores x FMA units x vector width (floats) x 2 x clock:
+ *   vector width from the CPU's flags (/proc/cpuinfo): avx512f -> 16 floats, avx2 with fma
+ *     -> 8; anything else (or a CPU other than x86-64) has no measurement here;
+ *   one core's FLOP/s measured directly: a timed loop of independent vector FMAs (16
+ *     chains of _mm512_fmadd_ps, or 12 of _mm256_fmadd_ps; functions compiled for those
+ *     instructions alone, so the rest of the program keeps the default target), the best
+ *     of 8 runs of about 10 ms on the calling thread;
+ *   FMA units per core assumed 2: two FMA pipes per core, as on server AVX-512 parts and
+ *     on AVX2 cores since Haswell (some client and low-end AVX-512 parts have one for
+ *     512-bit vectors, and AMD's Zen 4 splits each into two 256-bit halves). As a check,
+ *     the vector FMAs per cycle that loop reached, with the cycles counted by a chain of
+ *     dependent register adds (one per cycle on every x86-64 core), run in alternation with
+ *     it: about 2 on a quiet machine where the assumption holds. It is printed, not used:
+ *     on a busy machine the two loops see different shares of the core;
+ *   the clock is implied: one core's FLOP/s / (FMA units x width x 2), the clock the core
+ *     held under that load (which may sit below the scalar loop's on parts that slow
+ *     down for wide vectors);
+ *   the peak is cores x one core's FLOP/s: an upper bound, as all cores busy may run slower.
+ *
+ * Failure: nothing fails; a peak that cannot be measured has ok = 0 and a reason in isa.
+ * Thread-safety: the counts only read the network; the measurement keeps its calling thread
+ * busy for a fraction of a second (about 0.2 s) and shares nothing. */
+#ifndef FL_BENCH_FLOPS_H
+#define FL_BENCH_FLOPS_H
+
+#include <stddef.h>
+
+#include "kernels/qnet.h"
+
+/* FLOP of one sample's forward through n (F above). */
+double fl_flops_count_forward(const fl_qnet_t *n);
+/* FLOP of one double-DQN update of a batch of B through n: B (5 F - F1). */
+double fl_flops_count_dqn_update(const fl_qnet_t *n, int B);
+
+typedef struct fl_flops_peak {
+    int ok;               /* 1: measured; 0: no measurement here (isa says why) */
+    char isa[64];         /* "avx512f", "avx2+fma", or why nothing was measured */
+    int vector_floats;    /* 16 or 8 */
+    int fma_units;        /* per core, as used in the formula: 2, assumed */
+    double fma_per_cycle; /* the check: vector FMAs per cycle of the scalar add chain's clock */
+    double add_clock_hz;  /* dependent scalar adds per second */
+    double core_flops;    /* one core, measured */
+    double clock_hz;      /* implied: core_flops / (fma_units x vector_floats x 2) */
+    long cores;
+    double peak_flops; /* cores x core_flops */
+} fl_flops_peak_t;
+
+/* Measures the peak of a machine of `cores` cores (see above) into *out. */
+void fl_flops_measure_peak(long cores, fl_flops_peak_t *out);
+/* One line that says how p's peak was derived (the formula with its figures). */
+void fl_flops_describe_peak(const fl_flops_peak_t *p, char *buf, size_t len);
+
+#endif
