@@ -1,0 +1,283 @@
+/* inference_bench: the actor's per-step inference on ONE thread, fleet against PyTorch eager.
+ *
+ * One step is what an actor (actors/actor.c, step()) does with a vector of B envs'
+ * observations before it steps them: converts them to floats (fl_dtype_to_float: uint8
+ * x 1/255, float32 copied), runs fl_qnet_forward on the B of them, and picks the actions
+ * (fl_actor_select_actions at epsilon 0: the greedy argmax; it still draws one uniform per
+ * env, as the actor does at any epsilon). Not included: the env steps, the n-step builder
+ * and the initial priorities (two forwards per transition, run when the actor flushes its
+ * local buffer). The same observations are used every step, made before the clock starts.
+ *
+ * Networks (learner_bench's), with observations as the actor has them:
+ *   mlp      CartPole: float32 (4) -> dense(256) relu dense(256) relu dueling, 2 actions
+ *   minatar  MinAtar: uint8 0/1 planes (10, 10, 4), model.input_scale 255 as in
+ *            configs/minatar-*.ini -> conv(16,3,1) relu flatten dense(128) relu dueling,
+ *            6 actions
+ *   nature   Atari: uint8 pixels (84, 84, 4) -> the Nature DQN torso, dense(512) relu
+ *            dueling, 18 actions
+ * Batches (envs per actor) 1, 4, 16, 64. fleet runs with OpenBLAS on 1 thread.
+ *
+ * PyTorch: bench/inference_bench_torch.py (next to this file's source, or --torch-script)
+ * with /usr/bin/python3 (or --python PATH), one process per case, with
+ * OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 in its environment and
+ * torch.set_num_threads(1): float32, torch.inference_mode(); each step takes the numpy
+ * batch (torch.from_numpy), converts it (float(), and / 255 for the Nature CNN's pixels;
+ * MinAtar's 0/1 planes need no scale), runs the network, takes argmax and hands the
+ * actions back as numpy. Its images come as (C, H, W), the layout its convolutions take,
+ * so it pays no transpose (fleet's envs give (H, W, C), and fleet's network takes them as
+ * they are).
+ *
+ * Columns: steps/s and samples/s (steps/s x B) of each side, the ratio of samples/s
+ * (fleet over PyTorch), and GFLOP/s of each: samples/s x one sample's forward FLOP,
+ * counted as bench/flops.h says.
+ *
+ *   inference_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batches 1,4,16,64]
+ *                   [--no-torch] [--torch-script PATH] [--python PATH] */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "actors/actor.h"
+#include "bench/flops.h"
+#include "common/clock.h"
+#include "common/dtype.h"
+#include "common/rng.h"
+#include "kernels/qnet.h"
+
+#ifndef FL_SOURCE_DIR
+#define FL_SOURCE_DIR "."
+#endif
+
+typedef struct netcase {
+    const char *name, *spec;
+    int rank, shape[3], actions;
+    fl_dtype dtype;
+    float input_scale;
+} netcase_t;
+
+static const netcase_t CASES[] = {
+    {"mlp", "dense(256) relu dense(256) relu dueling", 1, {4, 0, 0}, 2, FL_DTYPE_FLOAT32, 1.0f},
+    {"minatar", "conv(16,3,1) relu flatten dense(128) relu dueling", 3, {10, 10, 4}, 6, FL_DTYPE_UINT8, 255.0f},
+    {"nature",
+     "conv(32,8,4) relu conv(64,4,2) relu conv(64,3,1) relu flatten dense(512) relu dueling",
+     3,
+     {84, 84, 4},
+     18,
+     FL_DTYPE_UINT8,
+     1.0f},
+};
+#define NUM_CASES (int)(sizeof CASES / sizeof CASES[0])
+#define MAX_BATCHES 8
+
+typedef struct opts {
+    int json, torch;
+    double seconds;
+    int only; /* case index or -1 */
+    int batches[MAX_BATCHES], n_batches;
+    char script[1024];
+    char python[1024];
+    long cores;
+} opts_t;
+
+/* One actor step's buffers. */
+typedef struct actor_step {
+    fl_qnet_t *net;
+    fl_dtype dtype;
+    int B, A;
+    size_t count; /* observation elements of the batch */
+    void *obs;    /* (B, obs_dim) of dtype */
+    float *obs_f; /* (B, obs_dim) */
+    float *q;     /* (B, A) */
+    int32_t *actions;
+    fl_rng_t rng;
+} actor_step_t;
+
+static fl_status actor_step(actor_step_t *s, fl_err_t *e) {
+    if (fl_dtype_to_float(s->dtype, s->obs, s->count, s->obs_f) != 0)
+        return fl_err_set(e, FL_INTERNAL, "observation dtype conversion failed");
+    fl_status st = fl_qnet_forward(s->net, s->obs_f, s->B, s->q);
+    if (st != FL_OK) return fl_err_set(e, st, "Q-network forward of %d observations failed", s->B);
+    fl_actor_select_actions(s->q, s->B, s->A, 0.0, &s->rng, s->actions);
+    return FL_OK;
+}
+
+/* fleet's steps/s for one case and batch; < 0 on failure. */
+static double fleet_rate(const netcase_t *c, int B, double seconds) {
+    openblas_set_num_threads(1);
+    fl_err_t e;
+    fl_err_init(&e);
+    double rate = -1;
+    actor_step_t s = {.dtype = c->dtype, .B = B, .A = c->actions};
+    if (fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, B, &s.net, &e) != FL_OK) goto fail;
+    fl_rng_init(&s.rng, 1);
+    fl_qnet_init(s.net, &s.rng);
+    fl_qnet_set_input_scale(s.net, c->input_scale);
+    s.count = (size_t)B * (size_t)fl_qnet_obs_dim(s.net);
+    s.obs = malloc(s.count * fl_dtype_size(c->dtype));
+    s.obs_f = malloc(s.count * sizeof(float));
+    s.q = malloc((size_t)B * (size_t)c->actions * sizeof(float));
+    s.actions = malloc((size_t)B * sizeof(int32_t));
+    if (!s.obs || !s.obs_f || !s.q || !s.actions) {
+        fl_err_set(&e, FL_NO_MEMORY, "buffers for a batch of %d", B);
+        goto fail;
+    }
+    for (size_t i = 0; i < s.count; i++) {
+        if (c->dtype == FL_DTYPE_FLOAT32)
+            ((float *)s.obs)[i] = (float)fl_rng_double(&s.rng);
+        else if (c->input_scale > 1)
+            ((uint8_t *)s.obs)[i] = fl_rng_double(&s.rng) < 0.1; /* sparse 0/1 planes */
+        else
+            ((uint8_t *)s.obs)[i] = (uint8_t)fl_rng_below(&s.rng, 256);
+    }
+    for (int k = 0; k < 10; k++)
+        if (actor_step(&s, &e) != FL_OK) goto fail;
+    long n = 0;
+    double t0 = fl_clock_sec(), t;
+    do {
+        if (actor_step(&s, &e) != FL_OK) goto fail;
+        n++;
+        t = fl_clock_sec() - t0;
+    } while (t < seconds || n < 10);
+    rate = (double)n / t;
+    goto done;
+fail:
+    fprintf(stderr, "inference_bench: %s, batch %d: %s\n", c->name, B, e.msg);
+done:
+    free(s.obs), free(s.obs_f), free(s.q), free(s.actions);
+    fl_qnet_destroy(s.net);
+    return rate;
+}
+
+/* PyTorch's steps/s from the script; < 0 when it cannot run. version gets torch's. */
+static double torch_rate(const opts_t *o, const netcase_t *c, int B, char *version, size_t len) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 '%s' '%s' --case %s --batch %d --threads 1 --seconds %g",
+             o->python, o->script, c->name, B, o->seconds);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    double rate = -1;
+    char v[64] = "", line[256] = "";
+    int got = 0;
+    while (fgets(line, sizeof line, p)) /* read everything, so that the script never writes into a closed pipe */
+        if (got != 2) got = sscanf(line, "%lf %63s", &rate, v);
+    int rc = pclose(p);
+    if (got != 2 || rc != 0) {
+        fprintf(stderr, "inference_bench: %s: got %d fields, exit status %d\n", cmd, got, rc);
+        return -1;
+    }
+    snprintf(version, len, "%s", v);
+    return rate;
+}
+
+/* One sample's forward FLOP of case c; < 0 when the network cannot be built. */
+static double forward_flops(const netcase_t *c) {
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_qnet_t *n = NULL;
+    if (fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, 1, &n, &e) != FL_OK) {
+        fprintf(stderr, "inference_bench: %s: %s\n", c->name, e.msg);
+        return -1;
+    }
+    const double f = fl_flops_count_forward(n);
+    fl_qnet_destroy(n);
+    return f;
+}
+
+static int parse_batches(const char *s, opts_t *o) {
+    o->n_batches = 0;
+    while (*s && o->n_batches < MAX_BATCHES) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 65536) return 0;
+        o->batches[o->n_batches++] = (int)v;
+        if (*end && *end != ',') return 0;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return o->n_batches > 0 && !*s;
+}
+
+int main(int argc, char **argv) {
+    opts_t o = {.seconds = 2.0, .only = -1, .batches = {1, 4, 16, 64}, .n_batches = 4, .torch = 1};
+    snprintf(o.script, sizeof o.script, "%s/bench/inference_bench_torch.py", FL_SOURCE_DIR);
+    /* Debian's python3-torch belongs to the system interpreter, which a user's PATH may
+     * shadow (pyenv, a venv). */
+    snprintf(o.python, sizeof o.python, "%s", access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json"))
+            o.json = 1;
+        else if (!strcmp(a, "--no-torch"))
+            o.torch = 0;
+        else if (!strcmp(a, "--seconds") && v)
+            o.seconds = atof(argv[++i]);
+        else if (!strcmp(a, "--torch-script") && v)
+            snprintf(o.script, sizeof o.script, "%s", argv[++i]);
+        else if (!strcmp(a, "--python") && v)
+            snprintf(o.python, sizeof o.python, "%s", argv[++i]);
+        else if (!strcmp(a, "--batches") && v) {
+            if (!parse_batches(argv[++i], &o)) goto usage;
+        } else if (!strcmp(a, "--case") && v) {
+            i++;
+            o.only = -2;
+            if (!strcmp(v, "all")) o.only = -1;
+            for (int k = 0; k < NUM_CASES; k++)
+                if (!strcmp(v, CASES[k].name)) o.only = k;
+            if (o.only == -2) goto usage;
+        } else {
+            goto usage;
+        }
+    }
+    if (!(o.seconds > 0 && o.seconds <= 3600)) goto usage;
+    o.cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char version[64] = "";
+    const int have_torch = o.torch && torch_rate(&o, &CASES[0], 1, version, sizeof version) >= 0;
+    if (!o.json) {
+        printf(
+            "inference_bench: %ld cores, one actor step (convert, forward, greedy argmax) on 1 thread, %.1f s per "
+            "case; PyTorch %s\n",
+            o.cores, o.seconds, have_torch ? version : "not available (cannot import torch or numpy)");
+        printf("%-8s %6s %7s %12s %12s %8s %12s %8s %8s\n", "network", "batch", "obs", "fleet step/s", "fleet smp/s",
+               "GFLOP/s", "torch smp/s", "GFLOP/s", "ratio");
+    }
+    for (int k = 0; k < NUM_CASES; k++) {
+        if (o.only >= 0 && o.only != k) continue;
+        const netcase_t *c = &CASES[k];
+        const double flop = forward_flops(c);
+        if (flop < 0) return 1;
+        for (int bi = 0; bi < o.n_batches; bi++) {
+            const int B = o.batches[bi];
+            const double f = fleet_rate(c, B, o.seconds);
+            if (f < 0) return 1;
+            const double t = have_torch ? torch_rate(&o, c, B, version, sizeof version) : -1;
+            const double fs = f * B, ts = t > 0 ? t * B : 0;
+            if (o.json) {
+                printf(
+                    "{\"bench\":\"inference\",\"case\":\"%s\",\"batch\":%d,\"obs\":\"%s\",\"threads\":1,"
+                    "\"fleet_steps_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,\"torch_steps_per_s\":%.4g,"
+                    "\"torch_samples_per_s\":%.4g,\"ratio\":%.4g,\"flop_per_sample\":%.6g,\"fleet_gflops\":%.4g,"
+                    "\"torch_gflops\":%.4g,\"cores\":%ld}\n",
+                    c->name, B, fl_dtype_name(c->dtype), f, fs, t, ts, t > 0 ? f / t : 0.0, flop, fs * flop / 1e9,
+                    ts * flop / 1e9, o.cores);
+            } else {
+                char tb[32] = "-", tg[32] = "-", rb[32] = "-";
+                if (t > 0) {
+                    snprintf(tb, sizeof tb, "%.0f", ts);
+                    snprintf(tg, sizeof tg, "%.2f", ts * flop / 1e9);
+                    snprintf(rb, sizeof rb, "%.2fx", f / t);
+                }
+                printf("%-8s %6d %7s %12.1f %12.0f %8.2f %12s %8s %8s\n", c->name, B, fl_dtype_name(c->dtype), f, fs,
+                       fs * flop / 1e9, tb, tg, rb);
+            }
+            fflush(stdout);
+        }
+    }
+    return 0;
+usage:
+    fprintf(stderr,
+            "usage: inference_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] "
+            "[--batches 1,4,16,64] [--no-torch] [--torch-script PATH] [--python PATH]\n");
+    return 2;
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""The reference side of bench/inference_bench: an actor's per-step inference in PyTorch (eager).
+
+One step, as a PyTorch actor over a vector of --batch envs does it: take the envs' numpy
+observations (torch.from_numpy), convert them to float32 (float(); / 255 for the Nature
+CNN's uint8 pixels; MinAtar's uint8 0/1 planes are used as they are), run the network
+(bench/learner_bench_torch.py's, float32), take the greedy argmax and hand the actions
+back as numpy. The whole timed loop runs inside torch.inference_mode(). Images come as
+(C, H, W), the layout the convolutions take, so no step pays a transpose. The same
+observations, made before the clock starts, are used every step.
+
+--threads T is torch.set_num_threads(T); inference_bench runs this script at 1 with
+OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 in its environment (Debian's torch calls
+OpenBLAS for its dense layers).
+
+Prints one line: "<steps/s> <torch version> <threads>".
+Usage: inference_bench_torch.py --case mlp|minatar|nature --batch B [--threads T] --seconds S
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from learner_bench_torch import SHAPES, network, report_rate  # noqa: E402
+
+
+def observations(case, shape, B):
+    """The batch as the envs hand it over, and the conversion an actor applies to it."""
+    rng = np.random.default_rng(1)
+    if case == "mlp":
+        return rng.random((B,) + shape, dtype=np.float32), lambda x: x
+    h, w, c = shape
+    if case == "minatar":
+        return (rng.random((B, c, h, w)) < 0.1).astype(np.uint8), lambda x: x.float()
+    return rng.integers(0, 256, (B, c, h, w), dtype=np.uint8), lambda x: x.float() / 255.0
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--case", choices=sorted(SHAPES), required=True)
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seconds", type=float, default=2.0)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    shape, actions = SHAPES[a.case]
+    net = network(a.case, actions).eval()
+    obs, convert = observations(a.case, shape, a.batch)
+
+    def step():
+        return net(convert(torch.from_numpy(obs))).argmax(dim=1).numpy()
+
+    with torch.inference_mode():
+        report_rate(step, a.seconds)
+
+
+if __name__ == "__main__":
+    main()
