@@ -252,7 +252,7 @@ int main(int argc, char **argv) {
             const double f = fleet_rate(c, B, o.seconds);
             if (f < 0) return 1;
             const double t = have_torch ? torch_rate(&o, c, B, version, sizeof version) : -1;
-            const double fs = f * B, ts = t > 0 ? t * B : 0;
+            const double fs = f * B, ts = t > 0 ? t * B : -1;
             if (o.json) {
                 printf(
                     "{\"bench\":\"inference\",\"case\":\"%s\",\"batch\":%d,\"obs\":\"%s\",\"threads\":1,"
@@ -260,7 +260,7 @@ int main(int argc, char **argv) {
                     "\"torch_samples_per_s\":%.4g,\"ratio\":%.4g,\"flop_per_sample\":%.6g,\"fleet_gflops\":%.4g,"
                     "\"torch_gflops\":%.4g,\"cores\":%ld}\n",
                     c->name, B, fl_dtype_name(c->dtype), f, fs, t, ts, t > 0 ? f / t : 0.0, flop, fs * flop / 1e9,
-                    ts * flop / 1e9, o.cores);
+                    t > 0 ? ts * flop / 1e9 : 0.0, o.cores);
             } else {
                 char tb[32] = "-", tg[32] = "-", rb[32] = "-";
                 if (t > 0) {
