@@ -236,9 +236,12 @@ int main(int argc, char **argv) {
     const int have_torch = o.torch && torch_rate(&o, &CASES[0], 1, version, sizeof version) >= 0;
     if (!o.json) {
         printf(
-            "inference_bench: %ld cores, one actor step (convert, forward, greedy argmax) on 1 thread, %.1f s per "
+            "inference_bench: %ld cores, one actor step (convert, forward, greedy argmax) on 1 thread, %g s per "
             "case; PyTorch %s\n",
-            o.cores, o.seconds, have_torch ? version : "not available (cannot import torch or numpy)");
+            o.cores, o.seconds,
+            have_torch ? version
+            : o.torch  ? "not available (cannot import torch or numpy)"
+                       : "not run (--no-torch)");
         printf("%-8s %6s %7s %12s %12s %8s %12s %8s %8s\n", "network", "batch", "obs", "fleet step/s", "fleet smp/s",
                "GFLOP/s", "torch smp/s", "GFLOP/s", "ratio");
     }

@@ -566,8 +566,9 @@ int main(int argc, char **argv) {
     print_peak(&o, &peak);
     if (!o.json)
         printf("learner_bench: %ld cores, full DQN update (double, dueling, 3-step, weights, Huber, clip 40, centered "
-               "RMSProp), %.1f s per configuration; PyTorch %s\n",
-               o.cores, o.seconds, have_torch ? version : "not available (cannot import torch)");
+               "RMSProp), %g s per configuration; PyTorch %s\n",
+               o.cores, o.seconds,
+               have_torch ? version : o.torch ? "not available (cannot import torch)" : "not run (--no-torch)");
     if (cpu_rows(&o, have_torch, &peak) != 0) return 1;
     if (!o.gpu) {
         fprintf(o.json ? stderr : stdout, "learner_bench: GPU rows skipped (--no-gpu)\n");
