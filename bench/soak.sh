@@ -6,6 +6,8 @@
 # config's replay.capacity in metrics.csv; at half the run when they never fill), it
 # prints per process the least-squares slope of RSS in MB per 10 minutes and the
 # descriptors' range. Target: under 1 MB per 10 minutes per process, descriptors flat.
+# It also prints the slope of the replay tables' own memory (replay_storage_mb), which
+# grows with the data when fewer frames are shared between transitions.
 # The core count is printed with the table; the samples stay in OUT/samples.csv.
 #
 #   bash bench/soak.sh [MINUTES] [CONFIG.ini] [EVERY] [extra --set K=V ...]
@@ -79,5 +81,33 @@ awk -F, -v from="$from" 'NR > 1 && $1 >= from {
       printf "%-14s %8d %10.1f %10.1f %16.3f %5d..%d\n", k, n[k], last[k], mx[k], slope, fmin[k], fmax[k]
     }
   }' "$samples" | sort
+# The replay's own table memory (stored frames, rows, sum-tree: replay_storage_mb in
+# metrics.csv, summed over shards) over the same span: how much of the shards' RSS slope
+# is data they hold; and the slope of the shards' RSS (summed) minus that, sample by
+# sample (the latest metrics row at or before each sample).
+awk -F, -v from="$from" '
+  FNR == 1 { file++ }
+  file == 1 && FNR == 1 { for (i = 1; i <= NF; i++) { if ($i == "replay_storage_mb") c = i
+                                                      if ($i == "replay_frames") f = i }; next }
+  file == 1 && c && $c != "" { m++; mt[m] = $1; ms[m] = $c
+                               if ($1 >= from) { n++; x = $1; y = $c; sx += x; sy += y; sxx += x * x; sxy += x * y
+                                                 if (n == 1) { first = y; ff = $f } last = y; lf = $f } }
+  file == 2 && FNR > 1 && $1 >= from && $2 ~ /^replay-/ { rss[$1] += $4 / 1024; if (!($1 in seen)) { seen[$1] = 1; ts[++k] = $1 } }
+  END {
+    if (!n) exit
+    d = n * sxx - sx * sx; slope = d > 0 ? (n * sxy - sx * sy) / d * 600 : 0
+    printf "replay tables: %.1f -> %.1f MB (frames %d -> %d), %.3f MB per 10 min\n", first, last, ff, lf, slope
+    j = 1; q = 0
+    for (i = 1; i <= k; i++) {
+      t = ts[i] + 0
+      while (j < m && mt[j + 1] + 0 <= t) j++
+      if (mt[j] + 0 > t) continue
+      q++; y = rss[ts[i]] - ms[j]; qx += t; qy += y; qxx += t * t; qxy += t * y
+      if (q == 1) r0 = y; r1 = y
+    }
+    if (q < 2) exit
+    d = q * qxx - qx * qx; rslope = d > 0 ? (q * qxy - qx * qy) / d * 600 : 0
+    printf "replay RSS minus tables: %.1f -> %.1f MB, %.3f MB per 10 min\n", r0, r1, rslope
+  }' "$run/metrics.csv" "$samples"
 echo "exit: $(tail -1 "$out/fleet.log" | cut -c1-160)"
 echo "samples: $samples"

@@ -536,7 +536,7 @@ typedef struct metric {
     int empty; /* no value (an empty field) */
 } metric_t;
 
-#define N_METRICS (21 + STALENESS_BUCKETS)
+#define N_METRICS (23 + STALENESS_BUCKETS)
 /* Seconds between redrawings of curve.png while the run goes (and after an evaluation). */
 #define CURVE_EVERY_S 10.0
 
@@ -556,6 +556,8 @@ static int period_metrics(const monitor_t *M, double el, const figures_t *f, con
         {"replay_size", "replay/size", -1, (double)ri->size, 0},
         {"replay_inserted", "replay/inserted", -1, (double)ri->inserted, 0},
         {"replay_inserts_per_s", "replay/inserts_per_s", 1, rate[1], 0},
+        {"replay_storage_mb", "replay/storage_mb", 3, (double)ri->storage_bytes / 1048576.0, 0},
+        {"replay_frames", "replay/frames", -1, (double)ri->frames, 0},
         {"learner_steps", "learner/steps", -1, (double)f->lsteps, 0},
         {"learner_steps_per_s", "learner/steps_per_s", 2, rate[2], 0},
         {"samples_per_s", "learner/samples_per_s", 1, rate[3], 0},

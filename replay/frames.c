@@ -94,28 +94,34 @@ fl_status fl_chunk_build(const fl_frames_layout_t *l, size_t n, const void *obs,
     const size_t cand = n * per;
     size_t tab_len = 16;
     while (tab_len < 2 * cand) tab_len *= 2;
+    /* The frames are gathered (and compressed) in scratch memory and the chunk is then
+     * allocated at its final size: a chunk allocated for every candidate frame and shrunk
+     * afterwards left a hole behind each one, which long-lived chunks freed in FIFO order
+     * never filled (a full shard's resident memory kept growing). */
     uint32_t *tab = calloc(tab_len, sizeof(uint32_t)); /* frame index + 1, 0 = empty */
     uint64_t *hashes = malloc(cand * sizeof(uint64_t));
-    fl_chunk_t *c = malloc(sizeof(fl_chunk_t) + (fb ? cand * fb : 1));
-    if (!tab || !hashes || !c) {
-        free(tab);
-        free(hashes);
-        free(c);
-        return fl_err_set(err, FL_NO_MEMORY, "chunk of %zu transitions: cannot allocate %zu bytes", n, cand * fb);
+    uint8_t *frames = malloc(fb ? cand * fb : 1);
+    uint8_t *packed = NULL; /* compressed: offsets, then the frames */
+    ZSTD_CCtx *cctx = NULL;
+    fl_chunk_t *c = NULL;
+    fl_status st = FL_OK;
+    if (!tab || !hashes || !frames) {
+        st = fl_err_set(err, FL_NO_MEMORY, "chunk of %zu transitions: cannot allocate %zu bytes", n, cand * fb);
+        goto done;
     }
     uint32_t nu = 0;
     for (size_t i = 0; i < n; i++) {
         for (int which = 0; which < 2; which++) {
             const uint8_t *o = (const uint8_t *)(which ? next_obs : obs) + i * l->obs_bytes;
             for (int k = 0; k < l->stack; k++) {
-                uint8_t *slot = c->data + (size_t)nu * fb; /* the frame lands here; kept if new */
+                uint8_t *slot = frames + (size_t)nu * fb; /* the frame lands here; kept if new */
                 extract_frame(l, o, k, slot);
                 uint64_t h = hash_bytes(slot, fb);
                 size_t pos = (size_t)h & (tab_len - 1);
                 uint32_t found = UINT32_MAX;
                 while (tab[pos]) {
                     uint32_t u = tab[pos] - 1;
-                    if (hashes[u] == h && memcmp(c->data + (size_t)u * fb, slot, fb) == 0) {
+                    if (hashes[u] == h && memcmp(frames + (size_t)u * fb, slot, fb) == 0) {
                         found = u;
                         break;
                     }
@@ -130,52 +136,56 @@ fl_status fl_chunk_build(const fl_frames_layout_t *l, size_t n, const void *obs,
             }
         }
     }
-    free(tab);
-    free(hashes);
-    atomic_init(&c->refs, 0);
-    c->rows = 0;
-    c->nframes = nu;
-    c->compressed = 0;
-    c->data_bytes = (size_t)nu * fb;
-
+    const uint8_t *data = frames;
+    size_t data_bytes = (size_t)nu * fb;
     if (l->zstd_level > 0) {
         size_t bound = ZSTD_compressBound(fb), head = ((size_t)nu + 1) * sizeof(uint32_t);
         size_t cap = head + (size_t)nu * bound;
-        fl_chunk_t *z = malloc(sizeof(fl_chunk_t) + cap);
-        ZSTD_CCtx *cctx = ZSTD_createCCtx();
-        if (!z || !cctx || cap > UINT32_MAX) {
-            free(z);
-            free(c);
-            ZSTD_freeCCtx(cctx);
-            return fl_err_set(err, cap > UINT32_MAX ? FL_INVALID_ARGUMENT : FL_NO_MEMORY,
-                              "chunk of %u frames of %zu bytes: cannot compress (%zu bytes)", nu, fb, cap);
+        if (cap > UINT32_MAX) {
+            st = fl_err_set(err, FL_INVALID_ARGUMENT, "chunk of %u frames of %zu bytes: cannot compress (%zu bytes)",
+                            nu, fb, cap);
+            goto done;
+        }
+        packed = malloc(cap);
+        cctx = ZSTD_createCCtx();
+        if (!packed || !cctx) {
+            st = fl_err_set(err, FL_NO_MEMORY, "chunk of %u frames of %zu bytes: cannot compress (%zu bytes)", nu,
+                            fb, cap);
+            goto done;
         }
         uint32_t at = (uint32_t)head;
         for (uint32_t f = 0; f < nu; f++) {
-            memcpy(z->data + (size_t)f * 4, &at, 4);
-            size_t m = ZSTD_compressCCtx(cctx, z->data + at, cap - at, c->data + (size_t)f * fb, fb, l->zstd_level);
+            memcpy(packed + (size_t)f * 4, &at, 4);
+            size_t m = ZSTD_compressCCtx(cctx, packed + at, cap - at, frames + (size_t)f * fb, fb, l->zstd_level);
             if (ZSTD_isError(m)) {
-                fl_status s = fl_err_set(err, FL_INTERNAL, "zstd: %s", ZSTD_getErrorName(m));
-                free(z);
-                free(c);
-                ZSTD_freeCCtx(cctx);
-                return s;
+                st = fl_err_set(err, FL_INTERNAL, "zstd: %s", ZSTD_getErrorName(m));
+                goto done;
             }
             at += (uint32_t)m;
         }
-        memcpy(z->data + (size_t)nu * 4, &at, 4);
-        ZSTD_freeCCtx(cctx);
-        free(c);
-        atomic_init(&z->refs, 0);
-        z->rows = 0;
-        z->nframes = nu;
-        z->compressed = 1;
-        z->data_bytes = at;
-        c = z;
+        memcpy(packed + (size_t)nu * 4, &at, 4);
+        data = packed;
+        data_bytes = at;
     }
-    fl_chunk_t *shrunk = realloc(c, sizeof(fl_chunk_t) + (c->data_bytes ? c->data_bytes : 1));
-    *out = shrunk ? shrunk : c;
-    return FL_OK;
+    c = malloc(sizeof(fl_chunk_t) + (data_bytes ? data_bytes : 1));
+    if (!c) {
+        st = fl_err_set(err, FL_NO_MEMORY, "chunk of %u frames: cannot allocate %zu bytes", nu, data_bytes);
+        goto done;
+    }
+    atomic_init(&c->refs, 0);
+    c->rows = 0;
+    c->nframes = nu;
+    c->compressed = l->zstd_level > 0;
+    c->data_bytes = data_bytes;
+    memcpy(c->data, data, data_bytes);
+    *out = c;
+done:
+    free(tab);
+    free(hashes);
+    free(frames);
+    free(packed);
+    ZSTD_freeCCtx(cctx);
+    return st;
 }
 
 fl_status fl_chunk_from_data(const fl_frames_layout_t *l, uint32_t nframes, uint32_t compressed, const void *data,

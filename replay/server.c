@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -883,13 +884,23 @@ done:
     return st;
 }
 
-/* Writes a checkpoint every ckpt_every seconds until the service stops. */
-static void *checkpoint_loop(void *arg) {
+/* Housekeeping until the service stops: writes the default checkpoint every ckpt_every
+ * seconds (when set), and every FL_REPLAY_TRIM_EVERY_S gives the heap's free pages back
+ * to the system when rows were inserted since the last time (which, in a full table,
+ * evicts as many) or a checkpoint's copy was freed. Frame chunks are allocated by the serving threads, each in its own malloc
+ * arena, and freed by whichever thread evicts them: without this the free space left in
+ * the arenas grows the shard's resident memory for tens of minutes after the table is
+ * full (about 45 MB on a MinAtar fleet) though the bytes in use stay flat. */
+static void *housekeeping_loop(void *arg) {
     fl_replay_service_t *s = arg;
+    const int checkpoints = s->ckpt_every > 0 && s->ckpt_default[0];
+    uint64_t trimmed_at = 0; /* the table's inserted count at the last trim */
     pthread_mutex_lock(&s->mu);
-    double next = fl_clock_sec() + s->ckpt_every;
+    double now = fl_clock_sec();
+    double next_ckpt = now + s->ckpt_every, next_trim = now + FL_REPLAY_TRIM_EVERY_S;
     while (!s->stopping) {
-        double now = fl_clock_sec();
+        now = fl_clock_sec();
+        double next = checkpoints && next_ckpt < next_trim ? next_ckpt : next_trim;
         if (now < next) {
             struct timespec until;
             deadline_in(&until, next - now < 0.5 ? next - now : 0.5);
@@ -897,12 +908,24 @@ static void *checkpoint_loop(void *arg) {
             continue;
         }
         pthread_mutex_unlock(&s->mu);
-        fl_err_t e;
-        fl_err_init(&e);
-        if (fl_replay_service_checkpoint(s, NULL, NULL, NULL, 0, &e) != FL_OK)
-            FL_WARN("periodic checkpoint failed: %s", e.msg);
+        int trim = 0;
+        if (checkpoints && now >= next_ckpt) {
+            fl_err_t e;
+            fl_err_init(&e);
+            if (fl_replay_service_checkpoint(s, NULL, NULL, NULL, 0, &e) != FL_OK)
+                FL_WARN("periodic checkpoint failed: %s", e.msg);
+            next_ckpt = fl_clock_sec() + s->ckpt_every;
+            trim = 1;
+        }
+        if (now >= next_trim) {
+            fl_table_info_t ti;
+            fl_table_info(s->table, &ti);
+            if (ti.inserted != trimmed_at) trim = 1;
+            trimmed_at = ti.inserted;
+            next_trim = fl_clock_sec() + FL_REPLAY_TRIM_EVERY_S;
+        }
+        if (trim) malloc_trim(0);
         pthread_mutex_lock(&s->mu);
-        next = fl_clock_sec() + s->ckpt_every;
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -1093,12 +1116,12 @@ fl_status fl_replay_service_start(fl_replay_service_t *s, const char *listen_add
     FL_TRY(fl_rpc_server_start(s->rpc, err));
     s->started = 1;
     s->t_start = fl_clock_sec();
-    if (s->ckpt_every > 0 && s->ckpt_default[0]) {
-        if (pthread_create(&s->ckpt_thread, NULL, checkpoint_loop, s) == 0)
-            s->ckpt_thread_started = 1;
-        else
-            FL_WARN("replay shard %d: cannot start the periodic checkpoint thread", s->shard);
-    }
+    if (pthread_create(&s->ckpt_thread, NULL, housekeeping_loop, s) == 0)
+        s->ckpt_thread_started = 1;
+    else
+        FL_WARN("replay shard %d: cannot start the housekeeping thread (periodic checkpoints, giving memory "
+                "back)",
+                s->shard);
     if (bound_addr_out && len) {
         const char *colon = strrchr(listen_addr, ':');
         if (strncmp(listen_addr, "unix:", 5) == 0 || !colon)

@@ -83,9 +83,13 @@
  *                     own counters (insert_batches, sample_calls, rejected, waiting
  *                     times) are never saved.
  *   Periodic          with replay.checkpoint_every > 0 (needs replay.checkpoint_dir), a
- *                     thread started by fl_replay_service_start writes the default
- *                     checkpoint every that many seconds until stop; failures are
- *                     logged and retried at the next period.
+ *                     housekeeping thread started by fl_replay_service_start writes the
+ *                     default checkpoint every that many seconds until stop; failures
+ *                     are logged and retried at the next period. The same thread gives
+ *                     the heap's free pages back to the system (glibc malloc_trim) every
+ *                     FL_REPLAY_TRIM_EVERY_S when rows were inserted since the last time,
+ *                     and after each checkpoint, so that the resident memory of a full
+ *                     shard stays flat.
  *   Restore           with opts.restore_path, create loads that checkpoint instead of
  *                     creating an empty table; the file's signature must match the
  *                     shard's configured table (see fl_table_load), and the rate
@@ -164,6 +168,10 @@
  * batch is the last + 1; a larger gap means the shard lost acknowledged batches (it was
  * restored from an older checkpoint), at most the batches written since. */
 #define FL_REPLAY_MAX_SEQUENCE_STEP (UINT64_C(1) << 20)
+
+/* Seconds between the housekeeping thread's looks at whether to give free heap pages
+ * back to the system (see Periodic). */
+#define FL_REPLAY_TRIM_EVERY_S 10.0
 
 /* Longest checkpoint_dir, its NUL included (as long as a run configuration's strings). */
 #define FL_REPLAY_DIR_MAX 256

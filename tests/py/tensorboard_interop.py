@@ -112,7 +112,8 @@ def compare(where, tag, got, want):
 TAGS = {
     "time_s": "time/seconds", "env_steps_per_s": "env/steps_per_s", "episodes": "train/episodes",
     "mean_return_100": "train/mean_return_100", "replay_size": "replay/size", "replay_inserted": "replay/inserted",
-    "replay_inserts_per_s": "replay/inserts_per_s", "learner_steps": "learner/steps",
+    "replay_inserts_per_s": "replay/inserts_per_s", "replay_storage_mb": "replay/storage_mb",
+    "replay_frames": "replay/frames", "learner_steps": "learner/steps",
     "learner_steps_per_s": "learner/steps_per_s", "samples_per_s": "learner/samples_per_s", "loss": "learner/loss",
     "wait_fraction": "learner/wait_fraction", "param_version": "params/version", "version_lag": "params/version_lag",
     "pushes_applied": "params/pushes_applied", "pushes_dropped": "params/pushes_dropped",
