@@ -66,6 +66,19 @@ static double field(const char *line, int col) {
     return line ? atof(line) : -1;
 }
 
+/* The index of column `name` in the csv header line `header`; fails the test when absent. */
+static int column(const char *header, const char *name) {
+    size_t len = strlen(name);
+    int col = 0;
+    for (const char *p = header; p && *p && *p != '\n'; col++) {
+        if (strncmp(p, name, len) == 0 && (p[len] == ',' || p[len] == '\n' || p[len] == '\0')) return col;
+        p = strchr(p, ',');
+        if (p) p++;
+    }
+    fail_msg("metrics.csv has no column %s", name);
+    return -1;
+}
+
 static void test_ctrl_c_then_resume(void **state) {
     (void)state;
     char cfg[1024], dir[512], path[700], out[600];
@@ -154,14 +167,14 @@ static void test_ctrl_c_then_resume(void **state) {
     assert_true(summary_u64(sum2, "evaluations") > evals1);
 
     /* metrics.csv was appended: time goes on, and the first resumed row's rates count from
-     * the stop (columns: 0 time_s, 1 env_steps, 2 env_steps_per_s, 8 learner_steps,
-     * 9 learner_steps_per_s). */
+     * the stop. */
     assert_true(csv_rows(path) > rows1);
     char *m2 = read_file(path);
     const char *row = m2;
     for (int i = 0; i <= rows1; i++) row = strchr(row, '\n') + 1;
-    assert_true(field(row, 0) > time1);
-    double env_row = field(row, 1), env_rate = field(row, 2), l_row = field(row, 8), l_rate = field(row, 9);
+    assert_true(field(row, column(m2, "time_s")) > time1);
+    double env_row = field(row, column(m2, "env_steps")), env_rate = field(row, column(m2, "env_steps_per_s"));
+    double l_row = field(row, column(m2, "learner_steps")), l_rate = field(row, column(m2, "learner_steps_per_s"));
     assert_true(env_row >= (double)env1);
     assert_true(env_rate <= 3.0 * (env_row - (double)env1) + 1.0);
     assert_true(l_rate <= 3.0 * (l_row - (double)lsteps1) + 1.0);
