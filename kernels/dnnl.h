@@ -23,15 +23,18 @@
  * next to the convolutions), so the caller may change the parameters at any time.
  * The first forward at a batch size builds that plan's forward part, the first backward
  * its backward part, the first backward with an input gradient that part; later calls
- * at a batch size already seen allocate no memory of ours (oneDNN itself keeps a small
- * argument map per primitive call). A network keeps the plans of its FL_DNNL_MAX_PLANS
- * most recently used batch sizes and destroys the oldest beyond that.
+ * at a batch size already seen allocate no memory of ours (oneDNN itself allocates a
+ * small argument map at each primitive call). A network keeps the plans of its
+ * FL_DNNL_MAX_PLANS most recently used batch sizes and destroys the oldest beyond that.
  *
  * Threads. Debian's oneDNN runs on OpenMP. A call runs with as many threads as OpenBLAS
  * is set to (openblas_get_num_threads: learner.threads in a learner, 1 in an actor), so
  * one setting governs both CPU backends: before building or running a plan the calling
  * thread's OpenMP thread count (omp_set_num_threads, which is per thread) is set to it.
  * A plan remembers the count it was built for and is rebuilt when the count changed.
+ * An OpenMP team meets at the end of every primitive, so with more threads than free
+ * cores each primitive can wait for a descheduled thread: one thread is the right count
+ * where other work shares the cores.
  *
  * Ownership: the network copies the layer table and keeps the parameter and gradient
  * pointers (the caller's buffers, which must outlive it); observations and outputs are
