@@ -396,9 +396,10 @@ static fl_status grad_out(bld_t *b, tensor_t *t, const dnnl_memory_desc_t *md, d
     return FL_OK;
 }
 
-/* A memory object of layout md over the flat buffer at base + off (parameters or
- * gradients), or, when the primitive wants another layout than the buffer's, a plan
- * buffer of that layout (*reorder_from then holds the flat buffer's memory). */
+/* *out: the memory a primitive takes for the tensor at base + off of a flat buffer
+ * (parameters or gradients) whose layout is `flat`: over the buffer itself when the
+ * primitive wants that layout (*flat_out = NULL), else a plan buffer of the layout it
+ * wants, with *flat_out the flat buffer's memory for the caller's reorder. */
 static fl_status flat_mem(bld_t *b, const dnnl_memory_desc_t *flat, float *base, size_t off,
                           const dnnl_memory_desc_t *want, dnnl_memory_t *out, dnnl_memory_t *flat_out) {
     dnnl_memory_t fm;
