@@ -6,9 +6,11 @@
  * new entry: its setup maps an input shape (C, H, W) to an output shape, and dense
  * already flattens whatever shape it receives.
  *
- * Memory: parameters and gradients are two aligned buffers; everything else (a copy of
- * the last input, each layer's output for max_batch samples, per-layer scratch, and two
- * ping-pong buffers for gradients flowing backward) is carved out of one arena. */
+ * Memory: parameters and gradients are two aligned buffers; everything else the reference
+ * backend uses (a copy of the last input, each layer's output for max_batch samples,
+ * per-layer scratch, and two ping-pong buffers for gradients flowing backward) is carved
+ * out of one arena, allocated when the network first runs on that backend (at create
+ * where it is the default). The oneDNN backend (dnnl.h) keeps its own buffers. */
 #include "kernels/qnet.h"
 
 #include <assert.h>
@@ -19,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
+#include "kernels/dnnl.h"
 #include "kernels/ops.h"
 
 #define MAX_OBS_DIM (1 << 24)
@@ -82,7 +86,11 @@ struct fl_qnet {
     fl_param_view_t *views;
     size_t num_params;
     float *params, *grads;
-    float *arena;
+    fl_qnet_backend_kind backend;
+    fl_dnnl_net_t *dnnl; /* the oneDNN backend's network, made when first chosen */
+    size_t arena_floats; /* the reference backend's arena */
+    size_t widest;       /* floats of the widest layer output (or the input) */
+    float *arena;        /* NULL until the reference backend is first chosen */
     float *input;   /* (max_batch, obs_dim): copy of the last forward's obs */
     float *gbuf[2]; /* (max_batch, widest layer) each */
     int last_batch; /* B of the last forward; 0 before the first */
@@ -450,39 +458,97 @@ static fl_status create(const char *spec, shape_t in, int img, int num_actions, 
     arena += 2 * round_up((size_t)max_batch * widest);
     n->num_views = b.num_views;
     n->num_params = b.num_params;
+    n->arena_floats = arena;
+    n->widest = widest;
 
     n->params = alloc_floats(n->num_params);
     n->grads = alloc_floats(n->num_params);
-    n->arena = alloc_floats(arena);
-    if (!n->params || !n->grads || !n->arena) {
-        st = fl_err_set(err, FL_NO_MEMORY, "qnet: out of memory for %zu parameters and %zu activation floats",
-                        n->num_params, arena);
+    if (!n->params || !n->grads) {
+        st = fl_err_set(err, FL_NO_MEMORY, "qnet: out of memory for %zu parameters", n->num_params);
         goto fail;
     }
     memset(n->params, 0, n->num_params * sizeof(float));
     memset(n->grads, 0, n->num_params * sizeof(float));
-    memset(n->arena, 0, arena * sizeof(float));
-    float *p = n->arena;
-    n->input = p;
-    p += round_up((size_t)max_batch * obs_dim);
-    for (int i = 0; i < count; i++) {
-        layer_t *l = &n->layers[i];
-        l->y = p;
-        p += round_up((size_t)max_batch * l->out_size);
-        l->scratch = l->scratch_floats || l->scratch_once ? p : NULL;
-        p += round_up((size_t)max_batch * l->scratch_floats + l->scratch_once);
+    fl_err_t derr;
+    fl_err_init(&derr);
+    if (!fl_dnnl_available() || fl_qnet_set_backend(n, FL_QNET_BACKEND_DNNL, &derr) != FL_OK) {
+        if (fl_dnnl_available())
+            fl_log(FL_LOG_WARN, "qnet \"%.200s\": using the reference kernels: %s", spec, derr.msg);
+        if ((st = fl_qnet_set_backend(n, FL_QNET_BACKEND_REF, err)) != FL_OK) goto fail;
     }
-    n->gbuf[0] = p;
-    p += round_up((size_t)max_batch * widest);
-    n->gbuf[1] = p;
-    p += round_up((size_t)max_batch * widest);
-    assert((size_t)(p - n->arena) == arena);
     *out = n;
     return FL_OK;
 
 fail:
     fl_qnet_destroy(n);
     return st;
+}
+
+/* The reference backend's arena (see the top of the file). */
+static fl_status alloc_arena(fl_qnet_t *n, fl_err_t *err) {
+    if (n->arena) return FL_OK;
+    const size_t max_batch = (size_t)n->max_batch;
+    n->arena = alloc_floats(n->arena_floats);
+    if (!n->arena)
+        return fl_err_set(err, FL_NO_MEMORY, "qnet: out of memory for %zu activation floats", n->arena_floats);
+    memset(n->arena, 0, n->arena_floats * sizeof(float));
+    float *p = n->arena;
+    n->input = p;
+    p += round_up(max_batch * n->obs_dim);
+    for (int i = 0; i < n->num_layers; i++) {
+        layer_t *l = &n->layers[i];
+        l->y = p;
+        p += round_up(max_batch * l->out_size);
+        l->scratch = l->scratch_floats || l->scratch_once ? p : NULL;
+        p += round_up(max_batch * l->scratch_floats + l->scratch_once);
+    }
+    n->gbuf[0] = p;
+    p += round_up(max_batch * n->widest);
+    n->gbuf[1] = p;
+    p += round_up(max_batch * n->widest);
+    assert((size_t)(p - n->arena) == n->arena_floats);
+    return FL_OK;
+}
+
+static fl_status make_dnnl(fl_qnet_t *n, fl_err_t *err) {
+    if (n->dnnl) return FL_OK;
+    fl_qnet_layer_t layers[FL_QNET_MAX_LAYERS];
+    for (int i = 0; i < n->num_layers; i++) fl_qnet_layer(n, i, &layers[i]);
+    const fl_dnnl_net_desc_t d = {.layers = layers, .num_layers = n->num_layers, .img_h = n->img_h,
+                                  .img_w = n->img_w, .img_c = n->img_c, .obs_dim = n->obs_dim,
+                                  .num_actions = n->num_actions, .max_batch = n->max_batch,
+                                  .params = n->params, .grads = n->grads};
+    return fl_dnnl_net_create(&d, &n->dnnl, err);
+}
+
+fl_status fl_qnet_set_backend(fl_qnet_t *n, fl_qnet_backend_kind backend, fl_err_t *err) {
+    if (!n) return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet: set_backend: the network must not be NULL");
+    switch (backend) {
+    case FL_QNET_BACKEND_REF: FL_TRY(alloc_arena(n, err)); break;
+    case FL_QNET_BACKEND_DNNL: FL_TRY(make_dnnl(n, err)); break;
+    default:
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet: backend %d: expected FL_QNET_BACKEND_REF or _DNNL",
+                          (int)backend);
+    }
+    n->backend = backend;
+    n->last_batch = 0; /* the activations of a last forward are the other backend's */
+    return FL_OK;
+}
+
+fl_qnet_backend_kind fl_qnet_backend(const fl_qnet_t *n) { return n->backend; }
+
+size_t fl_qnet_describe_kernels(const fl_qnet_t *n, int B, char *out, size_t cap) {
+    if (n->backend == FL_QNET_BACKEND_DNNL) return fl_dnnl_net_describe(n->dnnl, B, out, cap);
+    if (cap) out[0] = '\0';
+    return 0;
+}
+
+const char *fl_qnet_backend_name(fl_qnet_backend_kind backend) {
+    switch (backend) {
+    case FL_QNET_BACKEND_REF: return "reference";
+    case FL_QNET_BACKEND_DNNL: return "dnnl";
+    }
+    return "unknown";
 }
 
 fl_status fl_qnet_create(const char *spec, int obs_dim, int num_actions, int max_batch, fl_qnet_t **out,
@@ -514,6 +580,7 @@ fl_status fl_qnet_create_for_obs(const char *spec, int rank, const int *shape, i
 
 void fl_qnet_destroy(fl_qnet_t *n) {
     if (!n) return;
+    fl_dnnl_net_destroy(n->dnnl);
     free(n->arena);
     free(n->grads);
     free(n->params);
@@ -606,8 +673,22 @@ void fl_qnet_copy_params(fl_qnet_t *dst, const fl_qnet_t *src) {
 
 /* ---- forward / backward ------------------------------------------------------------ */
 
+/* A oneDNN failure is a status the caller sees; its message goes to the log. */
+static fl_status dnnl_status(fl_qnet_t *n, fl_status st, const fl_err_t *err) {
+    if (st != FL_OK) fl_log(FL_LOG_ERROR, "qnet \"%.200s\": %s", n->spec, err->msg);
+    return st;
+}
+
 fl_status fl_qnet_forward(fl_qnet_t *n, const float *obs, int B, float *q) {
     if (!n || !obs || !q || B < 1 || B > n->max_batch) return FL_INVALID_ARGUMENT;
+    if (n->backend == FL_QNET_BACKEND_DNNL) {
+        fl_err_t err;
+        fl_err_init(&err);
+        n->last_batch = 0;
+        FL_TRY(dnnl_status(n, fl_dnnl_net_forward(n->dnnl, obs, n->in_scale, B, q, &err), &err));
+        n->last_batch = B;
+        return FL_OK;
+    }
     const float sc = n->in_scale;
     if (n->img_c) { /* (B, H, W, C) -> (B, C, H, W) */
         const size_t hw = (size_t)n->img_h * n->img_w, C = (size_t)n->img_c;
@@ -638,6 +719,11 @@ fl_status fl_qnet_backward_input(fl_qnet_t *n, const float *dq, int B, float *do
     if (!n || !dq || B < 1) return FL_INVALID_ARGUMENT;
     if (n->last_batch == 0) return FL_FAILED_PRECONDITION;
     if (B != n->last_batch) return FL_INVALID_ARGUMENT;
+    if (n->backend == FL_QNET_BACKEND_DNNL) {
+        fl_err_t err;
+        fl_err_init(&err);
+        return dnnl_status(n, fl_dnnl_net_backward(n->dnnl, dq, B, dobs, n->in_scale, &err), &err);
+    }
     const float *dy = dq;
     int which = 0;
     for (int i = n->num_layers - 1; i >= 0; i--) {

@@ -36,18 +36,31 @@
  * (rank 3: an image). forward's obs and backward_input's dobs are in the observation's
  * own layout either way.
  *
- * All memory (parameters, gradients, activations for max_batch samples, backward
- * scratch) is allocated at create; forward and backward never allocate. Layers work on
- * per-sample shapes (C, H, W) flattened row-major (NCHW), with vectors as (N, 1, 1), so
- * that image layers and uint8 observations can join the layer table later.
+ * Backends. A network runs on one of two CPU backends, chosen per network with
+ * fl_qnet_set_backend: FL_QNET_BACKEND_REF, the plain-C/OpenBLAS ops of ops.h (the
+ * reference), or FL_QNET_BACKEND_DNNL, oneDNN's primitives (dnnl.h), the default when
+ * fleet was built with oneDNN (FLEET_DNNL). Both compute the same network on the same
+ * parameters and agree to rounding; tests and benches switch one network between them.
+ *
+ * Memory: parameters and gradients are allocated at create. The reference backend's
+ * activations and scratch for max_batch samples are allocated when it is first chosen
+ * (at create where it is the default) and it never allocates in forward or backward;
+ * the oneDNN backend builds its primitives and buffers per batch size on the first
+ * forward (and backward) at that size and allocates nothing of its own later at a size
+ * it has seen (dnnl.h). Layers work on per-sample shapes (C, H, W) flattened row-major
+ * (NCHW), with vectors as (N, 1, 1), so that image layers and uint8 observations can
+ * join the layer table later.
  *
  * Failure: create answers FL_INVALID_ARGUMENT with a message naming the offending spec
  * token (1-based) and what was expected, or FL_NO_MEMORY. forward/backward answer
  * FL_INVALID_ARGUMENT for a batch outside 1..max_batch or NULL buffers, and
- * FL_FAILED_PRECONDITION for a backward without a matching forward.
+ * FL_FAILED_PRECONDITION for a backward without a matching forward; on the oneDNN
+ * backend also FL_NO_MEMORY or FL_INTERNAL when a batch size's plan cannot be built
+ * (the message goes to the log).
  * Thread-safety: one owner per network (forward keeps activations inside it); distinct
- * networks may be used from different threads at once. Nothing global is set; BLAS
- * thread counts are the caller's choice. */
+ * networks may be used from different threads at once. Nothing global is set; the
+ * thread count is the caller's: OpenBLAS's (openblas_set_num_threads), which the oneDNN
+ * backend copies into the calling thread's OpenMP setting at each call. */
 #ifndef FL_KERNELS_QNET_H
 #define FL_KERNELS_QNET_H
 
@@ -92,6 +105,9 @@ typedef struct fl_param_view {
 
 typedef struct fl_qnet fl_qnet_t;
 
+/* The CPU backends (see above). */
+typedef enum { FL_QNET_BACKEND_REF, FL_QNET_BACKEND_DNNL } fl_qnet_backend_kind;
+
 /* obs_dim, num_actions >= 1; max_batch >= 1 is the largest B of forward/backward.
  * Parameters are zero until fl_qnet_init or fl_qnet_set_params. */
 fl_status fl_qnet_create(const char *spec, int obs_dim, int num_actions, int max_batch, fl_qnet_t **out,
@@ -135,6 +151,15 @@ int fl_qnet_obs_dim(const fl_qnet_t *n);
  * 0/1 planes stored as uint8 (MinAtar, which callers convert with 1/255) sets 255. */
 void fl_qnet_set_input_scale(fl_qnet_t *n, float scale);
 float fl_qnet_input_scale(const fl_qnet_t *n);
+/* Chooses the backend of later calls (a backward then needs a forward on it first).
+ * FL_UNIMPLEMENTED for FL_QNET_BACKEND_DNNL in a build without oneDNN; FL_NO_MEMORY when
+ * the reference backend's buffers cannot be allocated. */
+fl_status fl_qnet_set_backend(fl_qnet_t *n, fl_qnet_backend_kind backend, fl_err_t *err);
+fl_qnet_backend_kind fl_qnet_backend(const fl_qnet_t *n);
+const char *fl_qnet_backend_name(fl_qnet_backend_kind backend); /* "reference", "dnnl" */
+/* On the oneDNN backend, the implementations its plan for batch B uses (dnnl.h's
+ * fl_dnnl_net_describe); 0 and "" otherwise or before a forward at B. */
+size_t fl_qnet_describe_kernels(const fl_qnet_t *n, int B, char *out, size_t cap);
 int fl_qnet_num_actions(const fl_qnet_t *n);
 int fl_qnet_max_batch(const fl_qnet_t *n);
 const char *fl_qnet_spec(const fl_qnet_t *n); /* the spec as given to create */

@@ -359,6 +359,7 @@ fl_status fl_learner_create(const fl_learner_opts_t *opts, fl_learner_t **out, f
         goto fail;
     }
 
+    /* the CPU kernels' threads; the oneDNN backend follows OpenBLAS's count (kernels/dnnl.h) */
     openblas_set_num_threads(opts->threads);
     if ((s = build_networks(l, opts, err)) != FL_OK || (s = alloc_buffers(l, opts, err)) != FL_OK) goto fail;
     if (opts->resume_path && opts->resume_path[0]) {

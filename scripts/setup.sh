@@ -12,6 +12,7 @@ packages=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libcmocka-dev libinih-dev libopenblas-dev libzstd-dev zlib1g-dev
   libopenmpi-dev openmpi-bin
+  libdnnl-dev  # oneDNN: the CPU Q-network's faster backend (a build without it uses the reference kernels)
   gnuplot-nox  # draws each run's curve.png (a run goes on without it; its tests skip the drawing)
   openssl  # `fleet certs` makes a fleet's TLS certificates with the openssl command
   python3-venv python3-pip  # fetch ALE's source (scripts/ale.sh) and the interoperability tests' packages

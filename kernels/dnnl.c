@@ -1,0 +1,1110 @@
+/* dnnl: the Q-network on oneDNN primitives (see dnnl.h).
+ *
+ * A plan is compiled once per batch size into step lists that run in order: `fwd` (the
+ * forward), `bwd` (the backward down to the parameter gradients of the first layer) and
+ * `ibwd` (the rest of the first layer's backward, for the input gradient). A step is a
+ * oneDNN primitive with its arguments bound, or one of fleet's own ops over plan
+ * buffers. Building a step list only appends; nothing is bound to a call's buffers, so
+ * running a list is a loop over its steps.
+ *
+ * Edges. Edge i is layer i's input, edge L the network's output. Each edge is a tensor:
+ * a memory descriptor (B, C, H, W), a value buffer and, once the backward is built, a
+ * gradient buffer in the same layout. A relu fused into the layer before it and a
+ * flatten of a plain (NCHW) edge add no tensor: their output edge is their input's.
+ * Where a primitive wants another layout than its input edge has, a converted tensor
+ * is made by a reorder (and in the backward the gradient goes back by the reverse
+ * reorder).
+ *
+ * Every object a plan creates is registered in it at once (steps own their primitives;
+ * memory objects, buffers, tensors and kept primitive descriptors sit in lists), so a
+ * failure anywhere is cleaned up by destroying the plan. */
+#include "kernels/dnnl.h"
+
+#ifdef FL_HAVE_DNNL
+
+#include <assert.h>
+#include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+#include <omp.h>
+#endif
+
+#include "common/log.h"
+#include "kernels/ops.h"
+
+#define BUF_ALIGN 64
+
+typedef enum { ST_PRIM, ST_RELU_FWD, ST_RELU_BWD, ST_COMBINE_FWD, ST_COMBINE_BWD } step_kind;
+
+typedef struct step {
+    step_kind kind;
+    const char *layer; /* the layer's view prefix, for describe and errors */
+    const char *what;  /* "fwd", "bwd data", "bwd weights", "reorder", ... */
+    dnnl_primitive_t prim;
+    int nargs;
+    dnnl_exec_arg_t args[8];
+    const float *a, *b; /* fleet ops: inputs */
+    float *c;           /* fleet ops: output */
+    size_t n;           /* relu: floats */
+    int batch, actions; /* dueling combine */
+} step_t;
+
+typedef struct steplist {
+    step_t *v;
+    int n, cap;
+} steplist_t;
+
+typedef struct plist {
+    void **v;
+    int n, cap;
+} plist_t;
+
+typedef struct tensor {
+    dnnl_memory_desc_t md; /* 4-D (B, C, H, W) */
+    float *val, *grad;
+    dnnl_memory_t vmem, gmem;
+} tensor_t;
+
+/* What the forward build leaves for the backward build, per layer. */
+typedef struct lplan {
+    int fused;                    /* conv/dense: the next layer is a relu run as a post-op */
+    int skip;                     /* a relu fused into the layer before */
+    tensor_t *src;                /* conv: what the primitive read (the input edge or its reorder);
+                                     dense, dueling, flatten: the plain input */
+    dnnl_primitive_desc_t fwd_pd; /* conv, dense, dueling: the backward's hint */
+    dnnl_memory_t src2d;          /* dense, dueling: the plain input as (B, in) */
+    float *va;                    /* dueling: the stream outputs (B, 1 + A) */
+    dnnl_memory_t va_mem;
+    float *dva;                   /* dueling: their gradient */
+    dnnl_memory_t dva_mem;
+} lplan_t;
+
+typedef struct plan {
+    int batch, threads;
+    unsigned long long used; /* the net's call counter at the last use */
+    int forwarded;           /* a forward ran; its activations are in the buffers */
+    int bwd_built, ibwd_built;
+    int input_nhwc; /* the input edge holds the observations as they come, (H, W, C) */
+    steplist_t fwd, bwd, ibwd;
+    tensor_t **edge; /* num_layers + 1 */
+    lplan_t *lp;     /* num_layers */
+    plist_t tensors, mems, bufs, pds;
+    plist_t scratch_mems; /* user scratchpads, all on one buffer */
+    void *scratch;
+    size_t scratch_bytes;
+} plan_t;
+
+struct fl_dnnl_net {
+    fl_qnet_layer_t *layers;
+    int num_layers;
+    int img_h, img_w, img_c, obs_dim, num_actions, max_batch;
+    float *params, *grads;
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    plan_t *plans[FL_DNNL_MAX_PLANS];
+    unsigned long long calls;
+};
+
+/* The context of one plan build: where errors go and which layer is being built. */
+typedef struct bld {
+    fl_dnnl_net_t *n;
+    plan_t *p;
+    const char *layer;
+    fl_err_t *err;
+} bld_t;
+
+int fl_dnnl_available(void) { return 1; }
+
+static fl_status dn_fail(bld_t *b, const char *call, dnnl_status_t st) {
+    return fl_err_set(b->err, st == dnnl_out_of_memory ? FL_NO_MEMORY : FL_INTERNAL,
+                      "dnnl: layer %s: %s failed (oneDNN status %d); expected oneDNN to take this layer", b->layer,
+                      call, (int)st);
+}
+
+#define DN(b, call)                                                  \
+    do {                                                             \
+        dnnl_status_t dn_st_ = (call);                               \
+        if (dn_st_ != dnnl_success) return dn_fail((b), #call, dn_st_); \
+    } while (0)
+
+/* The OpenMP thread count of the calling thread follows OpenBLAS's (see dnnl.h). */
+static int sync_threads(void) {
+    int t = openblas_get_num_threads();
+    if (t < 1) t = 1;
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+    if (omp_get_max_threads() != t) omp_set_num_threads(t);
+#endif
+    return t;
+}
+
+/* ---- registration ------------------------------------------------------------------ */
+
+static int plist_reserve(plist_t *l) {
+    if (l->n < l->cap) return 0;
+    int cap = l->cap ? 2 * l->cap : 16;
+    void **v = realloc(l->v, (size_t)cap * sizeof *v);
+    if (!v) return -1;
+    l->v = v;
+    l->cap = cap;
+    return 0;
+}
+
+static fl_status nomem(bld_t *b) {
+    return fl_err_set(b->err, FL_NO_MEMORY, "dnnl: layer %s: out of memory building the plan for batch %d", b->layer,
+                      b->p->batch);
+}
+
+static fl_status new_buf(bld_t *b, size_t bytes, float **out) {
+    if (plist_reserve(&b->p->bufs)) return nomem(b);
+    size_t size = (bytes + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN;
+    void *p = aligned_alloc(BUF_ALIGN, size ? size : BUF_ALIGN);
+    if (!p) return nomem(b);
+    memset(p, 0, size); /* blocked layouts' padding stays zero */
+    b->p->bufs.v[b->p->bufs.n++] = p;
+    *out = p;
+    return FL_OK;
+}
+
+static fl_status new_mem(bld_t *b, const dnnl_memory_desc_t *md, void *ptr, dnnl_memory_t *out) {
+    if (plist_reserve(&b->p->mems)) return nomem(b);
+    DN(b, dnnl_memory_create(out, md, b->n->engine, ptr ? ptr : DNNL_MEMORY_NONE));
+    b->p->mems.v[b->p->mems.n++] = *out;
+    return FL_OK;
+}
+
+static fl_status keep_pd(bld_t *b, dnnl_primitive_desc_t pd) {
+    if (plist_reserve(&b->p->pds)) {
+        dnnl_primitive_desc_destroy(pd);
+        return nomem(b);
+    }
+    b->p->pds.v[b->p->pds.n++] = pd;
+    return FL_OK;
+}
+
+/* A tensor of layout md; with_val: its value buffer too. */
+static fl_status new_tensor(bld_t *b, const dnnl_memory_desc_t *md, int with_val, tensor_t **out) {
+    if (plist_reserve(&b->p->tensors)) return nomem(b);
+    tensor_t *t = calloc(1, sizeof *t);
+    if (!t) return nomem(b);
+    b->p->tensors.v[b->p->tensors.n++] = t;
+    t->md = *md;
+    if (with_val) {
+        FL_TRY(new_buf(b, dnnl_memory_desc_get_size(md), &t->val));
+        FL_TRY(new_mem(b, md, t->val, &t->vmem));
+    }
+    *out = t;
+    return FL_OK;
+}
+
+static fl_status ensure_grad(bld_t *b, tensor_t *t) {
+    if (t->grad) return FL_OK;
+    FL_TRY(new_buf(b, dnnl_memory_desc_get_size(&t->md), &t->grad));
+    return new_mem(b, &t->md, t->grad, &t->gmem);
+}
+
+static fl_status add_step(bld_t *b, steplist_t *l, const step_t *s) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        step_t *v = realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v) return nomem(b);
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n] = *s;
+    l->v[l->n].layer = b->layer;
+    l->n++;
+    return FL_OK;
+}
+
+/* Scratchpads are the caller's (dnnl_scratchpad_mode_user): every primitive of a plan
+ * gets a memory object on the plan's one scratch buffer, grown to the largest need. */
+static fl_status fit_scratch(bld_t *b, size_t bytes) {
+    plan_t *p = b->p;
+    if (bytes <= p->scratch_bytes) return FL_OK;
+    size_t size = (bytes + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN;
+    void *s = aligned_alloc(BUF_ALIGN, size);
+    if (!s) return nomem(b);
+    for (int i = 0; i < p->scratch_mems.n; i++) {
+        dnnl_status_t st = dnnl_memory_set_data_handle(p->scratch_mems.v[i], s);
+        if (st != dnnl_success) {
+            free(s);
+            return dn_fail(b, "dnnl_memory_set_data_handle", st);
+        }
+    }
+    free(p->scratch);
+    p->scratch = s;
+    p->scratch_bytes = size;
+    return FL_OK;
+}
+
+/* Appends a primitive step for pd with args (nargs <= 7; the scratchpad is added). */
+static fl_status add_prim(bld_t *b, steplist_t *l, const_dnnl_primitive_desc_t pd, const char *what, int nargs,
+                          const dnnl_exec_arg_t *args) {
+    step_t s = {.kind = ST_PRIM, .what = what, .nargs = nargs};
+    memcpy(s.args, args, (size_t)nargs * sizeof *args);
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (smd && dnnl_memory_desc_get_size(smd) > 0) {
+        dnnl_memory_t sm;
+        if (plist_reserve(&b->p->scratch_mems)) return nomem(b);
+        FL_TRY(new_mem(b, smd, NULL, &sm));
+        b->p->scratch_mems.v[b->p->scratch_mems.n++] = sm;
+        DN(b, dnnl_memory_set_data_handle(sm, b->p->scratch));
+        FL_TRY(fit_scratch(b, dnnl_memory_desc_get_size(smd)));
+        s.args[s.nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, sm};
+    }
+    DN(b, dnnl_primitive_create(&s.prim, pd));
+    fl_status st = add_step(b, l, &s);
+    if (st != FL_OK) dnnl_primitive_destroy(s.prim);
+    return st;
+}
+
+static fl_status new_attr(bld_t *b, int relu, dnnl_primitive_attr_t *out) {
+    DN(b, dnnl_primitive_attr_create(out));
+    dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(*out, dnnl_scratchpad_mode_user);
+    if (st == dnnl_success && relu) {
+        dnnl_post_ops_t po;
+        st = dnnl_post_ops_create(&po);
+        if (st == dnnl_success) {
+            st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+            if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(*out, po);
+            dnnl_post_ops_destroy(po);
+        }
+    }
+    if (st != dnnl_success) {
+        dnnl_primitive_attr_destroy(*out);
+        return dn_fail(b, "setting the primitive attributes", st);
+    }
+    return FL_OK;
+}
+
+/* dst = src in another layout. */
+static fl_status add_reorder(bld_t *b, steplist_t *l, dnnl_memory_t src, dnnl_memory_t dst) {
+    const dnnl_memory_desc_t *smd, *dmd;
+    DN(b, dnnl_memory_get_memory_desc(src, &smd));
+    DN(b, dnnl_memory_get_memory_desc(dst, &dmd));
+    dnnl_primitive_attr_t attr;
+    FL_TRY(new_attr(b, 0, &attr));
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, smd, b->n->engine, dmd, b->n->engine, attr);
+    dnnl_primitive_attr_destroy(attr);
+    if (st != dnnl_success) return dn_fail(b, "dnnl_reorder_primitive_desc_create", st);
+    const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
+    fl_status fs = add_prim(b, l, pd, "reorder", 2, args);
+    dnnl_primitive_desc_destroy(pd);
+    return fs;
+}
+
+/* ---- descriptors ------------------------------------------------------------------- */
+
+static fl_status md4(bld_t *b, dnnl_memory_desc_t *md, int n, int c, int h, int w, dnnl_format_tag_t tag) {
+    const dnnl_dims_t d = {n, c, h, w};
+    DN(b, dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, tag));
+    return FL_OK;
+}
+
+static fl_status md2(bld_t *b, dnnl_memory_desc_t *md, int r, int c) {
+    const dnnl_dims_t d = {r, c};
+    DN(b, dnnl_memory_desc_init_by_tag(md, 2, d, dnnl_f32, dnnl_ab));
+    return FL_OK;
+}
+
+static fl_status md1(bld_t *b, dnnl_memory_desc_t *md, int n) {
+    const dnnl_dims_t d = {n};
+    DN(b, dnnl_memory_desc_init_by_tag(md, 1, d, dnnl_f32, dnnl_x));
+    return FL_OK;
+}
+
+/* The NCHW layout of md's dims. */
+static fl_status plain_md(bld_t *b, const dnnl_memory_desc_t *md, dnnl_memory_desc_t *out) {
+    return md4(b, out, (int)md->dims[0], (int)md->dims[1], (int)md->dims[2], (int)md->dims[3], dnnl_nchw);
+}
+
+static int is_ref(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+           strncmp(impl, "ref", 3) == 0;
+}
+
+/* pd for op_desc (the error unset: callers that can do without it try again). */
+static dnnl_status_t raw_pd(bld_t *b, const void *op_desc, int relu, const_dnnl_primitive_desc_t hint,
+                            dnnl_primitive_desc_t *out) {
+    dnnl_primitive_attr_t attr;
+    if (new_attr(b, relu, &attr) != FL_OK) return dnnl_runtime_error;
+    dnnl_status_t st = dnnl_primitive_desc_create(out, op_desc, attr, b->n->engine, hint);
+    dnnl_primitive_attr_destroy(attr);
+    return st;
+}
+
+static fl_status make_pd(bld_t *b, const void *op_desc, int relu, const_dnnl_primitive_desc_t hint,
+                         dnnl_primitive_desc_t *out) {
+    DN(b, raw_pd(b, op_desc, relu, hint, out));
+    return FL_OK;
+}
+
+/* attempt 0's pd when oneDNN has more than its reference implementation for it; NULL
+ * otherwise (the caller then tries its second choice). */
+static void try_pd(bld_t *b, const void *op_desc, int relu, const_dnnl_primitive_desc_t hint,
+                   dnnl_primitive_desc_t *out) {
+    if (raw_pd(b, op_desc, relu, hint, out) != dnnl_success) {
+        *out = NULL;
+    } else if (is_ref(*out)) {
+        dnnl_primitive_desc_destroy(*out);
+        *out = NULL;
+    }
+}
+
+/* t itself when it has layout md, else a new tensor with md and a reorder into it. */
+static fl_status tensor_as(bld_t *b, steplist_t *l, tensor_t *t, const dnnl_memory_desc_t *md, tensor_t **out) {
+    if (dnnl_memory_desc_equal(&t->md, md)) {
+        *out = t;
+        return FL_OK;
+    }
+    FL_TRY(new_tensor(b, md, 1, out));
+    return add_reorder(b, l, t->vmem, (*out)->vmem);
+}
+
+/* t's gradient in layout md: t's own when the layouts agree, else a reorder of it. */
+static fl_status grad_as(bld_t *b, steplist_t *l, tensor_t *t, const dnnl_memory_desc_t *md, dnnl_memory_t *out) {
+    if (dnnl_memory_desc_equal(&t->md, md)) {
+        *out = t->gmem;
+        return FL_OK;
+    }
+    float *buf;
+    FL_TRY(new_buf(b, dnnl_memory_desc_get_size(md), &buf));
+    FL_TRY(new_mem(b, md, buf, out));
+    return add_reorder(b, l, t->gmem, *out);
+}
+
+/* Where a primitive writes t's gradient when it produces layout md: t's own gradient, or
+ * a buffer that *back (then not NULL) reorders into it once the primitive ran. */
+static fl_status grad_out(bld_t *b, tensor_t *t, const dnnl_memory_desc_t *md, dnnl_memory_t *out,
+                          dnnl_memory_t *back) {
+    FL_TRY(ensure_grad(b, t));
+    *back = NULL;
+    if (dnnl_memory_desc_equal(&t->md, md)) {
+        *out = t->gmem;
+        return FL_OK;
+    }
+    float *buf;
+    FL_TRY(new_buf(b, dnnl_memory_desc_get_size(md), &buf));
+    FL_TRY(new_mem(b, md, buf, out));
+    *back = *out;
+    return FL_OK;
+}
+
+/* *out: the memory a primitive takes for the tensor at base + off of a flat buffer
+ * (parameters or gradients) whose layout is `flat`: over the buffer itself when the
+ * primitive wants that layout (*flat_out = NULL), else a plan buffer of the layout it
+ * wants, with *flat_out the flat buffer's memory for the caller's reorder. */
+static fl_status flat_mem(bld_t *b, const dnnl_memory_desc_t *flat, float *base, size_t off,
+                          const dnnl_memory_desc_t *want, dnnl_memory_t *out, dnnl_memory_t *flat_out) {
+    dnnl_memory_t fm;
+    FL_TRY(new_mem(b, flat, base + off, &fm));
+    if (dnnl_memory_desc_equal(flat, want)) {
+        *out = fm;
+        *flat_out = NULL;
+        return FL_OK;
+    }
+    float *buf;
+    FL_TRY(new_buf(b, dnnl_memory_desc_get_size(want), &buf));
+    FL_TRY(new_mem(b, want, buf, out));
+    *flat_out = fm;
+    return FL_OK;
+}
+
+/* ---- forward build ----------------------------------------------------------------- */
+
+static fl_status fwd_conv(bld_t *b, int i) {
+    fl_dnnl_net_t *n = b->n;
+    plan_t *p = b->p;
+    const fl_qnet_layer_t *l = &n->layers[i];
+    lplan_t *lp = &p->lp[i];
+    tensor_t *in = p->edge[i];
+    const int B = p->batch;
+    /* The first convolution reads the observations channels-last as they come; oneDNN's
+     * choice for its input, blocked, would need a transposition of every observation
+     * and has a slow weight gradient for few input channels. */
+    const int nhwc = i == 0 && p->input_nhwc;
+    dnnl_memory_desc_t src, wei, bia, dst;
+    const dnnl_dims_t strides = {l->stride, l->stride}, pad = {l->pad, l->pad};
+    dnnl_primitive_desc_t pd = NULL;
+    for (int attempt = nhwc ? 0 : 1; attempt < 2 && !pd; attempt++) {
+        const dnnl_format_tag_t act = attempt == 0 ? dnnl_nhwc : dnnl_format_tag_any;
+        FL_TRY(md4(b, &src, B, l->in_c, l->in_h, l->in_w, act));
+        FL_TRY(md4(b, &wei, l->cout, l->in_c, l->k, l->k, dnnl_format_tag_any));
+        FL_TRY(md1(b, &bia, l->cout));
+        FL_TRY(md4(b, &dst, B, l->out_c, l->out_h, l->out_w, act));
+        dnnl_convolution_desc_t cd;
+        DN(b, dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &src, &wei,
+                                                 &bia, &dst, strides, pad, pad));
+        if (attempt == 0) try_pd(b, &cd, lp->fused, NULL, &pd);
+        else FL_TRY(make_pd(b, &cd, lp->fused, NULL, &pd));
+    }
+    FL_TRY(keep_pd(b, pd));
+    lp->fwd_pd = pd;
+    const dnnl_memory_desc_t *S = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
+                             *W = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
+                             *D = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    FL_TRY(tensor_as(b, &p->fwd, in, S, &lp->src));
+    dnnl_memory_desc_t wflat;
+    FL_TRY(md4(b, &wflat, l->cout, l->in_c, l->k, l->k, dnnl_oihw));
+    dnnl_memory_t wm, wfrom, bm;
+    FL_TRY(flat_mem(b, &wflat, n->params, l->w_off, W, &wm, &wfrom));
+    if (wfrom) FL_TRY(add_reorder(b, &p->fwd, wfrom, wm));
+    FL_TRY(new_mem(b, &bia, n->params + l->b_off, &bm));
+    tensor_t *out;
+    FL_TRY(new_tensor(b, D, 1, &out));
+    const dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, lp->src->vmem}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_BIAS, bm}, {DNNL_ARG_DST, out->vmem}};
+    FL_TRY(add_prim(b, &p->fwd, pd, "fwd", 4, args));
+    p->edge[i + 1] = out;
+    return FL_OK;
+}
+
+/* The plain (NCHW) version of edge t: t itself or a reorder of it. */
+static fl_status plain_of(bld_t *b, tensor_t *t, tensor_t **out) {
+    dnnl_memory_desc_t pm;
+    FL_TRY(plain_md(b, &t->md, &pm));
+    return tensor_as(b, &b->p->fwd, t, &pm, out);
+}
+
+/* dense (units outputs) and the dueling head (1 + A stream outputs) as an inner product
+ * over the plain input seen as (B, in). */
+static fl_status fwd_dense(bld_t *b, int i) {
+    fl_dnnl_net_t *n = b->n;
+    plan_t *p = b->p;
+    const fl_qnet_layer_t *l = &n->layers[i];
+    lplan_t *lp = &p->lp[i];
+    const int B = p->batch, dueling = l->kind == FL_QNET_DUELING;
+    const int in = l->in_c * l->in_h * l->in_w, out_n = dueling ? l->units + 1 : l->units;
+    FL_TRY(plain_of(b, p->edge[i], &lp->src));
+    dnnl_memory_desc_t src, wei, bia, dst;
+    FL_TRY(md2(b, &src, B, in));
+    FL_TRY(md2(b, &wei, out_n, in));
+    FL_TRY(md1(b, &bia, out_n));
+    FL_TRY(md2(b, &dst, B, out_n));
+    dnnl_inner_product_desc_t ipd;
+    DN(b, dnnl_inner_product_forward_desc_init(&ipd, dnnl_forward_training, &src, &wei, &bia, &dst));
+    dnnl_primitive_desc_t pd;
+    FL_TRY(make_pd(b, &ipd, lp->fused, NULL, &pd));
+    FL_TRY(keep_pd(b, pd));
+    lp->fwd_pd = pd;
+    dnnl_memory_t wm, bm, dm;
+    FL_TRY(new_mem(b, &src, lp->src->val, &lp->src2d));
+    FL_TRY(new_mem(b, &wei, n->params + l->w_off, &wm));
+    FL_TRY(new_mem(b, &bia, n->params + l->b_off, &bm));
+    dnnl_memory_desc_t omd;
+    FL_TRY(md4(b, &omd, B, l->out_c, 1, 1, dnnl_nchw));
+    tensor_t *out;
+    FL_TRY(new_tensor(b, &omd, 1, &out));
+    if (dueling) {
+        FL_TRY(new_buf(b, (size_t)B * out_n * sizeof(float), &lp->va));
+        FL_TRY(new_mem(b, &dst, lp->va, &dm));
+        lp->va_mem = dm;
+    } else {
+        FL_TRY(new_mem(b, &dst, out->val, &dm));
+    }
+    const dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, lp->src2d}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_BIAS, bm}, {DNNL_ARG_DST, dm}};
+    FL_TRY(add_prim(b, &p->fwd, pd, "fwd", 4, args));
+    if (dueling) {
+        const step_t s = {.kind = ST_COMBINE_FWD, .what = "combine", .a = lp->va, .c = out->val, .batch = B,
+                          .actions = l->units};
+        FL_TRY(add_step(b, &p->fwd, &s));
+    }
+    p->edge[i + 1] = out;
+    return FL_OK;
+}
+
+static fl_status fwd_relu(bld_t *b, int i) {
+    plan_t *p = b->p;
+    tensor_t *in = p->edge[i], *out;
+    FL_TRY(new_tensor(b, &in->md, 1, &out));
+    const step_t s = {.kind = ST_RELU_FWD, .what = "relu", .a = in->val, .c = out->val,
+                      .n = dnnl_memory_desc_get_size(&in->md) / sizeof(float)};
+    FL_TRY(add_step(b, &p->fwd, &s));
+    p->edge[i + 1] = out;
+    return FL_OK;
+}
+
+/* flatten: the plain input seen as (B, C H W, 1, 1); no copy. */
+static fl_status fwd_flatten(bld_t *b, int i) {
+    plan_t *p = b->p;
+    const fl_qnet_layer_t *l = &b->n->layers[i];
+    lplan_t *lp = &p->lp[i];
+    FL_TRY(plain_of(b, p->edge[i], &lp->src));
+    dnnl_memory_desc_t md;
+    FL_TRY(md4(b, &md, p->batch, l->out_c, 1, 1, dnnl_nchw));
+    tensor_t *out;
+    FL_TRY(new_tensor(b, &md, 0, &out));
+    out->val = lp->src->val;
+    FL_TRY(new_mem(b, &md, out->val, &out->vmem));
+    p->edge[i + 1] = out;
+    return FL_OK;
+}
+
+static fl_status build_fwd(fl_dnnl_net_t *n, plan_t *p, fl_err_t *err) {
+    bld_t b = {.n = n, .p = p, .layer = "input", .err = err};
+    const int B = p->batch;
+    p->input_nhwc = n->img_c && n->layers[0].kind == FL_QNET_CONV;
+    dnnl_memory_desc_t imd;
+    const fl_qnet_layer_t *l0 = &n->layers[0];
+    FL_TRY(md4(&b, &imd, B, l0->in_c, l0->in_h, l0->in_w, p->input_nhwc ? dnnl_nhwc : dnnl_nchw));
+    FL_TRY(new_tensor(&b, &imd, 1, &p->edge[0]));
+    for (int i = 0; i < n->num_layers; i++) {
+        const fl_qnet_layer_t *l = &n->layers[i];
+        b.layer = l->prefix;
+        if (p->lp[i].skip) {
+            p->edge[i + 1] = p->edge[i];
+            continue;
+        }
+        switch (l->kind) {
+        case FL_QNET_CONV: FL_TRY(fwd_conv(&b, i)); break;
+        case FL_QNET_DENSE:
+        case FL_QNET_DUELING: FL_TRY(fwd_dense(&b, i)); break;
+        case FL_QNET_RELU: FL_TRY(fwd_relu(&b, i)); break;
+        case FL_QNET_FLATTEN: FL_TRY(fwd_flatten(&b, i)); break;
+        }
+    }
+    return FL_OK;
+}
+
+/* ---- backward build ------------------------------------------------------------------
+ * Per layer two parts: the parameter gradients (and what they need first: relu's mask of
+ * the incoming gradient, the dueling combine's backward) into `bwd`, and the input
+ * gradient into `bwd` too, except for the first layer, whose input gradient goes into
+ * `ibwd` (only wanted with dobs). */
+
+static fl_status relu_mask(bld_t *b, steplist_t *l, tensor_t *out) {
+    const step_t s = {.kind = ST_RELU_BWD, .what = "relu bwd", .a = out->val, .b = out->grad, .c = out->grad,
+                      .n = dnnl_memory_desc_get_size(&out->md) / sizeof(float)};
+    return add_step(b, l, &s);
+}
+
+static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
+    fl_dnnl_net_t *n = b->n;
+    const fl_qnet_layer_t *ly = &n->layers[i];
+    lplan_t *lp = &b->p->lp[i];
+    tensor_t *out = b->p->edge[i + 1];
+    assert(out->grad); /* the consumer's backward made it */
+    if (lp->fused) FL_TRY(relu_mask(b, l, out));
+    const dnnl_dims_t strides = {ly->stride, ly->stride}, pad = {ly->pad, ly->pad};
+    dnnl_memory_desc_t wany, bia, sany, dany;
+    FL_TRY(md4(b, &wany, ly->cout, ly->in_c, ly->k, ly->k, dnnl_format_tag_any));
+    FL_TRY(md1(b, &bia, ly->cout));
+    FL_TRY(md4(b, &sany, b->p->batch, ly->in_c, ly->in_h, ly->in_w, dnnl_format_tag_any));
+    FL_TRY(md4(b, &dany, b->p->batch, ly->out_c, ly->out_h, ly->out_w, dnnl_format_tag_any));
+    dnnl_primitive_desc_t pd = NULL;
+    /* First the forward's layouts (no reorders); where oneDNN has only its reference
+     * implementation for them, its own choice. */
+    for (int attempt = 0; attempt < 2 && !pd; attempt++) {
+        dnnl_convolution_desc_t cd;
+        DN(b, dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct,
+                                                          attempt ? &sany : &lp->src->md, &wany, &bia,
+                                                          attempt ? &dany : &out->md, strides, pad, pad));
+        if (attempt == 0) try_pd(b, &cd, 0, lp->fwd_pd, &pd);
+        else FL_TRY(make_pd(b, &cd, 0, lp->fwd_pd, &pd));
+    }
+    const dnnl_memory_desc_t *S = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
+                             *W = dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0),
+                             *D = dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0);
+    fl_status st;
+    tensor_t *src;
+    dnnl_memory_t dd, wm, wflat_m, bm;
+    dnnl_memory_desc_t wflat;
+    if ((st = tensor_as(b, l, lp->src, S, &src)) != FL_OK || (st = grad_as(b, l, out, D, &dd)) != FL_OK ||
+        (st = md4(b, &wflat, ly->cout, ly->in_c, ly->k, ly->k, dnnl_oihw)) != FL_OK ||
+        (st = flat_mem(b, &wflat, n->grads, ly->w_off, W, &wm, &wflat_m)) != FL_OK ||
+        (st = new_mem(b, &bia, n->grads + ly->b_off, &bm)) != FL_OK)
+        goto done;
+    const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src->vmem},
+                                     {DNNL_ARG_DIFF_DST, dd},
+                                     {DNNL_ARG_DIFF_WEIGHTS, wm},
+                                     {DNNL_ARG_DIFF_BIAS, bm}};
+    if ((st = add_prim(b, l, pd, "bwd weights", 4, args)) != FL_OK) goto done;
+    if (wflat_m) st = add_reorder(b, l, wm, wflat_m);
+done:
+    dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+static fl_status bwd_conv_data(bld_t *b, int i, steplist_t *l) {
+    fl_dnnl_net_t *n = b->n;
+    const fl_qnet_layer_t *ly = &n->layers[i];
+    lplan_t *lp = &b->p->lp[i];
+    tensor_t *out = b->p->edge[i + 1], *in = b->p->edge[i];
+    const dnnl_dims_t strides = {ly->stride, ly->stride}, pad = {ly->pad, ly->pad};
+    dnnl_memory_desc_t wany, sany, dany;
+    FL_TRY(md4(b, &wany, ly->cout, ly->in_c, ly->k, ly->k, dnnl_format_tag_any));
+    FL_TRY(md4(b, &sany, b->p->batch, ly->in_c, ly->in_h, ly->in_w, dnnl_format_tag_any));
+    FL_TRY(md4(b, &dany, b->p->batch, ly->out_c, ly->out_h, ly->out_w, dnnl_format_tag_any));
+    dnnl_primitive_desc_t pd = NULL;
+    for (int attempt = 0; attempt < 2 && !pd; attempt++) {
+        dnnl_convolution_desc_t cd;
+        DN(b, dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, attempt ? &sany : &lp->src->md,
+                                                       &wany, attempt ? &dany : &out->md, strides, pad, pad));
+        if (attempt == 0) try_pd(b, &cd, 0, lp->fwd_pd, &pd);
+        else FL_TRY(make_pd(b, &cd, 0, lp->fwd_pd, &pd));
+    }
+    const dnnl_memory_desc_t *S = dnnl_primitive_desc_query_md(pd, dnnl_query_diff_src_md, 0),
+                             *W = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
+                             *D = dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0);
+    fl_status st;
+    dnnl_memory_t wm, wflat_m, dd, ds, back;
+    dnnl_memory_desc_t wflat;
+    if ((st = md4(b, &wflat, ly->cout, ly->in_c, ly->k, ly->k, dnnl_oihw)) != FL_OK ||
+        (st = flat_mem(b, &wflat, n->params, ly->w_off, W, &wm, &wflat_m)) != FL_OK ||
+        (wflat_m && (st = add_reorder(b, l, wflat_m, wm)) != FL_OK) || (st = grad_as(b, l, out, D, &dd)) != FL_OK ||
+        (st = grad_out(b, lp->src, S, &ds, &back)) != FL_OK)
+        goto done;
+    const dnnl_exec_arg_t args[3] = {{DNNL_ARG_DIFF_DST, dd}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, ds}};
+    if ((st = add_prim(b, l, pd, "bwd data", 3, args)) != FL_OK) goto done;
+    if (back && (st = add_reorder(b, l, back, lp->src->gmem)) != FL_OK) goto done;
+    if (lp->src != in) {
+        if ((st = ensure_grad(b, in)) != FL_OK) goto done;
+        st = add_reorder(b, l, lp->src->gmem, in->gmem);
+    }
+done:
+    dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+/* The gradient of a dense layer's or dueling head's outputs, as (B, out). */
+static fl_status dense_dy(bld_t *b, int i, steplist_t *l, dnnl_memory_t *out_mem) {
+    const fl_qnet_layer_t *ly = &b->n->layers[i];
+    lplan_t *lp = &b->p->lp[i];
+    tensor_t *out = b->p->edge[i + 1];
+    const int B = b->p->batch;
+    if (ly->kind == FL_QNET_DUELING) {
+        if (!lp->dva) {
+            const dnnl_memory_desc_t *vmd;
+            DN(b, dnnl_memory_get_memory_desc(lp->va_mem, &vmd));
+            FL_TRY(new_buf(b, dnnl_memory_desc_get_size(vmd), &lp->dva));
+            FL_TRY(new_mem(b, vmd, lp->dva, &lp->dva_mem));
+            const step_t s = {.kind = ST_COMBINE_BWD, .what = "combine bwd", .a = out->grad, .c = lp->dva,
+                              .batch = B, .actions = ly->units};
+            FL_TRY(add_step(b, l, &s));
+        }
+        *out_mem = lp->dva_mem;
+        return FL_OK;
+    }
+    dnnl_memory_desc_t md;
+    FL_TRY(md2(b, &md, B, ly->units));
+    return new_mem(b, &md, out->grad, out_mem);
+}
+
+static fl_status bwd_dense_weights(bld_t *b, int i, steplist_t *l) {
+    fl_dnnl_net_t *n = b->n;
+    const fl_qnet_layer_t *ly = &n->layers[i];
+    lplan_t *lp = &b->p->lp[i];
+    const int B = b->p->batch, in = ly->in_c * ly->in_h * ly->in_w;
+    const int out_n = ly->kind == FL_QNET_DUELING ? ly->units + 1 : ly->units;
+    if (lp->fused) FL_TRY(relu_mask(b, l, b->p->edge[i + 1]));
+    dnnl_memory_t dy, wm, bm;
+    FL_TRY(dense_dy(b, i, l, &dy));
+    dnnl_memory_desc_t src, wei, bia, dst;
+    FL_TRY(md2(b, &src, B, in));
+    FL_TRY(md2(b, &wei, out_n, in));
+    FL_TRY(md1(b, &bia, out_n));
+    FL_TRY(md2(b, &dst, B, out_n));
+    dnnl_inner_product_desc_t ipd;
+    DN(b, dnnl_inner_product_backward_weights_desc_init(&ipd, &src, &wei, &bia, &dst));
+    dnnl_primitive_desc_t pd;
+    FL_TRY(make_pd(b, &ipd, 0, lp->fwd_pd, &pd));
+    fl_status st;
+    if ((st = new_mem(b, &wei, n->grads + ly->w_off, &wm)) == FL_OK &&
+        (st = new_mem(b, &bia, n->grads + ly->b_off, &bm)) == FL_OK) {
+        const dnnl_exec_arg_t args[4] = {
+            {DNNL_ARG_SRC, lp->src2d}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, wm}, {DNNL_ARG_DIFF_BIAS, bm}};
+        st = add_prim(b, l, pd, "bwd weights", 4, args);
+    }
+    dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+static fl_status bwd_dense_data(bld_t *b, int i, steplist_t *l) {
+    fl_dnnl_net_t *n = b->n;
+    const fl_qnet_layer_t *ly = &n->layers[i];
+    lplan_t *lp = &b->p->lp[i];
+    tensor_t *in = b->p->edge[i];
+    const int B = b->p->batch, inn = ly->in_c * ly->in_h * ly->in_w;
+    const int out_n = ly->kind == FL_QNET_DUELING ? ly->units + 1 : ly->units;
+    dnnl_memory_t dy, wm, dx;
+    FL_TRY(dense_dy(b, i, l, &dy));
+    FL_TRY(ensure_grad(b, lp->src));
+    dnnl_memory_desc_t src, wei, dst;
+    FL_TRY(md2(b, &src, B, inn));
+    FL_TRY(md2(b, &wei, out_n, inn));
+    FL_TRY(md2(b, &dst, B, out_n));
+    FL_TRY(new_mem(b, &wei, n->params + ly->w_off, &wm));
+    FL_TRY(new_mem(b, &src, lp->src->grad, &dx));
+    dnnl_inner_product_desc_t ipd;
+    DN(b, dnnl_inner_product_backward_data_desc_init(&ipd, &src, &wei, &dst));
+    dnnl_primitive_desc_t pd;
+    FL_TRY(make_pd(b, &ipd, 0, lp->fwd_pd, &pd));
+    const dnnl_exec_arg_t args[3] = {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, dx}};
+    fl_status st = add_prim(b, l, pd, "bwd data", 3, args);
+    dnnl_primitive_desc_destroy(pd);
+    FL_TRY(st);
+    if (lp->src != in) {
+        FL_TRY(ensure_grad(b, in));
+        FL_TRY(add_reorder(b, l, lp->src->gmem, in->gmem));
+    }
+    return FL_OK;
+}
+
+static fl_status bwd_relu_data(bld_t *b, int i, steplist_t *l) {
+    tensor_t *in = b->p->edge[i], *out = b->p->edge[i + 1];
+    FL_TRY(ensure_grad(b, in));
+    const step_t s = {.kind = ST_RELU_BWD, .what = "relu bwd", .a = out->val, .b = out->grad, .c = in->grad,
+                      .n = dnnl_memory_desc_get_size(&out->md) / sizeof(float)};
+    return add_step(b, l, &s);
+}
+
+/* flatten: the output's gradient is the plain input's (the same buffer), reordered back
+ * when the input edge is not plain. */
+static fl_status bwd_flatten_data(bld_t *b, int i, steplist_t *l) {
+    lplan_t *lp = &b->p->lp[i];
+    tensor_t *in = b->p->edge[i], *out = b->p->edge[i + 1];
+    if (!lp->src->grad) {
+        lp->src->grad = out->grad;
+        FL_TRY(new_mem(b, &lp->src->md, lp->src->grad, &lp->src->gmem));
+    }
+    if (lp->src == in) return FL_OK;
+    FL_TRY(ensure_grad(b, in));
+    return add_reorder(b, l, lp->src->gmem, in->gmem);
+}
+
+static fl_status bwd_layer(bld_t *b, int i, steplist_t *l, int weights, int data) {
+    const fl_qnet_layer_t *ly = &b->n->layers[i];
+    b->layer = ly->prefix;
+    if (b->p->lp[i].skip) return FL_OK;
+    switch (ly->kind) {
+    case FL_QNET_CONV:
+        if (weights) FL_TRY(bwd_conv_weights(b, i, l));
+        if (data) FL_TRY(bwd_conv_data(b, i, l));
+        break;
+    case FL_QNET_DENSE:
+    case FL_QNET_DUELING:
+        if (weights) FL_TRY(bwd_dense_weights(b, i, l));
+        if (data) FL_TRY(bwd_dense_data(b, i, l));
+        break;
+    case FL_QNET_RELU:
+        if (data) FL_TRY(bwd_relu_data(b, i, l));
+        break;
+    case FL_QNET_FLATTEN:
+        if (data) FL_TRY(bwd_flatten_data(b, i, l));
+        break;
+    }
+    return FL_OK;
+}
+
+static fl_status build_bwd(fl_dnnl_net_t *n, plan_t *p, fl_err_t *err) {
+    bld_t b = {.n = n, .p = p, .layer = "output", .err = err};
+    FL_TRY(ensure_grad(&b, p->edge[n->num_layers]));
+    for (int i = n->num_layers - 1; i >= 0; i--) FL_TRY(bwd_layer(&b, i, &p->bwd, 1, i > 0));
+    p->bwd_built = 1;
+    return FL_OK;
+}
+
+static fl_status build_ibwd(fl_dnnl_net_t *n, plan_t *p, fl_err_t *err) {
+    bld_t b = {.n = n, .p = p, .layer = "input", .err = err};
+    FL_TRY(bwd_layer(&b, 0, &p->ibwd, 0, 1));
+    b.layer = "input";
+    FL_TRY(ensure_grad(&b, p->edge[0]));
+    p->ibwd_built = 1;
+    return FL_OK;
+}
+
+/* ---- plans ------------------------------------------------------------------------- */
+
+static void free_steps(steplist_t *l) {
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i].prim) dnnl_primitive_destroy(l->v[i].prim);
+    free(l->v);
+}
+
+static void plan_destroy(plan_t *p) {
+    if (!p) return;
+    free_steps(&p->fwd);
+    free_steps(&p->bwd);
+    free_steps(&p->ibwd);
+    for (int i = 0; i < p->pds.n; i++) dnnl_primitive_desc_destroy(p->pds.v[i]);
+    for (int i = 0; i < p->mems.n; i++) dnnl_memory_destroy(p->mems.v[i]);
+    for (int i = 0; i < p->bufs.n; i++) free(p->bufs.v[i]);
+    for (int i = 0; i < p->tensors.n; i++) free(p->tensors.v[i]);
+    free(p->pds.v);
+    free(p->mems.v);
+    free(p->bufs.v);
+    free(p->tensors.v);
+    free(p->scratch_mems.v);
+    free(p->scratch);
+    free(p->edge);
+    free(p->lp);
+    free(p);
+}
+
+static fl_status plan_create(fl_dnnl_net_t *n, int B, int threads, plan_t **out, fl_err_t *err) {
+    plan_t *p = calloc(1, sizeof *p);
+    if (p) {
+        p->edge = calloc((size_t)n->num_layers + 1, sizeof *p->edge);
+        p->lp = calloc((size_t)n->num_layers, sizeof *p->lp);
+    }
+    if (!p || !p->edge || !p->lp) {
+        plan_destroy(p);
+        return fl_err_set(err, FL_NO_MEMORY, "dnnl: out of memory creating the plan for batch %d", B);
+    }
+    p->batch = B;
+    p->threads = threads;
+    for (int i = 0; i + 1 < n->num_layers; i++) {
+        const fl_qnet_layer_kind k = n->layers[i].kind;
+        if ((k == FL_QNET_CONV || k == FL_QNET_DENSE) && n->layers[i + 1].kind == FL_QNET_RELU && !p->lp[i].skip) {
+            p->lp[i].fused = 1;
+            p->lp[i + 1].skip = 1;
+        }
+    }
+    fl_status st = build_fwd(n, p, err);
+    if (st != FL_OK) {
+        plan_destroy(p);
+        return st;
+    }
+    *out = p;
+    return FL_OK;
+}
+
+static size_t describe_list(const steplist_t *l, char *out, size_t cap, size_t len) {
+    for (int i = 0; i < l->n; i++) {
+        const step_t *s = &l->v[i];
+        if (s->kind != ST_PRIM) continue;
+        const_dnnl_primitive_desc_t pd = NULL;
+        const char *impl = NULL;
+        if (dnnl_primitive_get_primitive_desc(s->prim, &pd) != dnnl_success ||
+            dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success)
+            impl = "?";
+        int w = snprintf(len < cap ? out + len : NULL, len < cap ? cap - len : 0, "%s %s: %s\n", s->layer, s->what,
+                         impl);
+        if (w > 0) len += (size_t)w;
+    }
+    return len;
+}
+
+static plan_t *find_plan(const fl_dnnl_net_t *n, int B) {
+    for (int i = 0; i < FL_DNNL_MAX_PLANS; i++)
+        if (n->plans[i] && n->plans[i]->batch == B) return n->plans[i];
+    return NULL;
+}
+
+/* The plan for B at the current thread count, built when missing or stale. */
+static fl_status get_plan(fl_dnnl_net_t *n, int B, plan_t **out, fl_err_t *err) {
+    const int threads = sync_threads();
+    int slot = -1;
+    for (int i = 0; i < FL_DNNL_MAX_PLANS; i++) {
+        plan_t *p = n->plans[i];
+        if (p && p->batch == B) {
+            if (p->threads == threads) {
+                p->used = ++n->calls;
+                *out = p;
+                return FL_OK;
+            }
+            slot = i;
+            break;
+        }
+    }
+    for (int i = 0; slot < 0 && i < FL_DNNL_MAX_PLANS; i++)
+        if (!n->plans[i]) slot = i;
+    if (slot < 0) {
+        slot = 0;
+        for (int i = 1; i < FL_DNNL_MAX_PLANS; i++)
+            if (n->plans[i]->used < n->plans[slot]->used) slot = i;
+    }
+    plan_destroy(n->plans[slot]);
+    n->plans[slot] = NULL;
+    plan_t *p = NULL;
+    FL_TRY(plan_create(n, B, threads, &p, err));
+    p->used = ++n->calls;
+    n->plans[slot] = p;
+    if (fl_log_get_level() <= FL_LOG_DEBUG) {
+        char buf[2048];
+        describe_list(&p->fwd, buf, sizeof buf, 0);
+        fl_log(FL_LOG_DEBUG, "dnnl: forward plan for batch %d, %d threads:\n%s", B, threads, buf);
+    }
+    *out = p;
+    return FL_OK;
+}
+
+/* ---- running ----------------------------------------------------------------------- */
+
+static fl_status run(fl_dnnl_net_t *n, const steplist_t *l, fl_err_t *err) {
+    int pending = 0;
+    for (int i = 0; i < l->n; i++) {
+        const step_t *s = &l->v[i];
+        if (s->kind == ST_PRIM) {
+            dnnl_status_t st = dnnl_primitive_execute(s->prim, n->stream, s->nargs, s->args);
+            if (st != dnnl_success)
+                return fl_err_set(err, FL_INTERNAL, "dnnl: layer %s: %s failed to run (oneDNN status %d)", s->layer,
+                                  s->what, (int)st);
+            pending = 1;
+            continue;
+        }
+        if (pending) {
+            dnnl_stream_wait(n->stream);
+            pending = 0;
+        }
+        switch (s->kind) {
+        case ST_RELU_FWD: fl_relu_forward(s->a, s->c, s->n); break;
+        case ST_RELU_BWD: fl_relu_backward(s->a, s->b, s->c, s->n); break;
+        case ST_COMBINE_FWD: fl_dueling_combine_forward(s->a, s->batch, s->actions, s->c); break;
+        case ST_COMBINE_BWD: fl_dueling_combine_backward(s->a, s->batch, s->actions, s->c); break;
+        case ST_PRIM: break;
+        }
+    }
+    if (pending) dnnl_stream_wait(n->stream);
+    return FL_OK;
+}
+
+fl_status fl_dnnl_net_forward(fl_dnnl_net_t *n, const float *obs, float scale, int B, float *q, fl_err_t *err) {
+    if (!n || !obs || !q || B < 1 || B > n->max_batch)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dnnl: forward: batch %d (expected 1..%d) and non-NULL buffers",
+                          B, n ? n->max_batch : 0);
+    plan_t *p = NULL;
+    FL_TRY(get_plan(n, B, &p, err));
+    float *x = p->edge[0]->val;
+    const size_t total = (size_t)B * n->obs_dim;
+    if (n->img_c && !p->input_nhwc) { /* (B, H, W, C) -> (B, C, H, W), as the reference */
+        const size_t hw = (size_t)n->img_h * n->img_w, C = (size_t)n->img_c;
+        for (int b = 0; b < B; b++) {
+            const float *src = obs + (size_t)b * n->obs_dim;
+            float *dst = x + (size_t)b * n->obs_dim;
+            for (size_t px = 0; px < hw; px++)
+                for (size_t c = 0; c < C; c++) dst[c * hw + px] = scale * src[px * C + c];
+        }
+    } else if (scale != 1.0f) {
+        for (size_t i = 0; i < total; i++) x[i] = scale * obs[i];
+    } else {
+        memcpy(x, obs, total * sizeof(float));
+    }
+    p->forwarded = 0;
+    FL_TRY(run(n, &p->fwd, err));
+    memcpy(q, p->edge[n->num_layers]->val, (size_t)B * n->num_actions * sizeof(float));
+    p->forwarded = 1;
+    return FL_OK;
+}
+
+fl_status fl_dnnl_net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *dobs, float scale, fl_err_t *err) {
+    if (!n || !dq || B < 1 || B > n->max_batch)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dnnl: backward: batch %d (expected 1..%d) and non-NULL dq", B,
+                          n ? n->max_batch : 0);
+    plan_t *p = find_plan(n, B);
+    if (!p || !p->forwarded || p->used != n->calls)
+        return fl_err_set(err, FL_FAILED_PRECONDITION, "dnnl: backward at batch %d: the last forward was not at it", B);
+    sync_threads();
+    if (!p->bwd_built) FL_TRY(build_bwd(n, p, err));
+    if (dobs && !p->ibwd_built) FL_TRY(build_ibwd(n, p, err));
+    memcpy(p->edge[n->num_layers]->grad, dq, (size_t)B * n->num_actions * sizeof(float));
+    FL_TRY(run(n, &p->bwd, err));
+    if (!dobs) return FL_OK;
+    FL_TRY(run(n, &p->ibwd, err));
+    const float *g = p->edge[0]->grad;
+    const size_t total = (size_t)B * n->obs_dim;
+    if (n->img_c && !p->input_nhwc) { /* (B, C, H, W) -> (B, H, W, C) */
+        const size_t hw = (size_t)n->img_h * n->img_w, C = (size_t)n->img_c;
+        for (int b = 0; b < B; b++) {
+            const float *src = g + (size_t)b * n->obs_dim;
+            float *dst = dobs + (size_t)b * n->obs_dim;
+            for (size_t px = 0; px < hw; px++)
+                for (size_t c = 0; c < C; c++) dst[px * C + c] = scale * src[c * hw + px];
+        }
+    } else {
+        for (size_t i = 0; i < total; i++) dobs[i] = scale * g[i];
+    }
+    return FL_OK;
+}
+
+size_t fl_dnnl_net_describe(const fl_dnnl_net_t *n, int B, char *out, size_t cap) {
+    if (cap) out[0] = '\0';
+    const plan_t *p = n ? find_plan(n, B) : NULL;
+    if (!p) return 0;
+    size_t len = describe_list(&p->fwd, out, cap, 0);
+    len = describe_list(&p->bwd, out, cap, len);
+    len = describe_list(&p->ibwd, out, cap, len);
+    if (cap) out[len < cap ? len : cap - 1] = '\0';
+    return len;
+}
+
+/* ---- create / destroy -------------------------------------------------------------- */
+
+fl_status fl_dnnl_net_create(const fl_dnnl_net_desc_t *d, fl_dnnl_net_t **out, fl_err_t *err) {
+    if (!out) return fl_err_set(err, FL_INVALID_ARGUMENT, "dnnl: out must not be NULL");
+    *out = NULL;
+    if (!d || !d->layers || d->num_layers < 1 || d->obs_dim < 1 || d->num_actions < 1 || d->max_batch < 1 ||
+        !d->params || !d->grads)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "dnnl: a network needs layers, obs_dim, num_actions, max_batch >= 1 and its parameter and "
+                          "gradient buffers");
+    fl_dnnl_net_t *n = calloc(1, sizeof *n);
+    if (!n) return fl_err_set(err, FL_NO_MEMORY, "dnnl: out of memory");
+    n->layers = malloc((size_t)d->num_layers * sizeof *n->layers);
+    if (!n->layers) {
+        free(n);
+        return fl_err_set(err, FL_NO_MEMORY, "dnnl: out of memory");
+    }
+    memcpy(n->layers, d->layers, (size_t)d->num_layers * sizeof *n->layers);
+    n->num_layers = d->num_layers;
+    n->img_h = d->img_h;
+    n->img_w = d->img_w;
+    n->img_c = d->img_c;
+    n->obs_dim = d->obs_dim;
+    n->num_actions = d->num_actions;
+    n->max_batch = d->max_batch;
+    n->params = d->params;
+    n->grads = d->grads;
+    dnnl_status_t st = dnnl_engine_create(&n->engine, dnnl_cpu, 0);
+    if (st == dnnl_success) st = dnnl_stream_create(&n->stream, n->engine, dnnl_stream_default_flags);
+    if (st != dnnl_success) {
+        fl_dnnl_net_destroy(n);
+        return fl_err_set(err, FL_INTERNAL, "dnnl: creating the CPU engine and stream failed (oneDNN status %d)",
+                          (int)st);
+    }
+    *out = n;
+    return FL_OK;
+}
+
+void fl_dnnl_net_destroy(fl_dnnl_net_t *n) {
+    if (!n) return;
+    for (int i = 0; i < FL_DNNL_MAX_PLANS; i++) plan_destroy(n->plans[i]);
+    if (n->stream) dnnl_stream_destroy(n->stream);
+    if (n->engine) dnnl_engine_destroy(n->engine);
+    free(n->layers);
+    free(n);
+}
+
+#else /* built without oneDNN */
+
+int fl_dnnl_available(void) { return 0; }
+
+fl_status fl_dnnl_net_create(const fl_dnnl_net_desc_t *d, fl_dnnl_net_t **out, fl_err_t *err) {
+    (void)d;
+    if (out) *out = NULL;
+    return fl_err_set(err, FL_UNIMPLEMENTED, "dnnl: fleet was built without oneDNN (FLEET_DNNL=OFF or not found)");
+}
+
+void fl_dnnl_net_destroy(fl_dnnl_net_t *n) { (void)n; }
+
+fl_status fl_dnnl_net_forward(fl_dnnl_net_t *n, const float *obs, float scale, int B, float *q, fl_err_t *err) {
+    return fl_err_set(err, FL_UNIMPLEMENTED, "dnnl: fleet was built without oneDNN");
+}
+
+fl_status fl_dnnl_net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *dobs, float scale, fl_err_t *err) {
+    return fl_err_set(err, FL_UNIMPLEMENTED, "dnnl: fleet was built without oneDNN");
+}
+
+size_t fl_dnnl_net_describe(const fl_dnnl_net_t *n, int B, char *out, size_t cap) {
+    if (cap) out[0] = '\0';
+    return 0;
+}
+
+#endif

@@ -1,0 +1,417 @@
+/* Tests of the oneDNN backend of the Q-network (kernels/dnnl.h) against the reference
+ * backend (kernels/ops.h) on the same network and parameters: every op through small
+ * networks (a convolution alone at several shapes with padding and stride, two in a row
+ * with and without relu, dense layers, relu and flatten where nothing fuses them, image
+ * inputs into a dense layer, the input scale), the three benchmark networks (Nature CNN,
+ * MinAtar, MLP), batch sizes changing between calls and more of them than a network
+ * keeps plans for, two threads, and whole double-DQN updates (learner/dqn.h). Each
+ * compares q, every parameter gradient (per view) and the input gradient.
+ *
+ * Tolerance: the backends sum in different orders, so a tensor passes when
+ * max |dnnl - ref| <= TOL max |ref| + ATOL over its elements, TOL = 1e-4, ATOL = 1e-7
+ * (q, gradients and parameter updates alike; the sums run over at most a few hundred
+ * thousand float terms, and the worst seen is about 1e-5 of max |ref|). In a build
+ * without oneDNN only the backend switch is tested (the reference stays the only one).
+ * Inputs are random from a fresh seed each run (FLEET_TEST_SEED replays one). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/rng.h"
+#include "kernels/dnnl.h"
+#include "kernels/optim.h"
+#include "kernels/qnet.h"
+#include "learner/dqn.h"
+
+#include "seed_util.h"
+
+#define TOL 1e-4
+#define ATOL 1e-7
+
+#define NATURE "conv(32,8,4) relu conv(64,4,2) relu conv(64,3,1) relu flatten dense(512) relu dueling"
+#define MINATAR "conv(16,3,1) relu flatten dense(128) relu dueling"
+#define MLP "dense(256) relu dense(256) relu dueling"
+
+static fl_rng_t g_rng;
+
+/* Every test starts with it: nothing to test in a build without oneDNN. */
+#define NEED_DNNL()                         \
+    do {                                    \
+        (void)state;                        \
+        if (!fl_dnnl_available()) skip();   \
+    } while (0)
+
+static void fill(float *x, size_t n, double lo, double hi) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)fl_rng_uniform(&g_rng, lo, hi);
+}
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+/* Fails (naming the network, the tensor and the batch) unless got is within TOL of want:
+ * max |got - want| <= TOL max |want| + ATOL. */
+static void expect_close(const float *got, const float *want, size_t n, const char *spec, const char *what, int B) {
+    double worst = 0, top = max_abs(want, n);
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= worst)) { /* NaN counts as worst */
+            worst = d;
+            at = i;
+        }
+    }
+    if (!(worst <= TOL * top + ATOL)) {
+        SEED_NOTE();
+        print_error("\"%s\" batch %d: %s[%zu]: dnnl %.9g, reference %.9g (max |ref| %.6g, allowed %.3g)\n", spec, B,
+                    what, at, got[at], want[at], top, TOL * top + ATOL);
+        fail();
+    }
+}
+
+/* One network, both backends: forward, backward_input (and a plain backward) at each
+ * batch in turn, with fresh inputs each time. */
+typedef struct net_case {
+    const char *spec;
+    int h, w, c;  /* image observations (H, W, C); h = 0: vectors of c floats */
+    int actions;
+    float scale;  /* model.input_scale; 0 means 1 */
+} net_case_t;
+
+/* relu's ties: where a unit's input is within rounding of 0 the two backends can give it
+ * different relu masks, and its gradient then differs by a whole term. So parameters are
+ * -1, 0 or 1 (0 for half of them) and observations (times the input scale) 0 or 1 for
+ * images, -1, 0 or 1 for vectors: every forward sum is of integers below 2^24, exact in
+ * any order, and both backends see the same units at 0. Any mix-up of which input meets
+ * which weight still shows, and the gradients are random reals. */
+static void integerize(fl_qnet_t *n) {
+    float *p = fl_qnet_params(n);
+    for (size_t i = 0; i < fl_qnet_num_params(n); i++)
+        p[i] = fl_rng_below(&g_rng, 2) ? 0.0f : fl_rng_below(&g_rng, 2) ? 1.0f : -1.0f;
+}
+
+static void fill_obs(float *x, size_t n, int image, float scale) {
+    for (size_t i = 0; i < n; i++) {
+        const int v = image ? (int)fl_rng_below(&g_rng, 2) : (int)fl_rng_below(&g_rng, 3) - 1;
+        x[i] = (float)v / scale;
+    }
+}
+
+static fl_qnet_t *make_net(const net_case_t *t, int max_batch) {
+    fl_qnet_t *n = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    fl_status s = t->h ? fl_qnet_create_image(t->spec, t->h, t->w, t->c, t->actions, max_batch, &n, &err)
+                       : fl_qnet_create(t->spec, t->c, t->actions, max_batch, &n, &err);
+    if (s != FL_OK) print_error("%s: %s\n", t->spec, err.msg);
+    assert_int_equal(s, FL_OK);
+    fl_qnet_init(n, &g_rng);
+    if (t->scale) fl_qnet_set_input_scale(n, t->scale);
+    integerize(n);
+    return n;
+}
+
+static void compare(const net_case_t *t, const int *batches, int count) {
+    int max_batch = 1;
+    for (int i = 0; i < count; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
+    fl_qnet_t *n = make_net(t, max_batch);
+    assert_int_equal(fl_qnet_backend(n), FL_QNET_BACKEND_DNNL);
+    const size_t D = (size_t)fl_qnet_obs_dim(n), P = fl_qnet_num_params(n), A = (size_t)t->actions;
+    float *obs = malloc((size_t)max_batch * D * 4), *dq = malloc((size_t)max_batch * A * 4);
+    float *q_ref = malloc((size_t)max_batch * A * 4), *q = malloc((size_t)max_batch * A * 4);
+    float *dobs_ref = malloc((size_t)max_batch * D * 4), *dobs = malloc((size_t)max_batch * D * 4);
+    float *g_ref = malloc(P * 4), *g = malloc(P * 4);
+    fl_err_t err;
+    fl_err_init(&err);
+    for (int k = 0; k < count; k++) {
+        const int B = batches[k];
+        fill_obs(obs, (size_t)B * D, t->h != 0, t->scale ? t->scale : 1.0f);
+        fill(dq, (size_t)B * A, -1, 1);
+
+        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_REF, &err), FL_OK);
+        assert_int_equal(fl_qnet_forward(n, obs, B, q_ref), FL_OK);
+        assert_int_equal(fl_qnet_backward_input(n, dq, B, dobs_ref), FL_OK);
+        memcpy(g_ref, fl_qnet_grads(n), P * 4);
+
+        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_DNNL, &err), FL_OK);
+        assert_int_equal(fl_qnet_backward(n, dq, B), FL_FAILED_PRECONDITION); /* no forward on this backend */
+        memset(q, 0xff, (size_t)B * A * 4);
+        assert_int_equal(fl_qnet_forward(n, obs, B, q), FL_OK);
+        expect_close(q, q_ref, (size_t)B * A, t->spec, "q", B);
+        /* without the input gradient first (a learner's backward), then with it */
+        memset(fl_qnet_grads(n), 0xff, P * 4);
+        assert_int_equal(fl_qnet_backward(n, dq, B), FL_OK);
+        memcpy(g, fl_qnet_grads(n), P * 4);
+        memset(dobs, 0xff, (size_t)B * D * 4);
+        assert_int_equal(fl_qnet_backward_input(n, dq, B, dobs), FL_OK);
+        expect_close(dobs, dobs_ref, (size_t)B * D, t->spec, "dobs", B);
+        for (int v = 0; v < fl_qnet_num_views(n); v++) {
+            const fl_param_view_t *pv = fl_qnet_view(n, v);
+            expect_close(g + pv->offset, g_ref + pv->offset, pv->numel, t->spec, pv->name, B);
+            expect_close(fl_qnet_grads(n) + pv->offset, g_ref + pv->offset, pv->numel, t->spec, pv->name, B);
+        }
+    }
+    free(obs);
+    free(dq);
+    free(q_ref);
+    free(q);
+    free(dobs_ref);
+    free(dobs);
+    free(g_ref);
+    free(g);
+    fl_qnet_destroy(n);
+}
+
+/* ---- ops, through the smallest networks that hold them ------------------------------- */
+
+static void test_conv_shapes(void **state) {
+    NEED_DNNL();
+    /* one convolution (then the appended dense head): kernel, stride and padding, odd
+     * channel counts (blocked layouts pad them), non-square inputs, a 1x1 output */
+    const net_case_t cases[] = {
+        {"conv(3,3,1)", 7, 6, 2, 3, 0},       {"conv(5,3,2,1)", 9, 8, 3, 2, 0},   {"conv(16,4,2)", 10, 10, 4, 4, 0},
+        {"conv(8,8,4)", 20, 20, 4, 3, 0},     {"conv(20,3,1,2)", 6, 5, 3, 2, 0}, {"conv(7,5,1,1)", 5, 5, 1, 2, 0},
+        {"conv(32,1,1)", 4, 4, 17, 2, 0},     {"conv(4,6,3)", 6, 6, 2, 2, 0},
+    };
+    const int batches[] = {3, 1, 5};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) compare(&cases[i], batches, 3);
+}
+
+static void test_conv_chains(void **state) {
+    NEED_DNNL();
+    /* activations that stay in oneDNN's layouts between convolutions, with and without
+     * relu (fused or not), then flatten or not before the head */
+    const net_case_t cases[] = {
+        {"conv(16,3,1,1) relu conv(32,3,2) relu flatten dense(10) relu dueling", 12, 12, 4, 5, 0},
+        {"conv(8,3,1) conv(12,3,1)", 9, 9, 3, 3, 0},
+        {"conv(16,3,2) relu relu conv(16,3,1,1) flatten", 11, 11, 2, 4, 0},
+        {"conv(5,2,1) relu conv(6,2,1) relu dense(7)", 6, 7, 3, 2, 0},
+    };
+    const int batches[] = {4, 2};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) compare(&cases[i], batches, 2);
+}
+
+static void test_dense(void **state) {
+    NEED_DNNL();
+    const net_case_t cases[] = {
+        {"dense(5)", 0, 0, 3, 2, 0},
+        {"dense(33) relu dense(17) relu", 0, 0, 9, 4, 0},
+        {"relu dense(8) flatten relu dueling", 0, 0, 6, 3, 0},
+        {"", 0, 0, 5, 3, 0},         /* a linear model: the head alone */
+        {"dueling", 0, 0, 4, 6, 0},  /* a linear dueling head on the input */
+        {"dense(12) relu", 5, 4, 3, 3, 0},          /* an image into a dense layer: channel-major as the reference */
+        {"flatten dense(6) relu dueling", 3, 3, 2, 2, 0},
+        {"conv(4,3,1) relu dense(9) relu", 6, 6, 2, 3, 255.0f}, /* the input scale, on an image */
+        {"dense(8) relu", 0, 0, 4, 2, 10.0f},
+    };
+    const int batches[] = {6, 1, 3};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) compare(&cases[i], batches, 3);
+}
+
+/* ---- the benchmark networks ------------------------------------------------------------ */
+
+static void test_nature(void **state) {
+    NEED_DNNL();
+    const net_case_t t = {NATURE, 84, 84, 4, 6, 0};
+    const int batches[] = {32, 3, 32};
+    compare(&t, batches, 3);
+}
+
+static void test_minatar(void **state) {
+    NEED_DNNL();
+    const net_case_t t = {MINATAR, 10, 10, 4, 6, 255.0f};
+    const int batches[] = {32, 512, 1, 32};
+    compare(&t, batches, 4);
+}
+
+static void test_mlp(void **state) {
+    NEED_DNNL();
+    const net_case_t t = {MLP, 0, 0, 4, 2, 0};
+    const int batches[] = {128, 512, 128, 1};
+    compare(&t, batches, 4);
+}
+
+/* oneDNN's reference implementations are slow: none of them in the benchmark networks
+ * (checked where oneDNN has its AVX-512 code). */
+static void test_no_reference_impls(void **state) {
+    NEED_DNNL();
+    if (!__builtin_cpu_supports("avx512f")) skip();
+    const net_case_t cases[] = {{NATURE, 84, 84, 4, 6, 0}, {MINATAR, 10, 10, 4, 6, 0}, {MLP, 0, 0, 4, 2, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int B = 32;
+        fl_qnet_t *n = make_net(&cases[i], B);
+        const size_t D = (size_t)fl_qnet_obs_dim(n);
+        float *obs = calloc((size_t)B * D, 4), *q = malloc((size_t)B * 6 * 4), *dq = calloc((size_t)B * 6, 4);
+        float *dobs = malloc((size_t)B * D * 4);
+        assert_int_equal(fl_qnet_forward(n, obs, B, q), FL_OK);
+        assert_int_equal(fl_qnet_backward_input(n, dq, B, dobs), FL_OK);
+        char desc[4096];
+        assert_true(fl_qnet_describe_kernels(n, B, desc, sizeof desc) > 0);
+        assert_true(fl_qnet_describe_kernels(n, B + 1, desc + 2048, 16) == 0); /* no plan at B + 1 */
+        if (strstr(desc, "ref:")) {
+            print_error("\"%s\" uses a reference implementation:\n%s", cases[i].spec, desc);
+            fail();
+        }
+        free(obs);
+        free(q);
+        free(dq);
+        free(dobs);
+        fl_qnet_destroy(n);
+    }
+}
+
+/* ---- plans ------------------------------------------------------------------------------ */
+
+/* More batch sizes than a network keeps plans for, then the first ones again. */
+static void test_plan_eviction(void **state) {
+    NEED_DNNL();
+    const net_case_t t = {"conv(8,3,1) relu dense(16) relu dueling", 6, 6, 3, 3, 0};
+    int batches[2 * FL_DNNL_MAX_PLANS + 2];
+    int count = 0;
+    for (int i = 0; i < FL_DNNL_MAX_PLANS + 2; i++) batches[count++] = 1 + i;
+    for (int i = 0; i < FL_DNNL_MAX_PLANS; i++) batches[count++] = 1 + i;
+    compare(&t, batches, count);
+}
+
+/* Two threads: a plan is rebuilt for the new count, and the results agree as well. */
+static void test_two_threads(void **state) {
+    NEED_DNNL();
+    const int before = openblas_get_num_threads();
+    openblas_set_num_threads(2);
+    const net_case_t t = {MINATAR, 10, 10, 4, 6, 0};
+    const int batches[] = {32, 64};
+    compare(&t, batches, 2);
+    const net_case_t u = {"conv(16,3,2) relu conv(32,3,1) relu dense(64) relu dueling", 16, 16, 4, 4, 0};
+    compare(&u, batches, 2);
+    openblas_set_num_threads(before);
+}
+
+/* ---- whole updates ---------------------------------------------------------------------- */
+
+/* Three double-DQN steps with SGD (momentum) on each backend: the losses, priorities and
+ * parameter updates agree. Each step starts both online networks from the same new
+ * integer parameters (an update leaves them real, and ties would follow); the optimizer
+ * state carries over. (SGD's update is linear in the gradient; Adam's first steps are
+ * about lr times the gradient's sign, which rounding can flip where it is near 0.) */
+static void test_dqn_steps(void **state) {
+    NEED_DNNL();
+    const net_case_t t = {MINATAR, 10, 10, 4, 6, 255.0f};
+    const int B = 32, A = 6;
+    fl_qnet_t *on[2], *tg[2];
+    fl_optim_t *opt[2];
+    fl_dqn_t *dqn;
+    fl_err_t err;
+    fl_err_init(&err);
+    const fl_dqn_config_t cfg = {.max_batch = B, .num_actions = A, .huber_delta = 1.0f, .grad_clip = 10.0f};
+    assert_int_equal(fl_dqn_create(&cfg, &dqn, &err), FL_OK);
+    const fl_optim_config_t oc = fl_optim_config_default(FL_OPTIM_SGD);
+    for (int k = 0; k < 2; k++) {
+        on[k] = make_net(&t, B);
+        tg[k] = make_net(&t, B);
+        if (k == 1) {
+            fl_qnet_copy_params(on[1], on[0]);
+            fl_qnet_copy_params(tg[1], tg[0]);
+        }
+        const fl_qnet_backend_kind be = k == 0 ? FL_QNET_BACKEND_REF : FL_QNET_BACKEND_DNNL;
+        assert_int_equal(fl_qnet_set_backend(on[k], be, &err), FL_OK);
+        assert_int_equal(fl_qnet_set_backend(tg[k], be, &err), FL_OK);
+        assert_int_equal(fl_optim_create(&oc, fl_qnet_num_params(on[k]), &opt[k], &err), FL_OK);
+    }
+    const size_t D = (size_t)fl_qnet_obs_dim(on[0]), P = fl_qnet_num_params(on[0]);
+    float *obs = malloc((size_t)B * D * 4), *next = malloc((size_t)B * D * 4);
+    float *before = malloc(2 * P * 4);
+    float rew[32], disc[32], w[32], prio[2][32];
+    int32_t act[32];
+    for (int step = 0; step < 3; step++) {
+        integerize(on[0]);
+        fl_qnet_copy_params(on[1], on[0]);
+        for (size_t i = 0; i < (size_t)B * D; i++) {
+            obs[i] = fl_rng_below(&g_rng, 4) == 0 ? 1.0f / 255.0f : 0.0f;
+            next[i] = fl_rng_below(&g_rng, 4) == 0 ? 1.0f / 255.0f : 0.0f;
+        }
+        for (int b = 0; b < B; b++) {
+            act[b] = (int32_t)fl_rng_below(&g_rng, A);
+            rew[b] = (float)fl_rng_uniform(&g_rng, -1, 1);
+            disc[b] = fl_rng_below(&g_rng, 5) == 0 ? 0.0f : 0.97f;
+            w[b] = (float)fl_rng_uniform(&g_rng, 0.2, 1);
+        }
+        const fl_dqn_batch_t batch = {B, obs, act, rew, disc, next, w};
+        fl_dqn_stats_t st[2];
+        for (int k = 0; k < 2; k++) {
+            memcpy(before + k * P, fl_qnet_params(on[k]), P * 4);
+            fl_status s = fl_dqn_step(dqn, on[k], tg[k], opt[k], &batch, prio[k], &st[k], &err);
+            if (s != FL_OK) print_error("%s\n", err.msg);
+            assert_int_equal(s, FL_OK);
+        }
+        CHECK_CLOSE(st[1].loss, st[0].loss, TOL, TOL, "step %d: loss", step);
+        CHECK_CLOSE(st[1].grad_norm, st[0].grad_norm, TOL, TOL, "step %d: gradient norm", step);
+        expect_close(prio[1], prio[0], (size_t)B, t.spec, "priorities", B);
+        for (int k = 0; k < 2; k++)
+            for (size_t i = 0; i < P; i++) before[k * P + i] = fl_qnet_params(on[k])[i] - before[k * P + i];
+        expect_close(before + P, before, P, t.spec, "parameter update", B);
+    }
+    for (int k = 0; k < 2; k++) {
+        fl_optim_destroy(opt[k]);
+        fl_qnet_destroy(on[k]);
+        fl_qnet_destroy(tg[k]);
+    }
+    fl_dqn_destroy(dqn);
+    free(obs);
+    free(next);
+    free(before);
+}
+
+/* ---- backend switching ------------------------------------------------------------------- */
+
+static void test_backend_switch(void **state) {
+    (void)state;
+    fl_err_t err;
+    fl_err_init(&err);
+    const net_case_t t = {"dense(4) relu", 0, 0, 3, 2, 0};
+    fl_qnet_t *n = make_net(&t, 4);
+    float obs[12] = {0}, q[8], dq[8] = {0};
+    if (!fl_dnnl_available()) { /* the reference is the default, and the only backend */
+        assert_int_equal(fl_qnet_backend(n), FL_QNET_BACKEND_REF);
+        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_DNNL, &err), FL_UNIMPLEMENTED);
+        assert_int_equal(fl_qnet_backend(n), FL_QNET_BACKEND_REF);
+        assert_int_equal(fl_qnet_forward(n, obs, 4, q), FL_OK);
+        fl_qnet_destroy(n);
+        return;
+    }
+    assert_string_equal(fl_qnet_backend_name(fl_qnet_backend(n)), "dnnl");
+    assert_int_equal(fl_qnet_forward(n, obs, 4, q), FL_OK);
+    assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_REF, &err), FL_OK);
+    assert_string_equal(fl_qnet_backend_name(fl_qnet_backend(n)), "reference");
+    assert_int_equal(fl_qnet_backward(n, dq, 4), FL_FAILED_PRECONDITION); /* the forward was the other backend's */
+    assert_int_equal(fl_qnet_set_backend(n, (fl_qnet_backend_kind)7, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_qnet_backend(n), FL_QNET_BACKEND_REF);
+    assert_int_equal(fl_qnet_forward(n, obs, 4, q), FL_OK);
+    assert_int_equal(fl_qnet_backward(n, dq, 4), FL_OK);
+    assert_int_equal(fl_qnet_describe_kernels(n, 4, (char[8]){0}, 8), 0);
+    fl_qnet_destroy(n);
+}
+
+int main(void) {
+    pick_seed();
+    fl_rng_init_stream(&g_rng, g_seed, 7);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv_shapes),   cmocka_unit_test(test_conv_chains),
+        cmocka_unit_test(test_dense),         cmocka_unit_test(test_nature),
+        cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp),
+        cmocka_unit_test(test_no_reference_impls),
+        cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),
+        cmocka_unit_test(test_dqn_steps),     cmocka_unit_test(test_backend_switch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
