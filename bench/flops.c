@@ -194,3 +194,26 @@ void fl_flops_describe_peak(const fl_flops_peak_t *p, char *buf, size_t len) {
              p->peak_flops / 1e9, p->cores, p->fma_units, p->vector_floats, p->isa, p->clock_hz / 1e9,
              p->core_flops / 1e9, units);
 }
+
+int fl_bench_backend = -1;
+
+int fl_bench_parse_backend(const char *v) {
+    if (strcmp(v, "dnnl") == 0) fl_bench_backend = FL_QNET_BACKEND_DNNL;
+    else if (strcmp(v, "reference") == 0) fl_bench_backend = FL_QNET_BACKEND_REF;
+    else return 0;
+    return 1;
+}
+
+fl_status fl_bench_apply_backend(fl_qnet_t *n, fl_err_t *err) {
+    if (fl_bench_backend < 0) return FL_OK;
+    return fl_qnet_set_backend(n, (fl_qnet_backend_kind)fl_bench_backend, err);
+}
+
+const char *fl_bench_backend_name(void) {
+    if (fl_bench_backend >= 0) return fl_qnet_backend_name((fl_qnet_backend_kind)fl_bench_backend);
+    fl_qnet_t *n = NULL;
+    if (fl_qnet_create("", 1, 1, 1, &n, NULL) != FL_OK) return "unknown";
+    const char *name = fl_qnet_backend_name(fl_qnet_backend(n));
+    fl_qnet_destroy(n);
+    return name;
+}

@@ -32,6 +32,7 @@
  * counted as bench/flops.h says.
  *
  *   inference_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batches 1,4,16,64]
+ *                   [--backend dnnl|reference]
  *                   [--no-torch] [--torch-script PATH] [--python PATH] */
 #include <cblas.h>
 #include <stdio.h>
@@ -110,7 +111,9 @@ static double fleet_rate(const netcase_t *c, int B, double seconds) {
     fl_err_init(&e);
     double rate = -1;
     actor_step_t s = {.dtype = c->dtype, .B = B, .A = c->actions};
-    if (fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, B, &s.net, &e) != FL_OK) goto fail;
+    if (fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, B, &s.net, &e) != FL_OK ||
+        fl_bench_apply_backend(s.net, &e) != FL_OK)
+        goto fail;
     fl_rng_init(&s.rng, 1);
     fl_qnet_init(s.net, &s.rng);
     fl_qnet_set_input_scale(s.net, c->input_scale);
@@ -217,7 +220,9 @@ int main(int argc, char **argv) {
             snprintf(o.script, sizeof o.script, "%s", argv[++i]);
         else if (!strcmp(a, "--python") && v)
             snprintf(o.python, sizeof o.python, "%s", argv[++i]);
-        else if (!strcmp(a, "--batches") && v) {
+        else if (!strcmp(a, "--backend") && v) {
+            if (!fl_bench_parse_backend(argv[++i])) goto usage;
+        } else if (!strcmp(a, "--batches") && v) {
             if (!parse_batches(argv[++i], &o)) goto usage;
         } else if (!strcmp(a, "--case") && v) {
             i++;
@@ -236,9 +241,9 @@ int main(int argc, char **argv) {
     const int have_torch = o.torch && torch_rate(&o, &CASES[0], 1, version, sizeof version) >= 0;
     if (!o.json) {
         printf(
-            "inference_bench: %ld cores, one actor step (convert, forward, greedy argmax) on 1 thread, %g s per "
-            "case; PyTorch %s\n",
-            o.cores, o.seconds,
+            "inference_bench: %ld cores, one actor step (convert, forward, greedy argmax) on 1 thread, CPU kernels "
+            "%s, %g s per case; PyTorch %s\n",
+            o.cores, fl_bench_backend_name(), o.seconds,
             have_torch ? version
             : o.torch  ? "not available (cannot import torch or numpy)"
                        : "not run (--no-torch)");
@@ -281,6 +286,6 @@ int main(int argc, char **argv) {
 usage:
     fprintf(stderr,
             "usage: inference_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] "
-            "[--batches 1,4,16,64] [--no-torch] [--torch-script PATH] [--python PATH]\n");
+            "[--batches 1,4,16,64] [--backend dnnl|reference] [--no-torch] [--torch-script PATH] [--python PATH]\n");
     return 2;
 }

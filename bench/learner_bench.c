@@ -42,7 +42,8 @@
  * converted on the GPU, priorities to the host every update).
  *
  *   learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--threads 1,2]
- *                 [--no-torch] [--no-gpu] [--torch-script PATH] [--python PATH] */
+ *                 [--no-torch] [--no-gpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]
+ * --backend: the CPU kernels (kernels/qnet.h); default oneDNN when built with it. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,7 +157,8 @@ static double fleet_rate(const netcase_t *c, int B, int threads, double seconds)
     float *obs = NULL, *next = NULL, *ret = NULL, *disc = NULL, *w = NULL, *prio = NULL;
     int32_t *act = NULL;
     if (fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, B, &online, &e) != FL_OK ||
-        fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, B, &target, &e) != FL_OK) {
+        fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, B, &target, &e) != FL_OK ||
+        fl_bench_apply_backend(online, &e) != FL_OK || fl_bench_apply_backend(target, &e) != FL_OK) {
         die("network", &e);
         goto done;
     }
@@ -541,6 +543,9 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--json")) o.json = 1;
         else if (!strcmp(a, "--no-torch")) o.torch = 0;
         else if (!strcmp(a, "--no-gpu")) o.gpu = 0;
+        else if (!strcmp(a, "--backend") && v) {
+            if (!fl_bench_parse_backend(argv[++i])) goto usage;
+        }
         else if (!strcmp(a, "--seconds") && v) o.seconds = atof(argv[++i]);
         else if (!strcmp(a, "--torch-script") && v) snprintf(o.script, sizeof o.script, "%s", argv[++i]);
         else if (!strcmp(a, "--python") && v) snprintf(o.python, sizeof o.python, "%s", argv[++i]);
@@ -566,8 +571,8 @@ int main(int argc, char **argv) {
     print_peak(&o, &peak);
     if (!o.json)
         printf("learner_bench: %ld cores, full DQN update (double, dueling, 3-step, weights, Huber, clip 40, centered "
-               "RMSProp), %g s per configuration; PyTorch %s\n",
-               o.cores, o.seconds,
+               "RMSProp), CPU kernels %s, %g s per configuration; PyTorch %s\n",
+               o.cores, fl_bench_backend_name(), o.seconds,
                have_torch ? version : o.torch ? "not available (cannot import torch)" : "not run (--no-torch)");
     if (cpu_rows(&o, have_torch, &peak) != 0) return 1;
     if (!o.gpu) {
@@ -577,6 +582,6 @@ int main(int argc, char **argv) {
     return gpu_rows(&o, have_torch);
 usage:
     fprintf(stderr, "usage: learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--threads 1,2] "
-                    "[--no-torch] [--no-gpu] [--torch-script PATH] [--python PATH]\n");
+                    "[--no-torch] [--no-gpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]\n");
     return 2;
 }
