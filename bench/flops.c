@@ -1,5 +1,6 @@
 /* flops: FLOP counts of a Q-network and the CPU's measured peak (see flops.h). */
 #include "bench/flops.h"
+#include "kernels/dnnl.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -204,16 +205,11 @@ int fl_bench_parse_backend(const char *v) {
     return 1;
 }
 
-fl_status fl_bench_apply_backend(fl_qnet_t *n, fl_err_t *err) {
-    if (fl_bench_backend < 0) return FL_OK;
-    return fl_qnet_set_backend(n, (fl_qnet_backend_kind)fl_bench_backend, err);
+static fl_qnet_backend_kind bench_backend(void) {
+    if (fl_bench_backend >= 0) return (fl_qnet_backend_kind)fl_bench_backend;
+    return fl_dnnl_available() ? FL_QNET_BACKEND_DNNL : FL_QNET_BACKEND_REF;
 }
 
-const char *fl_bench_backend_name(void) {
-    if (fl_bench_backend >= 0) return fl_qnet_backend_name((fl_qnet_backend_kind)fl_bench_backend);
-    fl_qnet_t *n = NULL;
-    if (fl_qnet_create("", 1, 1, 1, &n, NULL) != FL_OK) return "unknown";
-    const char *name = fl_qnet_backend_name(fl_qnet_backend(n));
-    fl_qnet_destroy(n);
-    return name;
-}
+fl_status fl_bench_apply_backend(fl_qnet_t *n, fl_err_t *err) { return fl_qnet_set_backend(n, bench_backend(), err); }
+
+const char *fl_bench_backend_name(void) { return fl_qnet_backend_name(bench_backend()); }

@@ -66,14 +66,14 @@ void fl_flops_measure_peak(long cores, fl_flops_peak_t *out);
 /* One line that says how p's peak was derived (the formula with its figures). */
 void fl_flops_describe_peak(const fl_flops_peak_t *p, char *buf, size_t len);
 
-/* The CPU kernels the benches run (--backend): -1 = each network's default (oneDNN when
- * built with it), else an fl_qnet_backend_kind. */
+/* The CPU kernels the benches run (--backend): -1 = oneDNN when built with it, else the
+ * reference; or an fl_qnet_backend_kind. */
 extern int fl_bench_backend;
 /* Parses --backend's value ("dnnl" or "reference"); 0 when it is neither. */
 int fl_bench_parse_backend(const char *v);
 /* Puts n on fl_bench_backend (nothing at -1). */
 fl_status fl_bench_apply_backend(fl_qnet_t *n, fl_err_t *err);
-/* The backend name a default network gets (or fl_bench_backend's). */
+/* The name of the backend the benches put networks on. */
 const char *fl_bench_backend_name(void);
 
 #endif

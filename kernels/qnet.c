@@ -469,13 +469,7 @@ static fl_status create(const char *spec, shape_t in, int img, int num_actions, 
     }
     memset(n->params, 0, n->num_params * sizeof(float));
     memset(n->grads, 0, n->num_params * sizeof(float));
-    fl_err_t derr;
-    fl_err_init(&derr);
-    if (!fl_dnnl_available() || fl_qnet_set_backend(n, FL_QNET_BACKEND_DNNL, &derr) != FL_OK) {
-        if (fl_dnnl_available())
-            fl_log(FL_LOG_WARN, "qnet \"%.200s\": using the reference kernels: %s", spec, derr.msg);
-        if ((st = fl_qnet_set_backend(n, FL_QNET_BACKEND_REF, err)) != FL_OK) goto fail;
-    }
+    if ((st = fl_qnet_set_backend(n, FL_QNET_BACKEND_REF, err)) != FL_OK) goto fail;
     *out = n;
     return FL_OK;
 

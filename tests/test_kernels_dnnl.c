@@ -116,6 +116,8 @@ static fl_qnet_t *make_net(const net_case_t *t, int max_batch) {
                        : fl_qnet_create(t->spec, t->c, t->actions, max_batch, &n, &err);
     if (s != FL_OK) print_error("%s: %s\n", t->spec, err.msg);
     assert_int_equal(s, FL_OK);
+    assert_int_equal(fl_qnet_backend(n), FL_QNET_BACKEND_REF); /* the default */
+    if (fl_dnnl_available()) assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_DNNL, &err), FL_OK);
     fl_qnet_init(n, &g_rng);
     if (t->scale) fl_qnet_set_input_scale(n, t->scale);
     integerize(n);
@@ -381,7 +383,7 @@ static void test_backend_switch(void **state) {
     const net_case_t t = {"dense(4) relu", 0, 0, 3, 2, 0};
     fl_qnet_t *n = make_net(&t, 4);
     float obs[12] = {0}, q[8], dq[8] = {0};
-    if (!fl_dnnl_available()) { /* the reference is the default, and the only backend */
+    if (!fl_dnnl_available()) { /* the reference is the only backend */
         assert_int_equal(fl_qnet_backend(n), FL_QNET_BACKEND_REF);
         assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_DNNL, &err), FL_UNIMPLEMENTED);
         assert_int_equal(fl_qnet_backend(n), FL_QNET_BACKEND_REF);
