@@ -40,8 +40,9 @@
  * fl_qnet_set_backend: FL_QNET_BACKEND_REF, the plain-C/OpenBLAS ops of ops.h (the
  * reference, the default), or FL_QNET_BACKEND_DNNL, oneDNN's primitives (dnnl.h), when
  * fleet was built with oneDNN (FLEET_DNNL). The learner, actors and evaluators run the
- * reference until a learner crash seen at stop with oneDNN (heap corruption, not
- * reproduced under the sanitizers yet) is understood; the benches run oneDNN. Both compute the same network on the same
+ * reference until a learner crash seen with oneDNN (heap corruption found inside a
+ * backward step, which the sanitizers do not catch) is understood; the benches run
+ * oneDNN. Both compute the same network on the same
  * parameters and agree to rounding; tests and benches switch one network between them.
  *
  * Memory: parameters and gradients are allocated at create. The reference backend's
