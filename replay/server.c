@@ -887,10 +887,10 @@ done:
 /* Housekeeping until the service stops: writes the default checkpoint every ckpt_every
  * seconds (when set), and every FL_REPLAY_TRIM_EVERY_S gives the heap's free pages back
  * to the system when rows were inserted since the last time (which, in a full table,
- * evicts as many) or a checkpoint's copy was freed. Frame chunks are allocated by the serving threads, each in its own malloc
- * arena, and freed by whichever thread evicts them: without this the free space left in
- * the arenas grows the shard's resident memory for tens of minutes after the table is
- * full (about 45 MB on a MinAtar fleet) though the bytes in use stay flat. */
+ * evicts as many) or a checkpoint's copy was freed. Frame chunks live until evicted and
+ * are freed in FIFO order among short-lived gRPC buffers: without the trims the free
+ * space between them grew a full shard's resident memory by tens of MB though the
+ * bytes in use stayed flat (`fleet replay` also keeps the process to one malloc arena). */
 static void *housekeeping_loop(void *arg) {
     fl_replay_service_t *s = arg;
     const int checkpoints = s->ckpt_every > 0 && s->ckpt_default[0];
@@ -1116,8 +1116,8 @@ fl_status fl_replay_service_start(fl_replay_service_t *s, const char *listen_add
     FL_TRY(fl_rpc_server_start(s->rpc, err));
     s->started = 1;
     s->t_start = fl_clock_sec();
-    if (pthread_create(&s->ckpt_thread, NULL, housekeeping_loop, s) == 0)
-        s->ckpt_thread_started = 1;
+    if (pthread_create(&s->housekeeping, NULL, housekeeping_loop, s) == 0)
+        s->housekeeping_started = 1;
     else
         FL_WARN("replay shard %d: cannot start the housekeeping thread (periodic checkpoints, giving memory "
                 "back)",
@@ -1139,9 +1139,9 @@ void fl_replay_service_stop(fl_replay_service_t *s) {
     s->stopping = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    if (s->ckpt_thread_started) {
-        pthread_join(s->ckpt_thread, NULL);
-        s->ckpt_thread_started = 0;
+    if (s->housekeeping_started) {
+        pthread_join(s->housekeeping, NULL);
+        s->housekeeping_started = 0;
     }
     /* A server never started is torn down by fl_rpc_server_destroy alone. */
     if (s->started) fl_rpc_server_shutdown(s->rpc);

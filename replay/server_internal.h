@@ -79,8 +79,8 @@ struct fl_replay_service {
     double ckpt_every;                         /* seconds; 0 = no periodic checkpoints */
     int ckpt_at_stop;                          /* a last checkpoint to ckpt_default at the stop */
     pthread_mutex_t ckpt_mu;                   /* serializes checkpoints (each copies the table) */
-    pthread_t ckpt_thread; /* the housekeeping thread: periodic checkpoints, heap trims */
-    int ckpt_thread_started;
+    pthread_t housekeeping; /* periodic checkpoints and heap trims (server.c) */
+    int housekeeping_started;
 
     /* write-ahead log (replay.wal; NULL when off) */
     fl_wal_t *wal;
