@@ -1,12 +1,12 @@
 /* flops: FLOP counts of a Q-network and the CPU's measured peak (see flops.h). */
 #include "bench/flops.h"
-#include "kernels/dnnl.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/clock.h"
+#include "kernels/dnnl.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -42,28 +42,6 @@ double fl_flops_count_dqn_update(const fl_qnet_t *n, int B) {
 }
 
 #if FL_FLOPS_X86
-/* 1 when the first "flags" line of /proc/cpuinfo has `flag` as one of its words. */
-static int cpu_has_flag(const char *flag) {
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return 0;
-    char line[16384];
-    int found = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "flags", 5) != 0) continue;
-        const char *p = strchr(line, ':');
-        const size_t len = strlen(flag);
-        while (p && *p) {
-            p += strspn(p, ": \t\n");
-            const size_t w = strcspn(p, " \t\n");
-            if (w == len && strncmp(p, flag, len) == 0) found = 1;
-            p += w;
-        }
-        break;
-    }
-    fclose(f);
-    return found;
-}
-
 /* The loops: `iters` rounds of one operation on each of several independent chains. */
 typedef float (*loop_fn)(long iters);
 
@@ -155,18 +133,18 @@ void fl_flops_measure_peak(long cores, fl_flops_peak_t *out) {
 #if FL_FLOPS_X86
     loop_fn loop;
     int chains;
-    if (cpu_has_flag("avx512f")) {
+    if (__builtin_cpu_supports("avx512f")) {
         snprintf(out->isa, sizeof out->isa, "avx512f");
         out->vector_floats = 16;
         loop = fma_loop_512;
         chains = FMA512_CHAINS;
-    } else if (cpu_has_flag("avx2") && cpu_has_flag("fma")) {
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         snprintf(out->isa, sizeof out->isa, "avx2+fma");
         out->vector_floats = 8;
         loop = fma_loop_256;
         chains = FMA256_CHAINS;
     } else {
-        snprintf(out->isa, sizeof out->isa, "neither avx512f nor avx2 with fma in /proc/cpuinfo's flags");
+        snprintf(out->isa, sizeof out->isa, "the CPU has neither avx512f nor avx2 with fma");
         return;
     }
     const double per_fma = 2.0 * out->vector_floats;

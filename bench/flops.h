@@ -15,7 +15,7 @@
  * so 5 F - F1 per sample, B (5 F - F1) per update.
  *
  * Peak FP32 FLOP/s = cores x FMA units x vector width (floats) x 2 x clock:
- *   vector width from the CPU's flags (/proc/cpuinfo): avx512f -> 16 floats, avx2 with fma
+ *   vector width from the CPU's features (__builtin_cpu_supports): avx512f -> 16 floats, avx2 with fma
  *     -> 8; anything else (or a CPU other than x86-64) has no measurement here;
  *   one core's FLOP/s measured directly: a timed loop of independent vector FMAs (16
  *     chains of _mm512_fmadd_ps, or 12 of _mm256_fmadd_ps; functions compiled for those
