@@ -25,6 +25,7 @@
 #include <assert.h>
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -938,6 +939,24 @@ static fl_status get_plan(fl_dnnl_net_t *n, int B, plan_t **out, fl_err_t *err) 
 
 /* ---- running ----------------------------------------------------------------------- */
 
+/* oneDNN's generated GEMM kernels (x64:gemm:jit, in the 2.x releases and up to 3.11)
+ * point the stack pointer into a heap buffer while they run. A signal handled on that
+ * thread then has its frame written by the kernel below that pointer, into the heap:
+ * glibc aborts on a later free ("corrupted size vs. prev_size"), or data changes. So
+ * every call holds the asynchronous signals on its thread and they are delivered when
+ * it returns. The OpenMP threads oneDNN starts inherit the held mask (they are created
+ * inside a call) and never take a signal. The fault signals stay open: a fault in a
+ * kernel still stops the process. */
+static void hold_signals(sigset_t *old) {
+    sigset_t held;
+    sigfillset(&held);
+    const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
+    for (size_t i = 0; i < sizeof faults / sizeof *faults; i++) sigdelset(&held, faults[i]);
+    pthread_sigmask(SIG_BLOCK, &held, old);
+}
+
+static void release_signals(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+
 static fl_status run(fl_dnnl_net_t *n, const steplist_t *l, fl_err_t *err) {
     int pending = 0;
     for (int i = 0; i < l->n; i++) {
@@ -966,7 +985,7 @@ static fl_status run(fl_dnnl_net_t *n, const steplist_t *l, fl_err_t *err) {
     return FL_OK;
 }
 
-fl_status fl_dnnl_net_forward(fl_dnnl_net_t *n, const float *obs, float scale, int B, float *q, fl_err_t *err) {
+static fl_status net_forward(fl_dnnl_net_t *n, const float *obs, float scale, int B, float *q, fl_err_t *err) {
     if (!n || !obs || !q || B < 1 || B > n->max_batch)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dnnl: forward: batch %d (expected 1..%d) and non-NULL buffers",
                           B, n ? n->max_batch : 0);
@@ -994,7 +1013,8 @@ fl_status fl_dnnl_net_forward(fl_dnnl_net_t *n, const float *obs, float scale, i
     return FL_OK;
 }
 
-fl_status fl_dnnl_net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *dobs, float scale, fl_err_t *err) {
+static fl_status net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *dobs, float scale,
+                              fl_err_t *err) {
     if (!n || !dq || B < 1 || B > n->max_batch)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dnnl: backward: batch %d (expected 1..%d) and non-NULL dq", B,
                           n ? n->max_batch : 0);
@@ -1022,6 +1042,22 @@ fl_status fl_dnnl_net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *
         for (size_t i = 0; i < total; i++) dobs[i] = scale * g[i];
     }
     return FL_OK;
+}
+
+fl_status fl_dnnl_net_forward(fl_dnnl_net_t *n, const float *obs, float scale, int B, float *q, fl_err_t *err) {
+    sigset_t old;
+    hold_signals(&old);
+    const fl_status st = net_forward(n, obs, scale, B, q, err);
+    release_signals(&old);
+    return st;
+}
+
+fl_status fl_dnnl_net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *dobs, float scale, fl_err_t *err) {
+    sigset_t old;
+    hold_signals(&old);
+    const fl_status st = net_backward(n, dq, B, dobs, scale, err);
+    release_signals(&old);
+    return st;
 }
 
 size_t fl_dnnl_net_describe(const fl_dnnl_net_t *n, int B, char *out, size_t cap) {
