@@ -373,6 +373,7 @@ void fl_actor_opts_init(fl_actor_opts_t *o) {
     o->gamma = 0.99;
     o->model_spec = "dense(256) relu dense(256) relu dueling";
     o->input_scale = 1;
+    o->backend = fl_qnet_default_backend();
     o->replay_shards = 1;
     o->max_abs_reward = FL_REPLAY_WRITER_MAX_ABS_REWARD;
     o->max_priority = FL_REPLAY_WRITER_MAX_PRIORITY;
@@ -457,6 +458,10 @@ static fl_status build_net(actor_t *a, fl_rng_t *init_rng, fl_err_t *err) {
                                          max_batch, &a->net, err);
     if (s != FL_OK) {
         fl_err_prefix(err, "model.spec");
+        return s;
+    }
+    if ((s = fl_qnet_set_backend(a->net, o->backend, err)) != FL_OK) {
+        fl_err_prefix(err, "model.cpu_kernels");
         return s;
     }
     fl_qnet_init(a->net, init_rng);

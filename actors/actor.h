@@ -127,6 +127,7 @@ typedef struct fl_actor_opts {
     double gamma;              /* learner.gamma: discount per env step */
     const char *model_spec;    /* model.spec: the Q-network */
     double input_scale;        /* model.input_scale */
+    fl_qnet_backend_kind backend; /* model.cpu_kernels: the network's kernels */
     int64_t replay_shards;     /* replay.shards: shards replay_addr should list (a warning otherwise) */
     double max_abs_reward;     /* replay.max_abs_reward: a larger n-step reward is the env's error */
     double max_priority;       /* replay.max_priority: larger initial priorities are sent as this */

@@ -140,6 +140,10 @@ static fl_status build(fl_agent_t *a, const fl_config_t *cfg, const char *checkp
         fl_err_prefix(err, "model.spec");
         return s;
     }
+    if ((s = fl_qnet_set_backend(a->net, fl_options_cpu_kernels(cfg), err)) != FL_OK) {
+        fl_err_prefix(err, "model.cpu_kernels");
+        return s;
+    }
     fl_qnet_set_input_scale(a->net, (float)cfg->model_input_scale);
     FL_TRY(fl_learner_load_network(checkpoint, a->net, err));
     return fl_evaluation_create(a->env, &a->inst, a->s.parallel, &a->ev, err);

@@ -87,6 +87,7 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out) {
     out->gamma = c->learner_gamma;
     out->model_spec = c->model_spec;
     out->input_scale = c->model_input_scale;
+    out->backend = fl_options_cpu_kernels(c);
     out->replay_shards = c->replay_shards;
     out->max_abs_reward = c->replay_max_abs_reward;
     out->max_priority = c->replay_max_priority;
@@ -96,11 +97,21 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out) {
     out->state_every = c->run_checkpoint_every;
 }
 
+fl_qnet_backend_kind fl_options_cpu_kernels(const fl_config_t *c) {
+    switch (c->model_cpu_kernels) {
+    case FL_CFG_KERNELS_DNNL: return FL_QNET_BACKEND_DNNL;
+    case FL_CFG_KERNELS_REFERENCE: return FL_QNET_BACKEND_REF;
+    case FL_CFG_KERNELS_AUTO: break;
+    }
+    return fl_qnet_default_backend();
+}
+
 void fl_options_evaluator(const fl_config_t *c, fl_evaluator_opts_t *out) {
     memset(out, 0, sizeof *out);
     fl_options_env(c, &out->env);
     out->model_spec = c->model_spec;
     out->input_scale = c->model_input_scale;
+    out->backend = fl_options_cpu_kernels(c);
     out->every = c->eval_every;
     out->every_learner_steps = c->eval_every_unit == FL_CFG_EVERY_LEARNER_STEPS;
     out->episodes = (int)c->eval_episodes;
@@ -221,6 +232,7 @@ fl_status fl_options_learner(const fl_config_t *c, fl_learner_opts_t *o, fl_err_
     o->slow_push_ms = c->learner_slow_push_ms;
     o->model_spec = c->model_spec;
     o->input_scale = c->model_input_scale;
+    o->backend = fl_options_cpu_kernels(c);
     o->beta = c->replay_beta;
     o->max_priority = c->replay_max_priority;
     o->replay_shards = c->replay_shards;

@@ -31,6 +31,9 @@ fl_status fl_options_open_env(const fl_config_t *c, fl_wrapped_env_t **out, fl_e
  * run.progress_every. */
 void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out);
 
+/* model.cpu_kernels as a backend (auto: fl_qnet_default_backend). */
+fl_qnet_backend_kind fl_options_cpu_kernels(const fl_config_t *c);
+
 /* What an evaluator reads (eval/evaluator.h): env.*, eval.*, model.spec and
  * model.input_scale, run.evaluators, run.seed and run.progress_every. */
 void fl_options_evaluator(const fl_config_t *c, fl_evaluator_opts_t *out);

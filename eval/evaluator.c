@@ -49,6 +49,7 @@ void fl_evaluator_opts_init(fl_evaluator_opts_t *o) {
     fl_env_factory_opts_init(&o->env);
     o->model_spec = "dense(256) relu dense(256) relu dueling";
     o->input_scale = 1.0;
+    o->backend = fl_qnet_default_backend();
     o->every = 5;
     o->episodes = 10;
     o->max_episode_steps = 27000;
@@ -134,6 +135,10 @@ static fl_status open_all(fl_evaluator_t *e, const char *param_addr, const char 
                                          &e->net, err);
     if (s != FL_OK) {
         fl_err_prefix(err, "model.spec");
+        return s;
+    }
+    if ((s = fl_qnet_set_backend(e->net, o->backend, err)) != FL_OK) {
+        fl_err_prefix(err, "model.cpu_kernels");
         return s;
     }
     fl_qnet_set_input_scale(e->net, (float)o->input_scale);

@@ -32,6 +32,7 @@
 
 #include "common/status.h"
 #include "envs/plugin.h"
+#include "kernels/qnet.h"
 
 #define FL_EVALUATOR_SEED_STREAM (1ull << 40)
 
@@ -51,6 +52,7 @@ typedef struct fl_evaluator_opts {
     fl_env_factory_opts_t env;  /* env.*: the env evaluated (env.num_envs is not used) */
     const char *model_spec;     /* model.spec */
     double input_scale;         /* model.input_scale */
+    fl_qnet_backend_kind backend; /* model.cpu_kernels: the network's kernels */
     double every;               /* eval.every */
     int every_learner_steps;    /* eval.every_unit = learner_steps (else seconds) */
     int episodes;               /* eval.episodes */

@@ -531,6 +531,10 @@ fl_status fl_qnet_set_backend(fl_qnet_t *n, fl_qnet_backend_kind backend, fl_err
 
 fl_qnet_backend_kind fl_qnet_backend(const fl_qnet_t *n) { return n->backend; }
 
+fl_qnet_backend_kind fl_qnet_default_backend(void) {
+    return fl_dnnl_available() ? FL_QNET_BACKEND_DNNL : FL_QNET_BACKEND_REF;
+}
+
 size_t fl_qnet_describe_kernels(const fl_qnet_t *n, int B, char *out, size_t cap) {
     if (n->backend == FL_QNET_BACKEND_DNNL) return fl_dnnl_net_describe(n->dnnl, B, out, cap);
     if (cap) out[0] = '\0';

@@ -38,12 +38,11 @@
  *
  * Backends. A network runs on one of two CPU backends, chosen per network with
  * fl_qnet_set_backend: FL_QNET_BACKEND_REF, the plain-C/OpenBLAS ops of ops.h (the
- * reference, the default), or FL_QNET_BACKEND_DNNL, oneDNN's primitives (dnnl.h), when
- * fleet was built with oneDNN (FLEET_DNNL). The learner, actors and evaluators run the
- * reference until a learner crash seen with oneDNN (heap corruption found inside a
- * backward step, which the sanitizers do not catch) is understood; the benches run
- * oneDNN. Both compute the same network on the same
- * parameters and agree to rounding; tests and benches switch one network between them.
+ * reference, the default at create), or FL_QNET_BACKEND_DNNL, oneDNN's primitives
+ * (dnnl.h), when fleet was built with oneDNN (FLEET_DNNL). The roles choose with
+ * model.cpu_kernels (oneDNN by default where built). Both compute the same network on
+ * the same parameters and agree to rounding; tests and benches switch one network
+ * between them.
  *
  * Memory: parameters and gradients are allocated at create. The reference backend's
  * activations and scratch for max_batch samples are allocated when it is first chosen
@@ -160,6 +159,9 @@ float fl_qnet_input_scale(const fl_qnet_t *n);
 fl_status fl_qnet_set_backend(fl_qnet_t *n, fl_qnet_backend_kind backend, fl_err_t *err);
 fl_qnet_backend_kind fl_qnet_backend(const fl_qnet_t *n);
 const char *fl_qnet_backend_name(fl_qnet_backend_kind backend); /* "reference", "dnnl" */
+/* The roles' default (model.cpu_kernels = auto): oneDNN in a build with it, else the
+ * reference. */
+fl_qnet_backend_kind fl_qnet_default_backend(void);
 /* On the oneDNN backend, the implementations its plan for batch B uses (dnnl.h's
  * fl_dnnl_net_describe); 0 and "" otherwise or before a forward at B. */
 size_t fl_qnet_describe_kernels(const fl_qnet_t *n, int B, char *out, size_t cap);

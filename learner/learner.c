@@ -247,6 +247,11 @@ static fl_status build_networks(fl_learner_t *l, const fl_learner_opts_t *o, fl_
         fl_err_prefix(err, "learner: model.spec");
         return s;
     }
+    if ((s = fl_qnet_set_backend(l->online, o->backend, err)) != FL_OK ||
+        (s = fl_qnet_set_backend(l->target, o->backend, err)) != FL_OK) {
+        fl_err_prefix(err, "learner: model.cpu_kernels");
+        return s;
+    }
     fl_rng_t rng;
     fl_rng_init_stream(&rng, o->seed, INIT_STREAM + (uint64_t)l->index);
     fl_qnet_init(l->online, &rng);
@@ -450,9 +455,9 @@ static fl_status wind_down(fl_learner_t *l, fl_status s) {
 fl_status fl_learner_run(fl_learner_t *l, fl_err_t *err) {
     if (!l) return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: NULL learner");
     l->t_start = l->win_start = l->last_ckpt_t = fl_clock_sec();
-    FL_INFO("learner: %zu parameters (%s), batch %d, %s lr %g, replay %s, parameter server %s",
+    FL_INFO("learner: %zu parameters (%s), batch %d, %s lr %g, %s kernels, replay %s, parameter server %s",
             fl_qnet_num_params(l->online), l->o.model_spec, l->batch_size, fl_optim_kind_name(l->o.optim.kind),
-            l->o.optim.lr, l->replay_addr, l->param_addr);
+            l->o.optim.lr, fl_qnet_backend_name(fl_qnet_backend(l->online)), l->replay_addr, l->param_addr);
     const fl__learner_mode_t *m = l->mode;
     fl_status s = m->start(l, err);
     for (int done = 0; s == FL_OK && !done;) s = m->step(l, &done, err);

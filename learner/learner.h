@@ -124,7 +124,7 @@ typedef struct fl_learner_opts {
     int64_t count;                /* [learner.count] learners in the run */
     fl_learner_mode mode;         /* [learner.mode] */
     fl_learner_device device;     /* [learner.device] */
-    int threads;                  /* [learner.threads] OpenBLAS threads */
+    int threads;                  /* [learner.threads] threads of the CPU kernels (OpenBLAS, oneDNN) */
     int tf32, cuda_graphs;        /* [learner.tf32, learner.cuda_graphs] GPU: TF32 tensor cores, CUDA graphs */
     int batch_size;               /* [learner.batch_size] */
     fl_optim_settings_t optim;    /* [learner.optimizer, lr, momentum, adam_*, rmsprop_*] */
@@ -143,6 +143,7 @@ typedef struct fl_learner_opts {
     int64_t slow_push_ms;         /* [learner.slow_push_ms] gorila: the last learner's delay before a push */
     const char *model_spec;       /* [model.spec] */
     double input_scale;           /* [model.input_scale] */
+    fl_qnet_backend_kind backend; /* [model.cpu_kernels] the CPU networks' kernels */
     double beta;                  /* [replay.beta] importance-sampling exponent */
     double max_priority;          /* [replay.max_priority] priorities sent back are clamped to it, as the
                                      shards refuse larger ones (0 = no clamp) */

@@ -67,6 +67,7 @@ static void test_defaults(void **unused) {
     assert_true(a.gamma == a0.gamma);
     assert_string_equal(a.model_spec, a0.model_spec);
     assert_true(a.input_scale == a0.input_scale);
+    assert_int_equal(a.backend, a0.backend);
     assert_int_equal(a.replay_shards, a0.replay_shards);
     assert_int_equal(a.seed, a0.seed);
     assert_true(a.progress_every == a0.progress_every);
@@ -77,6 +78,7 @@ static void test_defaults(void **unused) {
     assert_env_equal(&v.env, &v0.env);
     assert_string_equal(v.model_spec, v0.model_spec);
     assert_true(v.input_scale == v0.input_scale);
+    assert_int_equal(v.backend, v0.backend);
     assert_true(v.every == v0.every);
     assert_int_equal(v.every_learner_steps, v0.every_learner_steps);
     assert_int_equal(v.episodes, v0.episodes);
@@ -308,11 +310,43 @@ static void test_presets(void **unused) {
     }
 }
 
+/* model.cpu_kernels reaches the learner, the actors and the evaluators; auto is the
+ * build's default backend; anything else is refused naming the choices. */
+static void test_cpu_kernels(void **unused) {
+    (void)unused;
+    const char *sets[] = {NULL, "model.cpu_kernels=auto", "model.cpu_kernels=reference", "model.cpu_kernels=dnnl"};
+    const fl_qnet_backend_kind want[] = {fl_qnet_default_backend(), fl_qnet_default_backend(), FL_QNET_BACKEND_REF,
+                                         FL_QNET_BACKEND_DNNL};
+    for (int i = 0; i < 4; i++) {
+        fl_config_t c;
+        fl_config_defaults(&c);
+        if (sets[i]) set(&c, sets[i]);
+        fl_err_t err;
+        fl_err_init(&err);
+        fl_actor_opts_t a;
+        fl_evaluator_opts_t v;
+        fl_learner_opts_t l;
+        fl_options_actor(&c, &a);
+        fl_options_evaluator(&c, &v);
+        assert_int_equal(fl_options_learner(&c, &l, &err), FL_OK);
+        assert_int_equal(a.backend, want[i]);
+        assert_int_equal(v.backend, want[i]);
+        assert_int_equal(l.backend, want[i]);
+        assert_int_equal(fl_options_cpu_kernels(&c), want[i]);
+    }
+    fl_config_t c;
+    fl_config_defaults(&c);
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_not_equal(fl_config_set(&c, "model.cpu_kernels=mkl", &err), FL_OK);
+    assert_non_null(strstr(err.msg, "auto|dnnl|reference"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults), cmocka_unit_test(test_env),         cmocka_unit_test(test_open_env),
         cmocka_unit_test(test_actor),    cmocka_unit_test(test_paramserver), cmocka_unit_test(test_optimizer),
-        cmocka_unit_test(test_presets),
+        cmocka_unit_test(test_presets),  cmocka_unit_test(test_cpu_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
