@@ -3,6 +3,8 @@
  * processes. Prints one row per seed and the median.
  *
  * Usage: fleet_solve [--json] [--seeds N] [--fleet PATH] [--config FILE] [--limit S] [--chaos S]
+ *                    [--set KEY=VALUE]...
+ *   --set     passed on to every `fleet run` (up to 16), after the config
  *   --fleet   the fleet binary (default: ../bin/fleet next to this program)
  *   --config  the experiment (default: configs/cartpole.ini of the source tree)
  *   --limit   run.max_seconds of each run (default 300); a run that hits it counts as
@@ -61,6 +63,8 @@ int main(int argc, char **argv) {
     int json = 0, seeds = 3;
     double limit = 300, chaos = 0;
     char fleet[PATH_MAX] = "", config[PATH_MAX] = "";
+    const char *sets[16];
+    int nsets = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             json = 1;
@@ -74,9 +78,11 @@ int main(int argc, char **argv) {
             limit = atof(argv[++i]);
         else if (strcmp(argv[i], "--chaos") == 0 && i + 1 < argc)
             chaos = atof(argv[++i]);
+        else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && nsets < 16)
+            sets[nsets++] = argv[++i];
         else {
             fprintf(stderr, "usage: fleet_solve [--json] [--seeds N] [--fleet PATH] [--config FILE] [--limit S] "
-                            "[--chaos S]\n");
+                            "[--chaos S] [--set KEY=VALUE]... (at most 16)\n");
             return 2;
         }
     }
@@ -109,6 +115,7 @@ int main(int argc, char **argv) {
     if (!json) {
         printf("fleet_solve: %s, %d seeds, %d cores", config, seeds, cores);
         if (chaos > 0) printf(", a random role killed every %.1f s on average", chaos);
+        for (int k = 0; k < nsets; k++) printf(", --set %s", sets[k]);
         printf("\n");
     }
     for (int s = 1; s <= seeds; s++) {
@@ -125,8 +132,16 @@ int main(int argc, char **argv) {
             FILE *devnull = freopen(out_path, "w", stdout);
             (void)devnull;
             devnull = freopen("/dev/null", "w", stderr);
-            execl(fleet, "fleet", "run", config, "--set", set_dir, "--set", set_name, "--set", set_seed, "--set",
-                  set_limit, "--set", chaos > 0 ? "run.checkpoint_every=2" : "run.checkpoints=1", (char *)NULL);
+            const char *args[3 + 2 * (5 + 16) + 1] = {"fleet", "run", config};
+            int na = 3;
+            const char *fixed[5] = {set_dir, set_name, set_seed, set_limit,
+                                    chaos > 0 ? "run.checkpoint_every=2" : "run.checkpoints=1"};
+            for (int k = 0; k < nsets + 5; k++) {
+                args[na++] = "--set";
+                args[na++] = k < nsets ? sets[k] : fixed[k - nsets];
+            }
+            args[na] = NULL;
+            execv(fleet, (char *const *)args);
             _exit(127);
         }
         int status = 0, kills = 0;

@@ -47,14 +47,16 @@
 
 /* ------------------------------------------------------------ helpers ---- */
 
-/* gRPC's polling engine is chosen from GRPC_POLL_STRATEGY when gRPC starts. fleet's
- * processes hold a few connections each and make many small calls; there the "poll"
- * engine (every thread that waits on a queue polls its own sockets) measured 30-60%
- * more unary calls per second than the default "epoll1" (one designated poller that
- * hands work to the others) on 2 cores (see docs/benchmarks.md). A value set by the
+/* gRPC's polling engine is chosen from GRPC_POLL_STRATEGY when gRPC starts. fleet asks
+ * for "epoll1" (one designated poller that hands work to the others), gRPC's own choice
+ * on Linux. The "poll" engine (every thread that waits on a queue polls its own
+ * sockets) makes 30-60% more small unary calls per second on 2 cores, but with it a
+ * call on a channel whose other calls are held by the server (two Sample calls waiting
+ * at the rate limiter) sometimes was never delivered until its deadline; whole fleets
+ * ran within their run-to-run spread on either (docs/benchmarks.md). A value set by the
  * user wins. */
 static pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
-static void choose_poller(void) { setenv("GRPC_POLL_STRATEGY", "poll", 0); }
+static void choose_poller(void) { setenv("GRPC_POLL_STRATEGY", "epoll1", 0); }
 
 static void fl_grpc_init(void) {
     pthread_once(&g_init_once, choose_poller);
