@@ -64,6 +64,21 @@ static const verb_t verbs[] = {
      "  --role ROLE              under mpirun, MPMD form: this app context's role (launcher, replay,\n"
      "                           paramserver, learner, actor); the counts then come from the ranks\n",
      fl_verb_run},
+    {"suite", "run one experiment over several seeds and write its results table and curves",
+     "usage: fleet suite [CONFIG.ini] [--seeds LIST] [--parallel N] [--config FILE] [--set SECTION.KEY=VALUE]...\n"
+     "Runs the experiment once per seed, each a whole `fleet run` with run.seed = that seed, one after\n"
+     "another or N at a time, into <run.out_dir>/<run.name>-suite/ (-suite-2, ... when it exists):\n"
+     "config.ini (the effective config, --set included), seed-S/ (each run's folder) and seed-S.log\n"
+     "(its terminal output). When they have ended it writes results.csv (a row per seed: outcome, time,\n"
+     "env steps, final and best greedy evaluation return, time and env steps to run.target_return),\n"
+     "summary.md (that table; the final return's mean, std and 95% confidence interval over the seeds;\n"
+     "the median time and env steps to the target) and curves.png (every seed's evaluation return\n"
+     "against env steps, with gnuplot; curves.gp redraws it), and prints the table. Ctrl-C starts no\n"
+     "further seed and stops the runs under way. Exit 0 when every run ended normally, else 1.\n"
+     "  --seeds LIST             seeds and ranges, e.g. 1,2,3 or 1-10 (default 1,2,3)\n"
+     "  --parallel N             runs at a time (default 1; each run is a whole fleet of processes)\n"
+     "Options:\n" COMMON_OPTS,
+     fl_verb_suite},
     {"replay", "serve one prioritized replay shard",
      "usage: fleet replay [--listen ADDR] [--shard N] [--ready-fd FD] [--control ADDR] [--restore PATH] [--config FILE] [--set K=V]...\n"
      "Serves fleet.Replay (Insert, Sample, UpdatePriorities, Info, Checkpoint) for one shard whose\n"

@@ -16,6 +16,9 @@ int fl_verb_evaluator(int argc, char **argv);
 struct fl_reduce;
 int fl_learner_main(int argc, char **argv, struct fl_reduce *reduce);
 int fl_verb_env(int argc, char **argv);
+/* `fleet suite CONFIG --seeds LIST`: one experiment over several seeds, its table and
+ * curves (cli/verb_suite.c). */
+int fl_verb_suite(int argc, char **argv);
 /* `fleet plot RUN_DIR`: draws RUN_DIR/curve.png (cli/curve.h). */
 int fl_verb_plot(int argc, char **argv);
 /* `fleet eval RUN_DIR|CHECKPOINT`: a trained agent's episodes and their statistics
