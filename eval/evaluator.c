@@ -1,6 +1,7 @@
 /* evaluator: the evaluator role of evaluator.h. */
 #include "eval/evaluator.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -189,6 +190,9 @@ fl_status fl_evaluator_create(const fl_evaluator_opts_t *opts, int index, const 
                               const char *control_addr, fl_evaluator_t **out, fl_err_t *err) {
     *out = NULL;
     FL_TRY(check_opts(opts, index, param_addr, control_addr, err));
+    /* one thread for its network's kernels, as an actor: it shares the cores with the
+     * fleet, and spare OpenMP threads would spin after every call */
+    openblas_set_num_threads(1);
     fl_evaluator_t *e = calloc(1, sizeof *e);
     if (!e) return fl_err_set(err, FL_NO_MEMORY, "evaluator: out of memory");
     e->index = index;

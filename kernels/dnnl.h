@@ -28,7 +28,7 @@
  * FL_DNNL_MAX_PLANS most recently used batch sizes and destroys the oldest beyond that.
  *
  * Threads. Debian's oneDNN runs on OpenMP. A call runs with as many threads as OpenBLAS
- * is set to (openblas_get_num_threads: learner.threads in a learner, 1 in an actor), so
+ * is set to (openblas_get_num_threads: learner.threads in a learner, 1 in an actor or evaluator), so
  * one setting governs both CPU backends: before building or running a plan the calling
  * thread's OpenMP thread count (omp_set_num_threads, which is per thread) is set to it.
  * A plan remembers the count it was built for and is rebuilt when the count changed.

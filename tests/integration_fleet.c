@@ -107,12 +107,12 @@ static void test_learns_cartpole(void **state) {
     assert_non_null(evals);
     assert_true(strncmp(evals, "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean", 72) == 0);
     assert_non_null(strchr(strchr(evals, '\n') + 1, '\n')); /* at least one row */
-    /* returns.csv: each actor's training return with its own epsilon (0.1 and 1e-8) */
+    /* returns.csv: each actor's training return with its own epsilon (0.4 and 0.4^8) */
     snprintf(path, sizeof path, "%s/learn/returns.csv", g_tmp);
     char *rets = read_file(path);
     assert_non_null(rets);
-    assert_non_null(strstr(rets, ",0,0.1,"));
-    assert_non_null(strstr(rets, ",1,1e-08,"));
+    assert_non_null(strstr(rets, ",0,0.4,"));
+    assert_non_null(strstr(rets, ",1,0.00065536,"));
     /* Each role logs to logs/<role>-<index>.log; only warnings and errors reach the terminal. */
     const char *roles[] = {"replay-0", "paramserver-0", "learner-0", "actor-0", "actor-1", "evaluator-0"};
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
