@@ -26,23 +26,8 @@
 
 static char g_tmp[256], g_run[512];
 
-/* Runs a shell command line (printf format) with the fleet binary as $F, in g_tmp;
- * returns its exit status and its combined output in *out (the caller frees it). */
-static int shell(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int shell(char **out, const char *fmt, ...) {
-    char line[2048], cmd[4096], log[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    snprintf(log, sizeof log, "%s/out.txt", g_tmp);
-    snprintf(cmd, sizeof cmd, "cd '%s' && F='%s'; (%s) >'%s' 2>&1 </dev/null", g_tmp, fleet_bin(), line, log);
-    int rc = system(cmd);
-    *out = read_file(log);
-    assert_non_null(*out);
-    fprintf(stderr, "$ %s\n%s", line, strlen(*out) > 3000 ? *out + strlen(*out) - 3000 : *out);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
+/* A shell command line in g_tmp (tests/proc_util.h, shell_in). */
+#define shell(out, ...) shell_in(g_tmp, out, __VA_ARGS__)
 
 /* The number after "key": in a JSON text; fails the test when it is absent. */
 static double json_num(const char *json, const char *key) {

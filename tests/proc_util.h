@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,27 @@ static inline char *read_file(const char *path) {
     buf[k] = '\0';
     fclose(f);
     return buf;
+}
+
+/* Runs a shell command line (printf format) in dir, with the fleet binary as $F and the
+ * source tree as $S; returns its exit status (-1 when it did not exit) and its combined
+ * output in *out (never NULL; the caller frees it), which is also echoed to stderr (the
+ * last 3000 bytes) for the test's log. */
+static inline int shell_in(const char *dir, char **out, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static inline int shell_in(const char *dir, char **out, const char *fmt, ...) {
+    char line[2048], cmd[4096], log[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    snprintf(log, sizeof log, "%s/out.txt", dir);
+    snprintf(cmd, sizeof cmd, "cd '%s' && F='%s' S='%s'; (%s) >'%s' 2>&1 </dev/null", dir, fleet_bin(),
+             fleet_source_dir(), line, log);
+    int rc = system(cmd);
+    *out = read_file(log);
+    if (!*out) *out = calloc(1, 1);
+    fprintf(stderr, "$ %s\n%s", line, strlen(*out) > 3000 ? *out + strlen(*out) - 3000 : *out);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
 /* The value of `key=` in a key=value file's text (copied into out), or NULL. */
