@@ -373,7 +373,9 @@ static int plot(const char *dir, const char *config_name, const fl_config_t *c, 
                 any ? ", \\\n    " : "plot ", runs[i].seed, 1 + (i / 8) % 5, runs[i].seed);
         any = 1;
     }
-    if (any) fprintf(f, ", \\\n    target with lines dashtype 2 linecolor 'gray' title 'target'\n");
+    /* the target line where the runs stop at it (else it would only squash the curves) */
+    if (any && c->run_stop_at_target) fprintf(f, ", \\\n    target with lines dashtype 2 linecolor 'gray' title 'target'");
+    if (any) fprintf(f, "\n");
     if (fclose(f) != 0 || !any) return -1;
     fflush(stdout); /* the child's freopen would write what is buffered a second time */
     fflush(stderr);
