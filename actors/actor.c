@@ -371,7 +371,7 @@ void fl_actor_opts_init(fl_actor_opts_t *o) {
     o->max_backlog_mb = 64;
     o->n_step = 3;
     o->gamma = 0.99;
-    o->model_spec = "dense(256) relu dense(256) relu dueling";
+    o->model_spec = "dense(128) relu dense(128) relu dueling";
     o->input_scale = 1;
     o->backend = fl_qnet_default_backend();
     o->replay_shards = 1;

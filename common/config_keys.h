@@ -7,8 +7,9 @@
  *           ENUM (fl_cfg_<section>_<key>, one of `choices`, '|'-separated; the enum is
  *           declared below, its enumerators in the order of the choices)
  *   min/max inclusive bounds for INT and FLOAT (ignored otherwise)
- * Defaults are the Ape-X paper's settings (docs/design.md, "Algorithm defaults"); the files in
- * configs/ override them per experiment. */
+ * Defaults are the default experiment's: Ape-X DQN on CartPole on one machine, which solves it
+ * (docs/design.md, "Algorithm defaults"); the files in configs/ override them per experiment,
+ * configs/atari-*.ini with the Ape-X paper's Atari settings. */
 #ifndef FL_COMMON_CONFIG_KEYS_H
 #define FL_COMMON_CONFIG_KEYS_H
 
@@ -54,7 +55,7 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     /* [env] the environment each actor steps */                                                           \
     X(env, name, STRING, "cartpole", 0, 0, "", "environment name (see `fleet env list`)")                   \
     X(env, plugin, STRING, "", 0, 0, "", "path of a shared object that provides env.name (empty = built-in)") \
-    X(env, num_envs, INT, 1, 1, 4096, "", "environments stepped together by each actor")                    \
+    X(env, num_envs, INT, 4, 1, 4096, "", "environments stepped together by each actor")                    \
     X(env, max_episode_steps, INT, 0, 0, 1000000000, "", "truncate episodes after this many steps (0 = the env's own limit)") \
     X(env, sticky_actions, FLOAT, 0.1, 0, 1, "", "probability that an env repeats the previous action (envs that support it)") \
     X(env, difficulty_ramping, BOOL, 1, 0, 1, "", "games that support it speed up over an episode") \
@@ -63,7 +64,7 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(env, wrappers, STRING, "", 0, 0, "", "Atari-style wrappers around the env, e.g. \"noop(30) frameskip(4) framestack(4)\" (docs/environments.md)") \
     X(env, preset, ENUM, "none", 0, 0, "none|nature|machado", "a standard Atari protocol for an atari-* env (docs/environments.md): nature (Nature DQN / Ape-X: no-op starts, frame skip 4 with max-pooling, 84x84, frame stack 4, reward clipping, episodic life and fire-on-reset for training, no sticky actions) or machado (Machado et al. 2018: sticky actions 0.25, the full action set, no episodic life); it sets env.wrappers and env.sticky_actions") \
     /* [eval] the evaluators' greedy evaluation */                                                          \
-    X(eval, every, FLOAT, 5, 0.001, 1e12, "", "how often an evaluator evaluates the latest parameters, in eval.every_unit") \
+    X(eval, every, FLOAT, 1, 0.001, 1e12, "", "how often an evaluator evaluates the latest parameters, in eval.every_unit") \
     X(eval, every_unit, ENUM, "seconds", 0, 0, "seconds|learner_steps", "unit of eval.every") \
     X(eval, episodes, INT, 10, 1, 100000, "", "episodes per evaluation") \
     X(eval, epsilon, FLOAT, 0, 0, 1, "", "exploration epsilon of the evaluated policy (0 = greedy)") \
@@ -80,17 +81,17 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(actor, max_backlog_mb, FLOAT, 64, 0, 1e6, "", "MiB of unacknowledged transitions an actor keeps for resending while its replay shard is away; past it the oldest unsent are dropped and counted (0 = no bound)") \
     /* [replay] the prioritized replay service */                                                           \
     X(replay, shards, INT, 1, 1, 256, "", "number of replay shard processes")                              \
-    X(replay, capacity, INT, 2000000, 1, 1000000000000, "", "transitions kept in total (FIFO eviction)")   \
+    X(replay, capacity, INT, 1000000, 1, 1000000000000, "", "transitions kept in total (FIFO eviction)")   \
     X(replay, alpha, FLOAT, 0.6, 0, 10, "", "priority exponent (0 = uniform sampling)")                    \
     X(replay, beta, FLOAT, 0.4, 0, 1, "", "importance-sampling exponent")                                  \
     X(replay, priority_eps, FLOAT, 1e-6, 0, 1, "", "added to |TD error| so that no item has zero priority") \
     X(replay, selector, ENUM, "prioritized", 0, 0, "prioritized|uniform|fifo", "how samples are chosen: proportional to priority^alpha, uniformly, or oldest first (a queue with max_times_sampled = 1)") \
     X(replay, max_times_sampled, INT, 0, 0, 2147483647, "", "remove an item once it has been sampled this many times (0 = never)") \
     X(replay, tree_rebuild_every, INT, 1048576, 0, 1000000000000, "", "priority updates between full sum-tree rebuilds (0 = never)") \
-    X(replay, min_size_to_sample, INT, 50000, 1, 1000000000000, "", "transitions held before the learner may sample") \
-    X(replay, samples_per_insert, FLOAT, 0, 0, 1e6, "",                                                   \
+    X(replay, min_size_to_sample, INT, 1000, 1, 1000000000000, "", "transitions held before the learner may sample") \
+    X(replay, samples_per_insert, FLOAT, 8, 0, 1e6, "",                                                   \
       "rate limit: sampled transitions per inserted one, kept within replay.rate_error_buffer (0 = off)") \
-    X(replay, rate_error_buffer, FLOAT, 10000, 0, 1e12, "",                                                \
+    X(replay, rate_error_buffer, FLOAT, 20000, 0, 1e12, "",                                                \
       "rate limit: how far (in sampled transitions) the ratio may drift before inserts or samples wait") \
     X(replay, checkpoint_dir, STRING, "", 0, 0, "", "folder of the shards' checkpoints shard-<id>.ckpt (empty = checkpoints off unless a Checkpoint call names a file)") \
     X(replay, frame_stack, INT, 0, 0, 64, "", "observations are this many frames on their last axis, each distinct frame stored once (0 = the env.wrappers framestack, 1 = none)") \
@@ -117,20 +118,20 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(learner, threads, INT, 1, 1, 256, "", "threads of a CPU learner's kernels (oneDNN's and OpenBLAS's)") \
     X(learner, tf32, BOOL, 1, 0, 1, "", "GPU learner: TF32 tensor cores in matrix products and convolutions") \
     X(learner, cuda_graphs, BOOL, 1, 0, 1, "", "GPU learner: capture the update as a CUDA graph and replay it") \
-    X(learner, batch_size, INT, 512, 1, 65536, "", "transitions per sampled batch")                        \
-    X(learner, optimizer, ENUM, "rmsprop", 0, 0, "rmsprop|adam|sgd", "optimizer (rmsprop is centered)")     \
-    X(learner, lr, FLOAT, 6.25e-5, 0, 10, "", "learning rate")                                             \
+    X(learner, batch_size, INT, 128, 1, 65536, "", "transitions per sampled batch")                        \
+    X(learner, optimizer, ENUM, "adam", 0, 0, "rmsprop|adam|sgd", "optimizer (rmsprop is centered)")     \
+    X(learner, lr, FLOAT, 0.003, 0, 10, "", "learning rate")                                             \
     X(learner, rmsprop_decay, FLOAT, 0.95, 0, 1, "", "RMSProp decay of the squared-gradient averages")    \
     X(learner, rmsprop_eps, FLOAT, 1.5e-7, 0, 1, "", "RMSProp epsilon")                                    \
     X(learner, adam_beta1, FLOAT, 0.9, 0, 1, "", "Adam first-moment decay")                                \
     X(learner, adam_beta2, FLOAT, 0.999, 0, 1, "", "Adam second-moment decay")                             \
     X(learner, adam_eps, FLOAT, 1e-8, 0, 1, "", "Adam epsilon")                                            \
     X(learner, momentum, FLOAT, 0.9, 0, 1, "", "SGD momentum")                                             \
-    X(learner, grad_clip, FLOAT, 40, 0, 1e12, "", "clip the global gradient norm to this (0 = off)")       \
+    X(learner, grad_clip, FLOAT, 10, 0, 1e12, "", "clip the global gradient norm to this (0 = off)")       \
     X(learner, huber_delta, FLOAT, 1.0, 1e-6, 1e6, "", "Huber loss threshold")                             \
     X(learner, gamma, FLOAT, 0.99, 0, 1, "", "discount per env step")                                      \
     X(learner, n_step, INT, 3, 1, 1000, "", "steps in the multi-step return (actors build them)")          \
-    X(learner, target_update, INT, 2500, 1, 1000000000, "", "learner steps between target-network copies") \
+    X(learner, target_update, INT, 200, 1, 1000000000, "", "learner steps between target-network copies") \
     X(learner, publish_every, INT, 10, 1, 1000000000, "", "learner steps between parameter publishes")     \
     X(learner, checkpoint_dir, STRING, "", 0, 0, "", "folder of the learner checkpoints learner-<index>.safetensors, created when missing (empty = none); `fleet eval` finds RUN_DIR/checkpoints/ or this folder") \
     X(learner, checkpoint_every, INT, 0, 0, 1000000000000, "", "learner steps between checkpoints to learner.checkpoint_dir (0 = only when the learner stops)") \
@@ -143,7 +144,7 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     /* [model] the Q-network */                                                                             \
     X(model, input_scale, FLOAT, 1, 1e-6, 1e6, "", "multiplies observations on their way into the network, after uint8 ones are scaled by 1/255 (255: 0/1 planes such as MinAtar's reach it as 0/1)") \
     X(model, cpu_kernels, ENUM, "auto", 0, 0, "auto|dnnl|reference", "kernels of the networks run on the CPU (learner, actors, evaluators): oneDNN's primitives, or fleet's plain-C/OpenBLAS reference they are tested against; auto = oneDNN when fleet was built with it") \
-    X(model, spec, STRING, "dense(256) relu dense(256) relu dueling", 0, 0, "",                            \
+    X(model, spec, STRING, "dense(128) relu dense(128) relu dueling", 0, 0, "",                            \
       "layers, left to right; a final `dueling` or dense(num_actions) head is the output")
 
 #endif

@@ -114,7 +114,7 @@ void fl_env_factory_opts_init(fl_env_factory_opts_t *o) {
     o->plugin = "";
     o->wrappers = "";
     o->max_episode_steps = 0;
-    o->num_envs = 1;
+    o->num_envs = 4;
     o->sticky_actions = 0.1;
     o->difficulty_ramping = 1;
     o->rng = FL_ENV_RNG_FLEET;

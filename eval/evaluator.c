@@ -48,10 +48,10 @@ struct fl_evaluator {
 void fl_evaluator_opts_init(fl_evaluator_opts_t *o) {
     memset(o, 0, sizeof *o);
     fl_env_factory_opts_init(&o->env);
-    o->model_spec = "dense(256) relu dense(256) relu dueling";
+    o->model_spec = "dense(128) relu dense(128) relu dueling";
     o->input_scale = 1.0;
     o->backend = fl_qnet_default_backend();
-    o->every = 5;
+    o->every = 1;
     o->episodes = 10;
     o->max_episode_steps = 27000;
     o->parallel = 16;

@@ -386,11 +386,8 @@ void fl_paramserver_service_opts_init(fl_paramserver_service_opts_t *o) {
     memset(o, 0, sizeof *o);
     o->mode = FL_PARAMSERVER_APEX;
     o->shards = 1;
-    o->optim = fl_optim_config_default(FL_OPTIM_RMSPROP);
-    o->optim.lr = (float)6.25e-5;
-    o->optim.decay = (float)0.95;
-    o->optim.eps = (float)1.5e-7;
-    o->optim.momentum = 0.0f;
+    o->optim = fl_optim_config_default(FL_OPTIM_ADAM);
+    o->optim.lr = 0.003f;
     o->learners = 1;
     o->max_staleness = 0;
     o->stale_policy = FL_PARAMSERVER_STALE_DROP;

@@ -98,8 +98,8 @@ typedef struct fl_paramserver_service_opts {
     double checkpoint_every_s;  /* gorila: run.checkpoint_every (0 = only when it stops) */
 } fl_paramserver_service_opts_t;
 
-/* The defaults of the keys above: apex, one shard, the Ape-X RMSProp (lr 6.25e-5,
- * decay 0.95, eps 1.5e-7), one learner, no staleness bound, drop, no staleness-scaled lr,
+/* The defaults of the keys above: apex, one shard, Adam (lr 0.003, betas 0.9 and 0.999,
+ * eps 1e-8), one learner, no staleness bound, drop, no staleness-scaled lr,
  * a 30 s wait timeout, max_version_step 2^32 (FL_PARAM_DEFAULT_MAX_VERSION_STEP),
  * max_large_messages 2, threads 0. */
 void fl_paramserver_service_opts_init(fl_paramserver_service_opts_t *o);

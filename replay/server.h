@@ -215,9 +215,9 @@ typedef struct fl_replay_service_opts {
     double stream_idle_s;       /* replay.stream_idle_s: a record unused this long may be reclaimed, > 0 */
 } fl_replay_service_opts_t;
 
-/* The defaults of those keys (common/config_keys.h: capacity 2,000,000, alpha 0.6,
- * priority_eps 1e-6, prioritized, tree_rebuild_every 2^20, min_size_to_sample 50,000,
- * rate_error_buffer 10,000, run.seed 1, actor.count 2, max_abs_reward and max_priority
+/* The defaults of those keys (common/config_keys.h: capacity 1,000,000, alpha 0.6,
+ * priority_eps 1e-6, prioritized, tree_rebuild_every 2^20, min_size_to_sample 1,000,
+ * samples_per_insert 8, rate_error_buffer 20,000, run.seed 1, actor.count 2, max_abs_reward and max_priority
  * 1e6, max_streams 16,384, stream_idle_s 3600, everything else 0 / off), shard 0 of 1,
  * and no observation signature (the caller sets obs and num_actions). */
 void fl_replay_service_opts_init(fl_replay_service_opts_t *opts);

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <dirent.h>
 
 #include "tests/proc_util.h"
 
@@ -92,6 +93,50 @@ static void test_config_errors(void **state) {
     free(out);
 }
 
+/* With no config file, `fleet run` is the default experiment (CartPole with the settings
+ * that solve it, docs/design.md "Algorithm defaults"), not the Ape-X Atari settings; and
+ * every ready experiment in configs/ passes the checks a run makes before it starts (an
+ * atari-* one only where this build has the Arcade Learning Environment). */
+static void test_ready_configs(void **state) {
+    (void)state;
+    char *out;
+    assert_int_equal(fleet(&out, "run", "--dry-run", NULL, NULL), 0);
+    assert_non_null(strstr(out, "batch 128, adam lr 0.003"));
+    assert_non_null(strstr(out, "target every 200"));
+    assert_non_null(strstr(out, "env cartpole x 4 each"));
+    free(out);
+    assert_int_equal(fleet(&out, "env", "list", NULL, NULL), 0);
+    const int atari = strstr(out, "atari-pong") != NULL;
+    free(out);
+    char dir[512], path[1024];
+    snprintf(dir, sizeof dir, "%s/configs", fleet_source_dir());
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int checked = 0, apex = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        const size_t n = strlen(e->d_name);
+        if (n < 5 || strcmp(e->d_name + n - 4, ".ini") != 0) continue;
+        if (strncmp(e->d_name, "atari-", 6) == 0 && !atari) {
+            print_message("SKIP %s: this build has no ALE or no Atari ROMs\n", e->d_name);
+            continue;
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        const int rc = fleet(&out, "run", path, "--dry-run", NULL);
+        if (rc != 0) fail_msg("fleet run %s --dry-run: exit %d\n%s", path, rc, out);
+        if (strncmp(e->d_name, "atari-", 6) == 0) { /* the Ape-X paper's settings */
+            assert_non_null(strstr(out, "batch 512, rmsprop lr 6.25e-05"));
+            assert_non_null(strstr(out, "target every 2500"));
+            assert_non_null(strstr(out, "sampling from 50000 transitions"));
+            apex++;
+        }
+        free(out);
+        checked++;
+    }
+    closedir(d);
+    assert_true(checked >= 6); /* cartpole and the five MinAtar games at least */
+    if (atari) assert_true(apex >= 1);
+}
+
 static void write_file(const char *dir, const char *name, const char *text) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -168,6 +213,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_ready_configs),
         cmocka_unit_test(test_plot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

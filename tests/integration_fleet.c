@@ -1,5 +1,5 @@
 /* A whole fleet of separate processes talking gRPC over loopback, through `fleet run`:
- * it learns CartPole (stopped by the evaluator's greedy return, which metrics.csv,
+ * it learns CartPole with no config file, from the defaults (stopped by the evaluator's greedy return, which metrics.csv,
  * evals.csv and summary.txt record, with each actor's own training return in
  * returns.csv, and each role's log in logs/), the replay holds every acknowledged insert, step budgets end a run
  * normally, a run folder is never overwritten, Ctrl-C leaves no child behind, and a child that dies is reported with its
@@ -28,13 +28,14 @@ static int teardown(void **state) {
     return 0;
 }
 
-static void fleet_argv(char **argv, char sets[][512], const char *name, const char *extra1, const char *extra2) {
-    static char cfg[1024];
-    snprintf(cfg, sizeof cfg, "%s/configs/cartpole.ini", fleet_source_dir());
+/* argv of `fleet run [CONFIG] --set run.out_dir=<tmp> --set run.name=NAME [--set EXTRA...]`;
+ * config NULL: no file (the defaults). */
+static void fleet_argv_config(char **argv, char sets[][512], const char *config, const char *name, const char *extra1,
+                              const char *extra2) {
     int n = 0, s = 0;
     argv[n++] = (char *)fleet_bin();
     argv[n++] = "run";
-    argv[n++] = cfg;
+    if (config) argv[n++] = (char *)config;
     snprintf(sets[s], 512, "run.out_dir=%s", g_tmp);
     argv[n++] = "--set";
     argv[n++] = sets[s++];
@@ -52,14 +53,22 @@ static void fleet_argv(char **argv, char sets[][512], const char *name, const ch
     argv[n] = NULL;
 }
 
+/* The same with configs/cartpole.ini. */
+static void fleet_argv(char **argv, char sets[][512], const char *name, const char *extra1, const char *extra2) {
+    static char cfg[1024];
+    snprintf(cfg, sizeof cfg, "%s/configs/cartpole.ini", fleet_source_dir());
+    fleet_argv_config(argv, sets, cfg, name, extra1, extra2);
+}
+
 static char *summary_of(const char *name) { return summary_at(g_tmp, name); }
 
 static void test_learns_cartpole(void **state) {
     (void)state;
     char *argv[16];
     char sets[4][512];
-    /* Stop at an evaluation return of 200 (a random policy gets ~22); bounded in time. */
-    fleet_argv(argv, sets, "learn", "run.target_return=200", "run.max_seconds=400");
+    /* No config file: the defaults are the default experiment, which learns. Stop at an
+     * evaluation return of 200 (a random policy gets ~22); bounded in time. */
+    fleet_argv_config(argv, sets, NULL, "learn", "run.target_return=200", "run.max_seconds=400");
     char out[512];
     snprintf(out, sizeof out, "%s/learn.log", g_tmp);
     pid_t pid = start_process(argv, out);

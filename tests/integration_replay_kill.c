@@ -88,6 +88,8 @@ static void shard_start(shard_t *s, int run) {
                     "replay.max_times_sampled=1",
                     "--set",
                     "replay.min_size_to_sample=1",
+                    "--set",
+                    "replay.samples_per_insert=0", /* writers only: no rate limit */
                     NULL};
     /* Wait (generously: a loaded machine, a sanitizer build) for the address line. */
     s->pid = start_service_process(argv, fd_arg, s->log, 120, s->addr, sizeof s->addr);

@@ -274,6 +274,7 @@ static void fixture_start_wrapped(fixture_t *f, int num_envs, int count, const c
     c->actor_count = count;
     c->replay_capacity = 100000;
     c->replay_min_size_to_sample = 100;
+    c->replay_samples_per_insert = 0; /* no learner samples here: no rate limit */
     c->run_seed = 5;
     c->run_log_level = FL_CFG_LOG_WARN;
     fl_actor_opts_t *o = &f->actor;
@@ -299,6 +300,7 @@ static void fixture_start_wrapped(fixture_t *f, int num_envs, int count, const c
     ro.num_actions = 2;
     ro.capacity = c->replay_capacity;
     ro.min_size_to_sample = c->replay_min_size_to_sample;
+    ro.samples_per_insert = c->replay_samples_per_insert;
     ro.seed = (uint64_t)c->run_seed;
     ro.actors = c->actor_count;
     if (fl_replay_service_create(&ro, &f->replay, &err) != FL_OK ||

@@ -130,18 +130,24 @@ static void test_defaults_match_table(void **state) {
     fl_config_defaults(&c);
     FL_CONFIG_KEYS(EXPECT_DEF)
 
-    /* Spot checks against the Ape-X settings of docs/design.md, written out. */
-    assert_int_equal(c.learner_batch_size, 512);
-    assert_int_equal(c.replay_capacity, 2000000);
+    /* Spot checks against docs/design.md, "Algorithm defaults", written out: the default
+     * experiment's settings (configs/cartpole.ini's), with the Ape-X ones it keeps. */
+    assert_int_equal(c.learner_batch_size, 128);
+    assert_int_equal(c.replay_capacity, 1000000);
+    assert_int_equal(c.replay_min_size_to_sample, 1000);
+    assert_true(c.replay_samples_per_insert == 8);
     assert_int_equal(c.actor_sync_every, 400);
     assert_int_equal(c.learner_n_step, 3);
-    assert_true(c.learner_lr == 0.00025 / 4);
+    assert_true(c.learner_lr == 0.003);
+    assert_int_equal(c.learner_target_update, 200);
     assert_true(c.replay_alpha == 0.6);
     assert_int_equal(c.run_stop_at_target, 1);
     assert_int_equal(c.learner_mode, FL_CFG_MODE_APEX);
-    assert_int_equal(c.learner_optimizer, FL_CFG_OPTIM_RMSPROP);
+    assert_int_equal(c.learner_optimizer, FL_CFG_OPTIM_ADAM);
+    assert_int_equal(c.env_num_envs, 4);
+    assert_string_equal(c.env_name, "cartpole");
     assert_string_equal(c.run_name, "default");
-    assert_string_equal(c.model_spec, "dense(256) relu dense(256) relu dueling");
+    assert_string_equal(c.model_spec, "dense(128) relu dense(128) relu dueling");
 }
 
 /* Every default is accepted by its own key (range, choices) and by the cross-key checks. */
@@ -204,7 +210,7 @@ static void test_dump_round_trip(void **state) {
     char *text = read_all(path);
     assert_contains(text, "[learner]\n");
     assert_contains(text, "# transitions per sampled batch\n"
-                          "# int: an integer in [1, 65536]; default 512\n"
+                          "# int: an integer in [1, 65536]; default 128\n"
                           "batch_size = ");
     assert_contains(text, "\nlr = 6.25e-05\n");
     assert_contains(text, "\nadam_eps = 1e-08\n");
@@ -307,7 +313,7 @@ static void test_file_key_twice(void **state) {
     fl_config_defaults(&c);
     assert_int_equal(fl_config_load_file(&c, path, &err), FL_INVALID_ARGUMENT);
     assert_contains(err.msg, "twice.ini:9: learner.batch_size is given twice in this file (first on line 2)");
-    assert_int_equal(c.learner_batch_size, 512); /* *c unchanged on failure */
+    assert_int_equal(c.learner_batch_size, 128); /* *c unchanged on failure */
 
     path = write_tmp("once.ini", "[learner]\nbatch_size = 64\n[run]\nname = x\n[env]\nname = cartpole\n");
     assert_int_equal(fl_config_load_file(&c, path, &err), FL_OK);
@@ -370,7 +376,7 @@ static void test_file_overrides(void **state) {
     assert_string_equal(c.env_plugin, "./x.so;not a comment");
     /* Keys not in the file keep their defaults. */
     assert_int_equal(c.actor_sync_every, 400);
-    assert_string_equal(c.model_spec, "dense(256) relu dense(256) relu dueling");
+    assert_string_equal(c.model_spec, "dense(128) relu dense(128) relu dueling");
     assert_true(c.learner_gamma == 0.99);
 }
 
@@ -577,11 +583,11 @@ static void test_get_string(void **state) {
     char buf[64];
     fl_config_defaults(&c);
     assert_int_equal(fl_config_get_string(&c, "learner.lr", buf, sizeof buf, &err), FL_OK);
-    assert_string_equal(buf, "6.25e-05");
+    assert_string_equal(buf, "0.003");
     assert_int_equal(fl_config_get_string(&c, "run.stop_at_target", buf, sizeof buf, &err), FL_OK);
     assert_string_equal(buf, "true");
     assert_int_equal(fl_config_get_string(&c, "replay.capacity", buf, sizeof buf, &err), FL_OK);
-    assert_string_equal(buf, "2000000");
+    assert_string_equal(buf, "1000000");
     assert_int_equal(fl_config_get_string(&c, "learner.mode", buf, sizeof buf, &err), FL_OK);
     assert_string_equal(buf, "apex");
     assert_int_equal(fl_config_get_string(&c, "learner.nosuch", buf, sizeof buf, &err), FL_NOT_FOUND);
@@ -598,16 +604,16 @@ static void test_validate(void **state) {
     fl_config_t c;
     fl_err_t err;
     fl_config_defaults(&c);
-    c.replay_capacity = 10000;
+    c.replay_capacity = 500;
     assert_int_equal(fl_config_validate(&c, &err), FL_INVALID_ARGUMENT);
-    assert_contains(err.msg, "replay.min_size_to_sample = 50000");
-    assert_contains(err.msg, "replay.capacity = 10000");
-    c.replay_min_size_to_sample = 10000;
+    assert_contains(err.msg, "replay.min_size_to_sample = 1000");
+    assert_contains(err.msg, "replay.capacity = 500");
+    c.replay_min_size_to_sample = 500;
     assert_int_equal(fl_config_validate(&c, &err), FL_OK);
     c.replay_capacity = 100;
     c.replay_min_size_to_sample = 100;
     assert_int_equal(fl_config_validate(&c, &err), FL_INVALID_ARGUMENT);
-    assert_contains(err.msg, "learner.batch_size = 512");
+    assert_contains(err.msg, "learner.batch_size = 128");
     assert_contains(err.msg, "replay.capacity = 100");
 
     /* Fields written by code are range-checked like parsed ones. */
@@ -784,7 +790,7 @@ static void test_from_args_errors(void **state) {
     assert_contains(err.msg, "cannot open config file");
 
     /* The cross-key checks run on the combined result. */
-    char *argv6[] = {"fleet", "--set", "replay.capacity=1000", NULL};
+    char *argv6[] = {"fleet", "--set", "replay.capacity=500", NULL};
     argc = 3;
     assert_int_equal(fl_config_from_args(&c, &argc, argv6, &err), FL_INVALID_ARGUMENT);
     assert_contains(err.msg, "replay.min_size_to_sample");
@@ -807,9 +813,9 @@ static void test_print_help(void **state) {
 #undef HELP_HAS
     assert_contains(text, "[learner]\n");
     assert_contains(text, "learner.batch_size");
-    assert_contains(text, "int: an integer in [1, 65536]; default 512");
-    assert_contains(text, "enum: one of rmsprop|adam|sgd; default rmsprop");
-    assert_contains(text, "float: a number in [0, 10]; default 6.25e-05");
+    assert_contains(text, "int: an integer in [1, 65536]; default 128");
+    assert_contains(text, "enum: one of rmsprop|adam|sgd; default adam");
+    assert_contains(text, "float: a number in [0, 10]; default 0.003");
     assert_contains(text, "bool: true/false, yes/no, on/off or 1/0; default true");
     assert_contains(text, "string: text of at most 255 bytes; default \"default\"");
     free(text);
