@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/control.h"
 #include "common/log.h"
+#include "common/retry.h"
 #include "common/statefile.h"
 #include "common/stop.h"
 #include "envs/plugin.h"
@@ -19,6 +20,7 @@
 #include "paramserver/client.h"
 #include "replay/client.h"
 #include "replay/sharded.h"
+#include "replay/wire.h"
 #include "replay/writer.h"
 
 /* Milliseconds one parameter fetch may take (it waits for the server to come up). */
@@ -27,6 +29,8 @@
 #define FETCH_RETRY_S 1.0
 /* Seconds between fetch attempts while waiting for the first parameters. */
 #define PARAM_POLL_S 0.1
+/* run.deterministic: seconds between fetches while waiting for a round's parameters. */
+#define ROUND_POLL_S 0.002
 
 double fl_actor_epsilon(double eps_base, double eps_alpha, int index, int count) {
     if (count <= 1) return eps_base;
@@ -170,6 +174,7 @@ struct fl_actor {
     atomic_int stop; /* fl_actor_stop */
     int ran;         /* fl_actor_run was called */
     int warned_nonfinite, warned_large, fetch_failing;
+    uint64_t round_acked; /* run.deterministic: transitions the shard took in Round calls */
     double fetch_failed_at;
     fl_actor_stats_t st;
 };
@@ -212,7 +217,7 @@ static void report(actor_t *a, int force) {
     memset(&r, 0, sizeof r);
     r.env_steps = a->st.env_steps;
     r.episodes = a->st.episodes;
-    r.transitions_acked = a->acked_base + (a->writer ? fl_replay_writer_acked(a->writer) : 0);
+    r.transitions_acked = a->acked_base + a->round_acked + (a->writer ? fl_replay_writer_acked(a->writer) : 0);
     r.param_version = a->st.param_version;
     r.epsilon = a->epsilon;
     /* The writer's backlog: what a supervisor's accounting needs besides the acked. */
@@ -287,10 +292,11 @@ static fl_status wait_first_params(actor_t *a, fl_err_t *err) {
     }
 }
 
-/* Sends every complete transition the builder holds as one batch, with priorities. */
-static fl_status send_ready(actor_t *a, fl_err_t *err) {
-    fl_nstep_batch_t b;
-    fl_nstep_view(a->nstep, &b);
+/* The complete transitions the builder holds (*b), with their initial priorities in
+ * a->prio. */
+static fl_status ready_with_priorities(actor_t *a, fl_nstep_batch_t *out, fl_err_t *err) {
+    fl_nstep_view(a->nstep, out);
+    const fl_nstep_batch_t b = *out;
     if (b.count == 0) return FL_OK;
     if (b.count > a->prio_cap) {
         /* Not reached with the builder drained at local_buffer; kept for safety. */
@@ -319,6 +325,14 @@ static fl_status send_ready(actor_t *a, fl_err_t *err) {
             a->prio[k] = max_prio;
         }
     }
+    return FL_OK;
+}
+
+/* Sends every complete transition the builder holds as one batch, with priorities. */
+static fl_status send_ready(actor_t *a, fl_err_t *err) {
+    fl_nstep_batch_t b;
+    FL_TRY(ready_with_priorities(a, &b, err));
+    if (b.count == 0) return FL_OK;
     /* What remains refused (a non-finite observation, a reward beyond replay.max_abs_reward)
      * came from the env. */
     fl_status s = fl_replay_writer_append(a->writer, b.count, b.obs, b.action, b.reward, b.discount, b.next_obs,
@@ -632,6 +646,79 @@ static fl_status step_loop(actor_t *a, fl_err_t *err) {
     return FL_OK;
 }
 
+/* run.deterministic: waits until the parameter server holds version `want` and the
+ * network has it. A newer version means that the lockstep is broken (another publisher,
+ * a restarted learner): FL_ABORTED. FL_CANCELLED when the actor is asked to stop. */
+static fl_status round_params(actor_t *a, uint64_t want, fl_err_t *err) {
+    double waited_from = fl_clock_sec(), logged = waited_from;
+    while (a->st.param_version < want) {
+        if (should_stop(a)) return fl_err_set(err, FL_CANCELLED, "actor: stopped");
+        FL_TRY(fetch_params(a, err));
+        if (a->st.param_version >= want) break;
+        report(a, 0);
+        if (fl_clock_sec() - logged >= 10) {
+            logged = fl_clock_sec();
+            FL_INFO("round %llu: waiting %.0f s for parameter version %llu (holding %llu)", (unsigned long long)want,
+                    logged - waited_from, (unsigned long long)want, (unsigned long long)a->st.param_version);
+        }
+        fl_sleep_sec(ROUND_POLL_S);
+    }
+    if (a->st.param_version != want)
+        return fl_err_set(err, FL_ABORTED,
+                          "run.deterministic: round %llu needs parameter version %llu, the parameter server holds "
+                          "%llu (another publisher, or a learner restarted mid-run: the lockstep is lost)",
+                          (unsigned long long)want, (unsigned long long)want,
+                          (unsigned long long)a->st.param_version);
+    return FL_OK;
+}
+
+/* run.deterministic: the round's complete transitions, in one Round call (resent through
+ * an outage of the shard; a resend changes nothing there). */
+static fl_status send_round(actor_t *a, uint64_t round, fl_err_t *err) {
+    fl_nstep_batch_t nb;
+    FL_TRY(ready_with_priorities(a, &nb, err));
+    const fl_wire_batch_t b = {.count = nb.count,
+                               .obs_bytes = a->obs_bytes,
+                               .obs = nb.obs,
+                               .actions = nb.action,
+                               .rewards = nb.reward,
+                               .discounts = nb.discount,
+                               .next_obs = nb.next_obs,
+                               .priorities = a->prio};
+    for (int logged = 0;;) {
+        fl_err_t e;
+        fl_err_init(&e);
+        fl_status s = fl_replay_round(a->replay, (uint32_t)a->index + 1, round, 0, &a->def->obs, &b, 0, NULL, &e);
+        if (s == FL_OK) break;
+        if (!fl_retry_transient(s)) return fl_err_set(err, s, "round %llu: replay: %s", (unsigned long long)round, e.msg);
+        if (!logged++) FL_WARN("round %llu: replay unreachable (%s); retrying", (unsigned long long)round, e.msg);
+        if (should_stop(a)) return fl_err_set(err, FL_CANCELLED, "actor: stopped");
+        fl_sleep_sec(ROUND_POLL_S);
+    }
+    a->st.transitions_sent += nb.count;
+    a->round_acked += nb.count;
+    fl_nstep_clear(a->nstep);
+    return FL_OK;
+}
+
+/* run.deterministic, the loop: round r = 1, 2, ... waits for parameter version r, takes
+ * actor.sync_every env steps (whole vector steps: up to r * sync_every in all) and sends
+ * their transitions. Partial n-step windows carry over to the next round. */
+static fl_status round_loop(actor_t *a, fl_err_t *err) {
+    fl_wrapvec_reset(a->envs, a->obs);
+    fl_status s = FL_OK;
+    for (uint64_t round = 1; s == FL_OK && !should_stop(a); round++) {
+        if ((s = round_params(a, round, err)) != FL_OK) break;
+        const uint64_t until = round * (uint64_t)a->o.sync_every;
+        while (s == FL_OK && a->st.env_steps < until && !should_stop(a)) {
+            s = step(a, err);
+            report(a, 0);
+        }
+        if (s == FL_OK && a->st.env_steps >= until) s = send_round(a, round, err);
+    }
+    return s == FL_CANCELLED ? FL_OK : s;
+}
+
 /* Run, the clean stop: complete transitions go out, partial n-step windows are
  * dropped; the writer is flushed and a final report forced. */
 static fl_status finish(actor_t *a, fl_err_t *err) {
@@ -661,7 +748,19 @@ fl_status fl_actor_run(fl_actor_t *a, fl_err_t *err) {
             "stream %016llx",
             a->index, (long long)o->count, a->def->name, a->num_envs, a->epsilon, o->n_step, o->gamma,
             (long long)o->local_buffer, (long long)o->sync_every, (unsigned long long)a->st.stream_id);
-    fl_status s = wait_first_params(a, err);
+    fl_status s;
+    if (o->deterministic) {
+        s = round_loop(a, err);
+        if (s == FL_OK) {
+            report(a, 1);
+            FL_INFO("stopped after %llu env steps, %llu episodes, %llu transitions committed in rounds",
+                    (unsigned long long)a->st.env_steps, (unsigned long long)a->st.episodes,
+                    (unsigned long long)a->round_acked);
+        }
+        a->st.transitions_acked = a->round_acked;
+        return s;
+    }
+    s = wait_first_params(a, err);
     if (s == FL_OK) s = step_loop(a, err);
     if (s == FL_OK) s = finish(a, err);
     a->st.transitions_acked = a->acked_base + fl_replay_writer_acked(a->writer);

@@ -94,6 +94,17 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
     printf("  env          %s: obs %s %s, %d actions, episode limit %s\n", env->name, fl_dtype_name(env->obs.dtype),
            shape, env->num_actions, limit);
     printf("  model        %s\n", c->model_spec);
+    if (c->run_deterministic) {
+        const int64_t k = fl_options_round_updates(c);
+        printf("  rounds       deterministic rounds: %lld env steps per actor with parameter version r, then %lld "
+               "learner updates (once the replay holds %lld) and version r + 1",
+               (long long)c->actor_sync_every, (long long)k, (long long)c->replay_min_size_to_sample);
+        if (c->run_evaluators > 0) {
+            const double e = c->eval_every / (double)k;
+            printf("; evaluations every %lld rounds", e < 1.5 ? 1LL : (long long)llround(e));
+        }
+        printf("\n");
+    }
     if (c->run_evaluators > 0)
         printf("  evaluators   %lld         %lld episodes with epsilon %g every %g %s, each cut at %lld steps\n",
                (long long)c->run_evaluators, (long long)c->eval_episodes, c->eval_epsilon, c->eval_every,
@@ -487,6 +498,11 @@ typedef struct monitor {
     fl_eval_result_t eval;
     uint64_t n_evals;
     double best_eval;
+    /* The first evaluation that reached run.target_return: the stop looks at every
+     * evaluation, not only at the latest when a progress period ends (several may come
+     * in one period). */
+    int target_hit;
+    fl_eval_result_t target_eval;
 } monitor_t;
 
 /* One period's figures from the roles' reports. */
@@ -736,6 +752,10 @@ static void take_evals(monitor_t *M) {
         if (!M->n_evals || v[FL_EVAL_RESULT_return_mean] > M->best_eval) M->best_eval = v[FL_EVAL_RESULT_return_mean];
         M->n_evals++;
         M->eval = got[i];
+        if (!M->target_hit && v[FL_EVAL_RESULT_return_mean] >= M->L->cfg.run_target_return) {
+            M->target_hit = 1;
+            M->target_eval = got[i];
+        }
     }
     if (n && M->evals) fflush(M->evals);
     if (n) M->next_curve = 0; /* redraw with the new evaluation */
@@ -848,11 +868,12 @@ static int target_reached(monitor_t *M, const figures_t *f) {
     const fl_config_t *cfg = &M->L->cfg;
     if (!cfg->run_stop_at_target) return 0;
     if (target_on_eval(cfg)) {
-        if (!M->n_evals || M->eval.v[FL_EVAL_RESULT_return_mean] < cfg->run_target_return) return 0;
+        if (!M->target_hit) return 0;
+        const fl_eval_result_t *e = &M->target_eval;
         snprintf(M->reason, sizeof M->reason,
                  "target reached: evaluation return %.1f >= %g (mean of %.0f episodes, parameter version %llu)",
-                 M->eval.v[FL_EVAL_RESULT_return_mean], cfg->run_target_return, M->eval.v[FL_EVAL_RESULT_episodes],
-                 (unsigned long long)M->eval.version);
+                 e->v[FL_EVAL_RESULT_return_mean], cfg->run_target_return, e->v[FL_EVAL_RESULT_episodes],
+                 (unsigned long long)e->version);
         return 1;
     }
     if (f->ep_count < FL_FLEET_RETURN_WINDOW || f->mret < cfg->run_target_return) return 0;

@@ -127,7 +127,7 @@ static const verb_t verbs[] = {
      "  --control ADDR           the launcher's Control service (optional)\n" COMMON_OPTS,
      fl_verb_learner},
     {"evaluator", "evaluate the latest parameters with greedy episodes",
-     "usage: fleet evaluator --paramserver ADDR [--index I] [--control ADDR] [--config FILE] [--set K=V]...\n"
+     "usage: fleet evaluator --paramserver ADDR [--index I] [--control ADDR] [--replay ADDR] [--config FILE] [--set K=V]...\n"
      "Every eval.every (eval.every_unit: seconds, or the fleet's learner steps as the launcher reports\n"
      "them) fetches the latest parameters, plays eval.episodes episodes of env.name with\n"
      "epsilon = eval.epsilon on its own env seeds (eval.parallel side by side, each cut after\n"
@@ -136,6 +136,7 @@ static const verb_t verbs[] = {
      "  --index I                this evaluator's index in [0, run.evaluators) (default 0)\n"
      "  --paramserver ADDR       the parameter server (shards comma-separated, in shard order)\n"
      "  --control ADDR           the launcher's Control service (optional with eval.every_unit = seconds)\n"
+     "  --replay ADDR            run.deterministic: the replay shard, where the evaluator marks its rounds\n"
      "  --resume                 continue from run.checkpoint_dir/evaluator-I.state (rounds, seeds)\n"
      COMMON_OPTS,
      fl_verb_evaluator},

@@ -339,6 +339,12 @@ static int mpi_dead(void *ctx, char *reason, size_t len) {
     }
     int r = poll_done(lx);
     if (r < 0) return 0;
+    const fl_config_t *cfg = fl_launch_config(lx->L);
+    if (m->kind[r] == K_LEARNER && m->msg[r].clean && cfg->learner_max_steps > 0) { /* the end of the work */
+        snprintf(reason, len, "learner %d took learner.max_steps = %lld steps", m->index[r],
+                 (long long)cfg->learner_max_steps);
+        return 2;
+    }
     char who[160];
     describe_rank(m, r, who, sizeof who);
     snprintf(reason, len, "%s %s", who, m->msg[r].what);
@@ -817,8 +823,10 @@ static int spawn_eval(launcher_ctx_t *lx, int i, int restart) {
     snprintf(idx, sizeof idx, "%d", i);
     snprintf(file, sizeof file, "%s/evaluator-%d.state", dir, i);
     int resume = restart && dir[0] && access(file, R_OK) == 0;
+    /* --replay: where a deterministic evaluator marks its rounds (unused otherwise) */
     char *args[] = {"--config", (char *)X->tmp_cfg, "--index", idx, "--paramserver", (char *)X->ps_arg, "--control",
-                    (char *)X->control, "--set", (char *)X->tls_set, resume ? "--resume" : NULL, NULL};
+                    (char *)X->control, "--set", (char *)X->tls_set, "--replay", (char *)X->replay_arg,
+                    resume ? "--resume" : NULL, NULL};
     lx->esup[i].rule.started_at = fl_clock_sec();
     return fl_proc_spawn(&lx->evals[i], "evaluator", i, args, 0, 0);
 }

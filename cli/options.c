@@ -1,6 +1,7 @@
 /* options: from a configuration to the modules' options (see options.h). */
 #include "cli/options.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "envs/registry.h"
@@ -95,6 +96,13 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out) {
     out->progress_every = c->run_progress_every;
     out->state_dir = c->run_checkpoint_dir;
     out->state_every = c->run_checkpoint_every;
+    out->deterministic = c->run_deterministic != 0;
+}
+
+int64_t fl_options_round_updates(const fl_config_t *c) {
+    double k = c->replay_samples_per_insert * (double)c->actor_count * (double)c->actor_sync_every /
+               (double)c->learner_batch_size;
+    return k < 1.5 ? 1 : (int64_t)llround(k);
 }
 
 fl_qnet_backend_kind fl_options_cpu_kernels(const fl_config_t *c) {
@@ -123,6 +131,13 @@ void fl_options_evaluator(const fl_config_t *c, fl_evaluator_opts_t *out) {
     out->progress_every = c->run_progress_every;
     out->state_dir = c->run_checkpoint_dir;
     out->state_every = c->run_checkpoint_every;
+    out->deterministic = c->run_deterministic != 0;
+    out->actors = c->actor_count;
+    out->round_updates = fl_options_round_updates(c);
+    const double rounds = c->eval_every / (double)out->round_updates;
+    out->round_every = rounds < 1.5 ? 1 : (int64_t)llround(rounds);
+    out->round_env_steps = c->actor_count * c->actor_sync_every;
+    out->replay_addr = "";
 }
 
 fl_status fl_options_optim_settings(const fl_config_t *c, fl_optim_settings_t *out, fl_err_t *err) {
@@ -170,6 +185,7 @@ fl_status fl_options_replay(const fl_config_t *c, int shard, fl_replay_service_o
     out->samples_per_insert = c->replay_samples_per_insert;
     out->rate_error_buffer = c->replay_rate_error_buffer;
     out->actors = c->actor_count;
+    out->round_participants = c->run_deterministic ? c->actor_count + c->run_evaluators : 0;
     /* The experiment's checkpoints (run.checkpoint_dir) unless replay.* names its own. */
     int own = c->replay_checkpoint_dir[0] != '\0';
     out->checkpoint_dir = own ? c->replay_checkpoint_dir : c->run_checkpoint_dir;
@@ -187,7 +203,7 @@ fl_status fl_options_replay(const fl_config_t *c, int shard, fl_replay_service_o
 }
 
 int fl_options_replay_wal(const fl_config_t *c) {
-    return c->replay_wal && (c->replay_checkpoint_dir[0] || c->run_checkpoint_dir[0]);
+    return c->replay_wal && !c->run_deterministic && (c->replay_checkpoint_dir[0] || c->run_checkpoint_dir[0]);
 }
 
 fl_status fl_options_learner(const fl_config_t *c, fl_learner_opts_t *o, fl_err_t *err) {
@@ -226,7 +242,9 @@ fl_status fl_options_learner(const fl_config_t *c, fl_learner_opts_t *o, fl_err_
     o->checkpoint_every_s = c->learner_checkpoint_dir[0] ? 0 : c->run_checkpoint_every;
     o->keep_checkpoints = (int)c->run_keep_checkpoints;
     o->max_steps = c->learner_max_steps;
-    o->prefetch = (int)c->learner_prefetch;
+    o->deterministic = c->run_deterministic != 0;
+    o->round_updates = fl_options_round_updates(c);
+    o->prefetch = o->deterministic ? 0 : (int)c->learner_prefetch; /* rounds sample synchronously */
     o->fetch_every = c->learner_fetch_every;
     o->push_1bit = c->learner_push_1bit != 0;
     o->slow_push_ms = c->learner_slow_push_ms;

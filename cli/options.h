@@ -34,6 +34,11 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out);
 /* model.cpu_kernels as a backend (auto: fl_qnet_default_backend). */
 fl_qnet_backend_kind fl_options_cpu_kernels(const fl_config_t *c);
 
+/* run.deterministic: the learner's updates per round, round(replay.samples_per_insert *
+ * actor.count * actor.sync_every / learner.batch_size), at least 1 (a round is
+ * actor.sync_every env steps of every actor, one transition each). */
+int64_t fl_options_round_updates(const fl_config_t *c);
+
 /* What an evaluator reads (eval/evaluator.h): env.*, eval.*, model.spec and
  * model.input_scale, run.evaluators, run.seed and run.progress_every. */
 void fl_options_evaluator(const fl_config_t *c, fl_evaluator_opts_t *out);

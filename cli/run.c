@@ -270,7 +270,7 @@ static void kid_args(local_t *lc, int i, int restart, kid_args_t *a) {
     v[n++] = a->idx;
     v[n++] = "--paramserver";
     v[n++] = lc->ps_arg;
-    if (!evaluator) {
+    if (!evaluator || cfg->run_deterministic) { /* a deterministic evaluator marks its rounds there */
         v[n++] = "--replay";
         v[n++] = lc->replay_arg;
     }
@@ -516,6 +516,14 @@ int fl_verb_run(int argc, char **argv) {
                       (int)(sizeof opts / sizeof opts[0]), cfg_file, sizeof cfg_file);
     free(args);
     if (rc) return rc;
+    if (resume_dir[0] && cfg.run_deterministic) {
+        fprintf(stderr,
+                "fleet run: --resume %s: a deterministic run (run.deterministic = true) cannot be resumed: its rounds "
+                "live in its processes (the replay shard's commits, the actors' parameter versions). Run it again "
+                "with the same seed and a larger budget instead: it repeats itself bit for bit\n",
+                resume_dir);
+        return 2;
+    }
     if (resume_dir[0] && fl_mpi_launched()) {
         fprintf(stderr, "fleet run: --resume runs a fleet on this machine; under mpirun it is not supported yet\n");
         return 2;

@@ -15,13 +15,14 @@
 int fl_verb_evaluator(int argc, char **argv) {
     fl_config_t cfg;
     int64_t index = 0;
-    char params[256] = "", control[256] = "";
+    char params[256] = "", control[256] = "", replay[256] = "";
     int resume = 0;
     const fl_opt_t opts[] = {
         {"--index", FL_OPT_INT, &index},
         {"--resume", FL_OPT_FLAG, &resume},
         {"--paramserver", FL_OPT_STRING, params},
         {"--control", FL_OPT_STRING, control},
+        {"--replay", FL_OPT_STRING, replay},
     };
     int rc = fl_cli_parse("evaluator", argc, argv, &cfg, opts, (int)(sizeof opts / sizeof opts[0]), NULL, 0);
     if (rc != 0) return rc;
@@ -41,6 +42,7 @@ int fl_verb_evaluator(int argc, char **argv) {
     fl_options_evaluator(&cfg, &eo);
     eo.resume = resume;
     eo.count = count;
+    eo.replay_addr = replay;
     fl_evaluator_t *ev = NULL;
     fl_err_t err;
     fl_err_init(&err);

@@ -615,6 +615,32 @@ fl_status fl_config_validate(const fl_config_t *c, fl_err_t *err) {
                     "learner.batch_size = %" PRId64 " is larger than replay.capacity = %" PRId64
                     " (expected learner.batch_size <= replay.capacity)",
                     c->learner_batch_size, c->replay_capacity);
+    if (c->run_deterministic) {
+        /* What the lockstep rounds cannot make deterministic is refused here, by name. */
+        if (c->replay_shards != 1)
+            return fail(err, FL_INVALID_ARGUMENT, NULL,
+                        "run.deterministic needs replay.shards = 1 (got %" PRId64
+                        "): the rounds are committed by one shard",
+                        c->replay_shards);
+        if (c->learner_count != 1 || c->learner_mode != FL_CFG_MODE_APEX)
+            return fail(err, FL_INVALID_ARGUMENT, NULL,
+                        "run.deterministic needs one apex learner (got learner.count = %" PRId64
+                        ", learner.mode = %s): several learners' all-reduce and gorila's gradient pushes arrive "
+                        "in no fixed order",
+                        c->learner_count, c->learner_mode == FL_CFG_MODE_APEX ? "apex" : "gorila");
+        if (c->learner_device != FL_CFG_DEVICE_CPU)
+            return fail(err, FL_INVALID_ARGUMENT, NULL,
+                        "run.deterministic needs learner.device = cpu: cuDNN and cuBLAS pick algorithms (and "
+                        "atomics) whose sums vary from run to run");
+        if (!(c->replay_samples_per_insert > 0))
+            return fail(err, FL_INVALID_ARGUMENT, NULL,
+                        "run.deterministic needs replay.samples_per_insert > 0 (got 0): it sets the learner's "
+                        "updates per round");
+        if (c->run_evaluators > 0 && c->eval_every_unit != FL_CFG_EVERY_LEARNER_STEPS)
+            return fail(err, FL_INVALID_ARGUMENT, NULL,
+                        "run.deterministic needs eval.every_unit = learner_steps (got seconds): evaluations at "
+                        "wall-clock times would see whichever parameters were current");
+    }
     return FL_OK;
 }
 

@@ -18,6 +18,7 @@ static const struct {
     [FL_METHOD_REPLAY_UPDATE_PRIORITIES] = {&fleet__replay__descriptor, "UpdatePriorities"},
     [FL_METHOD_REPLAY_INFO] = {&fleet__replay__descriptor, "Info"},
     [FL_METHOD_REPLAY_CHECKPOINT] = {&fleet__replay__descriptor, "Checkpoint"},
+    [FL_METHOD_REPLAY_ROUND] = {&fleet__replay__descriptor, "Round"},
     [FL_METHOD_PARAM_PUBLISH] = {&fleet__param_server__descriptor, "Publish"},
     [FL_METHOD_PARAM_FETCH] = {&fleet__param_server__descriptor, "Fetch"},
     [FL_METHOD_PARAM_PUSH_GRADIENTS] = {&fleet__param_server__descriptor, "PushGradients"},

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/control.h"
 #include "common/log.h"
+#include "common/retry.h"
 #include "common/rng.h"
 #include "common/statefile.h"
 #include "common/stop.h"
@@ -18,9 +19,11 @@
 #include "eval/evaluate.h"
 #include "kernels/qnet.h"
 #include "paramserver/client.h"
+#include "replay/client.h"
 
 #define FETCH_TIMEOUT_MS 2000
 #define POLL_S 0.1
+#define ROUND_POLL_S 0.002 /* run.deterministic: between fetches while waiting for a round's version */
 #define TICK_STEPS 256 /* agent steps between reporter ticks inside an evaluation */
 
 const char *const fl_evaluator_result_names[FL_EVALUATOR_RESULT_COUNT] = {FL_EVALUATOR_RESULT(FL__EVALUATOR_NAME)};
@@ -35,6 +38,7 @@ struct fl_evaluator {
     fl_evaluation_t *ev;
     fl_qnet_t *net;
     fl_param_client_t *params;
+    fl_replay_client_t *replay; /* run.deterministic: the Round calls */
     fl_reporter_t *reporter;
     fl_rng_t seeder;
     uint64_t version; /* held by net (0 = none yet) */
@@ -69,6 +73,7 @@ void fl_evaluator_destroy(fl_evaluator_t *e) {
     fl_qnet_destroy(e->net);
     fl_evaluation_destroy(e->ev);
     fl_wrapped_env_destroy(e->wenv);
+    fl_replay_client_destroy(e->replay);
     free(e->model_spec);
     free(e->env_name);
     free(e->env_plugin);
@@ -97,7 +102,14 @@ static fl_status check_opts(const fl_evaluator_opts_t *o, int index, const char 
                           o->episodes, o->parallel);
     if (!(o->epsilon >= 0 && o->epsilon <= 1))
         return fl_err_set(err, FL_INVALID_ARGUMENT, "eval.epsilon = %g: expected a value in [0, 1]", o->epsilon);
-    if (o->every_learner_steps && !(control_addr && *control_addr))
+    if (o->deterministic && !(o->replay_addr && *o->replay_addr))
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "evaluator: run.deterministic needs the replay shard's address (--replay), where the "
+                          "evaluator marks its rounds");
+    if (o->deterministic && (o->round_every < 1 || o->round_updates < 1 || o->round_env_steps < 1 || o->actors < 1))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "evaluator: deterministic rounds need round_every, round_updates, "
+                          "round_env_steps and actors >= 1");
+    if (!o->deterministic && o->every_learner_steps && !(control_addr && *control_addr))
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "eval.every_unit = learner_steps needs the launcher's Control address (--control), which "
                           "tells the fleet's learner steps; use eval.every_unit = seconds to run alone");
@@ -145,6 +157,7 @@ static fl_status open_all(fl_evaluator_t *e, const char *param_addr, const char 
     fl_qnet_set_input_scale(e->net, (float)o->input_scale);
     fl_rng_init_stream(&e->seeder, o->seed, FL_EVALUATOR_SEED_STREAM + (uint64_t)e->index);
     FL_TRY(fl_param_client_create(param_addr, &e->params, err));
+    if (o->deterministic) FL_TRY(fl_replay_client_create(o->replay_addr, &e->replay, err));
     return fl_reporter_create(control_addr, "evaluator", (uint32_t)e->index, o->progress_every / 2, &e->reporter, err);
 }
 
@@ -317,9 +330,61 @@ static int due(fl_evaluator_t *e, double next_t, uint64_t next_steps) {
     return learner >= next_steps;
 }
 
+/* run.deterministic: marks rounds round .. through done (the fleet goes on without this
+ * evaluator until `through`); *a receives the shard's answer. Retried through an outage. */
+static fl_status mark_rounds(fl_evaluator_t *e, uint64_t round, uint64_t through, fl_replay_round_answer_t *a,
+                             fl_err_t *err) {
+    const uint32_t participant = (uint32_t)(e->o.actors + 1 + e->index);
+    for (int logged = 0;;) {
+        fl_err_t re;
+        fl_err_init(&re);
+        fl_status s = fl_replay_round(e->replay, participant, round, through, NULL, NULL, 0, a, &re);
+        if (s == FL_OK) return FL_OK;
+        if (!fl_retry_transient(s)) return fl_err_set(err, s, "round %llu: replay: %s", (unsigned long long)round, re.msg);
+        if (!logged++) FL_WARN("round %llu: replay unreachable (%s); retrying", (unsigned long long)round, re.msg);
+        if (should_stop(e)) return fl_err_set(err, FL_CANCELLED, "evaluator: stopped");
+        fl_sleep_sec(POLL_S);
+    }
+}
+
+/* run.deterministic: evaluates parameter version r for r = 1, 1 + round_every, ...: waits
+ * until the server holds exactly r (the fleet cannot pass it: round r is not committed
+ * before this evaluator marks it), marks rounds r .. r + round_every - 1 done, then plays.
+ * A newer version breaks the lockstep: FL_ABORTED. */
+static fl_status run_rounds(fl_evaluator_t *e, fl_err_t *err) {
+    const fl_evaluator_opts_t *o = &e->o;
+    for (uint64_t r = 1; !should_stop(e); r += (uint64_t)o->round_every) {
+        while (e->version < r && !should_stop(e)) {
+            int newer = 0;
+            FL_TRY(fetch_newer(e, &newer, err));
+            if (e->version < r) {
+                report(e, 0);
+                fl_sleep_sec(ROUND_POLL_S);
+            }
+        }
+        if (should_stop(e)) break;
+        if (e->version != r)
+            return fl_err_set(err, FL_ABORTED,
+                              "run.deterministic: the evaluation of round %llu needs parameter version %llu, the "
+                              "parameter server holds %llu (another publisher, or a learner restarted mid-run)",
+                              (unsigned long long)r, (unsigned long long)r, (unsigned long long)e->version);
+        fl_replay_round_answer_t a;
+        fl_status s = mark_rounds(e, r, r + (uint64_t)o->round_every - 1, &a, err);
+        if (s == FL_CANCELLED) break;
+        FL_TRY(s);
+        /* The steps behind version r: every actor's rounds 1 .. r - 1, and the learner's
+         * updates in the rounds of those it trained in (from first_full_round on). */
+        const uint64_t trained = a.first_full_round && a.first_full_round < r ? r - a.first_full_round : 0;
+        FL_TRY(evaluate(e, (r - 1) * (uint64_t)o->round_env_steps, trained * (uint64_t)o->round_updates, err));
+    }
+    report(e, 1);
+    return FL_OK;
+}
+
 fl_status fl_evaluator_run(fl_evaluator_t *e, fl_err_t *err) {
     if (e->ran) return fl_err_set(err, FL_FAILED_PRECONDITION, "evaluator: run called twice");
     e->ran = 1;
+    if (e->o.deterministic) return run_rounds(e, err);
     double next_t = fl_clock_sec();
     uint64_t next_steps = 0;
     int waiting_logged = 0;

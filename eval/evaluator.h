@@ -65,6 +65,18 @@ typedef struct fl_evaluator_opts {
     const char *state_dir;      /* run.checkpoint_dir: evaluator-<index>.state is kept there ("" = none) */
     double state_every;         /* run.checkpoint_every (the state is written after every evaluation) */
     int resume;                 /* start from state_dir's file (fleet run --resume) */
+    /* run.deterministic: lockstep rounds. The evaluator is Round participant
+     * actors + 1 + index: it evaluates parameter version r for r = 1, 1 + round_every, ...
+     * (fetched exactly: the fleet waits for it), marking rounds r .. r + round_every - 1
+     * done. The Round calls go to replay_addr. Its results carry the env and learner steps
+     * of the version: (r - 1) * round_env_steps, and round_updates per round the learner
+     * trained in before r (from the shard's first_full_round). */
+    int deterministic;
+    int64_t actors;             /* actor.count */
+    int64_t round_every;        /* eval.every learner steps in rounds (fl_options_round_updates), >= 1 */
+    int64_t round_updates;      /* the learner's updates per round */
+    int64_t round_env_steps;    /* actor.count * actor.sync_every */
+    const char *replay_addr;    /* the replay shard ("" = none) */
 } fl_evaluator_opts_t;
 
 void fl_evaluator_opts_init(fl_evaluator_opts_t *o);

@@ -171,7 +171,8 @@ fl_status fl__learner_after_step(fl_learner_t *l, size_t n, double loss, fl_err_
         ((l->o.checkpoint_every > 0 && l->st.steps % (uint64_t)l->o.checkpoint_every == 0) ||
          (l->o.checkpoint_every_s > 0 && fl_clock_sec() - l->last_ckpt_t >= l->o.checkpoint_every_s)))
         fl__learner_checkpoint(l);
-    return l->publisher ? publish_due(l, err) : FL_OK;
+    /* Deterministic rounds publish once per round (mode_apex.c). */
+    return l->publisher && !l->o.deterministic ? publish_due(l, err) : FL_OK;
 }
 
 fl_status fl__learner_updated(fl_learner_t *l, fl_status s, const fl_err_t *e, const char *what, float loss,

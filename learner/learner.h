@@ -151,6 +151,11 @@ typedef struct fl_learner_opts {
     double paramserver_wait_timeout_s; /* [paramserver.wait_timeout_s] gorila: a push's extra deadline */
     uint64_t seed;                /* [run.seed] */
     double progress_every;        /* [run.progress_every] seconds between reports */
+    /* [run.deterministic] lockstep rounds: round r waits for the replay shard's commit of
+     * round r, takes round_updates updates once the shard held replay.min_size_to_sample,
+     * and publishes version r + 1 (publish_every and prefetch do not apply). */
+    int deterministic;
+    int64_t round_updates;        /* fl_options_round_updates */
 } fl_learner_opts_t;
 
 /* Totals since create, readable at any time by the owner (and after run returns). */

@@ -9,8 +9,13 @@
  * and k+1 launched. Two prefetched batches are held at a time (l->inflight is the
  * launched one); end finishes the last.
  * Thread-safety: the learner's owner thread. */
+#include "common/clock.h"
 #include "common/log.h"
+#include "common/retry.h"
 #include "learner/learner_internal.h"
+
+/* run.deterministic: milliseconds of one wait for a round's commit. */
+#define ROUND_WAIT_MS 1000
 
 /* Waits for the launched update of l->cur's batch; then its bookkeeping. */
 static fl_status pipeline_finish(fl_learner_t *l, fl_err_t *err) {
@@ -90,7 +95,71 @@ static fl_status update(fl_learner_t *l, fl_err_t *err) {
     return fl__learner_updated(l, s, &e, l->be->update_what, loss, err);
 }
 
+/* run.deterministic: waits for the replay shard's commit of `round` (every actor's and
+ * evaluator's part of it); *a receives the shard's answer then. FL_CANCELLED when the
+ * learner is stopped meanwhile. */
+static fl_status wait_round(fl_learner_t *l, uint64_t round, fl_replay_round_answer_t *a, fl_err_t *err) {
+    fl_replay_client_t *c = fl_replay_sharded_client(l->replay, 0);
+    double since = fl_clock_sec(), logged = since;
+    for (;;) {
+        if (fl__learner_stopping(l)) return fl_err_set(err, FL_CANCELLED, "learner: stopped while waiting for a round");
+        fl_err_t e;
+        fl_err_init(&e);
+        fl_status s = fl_replay_round(c, 0, round, 0, NULL, NULL, ROUND_WAIT_MS, a, &e);
+        const uint64_t committed = s == FL_OK ? a->committed_round : 0;
+        if (s == FL_OK && committed >= round) {
+            fl__learner_outage_ok(&l->replay_out);
+            return FL_OK;
+        }
+        if (s == FL_OK) {
+            fl__learner_report(l, 0);
+            if (fl_clock_sec() - logged >= FL_LEARNER_LOG_EVERY_S) {
+                logged = fl_clock_sec();
+                FL_INFO("round %llu: waiting %.0f s for every actor's and evaluator's part (committed: %llu)",
+                        (unsigned long long)round, logged - since, (unsigned long long)committed);
+            }
+            continue;
+        }
+        if (!fl_retry_transient(s))
+            return fl_err_set(err, s, "learner: round %llu: %s", (unsigned long long)round, e.msg);
+        fl__learner_outage_fail(l, &l->replay_out, &e, s);
+    }
+}
+
+/* run.deterministic, one round r (the version the actors stepped with): once the shard
+ * committed it, learner.round_updates synchronous updates when the replay held
+ * replay.min_size_to_sample at that commit (none before: the shard's first_full_round),
+ * then parameter version r + 1. */
+static fl_status apex_round(fl_learner_t *l, int *done, fl_err_t *err) {
+    const uint64_t round = l->st.param_version;
+    fl_replay_round_answer_t a;
+    fl_status s = wait_round(l, round, &a, err);
+    if (s == FL_CANCELLED) {
+        *done = 1;
+        return FL_OK;
+    }
+    FL_TRY(s);
+    if (a.first_full_round && a.first_full_round <= round) {
+        for (int64_t k = 0; k < l->o.round_updates; k++) {
+            if (fl__learner_stopping(l)) {
+                *done = 1;
+                return FL_OK;
+            }
+            FL_TRY(fl__learner_sample(l, err));
+            fl__learner_ready(l, NULL);
+            s = update(l, err);
+            fl__learner_release_batch(l);
+            FL_TRY(s);
+        }
+    }
+    fl__learner_report(l, 0);
+    s = fl__learner_publish(l, 1, err);
+    if (s == FL_CANCELLED) *done = 1;
+    return s == FL_CANCELLED ? FL_OK : s;
+}
+
 static fl_status apex_step(fl_learner_t *l, int *done, fl_err_t *err) {
+    if (l->o.deterministic) return apex_round(l, done, err);
     if (l->pipelined) return fl__learner_pipeline_step(l, done, err);
     if (fl__learner_stopping(l)) {
         *done = 1;

@@ -222,3 +222,26 @@ fl_status fl_replay_info(fl_replay_client_t *c, int64_t timeout_ms, fl_replay_in
     fleet__replay_info__free_unpacked(r, NULL);
     return FL_OK;
 }
+
+fl_status fl_replay_round(fl_replay_client_t *c, uint32_t participant, uint64_t round, uint64_t through,
+                          const fl_obs_spec_t *obs, const fl_wire_batch_t *batch, uint32_t wait_ms,
+                          fl_replay_round_answer_t *out, fl_err_t *err) {
+    Fleet__RoundRequest req = FLEET__ROUND_REQUEST__INIT;
+    req.participant = participant;
+    req.round = round;
+    req.through = through;
+    req.wait_ms = wait_ms;
+    fl_wire_batch_msg_t bm;
+    if (batch && batch->count > 0) {
+        fl_wire_encode_batch(&bm, obs, batch);
+        req.batch = &bm.batch;
+    }
+    ProtobufCMessage *m = NULL;
+    FL_TRY(fl_rpc_unary_pb(c->ch, fl_method_path(FL_METHOD_REPLAY_ROUND), &req.base, &fleet__round_response__descriptor,
+                           &m, (int64_t)wait_ms + c->timeout_ms, FL_RPC_WAIT_FOR_READY, err));
+    Fleet__RoundResponse *r = (Fleet__RoundResponse *)m;
+    if (out)
+        *out = (fl_replay_round_answer_t){r->committed_round, r->table_size, r->first_full_round};
+    fleet__round_response__free_unpacked(r, NULL);
+    return FL_OK;
+}

@@ -92,4 +92,20 @@ typedef struct fl_replay_info {
 
 fl_status fl_replay_info(fl_replay_client_t *c, int64_t timeout_ms, fl_replay_info_t *out, fl_err_t *err);
 
+/* One Round call of a deterministic run (proto/fleet.proto, RoundRequest): participant
+ * (1-based; 0 = only wait) finished `round` (through `through`, 0 = round) with the
+ * transitions of batch (NULL or count 0: none; its observations of signature obs, with
+ * priorities); waits up to wait_ms for the round to be committed. *out (may be NULL)
+ * receives the shard's answer. The call is idempotent: sending a round again changes
+ * nothing. */
+typedef struct fl_replay_round_answer {
+    uint64_t committed_round;  /* every round up to this one is in the table */
+    uint64_t table_size;       /* items held after that commit */
+    uint64_t first_full_round; /* first round after which the table held min_size_to_sample (0: none yet) */
+} fl_replay_round_answer_t;
+struct fl_wire_batch;
+fl_status fl_replay_round(fl_replay_client_t *c, uint32_t participant, uint64_t round, uint64_t through,
+                          const fl_obs_spec_t *obs, const struct fl_wire_batch *batch, uint32_t wait_ms,
+                          fl_replay_round_answer_t *out, fl_err_t *err);
+
 #endif

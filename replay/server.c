@@ -179,7 +179,7 @@ static void notify_inserted(fl_replay_service_t *s, uint64_t n) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static void deadline_in(struct timespec *t, double sec) {
+void fl__replay_deadline_in(struct timespec *t, double sec) {
     clock_gettime(CLOCK_MONOTONIC, t);
     long ns = t->tv_nsec + (long)((sec - (double)(long)sec) * 1e9);
     t->tv_sec += (time_t)sec + ns / 1000000000L;
@@ -208,7 +208,7 @@ static fl_status rate_wait_insert(fl_replay_service_t *s, uint64_t n, fl_rpc_rep
     double t0 = fl_clock_sec();
     while (!s->stopping && !fl_ratelimit_can_insert(&s->rl, n)) {
         struct timespec until;
-        deadline_in(&until, 0.2);
+        fl__replay_deadline_in(&until, 0.2);
         pthread_cond_timedwait(&s->cv, &s->mu, &until);
     }
     s->insert_waiters--;
@@ -406,6 +406,13 @@ static fl_status insert_message(void *user, void *state, const uint8_t *msg, siz
     fl_replay_service_t *s = user;
     insert_call *c = state;
     if (!c) return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory");
+    if (s->participants) {
+        atomic_fetch_add(&s->rejected, 1);
+        return fl_rpc_reply_error(reply, FL_FAILED_PRECONDITION,
+                                  "replay shard %d runs deterministic rounds (run.deterministic): transitions come "
+                                  "through Round, not Insert",
+                                  s->shard);
+    }
     Fleet__InsertRequest *req = fleet__insert_request__unpack(NULL, len, msg);
     if (!req) {
         atomic_fetch_add(&s->rejected, 1);
@@ -507,7 +514,7 @@ static fl_status wait_for_data(fl_replay_service_t *s, size_t B, uint32_t timeou
     s->waiters++;
     double t0 = fl_clock_sec();
     struct timespec until;
-    deadline_in(&until, timeout_ms / 1000.0);
+    fl__replay_deadline_in(&until, timeout_ms / 1000.0);
     int timed_out = 0;
     while (!s->stopping && !fl_ratelimit_can_sample(&s->rl, B, size = table_size(s))) {
         if (pthread_cond_timedwait(&s->cv, &s->mu, &until) == ETIMEDOUT) {
@@ -903,7 +910,7 @@ static void *housekeeping_loop(void *arg) {
         double next = checkpoints && next_ckpt < next_trim ? next_ckpt : next_trim;
         if (now < next) {
             struct timespec until;
-            deadline_in(&until, next - now < 0.5 ? next - now : 0.5);
+            fl__replay_deadline_in(&until, next - now < 0.5 ? next - now : 0.5);
             pthread_cond_timedwait(&s->cv, &s->mu, &until);
             continue;
         }
@@ -960,6 +967,12 @@ static fl_status check_opts(const fl_replay_service_opts_t *o, fl_err_t *err) {
     const char *dir = o->checkpoint_dir ? o->checkpoint_dir : "";
     if (o->shards < 1 || o->shards > 256)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.shards = %d: expected 1 .. 256", o->shards);
+    if (o->round_participants < 0 || o->round_participants > FL_REPLAY_MAX_ROUND_PARTICIPANTS)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: %" PRId64 " round participants, expected 0 .. %d",
+                          shard, o->round_participants, FL_REPLAY_MAX_ROUND_PARTICIPANTS);
+    if (o->round_participants > 0 && o->shards != 1)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "run.deterministic needs replay.shards = 1 (got %d): the rounds are one shard's", o->shards);
     if (shard < 0 || shard >= o->shards)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: expected 0 .. %d (replay.shards = %d)", shard,
                           o->shards - 1, o->shards);
@@ -1063,8 +1076,11 @@ static void init_limits(fl_replay_service_t *s, const fl_replay_service_opts_t *
     uint64_t need = o->min_size_to_sample > 0 ? (uint64_t)o->min_size_to_sample : 1;
     need = (need + shards - 1) / shards;
     s->min_size = need < capacity ? need : capacity;
-    fl_ratelimit_init(&s->rl, o->samples_per_insert, o->rate_error_buffer / (double)shards, s->min_size);
-    int want = (int)(o->actors / (int64_t)shards) + 1 + FL_REPLAY_MAX_SAMPLE_WAITERS + 3;
+    /* Deterministic rounds: the learner's fixed samples per round are the rate. */
+    fl_ratelimit_init(&s->rl, o->round_participants > 0 ? 0.0 : o->samples_per_insert,
+                      o->rate_error_buffer / (double)shards, s->min_size);
+    const int64_t streams = o->round_participants > o->actors ? o->round_participants : o->actors;
+    int want = (int)(streams / (int64_t)shards) + 1 + FL_REPLAY_MAX_SAMPLE_WAITERS + 3;
     s->threads = want < FL_REPLAY_SERVICE_THREADS ? FL_REPLAY_SERVICE_THREADS : want > 256 ? 256 : want;
     s->max_insert_waiters = s->threads - FL_REPLAY_MAX_SAMPLE_WAITERS - 2;
 }
@@ -1081,6 +1097,8 @@ static fl_status register_methods(fl_replay_service_t *s, fl_err_t *err) {
             FL_OK ||
         (st = fl_rpc_server_add_unary(s->rpc, fl_method_path(FL_METHOD_REPLAY_INFO), info_handler, s)) != FL_OK ||
         (st = fl_rpc_server_add_unary(s->rpc, fl_method_path(FL_METHOD_REPLAY_CHECKPOINT), checkpoint_handler, s)) !=
+            FL_OK ||
+        (st = fl_rpc_server_add_unary(s->rpc, fl_method_path(FL_METHOD_REPLAY_ROUND), fl__replay_round_handler, s)) !=
             FL_OK)
         return fl_err_set(err, st, "replay shard %d: cannot register its methods", s->shard);
     return FL_OK;
@@ -1094,7 +1112,8 @@ fl_status fl_replay_service_create(const fl_replay_service_opts_t *opts, fl_repl
     init_state(s, opts);
     fl_table_config_t tc = shard_table_config(opts);
     init_limits(s, opts, tc.capacity);
-    fl_status st = fl__replay_open_table(s, &tc, opts->restore_path, opts->wal, err);
+    fl_status st = fl__replay_rounds_init(s, opts->round_participants, err);
+    if (st == FL_OK) st = fl__replay_open_table(s, &tc, opts->restore_path, opts->wal && !s->participants, err);
     if (st != FL_OK) {
         fl_err_prefix(err, "replay shard %d", opts->shard);
         goto fail;
@@ -1163,6 +1182,7 @@ void fl_replay_service_destroy(fl_replay_service_t *s) {
     fl_wal_close(s->wal);
     if (s->wal_lock_fd >= 0) close(s->wal_lock_fd); /* releases the flock */
     fl_table_destroy(s->table);
+    fl__replay_rounds_free(s);
     for (size_t i = 0; i < s->streams_cap; i++) {
         if (!s->streams[i]) continue;
         pthread_mutex_destroy(&s->streams[i]->mu);

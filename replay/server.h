@@ -213,7 +213,17 @@ typedef struct fl_replay_service_opts {
     double max_priority;        /* replay.max_priority: inserted and updated priorities, > 0 */
     int64_t max_streams;        /* replay.max_streams: insert streams with a record, >= 1 */
     double stream_idle_s;       /* replay.stream_idle_s: a record unused this long may be reclaimed, > 0 */
+    /* run.deterministic: the participants of the Round calls, actor.count + run.evaluators
+     * (0 = off). With them, transitions come only through Round (Insert is refused), in
+     * rounds committed in participant order; there is no rate limit (the learner takes a
+     * fixed number of samples per round) and no write-ahead log. One shard only. */
+    int64_t round_participants;
 } fl_replay_service_opts_t;
+
+/* The most Round participants, and how far past its round a participant's `through`
+ * may reach. */
+#define FL_REPLAY_MAX_ROUND_PARTICIPANTS 65536
+#define FL_REPLAY_MAX_ROUNDS_THROUGH (1 << 20)
 
 /* The defaults of those keys (common/config_keys.h: capacity 1,000,000, alpha 0.6,
  * priority_eps 1e-6, prioritized, tree_rebuild_every 2^20, min_size_to_sample 1,000,

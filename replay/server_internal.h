@@ -37,6 +37,16 @@ typedef struct fl__stream_rec {
     double last_used; /* fl_clock_sec() when it was made or its last call ended */
 } fl__stream_rec_t;
 
+/* A participant's batch of a round not yet committed: a copy of its RoundRequest. */
+typedef struct fl__staged_round {
+    uint64_t round;
+    uint8_t *msg; /* NULL: none */
+    size_t len;
+} fl__staged_round_t;
+
+/* Rounds past the committed one that a participant may send a batch for. */
+#define FL__ROUND_AHEAD 2
+
 /* Sample calls waiting, per client (peer address). */
 typedef struct fl__sample_waiter {
     char peer[96];
@@ -88,7 +98,22 @@ struct fl_replay_service {
     char wal_dir[FL_REPLAY_DIR_MAX]; /* replay.checkpoint_dir */
     int wal_fsync;                   /* replay.wal_fsync */
     int wal_lock_fd;                 /* flock'd shard-<id>.wal.lock, or -1 */
+
+    /* deterministic rounds (replay/server_round.c; participants 0 = off), guarded by mu */
+    int participants;
+    uint64_t committed_round;
+    uint64_t first_full_round;   /* the first committed round after which the table held min_size (0: none) */
+    uint64_t *round_done;        /* (participants + 1): the last round participant p finished */
+    fl__staged_round_t *staged;  /* ((participants + 1) * FL__ROUND_AHEAD): batches held, slot round % AHEAD */
 };
+
+/* The deterministic rounds of a service with `participants` (<= 0: none); freed by
+ * fl__replay_rounds_free. The Round handler (fleet.Replay/Round). */
+fl_status fl__replay_rounds_init(fl_replay_service_t *s, int64_t participants, fl_err_t *err);
+void fl__replay_rounds_free(fl_replay_service_t *s);
+fl_status fl__replay_round_handler(void *user, const uint8_t *msg, size_t len, fl_rpc_reply_t *reply);
+/* *t = CLOCK_MONOTONIC now + sec (the clock of the service's cv). */
+void fl__replay_deadline_in(struct timespec *t, double sec);
 
 /* The record of stream `id`, created on first use. acquire: for a live Insert call,
  * which binds itself to the record (release it with fl__replay_put_stream); a new record

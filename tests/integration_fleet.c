@@ -84,8 +84,9 @@ static void test_learns_cartpole(void **state) {
     /* The stop came from the evaluator's greedy return, the headline everywhere. */
     assert_non_null(kv_get(sum, "reason", v, sizeof v));
     assert_non_null(strstr(v, "evaluation return"));
+    /* the evaluation that stopped it (a later one may have come in before the stop) */
+    assert_true(atof(strstr(v, "evaluation return") + strlen("evaluation return")) >= 200.0);
     assert_non_null(kv_get(sum, "eval_return_mean", v, sizeof v));
-    assert_true(atof(v) >= 200.0);
     assert_non_null(kv_get(sum, "evaluations", v, sizeof v));
     assert_true(atoi(v) >= 1);
     assert_non_null(log);
