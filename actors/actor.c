@@ -175,6 +175,7 @@ struct fl_actor {
     int ran;         /* fl_actor_run was called */
     int warned_nonfinite, warned_large, fetch_failing;
     uint64_t round_acked; /* run.deterministic: transitions the shard took in Round calls */
+    uint64_t length_sum;  /* lengths of the episodes ended so far */
     double fetch_failed_at;
     fl_actor_stats_t st;
 };
@@ -361,6 +362,7 @@ static fl_status step(actor_t *a, fl_err_t *err) {
         memcpy(a->next_true + (size_t)i * a->obs_bytes, a->final_obs + (size_t)i * a->obs_bytes, a->obs_bytes);
         fl_reporter_episode(a->reporter, (float)a->done[i].episode_return, (uint32_t)a->done[i].length);
         a->st.episodes++;
+        a->length_sum += (uint64_t)a->done[i].length;
         a->st.return_sum += a->done[i].episode_return;
     }
     s = fl_nstep_push(a->nstep, a->obs, a->actions, a->rewards, a->terminated, a->truncated, a->next_true);
@@ -701,6 +703,24 @@ static fl_status send_round(actor_t *a, uint64_t round, fl_err_t *err) {
     return FL_OK;
 }
 
+/* run.deterministic: the round's episodes for the launcher's rounds.csv (forced). */
+static void report_round(actor_t *a, uint64_t round, uint64_t episodes, double return_sum, uint64_t length_sum) {
+    static const char *const names[] = {"det_round", "det_round_episodes", "det_round_return_sum",
+                                        "det_round_length_sum"};
+    const double values[] = {(double)round, (double)episodes, return_sum, (double)length_sum};
+    fl_report_t r;
+    memset(&r, 0, sizeof r);
+    r.env_steps = a->st.env_steps;
+    r.episodes = a->st.episodes;
+    r.transitions_acked = a->acked_base + a->round_acked;
+    r.param_version = a->st.param_version;
+    r.epsilon = a->epsilon;
+    r.n_extra = 4;
+    r.extra_names = names;
+    r.extra_values = values;
+    fl_reporter_tick(a->reporter, &r, 1);
+}
+
 /* run.deterministic, the loop: round r = 1, 2, ... waits for parameter version r, takes
  * actor.sync_every env steps (whole vector steps: up to r * sync_every in all) and sends
  * their transitions. Partial n-step windows carry over to the next round. */
@@ -710,11 +730,15 @@ static fl_status round_loop(actor_t *a, fl_err_t *err) {
     for (uint64_t round = 1; s == FL_OK && !should_stop(a); round++) {
         if ((s = round_params(a, round, err)) != FL_OK) break;
         const uint64_t until = round * (uint64_t)a->o.sync_every;
+        const uint64_t episodes0 = a->st.episodes, lengths0 = a->length_sum;
+        const double returns0 = a->st.return_sum;
         while (s == FL_OK && a->st.env_steps < until && !should_stop(a)) {
             s = step(a, err);
             report(a, 0);
         }
         if (s == FL_OK && a->st.env_steps >= until) s = send_round(a, round, err);
+        if (s == FL_OK && a->st.env_steps >= until)
+            report_round(a, round, a->st.episodes - episodes0, a->st.return_sum - returns0, a->length_sum - lengths0);
     }
     return s == FL_CANCELLED ? FL_OK : s;
 }

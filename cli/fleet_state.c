@@ -23,7 +23,8 @@ int fl_fleet_state_init(fl_fleet_state_t *fs, int n_actors, int n_learners, int 
     fs->learners = calloc((size_t)n_learners + 1, sizeof *fs->learners);
     fs->evaluators = calloc((size_t)n_evaluators + 1, sizeof *fs->evaluators);
     fs->eval_round = calloc((size_t)n_evaluators + 1, sizeof *fs->eval_round);
-    return fs->actors && fs->learners && fs->evaluators && fs->eval_round ? 0 : -1;
+    fs->actor_round = calloc((size_t)n_actors + 1, sizeof *fs->actor_round);
+    return fs->actors && fs->learners && fs->evaluators && fs->eval_round && fs->actor_round ? 0 : -1;
 }
 
 void fl_fleet_state_destroy(fl_fleet_state_t *fs) {
@@ -31,6 +32,7 @@ void fl_fleet_state_destroy(fl_fleet_state_t *fs) {
     free(fs->learners);
     free(fs->evaluators);
     free(fs->eval_round);
+    free(fs->actor_round);
     pthread_mutex_destroy(&fs->mu);
     memset(fs, 0, sizeof *fs);
 }
@@ -75,6 +77,68 @@ int fl_fleet_state_take_evals(fl_fleet_state_t *fs, fl_eval_result_t *out, int m
     fs->queued -= n;
     pthread_mutex_unlock(&fs->mu);
     return n;
+}
+
+int fl_fleet_state_take_rounds(fl_fleet_state_t *fs, fl_round_row_t *out, int max) {
+    pthread_mutex_lock(&fs->mu);
+    int n = fs->n_rounds_done < max ? fs->n_rounds_done : max;
+    memcpy(out, fs->rounds_done, (size_t)n * sizeof *out);
+    memmove(fs->rounds_done, fs->rounds_done + n, (size_t)(fs->n_rounds_done - n) * sizeof *fs->rounds_done);
+    fs->n_rounds_done -= n;
+    pthread_mutex_unlock(&fs->mu);
+    return n;
+}
+
+/* Report.extra's value named `name`: 1 with it in *v when present and finite. */
+static int extra_find(const Fleet__Report *r, const char *name, double *v) {
+    for (size_t i = 0; i < r->n_extra; i++)
+        if (r->extra[i]->name && strcmp(r->extra[i]->name, name) == 0 && isfinite(r->extra[i]->value)) {
+            *v = r->extra[i]->value;
+            return 1;
+        }
+    return 0;
+}
+
+/* run.deterministic: learner 0's or an actor's figures of one round (Report.extra
+ * "det_round" >= 1), added to the round's slot; a complete round (the learner and every
+ * actor) is queued as a row. A slot still holding an older, incomplete round (a report
+ * lost) is taken over. Under mu. */
+static void take_round(fl_fleet_state_t *fs, const Fleet__Report *r, int actor) {
+    double v = 0;
+    if (!extra_find(r, "det_round", &v) || !(v >= 1) || v > 1e18) return;
+    const uint64_t round = (uint64_t)v;
+    if (actor) {
+        if (round <= fs->actor_round[r->index]) return; /* counted already */
+        fs->actor_round[r->index] = round;
+    } else if (r->index != 0) {
+        return;
+    }
+    fl_round_row_t *s = &fs->round_slots[round % FL_FLEET_ROUND_SLOTS];
+    if (s->round != round) {
+        memset(s, 0, sizeof *s);
+        s->round = round;
+    }
+    double x = 0;
+    if (actor) {
+        s->actors_in++;
+        if (extra_find(r, "det_round_episodes", &x) && x >= 0) s->episodes += (uint64_t)x;
+        if (extra_find(r, "det_round_length_sum", &x) && x >= 0) s->length_sum += (uint64_t)x;
+        if (extra_find(r, "det_round_return_sum", &x)) s->return_sum += x;
+    } else {
+        if (s->learner_in) return;
+        s->learner_in = 1;
+        s->learner_steps = r->learner_steps;
+        if (extra_find(r, "det_round_updates", &x) && x >= 0) s->updates = (uint64_t)x;
+        if (extra_find(r, "det_round_replay_size", &x) && x >= 0) s->replay_size = (uint64_t)x;
+        if (extra_find(r, "det_round_loss", &x)) s->loss = x;
+    }
+    if (!s->learner_in || s->actors_in < fs->n_actors) return;
+    if (fs->n_rounds_done == FL_FLEET_ROUND_SLOTS) { /* keep the newest */
+        memmove(fs->rounds_done, fs->rounds_done + 1, (FL_FLEET_ROUND_SLOTS - 1) * sizeof *fs->rounds_done);
+        fs->n_rounds_done--;
+    }
+    fs->rounds_done[fs->n_rounds_done++] = *s;
+    memset(s, 0, sizeof *s);
 }
 
 /* An evaluator's result, when the report carries every name with a finite value and a
@@ -171,6 +235,7 @@ fl_status fl_fleet_state_on_report(void *user, const uint8_t *req, size_t len, f
     if (evaluator && (int)r->index < fs->n_evaluators) st = &fs->evaluators[r->index];
     if (st) take_counters(fs, st, r, actor);
     if (st && evaluator && r->n_extra) take_result(fs, r);
+    if (st && (actor || learner) && r->n_extra) take_round(fs, r, actor);
     Fleet__ReportResponse resp = FLEET__REPORT_RESPONSE__INIT;
     resp.stop = actor || evaluator ? fs->stop_actors : learner ? fs->stop_learners : fs->stop_services;
     resp.env_steps = fl_fleet_state_env_steps(fs);

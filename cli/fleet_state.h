@@ -22,6 +22,19 @@
 #define FL_FLEET_RETURN_WINDOW 100 /* training episodes in the fleet's mean return */
 #define FL_FLEET_ACTOR_WINDOW 20   /* an actor's recent episodes in its own mean */
 #define FL_FLEET_EVAL_QUEUE 64
+#define FL_FLEET_ROUND_SLOTS 64 /* run.deterministic: rounds being gathered, and rows queued */
+
+/* run.deterministic: one round's figures, gathered from the learner's and every actor's
+ * report of it (Report.extra "det_round" and the FL_ROUND_* names below), each exact for a
+ * given config and seed. */
+typedef struct fl_round_row {
+    uint64_t round;
+    int learner_in, actors_in;
+    uint64_t learner_steps, updates, replay_size; /* the learner's, after the round */
+    double loss;                                  /* its mean loss over the round's updates */
+    uint64_t episodes, length_sum;                /* the actors' episodes ended in the round */
+    double return_sum;
+} fl_round_row_t;
 
 typedef struct fl_role_state {
     int seen;
@@ -59,6 +72,12 @@ typedef struct fl_fleet_state {
     fl_eval_result_t queue[FL_FLEET_EVAL_QUEUE];
     int queued;
     uint64_t *eval_round; /* per evaluator: the last round queued */
+    /* run.deterministic: rounds being gathered (slot round % FL_FLEET_ROUND_SLOTS), each
+     * actor's last round counted, and complete rows in round order of completion */
+    fl_round_row_t round_slots[FL_FLEET_ROUND_SLOTS];
+    uint64_t *actor_round;
+    fl_round_row_t rounds_done[FL_FLEET_ROUND_SLOTS];
+    int n_rounds_done;
     /* Stop requests answered to each kind of role: actors and evaluators first, then
      * learners, then the services, the same order as the signals. */
     int stop_actors, stop_learners, stop_services;
@@ -74,6 +93,8 @@ fl_status fl_fleet_state_on_report(void *user, const uint8_t *req, size_t len, f
 
 /* Moves up to max queued results, oldest first, into out; returns how many. Locks mu. */
 int fl_fleet_state_take_evals(fl_fleet_state_t *fs, fl_eval_result_t *out, int max);
+/* The same for complete rounds (run.deterministic). */
+int fl_fleet_state_take_rounds(fl_fleet_state_t *fs, fl_round_row_t *out, int max);
 
 /* Under mu: the mean of the fleet's last (<= FL_FLEET_RETURN_WINDOW) training returns,
  * their count in *count; the learners' steps (apex: learner 0's, gorila: the sum); the

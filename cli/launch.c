@@ -136,7 +136,7 @@ void fl_launch_print_plan(const fl_config_t *cfg, const char *cfg_file, const fl
 struct fl_launch {
     fl_config_t cfg;
     char cfg_file[256];
-    char dir[600], cfg_path[700], csv_path[700], roles_path[700], summary_path[700], evals_path[700],
+    char dir[600], cfg_path[700], csv_path[700], roles_path[700], summary_path[700], evals_path[700], rounds_path[700],
         returns_path[700];
     fl_fleet_state_t fs;
     int fs_ready;
@@ -389,6 +389,7 @@ static int open_run(fl_launch_t *L, const char *cfg_file, const fl_env_def_t *en
     snprintf(L->roles_path, sizeof L->roles_path, "%s/roles.csv", L->dir);
     snprintf(L->summary_path, sizeof L->summary_path, "%s/summary.txt", L->dir);
     snprintf(L->evals_path, sizeof L->evals_path, "%s/evals.csv", L->dir);
+    snprintf(L->rounds_path, sizeof L->rounds_path, "%s/rounds.csv", L->dir);
     snprintf(L->returns_path, sizeof L->returns_path, "%s/returns.csv", L->dir);
     fl_err_t err;
     fl_err_init(&err);
@@ -487,6 +488,7 @@ typedef struct monitor {
     fl_param_info_t pinfo;
     /* metrics.csv, roles.csv, evals.csv, returns.csv (NULL when they could not be opened) */
     FILE *csv, *roles, *evals, *returns;
+    FILE *rounds; /* run.deterministic: rounds.csv */
     fl_tfevents_t *tb;   /* events.out.tfevents.* (NULL when it could not be written) */
     fl_curve_t *curve;   /* curve.png */
     double next_curve;   /* when curve.png is redrawn next */
@@ -632,6 +634,9 @@ static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_l
                                           "return_std,return_min,return_max,return_ci95,length_mean,length_min,"
                                           "length_max,evaluator,seconds,truncated", append);
     M->returns = open_csv(M->L->returns_path, "time_s,env_steps,actor,epsilon,episodes,return_mean", append);
+    if (M->L->cfg.run_deterministic)
+        M->rounds = open_csv(M->L->rounds_path, "round,env_steps,learner_steps,updates,replay_size,loss,episodes,"
+                                                "return_mean,length_mean", append);
     fl_err_t err;
     fl_err_init(&err);
     if (fl_tfevents_open(M->L->dir, &M->tb, &err) != FL_OK)
@@ -729,6 +734,28 @@ static void collect_figures(monitor_t *M, double el, double dt, figures_t *f) {
 }
 
 /* The evaluations that arrived since the last period: evals.csv rows, the headline. */
+/* run.deterministic: rounds.csv's rows of the rounds complete since the last call. Every
+ * column is exact for a config and seed (no clock): env steps are the rounds' own. */
+static void take_rounds(monitor_t *M) {
+    if (!M->rounds) return;
+    fl_round_row_t got[FL_FLEET_ROUND_SLOTS];
+    int n = fl_fleet_state_take_rounds(&M->L->fs, got, FL_FLEET_ROUND_SLOTS);
+    const fl_config_t *c = &M->L->cfg;
+    for (int i = 0; i < n; i++) {
+        const fl_round_row_t *r = &got[i];
+        fprintf(M->rounds, "%llu,%llu,%llu,%llu,%llu,%.9g,%llu,", (unsigned long long)r->round,
+                (unsigned long long)(r->round * (uint64_t)c->actor_count * (uint64_t)c->actor_sync_every),
+                (unsigned long long)r->learner_steps, (unsigned long long)r->updates,
+                (unsigned long long)r->replay_size, r->loss, (unsigned long long)r->episodes);
+        if (r->episodes)
+            fprintf(M->rounds, "%.9g,%.9g\n", r->return_sum / (double)r->episodes,
+                    (double)r->length_sum / (double)r->episodes);
+        else
+            fprintf(M->rounds, ",\n");
+    }
+    if (n) fflush(M->rounds);
+}
+
 static void take_evals(monitor_t *M) {
     fl_eval_result_t got[FL_FLEET_EVAL_QUEUE];
     int n = fl_fleet_state_take_evals(&M->L->fs, got, FL_FLEET_EVAL_QUEUE);
@@ -893,6 +920,7 @@ static int progress(monitor_t *M, double now) {
     figures_t f;
     collect_figures(M, el, dt, &f);
     take_evals(M);
+    take_rounds(M);
     report_period(M, el, dt, &f);
     M->last_t = now;
     M->last_env = f.env;
@@ -988,7 +1016,9 @@ static void stop_in_order(monitor_t *M) {
     M->replay = NULL;
     M->ps = NULL;
     take_evals(M); /* the last results, sent while stopping */
+    take_rounds(M);
     close_file(&M->csv);
+    close_file(&M->rounds);
     close_file(&M->roles);
     close_file(&M->evals);
     close_file(&M->returns);

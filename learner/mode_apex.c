@@ -9,7 +9,10 @@
  * and k+1 launched. Two prefetched batches are held at a time (l->inflight is the
  * launched one); end finishes the last.
  * Thread-safety: the learner's owner thread. */
+#include <string.h>
+
 #include "common/clock.h"
+#include "common/control.h"
 #include "common/log.h"
 #include "common/retry.h"
 #include "learner/learner_internal.h"
@@ -126,6 +129,23 @@ static fl_status wait_round(fl_learner_t *l, uint64_t round, fl_replay_round_ans
     }
 }
 
+/* run.deterministic: the round's figures for the launcher's rounds.csv (forced). */
+static void report_round(fl_learner_t *l, uint64_t round, uint64_t updates, double loss, uint64_t replay_size) {
+    static const char *const names[] = {"det_round", "det_round_updates", "det_round_loss", "det_round_replay_size"};
+    const double values[] = {(double)round, (double)updates, loss, (double)replay_size};
+    fl_report_t r;
+    memset(&r, 0, sizeof r);
+    r.learner_steps = l->st.steps;
+    r.samples = l->st.samples;
+    r.param_version = l->st.param_version;
+    r.loss = l->last_mean_loss;
+    r.n_extra = 4;
+    r.extra_names = names;
+    r.extra_values = values;
+    fl_reporter_tick(l->rep, &r, 1);
+    fl__learner_report(l, 0);
+}
+
 /* run.deterministic, one round r (the version the actors stepped with): once the shard
  * committed it, learner.round_updates synchronous updates when the replay held
  * replay.min_size_to_sample at that commit (none before: the shard's first_full_round),
@@ -139,6 +159,8 @@ static fl_status apex_round(fl_learner_t *l, int *done, fl_err_t *err) {
         return FL_OK;
     }
     FL_TRY(s);
+    uint64_t updates = 0;
+    double loss_sum = 0;
     if (a.first_full_round && a.first_full_round <= round) {
         for (int64_t k = 0; k < l->o.round_updates; k++) {
             if (fl__learner_stopping(l)) {
@@ -147,12 +169,17 @@ static fl_status apex_round(fl_learner_t *l, int *done, fl_err_t *err) {
             }
             FL_TRY(fl__learner_sample(l, err));
             fl__learner_ready(l, NULL);
+            const uint64_t steps = l->st.steps;
             s = update(l, err);
             fl__learner_release_batch(l);
             FL_TRY(s);
+            if (l->st.steps > steps) { /* not a skipped batch */
+                updates++;
+                loss_sum += l->st.last_loss;
+            }
         }
     }
-    fl__learner_report(l, 0);
+    report_round(l, round, updates, updates ? loss_sum / (double)updates : 0.0, a.table_size);
     s = fl__learner_publish(l, 1, err);
     if (s == FL_CANCELLED) *done = 1;
     return s == FL_CANCELLED ? FL_OK : s;

@@ -1,8 +1,9 @@
 /* run.deterministic through the real binary: the CartPole fleet of configs/cartpole.ini
  * (replay shard, parameter server, learner, two actors and an evaluator, each its own
  * process on gRPC over loopback) run twice with seed 1 and once with seed 2, stopped by
- * learner.max_steps. The two seed-1 runs leave byte-identical learner checkpoints and the
- * same evaluations (every column of evals.csv but the wall-clock ones); seed 2 does not.
+ * learner.max_steps. The two seed-1 runs leave byte-identical learner checkpoints and
+ * rounds.csv, and the same evaluations (every column of evals.csv but the wall-clock
+ * ones); seed 2 does not.
  * Under mpirun (where fleet has MPI) a seed-1 run gives the same checkpoint again. Two
  * seed-1 runs stopped at a target return stop at the same evaluation, the first to reach
  * it. What the rounds cannot make deterministic is refused before anything starts, by
@@ -130,6 +131,17 @@ static void test_same_seed_same_run(void **state) {
     assert_true(same_file("a", "b", "checkpoints/learner-0.safetensors"));
     assert_true(same_file("a", "b", "checkpoints/learner-0.step-600.safetensors"));
     assert_false(same_file("a", "c", "checkpoints/learner-0.safetensors"));
+    /* rounds.csv: one row per round (learner steps, loss, replay size, the actors'
+     * episodes), no clock: the same file */
+    assert_true(same_file("a", "b", "rounds.csv"));
+    assert_false(same_file("a", "c", "rounds.csv"));
+    char path[600];
+    snprintf(path, sizeof path, "%s/a/rounds.csv", g_tmp);
+    char *rounds = read_file(path);
+    assert_non_null(rounds);
+    assert_true(strncmp(rounds, "round,env_steps,learner_steps,updates,replay_size,loss,episodes,", 64) == 0);
+    assert_non_null(strstr(rounds, "\n12,9600,550,50,")); /* 400 env steps x 2 actors per round, 50 updates */
+    free(rounds);
     int ra = 0, rb = 0, rc = 0;
     char *ea = evals_without_clock("a", &ra), *eb = evals_without_clock("b", &rb), *ec = evals_without_clock("c", &rc);
     assert_true(ra >= 3); /* version 1, then every 2 rounds of 50 updates */
@@ -152,6 +164,7 @@ static void test_same_seed_same_run(void **state) {
     }
     run_det("m", 1, 1);
     assert_true(same_file("a", "m", "checkpoints/learner-0.safetensors"));
+    assert_true(same_file("a", "m", "rounds.csv"));
     int rm = 0;
     char *em = evals_without_clock("m", &rm);
     ea = evals_without_clock("a", &ra);

@@ -131,8 +131,8 @@ static void test_commit_order(void **unused) {
     for (int k = 0; k < 5; k++) {
         fl_err_t e;
         fl_err_init(&e);
-        assert_int_equal(fl_replay_sample(s1.cli, 32, 0.4, 1000, &b1, &e), FL_OK);
-        assert_int_equal(fl_replay_sample(s2.cli, 32, 0.4, 1000, &b2, &e), FL_OK);
+        assert_int_equal(fl_replay_sample(s1.cli, 32, 0.4, 30000, &b1, &e), FL_OK);
+        assert_int_equal(fl_replay_sample(s2.cli, 32, 0.4, 30000, &b2, &e), FL_OK);
         assert_memory_equal(b1.keys, b2.keys, 32 * sizeof(uint64_t));
         assert_memory_equal(b1.obs, b2.obs, 32 * OBS_DIM * sizeof(float));
         assert_memory_equal(b1.weights, b2.weights, 32 * sizeof(float));
@@ -258,7 +258,7 @@ static void test_rules(void **unused) {
     assert_int_equal(fl_replay_writer_create(s.cli, 77, &SPEC, 1, &w, &e), FL_OK);
     fl_status fs = fl_replay_writer_append(w, r.b.count, r.obs, r.actions, r.rewards, r.discounts, r.next_obs, r.prio,
                                            &e); /* the writer may send at once */
-    if (fs == FL_OK) fs = fl_replay_writer_flush(w, 2000, &e);
+    if (fs == FL_OK) fs = fl_replay_writer_flush(w, 30000, &e);
     assert_true(fs != FL_OK);
     assert_non_null(strstr(e.msg, "transitions come through Round, not Insert"));
     fl_replay_writer_destroy(w);
