@@ -170,15 +170,13 @@ static void take_result(fl_fleet_state_t *fs, const Fleet__Report *r) {
     fs->queue[fs->queued++] = res;
 }
 
-/* An actor's or a learner's counters, and an actor's finished episodes. Under mu. */
-/* Report.extra's value named `name`, or 0. */
+/* Report.extra's value named `name` when present, finite and >= 0; else 0. */
 static double extra_value(const Fleet__Report *r, const char *name) {
-    for (size_t i = 0; i < r->n_extra; i++)
-        if (r->extra[i]->name && strcmp(r->extra[i]->name, name) == 0 && isfinite(r->extra[i]->value) &&
-            r->extra[i]->value >= 0)
-            return r->extra[i]->value;
-    return 0;
+    double v = 0;
+    return extra_find(r, name, &v) && v >= 0 ? v : 0;
 }
+
+/* An actor's or a learner's counters, and an actor's finished episodes. Under mu. */
 
 static void take_counters(fl_fleet_state_t *fs, fl_role_state_t *st, const Fleet__Report *r, int actor) {
     if (actor && st->pid && r->pid != st->pid) { /* a new incarnation: it counts from zero */

@@ -99,10 +99,7 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
         printf("  rounds       deterministic rounds: %lld env steps per actor with parameter version r, then %lld "
                "learner updates (once the replay holds %lld) and version r + 1",
                (long long)c->actor_sync_every, (long long)k, (long long)c->replay_min_size_to_sample);
-        if (c->run_evaluators > 0) {
-            const double e = c->eval_every / (double)k;
-            printf("; evaluations every %lld rounds", e < 1.5 ? 1LL : (long long)llround(e));
-        }
+        if (c->run_evaluators > 0) printf("; evaluations every %lld rounds", (long long)fl_options_round_every(c));
         printf("\n");
     }
     if (c->run_evaluators > 0)

@@ -105,6 +105,11 @@ int64_t fl_options_round_updates(const fl_config_t *c) {
     return k < 1.5 ? 1 : (int64_t)llround(k);
 }
 
+int64_t fl_options_round_every(const fl_config_t *c) {
+    const double rounds = c->eval_every / (double)fl_options_round_updates(c);
+    return rounds < 1.5 ? 1 : (int64_t)llround(rounds);
+}
+
 fl_qnet_backend_kind fl_options_cpu_kernels(const fl_config_t *c) {
     switch (c->model_cpu_kernels) {
     case FL_CFG_KERNELS_DNNL: return FL_QNET_BACKEND_DNNL;
@@ -134,8 +139,7 @@ void fl_options_evaluator(const fl_config_t *c, fl_evaluator_opts_t *out) {
     out->deterministic = c->run_deterministic != 0;
     out->actors = c->actor_count;
     out->round_updates = fl_options_round_updates(c);
-    const double rounds = c->eval_every / (double)out->round_updates;
-    out->round_every = rounds < 1.5 ? 1 : (int64_t)llround(rounds);
+    out->round_every = fl_options_round_every(c);
     out->round_env_steps = c->actor_count * c->actor_sync_every;
     out->replay_addr = "";
 }

@@ -38,6 +38,9 @@ fl_qnet_backend_kind fl_options_cpu_kernels(const fl_config_t *c);
  * actor.count * actor.sync_every / learner.batch_size), at least 1 (a round is
  * actor.sync_every env steps of every actor, one transition each). */
 int64_t fl_options_round_updates(const fl_config_t *c);
+/* run.deterministic: rounds between an evaluator's evaluations, eval.every learner steps
+ * in rounds of fl_options_round_updates, at least 1. */
+int64_t fl_options_round_every(const fl_config_t *c);
 
 /* What an evaluator reads (eval/evaluator.h): env.*, eval.*, model.spec and
  * model.input_scale, run.evaluators, run.seed and run.progress_every. */
