@@ -47,9 +47,23 @@ static int in_range(float v, float lo, float hi, int hi_open) {
 
 /* Each update is written once as a loop over a span of elements, and run over spans of
  * BLOCK elements plus a tail: a span of constant length is what the compiler turns into
- * SIMD code at -O2 (the square root also needs -fno-math-errno for that). The
- * arithmetic per element is the same either way. */
+ * SIMD code at -O2 (the square root also needs -fno-math-errno, which kernels/CMakeLists.txt
+ * gives this file). The arithmetic per element is the same either way.
+ *
+ * STEP_CLONES compiles a step function three times, for AVX-512, AVX2 and the base ISA,
+ * and the loader picks the widest the CPU has (GCC's target_clones, an ifunc): a build
+ * runs on any x86-64 and still uses the whole vector width of the machine it runs on.
+ * The results are bit-identical across the clones: ISO C mode turns off FMA contraction,
+ * and vector square root and division round as the scalar ones do (IEEE). */
 #define BLOCK 16
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define STEP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#ifndef STEP_CLONES
+#define STEP_CLONES
+#endif
 
 typedef struct sgd_k {
     float lr, mu;
@@ -63,7 +77,7 @@ static inline void sgd_span(float *restrict p, const float *restrict g, float *r
     }
 }
 
-static void step_sgd(fl_optim_t *o, float *p, const float *g) {
+STEP_CLONES static void step_sgd(fl_optim_t *o, float *p, const float *g) {
     const sgd_k k = {o->cfg.lr, o->cfg.momentum};
     float *buf = o->state;
     size_t i = 0;
@@ -84,7 +98,7 @@ static inline void adam_span(float *restrict p, const float *restrict g, float *
     }
 }
 
-static void step_adam(fl_optim_t *o, float *p, const float *g) {
+STEP_CLONES static void step_adam(fl_optim_t *o, float *p, const float *g) {
     const double t = (double)o->steps;
     const adam_k k = {o->cfg.beta1, o->cfg.beta2, o->cfg.eps, (float)(o->cfg.lr / (1.0 - pow(o->cfg.beta1, t))),
                       (float)(1.0 / sqrt(1.0 - pow(o->cfg.beta2, t)))};
@@ -110,7 +124,7 @@ static inline void rmsprop_span(float *restrict p, const float *restrict g, floa
     }
 }
 
-static void step_rmsprop(fl_optim_t *o, float *p, const float *g) {
+STEP_CLONES static void step_rmsprop(fl_optim_t *o, float *p, const float *g) {
     const rmsprop_k k = {o->cfg.decay, o->cfg.lr, o->cfg.momentum, o->cfg.eps};
     float *ms = o->state, *mg = o->state + o->n, *mom = o->state + 2 * o->n;
     size_t i = 0;

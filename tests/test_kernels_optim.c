@@ -143,6 +143,69 @@ static void test_state_round_trip(void **state) {
     }
 }
 
+/* The step functions are compiled for several vector widths (kernels/optim.c), and the
+ * loader picks the widest this CPU has. Whatever it picked must round exactly as the rules
+ * written one element at a time: the same float operations in the same order, so the
+ * same bits (no FMA contraction in ISO C; vector square root and division are IEEE). */
+static void reference_step(const fl_optim_config_t *c, int64_t t, float *p, const float *g, float *st, size_t n) {
+    if (c->kind == FL_OPTIM_SGD) {
+        for (size_t j = 0; j < n; j++) {
+            st[j] = c->momentum * st[j] + g[j];
+            p[j] -= c->lr * st[j];
+        }
+    } else if (c->kind == FL_OPTIM_ADAM) {
+        float *m = st, *v = st + n;
+        const float step_size = (float)(c->lr / (1.0 - pow(c->beta1, (double)t)));
+        const float inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(c->beta2, (double)t)));
+        for (size_t j = 0; j < n; j++) {
+            m[j] = c->beta1 * m[j] + (1.0f - c->beta1) * g[j];
+            v[j] = c->beta2 * v[j] + (1.0f - c->beta2) * g[j] * g[j];
+            p[j] -= step_size * m[j] / (sqrtf(v[j]) * inv_sqrt_bc2 + c->eps);
+        }
+    } else {
+        float *ms = st, *mg = st + n, *mom = st + 2 * n;
+        for (size_t j = 0; j < n; j++) {
+            ms[j] = c->decay * ms[j] + (1.0f - c->decay) * g[j] * g[j];
+            mg[j] = c->decay * mg[j] + (1.0f - c->decay) * g[j];
+            const float d = ms[j] - mg[j] * mg[j];
+            const float var = d < 0.0f ? 0.0f : d;
+            mom[j] = c->momentum * mom[j] + c->lr * g[j] / sqrtf(var + c->eps);
+            p[j] -= mom[j];
+        }
+    }
+}
+
+static void test_bit_exact_vectors(void **state) {
+    fl_rng_t r;
+    fl_rng_init_stream(&r, g_seed, 12);
+    enum { N = 1000 + 13 }; /* whole vectors of every width, and a tail */
+    static float p[N], want[N], g[N], st[3 * N];
+    for (int k = 0; k < fl_optim_num_kinds(); k++) {
+        fl_optim_config_t cfg = fl_optim_config_default((fl_optim_kind)k);
+        if (k == FL_OPTIM_SGD) cfg.momentum = 0.9f;
+        if (k == FL_OPTIM_RMSPROP) cfg.momentum = 0.5f;
+        fl_optim_t *o = NULL;
+        assert_int_equal(fl_optim_create(&cfg, N, &o, NULL), FL_OK);
+        fill_uniform(&r, p, N, -1, 1);
+        memcpy(want, p, sizeof p);
+        memcpy(st, fl_optim_state(o), fl_optim_state_size(o) * sizeof(float));
+        for (int t = 1; t <= 4; t++) {
+            fill_uniform(&r, g, N, -2, 2);
+            g[t] = 0.0f; /* a zero gradient: RMSProp's clamp of a negative variance */
+            fl_optim_step(o, p, g);
+            reference_step(&cfg, t, want, g, st, N);
+            if (memcmp(p, want, sizeof p) != 0)
+                for (int i = 0; i < N; i++)
+                    if (p[i] != want[i])
+                        fail_msg("%s step %d p[%d] = %.9g, one element at a time %.9g (seed %llu)",
+                                 fl_optim_kind_name(cfg.kind), t, i, (double)p[i], (double)want[i],
+                                 (unsigned long long)g_seed);
+            assert_memory_equal(fl_optim_state(o), st, fl_optim_state_size(o) * sizeof(float));
+        }
+        fl_optim_destroy(o);
+    }
+}
+
 static void test_config_errors(void **state) {
     fl_optim_t *o = (fl_optim_t *)(uintptr_t)1; /* must come back NULL */
     fl_err_t err = {0};
@@ -252,6 +315,7 @@ int main(void) {
         cmocka_unit_test(test_rmsprop_centered),  cmocka_unit_test(test_rmsprop_state_layout),
         cmocka_unit_test(test_state_round_trip),  cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_config_from_settings), cmocka_unit_test(test_clip_grad_norm),
+        cmocka_unit_test(test_bit_exact_vectors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
