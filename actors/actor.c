@@ -705,8 +705,8 @@ static fl_status send_round(actor_t *a, uint64_t round, fl_err_t *err) {
 
 /* run.deterministic: the round's episodes for the launcher's rounds.csv (forced). */
 static void report_round(actor_t *a, uint64_t round, uint64_t episodes, double return_sum, uint64_t length_sum) {
-    static const char *const names[] = {"det_round", "det_round_episodes", "det_round_return_sum",
-                                        "det_round_length_sum"};
+    static const char *const names[] = {FL_REPORT_ROUND, FL_REPORT_ROUND_EPISODES, FL_REPORT_ROUND_RETURN_SUM,
+                                        FL_REPORT_ROUND_LENGTH_SUM};
     const double values[] = {(double)round, (double)episodes, return_sum, (double)length_sum};
     fl_report_t r;
     memset(&r, 0, sizeof r);

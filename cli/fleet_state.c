@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/control.h"
 #include "common/statefile.h"
 #include "fleet.pb-c.h"
 
@@ -100,12 +101,12 @@ static int extra_find(const Fleet__Report *r, const char *name, double *v) {
 }
 
 /* run.deterministic: learner 0's or an actor's figures of one round (Report.extra
- * "det_round" >= 1), added to the round's slot; a complete round (the learner and every
+ * FL_REPORT_ROUND >= 1), added to the round's slot; a complete round (the learner and every
  * actor) is queued as a row. A slot still holding an older, incomplete round (a report
  * lost) is taken over. Under mu. */
 static void take_round(fl_fleet_state_t *fs, const Fleet__Report *r, int actor) {
     double v = 0;
-    if (!extra_find(r, "det_round", &v) || !(v >= 1) || v > 1e18) return;
+    if (!extra_find(r, FL_REPORT_ROUND, &v) || !(v >= 1) || v > 1e18) return;
     const uint64_t round = (uint64_t)v;
     if (actor) {
         if (round <= fs->actor_round[r->index]) return; /* counted already */
@@ -121,16 +122,16 @@ static void take_round(fl_fleet_state_t *fs, const Fleet__Report *r, int actor) 
     double x = 0;
     if (actor) {
         s->actors_in++;
-        if (extra_find(r, "det_round_episodes", &x) && x >= 0) s->episodes += (uint64_t)x;
-        if (extra_find(r, "det_round_length_sum", &x) && x >= 0) s->length_sum += (uint64_t)x;
-        if (extra_find(r, "det_round_return_sum", &x)) s->return_sum += x;
+        if (extra_find(r, FL_REPORT_ROUND_EPISODES, &x) && x >= 0) s->episodes += (uint64_t)x;
+        if (extra_find(r, FL_REPORT_ROUND_LENGTH_SUM, &x) && x >= 0) s->length_sum += (uint64_t)x;
+        if (extra_find(r, FL_REPORT_ROUND_RETURN_SUM, &x)) s->return_sum += x;
     } else {
         if (s->learner_in) return;
         s->learner_in = 1;
         s->learner_steps = r->learner_steps;
-        if (extra_find(r, "det_round_updates", &x) && x >= 0) s->updates = (uint64_t)x;
-        if (extra_find(r, "det_round_replay_size", &x) && x >= 0) s->replay_size = (uint64_t)x;
-        if (extra_find(r, "det_round_loss", &x)) s->loss = x;
+        if (extra_find(r, FL_REPORT_ROUND_UPDATES, &x) && x >= 0) s->updates = (uint64_t)x;
+        if (extra_find(r, FL_REPORT_ROUND_REPLAY_SIZE, &x) && x >= 0) s->replay_size = (uint64_t)x;
+        if (extra_find(r, FL_REPORT_ROUND_LOSS, &x)) s->loss = x;
     }
     if (!s->learner_in || s->actors_in < fs->n_actors) return;
     if (fs->n_rounds_done == FL_FLEET_ROUND_SLOTS) { /* keep the newest */
@@ -177,7 +178,6 @@ static double extra_value(const Fleet__Report *r, const char *name) {
 }
 
 /* An actor's or a learner's counters, and an actor's finished episodes. Under mu. */
-
 static void take_counters(fl_fleet_state_t *fs, fl_role_state_t *st, const Fleet__Report *r, int actor) {
     if (actor && st->pid && r->pid != st->pid) { /* a new incarnation: it counts from zero */
         st->base_env = st->env_steps;

@@ -25,7 +25,7 @@
 #define FL_FLEET_ROUND_SLOTS 64 /* run.deterministic: rounds being gathered, and rows queued */
 
 /* run.deterministic: one round's figures, gathered from the learner's and every actor's
- * report of it (Report.extra "det_round" and the FL_ROUND_* names below), each exact for a
+ * report of it (Report.extra FL_REPORT_ROUND_*, common/control.h), each exact for a
  * given config and seed. */
 typedef struct fl_round_row {
     uint64_t round;

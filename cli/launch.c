@@ -730,7 +730,6 @@ static void collect_figures(monitor_t *M, double el, double dt, figures_t *f) {
     if (M->returns) fflush(M->returns);
 }
 
-/* The evaluations that arrived since the last period: evals.csv rows, the headline. */
 /* run.deterministic: rounds.csv's rows of the rounds complete since the last call. Every
  * column is exact for a config and seed (no clock): env steps are the rounds' own. */
 static void take_rounds(monitor_t *M) {
@@ -753,6 +752,7 @@ static void take_rounds(monitor_t *M) {
     if (n) fflush(M->rounds);
 }
 
+/* The evaluations that arrived since the last period: evals.csv rows, the headline. */
 static void take_evals(monitor_t *M) {
     fl_eval_result_t got[FL_FLEET_EVAL_QUEUE];
     int n = fl_fleet_state_take_evals(&M->L->fs, got, FL_FLEET_EVAL_QUEUE);

@@ -28,6 +28,17 @@ typedef struct fl_report {
     const double *extra_values;
 } fl_report_t;
 
+/* run.deterministic: the Report.extra names of one round's figures, sent (forced) by the
+ * learner and every actor at the end of each round and gathered by the launcher into
+ * rounds.csv. FL_REPORT_ROUND (the round, >= 1) marks such a report. */
+#define FL_REPORT_ROUND "det_round"
+#define FL_REPORT_ROUND_EPISODES "det_round_episodes"     /* actor: episodes ended in the round */
+#define FL_REPORT_ROUND_RETURN_SUM "det_round_return_sum" /* actor: their returns' sum */
+#define FL_REPORT_ROUND_LENGTH_SUM "det_round_length_sum" /* actor: their lengths' sum */
+#define FL_REPORT_ROUND_UPDATES "det_round_updates"       /* learner: updates taken in the round */
+#define FL_REPORT_ROUND_LOSS "det_round_loss"             /* learner: their mean loss */
+#define FL_REPORT_ROUND_REPLAY_SIZE "det_round_replay_size" /* learner: the shard's size at the commit */
+
 fl_status fl_reporter_create(const char *control_addr, const char *role, uint32_t index, double every_s,
                              fl_reporter_t **out, fl_err_t *err);
 void fl_reporter_destroy(fl_reporter_t *r);

@@ -131,7 +131,8 @@ static fl_status wait_round(fl_learner_t *l, uint64_t round, fl_replay_round_ans
 
 /* run.deterministic: the round's figures for the launcher's rounds.csv (forced). */
 static void report_round(fl_learner_t *l, uint64_t round, uint64_t updates, double loss, uint64_t replay_size) {
-    static const char *const names[] = {"det_round", "det_round_updates", "det_round_loss", "det_round_replay_size"};
+    static const char *const names[] = {FL_REPORT_ROUND, FL_REPORT_ROUND_UPDATES, FL_REPORT_ROUND_LOSS,
+                                        FL_REPORT_ROUND_REPLAY_SIZE};
     const double values[] = {(double)round, (double)updates, loss, (double)replay_size};
     fl_report_t r;
     memset(&r, 0, sizeof r);
