@@ -15,6 +15,22 @@
  * is made by a reorder (and in the backward the gradient goes back by the reverse
  * reorder).
  *
+ * Space-to-depth. A first convolution with stride f > 1 dividing its kernel k and no
+ * padding (the Nature CNN's 8x8 stride-4 one over 4 channels) runs as the stride-1
+ * convolution with kernel k / f over the input cut into f x f tiles, each tile's f f C
+ * values made channels: (H, W, C) becomes (H / f, W / f, f f C), input element (Y f + dy,
+ * X f + dx, c) going to channel (dy f + dx) C + c of pixel (Y, X), and weight (o, c, y f +
+ * dy, x f + dx) to (o, (dy f + dx) C + c, y, x). It is the same sum of the same products,
+ * but 64 input channels instead of 4 let oneDNN's kernels fill their vectors. The copy of
+ * the observations into the input edge writes this layout directly (in the blocked
+ * layout the convolution chose), fleet's ops rearrange the weights before the
+ * convolution and the weight gradient after it, and an input gradient is copied back
+ * the other way (rows and columns the convolution does not reach get 0).
+ *
+ * Fleet's own ops (relu forward and backward, the observations' copy in and out) run on
+ * the same OpenMP threads as the primitives, in fixed spans, so their results do not
+ * depend on the thread count.
+ *
  * Every object a plan creates is registered in it at once (steps own their primitives;
  * memory objects, buffers, tensors and kept primitive descriptors sit in lists), so a
  * failure anywhere is cleaned up by destroying the plan. */
@@ -39,7 +55,15 @@
 
 #define BUF_ALIGN 64
 
-typedef enum { ST_PRIM, ST_RELU_FWD, ST_RELU_BWD, ST_COMBINE_FWD, ST_COMBINE_BWD } step_kind;
+typedef enum {
+    ST_PRIM,
+    ST_RELU_FWD,
+    ST_RELU_BWD,
+    ST_COMBINE_FWD,
+    ST_COMBINE_BWD,
+    ST_S2D_WEIGHTS, /* the first convolution's weights, rearranged for its space-to-depth input */
+    ST_S2D_WGRAD    /* their gradient, back to the layer's own layout */
+} step_kind;
 
 typedef struct step {
     step_kind kind;
@@ -52,6 +76,7 @@ typedef struct step {
     float *c;           /* fleet ops: output */
     size_t n;           /* relu: floats */
     int batch, actions; /* dueling combine */
+    int cout, cin, k, f; /* space-to-depth weights: the layer's shape and stride */
 } step_t;
 
 typedef struct steplist {
@@ -63,6 +88,13 @@ typedef struct plist {
     void **v;
     int n, cap;
 } plist_t;
+
+/* Where element (n, c, h, w) of a 4-D tensor lies, in floats: n st[0] + (c / blk) st[1] +
+ * h st[2] + w st[3] + c % blk (blk 1: a plain layout, any order of the dimensions). */
+typedef struct layout {
+    dnnl_dim_t st[4];
+    dnnl_dim_t blk;
+} layout_t;
 
 typedef struct tensor {
     dnnl_memory_desc_t md; /* 4-D (B, C, H, W) */
@@ -89,7 +121,10 @@ typedef struct plan {
     unsigned long long used; /* the net's call counter at the last use */
     int forwarded;           /* a forward ran; its activations are in the buffers */
     int bwd_built, ibwd_built;
-    int input_nhwc; /* the input edge holds the observations as they come, (H, W, C) */
+    int input_nhwc; /* the first convolution reads the observations channels-last, (H, W, C) */
+    int s2d;        /* > 1: the first convolution's stride, run on the space-to-depth input */
+    layout_t in;    /* the input edge's layout, for the observations' copy in and dobs's out */
+    float *s2d_w, *s2d_g; /* space-to-depth: the first convolution's weights and their gradient */
     steplist_t fwd, bwd, ibwd;
     tensor_t **edge; /* num_layers + 1 */
     lplan_t *lp;     /* num_layers */
@@ -419,24 +454,96 @@ static fl_status flat_mem(bld_t *b, const dnnl_memory_desc_t *flat, float *base,
 
 /* ---- forward build ----------------------------------------------------------------- */
 
+/* The geometry a convolution runs with: the layer's own, or for the first convolution
+ * on the space-to-depth input (see the top of this file) the stride-1 one it becomes:
+ * kernel k / f over (C f f, out_h + k / f - 1, out_w + k / f - 1). */
+typedef struct cgeom {
+    int in_c, in_h, in_w, k, stride, pad;
+} cgeom_t;
+
+static cgeom_t conv_geom(const plan_t *p, const fl_qnet_layer_t *l, int i) {
+    cgeom_t g = {l->in_c, l->in_h, l->in_w, l->k, l->stride, l->pad};
+    if (i == 0 && p->s2d > 1) {
+        const int f = p->s2d;
+        g.k = l->k / f;
+        g.in_c = l->in_c * f * f;
+        g.in_h = l->out_h + g.k - 1;
+        g.in_w = l->out_w + g.k - 1;
+        g.stride = 1;
+    }
+    return g;
+}
+
+/* The first convolution runs space-to-depth when it can: an image input, no padding, a
+ * stride f > 1 that divides the kernel. */
+static int s2d_factor(const fl_dnnl_net_t *n) {
+    const fl_qnet_layer_t *l = &n->layers[0];
+    if (!n->img_c || l->kind != FL_QNET_CONV || l->pad != 0 || l->stride < 2 || l->k % l->stride) return 0;
+    return l->stride;
+}
+
+/* md's layout as a layout_t; 0 when it is none of those (then a reorder converts). */
+static int layout_of(const dnnl_memory_desc_t *md, layout_t *out) {
+    if (md->ndims != 4 || md->format_kind != dnnl_blocked || md->offset0 != 0) return 0;
+    const dnnl_blocking_desc_t *bd = &md->format_desc.blocking;
+    if (bd->inner_nblks > 1 || (bd->inner_nblks == 1 && bd->inner_idxs[0] != 1)) return 0;
+    for (int d = 0; d < 4; d++) out->st[d] = bd->strides[d];
+    out->blk = bd->inner_nblks ? bd->inner_blks[0] : 1;
+    return 1;
+}
+
+/* The space-to-depth weights step (fwd) or gradient step (bwd) of layer l into list. */
+static fl_status add_s2d_step(bld_t *b, steplist_t *list, const fl_qnet_layer_t *l, int grad) {
+    fl_dnnl_net_t *n = b->n;
+    const step_t s = {.kind = grad ? ST_S2D_WGRAD : ST_S2D_WEIGHTS,
+                      .what = grad ? "space-to-depth weights bwd" : "space-to-depth weights",
+                      .a = grad ? b->p->s2d_g : n->params + l->w_off,
+                      .c = grad ? n->grads + l->w_off : b->p->s2d_w,
+                      .cout = l->cout,
+                      .cin = l->in_c,
+                      .k = l->k,
+                      .f = b->p->s2d};
+    return add_step(b, list, &s);
+}
+
+/* The memory a convolution primitive takes for its weights (or their gradient, grad) in
+ * layout want, with *flat the flat buffer's memory when a reorder must convert (else
+ * NULL): the layer's slice of the parameters (gradients), or the plan's space-to-depth
+ * copy of it. */
+static fl_status conv_wmem(bld_t *b, int i, int grad, const dnnl_memory_desc_t *want, dnnl_memory_t *out,
+                           dnnl_memory_t *flat) {
+    const fl_qnet_layer_t *l = &b->n->layers[i];
+    const cgeom_t g = conv_geom(b->p, l, i);
+    dnnl_memory_desc_t wflat;
+    FL_TRY(md4(b, &wflat, l->cout, g.in_c, g.k, g.k, dnnl_oihw));
+    float *base = grad ? b->n->grads : b->n->params;
+    size_t off = l->w_off;
+    if (i == 0 && b->p->s2d > 1) {
+        base = grad ? b->p->s2d_g : b->p->s2d_w;
+        off = 0;
+    }
+    return flat_mem(b, &wflat, base, off, want, out, flat);
+}
+
 static fl_status fwd_conv(bld_t *b, int i) {
     fl_dnnl_net_t *n = b->n;
     plan_t *p = b->p;
     const fl_qnet_layer_t *l = &n->layers[i];
     lplan_t *lp = &p->lp[i];
-    tensor_t *in = p->edge[i];
-    const int B = p->batch;
+    const int B = p->batch, s2d = i == 0 && p->s2d > 1;
+    const cgeom_t g = conv_geom(p, l, i);
     /* The first convolution reads the observations channels-last as they come; oneDNN's
      * choice for its input, blocked, would need a transposition of every observation
-     * and has a slow weight gradient for few input channels. */
-    const int nhwc = i == 0 && p->input_nhwc;
+     * and has a slow weight gradient for few input channels. On the space-to-depth input
+     * (written by fleet's copy of the observations anyway) it takes oneDNN's choice. */
+    const int nhwc = i == 0 && p->input_nhwc && !s2d;
     dnnl_memory_desc_t src, wei, bia, dst;
-    const dnnl_dims_t strides = {l->stride, l->stride}, pad = {l->pad, l->pad};
+    const dnnl_dims_t strides = {g.stride, g.stride}, pad = {g.pad, g.pad};
     dnnl_primitive_desc_t pd = NULL;
     for (int attempt = nhwc ? 0 : 1; attempt < 2 && !pd; attempt++) {
         const dnnl_format_tag_t act = attempt == 0 ? dnnl_nhwc : dnnl_format_tag_any;
-        FL_TRY(md4(b, &src, B, l->in_c, l->in_h, l->in_w, act));
-        FL_TRY(md4(b, &wei, l->cout, l->in_c, l->k, l->k, dnnl_format_tag_any));
+        FL_TRY(md4(b, &src, B, g.in_c, g.in_h, g.in_w, act));
+        FL_TRY(md4(b, &wei, l->cout, g.in_c, g.k, g.k, dnnl_format_tag_any));
         FL_TRY(md1(b, &bia, l->cout));
         FL_TRY(md4(b, &dst, B, l->out_c, l->out_h, l->out_w, act));
         dnnl_convolution_desc_t cd;
@@ -450,18 +557,25 @@ static fl_status fwd_conv(bld_t *b, int i) {
     const dnnl_memory_desc_t *S = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
                              *W = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
                              *D = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-    FL_TRY(tensor_as(b, &p->fwd, in, S, &lp->src));
-    dnnl_memory_desc_t wflat;
-    FL_TRY(md4(b, &wflat, l->cout, l->in_c, l->k, l->k, dnnl_oihw));
+    if (s2d) {
+        /* The input edge: in the primitive's layout where fleet's copy can write it. */
+        layout_t lay;
+        dnnl_memory_desc_t nhwc_md;
+        FL_TRY(md4(b, &nhwc_md, B, g.in_c, g.in_h, g.in_w, dnnl_nhwc));
+        FL_TRY(new_tensor(b, layout_of(S, &lay) ? S : &nhwc_md, 1, &p->edge[0]));
+        FL_TRY(new_buf(b, (size_t)l->cout * g.in_c * g.k * g.k * sizeof(float), &p->s2d_w));
+        FL_TRY(add_s2d_step(b, &p->fwd, l, 0));
+    }
+    FL_TRY(tensor_as(b, &p->fwd, p->edge[i], S, &lp->src));
     dnnl_memory_t wm, wfrom, bm;
-    FL_TRY(flat_mem(b, &wflat, n->params, l->w_off, W, &wm, &wfrom));
+    FL_TRY(conv_wmem(b, i, 0, W, &wm, &wfrom));
     if (wfrom) FL_TRY(add_reorder(b, &p->fwd, wfrom, wm));
     FL_TRY(new_mem(b, &bia, n->params + l->b_off, &bm));
     tensor_t *out;
     FL_TRY(new_tensor(b, D, 1, &out));
     const dnnl_exec_arg_t args[4] = {
         {DNNL_ARG_SRC, lp->src->vmem}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_BIAS, bm}, {DNNL_ARG_DST, out->vmem}};
-    FL_TRY(add_prim(b, &p->fwd, pd, "fwd", 4, args));
+    FL_TRY(add_prim(b, &p->fwd, pd, s2d ? "fwd (space-to-depth)" : "fwd", 4, args));
     p->edge[i + 1] = out;
     return FL_OK;
 }
@@ -552,10 +666,13 @@ static fl_status build_fwd(fl_dnnl_net_t *n, plan_t *p, fl_err_t *err) {
     bld_t b = {.n = n, .p = p, .layer = "input", .err = err};
     const int B = p->batch;
     p->input_nhwc = n->img_c && n->layers[0].kind == FL_QNET_CONV;
-    dnnl_memory_desc_t imd;
-    const fl_qnet_layer_t *l0 = &n->layers[0];
-    FL_TRY(md4(&b, &imd, B, l0->in_c, l0->in_h, l0->in_w, p->input_nhwc ? dnnl_nhwc : dnnl_nchw));
-    FL_TRY(new_tensor(&b, &imd, 1, &p->edge[0]));
+    p->s2d = s2d_factor(n);
+    if (p->s2d <= 1) { /* else the first convolution makes the input edge */
+        dnnl_memory_desc_t imd;
+        const fl_qnet_layer_t *l0 = &n->layers[0];
+        FL_TRY(md4(&b, &imd, B, l0->in_c, l0->in_h, l0->in_w, p->input_nhwc ? dnnl_nhwc : dnnl_nchw));
+        FL_TRY(new_tensor(&b, &imd, 1, &p->edge[0]));
+    }
     for (int i = 0; i < n->num_layers; i++) {
         const fl_qnet_layer_t *l = &n->layers[i];
         b.layer = l->prefix;
@@ -571,6 +688,8 @@ static fl_status build_fwd(fl_dnnl_net_t *n, plan_t *p, fl_err_t *err) {
         case FL_QNET_FLATTEN: FL_TRY(fwd_flatten(&b, i)); break;
         }
     }
+    if (n->img_c && !layout_of(&p->edge[0]->md, &p->in))
+        return fl_err_set(err, FL_INTERNAL, "dnnl: the input edge has a layout fleet cannot write");
     return FL_OK;
 }
 
@@ -591,14 +710,17 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
     const fl_qnet_layer_t *ly = &n->layers[i];
     lplan_t *lp = &b->p->lp[i];
     tensor_t *out = b->p->edge[i + 1];
+    const cgeom_t g = conv_geom(b->p, ly, i);
+    const int s2d = i == 0 && b->p->s2d > 1;
     assert(out->grad); /* the consumer's backward made it */
     if (lp->fused) FL_TRY(relu_mask(b, l, out));
-    const dnnl_dims_t strides = {ly->stride, ly->stride}, pad = {ly->pad, ly->pad};
+    const dnnl_dims_t strides = {g.stride, g.stride}, pad = {g.pad, g.pad};
     dnnl_memory_desc_t wany, bia, sany, dany;
-    FL_TRY(md4(b, &wany, ly->cout, ly->in_c, ly->k, ly->k, dnnl_format_tag_any));
+    FL_TRY(md4(b, &wany, ly->cout, g.in_c, g.k, g.k, dnnl_format_tag_any));
     FL_TRY(md1(b, &bia, ly->cout));
-    FL_TRY(md4(b, &sany, b->p->batch, ly->in_c, ly->in_h, ly->in_w, dnnl_format_tag_any));
+    FL_TRY(md4(b, &sany, b->p->batch, g.in_c, g.in_h, g.in_w, dnnl_format_tag_any));
     FL_TRY(md4(b, &dany, b->p->batch, ly->out_c, ly->out_h, ly->out_w, dnnl_format_tag_any));
+    if (s2d && !b->p->s2d_g) FL_TRY(new_buf(b, (size_t)ly->cout * g.in_c * g.k * g.k * sizeof(float), &b->p->s2d_g));
     dnnl_primitive_desc_t pd = NULL;
     /* First the forward's layouts (no reorders); where oneDNN has only its reference
      * implementation for them, its own choice. */
@@ -616,10 +738,8 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
     fl_status st;
     tensor_t *src;
     dnnl_memory_t dd, wm, wflat_m, bm;
-    dnnl_memory_desc_t wflat;
     if ((st = tensor_as(b, l, lp->src, S, &src)) != FL_OK || (st = grad_as(b, l, out, D, &dd)) != FL_OK ||
-        (st = md4(b, &wflat, ly->cout, ly->in_c, ly->k, ly->k, dnnl_oihw)) != FL_OK ||
-        (st = flat_mem(b, &wflat, n->grads, ly->w_off, W, &wm, &wflat_m)) != FL_OK ||
+        (st = conv_wmem(b, i, 1, W, &wm, &wflat_m)) != FL_OK ||
         (st = new_mem(b, &bia, n->grads + ly->b_off, &bm)) != FL_OK)
         goto done;
     const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src->vmem},
@@ -627,7 +747,8 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
                                      {DNNL_ARG_DIFF_WEIGHTS, wm},
                                      {DNNL_ARG_DIFF_BIAS, bm}};
     if ((st = add_prim(b, l, pd, "bwd weights", 4, args)) != FL_OK) goto done;
-    if (wflat_m) st = add_reorder(b, l, wm, wflat_m);
+    if (wflat_m && (st = add_reorder(b, l, wm, wflat_m)) != FL_OK) goto done;
+    if (s2d) st = add_s2d_step(b, l, ly, 1);
 done:
     dnnl_primitive_desc_destroy(pd);
     return st;
@@ -638,11 +759,14 @@ static fl_status bwd_conv_data(bld_t *b, int i, steplist_t *l) {
     const fl_qnet_layer_t *ly = &n->layers[i];
     lplan_t *lp = &b->p->lp[i];
     tensor_t *out = b->p->edge[i + 1], *in = b->p->edge[i];
-    const dnnl_dims_t strides = {ly->stride, ly->stride}, pad = {ly->pad, ly->pad};
+    const cgeom_t g = conv_geom(b->p, ly, i);
+    const dnnl_dims_t strides = {g.stride, g.stride}, pad = {g.pad, g.pad};
     dnnl_memory_desc_t wany, sany, dany;
-    FL_TRY(md4(b, &wany, ly->cout, ly->in_c, ly->k, ly->k, dnnl_format_tag_any));
-    FL_TRY(md4(b, &sany, b->p->batch, ly->in_c, ly->in_h, ly->in_w, dnnl_format_tag_any));
+    FL_TRY(md4(b, &wany, ly->cout, g.in_c, g.k, g.k, dnnl_format_tag_any));
+    FL_TRY(md4(b, &sany, b->p->batch, g.in_c, g.in_h, g.in_w, dnnl_format_tag_any));
     FL_TRY(md4(b, &dany, b->p->batch, ly->out_c, ly->out_h, ly->out_w, dnnl_format_tag_any));
+    /* the weights as they are now (the parameters may have changed since the forward) */
+    if (i == 0 && b->p->s2d > 1) FL_TRY(add_s2d_step(b, l, ly, 0));
     dnnl_primitive_desc_t pd = NULL;
     for (int attempt = 0; attempt < 2 && !pd; attempt++) {
         dnnl_convolution_desc_t cd;
@@ -656,9 +780,7 @@ static fl_status bwd_conv_data(bld_t *b, int i, steplist_t *l) {
                              *D = dnnl_primitive_desc_query_md(pd, dnnl_query_diff_dst_md, 0);
     fl_status st;
     dnnl_memory_t wm, wflat_m, dd, ds, back;
-    dnnl_memory_desc_t wflat;
-    if ((st = md4(b, &wflat, ly->cout, ly->in_c, ly->k, ly->k, dnnl_oihw)) != FL_OK ||
-        (st = flat_mem(b, &wflat, n->params, ly->w_off, W, &wm, &wflat_m)) != FL_OK ||
+    if ((st = conv_wmem(b, i, 0, W, &wm, &wflat_m)) != FL_OK ||
         (wflat_m && (st = add_reorder(b, l, wflat_m, wm)) != FL_OK) || (st = grad_as(b, l, out, D, &dd)) != FL_OK ||
         (st = grad_out(b, lp->src, S, &ds, &back)) != FL_OK)
         goto done;
@@ -957,6 +1079,50 @@ static void hold_signals(sigset_t *old) {
 
 static void release_signals(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
 
+/* Fleet's own elementwise ops run on the plan's OpenMP threads, in spans of PAR_SPAN
+ * floats (each span the same op, so the results do not depend on the thread count). */
+#define PAR_SPAN 16384
+#ifdef _OPENMP
+#define PAR_FOR _Pragma("omp parallel for schedule(static)")
+#else
+#define PAR_FOR
+#endif
+
+static void par_relu_forward(const float *x, float *y, size_t n) {
+    const long spans = (long)((n + PAR_SPAN - 1) / PAR_SPAN);
+    PAR_FOR
+    for (long k = 0; k < spans; k++) {
+        const size_t i = (size_t)k * PAR_SPAN;
+        fl_relu_forward(x + i, y + i, n - i < PAR_SPAN ? n - i : PAR_SPAN);
+    }
+}
+
+static void par_relu_backward(const float *y, const float *dy, float *dx, size_t n) {
+    const long spans = (long)((n + PAR_SPAN - 1) / PAR_SPAN);
+    PAR_FOR
+    for (long k = 0; k < spans; k++) {
+        const size_t i = (size_t)k * PAR_SPAN;
+        fl_relu_backward(y + i, dy + i, dx + i, n - i < PAR_SPAN ? n - i : PAR_SPAN);
+    }
+}
+
+/* Space-to-depth weights: w' (cout, cin f f, k / f, k / f) from w (cout, cin, k, k), with
+ * w'[o][(dy f + dx) cin + c][y][x] = w[o][c][y f + dy][x f + dx]; grad: the reverse. */
+static void s2d_weights(const step_t *s, int grad) {
+    const int f = s->f, C = s->cin, k = s->k, kk = k / f, C2 = C * f * f;
+    for (int o = 0; o < s->cout; o++)
+        for (int c = 0; c < C; c++)
+            for (int dy = 0; dy < f; dy++)
+                for (int dx = 0; dx < f; dx++)
+                    for (int y = 0; y < kk; y++)
+                        for (int x = 0; x < kk; x++) {
+                            const size_t w = (((size_t)o * C + c) * k + (size_t)y * f + dy) * k + (size_t)x * f + dx;
+                            const size_t w2 = (((size_t)o * C2 + (size_t)(dy * f + dx) * C + c) * kk + y) * kk + x;
+                            if (grad) s->c[w] = s->a[w2];
+                            else s->c[w2] = s->a[w];
+                        }
+}
+
 static fl_status run(fl_dnnl_net_t *n, const steplist_t *l, fl_err_t *err) {
     int pending = 0;
     for (int i = 0; i < l->n; i++) {
@@ -974,15 +1140,82 @@ static fl_status run(fl_dnnl_net_t *n, const steplist_t *l, fl_err_t *err) {
             pending = 0;
         }
         switch (s->kind) {
-        case ST_RELU_FWD: fl_relu_forward(s->a, s->c, s->n); break;
-        case ST_RELU_BWD: fl_relu_backward(s->a, s->b, s->c, s->n); break;
+        case ST_RELU_FWD: par_relu_forward(s->a, s->c, s->n); break;
+        case ST_RELU_BWD: par_relu_backward(s->a, s->b, s->c, s->n); break;
         case ST_COMBINE_FWD: fl_dueling_combine_forward(s->a, s->batch, s->actions, s->c); break;
         case ST_COMBINE_BWD: fl_dueling_combine_backward(s->a, s->batch, s->actions, s->c); break;
+        case ST_S2D_WEIGHTS: s2d_weights(s, 0); break;
+        case ST_S2D_WGRAD: s2d_weights(s, 1); break;
         case ST_PRIM: break;
         }
     }
     if (pending) dnnl_stream_wait(n->stream);
     return FL_OK;
+}
+
+#ifdef _OPENMP
+#define SIMD _Pragma("omp simd")
+#else
+#define SIMD
+#endif
+
+static inline void scale_copy(float *restrict dst, const float *restrict src, float scale, dnnl_dim_t n) {
+    SIMD
+    for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * src[t];
+}
+
+/* Image observations (B, H, W, C) * scale into the input edge x (layout p->in), or with
+ * out set the input edge's gradient back into them (every element written: the rows and
+ * columns a space-to-depth convolution does not reach get 0). With f = p->s2d > 1 the
+ * edge is (B, C f f, H2, W2) and element (b, (dy f + dx) C + c, Y, X) is the
+ * observation's (Y f + dy, X f + dx, c); with f = 1 it is the observations themselves,
+ * (B, C, H, W) in whatever order p->in says. */
+static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, float *x, float scale, int B,
+                        int out) {
+    const int H = n->img_h, W = n->img_w, C = n->img_c, f = p->s2d > 1 ? p->s2d : 1;
+    const int H2 = (int)p->edge[0]->md.dims[2], W2 = (int)p->edge[0]->md.dims[3], run = f * C;
+    const layout_t *L = &p->in;
+    PAR_FOR
+    for (int b = 0; b < B; b++) {
+        float *img = obs + (size_t)b * n->obs_dim;
+        if (out && (H2 * f < H || W2 * f < W)) memset(img, 0, (size_t)n->obs_dim * sizeof(float));
+        for (int Y = 0; Y < H2; Y++)
+            for (int dy = 0; dy < f; dy++) {
+                float *row = img + (size_t)(Y * f + dy) * W * C;
+                const dnnl_dim_t c0 = (dnnl_dim_t)dy * run; /* the edge channel of (dy, dx = 0, c = 0) */
+                for (int X = 0; X < W2; X++) {
+                    float *src = row + (size_t)X * run;
+                    dnnl_dim_t o = b * L->st[0] + (c0 / L->blk) * L->st[1] + Y * L->st[2] + X * L->st[3],
+                               ci = c0 % L->blk;
+                    /* in stretches of channels that lie side by side in x */
+                    for (int j = 0; j < run;) {
+                        dnnl_dim_t len = run - j;
+                        if (L->blk > 1 && len > L->blk - ci) len = L->blk - ci;
+                        else if (L->blk == 1 && L->st[1] != 1) len = 1;
+                        if (out) scale_copy(src + j, x + o + ci, scale, len);
+                        else scale_copy(x + o + ci, src + j, scale, len);
+                        j += (int)len;
+                        if (L->blk == 1) {
+                            o += len * L->st[1];
+                        } else if ((ci += len) == L->blk) {
+                            ci = 0;
+                            o += L->st[1];
+                        }
+                    }
+                }
+            }
+    }
+}
+
+/* Vector observations: x = scale * obs (or obs = scale * x, out set). */
+static void copy_vectors(float *obs, float *x, float scale, size_t total, int out) {
+    const long spans = (long)((total + PAR_SPAN - 1) / PAR_SPAN);
+    PAR_FOR
+    for (long k = 0; k < spans; k++) {
+        const size_t i0 = (size_t)k * PAR_SPAN, i1 = total - i0 < PAR_SPAN ? total : i0 + PAR_SPAN;
+        if (out) scale_copy(obs + i0, x + i0, scale, (dnnl_dim_t)(i1 - i0));
+        else scale_copy(x + i0, obs + i0, scale, (dnnl_dim_t)(i1 - i0));
+    }
 }
 
 static fl_status net_forward(fl_dnnl_net_t *n, const float *obs, float scale, int B, float *q, fl_err_t *err) {
@@ -991,21 +1224,9 @@ static fl_status net_forward(fl_dnnl_net_t *n, const float *obs, float scale, in
                           B, n ? n->max_batch : 0);
     plan_t *p = NULL;
     FL_TRY(get_plan(n, B, &p, err));
-    float *x = p->edge[0]->val;
-    const size_t total = (size_t)B * n->obs_dim;
-    if (n->img_c && !p->input_nhwc) { /* (B, H, W, C) -> (B, C, H, W), as the reference */
-        const size_t hw = (size_t)n->img_h * n->img_w, C = (size_t)n->img_c;
-        for (int b = 0; b < B; b++) {
-            const float *src = obs + (size_t)b * n->obs_dim;
-            float *dst = x + (size_t)b * n->obs_dim;
-            for (size_t px = 0; px < hw; px++)
-                for (size_t c = 0; c < C; c++) dst[c * hw + px] = scale * src[px * C + c];
-        }
-    } else if (scale != 1.0f) {
-        for (size_t i = 0; i < total; i++) x[i] = scale * obs[i];
-    } else {
-        memcpy(x, obs, total * sizeof(float));
-    }
+    /* obs is only read (copy_* write the other side) */
+    if (n->img_c) copy_images(n, p, (float *)obs, p->edge[0]->val, scale, B, 0);
+    else copy_vectors((float *)obs, p->edge[0]->val, scale, (size_t)B * n->obs_dim, 0);
     p->forwarded = 0;
     FL_TRY(run(n, &p->fwd, err));
     memcpy(q, p->edge[n->num_layers]->val, (size_t)B * n->num_actions * sizeof(float));
@@ -1028,19 +1249,8 @@ static fl_status net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *d
     FL_TRY(run(n, &p->bwd, err));
     if (!dobs) return FL_OK;
     FL_TRY(run(n, &p->ibwd, err));
-    const float *g = p->edge[0]->grad;
-    const size_t total = (size_t)B * n->obs_dim;
-    if (n->img_c && !p->input_nhwc) { /* (B, C, H, W) -> (B, H, W, C) */
-        const size_t hw = (size_t)n->img_h * n->img_w, C = (size_t)n->img_c;
-        for (int b = 0; b < B; b++) {
-            const float *src = g + (size_t)b * n->obs_dim;
-            float *dst = dobs + (size_t)b * n->obs_dim;
-            for (size_t px = 0; px < hw; px++)
-                for (size_t c = 0; c < C; c++) dst[px * C + c] = scale * src[c * hw + px];
-        }
-    } else {
-        for (size_t i = 0; i < total; i++) dobs[i] = scale * g[i];
-    }
+    if (n->img_c) copy_images(n, p, dobs, p->edge[0]->grad, scale, B, 1);
+    else copy_vectors(dobs, p->edge[0]->grad, scale, (size_t)B * n->obs_dim, 1);
     return FL_OK;
 }
 

@@ -15,10 +15,13 @@
  * Plans. Everything is compiled per batch size into a plan: the primitives, their memory
  * objects and the buffers between them. Activations between convolutions stay in the
  * layout the chosen primitives want (blocked nChw16c on AVX-512); the first convolution
- * takes the observations as they come, (H, W, C), i.e. channels-last, and the network's
- * other edges are converted by reorders only where a layer needs another layout (a
- * dense layer after the convolutions takes the channel-major flattening, as the
- * reference does). Weights are read from the flat parameter buffer at every call
+ * takes the observations as they come, (H, W, C), i.e. channels-last, or, where its
+ * stride divides its kernel and it has no padding (the Nature CNN's), runs as a stride-1
+ * convolution on the observations cut into stride x stride tiles stacked as channels
+ * (space-to-depth, written by the copy of the observations into the plan; dnnl.c has the
+ * details). The network's other edges are converted by reorders only where a layer
+ * needs another layout (a dense layer after the convolutions takes the channel-major
+ * flattening, as the reference does). Weights are read from the flat parameter buffer at every call
  * (reordered into the primitive's layout where it wants another one, which is cheap
  * next to the convolutions), so the caller may change the parameters at any time.
  * The first forward at a batch size builds that plan's forward part, the first backward

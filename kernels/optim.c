@@ -77,12 +77,11 @@ static inline void sgd_span(float *restrict p, const float *restrict g, float *r
     }
 }
 
-STEP_CLONES static void step_sgd(fl_optim_t *o, float *p, const float *g) {
+STEP_CLONES static void sgd_range(fl_optim_t *o, float *p, const float *g, size_t i, size_t end) {
     const sgd_k k = {o->cfg.lr, o->cfg.momentum};
     float *buf = o->state;
-    size_t i = 0;
-    for (; i + BLOCK <= o->n; i += BLOCK) sgd_span(p + i, g + i, buf + i, BLOCK, k);
-    sgd_span(p + i, g + i, buf + i, o->n - i, k);
+    for (; i + BLOCK <= end; i += BLOCK) sgd_span(p + i, g + i, buf + i, BLOCK, k);
+    sgd_span(p + i, g + i, buf + i, end - i, k);
 }
 
 typedef struct adam_k {
@@ -98,14 +97,13 @@ static inline void adam_span(float *restrict p, const float *restrict g, float *
     }
 }
 
-STEP_CLONES static void step_adam(fl_optim_t *o, float *p, const float *g) {
+STEP_CLONES static void adam_range(fl_optim_t *o, float *p, const float *g, size_t i, size_t end) {
     const double t = (double)o->steps;
     const adam_k k = {o->cfg.beta1, o->cfg.beta2, o->cfg.eps, (float)(o->cfg.lr / (1.0 - pow(o->cfg.beta1, t))),
                       (float)(1.0 / sqrt(1.0 - pow(o->cfg.beta2, t)))};
     float *m = o->state, *v = o->state + o->n;
-    size_t i = 0;
-    for (; i + BLOCK <= o->n; i += BLOCK) adam_span(p + i, g + i, m + i, v + i, BLOCK, k);
-    adam_span(p + i, g + i, m + i, v + i, o->n - i, k);
+    for (; i + BLOCK <= end; i += BLOCK) adam_span(p + i, g + i, m + i, v + i, BLOCK, k);
+    adam_span(p + i, g + i, m + i, v + i, end - i, k);
 }
 
 typedef struct rmsprop_k {
@@ -124,13 +122,64 @@ static inline void rmsprop_span(float *restrict p, const float *restrict g, floa
     }
 }
 
-STEP_CLONES static void step_rmsprop(fl_optim_t *o, float *p, const float *g) {
+STEP_CLONES static void rmsprop_range(fl_optim_t *o, float *p, const float *g, size_t i, size_t end) {
     const rmsprop_k k = {o->cfg.decay, o->cfg.lr, o->cfg.momentum, o->cfg.eps};
     float *ms = o->state, *mg = o->state + o->n, *mom = o->state + 2 * o->n;
-    size_t i = 0;
-    for (; i + BLOCK <= o->n; i += BLOCK) rmsprop_span(p + i, g + i, ms + i, mg + i, mom + i, BLOCK, k);
-    rmsprop_span(p + i, g + i, ms + i, mg + i, mom + i, o->n - i, k);
+    for (; i + BLOCK <= end; i += BLOCK) rmsprop_span(p + i, g + i, ms + i, mg + i, mom + i, BLOCK, k);
+    rmsprop_span(p + i, g + i, ms + i, mg + i, mom + i, end - i, k);
 }
+
+/* ---- parts: large vectors on the learner's threads -------------------------------------
+ * A vector of n elements is cut into parts that depend on n alone (at most MAX_PARTS, each
+ * at least PART_MIN elements and a multiple of BLOCK), and the parts run on as many OpenMP
+ * threads as OpenBLAS is set to (learner.threads; the same setting as the networks'
+ * kernels). Each element's arithmetic is the same whatever part or thread it falls to,
+ * and the gradient norm adds its parts' sums in part order, so results do not depend on
+ * the thread count. */
+#define PART_MIN 32768
+#define MAX_PARTS 1024
+
+static size_t part_size(size_t n, size_t *parts) {
+    size_t size = PART_MIN;
+    if (n > (size_t)MAX_PARTS * PART_MIN) size = (n + MAX_PARTS - 1) / MAX_PARTS;
+    size = (size + BLOCK - 1) / BLOCK * BLOCK;
+    *parts = n ? (n + size - 1) / size : 0;
+    return size;
+}
+
+static int part_threads(size_t parts) {
+    int t = openblas_get_num_threads();
+    if (t < 1) t = 1;
+    return parts < 2 ? 1 : (size_t)t > parts ? (int)parts : t;
+}
+
+#ifdef _OPENMP
+/* (over a variable `threads` in scope) */
+#define PARTS_FOR _Pragma("omp parallel for schedule(static) num_threads(threads) if (threads > 1)")
+#else
+#define PARTS_FOR
+#endif
+
+typedef void (*range_fn)(fl_optim_t *o, float *p, const float *g, size_t i, size_t end);
+
+static void step_parts(fl_optim_t *o, float *p, const float *g, range_fn range) {
+    size_t parts;
+    const size_t size = part_size(o->n, &parts);
+    const int threads = part_threads(parts);
+    if (threads == 1) {
+        range(o, p, g, 0, o->n);
+        return;
+    }
+    PARTS_FOR
+    for (long k = 0; k < (long)parts; k++) {
+        const size_t i = (size_t)k * size;
+        range(o, p, g, i, o->n - i < size ? o->n : i + size);
+    }
+}
+
+static void step_sgd(fl_optim_t *o, float *p, const float *g) { step_parts(o, p, g, sgd_range); }
+static void step_adam(fl_optim_t *o, float *p, const float *g) { step_parts(o, p, g, adam_range); }
+static void step_rmsprop(fl_optim_t *o, float *p, const float *g) { step_parts(o, p, g, rmsprop_range); }
 
 
 /* ---- the optimizers ------------------------------------------------------------------ */
@@ -334,18 +383,41 @@ const char *fl_optim_slot_name(const fl_optim_t *o, int i) {
     return i >= 0 && i < o->slots ? o->ops->slot_names[i] : NULL;
 }
 
+/* The sum of squares of g[0..count) in double, in 8 running sums (element j goes to sum
+ * j % 8) added at the end: the same order on every ISA, and a vector of 8 doubles wide. */
+STEP_CLONES static double sum_squares(const float *g, size_t count) {
+    double acc[8] = {0};
+    size_t j = 0;
+    for (; j + 8 <= count; j += 8)
+        for (int k = 0; k < 8; k++) acc[k] += (double)g[j + k] * (double)g[j + k];
+    for (int k = 0; j < count; j++, k++) acc[k] += (double)g[j] * (double)g[j];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+STEP_CLONES static void scale_span(float *g, size_t count, float scale) {
+    for (size_t j = 0; j < count; j++) g[j] *= scale;
+}
+
 float fl_clip_grad_norm(float *grads, size_t n, float max_norm) {
-    /* sum of squares in double; cblas_dsdot takes an int count, so go in chunks. */
-    const size_t chunk = (size_t)1 << 30;
-    double ss = 0.0;
-    for (size_t off = 0; off < n; off += chunk) {
-        const int len = (int)(n - off < chunk ? n - off : chunk);
-        ss += cblas_dsdot(len, grads + off, 1, grads + off, 1);
+    size_t parts;
+    const size_t size = part_size(n, &parts);
+    const int threads = part_threads(parts);
+    double sums[MAX_PARTS];
+    PARTS_FOR
+    for (long k = 0; k < (long)parts; k++) {
+        const size_t i = (size_t)k * size;
+        sums[k] = sum_squares(grads + i, n - i < size ? n - i : size);
     }
+    double ss = 0.0;
+    for (size_t k = 0; k < parts; k++) ss += sums[k];
     const double norm = sqrt(ss);
     if (max_norm > 0.0f && isfinite(norm) && norm > (double)max_norm) {
         const float scale = (float)((double)max_norm / norm);
-        for (size_t i = 0; i < n; i++) grads[i] *= scale;
+        PARTS_FOR
+        for (long k = 0; k < (long)parts; k++) {
+            const size_t i = (size_t)k * size;
+            scale_span(grads + i, n - i < size ? n - i : size, scale);
+        }
     }
     return (float)norm;
 }

@@ -31,6 +31,11 @@
  * fl_clip_grad_norm scales the gradient by max_norm / ||g|| when ||g|| > max_norm
  * (TensorFlow's clip_by_global_norm: afterwards ||g|| == max_norm).
  *
+ * Threads: a step and the norm of a vector of more than 32,768 elements run in parts on as
+ * many OpenMP threads as OpenBLAS is set to (openblas_set_num_threads: learner.threads in
+ * a learner), when fleet is built with oneDNN (which brings OpenMP). The parts depend on
+ * the vector's length alone, so the results are the same at any thread count.
+ *
  * Every optimizer is one row of the table in optim.c: its name (the config's
  * learner.optimizer), state slots (names and initial values), defaults, config checks,
  * which fields of fl_optim_settings_t it takes, its step function, and the id of its

@@ -208,6 +208,49 @@ static void test_conv_chains(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) compare(&cases[i], batches, 2);
 }
 
+/* A first convolution with a stride that divides its kernel and no padding runs as a
+ * stride-1 convolution on the space-to-depth input (kernels/dnnl.c): rows and columns
+ * it does not reach (their dobs is 0), one input channel, the input scale, a chain after
+ * it, 16 channels per block exactly (the Nature CNN's 4 x 4 x 4) and not. */
+static void test_space_to_depth(void **state) {
+    NEED_DNNL();
+    const net_case_t cases[] = {
+        {"conv(6,4,2)", 9, 11, 3, 3, 0},
+        {"conv(5,4,4)", 8, 9, 1, 2, 0},
+        {"conv(8,4,2) relu dense(9) relu", 8, 8, 3, 3, 255.0f},
+        {"conv(8,6,3) relu conv(16,2,1) relu flatten dueling", 12, 12, 2, 3, 0},
+        {"conv(32,8,4) relu conv(8,3,1) relu dense(8) relu dueling", 24, 28, 4, 4, 0},
+    };
+    const int batches[] = {3, 1, 5};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        compare(&cases[i], batches, 3);
+        /* the plan says so; a padded or stride-1 first convolution does not */
+        fl_qnet_t *n = make_net(&cases[i], 2);
+        float *obs = calloc((size_t)2 * fl_qnet_obs_dim(n), 4), q[2 * 4];
+        assert_int_equal(fl_qnet_forward(n, obs, 2, q), FL_OK);
+        char desc[2048];
+        assert_true(fl_qnet_describe_kernels(n, 2, desc, sizeof desc) > 0);
+        if (!strstr(desc, "0.conv fwd (space-to-depth)")) {
+            print_error("\"%s\": expected a space-to-depth first convolution:\n%s", cases[i].spec, desc);
+            fail();
+        }
+        free(obs);
+        fl_qnet_destroy(n);
+    }
+    const net_case_t plain[] = {{"conv(5,3,2,1)", 9, 8, 3, 2, 0}, {MINATAR, 10, 10, 4, 6, 0},
+                                {"conv(4,3,2)", 7, 7, 2, 2, 0}};
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        fl_qnet_t *n = make_net(&plain[i], 1);
+        float *obs = calloc((size_t)fl_qnet_obs_dim(n), 4), q[6];
+        assert_int_equal(fl_qnet_forward(n, obs, 1, q), FL_OK);
+        char desc[2048];
+        assert_true(fl_qnet_describe_kernels(n, 1, desc, sizeof desc) > 0);
+        assert_null(strstr(desc, "space-to-depth"));
+        free(obs);
+        fl_qnet_destroy(n);
+    }
+}
+
 static void test_dense(void **state) {
     NEED_DNNL();
     const net_case_t cases[] = {
@@ -300,6 +343,8 @@ static void test_two_threads(void **state) {
     compare(&t, batches, 2);
     const net_case_t u = {"conv(16,3,2) relu conv(32,3,1) relu dense(64) relu dueling", 16, 16, 4, 4, 0};
     compare(&u, batches, 2);
+    const net_case_t v = {"conv(16,4,2) relu conv(32,3,1) relu dense(64) relu dueling", 18, 16, 4, 4, 0};
+    compare(&v, batches, 2); /* space-to-depth: the input copied in and out on both threads */
     openblas_set_num_threads(before);
 }
 
@@ -502,7 +547,7 @@ int main(void) {
     fl_rng_init_stream(&g_rng, g_seed, 7);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_shapes),   cmocka_unit_test(test_conv_chains),
-        cmocka_unit_test(test_dense),         cmocka_unit_test(test_nature),
+        cmocka_unit_test(test_space_to_depth), cmocka_unit_test(test_dense), cmocka_unit_test(test_nature),
         cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp),
         cmocka_unit_test(test_no_reference_impls),
         cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),

@@ -206,6 +206,61 @@ static void test_bit_exact_vectors(void **state) {
     }
 }
 
+/* Vectors long enough to run in parts on several threads (optim.h): the same bits as one
+ * element at a time, and the same norm, at 1, 2 and 3 OpenBLAS threads. */
+static void test_threads_same_bits(void **state) {
+    fl_rng_t r;
+    fl_rng_init_stream(&r, g_seed, 13);
+    enum { N = 3 * 32768 + 1001 };
+    float *p0 = malloc(N * sizeof(float)), *p = malloc(N * sizeof(float)), *want = malloc(N * sizeof(float));
+    float *g = malloc(N * sizeof(float)), *st = malloc(3 * (size_t)N * sizeof(float));
+    float *g2 = malloc(N * sizeof(float));
+    assert_non_null(p0), assert_non_null(p), assert_non_null(want), assert_non_null(g), assert_non_null(st);
+    assert_non_null(g2);
+    const int before = openblas_get_num_threads();
+    fill_uniform(&r, p0, N, -1, 1);
+    for (int k = 0; k < fl_optim_num_kinds(); k++) {
+        fl_optim_config_t cfg = fl_optim_config_default((fl_optim_kind)k);
+        if (k == FL_OPTIM_SGD) cfg.momentum = 0.9f;
+        for (int threads = 1; threads <= 3; threads++) {
+            openblas_set_num_threads(threads);
+            fl_optim_t *o = NULL;
+            assert_int_equal(fl_optim_create(&cfg, N, &o, NULL), FL_OK);
+            memcpy(p, p0, N * sizeof(float));
+            memcpy(want, p0, N * sizeof(float));
+            memcpy(st, fl_optim_state(o), fl_optim_state_size(o) * sizeof(float));
+            fl_rng_t gr;
+            fl_rng_init_stream(&gr, g_seed, 14); /* the same gradients at every thread count */
+            for (int t = 1; t <= 2; t++) {
+                fill_uniform(&gr, g, N, -2, 2);
+                fl_optim_step(o, p, g);
+                reference_step(&cfg, t, want, g, st, N);
+            }
+            if (memcmp(p, want, N * sizeof(float)) != 0)
+                fail_msg("%s at %d threads: not the bits of one element at a time (seed %llu)",
+                         fl_optim_kind_name(cfg.kind), threads, (unsigned long long)g_seed);
+            assert_memory_equal(fl_optim_state(o), st, fl_optim_state_size(o) * sizeof(float));
+            fl_optim_destroy(o);
+        }
+    }
+    float norms[3];
+    double ss = 0;
+    for (int i = 0; i < N; i++) ss += (double)g[i] * g[i];
+    for (int threads = 1; threads <= 3; threads++) {
+        openblas_set_num_threads(threads);
+        memcpy(g2, g, N * sizeof(float));
+        norms[threads - 1] = fl_clip_grad_norm(g2, N, 1.0f);
+        CHECK_CLOSE(norms[threads - 1], sqrt(ss), 0, 1e-6, "norm at %d threads", threads);
+        if (threads > 1) {
+            assert_memory_equal(&norms[threads - 1], &norms[0], sizeof(float));
+            assert_memory_equal(g2, want, N * sizeof(float)); /* the clipped vector: the same bits too */
+        }
+        memcpy(want, g2, N * sizeof(float));
+    }
+    openblas_set_num_threads(before);
+    free(p0), free(p), free(want), free(g), free(st), free(g2);
+}
+
 static void test_config_errors(void **state) {
     fl_optim_t *o = (fl_optim_t *)(uintptr_t)1; /* must come back NULL */
     fl_err_t err = {0};
@@ -315,7 +370,7 @@ int main(void) {
         cmocka_unit_test(test_rmsprop_centered),  cmocka_unit_test(test_rmsprop_state_layout),
         cmocka_unit_test(test_state_round_trip),  cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_config_from_settings), cmocka_unit_test(test_clip_grad_norm),
-        cmocka_unit_test(test_bit_exact_vectors),
+        cmocka_unit_test(test_bit_exact_vectors), cmocka_unit_test(test_threads_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
