@@ -77,6 +77,9 @@ typedef struct step {
     size_t n;           /* relu: floats */
     int batch, actions; /* dueling combine */
     int cout, cin, k, f; /* space-to-depth weights: the layer's shape and stride */
+    int cached;               /* reads the parameters only: skipped while params_gen stays at seen */
+    unsigned long long seen;  /* params_gen when it last ran */
+    int ran;
 } step_t;
 
 typedef struct steplist {
@@ -139,6 +142,7 @@ struct fl_dnnl_net {
     int num_layers;
     int img_h, img_w, img_c, obs_dim, num_actions, max_batch;
     float *params, *grads;
+    const unsigned long long *params_gen;
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     plan_t *plans[FL_DNNL_MAX_PLANS];
@@ -333,6 +337,10 @@ static fl_status add_reorder(bld_t *b, steplist_t *l, dnnl_memory_t src, dnnl_me
     dnnl_primitive_desc_destroy(pd);
     return fs;
 }
+
+/* A step just appended to l that reads the parameters only (a weight reorder or the
+ * space-to-depth weights): run() skips it while the parameters have not changed. */
+static void mark_cached(steplist_t *l) { l->v[l->n - 1].cached = 1; }
 
 /* ---- descriptors ------------------------------------------------------------------- */
 
@@ -565,11 +573,15 @@ static fl_status fwd_conv(bld_t *b, int i) {
         FL_TRY(new_tensor(b, layout_of(S, &lay) ? S : &nhwc_md, 1, &p->edge[0]));
         FL_TRY(new_buf(b, (size_t)l->cout * g.in_c * g.k * g.k * sizeof(float), &p->s2d_w));
         FL_TRY(add_s2d_step(b, &p->fwd, l, 0));
+        mark_cached(&p->fwd);
     }
     FL_TRY(tensor_as(b, &p->fwd, p->edge[i], S, &lp->src));
     dnnl_memory_t wm, wfrom, bm;
     FL_TRY(conv_wmem(b, i, 0, W, &wm, &wfrom));
-    if (wfrom) FL_TRY(add_reorder(b, &p->fwd, wfrom, wm));
+    if (wfrom) {
+        FL_TRY(add_reorder(b, &p->fwd, wfrom, wm));
+        mark_cached(&p->fwd);
+    }
     FL_TRY(new_mem(b, &bia, n->params + l->b_off, &bm));
     tensor_t *out;
     FL_TRY(new_tensor(b, D, 1, &out));
@@ -587,6 +599,8 @@ static fl_status plain_of(bld_t *b, tensor_t *t, tensor_t **out) {
     return tensor_as(b, &b->p->fwd, t, &pm, out);
 }
 
+#define DENSE_ANY_WEIGHTS (128 * 1024) /* weights of a dense layer that get oneDNN's layout */
+
 /* dense (units outputs) and the dueling head (1 + A stream outputs) as an inner product
  * over the plain input seen as (B, in). */
 static fl_status fwd_dense(bld_t *b, int i) {
@@ -599,18 +613,28 @@ static fl_status fwd_dense(bld_t *b, int i) {
     FL_TRY(plain_of(b, p->edge[i], &lp->src));
     dnnl_memory_desc_t src, wei, bia, dst;
     FL_TRY(md2(b, &src, B, in));
+    /* A large layer takes its weights in the layout oneDNN picks (converted only when
+     * the parameters changed): the plain one makes its GEMM pack them at every call. */
+    dnnl_memory_desc_t wany;
     FL_TRY(md2(b, &wei, out_n, in));
+    const dnnl_dims_t wd = {out_n, in};
+    DN(b, dnnl_memory_desc_init_by_tag(&wany, 2, wd, dnnl_f32,
+                                       (long)in * out_n >= DENSE_ANY_WEIGHTS ? dnnl_format_tag_any : dnnl_ab));
     FL_TRY(md1(b, &bia, out_n));
     FL_TRY(md2(b, &dst, B, out_n));
     dnnl_inner_product_desc_t ipd;
-    DN(b, dnnl_inner_product_forward_desc_init(&ipd, dnnl_forward_training, &src, &wei, &bia, &dst));
+    DN(b, dnnl_inner_product_forward_desc_init(&ipd, dnnl_forward_training, &src, &wany, &bia, &dst));
     dnnl_primitive_desc_t pd;
     FL_TRY(make_pd(b, &ipd, lp->fused, NULL, &pd));
     FL_TRY(keep_pd(b, pd));
     lp->fwd_pd = pd;
-    dnnl_memory_t wm, bm, dm;
+    dnnl_memory_t wm, bm, dm, wfrom;
     FL_TRY(new_mem(b, &src, lp->src->val, &lp->src2d));
-    FL_TRY(new_mem(b, &wei, n->params + l->w_off, &wm));
+    FL_TRY(flat_mem(b, &wei, n->params, l->w_off, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &wm, &wfrom));
+    if (wfrom) {
+        FL_TRY(add_reorder(b, &p->fwd, wfrom, wm));
+        mark_cached(&p->fwd);
+    }
     FL_TRY(new_mem(b, &bia, n->params + l->b_off, &bm));
     dnnl_memory_desc_t omd;
     FL_TRY(md4(b, &omd, B, l->out_c, 1, 1, dnnl_nchw));
@@ -1123,10 +1147,16 @@ static void s2d_weights(const step_t *s, int grad) {
                         }
 }
 
-static fl_status run(fl_dnnl_net_t *n, const steplist_t *l, fl_err_t *err) {
+static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
     int pending = 0;
+    const unsigned long long gen = *n->params_gen;
     for (int i = 0; i < l->n; i++) {
-        const step_t *s = &l->v[i];
+        step_t *s = &l->v[i];
+        if (s->cached) {
+            if (s->ran && s->seen == gen) continue; /* its output still holds these parameters */
+            s->ran = 1;
+            s->seen = gen;
+        }
         if (s->kind == ST_PRIM) {
             dnnl_status_t st = dnnl_primitive_execute(s->prim, n->stream, s->nargs, s->args);
             if (st != dnnl_success)
@@ -1287,10 +1317,10 @@ fl_status fl_dnnl_net_create(const fl_dnnl_net_desc_t *d, fl_dnnl_net_t **out, f
     if (!out) return fl_err_set(err, FL_INVALID_ARGUMENT, "dnnl: out must not be NULL");
     *out = NULL;
     if (!d || !d->layers || d->num_layers < 1 || d->obs_dim < 1 || d->num_actions < 1 || d->max_batch < 1 ||
-        !d->params || !d->grads)
+        !d->params || !d->grads || !d->params_gen)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "dnnl: a network needs layers, obs_dim, num_actions, max_batch >= 1 and its parameter and "
-                          "gradient buffers");
+                          "dnnl: a network needs layers, obs_dim, num_actions, max_batch >= 1, its parameter and "
+                          "gradient buffers and their change counter");
     fl_dnnl_net_t *n = calloc(1, sizeof *n);
     if (!n) return fl_err_set(err, FL_NO_MEMORY, "dnnl: out of memory");
     n->layers = malloc((size_t)d->num_layers * sizeof *n->layers);
@@ -1307,6 +1337,7 @@ fl_status fl_dnnl_net_create(const fl_dnnl_net_desc_t *d, fl_dnnl_net_t **out, f
     n->num_actions = d->num_actions;
     n->max_batch = d->max_batch;
     n->params = d->params;
+    n->params_gen = d->params_gen;
     n->grads = d->grads;
     dnnl_status_t st = dnnl_engine_create(&n->engine, dnnl_cpu, 0);
     if (st == dnnl_success) st = dnnl_stream_create(&n->stream, n->engine, dnnl_stream_default_flags);

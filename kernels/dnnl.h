@@ -21,9 +21,10 @@
  * (space-to-depth, written by the copy of the observations into the plan; dnnl.c has the
  * details). The network's other edges are converted by reorders only where a layer
  * needs another layout (a dense layer after the convolutions takes the channel-major
- * flattening, as the reference does). Weights are read from the flat parameter buffer at every call
- * (reordered into the primitive's layout where it wants another one, which is cheap
- * next to the convolutions), so the caller may change the parameters at any time.
+ * flattening, as the reference does). A forward reads the weights in the layouts its
+ * primitives chose (a dense layer's in a blocked one that needs no packing at each
+ * call), converted from the flat parameter buffer when params_gen says they may have
+ * changed since the plan last did; the backward reads the flat buffer itself.
  * The first forward at a batch size builds that plan's forward part, the first backward
  * its backward part, the first backward with an input gradient that part; later calls
  * at a batch size already seen allocate no memory of ours (oneDNN itself allocates a
@@ -72,8 +73,11 @@ typedef struct fl_dnnl_net_desc {
     int obs_dim;             /* H W C for images */
     int num_actions;
     int max_batch;
-    float *params; /* the network's flat parameter buffer (qnet.h), read at every call */
+    float *params; /* the network's flat parameter buffer (qnet.h) */
     float *grads;  /* its gradient buffer, written by the backward */
+    /* Bumped by the owner at every (possible) change of params: a forward converts the
+     * weights into its kernels' layouts again only when it moved since the last. */
+    const unsigned long long *params_gen;
 } fl_dnnl_net_desc_t;
 
 /* 1 when fleet was built with oneDNN (FLEET_DNNL), else 0. */

@@ -86,6 +86,7 @@ struct fl_qnet {
     fl_param_view_t *views;
     size_t num_params;
     float *params, *grads;
+    unsigned long long params_gen; /* counts the (possible) changes of params: see fl_qnet_params */
     fl_qnet_backend_kind backend;
     fl_dnnl_net_t *dnnl; /* the oneDNN backend's network, made when first chosen */
     size_t arena_floats; /* the reference backend's arena */
@@ -511,7 +512,7 @@ static fl_status make_dnnl(fl_qnet_t *n, fl_err_t *err) {
     const fl_dnnl_net_desc_t d = {.layers = layers, .num_layers = n->num_layers, .img_h = n->img_h,
                                   .img_w = n->img_w, .img_c = n->img_c, .obs_dim = n->obs_dim,
                                   .num_actions = n->num_actions, .max_batch = n->max_batch,
-                                  .params = n->params, .grads = n->grads};
+                                  .params = n->params, .grads = n->grads, .params_gen = &n->params_gen};
     return fl_dnnl_net_create(&d, &n->dnnl, err);
 }
 
@@ -591,7 +592,10 @@ void fl_qnet_destroy(fl_qnet_t *n) {
 /* ---- accessors --------------------------------------------------------------------- */
 
 size_t fl_qnet_num_params(const fl_qnet_t *n) { return n->num_params; }
-float *fl_qnet_params(fl_qnet_t *n) { return n->params; }
+float *fl_qnet_params(fl_qnet_t *n) {
+    n->params_gen++; /* the caller may write them (qnet.h) */
+    return n->params;
+}
 float *fl_qnet_grads(fl_qnet_t *n) { return n->grads; }
 int fl_qnet_num_views(const fl_qnet_t *n) { return n->num_views; }
 int fl_qnet_obs_dim(const fl_qnet_t *n) { return n->obs_dim; }
@@ -635,6 +639,7 @@ const fl_param_view_t *fl_qnet_find_view(const fl_qnet_t *n, const char *name) {
 /* ---- parameters -------------------------------------------------------------------- */
 
 void fl_qnet_init(fl_qnet_t *n, fl_rng_t *rng) {
+    n->params_gen++;
     for (int i = 0; i < n->num_layers; i++) {
         const layer_t *l = &n->layers[i];
         if (OPS[l->kind].init) OPS[l->kind].init(l, n->params, rng);
@@ -647,6 +652,7 @@ fl_status fl_qnet_set_params(fl_qnet_t *n, const float *src, size_t count, fl_er
                           count, n->num_params);
     if (!src && count) return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet: src must not be NULL");
     memcpy(n->params, src, count * sizeof(float));
+    n->params_gen++;
     return FL_OK;
 }
 
@@ -667,6 +673,7 @@ void fl_qnet_copy_params(fl_qnet_t *dst, const fl_qnet_t *src) {
     assert(same);
     (void)same;
     if (dst != src) memcpy(dst->params, src->params, src->num_params * sizeof(float));
+    dst->params_gen++;
 }
 
 /* ---- forward / backward ------------------------------------------------------------ */

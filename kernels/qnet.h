@@ -124,7 +124,13 @@ fl_status fl_qnet_create_for_obs(const char *spec, int rank, const int *shape, i
 void fl_qnet_destroy(fl_qnet_t *n); /* NULL is a no-op */
 
 size_t fl_qnet_num_params(const fl_qnet_t *n);
-float *fl_qnet_params(fl_qnet_t *n); /* (num_params) */
+/* The parameters (num_params), to read or write. Each call counts as a change of them:
+ * a backend may keep its weights converted to its kernels' layouts between calls (the
+ * oneDNN one does) and converts them again after any fl_qnet_params, fl_qnet_init,
+ * fl_qnet_set_params or fl_qnet_copy_params into this network. So a caller that writes
+ * them takes the pointer anew for each change (never keeps it across a forward and
+ * writes through it later). */
+float *fl_qnet_params(fl_qnet_t *n);
 float *fl_qnet_grads(fl_qnet_t *n);  /* (num_params), same layout */
 int fl_qnet_num_views(const fl_qnet_t *n);
 const fl_param_view_t *fl_qnet_view(const fl_qnet_t *n, int i);               /* NULL if out of range */

@@ -512,6 +512,45 @@ static void test_dqn_steps(void **state) {
     free(before);
 }
 
+/* ---- parameters that change ------------------------------------------------------------ */
+
+/* A forward keeps its weights converted between calls (dnnl.h): every way of changing
+ * the parameters (a write through fl_qnet_params, fl_qnet_set_params, fl_qnet_copy_params,
+ * fl_qnet_init) is seen by the next forward at the same batch, on every layer kind that
+ * converts them (space-to-depth convolution, blocked convolution, a dense layer large
+ * enough for oneDNN's weight layout: 256 x 512). */
+static void test_params_change(void **state) {
+    NEED_DNNL();
+    fl_err_t err;
+    fl_err_init(&err);
+    const net_case_t t = {"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0};
+    const int B = 3;
+    fl_qnet_t *n = make_net(&t, B), *other = make_net(&t, B);
+    const size_t D = (size_t)fl_qnet_obs_dim(n), P = fl_qnet_num_params(n);
+    float *obs = malloc(B * D * 4), *q = malloc(B * 5 * 4), *q_ref = malloc(B * 5 * 4), *saved = malloc(P * 4);
+    fill_obs(obs, B * D, 1, 1.0f);
+    for (int change = 0; change < 5; change++) {
+        assert_int_equal(fl_qnet_forward(n, obs, B, q), FL_OK); /* converts the weights as they are */
+        switch (change) {
+        case 0: /* a write through the pointer, taken for it */
+            for (size_t i = 0; i < P; i += 7) fl_qnet_params(n)[i] += 1.0f;
+            break;
+        case 1: memcpy(saved, fl_qnet_params(other), P * 4), assert_int_equal(fl_qnet_set_params(n, saved, P, &err), FL_OK); break;
+        case 2: fl_qnet_init(other, &g_rng), integerize(other), fl_qnet_copy_params(n, other); break;
+        case 3: fl_qnet_init(n, &g_rng); break;
+        case 4: break; /* no change: the same results again */
+        }
+        assert_int_equal(fl_qnet_forward(n, obs, B, q), FL_OK);
+        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_REF, &err), FL_OK);
+        assert_int_equal(fl_qnet_forward(n, obs, B, q_ref), FL_OK);
+        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_DNNL, &err), FL_OK);
+        expect_close(q, q_ref, (size_t)B * 5, t.spec, "q after the parameters changed", B);
+    }
+    free(obs), free(q), free(q_ref), free(saved);
+    fl_qnet_destroy(n);
+    fl_qnet_destroy(other);
+}
+
 /* ---- backend switching ------------------------------------------------------------------- */
 
 static void test_backend_switch(void **state) {
@@ -552,7 +591,7 @@ int main(void) {
         cmocka_unit_test(test_no_reference_impls),
         cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),
         cmocka_unit_test(test_signals),       cmocka_unit_test(test_dqn_steps),
-        cmocka_unit_test(test_backend_switch),
+        cmocka_unit_test(test_backend_switch), cmocka_unit_test(test_params_change),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
