@@ -1,9 +1,11 @@
 /* flops: FLOP counts of a Q-network and the CPU's measured peak (see flops.h). */
 #include "bench/flops.h"
 
+#include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/clock.h"
 #include "kernels/dnnl.h"
@@ -191,3 +193,33 @@ static fl_qnet_backend_kind bench_backend(void) {
 fl_status fl_bench_apply_backend(fl_qnet_t *n, fl_err_t *err) { return fl_qnet_set_backend(n, bench_backend(), err); }
 
 const char *fl_bench_backend_name(void) { return fl_qnet_backend_name(bench_backend()); }
+
+/* OpenBLAS core names whose kernels use AVX-512, and those that use at least AVX2. */
+static int name_in(const char *name, const char *const *list) {
+    for (; *list; list++)
+        if (strcasecmp(name, *list) == 0) return 1;
+    return 0;
+}
+
+void fl_bench_torch_env(char *buf, size_t len, char *why, size_t why_len) {
+    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids", NULL};
+    static const char *const avx2[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", NULL};
+    const char *core = openblas_get_corename();
+    if (!core) core = "";
+    const char *want = NULL;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx512f") && !name_in(core, avx512)) want = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !name_in(core, avx2)) want = "Haswell";
+    const int aten512 = __builtin_cpu_supports("avx512f");
+#else
+    const int aten512 = 0;
+#endif
+    snprintf(buf, len, "%s%s%s", want ? "OPENBLAS_CORETYPE=" : "", want ? want : "", want ? " " : "");
+    if (aten512) snprintf(buf + strlen(buf), len - strlen(buf), "ATEN_CPU_CAPABILITY=avx512 ");
+    if (want)
+        snprintf(why, why_len, "OpenBLAS picked its %s kernels for this CPU; PyTorch gets OPENBLAS_CORETYPE=%s%s", core,
+                 want, aten512 ? " and ATEN_CPU_CAPABILITY=avx512" : "");
+    else
+        snprintf(why, why_len, "OpenBLAS runs its %s kernels%s", core,
+                 aten512 ? "; PyTorch gets ATEN_CPU_CAPABILITY=avx512" : "");
+}

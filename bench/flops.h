@@ -76,4 +76,14 @@ fl_status fl_bench_apply_backend(fl_qnet_t *n, fl_err_t *err);
 /* The name of the backend the benches put networks on. */
 const char *fl_bench_backend_name(void);
 
+/* The environment settings PyTorch's side of a bench needs to run at its best on this
+ * CPU, as "NAME=value NAME=value " (or ""), into buf; why, one phrase, into why:
+ *   OPENBLAS_CORETYPE: OpenBLAS picks its kernels by CPU model, and a model newer than
+ *     the OpenBLAS build (Debian 12's 0.3.21 on a 5th-generation Xeon, say) gets its
+ *     oldest x86-64 kernels (SSE3, "Prescott"): when this process's OpenBLAS reports a
+ *     core below the CPU's vector ISA, SkylakeX (AVX-512) or Haswell (AVX2) is named;
+ *   ATEN_CPU_CAPABILITY=avx512 on an AVX-512 CPU: PyTorch's own kernels stop at AVX2
+ *     unless told. */
+void fl_bench_torch_env(char *buf, size_t len, char *why, size_t why_len);
+
 #endif

@@ -19,8 +19,9 @@
  *
  * PyTorch: bench/inference_bench_torch.py (next to this file's source, or --torch-script)
  * with /usr/bin/python3 (or --python PATH), one process per case, with
- * OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 in its environment and
- * torch.set_num_threads(1): float32, torch.inference_mode(); each step takes the numpy
+ * OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 in its environment (with the settings of
+ * fl_bench_torch_env, bench/flops.h, that let OpenBLAS and PyTorch use the CPU's vector
+ * ISA) and torch.set_num_threads(1): float32, torch.inference_mode(); each step takes the numpy
  * batch (torch.from_numpy), converts it (float(), and / 255 for the Nature CNN's pixels;
  * MinAtar's 0/1 planes need no scale), runs the network, takes argmax and hands the
  * actions back as numpy. Its images come as (C, H, W), the layout its convolutions take,
@@ -80,6 +81,8 @@ typedef struct opts {
     char script[1024];
     char python[1024];
     long cores;
+    char torch_env[256]; /* fl_bench_torch_env's settings for every PyTorch run */
+    char torch_why[256];
 } opts_t;
 
 /* One actor step's buffers. */
@@ -157,8 +160,8 @@ done:
 static double torch_rate(const opts_t *o, const netcase_t *c, int B, char *version, size_t len) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 '%s' '%s' --case %s --batch %d --threads 1 --seconds %g",
-             o->python, o->script, c->name, B, o->seconds);
+             "%sOMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 '%s' '%s' --case %s --batch %d --threads 1 --seconds %g",
+             o->torch_env, o->python, o->script, c->name, B, o->seconds);
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     double rate = -1;
@@ -237,6 +240,7 @@ int main(int argc, char **argv) {
     }
     if (!(o.seconds > 0 && o.seconds <= 3600)) goto usage;
     o.cores = sysconf(_SC_NPROCESSORS_ONLN);
+    fl_bench_torch_env(o.torch_env, sizeof o.torch_env, o.torch_why, sizeof o.torch_why);
     char version[64] = "";
     const int have_torch = o.torch && torch_rate(&o, &CASES[0], 1, version, sizeof version) >= 0;
     if (!o.json) {
@@ -247,6 +251,7 @@ int main(int argc, char **argv) {
             have_torch ? version
             : o.torch  ? "not available (cannot import torch or numpy)"
                        : "not run (--no-torch)");
+        if (have_torch) printf("inference_bench: %s\n", o.torch_why);
         printf("%-8s %6s %7s %12s %12s %8s %12s %8s %8s\n", "network", "batch", "obs", "fleet step/s", "fleet smp/s",
                "GFLOP/s", "torch smp/s", "GFLOP/s", "ratio");
     }

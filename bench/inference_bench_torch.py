@@ -11,7 +11,9 @@ observations, made before the clock starts, are used every step.
 
 --threads T is torch.set_num_threads(T); inference_bench runs this script at 1 with
 OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 in its environment (Debian's torch calls
-OpenBLAS for its dense layers).
+OpenBLAS for its dense layers), plus OPENBLAS_CORETYPE where OpenBLAS does not know the
+CPU (SkylakeX on AVX-512) and ATEN_CPU_CAPABILITY=avx512 on AVX-512 (its first output line
+says which).
 
 Prints one line: "<steps/s> <torch version> <threads>".
 Usage: inference_bench_torch.py --case mlp|minatar|nature --batch B [--threads T] --seconds S

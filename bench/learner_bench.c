@@ -20,10 +20,13 @@
  * Best against best. Each case (network x batch) runs every configuration of each side,
  * one per entry T of --threads (default 1,2):
  *   fleet    T BLAS threads (openblas_set_num_threads(T));
- *   PyTorch  torch.set_num_threads(T) with OMP_NUM_THREADS=T and OPENBLAS_NUM_THREADS=1 in
- *            its environment: torch's own threads run the convolutions and elementwise ops,
- *            and OpenBLAS (Debian's torch calls it for its dense layers) must not start as
- *            many again on the same cores.
+ *   PyTorch  torch.set_num_threads(T) with OMP_NUM_THREADS=T, run twice: with
+ *            OPENBLAS_NUM_THREADS=1 and with one OpenBLAS thread per core (Debian's torch
+ *            calls OpenBLAS for its dense layers: beside T torch threads, one thread can be
+ *            better, or one per core), the faster counting. Every run also gets the
+ *            settings of fl_bench_torch_env (bench/flops.h): where OpenBLAS does not know
+ *            the CPU and falls back to its SSE3 kernels, OPENBLAS_CORETYPE names the
+ *            CPU's vector ISA, and on AVX-512 ATEN_CPU_CAPABILITY=avx512.
  * A row per configuration (threads T on both sides; its ratio is fleet's updates/s over
  * PyTorch's), then per case fleet's best configuration, PyTorch's best and the ratio of the
  * bests. FLOP per update are counted from the network's layers (bench/flops.h says exactly
@@ -91,6 +94,8 @@ typedef struct opts {
     char script[1024];
     char python[1024];
     long cores;
+    char torch_env[256]; /* fl_bench_torch_env's settings for every PyTorch run */
+    char torch_why[256];
 } opts_t;
 
 static int die(const char *what, const fl_err_t *e) {
@@ -203,18 +208,16 @@ done:
     return rate;
 }
 
-/* OpenBLAS's threads in every PyTorch configuration (see the header). */
-#define TORCH_OPENBLAS_THREADS 1
-
 /* PyTorch's updates/s from the script at `threads` torch threads (OMP_NUM_THREADS the
- * same, OPENBLAS_NUM_THREADS=TORCH_OPENBLAS_THREADS); < 0 when it cannot run. version gets
- * torch's. extra: more arguments for the script ("" for the CPU rows). */
-static double torch_rate(const opts_t *o, const netcase_t *c, int B, int threads, const char *extra, char *version,
-                         size_t len) {
+ * same) and OpenBLAS at `blas` threads, in the environment o->torch_env; < 0 when it
+ * cannot run. version gets torch's. extra: more arguments for the script ("" for the CPU
+ * rows). */
+static double torch_rate(const opts_t *o, const netcase_t *c, int B, int threads, int blas, const char *extra,
+                         char *version, size_t len) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d '%s' '%s' --case %s --batch %d --threads %d --seconds %g%s",
-             threads, TORCH_OPENBLAS_THREADS, o->python, o->script, c->name, B, threads, o->seconds, extra);
+             "%sOMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d '%s' '%s' --case %s --batch %d --threads %d --seconds %g%s",
+             o->torch_env, threads, blas, o->python, o->script, c->name, B, threads, o->seconds, extra);
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     double rate = -1;
@@ -229,6 +232,22 @@ static double torch_rate(const opts_t *o, const netcase_t *c, int B, int threads
     }
     snprintf(version, len, "%s", v);
     return rate;
+}
+
+/* PyTorch at `threads` torch threads, the faster of OpenBLAS at 1 thread and at one per
+ * core (see the header); its OpenBLAS threads in *blas. */
+static double torch_best_blas(const opts_t *o, const netcase_t *c, int B, int threads, int *blas, char *version,
+                              size_t len) {
+    double best = torch_rate(o, c, B, threads, 1, "", version, len);
+    *blas = 1;
+    if (o->cores > 1) {
+        const double r = torch_rate(o, c, B, threads, (int)o->cores, "", version, len);
+        if (r > best) {
+            best = r;
+            *blas = (int)o->cores;
+        }
+    }
+    return best;
 }
 
 /* ---- GPU rows ---------------------------------------------------------------------- */
@@ -355,7 +374,7 @@ static int gpu_rows(const opts_t *o, int have_torch) {
                 if (f < 0) return 1;
                 char extra[128];
                 snprintf(extra, sizeof extra, " --device cuda --tf32 %d --obs-dtype %s", tf32, dtype);
-                const double t = have_torch ? torch_rate(o, c, B, 1, extra, version, sizeof version) : -1;
+                const double t = have_torch ? torch_rate(o, c, B, 1, 1, extra, version, sizeof version) : -1;
                 if (o->json) {
                     printf("{\"bench\":\"learner_gpu\",\"case\":\"%s\",\"batch\":%d,\"obs\":\"%s\",\"tf32\":%d,"
                            "\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,"
@@ -432,6 +451,7 @@ typedef struct best_row {
     double flop;          /* per update */
     double fleet, torch;  /* best updates/s; <= 0: none */
     int fleet_t, torch_t; /* their threads */
+    int torch_blas;       /* PyTorch's best: OpenBLAS's threads */
 } best_row_t;
 
 static void format_rate(char *buf, size_t len, double rate, int threads, double flop) {
@@ -448,7 +468,7 @@ static void print_best(const opts_t *o, const best_row_t *r, const fl_flops_peak
                "\"torch_best_gflops\":%.4g,\"ratio_of_bests\":%.4g,\"peak_gflops\":%.4g,\"core_peak_gflops\":%.4g,"
                "\"cores\":%ld}\n",
                r->c->name, r->B, r->flop, r->fleet, r->fleet_t, r->fleet * r->flop / 1e9, r->torch, r->torch_t,
-               TORCH_OPENBLAS_THREADS, r->torch > 0 ? r->torch * r->flop / 1e9 : 0.0, ratio,
+               r->torch_blas, r->torch > 0 ? r->torch * r->flop / 1e9 : 0.0, ratio,
                peak->ok ? peak->peak_flops / 1e9 : 0.0, peak->ok ? peak->core_flops / 1e9 : 0.0, o->cores);
         return;
     }
@@ -467,10 +487,11 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
     best_row_t best[NUM_CASES * 2];
     int n_best = 0;
     if (!o->json) {
-        printf("PyTorch at T threads: torch.set_num_threads(T), OMP_NUM_THREADS=T, OPENBLAS_NUM_THREADS=%d\n",
-               TORCH_OPENBLAS_THREADS);
-        printf("%-8s %6s %7s %14s %14s %14s %8s\n", "network", "batch", "threads", "fleet upd/s", "fleet smp/s",
-               "torch upd/s", "ratio");
+        printf("PyTorch at T threads: torch.set_num_threads(T), OMP_NUM_THREADS=T, the faster of "
+               "OPENBLAS_NUM_THREADS=1 and =%ld (column blas); %s\n",
+               o->cores, o->torch_why);
+        printf("%-8s %6s %7s %14s %14s %14s %4s %8s\n", "network", "batch", "threads", "fleet upd/s", "fleet smp/s",
+               "torch upd/s", "blas", "ratio");
     }
     for (int k = 0; k < NUM_CASES; k++) {
         if (o->only >= 0 && o->only != k) continue;
@@ -480,11 +501,12 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
             const double flop = update_flops(c, B);
             if (flop < 0) return 1;
             double f[4], t[4];
+            int tb_blas[4] = {1, 1, 1, 1};
             for (int ti = 0; ti < o->n_threads; ti++) {
                 const int T = o->threads[ti];
                 f[ti] = fleet_rate(c, B, T, o->seconds);
                 if (f[ti] < 0) return 1;
-                t[ti] = have_torch ? torch_rate(o, c, B, T, "", version, sizeof version) : -1;
+                t[ti] = have_torch ? torch_best_blas(o, c, B, T, &tb_blas[ti], version, sizeof version) : -1;
                 if (o->json) {
                     printf("{\"bench\":\"learner\",\"case\":\"%s\",\"batch\":%d,\"threads\":%d,"
                            "\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,"
@@ -492,7 +514,7 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
                            "\"torch_openblas_threads\":%d,\"flop_per_update\":%.6g,\"fleet_gflops\":%.4g,"
                            "\"torch_gflops\":%.4g,\"cores\":%ld}\n",
                            c->name, B, T, f[ti], f[ti] * B, t[ti], t[ti] > 0 ? f[ti] / t[ti] : 0.0,
-                           TORCH_OPENBLAS_THREADS, flop, f[ti] * flop / 1e9, t[ti] > 0 ? t[ti] * flop / 1e9 : 0.0,
+                           tb_blas[ti], flop, f[ti] * flop / 1e9, t[ti] > 0 ? t[ti] * flop / 1e9 : 0.0,
                            o->cores);
                 } else {
                     char tb[32] = "-", rb[32] = "-";
@@ -500,12 +522,14 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
                         snprintf(tb, sizeof tb, "%.1f", t[ti]);
                         snprintf(rb, sizeof rb, "%.2fx", f[ti] / t[ti]);
                     }
-                    printf("%-8s %6d %7d %14.1f %14.0f %14s %8s\n", c->name, B, T, f[ti], f[ti] * B, tb, rb);
+                    printf("%-8s %6d %7d %14.1f %14.0f %14s %4d %8s\n", c->name, B, T, f[ti], f[ti] * B, tb,
+                           tb_blas[ti], rb);
                 }
                 fflush(stdout);
             }
             const int fi = best_of(f, o->n_threads), ti = best_of(t, o->n_threads);
-            best_row_t r = {c, B, flop, f[fi], ti >= 0 ? t[ti] : -1, o->threads[fi], ti >= 0 ? o->threads[ti] : 0};
+            best_row_t r = {c,  B, flop, f[fi], ti >= 0 ? t[ti] : -1, o->threads[fi], ti >= 0 ? o->threads[ti] : 0,
+                            ti >= 0 ? tb_blas[ti] : 0};
             if (o->json) print_best(o, &r, peak);
             best[n_best++] = r;
         }
@@ -564,8 +588,9 @@ int main(int argc, char **argv) {
     }
     if (!(o.seconds > 0 && o.seconds <= 3600)) goto usage;
     o.cores = sysconf(_SC_NPROCESSORS_ONLN);
+    fl_bench_torch_env(o.torch_env, sizeof o.torch_env, o.torch_why, sizeof o.torch_why);
     char version[64] = "";
-    int have_torch = o.torch && torch_rate(&o, &CASES[0], 8, 1, "", version, sizeof version) >= 0;
+    int have_torch = o.torch && torch_rate(&o, &CASES[0], 8, 1, 1, "", version, sizeof version) >= 0;
     fl_flops_peak_t peak;
     fl_flops_measure_peak(o.cores, &peak);
     print_peak(&o, &peak);

@@ -17,9 +17,11 @@ end of every update. --tf32 1 allows TF32 in matmuls and cuDNN convolutions (fle
 tf32 flag), 0 forbids it.
 
 --threads T is torch.set_num_threads(T). learner_bench runs this script with
-OMP_NUM_THREADS=T and OPENBLAS_NUM_THREADS=1 in its environment (Debian's torch calls
-OpenBLAS for its dense layers, which would otherwise start a thread per core of its own
-next to torch's); run it by hand the same way to get the same configuration.
+OMP_NUM_THREADS=T and OPENBLAS_NUM_THREADS=1, then with OPENBLAS_NUM_THREADS set to the
+core count (Debian's torch calls OpenBLAS for its dense layers), and keeps the faster; on
+a CPU that OpenBLAS does not know it adds OPENBLAS_CORETYPE (SkylakeX on AVX-512), and on
+AVX-512 ATEN_CPU_CAPABILITY=avx512 (its first output line says which). Run it by hand
+with the same environment to get the same configuration.
 
 Prints one line: "<updates/s> <torch version> <threads>".
 Usage: learner_bench_torch.py --case mlp|minatar|nature --batch B --threads T --seconds S
