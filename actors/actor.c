@@ -161,7 +161,6 @@ struct fl_actor {
     fl_reporter_t *reporter;
 
     unsigned char *obs, *next, *final_obs, *next_true; /* (N, obs_bytes) each */
-    float *obs_f;                                      /* (N, obs_count) */
     float *q;                                          /* (N, A) */
     int32_t *actions;                                  /* (N) */
     float *rewards;                                    /* (N) */
@@ -195,7 +194,6 @@ void fl_actor_destroy(fl_actor_t *a) {
     free(a->next);
     free(a->final_obs);
     free(a->next_true);
-    free(a->obs_f);
     free(a->q);
     free(a->actions);
     free(a->rewards);
@@ -348,9 +346,7 @@ static fl_status send_ready(actor_t *a, fl_err_t *err) {
 /* One vector step: forward, act, step, feed the builder, record finished episodes. */
 static fl_status step(actor_t *a, fl_err_t *err) {
     const int N = a->num_envs;
-    if (fl_dtype_to_float(a->def->obs.dtype, a->obs, (size_t)N * a->obs_count, a->obs_f) != 0)
-        return fl_err_set(err, FL_INTERNAL, "observation dtype conversion failed");
-    fl_status s = fl_qnet_forward(a->net, a->obs_f, N, a->q);
+    fl_status s = fl_qnet_forward_obs(a->net, a->def->obs.dtype, a->obs, N, a->q);
     if (s != FL_OK) return fl_err_set(err, s, "Q-network forward of %d observations failed", N);
     fl_actor_select_actions(a->q, N, a->num_actions, a->epsilon, &a->explore, a->actions);
     FL_TRY(fl_wrapvec_step(a->envs, a->actions, a->next, a->rewards, a->terminated, a->truncated, a->final_obs,
@@ -488,7 +484,6 @@ static fl_status build_net(actor_t *a, fl_rng_t *init_rng, fl_err_t *err) {
     ALLOC(next, N * a->obs_bytes);
     ALLOC(final_obs, N * a->obs_bytes);
     ALLOC(next_true, N * a->obs_bytes);
-    ALLOC(obs_f, N * a->obs_count);
     ALLOC(q, N * (size_t)a->num_actions);
     ALLOC(actions, N);
     ALLOC(rewards, N);

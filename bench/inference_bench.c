@@ -1,8 +1,9 @@
 /* inference_bench: the actor's per-step inference on ONE thread, fleet against PyTorch eager.
  *
  * One step is what an actor (actors/actor.c, step()) does with a vector of B envs'
- * observations before it steps them: converts them to floats (fl_dtype_to_float: uint8
- * x 1/255, float32 copied), runs fl_qnet_forward on the B of them, and picks the actions
+ * observations before it steps them: fl_qnet_forward_obs on the B of them as the envs give
+ * them (uint8 x 1/255, float32 as is: the oneDNN backend converts uint8 on the way into
+ * its layout, the reference into a float buffer first), and picks the actions
  * (fl_actor_select_actions at epsilon 0: the greedy argmax; it still draws one uniform per
  * env, as the actor does at any epsilon). Not included: the env steps, the n-step builder
  * and the initial priorities (two forwards per transition, run when the actor flushes its
@@ -92,16 +93,13 @@ typedef struct actor_step {
     int B, A;
     size_t count; /* observation elements of the batch */
     void *obs;    /* (B, obs_dim) of dtype */
-    float *obs_f; /* (B, obs_dim) */
     float *q;     /* (B, A) */
     int32_t *actions;
     fl_rng_t rng;
 } actor_step_t;
 
 static fl_status actor_step(actor_step_t *s, fl_err_t *e) {
-    if (fl_dtype_to_float(s->dtype, s->obs, s->count, s->obs_f) != 0)
-        return fl_err_set(e, FL_INTERNAL, "observation dtype conversion failed");
-    fl_status st = fl_qnet_forward(s->net, s->obs_f, s->B, s->q);
+    fl_status st = fl_qnet_forward_obs(s->net, s->dtype, s->obs, s->B, s->q);
     if (st != FL_OK) return fl_err_set(e, st, "Q-network forward of %d observations failed", s->B);
     fl_actor_select_actions(s->q, s->B, s->A, 0.0, &s->rng, s->actions);
     return FL_OK;
@@ -122,10 +120,9 @@ static double fleet_rate(const netcase_t *c, int B, double seconds) {
     fl_qnet_set_input_scale(s.net, c->input_scale);
     s.count = (size_t)B * (size_t)fl_qnet_obs_dim(s.net);
     s.obs = malloc(s.count * fl_dtype_size(c->dtype));
-    s.obs_f = malloc(s.count * sizeof(float));
     s.q = malloc((size_t)B * (size_t)c->actions * sizeof(float));
     s.actions = malloc((size_t)B * sizeof(int32_t));
-    if (!s.obs || !s.obs_f || !s.q || !s.actions) {
+    if (!s.obs || !s.q || !s.actions) {
         fl_err_set(&e, FL_NO_MEMORY, "buffers for a batch of %d", B);
         goto fail;
     }
@@ -151,7 +148,7 @@ static double fleet_rate(const netcase_t *c, int B, double seconds) {
 fail:
     fprintf(stderr, "inference_bench: %s, batch %d: %s\n", c->name, B, e.msg);
 done:
-    free(s.obs), free(s.obs_f), free(s.q), free(s.actions);
+    free(s.obs), free(s.q), free(s.actions);
     fl_qnet_destroy(s.net);
     return rate;
 }

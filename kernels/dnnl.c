@@ -1194,27 +1194,35 @@ static inline void scale_copy(float *restrict dst, const float *restrict src, fl
     for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * src[t];
 }
 
+/* uint8 observations as fl_dtype_to_float converts them (v x 1/255), then the scale: the
+ * same two roundings as a conversion first and scale_copy after. */
+static inline void scale_copy_u8(float *restrict dst, const unsigned char *restrict src, float scale,
+                                 dnnl_dim_t n) {
+    SIMD
+    for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * ((float)src[t] * (1.0f / 255.0f));
+}
+
 /* Image observations (B, H, W, C) * scale into the input edge x (layout p->in), or with
  * out set the input edge's gradient back into them (every element written: the rows and
  * columns a space-to-depth convolution does not reach get 0). With f = p->s2d > 1 the
  * edge is (B, C f f, H2, W2) and element (b, (dy f + dx) C + c, Y, X) is the
  * observation's (Y f + dy, X f + dx, c); with f = 1 it is the observations themselves,
  * (B, C, H, W) in whatever order p->in says. */
-static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, float *x, float scale, int B,
-                        int out) {
+static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, const unsigned char *u8, float *x,
+                        float scale, int B, int out) {
     const int H = n->img_h, W = n->img_w, C = n->img_c, f = p->s2d > 1 ? p->s2d : 1;
     const int H2 = (int)p->edge[0]->md.dims[2], W2 = (int)p->edge[0]->md.dims[3], run = f * C;
     const layout_t *L = &p->in;
     PAR_FOR
     for (int b = 0; b < B; b++) {
-        float *img = obs + (size_t)b * n->obs_dim;
-        if (out && (H2 * f < H || W2 * f < W)) memset(img, 0, (size_t)n->obs_dim * sizeof(float));
+        const size_t img = (size_t)b * n->obs_dim;
+        if (out && (H2 * f < H || W2 * f < W)) memset(obs + img, 0, (size_t)n->obs_dim * sizeof(float));
         for (int Y = 0; Y < H2; Y++)
             for (int dy = 0; dy < f; dy++) {
-                float *row = img + (size_t)(Y * f + dy) * W * C;
+                const size_t row = img + (size_t)(Y * f + dy) * W * C;
                 const dnnl_dim_t c0 = (dnnl_dim_t)dy * run; /* the edge channel of (dy, dx = 0, c = 0) */
                 for (int X = 0; X < W2; X++) {
-                    float *src = row + (size_t)X * run;
+                    const size_t src = row + (size_t)X * run;
                     dnnl_dim_t o = b * L->st[0] + (c0 / L->blk) * L->st[1] + Y * L->st[2] + X * L->st[3],
                                ci = c0 % L->blk;
                     /* in stretches of channels that lie side by side in x */
@@ -1222,8 +1230,9 @@ static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, flo
                         dnnl_dim_t len = run - j;
                         if (L->blk > 1 && len > L->blk - ci) len = L->blk - ci;
                         else if (L->blk == 1 && L->st[1] != 1) len = 1;
-                        if (out) scale_copy(src + j, x + o + ci, scale, len);
-                        else scale_copy(x + o + ci, src + j, scale, len);
+                        if (out) scale_copy(obs + src + j, x + o + ci, scale, len);
+                        else if (u8) scale_copy_u8(x + o + ci, u8 + src + j, scale, len);
+                        else scale_copy(x + o + ci, obs + src + j, scale, len);
                         j += (int)len;
                         if (L->blk == 1) {
                             o += len * L->st[1];
@@ -1237,26 +1246,30 @@ static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, flo
     }
 }
 
-/* Vector observations: x = scale * obs (or obs = scale * x, out set). */
-static void copy_vectors(float *obs, float *x, float scale, size_t total, int out) {
+/* Vector observations: x = scale * obs (or obs = scale * x, out set; u8 instead of obs
+ * when not NULL). */
+static void copy_vectors(float *obs, const unsigned char *u8, float *x, float scale, size_t total, int out) {
     const long spans = (long)((total + PAR_SPAN - 1) / PAR_SPAN);
     PAR_FOR
     for (long k = 0; k < spans; k++) {
         const size_t i0 = (size_t)k * PAR_SPAN, i1 = total - i0 < PAR_SPAN ? total : i0 + PAR_SPAN;
         if (out) scale_copy(obs + i0, x + i0, scale, (dnnl_dim_t)(i1 - i0));
+        else if (u8) scale_copy_u8(x + i0, u8 + i0, scale, (dnnl_dim_t)(i1 - i0));
         else scale_copy(x + i0, obs + i0, scale, (dnnl_dim_t)(i1 - i0));
     }
 }
 
-static fl_status net_forward(fl_dnnl_net_t *n, const float *obs, float scale, int B, float *q, fl_err_t *err) {
-    if (!n || !obs || !q || B < 1 || B > n->max_batch)
+/* obs (floats) or u8 (uint8, x 1/255) */
+static fl_status net_forward(fl_dnnl_net_t *n, const float *obs, const unsigned char *u8, float scale, int B, float *q,
+                             fl_err_t *err) {
+    if (!n || (!obs && !u8) || !q || B < 1 || B > n->max_batch)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dnnl: forward: batch %d (expected 1..%d) and non-NULL buffers",
                           B, n ? n->max_batch : 0);
     plan_t *p = NULL;
     FL_TRY(get_plan(n, B, &p, err));
     /* obs is only read (copy_* write the other side) */
-    if (n->img_c) copy_images(n, p, (float *)obs, p->edge[0]->val, scale, B, 0);
-    else copy_vectors((float *)obs, p->edge[0]->val, scale, (size_t)B * n->obs_dim, 0);
+    if (n->img_c) copy_images(n, p, (float *)obs, u8, p->edge[0]->val, scale, B, 0);
+    else copy_vectors((float *)obs, u8, p->edge[0]->val, scale, (size_t)B * n->obs_dim, 0);
     p->forwarded = 0;
     FL_TRY(run(n, &p->fwd, err));
     memcpy(q, p->edge[n->num_layers]->val, (size_t)B * n->num_actions * sizeof(float));
@@ -1279,15 +1292,25 @@ static fl_status net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *d
     FL_TRY(run(n, &p->bwd, err));
     if (!dobs) return FL_OK;
     FL_TRY(run(n, &p->ibwd, err));
-    if (n->img_c) copy_images(n, p, dobs, p->edge[0]->grad, scale, B, 1);
-    else copy_vectors(dobs, p->edge[0]->grad, scale, (size_t)B * n->obs_dim, 1);
+    if (n->img_c) copy_images(n, p, dobs, NULL, p->edge[0]->grad, scale, B, 1);
+    else copy_vectors(dobs, NULL, p->edge[0]->grad, scale, (size_t)B * n->obs_dim, 1);
     return FL_OK;
 }
 
 fl_status fl_dnnl_net_forward(fl_dnnl_net_t *n, const float *obs, float scale, int B, float *q, fl_err_t *err) {
     sigset_t old;
     hold_signals(&old);
-    const fl_status st = net_forward(n, obs, scale, B, q, err);
+    const fl_status st = net_forward(n, obs, NULL, scale, B, q, err);
+    release_signals(&old);
+    return st;
+}
+
+fl_status fl_dnnl_net_forward_u8(fl_dnnl_net_t *n, const unsigned char *obs, float scale, int B, float *q,
+                                 fl_err_t *err) {
+    if (!obs) return fl_err_set(err, FL_INVALID_ARGUMENT, "dnnl: forward: NULL observations");
+    sigset_t old;
+    hold_signals(&old);
+    const fl_status st = net_forward(n, NULL, obs, scale, B, q, err);
     release_signals(&old);
     return st;
 }
@@ -1372,6 +1395,11 @@ fl_status fl_dnnl_net_create(const fl_dnnl_net_desc_t *d, fl_dnnl_net_t **out, f
 void fl_dnnl_net_destroy(fl_dnnl_net_t *n) { (void)n; }
 
 fl_status fl_dnnl_net_forward(fl_dnnl_net_t *n, const float *obs, float scale, int B, float *q, fl_err_t *err) {
+    return fl_err_set(err, FL_UNIMPLEMENTED, "dnnl: fleet was built without oneDNN");
+}
+
+fl_status fl_dnnl_net_forward_u8(fl_dnnl_net_t *n, const unsigned char *obs, float scale, int B, float *q,
+                                 fl_err_t *err) {
     return fl_err_set(err, FL_UNIMPLEMENTED, "dnnl: fleet was built without oneDNN");
 }
 

@@ -90,6 +90,11 @@ void fl_dnnl_net_destroy(fl_dnnl_net_t *n); /* NULL is a no-op */
 /* q (B, num_actions) = Q(obs (B, obs_dim) * scale). Keeps the activations for a backward
  * at the same B. */
 fl_status fl_dnnl_net_forward(fl_dnnl_net_t *n, const float *obs, float scale, int B, float *q, fl_err_t *err);
+/* The same on uint8 observations, each taken as v x (1 / 255) (as fl_dtype_to_float
+ * converts them) before the scale: the results of converting them first, without the
+ * float copy (the conversion is done on the way into the plan's layout). */
+fl_status fl_dnnl_net_forward_u8(fl_dnnl_net_t *n, const unsigned char *obs, float scale, int B, float *q,
+                                 fl_err_t *err);
 /* The gradient buffer (overwritten) = dLoss/dparams for dq (B, num_actions) = dLoss/dQ of
  * the last forward, which must have been at B (else FL_FAILED_PRECONDITION); dobs
  * (B, obs_dim), when not NULL, = dLoss/dobs (scale as in that forward). */

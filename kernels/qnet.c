@@ -95,6 +95,7 @@ struct fl_qnet {
     float *input;   /* (max_batch, obs_dim): copy of the last forward's obs */
     float *gbuf[2]; /* (max_batch, widest layer) each */
     int last_batch; /* B of the last forward; 0 before the first */
+    float *obs_f;   /* (max_batch, obs_dim): fl_qnet_forward_obs's conversion, made at its first use */
 };
 
 /* ---- views ------------------------------------------------------------------------- */
@@ -582,6 +583,7 @@ void fl_qnet_destroy(fl_qnet_t *n) {
     fl_dnnl_net_destroy(n->dnnl);
     free(n->arena);
     free(n->grads);
+    free(n->obs_f);
     free(n->params);
     free(n->views);
     free(n->layers);
@@ -682,6 +684,21 @@ void fl_qnet_copy_params(fl_qnet_t *dst, const fl_qnet_t *src) {
 static fl_status dnnl_status(fl_qnet_t *n, fl_status st, const fl_err_t *err) {
     if (st != FL_OK) fl_log(FL_LOG_ERROR, "qnet \"%.200s\": %s", n->spec, err->msg);
     return st;
+}
+
+fl_status fl_qnet_forward_obs(fl_qnet_t *n, fl_dtype d, const void *obs, int B, float *q) {
+    if (!n || !obs || !q || B < 1 || B > n->max_batch) return FL_INVALID_ARGUMENT;
+    if (n->backend == FL_QNET_BACKEND_DNNL && d == FL_DTYPE_UINT8) {
+        fl_err_t err;
+        fl_err_init(&err);
+        n->last_batch = 0;
+        FL_TRY(dnnl_status(n, fl_dnnl_net_forward_u8(n->dnnl, obs, n->in_scale, B, q, &err), &err));
+        n->last_batch = B;
+        return FL_OK;
+    }
+    if (!n->obs_f && !(n->obs_f = alloc_floats((size_t)n->max_batch * n->obs_dim))) return FL_NO_MEMORY;
+    if (fl_dtype_to_float(d, obs, (size_t)B * n->obs_dim, n->obs_f) != 0) return FL_INVALID_ARGUMENT;
+    return fl_qnet_forward(n, n->obs_f, B, q);
 }
 
 fl_status fl_qnet_forward(fl_qnet_t *n, const float *obs, int B, float *q) {

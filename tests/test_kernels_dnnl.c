@@ -551,6 +551,50 @@ static void test_params_change(void **state) {
     fl_qnet_destroy(other);
 }
 
+/* fl_qnet_forward_obs on uint8 observations (converted on the way into the oneDNN plan's
+ * layout) gives the bits of fl_dtype_to_float and fl_qnet_forward, on both backends, with
+ * the input scale, through a space-to-depth convolution, a plain one and a dense layer; a
+ * backward follows it as it follows a forward. */
+static void test_forward_obs(void **state) {
+    fl_err_t err;
+    fl_err_init(&err);
+    const net_case_t cases[] = {
+        {"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0},
+        {MINATAR, 10, 10, 4, 6, 255.0f},
+        {"dense(16) relu dueling", 0, 0, 7, 3, 0},
+    };
+    const int B = 5;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int backend = 0; backend < 2; backend++) {
+            if (backend == 1 && !fl_dnnl_available()) continue;
+            fl_qnet_t *n = make_net(&cases[c], B);
+            assert_int_equal(fl_qnet_set_backend(n, backend ? FL_QNET_BACKEND_DNNL : FL_QNET_BACKEND_REF, &err),
+                             FL_OK);
+            const size_t D = (size_t)fl_qnet_obs_dim(n), A = (size_t)cases[c].actions;
+            unsigned char *u8 = malloc(B * D);
+            float *f = malloc(B * D * 4), *q = malloc(B * A * 4), *q_ref = malloc(B * A * 4), *dq = malloc(B * A * 4);
+            for (size_t i = 0; i < B * D; i++) u8[i] = (unsigned char)fl_rng_below(&g_rng, 256);
+            for (size_t i = 0; i < B * A; i++) dq[i] = (float)fl_rng_below(&g_rng, 3) - 1.0f;
+            assert_int_equal(fl_dtype_to_float(FL_DTYPE_UINT8, u8, B * D, f), 0);
+            assert_int_equal(fl_qnet_forward(n, f, B, q_ref), FL_OK);
+            assert_int_equal(fl_qnet_backward(n, dq, B), FL_OK);
+            float *g_ref = malloc(fl_qnet_num_params(n) * 4);
+            memcpy(g_ref, fl_qnet_grads(n), fl_qnet_num_params(n) * 4);
+            assert_int_equal(fl_qnet_forward_obs(n, FL_DTYPE_UINT8, u8, B, q), FL_OK);
+            assert_memory_equal(q, q_ref, B * A * 4);
+            assert_int_equal(fl_qnet_backward(n, dq, B), FL_OK);
+            assert_memory_equal(fl_qnet_grads(n), g_ref, fl_qnet_num_params(n) * 4);
+            /* float32 observations as they are */
+            assert_int_equal(fl_qnet_forward_obs(n, FL_DTYPE_FLOAT32, f, B, q), FL_OK);
+            assert_memory_equal(q, q_ref, B * A * 4);
+            assert_int_equal(fl_qnet_forward_obs(n, FL_DTYPE_BFLOAT16, u8, B, q), FL_INVALID_ARGUMENT);
+            assert_int_equal(fl_qnet_forward_obs(n, FL_DTYPE_UINT8, u8, B + 1, q), FL_INVALID_ARGUMENT);
+            free(u8), free(f), free(q), free(q_ref), free(dq), free(g_ref);
+            fl_qnet_destroy(n);
+        }
+    }
+}
+
 /* ---- backend switching ------------------------------------------------------------------- */
 
 static void test_backend_switch(void **state) {
@@ -592,6 +636,7 @@ int main(void) {
         cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),
         cmocka_unit_test(test_signals),       cmocka_unit_test(test_dqn_steps),
         cmocka_unit_test(test_backend_switch), cmocka_unit_test(test_params_change),
+        cmocka_unit_test(test_forward_obs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
