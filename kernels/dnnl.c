@@ -599,7 +599,7 @@ static fl_status plain_of(bld_t *b, tensor_t *t, tensor_t **out) {
     return tensor_as(b, &b->p->fwd, t, &pm, out);
 }
 
-#define DENSE_ANY_WEIGHTS (128 * 1024) /* weights of a dense layer that get oneDNN's layout */
+#define DENSE_ANY_WEIGHTS (64 * 1024) /* weights of a dense layer that get oneDNN's layout */
 
 /* dense (units outputs) and the dueling head (1 + A stream outputs) as an inner product
  * over the plain input seen as (B, in). */
