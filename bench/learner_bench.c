@@ -196,7 +196,8 @@ static double fleet_rate(const netcase_t *c, int B, int threads, double seconds)
         next[i] = (float)fl_rng_double(&rng);
     }
     fill_transitions(&rng, B, c->actions, ret, disc, w, act);
-    fl_dqn_batch_t b = {B, obs, act, ret, disc, next, w};
+    fl_dqn_batch_t b = {
+        .size = B, .obs = obs, .actions = act, .rewards = ret, .discounts = disc, .next_obs = next, .weights = w};
     cpu_update_t u = {dqn, online, target, opt, &b, prio, &e};
     if (timed_updates(cpu_update, &u, 2, seconds, &rate) != FL_OK) die("update", &e);
 done:

@@ -686,16 +686,22 @@ static fl_status dnnl_status(fl_qnet_t *n, fl_status st, const fl_err_t *err) {
     return st;
 }
 
+/* The oneDNN backend's forward of float (f) or uint8 (u8) observations. */
+static fl_status dnnl_forward(fl_qnet_t *n, const float *f, const unsigned char *u8, int B, float *q) {
+    fl_err_t err;
+    fl_err_init(&err);
+    n->last_batch = 0;
+    FL_TRY(dnnl_status(n,
+                       u8 ? fl_dnnl_net_forward_u8(n->dnnl, u8, n->in_scale, B, q, &err)
+                          : fl_dnnl_net_forward(n->dnnl, f, n->in_scale, B, q, &err),
+                       &err));
+    n->last_batch = B;
+    return FL_OK;
+}
+
 fl_status fl_qnet_forward_obs(fl_qnet_t *n, fl_dtype d, const void *obs, int B, float *q) {
     if (!n || !obs || !q || B < 1 || B > n->max_batch) return FL_INVALID_ARGUMENT;
-    if (n->backend == FL_QNET_BACKEND_DNNL && d == FL_DTYPE_UINT8) {
-        fl_err_t err;
-        fl_err_init(&err);
-        n->last_batch = 0;
-        FL_TRY(dnnl_status(n, fl_dnnl_net_forward_u8(n->dnnl, obs, n->in_scale, B, q, &err), &err));
-        n->last_batch = B;
-        return FL_OK;
-    }
+    if (n->backend == FL_QNET_BACKEND_DNNL && d == FL_DTYPE_UINT8) return dnnl_forward(n, NULL, obs, B, q);
     if (!n->obs_f && !(n->obs_f = alloc_floats((size_t)n->max_batch * n->obs_dim))) return FL_NO_MEMORY;
     if (fl_dtype_to_float(d, obs, (size_t)B * n->obs_dim, n->obs_f) != 0) return FL_INVALID_ARGUMENT;
     return fl_qnet_forward(n, n->obs_f, B, q);
@@ -703,14 +709,7 @@ fl_status fl_qnet_forward_obs(fl_qnet_t *n, fl_dtype d, const void *obs, int B, 
 
 fl_status fl_qnet_forward(fl_qnet_t *n, const float *obs, int B, float *q) {
     if (!n || !obs || !q || B < 1 || B > n->max_batch) return FL_INVALID_ARGUMENT;
-    if (n->backend == FL_QNET_BACKEND_DNNL) {
-        fl_err_t err;
-        fl_err_init(&err);
-        n->last_batch = 0;
-        FL_TRY(dnnl_status(n, fl_dnnl_net_forward(n->dnnl, obs, n->in_scale, B, q, &err), &err));
-        n->last_batch = B;
-        return FL_OK;
-    }
+    if (n->backend == FL_QNET_BACKEND_DNNL) return dnnl_forward(n, obs, NULL, B, q);
     const float sc = n->in_scale;
     if (n->img_c) { /* (B, H, W, C) -> (B, C, H, W) */
         const size_t hw = (size_t)n->img_h * n->img_w, C = (size_t)n->img_c;

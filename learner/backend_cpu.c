@@ -1,6 +1,7 @@
 /* backend_cpu: the learner's updates on the host (see backend.h): learner/dqn.h's
  * double-DQN update on the learner's own networks and optimizer, with OpenBLAS
- * (learner.threads). The batch is converted to floats into the learner's obs_f/next_f.
+ * (learner.threads). The batch goes in as replay gives it where the network can take it
+ * (cpu_prepare), else converted to floats into the learner's obs_f/next_f.
  * Nothing to open, move or close: the CPU networks are the ones trained.
  * Thread-safety: the learner's owner thread. */
 
@@ -8,14 +9,31 @@
 #include "common/dtype.h"
 #include "learner/learner_internal.h"
 
-/* The batch being trained on as float columns (l->view). */
+/* The batch being trained on (l->view): float32 observations as they are, uint8 ones as
+ * they are for the oneDNN backend (it converts them on the way into its layout), others
+ * converted to floats into obs_f and next_f. */
 static fl_status cpu_prepare(fl_learner_t *l, fl_err_t *err) {
     const fl_replay_batch_t *cb = l->cur;
     const size_t n = cb->count;
     FL_TRY(fl__learner_check_obs_bytes(l, err));
-    fl_dtype_to_float(l->obs.dtype, cb->obs, n * l->obs_count, l->obs_f);
-    fl_dtype_to_float(l->obs.dtype, cb->next_obs, n * l->obs_count, l->next_f);
-    l->view = (fl_dqn_batch_t){(int)n, l->obs_f, cb->actions, cb->rewards, cb->discounts, l->next_f, cb->weights};
+    l->view = (fl_dqn_batch_t){.size = (int)n,
+                               .obs = l->obs_f,
+                               .actions = cb->actions,
+                               .rewards = cb->rewards,
+                               .discounts = cb->discounts,
+                               .next_obs = l->next_f,
+                               .weights = cb->weights};
+    if (l->obs.dtype == FL_DTYPE_FLOAT32) {
+        l->view.obs = (const float *)cb->obs;
+        l->view.next_obs = (const float *)cb->next_obs;
+    } else if (l->obs.dtype == FL_DTYPE_UINT8 && fl_qnet_backend(l->online) == FL_QNET_BACKEND_DNNL) {
+        l->view.raw_dtype = FL_DTYPE_UINT8;
+        l->view.obs_raw = cb->obs;
+        l->view.next_raw = cb->next_obs;
+    } else {
+        fl_dtype_to_float(l->obs.dtype, cb->obs, n * l->obs_count, l->obs_f);
+        fl_dtype_to_float(l->obs.dtype, cb->next_obs, n * l->obs_count, l->next_f);
+    }
     return FL_OK;
 }
 

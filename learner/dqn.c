@@ -73,7 +73,7 @@ static fl_status check_inputs(const fl_dqn_t *d, const fl_qnet_t *online, const 
     const int B = b->size, A = d->cfg.num_actions;
     if (B < 1 || B > d->cfg.max_batch)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: batch size %d (expected 1..%d)", B, d->cfg.max_batch);
-    if (!b->obs || !b->actions || !b->rewards || !b->discounts || !b->next_obs)
+    if ((b->obs_raw ? !b->next_raw : !b->obs || !b->next_obs) || !b->actions || !b->rewards || !b->discounts)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: batch has a NULL column");
     if (fl_qnet_num_actions(online) != A || fl_qnet_num_actions(target) != A)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: networks have %d and %d actions (expected %d)",
@@ -91,6 +91,12 @@ static fl_status check_inputs(const fl_dqn_t *d, const fl_qnet_t *online, const 
     return FL_OK;
 }
 
+/* The forward of b's observations (next: next_obs), raw or float. */
+static fl_status forward_batch(fl_qnet_t *n, const fl_dqn_batch_t *b, int next, float *q) {
+    if (b->obs_raw) return fl_qnet_forward_obs(n, b->raw_dtype, next ? b->next_raw : b->obs_raw, b->size, q);
+    return fl_qnet_forward(n, next ? b->next_obs : b->obs, b->size, q);
+}
+
 fl_status fl_dqn_compute(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, const fl_dqn_batch_t *b,
                          float *priorities, fl_dqn_stats_t *stats, fl_err_t *err) {
     if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: NULL updater");
@@ -99,9 +105,9 @@ fl_status fl_dqn_compute(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, cons
     fl_status s;
 
     /* Bootstrap targets first; the last forward (online on obs) keeps the activations. */
-    if ((s = fl_qnet_forward(online, b->next_obs, B, d->q_next_online)) != FL_OK ||
-        (s = fl_qnet_forward(target, b->next_obs, B, d->q_next_target)) != FL_OK ||
-        (s = fl_qnet_forward(online, b->obs, B, d->q_obs)) != FL_OK)
+    if ((s = forward_batch(online, b, 1, d->q_next_online)) != FL_OK ||
+        (s = forward_batch(target, b, 1, d->q_next_target)) != FL_OK ||
+        (s = forward_batch(online, b, 0, d->q_obs)) != FL_OK)
         return fl_err_set(err, s, "dqn: forward failed (%s)", fl_status_str(s));
 
     double qsum = 0;

@@ -54,6 +54,11 @@ typedef struct fl_dqn_batch {
     const float *discounts;   /* (B) gamma^m, 0 at terminal */
     const float *next_obs;    /* (B, obs_dim) */
     const float *weights;     /* (B) importance weights, or NULL for all ones */
+    /* Optional: the observations as replay stores them, used instead of obs and next_obs
+     * when obs_raw is not NULL (fl_qnet_forward_obs: the oneDNN backend converts uint8
+     * on the way into its layout, with the bits of converting them first). */
+    fl_dtype raw_dtype;
+    const void *obs_raw, *next_raw; /* (B, obs_dim) of raw_dtype each */
 } fl_dqn_batch_t;
 
 typedef struct fl_dqn_stats {

@@ -486,7 +486,8 @@ static void test_dqn_steps(void **state) {
             disc[b] = fl_rng_below(&g_rng, 5) == 0 ? 0.0f : 0.97f;
             w[b] = (float)fl_rng_uniform(&g_rng, 0.2, 1);
         }
-        const fl_dqn_batch_t batch = {B, obs, act, rew, disc, next, w};
+        const fl_dqn_batch_t batch = {
+            .size = B, .obs = obs, .actions = act, .rewards = rew, .discounts = disc, .next_obs = next, .weights = w};
         fl_dqn_stats_t st[2];
         for (int k = 0; k < 2; k++) {
             memcpy(before + k * P, fl_qnet_params(on[k]), P * 4);
@@ -595,6 +596,52 @@ static void test_forward_obs(void **state) {
     }
 }
 
+/* A DQN batch of raw uint8 observations (fl_dqn_batch_t's obs_raw, as the CPU learner
+ * hands replay's batch to the oneDNN backend) gives the bits of the same batch converted
+ * to floats first: loss, priorities and gradient. */
+static void test_dqn_raw_obs(void **state) {
+    NEED_DNNL();
+    fl_err_t err;
+    fl_err_init(&err);
+    const net_case_t t = {"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0};
+    const int B = 6, A = 5;
+    fl_qnet_t *on = make_net(&t, B), *tg = make_net(&t, B);
+    fl_qnet_init(tg, &g_rng);
+    fl_dqn_t *dqn = NULL;
+    const fl_dqn_config_t cfg = {.max_batch = B, .num_actions = A, .huber_delta = 1.0f, .grad_clip = 10.0f};
+    assert_int_equal(fl_dqn_create(&cfg, &dqn, &err), FL_OK);
+    const size_t D = (size_t)fl_qnet_obs_dim(on), P = fl_qnet_num_params(on);
+    unsigned char *u8 = malloc(2 * B * D);
+    float *f = malloc(2 * B * D * 4), *g_ref = malloc(P * 4), rew[6], disc[6], prio[2][6];
+    int32_t act[6];
+    for (size_t i = 0; i < 2 * B * D; i++) u8[i] = (unsigned char)fl_rng_below(&g_rng, 256);
+    assert_int_equal(fl_dtype_to_float(FL_DTYPE_UINT8, u8, 2 * B * D, f), 0);
+    for (int b = 0; b < B; b++) {
+        act[b] = (int32_t)fl_rng_below(&g_rng, A);
+        rew[b] = (float)fl_rng_uniform(&g_rng, -1, 1);
+        disc[b] = b % 3 ? 0.97f : 0.0f;
+    }
+    fl_dqn_batch_t batch = {
+        .size = B, .obs = f, .actions = act, .rewards = rew, .discounts = disc, .next_obs = f + B * D};
+    fl_dqn_stats_t st[2];
+    assert_int_equal(fl_dqn_compute(dqn, on, tg, &batch, prio[0], &st[0], &err), FL_OK);
+    memcpy(g_ref, fl_qnet_grads(on), P * 4);
+    batch.obs = batch.next_obs = NULL;
+    batch.raw_dtype = FL_DTYPE_UINT8;
+    batch.obs_raw = u8;
+    batch.next_raw = u8 + B * D;
+    assert_int_equal(fl_dqn_compute(dqn, on, tg, &batch, prio[1], &st[1], &err), FL_OK);
+    assert_memory_equal(&st[1].loss, &st[0].loss, sizeof(float));
+    assert_memory_equal(prio[1], prio[0], sizeof prio[0]);
+    assert_memory_equal(fl_qnet_grads(on), g_ref, P * 4);
+    batch.next_raw = NULL; /* a raw batch needs both columns */
+    assert_int_equal(fl_dqn_compute(dqn, on, tg, &batch, prio[1], &st[1], &err), FL_INVALID_ARGUMENT);
+    free(u8), free(f), free(g_ref);
+    fl_dqn_destroy(dqn);
+    fl_qnet_destroy(on);
+    fl_qnet_destroy(tg);
+}
+
 /* ---- backend switching ------------------------------------------------------------------- */
 
 static void test_backend_switch(void **state) {
@@ -636,7 +683,7 @@ int main(void) {
         cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),
         cmocka_unit_test(test_signals),       cmocka_unit_test(test_dqn_steps),
         cmocka_unit_test(test_backend_switch), cmocka_unit_test(test_params_change),
-        cmocka_unit_test(test_forward_obs),
+        cmocka_unit_test(test_forward_obs), cmocka_unit_test(test_dqn_raw_obs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

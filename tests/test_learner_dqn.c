@@ -98,7 +98,13 @@ typedef struct ref_batch {
 } ref_batch_t;
 
 static fl_dqn_batch_t as_dqn(const ref_batch_t *rb, const float *weights) {
-    fl_dqn_batch_t b = {rb->B, rb->obs, rb->actions, rb->rewards, rb->discounts, rb->next_obs, weights};
+    fl_dqn_batch_t b = {.size = rb->B,
+                        .obs = rb->obs,
+                        .actions = rb->actions,
+                        .rewards = rb->rewards,
+                        .discounts = rb->discounts,
+                        .next_obs = rb->next_obs,
+                        .weights = weights};
     return b;
 }
 
@@ -241,7 +247,8 @@ static void test_targets_and_priorities(void **state) {
      * loss = (w0 * huber(-2) + w1 * huber(1)) / 2 = (1 * 1.5 + 2 * 0.5) / 2 = 1.25 */
     const float obs[] = {1, 2, -1, 0}, nobs[] = {3, 1, NAN, NAN}, rew[] = {1, -2}, disc[] = {0.5f, 0}, w[] = {1, 2};
     const int32_t act[] = {1, 0};
-    fl_dqn_batch_t b = {2, obs, act, rew, disc, nobs, w};
+    fl_dqn_batch_t b = {
+        .size = 2, .obs = obs, .actions = act, .rewards = rew, .discounts = disc, .next_obs = nobs, .weights = w};
     float prio[2];
     fl_dqn_stats_t st;
     assert_int_equal(fl_dqn_compute(d, lin, lin_t, &b, prio, &st, &err), FL_OK);
@@ -449,7 +456,8 @@ static void test_adam_reduces_loss(void **state) {
         rew[i] = 2.0f * x[0] - x[1] + 0.5f * x[2] * x[3] + (act[i] ? 1.0f : -1.0f);
         disc[i] = 0.0f;
     }
-    fl_dqn_batch_t b = {B, obs, act, rew, disc, next_obs, w};
+    fl_dqn_batch_t b = {
+        .size = B, .obs = obs, .actions = act, .rewards = rew, .discounts = disc, .next_obs = next_obs, .weights = w};
     float prio[B];
     fl_dqn_stats_t st;
     assert_int_equal(fl_dqn_step(d, online, target, opt, &b, prio, &st, &err), FL_OK);

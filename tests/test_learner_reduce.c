@@ -244,13 +244,13 @@ static void fill_batch(batch_data_t *d, fl_rng_t *rng) {
 }
 
 static fl_dqn_batch_t slice(const batch_data_t *d, int from, int count) {
-    fl_dqn_batch_t b = {count,
-                        d->obs + (size_t)from * OBS,
-                        d->actions + from,
-                        d->rewards + from,
-                        d->discounts + from,
-                        d->next + (size_t)from * OBS,
-                        d->weights + from};
+    fl_dqn_batch_t b = {.size = count,
+                        .obs = d->obs + (size_t)from * OBS,
+                        .actions = d->actions + from,
+                        .rewards = d->rewards + from,
+                        .discounts = d->discounts + from,
+                        .next_obs = d->next + (size_t)from * OBS,
+                        .weights = d->weights + from};
     return b;
 }
 
