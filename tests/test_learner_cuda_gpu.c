@@ -189,7 +189,13 @@ static fl_dqn_batch_t make_batch(pair_t *p, int slot, int B, fl_cuda_dqn_slot_t 
         if (!redrawn) break;
     }
     free(q);
-    return (fl_dqn_batch_t){B, p->obs_f, s->actions, s->rewards, s->discounts, p->next_f, s->weights};
+    return (fl_dqn_batch_t){.size = B,
+                            .obs = p->obs_f,
+                            .actions = s->actions,
+                            .rewards = s->rewards,
+                            .discounts = s->discounts,
+                            .next_obs = p->next_f,
+                            .weights = s->weights};
 }
 
 /* Per parameter tensor (view) of the layout: ||got - want|| <= tol ||want - base||
