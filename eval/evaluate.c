@@ -27,7 +27,7 @@ struct fl_evaluation {
     size_t state_size, obs_bytes, obs_count;
     slot_t *slots;
     unsigned char *obs;  /* (parallel, obs_bytes) */
-    float *obs_f;        /* (parallel, obs_count): the active instances' rows, packed */
+    unsigned char *packed; /* (parallel, obs_bytes): the active instances' rows, packed */
     float *q;            /* (parallel, num_actions) */
     int32_t *actions;    /* (parallel) */
     int *active;         /* (parallel): slot of each packed row */
@@ -41,7 +41,7 @@ void fl_evaluation_destroy(fl_evaluation_t *e) {
     }
     free(e->slots);
     free(e->obs);
-    free(e->obs_f);
+    free(e->packed);
     free(e->q);
     free(e->actions);
     free(e->active);
@@ -68,11 +68,11 @@ fl_status fl_evaluation_create(const fl_wrapped_env_t *w, const fl_env_options_t
     const size_t P = (size_t)parallel;
     e->slots = calloc(P, sizeof *e->slots);
     e->obs = calloc(P, e->obs_bytes ? e->obs_bytes : 1);
-    e->obs_f = calloc(P * (e->obs_count ? e->obs_count : 1), sizeof *e->obs_f);
+    e->packed = calloc(P, e->obs_bytes ? e->obs_bytes : 1);
     e->q = calloc(P * (size_t)def->num_actions, sizeof *e->q);
     e->actions = calloc(P, sizeof *e->actions);
     e->active = calloc(P, sizeof *e->active);
-    int ok = e->slots && e->obs && e->obs_f && e->q && e->actions && e->active;
+    int ok = e->slots && e->obs && e->packed && e->q && e->actions && e->active;
     for (size_t i = 0; ok && i < P; i++) ok = (e->slots[i].state = calloc(1, e->state_size ? e->state_size : 1)) != NULL;
     if (!ok) {
         fl_evaluation_destroy(e);
@@ -153,9 +153,8 @@ static fl_status check_args(const fl_evaluation_t *e, fl_qnet_t *net, int episod
 static fl_status act(fl_evaluation_t *e, fl_qnet_t *net, int n, double epsilon, fl_err_t *err) {
     const int A = e->def->num_actions;
     for (int r = 0; r < n; r++)
-        fl_dtype_to_float(e->def->obs.dtype, e->obs + (size_t)e->active[r] * e->obs_bytes, e->obs_count,
-                          e->obs_f + (size_t)r * e->obs_count);
-    fl_status s = fl_qnet_forward(net, e->obs_f, n, e->q);
+        memcpy(e->packed + (size_t)r * e->obs_bytes, e->obs + (size_t)e->active[r] * e->obs_bytes, e->obs_bytes);
+    fl_status s = fl_qnet_forward_obs(net, e->def->obs.dtype, e->packed, n, e->q);
     if (s != FL_OK) return fl_err_set(err, s, "evaluation: Q-network forward of %d observations failed", n);
     for (int r = 0; r < n; r++)
         fl_actor_select_actions(e->q + (size_t)r * A, 1, A, epsilon, &e->slots[e->active[r]].explore, &e->actions[r]);
