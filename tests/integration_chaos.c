@@ -2,7 +2,8 @@
  * (replay, parameter server, learner, an actor or the evaluator) is killed with SIGKILL
  * every 2-4 s. The launcher restarts each one (the replay shard from its checkpoint and
  * write-ahead log, the learner from its latest checkpoint, every 2 s here), and the run
- * must still reach its target (exit 0), with:
+ * must still reach its target (exit 0, or 1 when the last kill landed in the stop: see
+ * below), with:
  *   - every kill seen and answered by a restart (events.log, summary.txt's restarts=),
  *     and no role left dead or failing as the fleet stops;
  *   - every acknowledged transition accounted for: the actors' acknowledged transitions
@@ -90,13 +91,19 @@ static void test_fleet_survives_kills(void **state) {
         }
     }
     char *log = read_file(out);
-    fprintf(stderr, "chaos: %d kills (%s)\n", kills, killed);
+    /* A kill can cross the launcher's decision to stop: the log read just before it did
+     * not say so yet, and the victim dies during the stop, which the launcher rightly
+     * calls an unclean end (exit 1). Every SIGKILL here is this test's, so a death by
+     * signal 9 that the launcher reports after its stop line is that race. */
+    const char *stop_line = log ? strstr(log, "fleet run: stopping the fleet") : NULL;
+    const int killed_in_stop = stop_line && strstr(stop_line, "was killed by signal 9") != NULL;
+    fprintf(stderr, "chaos: %d kills (%s)%s\n", kills, killed, killed_in_stop ? ", the last one during the stop" : "");
     if (log) fprintf(stderr, "---- fleet run (tail) ----\n%s\n", strlen(log) > 8000 ? log + strlen(log) - 8000 : log);
     char logs[700];
     snprintf(logs, sizeof logs, "%s/logs", dir);
     append_dir_files(logs, &log);
     assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    if (!killed_in_stop || WEXITSTATUS(status) != 1) assert_int_equal(WEXITSTATUS(status), 0);
     char *sum = summary_at(g_tmp, "chaos");
     assert_non_null(sum);
     char reason[512];
