@@ -701,6 +701,7 @@ static fl_status dnnl_forward(fl_qnet_t *n, const float *f, const unsigned char 
 
 fl_status fl_qnet_forward_obs(fl_qnet_t *n, fl_dtype d, const void *obs, int B, float *q) {
     if (!n || !obs || !q || B < 1 || B > n->max_batch) return FL_INVALID_ARGUMENT;
+    if (d == FL_DTYPE_FLOAT32) return fl_qnet_forward(n, obs, B, q); /* no copy: the backends copy it in */
     if (n->backend == FL_QNET_BACKEND_DNNL && d == FL_DTYPE_UINT8) return dnnl_forward(n, NULL, obs, B, q);
     if (!n->obs_f && !(n->obs_f = alloc_floats((size_t)n->max_batch * n->obs_dim))) return FL_NO_MEMORY;
     if (fl_dtype_to_float(d, obs, (size_t)B * n->obs_dim, n->obs_f) != 0) return FL_INVALID_ARGUMENT;

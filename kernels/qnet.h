@@ -151,8 +151,8 @@ fl_status fl_qnet_forward(fl_qnet_t *n, const float *obs, int B, float *q);
 /* The same on B observations of dtype d as environments give them (B obs_dim elements):
  * the results of fl_dtype_to_float into a float buffer and fl_qnet_forward. The oneDNN
  * backend converts uint8 observations on the way into its own layout, with no float copy
- * of the batch in between; the other cases convert into a buffer of the network's
- * (allocated at the first call). FL_INVALID_ARGUMENT also for a dtype with no float
+ * of the batch in between; float32 goes to fl_qnet_forward as it is; the other cases
+ * convert into a buffer of the network's (allocated at the first call). FL_INVALID_ARGUMENT also for a dtype with no float
  * conversion; FL_NO_MEMORY. */
 fl_status fl_qnet_forward_obs(fl_qnet_t *n, fl_dtype d, const void *obs, int B, float *q);
 /* Given dq (B, num_actions) = dLoss/dQ of the last forward (same B), overwrites (does
