@@ -1202,6 +1202,26 @@ static inline void scale_copy_u8(float *restrict dst, const unsigned char *restr
     for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * ((float)src[t] * (1.0f / 255.0f));
 }
 
+/* dst[t] = scale * src[t * stride] (uint8 as scale_copy_u8 converts them), and the
+ * scatter back: dst[t * stride] = scale * src[t]. */
+static inline void scale_gather(float *restrict dst, const float *restrict src, dnnl_dim_t stride, float scale,
+                                dnnl_dim_t n) {
+    SIMD
+    for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * src[t * stride];
+}
+
+static inline void scale_gather_u8(float *restrict dst, const unsigned char *restrict src, dnnl_dim_t stride,
+                                   float scale, dnnl_dim_t n) {
+    SIMD
+    for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * ((float)src[t * stride] * (1.0f / 255.0f));
+}
+
+static inline void scale_scatter(float *restrict dst, dnnl_dim_t stride, const float *restrict src, float scale,
+                                 dnnl_dim_t n) {
+    SIMD
+    for (dnnl_dim_t t = 0; t < n; t++) dst[t * stride] = scale * src[t];
+}
+
 /* Image observations (B, H, W, C) * scale into the input edge x (layout p->in), or with
  * out set the input edge's gradient back into them (every element written: the rows and
  * columns a space-to-depth convolution does not reach get 0). With f = p->s2d > 1 the
@@ -1213,9 +1233,30 @@ static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, con
     const int H = n->img_h, W = n->img_w, C = n->img_c, f = p->s2d > 1 ? p->s2d : 1;
     const int H2 = (int)p->edge[0]->md.dims[2], W2 = (int)p->edge[0]->md.dims[3], run = f * C;
     const layout_t *L = &p->in;
+    /* Two whole-image cases: the edge holds each image as the observation does (H, W, C),
+     * one copy; or planar (C, H, W), one strided copy per channel (a dense first layer). */
+    const dnnl_dim_t HW = (dnnl_dim_t)H * W;
+    const int plain = f == 1 && L->blk == 1 && H2 == H && W2 == W;
+    const int same = plain && L->st[1] == 1 && L->st[3] == C && L->st[2] == (dnnl_dim_t)W * C,
+              planar = plain && !same && L->st[3] == 1 && L->st[2] == W && L->st[1] == HW;
     PAR_FOR
     for (int b = 0; b < B; b++) {
         const size_t img = (size_t)b * n->obs_dim;
+        float *xb = x + b * L->st[0];
+        if (same) {
+            if (out) scale_copy(obs + img, xb, scale, HW * C);
+            else if (u8) scale_copy_u8(xb, u8 + img, scale, HW * C);
+            else scale_copy(xb, obs + img, scale, HW * C);
+            continue;
+        }
+        if (planar) {
+            for (int c = 0; c < C; c++) {
+                if (out) scale_scatter(obs + img + c, C, xb + c * HW, scale, HW);
+                else if (u8) scale_gather_u8(xb + c * HW, u8 + img + c, C, scale, HW);
+                else scale_gather(xb + c * HW, obs + img + c, C, scale, HW);
+            }
+            continue;
+        }
         if (out && (H2 * f < H || W2 * f < W)) memset(obs + img, 0, (size_t)n->obs_dim * sizeof(float));
         for (int Y = 0; Y < H2; Y++)
             for (int dy = 0; dy < f; dy++) {

@@ -291,6 +291,15 @@ static void test_mlp(void **state) {
     compare(&t, batches, 4);
 }
 
+/* A dense first layer over image observations (the MinAtar configs' MLP): the input edge
+ * is planar (C, H, W), written and read back by one strided copy per channel. */
+static void test_mlp_image(void **state) {
+    NEED_DNNL();
+    const net_case_t t = {"dense(128) relu dense(128) relu dueling", 10, 10, 4, 6, 255.0f};
+    const int batches[] = {128, 1, 7};
+    compare(&t, batches, 3);
+}
+
 /* oneDNN's reference implementations are slow: none of them in the benchmark networks
  * (checked where oneDNN has its AVX-512 code). */
 static void test_no_reference_impls(void **state) {
@@ -563,6 +572,7 @@ static void test_forward_obs(void **state) {
         {"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0},
         {MINATAR, 10, 10, 4, 6, 255.0f},
         {"dense(16) relu dueling", 0, 0, 7, 3, 0},
+        {"dense(16) relu dueling", 5, 3, 2, 4, 255.0f},
     };
     const int B = 5;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -678,7 +688,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_shapes),   cmocka_unit_test(test_conv_chains),
         cmocka_unit_test(test_space_to_depth), cmocka_unit_test(test_dense), cmocka_unit_test(test_nature),
-        cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp),
+        cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp), cmocka_unit_test(test_mlp_image),
         cmocka_unit_test(test_no_reference_impls),
         cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),
         cmocka_unit_test(test_signals),       cmocka_unit_test(test_dqn_steps),
