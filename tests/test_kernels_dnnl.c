@@ -563,7 +563,8 @@ static void test_params_change(void **state) {
 
 /* fl_qnet_forward_obs on uint8 observations (converted on the way into the oneDNN plan's
  * layout) gives the bits of fl_dtype_to_float and fl_qnet_forward, on both backends, with
- * the input scale, through a space-to-depth convolution, a plain one and a dense layer; a
+ * the input scale, through a space-to-depth convolution, a plain one and a dense layer (over
+ * vectors, and over images: their planar copy, small and in tiles); a
  * backward follows it as it follows a forward. */
 static void test_forward_obs(void **state) {
     fl_err_t err;
@@ -573,6 +574,7 @@ static void test_forward_obs(void **state) {
         {MINATAR, 10, 10, 4, 6, 255.0f},
         {"dense(16) relu dueling", 0, 0, 7, 3, 0},
         {"dense(16) relu dueling", 5, 3, 2, 4, 255.0f},
+        {"dense(8) relu dueling", 30, 40, 3, 4, 255.0f}, /* pixels in two tiles */
     };
     const int B = 5;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
