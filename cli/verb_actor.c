@@ -2,8 +2,11 @@
  * loop, its stop conditions and the final flush live in actors/actor.c. Exit codes: 0 on
  * a clean stop (SIGINT/SIGTERM, the launcher's request, or actor.max_steps), 1 on a
  * runtime failure (printed), 2 on a usage or configuration error. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "actors/actor.h"
 #include "common/log.h"
@@ -50,6 +53,14 @@ int fl_verb_actor(int argc, char **argv) {
 
     fl_stop_install();
     fl_cli_setup_logging(&cfg, "actor", (int)index);
+    /* actor.nice: where the roles share cores, the learner sets the fleet's pace (the
+     * actors wait on its sampling through the replay's rate limit), so it runs first */
+    if (cfg.actor_nice > 0) {
+        errno = 0;
+        if (nice((int)cfg.actor_nice) == -1 && errno != 0)
+            FL_WARN("actor.nice = %lld: nice() failed (%s); running at the inherited priority",
+                   (long long)cfg.actor_nice, strerror(errno));
+    }
     fl_actor_opts_t ao;
     fl_options_actor(&cfg, &ao);
     ao.resume = resume;

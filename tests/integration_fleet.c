@@ -295,6 +295,22 @@ static pid_t find_child(pid_t parent, const char *word) {
     return found;
 }
 
+/* A process's niceness (/proc/PID/stat, field 19), or -100 when it cannot be read. */
+static int nice_of(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -100;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    int nice = -100;
+    if (p && sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %d", &nice) != 1)
+        nice = -100;
+    return nice;
+}
+
 static void test_dead_child_is_reported(void **state) {
     (void)state;
     char *argv[16];
@@ -311,6 +327,13 @@ static void test_dead_child_is_reported(void **state) {
     }
     assert_true(victim > 0);
     usleep(500000);
+    /* actor.nice (default 10): the actor runs below the launcher and the learner */
+    const int base = nice_of(pid), want = base + 10 > 19 ? 19 : base + 10;
+    pid_t learner = find_child(pid, "fleet learner");
+    assert_true(base > -100 && learner > 0);
+    for (int i = 0; i < 50 && nice_of(victim) != want; i++) usleep(100000);
+    assert_int_equal(nice_of(victim), want);
+    assert_int_equal(nice_of(learner), base);
     assert_int_equal(kill(victim, SIGKILL), 0);
     int status = wait_process(pid, 60);
     assert_true(status != -1);
