@@ -8,9 +8,10 @@
 #   bash bench/fleet_ab.sh KEY "VALUE1 VALUE2 ..." [CONFIG.ini] [SECONDS] [ROUNDS] [extra --set K=V ...]
 #   (defaults: configs/minatar-breakout.ini 60 2; WARMUP = 15 s)
 #   e.g. bash bench/fleet_ab.sh model.cpu_kernels "dnnl reference" configs/minatar-breakout.ini 90 2
+#   FLEET_BIN=PATH runs another build's fleet (to compare builds, alternately, one value)
 set -euo pipefail
 if [ $# -lt 2 ]; then
-  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 here="$(cd "$(dirname "$0")/.." && pwd)"
