@@ -84,7 +84,9 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
         printf(" %.3g", e);
     }
     if (c->actor_count > 8) printf(" ...");
-    printf(", buffer %lld, sync every %lld steps\n", (long long)c->actor_local_buffer, (long long)c->actor_sync_every);
+    printf(", buffer %lld, sync every %lld steps", (long long)c->actor_local_buffer, (long long)c->actor_sync_every);
+    if (c->actor_nice > 0) printf(", nice +%lld", (long long)c->actor_nice);
+    printf("\n");
     char shape[64] = "";
     size_t n = 0;
     for (int i = 0; i < env->obs.rank && n < sizeof shape; i++)
