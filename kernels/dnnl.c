@@ -35,6 +35,7 @@
  * memory objects, buffers, tensors and kept primitive descriptors sit in lists), so a
  * failure anywhere is cleaned up by destroying the plan. */
 #include "kernels/dnnl.h"
+#include "kernels/dense_small.h"
 
 #ifdef FL_HAVE_DNNL
 
@@ -62,7 +63,8 @@ typedef enum {
     ST_COMBINE_FWD,
     ST_COMBINE_BWD,
     ST_S2D_WEIGHTS, /* the first convolution's weights, rearranged for its space-to-depth input */
-    ST_S2D_WGRAD    /* their gradient, back to the layer's own layout */
+    ST_S2D_WGRAD,   /* their gradient, back to the layer's own layout */
+    ST_DENSE_SMALL  /* a dense layer's forward on a small batch (kernels/dense_small.h) */
 } step_kind;
 
 typedef struct step {
@@ -76,7 +78,9 @@ typedef struct step {
     float *c;           /* fleet ops: output */
     size_t n;           /* relu: floats */
     int batch, actions; /* dueling combine */
-    int cout, cin, k, f; /* space-to-depth weights: the layer's shape and stride */
+    int cout, cin, k, f; /* space-to-depth weights: the layer's shape and stride; dense small:
+                            out, in and relu (k) */
+    const float *bias;   /* dense small */
     int cached;               /* reads the parameters only: skipped while params_gen stays at seen */
     unsigned long long seen;  /* params_gen when it last ran */
     int ran;
@@ -600,6 +604,8 @@ static fl_status plain_of(bld_t *b, tensor_t *t, tensor_t **out) {
 }
 
 #define DENSE_ANY_WEIGHTS (64 * 1024) /* weights of a dense layer that get oneDNN's layout */
+#define DENSE_SMALL_BATCH 16          /* from 4 up to this batch such a layer's forward is fleet's own */
+#define DENSE_SMALL_IN 1024           /* when its rows are this long at least */
 
 /* dense (units outputs) and the dueling head (1 + A stream outputs) as an inner product
  * over the plain input seen as (B, in). */
@@ -628,9 +634,18 @@ static fl_status fwd_dense(bld_t *b, int i) {
     FL_TRY(make_pd(b, &ipd, lp->fused, NULL, &pd));
     FL_TRY(keep_pd(b, pd));
     lp->fwd_pd = pd;
-    dnnl_memory_t wm, bm, dm, wfrom;
+    dnnl_memory_t wm = NULL, bm, dm, wfrom = NULL;
     FL_TRY(new_mem(b, &src, lp->src->val, &lp->src2d));
-    FL_TRY(flat_mem(b, &wei, n->params, l->w_off, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &wm, &wfrom));
+    /* A large layer with long rows on a batch of 4 to 16: fleet's own forward reads the
+     * plain weights once per 4 rows, where oneDNN's GEMM packs them at every call (at
+     * batch 1 oneDNN's own matrix-vector path does as well; on short rows the per-output
+     * sums of dense_small cost more than they save). The backward still takes oneDNN's
+     * primitives, with pd as their hint. */
+    const int small =
+        B >= 4 && B <= DENSE_SMALL_BATCH && in >= DENSE_SMALL_IN && (long)in * out_n >= DENSE_ANY_WEIGHTS;
+    if (!small)
+        FL_TRY(flat_mem(b, &wei, n->params, l->w_off, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
+                        &wm, &wfrom));
     if (wfrom) {
         FL_TRY(add_reorder(b, &p->fwd, wfrom, wm));
         mark_cached(&p->fwd);
@@ -647,9 +662,16 @@ static fl_status fwd_dense(bld_t *b, int i) {
     } else {
         FL_TRY(new_mem(b, &dst, out->val, &dm));
     }
-    const dnnl_exec_arg_t args[4] = {
-        {DNNL_ARG_SRC, lp->src2d}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_BIAS, bm}, {DNNL_ARG_DST, dm}};
-    FL_TRY(add_prim(b, &p->fwd, pd, "fwd", 4, args));
+    if (small) {
+        const step_t s = {.kind = ST_DENSE_SMALL, .what = "fwd (small batch)", .a = lp->src->val,
+                          .b = n->params + l->w_off, .bias = n->params + l->b_off, .c = dueling ? lp->va : out->val,
+                          .batch = B, .cin = in, .cout = out_n, .k = lp->fused};
+        FL_TRY(add_step(b, &p->fwd, &s));
+    } else {
+        const dnnl_exec_arg_t args[4] = {
+            {DNNL_ARG_SRC, lp->src2d}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_BIAS, bm}, {DNNL_ARG_DST, dm}};
+        FL_TRY(add_prim(b, &p->fwd, pd, "fwd", 4, args));
+    }
     if (dueling) {
         const step_t s = {.kind = ST_COMBINE_FWD, .what = "combine", .a = lp->va, .c = out->val, .batch = B,
                           .actions = l->units};
@@ -1176,6 +1198,7 @@ static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
         case ST_COMBINE_BWD: fl_dueling_combine_backward(s->a, s->batch, s->actions, s->c); break;
         case ST_S2D_WEIGHTS: s2d_weights(s, 0); break;
         case ST_S2D_WGRAD: s2d_weights(s, 1); break;
+        case ST_DENSE_SMALL: fl_dense_small_forward(s->a, s->b, s->bias, s->c, s->batch, s->cin, s->cout, s->k); break;
         case ST_PRIM: break;
         }
     }

@@ -1,0 +1,19 @@
+/* dense_small: a dense layer's forward on a few rows, y = x W^T + bias (then relu), for
+ * the oneDNN backend's small batches (kernels/dnnl.c): at batches of a few rows oneDNN's
+ * inner product packs a large weight matrix at every call, where this reads it once per
+ * block of 4 rows. Each output is one dot product in a fixed order, so the results do
+ * not depend on the thread count. */
+#ifndef FL_KERNELS_DENSE_SMALL_H
+#define FL_KERNELS_DENSE_SMALL_H
+
+/* x (B, in) and y (B, out) row-major, w (out, in) row-major (the layer's own layout),
+ * bias (out); relu != 0 applies max(0, .) to y. Runs on the calling thread's OpenMP team. */
+void fl_dense_small_forward(const float *x, const float *w, const float *bias, float *y, int B, int in, int out,
+                            int relu);
+
+/* The same in plain C vectors, what fl_dense_small_forward runs on a CPU without AVX2
+ * and FMA (exposed for the tests). */
+void fl_dense_small_forward_base(const float *x, const float *w, const float *bias, float *y, int B, int in, int out,
+                                 int relu);
+
+#endif
