@@ -171,6 +171,14 @@ void fl_dense_small_forward_base(const float *x, const float *w, const float *bi
     BODY
 }
 
+int fl_dense_small_preferred(void) {
+#ifdef HAVE_AVX2_VERSION
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !__builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
 void fl_dense_small_forward(const float *x, const float *w, const float *bias, float *y, int B, int in, int out,
                             int relu) {
 #ifdef HAVE_AVX2_VERSION

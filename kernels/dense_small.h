@@ -11,6 +11,11 @@
 void fl_dense_small_forward(const float *x, const float *w, const float *bias, float *y, int B, int in, int out,
                             int relu);
 
+/* Whether the oneDNN backend should take fl_dense_small_forward for such layers on this
+ * CPU: where it has AVX2 and FMA but not AVX-512 (there oneDNN keeps such weights in a
+ * blocked layout its AVX-512 kernels read without packing them). */
+int fl_dense_small_preferred(void);
+
 /* The same in plain C vectors, what fl_dense_small_forward runs on a CPU without AVX2
  * and FMA (exposed for the tests). */
 void fl_dense_small_forward_base(const float *x, const float *w, const float *bias, float *y, int B, int in, int out,

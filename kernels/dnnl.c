@@ -639,10 +639,11 @@ static fl_status fwd_dense(bld_t *b, int i) {
     /* A large layer with long rows on a batch of 4 to 16: fleet's own forward reads the
      * plain weights once per 4 rows, where oneDNN's GEMM packs them at every call (at
      * batch 1 oneDNN's own matrix-vector path does as well; on short rows the per-output
-     * sums of dense_small cost more than they save). The backward still takes oneDNN's
+     * sums of dense_small cost more than they save). Only on AVX2 CPUs without AVX-512,
+     * where it was measured against oneDNN. The backward still takes oneDNN's
      * primitives, with pd as their hint. */
-    const int small =
-        B >= 4 && B <= DENSE_SMALL_BATCH && in >= DENSE_SMALL_IN && (long)in * out_n >= DENSE_ANY_WEIGHTS;
+    const int small = B >= 4 && B <= DENSE_SMALL_BATCH && in >= DENSE_SMALL_IN &&
+                      (long)in * out_n >= DENSE_ANY_WEIGHTS && fl_dense_small_preferred();
     if (!small)
         FL_TRY(flat_mem(b, &wei, n->params, l->w_off, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
                         &wm, &wfrom));

@@ -301,8 +301,8 @@ static void test_mlp_image(void **state) {
     compare(&t, batches, 3);
 }
 
-/* A dense layer of >= 64K weights on batches up to 16 runs fleet's own forward
- * (kernels/dense_small.h): blocks of 3 outputs x 4 rows with every tail (1027 inputs,
+/* A dense layer of >= 64K weights with long rows on batches of 4 to 16 runs fleet's own
+ * forward (kernels/dense_small.h) where fl_dense_small_preferred (AVX2 without AVX-512): blocks of 3 outputs x 4 rows with every tail (1027 inputs,
  * not a multiple of 8; 67 outputs, not of 3; batches 1, 5, 16), relu fused; batch 17
  * takes oneDNN's inner product again. */
 static void test_dense_small(void **state) {
