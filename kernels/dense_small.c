@@ -1,14 +1,9 @@
-/* dense_small: see dense_small.h. Blocks of 3 outputs x 4 rows (12 vector accumulators,
- * 3 weight rows and 1 input row in registers: 16 of AVX2's 16), in vectors of 8 floats
- * (GCC's vector extension); an AVX2 + FMA version and a base one, picked once at run
- * time. Built with -O3 (kernels/CMakeLists.txt): the accumulator arrays stay in
- * registers only when the small loops are unrolled. */
+/* dense_small: see dense_small.h. Blocks of 3 outputs x 4 rows: 12 accumulators, 3
+ * weight rows and 1 input row in AVX2's 16 registers; the rows past a multiple of 4 in
+ * blocks of 3 outputs x 1 row. */
 #include "kernels/dense_small.h"
 
 #include <stddef.h>
-#include <string.h>
-
-typedef float v8 __attribute__((vector_size(32)));
 
 #ifdef _OPENMP
 #define PAR_FOR _Pragma("omp parallel for schedule(static)")
@@ -18,68 +13,11 @@ typedef float v8 __attribute__((vector_size(32)));
 
 #define RELU(v) ((v) > 0.0f ? (v) : 0.0f)
 
-/* NO outputs (o0..) x NB rows (b0..): dot products of length in, then bias and relu. */
-#define TILE(NAME, NO, NB)                                                                                    \
-    static inline __attribute__((always_inline)) void NAME(const float *x, const float *w, const float *bias, \
-                                                           float *y, int in, int out, int relu) {             \
-        v8 acc[NO][NB];                                                                                       \
-        memset(acc, 0, sizeof acc);                                                                           \
-        int k = 0;                                                                                            \
-        for (; k + 8 <= in; k += 8) {                                                                         \
-            v8 wv[NO];                                                                                        \
-            for (int j = 0; j < NO; j++) memcpy(&wv[j], w + (size_t)j * in + k, sizeof(v8));                  \
-            for (int b = 0; b < NB; b++) {                                                                    \
-                v8 xv;                                                                                        \
-                memcpy(&xv, x + (size_t)b * in + k, sizeof xv);                                               \
-                for (int j = 0; j < NO; j++) acc[j][b] += wv[j] * xv;                                         \
-            }                                                                                                 \
-        }                                                                                                     \
-        for (int j = 0; j < NO; j++)                                                                          \
-            for (int b = 0; b < NB; b++) {                                                                    \
-                const v8 a = acc[j][b];                                                                       \
-                float s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));                  \
-                for (int t = k; t < in; t++) s += w[(size_t)j * in + t] * x[(size_t)b * in + t];              \
-                s += bias[j];                                                                                 \
-                y[(size_t)b * out + j] = relu ? RELU(s) : s;                                                  \
-            }                                                                                                 \
-    }
-
-TILE(tile_3x4, 3, 4)
-TILE(tile_1x4, 1, 4)
-TILE(tile_3x1, 3, 1)
-TILE(tile_1x1, 1, 1)
-
-/* Output blocks are spread over the team; each output is one thread's. */
-#define BODY                                                                                     \
-    const int blocks = (out + 2) / 3;                                                            \
-    PAR_FOR for (int ob = 0; ob < blocks; ob++) {                                                \
-        const int o = ob * 3, no = out - o < 3 ? out - o : 3;                                    \
-        int b = 0;                                                                               \
-        for (; b + 4 <= B; b += 4) {                                                             \
-            const float *xb = x + (size_t)b * in;                                                \
-            float *yb = y + (size_t)b * out + o;                                                 \
-            if (no == 3)                                                                         \
-                tile_3x4(xb, w + (size_t)o * in, bias + o, yb, in, out, relu);                   \
-            else                                                                                 \
-                for (int j = 0; j < no; j++)                                                     \
-                    tile_1x4(xb, w + (size_t)(o + j) * in, bias + o + j, yb + j, in, out, relu); \
-        }                                                                                        \
-        for (; b < B; b++) {                                                                     \
-            const float *xb = x + (size_t)b * in;                                                \
-            float *yb = y + (size_t)b * out + o;                                                 \
-            if (no == 3)                                                                         \
-                tile_3x1(xb, w + (size_t)o * in, bias + o, yb, in, out, relu);                   \
-            else                                                                                 \
-                for (int j = 0; j < no; j++)                                                     \
-                    tile_1x1(xb, w + (size_t)(o + j) * in, bias + o + j, yb + j, in, out, relu); \
-        }                                                                                        \
-    }
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-/* The AVX2 tiles: the same sums as TILE's (lanes added as there, the tail after), with
- * the accumulators as named registers and fused multiply-adds. */
+/* The end of one dot product: the 8 lanes of A added pairwise, the inputs past a
+ * multiple of 8, the bias, relu; into y (row Bi, output J of the tile). */
 #define DOT_FINISH(A, J, Bi)                                                                  \
     do {                                                                                      \
         float l_[8];                                                                          \
@@ -166,11 +104,6 @@ __attribute__((target("avx2,fma"))) static void forward_avx2(const float *x, con
 #define HAVE_AVX2_VERSION 1
 #endif
 
-void fl_dense_small_forward_base(const float *x, const float *w, const float *bias, float *y, int B, int in, int out,
-                         int relu) {
-    BODY
-}
-
 int fl_dense_small_preferred(void) {
 #ifdef HAVE_AVX2_VERSION
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !__builtin_cpu_supports("avx512f");
@@ -182,10 +115,8 @@ int fl_dense_small_preferred(void) {
 void fl_dense_small_forward(const float *x, const float *w, const float *bias, float *y, int B, int in, int out,
                             int relu) {
 #ifdef HAVE_AVX2_VERSION
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        forward_avx2(x, w, bias, y, B, in, out, relu);
-        return;
-    }
+    forward_avx2(x, w, bias, y, B, in, out, relu);
+#else
+    (void)x, (void)w, (void)bias, (void)y, (void)B, (void)in, (void)out, (void)relu;
 #endif
-    fl_dense_small_forward_base(x, w, bias, y, B, in, out, relu);
 }

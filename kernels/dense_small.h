@@ -6,19 +6,15 @@
 #ifndef FL_KERNELS_DENSE_SMALL_H
 #define FL_KERNELS_DENSE_SMALL_H
 
-/* x (B, in) and y (B, out) row-major, w (out, in) row-major (the layer's own layout),
- * bias (out); relu != 0 applies max(0, .) to y. Runs on the calling thread's OpenMP team. */
-void fl_dense_small_forward(const float *x, const float *w, const float *bias, float *y, int B, int in, int out,
-                            int relu);
-
-/* Whether the oneDNN backend should take fl_dense_small_forward for such layers on this
- * CPU: where it has AVX2 and FMA but not AVX-512 (there oneDNN keeps such weights in a
- * blocked layout its AVX-512 kernels read without packing them). */
+/* Whether this CPU runs fl_dense_small_forward, and whether the oneDNN backend should
+ * take it for such layers: where it has AVX2 and FMA but not AVX-512 (there oneDNN keeps
+ * such weights in a blocked layout its AVX-512 kernels read without packing them). */
 int fl_dense_small_preferred(void);
 
-/* The same in plain C vectors, what fl_dense_small_forward runs on a CPU without AVX2
- * and FMA (exposed for the tests). */
-void fl_dense_small_forward_base(const float *x, const float *w, const float *bias, float *y, int B, int in, int out,
-                                 int relu);
+/* x (B, in) and y (B, out) row-major, w (out, in) row-major (the layer's own layout),
+ * bias (out); relu != 0 applies max(0, .) to y. Runs on the calling thread's OpenMP team.
+ * Only where fl_dense_small_preferred() (AVX2 instructions; elsewhere it does nothing). */
+void fl_dense_small_forward(const float *x, const float *w, const float *bias, float *y, int B, int in, int out,
+                            int relu);
 
 #endif
