@@ -85,20 +85,88 @@ __attribute__((target("avx2,fma"))) static inline void tile_3x1_avx2(const float
 
 __attribute__((target("avx2,fma"))) static void forward_avx2(const float *x, const float *w, const float *bias,
                                                              float *y, int B, int in, int out, int relu) {
-    const int blocks = (out + 2) / 3;
-    PAR_FOR for (int ob = 0; ob < blocks; ob++) {
-        const int o = ob * 3, no = out - o < 3 ? out - o : 3;
-        int b = 0;
-        if (no == 3)
-            for (; b + 4 <= B; b += 4)
-                tile_3x4_avx2(x + (size_t)b * in, w + (size_t)o * in, bias + o, y + (size_t)b * out + o, in, out, relu);
-        for (; b < B; b++)
-            if (no == 3)
-                tile_3x1_avx2(x + (size_t)b * in, w + (size_t)o * in, bias + o, y + (size_t)b * out + o, in, out, relu);
-            else
-                for (int j = 0; j < no; j++)
-                    tile_1x1_avx2(x + (size_t)b * in, w + (size_t)(o + j) * in, bias + o + j,
-                                  y + (size_t)b * out + o + j, in, out, relu);
+    /* Tiles of 3 outputs x up to 4 rows, in parallel over both (a dueling head's few
+     * outputs still spread over the threads). */
+    const int blocks = (out + 2) / 3, rblocks = (B + 3) / 4;
+    PAR_FOR for (int t = 0; t < blocks * rblocks; t++) {
+        const int o = t % blocks * 3, no = out - o < 3 ? out - o : 3, b0 = t / blocks * 4, nb = B - b0 < 4 ? B - b0 : 4;
+        const float *xb = x + (size_t)b0 * in, *wo = w + (size_t)o * in;
+        float *yb = y + (size_t)b0 * out + o;
+        if (no == 3 && nb == 4)
+            tile_3x4_avx2(xb, wo, bias + o, yb, in, out, relu);
+        else
+            for (int b = 0; b < nb; b++)
+                if (no == 3)
+                    tile_3x1_avx2(xb + (size_t)b * in, wo, bias + o, yb + (size_t)b * out, in, out, relu);
+                else
+                    for (int j = 0; j < no; j++)
+                        tile_1x1_avx2(xb + (size_t)b * in, wo + (size_t)j * in, bias + o + j, yb + (size_t)b * out + j,
+                                      in, out, relu);
+    }
+}
+
+/* dense_thin: 4 rows x 16 outputs, 8 accumulators started at the bias; per input one
+ * broadcast of each row's value and two loads of the transposed weights' row. */
+__attribute__((target("avx2,fma"))) static inline void thin_4x16_avx2(const float *x, const float *wt,
+                                                                      const float *bias, float *y, int in, int out,
+                                                                      int relu) {
+    __m256 a00 = _mm256_loadu_ps(bias), a01 = _mm256_loadu_ps(bias + 8), a10 = a00, a11 = a01, a20 = a00, a21 = a01,
+           a30 = a00, a31 = a01;
+    for (int k = 0; k < in; k++) {
+        const __m256 w0 = _mm256_loadu_ps(wt + (size_t)k * out), w1 = _mm256_loadu_ps(wt + (size_t)k * out + 8);
+        __m256 xv = _mm256_broadcast_ss(x + k);
+        a00 = _mm256_fmadd_ps(xv, w0, a00), a01 = _mm256_fmadd_ps(xv, w1, a01);
+        xv = _mm256_broadcast_ss(x + in + k);
+        a10 = _mm256_fmadd_ps(xv, w0, a10), a11 = _mm256_fmadd_ps(xv, w1, a11);
+        xv = _mm256_broadcast_ss(x + 2 * (size_t)in + k);
+        a20 = _mm256_fmadd_ps(xv, w0, a20), a21 = _mm256_fmadd_ps(xv, w1, a21);
+        xv = _mm256_broadcast_ss(x + 3 * (size_t)in + k);
+        a30 = _mm256_fmadd_ps(xv, w0, a30), a31 = _mm256_fmadd_ps(xv, w1, a31);
+    }
+    if (relu) {
+        const __m256 z = _mm256_setzero_ps();
+        a00 = _mm256_max_ps(a00, z), a01 = _mm256_max_ps(a01, z), a10 = _mm256_max_ps(a10, z);
+        a11 = _mm256_max_ps(a11, z), a20 = _mm256_max_ps(a20, z), a21 = _mm256_max_ps(a21, z);
+        a30 = _mm256_max_ps(a30, z), a31 = _mm256_max_ps(a31, z);
+    }
+    _mm256_storeu_ps(y, a00), _mm256_storeu_ps(y + 8, a01);
+    _mm256_storeu_ps(y + out, a10), _mm256_storeu_ps(y + out + 8, a11);
+    _mm256_storeu_ps(y + 2 * (size_t)out, a20), _mm256_storeu_ps(y + 2 * (size_t)out + 8, a21);
+    _mm256_storeu_ps(y + 3 * (size_t)out, a30), _mm256_storeu_ps(y + 3 * (size_t)out + 8, a31);
+}
+
+/* One row, outputs o0 up to o1, in the same order of sums as the tile: 8 at a time, then
+ * one at a time. */
+__attribute__((target("avx2,fma"))) static inline void thin_row_avx2(const float *x, const float *wt,
+                                                                     const float *bias, float *y, int in, int out,
+                                                                     int relu, int o0, int o1) {
+    int o = o0;
+    for (; o + 8 <= o1; o += 8) {
+        __m256 a = _mm256_loadu_ps(bias + o);
+        for (int k = 0; k < in; k++)
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(x + k), _mm256_loadu_ps(wt + (size_t)k * out + o), a);
+        if (relu) a = _mm256_max_ps(a, _mm256_setzero_ps());
+        _mm256_storeu_ps(y + o, a);
+    }
+    for (; o < o1; o++) {
+        float s = bias[o];
+        for (int k = 0; k < in; k++) s = __builtin_fmaf(x[k], wt[(size_t)k * out + o], s);
+        y[o] = relu ? RELU(s) : s;
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void thin_avx2(const float *x, const float *wt, const float *bias,
+                                                          float *y, int B, int in, int out, int relu) {
+    const int rblocks = (B + 3) / 4, full = out / 16;
+    PAR_FOR for (int rb = 0; rb < rblocks; rb++) {
+        const int r0 = rb * 4, nr = B - r0 < 4 ? B - r0 : 4;
+        const float *xr = x + (size_t)r0 * in;
+        float *yr = y + (size_t)r0 * out;
+        if (nr == 4)
+            for (int c = 0; c < full; c++) thin_4x16_avx2(xr, wt + 16 * c, bias + 16 * c, yr + 16 * c, in, out, relu);
+        for (int r = 0; r < nr; r++)
+            thin_row_avx2(xr + (size_t)r * in, wt, bias, yr + (size_t)r * out, in, out, relu, nr == 4 ? 16 * full : 0,
+                          out);
     }
 }
 #define HAVE_AVX2_VERSION 1
@@ -118,5 +186,19 @@ void fl_dense_small_forward(const float *x, const float *w, const float *bias, f
     forward_avx2(x, w, bias, y, B, in, out, relu);
 #else
     (void)x, (void)w, (void)bias, (void)y, (void)B, (void)in, (void)out, (void)relu;
+#endif
+}
+
+void fl_dense_thin_weights(const float *w, float *wt, int in, int out) {
+    for (int o = 0; o < out; o++)
+        for (int k = 0; k < in; k++) wt[(size_t)k * out + o] = w[(size_t)o * in + k];
+}
+
+void fl_dense_thin_forward(const float *x, const float *wt, const float *bias, float *y, int B, int in, int out,
+                           int relu) {
+#ifdef HAVE_AVX2_VERSION
+    thin_avx2(x, wt, bias, y, B, in, out, relu);
+#else
+    (void)x, (void)wt, (void)bias, (void)y, (void)B, (void)in, (void)out, (void)relu;
 #endif
 }

@@ -17,4 +17,14 @@ int fl_dense_small_preferred(void);
 void fl_dense_small_forward(const float *x, const float *w, const float *bias, float *y, int B, int in, int out,
                             int relu);
 
+/* dense_thin: the forward of a dense layer with short rows (a few inputs, as an MLP's
+ * first layer on a low-dimensional observation): each output is the bias plus the
+ * inputs' products in input order, with the outputs along the vector lanes. It reads the
+ * weights transposed, wt (in, out) row-major, which fl_dense_thin_weights makes from the
+ * layer's own (out, in). x, y, bias and relu as in fl_dense_small_forward; parallel over
+ * blocks of 4 rows. Only where fl_dense_small_preferred(). */
+void fl_dense_thin_weights(const float *w, float *wt, int in, int out);
+void fl_dense_thin_forward(const float *x, const float *wt, const float *bias, float *y, int B, int in, int out,
+                           int relu);
+
 #endif

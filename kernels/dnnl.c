@@ -64,7 +64,9 @@ typedef enum {
     ST_COMBINE_BWD,
     ST_S2D_WEIGHTS, /* the first convolution's weights, rearranged for its space-to-depth input */
     ST_S2D_WGRAD,   /* their gradient, back to the layer's own layout */
-    ST_DENSE_SMALL  /* a dense layer's forward on a small batch (kernels/dense_small.h) */
+    ST_DENSE_SMALL, /* a dense layer's forward on a small batch (kernels/dense_small.h) */
+    ST_THIN_WEIGHTS, /* a dense layer's weights, transposed for dense_thin */
+    ST_DENSE_THIN    /* a dense layer's forward on short rows (kernels/dense_small.h) */
 } step_kind;
 
 typedef struct step {
@@ -606,6 +608,8 @@ static fl_status plain_of(bld_t *b, tensor_t *t, tensor_t **out) {
 #define DENSE_ANY_WEIGHTS (64 * 1024) /* weights of a dense layer that get oneDNN's layout */
 #define DENSE_SMALL_BATCH 16          /* from 4 up to this batch such a layer's forward is fleet's own */
 #define DENSE_SMALL_IN 1024           /* when its rows are this long at least */
+#define DENSE_HEAD_OUT 32             /* and one with up to this many outputs (a dueling head) */
+#define DENSE_THIN_IN 16              /* a dense layer's forward with rows up to this long is fleet's own */
 
 /* dense (units outputs) and the dueling head (1 + A stream outputs) as an inner product
  * over the plain input seen as (B, in). */
@@ -644,7 +648,9 @@ static fl_status fwd_dense(bld_t *b, int i) {
      * primitives, with pd as their hint. */
     const int small = B >= 4 && B <= DENSE_SMALL_BATCH && in >= DENSE_SMALL_IN &&
                       (long)in * out_n >= DENSE_ANY_WEIGHTS && fl_dense_small_preferred();
-    if (!small)
+    const int thin = in <= DENSE_THIN_IN && fl_dense_small_preferred();
+    const int head = !thin && out_n <= DENSE_HEAD_OUT && fl_dense_small_preferred();
+    if (!small && !thin && !head)
         FL_TRY(flat_mem(b, &wei, n->params, l->w_off, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
                         &wm, &wfrom));
     if (wfrom) {
@@ -663,7 +669,18 @@ static fl_status fwd_dense(bld_t *b, int i) {
     } else {
         FL_TRY(new_mem(b, &dst, out->val, &dm));
     }
-    if (small) {
+    if (thin) {
+        float *wt;
+        FL_TRY(new_buf(b, (size_t)in * out_n * sizeof(float), &wt));
+        const step_t t = {.kind = ST_THIN_WEIGHTS, .what = "weights (short rows)", .a = n->params + l->w_off,
+                          .c = wt, .cin = in, .cout = out_n};
+        FL_TRY(add_step(b, &p->fwd, &t));
+        mark_cached(&p->fwd);
+        const step_t s = {.kind = ST_DENSE_THIN, .what = "fwd (short rows)", .a = lp->src->val, .b = wt,
+                          .bias = n->params + l->b_off, .c = dueling ? lp->va : out->val, .batch = B, .cin = in,
+                          .cout = out_n, .k = lp->fused};
+        FL_TRY(add_step(b, &p->fwd, &s));
+    } else if (small || head) {
         const step_t s = {.kind = ST_DENSE_SMALL, .what = "fwd (small batch)", .a = lp->src->val,
                           .b = n->params + l->w_off, .bias = n->params + l->b_off, .c = dueling ? lp->va : out->val,
                           .batch = B, .cin = in, .cout = out_n, .k = lp->fused};
@@ -1200,6 +1217,8 @@ static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
         case ST_S2D_WEIGHTS: s2d_weights(s, 0); break;
         case ST_S2D_WGRAD: s2d_weights(s, 1); break;
         case ST_DENSE_SMALL: fl_dense_small_forward(s->a, s->b, s->bias, s->c, s->batch, s->cin, s->cout, s->k); break;
+        case ST_THIN_WEIGHTS: fl_dense_thin_weights(s->a, s->c, s->cin, s->cout); break;
+        case ST_DENSE_THIN: fl_dense_thin_forward(s->a, s->b, s->bias, s->c, s->batch, s->cin, s->cout, s->k); break;
         case ST_PRIM: break;
         }
     }
@@ -1224,6 +1243,15 @@ static inline void scale_copy_u8(float *restrict dst, const unsigned char *restr
                                  dnnl_dim_t n) {
     SIMD
     for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * ((float)src[t] * (1.0f / 255.0f));
+}
+
+/* scale_copy and scale_copy_u8 on 8 elements, a length the compiler sees */
+static inline void scale_copy8(float *restrict dst, const float *restrict src, float scale) {
+    for (int t = 0; t < 8; t++) dst[t] = scale * src[t];
+}
+
+static inline void scale_copy8_u8(float *restrict dst, const unsigned char *restrict src, float scale) {
+    for (int t = 0; t < 8; t++) dst[t] = scale * ((float)src[t] * (1.0f / 255.0f));
 }
 
 #define PLANAR_TILE 2048 /* floats */
@@ -1304,6 +1332,15 @@ static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, con
                     const size_t src = row + (size_t)X * run;
                     dnnl_dim_t o = b * L->st[0] + (c0 / L->blk) * L->st[1] + Y * L->st[2] + X * L->st[3],
                                ci = c0 % L->blk;
+                    if (L->blk == 8 && run % 8 == 0) {
+                        /* blocks of 8 channels (AVX2's layout), whole ones: ci stays 0 */
+                        for (int j = 0; j < run; j += 8, o += L->st[1]) {
+                            if (out) scale_copy8(obs + src + j, x + o, scale);
+                            else if (u8) scale_copy8_u8(x + o, u8 + src + j, scale);
+                            else scale_copy8(x + o, obs + src + j, scale);
+                        }
+                        continue;
+                    }
                     /* in stretches of channels that lie side by side in x */
                     for (int j = 0; j < run;) {
                         dnnl_dim_t len = run - j;

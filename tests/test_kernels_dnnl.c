@@ -339,6 +339,57 @@ static void test_dense_small_sums(void **state) {
     }
 }
 
+/* Dense layers with short rows (up to 16 inputs: an MLP's first layer over a vector
+ * observation) and ones with up to 32 outputs (a dueling head, 1 + A of them) run
+ * fleet's own forward where fl_dense_small_preferred: kernels/dense_small.h's
+ * dense_thin and dense_small. Every tail: 1, 4, 16 and 17 inputs (17 takes oneDNN's
+ * inner product again), outputs not a multiple of 16 or of 8, relu fused or not, batches
+ * not a multiple of 4; heads of 32 outputs (31 actions) and of 33 (oneDNN's again). */
+static void test_dense_thin(void **state) {
+    NEED_DNNL();
+    const net_case_t cases[] = {
+        {"dense(37) relu dense(16) relu dueling", 0, 0, 4, 3, 0},
+        {"dense(8) dense(23) relu", 0, 0, 1, 2, 0},
+        {"dense(51) relu dueling", 0, 0, 16, 31, 0},
+        {"dense(50) relu dueling", 0, 0, 17, 32, 0},
+        {"dense(19) relu", 2, 2, 4, 5, 255.0f}, /* an image of 16 values into a dense layer */
+    };
+    const int batches[] = {1, 4, 5, 64, 7};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) compare(&cases[i], batches, 5);
+}
+
+/* dense_thin against sums in double: 4 rows and fewer, outputs past 16 and 8, with and
+ * without relu; its results do not depend on which path made a row (a tile or a row of
+ * its own: the same sums in the same order). */
+static void test_dense_thin_sums(void **state) {
+    (void)state;
+    if (!fl_dense_small_preferred()) skip();
+    const int shapes[][3] = {{1, 1, 1}, {4, 16, 4}, {5, 37, 3}, {9, 256, 16}, {3, 7, 2}, {8, 25, 5}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const int B = shapes[c][0], out = shapes[c][1], in = shapes[c][2];
+        float *x = malloc((size_t)B * in * 4), *w = malloc((size_t)out * in * 4), *wt = malloc((size_t)out * in * 4);
+        float *bias = malloc((size_t)out * 4), *y = malloc((size_t)B * out * 4), *y1 = malloc((size_t)out * 4);
+        fill(x, (size_t)B * in, -1, 1);
+        fill(w, (size_t)out * in, -1, 1);
+        fill(bias, (size_t)out, -1, 1);
+        fl_dense_thin_weights(w, wt, in, out);
+        for (int relu = 0; relu < 2; relu++) {
+            fl_dense_thin_forward(x, wt, bias, y, B, in, out, relu);
+            for (int b = 0; b < B; b++) {
+                fl_dense_thin_forward(x + (size_t)b * in, wt, bias, y1, 1, in, out, relu);
+                assert_memory_equal(y1, y + (size_t)b * out, (size_t)out * 4);
+                for (int o = 0; o < out; o++) {
+                    double s = bias[o];
+                    for (int k = 0; k < in; k++) s += (double)w[(size_t)o * in + k] * x[(size_t)b * in + k];
+                    if (relu && s < 0) s = 0;
+                    assert_true(fabs(y[(size_t)b * out + o] - s) <= 1e-6 * (in + 1));
+                }
+            }
+        }
+        free(x), free(w), free(wt), free(bias), free(y), free(y1);
+    }
+}
+
 /* oneDNN's reference implementations are slow: none of them in the benchmark networks
  * (checked where oneDNN has its AVX-512 code). */
 static void test_no_reference_impls(void **state) {
@@ -567,12 +618,11 @@ static void test_dqn_steps(void **state) {
  * the parameters (a write through fl_qnet_params, fl_qnet_set_params, fl_qnet_copy_params,
  * fl_qnet_init) is seen by the next forward at the same batch, on every layer kind that
  * converts them (space-to-depth convolution, blocked convolution, a dense layer large
- * enough for oneDNN's weight layout: 256 x 512). */
-static void test_params_change(void **state) {
-    NEED_DNNL();
+ * enough for oneDNN's weight layout: 256 x 512; a dense layer with short rows, its
+ * weights transposed for dense_thin). */
+static void params_change(const net_case_t t) {
     fl_err_t err;
     fl_err_init(&err);
-    const net_case_t t = {"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0};
     const int B = 3;
     fl_qnet_t *n = make_net(&t, B), *other = make_net(&t, B);
     const size_t D = (size_t)fl_qnet_obs_dim(n), P = fl_qnet_num_params(n);
@@ -598,6 +648,12 @@ static void test_params_change(void **state) {
     free(obs), free(q), free(q_ref), free(saved);
     fl_qnet_destroy(n);
     fl_qnet_destroy(other);
+}
+
+static void test_params_change(void **state) {
+    NEED_DNNL();
+    params_change((net_case_t){"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0});
+    params_change((net_case_t){"dense(40) relu dueling", 0, 0, 6, 5, 0});
 }
 
 /* fl_qnet_forward_obs on uint8 observations (converted on the way into the oneDNN plan's
@@ -729,7 +785,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_shapes),   cmocka_unit_test(test_conv_chains),
         cmocka_unit_test(test_space_to_depth), cmocka_unit_test(test_dense), cmocka_unit_test(test_nature),
-        cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp), cmocka_unit_test(test_mlp_image), cmocka_unit_test(test_dense_small), cmocka_unit_test(test_dense_small_sums),
+        cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp), cmocka_unit_test(test_mlp_image), cmocka_unit_test(test_dense_small), cmocka_unit_test(test_dense_small_sums), cmocka_unit_test(test_dense_thin), cmocka_unit_test(test_dense_thin_sums),
         cmocka_unit_test(test_no_reference_impls),
         cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),
         cmocka_unit_test(test_signals),       cmocka_unit_test(test_dqn_steps),
