@@ -105,68 +105,58 @@ __attribute__((target("avx2,fma"))) static void forward_avx2(const float *x, con
     }
 }
 
-/* dense_thin: 4 rows x 16 outputs, 8 accumulators started at the bias; per input one
- * broadcast of each row's value and two loads of the transposed weights' row. */
-__attribute__((target("avx2,fma"))) static inline void thin_4x16_avx2(const float *x, const float *wt,
+/* dense_thin: a tile of up to 6 rows x one panel of 16 outputs, 12 accumulators started
+ * at the bias; per input one broadcast of each row's value and two loads of the panel's
+ * row. Rows past nr repeat the last one and are not stored; a panel's outputs past out
+ * (its weights and bias 0) are not stored either. */
+__attribute__((target("avx2,fma"))) static inline void thin_tile_avx2(const float *x, const float *panel,
                                                                       const float *bias, float *y, int in, int out,
-                                                                      int relu) {
-    __m256 a00 = _mm256_loadu_ps(bias), a01 = _mm256_loadu_ps(bias + 8), a10 = a00, a11 = a01, a20 = a00, a21 = a01,
-           a30 = a00, a31 = a01;
+                                                                      int nr, int nc, int relu) {
+    float b16[16] = {0};
+    for (int j = 0; j < nc; j++) b16[j] = bias[j];
+    __m256 a00 = _mm256_loadu_ps(b16), a01 = _mm256_loadu_ps(b16 + 8), a10 = a00, a11 = a01, a20 = a00, a21 = a01,
+           a30 = a00, a31 = a01, a40 = a00, a41 = a01, a50 = a00, a51 = a01;
+    const float *xr[6];
+    for (int r = 0; r < 6; r++) xr[r] = x + (size_t)(r < nr ? r : nr - 1) * in;
+    const float *x0 = xr[0], *x1 = xr[1], *x2 = xr[2], *x3 = xr[3], *x4 = xr[4], *x5 = xr[5];
     for (int k = 0; k < in; k++) {
-        const __m256 w0 = _mm256_loadu_ps(wt + (size_t)k * out), w1 = _mm256_loadu_ps(wt + (size_t)k * out + 8);
-        __m256 xv = _mm256_broadcast_ss(x + k);
+        const __m256 w0 = _mm256_loadu_ps(panel + 16 * (size_t)k), w1 = _mm256_loadu_ps(panel + 16 * (size_t)k + 8);
+        __m256 xv = _mm256_broadcast_ss(x0 + k);
         a00 = _mm256_fmadd_ps(xv, w0, a00), a01 = _mm256_fmadd_ps(xv, w1, a01);
-        xv = _mm256_broadcast_ss(x + in + k);
+        xv = _mm256_broadcast_ss(x1 + k);
         a10 = _mm256_fmadd_ps(xv, w0, a10), a11 = _mm256_fmadd_ps(xv, w1, a11);
-        xv = _mm256_broadcast_ss(x + 2 * (size_t)in + k);
+        xv = _mm256_broadcast_ss(x2 + k);
         a20 = _mm256_fmadd_ps(xv, w0, a20), a21 = _mm256_fmadd_ps(xv, w1, a21);
-        xv = _mm256_broadcast_ss(x + 3 * (size_t)in + k);
+        xv = _mm256_broadcast_ss(x3 + k);
         a30 = _mm256_fmadd_ps(xv, w0, a30), a31 = _mm256_fmadd_ps(xv, w1, a31);
+        xv = _mm256_broadcast_ss(x4 + k);
+        a40 = _mm256_fmadd_ps(xv, w0, a40), a41 = _mm256_fmadd_ps(xv, w1, a41);
+        xv = _mm256_broadcast_ss(x5 + k);
+        a50 = _mm256_fmadd_ps(xv, w0, a50), a51 = _mm256_fmadd_ps(xv, w1, a51);
     }
-    if (relu) {
-        const __m256 z = _mm256_setzero_ps();
-        a00 = _mm256_max_ps(a00, z), a01 = _mm256_max_ps(a01, z), a10 = _mm256_max_ps(a10, z);
-        a11 = _mm256_max_ps(a11, z), a20 = _mm256_max_ps(a20, z), a21 = _mm256_max_ps(a21, z);
-        a30 = _mm256_max_ps(a30, z), a31 = _mm256_max_ps(a31, z);
-    }
-    _mm256_storeu_ps(y, a00), _mm256_storeu_ps(y + 8, a01);
-    _mm256_storeu_ps(y + out, a10), _mm256_storeu_ps(y + out + 8, a11);
-    _mm256_storeu_ps(y + 2 * (size_t)out, a20), _mm256_storeu_ps(y + 2 * (size_t)out + 8, a21);
-    _mm256_storeu_ps(y + 3 * (size_t)out, a30), _mm256_storeu_ps(y + 3 * (size_t)out + 8, a31);
-}
-
-/* One row, outputs o0 up to o1, in the same order of sums as the tile: 8 at a time, then
- * one at a time. */
-__attribute__((target("avx2,fma"))) static inline void thin_row_avx2(const float *x, const float *wt,
-                                                                     const float *bias, float *y, int in, int out,
-                                                                     int relu, int o0, int o1) {
-    int o = o0;
-    for (; o + 8 <= o1; o += 8) {
-        __m256 a = _mm256_loadu_ps(bias + o);
-        for (int k = 0; k < in; k++)
-            a = _mm256_fmadd_ps(_mm256_broadcast_ss(x + k), _mm256_loadu_ps(wt + (size_t)k * out + o), a);
-        if (relu) a = _mm256_max_ps(a, _mm256_setzero_ps());
-        _mm256_storeu_ps(y + o, a);
-    }
-    for (; o < o1; o++) {
-        float s = bias[o];
-        for (int k = 0; k < in; k++) s = __builtin_fmaf(x[k], wt[(size_t)k * out + o], s);
-        y[o] = relu ? RELU(s) : s;
+    const __m256 acc[6][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
+    for (int r = 0; r < nr; r++) {
+        __m256 v0 = acc[r][0], v1 = acc[r][1];
+        if (relu) v0 = _mm256_max_ps(v0, _mm256_setzero_ps()), v1 = _mm256_max_ps(v1, _mm256_setzero_ps());
+        float *yr = y + (size_t)r * out;
+        if (nc == 16) {
+            _mm256_storeu_ps(yr, v0), _mm256_storeu_ps(yr + 8, v1);
+        } else {
+            float t[16];
+            _mm256_storeu_ps(t, v0), _mm256_storeu_ps(t + 8, v1);
+            for (int j = 0; j < nc; j++) yr[j] = t[j];
+        }
     }
 }
 
 __attribute__((target("avx2,fma"))) static void thin_avx2(const float *x, const float *wt, const float *bias,
                                                           float *y, int B, int in, int out, int relu) {
-    const int rblocks = (B + 3) / 4, full = out / 16;
-    PAR_FOR for (int rb = 0; rb < rblocks; rb++) {
-        const int r0 = rb * 4, nr = B - r0 < 4 ? B - r0 : 4;
-        const float *xr = x + (size_t)r0 * in;
-        float *yr = y + (size_t)r0 * out;
-        if (nr == 4)
-            for (int c = 0; c < full; c++) thin_4x16_avx2(xr, wt + 16 * c, bias + 16 * c, yr + 16 * c, in, out, relu);
-        for (int r = 0; r < nr; r++)
-            thin_row_avx2(xr + (size_t)r * in, wt, bias, yr + (size_t)r * out, in, out, relu, nr == 4 ? 16 * full : 0,
-                          out);
+    const int rblocks = (B + 5) / 6, panels = (out + 15) / 16;
+    PAR_FOR for (int t = 0; t < rblocks * panels; t++) {
+        const int c = t % panels, r0 = t / panels * 6, nr = B - r0 < 6 ? B - r0 : 6,
+                  nc = out - 16 * c < 16 ? out - 16 * c : 16;
+        thin_tile_avx2(x + (size_t)r0 * in, wt + (size_t)c * 16 * in, bias + 16 * c, y + (size_t)r0 * out + 16 * c,
+                       in, out, nr, nc, relu);
     }
 }
 #define HAVE_AVX2_VERSION 1
@@ -189,9 +179,15 @@ void fl_dense_small_forward(const float *x, const float *w, const float *bias, f
 #endif
 }
 
+size_t fl_dense_thin_weights_size(int in, int out) { return (size_t)(out + 15) / 16 * 16 * (size_t)in; }
+
 void fl_dense_thin_weights(const float *w, float *wt, int in, int out) {
-    for (int o = 0; o < out; o++)
-        for (int k = 0; k < in; k++) wt[(size_t)k * out + o] = w[(size_t)o * in + k];
+    for (int c = 0; c < (out + 15) / 16; c++)
+        for (int k = 0; k < in; k++)
+            for (int j = 0; j < 16; j++) {
+                const int o = 16 * c + j;
+                wt[((size_t)c * in + k) * 16 + j] = o < out ? w[(size_t)o * in + k] : 0.0f;
+            }
 }
 
 void fl_dense_thin_forward(const float *x, const float *wt, const float *bias, float *y, int B, int in, int out,

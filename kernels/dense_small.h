@@ -6,6 +6,8 @@
 #ifndef FL_KERNELS_DENSE_SMALL_H
 #define FL_KERNELS_DENSE_SMALL_H
 
+#include <stddef.h>
+
 /* Whether this CPU runs fl_dense_small_forward, and whether the oneDNN backend should
  * take it for such layers: where it has AVX2 and FMA but not AVX-512 (there oneDNN keeps
  * such weights in a blocked layout its AVX-512 kernels read without packing them). */
@@ -19,10 +21,13 @@ void fl_dense_small_forward(const float *x, const float *w, const float *bias, f
 
 /* dense_thin: the forward of a dense layer with short rows (a few inputs, as an MLP's
  * first layer on a low-dimensional observation): each output is the bias plus the
- * inputs' products in input order, with the outputs along the vector lanes. It reads the
- * weights transposed, wt (in, out) row-major, which fl_dense_thin_weights makes from the
- * layer's own (out, in). x, y, bias and relu as in fl_dense_small_forward; parallel over
- * blocks of 4 rows. Only where fl_dense_small_preferred(). */
+ * inputs' products in input order, with the outputs along the vector lanes, in tiles of
+ * up to 6 rows x 16 outputs. It reads the weights in panels of 16 outputs, wt (panels,
+ * in, 16) with the last panel's missing outputs 0, fl_dense_thin_weights_size(in, out)
+ * floats, which fl_dense_thin_weights makes from the layer's own (out, in). x, y, bias
+ * and relu as in fl_dense_small_forward; parallel over tiles. Only where
+ * fl_dense_small_preferred(). */
+size_t fl_dense_thin_weights_size(int in, int out);
 void fl_dense_thin_weights(const float *w, float *wt, int in, int out);
 void fl_dense_thin_forward(const float *x, const float *wt, const float *bias, float *y, int B, int in, int out,
                            int relu);

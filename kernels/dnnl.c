@@ -671,7 +671,7 @@ static fl_status fwd_dense(bld_t *b, int i) {
     }
     if (thin) {
         float *wt;
-        FL_TRY(new_buf(b, (size_t)in * out_n * sizeof(float), &wt));
+        FL_TRY(new_buf(b, fl_dense_thin_weights_size(in, out_n) * sizeof(float), &wt));
         const step_t t = {.kind = ST_THIN_WEIGHTS, .what = "weights (short rows)", .a = n->params + l->w_off,
                           .c = wt, .cin = in, .cout = out_n};
         FL_TRY(add_step(b, &p->fwd, &t));

@@ -367,7 +367,7 @@ static void test_dense_thin_sums(void **state) {
     const int shapes[][3] = {{1, 1, 1}, {4, 16, 4}, {5, 37, 3}, {9, 256, 16}, {3, 7, 2}, {8, 25, 5}};
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         const int B = shapes[c][0], out = shapes[c][1], in = shapes[c][2];
-        float *x = malloc((size_t)B * in * 4), *w = malloc((size_t)out * in * 4), *wt = malloc((size_t)out * in * 4);
+        float *x = malloc((size_t)B * in * 4), *w = malloc((size_t)out * in * 4), *wt = malloc(fl_dense_thin_weights_size(in, out) * 4);
         float *bias = malloc((size_t)out * 4), *y = malloc((size_t)B * out * 4), *y1 = malloc((size_t)out * 4);
         fill(x, (size_t)B * in, -1, 1);
         fill(w, (size_t)out * in, -1, 1);
