@@ -65,7 +65,7 @@ typedef enum {
     ST_S2D_WEIGHTS, /* the first convolution's weights, rearranged for its space-to-depth input */
     ST_S2D_WGRAD,   /* their gradient, back to the layer's own layout */
     ST_DENSE_SMALL, /* a dense layer's forward on a small batch (kernels/dense_small.h) */
-    ST_THIN_WEIGHTS, /* a dense layer's weights, transposed for dense_thin */
+    ST_THIN_WEIGHTS, /* a dense layer's weights, packed in panels of 16 outputs for dense_thin */
     ST_DENSE_THIN    /* a dense layer's forward on short rows (kernels/dense_small.h) */
 } step_kind;
 
@@ -644,8 +644,11 @@ static fl_status fwd_dense(bld_t *b, int i) {
      * plain weights once per 4 rows, where oneDNN's GEMM packs them at every call (at
      * batch 1 oneDNN's own matrix-vector path does as well; on short rows the per-output
      * sums of dense_small cost more than they save). Only on AVX2 CPUs without AVX-512,
-     * where it was measured against oneDNN. The backward still takes oneDNN's
-     * primitives, with pd as their hint. */
+     * where it was measured against oneDNN. On the same CPUs, at any batch: a layer
+     * with rows of up to 16 inputs runs dense_thin (its weights packed when the
+     * parameters changed), and one with up to 32 outputs (a dueling head) dense_small's
+     * tiles, where oneDNN's GEMM spends more on its set-up than on their few products.
+     * The backward still takes oneDNN's primitives, with pd as their hint. */
     const int small = B >= 4 && B <= DENSE_SMALL_BATCH && in >= DENSE_SMALL_IN &&
                       (long)in * out_n >= DENSE_ANY_WEIGHTS && fl_dense_small_preferred();
     const int thin = in <= DENSE_THIN_IN && fl_dense_small_preferred();

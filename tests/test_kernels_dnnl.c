@@ -344,7 +344,8 @@ static void test_dense_small_sums(void **state) {
  * fleet's own forward where fl_dense_small_preferred: kernels/dense_small.h's
  * dense_thin and dense_small. Every tail: 1, 4, 16 and 17 inputs (17 takes oneDNN's
  * inner product again), outputs not a multiple of 16 or of 8, relu fused or not, batches
- * not a multiple of 4; heads of 32 outputs (31 actions) and of 33 (oneDNN's again). */
+ * not a multiple of 6 (dense_thin's tiles) or of 4 (dense_small's); heads of 32 outputs
+ * (31 actions) and of 33 (oneDNN's again). */
 static void test_dense_thin(void **state) {
     NEED_DNNL();
     const net_case_t cases[] = {
@@ -358,9 +359,9 @@ static void test_dense_thin(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) compare(&cases[i], batches, 5);
 }
 
-/* dense_thin against sums in double: 4 rows and fewer, outputs past 16 and 8, with and
- * without relu; its results do not depend on which path made a row (a tile or a row of
- * its own: the same sums in the same order). */
+/* dense_thin against sums in double: batches in one tile of 6 rows and fewer and in
+ * more, outputs past 16 and 8, with and without relu; a row's results do not depend on
+ * the rows beside it in its tile (the same sums in the same order when it is alone). */
 static void test_dense_thin_sums(void **state) {
     (void)state;
     if (!fl_dense_small_preferred()) skip();
@@ -688,6 +689,12 @@ static void test_forward_obs(void **state) {
             assert_int_equal(fl_qnet_backward(n, dq, B), FL_OK);
             float *g_ref = malloc(fl_qnet_num_params(n) * 4);
             memcpy(g_ref, fl_qnet_grads(n), fl_qnet_num_params(n) * 4);
+            /* other observations in between, so that no element of the input edge the
+             * uint8 copy missed still holds the float32 copy's value */
+            float *other = malloc(B * D * 4);
+            for (size_t i = 0; i < B * D; i++) other[i] = 1.0f - f[i];
+            assert_int_equal(fl_qnet_forward(n, other, B, q), FL_OK);
+            free(other);
             assert_int_equal(fl_qnet_forward_obs(n, FL_DTYPE_UINT8, u8, B, q), FL_OK);
             assert_memory_equal(q, q_ref, B * A * 4);
             assert_int_equal(fl_qnet_backward(n, dq, B), FL_OK);
