@@ -45,8 +45,9 @@
  * converted on the GPU, priorities to the host every update).
  *
  *   learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--threads 1,2]
- *                 [--no-torch] [--no-gpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]
- * --backend: the CPU kernels (kernels/qnet.h); default oneDNN when built with it. */
+ *                 [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]
+ * --backend: the CPU kernels (kernels/qnet.h); default oneDNN when built with it.
+ * --no-cpu: the GPU rows alone. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,7 +88,7 @@ static const netcase_t CASES[] = {
 #define NUM_CASES (int)(sizeof CASES / sizeof CASES[0])
 
 typedef struct opts {
-    int json, torch, gpu;
+    int json, torch, gpu, cpu;
     double seconds;
     int only; /* case index or -1 */
     int threads[4], n_threads;
@@ -558,7 +559,7 @@ static int parse_threads(const char *s, opts_t *o) {
 }
 
 int main(int argc, char **argv) {
-    opts_t o = {.seconds = 3.0, .only = -1, .threads = {1, 2}, .n_threads = 2, .torch = 1, .gpu = 1};
+    opts_t o = {.seconds = 3.0, .only = -1, .threads = {1, 2}, .n_threads = 2, .torch = 1, .gpu = 1, .cpu = 1};
     snprintf(o.script, sizeof o.script, "%s/bench/learner_bench_torch.py", FL_SOURCE_DIR);
     /* Debian's python3-torch belongs to the system interpreter, which a user's PATH may
      * shadow (pyenv, a venv). */
@@ -568,6 +569,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--json")) o.json = 1;
         else if (!strcmp(a, "--no-torch")) o.torch = 0;
         else if (!strcmp(a, "--no-gpu")) o.gpu = 0;
+        else if (!strcmp(a, "--no-cpu")) o.cpu = 0;
         else if (!strcmp(a, "--backend") && v) {
             if (!fl_bench_parse_backend(argv[++i])) goto usage;
         }
@@ -600,7 +602,10 @@ int main(int argc, char **argv) {
                "RMSProp), CPU kernels %s, %g s per configuration; PyTorch %s\n",
                o.cores, fl_bench_backend_name(), o.seconds,
                have_torch ? version : o.torch ? "not available (cannot import torch)" : "not run (--no-torch)");
-    if (cpu_rows(&o, have_torch, &peak) != 0) return 1;
+    if (!o.cpu)
+        fprintf(o.json ? stderr : stdout, "learner_bench: CPU rows skipped (--no-cpu)\n");
+    else if (cpu_rows(&o, have_torch, &peak) != 0)
+        return 1;
     if (!o.gpu) {
         fprintf(o.json ? stderr : stdout, "learner_bench: GPU rows skipped (--no-gpu)\n");
         return 0;
@@ -608,6 +613,6 @@ int main(int argc, char **argv) {
     return gpu_rows(&o, have_torch);
 usage:
     fprintf(stderr, "usage: learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--threads 1,2] "
-                    "[--no-torch] [--no-gpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]\n");
+                    "[--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]\n");
     return 2;
 }

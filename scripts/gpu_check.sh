@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# gpu_check: on a machine with an NVIDIA GPU, what shows fleet's GPU learner working
+# there, step by step, each step's output in OUT_DIR/<step>.log and one line per step in
+# OUT_DIR/summary.txt (a failed step does not stop the later ones):
+#   gpu      nvidia-smi, and the loader finding every library the programs need
+#   tests    the GPU tests (ctest's label gpu, run directly): tests/test_kernels_cuda_gpu,
+#            tests/test_learner_cuda_gpu
+#   bench    bench/learner_bench's GPU rows against PyTorch on the same GPU (--no-cpu)
+#   cartpole tests/integration_cartpole_gpu: a CartPole fleet with learner.device = cuda
+#            solves it, and resumes from its checkpoint
+#   minatar  configs/minatar-breakout.ini with learner.device = cuda for
+#            GPU_CHECK_SECONDS (default 60) seconds
+#
+#   bash scripts/gpu_check.sh [OUT_DIR] [BUNDLE.tar.gz]
+#   GPU_CHECK_STEPS="gpu tests bench cartpole minatar" (the default: all, in this order)
+#   GPU_CHECK_BENCH="--seconds 2" (learner_bench's other arguments)
+#   PYTHON=python3 (the interpreter with PyTorch, for the bench)
+#
+# Run from the repository root, with the programs built (build/, FLEET_CUDA on) or with
+# BUNDLE, scripts/bundle.sh's archive of them, for a machine without fleet's Debian
+# packages: it is unpacked into the repository root first and build/bundle-lib goes first
+# on LD_LIBRARY_PATH. The CUDA runtime, cuBLAS and cuDNN are taken from the machine: its
+# CUDA and driver folders and the Python packages nvidia-* (PyTorch's), whichever has them.
+# shellcheck disable=SC2317 # the step functions are called through step()
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root" || exit 1
+out="${1:-$root/gpu-check}"
+bundle="${2:-}"
+steps="${GPU_CHECK_STEPS:-gpu tests bench cartpole minatar}"
+seconds="${GPU_CHECK_SECONDS:-60}"
+python="${PYTHON:-python3}"
+mkdir -p "$out"
+: >"$out/summary.txt"
+note() { echo "gpu_check: $*" | tee -a "$out/summary.txt"; }
+
+if [ -n "$bundle" ]; then
+  tar xzf "$bundle" -C "$root" || { note "cannot unpack $bundle"; exit 1; }
+  note "unpacked $bundle ($(cat build/bundle-commit.txt 2>/dev/null || echo 'commit unknown'); this checkout: $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+fi
+libpath="$root/build/bundle-lib"
+for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/local/cuda/lib64 /usr/local/cuda/lib \
+  /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && libpath="$libpath:$d"
+done
+# Python's nvidia-* packages (cuBLAS, cuDNN, the CUDA runtime as PyTorch has them)
+while read -r d; do libpath="$libpath:$d"; done < <("$python" - 2>/dev/null <<'EOF'
+import os, nvidia
+seen = set()
+for p in nvidia.__path__:
+    for dirpath, _, files in os.walk(p):
+        if any(f.startswith("lib") and ".so" in f for f in files) and dirpath not in seen:
+            seen.add(dirpath)
+            print(dirpath)
+EOF
+)
+export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export FLEET_BIN="$root/build/bin/fleet" FLEET_SOURCE_DIR="$root" FLEET_BINARY_DIR="$root/build" OPENBLAS_NUM_THREADS=1
+
+# step NAME LIMIT_S COMMAND...: runs it with its output in OUT_DIR/NAME.log
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  case " $steps " in *" $name "*) ;; *) return 0 ;; esac
+  local t0=$SECONDS
+  timeout "$limit" bash -c '"$@"' "$name" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  local how="ok"
+  [ $rc -eq 0 ] || how="FAILED (exit $rc$([ $rc -eq 124 ] && echo ", over ${limit} s"))"
+  note "$name: $how in $((SECONDS - t0)) s: $*"
+  return "$rc"
+}
+
+gpu_info() {
+  nvidia-smi || return 1
+  local bad=0
+  for p in build/bin/fleet build/bench/learner_bench build/tests/test_kernels_cuda_gpu \
+    build/tests/test_learner_cuda_gpu build/tests/integration_cartpole_gpu; do
+    echo "== ldd $p"
+    [ -x "$p" ] || { echo "missing: $p"; bad=1; continue; }
+    ldd "$p" | grep -E "not found|cud|cublas" || true
+    ldd "$p" | grep -q "not found" && bad=1
+  done
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  return "$bad"
+}
+gpu_tests() {
+  local rc=0
+  for t in test_kernels_cuda_gpu test_learner_cuda_gpu; do
+    echo "== $t"
+    (cd build/tests && "./$t") || rc=1
+  done
+  return "$rc"
+}
+minatar() {
+  "$FLEET_BIN" run configs/minatar-breakout.ini --set learner.device=cuda --set run.max_seconds="$seconds" \
+    --set run.out_dir="$out/runs" || return 1
+  # a time limit ends the run normally even when the learner never trained
+  local steps
+  steps="$(sed -n 's/^learner_steps=//p' "$out/runs/minatar-breakout/summary.txt")"
+  echo "learner steps: ${steps:-none}"
+  [ "${steps:-0}" -gt 0 ]
+}
+
+export -f gpu_info gpu_tests minatar
+export out seconds
+step gpu 60 gpu_info
+step tests 240 gpu_tests
+# shellcheck disable=SC2086
+step bench 420 build/bench/learner_bench --no-cpu --python "$python" \
+  --torch-script bench/learner_bench_torch.py ${GPU_CHECK_BENCH:---seconds 2}
+step cartpole 450 bash -c 'cd build/tests && ./integration_cartpole_gpu'
+step minatar $((seconds + 90)) minatar
+case " $steps " in *" minatar "*)
+  cp "$out/runs/minatar-breakout/summary.txt" "$out/minatar-summary.txt" 2>/dev/null
+  cp "$out/runs/minatar-breakout/metrics.csv" "$out/minatar-metrics.csv" 2>/dev/null
+  rm -rf "$out/runs" ;;
+esac
+grep -q FAILED "$out/summary.txt" && exit 1
+exit 0
