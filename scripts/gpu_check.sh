@@ -54,6 +54,12 @@ for p in nvidia.__path__:
             print(dirpath)
 EOF
 )
+# PyTorch's interpreter keeps the machine's own libraries (the bundle's libstdc++, zlib or
+# OpenSSL may be older than its): learner_bench starts it through this wrapper
+pywrap="$(mktemp -d /tmp/gpu-check-XXXXXX)/python"
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "${LD_LIBRARY_PATH:-}" "$(command -v "$python" || echo "$python")" >"$pywrap"
+chmod +x "$pywrap"
+trap 'rm -rf "$(dirname "$pywrap")"' EXIT
 export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export FLEET_BIN="$root/build/bin/fleet" FLEET_SOURCE_DIR="$root" FLEET_BINARY_DIR="$root/build" OPENBLAS_NUM_THREADS=1
 
@@ -107,7 +113,7 @@ export out seconds
 step gpu 60 gpu_info
 step tests 240 gpu_tests
 # shellcheck disable=SC2086
-step bench 420 build/bench/learner_bench --no-cpu --python "$python" \
+step bench 420 build/bench/learner_bench --no-cpu --python "$pywrap" \
   --torch-script bench/learner_bench_torch.py ${GPU_CHECK_BENCH:---seconds 2}
 step cartpole 450 bash -c 'cd build/tests && ./integration_cartpole_gpu'
 step minatar $((seconds + 90)) minatar
