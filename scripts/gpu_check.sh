@@ -78,8 +78,8 @@ step() {
 }
 
 gpu_info() {
-  nvidia-smi || return 1
   local bad=0
+  nvidia-smi || bad=1
   for p in build/bin/fleet build/bench/learner_bench build/tests/test_kernels_cuda_gpu \
     build/tests/test_learner_cuda_gpu build/tests/integration_cartpole_gpu; do
     echo "== ldd $p"
