@@ -110,8 +110,8 @@ static fl_status cuda_open(fl_learner_t *l, int required, int *declined, fl_err_
 static void cuda_close(fl_learner_t *l) {
     gpu_state_t *st = state_of(l);
     if (!st) return;
+    fl_cuda_dqn_destroy(st->gpu); /* first: it waits for the copies that may still read the pinned batches */
     for (int i = 0; i < st->n_pinned; i++) fl_cuda_host_unregister(st->pinned[i]); /* before the batches go */
-    fl_cuda_dqn_destroy(st->gpu);
     free(st);
     l->be_state = NULL;
 }

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/qnet.h"
@@ -42,6 +43,7 @@ typedef struct glayer {
 
 typedef struct graph_entry { /* one (batch size, kind of call); exec NULL until captured */
     int B, apply;
+    int eager; /* its capture failed: it runs eagerly from then on */
     cudaGraphExec_t exec;
 } graph_entry_t;
 
@@ -107,6 +109,7 @@ struct fl_cuda_dqn {
 
 static fl_status cuda_check(cudaError_t e, const char *what, fl_err_t *err) {
     if (e == cudaSuccess) return FL_OK;
+    (void)cudaGetLastError(); /* keep a failed call's error out of the next launch check */
     return fl_err_set(err, FL_INTERNAL, "dqn_cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
@@ -660,6 +663,7 @@ static fl_status enqueue_update(fl_cuda_dqn_t *d, int B, int apply, fl_err_t *er
 /* Convolutions set up for B; graphs dropped if the workspace moved. */
 static fl_status prepare_batch(fl_cuda_dqn_t *d, int B, fl_err_t *err) {
     if (d->cur_batch != B) {
+        d->cur_batch = 0; /* until every layer is set for B: a failure half way leaves no layer trusted */
         for (int i = 0; i < d->num_layers; i++)
             if (d->layers[i].conv) FL_TRY(fl_cuda_conv_set_batch(d->ctx, d->layers[i].conv, B, err));
         d->cur_batch = B;
@@ -692,21 +696,24 @@ static fl_status run_update(fl_cuda_dqn_t *d, int B, int apply, fl_err_t *err) {
             d->graphs[d->num_graphs++] = (graph_entry_t){.B = B, .apply = apply, .exec = NULL};
         return enqueue_update(d, B, apply, err);
     }
+    if (g->eager) return enqueue_update(d, B, apply, err);
     FL_TRY(cuda_check(cudaStreamBeginCapture(d->cs, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture", err));
-    fl_status st = enqueue_update(d, B, apply, err);
+    fl_err_t cap_err = {0};
+    fl_status st = enqueue_update(d, B, apply, &cap_err);
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(d->cs, &graph);
-    if (st != FL_OK) {
-        if (graph) cudaGraphDestroy(graph);
-        cudaGetLastError();
-        fl_err_prefix(err, "dqn_cuda: while capturing a graph");
-        return st;
-    }
-    FL_TRY(cuda_check(e, "cudaStreamEndCapture", err));
     cudaGraphExec_t exec = NULL;
-    e = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    FL_TRY(cuda_check(e, "cudaGraphInstantiate", err));
+    if (st == FL_OK && e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (st != FL_OK || e != cudaSuccess) {
+        /* Nothing captured has run: the same update runs eagerly, now and for every later
+         * call of this (B, kind). A real fault fails the eager run too, and is reported. */
+        (void)cudaGetLastError();
+        FL_WARN("dqn_cuda: capturing the update (batch %d) as a CUDA graph failed (%s); it runs without one",
+                B, st != FL_OK ? cap_err.msg : cudaGetErrorString(e));
+        g->eager = 1;
+        return enqueue_update(d, B, apply, err);
+    }
     g->exec = exec;
     return cuda_check(cudaGraphLaunch(g->exec, d->cs), "cudaGraphLaunch", err);
 }
@@ -885,6 +892,8 @@ fl_status fl_cuda_dqn_compute(fl_cuda_dqn_t *d, int slot, int B, float *grads, f
 
 fl_status fl_cuda_dqn_apply(fl_cuda_dqn_t *d, const float *grads, float *grad_norm, fl_err_t *err) {
     if (!d || !grads) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object or gradient");
+    if (d->launched_B) /* its gradient buffer and statistics are still in use */
+        return fl_err_set(err, FL_FAILED_PRECONDITION, "dqn_cuda: a launched update was not finished");
     FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
     FL_TRY(cuda_check(cudaMemcpyAsync(d->d_grads, grads, d->n * sizeof(float), cudaMemcpyHostToDevice, d->cs),
                       "cudaMemcpyAsync (gradient to device)", err));

@@ -472,6 +472,7 @@ static void test_pipeline_equals_steps(void **state) {
     fl_err_t e;
     fl_err_init(&e);
     assert_int_equal(fl_cuda_dqn_step(r.gpu, 0, 32, NULL, NULL, &e), FL_FAILED_PRECONDITION); /* one in flight */
+    assert_int_equal(fl_cuda_dqn_apply(r.gpu, a, NULL, &e), FL_FAILED_PRECONDITION); /* nor an apply */
     for (int k = 1; k <= 4; k++) {
         if (k < 4) {
             make_batch(&r, k % 2, 32, &u);

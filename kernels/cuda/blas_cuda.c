@@ -202,9 +202,12 @@ void fl_cuda_conv_destroy(fl_cuda_conv_t *v) {
 
 int fl_cuda_conv_batch(const fl_cuda_conv_t *v) { return v->batch; }
 
-/* The math type to try an algorithm with: its own with TF32 allowed, FMA otherwise. */
+/* The math type to try an algorithm with: its own with TF32 allowed, FMA otherwise.
+ * CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION would let cuDNN convert our float32 data down to
+ * half precision, below what "TF32 on" promises: it becomes the default math (TF32). */
 static cudnnMathType_t math_for(const fl_cuda_ctx_t *c, cudnnMathType_t suggested) {
-    return c->tf32 ? suggested : CUDNN_FMA_MATH;
+    if (!c->tf32) return CUDNN_FMA_MATH;
+    return suggested == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? CUDNN_DEFAULT_MATH : suggested;
 }
 
 /* The three operations of a convolution. Each has its own descriptor (cf, cd, cw), its

@@ -6,6 +6,7 @@
 
 static fl_status check(cudaError_t e, const char *what, fl_err_t *err) {
     if (e == cudaSuccess) return FL_OK;
+    (void)cudaGetLastError(); /* a failed call (e.g. memory already registered) must not fail the next launch check */
     return fl_err_set(err, FL_INTERNAL, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
