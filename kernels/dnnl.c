@@ -35,6 +35,7 @@
  * memory objects, buffers, tensors and kept primitive descriptors sit in lists), so a
  * failure anywhere is cleaned up by destroying the plan. */
 #include "kernels/dnnl.h"
+#include "kernels/conv_fwd.h"
 #include "kernels/dense_small.h"
 
 #ifdef FL_HAVE_DNNL
@@ -66,7 +67,9 @@ typedef enum {
     ST_S2D_WGRAD,   /* their gradient, back to the layer's own layout */
     ST_DENSE_SMALL, /* a dense layer's forward on a small batch (kernels/dense_small.h) */
     ST_THIN_WEIGHTS, /* a dense layer's weights, packed in panels of 16 outputs for dense_thin */
-    ST_DENSE_THIN    /* a dense layer's forward on short rows (kernels/dense_small.h) */
+    ST_DENSE_THIN,   /* a dense layer's forward on short rows (kernels/dense_small.h) */
+    ST_TILE_WEIGHTS, /* a layer's weights, packed for its forward on fleet's tiles */
+    ST_TILE_FWD      /* a convolution's or a large dense layer's forward on fleet's tiles (kernels/conv_fwd.h) */
 } step_kind;
 
 typedef struct step {
@@ -82,7 +85,8 @@ typedef struct step {
     int batch, actions; /* dueling combine */
     int cout, cin, k, f; /* space-to-depth weights: the layer's shape and stride; dense small:
                             out, in and relu (k) */
-    const float *bias;   /* dense small */
+    const float *bias;   /* dense small, tiles */
+    const fl_conv_fwd_t *tiles; /* tiles: the forward's set-up */
     int cached;               /* reads the parameters only: skipped while params_gen stays at seen */
     unsigned long long seen;  /* params_gen when it last ran */
     int ran;
@@ -138,6 +142,7 @@ typedef struct plan {
     tensor_t **edge; /* num_layers + 1 */
     lplan_t *lp;     /* num_layers */
     plist_t tensors, mems, bufs, pds;
+    plist_t tiles; /* fl_conv_fwd_t */
     plist_t scratch_mems; /* user scratchpads, all on one buffer */
     void *scratch;
     size_t scratch_bytes;
@@ -506,6 +511,33 @@ static int layout_of(const dnnl_memory_desc_t *md, layout_t *out) {
     return 1;
 }
 
+static fl_conv_layout_t tile_layout(const layout_t *l) {
+    return (fl_conv_layout_t){{(long)l->st[0], (long)l->st[1], (long)l->st[2], (long)l->st[3]}, (long)l->blk};
+}
+
+/* Fleet's tiles (kernels/conv_fwd.h) set up for g, registered in the plan: NULL in *out
+ * where they do not run it (the caller takes oneDNN). */
+static fl_status new_tiles(bld_t *b, const fl_conv_fwd_geom_t *g, fl_conv_fwd_t **out) {
+    *out = NULL;
+    if (plist_reserve(&b->p->tiles)) return nomem(b);
+    if ((*out = fl_conv_fwd_create(g))) b->p->tiles.v[b->p->tiles.n++] = *out;
+    return FL_OK;
+}
+
+/* A forward on tiles c: the cached step that packs the weights w (cout, cin, k, k) when
+ * the parameters change, and the forward from x to y. */
+static fl_status add_tile_steps(bld_t *b, const fl_conv_fwd_t *c, const char *what, const float *w, const float *x,
+                                const float *bias, float *y, int relu) {
+    float *wt;
+    FL_TRY(new_buf(b, fl_conv_fwd_weights_size(c) * sizeof(float), &wt));
+    const step_t t = {.kind = ST_TILE_WEIGHTS, .what = "weights (tiles)", .tiles = c, .a = w, .c = wt};
+    FL_TRY(add_step(b, &b->p->fwd, &t));
+    mark_cached(&b->p->fwd);
+    const step_t s = {.kind = ST_TILE_FWD, .what = what, .tiles = c, .a = x, .b = wt, .bias = bias, .c = y,
+                      .k = relu};
+    return add_step(b, &b->p->fwd, &s);
+}
+
 /* The space-to-depth weights step (fwd) or gradient step (bwd) of layer l into list. */
 static fl_status add_s2d_step(bld_t *b, steplist_t *list, const fl_qnet_layer_t *l, int grad) {
     fl_dnnl_net_t *n = b->n;
@@ -582,6 +614,22 @@ static fl_status fwd_conv(bld_t *b, int i) {
         mark_cached(&p->fwd);
     }
     FL_TRY(tensor_as(b, &p->fwd, p->edge[i], S, &lp->src));
+    tensor_t *out;
+    FL_TRY(new_tensor(b, D, 1, &out));
+    p->edge[i + 1] = out;
+    /* On AVX2 CPUs without AVX-512: fleet's tiles where they run this convolution, in
+     * the layouts oneDNN chose (the backward stays oneDNN's, with pd as its hint). */
+    layout_t in_lay, out_lay;
+    if (fl_dense_small_preferred() && l->pad == 0 && layout_of(S, &in_lay) && layout_of(D, &out_lay)) {
+        const fl_conv_fwd_geom_t tg = {B, g.in_c, g.in_h, g.in_w, l->cout, l->out_h, l->out_w, g.k, g.stride,
+                                       tile_layout(&in_lay), tile_layout(&out_lay)};
+        fl_conv_fwd_t *c;
+        FL_TRY(new_tiles(b, &tg, &c));
+        if (c)
+            return add_tile_steps(b, c, s2d ? "fwd (space-to-depth, tiles)" : "fwd (tiles)",
+                                  s2d ? p->s2d_w : n->params + l->w_off, lp->src->val, n->params + l->b_off, out->val,
+                                  lp->fused);
+    }
     dnnl_memory_t wm, wfrom, bm;
     FL_TRY(conv_wmem(b, i, 0, W, &wm, &wfrom));
     if (wfrom) {
@@ -589,13 +637,9 @@ static fl_status fwd_conv(bld_t *b, int i) {
         mark_cached(&p->fwd);
     }
     FL_TRY(new_mem(b, &bia, n->params + l->b_off, &bm));
-    tensor_t *out;
-    FL_TRY(new_tensor(b, D, 1, &out));
     const dnnl_exec_arg_t args[4] = {
         {DNNL_ARG_SRC, lp->src->vmem}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_BIAS, bm}, {DNNL_ARG_DST, out->vmem}};
-    FL_TRY(add_prim(b, &p->fwd, pd, s2d ? "fwd (space-to-depth)" : "fwd", 4, args));
-    p->edge[i + 1] = out;
-    return FL_OK;
+    return add_prim(b, &p->fwd, pd, s2d ? "fwd (space-to-depth)" : "fwd", 4, args);
 }
 
 /* The plain (NCHW) version of edge t: t itself or a reorder of it. */
@@ -606,10 +650,11 @@ static fl_status plain_of(bld_t *b, tensor_t *t, tensor_t **out) {
 }
 
 #define DENSE_ANY_WEIGHTS (64 * 1024) /* weights of a dense layer that get oneDNN's layout */
-#define DENSE_SMALL_BATCH 16          /* from 4 up to this batch such a layer's forward is fleet's own */
+#define DENSE_SMALL_BATCH 16          /* from 4 up to this batch such a layer runs dense_small (where tiles do not) */
 #define DENSE_SMALL_IN 1024           /* when its rows are this long at least */
 #define DENSE_HEAD_OUT 32             /* and one with up to this many outputs (a dueling head) */
 #define DENSE_THIN_IN 16              /* a dense layer's forward with rows up to this long is fleet's own */
+#define DENSE_TILE_BATCH 6            /* from this batch a large layer's forward runs on fleet's tiles */
 
 /* dense (units outputs) and the dueling head (1 + A stream outputs) as an inner product
  * over the plain input seen as (B, in). */
@@ -640,20 +685,27 @@ static fl_status fwd_dense(bld_t *b, int i) {
     lp->fwd_pd = pd;
     dnnl_memory_t wm = NULL, bm, dm, wfrom = NULL;
     FL_TRY(new_mem(b, &src, lp->src->val, &lp->src2d));
-    /* A large layer with long rows on a batch of 4 to 16: fleet's own forward reads the
-     * plain weights once per 4 rows, where oneDNN's GEMM packs them at every call (at
-     * batch 1 oneDNN's own matrix-vector path does as well; on short rows the per-output
-     * sums of dense_small cost more than they save). Only on AVX2 CPUs without AVX-512,
-     * where it was measured against oneDNN. On the same CPUs, at any batch: a layer
+    /* A large layer with long rows: from batch 6 on fleet's tiles (kernels/conv_fwd.h),
+     * on a batch of 4 or 5 on dense_small, which reads the plain weights once per 4 rows,
+     * where oneDNN's GEMM packs them at every call (at batch 1 oneDNN's own matrix-vector
+     * path does as well; on short rows the per-output sums of dense_small cost more than
+     * they save). Only on AVX2 CPUs without AVX-512, where they were measured against
+     * oneDNN. On the same CPUs, at any batch: a layer
      * with rows of up to 16 inputs runs dense_thin (its weights packed when the
      * parameters changed), and one with up to 32 outputs (a dueling head) dense_small's
      * tiles, where oneDNN's GEMM spends more on its set-up than on their few products.
      * The backward still takes oneDNN's primitives, with pd as their hint. */
-    const int small = B >= 4 && B <= DENSE_SMALL_BATCH && in >= DENSE_SMALL_IN &&
-                      (long)in * out_n >= DENSE_ANY_WEIGHTS && fl_dense_small_preferred();
+    const int large = in >= DENSE_SMALL_IN && (long)in * out_n >= DENSE_ANY_WEIGHTS && fl_dense_small_preferred();
+    fl_conv_fwd_t *tiles = NULL;
+    if (large && B >= DENSE_TILE_BATCH) { /* the layer as a 1 x 1 convolution over (B, in, 1, 1) */
+        const fl_conv_layout_t rows_in = {{in, 1, in, in}, 1}, rows_out = {{out_n, 1, out_n, out_n}, 1};
+        const fl_conv_fwd_geom_t tg = {B, in, 1, 1, out_n, 1, 1, 1, 1, rows_in, rows_out};
+        FL_TRY(new_tiles(b, &tg, &tiles));
+    }
+    const int small = !tiles && large && B >= 4 && B <= DENSE_SMALL_BATCH;
     const int thin = in <= DENSE_THIN_IN && fl_dense_small_preferred();
     const int head = !thin && out_n <= DENSE_HEAD_OUT && fl_dense_small_preferred();
-    if (!small && !thin && !head)
+    if (!tiles && !small && !thin && !head)
         FL_TRY(flat_mem(b, &wei, n->params, l->w_off, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
                         &wm, &wfrom));
     if (wfrom) {
@@ -672,7 +724,10 @@ static fl_status fwd_dense(bld_t *b, int i) {
     } else {
         FL_TRY(new_mem(b, &dst, out->val, &dm));
     }
-    if (thin) {
+    if (tiles) {
+        FL_TRY(add_tile_steps(b, tiles, "fwd (tiles)", n->params + l->w_off, lp->src->val, n->params + l->b_off,
+                              dueling ? lp->va : out->val, lp->fused));
+    } else if (thin) {
         float *wt;
         FL_TRY(new_buf(b, fl_dense_thin_weights_size(in, out_n) * sizeof(float), &wt));
         const step_t t = {.kind = ST_THIN_WEIGHTS, .what = "weights (short rows)", .a = n->params + l->w_off,
@@ -1026,10 +1081,12 @@ static void plan_destroy(plan_t *p) {
     for (int i = 0; i < p->pds.n; i++) dnnl_primitive_desc_destroy(p->pds.v[i]);
     for (int i = 0; i < p->mems.n; i++) dnnl_memory_destroy(p->mems.v[i]);
     for (int i = 0; i < p->bufs.n; i++) free(p->bufs.v[i]);
+    for (int i = 0; i < p->tiles.n; i++) fl_conv_fwd_destroy(p->tiles.v[i]);
     for (int i = 0; i < p->tensors.n; i++) free(p->tensors.v[i]);
     free(p->pds.v);
     free(p->mems.v);
     free(p->bufs.v);
+    free(p->tiles.v);
     free(p->tensors.v);
     free(p->scratch_mems.v);
     free(p->scratch);
@@ -1069,12 +1126,17 @@ static fl_status plan_create(fl_dnnl_net_t *n, int B, int threads, plan_t **out,
 static size_t describe_list(const steplist_t *l, char *out, size_t cap, size_t len) {
     for (int i = 0; i < l->n; i++) {
         const step_t *s = &l->v[i];
-        if (s->kind != ST_PRIM) continue;
-        const_dnnl_primitive_desc_t pd = NULL;
         const char *impl = NULL;
-        if (dnnl_primitive_get_primitive_desc(s->prim, &pd) != dnnl_success ||
-            dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success)
-            impl = "?";
+        if (s->kind == ST_DENSE_SMALL || s->kind == ST_DENSE_THIN || s->kind == ST_TILE_FWD) {
+            impl = "fleet:avx2";
+        } else if (s->kind == ST_PRIM) {
+            const_dnnl_primitive_desc_t pd = NULL;
+            if (dnnl_primitive_get_primitive_desc(s->prim, &pd) != dnnl_success ||
+                dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success)
+                impl = "?";
+        } else {
+            continue;
+        }
         int w = snprintf(len < cap ? out + len : NULL, len < cap ? cap - len : 0, "%s %s: %s\n", s->layer, s->what,
                          impl);
         if (w > 0) len += (size_t)w;
@@ -1222,6 +1284,8 @@ static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
         case ST_DENSE_SMALL: fl_dense_small_forward(s->a, s->b, s->bias, s->c, s->batch, s->cin, s->cout, s->k); break;
         case ST_THIN_WEIGHTS: fl_dense_thin_weights(s->a, s->c, s->cin, s->cout); break;
         case ST_DENSE_THIN: fl_dense_thin_forward(s->a, s->b, s->bias, s->c, s->batch, s->cin, s->cout, s->k); break;
+        case ST_TILE_WEIGHTS: fl_conv_fwd_weights(s->tiles, s->a, s->c); break;
+        case ST_TILE_FWD: fl_conv_fwd_run(s->tiles, s->a, s->b, s->bias, s->c, s->k); break;
         case ST_PRIM: break;
         }
     }

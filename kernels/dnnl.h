@@ -100,8 +100,9 @@ fl_status fl_dnnl_net_forward_u8(fl_dnnl_net_t *n, const unsigned char *obs, flo
  * (B, obs_dim), when not NULL, = dLoss/dobs (scale as in that forward). */
 fl_status fl_dnnl_net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *dobs, float scale, fl_err_t *err);
 
-/* The implementations oneDNN chose for the plan at batch B, one "layer step: impl" line
- * each (e.g. "0.conv fwd: jit:avx512_core"), into out (always NUL-terminated); the
+/* The implementations the plan at batch B runs, one "layer step: impl" line each (e.g.
+ * "0.conv fwd: jit:avx512_core" for oneDNN's choice, "2.conv fwd (tiles): fleet:avx2" for
+ * fleet's own forward kernels), into out (always NUL-terminated); the
  * length it needed, or 0 when there is no plan at B. For tests and benches. */
 size_t fl_dnnl_net_describe(const fl_dnnl_net_t *n, int B, char *out, size_t cap);
 

@@ -30,9 +30,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "common/rng.h"
 #include "kernels/dnnl.h"
 #include "kernels/optim.h"
+#include "kernels/conv_fwd.h"
 #include "kernels/dense_small.h"
 #include "kernels/qnet.h"
 #include "learner/dqn.h"
@@ -231,7 +236,7 @@ static void test_space_to_depth(void **state) {
         assert_int_equal(fl_qnet_forward(n, obs, 2, q), FL_OK);
         char desc[2048];
         assert_true(fl_qnet_describe_kernels(n, 2, desc, sizeof desc) > 0);
-        if (!strstr(desc, "0.conv fwd (space-to-depth)")) {
+        if (!strstr(desc, "0.conv fwd (space-to-depth")) {
             print_error("\"%s\": expected a space-to-depth first convolution:\n%s", cases[i].spec, desc);
             fail();
         }
@@ -389,6 +394,138 @@ static void test_dense_thin_sums(void **state) {
         }
         free(x), free(w), free(wt), free(bias), free(y), free(y1);
     }
+}
+
+/* Convolutions and large dense layers on fleet's own forward tiles (kernels/conv_fwd.h),
+ * on the CPUs that take them: against the reference (the forward on tiles, the backward
+ * on oneDNN) with the input read channels-last, blocked by 8 with 16 and with 12 input
+ * channels (a padded block), strides 1, 2 and 3, 16 to 48 output channels, relu fused,
+ * not fused and absent, the space-to-depth first convolution, a dense layer of 1,024
+ * inputs, alone and after a convolution; batches whose pixels fill their 6-pixel tiles
+ * and do not. The plans say that the tiles ran. */
+static void test_tiles(void **state) {
+    NEED_DNNL();
+    const struct {
+        net_case_t net;
+        const char *expect; /* a line the plan at batch 7 has where the CPU takes the tiles */
+    } cases[] = {
+        {{"conv(16,3,1) relu conv(32,3,2) relu flatten dense(10)", 9, 9, 3, 4, 0}, "2.conv fwd (tiles)"},
+        {{"conv(12,3,1) relu conv(16,2,1) relu relu dueling", 7, 8, 2, 3, 0}, "2.conv fwd (tiles)"},
+        {{"conv(48,4,3) conv(16,1,1) relu flatten dense(5)", 10, 10, 2, 2, 0}, "0.conv fwd (tiles)"},
+        {{"conv(32,4,2) relu conv(16,3,1) relu flatten", 14, 14, 2, 3, 255.0f}, "0.conv fwd (space-to-depth, tiles)"},
+        {{"dense(64) relu dueling", 0, 0, 1024, 3, 0}, "0.dense fwd (tiles)"},
+        {{"conv(16,3,1) relu flatten dense(64) relu dueling", 10, 10, 4, 5, 0}, "3.dense fwd (tiles)"},
+    };
+    const int batches[] = {7, 1, 5, 13, 64};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        compare(&cases[i].net, batches, 5);
+        if (!fl_dense_small_preferred()) continue;
+        fl_qnet_t *n = make_net(&cases[i].net, 7);
+        float *obs = calloc((size_t)7 * fl_qnet_obs_dim(n), 4), q[7 * 5];
+        assert_int_equal(fl_qnet_forward(n, obs, 7, q), FL_OK);
+        char desc[2048];
+        assert_true(fl_qnet_describe_kernels(n, 7, desc, sizeof desc) > 0);
+        if (!strstr(desc, cases[i].expect)) {
+            print_error("\"%s\": expected \"%s\" in the plan:\n%s", cases[i].net.spec, cases[i].expect, desc);
+            fail();
+        }
+        free(obs);
+        fl_qnet_destroy(n);
+    }
+}
+
+/* A layout of (B, C, H, W): blocked by blk channels, or channels-last (blk 0). */
+static fl_conv_layout_t tile_layout(int C, int H, int W, int blk) {
+    if (!blk) return (fl_conv_layout_t){{(long)H * W * C, 1, (long)W * C, C}, 1};
+    const long CB = (C + blk - 1) / blk;
+    return (fl_conv_layout_t){{CB * blk * H * W, (long)blk * H * W, (long)blk * W, blk}, blk};
+}
+
+static long tile_at(const fl_conv_layout_t *l, int n, int c, int h, int w) {
+    return n * l->st[0] + c / l->blk * l->st[1] + h * l->st[2] + w * l->st[3] + c % l->blk;
+}
+
+/* fl_conv_fwd against sums in double, in the layouts the oneDNN backend meets (blocked by
+ * 8 or 16, channels-last; a padded input block), strides 1 to 3, a 1 x 1 kernel, with
+ * and without relu; every image's outputs the same bits alone as in its batch, and on 1
+ * thread as on 2; unsupported geometries refused. */
+static void test_tiles_sums(void **state) {
+    (void)state;
+    if (!fl_dense_small_preferred()) skip();
+    const struct {
+        int B, cin, h, w, cout, k, stride, in_blk, out_blk;
+    } cases[] = {
+        {3, 64, 6, 5, 32, 2, 1, 8, 8}, {2, 12, 7, 7, 16, 3, 2, 8, 16}, {5, 3, 9, 8, 48, 3, 3, 0, 8},
+        {1, 16, 4, 4, 16, 4, 1, 16, 0}, {4, 40, 1, 1, 32, 1, 1, 0, 0}, {2, 8, 5, 7, 16, 1, 2, 8, 8},
+        {2, 12, 5, 6, 16, 2, 1, 8, 8},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int B = cases[c].B, C = cases[c].cin, O = cases[c].cout, k = cases[c].k, st = cases[c].stride;
+        const int oh = (cases[c].h - k) / st + 1, ow = (cases[c].w - k) / st + 1;
+        fl_conv_fwd_geom_t g = {B, C, cases[c].h, cases[c].w, O, oh, ow, k, st,
+                                tile_layout(C, cases[c].h, cases[c].w, cases[c].in_blk),
+                                tile_layout(O, oh, ow, cases[c].out_blk)};
+        fl_conv_fwd_t *t = fl_conv_fwd_create(&g);
+        assert_non_null(t);
+        g.batch = 1;
+        fl_conv_fwd_t *t1 = fl_conv_fwd_create(&g);
+        assert_non_null(t1);
+        const size_t xn = (size_t)B * g.in.st[0], yn = (size_t)B * g.out.st[0], wn = (size_t)O * C * k * k;
+        float *x = calloc(xn, 4), *w = malloc(wn * 4), *wt = malloc(fl_conv_fwd_weights_size(t) * 4);
+        float *bias = malloc((size_t)O * 4), *y = malloc(yn * 4), *y1 = malloc(yn * 4), *y2 = malloc(yn * 4);
+        fill(x, xn, -1, 1); /* the padding of a block too: the tiles must not read it */
+        fill(w, wn, -1, 1);
+        fill(bias, (size_t)O, -1, 1);
+        fl_conv_fwd_weights(t, w, wt);
+        for (int relu = 0; relu < 2; relu++) {
+            memset(y, 0, yn * 4);
+            fl_conv_fwd_run(t, x, wt, bias, y, relu);
+            for (int n = 0; n < B; n++)
+                for (int o = 0; o < O; o++)
+                    for (int i = 0; i < oh; i++)
+                        for (int j = 0; j < ow; j++) {
+                            double sum = bias[o];
+                            for (int ci = 0; ci < C; ci++)
+                                for (int a = 0; a < k; a++)
+                                    for (int b = 0; b < k; b++)
+                                        sum += (double)w[(((size_t)o * C + ci) * k + a) * k + b] *
+                                               x[tile_at(&g.in, n, ci, i * st + a, j * st + b)];
+                            if (relu && sum < 0) sum = 0;
+                            const float got = y[tile_at(&g.out, n, o, i, j)];
+                            if (!(fabs(got - sum) <= 1e-6 * (C * k * k + 1))) {
+                                print_error("case %zu: y(%d, %d, %d, %d) = %.9g, expected %.9g\n", c, n, o, i, j, got,
+                                            sum);
+                                fail();
+                            }
+                        }
+            memset(y1, 0, yn * 4);
+            for (int n = 0; n < B; n++)
+                fl_conv_fwd_run(t1, x + n * g.in.st[0], wt, bias, y1 + n * g.out.st[0], relu);
+            assert_memory_equal(y1, y, yn * 4);
+#ifdef _OPENMP
+            const int threads = omp_get_max_threads();
+            omp_set_num_threads(threads == 1 ? 2 : 1);
+            memset(y2, 0, yn * 4);
+            fl_conv_fwd_run(t, x, wt, bias, y2, relu);
+            omp_set_num_threads(threads);
+            assert_memory_equal(y2, y, yn * 4);
+#endif
+        }
+        fl_conv_fwd_destroy(t);
+        fl_conv_fwd_destroy(t1);
+        free(x), free(w), free(wt), free(bias), free(y), free(y1), free(y2);
+    }
+    /* refused: 8 output channels; an output that does not fit; a channels-first input */
+    fl_conv_fwd_geom_t bad = {1, 4, 5, 5, 8, 3, 3, 3, 1, tile_layout(4, 5, 5, 0), tile_layout(8, 3, 3, 8)};
+    assert_null(fl_conv_fwd_create(&bad));
+    bad.cout = 16, bad.out = tile_layout(16, 3, 3, 8), bad.out_h = 4;
+    assert_null(fl_conv_fwd_create(&bad));
+    bad.out_h = 3, bad.in = (fl_conv_layout_t){{100, 25, 5, 1}, 1};
+    assert_null(fl_conv_fwd_create(&bad));
+    bad.in = tile_layout(4, 5, 5, 0);
+    fl_conv_fwd_t *ok = fl_conv_fwd_create(&bad);
+    assert_non_null(ok);
+    fl_conv_fwd_destroy(ok);
 }
 
 /* oneDNN's reference implementations are slow: none of them in the benchmark networks
@@ -621,10 +758,9 @@ static void test_dqn_steps(void **state) {
  * converts them (space-to-depth convolution, blocked convolution, a dense layer large
  * enough for oneDNN's weight layout: 256 x 512; a dense layer with short rows, its
  * weights transposed for dense_thin). */
-static void params_change(const net_case_t t) {
+static void params_change(const net_case_t t, int B) {
     fl_err_t err;
     fl_err_init(&err);
-    const int B = 3;
     fl_qnet_t *n = make_net(&t, B), *other = make_net(&t, B);
     const size_t D = (size_t)fl_qnet_obs_dim(n), P = fl_qnet_num_params(n);
     float *obs = malloc(B * D * 4), *q = malloc(B * 5 * 4), *q_ref = malloc(B * 5 * 4), *saved = malloc(P * 4);
@@ -653,8 +789,10 @@ static void params_change(const net_case_t t) {
 
 static void test_params_change(void **state) {
     NEED_DNNL();
-    params_change((net_case_t){"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0});
-    params_change((net_case_t){"dense(40) relu dueling", 0, 0, 6, 5, 0});
+    params_change((net_case_t){"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0}, 3);
+    params_change((net_case_t){"dense(40) relu dueling", 0, 0, 6, 5, 0}, 3);
+    /* the space-to-depth weights, then their tiles' packing; a dense layer's on tiles */
+    params_change((net_case_t){"conv(16,4,2) relu flatten dense(64) relu dueling", 34, 34, 4, 5, 0}, 7);
 }
 
 /* fl_qnet_forward_obs on uint8 observations (converted on the way into the oneDNN plan's
@@ -793,6 +931,7 @@ int main(void) {
         cmocka_unit_test(test_conv_shapes),   cmocka_unit_test(test_conv_chains),
         cmocka_unit_test(test_space_to_depth), cmocka_unit_test(test_dense), cmocka_unit_test(test_nature),
         cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp), cmocka_unit_test(test_mlp_image), cmocka_unit_test(test_dense_small), cmocka_unit_test(test_dense_small_sums), cmocka_unit_test(test_dense_thin), cmocka_unit_test(test_dense_thin_sums),
+        cmocka_unit_test(test_tiles), cmocka_unit_test(test_tiles_sums),
         cmocka_unit_test(test_no_reference_impls),
         cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),
         cmocka_unit_test(test_signals),       cmocka_unit_test(test_dqn_steps),

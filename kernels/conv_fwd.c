@@ -1,0 +1,211 @@
+/* conv_fwd: see conv_fwd.h.
+ *
+ * The inputs of one output pixel, in the order the products are summed: for each block
+ * of input channels (the layout's blocks; the whole of a channels-last input), each
+ * kernel row, each kernel column, each channel of the block. A "segment" is a run of
+ * those that lies contiguous in memory: a block's channels at one kernel position, or,
+ * with stride 1 and pixels packed one block apart, a whole kernel row of them. Segment j
+ * starts off[j] floats past the pixel's first input and is len[j] long; the weights are
+ * packed in the same order, in panels of 16 output channels, (panel, input, 16).
+ *
+ * Which is read from memory once and then from cache: where the weights are the smaller
+ * (a convolution's), the tiles run one after the other, each over every panel, so a
+ * tile's inputs stay in cache for all the panels; where they are the larger (a large
+ * dense layer's at an actor's batch: the Nature CNN's 3136 x 512 is 6.4 MB), the panels
+ * run one after the other, each over every tile, so a panel (200 KB there) stays in the
+ * core's cache for all the tiles. */
+#include "kernels/conv_fwd.h"
+
+#include <stdlib.h>
+
+#include "kernels/dense_small.h"
+
+#ifdef _OPENMP
+#define PAR_FOR _Pragma("omp parallel for schedule(static)")
+#else
+#define PAR_FOR
+#endif
+
+struct fl_conv_fwd {
+    fl_conv_fwd_geom_t g;
+    int cblk;      /* channels in a block (a run at one kernel position) */
+    int whole_row; /* a segment runs along the kernel's width */
+    int n;         /* segments */
+    long *off;
+    int *len, *c0, *kh, *kw; /* length; the first element's channel and kernel position */
+    long *xoff, *yoff;       /* each output pixel's first input and first output, in floats */
+    int panels_outer;        /* the weights outweigh the inputs: panel after panel */
+};
+
+/* The channels of the input in contiguous runs: cblk of them, runs cstride apart. */
+static int channel_runs(const fl_conv_fwd_geom_t *g, int *cblk, long *cstride) {
+    if (g->in.blk > 1) {
+        *cblk = (int)g->in.blk;
+        *cstride = g->in.st[1];
+        return 1;
+    }
+    if (g->in.st[1] != 1) return 0;
+    *cblk = g->cin;
+    *cstride = 0;
+    return 1;
+}
+
+static int supported(const fl_conv_fwd_geom_t *g) {
+    if (!fl_dense_small_preferred()) return 0;
+    if (g->batch < 1 || g->cin < 1 || g->k < 1 || g->stride < 1 || g->cout < 16 || g->cout % 16 ||
+        g->cout > 16 * FL_CONV_FWD_MAX_PANELS)
+        return 0;
+    if (g->in_h < g->k || g->in_w < g->k || g->out_h != (g->in_h - g->k) / g->stride + 1 ||
+        g->out_w != (g->in_w - g->k) / g->stride + 1)
+        return 0;
+    const fl_conv_layout_t *o = &g->out;
+    return (o->blk >= 8 && o->blk % 8 == 0) || (o->blk == 1 && o->st[1] == 1);
+}
+
+fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g) {
+    int cblk;
+    long cstride;
+    if (!supported(g) || !channel_runs(g, &cblk, &cstride)) return NULL;
+    const int blocks = (g->cin + cblk - 1) / cblk;
+    /* a whole kernel row is one run where the next column's block starts right after this one */
+    const int row = g->stride == 1 && g->cin % cblk == 0 && g->in.st[3] == cblk;
+    const size_t max = (size_t)blocks * g->k * (row ? 1 : g->k);
+    fl_conv_fwd_t *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->g = *g;
+    c->cblk = cblk;
+    c->whole_row = row;
+    c->off = malloc(max * sizeof *c->off);
+    c->len = malloc(max * sizeof *c->len);
+    c->c0 = malloc(max * sizeof *c->c0);
+    c->kh = malloc(max * sizeof *c->kh);
+    c->kw = malloc(max * sizeof *c->kw);
+    const long hw = (long)g->out_h * g->out_w, M = g->batch * hw;
+    c->xoff = malloc((size_t)M * sizeof *c->xoff);
+    c->yoff = malloc((size_t)M * sizeof *c->yoff);
+    if (!c->off || !c->len || !c->c0 || !c->kh || !c->kw || !c->xoff || !c->yoff) {
+        fl_conv_fwd_destroy(c);
+        return NULL;
+    }
+    for (int b = 0; b < blocks; b++) {
+        const int len = g->cin - b * cblk < cblk ? g->cin - b * cblk : cblk;
+        for (int kh = 0; kh < g->k; kh++)
+            for (int kw = 0; kw < (row ? 1 : g->k); kw++) {
+                c->off[c->n] = b * cstride + kh * g->in.st[2] + kw * g->in.st[3];
+                c->len[c->n] = row ? g->k * cblk : len;
+                c->c0[c->n] = b * cblk;
+                c->kh[c->n] = kh;
+                c->kw[c->n] = kw;
+                c->n++;
+            }
+    }
+    /* the weights, cout x K, against the inputs as the tiles read them, M x K */
+    c->panels_outer = g->cout > M;
+    for (long m = 0; m < M; m++) {
+        const long b = m / hw, oy = m % hw / g->out_w, ox = m % g->out_w;
+        c->xoff[m] = b * g->in.st[0] + oy * g->stride * g->in.st[2] + ox * g->stride * g->in.st[3];
+        c->yoff[m] = b * g->out.st[0] + oy * g->out.st[2] + ox * g->out.st[3];
+    }
+    return c;
+}
+
+void fl_conv_fwd_destroy(fl_conv_fwd_t *c) {
+    if (!c) return;
+    free(c->off), free(c->len), free(c->c0), free(c->kh), free(c->kw);
+    free(c->xoff), free(c->yoff);
+    free(c);
+}
+
+size_t fl_conv_fwd_weights_size(const fl_conv_fwd_t *c) {
+    return (size_t)c->g.cout * c->g.cin * c->g.k * c->g.k;
+}
+
+void fl_conv_fwd_weights(const fl_conv_fwd_t *c, const float *w, float *wt) {
+    const int k = c->g.k, cin = c->g.cin;
+    size_t at = 0;
+    for (int p = 0; p < c->g.cout / 16; p++)
+        for (int j = 0; j < c->n; j++)
+            for (int e = 0; e < c->len[j]; e++) {
+                const int kw = c->whole_row ? e / c->cblk : c->kw[j], ch = c->c0[j] + (c->whole_row ? e % c->cblk : e);
+                for (int o = 0; o < 16; o++) wt[at++] = w[(((size_t)(16 * p + o) * cin + ch) * k + c->kh[j]) * k + kw];
+            }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* Pixel R's input value at P + e times the panel's row (w0, w1), into its accumulators. */
+#define FMA2(R, P)                                                                              \
+    do {                                                                                        \
+        const __m256 v_ = _mm256_broadcast_ss((P) + e);                                         \
+        a##R##0 = _mm256_fmadd_ps(v_, w0, a##R##0), a##R##1 = _mm256_fmadd_ps(v_, w1, a##R##1); \
+    } while (0)
+
+/* One tile: up to 6 output pixels m0.. (nr of them) x the 16 output channels of one
+ * panel (weights wp; channels 0-7 at yc0 past a pixel's first output, 8-15 at yc1), the
+ * sums started at the bias. Pixels past nr repeat the last one and are not stored. */
+__attribute__((target("avx2,fma"))) static void tile_avx2(const fl_conv_fwd_t *c, long m0, int nr, const float *x,
+                                                          const float *wp, const float *bias, float *y, long yc0,
+                                                          long yc1, int relu) {
+    __m256 a00 = _mm256_loadu_ps(bias), a01 = _mm256_loadu_ps(bias + 8), a10 = a00, a11 = a01, a20 = a00, a21 = a01,
+           a30 = a00, a31 = a01, a40 = a00, a41 = a01, a50 = a00, a51 = a01;
+    const float *xr[6];
+    for (int r = 0; r < 6; r++) xr[r] = x + c->xoff[m0 + (r < nr ? r : nr - 1)];
+    for (int j = 0; j < c->n; j++) {
+        const long off = c->off[j];
+        const float *p0 = xr[0] + off, *p1 = xr[1] + off, *p2 = xr[2] + off, *p3 = xr[3] + off, *p4 = xr[4] + off,
+                    *p5 = xr[5] + off;
+        const int len = c->len[j];
+        for (int e = 0; e < len; e++, wp += 16) {
+            const __m256 w0 = _mm256_loadu_ps(wp), w1 = _mm256_loadu_ps(wp + 8);
+            FMA2(0, p0);
+            FMA2(1, p1);
+            FMA2(2, p2);
+            FMA2(3, p3);
+            FMA2(4, p4);
+            FMA2(5, p5);
+        }
+    }
+    const __m256 acc[6][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
+    const __m256 zero = _mm256_setzero_ps();
+    const long *yoff = c->yoff + m0;
+    for (int r = 0; r < nr; r++) {
+        __m256 v0 = acc[r][0], v1 = acc[r][1];
+        if (relu) v0 = _mm256_max_ps(v0, zero), v1 = _mm256_max_ps(v1, zero);
+        _mm256_storeu_ps(y + yoff[r] + yc0, v0);
+        _mm256_storeu_ps(y + yoff[r] + yc1, v1);
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void run_avx2(const fl_conv_fwd_t *c, const float *x, const float *wt,
+                                                         const float *bias, float *y, int relu) {
+    const fl_conv_fwd_geom_t *g = &c->g;
+    const fl_conv_layout_t *O = &g->out;
+    const long M = (long)g->batch * g->out_h * g->out_w, K = (long)g->cin * g->k * g->k, tiles = (M + 5) / 6;
+    const int panels = g->cout / 16;
+    /* where output channel 16 p + 8 h of a pixel lies past the pixel's first output */
+    long yc[2 * FL_CONV_FWD_MAX_PANELS];
+    for (int i = 0; i < 2 * panels; i++) yc[i] = 8L * i / O->blk * O->st[1] + 8L * i % O->blk;
+    if (c->panels_outer) {
+        PAR_FOR for (int p = 0; p < panels; p++) for (long t = 0; t < tiles; t++) {
+            const int nr = M - 6 * t < 6 ? (int)(M - 6 * t) : 6;
+            tile_avx2(c, 6 * t, nr, x, wt + (size_t)p * 16 * K, bias + 16 * p, y, yc[2 * p], yc[2 * p + 1], relu);
+        }
+        return;
+    }
+    PAR_FOR for (long t = 0; t < tiles; t++) {
+        const int nr = M - 6 * t < 6 ? (int)(M - 6 * t) : 6;
+        for (int p = 0; p < panels; p++)
+            tile_avx2(c, 6 * t, nr, x, wt + (size_t)p * 16 * K, bias + 16 * p, y, yc[2 * p], yc[2 * p + 1], relu);
+    }
+}
+#define HAVE_AVX2_VERSION 1
+#endif
+
+void fl_conv_fwd_run(const fl_conv_fwd_t *c, const float *x, const float *wt, const float *bias, float *y, int relu) {
+#ifdef HAVE_AVX2_VERSION
+    run_avx2(c, x, wt, bias, y, relu);
+#else
+    (void)c, (void)x, (void)wt, (void)bias, (void)y, (void)relu;
+#endif
+}

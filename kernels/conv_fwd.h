@@ -1,0 +1,53 @@
+/* conv_fwd: a convolution's forward (no padding) as fleet's own AVX2 + FMA tiles, for
+ * the oneDNN backend on CPUs without AVX-512 (kernels/dnnl.c), where oneDNN's AVX2
+ * convolutions leave a third of the core's FMA throughput unused. Its input and output
+ * are in whatever 4-D layout the oneDNN primitives around it chose (channels blocked
+ * by 8 or 16, or channels last), so the backward and the layers after it are unchanged.
+ *
+ * The product is a matrix product with one row per output pixel: tiles of 6 output
+ * pixels x 16 output channels, 12 accumulators started at the bias, one broadcast of
+ * each pixel's input value and two loads of a weight panel's row per input value. The
+ * input values of a pixel are read where they lie, in runs of channels contiguous in
+ * the layout (along the kernel's width too where the stride is 1), so nothing is
+ * copied. Each output is the bias plus the products in one fixed order, the same in
+ * every tile, so a result does not depend on its neighbours or on the thread count. */
+#ifndef FL_KERNELS_CONV_FWD_H
+#define FL_KERNELS_CONV_FWD_H
+
+#include <stddef.h>
+
+/* Where element (n, c, h, w) of a 4-D tensor lies, in floats: n st[0] + (c / blk) st[1]
+ * + h st[2] + w st[3] + c % blk. blk 1 is a plain layout (any order of dimensions). */
+typedef struct fl_conv_layout {
+    long st[4];
+    long blk;
+} fl_conv_layout_t;
+
+typedef struct fl_conv_fwd_geom {
+    int batch, cin, in_h, in_w;
+    int cout, out_h, out_w;
+    int k, stride; /* square kernel and stride; no padding */
+    fl_conv_layout_t in, out;
+} fl_conv_fwd_geom_t;
+
+/* A convolution's forward set up for one geometry (its segments, see conv_fwd.c). NULL
+ * where this geometry or CPU is not supported, or memory ran out: the caller takes
+ * another path. Supported: fl_dense_small_preferred() (AVX2 + FMA, no AVX-512), cout a
+ * multiple of 16 up to 16 x FL_CONV_FWD_MAX_PANELS, out_h = (in_h - k) / stride + 1 and the same for the width, an input
+ * whose channels come in contiguous runs (blocked, or plain with a channel stride of 1)
+ * and an output whose runs of 8 channels are contiguous. */
+typedef struct fl_conv_fwd fl_conv_fwd_t;
+#define FL_CONV_FWD_MAX_PANELS 256
+fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g);
+void fl_conv_fwd_destroy(fl_conv_fwd_t *c);
+
+/* The weights as fl_conv_fwd_run reads them: fl_conv_fwd_weights_size(c) floats, made by
+ * fl_conv_fwd_weights from the layer's own (cout, cin, k, k). */
+size_t fl_conv_fwd_weights_size(const fl_conv_fwd_t *c);
+void fl_conv_fwd_weights(const fl_conv_fwd_t *c, const float *w, float *wt);
+
+/* y = conv(x, w) + bias, then max(0, .) where relu != 0, with x and y in the geometry's
+ * layouts. Parallel over tiles on the calling thread's OpenMP team. */
+void fl_conv_fwd_run(const fl_conv_fwd_t *c, const float *x, const float *wt, const float *bias, float *y, int relu);
+
+#endif
