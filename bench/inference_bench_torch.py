@@ -15,7 +15,8 @@ OpenBLAS for its dense layers), plus OPENBLAS_CORETYPE where OpenBLAS does not k
 CPU (SkylakeX on AVX-512) and ATEN_CPU_CAPABILITY=avx512 on AVX-512 (its first output line
 says which).
 
-Prints one line: "<steps/s> <torch version> <threads>".
+Prints one line: "<steps/s> <torch version> <threads> <steps/s of the best window>" (windows
+of at least 0.1 s and 10 steps, as inference_bench cuts its own).
 Usage: inference_bench_torch.py --case mlp|minatar|nature --batch B [--threads T] --seconds S
 """
 import argparse

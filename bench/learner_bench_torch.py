@@ -23,7 +23,8 @@ a CPU that OpenBLAS does not know it adds OPENBLAS_CORETYPE (SkylakeX on AVX-512
 AVX-512 ATEN_CPU_CAPABILITY=avx512 (its first output line says which). Run it by hand
 with the same environment to get the same configuration.
 
-Prints one line: "<updates/s> <torch version> <threads>".
+Prints one line: "<updates/s> <torch version> <threads> <updates/s of the best window>"
+(report_rate says how the windows are cut).
 Usage: learner_bench_torch.py --case mlp|minatar|nature --batch B --threads T --seconds S
        [--device cpu|cuda] [--tf32 0|1] [--obs-dtype float32|uint8]
 """
@@ -83,20 +84,30 @@ def update(online, target, opt, obs, nxt, act, ret, disc, w):
     return prio
 
 
+WINDOW_S, WINDOW_STEPS = 0.1, 10  # a window of the best-window rate: at least this long and this many steps
+
+
 def report_rate(step, seconds, warmed_up=None):
-    """3 warm-up steps (then warmed_up()), then steps for `seconds` (at least 2); prints the line."""
+    """3 warm-up steps (then warmed_up()), then steps for `seconds` (at least 2); prints the
+    line: the mean steps/s, torch's version, its threads, and the steps/s of the best window
+    (consecutive windows of at least WINDOW_S seconds and WINDOW_STEPS steps; the mean when
+    the run holds none)."""
     for _ in range(3):
         step()
     if warmed_up:
         warmed_up()
     n, t0 = 0, time.perf_counter()
+    best, wn, wt = 0.0, 0, 0.0
     while True:
         step()
         n += 1
         t = time.perf_counter() - t0
+        if n - wn >= WINDOW_STEPS and t - wt >= WINDOW_S:
+            best = max(best, (n - wn) / (t - wt))
+            wn, wt = n, t
         if t >= seconds and n >= 2:
             break
-    print(f"{n / t:.3f} {torch.__version__} {torch.get_num_threads()}")
+    print(f"{n / t:.3f} {torch.__version__} {torch.get_num_threads()} {best or n / t:.3f}")
 
 
 def main():
