@@ -1,6 +1,7 @@
-/* conv_fwd: a convolution's forward (no padding) as fleet's own AVX2 + FMA tiles, for
- * the oneDNN backend on CPUs without AVX-512 (kernels/dnnl.c), where oneDNN's AVX2
- * convolutions leave a third of the core's FMA throughput unused. Its input and output
+/* conv_fwd: a convolution's forward (no padding), and its parameter gradients, as
+ * fleet's own AVX2 + FMA tiles, for the oneDNN backend on CPUs without AVX-512
+ * (kernels/dnnl.c), where oneDNN's AVX2 convolutions leave a third of the core's FMA
+ * throughput unused. Its input and output
  * are in whatever 4-D layout the oneDNN primitives around it chose (channels blocked
  * by 8 or 16, or channels last), so the backward and the layers after it are unchanged.
  *
@@ -42,12 +43,21 @@ fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g);
 void fl_conv_fwd_destroy(fl_conv_fwd_t *c);
 
 /* The weights as fl_conv_fwd_run reads them: fl_conv_fwd_weights_size(c) floats, made by
- * fl_conv_fwd_weights from the layer's own (cout, cin, k, k). */
+ * fl_conv_fwd_weights from the layer's own (cout, cin, k, k) (parallel over panels on the
+ * calling thread's OpenMP team). */
 size_t fl_conv_fwd_weights_size(const fl_conv_fwd_t *c);
 void fl_conv_fwd_weights(const fl_conv_fwd_t *c, const float *w, float *wt);
 
 /* y = conv(x, w) + bias, then max(0, .) where relu != 0, with x and y in the geometry's
  * layouts. Parallel over tiles on the calling thread's OpenMP team. */
 void fl_conv_fwd_run(const fl_conv_fwd_t *c, const float *x, const float *wt, const float *bias, float *y, int relu);
+
+/* The same convolution's parameter gradients for the output gradient dy (in the output's
+ * layout) and the input x it ran on: dw (cout, cin, k, k) and db (cout), overwritten. The
+ * same tiles with the roles turned: 6 of a pixel's inputs x 16 output channels, summed
+ * over the pixels in order, each tile on one thread of the calling thread's OpenMP team,
+ * so the sums do not depend on the thread count. Not thread-safe on one c (it sums in
+ * c's own buffer). */
+void fl_conv_fwd_wgrad(const fl_conv_fwd_t *c, const float *x, const float *dy, float *dw, float *db);
 
 #endif

@@ -69,7 +69,8 @@ typedef enum {
     ST_THIN_WEIGHTS, /* a dense layer's weights, packed in panels of 16 outputs for dense_thin */
     ST_DENSE_THIN,   /* a dense layer's forward on short rows (kernels/dense_small.h) */
     ST_TILE_WEIGHTS, /* a layer's weights, packed for its forward on fleet's tiles */
-    ST_TILE_FWD      /* a convolution's or a large dense layer's forward on fleet's tiles (kernels/conv_fwd.h) */
+    ST_TILE_FWD,     /* a convolution's or a large dense layer's forward on fleet's tiles (kernels/conv_fwd.h) */
+    ST_TILE_WGRAD    /* a convolution's weight and bias gradients on the same tiles */
 } step_kind;
 
 typedef struct step {
@@ -81,6 +82,7 @@ typedef struct step {
     dnnl_exec_arg_t args[8];
     const float *a, *b; /* fleet ops: inputs */
     float *c;           /* fleet ops: output */
+    float *c2;          /* tile weight gradient: the bias's gradient */
     size_t n;           /* relu: floats */
     int batch, actions; /* dueling combine */
     int cout, cin, k, f; /* space-to-depth weights: the layer's shape and stride; dense small:
@@ -127,6 +129,7 @@ typedef struct lplan {
     dnnl_memory_t va_mem;
     float *dva;                   /* dueling: their gradient */
     dnnl_memory_t dva_mem;
+    fl_conv_fwd_t *tiles;         /* conv: the forward ran on fleet's tiles, set up here */
 } lplan_t;
 
 typedef struct plan {
@@ -625,6 +628,7 @@ static fl_status fwd_conv(bld_t *b, int i) {
                                        tile_layout(&in_lay), tile_layout(&out_lay)};
         fl_conv_fwd_t *c;
         FL_TRY(new_tiles(b, &tg, &c));
+        lp->tiles = c;
         if (c)
             return add_tile_steps(b, c, s2d ? "fwd (space-to-depth, tiles)" : "fwd (tiles)",
                                   s2d ? p->s2d_w : n->params + l->w_off, lp->src->val, n->params + l->b_off, out->val,
@@ -843,6 +847,14 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
     FL_TRY(md4(b, &sany, b->p->batch, g.in_c, g.in_h, g.in_w, dnnl_format_tag_any));
     FL_TRY(md4(b, &dany, b->p->batch, ly->out_c, ly->out_h, ly->out_w, dnnl_format_tag_any));
     if (s2d && !b->p->s2d_g) FL_TRY(new_buf(b, (size_t)ly->cout * g.in_c * g.k * g.k * sizeof(float), &b->p->s2d_g));
+    if (lp->tiles) { /* the forward ran on tiles: so do the parameter gradients, on its inputs as it read them */
+        const step_t t = {.kind = ST_TILE_WGRAD,
+                          .what = s2d ? "bwd weights (space-to-depth, tiles)" : "bwd weights (tiles)",
+                          .tiles = lp->tiles, .a = lp->src->val, .b = out->grad,
+                          .c = s2d ? b->p->s2d_g : n->grads + ly->w_off, .c2 = n->grads + ly->b_off};
+        FL_TRY(add_step(b, l, &t));
+        return s2d ? add_s2d_step(b, l, ly, 1) : FL_OK;
+    }
     dnnl_primitive_desc_t pd = NULL;
     /* First the forward's layouts (no reorders); where oneDNN has only its reference
      * implementation for them, its own choice. */
@@ -1127,7 +1139,8 @@ static size_t describe_list(const steplist_t *l, char *out, size_t cap, size_t l
     for (int i = 0; i < l->n; i++) {
         const step_t *s = &l->v[i];
         const char *impl = NULL;
-        if (s->kind == ST_DENSE_SMALL || s->kind == ST_DENSE_THIN || s->kind == ST_TILE_FWD) {
+        if (s->kind == ST_DENSE_SMALL || s->kind == ST_DENSE_THIN || s->kind == ST_TILE_FWD ||
+            s->kind == ST_TILE_WGRAD) {
             impl = "fleet:avx2";
         } else if (s->kind == ST_PRIM) {
             const_dnnl_primitive_desc_t pd = NULL;
@@ -1286,6 +1299,7 @@ static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
         case ST_DENSE_THIN: fl_dense_thin_forward(s->a, s->b, s->bias, s->c, s->batch, s->cin, s->cout, s->k); break;
         case ST_TILE_WEIGHTS: fl_conv_fwd_weights(s->tiles, s->a, s->c); break;
         case ST_TILE_FWD: fl_conv_fwd_run(s->tiles, s->a, s->b, s->bias, s->c, s->k); break;
+        case ST_TILE_WGRAD: fl_conv_fwd_wgrad(s->tiles, s->a, s->b, s->c, s->c2); break;
         case ST_PRIM: break;
         }
     }

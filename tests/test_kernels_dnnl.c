@@ -397,8 +397,9 @@ static void test_dense_thin_sums(void **state) {
 }
 
 /* Convolutions and large dense layers on fleet's own forward tiles (kernels/conv_fwd.h),
- * on the CPUs that take them: against the reference (the forward on tiles, the backward
- * on oneDNN) with the input read channels-last, blocked by 8 with 16 and with 12 input
+ * on the CPUs that take them: against the reference (the forward on tiles, the
+ * convolutions' parameter gradients on tiles, the rest of the backward on oneDNN) with
+ * the input read channels-last, blocked by 8 with 16 and with 12 input
  * channels (a padded block), strides 1, 2 and 3, 16 to 48 output channels, relu fused,
  * not fused and absent, the space-to-depth first convolution, a dense layer of 1,024
  * inputs, alone and after a convolution; batches whose pixels fill their 6-pixel tiles
@@ -407,26 +408,33 @@ static void test_tiles(void **state) {
     NEED_DNNL();
     const struct {
         net_case_t net;
-        const char *expect; /* a line the plan at batch 7 has where the CPU takes the tiles */
+        const char *expect, *expect_bwd; /* lines the plan at batch 7 has where the CPU takes the tiles */
     } cases[] = {
-        {{"conv(16,3,1) relu conv(32,3,2) relu flatten dense(10)", 9, 9, 3, 4, 0}, "2.conv fwd (tiles)"},
-        {{"conv(12,3,1) relu conv(16,2,1) relu relu dueling", 7, 8, 2, 3, 0}, "2.conv fwd (tiles)"},
-        {{"conv(48,4,3) conv(16,1,1) relu flatten dense(5)", 10, 10, 2, 2, 0}, "0.conv fwd (tiles)"},
-        {{"conv(32,4,2) relu conv(16,3,1) relu flatten", 14, 14, 2, 3, 255.0f}, "0.conv fwd (space-to-depth, tiles)"},
-        {{"dense(64) relu dueling", 0, 0, 1024, 3, 0}, "0.dense fwd (tiles)"},
-        {{"conv(16,3,1) relu flatten dense(64) relu dueling", 10, 10, 4, 5, 0}, "3.dense fwd (tiles)"},
+        {{"conv(16,3,1) relu conv(32,3,2) relu flatten dense(10)", 9, 9, 3, 4, 0}, "2.conv fwd (tiles)",
+         "2.conv bwd weights (tiles)"},
+        {{"conv(12,3,1) relu conv(16,2,1) relu relu dueling", 7, 8, 2, 3, 0}, "2.conv fwd (tiles)",
+         "2.conv bwd weights (tiles)"},
+        {{"conv(48,4,3) conv(16,1,1) relu flatten dense(5)", 10, 10, 2, 2, 0}, "0.conv fwd (tiles)",
+         "0.conv bwd weights (tiles)"},
+        {{"conv(32,4,2) relu conv(16,3,1) relu flatten", 14, 14, 2, 3, 255.0f}, "0.conv fwd (space-to-depth, tiles)",
+         "0.conv bwd weights (space-to-depth, tiles)"},
+        {{"dense(64) relu dueling", 0, 0, 1024, 3, 0}, "0.dense fwd (tiles)", "0.dense fwd (tiles)"},
+        {{"conv(16,3,1) relu flatten dense(64) relu dueling", 10, 10, 4, 5, 0}, "3.dense fwd (tiles)",
+         "0.conv bwd weights (tiles)"},
     };
     const int batches[] = {7, 1, 5, 13, 64};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         compare(&cases[i].net, batches, 5);
         if (!fl_dense_small_preferred()) continue;
         fl_qnet_t *n = make_net(&cases[i].net, 7);
-        float *obs = calloc((size_t)7 * fl_qnet_obs_dim(n), 4), q[7 * 5];
+        float *obs = calloc((size_t)7 * fl_qnet_obs_dim(n), 4), q[7 * 5], dq[7 * 5] = {0};
         assert_int_equal(fl_qnet_forward(n, obs, 7, q), FL_OK);
-        char desc[2048];
+        assert_int_equal(fl_qnet_backward(n, dq, 7), FL_OK);
+        char desc[4096];
         assert_true(fl_qnet_describe_kernels(n, 7, desc, sizeof desc) > 0);
-        if (!strstr(desc, cases[i].expect)) {
-            print_error("\"%s\": expected \"%s\" in the plan:\n%s", cases[i].net.spec, cases[i].expect, desc);
+        if (!strstr(desc, cases[i].expect) || !strstr(desc, cases[i].expect_bwd)) {
+            print_error("\"%s\": expected \"%s\" and \"%s\" in the plan:\n%s", cases[i].net.spec, cases[i].expect,
+                        cases[i].expect_bwd, desc);
             fail();
         }
         free(obs);
@@ -448,7 +456,8 @@ static long tile_at(const fl_conv_layout_t *l, int n, int c, int h, int w) {
 /* fl_conv_fwd against sums in double, in the layouts the oneDNN backend meets (blocked by
  * 8 or 16, channels-last; a padded input block), strides 1 to 3, a 1 x 1 kernel, with
  * and without relu; every image's outputs the same bits alone as in its batch, and on 1
- * thread as on 2; unsupported geometries refused. */
+ * thread as on 2; the parameter gradients (fl_conv_fwd_wgrad) against sums in double
+ * too, the same bits on 1 thread as on 2; unsupported geometries refused. */
 static void test_tiles_sums(void **state) {
     (void)state;
     if (!fl_dense_small_preferred()) skip();
@@ -457,7 +466,7 @@ static void test_tiles_sums(void **state) {
     } cases[] = {
         {3, 64, 6, 5, 32, 2, 1, 8, 8}, {2, 12, 7, 7, 16, 3, 2, 8, 16}, {5, 3, 9, 8, 48, 3, 3, 0, 8},
         {1, 16, 4, 4, 16, 4, 1, 16, 0}, {4, 40, 1, 1, 32, 1, 1, 0, 0}, {2, 8, 5, 7, 16, 1, 2, 8, 8},
-        {2, 12, 5, 6, 16, 2, 1, 8, 8},
+        {2, 12, 5, 6, 16, 2, 1, 8, 8}, {3, 8, 12, 12, 16, 2, 1, 8, 8}, /* the last: pixels in 3 chunks */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int B = cases[c].B, C = cases[c].cin, O = cases[c].cout, k = cases[c].k, st = cases[c].stride;
@@ -511,9 +520,45 @@ static void test_tiles_sums(void **state) {
             assert_memory_equal(y2, y, yn * 4);
 #endif
         }
+        /* the parameter gradients for an output gradient dy (y2's buffer) */
+        float *dy = y2, *dw = malloc(wn * 4), *db = malloc((size_t)O * 4), *dw2 = malloc(wn * 4),
+              *db2 = malloc((size_t)O * 4);
+        fill(dy, yn, -1, 1);
+        fl_conv_fwd_wgrad(t, x, dy, dw, db);
+        for (int o = 0; o < O; o++) {
+            double sb = 0;
+            for (int n = 0; n < B; n++)
+                for (int i = 0; i < oh; i++)
+                    for (int j = 0; j < ow; j++) sb += dy[tile_at(&g.out, n, o, i, j)];
+            assert_true(fabs(db[o] - sb) <= 1e-6 * (B * oh * ow + 1));
+            for (int ci = 0; ci < C; ci++)
+                for (int a = 0; a < k; a++)
+                    for (int b = 0; b < k; b++) {
+                        double sw = 0;
+                        for (int n = 0; n < B; n++)
+                            for (int i = 0; i < oh; i++)
+                                for (int j = 0; j < ow; j++)
+                                    sw += (double)dy[tile_at(&g.out, n, o, i, j)] *
+                                          x[tile_at(&g.in, n, ci, i * st + a, j * st + b)];
+                        const float got = dw[(((size_t)o * C + ci) * k + a) * k + b];
+                        if (!(fabs(got - sw) <= 1e-6 * (B * oh * ow + 1))) {
+                            print_error("case %zu: dw(%d, %d, %d, %d) = %.9g, expected %.9g\n", c, o, ci, a, b, got,
+                                        sw);
+                            fail();
+                        }
+                    }
+        }
+#ifdef _OPENMP
+        const int threads = omp_get_max_threads();
+        omp_set_num_threads(threads == 1 ? 2 : 1);
+        fl_conv_fwd_wgrad(t, x, dy, dw2, db2);
+        omp_set_num_threads(threads);
+        assert_memory_equal(dw2, dw, wn * 4);
+        assert_memory_equal(db2, db, (size_t)O * 4);
+#endif
         fl_conv_fwd_destroy(t);
         fl_conv_fwd_destroy(t1);
-        free(x), free(w), free(wt), free(bias), free(y), free(y1), free(y2);
+        free(x), free(w), free(wt), free(bias), free(y), free(y1), free(y2), free(dw), free(db), free(dw2), free(db2);
     }
     /* refused: 8 output channels; an output that does not fit; a channels-first input */
     fl_conv_fwd_geom_t bad = {1, 4, 5, 5, 8, 3, 3, 3, 1, tile_layout(4, 5, 5, 0), tile_layout(8, 3, 3, 8)};
