@@ -38,7 +38,8 @@ struct fl_conv_fwd {
     int *len, *c0, *kh, *kw; /* length; the first element's channel and kernel position */
     long *xoff, *yoff;       /* each output pixel's first input and first output, in floats */
     int panels_outer;        /* the weights outweigh the inputs: panel after panel */
-    /* the weights' gradient: the inputs of a pixel in the order above, flattened */
+    /* the inputs of a pixel in the order above, flattened (for packing the weights and
+     * for their gradient) */
     long K;
     long *kofs;   /* input e of segment j: its offset past the pixel's first input */
     long *kidx;   /* its place in an output channel's weights (cin, k, k) */
