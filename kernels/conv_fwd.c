@@ -219,10 +219,12 @@ __attribute__((target("avx2,fma"))) static void run_avx2(const fl_conv_fwd_t *c,
 
 /* The weights' gradient, one tile: inputs r0.. (nr of them, in the order of kofs) x the
  * 16 output channels of one panel, summed over pixels m0 to m1 into acc (6 x 16, which
- * holds the sums so far). Inputs past nr repeat the last one. */
+ * holds the sums so far). Inputs past nr repeat the last one. The bases x + kofs[r] and
+ * dy + yc are folded into six and two pointers, so that the loop indexes them with the
+ * pixel's two table offsets alone. */
 #define WFMA(R)                                                                                 \
     do {                                                                                        \
-        const __m256 v_ = _mm256_broadcast_ss(xm + o##R);                                       \
+        const __m256 v_ = _mm256_broadcast_ss(x##R + xo);                                       \
         a##R##0 = _mm256_fmadd_ps(v_, d0, a##R##0), a##R##1 = _mm256_fmadd_ps(v_, d1, a##R##1); \
     } while (0)
 
@@ -233,12 +235,14 @@ __attribute__((target("avx2,fma"))) static void wgrad_tile_avx2(const fl_conv_fw
            a11 = _mm256_loadu_ps(acc + 24), a20 = _mm256_loadu_ps(acc + 32), a21 = _mm256_loadu_ps(acc + 40),
            a30 = _mm256_loadu_ps(acc + 48), a31 = _mm256_loadu_ps(acc + 56), a40 = _mm256_loadu_ps(acc + 64),
            a41 = _mm256_loadu_ps(acc + 72), a50 = _mm256_loadu_ps(acc + 80), a51 = _mm256_loadu_ps(acc + 88);
-    long o[6];
-    for (int r = 0; r < 6; r++) o[r] = c->kofs[r0 + (r < nr ? r : nr - 1)];
-    const long o0 = o[0], o1 = o[1], o2 = o[2], o3 = o[3], o4 = o[4], o5 = o[5];
-    for (long m = m0; m < m1; m++) {
-        const float *xm = x + c->xoff[m], *dm = dy + c->yoff[m];
-        const __m256 d0 = _mm256_loadu_ps(dm + yc0), d1 = _mm256_loadu_ps(dm + yc1);
+    const float *xr[6];
+    for (int r = 0; r < 6; r++) xr[r] = x + c->kofs[r0 + (r < nr ? r : nr - 1)];
+    const float *x0 = xr[0], *x1 = xr[1], *x2 = xr[2], *x3 = xr[3], *x4 = xr[4], *x5 = xr[5];
+    const float *dy0 = dy + yc0, *dy1 = dy + yc1;
+    const long *xoff = c->xoff + m0, *yoff = c->yoff + m0;
+    for (long i = m1 - m0; i > 0; i--) {
+        const long xo = *xoff++, yo = *yoff++;
+        const __m256 d0 = _mm256_loadu_ps(dy0 + yo), d1 = _mm256_loadu_ps(dy1 + yo);
         WFMA(0);
         WFMA(1);
         WFMA(2);
