@@ -35,7 +35,7 @@ struct fl_conv_fwd {
     fl_conv_fwd_geom_t g;
     int n;         /* segments */
     long *off;
-    int *len, *c0, *kh, *kw; /* length; the first element's channel and kernel position */
+    int *len;
     long *xoff, *yoff;       /* each output pixel's first input and first output, in floats */
     int panels_outer;        /* the weights outweigh the inputs: panel after panel */
     /* the inputs of a pixel in the order above, flattened (for packing the weights and
@@ -84,9 +84,6 @@ fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g) {
     c->g = *g;
     c->off = malloc(max * sizeof *c->off);
     c->len = malloc(max * sizeof *c->len);
-    c->c0 = malloc(max * sizeof *c->c0);
-    c->kh = malloc(max * sizeof *c->kh);
-    c->kw = malloc(max * sizeof *c->kw);
     const long hw = (long)g->out_h * g->out_w, M = g->batch * hw;
     c->xoff = malloc((size_t)M * sizeof *c->xoff);
     c->yoff = malloc((size_t)M * sizeof *c->yoff);
@@ -94,30 +91,24 @@ fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g) {
     c->kofs = malloc((size_t)c->K * sizeof *c->kofs);
     c->kidx = malloc((size_t)c->K * sizeof *c->kidx);
     c->wacc = malloc((size_t)(c->K + 5) / 6 * 6 * g->cout * sizeof *c->wacc);
-    if (!c->off || !c->len || !c->c0 || !c->kh || !c->kw || !c->xoff || !c->yoff || !c->kofs || !c->kidx ||
-        !c->wacc) {
+    if (!c->off || !c->len || !c->xoff || !c->yoff || !c->kofs || !c->kidx || !c->wacc) {
         fl_conv_fwd_destroy(c);
         return NULL;
     }
+    long at = 0; /* the segments, and each of their inputs */
     for (int b = 0; b < blocks; b++) {
         const int len = g->cin - b * cblk < cblk ? g->cin - b * cblk : cblk;
         for (int kh = 0; kh < g->k; kh++)
-            for (int kw = 0; kw < (row ? 1 : g->k); kw++) {
+            for (int kw = 0; kw < (row ? 1 : g->k); kw++, c->n++) {
                 c->off[c->n] = b * cstride + kh * g->in.st[2] + kw * g->in.st[3];
                 c->len[c->n] = row ? g->k * cblk : len;
-                c->c0[c->n] = b * cblk;
-                c->kh[c->n] = kh;
-                c->kw[c->n] = kw;
-                c->n++;
+                for (int e = 0; e < c->len[c->n]; e++, at++) {
+                    const int x = row ? e / cblk : kw, ch = b * cblk + (row ? e % cblk : e);
+                    c->kofs[at] = c->off[c->n] + e;
+                    c->kidx[at] = ((long)ch * g->k + kh) * g->k + x;
+                }
             }
     }
-    long at = 0;
-    for (int j = 0; j < c->n; j++)
-        for (int e = 0; e < c->len[j]; e++, at++) {
-            const int kw = row ? e / cblk : c->kw[j], ch = c->c0[j] + (row ? e % cblk : e);
-            c->kofs[at] = c->off[j] + e;
-            c->kidx[at] = ((long)ch * g->k + c->kh[j]) * g->k + kw;
-        }
     /* the weights, cout x K, against the inputs as the tiles read them, M x K */
     c->panels_outer = g->cout > M;
     for (long m = 0; m < M; m++) {
@@ -130,7 +121,7 @@ fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g) {
 
 void fl_conv_fwd_destroy(fl_conv_fwd_t *c) {
     if (!c) return;
-    free(c->off), free(c->len), free(c->c0), free(c->kh), free(c->kw);
+    free(c->off), free(c->len);
     free(c->xoff), free(c->yoff), free(c->kofs), free(c->kidx), free(c->wacc);
     free(c);
 }

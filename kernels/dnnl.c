@@ -104,12 +104,9 @@ typedef struct plist {
     int n, cap;
 } plist_t;
 
-/* Where element (n, c, h, w) of a 4-D tensor lies, in floats: n st[0] + (c / blk) st[1] +
- * h st[2] + w st[3] + c % blk (blk 1: a plain layout, any order of the dimensions). */
-typedef struct layout {
-    dnnl_dim_t st[4];
-    dnnl_dim_t blk;
-} layout_t;
+/* Where element (n, c, h, w) of a 4-D tensor lies (kernels/conv_fwd.h's layout, which
+ * fleet's tiles take as they are). */
+typedef fl_conv_layout_t layout_t;
 
 typedef struct tensor {
     dnnl_memory_desc_t md; /* 4-D (B, C, H, W) */
@@ -514,10 +511,6 @@ static int layout_of(const dnnl_memory_desc_t *md, layout_t *out) {
     return 1;
 }
 
-static fl_conv_layout_t tile_layout(const layout_t *l) {
-    return (fl_conv_layout_t){{(long)l->st[0], (long)l->st[1], (long)l->st[2], (long)l->st[3]}, (long)l->blk};
-}
-
 /* Fleet's tiles (kernels/conv_fwd.h) set up for g, registered in the plan: NULL in *out
  * where they do not run it (the caller takes oneDNN). */
 static fl_status new_tiles(bld_t *b, const fl_conv_fwd_geom_t *g, fl_conv_fwd_t **out) {
@@ -625,7 +618,7 @@ static fl_status fwd_conv(bld_t *b, int i) {
     layout_t in_lay, out_lay;
     if (fl_dense_small_preferred() && l->pad == 0 && layout_of(S, &in_lay) && layout_of(D, &out_lay)) {
         const fl_conv_fwd_geom_t tg = {B, g.in_c, g.in_h, g.in_w, l->cout, l->out_h, l->out_w, g.k, g.stride,
-                                       tile_layout(&in_lay), tile_layout(&out_lay)};
+                                       in_lay, out_lay};
         fl_conv_fwd_t *c;
         FL_TRY(new_tiles(b, &tg, &c));
         lp->tiles = c;
@@ -840,12 +833,6 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
     const int s2d = i == 0 && b->p->s2d > 1;
     assert(out->grad); /* the consumer's backward made it */
     if (lp->fused) FL_TRY(relu_mask(b, l, out));
-    const dnnl_dims_t strides = {g.stride, g.stride}, pad = {g.pad, g.pad};
-    dnnl_memory_desc_t wany, bia, sany, dany;
-    FL_TRY(md4(b, &wany, ly->cout, g.in_c, g.k, g.k, dnnl_format_tag_any));
-    FL_TRY(md1(b, &bia, ly->cout));
-    FL_TRY(md4(b, &sany, b->p->batch, g.in_c, g.in_h, g.in_w, dnnl_format_tag_any));
-    FL_TRY(md4(b, &dany, b->p->batch, ly->out_c, ly->out_h, ly->out_w, dnnl_format_tag_any));
     if (s2d && !b->p->s2d_g) FL_TRY(new_buf(b, (size_t)ly->cout * g.in_c * g.k * g.k * sizeof(float), &b->p->s2d_g));
     if (lp->tiles) { /* the forward ran on tiles: so do the parameter gradients, on its inputs as it read them */
         const step_t t = {.kind = ST_TILE_WGRAD,
@@ -855,6 +842,12 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
         FL_TRY(add_step(b, l, &t));
         return s2d ? add_s2d_step(b, l, ly, 1) : FL_OK;
     }
+    const dnnl_dims_t strides = {g.stride, g.stride}, pad = {g.pad, g.pad};
+    dnnl_memory_desc_t wany, bia, sany, dany;
+    FL_TRY(md4(b, &wany, ly->cout, g.in_c, g.k, g.k, dnnl_format_tag_any));
+    FL_TRY(md1(b, &bia, ly->cout));
+    FL_TRY(md4(b, &sany, b->p->batch, g.in_c, g.in_h, g.in_w, dnnl_format_tag_any));
+    FL_TRY(md4(b, &dany, b->p->batch, ly->out_c, ly->out_h, ly->out_w, dnnl_format_tag_any));
     dnnl_primitive_desc_t pd = NULL;
     /* First the forward's layouts (no reorders); where oneDNN has only its reference
      * implementation for them, its own choice. */
