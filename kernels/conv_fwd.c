@@ -44,12 +44,6 @@ struct fl_conv_fwd {
     long *kofs;   /* input e of segment j: its offset past the pixel's first input */
     long *kidx;   /* its place in an output channel's weights (cin, k, k) */
     float *wacc;  /* the gradient's tiles while they sum: (row tiles, panels, 6, 16) */
-    /* the input gradient (0 dpanels where not supported): the output gradient's channels
-     * in dn runs (doff, dlen), and where column 8 h of panel q (kernel row, kernel column,
-     * 16 input channels) lies past a pixel's first input: dcol[2 q + h] */
-    int dpanels, dn, dgroup;
-    long *doff, *dcol;
-    int *dlen;
 };
 
 /* The channels of the input in contiguous runs: cblk of them, runs cstride apart. */
@@ -75,48 +69,6 @@ static int supported(const fl_conv_fwd_geom_t *g) {
         return 0;
     const fl_conv_layout_t *o = &g->out;
     return (o->blk >= 8 && o->blk % 8 == 0) || (o->blk == 1 && o->st[1] == 1);
-}
-
-/* The input gradient's tiles: input channels in whole runs of 16 (a multiple of 16, in
- * blocks of 8 or 16 or channels last), each image one contiguous span of the input (so
- * that it is zeroed at once), and the output gradient's channels in whole blocks. */
-static int dgrad_supported(const fl_conv_fwd_geom_t *g) {
-    const fl_conv_layout_t *i = &g->in, *o = &g->out;
-    if (g->cin % 16 || !((i->blk == 1 && i->st[1] == 1) || (i->blk % 8 == 0 && g->cin % i->blk == 0))) return 0;
-    if ((o->blk > 1 && g->cout % o->blk) || g->cout > FL_CONV_FWD_DGRAD_MAX_COUT) return 0;
-    const long span = (g->cin / i->blk - 1) * i->st[1] + (g->in_h - 1) * i->st[2] + (g->in_w - 1) * i->st[3] + i->blk;
-    return i->st[0] == (long)g->cin * g->in_h * g->in_w && span == i->st[0];
-}
-
-static int dgrad_setup(fl_conv_fwd_t *c) {
-    const fl_conv_fwd_geom_t *g = &c->g;
-    const fl_conv_layout_t *I = &g->in, *O = &g->out;
-    const int runs = O->blk > 1 ? g->cout / (int)O->blk : 1, cb = g->cin / 16;
-    c->dpanels = g->k * g->k * cb;
-    c->doff = malloc((size_t)runs * sizeof *c->doff);
-    c->dlen = malloc((size_t)runs * sizeof *c->dlen);
-    c->dcol = malloc((size_t)2 * c->dpanels * sizeof *c->dcol);
-    if (!c->doff || !c->dlen || !c->dcol) return 0;
-    for (c->dn = 0; c->dn < runs; c->dn++) {
-        c->doff[c->dn] = c->dn * O->st[1];
-        c->dlen[c->dn] = runs > 1 ? (int)O->blk : g->cout;
-    }
-    /* Images in groups of up to 6 whose pixels fill the tiles best (the Nature CNN's 9 x 9
-     * pixels in twos, its 7 x 7 in sixes), at least 16 groups to share out. */
-    const long hw = (long)g->out_h * g->out_w;
-    long best = -1;
-    for (int G = 1; G <= 6 && (G == 1 || g->batch / G >= 16); G++) {
-        const long waste = ((G * hw + 5) / 6 * 6 - G * hw) * 6 / G; /* short tiles' rows, per 6 images */
-        if (best < 0 || waste < best) best = waste, c->dgroup = G;
-    }
-    for (int q = 0; q < c->dpanels; q++) {
-        const int kh = q / cb / g->k, kw = q / cb % g->k;
-        for (int h = 0; h < 2; h++) {
-            const long ch = 16L * (q % cb) + 8 * h;
-            c->dcol[2 * q + h] = kh * I->st[2] + kw * I->st[3] + ch / I->blk * I->st[1] + ch % I->blk;
-        }
-    }
-    return 1;
 }
 
 fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g) {
@@ -164,10 +116,6 @@ fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g) {
         c->xoff[m] = b * g->in.st[0] + oy * g->stride * g->in.st[2] + ox * g->stride * g->in.st[3];
         c->yoff[m] = b * g->out.st[0] + oy * g->out.st[2] + ox * g->out.st[3];
     }
-    if (dgrad_supported(g) && !dgrad_setup(c)) {
-        fl_conv_fwd_destroy(c);
-        return NULL;
-    }
     return c;
 }
 
@@ -175,7 +123,6 @@ void fl_conv_fwd_destroy(fl_conv_fwd_t *c) {
     if (!c) return;
     free(c->off), free(c->len);
     free(c->xoff), free(c->yoff), free(c->kofs), free(c->kidx), free(c->wacc);
-    free(c->doff), free(c->dlen), free(c->dcol);
     free(c);
 }
 
@@ -192,20 +139,6 @@ void fl_conv_fwd_weights(const fl_conv_fwd_t *c, const float *w, float *wt) {
     }
 }
 
-int fl_conv_fwd_dgrad_supported(const fl_conv_fwd_t *c) { return c->dpanels > 0; }
-
-void fl_conv_fwd_dweights(const fl_conv_fwd_t *c, const float *w, float *wt) {
-    const int cb = c->g.cin / 16, k = c->g.k, cout = c->g.cout;
-    const long K = c->K;
-    PAR_FOR for (int q = 0; q < c->dpanels; q++) {
-        float *panel = wt + (size_t)q * 16 * cout;
-        const int kh = q / cb / k, kw = q / cb % k;
-        for (int o = 0; o < cout; o++)
-            for (int i = 0; i < 16; i++)
-                panel[16 * o + i] = w[(size_t)o * K + ((long)(16 * (q % cb) + i) * k + kh) * k + kw];
-    }
-}
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
@@ -216,26 +149,21 @@ void fl_conv_fwd_dweights(const fl_conv_fwd_t *c, const float *w, float *wt) {
         a##R##0 = _mm256_fmadd_ps(v_, w0, a##R##0), a##R##1 = _mm256_fmadd_ps(v_, w1, a##R##1); \
     } while (0)
 
-/* One tile: 6 rows (xr: each row's first input) x the 16 columns of one weight panel
- * (wp), over the nseg segments (off, len) of a row's inputs, into the 16 values at yr[r]
- * + yc0 (columns 0-7) and yr[r] + yc1 (8-15) of each of the first nr rows (the rest
- * repeat the last one and are not stored). mode TILE_STORE: the sums start at init (the
- * bias) and are stored, through max(0, .) where relu; TILE_ADD: they start at 0 and are
- * added to what is there. Inlined into each caller with its mode constant. */
-enum { TILE_STORE, TILE_ADD };
-
-static inline __attribute__((always_inline, target("avx2,fma"))) void
-tile_avx2(const float *const xr[6], int nseg, const long *offs, const int *lens, const float *wp, float *const yr[6],
-          int nr, long yc0, long yc1, int mode, const float *init, int relu) {
-    __m256 a00 = _mm256_setzero_ps(), a01 = a00;
-    if (mode == TILE_STORE) a00 = _mm256_loadu_ps(init), a01 = _mm256_loadu_ps(init + 8);
-    __m256 a10 = a00, a11 = a01, a20 = a00, a21 = a01, a30 = a00, a31 = a01, a40 = a00, a41 = a01, a50 = a00,
-           a51 = a01;
-    for (int j = 0; j < nseg; j++) {
-        const long off = offs[j];
+/* One tile: up to 6 output pixels m0.. (nr of them) x the 16 output channels of one
+ * panel (weights wp; channels 0-7 at yc0 past a pixel's first output, 8-15 at yc1), the
+ * sums started at the bias. Pixels past nr repeat the last one and are not stored. */
+__attribute__((target("avx2,fma"))) static void tile_avx2(const fl_conv_fwd_t *c, long m0, int nr, const float *x,
+                                                          const float *wp, const float *bias, float *y, long yc0,
+                                                          long yc1, int relu) {
+    __m256 a00 = _mm256_loadu_ps(bias), a01 = _mm256_loadu_ps(bias + 8), a10 = a00, a11 = a01, a20 = a00, a21 = a01,
+           a30 = a00, a31 = a01, a40 = a00, a41 = a01, a50 = a00, a51 = a01;
+    const float *xr[6];
+    for (int r = 0; r < 6; r++) xr[r] = x + c->xoff[m0 + (r < nr ? r : nr - 1)];
+    for (int j = 0; j < c->n; j++) {
+        const long off = c->off[j];
         const float *p0 = xr[0] + off, *p1 = xr[1] + off, *p2 = xr[2] + off, *p3 = xr[3] + off, *p4 = xr[4] + off,
                     *p5 = xr[5] + off;
-        const int len = lens[j];
+        const int len = c->len[j];
         for (int e = 0; e < len; e++, wp += 16) {
             const __m256 w0 = _mm256_loadu_ps(wp), w1 = _mm256_loadu_ps(wp + 8);
             FMA2(0, p0);
@@ -248,31 +176,13 @@ tile_avx2(const float *const xr[6], int nseg, const long *offs, const int *lens,
     }
     const __m256 acc[6][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}, {a50, a51}};
     const __m256 zero = _mm256_setzero_ps();
+    const long *yoff = c->yoff + m0;
     for (int r = 0; r < nr; r++) {
         __m256 v0 = acc[r][0], v1 = acc[r][1];
-        float *y0 = yr[r] + yc0, *y1 = yr[r] + yc1;
-        if (mode == TILE_ADD) {
-            v0 = _mm256_add_ps(_mm256_loadu_ps(y0), v0), v1 = _mm256_add_ps(_mm256_loadu_ps(y1), v1);
-        } else if (relu) {
-            v0 = _mm256_max_ps(v0, zero), v1 = _mm256_max_ps(v1, zero);
-        }
-        _mm256_storeu_ps(y0, v0);
-        _mm256_storeu_ps(y1, v1);
+        if (relu) v0 = _mm256_max_ps(v0, zero), v1 = _mm256_max_ps(v1, zero);
+        _mm256_storeu_ps(y + yoff[r] + yc0, v0);
+        _mm256_storeu_ps(y + yoff[r] + yc1, v1);
     }
-}
-
-/* The forward's tile: output pixels m0.. (nr of them) x the 16 output channels of one
- * panel. */
-__attribute__((target("avx2,fma"))) static void fwd_tile_avx2(const fl_conv_fwd_t *c, long m0, int nr, const float *x,
-                                                              const float *wp, const float *bias, float *y, long yc0,
-                                                              long yc1, int relu) {
-    const float *xr[6];
-    float *yr[6];
-    for (int r = 0; r < 6; r++) {
-        const long m = m0 + (r < nr ? r : nr - 1);
-        xr[r] = x + c->xoff[m], yr[r] = y + c->yoff[m];
-    }
-    tile_avx2(xr, c->n, c->off, c->len, wp, yr, nr, yc0, yc1, TILE_STORE, bias, relu);
 }
 
 __attribute__((target("avx2,fma"))) static void run_avx2(const fl_conv_fwd_t *c, const float *x, const float *wt,
@@ -287,48 +197,14 @@ __attribute__((target("avx2,fma"))) static void run_avx2(const fl_conv_fwd_t *c,
     if (c->panels_outer) {
         PAR_FOR for (int p = 0; p < panels; p++) for (long t = 0; t < tiles; t++) {
             const int nr = M - 6 * t < 6 ? (int)(M - 6 * t) : 6;
-            fwd_tile_avx2(c, 6 * t, nr, x, wt + (size_t)p * 16 * K, bias + 16 * p, y, yc[2 * p], yc[2 * p + 1], relu);
+            tile_avx2(c, 6 * t, nr, x, wt + (size_t)p * 16 * K, bias + 16 * p, y, yc[2 * p], yc[2 * p + 1], relu);
         }
         return;
     }
     PAR_FOR for (long t = 0; t < tiles; t++) {
         const int nr = M - 6 * t < 6 ? (int)(M - 6 * t) : 6;
         for (int p = 0; p < panels; p++)
-            fwd_tile_avx2(c, 6 * t, nr, x, wt + (size_t)p * 16 * K, bias + 16 * p, y, yc[2 * p], yc[2 * p + 1], relu);
-    }
-}
-
-/* The input gradient, a product with one row per output pixel again: the pixel's output
- * gradient (cout values) times the transposed weights, one column per input it read
- * (kernel row, kernel column, input channel), each added where that input lies. The
- * images go in fixed groups of dgroup (chosen by the batch alone) to the threads, and a
- * group's tiles (6 of its pixels, the last one short) run in order over every panel, so
- * each input's gradient sums the same terms in the same order whatever the thread count. */
-__attribute__((target("avx2,fma"))) static void dgrad_avx2(const fl_conv_fwd_t *c, const float *dy, const float *wt,
-                                                           float *dx) {
-    const fl_conv_fwd_geom_t *g = &c->g;
-    const long hw = (long)g->out_h * g->out_w, img = g->in.st[0], G = c->dgroup;
-    const long groups = (g->batch + G - 1) / G, zero = 0;
-    const int cout = g->cout;
-    PAR_FOR for (long gi = 0; gi < groups; gi++) {
-        const long n0 = gi * G, nimg = g->batch - n0 < G ? g->batch - n0 : G, M = nimg * hw;
-        memset(dx + n0 * img, 0, (size_t)(nimg * img) * sizeof *dx);
-        for (long t = 0; 6 * t < M; t++) {
-            const long m0 = n0 * hw + 6 * t;
-            const int nr = M - 6 * t < 6 ? (int)(M - 6 * t) : 6;
-            float rows[6 * FL_CONV_FWD_DGRAD_MAX_COUT]; /* the tile's output gradients, one run each */
-            const float *dr[6];
-            float *xr[6];
-            for (int r = 0; r < 6; r++) {
-                const long m = m0 + (r < nr ? r : nr - 1);
-                dr[r] = rows + r * cout, xr[r] = dx + c->xoff[m];
-                for (int j = 0, at = 0; j < c->dn; at += c->dlen[j++])
-                    memcpy(rows + r * cout + at, dy + c->yoff[m] + c->doff[j], (size_t)c->dlen[j] * sizeof *rows);
-            }
-            for (int q = 0; q < c->dpanels; q++)
-                tile_avx2(dr, 1, &zero, &cout, wt + (size_t)q * 16 * cout, xr, nr, c->dcol[2 * q], c->dcol[2 * q + 1],
-                          TILE_ADD, NULL, 0);
-        }
+            tile_avx2(c, 6 * t, nr, x, wt + (size_t)p * 16 * K, bias + 16 * p, y, yc[2 * p], yc[2 * p + 1], relu);
     }
 }
 
@@ -436,14 +312,6 @@ void fl_conv_fwd_wgrad(const fl_conv_fwd_t *c, const float *x, const float *dy, 
     wgrad_avx2(c, x, dy, dw, db);
 #else
     (void)c, (void)x, (void)dy, (void)dw, (void)db;
-#endif
-}
-
-void fl_conv_fwd_dgrad(const fl_conv_fwd_t *c, const float *dy, const float *wt, float *dx) {
-#ifdef HAVE_AVX2_VERSION
-    dgrad_avx2(c, dy, wt, dx);
-#else
-    (void)c, (void)dy, (void)wt, (void)dx;
 #endif
 }
 

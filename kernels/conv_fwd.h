@@ -1,9 +1,9 @@
-/* conv_fwd: a convolution's forward (no padding), its parameter gradients and its input
- * gradient, as fleet's own AVX2 + FMA tiles, for the oneDNN backend on CPUs without
- * AVX-512 (kernels/dnnl.c), where oneDNN's AVX2 convolutions leave a third of the core's
- * FMA throughput unused. Its input and output are in whatever 4-D layout the oneDNN
- * primitives around it chose (channels blocked by 8 or 16, or channels last), so the
- * layers around it are unchanged.
+/* conv_fwd: a convolution's forward (no padding), and its parameter gradients, as
+ * fleet's own AVX2 + FMA tiles, for the oneDNN backend on CPUs without AVX-512
+ * (kernels/dnnl.c), where oneDNN's AVX2 convolutions leave a third of the core's FMA
+ * throughput unused. Its input and output
+ * are in whatever 4-D layout the oneDNN primitives around it chose (channels blocked
+ * by 8 or 16, or channels last), so the backward and the layers after it are unchanged.
  *
  * The product is a matrix product with one row per output pixel: tiles of 6 output
  * pixels x 16 output channels, 12 accumulators started at the bias, one broadcast of
@@ -59,17 +59,5 @@ void fl_conv_fwd_run(const fl_conv_fwd_t *c, const float *x, const float *wt, co
  * so the sums do not depend on the thread count. Not thread-safe on one c (it sums in
  * c's own buffer). */
 void fl_conv_fwd_wgrad(const fl_conv_fwd_t *c, const float *x, const float *dy, float *dw, float *db);
-
-/* The input gradient dx (in the input's layout, overwritten) of the output gradient dy
- * (in the output's), where fl_conv_fwd_dgrad_supported(c): input channels a multiple of
- * 16 in blocks of 8 or 16 or channels last, each image's input contiguous, the output's
- * channel blocks whole, up to FL_CONV_FWD_DGRAD_MAX_COUT output channels. The weights as fl_conv_fwd_dgrad reads them, transposed:
- * fl_conv_fwd_weights_size(c) floats made by fl_conv_fwd_dweights. Parallel over images
- * on the calling thread's OpenMP team; each input's gradient is summed in one fixed
- * order, so it does not depend on the thread count. */
-#define FL_CONV_FWD_DGRAD_MAX_COUT 1024
-int fl_conv_fwd_dgrad_supported(const fl_conv_fwd_t *c);
-void fl_conv_fwd_dweights(const fl_conv_fwd_t *c, const float *w, float *wt);
-void fl_conv_fwd_dgrad(const fl_conv_fwd_t *c, const float *dy, const float *wt, float *dx);
 
 #endif

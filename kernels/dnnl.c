@@ -70,9 +70,7 @@ typedef enum {
     ST_DENSE_THIN,   /* a dense layer's forward on short rows (kernels/dense_small.h) */
     ST_TILE_WEIGHTS, /* a layer's weights, packed for its forward on fleet's tiles */
     ST_TILE_FWD,     /* a convolution's or a large dense layer's forward on fleet's tiles (kernels/conv_fwd.h) */
-    ST_TILE_WGRAD,   /* a convolution's weight and bias gradients on the same tiles */
-    ST_TILE_DWEIGHTS, /* a convolution's weights, transposed for its input gradient on tiles */
-    ST_TILE_DGRAD     /* a convolution's input gradient on tiles */
+    ST_TILE_WGRAD    /* a convolution's weight and bias gradients on the same tiles */
 } step_kind;
 
 typedef struct step {
@@ -889,30 +887,13 @@ static fl_status bwd_conv_data(bld_t *b, int i, steplist_t *l) {
     lplan_t *lp = &b->p->lp[i];
     tensor_t *out = b->p->edge[i + 1], *in = b->p->edge[i];
     const cgeom_t g = conv_geom(b->p, ly, i);
-    /* the weights as they are now (the parameters may have changed since the forward) */
-    const int s2d = i == 0 && b->p->s2d > 1;
-    if (s2d) FL_TRY(add_s2d_step(b, l, ly, 0));
-    if (lp->tiles && fl_conv_fwd_dgrad_supported(lp->tiles)) {
-        /* the forward ran on tiles: so does the input gradient, into the layout it read */
-        float *wt;
-        FL_TRY(new_buf(b, fl_conv_fwd_weights_size(lp->tiles) * sizeof(float), &wt));
-        const step_t t = {.kind = ST_TILE_DWEIGHTS, .what = "weights (tiles, transposed)", .tiles = lp->tiles,
-                          .a = s2d ? b->p->s2d_w : n->params + ly->w_off, .c = wt};
-        FL_TRY(add_step(b, l, &t));
-        mark_cached(l);
-        FL_TRY(ensure_grad(b, lp->src));
-        const step_t d = {.kind = ST_TILE_DGRAD, .what = s2d ? "bwd data (space-to-depth, tiles)" : "bwd data (tiles)",
-                          .tiles = lp->tiles, .a = out->grad, .b = wt, .c = lp->src->grad};
-        FL_TRY(add_step(b, l, &d));
-        if (lp->src == in) return FL_OK;
-        FL_TRY(ensure_grad(b, in));
-        return add_reorder(b, l, lp->src->gmem, in->gmem);
-    }
     const dnnl_dims_t strides = {g.stride, g.stride}, pad = {g.pad, g.pad};
     dnnl_memory_desc_t wany, sany, dany;
     FL_TRY(md4(b, &wany, ly->cout, g.in_c, g.k, g.k, dnnl_format_tag_any));
     FL_TRY(md4(b, &sany, b->p->batch, g.in_c, g.in_h, g.in_w, dnnl_format_tag_any));
     FL_TRY(md4(b, &dany, b->p->batch, ly->out_c, ly->out_h, ly->out_w, dnnl_format_tag_any));
+    /* the weights as they are now (the parameters may have changed since the forward) */
+    if (i == 0 && b->p->s2d > 1) FL_TRY(add_s2d_step(b, l, ly, 0));
     dnnl_primitive_desc_t pd = NULL;
     for (int attempt = 0; attempt < 2 && !pd; attempt++) {
         dnnl_convolution_desc_t cd;
@@ -1152,7 +1133,7 @@ static size_t describe_list(const steplist_t *l, char *out, size_t cap, size_t l
         const step_t *s = &l->v[i];
         const char *impl = NULL;
         if (s->kind == ST_DENSE_SMALL || s->kind == ST_DENSE_THIN || s->kind == ST_TILE_FWD ||
-            s->kind == ST_TILE_WGRAD || s->kind == ST_TILE_DGRAD) {
+            s->kind == ST_TILE_WGRAD) {
             impl = "fleet:avx2";
         } else if (s->kind == ST_PRIM) {
             const_dnnl_primitive_desc_t pd = NULL;
@@ -1312,8 +1293,6 @@ static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
         case ST_TILE_WEIGHTS: fl_conv_fwd_weights(s->tiles, s->a, s->c); break;
         case ST_TILE_FWD: fl_conv_fwd_run(s->tiles, s->a, s->b, s->bias, s->c, s->k); break;
         case ST_TILE_WGRAD: fl_conv_fwd_wgrad(s->tiles, s->a, s->b, s->c, s->c2); break;
-        case ST_TILE_DWEIGHTS: fl_conv_fwd_dweights(s->tiles, s->a, s->c); break;
-        case ST_TILE_DGRAD: fl_conv_fwd_dgrad(s->tiles, s->a, s->b, s->c); break;
         case ST_PRIM: break;
         }
     }
