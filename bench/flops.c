@@ -223,3 +223,38 @@ void fl_bench_torch_env(char *buf, size_t len, char *why, size_t why_len) {
         snprintf(why, why_len, "OpenBLAS runs its %s kernels%s", core,
                  aten512 ? "; PyTorch gets ATEN_CPU_CAPABILITY=avx512" : "");
 }
+
+void fl_bench_rate_step(fl_bench_rate_t *r, double t) {
+    r->n++;
+    r->t = t;
+    if (r->n - r->wn >= FL_BENCH_WINDOW_STEPS && t - r->wt >= FL_BENCH_WINDOW_S) {
+        const double w = (double)(r->n - r->wn) / (t - r->wt);
+        if (w > r->best) r->best = w;
+        r->wn = r->n, r->wt = t;
+    }
+}
+
+double fl_bench_rate_whole(const fl_bench_rate_t *r) { return r->n > 0 && r->t > 0 ? (double)r->n / r->t : 0; }
+
+double fl_bench_rate_best(const fl_bench_rate_t *r) { return r->best > 0 ? r->best : fl_bench_rate_whole(r); }
+
+double fl_bench_script_rate(const char *prog, const char *cmd, char *version, size_t len, double *best) {
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        fprintf(stderr, "%s: %s: cannot start it\n", prog, cmd);
+        return -1;
+    }
+    double rate = -1, b = -1;
+    char v[64] = "", line[256] = "";
+    int got = 0, threads = 0;
+    while (fgets(line, sizeof line, p)) /* read everything, so that the script never writes into a closed pipe */
+        if (got != 4) got = sscanf(line, "%lf %63s %d %lf", &rate, v, &threads, &b);
+    const int rc = pclose(p);
+    if (got != 4 || rc != 0) {
+        fprintf(stderr, "%s: %s: got %d of its 4 fields, exit status %d\n", prog, cmd, got, rc);
+        return -1;
+    }
+    snprintf(version, len, "%s", v);
+    *best = b;
+    return rate;
+}

@@ -86,4 +86,30 @@ const char *fl_bench_backend_name(void);
  *     unless told. */
 void fl_bench_torch_env(char *buf, size_t len, char *why, size_t why_len);
 
+/* A timed loop's rates: the whole run's, and its best window's. The run is cut into
+ * consecutive windows of at least FL_BENCH_WINDOW_S seconds and FL_BENCH_WINDOW_STEPS
+ * steps (the PyTorch scripts' report_rate, bench/learner_bench_torch.py, cuts its runs
+ * the same way). On a machine shared with other work the whole run's rate moves with the
+ * neighbours' load; the best window shows what the code does while the cores are its own.
+ * Zero the struct at the start; fl_bench_rate_step after each step. */
+#define FL_BENCH_WINDOW_S 0.1
+#define FL_BENCH_WINDOW_STEPS 10
+typedef struct fl_bench_rate {
+    long n, wn;      /* steps done; steps when the current window began */
+    double t, wt;    /* seconds since the start at the last step; when the window began */
+    double best;     /* the best closed window's steps/s; 0 while none */
+} fl_bench_rate_t;
+/* One more step done, t seconds after the run started. */
+void fl_bench_rate_step(fl_bench_rate_t *r, double t);
+/* The whole run's steps/s (0 before any step). */
+double fl_bench_rate_whole(const fl_bench_rate_t *r);
+/* The best window's steps/s; the whole run's when the run holds no full window. */
+double fl_bench_rate_best(const fl_bench_rate_t *r);
+
+/* Runs cmd, a PyTorch script's command line that prints "RATE VERSION THREADS BEST" (its
+ * report_rate: steps/s of the whole run, torch's version, its threads, the best window's
+ * steps/s). Returns RATE, BEST into *best and VERSION into version; < 0 when the command
+ * cannot run, fails or prints no such line (a message on stderr, prefixed by prog). */
+double fl_bench_script_rate(const char *prog, const char *cmd, char *version, size_t len, double *best);
+
 #endif

@@ -31,12 +31,11 @@
  *
  * Columns: steps/s and samples/s (steps/s x B) of each side, the ratio of samples/s
  * (fleet over PyTorch), and GFLOP/s of each: samples/s x one sample's forward FLOP,
- * counted as bench/flops.h says. Then the same from each side's best window: each run
- * is cut into consecutive windows of at least WINDOW_S seconds and WINDOW_STEPS steps
- * (the PyTorch script cuts its own the same way), and the samples/s of the fastest
- * window of each side and their ratio are printed. On a machine shared with other work
- * the whole-run rates move with the neighbours' load; the best windows show what each
- * side does when the core is its own.
+ * counted as bench/flops.h says. Then the same from each side's best window (bench/flops.h:
+ * consecutive windows of at least 0.1 s and 10 steps, cut the same way on both sides):
+ * the samples/s of the fastest window of each side and their ratio. On a machine shared
+ * with other work the whole-run rates move with the neighbours' load; the best windows
+ * show what each side does when the core is its own.
  *
  *   inference_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batches 1,4,16,64]
  *                   [--backend dnnl|reference]
@@ -110,9 +109,6 @@ static fl_status actor_step(actor_step_t *s, fl_err_t *e) {
     return FL_OK;
 }
 
-#define WINDOW_S 0.1
-#define WINDOW_STEPS 10
-
 /* fleet's steps/s for one case and batch (the whole run's; its best window's into *best);
  * < 0 on failure. */
 static double fleet_rate(const netcase_t *c, int B, double seconds, double *best) {
@@ -145,21 +141,14 @@ static double fleet_rate(const netcase_t *c, int B, double seconds, double *best
     }
     for (int k = 0; k < 10; k++)
         if (actor_step(&s, &e) != FL_OK) goto fail;
-    long n = 0, wn = 0;
-    double t0 = fl_clock_sec(), t, wt = 0;
-    *best = 0;
+    fl_bench_rate_t r = {0};
+    const double t0 = fl_clock_sec();
     do {
         if (actor_step(&s, &e) != FL_OK) goto fail;
-        n++;
-        t = fl_clock_sec() - t0;
-        if (n - wn >= WINDOW_STEPS && t - wt >= WINDOW_S) {
-            const double r = (double)(n - wn) / (t - wt);
-            *best = r > *best ? r : *best;
-            wn = n, wt = t;
-        }
-    } while (t < seconds || n < 10);
-    rate = (double)n / t;
-    if (*best == 0) *best = rate;
+        fl_bench_rate_step(&r, fl_clock_sec() - t0);
+    } while (r.t < seconds || r.n < 10);
+    rate = fl_bench_rate_whole(&r);
+    *best = fl_bench_rate_best(&r);
     goto done;
 fail:
     fprintf(stderr, "inference_bench: %s, batch %d: %s\n", c->name, B, e.msg);
@@ -176,20 +165,7 @@ static double torch_rate(const opts_t *o, const netcase_t *c, int B, char *versi
     snprintf(cmd, sizeof cmd,
              "%sOMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 '%s' '%s' --case %s --batch %d --threads 1 --seconds %g",
              o->torch_env, o->python, o->script, c->name, B, o->seconds);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    double rate = -1;
-    char v[64] = "", line[256] = "";
-    int got = 0, threads = 0;
-    while (fgets(line, sizeof line, p)) /* read everything, so that the script never writes into a closed pipe */
-        if (got != 4) got = sscanf(line, "%lf %63s %d %lf", &rate, v, &threads, best);
-    int rc = pclose(p);
-    if (got != 4 || rc != 0) {
-        fprintf(stderr, "inference_bench: %s: got %d fields, exit status %d\n", cmd, got, rc);
-        return -1;
-    }
-    snprintf(version, len, "%s", v);
-    return rate;
+    return fl_bench_script_rate("inference_bench", cmd, version, len, best);
 }
 
 /* One sample's forward FLOP of case c; < 0 when the network cannot be built. */

@@ -33,7 +33,10 @@
  * what is counted: 5 F - F1 per sample for a forward of F FLOP and a first layer of F1)
  * and give each best's GFLOP/s, next to the machine's peak FP32 FLOP/s, measured at the
  * start (bench/flops.h: cores x FMA units x vector width x 2 x clock, one core timed on
- * independent vector FMAs).
+ * independent vector FMAs). Then per case each side's best window over its
+ * configurations (bench/flops.h: windows of at least 0.1 s and 10 updates, cut the same
+ * way in PyTorch's script), fleet's as a share of the peak too, and their ratio: on a
+ * machine shared with other work the whole-run rates move with the neighbours' load.
  *
  * GPU rows (when fleet was built with CUDA and a GPU is present; one line says they are
  * skipped otherwise, or with --no-gpu): the same cases through learner/dqn_cuda.h
@@ -120,19 +123,21 @@ static void fill_transitions(fl_rng_t *rng, int B, int actions, float *rewards, 
 typedef fl_status (*update_fn)(void *arg, long k);
 
 /* Runs `warmup` updates, then times updates until `seconds` have passed (at least 2);
- * updates/s in *rate. Stops at the first update that fails and returns its status. */
-static fl_status timed_updates(update_fn update, void *arg, int warmup, double seconds, double *rate) {
+ * updates/s in *rate, and the best window's (bench/flops.h) in *best where best is not
+ * NULL. Stops at the first update that fails and returns its status. */
+static fl_status timed_updates(update_fn update, void *arg, int warmup, double seconds, double *rate,
+                               double *best) {
     fl_status st;
     for (int k = 0; k < warmup; k++)
         if ((st = update(arg, k)) != FL_OK) return st;
-    long n = 0;
-    double t0 = fl_clock_sec(), t;
+    fl_bench_rate_t r = {0};
+    const double t0 = fl_clock_sec();
     do {
-        if ((st = update(arg, n)) != FL_OK) return st;
-        n++;
-        t = fl_clock_sec() - t0;
-    } while (t < seconds || n < 2);
-    *rate = (double)n / t;
+        if ((st = update(arg, r.n)) != FL_OK) return st;
+        fl_bench_rate_step(&r, fl_clock_sec() - t0);
+    } while (r.t < seconds || r.n < 2);
+    *rate = fl_bench_rate_whole(&r);
+    if (best) *best = fl_bench_rate_best(&r);
     return FL_OK;
 }
 
@@ -151,8 +156,9 @@ static fl_status cpu_update(void *arg, long k) {
     return fl_dqn_step(u->dqn, u->online, u->target, u->opt, u->b, u->prio, NULL, u->e);
 }
 
-/* fleet's updates/s for one case, batch and thread count; < 0 on failure. */
-static double fleet_rate(const netcase_t *c, int B, int threads, double seconds) {
+/* fleet's updates/s for one case, batch and thread count (its best window's in *best); < 0
+ * on failure. */
+static double fleet_rate(const netcase_t *c, int B, int threads, double seconds, double *best) {
     openblas_set_num_threads(threads);
     fl_err_t e;
     fl_err_init(&e);
@@ -200,7 +206,7 @@ static double fleet_rate(const netcase_t *c, int B, int threads, double seconds)
     fl_dqn_batch_t b = {
         .size = B, .obs = obs, .actions = act, .rewards = ret, .discounts = disc, .next_obs = next, .weights = w};
     cpu_update_t u = {dqn, online, target, opt, &b, prio, &e};
-    if (timed_updates(cpu_update, &u, 2, seconds, &rate) != FL_OK) die("update", &e);
+    if (timed_updates(cpu_update, &u, 2, seconds, &rate, best) != FL_OK) die("update", &e);
 done:
     free(obs), free(next), free(ret), free(disc), free(w), free(prio), free(act);
     fl_dqn_destroy(dqn);
@@ -211,45 +217,35 @@ done:
 }
 
 /* PyTorch's updates/s from the script at `threads` torch threads (OMP_NUM_THREADS the
- * same) and OpenBLAS at `blas` threads, in the environment o->torch_env; < 0 when it
- * cannot run. version gets torch's. extra: more arguments for the script ("" for the CPU
- * rows). */
+ * same) and OpenBLAS at `blas` threads, in the environment o->torch_env, its best
+ * window's in *best; < 0 when it cannot run. version gets torch's. extra: more arguments
+ * for the script ("" for the CPU rows). */
 static double torch_rate(const opts_t *o, const netcase_t *c, int B, int threads, int blas, const char *extra,
-                         char *version, size_t len) {
+                         char *version, size_t len, double *best) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "%sOMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d '%s' '%s' --case %s --batch %d --threads %d --seconds %g%s",
              o->torch_env, threads, blas, o->python, o->script, c->name, B, threads, o->seconds, extra);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    double rate = -1;
-    char v[64] = "", line[256] = "";
-    int got = 0;
-    while (fgets(line, sizeof line, p)) /* read everything, so that the script never writes into a closed pipe */
-        if (got != 2) got = sscanf(line, "%lf %63s", &rate, v);
-    int rc = pclose(p);
-    if (got != 2 || rc != 0) {
-        fprintf(stderr, "learner_bench: %s: got %d fields, exit status %d\n", cmd, got, rc);
-        return -1;
-    }
-    snprintf(version, len, "%s", v);
-    return rate;
+    return fl_bench_script_rate("learner_bench", cmd, version, len, best);
 }
 
 /* PyTorch at `threads` torch threads, the faster of OpenBLAS at 1 thread and at one per
- * core (see the header); its OpenBLAS threads in *blas. */
+ * core (see the header); its OpenBLAS threads in *blas; the better best window of the two
+ * in *best. */
 static double torch_best_blas(const opts_t *o, const netcase_t *c, int B, int threads, int *blas, char *version,
-                              size_t len) {
-    double best = torch_rate(o, c, B, threads, 1, "", version, len);
+                              size_t len, double *best) {
+    double rate = torch_rate(o, c, B, threads, 1, "", version, len, best);
     *blas = 1;
     if (o->cores > 1) {
-        const double r = torch_rate(o, c, B, threads, (int)o->cores, "", version, len);
-        if (r > best) {
-            best = r;
+        double w;
+        const double r = torch_rate(o, c, B, threads, (int)o->cores, "", version, len, &w);
+        if (r > rate) {
+            rate = r;
             *blas = (int)o->cores;
         }
+        if (r > 0 && w > *best) *best = w;
     }
-    return best;
+    return rate;
 }
 
 /* ---- GPU rows ---------------------------------------------------------------------- */
@@ -336,7 +332,7 @@ static double gpu_rate(const netcase_t *c, int B, int tf32, double seconds) {
     }
     gpu_update_t u = {d, B, fl_cuda_dqn_num_slots(d), prio, &e, 0};
     /* 3 warm-up updates: the second captures the graph */
-    if (timed_updates(gpu_update, &u, 3, seconds, &rate) != FL_OK) die("GPU update", &e);
+    if (timed_updates(gpu_update, &u, 3, seconds, &rate, NULL) != FL_OK) die("GPU update", &e);
     if (u.inflight && fl_cuda_dqn_finish(d, prio, NULL, &e) != FL_OK) die("GPU update", &e);
 done:
     free(prio);
@@ -376,7 +372,8 @@ static int gpu_rows(const opts_t *o, int have_torch) {
                 if (f < 0) return 1;
                 char extra[128];
                 snprintf(extra, sizeof extra, " --device cuda --tf32 %d --obs-dtype %s", tf32, dtype);
-                const double t = have_torch ? torch_rate(o, c, B, 1, 1, extra, version, sizeof version) : -1;
+                double tw;
+                const double t = have_torch ? torch_rate(o, c, B, 1, 1, extra, version, sizeof version, &tw) : -1;
                 if (o->json) {
                     printf("{\"bench\":\"learner_gpu\",\"case\":\"%s\",\"batch\":%d,\"obs\":\"%s\",\"tf32\":%d,"
                            "\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,"
@@ -454,6 +451,8 @@ typedef struct best_row {
     double fleet, torch;  /* best updates/s; <= 0: none */
     int fleet_t, torch_t; /* their threads */
     int torch_blas;       /* PyTorch's best: OpenBLAS's threads */
+    double fleet_w, torch_w;  /* the best windows' updates/s over each side's configurations */
+    int fleet_wt, torch_wt;   /* their threads */
 } best_row_t;
 
 static void format_rate(char *buf, size_t len, double rate, int threads, double flop) {
@@ -463,15 +462,19 @@ static void format_rate(char *buf, size_t len, double rate, int threads, double 
 
 static void print_best(const opts_t *o, const best_row_t *r, const fl_flops_peak_t *peak) {
     const double ratio = r->fleet > 0 && r->torch > 0 ? r->fleet / r->torch : 0.0;
+    const double wratio = r->fleet_w > 0 && r->torch_w > 0 ? r->fleet_w / r->torch_w : 0.0;
     if (o->json) {
         printf("{\"bench\":\"learner_best\",\"case\":\"%s\",\"batch\":%d,\"flop_per_update\":%.6g,"
                "\"fleet_best_updates_per_s\":%.4g,\"fleet_best_threads\":%d,\"fleet_best_gflops\":%.4g,"
                "\"torch_best_updates_per_s\":%.4g,\"torch_best_threads\":%d,\"torch_best_openblas_threads\":%d,"
-               "\"torch_best_gflops\":%.4g,\"ratio_of_bests\":%.4g,\"peak_gflops\":%.4g,\"core_peak_gflops\":%.4g,"
+               "\"torch_best_gflops\":%.4g,\"ratio_of_bests\":%.4g,\"fleet_window_updates_per_s\":%.4g,"
+               "\"fleet_window_threads\":%d,\"fleet_window_gflops\":%.4g,\"torch_window_updates_per_s\":%.4g,"
+               "\"torch_window_threads\":%d,\"window_ratio\":%.4g,\"peak_gflops\":%.4g,\"core_peak_gflops\":%.4g,"
                "\"cores\":%ld}\n",
                r->c->name, r->B, r->flop, r->fleet, r->fleet_t, r->fleet * r->flop / 1e9, r->torch, r->torch_t,
-               r->torch_blas, r->torch > 0 ? r->torch * r->flop / 1e9 : 0.0, ratio,
-               peak->ok ? peak->peak_flops / 1e9 : 0.0, peak->ok ? peak->core_flops / 1e9 : 0.0, o->cores);
+               r->torch_blas, r->torch > 0 ? r->torch * r->flop / 1e9 : 0.0, ratio, r->fleet_w, r->fleet_wt,
+               r->fleet_w * r->flop / 1e9, r->torch_w, r->torch_wt, wratio, peak->ok ? peak->peak_flops / 1e9 : 0.0,
+               peak->ok ? peak->core_flops / 1e9 : 0.0, o->cores);
         return;
     }
     char fb[64], tb[64], rb[32] = "-", pb[32] = "-";
@@ -480,6 +483,17 @@ static void print_best(const opts_t *o, const best_row_t *r, const fl_flops_peak
     if (ratio > 0) snprintf(rb, sizeof rb, "%.2fx", ratio);
     if (peak->ok) snprintf(pb, sizeof pb, "%.1f", peak->peak_flops / 1e9);
     printf("%-8s %6d %10.2f %s %s %8s %10s\n", r->c->name, r->B, r->flop / 1e6, fb, tb, rb, pb);
+}
+
+/* The same case's best windows, a row of the second closing table. */
+static void print_window(const best_row_t *r, const fl_flops_peak_t *peak) {
+    const double wratio = r->fleet_w > 0 && r->torch_w > 0 ? r->fleet_w / r->torch_w : 0.0;
+    char fb[64], tb[64], rb[32] = "-", pb[32] = "-";
+    format_rate(fb, sizeof fb, r->fleet_w, r->fleet_wt, r->flop);
+    format_rate(tb, sizeof tb, r->torch_w, r->torch_wt, r->flop);
+    if (wratio > 0) snprintf(rb, sizeof rb, "%.2fx", wratio);
+    if (peak->ok && r->fleet_w > 0) snprintf(pb, sizeof pb, "%.1f%%", 100 * r->fleet_w * r->flop / peak->peak_flops);
+    printf("%-8s %6d %s %7s %s %8s\n", r->c->name, r->B, fb, pb, tb, rb);
 }
 
 /* Every configuration of every case, a row each, then the bests; 0, or 1 when a fleet
@@ -502,22 +516,23 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
             const int B = c->batches[bi];
             const double flop = update_flops(c, B);
             if (flop < 0) return 1;
-            double f[4], t[4];
+            double f[4], t[4], fw[4], tw[4] = {-1, -1, -1, -1};
             int tb_blas[4] = {1, 1, 1, 1};
             for (int ti = 0; ti < o->n_threads; ti++) {
                 const int T = o->threads[ti];
-                f[ti] = fleet_rate(c, B, T, o->seconds);
+                f[ti] = fleet_rate(c, B, T, o->seconds, &fw[ti]);
                 if (f[ti] < 0) return 1;
-                t[ti] = have_torch ? torch_best_blas(o, c, B, T, &tb_blas[ti], version, sizeof version) : -1;
+                t[ti] = have_torch ? torch_best_blas(o, c, B, T, &tb_blas[ti], version, sizeof version, &tw[ti]) : -1;
                 if (o->json) {
                     printf("{\"bench\":\"learner\",\"case\":\"%s\",\"batch\":%d,\"threads\":%d,"
                            "\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,"
                            "\"ratio\":%.4g,"
                            "\"torch_openblas_threads\":%d,\"flop_per_update\":%.6g,\"fleet_gflops\":%.4g,"
-                           "\"torch_gflops\":%.4g,\"cores\":%ld}\n",
+                           "\"torch_gflops\":%.4g,\"fleet_window_updates_per_s\":%.4g,"
+                           "\"torch_window_updates_per_s\":%.4g,\"cores\":%ld}\n",
                            c->name, B, T, f[ti], f[ti] * B, t[ti], t[ti] > 0 ? f[ti] / t[ti] : 0.0,
                            tb_blas[ti], flop, f[ti] * flop / 1e9, t[ti] > 0 ? t[ti] * flop / 1e9 : 0.0,
-                           o->cores);
+                           fw[ti], t[ti] > 0 ? tw[ti] : -1.0, o->cores);
                 } else {
                     char tb[32] = "-", rb[32] = "-";
                     if (t[ti] > 0) {
@@ -530,8 +545,19 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
                 fflush(stdout);
             }
             const int fi = best_of(f, o->n_threads), ti = best_of(t, o->n_threads);
-            best_row_t r = {c,  B, flop, f[fi], ti >= 0 ? t[ti] : -1, o->threads[fi], ti >= 0 ? o->threads[ti] : 0,
-                            ti >= 0 ? tb_blas[ti] : 0};
+            const int fwi = best_of(fw, o->n_threads), twi = best_of(tw, o->n_threads);
+            best_row_t r = {c,
+                            B,
+                            flop,
+                            f[fi],
+                            ti >= 0 ? t[ti] : -1,
+                            o->threads[fi],
+                            ti >= 0 ? o->threads[ti] : 0,
+                            ti >= 0 ? tb_blas[ti] : 0,
+                            fw[fwi],
+                            twi >= 0 ? tw[twi] : -1,
+                            o->threads[fwi],
+                            twi >= 0 ? o->threads[twi] : 0};
             if (o->json) print_best(o, &r, peak);
             best[n_best++] = r;
         }
@@ -542,6 +568,12 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
     printf("%-8s %6s %10s %11s %3s %8s %11s %3s %8s %8s %10s\n", "network", "batch", "MFLOP/upd", "fleet upd/s",
            "thr", "GFLOP/s", "torch upd/s", "thr", "GFLOP/s", "ratio", "peak GF/s");
     for (int i = 0; i < n_best; i++) print_best(o, &best[i], peak);
+    printf("\nbest windows (each side's fastest window of at least %.1f s and %d updates, over its configurations; "
+           "%% peak: fleet's GFLOP/s over the machine's peak)\n",
+           FL_BENCH_WINDOW_S, FL_BENCH_WINDOW_STEPS);
+    printf("%-8s %6s %11s %3s %8s %7s %11s %3s %8s %8s\n", "network", "batch", "fleet upd/s", "thr", "GFLOP/s",
+           "% peak", "torch upd/s", "thr", "GFLOP/s", "ratio");
+    for (int i = 0; i < n_best; i++) print_window(&best[i], peak);
     return 0;
 }
 
@@ -593,7 +625,8 @@ int main(int argc, char **argv) {
     o.cores = sysconf(_SC_NPROCESSORS_ONLN);
     fl_bench_torch_env(o.torch_env, sizeof o.torch_env, o.torch_why, sizeof o.torch_why);
     char version[64] = "";
-    int have_torch = o.torch && torch_rate(&o, &CASES[0], 8, 1, 1, "", version, sizeof version) >= 0;
+    double probe_best;
+    int have_torch = o.torch && torch_rate(&o, &CASES[0], 8, 1, 1, "", version, sizeof version, &probe_best) >= 0;
     fl_flops_peak_t peak;
     fl_flops_measure_peak(o.cores, &peak);
     print_peak(&o, &peak);

@@ -84,7 +84,9 @@ def update(online, target, opt, obs, nxt, act, ret, disc, w):
     return prio
 
 
-WINDOW_S, WINDOW_STEPS = 0.1, 10  # a window of the best-window rate: at least this long and this many steps
+# a window of the best-window rate: at least this long and this many steps (bench/flops.h's
+# FL_BENCH_WINDOW_S and FL_BENCH_WINDOW_STEPS, the C benches' own windows)
+WINDOW_S, WINDOW_STEPS = 0.1, 10
 
 
 def report_rate(step, seconds, warmed_up=None):

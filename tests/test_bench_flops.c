@@ -1,9 +1,11 @@
-/* test_bench_flops: the FLOP counts and the peak measurement of bench/flops.h.
+/* test_bench_flops: the FLOP counts, the peak measurement, the rates of a timed loop and
+ * the PyTorch scripts' line, as bench/flops.h has them.
  *
  * The counts are checked against the multiply-adds of each network written out by hand
  * (the benches' three networks, a linear model, a padded strided convolution). The peak's
  * figures depend on the machine and its load, so only their consistency is checked: the
- * formula's parts multiply to the peak, and the description names them. */
+ * formula's parts multiply to the peak, and the description names them. The rates are
+ * fed made-up step times; the script's line comes from sh. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -98,8 +100,58 @@ static void test_peak_is_consistent(void **state) {
     assert_non_null(strstr(line, p.isa));
 }
 
+static fl_bench_rate_t steps(const double *dt, int n) {
+    fl_bench_rate_t r = {0};
+    double t = 0;
+    for (int i = 0; i < n; i++) fl_bench_rate_step(&r, t += dt[i]);
+    return r;
+}
+
+/* Windows close after 10 steps and 0.1 s both; the best is the fastest closed one, the
+ * whole run's rate where none closed. */
+static void test_rates(void **state) {
+    (void)state;
+    double dt[200];
+    for (int i = 0; i < 100; i++) dt[i] = i < 50 ? 0.02 : 0.005; /* 50 steps at 50/s, then 50 at 200/s */
+    fl_bench_rate_t r = steps(dt, 100);
+    assert_true(fabs(fl_bench_rate_whole(&r) - 100 / 1.25) < 1e-9);
+    assert_true(fabs(fl_bench_rate_best(&r) - 200) < 1e-6); /* windows of 20 steps over 0.1 s at the end */
+    for (int i = 0; i < 100; i++) dt[i] = i < 50 ? 0.005 : 0.02; /* the other way round */
+    r = steps(dt, 100);
+    assert_true(fabs(fl_bench_rate_best(&r) - 200) < 1e-6);
+    r = steps(dt, 9); /* no window: fewer than 10 steps */
+    assert_true(fl_bench_rate_best(&r) == fl_bench_rate_whole(&r));
+    for (int i = 0; i < 200; i++) dt[i] = 0.001; /* 1000/s: a window needs 100 steps to last 0.1 s */
+    r = steps(dt, 99);
+    assert_true(r.best == 0);
+    r = steps(dt, 200);
+    assert_true(fabs(fl_bench_rate_best(&r) - 1000) < 1e-6);
+    for (int i = 0; i < 30; i++) dt[i] = i == 14 ? 2.0 : 0.05; /* a stall inside the second window */
+    r = steps(dt, 30);
+    assert_true(fabs(fl_bench_rate_best(&r) - 20) < 1e-6);
+    assert_true(fl_bench_rate_whole(&r) < 20);
+    fl_bench_rate_t none = {0};
+    assert_true(fl_bench_rate_whole(&none) == 0 && fl_bench_rate_best(&none) == 0);
+}
+
+/* "RATE VERSION THREADS BEST", after any other lines; anything else, or a failed command,
+ * is -1. */
+static void test_script_rate(void **state) {
+    (void)state;
+    char v[64] = "";
+    double best = 0;
+    assert_true(fl_bench_script_rate("test", "echo starting; echo 12.5 1.13.0 2 15.25", v, sizeof v, &best) == 12.5);
+    assert_true(best == 15.25);
+    assert_string_equal(v, "1.13.0");
+    assert_true(fl_bench_script_rate("test", "echo 12.5 1.13.0 2", v, sizeof v, &best) < 0);
+    assert_true(fl_bench_script_rate("test", "echo 12.5 1.13.0 2 15; exit 3", v, sizeof v, &best) < 0);
+    assert_true(fl_bench_script_rate("test", "true", v, sizeof v, &best) < 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rates),
+        cmocka_unit_test(test_script_rate),
         cmocka_unit_test(test_mlp),
         cmocka_unit_test(test_minatar),
         cmocka_unit_test(test_nature),
