@@ -425,10 +425,14 @@ fail:
     return st;
 }
 
-static void drop_graphs(fl_cuda_dqn_t *d) {
+/* The captured graphs destroyed; the entries kept (which (B, kind) had its eager warm-up,
+ * which runs eagerly for good), so that the next call of each is captured again. */
+static void drop_captures(fl_cuda_dqn_t *d) {
     for (int i = 0; i < d->num_graphs; i++)
-        if (d->graphs[i].exec) cudaGraphExecDestroy(d->graphs[i].exec);
-    d->num_graphs = 0;
+        if (d->graphs[i].exec) {
+            cudaGraphExecDestroy(d->graphs[i].exec);
+            d->graphs[i].exec = NULL;
+        }
 }
 
 void fl_cuda_dqn_destroy(fl_cuda_dqn_t *d) {
@@ -437,7 +441,7 @@ void fl_cuda_dqn_destroy(fl_cuda_dqn_t *d) {
     if (d->cs) cudaStreamSynchronize(d->cs);
     if (d->copy) cudaStreamSynchronize(d->copy);
     if (d->side) cudaStreamSynchronize(d->side);
-    drop_graphs(d);
+    drop_captures(d);
     for (int i = 0; i < d->num_layers; i++) fl_cuda_conv_destroy(d->layers[i].conv);
     fl_cuda_ctx_destroy(d->ctx);
     for (int i = 0; i < d->num_allocs; i++) cudaFree(d->allocs[i]);
@@ -660,7 +664,8 @@ static fl_status enqueue_update(fl_cuda_dqn_t *d, int B, int apply, fl_err_t *er
     return FL_OK;
 }
 
-/* Convolutions set up for B; graphs dropped if the workspace moved. */
+/* Convolutions set up for B; the captured graphs dropped if the workspace moved (they
+ * hold its old address). */
 static fl_status prepare_batch(fl_cuda_dqn_t *d, int B, fl_err_t *err) {
     if (d->cur_batch != B) {
         d->cur_batch = 0; /* until every layer is set for B: a failure half way leaves no layer trusted */
@@ -670,7 +675,7 @@ static fl_status prepare_batch(fl_cuda_dqn_t *d, int B, fl_err_t *err) {
     }
     const unsigned gen = fl_cuda_ctx_workspace_generation(d->ctx);
     if (gen != d->ws_gen) {
-        drop_graphs(d);
+        drop_captures(d);
         d->ws_gen = gen;
     }
     return FL_OK;
@@ -686,7 +691,7 @@ static fl_status run_update(fl_cuda_dqn_t *d, int B, int apply, fl_err_t *err) {
     for (int i = 0; d->cfg.use_graph && i < d->num_graphs; i++)
         if (d->graphs[i].B == B && d->graphs[i].apply == apply) g = &d->graphs[i];
     if (g && g->exec) return cuda_check(cudaGraphLaunch(g->exec, d->cs), "cudaGraphLaunch", err);
-    FL_TRY(prepare_batch(d, B, err)); /* may drop every graph (the workspace moved) */
+    FL_TRY(prepare_batch(d, B, err)); /* may drop every captured graph (the workspace moved) */
     if (!d->cfg.use_graph) return enqueue_update(d, B, apply, err);
     g = NULL;
     for (int i = 0; i < d->num_graphs; i++)

@@ -4,9 +4,11 @@
 # (a cluster node, a GPU machine with its own image). The programs keep their paths
 # under the build folder (build/bin/fleet, build/bench/learner_bench, ...), stripped of
 # debug information; the libraries go to build/bundle-lib/. Left out, as they come from
-# the machine itself: the C library (libc, libm, libpthread, libdl, librt, the loader)
-# and NVIDIA's driver and CUDA libraries (libcuda, the CUDA runtime, cuBLAS, cuDNN:
-# scripts/gpu_check.sh finds them there).
+# the machine itself: the C library (libc, libm, libpthread, libdl, librt, the loader),
+# the C++ runtime (libstdc++, libgcc_s: a machine's own is at least as new as what this
+# build needs where its C library is, and an older copy loaded first would break its
+# other programs' libraries) and NVIDIA's driver and CUDA libraries (libcuda, the CUDA
+# runtime, cuBLAS, cuDNN: scripts/gpu_check.sh finds them there).
 #
 #   bash scripts/bundle.sh [BUILD_DIR] [OUT.tar.gz] [PROGRAM ...]
 #   (defaults: build, fleet-bundle.tar.gz; programs relative to BUILD_DIR, by default
@@ -29,7 +31,7 @@ stage="$(mktemp -d /tmp/fleet-bundle-XXXXXX)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/build/bundle-lib"
 # what the machine itself provides (see above)
-system='^(libc|libm|libpthread|libdl|librt|libresolv|libutil|ld-linux-x86-64|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnvidia-[a-z-]*)\.so'
+system='^(libc|libm|libpthread|libdl|librt|libresolv|libutil|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnvidia-[a-z-]*)\.so'
 missing=0
 for p in "${programs[@]}"; do
   src="$build/$p"

@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # gpu_check: on a machine with an NVIDIA GPU, what shows fleet's GPU learner working
 # there, step by step, each step's output in OUT_DIR/<step>.log and one line per step in
-# OUT_DIR/summary.txt (a failed step does not stop the later ones):
-#   gpu      nvidia-smi, and the loader finding every library the programs need
+# OUT_DIR/summary.txt (a failed step does not stop the later ones; at most 8 files in
+# OUT_DIR):
+#   gpu      nvidia-smi, and the loader finding every library the programs need, CUDA's
+#            among them (a build without CUDA fails here)
 #   tests    the GPU tests (ctest's label gpu, run directly): tests/test_kernels_cuda_gpu,
 #            tests/test_learner_cuda_gpu
-#   bench    bench/learner_bench's GPU rows against PyTorch on the same GPU (--no-cpu)
 #   cartpole tests/integration_cartpole_gpu: a CartPole fleet with learner.device = cuda
 #            solves it, and resumes from its checkpoint
+#   bench    bench/learner_bench's GPU rows against PyTorch on the same GPU (--no-cpu)
 #   minatar  configs/minatar-breakout.ini with learner.device = cuda for
 #            GPU_CHECK_SECONDS (default 60) seconds
+# A step that skips for want of a GPU or of CUDA in the build (a test's "SKIP: no GPU",
+# "SKIP: fleet was built without CUDA", learner_bench's "GPU rows skipped") counts as
+# failed: it showed nothing.
 #
 #   bash scripts/gpu_check.sh [OUT_DIR] [BUNDLE.tar.gz]
-#   GPU_CHECK_STEPS="gpu tests bench cartpole minatar" (the default: all, in this order)
-#   GPU_CHECK_BENCH="--seconds 2" (learner_bench's other arguments)
+#   GPU_CHECK_STEPS="gpu tests cartpole bench minatar" (the default: all, in this order)
+#   GPU_CHECK_BUDGET=540 (seconds for all the steps together: each step's limit is cut to
+#     what is left, and a step with under 20 s left is not started)
+#   GPU_CHECK_BENCH="--case nature --seconds 2" (learner_bench's other arguments)
 #   PYTHON=python3 (the interpreter with PyTorch, for the bench)
 #
 # Run from the repository root, with the programs built (build/, FLEET_CUDA on) or with
@@ -27,8 +34,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root" || exit 1
 out="${1:-$root/gpu-check}"
 bundle="${2:-}"
-steps="${GPU_CHECK_STEPS:-gpu tests bench cartpole minatar}"
+steps="${GPU_CHECK_STEPS:-gpu tests cartpole bench minatar}"
 seconds="${GPU_CHECK_SECONDS:-60}"
+budget="${GPU_CHECK_BUDGET:-540}"
 python="${PYTHON:-python3}"
 mkdir -p "$out"
 : >"$out/summary.txt"
@@ -63,16 +71,28 @@ trap 'rm -rf "$(dirname "$pywrap")"' EXIT
 export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export FLEET_BIN="$root/build/bin/fleet" FLEET_SOURCE_DIR="$root" FLEET_BINARY_DIR="$root/build" OPENBLAS_NUM_THREADS=1
 
-# step NAME LIMIT_S COMMAND...: runs it with its output in OUT_DIR/NAME.log
+# step NAME LIMIT_S COMMAND...: runs it with its output in OUT_DIR/NAME.log, within
+# LIMIT_S and what is left of the budget
 step() {
   local name="$1" limit="$2"
   shift 2
   case " $steps " in *" $name "*) ;; *) return 0 ;; esac
+  local left=$((budget - SECONDS))
+  if [ "$left" -lt 20 ]; then
+    note "$name: FAILED: not started, ${left} s of the ${budget} s budget left"
+    return 1
+  fi
+  [ "$limit" -le "$left" ] || limit=$left
   local t0=$SECONDS
   timeout "$limit" bash -c '"$@"' "$name" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   local how="ok"
   [ $rc -eq 0 ] || how="FAILED (exit $rc$([ $rc -eq 124 ] && echo ", over ${limit} s"))"
+  local skipped='SKIP: (no GPU|fleet was built without CUDA)|GPU rows skipped'
+  if [ $rc -eq 0 ] && grep -q -E "$skipped" "$out/$name.log"; then
+    rc=1
+    how="FAILED (it skipped: $(grep -m1 -E "$skipped" "$out/$name.log"))"
+  fi
   note "$name: $how in $((SECONDS - t0)) s: $*"
   return "$rc"
 }
@@ -87,6 +107,11 @@ gpu_info() {
     ldd "$p" | grep -E "not found|cud|cublas" || true
     ldd "$p" | grep -q "not found" && bad=1
   done
+  if [ -x build/tests/test_kernels_cuda_gpu ] && ! ldd build/tests/test_kernels_cuda_gpu | grep -q libcudart; then
+    echo "build/tests/test_kernels_cuda_gpu does not load the CUDA runtime: a build without CUDA (FLEET_CUDA off)"
+    bad=1
+  fi
+  ldd --version 2>&1 | head -1
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   return "$bad"
 }
@@ -100,27 +125,28 @@ gpu_tests() {
 }
 minatar() {
   "$FLEET_BIN" run configs/minatar-breakout.ini --set learner.device=cuda --set run.max_seconds="$seconds" \
-    --set run.out_dir="$out/runs" || return 1
+    --set run.out_dir="$runs" || return 1
   # a time limit ends the run normally even when the learner never trained
   local steps
-  steps="$(sed -n 's/^learner_steps=//p' "$out/runs/minatar-breakout/summary.txt")"
+  steps="$(sed -n 's/^learner_steps=//p' "$runs/minatar-breakout/summary.txt")"
   echo "learner steps: ${steps:-none}"
   [ "${steps:-0}" -gt 0 ]
 }
 
+# the MinAtar run's folder stays out of OUT_DIR (only its summary and metrics go there)
+runs="$(dirname "$pywrap")/runs"
 export -f gpu_info gpu_tests minatar
-export out seconds
+export out seconds runs
 step gpu 60 gpu_info
 step tests 240 gpu_tests
+step cartpole 300 bash -c 'cd build/tests && ./integration_cartpole_gpu'
 # shellcheck disable=SC2086
-step bench 420 build/bench/learner_bench --no-cpu --python "$pywrap" \
-  --torch-script bench/learner_bench_torch.py ${GPU_CHECK_BENCH:---seconds 2}
-step cartpole 450 bash -c 'cd build/tests && ./integration_cartpole_gpu'
+step bench 300 build/bench/learner_bench --no-cpu --python "$pywrap" \
+  --torch-script bench/learner_bench_torch.py ${GPU_CHECK_BENCH:---case nature --seconds 2}
 step minatar $((seconds + 90)) minatar
 case " $steps " in *" minatar "*)
-  cp "$out/runs/minatar-breakout/summary.txt" "$out/minatar-summary.txt" 2>/dev/null
-  cp "$out/runs/minatar-breakout/metrics.csv" "$out/minatar-metrics.csv" 2>/dev/null
-  rm -rf "$out/runs" ;;
+  cp "$runs/minatar-breakout/summary.txt" "$out/minatar-summary.txt" 2>/dev/null
+  cp "$runs/minatar-breakout/metrics.csv" "$out/minatar-metrics.csv" 2>/dev/null ;;
 esac
 grep -q FAILED "$out/summary.txt" && exit 1
 exit 0

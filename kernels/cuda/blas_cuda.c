@@ -48,6 +48,7 @@ struct fl_cuda_conv {
 
 static fl_status cuda_check(cudaError_t e, const char *what, fl_err_t *err) {
     if (e == cudaSuccess) return FL_OK;
+    (void)cudaGetLastError(); /* a failed call's error must not fail the next launch's check */
     return fl_err_set(err, FL_INTERNAL, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 

@@ -36,7 +36,7 @@ void fl_cuda_host_unregister(void *ptr); /* NULL is a no-op */
 
 /* y = max(x, 0) elementwise, n elements (y may equal x). stream: a cudaStream_t or NULL. */
 fl_status fl_cuda_relu_forward(const float *d_x, float *d_y, size_t n, void *stream, fl_err_t *err);
-/* dx = dy where y > 0 else 0 (y is the forward's output). */
+/* dx = dy where y > 0 else 0 (y is the forward's output; dx may equal dy). */
 fl_status fl_cuda_relu_backward(const float *d_y, const float *d_dy, float *d_dx, size_t n, void *stream,
                                 fl_err_t *err);
 
