@@ -1,8 +1,11 @@
 /* Tests of cli/security and `fleet certs`: the folder and its files with their modes, the
  * certificate's subjectAltNames as `openssl x509 -text` prints them, its signature by the
  * CA, the refusal to overwrite, a clear error without openssl; loading a folder (the
- * learner token only where asked for); and the rule for binding without TLS (the check
- * itself: nothing here binds a non-loopback address). */
+ * learner token only where asked for); the rule for binding without TLS (the check
+ * itself: nothing here binds a non-loopback address); and the run path of the fleet
+ * binary and of this test: no empty entry, which would make the loader look for their
+ * libraries in whatever directory they are started from. */
+#include <elf.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -247,6 +250,58 @@ static void test_bind_rule(void **state) {
     assert_int_equal(fl_security_check_bind(&cfg, "0.0.0.0:0", why, sizeof why), 0);
 }
 
+/* The DT_RUNPATH and DT_RPATH strings of the ELF64 file at path, joined by '|' into out
+ * ("" when it has none); 0 when the file cannot be read as one. */
+static int run_paths(const char *path, char *out, size_t cap) {
+    out[0] = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char *buf = NULL;
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > (long)sizeof(Elf64_Ehdr) && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)size)) && fread(buf, 1, (size_t)size, f) != (size_t)size)
+        size = -1;
+    fclose(f);
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)buf;
+    int ok = buf && size > 0 && memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
+             eh->e_shoff + (size_t)eh->e_shnum * sizeof(Elf64_Shdr) <= (size_t)size;
+    for (int i = 0; ok && i < eh->e_shnum; i++) {
+        const Elf64_Shdr *sh = (const Elf64_Shdr *)(buf + eh->e_shoff) + i;
+        if (sh->sh_type != SHT_DYNAMIC || sh->sh_link >= eh->e_shnum) continue;
+        const Elf64_Shdr *str = (const Elf64_Shdr *)(buf + eh->e_shoff) + sh->sh_link;
+        for (size_t k = 0; (k + 1) * sizeof(Elf64_Dyn) <= sh->sh_size; k++) {
+            const Elf64_Dyn *d = (const Elf64_Dyn *)(buf + sh->sh_offset) + k;
+            if (d->d_tag == DT_NULL) break;
+            if ((d->d_tag == DT_RUNPATH || d->d_tag == DT_RPATH) && d->d_un.d_val < str->sh_size) {
+                const size_t len = strlen(out);
+                const char *v = (const char *)buf + str->sh_offset + d->d_un.d_val;
+                snprintf(out + len, cap - len, "%s%s", len ? "|" : "", v);
+            }
+        }
+    }
+    free(buf);
+    return ok;
+}
+
+/* An empty entry in a run path (a leading, trailing or doubled ':') is the current
+ * directory to the loader: a library planted there would be loaded into fleet. */
+static void test_run_paths_have_no_empty_entry(void **state) {
+    (void)state;
+    const char *fleet = getenv("FLEET_BIN");
+    const char *bins[] = {"/proc/self/exe", fleet};
+    for (size_t i = 0; i < sizeof bins / sizeof bins[0]; i++) {
+        if (!bins[i]) continue;
+        char rp[8192];
+        assert_true(run_paths(bins[i], rp, sizeof rp));
+        print_message("%s: run path \"%s\"\n", bins[i], rp);
+        for (char *e = rp; *e; e++) {
+            const int starts = e == rp || e[-1] == '|', ends = e[1] == 0 || e[1] == '|';
+            if (*e == ':' && (starts || ends || e[1] == ':'))
+                fail_msg("%s: an empty entry in its run path \"%s\"", bins[i], rp);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_certs_makes_the_folder),
@@ -254,6 +309,7 @@ int main(void) {
         cmocka_unit_test(test_certs_usage_and_missing_openssl),
         cmocka_unit_test(test_load_and_setup),
         cmocka_unit_test(test_bind_rule),
+        cmocka_unit_test(test_run_paths_have_no_empty_entry),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
