@@ -255,6 +255,6 @@ double fl_bench_script_rate(const char *prog, const char *cmd, char *version, si
         return -1;
     }
     snprintf(version, len, "%s", v);
-    *best = b;
+    if (best) *best = b;
     return rate;
 }

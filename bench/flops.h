@@ -108,7 +108,7 @@ double fl_bench_rate_best(const fl_bench_rate_t *r);
 
 /* Runs cmd, a PyTorch script's command line that prints "RATE VERSION THREADS BEST" (its
  * report_rate: steps/s of the whole run, torch's version, its threads, the best window's
- * steps/s). Returns RATE, BEST into *best and VERSION into version; < 0 when the command
+ * steps/s). Returns RATE, BEST into *best (unless NULL) and VERSION into version; < 0 when the command
  * cannot run, fails or prints no such line (a message on stderr, prefixed by prog). */
 double fl_bench_script_rate(const char *prog, const char *cmd, char *version, size_t len, double *best);
 

@@ -218,7 +218,7 @@ done:
 
 /* PyTorch's updates/s from the script at `threads` torch threads (OMP_NUM_THREADS the
  * same) and OpenBLAS at `blas` threads, in the environment o->torch_env, its best
- * window's in *best; < 0 when it cannot run. version gets torch's. extra: more arguments
+ * window's in *best (unless NULL); < 0 when it cannot run. version gets torch's. extra: more arguments
  * for the script ("" for the CPU rows). */
 static double torch_rate(const opts_t *o, const netcase_t *c, int B, int threads, int blas, const char *extra,
                          char *version, size_t len, double *best) {
@@ -372,8 +372,7 @@ static int gpu_rows(const opts_t *o, int have_torch) {
                 if (f < 0) return 1;
                 char extra[128];
                 snprintf(extra, sizeof extra, " --device cuda --tf32 %d --obs-dtype %s", tf32, dtype);
-                double tw;
-                const double t = have_torch ? torch_rate(o, c, B, 1, 1, extra, version, sizeof version, &tw) : -1;
+                const double t = have_torch ? torch_rate(o, c, B, 1, 1, extra, version, sizeof version, NULL) : -1;
                 if (o->json) {
                     printf("{\"bench\":\"learner_gpu\",\"case\":\"%s\",\"batch\":%d,\"obs\":\"%s\",\"tf32\":%d,"
                            "\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,"
@@ -460,9 +459,11 @@ static void format_rate(char *buf, size_t len, double rate, int threads, double 
     else snprintf(buf, len, "%11s %3s %8s", "-", "-", "-");
 }
 
+/* a / b where both were measured (> 0), else 0 */
+static double ratio_of(double a, double b) { return a > 0 && b > 0 ? a / b : 0.0; }
+
 static void print_best(const opts_t *o, const best_row_t *r, const fl_flops_peak_t *peak) {
-    const double ratio = r->fleet > 0 && r->torch > 0 ? r->fleet / r->torch : 0.0;
-    const double wratio = r->fleet_w > 0 && r->torch_w > 0 ? r->fleet_w / r->torch_w : 0.0;
+    const double ratio = ratio_of(r->fleet, r->torch), wratio = ratio_of(r->fleet_w, r->torch_w);
     if (o->json) {
         printf("{\"bench\":\"learner_best\",\"case\":\"%s\",\"batch\":%d,\"flop_per_update\":%.6g,"
                "\"fleet_best_updates_per_s\":%.4g,\"fleet_best_threads\":%d,\"fleet_best_gflops\":%.4g,"
@@ -487,7 +488,7 @@ static void print_best(const opts_t *o, const best_row_t *r, const fl_flops_peak
 
 /* The same case's best windows, a row of the second closing table. */
 static void print_window(const best_row_t *r, const fl_flops_peak_t *peak) {
-    const double wratio = r->fleet_w > 0 && r->torch_w > 0 ? r->fleet_w / r->torch_w : 0.0;
+    const double wratio = ratio_of(r->fleet_w, r->torch_w);
     char fb[64], tb[64], rb[32] = "-", pb[32] = "-";
     format_rate(fb, sizeof fb, r->fleet_w, r->fleet_wt, r->flop);
     format_rate(tb, sizeof tb, r->torch_w, r->torch_wt, r->flop);
@@ -546,18 +547,18 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
             }
             const int fi = best_of(f, o->n_threads), ti = best_of(t, o->n_threads);
             const int fwi = best_of(fw, o->n_threads), twi = best_of(tw, o->n_threads);
-            best_row_t r = {c,
-                            B,
-                            flop,
-                            f[fi],
-                            ti >= 0 ? t[ti] : -1,
-                            o->threads[fi],
-                            ti >= 0 ? o->threads[ti] : 0,
-                            ti >= 0 ? tb_blas[ti] : 0,
-                            fw[fwi],
-                            twi >= 0 ? tw[twi] : -1,
-                            o->threads[fwi],
-                            twi >= 0 ? o->threads[twi] : 0};
+            best_row_t r = {.c = c,
+                            .B = B,
+                            .flop = flop,
+                            .fleet = f[fi],
+                            .torch = ti >= 0 ? t[ti] : -1,
+                            .fleet_t = o->threads[fi],
+                            .torch_t = ti >= 0 ? o->threads[ti] : 0,
+                            .torch_blas = ti >= 0 ? tb_blas[ti] : 0,
+                            .fleet_w = fw[fwi],
+                            .torch_w = twi >= 0 ? tw[twi] : -1,
+                            .fleet_wt = o->threads[fwi],
+                            .torch_wt = twi >= 0 ? o->threads[twi] : 0};
             if (o->json) print_best(o, &r, peak);
             best[n_best++] = r;
         }
@@ -625,8 +626,7 @@ int main(int argc, char **argv) {
     o.cores = sysconf(_SC_NPROCESSORS_ONLN);
     fl_bench_torch_env(o.torch_env, sizeof o.torch_env, o.torch_why, sizeof o.torch_why);
     char version[64] = "";
-    double probe_best;
-    int have_torch = o.torch && torch_rate(&o, &CASES[0], 8, 1, 1, "", version, sizeof version, &probe_best) >= 0;
+    int have_torch = o.torch && torch_rate(&o, &CASES[0], 8, 1, 1, "", version, sizeof version, NULL) >= 0;
     fl_flops_peak_t peak;
     fl_flops_measure_peak(o.cores, &peak);
     print_peak(&o, &peak);

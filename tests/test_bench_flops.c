@@ -143,6 +143,7 @@ static void test_script_rate(void **state) {
     assert_true(fl_bench_script_rate("test", "echo starting; echo 12.5 1.13.0 2 15.25", v, sizeof v, &best) == 12.5);
     assert_true(best == 15.25);
     assert_string_equal(v, "1.13.0");
+    assert_true(fl_bench_script_rate("test", "echo 3 2.1 1 4", v, sizeof v, NULL) == 3); /* no best wanted */
     assert_true(fl_bench_script_rate("test", "echo 12.5 1.13.0 2", v, sizeof v, &best) < 0);
     assert_true(fl_bench_script_rate("test", "echo 12.5 1.13.0 2 15; exit 3", v, sizeof v, &best) < 0);
     assert_true(fl_bench_script_rate("test", "true", v, sizeof v, &best) < 0);
