@@ -43,12 +43,15 @@
  * (cuBLAS, cuDNN, own kernels, CUDA graphs), observations float32 except the Nature
  * CNN's, which are uint8 pixels as replay stores them (converted on the GPU). Each update
  * includes the copy of the batch from pinned host memory to the GPU and the priorities
- * coming back, as in the learner. TF32 on and off. PyTorch eager on the same GPU runs
+ * coming back, as in the learner. TF32 on and off; convolution algorithms by cuDNN's
+ * heuristics or timed on the GPU (convs heuristic / timed: PyTorch's cudnn.benchmark
+ * False / True on its side). PyTorch eager on the same GPU runs
  * the same update (the script's --device cuda: batch copied from pinned memory, uint8
  * converted on the GPU, priorities to the host every update).
  *
- *   learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--threads 1,2]
+ *   learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batch N] [--threads 1,2]
  *                 [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]
+ * --batch: every case at batch N only, instead of its two batch sizes.
  * --backend: the CPU kernels (kernels/qnet.h); default oneDNN when built with it.
  * --no-cpu: the GPU rows alone. */
 #include <cblas.h>
@@ -94,6 +97,7 @@ typedef struct opts {
     int json, torch, gpu, cpu;
     double seconds;
     int only; /* case index or -1 */
+    int batch; /* --batch: every case at this batch size alone (0: each case's own two) */
     int threads[4], n_threads;
     char script[1024];
     char python[1024];
@@ -277,8 +281,9 @@ static fl_status gpu_update(void *arg, long k) {
     return FL_OK;
 }
 
-/* fleet's GPU updates/s for one case, batch and TF32 setting; < 0 on failure. */
-static double gpu_rate(const netcase_t *c, int B, int tf32, double seconds) {
+/* fleet's GPU updates/s for one case, batch, TF32 setting and convolution algorithm
+ * search (heuristics or timed); < 0 on failure. */
+static double gpu_rate(const netcase_t *c, int B, int tf32, int cudnn_benchmark, double seconds) {
     fl_err_t e;
     fl_err_init(&e);
     fl_qnet_t *net = NULL;
@@ -304,6 +309,7 @@ static double gpu_rate(const netcase_t *c, int B, int tf32, double seconds) {
     g.optim = fl_optim_config_default(FL_OPTIM_RMSPROP);
     g.optim.lr = 6.25e-5f;
     g.tf32 = tf32;
+    g.cudnn_benchmark = cudnn_benchmark;
     g.use_graph = 1;
     if (fl_cuda_dqn_create(&g, &d, &e) != FL_OK || fl_cuda_dqn_set_params(d, fl_qnet_params(net), NULL,
                                                                             fl_qnet_num_params(net), &e) != FL_OK) {
@@ -358,7 +364,7 @@ static int gpu_rows(const opts_t *o, int have_torch) {
     if (!o->json) {
         printf("\nGPU: %s (fleet: cuBLAS + cuDNN + own kernels, CUDA graphs; PyTorch eager on the same GPU)\n",
                name);
-        printf("%-8s %6s %5s %5s %14s %14s %14s %8s\n", "network", "batch", "obs", "tf32", "fleet upd/s",
+        printf("%-8s %6s %5s %5s %9s %14s %14s %14s %8s\n", "network", "batch", "obs", "tf32", "convs", "fleet upd/s",
                "fleet smp/s", "torch upd/s", "ratio");
     }
     for (int k = 0; k < NUM_CASES; k++) {
@@ -366,29 +372,33 @@ static int gpu_rows(const opts_t *o, int have_torch) {
         const netcase_t *c = &CASES[k];
         const char *dtype = strcmp(c->name, "nature") == 0 ? "uint8" : "float32";
         for (int bi = 0; bi < 2; bi++)
-            for (int tf32 = 1; tf32 >= 0; tf32--) {
-                const int B = c->batches[bi];
-                const double f = gpu_rate(c, B, tf32, o->seconds);
-                if (f < 0) return 1;
-                char extra[128];
-                snprintf(extra, sizeof extra, " --device cuda --tf32 %d --obs-dtype %s", tf32, dtype);
-                const double t = have_torch ? torch_rate(o, c, B, 1, 1, extra, version, sizeof version, NULL) : -1;
-                if (o->json) {
-                    printf("{\"bench\":\"learner_gpu\",\"case\":\"%s\",\"batch\":%d,\"obs\":\"%s\",\"tf32\":%d,"
-                           "\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,"
-                           "\"ratio\":%.4g,\"gpu\":\"%s\",\"cores\":%ld}\n",
-                           c->name, B, dtype, tf32, f, f * B, t, t > 0 ? f / t : 0.0, name, o->cores);
-                } else {
-                    char tb[32] = "-", rb[32] = "-";
-                    if (t > 0) {
-                        snprintf(tb, sizeof tb, "%.1f", t);
-                        snprintf(rb, sizeof rb, "%.2fx", f / t);
+            for (int tf32 = 1; tf32 >= 0; tf32--)
+                for (int search = 0; search < 2; search++) {
+                    if (o->batch && bi > 0) continue;
+                    const int B = o->batch ? o->batch : c->batches[bi];
+                    const char *convs = search ? "timed" : "heuristic";
+                    const double f = gpu_rate(c, B, tf32, search, o->seconds);
+                    if (f < 0) return 1;
+                    char extra[128];
+                    snprintf(extra, sizeof extra, " --device cuda --tf32 %d --obs-dtype %s --cudnn-benchmark %d", tf32,
+                             dtype, search);
+                    const double t = have_torch ? torch_rate(o, c, B, 1, 1, extra, version, sizeof version, NULL) : -1;
+                    if (o->json) {
+                        printf("{\"bench\":\"learner_gpu\",\"case\":\"%s\",\"batch\":%d,\"obs\":\"%s\",\"tf32\":%d,"
+                               "\"convs\":\"%s\",\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,"
+                               "\"torch_updates_per_s\":%.4g,\"ratio\":%.4g,\"gpu\":\"%s\",\"cores\":%ld}\n",
+                               c->name, B, dtype, tf32, convs, f, f * B, t, t > 0 ? f / t : 0.0, name, o->cores);
+                    } else {
+                        char tb[32] = "-", rb[32] = "-";
+                        if (t > 0) {
+                            snprintf(tb, sizeof tb, "%.1f", t);
+                            snprintf(rb, sizeof rb, "%.2fx", f / t);
+                        }
+                        printf("%-8s %6d %5s %5s %9s %14.1f %14.0f %14s %8s\n", c->name, B, dtype, tf32 ? "on" : "off",
+                               convs, f, f * B, tb, rb);
                     }
-                    printf("%-8s %6d %5s %5s %14.1f %14.0f %14s %8s\n", c->name, B, dtype, tf32 ? "on" : "off",
-                           f, f * B, tb, rb);
+                    fflush(stdout);
                 }
-                fflush(stdout);
-            }
     }
     return 0;
 #else
@@ -513,8 +523,8 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
     for (int k = 0; k < NUM_CASES; k++) {
         if (o->only >= 0 && o->only != k) continue;
         const netcase_t *c = &CASES[k];
-        for (int bi = 0; bi < 2; bi++) {
-            const int B = c->batches[bi];
+        for (int bi = 0; bi < (o->batch ? 1 : 2); bi++) {
+            const int B = o->batch ? o->batch : c->batches[bi];
             const double flop = update_flops(c, B);
             if (flop < 0) return 1;
             double f[4], t[4], fw[4], tw[4] = {-1, -1, -1, -1};
@@ -607,6 +617,10 @@ int main(int argc, char **argv) {
             if (!fl_bench_parse_backend(argv[++i])) goto usage;
         }
         else if (!strcmp(a, "--seconds") && v) o.seconds = atof(argv[++i]);
+        else if (!strcmp(a, "--batch") && v) {
+            o.batch = atoi(argv[++i]);
+            if (o.batch < 1) goto usage;
+        }
         else if (!strcmp(a, "--torch-script") && v) snprintf(o.script, sizeof o.script, "%s", argv[++i]);
         else if (!strcmp(a, "--python") && v) snprintf(o.python, sizeof o.python, "%s", argv[++i]);
         else if (!strcmp(a, "--threads") && v) {
@@ -645,7 +659,7 @@ int main(int argc, char **argv) {
     }
     return gpu_rows(&o, have_torch);
 usage:
-    fprintf(stderr, "usage: learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--threads 1,2] "
-                    "[--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]\n");
+    fprintf(stderr, "usage: learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batch N] "
+                    "[--threads 1,2] [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]\n");
     return 2;
 }

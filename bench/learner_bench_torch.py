@@ -14,7 +14,8 @@ learner (learner/dqn_cuda.h) step for step: the batch (observations of
 copied to the GPU every update; uint8 observations are converted there (x / 255), images
 go from (H, W, C) to (C, H, W) there, and the priorities come back to the host at the
 end of every update. --tf32 1 allows TF32 in matmuls and cuDNN convolutions (fleet's
-tf32 flag), 0 forbids it.
+tf32 flag), 0 forbids it; --cudnn-benchmark 1 sets torch.backends.cudnn.benchmark (cuDNN
+times its algorithms; fleet's cudnn_benchmark), 0 (the default) leaves the heuristics.
 
 --threads T is torch.set_num_threads(T). learner_bench runs this script with
 OMP_NUM_THREADS=T and OPENBLAS_NUM_THREADS=1, then with OPENBLAS_NUM_THREADS set to the
@@ -26,7 +27,7 @@ with the same environment to get the same configuration.
 Prints one line: "<updates/s> <torch version> <threads> <updates/s of the best window>"
 (report_rate says how the windows are cut).
 Usage: learner_bench_torch.py --case mlp|minatar|nature --batch B --threads T --seconds S
-       [--device cpu|cuda] [--tf32 0|1] [--obs-dtype float32|uint8]
+       [--device cpu|cuda] [--tf32 0|1] [--obs-dtype float32|uint8] [--cudnn-benchmark 0|1]
 """
 import argparse
 import time
@@ -121,6 +122,7 @@ def main():
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--tf32", type=int, default=1, choices=[0, 1])
     p.add_argument("--obs-dtype", default="float32", choices=["float32", "uint8"])
+    p.add_argument("--cudnn-benchmark", type=int, default=0, choices=[0, 1])
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -128,7 +130,8 @@ def main():
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = bool(a.tf32)
         torch.backends.cudnn.allow_tf32 = bool(a.tf32)
-        torch.backends.cudnn.benchmark = False  # fleet picks algorithms by heuristics too
+        # heuristics (0) or timed algorithms (1), as fleet's convs column
+        torch.backends.cudnn.benchmark = bool(a.cudnn_benchmark)
         return main_cuda(a, dev)
     shape, actions = SHAPES[a.case]
     online, target, opt = learner(a.case, actions, dev)

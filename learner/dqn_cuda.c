@@ -38,7 +38,12 @@ typedef struct glayer {
     char prefix[24];
     fl_cuda_conv_t *conv;
     const float *x; /* device input (max_batch, in_size): the previous layer's output or the network input */
-    float *y;       /* device output (max_batch, out_size); flatten: its input; the last layer: NULL (q) */
+    float *y;       /* device output (max_batch, out_size); flatten: its input (or xt); the last layer: NULL (q) */
+    /* The input arrives channels-last (B, H, W, C) (images and convolutions' outputs are)
+     * and this layer reads it in qnet's (C, H, W) order: xt (max_batch, in_size) holds it
+     * transposed, and the input gradient is transposed back. */
+    int from_nhwc;
+    float *xt;
 } glayer_t;
 
 typedef struct graph_entry { /* one (batch size, kind of call); exec NULL until captured */
@@ -56,7 +61,7 @@ typedef struct slot_mem {
 struct fl_cuda_dqn {
     fl_cuda_dqn_config_t cfg;
     char *spec;
-    int image, img_h, img_w, img_c;
+    int image; /* rank-3 observations: (H, W, C) images */
     int obs_dim, A, max_batch;
     size_t obs_elem; /* bytes per observation element */
     size_t n;        /* parameters */
@@ -85,7 +90,7 @@ struct fl_cuda_dqn {
     void *d_obs, *d_next;
     int32_t *d_actions;
     float *d_rewards, *d_discounts, *d_weights;
-    float *d_x0;                 /* (max_batch, obs_dim) network input, (C, H, W) per item */
+    float *d_x0;                 /* (max_batch, obs_dim) network input, (H, W, C) per image */
     float *d_va, *d_dva;         /* (max_batch, 1 + A) dueling streams and their gradient */
     float *d_qno, *d_qnt, *d_qo; /* (max_batch, A) */
     float *d_dq;                 /* (max_batch, A) */
@@ -244,7 +249,9 @@ static fl_status create_streams(fl_cuda_dqn_t *d, fl_err_t *err) {
             (st = cuda_check(cudaEventCreateWithFlags(&d->ev_stage_free[k], cudaEventDisableTiming),
                              "cudaEventCreate", err)) != FL_OK)
             return st;
-    return fl_cuda_ctx_create(d->cfg.tf32, d->cs, &d->ctx, err);
+    FL_TRY(fl_cuda_ctx_create(d->cfg.tf32, d->cs, &d->ctx, err));
+    fl_cuda_ctx_set_benchmark(d->ctx, d->cfg.cudnn_benchmark);
+    return FL_OK;
 }
 
 /* Device buffers: parameters, gradients, optimizer state, the batch and its staging
@@ -292,19 +299,30 @@ static fl_status alloc_device(fl_cuda_dqn_t *d, fl_err_t *err) {
     return FL_OK;
 }
 
-/* Activations and convolution descriptors for max_batch samples. */
+/* Activations and convolution descriptors for max_batch samples. Images and the
+ * convolutions' outputs are channels-last (relu keeps whatever it gets); the first other
+ * layer to read such a tensor with more than one pixel and channel reads it transposed
+ * (from_nhwc), as (C, H, W), the order of qnet's flatten and dense weights. */
 static fl_status setup_layers(fl_cuda_dqn_t *d, fl_err_t *err) {
     fl_status st = FL_OK;
     const size_t B = (size_t)d->max_batch, F = sizeof(float);
     const float *x = d->d_x0;
+    int nhwc = d->image; /* the layout of x */
     for (int i = 0; i < d->num_layers; i++) {
         glayer_t *l = &d->layers[i];
         l->x = x;
+        const int mixed = l->in_c > 1 && l->in_h * l->in_w > 1; /* (C, H, W) and (H, W, C) differ */
+        if (nhwc && mixed && l->kind != FL_QNET_CONV && l->kind != FL_QNET_RELU) {
+            l->from_nhwc = 1;
+            if ((st = dev_alloc(d, (void **)&l->xt, B * l->in_size * F, err)) != FL_OK) return st;
+        }
         if (l->kind == FL_QNET_FLATTEN) {
-            l->y = (float *)x; /* the same (C H W) floats, read as a vector */
+            l->y = l->from_nhwc ? l->xt : (float *)x; /* the same (C H W) floats, read as a vector */
         } else if (i < d->num_layers - 1) {
             if ((st = dev_alloc(d, (void **)&l->y, B * l->out_size * F, err)) != FL_OK) return st;
         }
+        if (l->kind == FL_QNET_CONV) nhwc = 1;
+        else if (l->kind != FL_QNET_RELU) nhwc = 0;
         x = l->y;
         if (l->kind == FL_QNET_CONV) {
             if ((st = fl_cuda_conv_create(d->ctx, l->in_c, l->in_h, l->in_w, l->cout, l->k, l->stride, l->pad,
@@ -392,12 +410,7 @@ fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **ou
     d->obs_dim = fl_qnet_obs_dim(q);
     d->obs_elem = cfg->obs.dtype == FL_DTYPE_UINT8 ? 1 : 4;
     d->num_slots = cfg->num_slots;
-    if (cfg->obs.rank == 3) {
-        d->image = 1;
-        d->img_h = cfg->obs.shape[0];
-        d->img_w = cfg->obs.shape[1];
-        d->img_c = cfg->obs.shape[2];
-    }
+    d->image = cfg->obs.rank == 3;
     if (!d->spec) {
         st = fl_err_set(err, FL_NO_MEMORY, "dqn_cuda: out of memory");
         goto fail;
@@ -581,24 +594,45 @@ static fl_status forward(fl_cuda_dqn_t *d, const float *p, int B, float *q, fl_e
     for (int i = 0; i < d->num_layers; i++) {
         glayer_t *l = &d->layers[i];
         float *y = i == d->num_layers - 1 ? q : l->y;
+        const float *x = l->x;
+        if (l->from_nhwc) { /* (B, HW, C) -> (B, C, HW) */
+            FL_TRY(fl__cuda_transpose(l->x, B, l->in_h * l->in_w, l->in_c, l->xt, d->cs, err));
+            x = l->xt;
+        }
         switch (l->kind) {
         case FL_QNET_DENSE:
-            FL_TRY(fl_cuda_dense_forward(d->ctx, l->x, p + l->w_off, p + l->b_off, B, (int)l->in_size, l->units, y,
+            FL_TRY(fl_cuda_dense_forward(d->ctx, x, p + l->w_off, p + l->b_off, B, (int)l->in_size, l->units, y,
                                          err));
             break;
         case FL_QNET_RELU: FL_TRY(fl_cuda_relu_forward(l->x, y, (size_t)B * l->out_size, d->cs, err)); break;
         case FL_QNET_CONV:
             FL_TRY(fl_cuda_conv_forward(d->ctx, l->conv, l->x, p + l->w_off, p + l->b_off, y, err));
             break;
-        case FL_QNET_FLATTEN: break; /* y aliases x */
+        case FL_QNET_FLATTEN: break; /* y aliases x (or xt) */
         case FL_QNET_DUELING:
-            FL_TRY(fl_cuda_dense_forward(d->ctx, l->x, p + l->w_off, p + l->b_off, B, (int)l->in_size, l->units + 1,
+            FL_TRY(fl_cuda_dense_forward(d->ctx, x, p + l->w_off, p + l->b_off, B, (int)l->in_size, l->units + 1,
                                          d->d_va, err));
             FL_TRY(fl_cuda_dueling_combine_forward(d->d_va, B, l->units, y, d->cs, err));
             break;
         }
     }
     return FL_OK;
+}
+
+/* A dense layer's (or the dueling head's, out = A + 1) backward from dy (B, out): its
+ * weight and bias gradients into g, its input gradient into dx unless NULL. A layer that
+ * read its input transposed (from_nhwc) computes dx in (C, H, W) order into xt, once the
+ * weight gradient no longer needs xt, and transposes it back to (H, W, C). */
+static fl_status dense_backward(fl_cuda_dqn_t *d, const glayer_t *l, const float *p, const float *dy, int B, int out,
+                                float *dx, float *g, fl_err_t *err) {
+    if (!l->from_nhwc)
+        return fl_cuda_dense_backward(d->ctx, l->x, p + l->w_off, dy, B, (int)l->in_size, out, dx, g + l->w_off,
+                                      g + l->b_off, err);
+    FL_TRY(fl_cuda_dense_backward(d->ctx, l->xt, p + l->w_off, dy, B, (int)l->in_size, out, NULL, g + l->w_off,
+                                  g + l->b_off, err));
+    if (!dx) return FL_OK;
+    FL_TRY(fl_cuda_dense_backward(d->ctx, NULL, p + l->w_off, dy, B, (int)l->in_size, out, l->xt, NULL, NULL, err));
+    return fl__cuda_transpose(l->xt, B, l->in_c, l->in_h * l->in_w, dx, d->cs, err);
 }
 
 /* d_grads = dLoss/dparams of the online network from d_dq (B, A) and the activations of
@@ -610,12 +644,12 @@ static fl_status backward(fl_cuda_dqn_t *d, int B, fl_err_t *err) {
     int which = 0;
     for (int i = d->num_layers - 1; i >= 0; i--) {
         glayer_t *l = &d->layers[i];
-        if (l->kind == FL_QNET_FLATTEN) continue; /* the gradient passes through unchanged */
+        /* flatten: the gradient passes through unchanged, or transposed back */
+        if (l->kind == FL_QNET_FLATTEN && !l->from_nhwc) continue;
         float *dx = i > 0 ? d->d_g[which] : NULL;
         switch (l->kind) {
         case FL_QNET_DENSE:
-            FL_TRY(fl_cuda_dense_backward(d->ctx, l->x, p + l->w_off, dy, B, (int)l->in_size, l->units, dx,
-                                          g + l->w_off, g + l->b_off, err));
+            FL_TRY(dense_backward(d, l, p, dy, B, l->units, dx, g, err));
             break;
         case FL_QNET_RELU:
             if (dx) FL_TRY(fl_cuda_relu_backward(l->y, dy, dx, (size_t)B * l->out_size, d->cs, err));
@@ -625,10 +659,11 @@ static fl_status backward(fl_cuda_dqn_t *d, int B, fl_err_t *err) {
             break;
         case FL_QNET_DUELING:
             FL_TRY(fl_cuda_dueling_combine_backward(dy, B, l->units, d->d_dva, d->cs, err));
-            FL_TRY(fl_cuda_dense_backward(d->ctx, l->x, p + l->w_off, d->d_dva, B, (int)l->in_size, l->units + 1, dx,
-                                          g + l->w_off, g + l->b_off, err));
+            FL_TRY(dense_backward(d, l, p, d->d_dva, B, l->units + 1, dx, g, err));
             break;
-        case FL_QNET_FLATTEN: break;
+        case FL_QNET_FLATTEN: /* from_nhwc: (B, C, HW) -> (B, HW, C) */
+            if (dx) FL_TRY(fl__cuda_transpose(dy, B, l->in_c, l->in_h * l->in_w, dx, d->cs, err));
+            break;
         }
         dy = dx;
         which ^= 1;
@@ -638,11 +673,9 @@ static fl_status backward(fl_cuda_dqn_t *d, int B, fl_err_t *err) {
 
 static fl_status to_input(fl_cuda_dqn_t *d, const void *src, int B, fl_err_t *err) {
     const int is_u8 = d->cfg.obs.dtype == FL_DTYPE_UINT8;
-    if (d->image)
-        return fl__cuda_obs_to_input(src, is_u8, B, d->img_c, d->img_h, d->img_w, 1, d->cfg.obs_scale,
-                                     d->cfg.input_scale, d->d_x0, d->cs, err);
-    return fl__cuda_obs_to_input(src, is_u8, B, d->obs_dim, 1, 1, 0, d->cfg.obs_scale, d->cfg.input_scale, d->d_x0,
-                                 d->cs, err);
+    /* images stay (H, W, C): the convolutions take channels-last tensors */
+    return fl__cuda_obs_to_input(src, is_u8, (size_t)B * (size_t)d->obs_dim, d->cfg.obs_scale, d->cfg.input_scale,
+                                 d->d_x0, d->cs, err);
 }
 
 /* Everything after the input copy, enqueued on cs (captured into a graph or not). */

@@ -7,11 +7,13 @@
  * exactly fl_qnet_params), same math (double-DQN targets with ties to the lowest action,
  * y = R when the discount is 0, weighted Huber loss divided by B, priorities |y - q|
  * before the update, global grad-norm clipping, the optimizers of kernels/optim.h with
- * the same state layout and step count), same observation handling: image observations
- * (rank 3) arrive (H, W, C) and the network reads (C, H, W); uint8 observations become
- * input_scale * ((float)u * obs_scale), float ones input_scale * v, which is exactly what
- * the CPU learner computes with fl_dtype_to_float (obs_scale 1/255) and qnet's
- * input_scale.
+ * the same state layout and step count), same observation handling: uint8 observations
+ * become input_scale * ((float)u * obs_scale), float ones input_scale * v, which is
+ * exactly what the CPU learner computes with fl_dtype_to_float (obs_scale 1/255) and
+ * qnet's input_scale. Image observations (rank 3) arrive (H, W, C), and the convolutions
+ * run on them channels-last (cuDNN's fast layout); the first layer after them that reads
+ * pixels and channels together (flatten, dense) reads them transposed to qnet's
+ * (C, H, W), so every weight means what it means on the CPU.
  *
  * Data path: the object owns `num_slots` input slots of pinned host memory. A prefetch
  * thread decodes a sampled batch straight into a slot (fl_cuda_dqn_slot gives the
@@ -70,12 +72,14 @@ typedef struct fl_cuda_dqn_config {
     fl_optim_config_t optim;
     int tf32;              /* 1: TF32 tensor cores in GEMMs and convolutions; 0: plain float32 FMA */
     int use_graph;         /* 1: capture and replay CUDA graphs */
+    int cudnn_benchmark;   /* 1: convolution algorithms timed on the GPU (fl_cuda_ctx_set_benchmark), once
+                            * per batch size; 0: cuDNN's heuristics */
     int device;            /* CUDA device index */
     int num_slots;         /* 1..FL_CUDA_DQN_MAX_SLOTS pinned input slots */
 } fl_cuda_dqn_config_t;
 
 /* Defaults: no spec, obs float32 (1), obs_scale 1/255, input_scale 1, huber_delta 1, grad_clip 40, the
- * Ape-X centered RMSProp, tf32 1, use_graph 1, device 0, 2 slots. */
+ * Ape-X centered RMSProp, tf32 1, use_graph 1, cudnn_benchmark 0, device 0, 2 slots. */
 void fl_cuda_dqn_config_init(fl_cuda_dqn_config_t *cfg);
 
 /* Pinned host buffers of one slot, each for max_batch items. */

@@ -12,6 +12,8 @@
 #   bench    bench/learner_bench's GPU rows against PyTorch on the same GPU (--no-cpu)
 #   minatar  configs/minatar-breakout.ini with learner.device = cuda for
 #            GPU_CHECK_SECONDS (default 60) seconds
+#   profile  (only when GPU_CHECK_STEPS names it) scripts/gpu_profile.sh: the kernels of
+#            GPU_CHECK_PROFILE (default "nature 512") under ncu, ncu.csv in OUT_DIR
 # A step that skips for want of a GPU or of CUDA in the build (a test's "SKIP: no GPU",
 # "SKIP: fleet was built without CUDA", learner_bench's "GPU rows skipped") counts as
 # failed: it showed nothing.
@@ -69,7 +71,7 @@ printf '#!/bin/sh\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "${LD_LIBRARY_PATH:-}" "$(
 chmod +x "$pywrap"
 trap 'rm -rf "$(dirname "$pywrap")"' EXIT
 export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export FLEET_BIN="$root/build/bin/fleet" FLEET_SOURCE_DIR="$root" FLEET_BINARY_DIR="$root/build" OPENBLAS_NUM_THREADS=1
+export PYTHON="$pywrap" FLEET_BIN="$root/build/bin/fleet" FLEET_SOURCE_DIR="$root" FLEET_BINARY_DIR="$root/build" OPENBLAS_NUM_THREADS=1
 
 # step NAME LIMIT_S COMMAND...: runs it with its output in OUT_DIR/NAME.log, within
 # LIMIT_S and what is left of the budget
@@ -144,6 +146,8 @@ step cartpole 300 bash -c 'cd build/tests && ./integration_cartpole_gpu'
 step bench 300 build/bench/learner_bench --no-cpu --python "$pywrap" \
   --torch-script bench/learner_bench_torch.py ${GPU_CHECK_BENCH:---case nature --seconds 2}
 step minatar $((seconds + 90)) minatar
+# shellcheck disable=SC2086
+step profile 240 bash scripts/gpu_profile.sh "$out" ${GPU_CHECK_PROFILE:-nature 512}
 case " $steps " in *" minatar "*)
   cp "$runs/minatar-breakout/summary.txt" "$out/minatar-summary.txt" 2>/dev/null
   cp "$runs/minatar-breakout/metrics.csv" "$out/minatar-metrics.csv" 2>/dev/null ;;

@@ -68,6 +68,14 @@ static void check_all(const char *what, const float *got, const float *want, siz
     check_close_all(what, got, want, n, atol_frac * max_abs(want, n) + 1e-30, rtol);
 }
 
+/* dst (N, Q, P) from src (N, P, Q) on the host: NCHW (B, C, HW) <-> NHWC (B, HW, C). */
+static void host_transpose(const float *src, int N, int P, int Q, float *dst) {
+    for (int n = 0; n < N; n++)
+        for (int p = 0; p < P; p++)
+            for (int q = 0; q < Q; q++)
+                dst[((size_t)n * Q + q) * P + p] = src[((size_t)n * P + p) * Q + q];
+}
+
 static fl_cuda_ctx_t *make_ctx(void) {
     fl_cuda_ctx_t *c = NULL;
     OK(fl_cuda_ctx_create(0, NULL, &c, E));
@@ -144,7 +152,9 @@ static void test_dense_matches_cpu(void **state) {
         float *d_y = dev(ny * 4), *d_dx = dev(nx * 4), *d_dw = dev(nw * 4), *d_db = dev((size_t)out * 4);
         OK(fl_cuda_dense_forward(c, d_x, d_w, d_b, B, in, out, d_y, E));
         OK(fl_cuda_dense_backward(c, d_x, d_w, d_dy, B, in, out, d_dx, d_dw, d_db, E));
-        float *g = host(nx > nw ? nx : nw);
+        size_t most = nx > nw ? nx : nw;
+        if (ny > most) most = ny;
+        float *g = host(most);
         down(g, d_y, ny);
         check_all("dense y", g, y, ny, 1e-4, 1e-4);
         down(g, d_dx, nx);
@@ -198,19 +208,26 @@ static void test_conv_matches_cpu(void **state) {
         OK(fl_cuda_conv_create(c, s.cin, s.h, s.w, s.cout, s.k, s.stride, s.pad, &v, E));
         OK(fl_cuda_conv_set_batch(c, v, B, E));
         assert_int_equal(fl_cuda_conv_batch(v), B);
-        float *d_x = up(x, nx), *d_w = up(w, nw), *d_b = up(b, (size_t)s.cout), *d_dy = up(dy, ny);
+        /* the device takes and gives channels-last activations; the filter stays (Cout, Cin, K, K) */
+        const int hw = s.h * s.w, ohw = s.ho * s.wo;
+        size_t most = nx > nw ? nx : nw;
+        if (ny > most) most = ny;
+        float *g = host(most), *t = host(most);
+        host_transpose(x, B, s.cin, hw, t);
+        float *d_x = up(t, nx), *d_w = up(w, nw), *d_b = up(b, (size_t)s.cout);
+        host_transpose(dy, B, s.cout, ohw, t);
+        float *d_dy = up(t, ny);
         float *d_y = dev(ny * 4), *d_dx = dev(nx * 4), *d_dw = dev(nw * 4), *d_db = dev((size_t)s.cout * 4);
         OK(fl_cuda_conv_forward(c, v, d_x, d_w, d_b, d_y, E));
         OK(fl_cuda_conv_backward(c, v, d_x, d_w, d_dy, d_dx, d_dw, d_db, E));
-        size_t most = nx > nw ? nx : nw;
-        if (ny > most) most = ny;
-        float *g = host(most);
         char what[64];
         snprintf(what, sizeof what, "conv %zu y", k);
-        down(g, d_y, ny);
+        down(t, d_y, ny);
+        host_transpose(t, B, ohw, s.cout, g);
         check_all(what, g, y, ny, 1e-4, 1e-4);
         snprintf(what, sizeof what, "conv %zu dx", k);
-        down(g, d_dx, nx);
+        down(t, d_dx, nx);
+        host_transpose(t, B, hw, s.cin, g);
         check_all(what, g, dx, nx, 1e-4, 1e-4);
         snprintf(what, sizeof what, "conv %zu dw", k);
         down(g, d_dw, nw);
@@ -221,8 +238,79 @@ static void test_conv_matches_cpu(void **state) {
         fl_cuda_conv_destroy(v);
         fl_cuda_free(d_x), fl_cuda_free(d_w), fl_cuda_free(d_b), fl_cuda_free(d_dy);
         fl_cuda_free(d_y), fl_cuda_free(d_dx), fl_cuda_free(d_dw), fl_cuda_free(d_db);
-        free(x), free(w), free(b), free(dy), free(scratch), free(y), free(dx), free(dw), free(db), free(g);
+        free(x), free(w), free(b), free(dy), free(scratch), free(y), free(dx), free(dw), free(db), free(g), free(t);
     }
+    fl_cuda_ctx_destroy(c);
+}
+
+/* ---- transpose and column sums (the channels-last plumbing) ---------------------------- */
+
+static void test_transpose_matches_host(void **state) {
+    (void)state;
+    if (!have_gpu()) skip();
+    /* (N, P, Q): tile edges, a single row or column, N beyond one grid's z */
+    const int shapes[][3] = {{3, 37, 70}, {1, 1, 5}, {2, 33, 1}, {512, 64, 49}, {70000, 2, 3}};
+    fl_rng_t r;
+    fl_rng_init_stream(&r, g_seed, 9);
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int N = shapes[k][0], P = shapes[k][1], Q = shapes[k][2];
+        const size_t n = (size_t)N * P * Q;
+        float *a = host(n), *want = host(n), *g = host(n);
+        fill_normal(&r, a, n, 1.0);
+        host_transpose(a, N, P, Q, want);
+        float *d_a = up(a, n), *d_t = dev(n * 4);
+        OK(fl__cuda_transpose(d_a, N, P, Q, d_t, NULL, E));
+        down(g, d_t, n);
+        check_exact("transpose", g, want, n);
+        fl_cuda_free(d_a), fl_cuda_free(d_t);
+        free(a), free(want), free(g);
+    }
+}
+
+static void test_bias_grad_column_sums(void **state) {
+    (void)state;
+    if (!have_gpu()) skip();
+    /* (R, C): one chunk, many chunks, chunks limited by the scratch, a single column, and
+     * the Nature CNN's first layer at batch 512 (204800 rows of 32) */
+    const size_t shapes[][2] = {{5, 3}, {100000, 7}, {4096, 1000}, {1000, 1}, {204800, 32}, {0, 4}};
+    fl_rng_t r;
+    fl_rng_init_stream(&r, g_seed, 10);
+    fl_cuda_ctx_t *c = make_ctx();
+    float *scratch = dev(FL_CUDA_REDUCE_FLOATS * sizeof(float));
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const size_t R = shapes[k][0];
+        const int C = (int)shapes[k][1];
+        const size_t n = R * (size_t)C;
+        float *dy = host(n), *want = host((size_t)C), *mass = host((size_t)C), *g1 = host((size_t)C);
+        float *g2 = host((size_t)C);
+        fill_normal(&r, dy, n, 1.0);
+        for (int j = 0; j < C; j++) {
+            double s = 0, m = 0;
+            for (size_t i = 0; i < R; i++) {
+                s += dy[i * (size_t)C + (size_t)j];
+                m += fabs(dy[i * (size_t)C + (size_t)j]);
+            }
+            want[j] = (float)s;
+            mass[j] = (float)m;
+        }
+        const int chunks = fl__cuda_bias_grad_chunks(R, C);
+        assert_true(chunks >= 1 && (chunks == 1 || (size_t)chunks * (size_t)C <= FL_CUDA_REDUCE_FLOATS));
+        float *d_dy = up(dy, n), *d_db = dev((size_t)C * 4);
+        OK(fl__cuda_bias_grad(d_dy, R, C, d_db, scratch, NULL, E));
+        down(g1, d_db, (size_t)C);
+        /* float sums in another order: within 1e-6 of the sum of |terms| (a wrong row or
+         * column is off by about sqrt(R)) */
+        for (int j = 0; j < C; j++)
+            CHECK_CLOSE(g1[j], want[j], 1e-6 * mass[j] + 1e-7, 0.0, "column %d of (%zu, %d)", j, R, C);
+        for (int j = 0; j < C; j++) g2[j] = NAN; /* poison: every column must be written again */
+        OK(fl_cuda_to_device(d_db, g2, (size_t)C * 4, E));
+        OK(fl__cuda_bias_grad(d_dy, R, C, d_db, scratch, NULL, E));
+        down(g2, d_db, (size_t)C);
+        check_exact("column sums, second run", g2, g1, (size_t)C);
+        fl_cuda_free(d_dy), fl_cuda_free(d_db);
+        free(dy), free(want), free(mass), free(g1), free(g2);
+    }
+    fl_cuda_free(scratch);
     fl_cuda_ctx_destroy(c);
 }
 
@@ -263,11 +351,12 @@ static void test_obs_conversion_matches_cpu(void **state) {
     fl_rng_t r;
     fl_rng_init_stream(&r, g_seed, 5);
     /* (B, H, W, C) uint8 and float images, and float vectors, against the learner's
-     * fl_dtype_to_float (1/255) followed by qnet's (H, W, C) -> (C, H, W) and input_scale */
-    const int cases[][5] = {{3, 84, 84, 4, 1}, {5, 10, 10, 4, 1}, {4, 7, 5, 3, 1}, {9, 1, 1, 13, 0}};
+     * fl_dtype_to_float (1/255) followed by input_scale; the layout stays (images go to the
+     * convolutions channels-last) */
+    const int cases[][4] = {{3, 84, 84, 4}, {5, 10, 10, 4}, {4, 7, 5, 3}, {9, 1, 1, 13}};
     const float scales[] = {1.0f, 255.0f, 0.5f, 1.0f};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        const int B = cases[k][0], H = cases[k][1], W = cases[k][2], C = cases[k][3], image = cases[k][4];
+        const int B = cases[k][0], H = cases[k][1], W = cases[k][2], C = cases[k][3];
         const size_t D = (size_t)H * W * C, n = (size_t)B * D;
         const float sc = scales[k];
         for (int u8 = 0; u8 < 2; u8++) {
@@ -277,18 +366,11 @@ static void test_obs_conversion_matches_cpu(void **state) {
             for (size_t i = 0; i < n; i++) raw[i] = (uint8_t)fl_rng_below(&r, 256);
             if (u8) fl_dtype_to_float(FL_DTYPE_UINT8, raw, n, f);
             else fill_normal(&r, f, n, 1.0);
-            for (int b = 0; b < B; b++)
-                for (size_t p = 0; p < (size_t)H * W; p++)
-                    for (int c = 0; c < C; c++) {
-                        const size_t src = (size_t)b * D + p * C + c;
-                        const size_t dst = image ? (size_t)b * D + (size_t)c * H * W + p : src;
-                        want[dst] = sc * f[src];
-                    }
+            for (size_t i = 0; i < n; i++) want[i] = sc * f[i];
             void *d_src = dev(u8 ? n : n * 4);
             OK(fl_cuda_to_device(d_src, u8 ? (const void *)raw : (const void *)f, u8 ? n : n * 4, E));
             float *d_dst = dev(n * 4);
-            if (image) OK(fl__cuda_obs_to_input(d_src, u8, B, C, H, W, 1, 1.0f / 255.0f, sc, d_dst, NULL, E));
-            else OK(fl__cuda_obs_to_input(d_src, u8, B, (int)D, 1, 1, 0, 1.0f / 255.0f, sc, d_dst, NULL, E));
+            OK(fl__cuda_obs_to_input(d_src, u8, n, 1.0f / 255.0f, sc, d_dst, NULL, E));
             down(g, d_dst, n);
             check_exact(u8 ? "uint8 obs" : "float obs", g, want, n);
             fl_cuda_free(d_src), fl_cuda_free(d_dst);
@@ -508,6 +590,8 @@ int main(void) {
         cmocka_unit_test(test_relu_matches_cpu),
         cmocka_unit_test(test_dense_matches_cpu),
         cmocka_unit_test(test_conv_matches_cpu),
+        cmocka_unit_test(test_transpose_matches_host),
+        cmocka_unit_test(test_bias_grad_column_sums),
         cmocka_unit_test(test_dueling_matches_cpu),
         cmocka_unit_test(test_obs_conversion_matches_cpu),
         cmocka_unit_test(test_dqn_head_matches_cpu),

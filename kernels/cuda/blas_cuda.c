@@ -8,8 +8,14 @@
  *   dW = dy^T x: Sgemm(N, T, in, out, B,  x, in, dy, out, dW, in)
  * Biases are own kernels (bias_add, bias_grad in ops_cuda.cu).
  *
- * Convolutions: NCHW float tensors, an NCHW filter (Cout, Cin, K, K), cross-correlation
- * with symmetric zero padding, i.e. PyTorch's Conv2d and kernels/ops.c. Each of the
+ * Convolutions: channels-last (NHWC) float activations, the filter in PyTorch's layout
+ * (Cout, Cin, K, K) on both sides of the API and as (Cout, K, K, Cin) for cuDNN
+ * (transposed on the stream into the layer's own buffer for every forward and backward-
+ * data call, and the filter gradient back), cross-correlation with symmetric zero padding,
+ * i.e. PyTorch's Conv2d and kernels/ops.c on channels-last tensors. cuDNN's fast kernels
+ * on tensor cores read NHWC: with NCHW tensors it converted every input and output
+ * around them, which took a third of the Nature CNN's update on an H100. Biases (own
+ * kernels) are per-column over the (B Ho Wo, Cout) rows. Each of the
  * three operations has its own convolution descriptor, so that each carries the math
  * type of the algorithm picked for it. With tf32 off every descriptor is pinned to
  * CUDNN_FMA_MATH (no tensor cores, plain float32 FMAs). */
@@ -25,6 +31,7 @@
 
 struct fl_cuda_ctx {
     int tf32;
+    int benchmark; /* pick convolution algorithms by timing them (cudnnFind*) */
     cudaStream_t stream;
     cublasHandle_t blas;
     cudnnHandle_t dnn;
@@ -32,6 +39,7 @@ struct fl_cuda_ctx {
     void *ws; /* convolution workspace */
     size_t ws_bytes;
     unsigned ws_gen;
+    float *reduce; /* FL_CUDA_REDUCE_FLOATS: the bias gradients' partial sums */
 };
 
 struct fl_cuda_conv {
@@ -44,6 +52,7 @@ struct fl_cuda_conv {
     cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
     size_t fwd_ws, bwd_data_ws, bwd_filter_ws;
+    float *w_t, *dw_t; /* (Cout, K, K, Cin): the filter and its gradient as cuDNN's NHWC kernels take them */
 };
 
 static fl_status cuda_check(cudaError_t e, const char *what, fl_err_t *err) {
@@ -82,6 +91,9 @@ fl_status fl_cuda_ctx_create(int tf32, void *stream, fl_cuda_ctx_t **out, fl_err
     if ((st = blas_check(cublasSetWorkspace(c->blas, c->blas_ws, CUBLAS_WORKSPACE_BYTES), "cublasSetWorkspace",
                          err)) != FL_OK)
         goto fail;
+    if ((st = cuda_check(cudaMalloc((void **)&c->reduce, FL_CUDA_REDUCE_FLOATS * sizeof(float)),
+                         "cudaMalloc (reduction scratch)", err)) != FL_OK)
+        goto fail;
     if ((st = dnn_check(cudnnCreate(&c->dnn), "cudnnCreate", err)) != FL_OK) goto fail;
     if ((st = dnn_check(cudnnSetStream(c->dnn, c->stream), "cudnnSetStream", err)) != FL_OK) goto fail;
     *out = c;
@@ -98,11 +110,13 @@ void fl_cuda_ctx_destroy(fl_cuda_ctx_t *c) {
     if (c->blas) cublasDestroy(c->blas);
     cudaFree(c->blas_ws);
     cudaFree(c->ws);
+    cudaFree(c->reduce);
     free(c);
 }
 
 void *fl_cuda_ctx_stream(const fl_cuda_ctx_t *c) { return c->stream; }
 unsigned fl_cuda_ctx_workspace_generation(const fl_cuda_ctx_t *c) { return c->ws_gen; }
+void fl_cuda_ctx_set_benchmark(fl_cuda_ctx_t *c, int on) { c->benchmark = on != 0; }
 
 /* At least `bytes` of convolution workspace. */
 static fl_status reserve(fl_cuda_ctx_t *c, size_t bytes, fl_err_t *err) {
@@ -125,7 +139,7 @@ fl_status fl_cuda_dense_forward(fl_cuda_ctx_t *c, const float *d_x, const float 
     FL_TRY(blas_check(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, B, in, &one, d_w, in, d_x, in, &zero, d_y,
                                   out),
                       "cublasSgemm (dense forward)", err));
-    if (d_b) FL_TRY(fl__cuda_bias_add(d_y, d_b, B, out, 1, c->stream, err));
+    if (d_b) FL_TRY(fl__cuda_bias_add(d_y, d_b, (size_t)B, out, c->stream, err));
     return FL_OK;
 }
 
@@ -140,7 +154,7 @@ fl_status fl_cuda_dense_backward(fl_cuda_ctx_t *c, const float *d_x, const float
         FL_TRY(blas_check(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, B, &one, d_x, in, d_dy, out, &zero,
                                       d_dw, in),
                           "cublasSgemm (dense backward, dw)", err));
-    if (d_db) FL_TRY(fl__cuda_bias_grad(d_dy, B, out, 1, d_db, c->stream, err));
+    if (d_db) FL_TRY(fl__cuda_bias_grad(d_dy, (size_t)B, out, d_db, c->reduce, c->stream, err));
     return FL_OK;
 }
 
@@ -155,6 +169,9 @@ fl_status fl_cuda_conv_create(fl_cuda_ctx_t *c, int cin, int h, int w, int cout,
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "cuda conv: input (%d, %d, %d), conv(%d,%d,%d,%d): the kernel does not fit the padded input",
                           cin, h, w, cout, k, stride, pad);
+    if ((size_t)cout * (size_t)cin * (size_t)k * (size_t)k > (size_t)1 << 30)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "cuda conv: conv(%d,%d) on %d channels: over 2^30 weights", cout,
+                          k, cin);
     fl_status st = FL_OK;
     fl_cuda_conv_t *v = calloc(1, sizeof *v);
     if (!v) return fl_err_set(err, FL_NO_MEMORY, "cuda conv: out of memory");
@@ -174,8 +191,12 @@ fl_status fl_cuda_conv_create(fl_cuda_ctx_t *c, int cin, int h, int w, int cout,
         (st = dnn_check(cudnnCreateConvolutionDescriptor(&v->cd), "cudnnCreateConvolutionDescriptor", err)) != FL_OK ||
         (st = dnn_check(cudnnCreateConvolutionDescriptor(&v->cw), "cudnnCreateConvolutionDescriptor", err)) != FL_OK)
         goto fail;
-    if ((st = dnn_check(cudnnSetFilter4dDescriptor(v->f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, cout, cin, k, k),
+    if ((st = dnn_check(cudnnSetFilter4dDescriptor(v->f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, cout, cin, k, k),
                         "cudnnSetFilter4dDescriptor", err)) != FL_OK)
+        goto fail;
+    const size_t wbytes = (size_t)cout * (size_t)cin * (size_t)k * (size_t)k * sizeof(float);
+    if ((st = cuda_check(cudaMalloc((void **)&v->w_t, wbytes), "cudaMalloc (conv filter)", err)) != FL_OK ||
+        (st = cuda_check(cudaMalloc((void **)&v->dw_t, wbytes), "cudaMalloc (conv filter gradient)", err)) != FL_OK)
         goto fail;
     cudnnConvolutionDescriptor_t descs[3] = {v->cf, v->cd, v->cw};
     for (int i = 0; i < 3; i++)
@@ -192,6 +213,8 @@ fail:
 
 void fl_cuda_conv_destroy(fl_cuda_conv_t *v) {
     if (!v) return;
+    cudaFree(v->w_t);
+    cudaFree(v->dw_t);
     if (v->x) cudnnDestroyTensorDescriptor(v->x);
     if (v->y) cudnnDestroyTensorDescriptor(v->y);
     if (v->f) cudnnDestroyFilterDescriptor(v->f);
@@ -242,30 +265,40 @@ static cudnnConvolutionDescriptor_t conv_desc(const fl_cuda_conv_t *v, conv_op o
     return op == CONV_FWD ? v->cf : op == CONV_BWD_DATA ? v->cd : v->cw;
 }
 
-/* cuDNN's _v7 heuristic ranking for op, best first: *got entries of r. */
+/* cuDNN's ranking for op, best first: *got entries of r. The _v7 heuristics, or with the
+ * context's benchmark flag cudnnFind*, which times every algorithm on scratch buffers of
+ * its own (synchronizing; never inside a graph capture). */
 static fl_status rank_algos(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, conv_op op, ranked_algo *r, int *got, fl_err_t *err) {
     switch (op) {
     case CONV_FWD: {
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        FL_TRY(dnn_check(cudnnGetConvolutionForwardAlgorithm_v7(c->dnn, v->x, v->f, v->cf, v->y,
-                                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, got, perf),
-                         "cudnnGetConvolutionForwardAlgorithm_v7", err));
+        FL_TRY(dnn_check((c->benchmark ? cudnnFindConvolutionForwardAlgorithm
+                                       : cudnnGetConvolutionForwardAlgorithm_v7)(
+                             c->dnn, v->x, v->f, v->cf, v->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, got, perf),
+                         c->benchmark ? "cudnnFindConvolutionForwardAlgorithm" : "cudnnGetConvolutionForwardAlgorithm_v7",
+                         err));
         for (int i = 0; i < *got; i++) r[i] = (ranked_algo){(int)perf[i].algo, perf[i].mathType, perf[i].status};
         return FL_OK;
     }
     case CONV_BWD_DATA: {
         cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        FL_TRY(dnn_check(cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn, v->f, v->y, v->cd, v->x,
-                                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, got, perf),
-                         "cudnnGetConvolutionBackwardDataAlgorithm_v7", err));
+        FL_TRY(dnn_check((c->benchmark ? cudnnFindConvolutionBackwardDataAlgorithm
+                                       : cudnnGetConvolutionBackwardDataAlgorithm_v7)(
+                             c->dnn, v->f, v->y, v->cd, v->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, got, perf),
+                         c->benchmark ? "cudnnFindConvolutionBackwardDataAlgorithm"
+                                      : "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+                         err));
         for (int i = 0; i < *got; i++) r[i] = (ranked_algo){(int)perf[i].algo, perf[i].mathType, perf[i].status};
         return FL_OK;
     }
     case CONV_BWD_FILTER: {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        FL_TRY(dnn_check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        FL_TRY(dnn_check((c->benchmark ? cudnnFindConvolutionBackwardFilterAlgorithm
+                                       : cudnnGetConvolutionBackwardFilterAlgorithm_v7)(
                              c->dnn, v->x, v->y, v->cw, v->f, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, got, perf),
-                         "cudnnGetConvolutionBackwardFilterAlgorithm_v7", err));
+                         c->benchmark ? "cudnnFindConvolutionBackwardFilterAlgorithm"
+                                      : "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+                         err));
         for (int i = 0; i < *got; i++) r[i] = (ranked_algo){(int)perf[i].algo, perf[i].mathType, perf[i].status};
         return FL_OK;
     }
@@ -323,9 +356,9 @@ fl_status fl_cuda_conv_set_batch(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, int B, fl_
     if (B < 1) return fl_err_set(err, FL_INVALID_ARGUMENT, "cuda conv: batch %d (expected >= 1)", B);
     if (v->batch == B) return FL_OK;
     v->batch = 0;
-    FL_TRY(dnn_check(cudnnSetTensor4dDescriptor(v->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, v->cin, v->h, v->w),
+    FL_TRY(dnn_check(cudnnSetTensor4dDescriptor(v->x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, B, v->cin, v->h, v->w),
                      "cudnnSetTensor4dDescriptor (x)", err));
-    FL_TRY(dnn_check(cudnnSetTensor4dDescriptor(v->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, B, v->cout, v->ho, v->wo),
+    FL_TRY(dnn_check(cudnnSetTensor4dDescriptor(v->y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, B, v->cout, v->ho, v->wo),
                      "cudnnSetTensor4dDescriptor (y)", err));
     int n = 0, ch = 0, oh = 0, ow = 0;
     FL_TRY(dnn_check(cudnnGetConvolution2dForwardOutputDim(v->cf, v->x, v->f, &n, &ch, &oh, &ow),
@@ -355,14 +388,22 @@ fl_status fl_cuda_conv_set_batch(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, int B, fl_
     return FL_OK;
 }
 
+/* The filter (Cout, Cin, K, K) as (Cout, K, K, Cin) into v->w_t, on the context's stream:
+ * a forward or backward-data call makes its own copy, so that a call with other weights
+ * (the target network's) in between changes nothing. */
+static fl_status filter_to_nhwc(fl_cuda_ctx_t *c, const fl_cuda_conv_t *v, const float *d_w, fl_err_t *err) {
+    return fl__cuda_transpose(d_w, v->cout, v->cin, v->k * v->k, v->w_t, c->stream, err);
+}
+
 fl_status fl_cuda_conv_forward(fl_cuda_ctx_t *c, const fl_cuda_conv_t *v, const float *d_x, const float *d_w,
                                const float *d_b, float *d_y, fl_err_t *err) {
     if (v->batch < 1) return fl_err_set(err, FL_FAILED_PRECONDITION, "cuda conv: forward before set_batch");
     const float one = 1.0f, zero = 0.0f;
-    FL_TRY(dnn_check(cudnnConvolutionForward(c->dnn, &one, v->x, d_x, v->f, d_w, v->cf, v->fwd_algo, c->ws,
+    FL_TRY(filter_to_nhwc(c, v, d_w, err));
+    FL_TRY(dnn_check(cudnnConvolutionForward(c->dnn, &one, v->x, d_x, v->f, v->w_t, v->cf, v->fwd_algo, c->ws,
                                              v->fwd_ws, &zero, v->y, d_y),
                      "cudnnConvolutionForward", err));
-    if (d_b) FL_TRY(fl__cuda_bias_add(d_y, d_b, v->batch, v->cout, v->ho * v->wo, c->stream, err));
+    if (d_b) FL_TRY(fl__cuda_bias_add(d_y, d_b, (size_t)v->batch * (size_t)(v->ho * v->wo), v->cout, c->stream, err));
     return FL_OK;
 }
 
@@ -370,14 +411,21 @@ fl_status fl_cuda_conv_backward(fl_cuda_ctx_t *c, const fl_cuda_conv_t *v, const
                                 const float *d_dy, float *d_dx, float *d_dw, float *d_db, fl_err_t *err) {
     if (v->batch < 1) return fl_err_set(err, FL_FAILED_PRECONDITION, "cuda conv: backward before set_batch");
     const float one = 1.0f, zero = 0.0f;
-    if (d_db) FL_TRY(fl__cuda_bias_grad(d_dy, v->batch, v->cout, v->ho * v->wo, d_db, c->stream, err));
-    if (d_dw)
+    if (d_db)
+        FL_TRY(fl__cuda_bias_grad(d_dy, (size_t)v->batch * (size_t)(v->ho * v->wo), v->cout, d_db, c->reduce,
+                                  c->stream, err));
+    if (d_dw) {
         FL_TRY(dnn_check(cudnnConvolutionBackwardFilter(c->dnn, &one, v->x, d_x, v->y, d_dy, v->cw, v->bwd_filter_algo,
-                                                        c->ws, v->bwd_filter_ws, &zero, v->f, d_dw),
+                                                        c->ws, v->bwd_filter_ws, &zero, v->f, v->dw_t),
                          "cudnnConvolutionBackwardFilter", err));
-    if (d_dx)
-        FL_TRY(dnn_check(cudnnConvolutionBackwardData(c->dnn, &one, v->f, d_w, v->y, d_dy, v->cd, v->bwd_data_algo,
+        /* (Cout, K K, Cin) -> (Cout, Cin, K K) */
+        FL_TRY(fl__cuda_transpose(v->dw_t, v->cout, v->k * v->k, v->cin, d_dw, c->stream, err));
+    }
+    if (d_dx) {
+        FL_TRY(filter_to_nhwc(c, v, d_w, err));
+        FL_TRY(dnn_check(cudnnConvolutionBackwardData(c->dnn, &one, v->f, v->w_t, v->y, d_dy, v->cd, v->bwd_data_algo,
                                                       c->ws, v->bwd_data_ws, &zero, v->x, d_dx),
                          "cudnnConvolutionBackwardData", err));
+    }
     return FL_OK;
 }

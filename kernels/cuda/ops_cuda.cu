@@ -37,38 +37,76 @@ __device__ T block_sum(T v) {
 __device__ __forceinline__ float to_float(float v, float) { return v; }
 __device__ __forceinline__ float to_float(uint8_t v, float scale) { return (float)v * scale; }
 
-// dst (B, C, H, W) from src (B, H, W, C) (image) or the same layout (vector).
+// dst[i] = input_scale * convert(src[i]): the same layout (images stay (H, W, C)).
 template <typename T>
-__global__ void obs_to_input_kernel(const T *__restrict__ src, size_t total, int C, int HW, int image,
-                                    float obs_scale, float input_scale, float *__restrict__ dst) {
-    const size_t D = (size_t)C * (size_t)HW;
-    for (size_t o = blockIdx.x * (size_t)blockDim.x + threadIdx.x; o < total; o += (size_t)gridDim.x * blockDim.x) {
-        size_t si = o;
-        if (image) {
-            const size_t b = o / D, r = o - b * D;
-            const size_t c = r / (size_t)HW, p = r - c * (size_t)HW;
-            si = b * D + p * (size_t)C + c;
-        }
-        dst[o] = input_scale * to_float(src[si], obs_scale);
+__global__ void obs_to_input_kernel(const T *__restrict__ src, size_t total, float obs_scale, float input_scale,
+                                    float *__restrict__ dst) {
+    for (size_t o = blockIdx.x * (size_t)blockDim.x + threadIdx.x; o < total; o += (size_t)gridDim.x * blockDim.x)
+        dst[o] = input_scale * to_float(src[o], obs_scale);
+}
+
+// Blocks of (ROW_TILE_X, ROW_TILE_Y) threads over a row-major (R, C) matrix: x runs along
+// a row's columns (coalesced), y over rows.
+constexpr int ROW_TILE_X = 32, ROW_TILE_Y = 8;
+
+// y (R, C) += b (C) on every row.
+__global__ void bias_add_kernel(float *__restrict__ y, const float *__restrict__ b, size_t R, int C) {
+    for (size_t r = blockIdx.x * (size_t)ROW_TILE_Y + threadIdx.y; r < R; r += (size_t)gridDim.x * ROW_TILE_Y) {
+        float *row = y + r * (size_t)C;
+        for (int c = (int)threadIdx.x; c < C; c += ROW_TILE_X) row[c] += b[c];
     }
 }
 
-__global__ void bias_add_kernel(float *__restrict__ y, const float *__restrict__ b, size_t total, int C, int HW) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
-        y[i] += b[(i / (size_t)HW) % (size_t)C];
-}
-
-// One block per channel c.
-__global__ void bias_grad_kernel(const float *__restrict__ dy, int B, int C, int HW, float *__restrict__ db) {
-    const int c = blockIdx.x;
-    const size_t count = (size_t)B * (size_t)HW;
+// Column sums of dy (R, C) over the rows of chunk blockIdx.y ([k R / chunks, (k + 1) R /
+// chunks)), for the columns of tile blockIdx.x, into out[k * C + c]. The order of the sums
+// depends only on R, C and chunks: the result is the same on every run.
+__global__ void column_sums_kernel(const float *__restrict__ dy, size_t R, int C, int chunks,
+                                   float *__restrict__ out) {
+    __shared__ float sh[ROW_TILE_Y][ROW_TILE_X];
+    const int c = (int)(blockIdx.x * ROW_TILE_X + threadIdx.x);
+    const size_t k = blockIdx.y, r0 = k * R / (size_t)chunks, r1 = (k + 1) * R / (size_t)chunks;
     float acc = 0.0f;
-    for (size_t j = threadIdx.x; j < count; j += THREADS) {
-        const size_t b = j / (size_t)HW, p = j - b * (size_t)HW;
-        acc += dy[(b * (size_t)C + (size_t)c) * (size_t)HW + p];
+    if (c < C)
+        for (size_t r = r0 + threadIdx.y; r < r1; r += ROW_TILE_Y) acc += dy[r * (size_t)C + (size_t)c];
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float s = sh[0][threadIdx.x];
+        for (int j = 1; j < ROW_TILE_Y; j++) s += sh[j][threadIdx.x];
+        out[k * (size_t)C + (size_t)c] = s;
     }
-    const float s = block_sum<float>(acc);
-    if (threadIdx.x == 0) db[c] = s;
+}
+
+// db[c] = sum over k of part[k * C + c], k in order.
+__global__ void chunk_sums_kernel(const float *__restrict__ part, int C, int chunks, float *__restrict__ db) {
+    for (int c = (int)(blockIdx.x * blockDim.x + threadIdx.x); c < C; c += (int)(gridDim.x * blockDim.x)) {
+        float s = 0.0f;
+        for (int k = 0; k < chunks; k++) s += part[(size_t)k * (size_t)C + (size_t)c];
+        db[c] = s;
+    }
+}
+
+// dst (N, Q, P) from src (N, P, Q): TILE x TILE tiles through shared memory, both sides
+// coalesced; blockIdx.z runs over n (grid-stride beyond 65535).
+constexpr int TILE = 32;
+__global__ void transpose_kernel(const float *__restrict__ src, int N, int P, int Q, float *__restrict__ dst) {
+    __shared__ float t[TILE][TILE + 1];
+    const size_t plane = (size_t)P * (size_t)Q;
+    for (int n = (int)blockIdx.z; n < N; n += (int)gridDim.z) {
+        const float *s = src + (size_t)n * plane;
+        float *o = dst + (size_t)n * plane;
+        const int p0 = (int)blockIdx.y * TILE, q0 = (int)blockIdx.x * TILE;
+        for (int j = (int)threadIdx.y; j < TILE; j += ROW_TILE_Y) {
+            const int p = p0 + j, q = q0 + (int)threadIdx.x;
+            if (p < P && q < Q) t[j][threadIdx.x] = s[(size_t)p * (size_t)Q + (size_t)q];
+        }
+        __syncthreads();
+        for (int j = (int)threadIdx.y; j < TILE; j += ROW_TILE_Y) {
+            const int q = q0 + j, p = p0 + (int)threadIdx.x;
+            if (p < P && q < Q) o[(size_t)q * (size_t)P + (size_t)p] = t[threadIdx.x][j];
+        }
+        __syncthreads();
+    }
 }
 
 // One thread per sample; the sums run over a in order, as the CPU's.
@@ -223,34 +261,59 @@ __global__ void rmsprop_kernel(size_t n, float *__restrict__ p, const float *__r
 
 }  // namespace
 
-extern "C" fl_status fl__cuda_obs_to_input(const void *d_src, int is_uint8, int B, int C, int H, int W, int image,
-                                           float obs_scale, float input_scale, float *d_dst, void *stream,
-                                           fl_err_t *err) {
-    const size_t total = (size_t)B * (size_t)C * (size_t)H * (size_t)W;
+extern "C" fl_status fl__cuda_obs_to_input(const void *d_src, int is_uint8, size_t total, float obs_scale,
+                                           float input_scale, float *d_dst, void *stream, fl_err_t *err) {
     if (total == 0) return FL_OK;
-    const int HW = H * W;
     if (is_uint8)
         obs_to_input_kernel<uint8_t><<<fl__cuda_grid_for(total), THREADS, 0, (cudaStream_t)stream>>>(
-            (const uint8_t *)d_src, total, C, HW, image, obs_scale, input_scale, d_dst);
+            (const uint8_t *)d_src, total, obs_scale, input_scale, d_dst);
     else
         obs_to_input_kernel<float><<<fl__cuda_grid_for(total), THREADS, 0, (cudaStream_t)stream>>>(
-            (const float *)d_src, total, C, HW, image, obs_scale, input_scale, d_dst);
+            (const float *)d_src, total, obs_scale, input_scale, d_dst);
     return fl__cuda_launched("obs_to_input", err);
 }
 
-extern "C" fl_status fl__cuda_bias_add(float *d_y, const float *d_b, int B, int C, int HW, void *stream,
-                                       fl_err_t *err) {
-    const size_t total = (size_t)B * (size_t)C * (size_t)HW;
-    if (total == 0) return FL_OK;
-    bias_add_kernel<<<fl__cuda_grid_for(total), THREADS, 0, (cudaStream_t)stream>>>(d_y, d_b, total, C, HW);
+extern "C" fl_status fl__cuda_bias_add(float *d_y, const float *d_b, size_t R, int C, void *stream, fl_err_t *err) {
+    if (R == 0 || C < 1) return FL_OK;
+    size_t blocks = (R + ROW_TILE_Y - 1) / ROW_TILE_Y;
+    if (blocks > 65535) blocks = 65535;
+    bias_add_kernel<<<(unsigned)blocks, dim3(ROW_TILE_X, ROW_TILE_Y), 0, (cudaStream_t)stream>>>(d_y, d_b, R, C);
     return fl__cuda_launched("bias_add", err);
 }
 
-extern "C" fl_status fl__cuda_bias_grad(const float *d_dy, int B, int C, int HW, float *d_db, void *stream,
+extern "C" int fl__cuda_bias_grad_chunks(size_t R, int C) {
+    if (R == 0 || C < 1) return 1;
+    size_t chunks = R / 64; /* at least 64 rows a chunk */
+    if (chunks > 1024) chunks = 1024;
+    if (chunks > FL_CUDA_REDUCE_FLOATS / (size_t)C) chunks = FL_CUDA_REDUCE_FLOATS / (size_t)C;
+    return chunks < 1 ? 1 : (int)chunks;
+}
+
+extern "C" fl_status fl__cuda_bias_grad(const float *d_dy, size_t R, int C, float *d_db, float *d_scratch,
+                                        void *stream, fl_err_t *err) {
+    if (C < 1) return FL_OK;
+    if (R == 0) { /* no rows: the sums are zero */
+        const cudaError_t e = cudaMemsetAsync(d_db, 0, (size_t)C * sizeof(float), (cudaStream_t)stream);
+        if (e == cudaSuccess) return FL_OK;
+        return fl_err_set(err, FL_INTERNAL, "bias_grad: cudaMemsetAsync: %s", cudaGetErrorString(e));
+    }
+    const int chunks = fl__cuda_bias_grad_chunks(R, C);
+    const dim3 grid((unsigned)((C + ROW_TILE_X - 1) / ROW_TILE_X), (unsigned)chunks);
+    column_sums_kernel<<<grid, dim3(ROW_TILE_X, ROW_TILE_Y), 0, (cudaStream_t)stream>>>(d_dy, R, C, chunks,
+                                                                                        chunks > 1 ? d_scratch : d_db);
+    FL_TRY(fl__cuda_launched("bias_grad (column sums)", err));
+    if (chunks == 1) return FL_OK;
+    chunk_sums_kernel<<<fl__cuda_grid_for((size_t)C), THREADS, 0, (cudaStream_t)stream>>>(d_scratch, C, chunks, d_db);
+    return fl__cuda_launched("bias_grad (chunk sums)", err);
+}
+
+extern "C" fl_status fl__cuda_transpose(const float *d_src, int N, int P, int Q, float *d_dst, void *stream,
                                         fl_err_t *err) {
-    if (C < 1 || B < 1 || HW < 1) return FL_OK;
-    bias_grad_kernel<<<(unsigned)C, THREADS, 0, (cudaStream_t)stream>>>(d_dy, B, C, HW, d_db);
-    return fl__cuda_launched("bias_grad", err);
+    if (N < 1 || P < 1 || Q < 1) return FL_OK;
+    const dim3 grid((unsigned)((Q + TILE - 1) / TILE), (unsigned)((P + TILE - 1) / TILE),
+                    (unsigned)(N < 65535 ? N : 65535));
+    transpose_kernel<<<grid, dim3(TILE, ROW_TILE_Y), 0, (cudaStream_t)stream>>>(d_src, N, P, Q, d_dst);
+    return fl__cuda_launched("transpose", err);
 }
 
 extern "C" fl_status fl_cuda_dueling_combine_forward(const float *d_va, int B, int A, float *d_q, void *stream,

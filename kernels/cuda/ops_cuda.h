@@ -3,7 +3,8 @@
  * These are the building blocks of learner/dqn_cuda (the whole GPU update) and what the GPU
  * tests compare, one by one, against kernels/ops.h, loss.h and optim.h. All pointers
  * named d_* are device memory; shapes and layouts are exactly those of the CPU
- * reference (row-major, batch first, NCHW activations, PyTorch weight layouts).
+ * reference (row-major, batch first, PyTorch weight layouts), except that convolutions
+ * take channels-last (NHWC) activations, as cuDNN's fastest kernels do.
  *
  *   - a context (fl_cuda_ctx_t) owns a cuBLAS and a cuDNN handle bound to one stream,
  *     the cuBLAS workspace (so that graph capture never allocates) and one cuDNN
@@ -69,6 +70,11 @@ void *fl_cuda_ctx_stream(const fl_cuda_ctx_t *c);
 /* The convolution workspace grows (synchronizing the stream) when a layer needs more;
  * the generation changes whenever its address does (captured graphs must be redone). */
 unsigned fl_cuda_ctx_workspace_generation(const fl_cuda_ctx_t *c);
+/* on != 0: convolutions set up from now on (fl_cuda_conv_set_batch) pick their
+ * algorithms by timing every one on this GPU (cudnnFind*, PyTorch's
+ * cudnn.benchmark), instead of by cuDNN's heuristics; the same workspace limit and math
+ * rules apply. Costs a search per layer and batch size, synchronizing the device. */
+void fl_cuda_ctx_set_benchmark(fl_cuda_ctx_t *c, int on);
 
 /* ---- dense: y = x W^T + b (kernels/ops.h fl_dense_*) ------------------------------------ */
 
@@ -84,8 +90,12 @@ fl_status fl_cuda_dense_backward(fl_cuda_ctx_t *c, const float *d_x, const float
 /* ---- conv2d (kernels/ops.h fl_conv2d_*), cuDNN legacy API ------------------------------
  * Shapes as fl_conv2d_shape_t (cin, h, w, cout, k, stride, pad; ho, wo are checked
  * against cuDNN's). set_batch sets the descriptors for batch B and picks algorithms
- * (cuDNN's _v7 heuristics, restricted to FMA math unless the context allows TF32),
- * growing the context's workspace if needed; forward/backward use the last B set. */
+ * (cuDNN's _v7 heuristics, or timed with the context's benchmark flag; restricted to
+ * FMA math unless the context allows TF32),
+ * growing the context's workspace if needed; forward/backward use the last B set.
+ * Activations are channels-last: x (B, H, W, Cin), y (B, Ho, Wo, Cout); the filter and its
+ * gradient are PyTorch's (Cout, Cin, K, K) (the layer transposes them for cuDNN into
+ * buffers of its own, so one layer serves one stream at a time). */
 typedef struct fl_cuda_conv fl_cuda_conv_t;
 
 fl_status fl_cuda_conv_create(fl_cuda_ctx_t *c, int cin, int h, int w, int cout, int k, int stride, int pad,
@@ -93,27 +103,36 @@ fl_status fl_cuda_conv_create(fl_cuda_ctx_t *c, int cin, int h, int w, int cout,
 void fl_cuda_conv_destroy(fl_cuda_conv_t *v); /* NULL is a no-op */
 fl_status fl_cuda_conv_set_batch(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, int B, fl_err_t *err);
 int fl_cuda_conv_batch(const fl_cuda_conv_t *v); /* the B last set, 0 before */
-fl_status fl_cuda_conv_forward(fl_cuda_ctx_t *c, const fl_cuda_conv_t *v, const float *d_x, /* (B, Cin, H, W) */
+fl_status fl_cuda_conv_forward(fl_cuda_ctx_t *c, const fl_cuda_conv_t *v, const float *d_x, /* (B, H, W, Cin) */
                                const float *d_w,                                             /* (Cout, Cin, K, K) */
                                const float *d_b,                                             /* (Cout) or NULL */
-                               float *d_y,                                                   /* (B, Cout, Ho, Wo) */
+                               float *d_y,                                                   /* (B, Ho, Wo, Cout) */
                                fl_err_t *err);
-/* Overwrites dx (B, Cin, H, W), dw, db; each may be NULL. */
+/* Overwrites dx (B, H, W, Cin), dw (Cout, Cin, K, K), db; each may be NULL. */
 fl_status fl_cuda_conv_backward(fl_cuda_ctx_t *c, const fl_cuda_conv_t *v, const float *d_x, const float *d_w,
                                 const float *d_dy, float *d_dx, float *d_dw, float *d_db, fl_err_t *err);
 
 /* ---- own kernels (ops_cuda.cu); stream is a cudaStream_t or NULL ------------------------ */
 
-/* dst (B, C, H, W) = input_scale * convert(src (B, H, W, C)) for an image (C >= 1), or
- * dst (B, D) = input_scale * convert(src (B, D)) for a vector (H = W = 1, C = D,
- * image = 0). convert: float32 as is; uint8 as (float)u * obs_scale (the learner's
- * fl_dtype_to_float with 1/255), multiplied by input_scale afterwards, as the CPU does. */
-fl_status fl__cuda_obs_to_input(const void *d_src, int is_uint8, int B, int C, int H, int W, int image,
-                                float obs_scale, float input_scale, float *d_dst, void *stream, fl_err_t *err);
-/* y (B, C, HW) += b[c] */
-fl_status fl__cuda_bias_add(float *d_y, const float *d_b, int B, int C, int HW, void *stream, fl_err_t *err);
-/* db[c] = sum over b, p of dy (B, C, HW) */
-fl_status fl__cuda_bias_grad(const float *d_dy, int B, int C, int HW, float *d_db, void *stream, fl_err_t *err);
+/* dst[i] = input_scale * convert(src[i]) for total elements, layout unchanged (images
+ * stay (B, H, W, C): channels-last is what the convolutions take). convert: float32 as is;
+ * uint8 as (float)u * obs_scale (the learner's fl_dtype_to_float with 1/255), multiplied
+ * by input_scale afterwards, as the CPU does. */
+fl_status fl__cuda_obs_to_input(const void *d_src, int is_uint8, size_t total, float obs_scale, float input_scale,
+                                float *d_dst, void *stream, fl_err_t *err);
+/* y (R, C) += b (C) on every row: a dense layer's (B, out), a channels-last
+ * convolution's (B Ho Wo, Cout). */
+fl_status fl__cuda_bias_add(float *d_y, const float *d_b, size_t R, int C, void *stream, fl_err_t *err);
+/* db (C) = the column sums of dy (R, C), in two passes: partial sums over
+ * fl__cuda_bias_grad_chunks(R, C) chunks of rows into d_scratch (chunks x C floats, at most
+ * FL_CUDA_REDUCE_FLOATS; unused when there is one chunk), then their sums in chunk order.
+ * The summation order depends only on R and C: the same result on every run. */
+#define FL_CUDA_REDUCE_FLOATS ((size_t)65536)
+int fl__cuda_bias_grad_chunks(size_t R, int C);
+fl_status fl__cuda_bias_grad(const float *d_dy, size_t R, int C, float *d_db, float *d_scratch, void *stream,
+                             fl_err_t *err);
+/* dst (N, Q, P) from src (N, P, Q), e.g. NCHW (B, C, HW) to NHWC (B, HW, C) and back. */
+fl_status fl__cuda_transpose(const float *d_src, int N, int P, int Q, float *d_dst, void *stream, fl_err_t *err);
 /* q (B, A) = V + A - mean(A) from va (B, 1 + A); the backward writes dva (B, 1 + A). */
 fl_status fl_cuda_dueling_combine_forward(const float *d_va, int B, int A, float *d_q, void *stream, fl_err_t *err);
 fl_status fl_cuda_dueling_combine_backward(const float *d_dq, int B, int A, float *d_dva, void *stream,
