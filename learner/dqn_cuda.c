@@ -3,7 +3,8 @@
  * The network is the layer table of a CPU fl_qnet_t built from the same spec
  * (fl_qnet_layer: kinds, shapes, parameter offsets and view names), so the spec is
  * parsed once, by kernels/qnet.c. Activations live in one device
- * buffer per layer for max_batch samples (flatten aliases its input); the three
+ * buffer per layer for max_batch samples (flatten aliases its input, or a transposing
+ * flatten's xt, setup_layers); the three
  * forwards of an update share them, so the last one (online on obs) leaves the
  * activations the backward needs, as on the CPU. Gradients flow backward through two
  * ping-pong buffers.
@@ -84,7 +85,7 @@ struct fl_cuda_dqn {
     unsigned ws_gen;
 
     /* device */
-    void *allocs[64 + FL_QNET_MAX_LAYERS];
+    void *allocs[64 + 2 * FL_QNET_MAX_LAYERS]; /* fixed buffers, then per layer its output and xt */
     int num_allocs;
     float *d_params, *d_target, *d_grads, *d_state, *d_shadow;
     void *d_obs, *d_next;
@@ -313,6 +314,11 @@ static fl_status setup_layers(fl_cuda_dqn_t *d, fl_err_t *err) {
         l->x = x;
         const int mixed = l->in_c > 1 && l->in_h * l->in_w > 1; /* (C, H, W) and (H, W, C) differ */
         if (nhwc && mixed && l->kind != FL_QNET_CONV && l->kind != FL_QNET_RELU) {
+            if (!fl__cuda_transpose_fits(l->in_h * l->in_w, l->in_c))
+                return fl_err_set(err, FL_INVALID_ARGUMENT,
+                                  "dqn_cuda: layer %d (%s) reads %d x %d pixels of %d channels: over the GPU "
+                                  "transpose's %d pixels (use a convolution first, or learner.device = cpu)",
+                                  i, l->prefix, l->in_h, l->in_w, l->in_c, FL_CUDA_TRANSPOSE_MAX_P);
             l->from_nhwc = 1;
             if ((st = dev_alloc(d, (void **)&l->xt, B * l->in_size * F, err)) != FL_OK) return st;
         }

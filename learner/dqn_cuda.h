@@ -12,8 +12,9 @@
  * exactly what the CPU learner computes with fl_dtype_to_float (obs_scale 1/255) and
  * qnet's input_scale. Image observations (rank 3) arrive (H, W, C), and the convolutions
  * run on them channels-last (cuDNN's fast layout); the first layer after them that reads
- * pixels and channels together (flatten, dense) reads them transposed to qnet's
- * (C, H, W), so every weight means what it means on the CPU.
+ * pixels and channels together (flatten, dense, dueling) reads them transposed to qnet's
+ * (C, H, W), so every weight means what it means on the CPU. Such a layer takes at most
+ * FL_CUDA_TRANSPOSE_MAX_P pixels (create answers FL_INVALID_ARGUMENT beyond).
  *
  * Data path: the object owns `num_slots` input slots of pinned host memory. A prefetch
  * thread decodes a sampled batch straight into a slot (fl_cuda_dqn_slot gives the
@@ -72,8 +73,9 @@ typedef struct fl_cuda_dqn_config {
     fl_optim_config_t optim;
     int tf32;              /* 1: TF32 tensor cores in GEMMs and convolutions; 0: plain float32 FMA */
     int use_graph;         /* 1: capture and replay CUDA graphs */
-    int cudnn_benchmark;   /* 1: convolution algorithms timed on the GPU (fl_cuda_ctx_set_benchmark), once
-                            * per batch size; 0: cuDNN's heuristics */
+    int cudnn_benchmark;   /* 1: convolution algorithms timed on the GPU (fl_cuda_ctx_set_benchmark) whenever
+                            * the convolutions are set up for a batch size other than the last one (a
+                            * captured graph keeps its own); 0: cuDNN's heuristics */
     int device;            /* CUDA device index */
     int num_slots;         /* 1..FL_CUDA_DQN_MAX_SLOTS pinned input slots */
 } fl_cuda_dqn_config_t;

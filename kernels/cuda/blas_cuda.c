@@ -254,7 +254,7 @@ _Static_assert(CUDNN_CONVOLUTION_FWD_ALGO_COUNT <= MAX_CONV_ALGOS &&
                    CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT <= MAX_CONV_ALGOS,
                "MAX_CONV_ALGOS is below one of cuDNN's algorithm counts");
 
-/* One entry of cuDNN's heuristic ranking, whichever operation's perf type it came in. */
+/* One entry of cuDNN's ranking (heuristic or timed), whichever operation's perf type it came in. */
 typedef struct {
     int algo;
     cudnnMathType_t math;
@@ -323,7 +323,7 @@ static cudnnStatus_t workspace_size(const fl_cuda_ctx_t *c, const fl_cuda_conv_t
     return CUDNN_STATUS_BAD_PARAM;
 }
 
-/* Walks cuDNN's heuristic ranking for op (then, if nothing there works, every algorithm
+/* Walks cuDNN's ranking for op, heuristic or timed (then, if nothing there works, every algorithm
  * in enum order) and takes the first one whose workspace can be queried for the math type
  * we allow and fits CONV_WORKSPACE_LIMIT: its number in *algo, its workspace in *ws. The
  * op's descriptor keeps that algorithm's math type. */

@@ -307,9 +307,16 @@ extern "C" fl_status fl__cuda_bias_grad(const float *d_dy, size_t R, int C, floa
     return fl__cuda_launched("bias_grad (chunk sums)", err);
 }
 
+extern "C" int fl__cuda_transpose_fits(int P, int Q) {
+    return P <= FL_CUDA_TRANSPOSE_MAX_P && Q <= FL_CUDA_TRANSPOSE_MAX_P;
+}
+
 extern "C" fl_status fl__cuda_transpose(const float *d_src, int N, int P, int Q, float *d_dst, void *stream,
                                         fl_err_t *err) {
     if (N < 1 || P < 1 || Q < 1) return FL_OK;
+    if (!fl__cuda_transpose_fits(P, Q))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "transpose: (%d, %d, %d): P and Q must be at most %d", N, P, Q,
+                          FL_CUDA_TRANSPOSE_MAX_P);
     const dim3 grid((unsigned)((Q + TILE - 1) / TILE), (unsigned)((P + TILE - 1) / TILE),
                     (unsigned)(N < 65535 ? N : 65535));
     transpose_kernel<<<grid, dim3(TILE, ROW_TILE_Y), 0, (cudaStream_t)stream>>>(d_src, N, P, Q, d_dst);

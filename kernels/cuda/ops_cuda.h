@@ -7,12 +7,15 @@
  * take channels-last (NHWC) activations, as cuDNN's fastest kernels do.
  *
  *   - a context (fl_cuda_ctx_t) owns a cuBLAS and a cuDNN handle bound to one stream,
- *     the cuBLAS workspace (so that graph capture never allocates) and one cuDNN
- *     workspace shared by every convolution; its `tf32` flag selects TF32 tensor-core
- *     math (cublasSetMathMode, cuDNN math types) or plain FMA float32;
+ *     the cuBLAS workspace (so that graph capture never allocates), one cuDNN
+ *     workspace shared by every convolution and the bias gradients' scratch
+ *     (FL_CUDA_REDUCE_FLOATS); its `tf32` flag selects TF32 tensor-core math
+ *     (cublasSetMathMode, cuDNN math types) or plain FMA float32, its benchmark flag
+ *     timed convolution algorithms;
  *   - dense layers are cuBLAS SGEMMs (row-major buffers mapped as in blas_cuda.c) plus a bias kernel;
- *   - convolutions are cuDNN's legacy API (one fl_cuda_conv_t per layer: descriptors,
- *     _v7 heuristics, workspace sizes), plus own bias kernels;
+ *   - convolutions are cuDNN's legacy API on channels-last tensors (one fl_cuda_conv_t
+ *     per layer: descriptors, algorithms by the _v7 heuristics or timed, workspace
+ *     sizes, the transposed filter), plus own bias kernels;
  *   - everything else is an own kernel (ops_cuda.cu).
  * The elementwise kernels are compiled without FMA contraction (--fmad=false), so they
  * round exactly as the CPU reference does: given the same inputs, relu, the dueling
@@ -73,7 +76,8 @@ unsigned fl_cuda_ctx_workspace_generation(const fl_cuda_ctx_t *c);
 /* on != 0: convolutions set up from now on (fl_cuda_conv_set_batch) pick their
  * algorithms by timing every one on this GPU (cudnnFind*, PyTorch's
  * cudnn.benchmark), instead of by cuDNN's heuristics; the same workspace limit and math
- * rules apply. Costs a search per layer and batch size, synchronizing the device. */
+ * rules apply. Costs a search per layer each time a layer is set up for another batch
+ * size (a layer keeps the last size's algorithms only), synchronizing the device. */
 void fl_cuda_ctx_set_benchmark(fl_cuda_ctx_t *c, int on);
 
 /* ---- dense: y = x W^T + b (kernels/ops.h fl_dense_*) ------------------------------------ */
@@ -131,7 +135,11 @@ fl_status fl__cuda_bias_add(float *d_y, const float *d_b, size_t R, int C, void 
 int fl__cuda_bias_grad_chunks(size_t R, int C);
 fl_status fl__cuda_bias_grad(const float *d_dy, size_t R, int C, float *d_db, float *d_scratch, void *stream,
                              fl_err_t *err);
-/* dst (N, Q, P) from src (N, P, Q), e.g. NCHW (B, C, HW) to NHWC (B, HW, C) and back. */
+/* dst (N, Q, P) from src (N, P, Q), e.g. NCHW (B, C, HW) to NHWC (B, HW, C) and back.
+ * P and Q up to FL_CUDA_TRANSPOSE_MAX_P (the grid's 65535 tiles of 32 on P; the same
+ * bound on Q, for symmetry); FL_INVALID_ARGUMENT beyond (fl__cuda_transpose_fits says). */
+#define FL_CUDA_TRANSPOSE_MAX_P (65535 * 32)
+int fl__cuda_transpose_fits(int P, int Q);
 fl_status fl__cuda_transpose(const float *d_src, int N, int P, int Q, float *d_dst, void *stream, fl_err_t *err);
 /* q (B, A) = V + A - mean(A) from va (B, 1 + A); the backward writes dva (B, 1 + A). */
 fl_status fl_cuda_dueling_combine_forward(const float *d_va, int B, int A, float *d_q, void *stream, fl_err_t *err);
