@@ -2,7 +2,8 @@
  * learner's fl_dqn_step (learner/dqn.h) on networks from kernels/qnet.c: the same
  * parameters and batches on both sides, then the same targets, priorities, loss,
  * gradient norm, gradient, updated parameters and optimizer state, over several steps
- * and two batch sizes, for the MLP, MinAtar, Nature and a padded convolutional spec,
+ * and two batch sizes, for the MLP, MinAtar, Nature, a padded convolutional spec and the
+ * specs whose layers read channels-last images transposed,
  * with CUDA graphs on and off, uint8 and float observations; plus the skipped update on
  * a non-finite loss (also through a replayed graph), compute + apply == step, the
  * asynchronous snapshot, checkpoint interchange of the optimizer state, and argument
@@ -339,6 +340,14 @@ static const dcase_t CASES[] = {
     {"nature uint8 eager", NATURE, 3, {84, 84, 4}, 18, 16, 1, 1.0f, 0, FL_OPTIM_RMSPROP, 1.0f},
     {"padded conv float graph", "conv(8,3,2,1) relu conv(8,3,1) relu dense(32) relu dueling", 3, {9, 11, 3}, 5, 12,
      0, 1.0f, 1, FL_OPTIM_SGD, 40.0f},
+    /* the layers that read channels-last pixels transposed (learner/dqn_cuda.h): a
+     * flatten and a dense layer first, on the image itself, and the dueling head straight
+     * after a convolution (its input gradient transposed back) */
+    {"image flatten first uint8 graph", "flatten dense(16) relu dueling", 3, {5, 6, 3}, 4, 10, 1, 1.0f, 1,
+     FL_OPTIM_RMSPROP, 40.0f},
+    {"image dense first float eager", "dense(16) relu dueling", 3, {5, 6, 3}, 4, 10, 0, 1.0f, 0, FL_OPTIM_SGD, 0.5f},
+    {"conv then dueling uint8 graph", "conv(6,3,1) relu dueling", 3, {7, 8, 2}, 3, 10, 1, 1.0f, 1, FL_OPTIM_RMSPROP,
+     40.0f},
 };
 #define NUM_CASES (int)(sizeof CASES / sizeof CASES[0])
 
@@ -629,7 +638,9 @@ static void test_create_without_gpu(void **state) {
                  {NATURE, 3, {84, 84, 4}},
                  {"conv(8,3,2,1) relu conv(8,3,1) relu dense(32) relu dueling", 3, {9, 11, 3}},
                  {"relu conv(4,3,1) dense(8) relu", 3, {5, 6, 2}},
-                 {"flatten dense(6) relu dueling", 3, {4, 4, 2}}};
+                 {"flatten dense(6) relu dueling", 3, {4, 4, 2}},
+                 {"dense(16) relu dueling", 3, {5, 6, 3}},
+                 {"conv(6,3,1) relu dueling", 3, {7, 8, 2}}};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         fl_cuda_dqn_config_t g;
         fl_cuda_dqn_config_init(&g);
