@@ -13,7 +13,8 @@
 #   minatar  configs/minatar-breakout.ini with learner.device = cuda for
 #            GPU_CHECK_SECONDS (default 60) seconds
 #   profile  (only when GPU_CHECK_STEPS names it) scripts/gpu_profile.sh: the kernels of
-#            GPU_CHECK_PROFILE (default "nature 512") under ncu, ncu.csv in OUT_DIR
+#            GPU_CHECK_PROFILE (default "nature 512") under ncu, summed by kernel in
+#            profile.log (ncu's CSV stays in a temporary folder: OUT_DIR keeps to 8 files)
 # A step that skips for want of a GPU or of CUDA in the build (a test's "SKIP: no GPU",
 # "SKIP: fleet was built without CUDA", learner_bench's "GPU rows skipped") counts as
 # failed: it showed nothing.
@@ -147,7 +148,7 @@ step bench 300 build/bench/learner_bench --no-cpu --python "$pywrap" \
   --torch-script bench/learner_bench_torch.py ${GPU_CHECK_BENCH:---case nature --seconds 2}
 step minatar $((seconds + 90)) minatar
 # shellcheck disable=SC2086
-step profile 240 bash scripts/gpu_profile.sh "$out" ${GPU_CHECK_PROFILE:-nature 512}
+step profile 240 bash scripts/gpu_profile.sh "$(dirname "$pywrap")/profile" ${GPU_CHECK_PROFILE:-nature 512}
 case " $steps " in *" minatar "*)
   cp "$runs/minatar-breakout/summary.txt" "$out/minatar-summary.txt" 2>/dev/null
   cp "$runs/minatar-breakout/metrics.csv" "$out/minatar-metrics.csv" 2>/dev/null ;;
