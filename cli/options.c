@@ -236,6 +236,7 @@ fl_status fl_options_learner(const fl_config_t *c, fl_learner_opts_t *o, fl_err_
     o->threads = (int)c->learner_threads;
     o->tf32 = c->learner_tf32 != 0;
     o->cuda_graphs = c->learner_cuda_graphs != 0;
+    o->cudnn_benchmark = c->learner_cudnn_benchmark != 0;
     o->batch_size = (int)c->learner_batch_size;
     o->grad_clip = c->learner_grad_clip;
     o->huber_delta = c->learner_huber_delta;

@@ -120,6 +120,9 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(learner, threads, INT, 1, 1, 256, "", "threads of a CPU learner's kernels (oneDNN's and OpenBLAS's)") \
     X(learner, tf32, BOOL, 1, 0, 1, "", "GPU learner: TF32 tensor cores in matrix products and convolutions") \
     X(learner, cuda_graphs, BOOL, 1, 0, 1, "", "GPU learner: capture the update as a CUDA graph and replay it") \
+    X(learner, cudnn_benchmark, BOOL, 0, 0, 1, "",                                                                \
+      "GPU learner: pick the convolution algorithms by timing each on the GPU (PyTorch's cudnn.benchmark), "     \
+      "instead of cuDNN's heuristics")                                                                          \
     X(learner, batch_size, INT, 128, 1, 65536, "", "transitions per sampled batch")                        \
     X(learner, optimizer, ENUM, "adam", 0, 0, "rmsprop|adam|sgd", "optimizer (rmsprop is centered)")     \
     X(learner, lr, FLOAT, 0.003, 0, 10, "", "learning rate")                                             \

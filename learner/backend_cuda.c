@@ -98,12 +98,13 @@ static fl_status cuda_open(fl_learner_t *l, int required, int *declined, fl_err_
     gc.optim = *fl_optim_config(l->opt);
     gc.tf32 = l->o.tf32 != 0;
     gc.use_graph = l->o.cuda_graphs != 0;
+    gc.cudnn_benchmark = l->o.cudnn_benchmark != 0;
     FL_TRY(fl_cuda_dqn_create(&gc, &st->gpu, err));
     FL_TRY(cuda_push(l, 1, err));
     char name[128] = "";
     fl_cuda_device_name(0, name, sizeof name, NULL);
-    FL_INFO("learner: training on %s (TF32 %s, CUDA graphs %s)", name, gc.tf32 ? "on" : "off",
-            gc.use_graph ? "on" : "off");
+    FL_INFO("learner: training on %s (TF32 %s, CUDA graphs %s, convolution algorithms %s)", name,
+            gc.tf32 ? "on" : "off", gc.use_graph ? "on" : "off", gc.cudnn_benchmark ? "timed" : "by heuristics");
     return FL_OK;
 }
 

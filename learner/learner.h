@@ -126,6 +126,7 @@ typedef struct fl_learner_opts {
     fl_learner_device device;     /* [learner.device] */
     int threads;                  /* [learner.threads] threads of the CPU kernels (OpenBLAS, oneDNN) */
     int tf32, cuda_graphs;        /* [learner.tf32, learner.cuda_graphs] GPU: TF32 tensor cores, CUDA graphs */
+    int cudnn_benchmark;          /* [learner.cudnn_benchmark] GPU: convolution algorithms timed, not heuristic */
     int batch_size;               /* [learner.batch_size] */
     fl_optim_settings_t optim;    /* [learner.optimizer, lr, momentum, adam_*, rmsprop_*] */
     double grad_clip;             /* [learner.grad_clip] 0 = off */
