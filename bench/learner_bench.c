@@ -45,7 +45,7 @@
  * includes the copy of the batch from pinned host memory to the GPU and the priorities
  * coming back, as in the learner. TF32 on and off; convolution algorithms by cuDNN's
  * heuristics or timed on the GPU (convs heuristic / timed: PyTorch's cudnn.benchmark
- * False / True on its side). PyTorch eager on the same GPU runs
+ * False / True on its side; networks without convolutions: heuristic only). PyTorch eager on the same GPU runs
  * the same update (the script's --device cuda: batch copied from pinned memory, uint8
  * converted on the GPU, priorities to the host every update).
  *
@@ -375,6 +375,7 @@ static int gpu_rows(const opts_t *o, int have_torch) {
             for (int tf32 = 1; tf32 >= 0; tf32--)
                 for (int search = 0; search < 2; search++) {
                     if (o->batch && bi > 0) continue;
+                    if (search && !strstr(c->spec, "conv")) continue; /* no convolution to time */
                     const int B = o->batch ? o->batch : c->batches[bi];
                     const char *convs = search ? "timed" : "heuristic";
                     const double f = gpu_rate(c, B, tf32, search, o->seconds);
