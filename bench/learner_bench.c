@@ -252,6 +252,17 @@ static double torch_best_blas(const opts_t *o, const netcase_t *c, int B, int th
     return rate;
 }
 
+/* The batch sizes case c runs at into out: --batch's alone, or the case's two; the count. */
+static int case_batches(const opts_t *o, const netcase_t *c, int out[2]) {
+    if (o->batch) {
+        out[0] = o->batch;
+        return 1;
+    }
+    out[0] = c->batches[0];
+    out[1] = c->batches[1];
+    return 2;
+}
+
 /* ---- GPU rows ---------------------------------------------------------------------- */
 
 #ifdef FLEET_HAVE_CUDA
@@ -371,12 +382,13 @@ static int gpu_rows(const opts_t *o, int have_torch) {
         if (o->only >= 0 && o->only != k) continue;
         const netcase_t *c = &CASES[k];
         const char *dtype = strcmp(c->name, "nature") == 0 ? "uint8" : "float32";
-        for (int bi = 0; bi < 2; bi++)
+        int batches[2];
+        const int nb = case_batches(o, c, batches);
+        for (int bi = 0; bi < nb; bi++)
             for (int tf32 = 1; tf32 >= 0; tf32--)
                 for (int search = 0; search < 2; search++) {
-                    if (o->batch && bi > 0) continue;
                     if (search && !strstr(c->spec, "conv")) continue; /* no convolution to time */
-                    const int B = o->batch ? o->batch : c->batches[bi];
+                    const int B = batches[bi];
                     const char *convs = search ? "timed" : "heuristic";
                     const double f = gpu_rate(c, B, tf32, search, o->seconds);
                     if (f < 0) return 1;
@@ -524,8 +536,10 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
     for (int k = 0; k < NUM_CASES; k++) {
         if (o->only >= 0 && o->only != k) continue;
         const netcase_t *c = &CASES[k];
-        for (int bi = 0; bi < (o->batch ? 1 : 2); bi++) {
-            const int B = o->batch ? o->batch : c->batches[bi];
+        int batches[2];
+        const int nb = case_batches(o, c, batches);
+        for (int bi = 0; bi < nb; bi++) {
+            const int B = batches[bi];
             const double flop = update_flops(c, B);
             if (flop < 0) return 1;
             double f[4], t[4], fw[4], tw[4] = {-1, -1, -1, -1};
