@@ -27,6 +27,13 @@
  * convolution and the weight gradient after it, and an input gradient is copied back
  * the other way (rows and columns the convolution does not reach get 0).
  *
+ * Sparse inputs. A dense layer whose input edge is the observations' own (directly or
+ * through a flatten), on oneDNN's product, with rows of SPARSE_MIN_IN inputs or more,
+ * gets one step (ST_SPARSE_FWD) that lists the batch's nonzero inputs and, when they are
+ * at most 1 / SPARSE_SHARE of its values, runs kernels/dense_sparse.h's forward over
+ * them, else the primitive; its weight gradient step (ST_SPARSE_WGRAD) goes the way the
+ * plan's last forward went, from the same lists (held in the layer's lplan).
+ *
  * Fleet's own ops (relu forward and backward, the observations' copy in and out) run on
  * the same OpenMP threads as the primitives, in fixed spans, so their results do not
  * depend on the thread count.
@@ -37,6 +44,7 @@
 #include "kernels/dnnl.h"
 #include "kernels/conv_fwd.h"
 #include "kernels/dense_small.h"
+#include "kernels/dense_sparse.h"
 
 #ifdef FL_HAVE_DNNL
 
@@ -70,8 +78,23 @@ typedef enum {
     ST_DENSE_THIN,   /* a dense layer's forward on short rows (kernels/dense_small.h) */
     ST_TILE_WEIGHTS, /* a layer's weights, packed for its forward on fleet's tiles */
     ST_TILE_FWD,     /* a convolution's or a large dense layer's forward on fleet's tiles (kernels/conv_fwd.h) */
-    ST_TILE_WGRAD    /* a convolution's weight and bias gradients on the same tiles */
+    ST_TILE_WGRAD,   /* a convolution's weight and bias gradients on the same tiles */
+    ST_SPARSE_FWD,   /* the first dense layer's forward: over the nonzero inputs when they are few, else prim */
+    ST_SPARSE_WGRAD  /* its weight and bias gradients: the same way as the last forward went */
 } step_kind;
+
+/* A first dense layer's sparse inputs (kernels/dense_sparse.h): the nonzero inputs the
+ * last forward listed (nnz -1: too many, that forward ran the dense product; -2: no
+ * forward yet), the
+ * transposed weights (wt_gen: params_gen when they were made) and the weight gradient's
+ * column lists. */
+typedef struct sparse_in {
+    int cap, nnz;
+    int *start, *col, *cstart, *crow;
+    float *val, *cval, *wt;
+    int wt_ok;
+    unsigned long long wt_gen;
+} sparse_in_t;
 
 typedef struct step {
     step_kind kind;
@@ -89,6 +112,7 @@ typedef struct step {
                             out, in and relu (k) */
     const float *bias;   /* dense small, tiles */
     const fl_conv_fwd_t *tiles; /* tiles: the forward's set-up */
+    sparse_in_t *sp;            /* sparse steps: the layer's lists (in its lplan) */
     int cached;               /* reads the parameters only: skipped while params_gen stays at seen */
     unsigned long long seen;  /* params_gen when it last ran */
     int ran;
@@ -127,6 +151,8 @@ typedef struct lplan {
     float *dva;                   /* dueling: their gradient */
     dnnl_memory_t dva_mem;
     fl_conv_fwd_t *tiles;         /* conv: the forward ran on fleet's tiles, set up here */
+    int sparse;                   /* dense: the forward may take the sparse inputs (sp) */
+    sparse_in_t sp;
 } lplan_t;
 
 typedef struct plan {
@@ -652,6 +678,26 @@ static fl_status plain_of(bld_t *b, tensor_t *t, tensor_t **out) {
 #define DENSE_HEAD_OUT 32             /* and one with up to this many outputs (a dueling head) */
 #define DENSE_THIN_IN 16              /* a dense layer's forward with rows up to this long is fleet's own */
 #define DENSE_TILE_BATCH 6            /* from this batch a large layer's forward runs on fleet's tiles */
+#define SPARSE_MIN_IN 64              /* a first dense layer with rows this long at least may go sparse */
+#define SPARSE_SHARE 4                /* when at most 1 / this of its inputs are not 0 */
+
+/* The lists of a first dense layer's sparse inputs at batch B (sparse_in_t). */
+static fl_status new_sparse(bld_t *b, sparse_in_t *sp, int B, int in, int out) {
+    const size_t cap = (size_t)B * in / SPARSE_SHARE;
+    float *start, *col, *cstart, *crow;
+    FL_TRY(new_buf(b, ((size_t)B + 1) * sizeof(int), &start));
+    FL_TRY(new_buf(b, cap * sizeof(int), &col));
+    FL_TRY(new_buf(b, cap * sizeof(float), &sp->val));
+    FL_TRY(new_buf(b, ((size_t)in + 1) * sizeof(int), &cstart));
+    FL_TRY(new_buf(b, cap * sizeof(int), &crow));
+    FL_TRY(new_buf(b, cap * sizeof(float), &sp->cval));
+    FL_TRY(new_buf(b, (size_t)in * out * sizeof(float), &sp->wt));
+    sp->start = (int *)(void *)start, sp->col = (int *)(void *)col;
+    sp->cstart = (int *)(void *)cstart, sp->crow = (int *)(void *)crow;
+    sp->cap = (int)cap;
+    sp->nnz = -2; /* no forward yet */
+    return FL_OK;
+}
 
 /* dense (units outputs) and the dueling head (1 + A stream outputs) as an inner product
  * over the plain input seen as (B, in). */
@@ -702,6 +748,14 @@ static fl_status fwd_dense(bld_t *b, int i) {
     const int small = !tiles && large && B >= 4 && B <= DENSE_SMALL_BATCH;
     const int thin = in <= DENSE_THIN_IN && fl_dense_small_preferred();
     const int head = !thin && out_n <= DENSE_HEAD_OUT && fl_dense_small_preferred();
+    /* A dense layer that reads the observations as they were copied in (directly or
+     * through a flatten) on oneDNN's product: its forward lists the batch's nonzero
+     * inputs, and where they are at most 1 / SPARSE_SHARE of them it adds up only their
+     * weights (kernels/dense_sparse.h), as its weight gradient then does; otherwise the
+     * primitive runs. */
+    lp->sparse = !tiles && !small && !thin && !head && !dueling && in >= SPARSE_MIN_IN && p->edge[0] &&
+                 lp->src->val == p->edge[0]->val;
+    if (lp->sparse) FL_TRY(new_sparse(b, &lp->sp, B, in, out_n));
     if (!tiles && !small && !thin && !head)
         FL_TRY(flat_mem(b, &wei, n->params, l->w_off, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
                         &wm, &wfrom));
@@ -743,7 +797,14 @@ static fl_status fwd_dense(bld_t *b, int i) {
     } else {
         const dnnl_exec_arg_t args[4] = {
             {DNNL_ARG_SRC, lp->src2d}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_BIAS, bm}, {DNNL_ARG_DST, dm}};
-        FL_TRY(add_prim(b, &p->fwd, pd, "fwd", 4, args));
+        FL_TRY(add_prim(b, &p->fwd, pd, lp->sparse ? "fwd (sparse inputs)" : "fwd", 4, args));
+        if (lp->sparse) { /* the same step, the primitive its dense case */
+            step_t *s = &p->fwd.v[p->fwd.n - 1];
+            s->kind = ST_SPARSE_FWD;
+            s->sp = &lp->sp;
+            s->a = lp->src->val, s->b = n->params + l->w_off, s->bias = n->params + l->b_off, s->c = out->val;
+            s->batch = B, s->cin = in, s->cout = out_n, s->k = lp->fused;
+        }
     }
     if (dueling) {
         const step_t s = {.kind = ST_COMBINE_FWD, .what = "combine", .a = lp->va, .c = out->val, .batch = B,
@@ -970,7 +1031,14 @@ static fl_status bwd_dense_weights(bld_t *b, int i, steplist_t *l) {
         (st = new_mem(b, &bia, n->grads + ly->b_off, &bm)) == FL_OK) {
         const dnnl_exec_arg_t args[4] = {
             {DNNL_ARG_SRC, lp->src2d}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, wm}, {DNNL_ARG_DIFF_BIAS, bm}};
-        st = add_prim(b, l, pd, "bwd weights", 4, args);
+        st = add_prim(b, l, pd, lp->sparse ? "bwd weights (sparse inputs)" : "bwd weights", 4, args);
+        if (st == FL_OK && lp->sparse) { /* the same step, the primitive its dense case */
+            step_t *s = &l->v[l->n - 1];
+            s->kind = ST_SPARSE_WGRAD;
+            s->sp = &lp->sp;
+            s->b = b->p->edge[i + 1]->grad, s->c = n->grads + ly->w_off, s->c2 = n->grads + ly->b_off;
+            s->batch = B, s->cin = in, s->cout = out_n;
+        }
     }
     dnnl_primitive_desc_destroy(pd);
     return st;
@@ -1135,7 +1203,7 @@ static size_t describe_list(const steplist_t *l, char *out, size_t cap, size_t l
         if (s->kind == ST_DENSE_SMALL || s->kind == ST_DENSE_THIN || s->kind == ST_TILE_FWD ||
             s->kind == ST_TILE_WGRAD) {
             impl = "fleet:avx2";
-        } else if (s->kind == ST_PRIM) {
+        } else if (s->kind == ST_PRIM || s->kind == ST_SPARSE_FWD || s->kind == ST_SPARSE_WGRAD) {
             const_dnnl_primitive_desc_t pd = NULL;
             if (dnnl_primitive_get_primitive_desc(s->prim, &pd) != dnnl_success ||
                 dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success)
@@ -1143,8 +1211,16 @@ static size_t describe_list(const steplist_t *l, char *out, size_t cap, size_t l
         } else {
             continue;
         }
-        int w = snprintf(len < cap ? out + len : NULL, len < cap ? cap - len : 0, "%s %s: %s\n", s->layer, s->what,
-                         impl);
+        const int sparse = s->kind == ST_SPARSE_FWD || s->kind == ST_SPARSE_WGRAD;
+        char last[96] = "";
+        if (s->kind == ST_SPARSE_FWD && s->sp->nnz >= 0)
+            snprintf(last, sizeof last, " (last forward: sparse, %d of %ld inputs not 0)", s->sp->nnz,
+                     (long)s->batch * s->cin);
+        else if (s->kind == ST_SPARSE_FWD && s->sp->nnz == -1)
+            snprintf(last, sizeof last, " (last forward: dense, over %d of %ld inputs not 0)", s->sp->cap,
+                     (long)s->batch * s->cin);
+        int w = snprintf(len < cap ? out + len : NULL, len < cap ? cap - len : 0, "%s %s: %s%s%s\n", s->layer,
+                         s->what, sparse ? "fleet:sparse, else " : "", impl, last);
         if (w > 0) len += (size_t)w;
     }
     return len;
@@ -1258,6 +1334,30 @@ static void s2d_weights(const step_t *s, int grad) {
                         }
 }
 
+static fl_status exec_prim(fl_dnnl_net_t *n, const step_t *s, fl_err_t *err) {
+    dnnl_status_t st = dnnl_primitive_execute(s->prim, n->stream, s->nargs, s->args);
+    if (st != dnnl_success)
+        return fl_err_set(err, FL_INTERNAL, "dnnl: layer %s: %s failed to run (oneDNN status %d)", s->layer, s->what,
+                          (int)st);
+    return FL_OK;
+}
+
+/* A first dense layer's forward: the nonzero inputs listed, then the sparse sums (the
+ * transposed weights made again when the parameters may have changed), or, with too
+ * many of them, the primitive (1 returned: it is pending on the stream). */
+static int sparse_forward(const step_t *s, unsigned long long gen) {
+    sparse_in_t *sp = s->sp;
+    sp->nnz = fl_sparse_rows(s->a, s->batch, s->cin, sp->cap, sp->start, sp->col, sp->val);
+    if (sp->nnz < 0) return 1;
+    if (!sp->wt_ok || sp->wt_gen != gen) {
+        fl_dense_sparse_weights(s->b, sp->wt, s->cin, s->cout);
+        sp->wt_ok = 1;
+        sp->wt_gen = gen;
+    }
+    fl_dense_sparse_forward(sp->start, sp->col, sp->val, sp->wt, s->bias, s->c, s->batch, s->cout, s->k);
+    return 0;
+}
+
 static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
     int pending = 0;
     const unsigned long long gen = *n->params_gen;
@@ -1269,10 +1369,7 @@ static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
             s->seen = gen;
         }
         if (s->kind == ST_PRIM) {
-            dnnl_status_t st = dnnl_primitive_execute(s->prim, n->stream, s->nargs, s->args);
-            if (st != dnnl_success)
-                return fl_err_set(err, FL_INTERNAL, "dnnl: layer %s: %s failed to run (oneDNN status %d)", s->layer,
-                                  s->what, (int)st);
+            FL_TRY(exec_prim(n, s, err));
             pending = 1;
             continue;
         }
@@ -1293,6 +1390,21 @@ static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
         case ST_TILE_WEIGHTS: fl_conv_fwd_weights(s->tiles, s->a, s->c); break;
         case ST_TILE_FWD: fl_conv_fwd_run(s->tiles, s->a, s->b, s->bias, s->c, s->k); break;
         case ST_TILE_WGRAD: fl_conv_fwd_wgrad(s->tiles, s->a, s->b, s->c, s->c2); break;
+        case ST_SPARSE_FWD:
+            if (sparse_forward(s, gen)) {
+                FL_TRY(exec_prim(n, s, err));
+                pending = 1;
+            }
+            break;
+        case ST_SPARSE_WGRAD:
+            if (s->sp->nnz < 0) {
+                FL_TRY(exec_prim(n, s, err));
+                pending = 1;
+            } else {
+                fl_dense_sparse_wgrad(s->sp->start, s->sp->col, s->sp->val, s->sp->nnz, s->b, s->c, s->c2, s->batch,
+                                      s->cin, s->cout, s->sp->cstart, s->sp->crow, s->sp->cval);
+            }
+            break;
         case ST_PRIM: break;
         }
     }

@@ -4,7 +4,10 @@
  * A fl_dnnl_net_t runs one network's forward and backward with oneDNN primitives:
  * convolutions (forward, backward data, backward weights + bias) and dense layers (inner
  * product, forward, backward data, backward weights + bias), with relu fused into the
- * convolution or dense layer before it as a post-op. Fleet's own ops stay around them:
+ * convolution or dense layer before it as a post-op. A dense layer that reads the
+ * observations as they come takes them as sparse inputs when at most a quarter of a
+ * batch's values are set (kernels/dense_sparse.h: MinAtar's 0/1 planes), its forward and
+ * weight gradient then over the set values only. Fleet's own ops stay around them:
  * the dueling head's combine step, relu backward (on whatever layout the activation has)
  * and a relu that follows no convolution or dense layer. The network is the same as the
  * reference's: the same layer table (fl_qnet_layer), the same flat parameter and
@@ -102,7 +105,9 @@ fl_status fl_dnnl_net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *
 
 /* The implementations the plan at batch B runs, one "layer step: impl" line each (e.g.
  * "0.conv fwd: jit:avx512_core" for oneDNN's choice, "2.conv fwd (tiles): fleet:avx2" for
- * fleet's own forward kernels), into out (always NUL-terminated); the
+ * fleet's own forward kernels; a first dense layer that may go sparse: "0.dense fwd
+ * (sparse inputs): fleet:sparse, else gemm:jit (last forward: sparse, 412 of 51200
+ * inputs not 0)"), into out (always NUL-terminated); the
  * length it needed, or 0 when there is no plan at B. For tests and benches. */
 size_t fl_dnnl_net_describe(const fl_dnnl_net_t *n, int B, char *out, size_t cap);
 

@@ -2,7 +2,8 @@
  * backend (kernels/ops.h) on the same network and parameters: every op through small
  * networks (a convolution alone at several shapes with padding and stride, two in a row
  * with and without relu, dense layers, relu and flatten where nothing fuses them, image
- * inputs into a dense layer, the input scale), the three benchmark networks (Nature CNN,
+ * inputs into a dense layer, the input scale, a first dense layer over inputs mostly 0
+ * and its sparse kernels against sums in double), the three benchmark networks (Nature CNN,
  * MinAtar, MLP), batch sizes changing between calls and more of them than a network
  * keeps plans for, two threads, and whole double-DQN updates (learner/dqn.h). Each
  * compares q, every parameter gradient (per view) and the input gradient.
@@ -39,6 +40,7 @@
 #include "kernels/optim.h"
 #include "kernels/conv_fwd.h"
 #include "kernels/dense_small.h"
+#include "kernels/dense_sparse.h"
 #include "kernels/qnet.h"
 #include "learner/dqn.h"
 
@@ -111,9 +113,15 @@ static void integerize(fl_qnet_t *n) {
         p[i] = fl_rng_below(&g_rng, 2) ? 0.0f : fl_rng_below(&g_rng, 2) ? 1.0f : -1.0f;
 }
 
-static void fill_obs(float *x, size_t n, int image, float scale) {
+/* density: the share of values that are not 0 (MinAtar's planes: a few set); 0 means
+ * 1/2 for images, 2/3 for vectors. */
+static void fill_obs(float *x, size_t n, int image, float scale, float density) {
     for (size_t i = 0; i < n; i++) {
-        const int v = image ? (int)fl_rng_below(&g_rng, 2) : (int)fl_rng_below(&g_rng, 3) - 1;
+        int v;
+        if (density > 0) /* MinAtar's planes: a few values set */
+            v = fl_rng_uniform(&g_rng, 0, 1) < density ? (image || fl_rng_below(&g_rng, 2) ? 1 : -1) : 0;
+        else
+            v = image ? (int)fl_rng_below(&g_rng, 2) : (int)fl_rng_below(&g_rng, 3) - 1;
         x[i] = (float)v / scale;
     }
 }
@@ -134,7 +142,23 @@ static fl_qnet_t *make_net(const net_case_t *t, int max_batch) {
     return n;
 }
 
-static void compare(const net_case_t *t, const int *batches, int count) {
+/* The plan at B has a first dense layer that may take sparse inputs (in its weight
+ * gradient too when bwd), and its last forward went the way `want` says
+ * (fl_dnnl_net_describe). */
+static void expect_sparse(const fl_qnet_t *n, int B, const char *spec, int bwd, const char *want) {
+    char desc[4096];
+    assert_true(fl_qnet_describe_kernels(n, B, desc, sizeof desc) > 0);
+    if (!strstr(desc, "fwd (sparse inputs): fleet:sparse") ||
+        (bwd && !strstr(desc, "bwd weights (sparse inputs): fleet:sparse")) || !strstr(desc, want)) {
+        print_error("\"%s\" batch %d: wanted a sparse first layer, %s:\n%s", spec, B, want, desc);
+        fail();
+    }
+}
+
+/* density and density2: the observations' share of values that are not 0 at the even
+ * and odd calls (fill_obs; density2 0: density). With density > 0 the network is one whose
+ * first dense layer may go sparse, and each forward goes the way its density says. */
+static void compare_at(const net_case_t *t, const int *batches, int count, float density, float density2) {
     int max_batch = 1;
     for (int i = 0; i < count; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
     fl_qnet_t *n = make_net(t, max_batch);
@@ -148,7 +172,8 @@ static void compare(const net_case_t *t, const int *batches, int count) {
     fl_err_init(&err);
     for (int k = 0; k < count; k++) {
         const int B = batches[k];
-        fill_obs(obs, (size_t)B * D, t->h != 0, t->scale ? t->scale : 1.0f);
+        const float d = k % 2 && density2 ? density2 : density;
+        fill_obs(obs, (size_t)B * D, t->h != 0, t->scale ? t->scale : 1.0f, d);
         fill(dq, (size_t)B * A, -1, 1);
 
         assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_REF, &err), FL_OK);
@@ -168,6 +193,8 @@ static void compare(const net_case_t *t, const int *batches, int count) {
         memset(dobs, 0xff, (size_t)B * D * 4);
         assert_int_equal(fl_qnet_backward_input(n, dq, B, dobs), FL_OK);
         expect_close(dobs, dobs_ref, (size_t)B * D, t->spec, "dobs", B);
+        if (density > 0) /* a first dense layer that may go sparse: which way it went */
+            expect_sparse(n, B, t->spec, 1, d <= 0.15f ? "last forward: sparse" : "last forward: dense");
         for (int v = 0; v < fl_qnet_num_views(n); v++) {
             const fl_param_view_t *pv = fl_qnet_view(n, v);
             expect_close(g + pv->offset, g_ref + pv->offset, pv->numel, t->spec, pv->name, B);
@@ -184,6 +211,8 @@ static void compare(const net_case_t *t, const int *batches, int count) {
     free(g);
     fl_qnet_destroy(n);
 }
+
+static void compare(const net_case_t *t, const int *batches, int count) { compare_at(t, batches, count, 0, 0); }
 
 /* ---- ops, through the smallest networks that hold them ------------------------------- */
 
@@ -304,6 +333,108 @@ static void test_mlp_image(void **state) {
     const net_case_t t = {"dense(128) relu dense(128) relu dueling", 10, 10, 4, 6, 255.0f};
     const int batches[] = {128, 1, 7};
     compare(&t, batches, 3);
+}
+
+/* A first dense layer over observations that are mostly 0 (kernels/dense_sparse.h): the
+ * MinAtar configs' MLP at about 8% of its inputs set (Breakout sets at most 33 of 400),
+ * a flatten before it, outputs past a multiple of 64 and of 8, fewer than 64, no relu,
+ * vectors of -1, 0 and 1 (a layer of up to 32 outputs keeps dense_small's tiles); every second call on the same plans at half of its inputs set,
+ * where the forward takes oneDNN's product and the weight gradient follows it. The plans
+ * say which way each forward went. */
+static void test_sparse_inputs(void **state) {
+    NEED_DNNL();
+    const net_case_t cases[] = {
+        {"dense(128) relu dense(128) relu dueling", 10, 10, 4, 6, 255.0f},
+        {"flatten dense(71) relu dueling", 10, 10, 7, 5, 255.0f},
+        {"dense(130) dueling", 0, 0, 100, 3, 0},
+        {"dense(40) relu dueling", 0, 0, 128, 3, 0},
+    };
+    const float density[] = {0.08f, 0.05f, 0.08f, 0.05f};
+    const int batches[] = {128, 128, 1, 1, 7, 64};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) compare_at(&cases[i], batches, 6, density[i], 0.6f);
+}
+
+/* The sparse kernels against sums in double (the transposed weights exactly, inputs and
+ * outputs past multiples of 8 included): every output tail (1, 7, 8, 64, 71, 130
+ * outputs), rows with no input set, all set, NaN (listed) and -0 (not), with and without
+ * relu; the lists' cap (one more entry than allowed gives -1); the weight gradient
+ * written over a poisoned buffer (inputs no row lists get 0), and the same bits on one
+ * thread and on two. */
+static void test_sparse_sums(void **state) {
+    (void)state;
+    const int shapes[][3] = {{1, 1, 64}, {5, 7, 100}, {3, 8, 9}, {128, 64, 400}, {9, 71, 33}, {16, 130, 257}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const int B = shapes[c][0], out = shapes[c][1], in = shapes[c][2];
+        const size_t X = (size_t)B * in;
+        float *x = calloc(X, 4), *w = malloc((size_t)out * in * 4), *wt = malloc((size_t)out * in * 4);
+        float *bias = malloc((size_t)out * 4), *y = malloc((size_t)B * out * 4), *dy = malloc((size_t)B * out * 4);
+        float *dw = malloc((size_t)out * in * 4), *dw1 = malloc((size_t)out * in * 4), *db = malloc((size_t)out * 4);
+        float *val = malloc(X * 4), *cval = malloc(X * 4);
+        int *start = malloc(((size_t)B + 1) * sizeof(int)), *col = malloc(X * sizeof(int));
+        int *cstart = malloc(((size_t)in + 1) * sizeof(int)), *crow = malloc(X * sizeof(int));
+        for (int r = 0; r < B; r++) /* row 0 empty; row 1 full; the rest about 1 in 8 */
+            for (int k = 0; k < in; k++)
+                if (r == 1 || (r > 1 && fl_rng_below(&g_rng, 8) == 0))
+                    x[(size_t)r * in + k] = (float)fl_rng_uniform(&g_rng, -2, 2);
+        if (B > 2) x[(size_t)2 * in] = -0.0f;
+        fill(w, (size_t)out * in, -1, 1);
+        fill(bias, (size_t)out, -1, 1);
+        fill(dy, (size_t)B * out, -1, 1);
+        int set = 0;
+        for (size_t i = 0; i < X; i++) set += x[i] != 0.0f;
+        assert_int_equal(fl_sparse_rows(x, B, in, set - 1, start, col, val), set ? -1 : 0);
+        const int nnz = fl_sparse_rows(x, B, in, set, start, col, val);
+        assert_int_equal(nnz, set);
+        assert_int_equal(start[0], 0);
+        assert_int_equal(start[B], nnz);
+        for (int r = 0; r < B; r++)
+            for (int j = start[r]; j < start[r + 1]; j++) {
+                assert_true(j == start[r] || col[j] > col[j - 1]);
+                assert_true(val[j] == x[(size_t)r * in + col[j]] && val[j] != 0.0f);
+            }
+        fl_dense_sparse_weights(w, wt, in, out);
+        for (int o = 0; o < out; o++)
+            for (int k = 0; k < in; k++) assert_true(wt[(size_t)k * out + o] == w[(size_t)o * in + k]);
+        for (int relu = 0; relu < 2; relu++) {
+            fl_dense_sparse_forward(start, col, val, wt, bias, y, B, out, relu);
+            for (int r = 0; r < B; r++)
+                for (int o = 0; o < out; o++) {
+                    double s = bias[o];
+                    for (int k = 0; k < in; k++) s += (double)w[(size_t)o * in + k] * x[(size_t)r * in + k];
+                    if (relu && s < 0) s = 0;
+                    assert_true(fabs(y[(size_t)r * out + o] - s) <= 1e-6 * (in + 1) * 2);
+                }
+        }
+        memset(dw, 0xff, (size_t)out * in * 4);
+        fl_dense_sparse_wgrad(start, col, val, nnz, dy, dw, db, B, in, out, cstart, crow, cval);
+        for (int o = 0; o < out; o++) {
+            double sb = 0;
+            for (int r = 0; r < B; r++) sb += dy[(size_t)r * out + o];
+            assert_true(fabs(db[o] - sb) <= 1e-6 * B);
+            for (int k = 0; k < in; k++) {
+                double s = 0;
+                for (int r = 0; r < B; r++) s += (double)x[(size_t)r * in + k] * dy[(size_t)r * out + o];
+                assert_true(fabs(dw[(size_t)o * in + k] - s) <= 1e-6 * B * 2);
+            }
+        }
+#ifdef _OPENMP
+        const int before = omp_get_max_threads();
+        omp_set_num_threads(before == 1 ? 2 : 1);
+        fl_dense_sparse_wgrad(start, col, val, nnz, dy, dw1, db, B, in, out, cstart, crow, cval);
+        assert_memory_equal(dw1, dw, (size_t)out * in * 4);
+        fl_dense_sparse_forward(start, col, val, wt, bias, dy, B, out, 1);
+        assert_memory_equal(dy, y, (size_t)B * out * 4);
+        omp_set_num_threads(before);
+#endif
+        /* NaN is listed (and reaches its row's outputs) */
+        const int was_set = x[X - 1] != 0.0f;
+        x[X - 1] = NAN;
+        assert_int_equal(fl_sparse_rows(x, B, in, (int)X, start, col, val), set + !was_set);
+        fl_dense_sparse_forward(start, col, val, wt, bias, y, B, out, 0);
+        assert_true(isnan(y[(size_t)(B - 1) * out]));
+        free(x), free(w), free(wt), free(bias), free(y), free(dy), free(dw), free(dw1), free(db), free(val), free(cval);
+        free(start), free(col), free(cstart), free(crow);
+    }
 }
 
 /* A dense layer of >= 64K weights with long rows on batches of 4 to 16 runs fleet's own
@@ -802,14 +933,15 @@ static void test_dqn_steps(void **state) {
  * fl_qnet_init) is seen by the next forward at the same batch, on every layer kind that
  * converts them (space-to-depth convolution, blocked convolution, a dense layer large
  * enough for oneDNN's weight layout: 256 x 512; a dense layer with short rows, its
- * weights transposed for dense_thin). */
-static void params_change(const net_case_t t, int B) {
+ * weights transposed for dense_thin; a first dense layer over inputs mostly 0, its
+ * weights transposed for the sparse sums). */
+static void params_change(const net_case_t t, int B, float density) {
     fl_err_t err;
     fl_err_init(&err);
     fl_qnet_t *n = make_net(&t, B), *other = make_net(&t, B);
     const size_t D = (size_t)fl_qnet_obs_dim(n), P = fl_qnet_num_params(n);
     float *obs = malloc(B * D * 4), *q = malloc(B * 5 * 4), *q_ref = malloc(B * 5 * 4), *saved = malloc(P * 4);
-    fill_obs(obs, B * D, 1, 1.0f);
+    fill_obs(obs, B * D, 1, 1.0f, density);
     for (int change = 0; change < 5; change++) {
         assert_int_equal(fl_qnet_forward(n, obs, B, q), FL_OK); /* converts the weights as they are */
         switch (change) {
@@ -826,6 +958,7 @@ static void params_change(const net_case_t t, int B) {
         assert_int_equal(fl_qnet_forward(n, obs, B, q_ref), FL_OK);
         assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_DNNL, &err), FL_OK);
         expect_close(q, q_ref, (size_t)B * 5, t.spec, "q after the parameters changed", B);
+        if (density > 0) expect_sparse(n, B, t.spec, 0, "last forward: sparse");
     }
     free(obs), free(q), free(q_ref), free(saved);
     fl_qnet_destroy(n);
@@ -834,10 +967,12 @@ static void params_change(const net_case_t t, int B) {
 
 static void test_params_change(void **state) {
     NEED_DNNL();
-    params_change((net_case_t){"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0}, 3);
-    params_change((net_case_t){"dense(40) relu dueling", 0, 0, 6, 5, 0}, 3);
+    params_change((net_case_t){"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0}, 3, 0);
+    params_change((net_case_t){"dense(40) relu dueling", 0, 0, 6, 5, 0}, 3, 0);
     /* the space-to-depth weights, then their tiles' packing; a dense layer's on tiles */
-    params_change((net_case_t){"conv(16,4,2) relu flatten dense(64) relu dueling", 34, 34, 4, 5, 0}, 7);
+    params_change((net_case_t){"conv(16,4,2) relu flatten dense(64) relu dueling", 34, 34, 4, 5, 0}, 7, 0);
+    /* a first dense layer over sparse inputs: its transposed weights */
+    params_change((net_case_t){"dense(64) relu dueling", 10, 10, 4, 5, 0}, 32, 0.08f);
 }
 
 /* fl_qnet_forward_obs on uint8 observations (converted on the way into the oneDNN plan's
@@ -975,7 +1110,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_shapes),   cmocka_unit_test(test_conv_chains),
         cmocka_unit_test(test_space_to_depth), cmocka_unit_test(test_dense), cmocka_unit_test(test_nature),
-        cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp), cmocka_unit_test(test_mlp_image), cmocka_unit_test(test_dense_small), cmocka_unit_test(test_dense_small_sums), cmocka_unit_test(test_dense_thin), cmocka_unit_test(test_dense_thin_sums),
+        cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp), cmocka_unit_test(test_mlp_image), cmocka_unit_test(test_sparse_inputs), cmocka_unit_test(test_sparse_sums), cmocka_unit_test(test_dense_small), cmocka_unit_test(test_dense_small_sums), cmocka_unit_test(test_dense_thin), cmocka_unit_test(test_dense_thin_sums),
         cmocka_unit_test(test_tiles), cmocka_unit_test(test_tiles_sums),
         cmocka_unit_test(test_no_reference_impls),
         cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),

@@ -1,0 +1,271 @@
+/* dense_sparse: see dense_sparse.h. Outputs go in blocks of 64 (eight AVX2 accumulators
+ * that stay in registers over a row's entries or an input's rows), then of 8, then one
+ * by one; the plain-C versions keep the same blocks and order in a small array. */
+#include "kernels/dense_sparse.h"
+
+#include <math.h>
+#include <stddef.h>
+
+#ifdef _OPENMP
+#define PAR_FOR _Pragma("omp parallel for schedule(static)")
+#else
+#define PAR_FOR
+#endif
+
+#define BLOCK 64
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_VERSION 1
+
+static int use_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+__attribute__((target("avx2"))) static int rows_avx2(const float *x, int B, int in, int cap, int *start, int *col,
+                                                     float *val) {
+    int n = 0;
+    const __m256 zero = _mm256_setzero_ps();
+    for (int r = 0; r < B; r++) {
+        const float *xr = x + (size_t)r * in;
+        start[r] = n;
+        int k = 0;
+        for (; k + 8 <= in; k += 8) {
+            /* not equal, unordered: NaN counts as set, -0 does not */
+            unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(xr + k), zero, _CMP_NEQ_UQ));
+            if (!m) continue;
+            if (n + __builtin_popcount(m) > cap) return -1;
+            while (m) {
+                const int t = __builtin_ctz(m);
+                col[n] = k + t;
+                val[n++] = xr[k + t];
+                m &= m - 1;
+            }
+        }
+        for (; k < in; k++)
+            if (xr[k] != 0.0f) {
+                if (n == cap) return -1;
+                col[n] = k;
+                val[n++] = xr[k];
+            }
+    }
+    start[B] = n;
+    return n;
+}
+
+/* One row's outputs o0 .. o0 + 63 from its entries. */
+__attribute__((target("avx2,fma"))) static inline void fwd_block64(const int *col, const float *val, int n,
+                                                                   const float *wt, const float *bias, float *y,
+                                                                   int out, int relu) {
+    __m256 a0 = _mm256_loadu_ps(bias), a1 = _mm256_loadu_ps(bias + 8), a2 = _mm256_loadu_ps(bias + 16),
+           a3 = _mm256_loadu_ps(bias + 24), a4 = _mm256_loadu_ps(bias + 32), a5 = _mm256_loadu_ps(bias + 40),
+           a6 = _mm256_loadu_ps(bias + 48), a7 = _mm256_loadu_ps(bias + 56);
+    for (int j = 0; j < n; j++) {
+        const __m256 v = _mm256_broadcast_ss(val + j);
+        const float *w = wt + (size_t)col[j] * out;
+        a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w), a0), a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 8), a1);
+        a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 16), a2), a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 24), a3);
+        a4 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 32), a4), a5 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 40), a5);
+        a6 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 48), a6), a7 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 56), a7);
+    }
+    if (relu) {
+        const __m256 z = _mm256_setzero_ps();
+        a0 = _mm256_max_ps(a0, z), a1 = _mm256_max_ps(a1, z), a2 = _mm256_max_ps(a2, z), a3 = _mm256_max_ps(a3, z);
+        a4 = _mm256_max_ps(a4, z), a5 = _mm256_max_ps(a5, z), a6 = _mm256_max_ps(a6, z), a7 = _mm256_max_ps(a7, z);
+    }
+    _mm256_storeu_ps(y, a0), _mm256_storeu_ps(y + 8, a1), _mm256_storeu_ps(y + 16, a2), _mm256_storeu_ps(y + 24, a3);
+    _mm256_storeu_ps(y + 32, a4), _mm256_storeu_ps(y + 40, a5), _mm256_storeu_ps(y + 48, a6);
+    _mm256_storeu_ps(y + 56, a7);
+}
+
+__attribute__((target("avx2,fma"))) static void forward_avx2(const int *start, const int *col, const float *val,
+                                                             const float *wt, const float *bias, float *y, int B,
+                                                             int out, int relu) {
+    PAR_FOR for (int r = 0; r < B; r++) {
+        const int j0 = start[r], n = start[r + 1] - j0;
+        const int *c = col + j0;
+        const float *v = val + j0;
+        float *yr = y + (size_t)r * out;
+        int o = 0;
+        for (; o + BLOCK <= out; o += BLOCK) fwd_block64(c, v, n, wt + o, bias + o, yr + o, out, relu);
+        for (; o + 8 <= out; o += 8) {
+            __m256 a = _mm256_loadu_ps(bias + o);
+            for (int j = 0; j < n; j++)
+                a = _mm256_fmadd_ps(_mm256_broadcast_ss(v + j), _mm256_loadu_ps(wt + (size_t)c[j] * out + o), a);
+            if (relu) a = _mm256_max_ps(a, _mm256_setzero_ps());
+            _mm256_storeu_ps(yr + o, a);
+        }
+        for (; o < out; o++) {
+            float s = bias[o];
+            for (int j = 0; j < n; j++) s = fmaf(v[j], wt[(size_t)c[j] * out + o], s);
+            yr[o] = relu && !(s > 0.0f) ? 0.0f : s;
+        }
+    }
+}
+
+/* Input k's gradient for outputs o0 .. o0 + 63 (dw's column k, rows o0 ..). */
+__attribute__((target("avx2,fma"))) static inline void wgrad_block64(const int *rows, const float *v, int n,
+                                                                     const float *dy, float *dw, int in, int out) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int p = 0; p < n; p++) {
+        const __m256 s = _mm256_broadcast_ss(v + p);
+        const float *d = dy + (size_t)rows[p] * out;
+        a0 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d), a0), a1 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 8), a1);
+        a2 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 16), a2), a3 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 24), a3);
+        a4 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 32), a4), a5 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 40), a5);
+        a6 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 48), a6), a7 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 56), a7);
+    }
+    float t[BLOCK];
+    _mm256_storeu_ps(t, a0), _mm256_storeu_ps(t + 8, a1), _mm256_storeu_ps(t + 16, a2), _mm256_storeu_ps(t + 24, a3);
+    _mm256_storeu_ps(t + 32, a4), _mm256_storeu_ps(t + 40, a5), _mm256_storeu_ps(t + 48, a6);
+    _mm256_storeu_ps(t + 56, a7);
+    for (int o = 0; o < BLOCK; o++) dw[(size_t)o * in] = t[o];
+}
+
+/* wt's 8 x 8 block at (k0, o0) from w's at (o0, k0): eight rows in, unpacked and
+ * shuffled to columns. */
+__attribute__((target("avx2"))) static inline void transpose8_avx2(const float *w, float *wt, int in, int out) {
+    __m256 r0 = _mm256_loadu_ps(w), r1 = _mm256_loadu_ps(w + in), r2 = _mm256_loadu_ps(w + 2 * (size_t)in),
+           r3 = _mm256_loadu_ps(w + 3 * (size_t)in), r4 = _mm256_loadu_ps(w + 4 * (size_t)in),
+           r5 = _mm256_loadu_ps(w + 5 * (size_t)in), r6 = _mm256_loadu_ps(w + 6 * (size_t)in),
+           r7 = _mm256_loadu_ps(w + 7 * (size_t)in);
+    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+                 t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+                 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+                 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+                 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+                 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r0 = _mm256_permute2f128_ps(u0, u4, 0x20), r1 = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r2 = _mm256_permute2f128_ps(u2, u6, 0x20), r3 = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r4 = _mm256_permute2f128_ps(u0, u4, 0x31), r5 = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r6 = _mm256_permute2f128_ps(u2, u6, 0x31), r7 = _mm256_permute2f128_ps(u3, u7, 0x31);
+    _mm256_storeu_ps(wt, r0), _mm256_storeu_ps(wt + out, r1), _mm256_storeu_ps(wt + 2 * (size_t)out, r2);
+    _mm256_storeu_ps(wt + 3 * (size_t)out, r3), _mm256_storeu_ps(wt + 4 * (size_t)out, r4);
+    _mm256_storeu_ps(wt + 5 * (size_t)out, r5), _mm256_storeu_ps(wt + 6 * (size_t)out, r6);
+    _mm256_storeu_ps(wt + 7 * (size_t)out, r7);
+}
+
+__attribute__((target("avx2"))) static void weights_avx2(const float *w, float *wt, int in, int out) {
+    const int o8 = out / 8 * 8, k8 = in / 8 * 8;
+    for (int o0 = 0; o0 < o8; o0 += 8)
+        for (int k0 = 0; k0 < k8; k0 += 8) transpose8_avx2(w + (size_t)o0 * in + k0, wt + (size_t)k0 * out + o0, in, out);
+    for (int o = 0; o < out; o++) /* the edges: outputs past o8 in every column, inputs past k8 */
+        for (int k = o < o8 ? k8 : 0; k < in; k++) wt[(size_t)k * out + o] = w[(size_t)o * in + k];
+}
+
+__attribute__((target("avx2,fma"))) static void wgrad_avx2(const int *cstart, const int *crow, const float *cval,
+                                                           const float *dy, float *dw, int in, int out) {
+    PAR_FOR for (int k = 0; k < in; k++) {
+        const int p0 = cstart[k], n = cstart[k + 1] - p0;
+        const int *rows = crow + p0;
+        const float *v = cval + p0;
+        int o = 0;
+        for (; o + BLOCK <= out; o += BLOCK) wgrad_block64(rows, v, n, dy + o, dw + (size_t)o * in + k, in, out);
+        for (; o + 8 <= out; o += 8) {
+            __m256 a = _mm256_setzero_ps();
+            for (int p = 0; p < n; p++)
+                a = _mm256_fmadd_ps(_mm256_broadcast_ss(v + p), _mm256_loadu_ps(dy + (size_t)rows[p] * out + o), a);
+            float t[8];
+            _mm256_storeu_ps(t, a);
+            for (int j = 0; j < 8; j++) dw[(size_t)(o + j) * in + k] = t[j];
+        }
+        for (; o < out; o++) {
+            float s = 0.0f;
+            for (int p = 0; p < n; p++) s = fmaf(v[p], dy[(size_t)rows[p] * out + o], s);
+            dw[(size_t)o * in + k] = s;
+        }
+    }
+}
+#endif
+
+int fl_sparse_rows(const float *x, int B, int in, int cap, int *start, int *col, float *val) {
+#ifdef HAVE_AVX2_VERSION
+    if (use_avx2()) return rows_avx2(x, B, in, cap, start, col, val);
+#endif
+    int n = 0;
+    for (int r = 0; r < B; r++) {
+        const float *xr = x + (size_t)r * in;
+        start[r] = n;
+        for (int k = 0; k < in; k++)
+            if (xr[k] != 0.0f) {
+                if (n == cap) return -1;
+                col[n] = k;
+                val[n++] = xr[k];
+            }
+    }
+    start[B] = n;
+    return n;
+}
+
+void fl_dense_sparse_weights(const float *w, float *wt, int in, int out) {
+#ifdef HAVE_AVX2_VERSION
+    if (use_avx2()) {
+        weights_avx2(w, wt, in, out);
+        return;
+    }
+#endif
+    /* in tiles of 16 x 16, so that neither side is read with a long stride for long */
+    for (int o0 = 0; o0 < out; o0 += 16)
+        for (int k0 = 0; k0 < in; k0 += 16)
+            for (int o = o0; o < o0 + 16 && o < out; o++)
+                for (int k = k0; k < k0 + 16 && k < in; k++) wt[(size_t)k * out + o] = w[(size_t)o * in + k];
+}
+
+void fl_dense_sparse_forward(const int *start, const int *col, const float *val, const float *wt,
+                             const float *bias, float *y, int B, int out, int relu) {
+#ifdef HAVE_AVX2_VERSION
+    if (use_avx2()) {
+        forward_avx2(start, col, val, wt, bias, y, B, out, relu);
+        return;
+    }
+#endif
+    PAR_FOR for (int r = 0; r < B; r++) {
+        float *yr = y + (size_t)r * out;
+        for (int o = 0; o < out; o++) yr[o] = bias[o];
+        for (int j = start[r]; j < start[r + 1]; j++) {
+            const float v = val[j], *w = wt + (size_t)col[j] * out;
+            for (int o = 0; o < out; o++) yr[o] += v * w[o];
+        }
+        if (relu)
+            for (int o = 0; o < out; o++) yr[o] = yr[o] > 0.0f ? yr[o] : 0.0f;
+    }
+}
+
+void fl_dense_sparse_wgrad(const int *start, const int *col, const float *val, int nnz, const float *dy, float *dw,
+                           float *db, int B, int in, int out, int *cstart, int *crow, float *cval) {
+    /* The column lists by a counting sort that keeps the rows in order: counts, then
+     * their prefix sums as each input's cursor, then the cursors (each now its input's
+     * end) shifted back to starts. */
+    for (int k = 0; k <= in; k++) cstart[k] = 0;
+    for (int j = 0; j < nnz; j++) cstart[col[j] + 1]++;
+    for (int k = 0; k < in; k++) cstart[k + 1] += cstart[k];
+    for (int r = 0; r < B; r++)
+        for (int j = start[r]; j < start[r + 1]; j++) {
+            const int p = cstart[col[j]]++;
+            crow[p] = r;
+            cval[p] = val[j];
+        }
+    for (int k = in; k > 0; k--) cstart[k] = cstart[k - 1];
+    cstart[0] = 0;
+
+    for (int o = 0; o < out; o++) db[o] = 0.0f;
+    for (int r = 0; r < B; r++)
+        for (int o = 0; o < out; o++) db[o] += dy[(size_t)r * out + o];
+
+#ifdef HAVE_AVX2_VERSION
+    if (use_avx2()) {
+        wgrad_avx2(cstart, crow, cval, dy, dw, in, out);
+        return;
+    }
+#endif
+    PAR_FOR for (int k = 0; k < in; k++) {
+        for (int o0 = 0; o0 < out; o0 += BLOCK) {
+            const int nb = out - o0 < BLOCK ? out - o0 : BLOCK;
+            float acc[BLOCK] = {0};
+            for (int p = cstart[k]; p < cstart[k + 1]; p++) {
+                const float v = cval[p], *d = dy + (size_t)crow[p] * out + o0;
+                for (int t = 0; t < nb; t++) acc[t] += v * d[t];
+            }
+            for (int t = 0; t < nb; t++) dw[(size_t)(o0 + t) * in + k] = acc[t];
+        }
+    }
+}
