@@ -978,8 +978,8 @@ static void test_params_change(void **state) {
 /* fl_qnet_forward_obs on uint8 observations (converted on the way into the oneDNN plan's
  * layout) gives the bits of fl_dtype_to_float and fl_qnet_forward, on both backends, with
  * the input scale, through a space-to-depth convolution, a plain one and a dense layer (over
- * vectors, and over images: their planar copy, small and in tiles); a
- * backward follows it as it follows a forward. */
+ * vectors, and over images: their planar copy, small and in tiles; and into a first
+ * layer that goes sparse); a backward follows it as it follows a forward. */
 static void test_forward_obs(void **state) {
     fl_err_t err;
     fl_err_init(&err);
@@ -989,7 +989,14 @@ static void test_forward_obs(void **state) {
         {"dense(16) relu dueling", 0, 0, 7, 3, 0},
         {"dense(16) relu dueling", 5, 3, 2, 4, 255.0f},
         {"dense(8) relu dueling", 30, 40, 3, 4, 255.0f}, /* pixels in two tiles */
+        /* first dense layers that may go sparse: the bytes converted on the way in, then
+         * listed; or over a quarter of them set */
+        {"dense(128) relu dense(128) relu dueling", 10, 10, 4, 6, 255.0f},
+        {"flatten dense(70) relu dueling", 6, 7, 3, 4, 0},
+        {"dense(70) relu dueling", 0, 0, 100, 3, 0},
+        {"dense(128) relu dense(128) relu dueling", 10, 10, 4, 6, 255.0f},
     };
+    const float density[] = {1, 1, 1, 1, 1, 0.08f, 0.1f, 0.08f, 0.5f}; /* the share of bytes not 0 */
     const int B = 5;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int backend = 0; backend < 2; backend++) {
@@ -1000,7 +1007,8 @@ static void test_forward_obs(void **state) {
             const size_t D = (size_t)fl_qnet_obs_dim(n), A = (size_t)cases[c].actions;
             unsigned char *u8 = malloc(B * D);
             float *f = malloc(B * D * 4), *q = malloc(B * A * 4), *q_ref = malloc(B * A * 4), *dq = malloc(B * A * 4);
-            for (size_t i = 0; i < B * D; i++) u8[i] = (unsigned char)fl_rng_below(&g_rng, 256);
+            for (size_t i = 0; i < B * D; i++)
+                u8[i] = fl_rng_uniform(&g_rng, 0, 1) < density[c] ? (unsigned char)fl_rng_below(&g_rng, 256) : 0;
             for (size_t i = 0; i < B * A; i++) dq[i] = (float)fl_rng_below(&g_rng, 3) - 1.0f;
             assert_int_equal(fl_dtype_to_float(FL_DTYPE_UINT8, u8, B * D, f), 0);
             assert_int_equal(fl_qnet_forward(n, f, B, q_ref), FL_OK);
@@ -1017,6 +1025,9 @@ static void test_forward_obs(void **state) {
             assert_memory_equal(q, q_ref, B * A * 4);
             assert_int_equal(fl_qnet_backward(n, dq, B), FL_OK);
             assert_memory_equal(fl_qnet_grads(n), g_ref, fl_qnet_num_params(n) * 4);
+            if (backend == 1 && density[c] < 1)
+                expect_sparse(n, B, cases[c].spec, 1,
+                              density[c] <= 0.15f ? "last forward: sparse" : "last forward: dense");
             /* float32 observations as they are */
             assert_int_equal(fl_qnet_forward_obs(n, FL_DTYPE_FLOAT32, f, B, q), FL_OK);
             assert_memory_equal(q, q_ref, B * A * 4);
@@ -1030,12 +1041,10 @@ static void test_forward_obs(void **state) {
 
 /* A DQN batch of raw uint8 observations (fl_dqn_batch_t's obs_raw, as the CPU learner
  * hands replay's batch to the oneDNN backend) gives the bits of the same batch converted
- * to floats first: loss, priorities and gradient. */
-static void test_dqn_raw_obs(void **state) {
-    NEED_DNNL();
+ * to floats first: loss, priorities and gradient. density: the share of bytes not 0. */
+static void dqn_raw_obs(const net_case_t t, float density) {
     fl_err_t err;
     fl_err_init(&err);
-    const net_case_t t = {"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0};
     const int B = 6, A = 5;
     fl_qnet_t *on = make_net(&t, B), *tg = make_net(&t, B);
     fl_qnet_init(tg, &g_rng);
@@ -1046,7 +1055,8 @@ static void test_dqn_raw_obs(void **state) {
     unsigned char *u8 = malloc(2 * B * D);
     float *f = malloc(2 * B * D * 4), *g_ref = malloc(P * 4), rew[6], disc[6], prio[2][6];
     int32_t act[6];
-    for (size_t i = 0; i < 2 * B * D; i++) u8[i] = (unsigned char)fl_rng_below(&g_rng, 256);
+    for (size_t i = 0; i < 2 * B * D; i++)
+        u8[i] = fl_rng_uniform(&g_rng, 0, 1) < density ? (unsigned char)fl_rng_below(&g_rng, 256) : 0;
     assert_int_equal(fl_dtype_to_float(FL_DTYPE_UINT8, u8, 2 * B * D, f), 0);
     for (int b = 0; b < B; b++) {
         act[b] = (int32_t)fl_rng_below(&g_rng, A);
@@ -1066,12 +1076,20 @@ static void test_dqn_raw_obs(void **state) {
     assert_memory_equal(&st[1].loss, &st[0].loss, sizeof(float));
     assert_memory_equal(prio[1], prio[0], sizeof prio[0]);
     assert_memory_equal(fl_qnet_grads(on), g_ref, P * 4);
+    if (density < 1) expect_sparse(on, B, t.spec, 1, "last forward: sparse");
     batch.next_raw = NULL; /* a raw batch needs both columns */
     assert_int_equal(fl_dqn_compute(dqn, on, tg, &batch, prio[1], &st[1], &err), FL_INVALID_ARGUMENT);
     free(u8), free(f), free(g_ref);
     fl_dqn_destroy(dqn);
     fl_qnet_destroy(on);
     fl_qnet_destroy(tg);
+}
+
+static void test_dqn_raw_obs(void **state) {
+    NEED_DNNL();
+    dqn_raw_obs((net_case_t){"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0}, 1);
+    /* the MinAtar configs' MLP on planes with 8% of their bytes set: the first layer goes sparse */
+    dqn_raw_obs((net_case_t){"dense(128) relu dense(128) relu dueling", 10, 10, 4, 5, 255.0f}, 0.08f);
 }
 
 /* ---- backend switching ------------------------------------------------------------------- */
