@@ -14,11 +14,27 @@
 
 #define BLOCK 64
 
+static int g_plain; /* fl_dense_sparse_set_plain */
+
+void fl_dense_sparse_set_plain(int on) { g_plain = on != 0; }
+
+/* Appends the nonzero inputs xr[k .. in - 1] to the lists at entry n: the new count, or
+ * -1 past cap. */
+static inline int list_from(const float *xr, int k, int in, int cap, int n, int *col, float *val) {
+    for (; k < in; k++)
+        if (xr[k] != 0.0f) {
+            if (n == cap) return -1;
+            col[n] = k;
+            val[n++] = xr[k];
+        }
+    return n;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HAVE_AVX2_VERSION 1
 
-static int use_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+static int use_avx2(void) { return !g_plain && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
 __attribute__((target("avx2"))) static int rows_avx2(const float *x, int B, int in, int cap, int *start, int *col,
                                                      float *val) {
@@ -40,12 +56,7 @@ __attribute__((target("avx2"))) static int rows_avx2(const float *x, int B, int 
                 m &= m - 1;
             }
         }
-        for (; k < in; k++)
-            if (xr[k] != 0.0f) {
-                if (n == cap) return -1;
-                col[n] = k;
-                val[n++] = xr[k];
-            }
+        if ((n = list_from(xr, k, in, cap, n, col, val)) < 0) return -1;
     }
     start[B] = n;
     return n;
@@ -183,14 +194,8 @@ int fl_sparse_rows(const float *x, int B, int in, int cap, int *start, int *col,
 #endif
     int n = 0;
     for (int r = 0; r < B; r++) {
-        const float *xr = x + (size_t)r * in;
         start[r] = n;
-        for (int k = 0; k < in; k++)
-            if (xr[k] != 0.0f) {
-                if (n == cap) return -1;
-                col[n] = k;
-                val[n++] = xr[k];
-            }
+        if ((n = list_from(x + (size_t)r * in, 0, in, cap, n, col, val)) < 0) return -1;
     }
     start[B] = n;
     return n;

@@ -47,4 +47,8 @@ void fl_dense_sparse_forward(const int *start, const int *col, const float *val,
 void fl_dense_sparse_wgrad(const int *start, const int *col, const float *val, int nnz, const float *dy, float *dw,
                            float *db, int B, int in, int out, int *cstart, int *crow, float *cval);
 
+/* For tests: on != 0 runs the plain-C versions even where AVX2 is (process-wide; not
+ * thread-safe against calls running at the same time). */
+void fl_dense_sparse_set_plain(int on);
+
 #endif

@@ -359,9 +359,8 @@ static void test_sparse_inputs(void **state) {
  * outputs), rows with no input set, all set, NaN (listed) and -0 (not), with and without
  * relu; the lists' cap (one more entry than allowed gives -1); the weight gradient
  * written over a poisoned buffer (inputs no row lists get 0), and the same bits on one
- * thread and on two. */
-static void test_sparse_sums(void **state) {
-    (void)state;
+ * thread and on two; the AVX2 versions and the plain-C ones. */
+static void sparse_sums(void) {
     const int shapes[][3] = {{1, 1, 64}, {5, 7, 100}, {3, 8, 9}, {128, 64, 400}, {9, 71, 33}, {16, 130, 257}};
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         const int B = shapes[c][0], out = shapes[c][1], in = shapes[c][2];
@@ -435,6 +434,14 @@ static void test_sparse_sums(void **state) {
         free(x), free(w), free(wt), free(bias), free(y), free(dy), free(dw), free(dw1), free(db), free(val), free(cval);
         free(start), free(col), free(cstart), free(crow);
     }
+}
+
+static void test_sparse_sums(void **state) {
+    (void)state;
+    sparse_sums();
+    fl_dense_sparse_set_plain(1); /* the plain-C versions, which CPUs without AVX2 run */
+    sparse_sums();
+    fl_dense_sparse_set_plain(0);
 }
 
 /* A dense layer of >= 64K weights with long rows on batches of 4 to 16 runs fleet's own
