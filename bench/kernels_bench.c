@@ -5,6 +5,11 @@
  *   forward_b1     actor inference, one observation per call      (samples/s)
  *   forward_b64    actor inference over a vector of 64 envs       (samples/s)
  *   train_b512     learner step: forward + backward + Adam, B 512 (steps/s)
+ * and Adam's step alone over the 68,743 parameters of configs/minatar-breakout.ini's MLP
+ * with every gradient 1e-21, whose square (the second moment's input) is a denormal float:
+ *   adam_denormal_kept     computed with denormals (IEEE gradual underflow)  (steps/s)
+ *   adam_denormal_flushed  denormals flushed to 0, as a learner does by default
+ *                          (learner.flush_denormals, kernels/fpmode.h)           (steps/s)
  * Prints a table, or with --json one JSON object per line.
  * Usage: kernels_bench [--json] [--seconds S] */
 #include <cblas.h>
@@ -15,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/rng.h"
+#include "kernels/fpmode.h"
 #include "kernels/optim.h"
 #include "kernels/qnet.h"
 
@@ -89,6 +95,38 @@ static void train_iter(void *p) {
     fl_optim_step(c->opt, fl_qnet_params(c->net), fl_qnet_grads(c->net));
 }
 
+typedef struct adam_ctx {
+    fl_optim_t *opt;
+    float *p;
+    const float *g;
+} adam_ctx_t;
+
+static void adam_iter(void *p) {
+    adam_ctx_t *c = p;
+    fl_optim_step(c->opt, c->p, c->g);
+}
+
+/* Adam's steps/s over n parameters with gradients of 1e-21, denormals flushed or kept. */
+static double adam_denormal_rate(size_t n, int flush, double seconds) {
+    fl_optim_config_t cfg = fl_optim_config_default(FL_OPTIM_ADAM);
+    fl_optim_t *opt = NULL;
+    float *p = calloc(n, sizeof *p), *g = malloc(n * sizeof *g);
+    if (!p || !g || fl_optim_create(&cfg, n, &opt, NULL) != FL_OK) {
+        fprintf(stderr, "kernels_bench: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) g[i] = 1e-21f;
+    const int was = fl_fp_denormals_flushed();
+    fl_fp_flush_denormals(flush);
+    adam_ctx_t c = {opt, p, g};
+    const double r = rate(adam_iter, &c, seconds);
+    fl_fp_flush_denormals(was);
+    fl_optim_destroy(opt);
+    free(p);
+    free(g);
+    return r;
+}
+
 int main(int argc, char **argv) {
     int json = 0;
     double seconds = 1.0;
@@ -121,7 +159,8 @@ int main(int argc, char **argv) {
     fill(obs, (size_t)BIG * OBS_DIM, &rng);
     fill(dq, (size_t)BIG * ACTIONS, &rng);
 
-    result_t res[3];
+    enum { NRES = 5 };
+    result_t res[NRES];
     fl_qnet_t *actor = make_net(64);
     fwd_ctx_t f1 = {actor, obs, q, 1}, f64 = {actor, obs, q, 64};
     res[0] = (result_t){"forward_b1", rate(fwd_iter, &f1, seconds) * 1, "samples/s"};
@@ -138,17 +177,22 @@ int main(int argc, char **argv) {
     }
     train_ctx_t tr = {learner, opt, obs, dq, q, BIG};
     res[2] = (result_t){"train_b512", rate(train_iter, &tr, seconds), "steps/s"};
+    const size_t breakout_mlp = 400 * 128 + 128 + 128 * 128 + 128 + 128 * 7 + 7; /* 68,743 */
+    res[3] = (result_t){"adam_denormal_kept", adam_denormal_rate(breakout_mlp, 0, seconds), "steps/s"};
+    res[4] = (result_t){"adam_denormal_flushed", adam_denormal_rate(breakout_mlp, 1, seconds), "steps/s"};
 
     if (json) {
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < NRES; i++)
             printf("{\"bench\":\"kernels\",\"case\":\"%s\",\"value\":%.1f,\"unit\":\"%s\",\"cores\":%ld}\n",
                    res[i].name, res[i].value, res[i].unit, cores);
     } else {
         printf("kernels: %s, obs_dim %d, %d actions, %zu params; BLAS threads 1; cores %ld\n", SPEC, OBS_DIM,
                ACTIONS, fl_qnet_num_params(learner), cores);
-        printf("%-14s %14s  %s\n", "case", "value", "unit");
-        for (int i = 0; i < 3; i++) printf("%-14s %14.1f  %s\n", res[i].name, res[i].value, res[i].unit);
-        printf("%-14s %14.1f  %s\n", "(train_b512)", res[2].value * BIG, "samples/s");
+        printf("%-22s %14s  %s\n", "case", "value", "unit");
+        for (int i = 0; i < 3; i++) printf("%-22s %14.1f  %s\n", res[i].name, res[i].value, res[i].unit);
+        printf("%-22s %14.1f  %s\n", "(train_b512)", res[2].value * BIG, "samples/s");
+        for (int i = 3; i < NRES; i++) printf("%-22s %14.1f  %s\n", res[i].name, res[i].value, res[i].unit);
+        printf("(Adam over %zu parameters, every gradient 1e-21)\n", breakout_mlp);
     }
     fl_optim_destroy(opt);
     fl_qnet_destroy(learner);

@@ -13,10 +13,12 @@
  *      of Breakout observations from random play, then on random planes with each
  *      --densities share of values set (above 1 / 4 the first layer runs the dense
  *      product, so those rows are the dense update's speed). Each row: the whole run's
- *      rate and its best window's (windows of at least 0.1 s and 10 updates).
+ *      rate and its best window's (windows of at least 0.1 s and 10 updates). Denormal
+ *      floats are flushed to zero as the learner does by default (learner.flush_denormals,
+ *      kernels/fpmode.h); --denormals keep computes with them.
  *
- *   sparse_bench [--seconds S] [--steps N] [--densities D1,D2,...] [--json]
- *   (defaults: 3 s a row, 20000 steps a game, 0.02,0.05,0.08,0.12,0.2,0.25,0.3,0.5) */
+ *   sparse_bench [--seconds S] [--steps N] [--densities D1,D2,...] [--denormals flush|keep] [--json]
+ *   (defaults: 3 s a row, 20000 steps a game, 0.02,0.05,0.08,0.12,0.2,0.25,0.3,0.5, flush) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,7 @@
 #include "envs/minatar.h"
 #include "envs/minatar_games2.h"
 #include "envs/minatar_seaquest.h"
+#include "kernels/fpmode.h"
 #include "kernels/optim.h"
 #include "kernels/qnet.h"
 #include "learner/dqn.h"
@@ -130,11 +133,13 @@ static const char *first_layer(const fl_qnet_t *n) {
     return "dense (no sparse step)";
 }
 
-static void row(int json, long cores, const char *name, double share, double rate, double best, const char *how) {
+static void row(int json, long cores, const char *name, double share, double rate, double best, const char *how,
+                int flush) {
     if (json)
         printf("{\"bench\":\"sparse\",\"case\":\"%s\",\"share_set\":%.4f,\"value\":%.6g,\"best\":%.6g,"
-               "\"unit\":\"updates/s\",\"first_layer\":\"%s\",\"batch\":%d,\"threads\":1,\"cores\":%ld}\n",
-               name, share, rate, best, how, BATCH, cores);
+               "\"unit\":\"updates/s\",\"first_layer\":\"%s\",\"denormals\":\"%s\",\"batch\":%d,\"threads\":1,"
+               "\"cores\":%ld}\n",
+               name, share, rate, best, how, flush ? "flush" : "keep", BATCH, cores);
     else
         printf("  %-22s %8.1f%% %12.1f %12.1f  %s\n", name, 100 * share, rate, best, how);
     fflush(stdout);
@@ -145,10 +150,13 @@ int main(int argc, char **argv) {
     double seconds = 3.0;
     long steps = 20000;
     double dens[MAX_DENSITIES] = {0.02, 0.05, 0.08, 0.12, 0.2, 0.25, 0.3, 0.5};
-    int nd = 8;
+    int nd = 8, flush = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
+        } else if (strcmp(argv[i], "--denormals") == 0 && i + 1 < argc &&
+                   (!strcmp(argv[i + 1], "flush") || !strcmp(argv[i + 1], "keep"))) {
+            flush = !strcmp(argv[++i], "flush");
         } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc && atof(argv[i + 1]) > 0) {
             seconds = atof(argv[++i]);
         } else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc && atol(argv[i + 1]) >= 2000) {
@@ -165,12 +173,13 @@ int main(int argc, char **argv) {
             }
         } else {
             fprintf(stderr, "usage: sparse_bench [--seconds S] [--steps N (>= 2000)] [--densities D1,D2,...] "
-                            "[--json]\n");
+                            "[--denormals flush|keep] [--json]\n");
             return 2;
         }
     }
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     openblas_set_num_threads(1);
+    flush = fl_fp_flush_denormals(flush) && flush; /* 0 where the CPU cannot */
 
     /* 1. the games' observations */
     const fl_env_def_t *games[] = {&fl_env_minatar_breakout, &fl_env_minatar_asterix, &fl_env_minatar_freeway,
@@ -229,15 +238,17 @@ int main(int argc, char **argv) {
     u.b = (fl_dqn_batch_t){
         .size = BATCH, .obs = obs, .actions = act, .rewards = rew, .discounts = disc, .next_obs = next, .weights = w};
     if (!json)
-        printf("updates of \"%s\" over (10, 10, 4), batch %d, Adam, 1 thread, %s kernels, %.3g s a row:\n"
+        printf("updates of \"%s\" over (10, 10, 4), batch %d, Adam, 1 thread, %s kernels, denormals %s, "
+               "%.3g s a row:\n"
                "  %-22s %9s %12s %12s  first layer\n",
-               SPEC, BATCH, fl_bench_backend_name(), seconds, "observations", "set", "updates/s", "best window");
+               SPEC, BATCH, fl_bench_backend_name(), flush ? "flushed to 0" : "kept", seconds, "observations", "set",
+               "updates/s", "best window");
     memcpy(obs, real, BATCH * D * sizeof(float));
     memcpy(next, real + BATCH * D, BATCH * D * sizeof(float));
     double best, rate = update_rate(&u, seconds, &best);
     if (rate < 0) return 1;
     row(json, cores, "breakout (random play)", (share_set(obs, BATCH * D) + share_set(next, BATCH * D)) / 2, rate,
-        best, first_layer(u.online));
+        best, first_layer(u.online), flush);
     for (int d = 0; d < nd; d++) {
         for (size_t i = 0; i < BATCH * D; i++) {
             obs[i] = fl_rng_double(&rng) < dens[d] ? 1.0f : 0.0f;
@@ -247,7 +258,7 @@ int main(int argc, char **argv) {
         char name[32];
         snprintf(name, sizeof name, "random, %.0f%% set", 100 * dens[d]);
         row(json, cores, name, (share_set(obs, BATCH * D) + share_set(next, BATCH * D)) / 2, rate, best,
-            first_layer(u.online));
+            first_layer(u.online), flush);
     }
     fl_dqn_destroy(u.dqn);
     fl_optim_destroy(u.opt);

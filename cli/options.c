@@ -234,6 +234,7 @@ fl_status fl_options_learner(const fl_config_t *c, fl_learner_opts_t *o, fl_err_
     }
     o->count = c->learner_count;
     o->threads = (int)c->learner_threads;
+    o->flush_denormals = c->learner_flush_denormals != 0;
     o->tf32 = c->learner_tf32 != 0;
     o->cuda_graphs = c->learner_cuda_graphs != 0;
     o->cudnn_benchmark = c->learner_cudnn_benchmark != 0;

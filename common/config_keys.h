@@ -118,6 +118,7 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(learner, mode, ENUM, "apex", 0, 0, "apex|gorila", "who owns the optimizer: learners (apex) or parameter servers (gorila)") \
     X(learner, device, ENUM, "cpu", 0, 0, "cpu|cuda|auto", "where the learner trains")                      \
     X(learner, threads, INT, 1, 1, 256, "", "threads of a CPU learner's kernels (oneDNN's and OpenBLAS's)") \
+    X(learner, flush_denormals, BOOL, 1, 0, 1, "", "a CPU learner's kernels flush denormal floats (below 1.2e-38) to 0, which many CPUs compute with 10-100x slower (Adam's moments of weights whose gradient stays 0 decay through them)") \
     X(learner, tf32, BOOL, 1, 0, 1, "", "GPU learner: TF32 tensor cores in matrix products and convolutions") \
     X(learner, cuda_graphs, BOOL, 1, 0, 1, "", "GPU learner: capture the update as a CUDA graph and replay it") \
     X(learner, cudnn_benchmark, BOOL, 0, 0, 1, "",                                                                \

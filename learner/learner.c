@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/rng.h"
 #include "common/stop.h"
+#include "kernels/fpmode.h"
 #include "learner/learner_internal.h"
 
 /* Slice of an interruptible sleep. */
@@ -367,6 +368,8 @@ fl_status fl_learner_create(const fl_learner_opts_t *opts, fl_learner_t **out, f
 
     /* the CPU kernels' threads; the oneDNN backend follows OpenBLAS's count (kernels/dnnl.h) */
     openblas_set_num_threads(opts->threads);
+    /* before the networks and their threads exist: every thread they start inherits it */
+    if (opts->flush_denormals) fl_fp_flush_denormals(1);
     if ((s = build_networks(l, opts, err)) != FL_OK || (s = alloc_buffers(l, opts, err)) != FL_OK) goto fail;
     if (opts->resume_path && opts->resume_path[0]) {
         if ((s = fl__learner_resume(l, opts->resume_path, err)) != FL_OK) goto fail;

@@ -70,7 +70,8 @@
  * fetched parameters and push the gradient computed on the GPU.
  *
  * Memory: everything is allocated at create; the training loop does not allocate
- * (beyond what the RPC layer does per call). create sets OpenBLAS to learner.threads.
+ * (beyond what the RPC layer does per call). create sets OpenBLAS to learner.threads and,
+ * with flush_denormals, the calling thread's floating-point mode (kernels/fpmode.h).
  * Thread-safety: one owner thread (fl_learner_stop and fl_learner_counters may be called
  * from any thread); fl_learner_run polls its stop flag and the process-wide one. */
 #ifndef FL_LEARNER_LEARNER_H
@@ -125,6 +126,7 @@ typedef struct fl_learner_opts {
     fl_learner_mode mode;         /* [learner.mode] */
     fl_learner_device device;     /* [learner.device] */
     int threads;                  /* [learner.threads] threads of the CPU kernels (OpenBLAS, oneDNN) */
+    int flush_denormals;          /* [learner.flush_denormals] the CPU kernels flush denormal floats to 0 */
     int tf32, cuda_graphs;        /* [learner.tf32, learner.cuda_graphs] GPU: TF32 tensor cores, CUDA graphs */
     int cudnn_benchmark;          /* [learner.cudnn_benchmark] GPU: convolution algorithms timed, not heuristic */
     int batch_size;               /* [learner.batch_size] */

@@ -342,9 +342,10 @@ static void test_cpu_kernels(void **unused) {
     assert_non_null(strstr(err.msg, "auto|dnnl|reference"));
 }
 
-/* The GPU learner's switches (learner.tf32, cuda_graphs, cudnn_benchmark) reach its
- * options: defaults on, on, off; each can be turned the other way. */
-static void test_gpu_switches(void **unused) {
+/* The learner's switches (learner.tf32, cuda_graphs, cudnn_benchmark of the GPU, and
+ * flush_denormals of the CPU) reach its options: defaults on, on, off, on; each can be
+ * turned the other way. */
+static void test_learner_switches(void **unused) {
     (void)unused;
     for (int flip = 0; flip < 2; flip++) {
         fl_config_t c;
@@ -353,6 +354,7 @@ static void test_gpu_switches(void **unused) {
             set(&c, "learner.tf32=false");
             set(&c, "learner.cuda_graphs=off");
             set(&c, "learner.cudnn_benchmark=yes");
+            set(&c, "learner.flush_denormals=0");
         }
         fl_err_t err;
         fl_err_init(&err);
@@ -361,12 +363,13 @@ static void test_gpu_switches(void **unused) {
         assert_int_equal(l.tf32, !flip);
         assert_int_equal(l.cuda_graphs, !flip);
         assert_int_equal(l.cudnn_benchmark, flip);
+        assert_int_equal(l.flush_denormals, !flip);
     }
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gpu_switches),
+        cmocka_unit_test(test_learner_switches),
         cmocka_unit_test(test_defaults), cmocka_unit_test(test_env),         cmocka_unit_test(test_open_env),
         cmocka_unit_test(test_actor),    cmocka_unit_test(test_paramserver), cmocka_unit_test(test_optimizer),
         cmocka_unit_test(test_presets),  cmocka_unit_test(test_cpu_kernels),

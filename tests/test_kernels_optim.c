@@ -11,6 +11,8 @@
 #include <cmocka.h>
 
 #include <cblas.h>
+#include <float.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/rng.h"
+#include "kernels/fpmode.h"
 #include "kernels/optim.h"
 
 #include "seed_util.h"
@@ -362,6 +365,85 @@ static void test_clip_grad_norm(void **state) {
     assert_true(g[8] == orig[8]);
 }
 
+static void *flushed_in_thread(void *arg) {
+    *(int *)arg = fl_fp_denormals_flushed();
+    return NULL;
+}
+
+/* Adam's first moments after one gradient of 1e-3 on every element and then 800 steps of
+ * 0 (each step multiplies them by beta1 = 0.9: below FLT_MIN from about step 740, 0 after
+ * about 890), over a vector of two parts that run on two threads: 1 when one is a
+ * denormal, 0 when all are 0. */
+static int adam_leaves_denormals(void) {
+    enum { N = 2 * 32768 + 16 };
+    fl_optim_config_t c = {.kind = FL_OPTIM_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
+    fl_optim_t *o = NULL;
+    assert_int_equal(fl_optim_create(&c, N, &o, NULL), FL_OK);
+    float *p = calloc(N, sizeof *p), *g = malloc(N * sizeof *g);
+    assert_non_null(p);
+    assert_non_null(g);
+    for (int i = 0; i < N; i++) g[i] = 1e-3f;
+    fl_optim_step(o, p, g);
+    memset(g, 0, N * sizeof *g);
+    for (int s = 0; s < 800; s++) fl_optim_step(o, p, g);
+    /* read as bits: with denormals flushed, comparing one to 0 would say equal */
+    const float *m = fl_optim_state(o);
+    int denormal = 0, first = -1, last = -1;
+    for (int i = 0; i < N; i++) {
+        uint32_t b;
+        memcpy(&b, &m[i], sizeof b);
+        const int d = (b & 0x7f800000u) == 0 && (b & 0x007fffffu) != 0;
+        denormal |= d;
+        if (i == 0) first = d;
+        if (i == N - 1) last = d;
+    }
+    assert_int_equal(first, last); /* the first part, on the calling thread, and the last one alike */
+    free(p);
+    free(g);
+    fl_optim_destroy(o);
+    return denormal;
+}
+
+/* Flushing denormals to zero (kernels/fpmode.h): off, a product below FLT_MIN is a
+ * denormal and Adam's decaying moments pass through them; on (where the CPU has the
+ * mode), the product is 0, a denormal input counts as 0, a thread started afterwards
+ * inherits the mode, and Adam's moments on both of the step's threads go straight to 0. */
+static void test_flush_denormals(void **state) {
+    (void)state;
+    const int threads = openblas_get_num_threads();
+    openblas_set_num_threads(2);
+    volatile float tiny = FLT_MIN, half = 0.5f, big = 1073741824.0f; /* 2^30 */
+    uint32_t one_bit = 1;
+    float smallest;
+    memcpy(&smallest, &one_bit, sizeof smallest); /* 1.4e-45, the smallest denormal */
+    volatile float den = smallest;
+
+    fl_fp_flush_denormals(0);
+    assert_false(fl_fp_denormals_flushed());
+    assert_true(tiny * half > 0.0f);
+    assert_true(den * big > 0.0f);
+    assert_int_equal(adam_leaves_denormals(), 1);
+
+    if (!fl_fp_flush_denormals(1)) {
+        openblas_set_num_threads(threads);
+        skip();
+    }
+    assert_true(fl_fp_denormals_flushed());
+    assert_true(tiny * half == 0.0f);
+    assert_true(den * big == 0.0f);
+    int inherited = -1;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, flushed_in_thread, &inherited), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(inherited, 1);
+    assert_int_equal(adam_leaves_denormals(), 0);
+
+    fl_fp_flush_denormals(0);
+    assert_false(fl_fp_denormals_flushed());
+    assert_true(tiny * half > 0.0f);
+    openblas_set_num_threads(threads);
+}
+
 int main(void) {
     openblas_set_num_threads(1);
     pick_seed();
@@ -370,7 +452,7 @@ int main(void) {
         cmocka_unit_test(test_rmsprop_centered),  cmocka_unit_test(test_rmsprop_state_layout),
         cmocka_unit_test(test_state_round_trip),  cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_config_from_settings), cmocka_unit_test(test_clip_grad_norm),
-        cmocka_unit_test(test_bit_exact_vectors), cmocka_unit_test(test_threads_same_bits),
+        cmocka_unit_test(test_bit_exact_vectors), cmocka_unit_test(test_threads_same_bits), cmocka_unit_test(test_flush_denormals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
