@@ -38,6 +38,7 @@ struct fl_conv_fwd {
     int *len;
     long *xoff, *yoff;       /* each output pixel's first input and first output, in floats */
     int panels_outer;        /* the weights outweigh the inputs: panel after panel */
+    int wide;                /* the forward runs on AVX-512 (few input channels) */
     /* the inputs of a pixel in the order above, flattened (for packing the weights and
      * for their gradient) */
     long K;
@@ -59,8 +60,21 @@ static int channel_runs(const fl_conv_fwd_geom_t *g, int *cblk, long *cstride) {
     return 1;
 }
 
+/* 1 where this CPU runs g's forward on AVX-512 tiles: a convolution of at most
+ * FL_CONV_FWD_WIDE_CIN input channels, whose outputs come 16 channels side by side. */
+static int wide_for(const fl_conv_fwd_geom_t *g) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    const fl_conv_layout_t *o = &g->out;
+    return __builtin_cpu_supports("avx512f") && g->cin <= FL_CONV_FWD_WIDE_CIN &&
+           (o->blk % 16 == 0 || (o->blk == 1 && o->st[1] == 1));
+#else
+    (void)g;
+    return 0;
+#endif
+}
+
 static int supported(const fl_conv_fwd_geom_t *g) {
-    if (!fl_dense_small_preferred()) return 0;
+    if (!fl_dense_small_preferred() && !wide_for(g)) return 0;
     if (g->batch < 1 || g->cin < 1 || g->k < 1 || g->stride < 1 || g->cout < 16 || g->cout % 16 ||
         g->cout > 16 * FL_CONV_FWD_MAX_PANELS)
         return 0;
@@ -82,6 +96,7 @@ fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g) {
     fl_conv_fwd_t *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->g = *g;
+    c->wide = !fl_dense_small_preferred();
     c->off = malloc(max * sizeof *c->off);
     c->len = malloc(max * sizeof *c->len);
     const long hw = (long)g->out_h * g->out_w, M = g->batch * hw;
@@ -125,6 +140,8 @@ void fl_conv_fwd_destroy(fl_conv_fwd_t *c) {
     free(c->xoff), free(c->yoff), free(c->kofs), free(c->kidx), free(c->wacc);
     free(c);
 }
+
+int fl_conv_fwd_wide(const fl_conv_fwd_t *c) { return c->wide; }
 
 size_t fl_conv_fwd_weights_size(const fl_conv_fwd_t *c) {
     return (size_t)c->g.cout * c->g.cin * c->g.k * c->g.k;
@@ -304,6 +321,58 @@ __attribute__((target("avx2,fma"))) static void wgrad_avx2(const fl_conv_fwd_t *
                 dw[(size_t)(16 * p + o) * c->K + c->kidx[6 * rt + r]] = c->wacc[96 * t + 16 * r + o];
     }
 }
+
+/* The AVX-512 forward, for few input channels (where oneDNN's kernels leave most of a
+ * vector idle): tiles of 8 output pixels x the 16 output channels of a panel, one
+ * register each, so 8 independent sums cover the FMA units' latency; each input value
+ * broadcast straight from memory into its FMA. Each output is the bias plus the
+ * products in the AVX2 tiles' fixed order. */
+#define WIDE_ROWS 8
+#define FMA16(R) a##R = _mm512_fmadd_ps(_mm512_set1_ps(p##R[e]), w, a##R)
+
+__attribute__((target("avx512f"))) static void tile_avx512(const fl_conv_fwd_t *c, long m0, int nr, const float *x,
+                                                           const float *wp, const float *bias, float *y, long yc,
+                                                           int relu) {
+    __m512 a0 = _mm512_loadu_ps(bias), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    const float *xr[WIDE_ROWS];
+    for (int r = 0; r < WIDE_ROWS; r++) xr[r] = x + c->xoff[m0 + (r < nr ? r : nr - 1)];
+    for (int j = 0; j < c->n; j++) {
+        const long off = c->off[j];
+        const float *p0 = xr[0] + off, *p1 = xr[1] + off, *p2 = xr[2] + off, *p3 = xr[3] + off, *p4 = xr[4] + off,
+                    *p5 = xr[5] + off, *p6 = xr[6] + off, *p7 = xr[7] + off;
+        const int len = c->len[j];
+        for (int e = 0; e < len; e++, wp += 16) {
+            const __m512 w = _mm512_loadu_ps(wp);
+            FMA16(0);
+            FMA16(1);
+            FMA16(2);
+            FMA16(3);
+            FMA16(4);
+            FMA16(5);
+            FMA16(6);
+            FMA16(7);
+        }
+    }
+    const __m512 acc[WIDE_ROWS] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    const long *yoff = c->yoff + m0;
+    for (int r = 0; r < nr; r++)
+        _mm512_storeu_ps(y + yoff[r] + yc, relu ? _mm512_max_ps(acc[r], _mm512_setzero_ps()) : acc[r]);
+}
+
+__attribute__((target("avx512f"))) static void run_avx512(const fl_conv_fwd_t *c, const float *x, const float *wt,
+                                                          const float *bias, float *y, int relu) {
+    const fl_conv_fwd_geom_t *g = &c->g;
+    const fl_conv_layout_t *O = &g->out;
+    const long M = (long)g->batch * g->out_h * g->out_w, K = (long)g->cin * g->k * g->k;
+    const long tiles = (M + WIDE_ROWS - 1) / WIDE_ROWS;
+    const int panels = g->cout / 16;
+    PAR_FOR for (long t = 0; t < tiles; t++) {
+        const int nr = M - WIDE_ROWS * t < WIDE_ROWS ? (int)(M - WIDE_ROWS * t) : WIDE_ROWS;
+        for (int p = 0; p < panels; p++)
+            tile_avx512(c, WIDE_ROWS * t, nr, x, wt + (size_t)p * 16 * K, bias + 16 * p, y,
+                        16L * p / O->blk * O->st[1] + 16L * p % O->blk, relu);
+    }
+}
 #define HAVE_AVX2_VERSION 1
 #endif
 
@@ -317,7 +386,8 @@ void fl_conv_fwd_wgrad(const fl_conv_fwd_t *c, const float *x, const float *dy, 
 
 void fl_conv_fwd_run(const fl_conv_fwd_t *c, const float *x, const float *wt, const float *bias, float *y, int relu) {
 #ifdef HAVE_AVX2_VERSION
-    run_avx2(c, x, wt, bias, y, relu);
+    if (c->wide) run_avx512(c, x, wt, bias, y, relu);
+    else run_avx2(c, x, wt, bias, y, relu);
 #else
     (void)c, (void)x, (void)wt, (void)bias, (void)y, (void)relu;
 #endif

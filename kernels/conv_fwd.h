@@ -1,7 +1,10 @@
 /* conv_fwd: a convolution's forward (no padding), and its parameter gradients, as
  * fleet's own AVX2 + FMA tiles, for the oneDNN backend on CPUs without AVX-512
  * (kernels/dnnl.c), where oneDNN's AVX2 convolutions leave a third of the core's FMA
- * throughput unused. Its input and output
+ * throughput unused; and on CPUs with AVX-512, the forward of a convolution of at most
+ * FL_CONV_FWD_WIDE_CIN input channels (a first layer over a few planes, as MinAtar's),
+ * on AVX-512 tiles of 8 output pixels x 16 output channels, where oneDNN's kernels for
+ * so few channels leave most of each vector idle. Its input and output
  * are in whatever 4-D layout the oneDNN primitives around it chose (channels blocked
  * by 8 or 16, or channels last), so the backward and the layers after it are unchanged.
  *
@@ -33,12 +36,15 @@ typedef struct fl_conv_fwd_geom {
 
 /* A convolution's forward set up for one geometry (its segments, see conv_fwd.c). NULL
  * where this geometry or CPU is not supported, or memory ran out: the caller takes
- * another path. Supported: fl_dense_small_preferred() (AVX2 + FMA, no AVX-512), cout a
+ * another path. Supported: fl_dense_small_preferred() (AVX2 + FMA, no AVX-512), or
+ * AVX-512 with at most FL_CONV_FWD_WIDE_CIN input channels and an output whose runs of 16
+ * channels are contiguous (fl_conv_fwd_wide says which); cout a
  * multiple of 16 up to 16 x FL_CONV_FWD_MAX_PANELS, out_h = (in_h - k) / stride + 1 and the same for the width, an input
  * whose channels come in contiguous runs (blocked, or plain with a channel stride of 1)
  * and an output whose runs of 8 channels are contiguous. */
 typedef struct fl_conv_fwd fl_conv_fwd_t;
 #define FL_CONV_FWD_MAX_PANELS 256
+#define FL_CONV_FWD_WIDE_CIN 8
 fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g);
 void fl_conv_fwd_destroy(fl_conv_fwd_t *c);
 
@@ -46,6 +52,10 @@ void fl_conv_fwd_destroy(fl_conv_fwd_t *c);
  * fl_conv_fwd_weights from the layer's own (cout, cin, k, k) (parallel over panels on the
  * calling thread's OpenMP team). */
 size_t fl_conv_fwd_weights_size(const fl_conv_fwd_t *c);
+
+/* 1 when c's forward runs on the AVX-512 tiles (its parameter gradients then stay
+ * oneDNN's: fl_conv_fwd_wgrad is the AVX2 tiles'), 0 on the AVX2 ones. */
+int fl_conv_fwd_wide(const fl_conv_fwd_t *c);
 void fl_conv_fwd_weights(const fl_conv_fwd_t *c, const float *w, float *wt);
 
 /* y = conv(x, w) + bias, then max(0, .) where relu != 0, with x and y in the geometry's

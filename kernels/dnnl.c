@@ -639,10 +639,11 @@ static fl_status fwd_conv(bld_t *b, int i) {
     tensor_t *out;
     FL_TRY(new_tensor(b, D, 1, &out));
     p->edge[i + 1] = out;
-    /* On AVX2 CPUs without AVX-512: fleet's tiles where they run this convolution, in
-     * the layouts oneDNN chose (the backward stays oneDNN's, with pd as its hint). */
+    /* Fleet's tiles where they run this convolution (on AVX2 CPUs without AVX-512; with
+     * AVX-512, few input channels), in the layouts oneDNN chose (the backward stays
+     * oneDNN's, with pd as its hint). */
     layout_t in_lay, out_lay;
-    if (fl_dense_small_preferred() && l->pad == 0 && layout_of(S, &in_lay) && layout_of(D, &out_lay)) {
+    if (l->pad == 0 && layout_of(S, &in_lay) && layout_of(D, &out_lay)) {
         const fl_conv_fwd_geom_t tg = {B, g.in_c, g.in_h, g.in_w, l->cout, l->out_h, l->out_w, g.k, g.stride,
                                        in_lay, out_lay};
         fl_conv_fwd_t *c;
@@ -895,7 +896,9 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
     assert(out->grad); /* the consumer's backward made it */
     if (lp->fused) FL_TRY(relu_mask(b, l, out));
     if (s2d && !b->p->s2d_g) FL_TRY(new_buf(b, (size_t)ly->cout * g.in_c * g.k * g.k * sizeof(float), &b->p->s2d_g));
-    if (lp->tiles) { /* the forward ran on tiles: so do the parameter gradients, on its inputs as it read them */
+    if (lp->tiles && !fl_conv_fwd_wide(lp->tiles)) {
+        /* the forward ran on the AVX2 tiles: so do the parameter gradients, on its inputs
+         * as it read them */
         const step_t t = {.kind = ST_TILE_WGRAD,
                           .what = s2d ? "bwd weights (space-to-depth, tiles)" : "bwd weights (tiles)",
                           .tiles = lp->tiles, .a = lp->src->val, .b = out->grad,

@@ -596,108 +596,115 @@ static long tile_at(const fl_conv_layout_t *l, int n, int c, int h, int w) {
  * and without relu; every image's outputs the same bits alone as in its batch, and on 1
  * thread as on 2; the parameter gradients (fl_conv_fwd_wgrad) against sums in double
  * too, the same bits on 1 thread as on 2; unsupported geometries refused. */
+typedef struct tile_case {
+    int B, cin, h, w, cout, k, stride, in_blk, out_blk;
+} tile_case_t;
+
+/* One geometry of fl_conv_fwd (case c of a test's list): the forward, and with wgrad the
+ * parameter gradients, checked as said above. */
+static void tile_case(size_t c, const tile_case_t *tc, int wgrad) {
+    const int B = tc->B, C = tc->cin, O = tc->cout, k = tc->k, st = tc->stride;
+    const int oh = (tc->h - k) / st + 1, ow = (tc->w - k) / st + 1;
+    fl_conv_fwd_geom_t g = {B, C, tc->h, tc->w, O, oh, ow, k, st, tile_layout(C, tc->h, tc->w, tc->in_blk),
+                            tile_layout(O, oh, ow, tc->out_blk)};
+    fl_conv_fwd_t *t = fl_conv_fwd_create(&g);
+    assert_non_null(t);
+    g.batch = 1;
+    fl_conv_fwd_t *t1 = fl_conv_fwd_create(&g);
+    assert_non_null(t1);
+    const size_t xn = (size_t)B * g.in.st[0], yn = (size_t)B * g.out.st[0], wn = (size_t)O * C * k * k;
+    float *x = calloc(xn, 4), *w = malloc(wn * 4), *wt = malloc(fl_conv_fwd_weights_size(t) * 4);
+    float *bias = malloc((size_t)O * 4), *y = malloc(yn * 4), *y1 = malloc(yn * 4), *y2 = malloc(yn * 4);
+    fill(x, xn, -1, 1); /* the padding of a block too: the tiles must not read it */
+    fill(w, wn, -1, 1);
+    fill(bias, (size_t)O, -1, 1);
+    fl_conv_fwd_weights(t, w, wt);
+    for (int relu = 0; relu < 2; relu++) {
+        memset(y, 0, yn * 4);
+        fl_conv_fwd_run(t, x, wt, bias, y, relu);
+        for (int n = 0; n < B; n++)
+            for (int o = 0; o < O; o++)
+                for (int i = 0; i < oh; i++)
+                    for (int j = 0; j < ow; j++) {
+                        double sum = bias[o];
+                        for (int ci = 0; ci < C; ci++)
+                            for (int a = 0; a < k; a++)
+                                for (int b = 0; b < k; b++)
+                                    sum += (double)w[(((size_t)o * C + ci) * k + a) * k + b] *
+                                           x[tile_at(&g.in, n, ci, i * st + a, j * st + b)];
+                        if (relu && sum < 0) sum = 0;
+                        const float got = y[tile_at(&g.out, n, o, i, j)];
+                        if (!(fabs(got - sum) <= 1e-6 * (C * k * k + 1))) {
+                            print_error("case %zu: y(%d, %d, %d, %d) = %.9g, expected %.9g\n", c, n, o, i, j, got,
+                                        sum);
+                            fail();
+                        }
+                    }
+        memset(y1, 0, yn * 4);
+        for (int n = 0; n < B; n++)
+            fl_conv_fwd_run(t1, x + n * g.in.st[0], wt, bias, y1 + n * g.out.st[0], relu);
+        assert_memory_equal(y1, y, yn * 4);
+#ifdef _OPENMP
+        const int threads = omp_get_max_threads();
+        omp_set_num_threads(threads == 1 ? 2 : 1);
+        memset(y2, 0, yn * 4);
+        fl_conv_fwd_run(t, x, wt, bias, y2, relu);
+        omp_set_num_threads(threads);
+        assert_memory_equal(y2, y, yn * 4);
+#endif
+    }
+    /* the parameter gradients for an output gradient dy (y2's buffer) */
+    float *dy = y2, *dw = malloc(wn * 4), *db = malloc((size_t)O * 4), *dw2 = malloc(wn * 4),
+          *db2 = malloc((size_t)O * 4);
+    if (!wgrad) goto done;
+    fill(dy, yn, -1, 1);
+    fl_conv_fwd_wgrad(t, x, dy, dw, db);
+    for (int o = 0; o < O; o++) {
+        double sb = 0;
+        for (int n = 0; n < B; n++)
+            for (int i = 0; i < oh; i++)
+                for (int j = 0; j < ow; j++) sb += dy[tile_at(&g.out, n, o, i, j)];
+        assert_true(fabs(db[o] - sb) <= 1e-6 * (B * oh * ow + 1));
+        for (int ci = 0; ci < C; ci++)
+            for (int a = 0; a < k; a++)
+                for (int b = 0; b < k; b++) {
+                    double sw = 0;
+                    for (int n = 0; n < B; n++)
+                        for (int i = 0; i < oh; i++)
+                            for (int j = 0; j < ow; j++)
+                                sw += (double)dy[tile_at(&g.out, n, o, i, j)] *
+                                      x[tile_at(&g.in, n, ci, i * st + a, j * st + b)];
+                    const float got = dw[(((size_t)o * C + ci) * k + a) * k + b];
+                    if (!(fabs(got - sw) <= 1e-6 * (B * oh * ow + 1))) {
+                        print_error("case %zu: dw(%d, %d, %d, %d) = %.9g, expected %.9g\n", c, o, ci, a, b, got,
+                                    sw);
+                        fail();
+                    }
+                }
+    }
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(threads == 1 ? 2 : 1);
+    fl_conv_fwd_wgrad(t, x, dy, dw2, db2);
+    omp_set_num_threads(threads);
+    assert_memory_equal(dw2, dw, wn * 4);
+    assert_memory_equal(db2, db, (size_t)O * 4);
+#endif
+done:
+    fl_conv_fwd_destroy(t);
+    fl_conv_fwd_destroy(t1);
+    free(x), free(w), free(wt), free(bias), free(y), free(y1), free(y2), free(dw), free(db), free(dw2), free(db2);
+}
+
 static void test_tiles_sums(void **state) {
     (void)state;
     if (!fl_dense_small_preferred()) skip();
-    const struct {
-        int B, cin, h, w, cout, k, stride, in_blk, out_blk;
-    } cases[] = {
+    const tile_case_t cases[] = {
         {3, 64, 6, 5, 32, 2, 1, 8, 8}, {2, 12, 7, 7, 16, 3, 2, 8, 16}, {5, 3, 9, 8, 48, 3, 3, 0, 8},
         {1, 16, 4, 4, 16, 4, 1, 16, 0}, {4, 40, 1, 1, 32, 1, 1, 0, 0}, {2, 8, 5, 7, 16, 1, 2, 8, 8},
         {2, 12, 5, 6, 16, 2, 1, 8, 8}, {3, 8, 12, 12, 16, 2, 1, 8, 8}, /* the last: pixels in 3 chunks */
     };
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int B = cases[c].B, C = cases[c].cin, O = cases[c].cout, k = cases[c].k, st = cases[c].stride;
-        const int oh = (cases[c].h - k) / st + 1, ow = (cases[c].w - k) / st + 1;
-        fl_conv_fwd_geom_t g = {B, C, cases[c].h, cases[c].w, O, oh, ow, k, st,
-                                tile_layout(C, cases[c].h, cases[c].w, cases[c].in_blk),
-                                tile_layout(O, oh, ow, cases[c].out_blk)};
-        fl_conv_fwd_t *t = fl_conv_fwd_create(&g);
-        assert_non_null(t);
-        g.batch = 1;
-        fl_conv_fwd_t *t1 = fl_conv_fwd_create(&g);
-        assert_non_null(t1);
-        const size_t xn = (size_t)B * g.in.st[0], yn = (size_t)B * g.out.st[0], wn = (size_t)O * C * k * k;
-        float *x = calloc(xn, 4), *w = malloc(wn * 4), *wt = malloc(fl_conv_fwd_weights_size(t) * 4);
-        float *bias = malloc((size_t)O * 4), *y = malloc(yn * 4), *y1 = malloc(yn * 4), *y2 = malloc(yn * 4);
-        fill(x, xn, -1, 1); /* the padding of a block too: the tiles must not read it */
-        fill(w, wn, -1, 1);
-        fill(bias, (size_t)O, -1, 1);
-        fl_conv_fwd_weights(t, w, wt);
-        for (int relu = 0; relu < 2; relu++) {
-            memset(y, 0, yn * 4);
-            fl_conv_fwd_run(t, x, wt, bias, y, relu);
-            for (int n = 0; n < B; n++)
-                for (int o = 0; o < O; o++)
-                    for (int i = 0; i < oh; i++)
-                        for (int j = 0; j < ow; j++) {
-                            double sum = bias[o];
-                            for (int ci = 0; ci < C; ci++)
-                                for (int a = 0; a < k; a++)
-                                    for (int b = 0; b < k; b++)
-                                        sum += (double)w[(((size_t)o * C + ci) * k + a) * k + b] *
-                                               x[tile_at(&g.in, n, ci, i * st + a, j * st + b)];
-                            if (relu && sum < 0) sum = 0;
-                            const float got = y[tile_at(&g.out, n, o, i, j)];
-                            if (!(fabs(got - sum) <= 1e-6 * (C * k * k + 1))) {
-                                print_error("case %zu: y(%d, %d, %d, %d) = %.9g, expected %.9g\n", c, n, o, i, j, got,
-                                            sum);
-                                fail();
-                            }
-                        }
-            memset(y1, 0, yn * 4);
-            for (int n = 0; n < B; n++)
-                fl_conv_fwd_run(t1, x + n * g.in.st[0], wt, bias, y1 + n * g.out.st[0], relu);
-            assert_memory_equal(y1, y, yn * 4);
-#ifdef _OPENMP
-            const int threads = omp_get_max_threads();
-            omp_set_num_threads(threads == 1 ? 2 : 1);
-            memset(y2, 0, yn * 4);
-            fl_conv_fwd_run(t, x, wt, bias, y2, relu);
-            omp_set_num_threads(threads);
-            assert_memory_equal(y2, y, yn * 4);
-#endif
-        }
-        /* the parameter gradients for an output gradient dy (y2's buffer) */
-        float *dy = y2, *dw = malloc(wn * 4), *db = malloc((size_t)O * 4), *dw2 = malloc(wn * 4),
-              *db2 = malloc((size_t)O * 4);
-        fill(dy, yn, -1, 1);
-        fl_conv_fwd_wgrad(t, x, dy, dw, db);
-        for (int o = 0; o < O; o++) {
-            double sb = 0;
-            for (int n = 0; n < B; n++)
-                for (int i = 0; i < oh; i++)
-                    for (int j = 0; j < ow; j++) sb += dy[tile_at(&g.out, n, o, i, j)];
-            assert_true(fabs(db[o] - sb) <= 1e-6 * (B * oh * ow + 1));
-            for (int ci = 0; ci < C; ci++)
-                for (int a = 0; a < k; a++)
-                    for (int b = 0; b < k; b++) {
-                        double sw = 0;
-                        for (int n = 0; n < B; n++)
-                            for (int i = 0; i < oh; i++)
-                                for (int j = 0; j < ow; j++)
-                                    sw += (double)dy[tile_at(&g.out, n, o, i, j)] *
-                                          x[tile_at(&g.in, n, ci, i * st + a, j * st + b)];
-                        const float got = dw[(((size_t)o * C + ci) * k + a) * k + b];
-                        if (!(fabs(got - sw) <= 1e-6 * (B * oh * ow + 1))) {
-                            print_error("case %zu: dw(%d, %d, %d, %d) = %.9g, expected %.9g\n", c, o, ci, a, b, got,
-                                        sw);
-                            fail();
-                        }
-                    }
-        }
-#ifdef _OPENMP
-        const int threads = omp_get_max_threads();
-        omp_set_num_threads(threads == 1 ? 2 : 1);
-        fl_conv_fwd_wgrad(t, x, dy, dw2, db2);
-        omp_set_num_threads(threads);
-        assert_memory_equal(dw2, dw, wn * 4);
-        assert_memory_equal(db2, db, (size_t)O * 4);
-#endif
-        fl_conv_fwd_destroy(t);
-        fl_conv_fwd_destroy(t1);
-        free(x), free(w), free(wt), free(bias), free(y), free(y1), free(y2), free(dw), free(db), free(dw2), free(db2);
-    }
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) tile_case(c, &cases[c], 1);
     /* refused: 8 output channels; an output that does not fit; a channels-first input */
     fl_conv_fwd_geom_t bad = {1, 4, 5, 5, 8, 3, 3, 3, 1, tile_layout(4, 5, 5, 0), tile_layout(8, 3, 3, 8)};
     assert_null(fl_conv_fwd_create(&bad));
@@ -709,6 +716,57 @@ static void test_tiles_sums(void **state) {
     fl_conv_fwd_t *ok = fl_conv_fwd_create(&bad);
     assert_non_null(ok);
     fl_conv_fwd_destroy(ok);
+}
+
+/* The AVX-512 tiles (kernels/conv_fwd.h), for convolutions of at most 8 input channels on
+ * CPUs with AVX-512: the forward checked as test_tiles_sums checks the AVX2 ones (sums in
+ * double, each image alone as in its batch, 1 thread as 2), inputs channels-last and
+ * blocked by 16, outputs blocked by 16 and channels-last, 1 to 8 input channels, 16 to 48
+ * output channels, strides 1 to 3, pixels that fill their 8-pixel tiles and do not;
+ * refused with 9 input channels or outputs blocked by 8. In a network (MinAtar's first
+ * layer): the plan runs its forward on the tiles and its weight gradient on oneDNN, and
+ * forward and backward match the reference at batches 1 to 64. */
+static void test_wide_tiles(void **state) {
+    (void)state;
+    if (!__builtin_cpu_supports("avx512f")) skip();
+    const tile_case_t cases[] = {
+        {3, 4, 10, 10, 16, 3, 1, 0, 0},  {2, 4, 10, 10, 16, 3, 1, 0, 16}, {5, 1, 9, 8, 48, 3, 3, 0, 16},
+        {1, 8, 7, 7, 32, 2, 2, 16, 16},  {4, 3, 6, 5, 16, 1, 1, 0, 0},    {3, 6, 12, 11, 16, 4, 2, 16, 0},
+        {7, 2, 5, 5, 16, 5, 1, 0, 16}, /* 7 pixels: one partial tile */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const tile_case_t *tc = &cases[c];
+        const int oh = (tc->h - tc->k) / tc->stride + 1, ow = (tc->w - tc->k) / tc->stride + 1;
+        const fl_conv_fwd_geom_t g = {tc->B, tc->cin, tc->h, tc->w, tc->cout, oh, ow, tc->k, tc->stride,
+                                      tile_layout(tc->cin, tc->h, tc->w, tc->in_blk),
+                                      tile_layout(tc->cout, oh, ow, tc->out_blk)};
+        fl_conv_fwd_t *t = fl_conv_fwd_create(&g);
+        assert_non_null(t);
+        assert_int_equal(fl_conv_fwd_wide(t), !fl_dense_small_preferred());
+        fl_conv_fwd_destroy(t);
+        tile_case(c, tc, 0);
+    }
+    fl_conv_fwd_geom_t bad = {2, 9, 10, 10, 16, 8, 8, 3, 1, tile_layout(9, 10, 10, 0), tile_layout(16, 8, 8, 0)};
+    assert_null(fl_conv_fwd_create(&bad));
+    bad.cin = 8, bad.in = tile_layout(8, 10, 10, 0), bad.out = tile_layout(16, 8, 8, 8);
+    assert_null(fl_conv_fwd_create(&bad));
+
+    NEED_DNNL();
+    const net_case_t net = {MINATAR, 10, 10, 4, 6, 0};
+    const int batches[] = {7, 1, 5, 13, 64};
+    compare(&net, batches, 5);
+    fl_qnet_t *n = make_net(&net, 7);
+    float *obs = calloc((size_t)7 * fl_qnet_obs_dim(n), 4), q[7 * 6], dq[7 * 6] = {0};
+    assert_int_equal(fl_qnet_forward(n, obs, 7, q), FL_OK);
+    assert_int_equal(fl_qnet_backward(n, dq, 7), FL_OK);
+    char desc[4096];
+    assert_true(fl_qnet_describe_kernels(n, 7, desc, sizeof desc) > 0);
+    if (!strstr(desc, "0.conv fwd (tiles)") || strstr(desc, "0.conv bwd weights (tiles)")) {
+        print_error("expected the first convolution's forward on tiles, its weight gradient on oneDNN:\n%s", desc);
+        fail();
+    }
+    free(obs);
+    fl_qnet_destroy(n);
 }
 
 /* oneDNN's reference implementations are slow: none of them in the benchmark networks
@@ -1136,7 +1194,7 @@ int main(void) {
         cmocka_unit_test(test_conv_shapes),   cmocka_unit_test(test_conv_chains),
         cmocka_unit_test(test_space_to_depth), cmocka_unit_test(test_dense), cmocka_unit_test(test_nature),
         cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp), cmocka_unit_test(test_mlp_image), cmocka_unit_test(test_sparse_inputs), cmocka_unit_test(test_sparse_sums), cmocka_unit_test(test_dense_small), cmocka_unit_test(test_dense_small_sums), cmocka_unit_test(test_dense_thin), cmocka_unit_test(test_dense_thin_sums),
-        cmocka_unit_test(test_tiles), cmocka_unit_test(test_tiles_sums),
+        cmocka_unit_test(test_tiles), cmocka_unit_test(test_tiles_sums), cmocka_unit_test(test_wide_tiles),
         cmocka_unit_test(test_no_reference_impls),
         cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),
         cmocka_unit_test(test_signals),       cmocka_unit_test(test_dqn_steps),
