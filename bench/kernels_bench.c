@@ -177,7 +177,14 @@ int main(int argc, char **argv) {
     }
     train_ctx_t tr = {learner, opt, obs, dq, q, BIG};
     res[2] = (result_t){"train_b512", rate(train_iter, &tr, seconds), "steps/s"};
-    const size_t breakout_mlp = 400 * 128 + 128 + 128 * 128 + 128 + 128 * 7 + 7; /* 68,743 */
+    /* the parameter count of configs/minatar-breakout.ini's MLP over (10, 10, 4), 6 actions */
+    fl_qnet_t *breakout = NULL;
+    if (fl_qnet_create("dense(128) relu dense(128) relu dueling", 400, 6, 1, &breakout, &err) != FL_OK) {
+        fprintf(stderr, "kernels_bench: %s\n", err.msg);
+        return 1;
+    }
+    const size_t breakout_mlp = fl_qnet_num_params(breakout); /* 68,743 */
+    fl_qnet_destroy(breakout);
     res[3] = (result_t){"adam_denormal_kept", adam_denormal_rate(breakout_mlp, 0, seconds), "steps/s"};
     res[4] = (result_t){"adam_denormal_flushed", adam_denormal_rate(breakout_mlp, 1, seconds), "steps/s"};
 

@@ -96,7 +96,7 @@ fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g) {
     fl_conv_fwd_t *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->g = *g;
-    c->wide = !fl_dense_small_preferred();
+    c->wide = wide_for(g);
     c->off = malloc(max * sizeof *c->off);
     c->len = malloc(max * sizeof *c->len);
     const long hw = (long)g->out_h * g->out_w, M = g->batch * hw;
