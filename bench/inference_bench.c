@@ -25,9 +25,11 @@
  * ISA) and torch.set_num_threads(1): float32, torch.inference_mode(); each step takes the numpy
  * batch (torch.from_numpy), converts it (float(), and / 255 for the Nature CNN's pixels;
  * MinAtar's 0/1 planes need no scale), runs the network, takes argmax and hands the
- * actions back as numpy. Its images come as (C, H, W), the layout its convolutions take,
- * so it pays no transpose (fleet's envs give (H, W, C), and fleet's network takes them as
- * they are).
+ * actions back as numpy. Images run in both of its memory formats, the faster counting
+ * (column layout): contiguous, where they come as (C, H, W), the layout its convolutions
+ * take by default, so it pays no transpose (fleet's envs give (H, W, C), and fleet's
+ * network takes them as they are); and channels_last, where they come as the envs give
+ * them and the network runs PyTorch's channels-last kernels.
  *
  * Columns: steps/s and samples/s (steps/s x B) of each side, the ratio of samples/s
  * (fleet over PyTorch), and GFLOP/s of each: samples/s x one sample's forward FLOP,
@@ -158,14 +160,36 @@ done:
     return rate;
 }
 
-/* PyTorch's steps/s from the script (its best window's into *best); < 0 when it cannot
- * run. version gets torch's. */
-static double torch_rate(const opts_t *o, const netcase_t *c, int B, char *version, size_t len, double *best) {
+/* PyTorch's steps/s from the script in memory format fmt (its best window's into *best);
+ * < 0 when it cannot run. version gets torch's. */
+static double torch_rate(const opts_t *o, const netcase_t *c, int B, const char *fmt, char *version, size_t len,
+                         double *best) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "%sOMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 '%s' '%s' --case %s --batch %d --threads 1 --seconds %g",
-             o->torch_env, o->python, o->script, c->name, B, o->seconds);
+             "%sOMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 '%s' '%s' --case %s --batch %d --threads 1 --seconds %g "
+             "--memory-format %s",
+             o->torch_env, o->python, o->script, c->name, B, o->seconds, fmt);
     return fl_bench_script_rate("inference_bench", cmd, version, len, best);
+}
+
+/* PyTorch's faster memory format for case c (images: contiguous and channels_last; the
+ * rest: contiguous alone) into *fmt; its steps/s, and the best window of both in *best. */
+static double torch_best(const opts_t *o, const netcase_t *c, int B, const char **fmt, char *version, size_t len,
+                         double *best) {
+    static const char *const formats[] = {"contiguous", "channels_last"};
+    double rate = -1;
+    *best = -1;
+    *fmt = formats[0];
+    for (int m = 0; m < (c->rank == 3 ? 2 : 1); m++) {
+        double w = -1;
+        const double r = torch_rate(o, c, B, formats[m], version, len, &w);
+        if (r > rate) {
+            rate = r;
+            *fmt = formats[m];
+        }
+        if (r > 0 && w > *best) *best = w;
+    }
+    return rate;
 }
 
 /* One sample's forward FLOP of case c; < 0 when the network cannot be built. */
@@ -233,7 +257,7 @@ int main(int argc, char **argv) {
     fl_bench_torch_env(o.torch_env, sizeof o.torch_env, o.torch_why, sizeof o.torch_why);
     char version[64] = "";
     double best_unused;
-    const int have_torch = o.torch && torch_rate(&o, &CASES[0], 1, version, sizeof version, &best_unused) >= 0;
+    const int have_torch = o.torch && torch_rate(&o, &CASES[0], 1, "contiguous", version, sizeof version, &best_unused) >= 0;
     if (!o.json) {
         printf(
             "inference_bench: %ld cores, one actor step (convert, forward, greedy argmax) on 1 thread, CPU kernels "
@@ -243,8 +267,9 @@ int main(int argc, char **argv) {
             : o.torch  ? "not available (cannot import torch or numpy)"
                        : "not run (--no-torch)");
         if (have_torch) printf("inference_bench: %s\n", o.torch_why);
-        printf("%-8s %6s %7s %12s %12s %8s %12s %8s %8s | %12s %12s %8s\n", "network", "batch", "obs", "fleet step/s",
-               "fleet smp/s", "GFLOP/s", "torch smp/s", "GFLOP/s", "ratio", "best fleet", "best torch", "ratio");
+        printf("%-8s %6s %7s %12s %12s %8s %12s %8s %13s %8s | %12s %12s %8s\n", "network", "batch", "obs",
+               "fleet step/s", "fleet smp/s", "GFLOP/s", "torch smp/s", "GFLOP/s", "layout", "ratio", "best fleet",
+               "best torch", "ratio");
     }
     for (int k = 0; k < NUM_CASES; k++) {
         if (o.only >= 0 && o.only != k) continue;
@@ -256,16 +281,18 @@ int main(int argc, char **argv) {
             double fbest = 0, tbest = 0;
             const double f = fleet_rate(c, B, o.seconds, &fbest);
             if (f < 0) return 1;
-            const double t = have_torch ? torch_rate(&o, c, B, version, sizeof version, &tbest) : -1;
+            const char *fmt = "-";
+            const double t = have_torch ? torch_best(&o, c, B, &fmt, version, sizeof version, &tbest) : -1;
             const double fs = f * B, ts = t > 0 ? t * B : -1;
             if (o.json) {
                 printf(
                     "{\"bench\":\"inference\",\"case\":\"%s\",\"batch\":%d,\"obs\":\"%s\",\"threads\":1,"
+                    "\"torch_memory_format\":\"%s\","
                     "\"fleet_steps_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,\"torch_steps_per_s\":%.4g,"
                     "\"torch_samples_per_s\":%.4g,\"ratio\":%.4g,\"flop_per_sample\":%.6g,\"fleet_gflops\":%.4g,"
                     "\"torch_gflops\":%.4g,\"fleet_best_samples_per_s\":%.4g,\"torch_best_samples_per_s\":%.4g,"
                     "\"best_ratio\":%.4g,\"cores\":%ld}\n",
-                    c->name, B, fl_dtype_name(c->dtype), f, fs, t, ts, t > 0 ? f / t : 0.0, flop, fs * flop / 1e9,
+                    c->name, B, fl_dtype_name(c->dtype), fmt, f, fs, t, ts, t > 0 ? f / t : 0.0, flop, fs * flop / 1e9,
                     t > 0 ? ts * flop / 1e9 : 0.0, fbest * B, t > 0 ? tbest * B : -1, t > 0 ? fbest / tbest : 0.0,
                     o.cores);
             } else {
@@ -277,8 +304,8 @@ int main(int argc, char **argv) {
                     snprintf(tbb, sizeof tbb, "%.0f", tbest * B);
                     snprintf(rbb, sizeof rbb, "%.2fx", fbest / tbest);
                 }
-                printf("%-8s %6d %7s %12.1f %12.0f %8.2f %12s %8s %8s | %12.0f %12s %8s\n", c->name, B,
-                       fl_dtype_name(c->dtype), f, fs, fs * flop / 1e9, tb, tg, rb, fbest * B, tbb, rbb);
+                printf("%-8s %6d %7s %12.1f %12.0f %8.2f %12s %8s %13s %8s | %12.0f %12s %8s\n", c->name, B,
+                       fl_dtype_name(c->dtype), f, fs, fs * flop / 1e9, tb, tg, fmt, rb, fbest * B, tbb, rbb);
             }
             fflush(stdout);
         }

@@ -8,8 +8,10 @@
  *   minatar  MinAtar: (10, 10, 4) -> conv(16,3,1) relu flatten dense(128) relu dueling, 6 actions
  *   nature   Atari: (84, 84, 4) -> conv(32,8,4) relu conv(64,4,2) relu conv(64,3,1) relu flatten
  *            dense(512) relu dueling, 18 actions (the Nature DQN torso)
- * Batches: 128 and 512 for mlp, 32 and 512 for minatar and nature. Inputs are random
- * floats in [0, 1) made before the clock starts; each configuration of each case runs
+ * Batches: 128 and 512 for mlp, 32 and 512 for minatar and nature. Inputs are random,
+ * made before the clock starts: floats in [0, 1), but the Nature CNN's, uint8 pixels as
+ * replay stores Atari frames (fleet's update takes them as the learner hands them over,
+ * PyTorch's converts them, --obs-dtype uint8); each configuration of each case runs
  * --seconds after a short warm-up (at least 2 updates).
  *
  * PyTorch: bench/learner_bench_torch.py (found next to this file's source, or given with
@@ -23,7 +25,9 @@
  *   PyTorch  torch.set_num_threads(T) with OMP_NUM_THREADS=T, run twice: with
  *            OPENBLAS_NUM_THREADS=1 and with one OpenBLAS thread per core (Debian's torch
  *            calls OpenBLAS for its dense layers: beside T torch threads, one thread can be
- *            better, or one per core), the faster counting. Every run also gets the
+ *            better, or one per core), and for the image networks in both of its memory
+ *            formats (--memory-format contiguous and channels_last), the fastest
+ *            counting (columns blas and layout). Every run also gets the
  *            settings of fl_bench_torch_env (bench/flops.h): where OpenBLAS does not know
  *            the CPU and falls back to its SSE3 kernels, OPENBLAS_CORETYPE names the
  *            CPU's vector ISA, and on AVX-512 ATEN_CPU_CAPABILITY=avx512.
@@ -79,17 +83,19 @@ typedef struct netcase {
     const char *name, *spec;
     int rank, shape[3], actions;
     int batches[2];
+    const char *obs; /* the observations' dtype, as replay hands them to the learner */
 } netcase_t;
 
 static const netcase_t CASES[] = {
-    {"mlp", "dense(256) relu dense(256) relu dueling", 1, {4, 0, 0}, 2, {128, 512}},
-    {"minatar", "conv(16,3,1) relu flatten dense(128) relu dueling", 3, {10, 10, 4}, 6, {32, 512}},
+    {"mlp", "dense(256) relu dense(256) relu dueling", 1, {4, 0, 0}, 2, {128, 512}, "float32"},
+    {"minatar", "conv(16,3,1) relu flatten dense(128) relu dueling", 3, {10, 10, 4}, 6, {32, 512}, "float32"},
     {"nature",
      "conv(32,8,4) relu conv(64,4,2) relu conv(64,3,1) relu flatten dense(512) relu dueling",
      3,
      {84, 84, 4},
      18,
-     {32, 512}},
+     {32, 512},
+     "uint8"},
 };
 #define NUM_CASES (int)(sizeof CASES / sizeof CASES[0])
 
@@ -172,6 +178,7 @@ static double fleet_rate(const netcase_t *c, int B, int threads, double seconds,
     double rate = -1;
     float *obs = NULL, *next = NULL, *ret = NULL, *disc = NULL, *w = NULL, *prio = NULL;
     int32_t *act = NULL;
+    const int u8 = strcmp(c->obs, "uint8") == 0;
     if (fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, B, &online, &e) != FL_OK ||
         fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, B, &target, &e) != FL_OK ||
         fl_bench_apply_backend(online, &e) != FL_OK || fl_bench_apply_backend(target, &e) != FL_OK) {
@@ -194,8 +201,8 @@ static double fleet_rate(const netcase_t *c, int B, int threads, double seconds,
         goto done;
     }
     size_t D = (size_t)fl_qnet_obs_dim(online);
-    obs = malloc((size_t)B * D * sizeof(float));
-    next = malloc((size_t)B * D * sizeof(float));
+    obs = malloc((size_t)B * D * (u8 ? 1 : sizeof(float)));
+    next = malloc((size_t)B * D * (u8 ? 1 : sizeof(float)));
     ret = malloc((size_t)B * sizeof(float));
     disc = malloc((size_t)B * sizeof(float));
     w = malloc((size_t)B * sizeof(float));
@@ -203,12 +210,24 @@ static double fleet_rate(const netcase_t *c, int B, int threads, double seconds,
     act = malloc((size_t)B * sizeof(int32_t));
     if (!obs || !next || !ret || !disc || !w || !prio || !act) goto done;
     for (size_t i = 0; i < (size_t)B * D; i++) {
-        obs[i] = (float)fl_rng_double(&rng);
-        next[i] = (float)fl_rng_double(&rng);
+        if (u8) {
+            ((uint8_t *)obs)[i] = (uint8_t)fl_rng_below(&rng, 256);
+            ((uint8_t *)next)[i] = (uint8_t)fl_rng_below(&rng, 256);
+        } else {
+            obs[i] = (float)fl_rng_double(&rng);
+            next[i] = (float)fl_rng_double(&rng);
+        }
     }
     fill_transitions(&rng, B, c->actions, ret, disc, w, act);
-    fl_dqn_batch_t b = {
-        .size = B, .obs = obs, .actions = act, .rewards = ret, .discounts = disc, .next_obs = next, .weights = w};
+    fl_dqn_batch_t b = {.size = B, .actions = act, .rewards = ret, .discounts = disc, .weights = w};
+    if (u8) { /* as the learner hands replay's uint8 batches over (learner/backend_cpu.c) */
+        b.raw_dtype = FL_DTYPE_UINT8;
+        b.obs_raw = obs;
+        b.next_raw = next;
+    } else {
+        b.obs = obs;
+        b.next_obs = next;
+    }
     cpu_update_t u = {dqn, online, target, opt, &b, prio, &e};
     if (timed_updates(cpu_update, &u, 2, seconds, &rate, best) != FL_OK) die("update", &e);
 done:
@@ -233,22 +252,32 @@ static double torch_rate(const opts_t *o, const netcase_t *c, int B, int threads
     return fl_bench_script_rate("learner_bench", cmd, version, len, best);
 }
 
-/* PyTorch at `threads` torch threads, the faster of OpenBLAS at 1 thread and at one per
- * core (see the header); its OpenBLAS threads in *blas; the better best window of the two
- * in *best. */
-static double torch_best_blas(const opts_t *o, const netcase_t *c, int B, int threads, int *blas, char *version,
-                              size_t len, double *best) {
-    double rate = torch_rate(o, c, B, threads, 1, "", version, len, best);
+/* PyTorch's layouts of images in memory (the script's --memory-format) */
+static const char *const MEMORY_FORMATS[] = {"contiguous", "channels_last"};
+
+/* PyTorch at `threads` torch threads, the fastest of OpenBLAS at 1 thread and at one per
+ * core (see the header), and for the image networks of both memory formats; its OpenBLAS
+ * threads in *blas, its memory format in *fmt; the best window of them all in *best. */
+static double torch_best(const opts_t *o, const netcase_t *c, int B, int threads, int *blas, const char **fmt,
+                         char *version, size_t len, double *best) {
+    double rate = -1;
+    *best = -1;
     *blas = 1;
-    if (o->cores > 1) {
-        double w;
-        const double r = torch_rate(o, c, B, threads, (int)o->cores, "", version, len, &w);
-        if (r > rate) {
-            rate = r;
-            *blas = (int)o->cores;
+    *fmt = MEMORY_FORMATS[0];
+    for (int m = 0; m < (c->rank == 3 ? 2 : 1); m++)
+        for (int bl = 1; bl <= (o->cores > 1 ? 2 : 1); bl++) {
+            const int nb = bl == 1 ? 1 : (int)o->cores;
+            char extra[128];
+            snprintf(extra, sizeof extra, " --obs-dtype %s --memory-format %s", c->obs, MEMORY_FORMATS[m]);
+            double w = -1;
+            const double r = torch_rate(o, c, B, threads, nb, extra, version, len, &w);
+            if (r > rate) {
+                rate = r;
+                *blas = nb;
+                *fmt = MEMORY_FORMATS[m];
+            }
+            if (r > 0 && w > *best) *best = w;
         }
-        if (r > 0 && w > *best) *best = w;
-    }
     return rate;
 }
 
@@ -301,7 +330,7 @@ static double gpu_rate(const netcase_t *c, int B, int tf32, int cudnn_benchmark,
     fl_cuda_dqn_t *d = NULL;
     float *prio = NULL;
     double rate = -1;
-    const int u8 = strcmp(c->name, "nature") == 0;
+    const int u8 = strcmp(c->obs, "uint8") == 0;
     if (fl_qnet_create_for_obs(c->spec, c->rank, c->shape, c->actions, 1, &net, &e) != FL_OK) {
         die("network", &e);
         goto done;
@@ -381,7 +410,7 @@ static int gpu_rows(const opts_t *o, int have_torch) {
     for (int k = 0; k < NUM_CASES; k++) {
         if (o->only >= 0 && o->only != k) continue;
         const netcase_t *c = &CASES[k];
-        const char *dtype = strcmp(c->name, "nature") == 0 ? "uint8" : "float32";
+        const char *dtype = c->obs;
         int batches[2];
         const int nb = case_batches(o, c, batches);
         for (int bi = 0; bi < nb; bi++)
@@ -473,6 +502,7 @@ typedef struct best_row {
     double fleet, torch;  /* best updates/s; <= 0: none */
     int fleet_t, torch_t; /* their threads */
     int torch_blas;       /* PyTorch's best: OpenBLAS's threads */
+    const char *torch_fmt; /* and its memory format */
     double fleet_w, torch_w;  /* the best windows' updates/s over each side's configurations */
     int fleet_wt, torch_wt;   /* their threads */
 } best_row_t;
@@ -491,12 +521,13 @@ static void print_best(const opts_t *o, const best_row_t *r, const fl_flops_peak
         printf("{\"bench\":\"learner_best\",\"case\":\"%s\",\"batch\":%d,\"flop_per_update\":%.6g,"
                "\"fleet_best_updates_per_s\":%.4g,\"fleet_best_threads\":%d,\"fleet_best_gflops\":%.4g,"
                "\"torch_best_updates_per_s\":%.4g,\"torch_best_threads\":%d,\"torch_best_openblas_threads\":%d,"
+               "\"torch_best_memory_format\":\"%s\","
                "\"torch_best_gflops\":%.4g,\"ratio_of_bests\":%.4g,\"fleet_window_updates_per_s\":%.4g,"
                "\"fleet_window_threads\":%d,\"fleet_window_gflops\":%.4g,\"torch_window_updates_per_s\":%.4g,"
                "\"torch_window_threads\":%d,\"window_ratio\":%.4g,\"peak_gflops\":%.4g,\"core_peak_gflops\":%.4g,"
                "\"cores\":%ld}\n",
                r->c->name, r->B, r->flop, r->fleet, r->fleet_t, r->fleet * r->flop / 1e9, r->torch, r->torch_t,
-               r->torch_blas, r->torch > 0 ? r->torch * r->flop / 1e9 : 0.0, ratio, r->fleet_w, r->fleet_wt,
+               r->torch_blas, r->torch_fmt, r->torch > 0 ? r->torch * r->flop / 1e9 : 0.0, ratio, r->fleet_w, r->fleet_wt,
                r->fleet_w * r->flop / 1e9, r->torch_w, r->torch_wt, wratio, peak->ok ? peak->peak_flops / 1e9 : 0.0,
                peak->ok ? peak->core_flops / 1e9 : 0.0, o->cores);
         return;
@@ -527,11 +558,12 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
     best_row_t best[NUM_CASES * 2];
     int n_best = 0;
     if (!o->json) {
-        printf("PyTorch at T threads: torch.set_num_threads(T), OMP_NUM_THREADS=T, the faster of "
-               "OPENBLAS_NUM_THREADS=1 and =%ld (column blas); %s\n",
+        printf("PyTorch at T threads: torch.set_num_threads(T), OMP_NUM_THREADS=T, the fastest of "
+               "OPENBLAS_NUM_THREADS=1 and =%ld (column blas) and, for images, of its memory formats contiguous "
+               "and channels_last (column layout); %s\n",
                o->cores, o->torch_why);
-        printf("%-8s %6s %7s %14s %14s %14s %4s %8s\n", "network", "batch", "threads", "fleet upd/s", "fleet smp/s",
-               "torch upd/s", "blas", "ratio");
+        printf("%-8s %6s %7s %7s %14s %14s %14s %4s %13s %8s\n", "network", "batch", "obs", "threads", "fleet upd/s",
+               "fleet smp/s", "torch upd/s", "blas", "layout", "ratio");
     }
     for (int k = 0; k < NUM_CASES; k++) {
         if (o->only >= 0 && o->only != k) continue;
@@ -544,20 +576,23 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
             if (flop < 0) return 1;
             double f[4], t[4], fw[4], tw[4] = {-1, -1, -1, -1};
             int tb_blas[4] = {1, 1, 1, 1};
+            const char *tb_fmt[4] = {"-", "-", "-", "-"};
             for (int ti = 0; ti < o->n_threads; ti++) {
                 const int T = o->threads[ti];
                 f[ti] = fleet_rate(c, B, T, o->seconds, &fw[ti]);
                 if (f[ti] < 0) return 1;
-                t[ti] = have_torch ? torch_best_blas(o, c, B, T, &tb_blas[ti], version, sizeof version, &tw[ti]) : -1;
+                t[ti] = have_torch ? torch_best(o, c, B, T, &tb_blas[ti], &tb_fmt[ti], version, sizeof version, &tw[ti])
+                                   : -1;
                 if (o->json) {
                     printf("{\"bench\":\"learner\",\"case\":\"%s\",\"batch\":%d,\"threads\":%d,"
                            "\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,"
                            "\"ratio\":%.4g,"
-                           "\"torch_openblas_threads\":%d,\"flop_per_update\":%.6g,\"fleet_gflops\":%.4g,"
+                           "\"torch_openblas_threads\":%d,\"torch_memory_format\":\"%s\",\"obs\":\"%s\","
+                           "\"flop_per_update\":%.6g,\"fleet_gflops\":%.4g,"
                            "\"torch_gflops\":%.4g,\"fleet_window_updates_per_s\":%.4g,"
                            "\"torch_window_updates_per_s\":%.4g,\"cores\":%ld}\n",
                            c->name, B, T, f[ti], f[ti] * B, t[ti], t[ti] > 0 ? f[ti] / t[ti] : 0.0,
-                           tb_blas[ti], flop, f[ti] * flop / 1e9, t[ti] > 0 ? t[ti] * flop / 1e9 : 0.0,
+                           tb_blas[ti], tb_fmt[ti], c->obs, flop, f[ti] * flop / 1e9, t[ti] > 0 ? t[ti] * flop / 1e9 : 0.0,
                            fw[ti], t[ti] > 0 ? tw[ti] : -1.0, o->cores);
                 } else {
                     char tb[32] = "-", rb[32] = "-";
@@ -565,8 +600,8 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
                         snprintf(tb, sizeof tb, "%.1f", t[ti]);
                         snprintf(rb, sizeof rb, "%.2fx", f[ti] / t[ti]);
                     }
-                    printf("%-8s %6d %7d %14.1f %14.0f %14s %4d %8s\n", c->name, B, T, f[ti], f[ti] * B, tb,
-                           tb_blas[ti], rb);
+                    printf("%-8s %6d %7s %7d %14.1f %14.0f %14s %4d %13s %8s\n", c->name, B, c->obs, T, f[ti],
+                           f[ti] * B, tb, tb_blas[ti], tb_fmt[ti], rb);
                 }
                 fflush(stdout);
             }
@@ -580,6 +615,7 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
                             .fleet_t = o->threads[fi],
                             .torch_t = ti >= 0 ? o->threads[ti] : 0,
                             .torch_blas = ti >= 0 ? tb_blas[ti] : 0,
+                            .torch_fmt = ti >= 0 ? tb_fmt[ti] : "-",
                             .fleet_w = fw[fwi],
                             .torch_w = twi >= 0 ? tw[twi] : -1,
                             .fleet_wt = o->threads[fwi],

@@ -7,8 +7,15 @@ averaged with the weights, new priorities |y - q|, global gradient-norm clipping
 and one centered RMSProp step (lr 6.25e-5, alpha 0.95, eps 1.5e-7). Inputs are random
 tensors made before the clock starts.
 
-On the CPU (the default) observations are float32 tensors already in (C, H, W), as
-fleet's CPU rows get float batches. With --device cuda the update mirrors fleet's GPU
+On the CPU (the default) the observations of --obs-dtype sit in host tensors. float32
+images are already in (C, H, W), in the memory layout --memory-format names; uint8 images
+are (H, W, C), as replay stores them, and every update converts them (x / 255) into the
+network's layout: the whole batch's s_t and s_{t+n} once each, as an Ape-X learner in
+PyTorch does. --memory-format contiguous is torch's default (N, C, H, W) layout;
+channels_last keeps the channels innermost, (N, H, W, C) in memory (the network's weights
+too, model.to(memory_format=torch.channels_last)), where PyTorch's oneDNN convolutions run
+their channels-last kernels; learner_bench tries both for the image networks and keeps the
+faster. With --device cuda the update mirrors fleet's GPU
 learner (learner/dqn_cuda.h) step for step: the batch (observations of
 --obs-dtype, actions, returns, discounts, weights) sits in pinned host memory and is
 copied to the GPU every update; uint8 observations are converted there (x / 255), images
@@ -28,6 +35,7 @@ Prints one line: "<updates/s> <torch version> <threads> <updates/s of the best w
 (report_rate says how the windows are cut).
 Usage: learner_bench_torch.py --case mlp|minatar|nature --batch B --threads T --seconds S
        [--device cpu|cuda] [--tf32 0|1] [--obs-dtype float32|uint8] [--cudnn-benchmark 0|1]
+       [--memory-format contiguous|channels_last]
 """
 import argparse
 import time
@@ -61,10 +69,10 @@ def network(case, actions):
 SHAPES = {"mlp": ((4,), 2), "minatar": ((10, 10, 4), 6), "nature": ((84, 84, 4), 18)}
 
 
-def learner(case, actions, dev):
+def learner(case, actions, dev, memory_format=torch.contiguous_format):
     """The online network, the target network (a copy of it) and the centered RMSProp."""
-    online = network(case, actions).to(dev)
-    target = network(case, actions).to(dev)
+    online = network(case, actions).to(dev, memory_format=memory_format)
+    target = network(case, actions).to(dev, memory_format=memory_format)
     target.load_state_dict(online.state_dict())
     opt = torch.optim.RMSprop(online.parameters(), lr=6.25e-5, alpha=0.95, eps=1.5e-7, centered=True)
     return online, target, opt
@@ -123,6 +131,7 @@ def main():
     p.add_argument("--tf32", type=int, default=1, choices=[0, 1])
     p.add_argument("--obs-dtype", default="float32", choices=["float32", "uint8"])
     p.add_argument("--cudnn-benchmark", type=int, default=0, choices=[0, 1])
+    p.add_argument("--memory-format", default="contiguous", choices=["contiguous", "channels_last"])
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -134,18 +143,38 @@ def main():
         torch.backends.cudnn.benchmark = bool(a.cudnn_benchmark)
         return main_cuda(a, dev)
     shape, actions = SHAPES[a.case]
-    online, target, opt = learner(a.case, actions, dev)
+    image = len(shape) == 3
+    fmt = torch.channels_last if image and a.memory_format == "channels_last" else torch.contiguous_format
+    online, target, opt = learner(a.case, actions, dev, fmt)
     B = a.batch
-    obs = torch.rand((B,) + shape, device=dev)
-    nxt = torch.rand((B,) + shape, device=dev)
+    if a.obs_dtype == "uint8":
+        obs = torch.randint(0, 256, (B,) + shape, dtype=torch.uint8)
+        nxt = torch.randint(0, 256, (B,) + shape, dtype=torch.uint8)
+    else:
+        obs = torch.rand((B,) + shape, device=dev)
+        nxt = torch.rand((B,) + shape, device=dev)
     act = torch.randint(0, actions, (B,), device=dev)
     ret = torch.rand(B, device=dev)
     disc = torch.full((B,), 0.99 ** 3, device=dev)
     w = torch.rand(B, device=dev) * 0.9 + 0.1
-    if len(shape) == 3:  # environments give (H, W, C); the network takes (C, H, W)
-        obs = obs.permute(0, 3, 1, 2).contiguous()
-        nxt = nxt.permute(0, 3, 1, 2).contiguous()
-    report_rate(lambda: update(online, target, opt, obs, nxt, act, ret, disc, w), a.seconds)
+
+    def to_input(x):
+        """(B, H, W, C) as the environments give it into (B, C, H, W) in layout fmt."""
+        x = x.permute(0, 3, 1, 2) if image else x
+        # float() keeps the channels-last strides of the permuted view; contiguous() makes
+        # the default layout from it
+        x = x.float().div_(255.0) if x.dtype == torch.uint8 else x
+        return x.contiguous(memory_format=fmt)
+
+    if a.obs_dtype == "uint8":
+        def step():
+            return update(online, target, opt, to_input(obs), to_input(nxt), act, ret, disc, w)
+    else:
+        obs, nxt = to_input(obs), to_input(nxt)
+
+        def step():
+            return update(online, target, opt, obs, nxt, act, ret, disc, w)
+    report_rate(step, a.seconds)
 
 
 def main_cuda(a, dev):

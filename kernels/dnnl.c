@@ -1443,6 +1443,14 @@ static inline void scale_copy8_u8(float *restrict dst, const unsigned char *rest
     for (int t = 0; t < 8; t++) dst[t] = scale * ((float)src[t] * (1.0f / 255.0f));
 }
 
+static inline void scale_copy16(float *restrict dst, const float *restrict src, float scale) {
+    for (int t = 0; t < 16; t++) dst[t] = scale * src[t];
+}
+
+static inline void scale_copy16_u8(float *restrict dst, const unsigned char *restrict src, float scale) {
+    for (int t = 0; t < 16; t++) dst[t] = scale * ((float)src[t] * (1.0f / 255.0f));
+}
+
 #define PLANAR_TILE 2048 /* floats */
 
 /* dst[t] = scale * src[t * stride] (uint8 as scale_copy_u8 converts them), and the
@@ -1527,6 +1535,15 @@ static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, con
                             if (out) scale_copy8(obs + src + j, x + o, scale);
                             else if (u8) scale_copy8_u8(x + o, u8 + src + j, scale);
                             else scale_copy8(x + o, obs + src + j, scale);
+                        }
+                        continue;
+                    }
+                    if (L->blk == 16 && run % 16 == 0) {
+                        /* the same with AVX-512's blocks of 16 */
+                        for (int j = 0; j < run; j += 16, o += L->st[1]) {
+                            if (out) scale_copy16(obs + src + j, x + o, scale);
+                            else if (u8) scale_copy16_u8(x + o, u8 + src + j, scale);
+                            else scale_copy16(x + o, obs + src + j, scale);
                         }
                         continue;
                     }
