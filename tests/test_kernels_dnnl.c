@@ -1050,6 +1050,9 @@ static void test_forward_obs(void **state) {
     fl_err_init(&err);
     const net_case_t cases[] = {
         {"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0},
+        /* space-to-depth by 4 over 4 channels: runs of 16, whole blocks of AVX-512's
+         * layout (its own copy there), and rows and columns the convolution does not reach */
+        {"conv(16,8,4) relu conv(16,3,1) relu flatten dense(32) relu dueling", 22, 23, 4, 5, 0},
         {MINATAR, 10, 10, 4, 6, 255.0f},
         {"dense(16) relu dueling", 0, 0, 7, 3, 0},
         {"dense(16) relu dueling", 5, 3, 2, 4, 255.0f},
@@ -1061,7 +1064,7 @@ static void test_forward_obs(void **state) {
         {"dense(70) relu dueling", 0, 0, 100, 3, 0},
         {"dense(128) relu dense(128) relu dueling", 10, 10, 4, 6, 255.0f},
     };
-    const float density[] = {1, 1, 1, 1, 1, 0.08f, 0.1f, 0.08f, 0.5f}; /* the share of bytes not 0 */
+    const float density[] = {1, 1, 1, 1, 1, 1, 0.08f, 0.1f, 0.08f, 0.5f}; /* the share of bytes not 0 */
     const int B = 5;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int backend = 0; backend < 2; backend++) {
