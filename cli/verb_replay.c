@@ -123,9 +123,11 @@ static void stop(void *ctx, int clean) {
     fl_replay_service_info(rv->svc, &info);
     FL_INFO("replay shard %d final: size %" PRIu64 "/%" PRIu64 ", inserted %" PRIu64 " in %" PRIu64
             " batches, rejected %" PRIu64 ", sampled %" PRIu64 " in %" PRIu64 " calls, priority updates %" PRIu64
-            " applied %" PRIu64 " stale, up %.1f s",
+            " applied %" PRIu64 " stale, up %.1f s; the rate limiter held inserts %.1f s and samples %.1f s (summed "
+            "over the calls it held)",
             rv->shard, info.size, info.capacity, info.inserted, info.insert_batches, info.rejected, info.sampled,
-            info.sample_calls, info.updates_applied, info.updates_stale, info.uptime_s);
+            info.sample_calls, info.updates_applied, info.updates_stale, info.uptime_s, info.insert_blocked_s,
+            info.sample_blocked_s);
 }
 
 static void destroy(void *ctx) {
