@@ -15,10 +15,15 @@
  *      product, so those rows are the dense update's speed). Each row: the whole run's
  *      rate and its best window's (windows of at least 0.1 s and 10 updates). Denormal
  *      floats are flushed to zero as the learner does by default (learner.flush_denormals,
- *      kernels/fpmode.h); --denormals keep computes with them.
+ *      kernels/fpmode.h); --denormals keep computes with them. The observations go in as
+ *      the learner takes replay's MinAtar batches: uint8 planes of 0 and 1 with the
+ *      network's input scale 255 (model.input_scale in configs/minatar-*.ini), which the
+ *      oneDNN backend lists straight from the bytes (--obs float32: planes of 0.0 and 1.0
+ *      floats at scale 1, copied into the network's layout first).
  *
- *   sparse_bench [--seconds S] [--steps N] [--densities D1,D2,...] [--denormals flush|keep] [--json]
- *   (defaults: 3 s a row, 20000 steps a game, 0.02,0.05,0.08,0.12,0.2,0.25,0.3,0.5, flush) */
+ *   sparse_bench [--seconds S] [--steps N] [--densities D1,D2,...] [--denormals flush|keep]
+ *                [--obs uint8|float32] [--json]
+ *   (defaults: 3 s a row, 20000 steps a game, 0.02,0.05,0.08,0.12,0.2,0.25,0.3,0.5, flush, uint8) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +123,23 @@ static double update_rate(update_t *u, double seconds, double *best) {
     return fl_bench_rate_whole(&r);
 }
 
+/* The batch of obs and next (BATCH x D floats, 0 or 1) as u's: the floats, or (raw) as
+ * uint8 in o8 and n8. */
+static void set_batch(update_t *u, int raw, const float *obs, const float *next, uint8_t *o8, uint8_t *n8,
+                      size_t D) {
+    u->b.obs = obs;
+    u->b.next_obs = next;
+    u->b.obs_raw = u->b.next_raw = NULL;
+    if (!raw) return;
+    for (size_t i = 0; i < BATCH * D; i++) {
+        o8[i] = obs[i] != 0.0f;
+        n8[i] = next[i] != 0.0f;
+    }
+    u->b.raw_dtype = FL_DTYPE_UINT8;
+    u->b.obs_raw = o8;
+    u->b.next_raw = n8;
+}
+
 static double share_set(const float *x, size_t n) {
     size_t set = 0;
     for (size_t i = 0; i < n; i++) set += x[i] != 0.0f;
@@ -134,12 +156,12 @@ static const char *first_layer(const fl_qnet_t *n) {
 }
 
 static void row(int json, long cores, const char *name, double share, double rate, double best, const char *how,
-                int flush) {
+                int flush, int raw) {
     if (json)
         printf("{\"bench\":\"sparse\",\"case\":\"%s\",\"share_set\":%.4f,\"value\":%.6g,\"best\":%.6g,"
-               "\"unit\":\"updates/s\",\"first_layer\":\"%s\",\"denormals\":\"%s\",\"batch\":%d,\"threads\":1,"
-               "\"cores\":%ld}\n",
-               name, share, rate, best, how, flush ? "flush" : "keep", BATCH, cores);
+               "\"unit\":\"updates/s\",\"first_layer\":\"%s\",\"denormals\":\"%s\",\"obs\":\"%s\",\"batch\":%d,"
+               "\"threads\":1,\"cores\":%ld}\n",
+               name, share, rate, best, how, flush ? "flush" : "keep", raw ? "uint8" : "float32", BATCH, cores);
     else
         printf("  %-22s %8.1f%% %12.1f %12.1f  %s\n", name, 100 * share, rate, best, how);
     fflush(stdout);
@@ -150,13 +172,16 @@ int main(int argc, char **argv) {
     double seconds = 3.0;
     long steps = 20000;
     double dens[MAX_DENSITIES] = {0.02, 0.05, 0.08, 0.12, 0.2, 0.25, 0.3, 0.5};
-    int nd = 8, flush = 1;
+    int nd = 8, flush = 1, raw = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (strcmp(argv[i], "--denormals") == 0 && i + 1 < argc &&
                    (!strcmp(argv[i + 1], "flush") || !strcmp(argv[i + 1], "keep"))) {
             flush = !strcmp(argv[++i], "flush");
+        } else if (strcmp(argv[i], "--obs") == 0 && i + 1 < argc &&
+                   (!strcmp(argv[i + 1], "uint8") || !strcmp(argv[i + 1], "float32"))) {
+            raw = !strcmp(argv[++i], "uint8");
         } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc && atof(argv[i + 1]) > 0) {
             seconds = atof(argv[++i]);
         } else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc && atol(argv[i + 1]) >= 2000) {
@@ -173,7 +198,7 @@ int main(int argc, char **argv) {
             }
         } else {
             fprintf(stderr, "usage: sparse_bench [--seconds S] [--steps N (>= 2000)] [--densities D1,D2,...] "
-                            "[--denormals flush|keep] [--json]\n");
+                            "[--denormals flush|keep] [--obs uint8|float32] [--json]\n");
             return 2;
         }
     }
@@ -187,7 +212,8 @@ int main(int argc, char **argv) {
     const size_t D = fl_env_obs_size(&fl_env_minatar_breakout);
     float *real = malloc(2 * BATCH * D * sizeof(float));
     float *obs = malloc(BATCH * D * sizeof(float)), *next = malloc(BATCH * D * sizeof(float));
-    if (!real || !obs || !next) return 1;
+    uint8_t *o8 = malloc(BATCH * D), *n8 = malloc(BATCH * D);
+    if (!real || !obs || !next || !o8 || !n8) return 1;
     if (!json)
         printf("sparse_bench: MinAtar observations under random play, %ld steps a game; %ld cores online\n"
                "  %-22s %9s %9s\n",
@@ -227,6 +253,10 @@ int main(int argc, char **argv) {
     fl_rng_init(&rng, 3);
     fl_qnet_init(u.online, &rng);
     fl_qnet_copy_params(u.target, u.online);
+    if (raw) { /* bytes of 0 and 1, x 1/255 as every uint8 observation, then x 255 */
+        fl_qnet_set_input_scale(u.online, 255.0f);
+        fl_qnet_set_input_scale(u.target, 255.0f);
+    }
     float rew[BATCH], disc[BATCH], w[BATCH];
     int32_t act[BATCH];
     for (int b = 0; b < BATCH; b++) {
@@ -235,35 +265,36 @@ int main(int argc, char **argv) {
         disc[b] = 0.99f * 0.99f * 0.99f;
         w[b] = (float)fl_rng_uniform(&rng, 0.3, 1.0);
     }
-    u.b = (fl_dqn_batch_t){
-        .size = BATCH, .obs = obs, .actions = act, .rewards = rew, .discounts = disc, .next_obs = next, .weights = w};
+    u.b = (fl_dqn_batch_t){.size = BATCH, .actions = act, .rewards = rew, .discounts = disc, .weights = w};
     if (!json)
-        printf("updates of \"%s\" over (10, 10, 4), batch %d, Adam, 1 thread, %s kernels, denormals %s, "
+        printf("updates of \"%s\" over (10, 10, 4) %s, batch %d, Adam, 1 thread, %s kernels, denormals %s, "
                "%.3g s a row:\n"
                "  %-22s %9s %12s %12s  first layer\n",
-               SPEC, BATCH, fl_bench_backend_name(), flush ? "flushed to 0" : "kept", seconds, "observations", "set",
+               SPEC, raw ? "uint8 x 255" : "float32", BATCH, fl_bench_backend_name(), flush ? "flushed to 0" : "kept", seconds, "observations", "set",
                "updates/s", "best window");
     memcpy(obs, real, BATCH * D * sizeof(float));
     memcpy(next, real + BATCH * D, BATCH * D * sizeof(float));
+    set_batch(&u, raw, obs, next, o8, n8, D);
     double best, rate = update_rate(&u, seconds, &best);
     if (rate < 0) return 1;
     row(json, cores, "breakout (random play)", (share_set(obs, BATCH * D) + share_set(next, BATCH * D)) / 2, rate,
-        best, first_layer(u.online), flush);
+        best, first_layer(u.online), flush, raw);
     for (int d = 0; d < nd; d++) {
         for (size_t i = 0; i < BATCH * D; i++) {
             obs[i] = fl_rng_double(&rng) < dens[d] ? 1.0f : 0.0f;
             next[i] = fl_rng_double(&rng) < dens[d] ? 1.0f : 0.0f;
         }
+        set_batch(&u, raw, obs, next, o8, n8, D);
         if ((rate = update_rate(&u, seconds, &best)) < 0) return 1;
         char name[32];
         snprintf(name, sizeof name, "random, %.0f%% set", 100 * dens[d]);
         row(json, cores, name, (share_set(obs, BATCH * D) + share_set(next, BATCH * D)) / 2, rate, best,
-            first_layer(u.online), flush);
+            first_layer(u.online), flush, raw);
     }
     fl_dqn_destroy(u.dqn);
     fl_optim_destroy(u.opt);
     fl_qnet_destroy(u.online);
     fl_qnet_destroy(u.target);
-    free(real), free(obs), free(next);
+    free(real), free(obs), free(next), free(o8), free(n8);
     return 0;
 }

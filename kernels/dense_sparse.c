@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef _OPENMP
 #define PAR_FOR _Pragma("omp parallel for schedule(static)")
@@ -187,6 +188,67 @@ __attribute__((target("avx2,fma"))) static void wgrad_avx2(const int *cstart, co
     }
 }
 #endif
+
+#ifdef HAVE_AVX2_VERSION
+/* The indices of the nonzero bytes of xr (in of them) into idx, in order; their count. */
+__attribute__((target("avx2"))) static int nonzero_bytes_avx2(const unsigned char *xr, int in, int *idx) {
+    const __m256i zero = _mm256_setzero_si256();
+    int m = 0, k = 0;
+    for (; k + 32 <= in; k += 32) {
+        unsigned bits = ~(unsigned)_mm256_movemask_epi8(
+            _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(const void *)(xr + k)), zero));
+        while (bits) {
+            idx[m++] = k + __builtin_ctz(bits);
+            bits &= bits - 1;
+        }
+    }
+    for (; k < in; k++)
+        if (xr[k]) idx[m++] = k;
+    return m;
+}
+#endif
+
+int fl_sparse_rows_u8(const unsigned char *x, int B, int hw, int C, float scale, int cap, int *start, int *col,
+                      float *val, int *tmp) {
+    enum { MAX_C = 64 };
+    const long in = (long)hw * C;
+    if (!isfinite(scale) || C < 1 || C > MAX_C || hw < 1 || in >= (1L << 24)) return -2;
+    /* i / C as a multiply: exact for i < 2^32 / C */
+    const uint64_t inv = ((1ULL << 32) + (uint64_t)C - 1) / (uint64_t)C;
+    int n = 0;
+    for (int r = 0; r < B; r++) {
+        const unsigned char *xr = x + (size_t)r * (size_t)in;
+        start[r] = n;
+        int m = 0;
+#ifdef HAVE_AVX2_VERSION
+        if (use_avx2()) m = nonzero_bytes_avx2(xr, (int)in, tmp);
+        else
+#endif
+            for (int k = 0; k < (int)in; k++)
+                if (xr[k]) tmp[m++] = k;
+        /* values that round to 0 are not set (a float copy would hold 0 there) */
+        int cnt[MAX_C] = {0}, kept = 0;
+        for (int j = 0; j < m; j++) {
+            const int i = tmp[j];
+            if (scale * ((float)xr[i] * (1.0f / 255.0f)) == 0.0f) continue;
+            tmp[kept++] = i;
+            cnt[i - (int)((uint64_t)i * inv >> 32) * C]++;
+        }
+        if (kept > cap - n) return -1;
+        /* planar order: channel by channel, pixels in order within each (the byte order
+         * already has them so) */
+        int at[MAX_C];
+        for (int c = 0, o = n; c < C; o += cnt[c++]) at[c] = o;
+        for (int j = 0; j < kept; j++) {
+            const int i = tmp[j], p = (int)((uint64_t)i * inv >> 32), c = i - p * C, e = at[c]++;
+            col[e] = c * hw + p;
+            val[e] = scale * ((float)xr[i] * (1.0f / 255.0f));
+        }
+        n += kept;
+    }
+    start[B] = n;
+    return n;
+}
 
 int fl_sparse_rows(const float *x, int B, int in, int cap, int *start, int *col, float *val) {
 #ifdef HAVE_AVX2_VERSION

@@ -29,6 +29,16 @@
  * dense product instead. */
 int fl_sparse_rows(const float *x, int B, int in, int cap, int *start, int *col, float *val);
 
+/* fl_sparse_rows over the planar floats (B, C, hw) that uint8 images x (B, hw, C), as
+ * environments give them, become with each value v as scale x (v x 1/255) (the float
+ * rounding of the oneDNN backend's copy of them): the same entries, in the same order,
+ * with the same values, made without the copy. tmp: the caller's scratch, hw x C ints.
+ * Returns the number of entries, -1 when there are more than cap, or -2 where it does not
+ * apply (scale not finite, C over 64, or hw x C of 2^24 or more): then the caller copies
+ * and lists. */
+int fl_sparse_rows_u8(const unsigned char *x, int B, int hw, int C, float scale, int cap, int *start, int *col,
+                      float *val, int *tmp);
+
 /* wt (in, out) row-major = the transpose of the layer's weights w (out, in): the rows the
  * forward adds. */
 void fl_dense_sparse_weights(const float *w, float *wt, int in, int out);

@@ -94,6 +94,8 @@ typedef struct sparse_in {
     float *val, *cval, *wt;
     int wt_ok;
     unsigned long long wt_gen;
+    int pre; /* this forward's lists: 0 made by its step from the input edge; 1 made already
+              * from uint8 observations (net_forward); -1 too many values set (the product) */
 } sparse_in_t;
 
 typedef struct step {
@@ -1350,7 +1352,9 @@ static fl_status exec_prim(fl_dnnl_net_t *n, const step_t *s, fl_err_t *err) {
  * many of them, the primitive (1 returned: it is pending on the stream). */
 static int sparse_forward(const step_t *s, unsigned long long gen) {
     sparse_in_t *sp = s->sp;
-    sp->nnz = fl_sparse_rows(s->a, s->batch, s->cin, sp->cap, sp->start, sp->col, sp->val);
+    if (sp->pre == 0) sp->nnz = fl_sparse_rows(s->a, s->batch, s->cin, sp->cap, sp->start, sp->col, sp->val);
+    else if (sp->pre < 0) sp->nnz = -1;
+    sp->pre = 0;
     if (sp->nnz < 0) return 1;
     if (!sp->wt_ok || sp->wt_gen != gen) {
         fl_dense_sparse_weights(s->b, sp->wt, s->cin, s->cout);
@@ -1479,6 +1483,17 @@ static inline void scale_scatter(float *restrict dst, dnnl_dim_t stride, const f
  * edge is (B, C f f, H2, W2) and element (b, (dy f + dx) C + c, Y, X) is the
  * observation's (Y f + dy, X f + dx, c); with f = 1 it is the observations themselves,
  * (B, C, H, W) in whatever order p->in says. */
+/* 1 when the input edge holds each image planar, (C, H, W) (a dense first layer), 2 as the
+ * observation does, (H, W, C); else 0. */
+static int input_whole(const fl_dnnl_net_t *n, const plan_t *p) {
+    const int H = n->img_h, W = n->img_w, C = n->img_c;
+    const layout_t *L = &p->in;
+    const dnnl_dim_t HW = (dnnl_dim_t)H * W;
+    if (p->s2d > 1 || L->blk != 1 || p->edge[0]->md.dims[2] != H || p->edge[0]->md.dims[3] != W) return 0;
+    if (L->st[1] == 1 && L->st[3] == C && L->st[2] == (dnnl_dim_t)W * C) return 2;
+    return L->st[3] == 1 && L->st[2] == W && L->st[1] == HW ? 1 : 0;
+}
+
 static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, const unsigned char *u8, float *x,
                         float scale, int B, int out) {
     const int H = n->img_h, W = n->img_w, C = n->img_c, f = p->s2d > 1 ? p->s2d : 1;
@@ -1487,9 +1502,7 @@ static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, con
     /* Two whole-image cases: the edge holds each image as the observation does (H, W, C),
      * one copy; or planar (C, H, W), one strided copy per channel (a dense first layer). */
     const dnnl_dim_t HW = (dnnl_dim_t)H * W;
-    const int plain = f == 1 && L->blk == 1 && H2 == H && W2 == W;
-    const int same = plain && L->st[1] == 1 && L->st[3] == C && L->st[2] == (dnnl_dim_t)W * C,
-              planar = plain && !same && L->st[3] == 1 && L->st[2] == W && L->st[1] == HW;
+    const int whole = input_whole(n, p), same = whole == 2, planar = whole == 1;
     PAR_FOR
     for (int b = 0; b < B; b++) {
         const size_t img = (size_t)b * n->obs_dim;
@@ -1590,8 +1603,23 @@ static fl_status net_forward(fl_dnnl_net_t *n, const float *obs, const unsigned 
     plan_t *p = NULL;
     FL_TRY(get_plan(n, B, &p, err));
     /* obs is only read (copy_* write the other side) */
-    if (n->img_c) copy_images(n, p, (float *)obs, u8, p->edge[0]->val, scale, B, 0);
-    else copy_vectors((float *)obs, u8, p->edge[0]->val, scale, (size_t)B * n->obs_dim, 0);
+    if (n->img_c) {
+        /* A sparse first layer over planar uint8 images lists their set values from the
+         * bytes; the float copy is made only when that fails. */
+        sparse_in_t *sp = NULL;
+        for (int i = 0; i < n->num_layers && !sp; i++)
+            if (p->lp[i].sparse) sp = &p->lp[i].sp;
+        if (sp) sp->pre = 0;
+        if (sp && u8 && input_whole(n, p) == 1) {
+            const int nnz = fl_sparse_rows_u8(u8, B, n->img_h * n->img_w, n->img_c, scale, sp->cap, sp->start,
+                                              sp->col, sp->val, (int *)sp->cstart);
+            sp->nnz = nnz;
+            sp->pre = nnz >= 0 ? 1 : nnz == -1 ? -1 : 0;
+        }
+        if (!sp || sp->pre != 1) copy_images(n, p, (float *)obs, u8, p->edge[0]->val, scale, B, 0);
+    } else {
+        copy_vectors((float *)obs, u8, p->edge[0]->val, scale, (size_t)B * n->obs_dim, 0);
+    }
     p->forwarded = 0;
     FL_TRY(run(n, &p->fwd, err));
     memcpy(q, p->edge[n->num_layers]->val, (size_t)B * n->num_actions * sizeof(float));

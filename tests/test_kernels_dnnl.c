@@ -436,11 +436,60 @@ static void sparse_sums(void) {
     }
 }
 
+/* fl_sparse_rows_u8 against fl_sparse_rows over the planar floats the oneDNN backend's
+ * copy makes of the same bytes (scale x (v x 1/255), (H, W, C) to (C, H, W)): the same
+ * entries bit for bit, for 1 to 10 channels and 64 (its most), images of fewer and more
+ * than 32 bytes, rows empty, full and about 1 in 8 set; scales of 1, 255, -1 (-0 is not
+ * set), 0 and 1e-45 (values that round to 0, those of bytes under 128, are not set); the cap (one entry short gives
+ * -1); and -2 where it does not apply (a scale not finite, 65 channels). */
+static void sparse_rows_u8(void) {
+    const int shapes[][3] = {{3, 10, 4}, {5, 1, 1}, {7, 33, 10}, {4, 9, 3}, {2, 13, 7}, {3, 5, 64}};
+    const float scales[] = {1.0f, 255.0f, -1.0f, 0.0f, 1e-45f};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
+        for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+            const int B = shapes[c][0], hw = shapes[c][1], C = shapes[c][2], in = hw * C;
+            const float scale = scales[si];
+            const size_t X = (size_t)B * in;
+            unsigned char *u8 = calloc(X, 1);
+            float *x = malloc(X * 4), *val = malloc(X * 4), *val8 = malloc(X * 4);
+            int *start = malloc(((size_t)B + 1) * sizeof(int)), *start8 = malloc(((size_t)B + 1) * sizeof(int));
+            int *col = malloc(X * sizeof(int)), *col8 = malloc(X * sizeof(int)), *tmp = malloc((size_t)in * sizeof(int));
+            for (int r = 0; r < B; r++) /* row 0 empty; row 1 full; the rest about 1 in 8 */
+                for (int k = 0; k < in; k++)
+                    if (r == 1 || (r > 1 && fl_rng_below(&g_rng, 8) == 0))
+                        u8[(size_t)r * in + k] = (unsigned char)(1 + fl_rng_below(&g_rng, 255));
+            for (int r = 0; r < B; r++)
+                for (int p = 0; p < hw; p++)
+                    for (int ch = 0; ch < C; ch++)
+                        x[(size_t)r * in + (size_t)ch * hw + p] =
+                            scale * ((float)u8[(size_t)r * in + (size_t)p * C + ch] * (1.0f / 255.0f));
+            const int nnz = fl_sparse_rows(x, B, in, (int)X, start, col, val);
+            assert_int_equal(fl_sparse_rows_u8(u8, B, hw, C, scale, (int)X, start8, col8, val8, tmp), nnz);
+            assert_memory_equal(start8, start, ((size_t)B + 1) * sizeof(int));
+            assert_memory_equal(col8, col, (size_t)nnz * sizeof(int));
+            assert_memory_equal(val8, val, (size_t)nnz * 4);
+            if (nnz > 0) assert_int_equal(fl_sparse_rows_u8(u8, B, hw, C, scale, nnz - 1, start8, col8, val8, tmp), -1);
+            int high = 0; /* bytes of 128 and more: 1e-45 x (v x 1/255) rounds up for them alone */
+            for (size_t i = 0; i < X; i++) high += u8[i] >= 128;
+            if (scale == 0.0f) assert_int_equal(nnz, 0);
+            if (scale == 1e-45f) assert_int_equal(nnz, high);
+            assert_int_equal(fl_sparse_rows_u8(u8, B, hw, C, NAN, (int)X, start8, col8, val8, tmp), -2);
+            assert_int_equal(fl_sparse_rows_u8(u8, B, hw, C, INFINITY, (int)X, start8, col8, val8, tmp), -2);
+            free(u8), free(x), free(val), free(val8), free(start), free(start8), free(col), free(col8), free(tmp);
+        }
+    unsigned char u8[65] = {1};
+    int start[2], col[65], tmp[65];
+    float val[65];
+    assert_int_equal(fl_sparse_rows_u8(u8, 1, 1, 65, 1.0f, 65, start, col, val, tmp), -2);
+}
+
 static void test_sparse_sums(void **state) {
     (void)state;
     sparse_sums();
+    sparse_rows_u8();
     fl_dense_sparse_set_plain(1); /* the plain-C versions, which CPUs without AVX2 run */
     sparse_sums();
+    sparse_rows_u8();
     fl_dense_sparse_set_plain(0);
 }
 
