@@ -1438,22 +1438,21 @@ static inline void scale_copy_u8(float *restrict dst, const unsigned char *restr
     for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * ((float)src[t] * (1.0f / 255.0f));
 }
 
-/* scale_copy and scale_copy_u8 on 8 elements, a length the compiler sees */
-static inline void scale_copy8(float *restrict dst, const float *restrict src, float scale) {
-    for (int t = 0; t < 8; t++) dst[t] = scale * src[t];
-}
-
-static inline void scale_copy8_u8(float *restrict dst, const unsigned char *restrict src, float scale) {
-    for (int t = 0; t < 8; t++) dst[t] = scale * ((float)src[t] * (1.0f / 255.0f));
-}
-
-static inline void scale_copy16(float *restrict dst, const float *restrict src, float scale) {
-    for (int t = 0; t < 16; t++) dst[t] = scale * src[t];
-}
-
-static inline void scale_copy16_u8(float *restrict dst, const unsigned char *restrict src, float scale) {
-    for (int t = 0; t < 16; t++) dst[t] = scale * ((float)src[t] * (1.0f / 255.0f));
-}
+/* One block of N channels between an observation (obs, or u8 when not NULL) and the edge
+ * x, as scale_copy and scale_copy_u8 copy them (out: x back into obs), at a length the
+ * compiler sees: block_copy8 (AVX2's blocked layout) and block_copy16 (AVX-512's). */
+#define BLOCK_COPY(N)                                                                                        \
+    static inline void block_copy##N(float *restrict x, float *restrict obs, const unsigned char *restrict u8, \
+                                     float scale, int out) {                                                 \
+        if (out)                                                                                             \
+            for (int t = 0; t < (N); t++) obs[t] = scale * x[t];                                             \
+        else if (u8)                                                                                         \
+            for (int t = 0; t < (N); t++) x[t] = scale * ((float)u8[t] * (1.0f / 255.0f));                   \
+        else                                                                                                 \
+            for (int t = 0; t < (N); t++) x[t] = scale * obs[t];                                             \
+    }
+BLOCK_COPY(8)
+BLOCK_COPY(16)
 
 #define PLANAR_TILE 2048 /* floats */
 
@@ -1542,21 +1541,13 @@ static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, con
                     const size_t src = row + (size_t)X * run;
                     dnnl_dim_t o = b * L->st[0] + (c0 / L->blk) * L->st[1] + Y * L->st[2] + X * L->st[3],
                                ci = c0 % L->blk;
-                    if (L->blk == 8 && run % 8 == 0) {
-                        /* blocks of 8 channels (AVX2's layout), whole ones: ci stays 0 */
-                        for (int j = 0; j < run; j += 8, o += L->st[1]) {
-                            if (out) scale_copy8(obs + src + j, x + o, scale);
-                            else if (u8) scale_copy8_u8(x + o, u8 + src + j, scale);
-                            else scale_copy8(x + o, obs + src + j, scale);
-                        }
-                        continue;
-                    }
-                    if (L->blk == 16 && run % 16 == 0) {
-                        /* the same with AVX-512's blocks of 16 */
-                        for (int j = 0; j < run; j += 16, o += L->st[1]) {
-                            if (out) scale_copy16(obs + src + j, x + o, scale);
-                            else if (u8) scale_copy16_u8(x + o, u8 + src + j, scale);
-                            else scale_copy16(x + o, obs + src + j, scale);
+                    if ((L->blk == 8 || L->blk == 16) && run % L->blk == 0) {
+                        /* whole blocks (ci stays 0) */
+                        for (int j = 0; j < run; j += (int)L->blk, o += L->st[1]) {
+                            float *ob = obs ? obs + src + j : NULL;
+                            const unsigned char *ub = u8 ? u8 + src + j : NULL;
+                            if (L->blk == 8) block_copy8(x + o, ob, ub, scale, out);
+                            else block_copy16(x + o, ob, ub, scale, out);
                         }
                         continue;
                     }
