@@ -2,8 +2,9 @@
  *
  * Each slot is one thread's buffer and result, in one of three states: SAMPLING (the
  * thread owns it), READY (in the queue), TAKEN (the learner owns it). One mutex guards
- * the states and the queue; two condition variables wake the learner (a result is
- * ready) and the threads (a buffer came back, or stop). */
+ * the states and the queue; condition variables wake the learner (a result is ready)
+ * and each thread (its buffer came back, or stop: one per slot, so that a buffer coming
+ * back wakes its own thread alone). */
 #include "replay/prefetch.h"
 
 #include <errno.h>
@@ -19,6 +20,7 @@ enum { SAMPLING, READY, TAKEN };
 
 typedef struct slot {
     struct fl_replay_prefetch *p;
+    pthread_cond_t back_cv; /* the buffer came back, or stop */
     pthread_t th;
     int started;
     int state;
@@ -37,7 +39,7 @@ struct fl_replay_prefetch {
     double beta;
     int64_t timeout_ms;
     pthread_mutex_t mu;
-    pthread_cond_t ready_cv, back_cv;
+    pthread_cond_t ready_cv;
     int stop, stopped;
     atomic_uint_fast64_t updates_applied;
     int *queue; /* (depth) slot numbers of ready results, oldest first */
@@ -50,7 +52,7 @@ static void *sampler(void *arg) {
     fl_replay_prefetch_t *p = sl->p;
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        while (!p->stop && sl->state != SAMPLING) pthread_cond_wait(&p->back_cv, &p->mu);
+        while (!p->stop && sl->state != SAMPLING) pthread_cond_wait(&sl->back_cv, &p->mu);
         int stop = p->stop;
         pthread_mutex_unlock(&p->mu);
         if (stop) break;
@@ -96,10 +98,10 @@ fl_status fl_replay_prefetch_create(fl_replay_sharded_t *rs, int depth, size_t b
     p->timeout_ms = timeout_ms;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->ready_cv, NULL);
-    pthread_cond_init(&p->back_cv, NULL);
     atomic_init(&p->updates_applied, 0);
     p->queue = calloc((size_t)depth, sizeof(int));
     p->slots = calloc((size_t)depth, sizeof(slot_t));
+    for (int i = 0; p->slots && i < depth; i++) pthread_cond_init(&p->slots[i].back_cv, NULL);
     fl_status s = FL_OK;
     if (!p->queue || !p->slots) {
         s = fl_err_set(err, FL_NO_MEMORY, "prefetch: out of memory");
@@ -137,7 +139,7 @@ fl_status fl_replay_prefetch_stop(fl_replay_prefetch_t *p, fl_err_t *err) {
     pthread_mutex_lock(&p->mu);
     int was = p->stopped;
     p->stop = p->stopped = 1;
-    pthread_cond_broadcast(&p->back_cv);
+    for (int i = 0; p->slots && i < p->depth; i++) pthread_cond_signal(&p->slots[i].back_cv);
     pthread_cond_broadcast(&p->ready_cv);
     pthread_mutex_unlock(&p->mu);
     if (was || !p->slots) return FL_OK;
@@ -168,11 +170,11 @@ void fl_replay_prefetch_destroy(fl_replay_prefetch_t *p) {
             fl_replay_batch_free(&p->slots[i].batch);
             free(p->slots[i].upd_keys);
             free(p->slots[i].upd_prio);
+            pthread_cond_destroy(&p->slots[i].back_cv);
         }
     free(p->slots);
     free(p->queue);
     pthread_cond_destroy(&p->ready_cv);
-    pthread_cond_destroy(&p->back_cv);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
@@ -227,6 +229,6 @@ void fl_replay_prefetch_release_updating(fl_replay_prefetch_t *p, fl_replay_pref
     }
     pthread_mutex_lock(&p->mu);
     sl->state = SAMPLING;
-    pthread_cond_broadcast(&p->back_cv);
+    pthread_cond_signal(&sl->back_cv);
     pthread_mutex_unlock(&p->mu);
 }
