@@ -175,7 +175,7 @@ void fl__replay_put_stream(fl_replay_service_t *s, fl__stream_rec_t *r) {
 static void notify_inserted(fl_replay_service_t *s, uint64_t n) {
     pthread_mutex_lock(&s->mu);
     fl_ratelimit_inserted(&s->rl, n);
-    if (s->waiters > 0 || s->insert_waiters > 0) pthread_cond_broadcast(&s->cv);
+    if (s->waiters > 0) pthread_cond_broadcast(&s->cv); /* an insert only ever unblocks samples */
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -209,7 +209,7 @@ static fl_status rate_wait_insert(fl_replay_service_t *s, uint64_t n, fl_rpc_rep
     while (!s->stopping && !fl_ratelimit_can_insert(&s->rl, n)) {
         struct timespec until;
         fl__replay_deadline_in(&until, 0.2);
-        pthread_cond_timedwait(&s->cv, &s->mu, &until);
+        pthread_cond_timedwait(&s->insert_cv, &s->mu, &until);
     }
     s->insert_waiters--;
     s->insert_blocked_s += fl_clock_sec() - t0;
@@ -543,7 +543,7 @@ static fl_status wait_for_data(fl_replay_service_t *s, size_t B, uint32_t timeou
     }
 allowed:
     fl_ratelimit_sampled(&s->rl, B);
-    if (s->insert_waiters > 0) pthread_cond_broadcast(&s->cv);
+    if (s->insert_waiters > 0) pthread_cond_broadcast(&s->insert_cv);
     pthread_mutex_unlock(&s->mu);
     return FL_OK;
 }
@@ -911,7 +911,7 @@ static void *housekeeping_loop(void *arg) {
         if (now < next) {
             struct timespec until;
             fl__replay_deadline_in(&until, next - now < 0.5 ? next - now : 0.5);
-            pthread_cond_timedwait(&s->cv, &s->mu, &until);
+            pthread_cond_timedwait(&s->hk_cv, &s->mu, &until);
             continue;
         }
         pthread_mutex_unlock(&s->mu);
@@ -1051,6 +1051,8 @@ static void init_state(fl_replay_service_t *s, const fl_replay_service_opts_t *o
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->cv, &ca);
+    pthread_cond_init(&s->insert_cv, &ca);
+    pthread_cond_init(&s->hk_cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->streams_mu, NULL);
     s->max_streams = (size_t)o->max_streams;
@@ -1158,6 +1160,8 @@ void fl_replay_service_stop(fl_replay_service_t *s) {
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     pthread_cond_broadcast(&s->cv);
+    pthread_cond_broadcast(&s->insert_cv);
+    pthread_cond_broadcast(&s->hk_cv);
     pthread_mutex_unlock(&s->mu);
     if (s->housekeeping_started) {
         pthread_join(s->housekeeping, NULL);
@@ -1193,6 +1197,8 @@ void fl_replay_service_destroy(fl_replay_service_t *s) {
     pthread_mutex_destroy(&s->ckpt_mu);
     pthread_mutex_destroy(&s->wal_mu);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->insert_cv);
+    pthread_cond_destroy(&s->hk_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

@@ -63,8 +63,10 @@ struct fl_replay_service {
     int started, stopped;
     double t_start;
 
-    pthread_mutex_t mu; /* guards the fields below; cv signals inserts, samples and stop */
-    pthread_cond_t cv;
+    pthread_mutex_t mu; /* guards the fields below */
+    pthread_cond_t cv;        /* Sample and Round calls wait here: signalled by inserts, commits and stop */
+    pthread_cond_t insert_cv; /* inserts the rate limiter holds wait here: signalled by samples and stop */
+    pthread_cond_t hk_cv;     /* the housekeeping thread sleeps here: signalled at stop */
     int waiters;        /* Sample calls waiting for data or for the rate limiter */
     fl__sample_waiter_t waiting[FL_REPLAY_MAX_SAMPLE_WAITERS]; /* ... by client (n = 0: a free entry) */
     int insert_waiters; /* Insert messages waiting for the rate limiter */
