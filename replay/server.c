@@ -204,7 +204,7 @@ static fl_status rate_wait_insert(fl_replay_service_t *s, uint64_t n, fl_rpc_rep
                                   "%g); send again later",
                                   w, s->rl.spi);
     }
-    s->insert_waiters++;
+    if (s->insert_waiters++ == 0 || n < s->insert_min_n) s->insert_min_n = n;
     double t0 = fl_clock_sec();
     while (!s->stopping && !fl_ratelimit_can_insert(&s->rl, n)) {
         struct timespec until;
@@ -543,7 +543,9 @@ static fl_status wait_for_data(fl_replay_service_t *s, size_t B, uint32_t timeou
     }
 allowed:
     fl_ratelimit_sampled(&s->rl, B);
-    if (s->insert_waiters > 0) pthread_cond_broadcast(&s->insert_cv);
+    /* held inserts wake when the smallest of them may go (a larger one waits on) */
+    if (s->insert_waiters > 0 && fl_ratelimit_can_insert(&s->rl, s->insert_min_n))
+        pthread_cond_broadcast(&s->insert_cv);
     pthread_mutex_unlock(&s->mu);
     return FL_OK;
 }

@@ -70,6 +70,7 @@ struct fl_replay_service {
     int waiters;        /* Sample calls waiting for data or for the rate limiter */
     fl__sample_waiter_t waiting[FL_REPLAY_MAX_SAMPLE_WAITERS]; /* ... by client (n = 0: a free entry) */
     int insert_waiters; /* Insert messages waiting for the rate limiter */
+    uint64_t insert_min_n; /* at most the smallest of their sizes (reset when none waits) */
     int max_insert_waiters;
     int stopping;
     fl_ratelimit_t rl;
