@@ -1476,12 +1476,6 @@ static inline void scale_scatter(float *restrict dst, dnnl_dim_t stride, const f
     for (dnnl_dim_t t = 0; t < n; t++) dst[t * stride] = scale * src[t];
 }
 
-/* Image observations (B, H, W, C) * scale into the input edge x (layout p->in), or with
- * out set the input edge's gradient back into them (every element written: the rows and
- * columns a space-to-depth convolution does not reach get 0). With f = p->s2d > 1 the
- * edge is (B, C f f, H2, W2) and element (b, (dy f + dx) C + c, Y, X) is the
- * observation's (Y f + dy, X f + dx, c); with f = 1 it is the observations themselves,
- * (B, C, H, W) in whatever order p->in says. */
 /* 1 when the input edge holds each image planar, (C, H, W) (a dense first layer), 2 as the
  * observation does, (H, W, C); else 0. */
 static int input_whole(const fl_dnnl_net_t *n, const plan_t *p) {
@@ -1493,6 +1487,12 @@ static int input_whole(const fl_dnnl_net_t *n, const plan_t *p) {
     return L->st[3] == 1 && L->st[2] == W && L->st[1] == HW ? 1 : 0;
 }
 
+/* Image observations (B, H, W, C) * scale into the input edge x (layout p->in), or with
+ * out set the input edge's gradient back into them (every element written: the rows and
+ * columns a space-to-depth convolution does not reach get 0). With f = p->s2d > 1 the
+ * edge is (B, C f f, H2, W2) and element (b, (dy f + dx) C + c, Y, X) is the
+ * observation's (Y f + dy, X f + dx, c); with f = 1 it is the observations themselves,
+ * (B, C, H, W) in whatever order p->in says. */
 static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, const unsigned char *u8, float *x,
                         float scale, int B, int out) {
     const int H = n->img_h, W = n->img_w, C = n->img_c, f = p->s2d > 1 ? p->s2d : 1;
@@ -1603,7 +1603,7 @@ static fl_status net_forward(fl_dnnl_net_t *n, const float *obs, const unsigned 
         if (sp) sp->pre = 0;
         if (sp && u8 && input_whole(n, p) == 1) {
             const int nnz = fl_sparse_rows_u8(u8, B, n->img_h * n->img_w, n->img_c, scale, sp->cap, sp->start,
-                                              sp->col, sp->val, (int *)sp->cstart);
+                                              sp->col, sp->val, sp->cstart);
             sp->nnz = nnz;
             sp->pre = nnz >= 0 ? 1 : nnz == -1 ? -1 : 0;
         }
