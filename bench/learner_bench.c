@@ -129,6 +129,19 @@ static void fill_transitions(fl_rng_t *rng, int B, int actions, float *rewards, 
     }
 }
 
+/* n observations each into obs and next: uint8 pixels (u8) or floats in [0, 1). */
+static void fill_observations(fl_rng_t *rng, int u8, void *obs, void *next, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (u8) {
+            ((uint8_t *)obs)[i] = (uint8_t)fl_rng_below(rng, 256);
+            ((uint8_t *)next)[i] = (uint8_t)fl_rng_below(rng, 256);
+        } else {
+            ((float *)obs)[i] = (float)fl_rng_double(rng);
+            ((float *)next)[i] = (float)fl_rng_double(rng);
+        }
+    }
+}
+
 /* One update of a timed run; k counts the updates of the run from 0 (warm-up first). */
 typedef fl_status (*update_fn)(void *arg, long k);
 
@@ -209,15 +222,7 @@ static double fleet_rate(const netcase_t *c, int B, int threads, double seconds,
     prio = malloc((size_t)B * sizeof(float));
     act = malloc((size_t)B * sizeof(int32_t));
     if (!obs || !next || !ret || !disc || !w || !prio || !act) goto done;
-    for (size_t i = 0; i < (size_t)B * D; i++) {
-        if (u8) {
-            ((uint8_t *)obs)[i] = (uint8_t)fl_rng_below(&rng, 256);
-            ((uint8_t *)next)[i] = (uint8_t)fl_rng_below(&rng, 256);
-        } else {
-            obs[i] = (float)fl_rng_double(&rng);
-            next[i] = (float)fl_rng_double(&rng);
-        }
-    }
+    fill_observations(&rng, u8, obs, next, (size_t)B * D);
     fill_transitions(&rng, B, c->actions, ret, disc, w, act);
     fl_dqn_batch_t b = {.size = B, .actions = act, .rewards = ret, .discounts = disc, .weights = w};
     if (u8) { /* as the learner hands replay's uint8 batches over (learner/backend_cpu.c) */
@@ -365,15 +370,7 @@ static double gpu_rate(const netcase_t *c, int B, int tf32, int cudnn_benchmark,
             die("slot", &e);
             goto done;
         }
-        for (size_t i = 0; i < (size_t)B * D; i++) {
-            if (u8) {
-                ((uint8_t *)s.obs)[i] = (uint8_t)fl_rng_below(&rng, 256);
-                ((uint8_t *)s.next_obs)[i] = (uint8_t)fl_rng_below(&rng, 256);
-            } else {
-                ((float *)s.obs)[i] = (float)fl_rng_double(&rng);
-                ((float *)s.next_obs)[i] = (float)fl_rng_double(&rng);
-            }
-        }
+        fill_observations(&rng, u8, s.obs, s.next_obs, (size_t)B * D);
         fill_transitions(&rng, B, c->actions, s.rewards, s.discounts, s.weights, s.actions);
     }
     gpu_update_t u = {d, B, fl_cuda_dqn_num_slots(d), prio, &e, 0};
