@@ -15,9 +15,9 @@
 
 #define BLOCK 64
 
-static int g_plain; /* fl_dense_sparse_set_plain */
+static int g_level = 2; /* fl_dense_sparse_set_level */
 
-void fl_dense_sparse_set_plain(int on) { g_plain = on != 0; }
+void fl_dense_sparse_set_level(int level) { g_level = level < 0 ? 0 : level > 2 ? 2 : level; }
 
 /* Appends the nonzero inputs xr[k .. in - 1] to the lists at entry n: the new count, or
  * -1 past cap. */
@@ -35,7 +35,8 @@ static inline int list_from(const float *xr, int k, int in, int cap, int n, int 
 #include <immintrin.h>
 #define HAVE_AVX2_VERSION 1
 
-static int use_avx2(void) { return !g_plain && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+static int use_avx2(void) { return g_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+static int use_avx512(void) { return g_level >= 2 && __builtin_cpu_supports("avx512f") && use_avx2(); }
 
 __attribute__((target("avx2"))) static int rows_avx2(const float *x, int B, int in, int cap, int *start, int *col,
                                                      float *val) {
@@ -187,24 +188,188 @@ __attribute__((target("avx2,fma"))) static void wgrad_avx2(const int *cstart, co
         }
     }
 }
+
+/* AVX-512: outputs in blocks of 128 (eight accumulators in registers), then of 16, then
+ * the rest under a mask; the weight gradient of eight inputs at a time goes through a
+ * small buffer and 8 x 8 transposes into dw's rows (whole runs of eight instead of one
+ * value per row). Every output keeps the same sum in the same order as above. */
+#define BLOCK512 128
+
+/* One row's outputs o0 .. o0 + 127 from its entries. */
+__attribute__((target("avx512f"))) static inline void fwd_block128(const int *col, const float *val, int n,
+                                                                   const float *wt, const float *bias, float *y,
+                                                                   int out, int relu) {
+    __m512 a0 = _mm512_loadu_ps(bias), a1 = _mm512_loadu_ps(bias + 16), a2 = _mm512_loadu_ps(bias + 32),
+           a3 = _mm512_loadu_ps(bias + 48), a4 = _mm512_loadu_ps(bias + 64), a5 = _mm512_loadu_ps(bias + 80),
+           a6 = _mm512_loadu_ps(bias + 96), a7 = _mm512_loadu_ps(bias + 112);
+    for (int j = 0; j < n; j++) {
+        const __m512 v = _mm512_set1_ps(val[j]);
+        const float *w = wt + (size_t)col[j] * out;
+        a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w), a0), a1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 16), a1);
+        a2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 32), a2), a3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 48), a3);
+        a4 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 64), a4), a5 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 80), a5);
+        a6 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 96), a6), a7 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 112), a7);
+    }
+    if (relu) {
+        const __m512 z = _mm512_setzero_ps();
+        a0 = _mm512_max_ps(a0, z), a1 = _mm512_max_ps(a1, z), a2 = _mm512_max_ps(a2, z), a3 = _mm512_max_ps(a3, z);
+        a4 = _mm512_max_ps(a4, z), a5 = _mm512_max_ps(a5, z), a6 = _mm512_max_ps(a6, z), a7 = _mm512_max_ps(a7, z);
+    }
+    _mm512_storeu_ps(y, a0), _mm512_storeu_ps(y + 16, a1), _mm512_storeu_ps(y + 32, a2), _mm512_storeu_ps(y + 48, a3);
+    _mm512_storeu_ps(y + 64, a4), _mm512_storeu_ps(y + 80, a5), _mm512_storeu_ps(y + 96, a6);
+    _mm512_storeu_ps(y + 112, a7);
+}
+
+/* The outputs of a block of up to 16 (mask m) from a row's entries. */
+__attribute__((target("avx512f"))) static inline void fwd_masked16(const int *col, const float *val, int n,
+                                                                   const float *wt, const float *bias, float *y,
+                                                                   int out, int relu, __mmask16 m) {
+    __m512 a = _mm512_maskz_loadu_ps(m, bias);
+    for (int j = 0; j < n; j++)
+        a = _mm512_fmadd_ps(_mm512_set1_ps(val[j]), _mm512_maskz_loadu_ps(m, wt + (size_t)col[j] * out), a);
+    if (relu) a = _mm512_max_ps(a, _mm512_setzero_ps());
+    _mm512_mask_storeu_ps(y, m, a);
+}
+
+__attribute__((target("avx512f"))) static void forward_avx512(const int *start, const int *col, const float *val,
+                                                               const float *wt, const float *bias, float *y, int B,
+                                                               int out, int relu) {
+    PAR_FOR for (int r = 0; r < B; r++) {
+        const int j0 = start[r], n = start[r + 1] - j0;
+        const int *c = col + j0;
+        const float *v = val + j0;
+        float *yr = y + (size_t)r * out;
+        int o = 0;
+        for (; o + BLOCK512 <= out; o += BLOCK512) fwd_block128(c, v, n, wt + o, bias + o, yr + o, out, relu);
+        for (; o < out; o += 16) {
+            const __mmask16 m = out - o >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (out - o)) - 1);
+            fwd_masked16(c, v, n, wt + o, bias + o, yr + o, out, relu, m);
+        }
+    }
+}
+
+/* Input k's gradient for outputs o0 .. o0 + 127 into t. */
+__attribute__((target("avx512f"))) static inline void wgrad_block128(const int *rows, const float *v, int n,
+                                                                     const float *dy, float *t, int out) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int p = 0; p < n; p++) {
+        const __m512 s = _mm512_set1_ps(v[p]);
+        const float *d = dy + (size_t)rows[p] * out;
+        a0 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d), a0), a1 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 16), a1);
+        a2 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 32), a2), a3 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 48), a3);
+        a4 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 64), a4), a5 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 80), a5);
+        a6 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 96), a6), a7 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 112), a7);
+    }
+    _mm512_storeu_ps(t, a0), _mm512_storeu_ps(t + 16, a1), _mm512_storeu_ps(t + 32, a2), _mm512_storeu_ps(t + 48, a3);
+    _mm512_storeu_ps(t + 64, a4), _mm512_storeu_ps(t + 80, a5), _mm512_storeu_ps(t + 96, a6);
+    _mm512_storeu_ps(t + 112, a7);
+}
+
+/* The same for up to 16 outputs (mask m). */
+__attribute__((target("avx512f"))) static inline void wgrad_masked16(const int *rows, const float *v, int n,
+                                                                     const float *dy, float *t, int out,
+                                                                     __mmask16 m) {
+    __m512 a = _mm512_setzero_ps();
+    for (int p = 0; p < n; p++)
+        a = _mm512_fmadd_ps(_mm512_set1_ps(v[p]), _mm512_maskz_loadu_ps(m, dy + (size_t)rows[p] * out), a);
+    _mm512_mask_storeu_ps(t, m, a);
+}
+
+__attribute__((target("avx512f"))) static void wgrad_avx512(const int *cstart, const int *crow, const float *cval,
+                                                            const float *dy, float *dw, int in, int out) {
+    const int groups = (in + 7) / 8;
+    PAR_FOR for (int g = 0; g < groups; g++) {
+        const int k0 = 8 * g, nk = in - k0 < 8 ? in - k0 : 8;
+        float t[8][BLOCK512]; /* t[kk][o - o0]: input k0 + kk's gradient for outputs o0 .. */
+        for (int o0 = 0; o0 < out; o0 += BLOCK512) {
+            const int w = out - o0 < BLOCK512 ? out - o0 : BLOCK512;
+            for (int kk = 0; kk < nk; kk++) {
+                const int k = k0 + kk, p0 = cstart[k], n = cstart[k + 1] - p0;
+                if (w == BLOCK512) {
+                    wgrad_block128(crow + p0, cval + p0, n, dy + o0, t[kk], out);
+                    continue;
+                }
+                for (int o = 0; o < w; o += 16) {
+                    const __mmask16 m = w - o >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (w - o)) - 1);
+                    wgrad_masked16(crow + p0, cval + p0, n, dy + o0 + o, t[kk] + o, out, m);
+                }
+            }
+            int o = 0;
+            if (nk == 8) /* dw[o .. o + 7][k0 .. k0 + 7] from t's columns o - o0 .. */
+                for (; o + 8 <= w; o += 8) transpose8_avx2(&t[0][o], dw + (size_t)(o0 + o) * in + k0, BLOCK512, in);
+            for (; o < w; o++)
+                for (int kk = 0; kk < nk; kk++) dw[(size_t)(o0 + o) * in + k0 + kk] = t[kk][o];
+        }
+    }
+}
+#endif
+
+/* The bytes of xr (in of them) of at least t (1 .. 255) as masks of 32 bytes each (bit j
+ * of mask[b]: byte 32 b + j); their count. */
+static int masks_plain(const unsigned char *xr, int in, unsigned t, unsigned *mask) {
+    int m = 0;
+    for (int b = 0; 32 * b < in; b++) {
+        const int e = in - 32 * b < 32 ? in - 32 * b : 32;
+        unsigned bits = 0;
+        for (int j = 0; j < e; j++) bits |= (unsigned)(xr[32 * b + j] >= t) << j;
+        mask[b] = bits;
+        m += __builtin_popcount(bits);
+    }
+    return m;
+}
+
+#ifdef HAVE_AVX2_VERSION
+__attribute__((target("avx2"))) static int masks_avx2(const unsigned char *xr, int in, unsigned t, unsigned *mask) {
+    const __m256i tv = _mm256_set1_epi8((char)t);
+    int m = 0, b = 0;
+    for (; 32 * b + 32 <= in; b++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(xr + 32 * b));
+        /* v >= t, unsigned: max(v, t) == v */
+        const unsigned bits = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(v, tv), v));
+        mask[b] = bits;
+        m += __builtin_popcount(bits);
+    }
+    if (32 * b < in) m += masks_plain(xr + 32 * b, in - 32 * b, t, mask + b);
+    return m;
+}
 #endif
 
 #ifdef HAVE_AVX2_VERSION
-/* The indices of the nonzero bytes of xr (in of them) into idx, in order; their count. */
-__attribute__((target("avx2"))) static int nonzero_bytes_avx2(const unsigned char *xr, int in, int *idx) {
-    const __m256i zero = _mm256_setzero_si256();
-    int m = 0, k = 0;
-    for (; k + 32 <= in; k += 32) {
-        unsigned bits = ~(unsigned)_mm256_movemask_epi8(
-            _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(const void *)(xr + k)), zero));
-        while (bits) {
-            idx[m++] = k + __builtin_ctz(bits);
-            bits &= bits - 1;
+/* fl_sparse_rows_u8 for images of 4 channels where every byte but 0 is set, with
+ * AVX-512: a pixel's 4 bytes are one 32-bit lane, so a test per channel gives the mask of
+ * 16 pixels that have it set, and their planar indices and values are compressed into
+ * the lists in order, without a branch per entry. */
+__attribute__((target("avx512f"))) static int rows_u8_c4_avx512(const unsigned char *x, int B, int hw, float scale,
+                                                                int cap, int *start, int *col, float *val) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 k255 = _mm512_set1_ps(1.0f / 255.0f), ks = _mm512_set1_ps(scale);
+    int n = 0;
+    for (int r = 0; r < B; r++) {
+        const unsigned char *xr = x + (size_t)r * (size_t)hw * 4;
+        start[r] = n;
+        for (int c = 0; c < 4; c++) {
+            const __m512i byte = _mm512_set1_epi32(0xFF << (8 * c));
+            for (int p = 0; p < hw; p += 16) {
+                const __mmask16 in = hw - p >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hw - p)) - 1);
+                const __m512i v = _mm512_maskz_loadu_epi32(in, xr + 4 * (size_t)p);
+                const __mmask16 m = _mm512_test_epi32_mask(v, byte);
+                if (!m) continue;
+                const int cnt = __builtin_popcount(m);
+                if (cnt > cap - n) return -1;
+                const __mmask16 first = (__mmask16)((1u << cnt) - 1);
+                const __m512i cols = _mm512_add_epi32(lane, _mm512_set1_epi32(c * hw + p));
+                const __m512 vals = _mm512_mul_ps(
+                    ks, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * c),
+                                                                          _mm512_set1_epi32(0xFF))),
+                                      k255));
+                _mm512_mask_storeu_epi32(col + n, first, _mm512_maskz_compress_epi32(m, cols));
+                _mm512_mask_storeu_ps(val + n, first, _mm512_maskz_compress_ps(m, vals));
+                n += cnt;
+            }
         }
     }
-    for (; k < in; k++)
-        if (xr[k]) idx[m++] = k;
-    return m;
+    start[B] = n;
+    return n;
 }
 #endif
 
@@ -213,38 +378,45 @@ int fl_sparse_rows_u8(const unsigned char *x, int B, int hw, int C, float scale,
     enum { MAX_C = 64 };
     const long in = (long)hw * C;
     if (!isfinite(scale) || C < 1 || C > MAX_C || hw < 1 || in >= (1L << 24)) return -2;
+    /* Values that round to 0 are not set (a float copy holds 0 there): as |scale x (v x
+     * 1/255)| grows with v, the bytes set are those of at least t. */
+    unsigned t = 1;
+    while (t < 256 && scale * ((float)t * (1.0f / 255.0f)) == 0.0f) t++;
+#ifdef HAVE_AVX2_VERSION
+    if (C == 4 && t == 1 && use_avx512()) return rows_u8_c4_avx512(x, B, hw, scale, cap, start, col, val);
+#endif
     /* i / C as a multiply: exact for i < 2^32 / C */
     const uint64_t inv = ((1ULL << 32) + (uint64_t)C - 1) / (uint64_t)C;
+    /* Channel c's bytes in mask b are those at bits j = c - 32 b (mod C): the bits at 0, C,
+     * 2 C, ... shifted by that. */
+    unsigned every = 0;
+    for (int j = 0; j < 32; j += C) every |= 1u << j;
+    const int nb = (int)((in + 31) / 32), step = 32 % C;
+    unsigned *mask = (unsigned *)tmp; /* nb <= in entries */
     int n = 0;
     for (int r = 0; r < B; r++) {
         const unsigned char *xr = x + (size_t)r * (size_t)in;
         start[r] = n;
         int m = 0;
+        if (t > 255) continue;
 #ifdef HAVE_AVX2_VERSION
-        if (use_avx2()) m = nonzero_bytes_avx2(xr, (int)in, tmp);
+        if (use_avx2()) m = masks_avx2(xr, (int)in, t, mask);
         else
 #endif
-            for (int k = 0; k < (int)in; k++)
-                if (xr[k]) tmp[m++] = k;
-        /* values that round to 0 are not set (a float copy would hold 0 there) */
-        int cnt[MAX_C] = {0}, kept = 0;
-        for (int j = 0; j < m; j++) {
-            const int i = tmp[j];
-            if (scale * ((float)xr[i] * (1.0f / 255.0f)) == 0.0f) continue;
-            tmp[kept++] = i;
-            cnt[i - (int)((uint64_t)i * inv >> 32) * C]++;
-        }
-        if (kept > cap - n) return -1;
-        /* planar order: channel by channel, pixels in order within each (the byte order
-         * already has them so) */
-        int at[MAX_C];
-        for (int c = 0, o = n; c < C; o += cnt[c++]) at[c] = o;
-        for (int j = 0; j < kept; j++) {
-            const int i = tmp[j], p = (int)((uint64_t)i * inv >> 32), c = i - p * C, e = at[c]++;
-            col[e] = c * hw + p;
-            val[e] = scale * ((float)xr[i] * (1.0f / 255.0f));
-        }
-        n += kept;
+            m = masks_plain(xr, (int)in, t, mask);
+        if (m > cap - n) return -1;
+        /* planar order: channel by channel, pixels in order within each */
+        for (int c = 0; c < C; c++)
+            for (int b = 0, sh = c; b < nb; b++) {
+                unsigned bits = sh < 32 ? mask[b] & (every << sh) : 0;
+                while (bits) {
+                    const int i = 32 * b + __builtin_ctz(bits), p = (int)((uint64_t)i * inv >> 32);
+                    bits &= bits - 1;
+                    col[n] = c * hw + p;
+                    val[n++] = scale * ((float)xr[i] * (1.0f / 255.0f));
+                }
+                if ((sh -= step) < 0) sh += C;
+            }
     }
     start[B] = n;
     return n;
@@ -280,6 +452,10 @@ void fl_dense_sparse_weights(const float *w, float *wt, int in, int out) {
 void fl_dense_sparse_forward(const int *start, const int *col, const float *val, const float *wt,
                              const float *bias, float *y, int B, int out, int relu) {
 #ifdef HAVE_AVX2_VERSION
+    if (use_avx512()) {
+        forward_avx512(start, col, val, wt, bias, y, B, out, relu);
+        return;
+    }
     if (use_avx2()) {
         forward_avx2(start, col, val, wt, bias, y, B, out, relu);
         return;
@@ -319,6 +495,10 @@ void fl_dense_sparse_wgrad(const int *start, const int *col, const float *val, i
         for (int o = 0; o < out; o++) db[o] += dy[(size_t)r * out + o];
 
 #ifdef HAVE_AVX2_VERSION
+    if (use_avx512()) {
+        wgrad_avx512(cstart, crow, cval, dy, dw, in, out);
+        return;
+    }
     if (use_avx2()) {
         wgrad_avx2(cstart, crow, cval, dy, dw, in, out);
         return;

@@ -57,8 +57,9 @@ void fl_dense_sparse_forward(const int *start, const int *col, const float *val,
 void fl_dense_sparse_wgrad(const int *start, const int *col, const float *val, int nnz, const float *dy, float *dw,
                            float *db, int B, int in, int out, int *cstart, int *crow, float *cval);
 
-/* For tests: on != 0 runs the plain-C versions even where AVX2 is (process-wide; not
+/* For tests: the most these kernels use of the CPU: 0 the plain-C versions, 1 AVX2 and
+ * FMA, 2 (the default) AVX-512 too, each where the CPU has it (process-wide; not
  * thread-safe against calls running at the same time). */
-void fl_dense_sparse_set_plain(int on);
+void fl_dense_sparse_set_level(int level);
 
 #endif

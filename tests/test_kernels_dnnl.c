@@ -443,7 +443,7 @@ static void sparse_sums(void) {
  * set), 0 and 1e-45 (values that round to 0, those of bytes under 128, are not set); the cap (one entry short gives
  * -1); and -2 where it does not apply (a scale not finite, 65 channels). */
 static void sparse_rows_u8(void) {
-    const int shapes[][3] = {{3, 10, 4}, {5, 1, 1}, {7, 33, 10}, {4, 9, 3}, {2, 13, 7}, {3, 5, 64}};
+    const int shapes[][3] = {{3, 10, 4}, {4, 37, 4}, {5, 1, 1}, {7, 33, 10}, {4, 9, 3}, {2, 13, 7}, {3, 5, 64}};
     const float scales[] = {1.0f, 255.0f, -1.0f, 0.0f, 1e-45f};
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
         for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
@@ -485,12 +485,14 @@ static void sparse_rows_u8(void) {
 
 static void test_sparse_sums(void **state) {
     (void)state;
-    sparse_sums();
-    sparse_rows_u8();
-    fl_dense_sparse_set_plain(1); /* the plain-C versions, which CPUs without AVX2 run */
-    sparse_sums();
-    sparse_rows_u8();
-    fl_dense_sparse_set_plain(0);
+    /* AVX-512 (where the CPU has it), AVX2 at most, and the plain-C versions, which CPUs
+     * without AVX2 run */
+    for (int level = 2; level >= 0; level--) {
+        fl_dense_sparse_set_level(level);
+        sparse_sums();
+        sparse_rows_u8();
+    }
+    fl_dense_sparse_set_level(2);
 }
 
 /* A dense layer of >= 64K weights with long rows on batches of 4 to 16 runs fleet's own
