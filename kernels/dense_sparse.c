@@ -1,6 +1,7 @@
 /* dense_sparse: see dense_sparse.h. Outputs go in blocks of 64 (eight AVX2 accumulators
  * that stay in registers over a row's entries or an input's rows), then of 8, then one
- * by one; the plain-C versions keep the same blocks and order in a small array. */
+ * by one; with AVX-512 in blocks of 128, then of 16 under a mask; the plain-C versions
+ * keep the same blocks and order in a small array. */
 #include "kernels/dense_sparse.h"
 
 #include <math.h>
