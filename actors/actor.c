@@ -60,8 +60,7 @@ void fl_actor_select_actions(const float *q, int B, int A, double epsilon, fl_rn
 }
 
 size_t fl_actor_priority_scratch_floats(const fl_qnet_t *net) {
-    size_t B = (size_t)fl_qnet_max_batch(net);
-    return B * ((size_t)fl_qnet_obs_dim(net) + 2 * (size_t)fl_qnet_num_actions(net));
+    return (size_t)fl_qnet_max_batch(net) * 2 * (size_t)fl_qnet_num_actions(net);
 }
 
 fl_status fl_actor_priorities(fl_qnet_t *net, fl_dtype obs_dtype, size_t n, const void *obs, const int32_t *actions,
@@ -81,16 +80,15 @@ fl_status fl_actor_priorities(fl_qnet_t *net, fl_dtype obs_dtype, size_t n, cons
                               (int)actions[k], A);
     }
     const size_t row_bytes = D * esz;
-    float *x = scratch;           /* (B, D) */
-    float *q0 = x + B * D;        /* (B, A) Q(obs) */
+    float *q0 = scratch;            /* (B, A) Q(obs) */
     float *q1 = q0 + B * (size_t)A; /* (B, A) Q(next_obs) */
     for (size_t start = 0; start < n; start += B) {
         size_t m = n - start < B ? n - start : B;
-        fl_dtype_to_float(obs_dtype, (const unsigned char *)obs + start * row_bytes, m * D, x);
-        fl_status s = fl_qnet_forward(net, x, (int)m, q0);
+        /* the observations as they are (the oneDNN backend lists uint8 planes' set values
+         * straight from their bytes) */
+        fl_status s = fl_qnet_forward_obs(net, obs_dtype, (const unsigned char *)obs + start * row_bytes, (int)m, q0);
         if (s != FL_OK) return fl_err_set(err, s, "priorities: forward of %zu observations failed", m);
-        fl_dtype_to_float(obs_dtype, (const unsigned char *)next_obs + start * row_bytes, m * D, x);
-        s = fl_qnet_forward(net, x, (int)m, q1);
+        s = fl_qnet_forward_obs(net, obs_dtype, (const unsigned char *)next_obs + start * row_bytes, (int)m, q1);
         if (s != FL_OK) return fl_err_set(err, s, "priorities: forward of %zu next observations failed", m);
         for (size_t j = 0; j < m; j++) {
             size_t k = start + j;

@@ -96,16 +96,16 @@ double fl_actor_epsilon(double eps_base, double eps_alpha, int index, int count)
  * lowest index. Draws one uniform per row, plus one per random action. */
 void fl_actor_select_actions(const float *q, int B, int A, double epsilon, fl_rng_t *rng, int32_t *actions);
 
-/* Floats of scratch fl_actor_priorities needs for net: its max_batch * (obs_dim +
- * 2 * num_actions). */
+/* Floats of scratch fl_actor_priorities needs for net: its max_batch * 2 * num_actions. */
 size_t fl_actor_priority_scratch_floats(const fl_qnet_t *net);
 
 /* Initial priorities of n transitions with the network's current parameters:
  *   priorities[k] = |rewards[k] + discounts[k] * max_a Q(next_obs[k], a) - Q(obs[k], actions[k])|
- *   obs, next_obs  (n, obs_dim) elements of obs_dtype (converted with fl_dtype_to_float)
+ *   obs, next_obs  (n, obs_dim) elements of obs_dtype (as fl_qnet_forward_obs takes them)
  *   actions, rewards, discounts, priorities  (n)
  * The forwards run in chunks of the network's max_batch. scratch holds
- * fl_actor_priority_scratch_floats(net) floats. Allocates nothing. A non-finite Q-value
+ * fl_actor_priority_scratch_floats(net) floats. Allocates nothing itself (the network
+ * makes its conversion buffer once where fl_qnet_forward_obs needs one). A non-finite Q-value
  * gives a non-finite priority (the caller decides). FL_INVALID_ARGUMENT for an action
  * outside [0, num_actions) (naming the transition) or a dtype with no float conversion. */
 fl_status fl_actor_priorities(fl_qnet_t *net, fl_dtype obs_dtype, size_t n, const void *obs, const int32_t *actions,
