@@ -85,15 +85,12 @@ typedef enum {
 
 /* A first dense layer's sparse inputs (kernels/dense_sparse.h): the nonzero inputs the
  * last forward listed (nnz -1: too many, that forward ran the dense product; -2: no
- * forward yet), the
- * transposed weights (wt_gen: params_gen when they were made) and the weight gradient's
- * column lists. */
+ * forward yet) and the weight gradient's column lists. (The transposed weights are the
+ * net's, shared by its plans.) */
 typedef struct sparse_in {
     int cap, nnz;
     int *start, *col, *cstart, *crow;
-    float *val, *cval, *wt;
-    int wt_ok;
-    unsigned long long wt_gen;
+    float *val, *cval;
     int pre; /* this forward's lists: 0 made by its step from the input edge; 1 made already
               * from uint8 observations (net_forward); -1 too many values set (the product) */
 } sparse_in_t;
@@ -186,6 +183,12 @@ struct fl_dnnl_net {
     dnnl_stream_t stream;
     plan_t *plans[FL_DNNL_MAX_PLANS];
     unsigned long long calls;
+    /* the sparse first layer's transposed weights (kernels/dense_sparse.h), one copy for
+     * every plan: made again when the parameters may have changed (wt_gen: params_gen
+     * when they were made) */
+    float *wt;
+    int wt_ok;
+    unsigned long long wt_gen;
 };
 
 /* The context of one plan build: where errors go and which layer is being built. */
@@ -694,7 +697,9 @@ static fl_status new_sparse(bld_t *b, sparse_in_t *sp, int B, int in, int out) {
     FL_TRY(new_buf(b, ((size_t)in + 1) * sizeof(int), &cstart));
     FL_TRY(new_buf(b, cap * sizeof(int), &crow));
     FL_TRY(new_buf(b, cap * sizeof(float), &sp->cval));
-    FL_TRY(new_buf(b, (size_t)in * out * sizeof(float), &sp->wt));
+    if (!b->n->wt && !(b->n->wt = aligned_alloc(BUF_ALIGN, ((size_t)in * out * sizeof(float) + BUF_ALIGN - 1) /
+                                                             BUF_ALIGN * BUF_ALIGN)))
+        return nomem(b);
     sp->start = (int *)(void *)start, sp->col = (int *)(void *)col;
     sp->cstart = (int *)(void *)cstart, sp->crow = (int *)(void *)crow;
     sp->cap = (int)cap;
@@ -1350,18 +1355,18 @@ static fl_status exec_prim(fl_dnnl_net_t *n, const step_t *s, fl_err_t *err) {
 /* A first dense layer's forward: the nonzero inputs listed, then the sparse sums (the
  * transposed weights made again when the parameters may have changed), or, with too
  * many of them, the primitive (1 returned: it is pending on the stream). */
-static int sparse_forward(const step_t *s, unsigned long long gen) {
+static int sparse_forward(fl_dnnl_net_t *n, const step_t *s, unsigned long long gen) {
     sparse_in_t *sp = s->sp;
     if (sp->pre == 0) sp->nnz = fl_sparse_rows(s->a, s->batch, s->cin, sp->cap, sp->start, sp->col, sp->val);
     else if (sp->pre < 0) sp->nnz = -1;
     sp->pre = 0;
     if (sp->nnz < 0) return 1;
-    if (!sp->wt_ok || sp->wt_gen != gen) {
-        fl_dense_sparse_weights(s->b, sp->wt, s->cin, s->cout);
-        sp->wt_ok = 1;
-        sp->wt_gen = gen;
+    if (!n->wt_ok || n->wt_gen != gen) {
+        fl_dense_sparse_weights(s->b, n->wt, s->cin, s->cout);
+        n->wt_ok = 1;
+        n->wt_gen = gen;
     }
-    fl_dense_sparse_forward(sp->start, sp->col, sp->val, sp->wt, s->bias, s->c, s->batch, s->cout, s->k);
+    fl_dense_sparse_forward(sp->start, sp->col, sp->val, n->wt, s->bias, s->c, s->batch, s->cout, s->k);
     return 0;
 }
 
@@ -1398,7 +1403,7 @@ static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
         case ST_TILE_FWD: fl_conv_fwd_run(s->tiles, s->a, s->b, s->bias, s->c, s->k); break;
         case ST_TILE_WGRAD: fl_conv_fwd_wgrad(s->tiles, s->a, s->b, s->c, s->c2); break;
         case ST_SPARSE_FWD:
-            if (sparse_forward(s, gen)) {
+            if (sparse_forward(n, s, gen)) {
                 FL_TRY(exec_prim(n, s, err));
                 pending = 1;
             }
@@ -1717,6 +1722,7 @@ fl_status fl_dnnl_net_create(const fl_dnnl_net_desc_t *d, fl_dnnl_net_t **out, f
 void fl_dnnl_net_destroy(fl_dnnl_net_t *n) {
     if (!n) return;
     for (int i = 0; i < FL_DNNL_MAX_PLANS; i++) plan_destroy(n->plans[i]);
+    free(n->wt);
     if (n->stream) dnnl_stream_destroy(n->stream);
     if (n->engine) dnnl_engine_destroy(n->engine);
     free(n->layers);
