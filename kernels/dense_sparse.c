@@ -349,7 +349,7 @@ __attribute__((target("avx512f"))) static int rows_u8_c4_avx512(const unsigned c
         const unsigned char *xr = x + (size_t)r * (size_t)hw * 4;
         start[r] = n;
         for (int c = 0; c < 4; c++) {
-            const __m512i byte = _mm512_set1_epi32(0xFF << (8 * c));
+            const __m512i byte = _mm512_set1_epi32((int)(0xFFu << (8 * c)));
             for (int p = 0; p < hw; p += 16) {
                 const __mmask16 in = hw - p >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hw - p)) - 1);
                 const __m512i v = _mm512_maskz_loadu_epi32(in, xr + 4 * (size_t)p);
