@@ -236,7 +236,7 @@ static void learner_prefetch(worker_t *w) {
         fail_worker(w, "learner: sharded_create", st);
         goto out;
     }
-    st = fl_replay_prefetch_create(rs, sh->o->prefetch, SAMPLE_BATCH, in->obs_bytes, SAMPLE_BETA, SAMPLE_TIMEOUT_MS,
+    st = fl_replay_prefetch_create(rs, sh->o->prefetch, 1, SAMPLE_BATCH, in->obs_bytes, SAMPLE_BETA, SAMPLE_TIMEOUT_MS,
                                    &pf, &w->err);
     if (st != FL_OK) {
         fail_worker(w, "learner: prefetch_create", st);

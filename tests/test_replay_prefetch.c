@@ -79,8 +79,9 @@ static uint64_t sample_calls(fl_replay_service_t *svc) {
     return in.sample_calls;
 }
 
-static void test_batches_and_depth(void **state) {
-    (void)state;
+/* per_call batches per Sample call: each of DEPTH threads makes one call, whose batches
+ * are handed over one by one; no thread calls again before all of its batches are back. */
+static void batches_and_depth(int per_call) {
     char addr[300];
     fl_replay_service_t *svc = start(addr, sizeof addr, 100);
     fill(addr, N_ITEMS, 1);
@@ -90,7 +91,7 @@ static void test_batches_and_depth(void **state) {
     assert_int_equal(fl_replay_sharded_create(addr, 3, &rs, &e), FL_OK);
     enum { DEPTH = 3, B = 64 };
     fl_replay_prefetch_t *p = NULL;
-    assert_int_equal(fl_replay_prefetch_create(rs, DEPTH, B, OBS_BYTES, 0.4, 5000, &p, &e), FL_OK);
+    assert_int_equal(fl_replay_prefetch_create(rs, DEPTH, per_call, B, OBS_BYTES, 0.4, 5000, &p, &e), FL_OK);
 
     /* Hold one batch: the other threads still sample, so DEPTH calls get answered. */
     fl_replay_prefetched_t *held = NULL;
@@ -105,9 +106,11 @@ static void test_batches_and_depth(void **state) {
 
     /* Every batch is a valid sample: rows match the items their keys name. */
     fl_replay_prefetched_t *r = held;
+    int first_of_call = 0;
     for (int k = 0; k < 40; k++) {
         if (k > 0) assert_int_equal(fl_replay_prefetch_next(p, 10000, &r), 1);
         assert_int_equal(r->status, FL_OK);
+        first_of_call += r->sample_s > 0;
         const fl_replay_batch_t *b = r->batch;
         assert_int_equal(b->count, B);
         assert_int_equal(b->table_size, N_ITEMS);
@@ -122,10 +125,19 @@ static void test_batches_and_depth(void **state) {
         }
         fl_replay_prefetch_release(p, r);
     }
+    /* 40 batches came from about 40 / per_call calls (each call's time is on its first) */
+    assert_true(first_of_call >= 40 / per_call && first_of_call <= 40 / per_call + DEPTH);
+    assert_true(sample_calls(svc) <= (uint64_t)(40 / per_call + 2 * DEPTH));
     /* Destroy with batches in flight and one ready. */
     fl_replay_prefetch_destroy(p);
     fl_replay_sharded_destroy(rs);
     fl_replay_service_destroy(svc);
+}
+
+static void test_batches_and_depth(void **state) {
+    (void)state;
+    batches_and_depth(1);
+    batches_and_depth(3);
 }
 
 /* A replay below min_size_to_sample: each result is the shard's refusal, handed over
@@ -140,7 +152,7 @@ static void test_refusals_then_data(void **state) {
     fl_err_init(&e);
     assert_int_equal(fl_replay_sharded_create(addr, 3, &rs, &e), FL_OK);
     fl_replay_prefetch_t *p = NULL;
-    assert_int_equal(fl_replay_prefetch_create(rs, 2, 16, OBS_BYTES, 0.4, 1000, &p, &e), FL_OK);
+    assert_int_equal(fl_replay_prefetch_create(rs, 2, 1, 16, OBS_BYTES, 0.4, 1000, &p, &e), FL_OK);
     fl_replay_prefetched_t *r = NULL;
     assert_int_equal(fl_replay_prefetch_next(p, 20000, &r), 1);
     assert_int_equal(r->status, FL_FAILED_PRECONDITION);
@@ -213,26 +225,34 @@ static void test_updates_ride_on_sample(void **state) {
     fl_replay_client_destroy(c);
 
     /* Through the prefetcher: every released batch's updates get applied, the last ones at
-     * stop. */
+     * stop; with 2 and 3 batches per call too, the learner holding two batches at a time
+     * and giving them back newest first, and some with fewer priorities than rows. */
     fl_replay_sharded_t *rs = NULL;
     assert_int_equal(fl_replay_sharded_create(addr, 3, &rs, &e), FL_OK);
-    fl_replay_prefetch_t *p = NULL;
-    assert_int_equal(fl_replay_prefetch_create(rs, 3, 16, OBS_BYTES, 0.4, 5000, &p, &e), FL_OK);
-    fl_replay_service_info(svc, &in);
-    uint64_t before = in.updates_applied + in.updates_stale;
     float ones[16];
     for (int j = 0; j < 16; j++) ones[j] = 2.0f;
-    for (int k = 0; k < 20; k++) {
-        fl_replay_prefetched_t *r = NULL;
-        assert_int_equal(fl_replay_prefetch_next(p, 10000, &r), 1);
-        assert_int_equal(r->status, FL_OK);
-        fl_replay_prefetch_release_updating(p, r, 16, ones);
+    for (int per_call = 1; per_call <= 3; per_call++) {
+        fl_replay_prefetch_t *p = NULL;
+        assert_int_equal(fl_replay_prefetch_create(rs, 3, per_call, 16, OBS_BYTES, 0.4, 5000, &p, &e), FL_OK);
+        fl_replay_service_info(svc, &in);
+        uint64_t before = in.updates_applied + in.updates_stale, sent = 0;
+        for (int k = 0; k < 10; k++) {
+            fl_replay_prefetched_t *r1 = NULL, *r2 = NULL;
+            assert_int_equal(fl_replay_prefetch_next(p, 10000, &r1), 1);
+            assert_int_equal(fl_replay_prefetch_next(p, 10000, &r2), 1);
+            assert_int_equal(r1->status, FL_OK);
+            assert_int_equal(r2->status, FL_OK);
+            const size_t n2 = k % 3 == 0 ? 5 : 16;
+            fl_replay_prefetch_release_updating(p, r2, n2, ones);
+            fl_replay_prefetch_release_updating(p, r1, 16, ones);
+            sent += 16 + n2;
+        }
+        assert_int_equal(fl_replay_prefetch_stop(p, &e), FL_OK);
+        fl_replay_service_info(svc, &in);
+        assert_int_equal(in.updates_applied + in.updates_stale - before, sent);
+        assert_int_equal(fl_replay_prefetch_updates_applied(p), sent);
+        fl_replay_prefetch_destroy(p);
     }
-    assert_int_equal(fl_replay_prefetch_stop(p, &e), FL_OK);
-    fl_replay_service_info(svc, &in);
-    assert_int_equal(in.updates_applied + in.updates_stale - before, 20 * 16);
-    assert_int_equal(fl_replay_prefetch_updates_applied(p), 20 * 16);
-    fl_replay_prefetch_destroy(p);
     fl_replay_sharded_destroy(rs);
     fl_replay_service_destroy(svc);
 }
@@ -242,10 +262,14 @@ static void test_bad_arguments(void **state) {
     fl_replay_prefetch_t *p = (fl_replay_prefetch_t *)1;
     fl_err_t e;
     fl_err_init(&e);
-    assert_int_equal(fl_replay_prefetch_create(NULL, 0, 16, 4, 0.4, 100, &p, &e), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_replay_prefetch_create(NULL, 0, 1, 16, 4, 0.4, 100, &p, &e), FL_INVALID_ARGUMENT);
     assert_null(p);
     assert_non_null(strstr(e.msg, "depth 0"));
-    assert_int_equal(fl_replay_prefetch_create(NULL, 2, 16, 4, 1.5, 100, &p, &e), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_replay_prefetch_create(NULL, 2, 1, 16, 4, 1.5, 100, &p, &e), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_replay_prefetch_create(NULL, 2, 0, 16, 4, 0.4, 100, &p, &e), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(e.msg, "0 batches per Sample call"));
+    assert_int_equal(fl_replay_prefetch_create(NULL, 2, FL_REPLAY_PREFETCH_MAX_PER_CALL + 1, 16, 4, 0.4, 100, &p, &e),
+                     FL_INVALID_ARGUMENT);
     fl_replay_prefetch_destroy(NULL);
 }
 
