@@ -251,6 +251,7 @@ fl_status fl_options_learner(const fl_config_t *c, fl_learner_opts_t *o, fl_err_
     o->deterministic = c->run_deterministic != 0;
     o->round_updates = fl_options_round_updates(c);
     o->prefetch = o->deterministic ? 0 : (int)c->learner_prefetch; /* rounds sample synchronously */
+    o->batches_per_call = (int)c->learner_batches_per_call;
     o->fetch_every = c->learner_fetch_every;
     o->push_1bit = c->learner_push_1bit != 0;
     o->slow_push_ms = c->learner_slow_push_ms;

@@ -615,6 +615,11 @@ fl_status fl_config_validate(const fl_config_t *c, fl_err_t *err) {
                     "learner.batch_size = %" PRId64 " is larger than replay.capacity = %" PRId64
                     " (expected learner.batch_size <= replay.capacity)",
                     c->learner_batch_size, c->replay_capacity);
+    if (c->learner_batch_size * c->learner_batches_per_call > 65536) /* a Sample call's most rows */
+        return fail(err, FL_INVALID_ARGUMENT, NULL,
+                    "learner.batch_size x learner.batches_per_call = %" PRId64 " x %" PRId64
+                    " rows per Sample call (expected at most 65536)",
+                    c->learner_batch_size, c->learner_batches_per_call);
     if (c->run_deterministic) {
         /* What the lockstep rounds cannot make deterministic is refused here, by name. */
         if (c->replay_shards != 1)

@@ -143,6 +143,7 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(learner, checkpoint_every, INT, 0, 0, 1000000000000, "", "learner steps between checkpoints to learner.checkpoint_dir (0 = only when the learner stops)") \
     X(learner, resume, STRING, "", 0, 0, "", "a learner checkpoint (.safetensors) to continue from (empty = start fresh; `fleet learner --resume FILE` overrides)") \
     X(learner, prefetch, INT, 2, 0, 64, "", "Sample calls kept in flight while training (0 = sample synchronously)") \
+    X(learner, batches_per_call, INT, 1, 1, 16, "", "batches each prefetch thread draws in one Sample call (with learner.prefetch > 0; the call's batches share its importance-weight normalisation; fewer calls spare the replay shard and the learner per-call work)") \
     X(learner, max_steps, INT, 0, 0, 1000000000000, "", "learner steps after which it stops (0 = no limit)") \
     X(learner, fetch_every, INT, 1, 1, 1000000000, "", "gorila: learner steps between parameter fetches") \
     X(learner, push_1bit, BOOL, 0, 0, 1, "", "gorila: push gradients as 1-bit signs with error feedback (~32x fewer bytes)") \

@@ -322,7 +322,7 @@ static fl_status connect_services(fl_learner_t *l, const fl_learner_opts_t *o, f
     fl_replay_sharded_set_timeout(l->replay, FL_LEARNER_RPC_TIMEOUT_MS);
     l->cur = &l->batch;
     if (o->prefetch > 0 &&
-        (s = fl_replay_prefetch_create(l->replay, o->prefetch, (size_t)l->batch_size, l->obs_bytes, o->beta,
+        (s = fl_replay_prefetch_create(l->replay, o->prefetch, o->batches_per_call > 0 ? o->batches_per_call : 1, (size_t)l->batch_size, l->obs_bytes, o->beta,
                                        FL__LEARNER_SAMPLE_TIMEOUT_MS, &l->prefetch, err)) != FL_OK) {
         fl_err_prefix(err, "learner: learner.prefetch");
         return s;

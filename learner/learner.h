@@ -141,6 +141,7 @@ typedef struct fl_learner_opts {
     int keep_checkpoints;         /* [run.keep_checkpoints] step-numbered copies kept (0 = none) */
     int64_t max_steps;            /* [learner.max_steps] 0 = no limit */
     int prefetch;                 /* [learner.prefetch] Sample calls in flight, 0 = synchronous */
+    int batches_per_call;         /* [learner.batches_per_call] batches per prefetched Sample call */
     int64_t fetch_every;          /* [learner.fetch_every] gorila: steps between fetches */
     int push_1bit;                /* [learner.push_1bit] gorila: 1-bit pushes */
     int64_t slow_push_ms;         /* [learner.slow_push_ms] gorila: the last learner's delay before a push */

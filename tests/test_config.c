@@ -633,6 +633,15 @@ static void test_validate(void **state) {
     c.learner_gamma = INFINITY;
     assert_int_equal(fl_config_validate(&c, &err), FL_INVALID_ARGUMENT);
     assert_contains(err.msg, "learner.gamma");
+    /* a Sample call of batches_per_call batches holds at most 65536 rows */
+    fl_config_defaults(&c);
+    c.replay_capacity = 1000000;
+    c.learner_batch_size = 8192;
+    c.learner_batches_per_call = 8;
+    assert_int_equal(fl_config_validate(&c, &err), FL_OK);
+    c.learner_batches_per_call = 9;
+    assert_int_equal(fl_config_validate(&c, &err), FL_INVALID_ARGUMENT);
+    assert_contains(err.msg, "learner.batch_size x learner.batches_per_call = 8192 x 9");
 }
 
 /* Every ENUM key's C enum names its choices in the table's order, and no more. */

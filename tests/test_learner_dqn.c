@@ -609,7 +609,9 @@ static fl_status create_learner(const fl_config_t *cfg, const fl_learner_opts_t 
     return s != FL_OK ? s : fl_learner_create(&lo, out, err);
 }
 
-static void test_learner_loop(void **state) {
+/* per_call: learner.batches_per_call (each prefetched Sample call draws that many
+ * batches; every batch still gets its priorities back). */
+static void learner_loop(int per_call) {
     fl_rng_t r;
     fl_rng_init_stream(&r, g_seed, 5);
     services_t sv;
@@ -625,6 +627,9 @@ static void test_learner_loop(void **state) {
     set_key(&cfg, "learner.optimizer=adam");
     set_key(&cfg, "learner.lr=0.001");
     set_key(&cfg, "model.spec=dense(16) relu dueling");
+    char bpc[64];
+    snprintf(bpc, sizeof bpc, "learner.batches_per_call=%d", per_call);
+    set_key(&cfg, bpc);
     fl_learner_opts_t o = learner_opts(&sv);
     fl_learner_t *l = NULL;
     fl_err_t err = {0};
@@ -656,9 +661,10 @@ static void test_learner_loop(void **state) {
     fl_replay_service_info(sv.replay, &rinfo);
     assert_int_equal(rinfo.updates_applied, STEPS * BATCH);
     assert_int_equal(rinfo.updates_stale, 0);
-    /* Trained on STEPS batches; up to learner.prefetch more were drawn ahead. */
+    /* Trained on STEPS batches; up to learner.prefetch calls more were drawn ahead. */
     assert_true(rinfo.sampled >= (uint64_t)STEPS * BATCH);
-    assert_true(rinfo.sampled <= (uint64_t)(STEPS + cfg.learner_prefetch) * BATCH);
+    assert_true(rinfo.sampled <= (uint64_t)(STEPS + cfg.learner_prefetch * per_call) * BATCH);
+    assert_int_equal(cfg.learner_batches_per_call, per_call);
     assert_int_equal(cfg.learner_prefetch, 2);
 
     /* What the server holds is the learner's final network, and it moved. */
@@ -679,6 +685,12 @@ static void test_learner_loop(void **state) {
     free(fetched);
     fl_learner_destroy(l);
     services_stop(&sv);
+}
+
+static void test_learner_loop(void **state) {
+    (void)state;
+    learner_loop(1);
+    learner_loop(3);
 }
 
 /* A bad configuration is refused at create, naming the key. */
