@@ -65,73 +65,61 @@ __attribute__((target("avx2"))) static int rows_avx2(const float *x, int B, int 
     return n;
 }
 
-/* One row's outputs o0 .. o0 + 63 from its entries. */
-__attribute__((target("avx2,fma"))) static inline void fwd_block64(const int *col, const float *val, int n,
-                                                                   const float *wt, const float *bias, float *y,
-                                                                   int out, int relu) {
-    __m256 a0 = _mm256_loadu_ps(bias), a1 = _mm256_loadu_ps(bias + 8), a2 = _mm256_loadu_ps(bias + 16),
-           a3 = _mm256_loadu_ps(bias + 24), a4 = _mm256_loadu_ps(bias + 32), a5 = _mm256_loadu_ps(bias + 40),
-           a6 = _mm256_loadu_ps(bias + 48), a7 = _mm256_loadu_ps(bias + 56);
-    for (int j = 0; j < n; j++) {
-        const __m256 v = _mm256_broadcast_ss(val + j);
-        const float *w = wt + (size_t)col[j] * out;
-        a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w), a0), a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 8), a1);
-        a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 16), a2), a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 24), a3);
-        a4 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 32), a4), a5 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 40), a5);
-        a6 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 48), a6), a7 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + 56), a7);
+/* The sums of a block of 8 vectors of W floats (8 W outputs) in eight accumulators that
+ * stay in registers, one pair of functions per instruction set (P: its intrinsics'
+ * prefix, V: its vector type).
+ *   NAME_fwd   one row's outputs o0 .. o0 + 8 W - 1 from its entries: the bias, then
+ *              each entry's value times its weight row, in order; relu != 0: max(0, .)
+ *   NAME_wgrad input k's gradient for those outputs into t: its rows' value times output
+ *              gradient, in row order */
+#define SPARSE_BLOCKS(NAME, TARGET, V, P, W)                                                                    \
+    __attribute__((target(TARGET))) static inline void NAME##_fwd(const int *col, const float *val, int n,     \
+                                                                  const float *wt, const float *bias, float *y, \
+                                                                  int out, int relu) {                          \
+        V a[8];                                                                                                 \
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] = P##_loadu_ps(bias + W * q);                 \
+        for (int j = 0; j < n; j++) {                                                                           \
+            const V v = P##_set1_ps(val[j]);                                                                    \
+            const float *w = wt + (size_t)col[j] * out;                                                         \
+            _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] = P##_fmadd_ps(v, P##_loadu_ps(w + W * q), a[q]); \
+        }                                                                                                       \
+        if (relu) {                                                                                             \
+            const V z = P##_setzero_ps();                                                                       \
+            _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] = P##_max_ps(a[q], z);                     \
+        }                                                                                                       \
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) P##_storeu_ps(y + W * q, a[q]);                    \
+    }                                                                                                           \
+    __attribute__((target(TARGET))) static inline void NAME##_wgrad(const int *rows, const float *v, int n,    \
+                                                                    const float *dy, float *t, int out) {       \
+        V a[8];                                                                                                 \
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] = P##_setzero_ps();                           \
+        for (int p = 0; p < n; p++) {                                                                           \
+            const V sv = P##_set1_ps(v[p]);                                                                     \
+            const float *d = dy + (size_t)rows[p] * out;                                                        \
+            _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] = P##_fmadd_ps(sv, P##_loadu_ps(d + W * q), a[q]); \
+        }                                                                                                       \
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) P##_storeu_ps(t + W * q, a[q]);                    \
     }
-    if (relu) {
-        const __m256 z = _mm256_setzero_ps();
-        a0 = _mm256_max_ps(a0, z), a1 = _mm256_max_ps(a1, z), a2 = _mm256_max_ps(a2, z), a3 = _mm256_max_ps(a3, z);
-        a4 = _mm256_max_ps(a4, z), a5 = _mm256_max_ps(a5, z), a6 = _mm256_max_ps(a6, z), a7 = _mm256_max_ps(a7, z);
-    }
-    _mm256_storeu_ps(y, a0), _mm256_storeu_ps(y + 8, a1), _mm256_storeu_ps(y + 16, a2), _mm256_storeu_ps(y + 24, a3);
-    _mm256_storeu_ps(y + 32, a4), _mm256_storeu_ps(y + 40, a5), _mm256_storeu_ps(y + 48, a6);
-    _mm256_storeu_ps(y + 56, a7);
-}
 
-__attribute__((target("avx2,fma"))) static void forward_avx2(const int *start, const int *col, const float *val,
-                                                             const float *wt, const float *bias, float *y, int B,
-                                                             int out, int relu) {
-    PAR_FOR for (int r = 0; r < B; r++) {
-        const int j0 = start[r], n = start[r + 1] - j0;
-        const int *c = col + j0;
-        const float *v = val + j0;
-        float *yr = y + (size_t)r * out;
-        int o = 0;
-        for (; o + BLOCK <= out; o += BLOCK) fwd_block64(c, v, n, wt + o, bias + o, yr + o, out, relu);
-        for (; o + 8 <= out; o += 8) {
-            __m256 a = _mm256_loadu_ps(bias + o);
-            for (int j = 0; j < n; j++)
-                a = _mm256_fmadd_ps(_mm256_broadcast_ss(v + j), _mm256_loadu_ps(wt + (size_t)c[j] * out + o), a);
-            if (relu) a = _mm256_max_ps(a, _mm256_setzero_ps());
-            _mm256_storeu_ps(yr + o, a);
-        }
-        for (; o < out; o++) {
-            float s = bias[o];
-            for (int j = 0; j < n; j++) s = fmaf(v[j], wt[(size_t)c[j] * out + o], s);
-            yr[o] = relu && !(s > 0.0f) ? 0.0f : s;
-        }
-    }
-}
+SPARSE_BLOCKS(block64, "avx2,fma", __m256, _mm256, 8)
 
-/* Input k's gradient for outputs o0 .. o0 + 63 (dw's column k, rows o0 ..). */
-__attribute__((target("avx2,fma"))) static inline void wgrad_block64(const int *rows, const float *v, int n,
-                                                                     const float *dy, float *dw, int in, int out) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    for (int p = 0; p < n; p++) {
-        const __m256 s = _mm256_broadcast_ss(v + p);
-        const float *d = dy + (size_t)rows[p] * out;
-        a0 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d), a0), a1 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 8), a1);
-        a2 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 16), a2), a3 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 24), a3);
-        a4 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 32), a4), a5 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 40), a5);
-        a6 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 48), a6), a7 = _mm256_fmadd_ps(s, _mm256_loadu_ps(d + 56), a7);
+/* One row's outputs yr from its n entries (c, v): fl_dense_sparse_forward's per row. */
+__attribute__((target("avx2,fma"))) static void row_avx2(const int *c, const float *v, int n, const float *wt,
+                                                         const float *bias, float *yr, int out, int relu) {
+    int o = 0;
+    for (; o + BLOCK <= out; o += BLOCK) block64_fwd(c, v, n, wt + o, bias + o, yr + o, out, relu);
+    for (; o + 8 <= out; o += 8) {
+        __m256 a = _mm256_loadu_ps(bias + o);
+        for (int j = 0; j < n; j++)
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(v + j), _mm256_loadu_ps(wt + (size_t)c[j] * out + o), a);
+        if (relu) a = _mm256_max_ps(a, _mm256_setzero_ps());
+        _mm256_storeu_ps(yr + o, a);
     }
-    float t[BLOCK];
-    _mm256_storeu_ps(t, a0), _mm256_storeu_ps(t + 8, a1), _mm256_storeu_ps(t + 16, a2), _mm256_storeu_ps(t + 24, a3);
-    _mm256_storeu_ps(t + 32, a4), _mm256_storeu_ps(t + 40, a5), _mm256_storeu_ps(t + 48, a6);
-    _mm256_storeu_ps(t + 56, a7);
-    for (int o = 0; o < BLOCK; o++) dw[(size_t)o * in] = t[o];
+    for (; o < out; o++) {
+        float s = bias[o];
+        for (int j = 0; j < n; j++) s = fmaf(v[j], wt[(size_t)c[j] * out + o], s);
+        yr[o] = relu && !(s > 0.0f) ? 0.0f : s;
+    }
 }
 
 /* wt's 8 x 8 block at (k0, o0) from w's at (o0, k0): eight rows in, unpacked and
@@ -173,7 +161,11 @@ __attribute__((target("avx2,fma"))) static void wgrad_avx2(const int *cstart, co
         const int *rows = crow + p0;
         const float *v = cval + p0;
         int o = 0;
-        for (; o + BLOCK <= out; o += BLOCK) wgrad_block64(rows, v, n, dy + o, dw + (size_t)o * in + k, in, out);
+        for (; o + BLOCK <= out; o += BLOCK) {
+            float t[BLOCK];
+            block64_wgrad(rows, v, n, dy + o, t, out);
+            for (int q = 0; q < BLOCK; q++) dw[(size_t)(o + q) * in + k] = t[q];
+        }
         for (; o + 8 <= out; o += 8) {
             __m256 a = _mm256_setzero_ps();
             for (int p = 0; p < n; p++)
@@ -196,30 +188,7 @@ __attribute__((target("avx2,fma"))) static void wgrad_avx2(const int *cstart, co
  * value per row). Every output keeps the same sum in the same order as above. */
 #define BLOCK512 128
 
-/* One row's outputs o0 .. o0 + 127 from its entries. */
-__attribute__((target("avx512f"))) static inline void fwd_block128(const int *col, const float *val, int n,
-                                                                   const float *wt, const float *bias, float *y,
-                                                                   int out, int relu) {
-    __m512 a0 = _mm512_loadu_ps(bias), a1 = _mm512_loadu_ps(bias + 16), a2 = _mm512_loadu_ps(bias + 32),
-           a3 = _mm512_loadu_ps(bias + 48), a4 = _mm512_loadu_ps(bias + 64), a5 = _mm512_loadu_ps(bias + 80),
-           a6 = _mm512_loadu_ps(bias + 96), a7 = _mm512_loadu_ps(bias + 112);
-    for (int j = 0; j < n; j++) {
-        const __m512 v = _mm512_set1_ps(val[j]);
-        const float *w = wt + (size_t)col[j] * out;
-        a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w), a0), a1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 16), a1);
-        a2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 32), a2), a3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 48), a3);
-        a4 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 64), a4), a5 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 80), a5);
-        a6 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 96), a6), a7 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + 112), a7);
-    }
-    if (relu) {
-        const __m512 z = _mm512_setzero_ps();
-        a0 = _mm512_max_ps(a0, z), a1 = _mm512_max_ps(a1, z), a2 = _mm512_max_ps(a2, z), a3 = _mm512_max_ps(a3, z);
-        a4 = _mm512_max_ps(a4, z), a5 = _mm512_max_ps(a5, z), a6 = _mm512_max_ps(a6, z), a7 = _mm512_max_ps(a7, z);
-    }
-    _mm512_storeu_ps(y, a0), _mm512_storeu_ps(y + 16, a1), _mm512_storeu_ps(y + 32, a2), _mm512_storeu_ps(y + 48, a3);
-    _mm512_storeu_ps(y + 64, a4), _mm512_storeu_ps(y + 80, a5), _mm512_storeu_ps(y + 96, a6);
-    _mm512_storeu_ps(y + 112, a7);
-}
+SPARSE_BLOCKS(block128, "avx512f", __m512, _mm512, 16)
 
 /* The outputs of a block of up to 16 (mask m) from a row's entries. */
 __attribute__((target("avx512f"))) static inline void fwd_masked16(const int *col, const float *val, int n,
@@ -232,41 +201,17 @@ __attribute__((target("avx512f"))) static inline void fwd_masked16(const int *co
     _mm512_mask_storeu_ps(y, m, a);
 }
 
-__attribute__((target("avx512f"))) static void forward_avx512(const int *start, const int *col, const float *val,
-                                                               const float *wt, const float *bias, float *y, int B,
-                                                               int out, int relu) {
-    PAR_FOR for (int r = 0; r < B; r++) {
-        const int j0 = start[r], n = start[r + 1] - j0;
-        const int *c = col + j0;
-        const float *v = val + j0;
-        float *yr = y + (size_t)r * out;
-        int o = 0;
-        for (; o + BLOCK512 <= out; o += BLOCK512) fwd_block128(c, v, n, wt + o, bias + o, yr + o, out, relu);
-        for (; o < out; o += 16) {
-            const __mmask16 m = out - o >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (out - o)) - 1);
-            fwd_masked16(c, v, n, wt + o, bias + o, yr + o, out, relu, m);
-        }
+__attribute__((target("avx512f"))) static void row_avx512(const int *c, const float *v, int n, const float *wt,
+                                                           const float *bias, float *yr, int out, int relu) {
+    int o = 0;
+    for (; o + BLOCK512 <= out; o += BLOCK512) block128_fwd(c, v, n, wt + o, bias + o, yr + o, out, relu);
+    for (; o < out; o += 16) {
+        const __mmask16 m = out - o >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (out - o)) - 1);
+        fwd_masked16(c, v, n, wt + o, bias + o, yr + o, out, relu, m);
     }
 }
 
-/* Input k's gradient for outputs o0 .. o0 + 127 into t. */
-__attribute__((target("avx512f"))) static inline void wgrad_block128(const int *rows, const float *v, int n,
-                                                                     const float *dy, float *t, int out) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    for (int p = 0; p < n; p++) {
-        const __m512 s = _mm512_set1_ps(v[p]);
-        const float *d = dy + (size_t)rows[p] * out;
-        a0 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d), a0), a1 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 16), a1);
-        a2 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 32), a2), a3 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 48), a3);
-        a4 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 64), a4), a5 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 80), a5);
-        a6 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 96), a6), a7 = _mm512_fmadd_ps(s, _mm512_loadu_ps(d + 112), a7);
-    }
-    _mm512_storeu_ps(t, a0), _mm512_storeu_ps(t + 16, a1), _mm512_storeu_ps(t + 32, a2), _mm512_storeu_ps(t + 48, a3);
-    _mm512_storeu_ps(t + 64, a4), _mm512_storeu_ps(t + 80, a5), _mm512_storeu_ps(t + 96, a6);
-    _mm512_storeu_ps(t + 112, a7);
-}
-
-/* The same for up to 16 outputs (mask m). */
+/* Input k's gradient for up to 16 outputs (mask m) into t. */
 __attribute__((target("avx512f"))) static inline void wgrad_masked16(const int *rows, const float *v, int n,
                                                                      const float *dy, float *t, int out,
                                                                      __mmask16 m) {
@@ -287,7 +232,7 @@ __attribute__((target("avx512f"))) static void wgrad_avx512(const int *cstart, c
             for (int kk = 0; kk < nk; kk++) {
                 const int k = k0 + kk, p0 = cstart[k], n = cstart[k + 1] - p0;
                 if (w == BLOCK512) {
-                    wgrad_block128(crow + p0, cval + p0, n, dy + o0, t[kk], out);
+                    block128_wgrad(crow + p0, cval + p0, n, dy + o0, t[kk], out);
                     continue;
                 }
                 for (int o = 0; o < w; o += 16) {
@@ -450,28 +395,26 @@ void fl_dense_sparse_weights(const float *w, float *wt, int in, int out) {
                 for (int k = k0; k < k0 + 16 && k < in; k++) wt[(size_t)k * out + o] = w[(size_t)o * in + k];
 }
 
+static void row_plain(const int *c, const float *v, int n, const float *wt, const float *bias, float *yr, int out,
+                      int relu) {
+    for (int o = 0; o < out; o++) yr[o] = bias[o];
+    for (int j = 0; j < n; j++) {
+        const float *w = wt + (size_t)c[j] * out;
+        for (int o = 0; o < out; o++) yr[o] += v[j] * w[o];
+    }
+    if (relu)
+        for (int o = 0; o < out; o++) yr[o] = yr[o] > 0.0f ? yr[o] : 0.0f;
+}
+
 void fl_dense_sparse_forward(const int *start, const int *col, const float *val, const float *wt,
                              const float *bias, float *y, int B, int out, int relu) {
+    void (*row)(const int *, const float *, int, const float *, const float *, float *, int, int) = row_plain;
 #ifdef HAVE_AVX2_VERSION
-    if (use_avx512()) {
-        forward_avx512(start, col, val, wt, bias, y, B, out, relu);
-        return;
-    }
-    if (use_avx2()) {
-        forward_avx2(start, col, val, wt, bias, y, B, out, relu);
-        return;
-    }
+    if (use_avx512()) row = row_avx512;
+    else if (use_avx2()) row = row_avx2;
 #endif
-    PAR_FOR for (int r = 0; r < B; r++) {
-        float *yr = y + (size_t)r * out;
-        for (int o = 0; o < out; o++) yr[o] = bias[o];
-        for (int j = start[r]; j < start[r + 1]; j++) {
-            const float v = val[j], *w = wt + (size_t)col[j] * out;
-            for (int o = 0; o < out; o++) yr[o] += v * w[o];
-        }
-        if (relu)
-            for (int o = 0; o < out; o++) yr[o] = yr[o] > 0.0f ? yr[o] : 0.0f;
-    }
+    PAR_FOR for (int r = 0; r < B; r++)
+        row(col + start[r], val + start[r], start[r + 1] - start[r], wt, bias, y + (size_t)r * out, out, relu);
 }
 
 void fl_dense_sparse_wgrad(const int *start, const int *col, const float *val, int nnz, const float *dy, float *dw,
