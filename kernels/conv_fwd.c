@@ -39,6 +39,7 @@ struct fl_conv_fwd {
     long *xoff, *yoff;       /* each output pixel's first input and first output, in floats */
     int panels_outer;        /* the weights outweigh the inputs: panel after panel */
     int wide;                /* the forward runs on AVX-512 (few input channels) */
+    int np;                  /* AVX-512, many input channels: panels per tile (4 or 2); 0: one */
     /* the inputs of a pixel in the order above, flattened (for packing the weights and
      * for their gradient) */
     long K;
@@ -61,11 +62,13 @@ static int channel_runs(const fl_conv_fwd_geom_t *g, int *cblk, long *cstride) {
 }
 
 /* 1 where this CPU runs g's forward on AVX-512 tiles: a convolution of at most
- * FL_CONV_FWD_WIDE_CIN input channels, whose outputs come 16 channels side by side. */
+ * FL_CONV_FWD_WIDE_CIN input channels (tiles of 8 pixels x one panel), or of more and a
+ * multiple of 32 output channels (tiles of 6 pixels x 4 panels, or 10 x 2), whose outputs
+ * come 16 channels side by side. */
 static int wide_for(const fl_conv_fwd_geom_t *g) {
 #if defined(__x86_64__) && defined(__GNUC__)
     const fl_conv_layout_t *o = &g->out;
-    return __builtin_cpu_supports("avx512f") && g->cin <= FL_CONV_FWD_WIDE_CIN &&
+    return __builtin_cpu_supports("avx512f") && (g->cin <= FL_CONV_FWD_WIDE_CIN || g->cout % 32 == 0) &&
            (o->blk % 16 == 0 || (o->blk == 1 && o->st[1] == 1));
 #else
     (void)g;
@@ -97,6 +100,7 @@ fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g) {
     if (!c) return NULL;
     c->g = *g;
     c->wide = wide_for(g);
+    if (c->wide && g->cin > FL_CONV_FWD_WIDE_CIN) c->np = g->cout % 64 == 0 ? 4 : 2;
     c->off = malloc(max * sizeof *c->off);
     c->len = malloc(max * sizeof *c->len);
     const long hw = (long)g->out_h * g->out_w, M = g->batch * hw;
@@ -149,6 +153,15 @@ size_t fl_conv_fwd_weights_size(const fl_conv_fwd_t *c) {
 
 void fl_conv_fwd_weights(const fl_conv_fwd_t *c, const float *w, float *wt) {
     const long K = c->K;
+    if (c->np) {
+        const int np = c->np, gw = 16 * np;
+        PAR_FOR for (int p = 0; p < c->g.cout / gw; p++) {
+            float *grp = wt + (size_t)p * gw * K;
+            for (long i = 0; i < K; i++)
+                for (int o = 0; o < gw; o++) grp[gw * i + o] = w[(size_t)(gw * p + o) * K + c->kidx[i]];
+        }
+        return;
+    }
     PAR_FOR for (int p = 0; p < c->g.cout / 16; p++) {
         float *panel = wt + (size_t)p * 16 * K;
         for (long i = 0; i < K; i++)
@@ -328,6 +341,7 @@ __attribute__((target("avx2,fma"))) static void wgrad_avx2(const fl_conv_fwd_t *
  * broadcast straight from memory into its FMA. Each output is the bias plus the
  * products in the AVX2 tiles' fixed order. */
 #define WIDE_ROWS 8
+#define MULTI_ROWS(np) ((np) == 4 ? 6 : 10)
 #define FMA16(R) a##R = _mm512_fmadd_ps(_mm512_set1_ps(p##R[e]), w, a##R)
 
 __attribute__((target("avx512f"))) static void tile_avx512(const fl_conv_fwd_t *c, long m0, int nr, const float *x,
@@ -373,6 +387,121 @@ __attribute__((target("avx512f"))) static void run_avx512(const fl_conv_fwd_t *c
                         16L * p / O->blk * O->st[1] + 16L * p % O->blk, relu);
     }
 }
+
+/* Many input channels, and images read as they come (fl_conv_img): tiles of 6 output
+ * pixels x 4 panels or 10 x 2 (24 or 20 accumulators), one broadcast per pixel and 4 (2)
+ * loads of the weights' row per input value. xr: each pixel's first input; segment j is
+ * len[j] values from off[j] past it; yo: each pixel's first output, yc: each panel's
+ * channels past it. Pixels past nr repeat the last one and are not stored. */
+#define MBC(R) const __m512 b##R = _mm512_set1_ps(p##R[e])
+#define MF4(R)                                                                                       \
+    do {                                                                                             \
+        MBC(R);                                                                                      \
+        a##R##0 = _mm512_fmadd_ps(b##R, w0, a##R##0), a##R##1 = _mm512_fmadd_ps(b##R, w1, a##R##1);     \
+        a##R##2 = _mm512_fmadd_ps(b##R, w2, a##R##2), a##R##3 = _mm512_fmadd_ps(b##R, w3, a##R##3);     \
+    } while (0)
+#define MF2(R)                                                                                       \
+    do {                                                                                             \
+        MBC(R);                                                                                      \
+        a##R##0 = _mm512_fmadd_ps(b##R, w0, a##R##0), a##R##1 = _mm512_fmadd_ps(b##R, w1, a##R##1);     \
+    } while (0)
+#define MSTORE(NR, NP, ACC)                                                                          \
+    for (int r = 0; r < (NR); r++)                                                                   \
+        for (int q = 0; q < (NP); q++)                                                               \
+            _mm512_storeu_ps(y + yo[r] + yc[q], relu ? _mm512_max_ps(ACC[r][q], _mm512_setzero_ps()) : ACC[r][q])
+
+__attribute__((target("avx512f"))) static void tile6x4(const float *const *xr, int nr, const long *off, const int *len,
+                                                       int nseg, const float *wp, const float *bias, float *y,
+                                                       const long *yo, const long *yc, int relu) {
+    __m512 a00 = _mm512_loadu_ps(bias), a01 = _mm512_loadu_ps(bias + 16), a02 = _mm512_loadu_ps(bias + 32),
+           a03 = _mm512_loadu_ps(bias + 48);
+    __m512 a10 = a00, a11 = a01, a12 = a02, a13 = a03, a20 = a00, a21 = a01, a22 = a02, a23 = a03;
+    __m512 a30 = a00, a31 = a01, a32 = a02, a33 = a03, a40 = a00, a41 = a01, a42 = a02, a43 = a03;
+    __m512 a50 = a00, a51 = a01, a52 = a02, a53 = a03;
+    for (int j = 0; j < nseg; j++) {
+        const long o = off[j];
+        const float *p0 = xr[0] + o, *p1 = xr[1] + o, *p2 = xr[2] + o, *p3 = xr[3] + o, *p4 = xr[4] + o,
+                    *p5 = xr[5] + o;
+        const int n = len[j];
+        for (int e = 0; e < n; e++, wp += 64) {
+            const __m512 w0 = _mm512_loadu_ps(wp), w1 = _mm512_loadu_ps(wp + 16), w2 = _mm512_loadu_ps(wp + 32),
+                         w3 = _mm512_loadu_ps(wp + 48);
+            MF4(0);
+            MF4(1);
+            MF4(2);
+            MF4(3);
+            MF4(4);
+            MF4(5);
+        }
+    }
+    const __m512 acc[6][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23},
+                              {a30, a31, a32, a33}, {a40, a41, a42, a43}, {a50, a51, a52, a53}};
+    MSTORE(nr, 4, acc);
+}
+
+__attribute__((target("avx512f"))) static void tile10x2(const float *const *xr, int nr, const long *off,
+                                                        const int *len, int nseg, const float *wp, const float *bias,
+                                                        float *y, const long *yo, const long *yc, int relu) {
+    __m512 a00 = _mm512_loadu_ps(bias), a01 = _mm512_loadu_ps(bias + 16);
+    __m512 a10 = a00, a11 = a01, a20 = a00, a21 = a01, a30 = a00, a31 = a01, a40 = a00, a41 = a01, a50 = a00,
+           a51 = a01, a60 = a00, a61 = a01, a70 = a00, a71 = a01, a80 = a00, a81 = a01, a90 = a00, a91 = a01;
+    for (int j = 0; j < nseg; j++) {
+        const long o = off[j];
+        const float *p0 = xr[0] + o, *p1 = xr[1] + o, *p2 = xr[2] + o, *p3 = xr[3] + o, *p4 = xr[4] + o,
+                    *p5 = xr[5] + o, *p6 = xr[6] + o, *p7 = xr[7] + o, *p8 = xr[8] + o, *p9 = xr[9] + o;
+        const int n = len[j];
+        for (int e = 0; e < n; e++, wp += 32) {
+            const __m512 w0 = _mm512_loadu_ps(wp), w1 = _mm512_loadu_ps(wp + 16);
+            MF2(0);
+            MF2(1);
+            MF2(2);
+            MF2(3);
+            MF2(4);
+            MF2(5);
+            MF2(6);
+            MF2(7);
+            MF2(8);
+            MF2(9);
+        }
+    }
+    const __m512 acc[10][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41},
+                               {a50, a51}, {a60, a61}, {a70, a71}, {a80, a81}, {a90, a91}};
+    MSTORE(nr, 2, acc);
+}
+
+/* One tile of np panels (4: 6 pixels, 2: 10) over each group of np panels in turn. */
+__attribute__((target("avx512f"))) static void multi_tile(int np, const float *const *xr, int nr, const long *off,
+                                                          const int *len, int nseg, long K, int groups,
+                                                          const float *wt, const float *bias, float *y,
+                                                          const long *yo, const long *yc, int relu) {
+    for (int p = 0; p < groups; p++) {
+        if (np == 4) tile6x4(xr, nr, off, len, nseg, wt + (size_t)p * 64 * K, bias + 64 * p, y, yo, yc + 4 * p, relu);
+        else tile10x2(xr, nr, off, len, nseg, wt + (size_t)p * 32 * K, bias + 32 * p, y, yo, yc + 2 * p, relu);
+    }
+}
+
+/* Where each panel's 16 channels lie past a pixel's first output. */
+static void panel_offsets(const fl_conv_fwd_geom_t *g, long *yc) {
+    for (int p = 0; p < g->cout / 16; p++) yc[p] = 16L * p / g->out.blk * g->out.st[1] + 16L * p % g->out.blk;
+}
+
+__attribute__((target("avx512f"))) static void run_multi(const fl_conv_fwd_t *c, const float *x, const float *wt,
+                                                         const float *bias, float *y, int relu) {
+    const fl_conv_fwd_geom_t *g = &c->g;
+    const long M = (long)g->batch * g->out_h * g->out_w;
+    const int np = c->np, rows = MULTI_ROWS(np);
+    const long tiles = (M + rows - 1) / rows;
+    long yc[FL_CONV_FWD_MAX_PANELS];
+    panel_offsets(g, yc);
+    PAR_FOR for (long t = 0; t < tiles; t++) {
+        const long m0 = rows * t;
+        const int nr = M - m0 < rows ? (int)(M - m0) : rows;
+        const float *xr[10];
+        long yo[10];
+        for (int r = 0; r < rows; r++) xr[r] = x + c->xoff[m0 + (r < nr ? r : nr - 1)], yo[r] = c->yoff[m0 + (r < nr ? r : nr - 1)];
+        multi_tile(np, xr, nr, c->off, c->len, c->n, c->K, g->cout / (16 * np), wt, bias, y, yo, yc, relu);
+    }
+}
 #define HAVE_AVX2_VERSION 1
 #endif
 
@@ -386,9 +515,109 @@ void fl_conv_fwd_wgrad(const fl_conv_fwd_t *c, const float *x, const float *dy, 
 
 void fl_conv_fwd_run(const fl_conv_fwd_t *c, const float *x, const float *wt, const float *bias, float *y, int relu) {
 #ifdef HAVE_AVX2_VERSION
-    if (c->wide) run_avx512(c, x, wt, bias, y, relu);
+    if (c->np) run_multi(c, x, wt, bias, y, relu);
+    else if (c->wide) run_avx512(c, x, wt, bias, y, relu);
     else run_avx2(c, x, wt, bias, y, relu);
 #else
     (void)c, (void)x, (void)wt, (void)bias, (void)y, (void)relu;
+#endif
+}
+
+/* ---- fl_conv_img ---- */
+struct fl_conv_img {
+    fl_conv_fwd_geom_t g;
+    int np, R, tpr; /* panels per tile, pixels per tile, tiles per output row */
+    long rowlen, K;  /* floats of one converted input row; inputs per output */
+    long off[FL_CONV_IMG_MAX_K]; /* segment kh: kernel row kh of every pixel (k x cin values) */
+    int len[FL_CONV_IMG_MAX_K];
+};
+
+fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!__builtin_cpu_supports("avx512f")) return NULL;
+#else
+    return NULL;
+#endif
+    if (g->batch < 1 || g->cin < 1 || g->k < 1 || g->k > FL_CONV_IMG_MAX_K || g->stride < 1 || g->cout < 32 ||
+        g->cout % 32 ||
+        g->cout > 16 * FL_CONV_FWD_MAX_PANELS || g->in_h < g->k || g->in_w < g->k ||
+        g->out_h != (g->in_h - g->k) / g->stride + 1 || g->out_w != (g->in_w - g->k) / g->stride + 1)
+        return NULL;
+    const fl_conv_layout_t *o = &g->out;
+    if (!(o->blk % 16 == 0 || (o->blk == 1 && o->st[1] == 1))) return NULL;
+    const int np = g->cout % 64 == 0 ? 4 : 2, R = g->out_w < MULTI_ROWS(np) ? g->out_w : MULTI_ROWS(np);
+    const long rowlen = ((long)(R - 1) * g->stride + g->k) * g->cin;
+    if (rowlen * g->k > FL_CONV_IMG_BUF) return NULL;
+    fl_conv_img_t *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->g = *g;
+    c->np = np, c->R = R, c->tpr = (g->out_w + R - 1) / R;
+    c->rowlen = rowlen;
+    c->K = (long)g->k * g->k * g->cin;
+    for (int kh = 0; kh < g->k; kh++) c->off[kh] = kh * rowlen, c->len[kh] = g->k * g->cin;
+    return c;
+}
+
+void fl_conv_img_destroy(fl_conv_img_t *c) { free(c); }
+
+size_t fl_conv_img_weights_size(const fl_conv_img_t *c) { return (size_t)c->g.cout * c->K; }
+
+void fl_conv_img_weights(const fl_conv_img_t *c, const float *w, float *wt) {
+    const int k = c->g.k, C = c->g.cin, gw = 16 * c->np;
+    const long K = c->K;
+    PAR_FOR for (int p = 0; p < c->g.cout / gw; p++) {
+        float *grp = wt + (size_t)p * gw * K;
+        for (long i = 0; i < K; i++) { /* i = (kh k + kw) C + ch */
+            const long ch = i % C, kw = i / C % k, kh = i / C / k;
+            for (int o = 0; o < gw; o++) grp[gw * i + o] = w[(((size_t)(gw * p + o) * C + ch) * k + kh) * k + kw];
+        }
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) static void img_run(const fl_conv_img_t *c, const unsigned char *u8,
+                                                       const float *f, float scale, const float *wt,
+                                                       const float *bias, float *y, int relu) {
+    const fl_conv_fwd_geom_t *g = &c->g;
+    const int R = c->R, s = g->stride, C = g->cin, k = g->k;
+    const long tiles = (long)g->batch * g->out_h * c->tpr;
+    long yc[FL_CONV_FWD_MAX_PANELS];
+    panel_offsets(g, yc);
+    PAR_FOR for (long t = 0; t < tiles; t++) {
+        float buf[FL_CONV_IMG_BUF] __attribute__((aligned(64)));
+        const long b = t / ((long)g->out_h * c->tpr), oy = t / c->tpr % g->out_h, ox0 = t % c->tpr * R;
+        const int nr = g->out_w - ox0 < R ? (int)(g->out_w - ox0) : R;
+        const long n = ((long)(nr - 1) * s + k) * C; /* the values of one input row the tile reads */
+        for (int kh = 0; kh < k; kh++) {
+            const size_t at = (((size_t)b * g->in_h + oy * s + kh) * g->in_w + ox0 * s) * C;
+            float *d = buf + kh * c->rowlen;
+            if (u8) {
+                const unsigned char *src = u8 + at;
+#pragma omp simd
+                for (long i = 0; i < n; i++) d[i] = scale * ((float)src[i] * (1.0f / 255.0f));
+            } else {
+                const float *src = f + at;
+#pragma omp simd
+                for (long i = 0; i < n; i++) d[i] = scale * src[i];
+            }
+        }
+        const float *xr[10];
+        long yo[10];
+        for (int r = 0; r < MULTI_ROWS(c->np); r++) {
+            const int rr = r < nr ? r : nr - 1;
+            xr[r] = buf + (long)rr * s * C;
+            yo[r] = b * g->out.st[0] + oy * g->out.st[2] + (ox0 + rr) * g->out.st[3];
+        }
+        multi_tile(c->np, xr, nr, c->off, c->len, k, c->K, g->cout / (16 * c->np), wt, bias, y, yo, yc, relu);
+    }
+}
+#endif
+
+void fl_conv_img_run(const fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale, const float *wt,
+                     const float *bias, float *y, int relu) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    img_run(c, u8, f, scale, wt, bias, y, relu);
+#else
+    (void)c, (void)u8, (void)f, (void)scale, (void)wt, (void)bias, (void)y, (void)relu;
 #endif
 }

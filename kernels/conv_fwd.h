@@ -4,7 +4,10 @@
  * throughput unused; and on CPUs with AVX-512, the forward of a convolution of at most
  * FL_CONV_FWD_WIDE_CIN input channels (a first layer over a few planes, as MinAtar's),
  * on AVX-512 tiles of 8 output pixels x 16 output channels, where oneDNN's kernels for
- * so few channels leave most of each vector idle. Its input and output
+ * so few channels leave most of each vector idle, and of more input channels and a
+ * multiple of 32 output channels on tiles of 6 pixels x 64 channels or 10 x 32 (24 or 20
+ * of the 32 vector registers accumulating: 5-10% faster than oneDNN 2.6's forward on the
+ * Nature CNN's second and third convolutions). Its input and output
  * are in whatever 4-D layout the oneDNN primitives around it chose (channels blocked
  * by 8 or 16, or channels last), so the backward and the layers after it are unchanged.
  *
@@ -37,8 +40,9 @@ typedef struct fl_conv_fwd_geom {
 /* A convolution's forward set up for one geometry (its segments, see conv_fwd.c). NULL
  * where this geometry or CPU is not supported, or memory ran out: the caller takes
  * another path. Supported: fl_dense_small_preferred() (AVX2 + FMA, no AVX-512), or
- * AVX-512 with at most FL_CONV_FWD_WIDE_CIN input channels and an output whose runs of 16
- * channels are contiguous (fl_conv_fwd_wide says which); cout a
+ * AVX-512 with at most FL_CONV_FWD_WIDE_CIN input channels, or more and cout a multiple of
+ * 32, and an output whose runs of 16 channels are contiguous (fl_conv_fwd_wide says
+ * which); cout a
  * multiple of 16 up to 16 x FL_CONV_FWD_MAX_PANELS, out_h = (in_h - k) / stride + 1 and the same for the width, an input
  * whose channels come in contiguous runs (blocked, or plain with a channel stride of 1)
  * and an output whose runs of 8 channels are contiguous. */
@@ -53,8 +57,8 @@ void fl_conv_fwd_destroy(fl_conv_fwd_t *c);
  * calling thread's OpenMP team). */
 size_t fl_conv_fwd_weights_size(const fl_conv_fwd_t *c);
 
-/* 1 when c's forward runs on the AVX-512 tiles (its parameter gradients then stay
- * oneDNN's: fl_conv_fwd_wgrad is the AVX2 tiles'), 0 on the AVX2 ones. */
+/* 1 when c's forward runs on AVX-512 tiles (its parameter gradients then stay oneDNN's:
+ * fl_conv_fwd_wgrad is the AVX2 tiles'), 0 on the AVX2 ones. */
 int fl_conv_fwd_wide(const fl_conv_fwd_t *c);
 void fl_conv_fwd_weights(const fl_conv_fwd_t *c, const float *w, float *wt);
 
@@ -69,5 +73,27 @@ void fl_conv_fwd_run(const fl_conv_fwd_t *c, const float *x, const float *wt, co
  * so the sums do not depend on the thread count. Not thread-safe on one c (it sums in
  * c's own buffer). */
 void fl_conv_fwd_wgrad(const fl_conv_fwd_t *c, const float *x, const float *dy, float *dw, float *db);
+
+/* A first convolution over images as the observations come, (B, H, W, C) (uint8 x
+ * 1/255, or float), each times a scale: no copy of the observations into another layout.
+ * AVX-512 only; cout a multiple of 32 up to 16 x FL_CONV_FWD_MAX_PANELS, a kernel of at
+ * most FL_CONV_IMG_MAX_K, no padding, and
+ * a tile's input rows (up to 10 output pixels' worth) within FL_CONV_IMG_BUF floats. A
+ * tile converts the input rows its pixels read into a buffer on its thread's stack and
+ * runs the AVX-512 tiles of fl_conv_fwd over it, each output the bias plus the products
+ * in the order (kernel row, kernel column, channel). g->in is not read; g->out is the
+ * output's layout. NULL where not supported (the caller takes another path). */
+typedef struct fl_conv_img fl_conv_img_t;
+#define FL_CONV_IMG_BUF 4096
+#define FL_CONV_IMG_MAX_K 64
+fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g);
+void fl_conv_img_destroy(fl_conv_img_t *c);
+size_t fl_conv_img_weights_size(const fl_conv_img_t *c);
+/* The layer's weights (cout, cin, k, k) packed as fl_conv_img_run reads them. */
+void fl_conv_img_weights(const fl_conv_img_t *c, const float *w, float *wt);
+/* y = conv(scale x, w) + bias (then max(0, .) where relu != 0) for the g->batch images x:
+ * u8 when not NULL, else f. Parallel over tiles on the calling thread's OpenMP team. */
+void fl_conv_img_run(const fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale, const float *wt,
+                     const float *bias, float *y, int relu);
 
 #endif

@@ -79,6 +79,8 @@ typedef enum {
     ST_TILE_WEIGHTS, /* a layer's weights, packed for its forward on fleet's tiles */
     ST_TILE_FWD,     /* a convolution's or a large dense layer's forward on fleet's tiles (kernels/conv_fwd.h) */
     ST_TILE_WGRAD,   /* a convolution's weight and bias gradients on the same tiles */
+    ST_IMG_WEIGHTS,  /* the first convolution's weights, packed for its forward on the images */
+    ST_IMG_FWD,      /* the first convolution's forward on the observations as they came (fl_conv_img) */
     ST_SPARSE_FWD,   /* the first dense layer's forward: over the nonzero inputs when they are few, else prim */
     ST_SPARSE_WGRAD  /* its weight and bias gradients: the same way as the last forward went */
 } step_kind;
@@ -111,6 +113,8 @@ typedef struct step {
                             out, in and relu (k) */
     const float *bias;   /* dense small, tiles */
     const fl_conv_fwd_t *tiles; /* tiles: the forward's set-up */
+    const fl_conv_img_t *img;   /* image forward: its set-up (the observations: the plan's img_in) */
+    const struct img_in *in;
     sparse_in_t *sp;            /* sparse steps: the layer's lists (in its lplan) */
     int cached;               /* reads the parameters only: skipped while params_gen stays at seen */
     unsigned long long seen;  /* params_gen when it last ran */
@@ -154,6 +158,17 @@ typedef struct lplan {
     sparse_in_t sp;
 } lplan_t;
 
+/* The observations of a plan's last forward, where its first convolution reads them as
+ * they came (fl_conv_img): the input edge (the space-to-depth copy the backward's
+ * weight gradient reads) is then written only by the backward, from these (stale: not
+ * yet). */
+typedef struct img_in {
+    const unsigned char *u8;
+    const float *f;
+    float scale;
+    int stale;
+} img_in_t;
+
 typedef struct plan {
     int batch, threads;
     unsigned long long used; /* the net's call counter at the last use */
@@ -168,6 +183,8 @@ typedef struct plan {
     lplan_t *lp;     /* num_layers */
     plist_t tensors, mems, bufs, pds;
     plist_t tiles; /* fl_conv_fwd_t */
+    fl_conv_img_t *img; /* the first convolution's forward on the observations, or NULL */
+    img_in_t img_in;
     plist_t scratch_mems; /* user scratchpads, all on one buffer */
     void *scratch;
     size_t scratch_bytes;
@@ -644,10 +661,28 @@ static fl_status fwd_conv(bld_t *b, int i) {
     tensor_t *out;
     FL_TRY(new_tensor(b, D, 1, &out));
     p->edge[i + 1] = out;
+    layout_t in_lay, out_lay;
+    if (s2d && lp->src == p->edge[0] && layout_of(D, &out_lay)) {
+        /* On AVX-512 the first convolution reads the observations as they came: the
+         * space-to-depth copy (the input edge, which the weight gradient reads as it is)
+         * is made only for a backward (net_backward). */
+        const fl_conv_fwd_geom_t ig = {B, l->in_c, l->in_h, l->in_w, l->cout, l->out_h, l->out_w, l->k, l->stride,
+                                       {{0}, 0}, out_lay};
+        if ((p->img = fl_conv_img_create(&ig))) {
+            float *wt;
+            FL_TRY(new_buf(b, fl_conv_img_weights_size(p->img) * sizeof(float), &wt));
+            const step_t t = {.kind = ST_IMG_WEIGHTS, .what = "weights (images)", .img = p->img,
+                              .a = n->params + l->w_off, .c = wt};
+            FL_TRY(add_step(b, &p->fwd, &t));
+            mark_cached(&p->fwd);
+            const step_t st = {.kind = ST_IMG_FWD, .what = "fwd (images)", .img = p->img, .in = &p->img_in, .b = wt,
+                               .bias = n->params + l->b_off, .c = out->val, .k = lp->fused};
+            return add_step(b, &p->fwd, &st);
+        }
+    }
     /* Fleet's tiles where they run this convolution (on AVX2 CPUs without AVX-512; with
      * AVX-512, few input channels), in the layouts oneDNN chose (the backward stays
      * oneDNN's, with pd as its hint). */
-    layout_t in_lay, out_lay;
     if (l->pad == 0 && layout_of(S, &in_lay) && layout_of(D, &out_lay)) {
         const fl_conv_fwd_geom_t tg = {B, g.in_c, g.in_h, g.in_w, l->cout, l->out_h, l->out_w, g.k, g.stride,
                                        in_lay, out_lay};
@@ -1165,6 +1200,7 @@ static void plan_destroy(plan_t *p) {
     for (int i = 0; i < p->mems.n; i++) dnnl_memory_destroy(p->mems.v[i]);
     for (int i = 0; i < p->bufs.n; i++) free(p->bufs.v[i]);
     for (int i = 0; i < p->tiles.n; i++) fl_conv_fwd_destroy(p->tiles.v[i]);
+    fl_conv_img_destroy(p->img);
     for (int i = 0; i < p->tensors.n; i++) free(p->tensors.v[i]);
     free(p->pds.v);
     free(p->mems.v);
@@ -1210,8 +1246,10 @@ static size_t describe_list(const steplist_t *l, char *out, size_t cap, size_t l
     for (int i = 0; i < l->n; i++) {
         const step_t *s = &l->v[i];
         const char *impl = NULL;
-        if (s->kind == ST_DENSE_SMALL || s->kind == ST_DENSE_THIN || s->kind == ST_TILE_FWD ||
-            s->kind == ST_TILE_WGRAD) {
+        if (s->kind == ST_IMG_FWD || (s->kind == ST_TILE_FWD && fl_conv_fwd_wide(s->tiles))) {
+            impl = "fleet:avx512";
+        } else if (s->kind == ST_DENSE_SMALL || s->kind == ST_DENSE_THIN || s->kind == ST_TILE_FWD ||
+                   s->kind == ST_TILE_WGRAD) {
             impl = "fleet:avx2";
         } else if (s->kind == ST_PRIM || s->kind == ST_SPARSE_FWD || s->kind == ST_SPARSE_WGRAD) {
             const_dnnl_primitive_desc_t pd = NULL;
@@ -1402,6 +1440,8 @@ static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
         case ST_TILE_WEIGHTS: fl_conv_fwd_weights(s->tiles, s->a, s->c); break;
         case ST_TILE_FWD: fl_conv_fwd_run(s->tiles, s->a, s->b, s->bias, s->c, s->k); break;
         case ST_TILE_WGRAD: fl_conv_fwd_wgrad(s->tiles, s->a, s->b, s->c, s->c2); break;
+        case ST_IMG_WEIGHTS: fl_conv_img_weights(s->img, s->a, s->c); break;
+        case ST_IMG_FWD: fl_conv_img_run(s->img, s->in->u8, s->in->f, s->in->scale, s->b, s->bias, s->c, s->k); break;
         case ST_SPARSE_FWD:
             if (sparse_forward(n, s, gen)) {
                 FL_TRY(exec_prim(n, s, err));
@@ -1612,7 +1652,8 @@ static fl_status net_forward(fl_dnnl_net_t *n, const float *obs, const unsigned 
             sp->nnz = nnz;
             sp->pre = nnz >= 0 ? 1 : nnz == -1 ? -1 : 0;
         }
-        if (!sp || sp->pre != 1) copy_images(n, p, (float *)obs, u8, p->edge[0]->val, scale, B, 0);
+        if (p->img) p->img_in = (img_in_t){.u8 = u8, .f = obs, .scale = scale, .stale = 1};
+        else if (!sp || sp->pre != 1) copy_images(n, p, (float *)obs, u8, p->edge[0]->val, scale, B, 0);
     } else {
         copy_vectors((float *)obs, u8, p->edge[0]->val, scale, (size_t)B * n->obs_dim, 0);
     }
@@ -1635,6 +1676,10 @@ static fl_status net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *d
     if (!p->bwd_built) FL_TRY(build_bwd(n, p, err));
     if (dobs && !p->ibwd_built) FL_TRY(build_ibwd(n, p, err));
     memcpy(p->edge[n->num_layers]->grad, dq, (size_t)B * n->num_actions * sizeof(float));
+    if (p->img && p->img_in.stale) { /* the weight gradient's input: the forward's observations */
+        copy_images(n, p, (float *)p->img_in.f, p->img_in.u8, p->edge[0]->val, p->img_in.scale, B, 0);
+        p->img_in.stale = 0;
+    }
     FL_TRY(run(n, &p->bwd, err));
     if (!dobs) return FL_OK;
     FL_TRY(run(n, &p->ibwd, err));

@@ -91,7 +91,9 @@ fl_status fl_dnnl_net_create(const fl_dnnl_net_desc_t *d, fl_dnnl_net_t **out, f
 void fl_dnnl_net_destroy(fl_dnnl_net_t *n); /* NULL is a no-op */
 
 /* q (B, num_actions) = Q(obs (B, obs_dim) * scale). Keeps the activations for a backward
- * at the same B. */
+ * at the same B. Where the first convolution reads the observations as they are
+ * (fl_conv_img: a space-to-depth convolution on AVX-512), the backward reads obs again
+ * for its weight gradient: obs must stay as it is until that backward. */
 fl_status fl_dnnl_net_forward(fl_dnnl_net_t *n, const float *obs, float scale, int B, float *q, fl_err_t *err);
 /* The same on uint8 observations, each taken as v x (1 / 255) (as fl_dtype_to_float
  * converts them) before the scale: the results of converting them first, without the

@@ -145,8 +145,11 @@ fl_status fl_qnet_set_params(fl_qnet_t *n, const float *src, size_t count, fl_er
  * obs_dim and num_actions (asserted); max_batch may differ. */
 void fl_qnet_copy_params(fl_qnet_t *dst, const fl_qnet_t *src);
 
-/* q (B, num_actions) = Q(obs (B, obs_dim)), 1 <= B <= max_batch. Copies obs and keeps
- * every activation for a following backward, so obs may be reused at once. */
+/* q (B, num_actions) = Q(obs (B, obs_dim)), 1 <= B <= max_batch. Keeps every
+ * activation for a following backward. obs must stay as it is until that backward: the
+ * oneDNN backend's first convolution over images may read the observations where they
+ * are (fl_conv_img, on AVX-512), and its backward then reads them again. Without a
+ * backward, obs may be reused as soon as the call returns. */
 fl_status fl_qnet_forward(fl_qnet_t *n, const float *obs, int B, float *q);
 /* The same on B observations of dtype d as environments give them (B obs_dim elements):
  * the results of fl_dtype_to_float into a float buffer and fl_qnet_forward. The oneDNN

@@ -255,6 +255,7 @@ static void test_space_to_depth(void **state) {
         {"conv(8,4,2) relu dense(9) relu", 8, 8, 3, 3, 255.0f},
         {"conv(8,6,3) relu conv(16,2,1) relu flatten dueling", 12, 12, 2, 3, 0},
         {"conv(32,8,4) relu conv(8,3,1) relu dense(8) relu dueling", 24, 28, 4, 4, 0},
+        {"conv(64,4,2) relu conv(32,3,1) relu flatten dense(8) relu dueling", 30, 27, 3, 4, 255.0f},
     };
     const int batches[] = {3, 1, 5};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -265,7 +266,9 @@ static void test_space_to_depth(void **state) {
         assert_int_equal(fl_qnet_forward(n, obs, 2, q), FL_OK);
         char desc[2048];
         assert_true(fl_qnet_describe_kernels(n, 2, desc, sizeof desc) > 0);
-        if (!strstr(desc, "0.conv fwd (space-to-depth")) {
+        /* on AVX-512 with a multiple of 32 output channels the forward reads the
+         * observations as they are (fl_conv_img); the backward runs space-to-depth */
+        if (!strstr(desc, "0.conv fwd (space-to-depth") && !strstr(desc, "0.conv fwd (images): fleet:avx512")) {
             print_error("\"%s\": expected a space-to-depth first convolution:\n%s", cases[i].spec, desc);
             fail();
         }
@@ -769,12 +772,13 @@ static void test_tiles_sums(void **state) {
     fl_conv_fwd_destroy(ok);
 }
 
-/* The AVX-512 tiles (kernels/conv_fwd.h), for convolutions of at most 8 input channels on
- * CPUs with AVX-512: the forward checked as test_tiles_sums checks the AVX2 ones (sums in
- * double, each image alone as in its batch, 1 thread as 2), inputs channels-last and
- * blocked by 16, outputs blocked by 16 and channels-last, 1 to 8 input channels, 16 to 48
- * output channels, strides 1 to 3, pixels that fill their 8-pixel tiles and do not;
- * refused with 9 input channels or outputs blocked by 8. In a network (MinAtar's first
+/* The AVX-512 tiles (kernels/conv_fwd.h), for convolutions of at most 8 input channels,
+ * or more and a multiple of 32 output channels, on CPUs with AVX-512: the forward checked
+ * as test_tiles_sums checks the AVX2 ones (sums in double, each image alone as in its
+ * batch, 1 thread as 2), inputs channels-last and blocked by 16, outputs blocked by 16 and
+ * channels-last, 1 to 64 input channels, 16 to 128 output channels, strides 1 to 3, pixels
+ * that fill their tiles and do not; refused with 9 input channels and 16 or 48 output
+ * channels, or outputs blocked by 8. In a network (MinAtar's first
  * layer): the plan runs its forward on the tiles and its weight gradient on oneDNN, and
  * forward and backward match the reference at batches 1 to 64. */
 static void test_wide_tiles(void **state) {
@@ -784,6 +788,9 @@ static void test_wide_tiles(void **state) {
         {3, 4, 10, 10, 16, 3, 1, 0, 0},  {2, 4, 10, 10, 16, 3, 1, 0, 16}, {5, 1, 9, 8, 48, 3, 3, 0, 16},
         {1, 8, 7, 7, 32, 2, 2, 16, 16},  {4, 3, 6, 5, 16, 1, 1, 0, 0},    {3, 6, 12, 11, 16, 4, 2, 16, 0},
         {7, 2, 5, 5, 16, 5, 1, 0, 16}, /* 7 pixels: one partial tile */
+        /* more input channels: 6 pixels x 64 channels, 10 x 32; partial tiles */
+        {3, 32, 9, 9, 64, 4, 2, 16, 16}, {2, 64, 9, 9, 64, 3, 1, 16, 16}, {3, 16, 7, 6, 32, 3, 1, 16, 0},
+        {2, 9, 8, 9, 96, 2, 2, 0, 16},   {1, 48, 5, 5, 128, 1, 1, 16, 16},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const tile_case_t *tc = &cases[c];
@@ -798,6 +805,8 @@ static void test_wide_tiles(void **state) {
         tile_case(c, tc, 0);
     }
     fl_conv_fwd_geom_t bad = {2, 9, 10, 10, 16, 8, 8, 3, 1, tile_layout(9, 10, 10, 0), tile_layout(16, 8, 8, 0)};
+    assert_null(fl_conv_fwd_create(&bad)); /* 9 input channels, 16 output channels */
+    bad.cout = 48, bad.out = tile_layout(48, 8, 8, 0);
     assert_null(fl_conv_fwd_create(&bad));
     bad.cin = 8, bad.in = tile_layout(8, 10, 10, 0), bad.out = tile_layout(16, 8, 8, 8);
     assert_null(fl_conv_fwd_create(&bad));
@@ -818,6 +827,95 @@ static void test_wide_tiles(void **state) {
     }
     free(obs);
     fl_qnet_destroy(n);
+}
+
+/* fl_conv_img (kernels/conv_fwd.h), the first convolution over the observations as they
+ * come, on CPUs with AVX-512: uint8 (x 1/255) and float images times a scale, against sums
+ * in double of the values the observations' copy would make; outputs blocked by 16 and
+ * channels-last; 32, 64 and 96 output channels (tiles of 10 pixels x 32 channels, 6 x
+ * 64); output rows that fill their tiles and rows that end in a partial one; each image
+ * alone gives the bits it gives in its batch, and 1 thread those of 2. Refused: 16 output
+ * channels, a kernel row that does not fit the tile's buffer. */
+typedef struct img_case {
+    int B, h, w, c, cout, k, stride, out_blk;
+    float scale;
+} img_case_t;
+
+static void test_image_conv(void **state) {
+    (void)state;
+    if (!__builtin_cpu_supports("avx512f")) skip();
+    const img_case_t cases[] = {
+        {3, 84, 84, 4, 32, 8, 4, 16, 1.0f}, /* the Nature CNN's: 20 x 20 outputs, two tiles a row */
+        {2, 30, 27, 4, 32, 4, 2, 0, 2.0f},  /* 13 x 12: a partial tile a row */
+        {2, 13, 17, 3, 64, 4, 2, 16, 1.0f}, {1, 9, 9, 1, 96, 3, 3, 16, 0.5f}, {4, 11, 40, 2, 64, 5, 1, 0, 1.0f},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const img_case_t *tc = &cases[ci];
+        const int B = tc->B, C = tc->c, O = tc->cout, k = tc->k, st = tc->stride;
+        const int oh = (tc->h - k) / st + 1, ow = (tc->w - k) / st + 1;
+        fl_conv_fwd_geom_t g = {B, C, tc->h, tc->w, O, oh, ow, k, st, {{0}, 0}, tile_layout(O, oh, ow, tc->out_blk)};
+        fl_conv_img_t *t = fl_conv_img_create(&g);
+        assert_non_null(t);
+        g.batch = 1;
+        fl_conv_img_t *t1 = fl_conv_img_create(&g);
+        assert_non_null(t1);
+        const size_t D = (size_t)tc->h * tc->w * C, xn = (size_t)B * D, yn = (size_t)B * g.out.st[0];
+        const size_t wn = (size_t)O * C * k * k;
+        unsigned char *u8 = malloc(xn);
+        float *f = malloc(xn * 4), *w = malloc(wn * 4), *wt = malloc(fl_conv_img_weights_size(t) * 4);
+        float *bias = malloc((size_t)O * 4), *y = malloc(yn * 4), *y1 = malloc(yn * 4), *y2 = malloc(yn * 4);
+        for (size_t i = 0; i < xn; i++) u8[i] = (unsigned char)fl_rng_below(&g_rng, 256);
+        fill(f, xn, -2, 2);
+        fill(w, wn, -1, 1);
+        fill(bias, (size_t)O, -1, 1);
+        fl_conv_img_weights(t, w, wt);
+        for (int kind = 0; kind < 4; kind++) { /* uint8 or float, relu or not */
+            const int use_u8 = kind < 2, relu = kind % 2;
+            memset(y, 0, yn * 4);
+            fl_conv_img_run(t, use_u8 ? u8 : NULL, f, tc->scale, wt, bias, y, relu);
+            for (int n = 0; n < B; n++)
+                for (int o = 0; o < O; o++)
+                    for (int i = 0; i < oh; i++)
+                        for (int j = 0; j < ow; j++) {
+                            double sum = bias[o];
+                            for (int c = 0; c < C; c++)
+                                for (int a = 0; a < k; a++)
+                                    for (int b = 0; b < k; b++) {
+                                        const size_t at = (size_t)n * D + ((size_t)(i * st + a) * tc->w + j * st + b) * C + c;
+                                        const float v = use_u8 ? tc->scale * ((float)u8[at] * (1.0f / 255.0f))
+                                                               : tc->scale * f[at];
+                                        sum += (double)w[(((size_t)o * C + c) * k + a) * k + b] * v;
+                                    }
+                            if (relu && sum < 0) sum = 0;
+                            const float got = y[tile_at(&g.out, n, o, i, j)];
+                            if (!(fabs(got - sum) <= 1e-6 * (C * k * k + 1) * (1 + 2 * tc->scale))) {
+                                print_error("case %zu (%s): y(%d, %d, %d, %d) = %.9g, expected %.9g\n", ci,
+                                            use_u8 ? "uint8" : "float", n, o, i, j, got, sum);
+                                fail();
+                            }
+                        }
+            memset(y1, 0, yn * 4);
+            for (int n = 0; n < B; n++)
+                fl_conv_img_run(t1, use_u8 ? u8 + n * D : NULL, f + n * D, tc->scale, wt, bias,
+                                y1 + n * g.out.st[0], relu);
+            assert_memory_equal(y1, y, yn * 4);
+#ifdef _OPENMP
+            const int threads = omp_get_max_threads();
+            omp_set_num_threads(threads == 1 ? 2 : 1);
+            memset(y2, 0, yn * 4);
+            fl_conv_img_run(t, use_u8 ? u8 : NULL, f, tc->scale, wt, bias, y2, relu);
+            omp_set_num_threads(threads);
+            assert_memory_equal(y2, y, yn * 4);
+#endif
+        }
+        fl_conv_img_destroy(t);
+        fl_conv_img_destroy(t1);
+        free(u8), free(f), free(w), free(wt), free(bias), free(y), free(y1), free(y2);
+    }
+    fl_conv_fwd_geom_t bad = {1, 4, 84, 84, 16, 20, 20, 8, 4, {{0}, 0}, tile_layout(16, 20, 20, 16)};
+    assert_null(fl_conv_img_create(&bad)); /* 16 output channels */
+    bad = (fl_conv_fwd_geom_t){1, 64, 40, 40, 32, 1, 1, 40, 1, {{0}, 0}, tile_layout(32, 1, 1, 16)};
+    assert_null(fl_conv_img_create(&bad)); /* 40 rows of 40 x 64 values: more than the buffer */
 }
 
 /* oneDNN's reference implementations are slow: none of them in the benchmark networks
@@ -1104,6 +1202,9 @@ static void test_forward_obs(void **state) {
         /* space-to-depth by 4 over 4 channels: runs of 16, whole blocks of AVX-512's
          * layout (its own copy there), and rows and columns the convolution does not reach */
         {"conv(16,8,4) relu conv(16,3,1) relu flatten dense(32) relu dueling", 22, 23, 4, 5, 0},
+        /* with AVX-512 read as they are by the first convolution (fl_conv_img), copied for
+         * the backward from the last forward's observations */
+        {"conv(32,8,4) relu conv(64,3,1) relu flatten dense(32) relu dueling", 30, 26, 4, 5, 255.0f},
         {MINATAR, 10, 10, 4, 6, 255.0f},
         {"dense(16) relu dueling", 0, 0, 7, 3, 0},
         {"dense(16) relu dueling", 5, 3, 2, 4, 255.0f},
@@ -1115,7 +1216,7 @@ static void test_forward_obs(void **state) {
         {"dense(70) relu dueling", 0, 0, 100, 3, 0},
         {"dense(128) relu dense(128) relu dueling", 10, 10, 4, 6, 255.0f},
     };
-    const float density[] = {1, 1, 1, 1, 1, 1, 0.08f, 0.1f, 0.08f, 0.5f}; /* the share of bytes not 0 */
+    const float density[] = {1, 1, 1, 1, 1, 1, 1, 0.08f, 0.1f, 0.08f, 0.5f}; /* the share of bytes not 0 */
     const int B = 5;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int backend = 0; backend < 2; backend++) {
@@ -1249,6 +1350,7 @@ int main(void) {
         cmocka_unit_test(test_space_to_depth), cmocka_unit_test(test_dense), cmocka_unit_test(test_nature),
         cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp), cmocka_unit_test(test_mlp_image), cmocka_unit_test(test_sparse_inputs), cmocka_unit_test(test_sparse_sums), cmocka_unit_test(test_dense_small), cmocka_unit_test(test_dense_small_sums), cmocka_unit_test(test_dense_thin), cmocka_unit_test(test_dense_thin_sums),
         cmocka_unit_test(test_tiles), cmocka_unit_test(test_tiles_sums), cmocka_unit_test(test_wide_tiles),
+        cmocka_unit_test(test_image_conv),
         cmocka_unit_test(test_no_reference_impls),
         cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),
         cmocka_unit_test(test_signals),       cmocka_unit_test(test_dqn_steps),
