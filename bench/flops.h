@@ -83,7 +83,10 @@ const char *fl_bench_backend_name(void);
  *     oldest x86-64 kernels (SSE3, "Prescott"): when this process's OpenBLAS reports a
  *     core below the CPU's vector ISA, SkylakeX (AVX-512) or Haswell (AVX2) is named;
  *   ATEN_CPU_CAPABILITY=avx512 on an AVX-512 CPU: PyTorch's own kernels stop at AVX2
- *     unless told. */
+ *     unless told;
+ *   MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_: the heap settings fleet's
+ *     processes set for themselves (common/heap.h), which spare PyTorch a mapping and
+ *     unmapping of each large tensor at every step. */
 void fl_bench_torch_env(char *buf, size_t len, char *why, size_t why_len);
 
 /* A timed loop's rates: the whole run's, and its best window's. The run is cut into

@@ -88,8 +88,8 @@ typedef struct opts {
     char script[1024];
     char python[1024];
     long cores;
-    char torch_env[256]; /* fl_bench_torch_env's settings for every PyTorch run */
-    char torch_why[256];
+    char torch_env[384]; /* fl_bench_torch_env's settings for every PyTorch run */
+    char torch_why[384];
 } opts_t;
 
 /* One actor step's buffers. */
