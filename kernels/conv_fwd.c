@@ -109,7 +109,7 @@ fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g) {
     c->K = (long)g->cin * g->k * g->k;
     c->kofs = malloc((size_t)c->K * sizeof *c->kofs);
     c->kidx = malloc((size_t)c->K * sizeof *c->kidx);
-    c->wacc = malloc((size_t)(c->K + 5) / 6 * 6 * g->cout * sizeof *c->wacc);
+    c->wacc = malloc((size_t)(c->K + 8) * g->cout * sizeof *c->wacc); /* tiles of 6 or 8 inputs, the last partial */
     if (!c->off || !c->len || !c->xoff || !c->yoff || !c->kofs || !c->kidx || !c->wacc) {
         fl_conv_fwd_destroy(c);
         return NULL;
@@ -146,6 +146,8 @@ void fl_conv_fwd_destroy(fl_conv_fwd_t *c) {
 }
 
 int fl_conv_fwd_wide(const fl_conv_fwd_t *c) { return c->wide; }
+
+int fl_conv_fwd_has_wgrad(const fl_conv_fwd_t *c) { return !c->wide || c->np; }
 
 size_t fl_conv_fwd_weights_size(const fl_conv_fwd_t *c) {
     return (size_t)c->g.cout * c->g.cin * c->g.k * c->g.k;
@@ -502,12 +504,140 @@ __attribute__((target("avx512f"))) static void run_multi(const fl_conv_fwd_t *c,
         multi_tile(np, xr, nr, c->off, c->len, c->n, c->K, g->cout / (16 * np), wt, bias, y, yo, yc, relu);
     }
 }
+/* The AVX-512 weight gradient (many input channels): tiles of 6 inputs x 4 panels (24
+ * accumulators) or 8 x 2 (16), summed over pixels m0 to m1 into acc (the sums so far,
+ * ni x np x 16), as the AVX2 one: each input's value at a pixel broadcast, the pixel's
+ * output gradients of the panels loaded once. */
+#define WB(R) const __m512 v##R = _mm512_set1_ps(x##R[xo])
+#define WF4(R)                                                                                         \
+    do {                                                                                               \
+        WB(R);                                                                                         \
+        a##R##0 = _mm512_fmadd_ps(v##R, d0, a##R##0), a##R##1 = _mm512_fmadd_ps(v##R, d1, a##R##1);       \
+        a##R##2 = _mm512_fmadd_ps(v##R, d2, a##R##2), a##R##3 = _mm512_fmadd_ps(v##R, d3, a##R##3);       \
+    } while (0)
+#define WF2(R)                                                                                         \
+    do {                                                                                               \
+        WB(R);                                                                                         \
+        a##R##0 = _mm512_fmadd_ps(v##R, d0, a##R##0), a##R##1 = _mm512_fmadd_ps(v##R, d1, a##R##1);       \
+    } while (0)
+#define WLOAD(R, NP) for (int q = 0; q < (NP); q++) A[R][q] = _mm512_loadu_ps(acc + 16 * ((R) * (NP) + q))
+
+__attribute__((target("avx512f"))) static void wtile6x4(const fl_conv_fwd_t *c, const float *const *xr, long m0,
+                                                        long m1, const float *const *dq, float *acc) {
+    __m512 A[6][4];
+    for (int r = 0; r < 6; r++) WLOAD(r, 4);
+    __m512 a00 = A[0][0], a01 = A[0][1], a02 = A[0][2], a03 = A[0][3], a10 = A[1][0], a11 = A[1][1], a12 = A[1][2],
+           a13 = A[1][3], a20 = A[2][0], a21 = A[2][1], a22 = A[2][2], a23 = A[2][3], a30 = A[3][0], a31 = A[3][1],
+           a32 = A[3][2], a33 = A[3][3], a40 = A[4][0], a41 = A[4][1], a42 = A[4][2], a43 = A[4][3], a50 = A[5][0],
+           a51 = A[5][1], a52 = A[5][2], a53 = A[5][3];
+    const float *x0 = xr[0], *x1 = xr[1], *x2 = xr[2], *x3 = xr[3], *x4 = xr[4], *x5 = xr[5];
+    const float *dy0 = dq[0], *dy1 = dq[1], *dy2 = dq[2], *dy3 = dq[3];
+    const long *xoff = c->xoff + m0, *yoff = c->yoff + m0;
+    for (long i = m1 - m0; i > 0; i--) {
+        const long xo = *xoff++, yo = *yoff++;
+        const __m512 d0 = _mm512_loadu_ps(dy0 + yo), d1 = _mm512_loadu_ps(dy1 + yo), d2 = _mm512_loadu_ps(dy2 + yo),
+                     d3 = _mm512_loadu_ps(dy3 + yo);
+        WF4(0);
+        WF4(1);
+        WF4(2);
+        WF4(3);
+        WF4(4);
+        WF4(5);
+    }
+    const __m512 out[6][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23},
+                              {a30, a31, a32, a33}, {a40, a41, a42, a43}, {a50, a51, a52, a53}};
+    for (int r = 0; r < 6; r++)
+        for (int q = 0; q < 4; q++) _mm512_storeu_ps(acc + 16 * (r * 4 + q), out[r][q]);
+}
+
+__attribute__((target("avx512f"))) static void wtile8x2(const fl_conv_fwd_t *c, const float *const *xr, long m0,
+                                                        long m1, const float *const *dq, float *acc) {
+    __m512 A[8][2];
+    for (int r = 0; r < 8; r++) WLOAD(r, 2);
+    __m512 a00 = A[0][0], a01 = A[0][1], a10 = A[1][0], a11 = A[1][1], a20 = A[2][0], a21 = A[2][1], a30 = A[3][0],
+           a31 = A[3][1], a40 = A[4][0], a41 = A[4][1], a50 = A[5][0], a51 = A[5][1], a60 = A[6][0], a61 = A[6][1],
+           a70 = A[7][0], a71 = A[7][1];
+    const float *x0 = xr[0], *x1 = xr[1], *x2 = xr[2], *x3 = xr[3], *x4 = xr[4], *x5 = xr[5], *x6 = xr[6], *x7 = xr[7];
+    const float *dy0 = dq[0], *dy1 = dq[1];
+    const long *xoff = c->xoff + m0, *yoff = c->yoff + m0;
+    for (long i = m1 - m0; i > 0; i--) {
+        const long xo = *xoff++, yo = *yoff++;
+        const __m512 d0 = _mm512_loadu_ps(dy0 + yo), d1 = _mm512_loadu_ps(dy1 + yo);
+        WF2(0);
+        WF2(1);
+        WF2(2);
+        WF2(3);
+        WF2(4);
+        WF2(5);
+        WF2(6);
+        WF2(7);
+    }
+    const __m512 out[8][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31},
+                              {a40, a41}, {a50, a51}, {a60, a61}, {a70, a71}};
+    for (int r = 0; r < 8; r++)
+        for (int q = 0; q < 2; q++) _mm512_storeu_ps(acc + 16 * (r * 2 + q), out[r][q]);
+}
+
+#define WGRAD_INPUTS(np) ((np) == 4 ? 6 : 8)
+
+/* The parameter gradients on the AVX-512 tiles: as wgrad_avx2 (pixels in chunks of
+ * WGRAD_CHUNK, each thread its own tiles summed over the chunks in order), the bias's
+ * gradient summed per chunk by the thread of the first tile, from the chunk's output
+ * gradients while they are in cache. */
+__attribute__((target("avx512f"))) static void wgrad_avx512(const fl_conv_fwd_t *c, const float *x, const float *dy,
+                                                            float *dw, float *db) {
+    const fl_conv_fwd_geom_t *g = &c->g;
+    const long M = (long)g->batch * g->out_h * g->out_w;
+    const int np = c->np, ni = WGRAD_INPUTS(np), groups = g->cout / (16 * np), panels = g->cout / 16;
+    const long rtiles = (c->K + ni - 1) / ni, tiles = rtiles * groups, tsz = (long)ni * np * 16;
+    long yc[FL_CONV_FWD_MAX_PANELS];
+    panel_offsets(g, yc);
+    memset(c->wacc, 0, (size_t)tiles * tsz * sizeof(float));
+    memset(db, 0, (size_t)g->cout * sizeof(float));
+#ifdef _OPENMP
+#pragma omp parallel
+#endif
+    {
+#ifdef _OPENMP
+        const long th = omp_get_thread_num(), nth = omp_get_num_threads();
+#else
+        const long th = 0, nth = 1;
+#endif
+        const long t0 = tiles * th / nth, t1 = tiles * (th + 1) / nth;
+        for (long m0 = 0; m0 < M; m0 += WGRAD_CHUNK) {
+            const long m1 = M - m0 < WGRAD_CHUNK ? M : m0 + WGRAD_CHUNK;
+            for (long t = t0; t < t1; t++) {
+                const long rt = t / groups;
+                const int p = (int)(t % groups), nr = c->K - ni * rt < ni ? (int)(c->K - ni * rt) : ni;
+                const float *xr[8], *dq[4];
+                for (int r = 0; r < ni; r++) xr[r] = x + c->kofs[ni * rt + (r < nr ? r : nr - 1)];
+                for (int q = 0; q < np; q++) dq[q] = dy + yc[np * p + q];
+                if (np == 4) wtile6x4(c, xr, m0, m1, dq, c->wacc + tsz * t);
+                else wtile8x2(c, xr, m0, m1, dq, c->wacc + tsz * t);
+            }
+            if (th == 0) /* the bias: every panel, the chunk's pixels in order */
+                for (int q = 0; q < panels; q++) {
+                    __m512 a = _mm512_loadu_ps(db + 16 * q);
+                    for (long m = m0; m < m1; m++) a = _mm512_add_ps(a, _mm512_loadu_ps(dy + c->yoff[m] + yc[q]));
+                    _mm512_storeu_ps(db + 16 * q, a);
+                }
+        }
+    }
+    for (long t = 0; t < tiles; t++) { /* the tiles into (cout, cin, k, k) */
+        const long rt = t / groups;
+        const int p = (int)(t % groups), nr = c->K - ni * rt < ni ? (int)(c->K - ni * rt) : ni;
+        for (int r = 0; r < nr; r++)
+            for (int o = 0; o < 16 * np; o++)
+                dw[(size_t)(16 * np * p + o) * c->K + c->kidx[ni * rt + r]] = c->wacc[tsz * t + 16 * np * r + o];
+    }
+}
 #define HAVE_AVX2_VERSION 1
 #endif
 
 void fl_conv_fwd_wgrad(const fl_conv_fwd_t *c, const float *x, const float *dy, float *dw, float *db) {
 #ifdef HAVE_AVX2_VERSION
-    wgrad_avx2(c, x, dy, dw, db);
+    if (c->np) wgrad_avx512(c, x, dy, dw, db);
+    else wgrad_avx2(c, x, dy, dw, db);
 #else
     (void)c, (void)x, (void)dy, (void)dw, (void)db;
 #endif
@@ -593,8 +723,13 @@ __attribute__((target("avx512f"))) static void img_run(const fl_conv_img_t *c, c
             float *d = buf + kh * c->rowlen;
             if (u8) {
                 const unsigned char *src = u8 + at;
-#pragma omp simd
-                for (long i = 0; i < n; i++) d[i] = scale * ((float)src[i] * (1.0f / 255.0f));
+                const __m512 k255 = _mm512_set1_ps(1.0f / 255.0f), ks = _mm512_set1_ps(scale);
+                long i = 0;
+                for (; i + 16 <= n; i += 16) {
+                    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + i))));
+                    _mm512_storeu_ps(d + i, _mm512_mul_ps(ks, _mm512_mul_ps(v, k255)));
+                }
+                for (; i < n; i++) d[i] = scale * ((float)src[i] * (1.0f / 255.0f));
             } else {
                 const float *src = f + at;
 #pragma omp simd

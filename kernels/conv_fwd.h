@@ -57,9 +57,12 @@ void fl_conv_fwd_destroy(fl_conv_fwd_t *c);
  * calling thread's OpenMP team). */
 size_t fl_conv_fwd_weights_size(const fl_conv_fwd_t *c);
 
-/* 1 when c's forward runs on AVX-512 tiles (its parameter gradients then stay oneDNN's:
- * fl_conv_fwd_wgrad is the AVX2 tiles'), 0 on the AVX2 ones. */
+/* 1 when c's forward runs on AVX-512 tiles, 0 on the AVX2 ones. */
 int fl_conv_fwd_wide(const fl_conv_fwd_t *c);
+/* 1 when fl_conv_fwd_wgrad runs c's parameter gradients: on the AVX2 tiles, or on the
+ * AVX-512 ones for many input channels (6 inputs x 64 output channels, or 8 x 32); 0 for
+ * the AVX-512 tiles of few input channels (their gradients stay oneDNN's). */
+int fl_conv_fwd_has_wgrad(const fl_conv_fwd_t *c);
 void fl_conv_fwd_weights(const fl_conv_fwd_t *c, const float *w, float *wt);
 
 /* y = conv(x, w) + bias, then max(0, .) where relu != 0, with x and y in the geometry's
@@ -67,11 +70,11 @@ void fl_conv_fwd_weights(const fl_conv_fwd_t *c, const float *w, float *wt);
 void fl_conv_fwd_run(const fl_conv_fwd_t *c, const float *x, const float *wt, const float *bias, float *y, int relu);
 
 /* The same convolution's parameter gradients for the output gradient dy (in the output's
- * layout) and the input x it ran on: dw (cout, cin, k, k) and db (cout), overwritten. The
- * same tiles with the roles turned: 6 of a pixel's inputs x 16 output channels, summed
- * over the pixels in order, each tile on one thread of the calling thread's OpenMP team,
- * so the sums do not depend on the thread count. Not thread-safe on one c (it sums in
- * c's own buffer). */
+ * layout) and the input x it ran on: dw (cout, cin, k, k) and db (cout), overwritten
+ * (where fl_conv_fwd_has_wgrad). The same tiles with the roles turned: 6 of a pixel's
+ * inputs x 16 output channels (AVX2), 6 x 64 or 8 x 32 (AVX-512), summed over the pixels
+ * in order, each tile on one thread of the calling thread's OpenMP team, so the sums do
+ * not depend on the thread count. Not thread-safe on one c (it sums in c's own buffer). */
 void fl_conv_fwd_wgrad(const fl_conv_fwd_t *c, const float *x, const float *dy, float *dw, float *db);
 
 /* A first convolution over images as the observations come, (B, H, W, C) (uint8 x

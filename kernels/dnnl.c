@@ -669,6 +669,13 @@ static fl_status fwd_conv(bld_t *b, int i) {
         const fl_conv_fwd_geom_t ig = {B, l->in_c, l->in_h, l->in_w, l->cout, l->out_h, l->out_w, l->k, l->stride,
                                        {{0}, 0}, out_lay};
         if ((p->img = fl_conv_img_create(&ig))) {
+            if (layout_of(S, &in_lay)) {
+                const fl_conv_fwd_geom_t tg = {B, g.in_c, g.in_h, g.in_w, l->cout, l->out_h, l->out_w, g.k, g.stride,
+                                               in_lay, out_lay};
+                fl_conv_fwd_t *c;
+                FL_TRY(new_tiles(b, &tg, &c));
+                lp->tiles = c; /* for the weight gradient only */
+            }
             float *wt;
             FL_TRY(new_buf(b, fl_conv_img_weights_size(p->img) * sizeof(float), &wt));
             const step_t t = {.kind = ST_IMG_WEIGHTS, .what = "weights (images)", .img = p->img,
@@ -938,9 +945,10 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
     assert(out->grad); /* the consumer's backward made it */
     if (lp->fused) FL_TRY(relu_mask(b, l, out));
     if (s2d && !b->p->s2d_g) FL_TRY(new_buf(b, (size_t)ly->cout * g.in_c * g.k * g.k * sizeof(float), &b->p->s2d_g));
-    if (lp->tiles && !fl_conv_fwd_wide(lp->tiles)) {
-        /* the forward ran on the AVX2 tiles: so do the parameter gradients, on its inputs
-         * as it read them */
+    if (lp->tiles && fl_conv_fwd_has_wgrad(lp->tiles)) {
+        /* the forward ran on the AVX2 tiles, or on AVX-512 ones over many input channels
+         * (for the first convolution, fl_conv_img, they were made for this): so do the
+         * parameter gradients, on its inputs as it read them */
         const step_t t = {.kind = ST_TILE_WGRAD,
                           .what = s2d ? "bwd weights (space-to-depth, tiles)" : "bwd weights (tiles)",
                           .tiles = lp->tiles, .a = lp->src->val, .b = out->grad,
@@ -1246,7 +1254,7 @@ static size_t describe_list(const steplist_t *l, char *out, size_t cap, size_t l
     for (int i = 0; i < l->n; i++) {
         const step_t *s = &l->v[i];
         const char *impl = NULL;
-        if (s->kind == ST_IMG_FWD || (s->kind == ST_TILE_FWD && fl_conv_fwd_wide(s->tiles))) {
+        if (s->kind == ST_IMG_FWD || ((s->kind == ST_TILE_FWD || s->kind == ST_TILE_WGRAD) && fl_conv_fwd_wide(s->tiles))) {
             impl = "fleet:avx512";
         } else if (s->kind == ST_DENSE_SMALL || s->kind == ST_DENSE_THIN || s->kind == ST_TILE_FWD ||
                    s->kind == ST_TILE_WGRAD) {

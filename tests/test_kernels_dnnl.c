@@ -777,8 +777,9 @@ static void test_tiles_sums(void **state) {
  * as test_tiles_sums checks the AVX2 ones (sums in double, each image alone as in its
  * batch, 1 thread as 2), inputs channels-last and blocked by 16, outputs blocked by 16 and
  * channels-last, 1 to 64 input channels, 16 to 128 output channels, strides 1 to 3, pixels
- * that fill their tiles and do not; refused with 9 input channels and 16 or 48 output
- * channels, or outputs blocked by 8. In a network (MinAtar's first
+ * that fill their tiles and do not; with more than 8 input channels the parameter
+ * gradients too (sums in double, 1 thread as 2); refused with 9 input channels and 16 or
+ * 48 output channels, or outputs blocked by 8. In a network (MinAtar's first
  * layer): the plan runs its forward on the tiles and its weight gradient on oneDNN, and
  * forward and backward match the reference at batches 1 to 64. */
 static void test_wide_tiles(void **state) {
@@ -801,8 +802,10 @@ static void test_wide_tiles(void **state) {
         fl_conv_fwd_t *t = fl_conv_fwd_create(&g);
         assert_non_null(t);
         assert_int_equal(fl_conv_fwd_wide(t), !fl_dense_small_preferred());
+        const int wgrad = fl_conv_fwd_has_wgrad(t);
+        assert_int_equal(wgrad, tc->cin > FL_CONV_FWD_WIDE_CIN || fl_dense_small_preferred());
         fl_conv_fwd_destroy(t);
-        tile_case(c, tc, 0);
+        tile_case(c, tc, wgrad);
     }
     fl_conv_fwd_geom_t bad = {2, 9, 10, 10, 16, 8, 8, 3, 1, tile_layout(9, 10, 10, 0), tile_layout(16, 8, 8, 0)};
     assert_null(fl_conv_fwd_create(&bad)); /* 9 input channels, 16 output channels */
