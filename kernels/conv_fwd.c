@@ -615,11 +615,13 @@ __attribute__((target("avx512f"))) static void wgrad_avx512(const fl_conv_fwd_t 
                 if (np == 4) wtile6x4(c, xr, m0, m1, dq, c->wacc + tsz * t);
                 else wtile8x2(c, xr, m0, m1, dq, c->wacc + tsz * t);
             }
-            if (th == 0) /* the bias: every panel, the chunk's pixels in order */
+            if (th == 0) /* the bias, every panel: the chunk's pixels in four running sums */
                 for (int q = 0; q < panels; q++) {
-                    __m512 a = _mm512_loadu_ps(db + 16 * q);
-                    for (long m = m0; m < m1; m++) a = _mm512_add_ps(a, _mm512_loadu_ps(dy + c->yoff[m] + yc[q]));
-                    _mm512_storeu_ps(db + 16 * q, a);
+                    __m512 s4[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+                    for (long m = m0; m < m1; m++)
+                        s4[(m - m0) & 3] = _mm512_add_ps(s4[(m - m0) & 3], _mm512_loadu_ps(dy + c->yoff[m] + yc[q]));
+                    const __m512 sum = _mm512_add_ps(_mm512_add_ps(s4[0], s4[1]), _mm512_add_ps(s4[2], s4[3]));
+                    _mm512_storeu_ps(db + 16 * q, _mm512_add_ps(_mm512_loadu_ps(db + 16 * q), sum));
                 }
         }
     }
