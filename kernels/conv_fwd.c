@@ -500,7 +500,10 @@ __attribute__((target("avx512f"))) static void run_multi(const fl_conv_fwd_t *c,
         const int nr = M - m0 < rows ? (int)(M - m0) : rows;
         const float *xr[10];
         long yo[10];
-        for (int r = 0; r < rows; r++) xr[r] = x + c->xoff[m0 + (r < nr ? r : nr - 1)], yo[r] = c->yoff[m0 + (r < nr ? r : nr - 1)];
+        for (int r = 0; r < rows; r++) {
+            const long m = m0 + (r < nr ? r : nr - 1);
+            xr[r] = x + c->xoff[m], yo[r] = c->yoff[m];
+        }
         multi_tile(np, xr, nr, c->off, c->len, c->n, c->K, g->cout / (16 * np), wt, bias, y, yo, yc, relu);
     }
 }
@@ -728,7 +731,8 @@ __attribute__((target("avx512f"))) static void img_run(const fl_conv_img_t *c, c
                 const __m512 k255 = _mm512_set1_ps(1.0f / 255.0f), ks = _mm512_set1_ps(scale);
                 long i = 0;
                 for (; i + 16 <= n; i += 16) {
-                    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + i))));
+                    const __m128i b16 = _mm_loadu_si128((const __m128i *)(src + i));
+                    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b16));
                     _mm512_storeu_ps(d + i, _mm512_mul_ps(ks, _mm512_mul_ps(v, k255)));
                 }
                 for (; i < n; i++) d[i] = scale * ((float)src[i] * (1.0f / 255.0f));

@@ -1254,10 +1254,10 @@ static size_t describe_list(const steplist_t *l, char *out, size_t cap, size_t l
     for (int i = 0; i < l->n; i++) {
         const step_t *s = &l->v[i];
         const char *impl = NULL;
-        if (s->kind == ST_IMG_FWD || ((s->kind == ST_TILE_FWD || s->kind == ST_TILE_WGRAD) && fl_conv_fwd_wide(s->tiles))) {
+        const int tile = s->kind == ST_TILE_FWD || s->kind == ST_TILE_WGRAD;
+        if (s->kind == ST_IMG_FWD || (tile && fl_conv_fwd_wide(s->tiles))) {
             impl = "fleet:avx512";
-        } else if (s->kind == ST_DENSE_SMALL || s->kind == ST_DENSE_THIN || s->kind == ST_TILE_FWD ||
-                   s->kind == ST_TILE_WGRAD) {
+        } else if (s->kind == ST_DENSE_SMALL || s->kind == ST_DENSE_THIN || tile) {
             impl = "fleet:avx2";
         } else if (s->kind == ST_PRIM || s->kind == ST_SPARSE_FWD || s->kind == ST_SPARSE_WGRAD) {
             const_dnnl_primitive_desc_t pd = NULL;

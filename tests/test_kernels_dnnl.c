@@ -884,7 +884,8 @@ static void test_image_conv(void **state) {
                             for (int c = 0; c < C; c++)
                                 for (int a = 0; a < k; a++)
                                     for (int b = 0; b < k; b++) {
-                                        const size_t at = (size_t)n * D + ((size_t)(i * st + a) * tc->w + j * st + b) * C + c;
+                                        const size_t at =
+                                            (size_t)n * D + ((size_t)(i * st + a) * tc->w + j * st + b) * C + c;
                                         const float v = use_u8 ? tc->scale * ((float)u8[at] * (1.0f / 255.0f))
                                                                : tc->scale * f[at];
                                         sum += (double)w[(((size_t)o * C + c) * k + a) * k + b] * v;
