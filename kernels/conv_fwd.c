@@ -585,8 +585,9 @@ __attribute__((target("avx512f"))) static void wtile8x2(const fl_conv_fwd_t *c, 
 
 /* The parameter gradients on the AVX-512 tiles: as wgrad_avx2 (pixels in chunks of
  * WGRAD_CHUNK, each thread its own tiles summed over the chunks in order), the bias's
- * gradient summed per chunk by the thread of the first tile, from the chunk's output
- * gradients while they are in cache. */
+ * gradient summed per chunk by the team's first thread, from the chunk's output
+ * gradients while they are in cache (four running sums, then the chunk's total added in
+ * chunk order: the same bits at any thread count). */
 __attribute__((target("avx512f"))) static void wgrad_avx512(const fl_conv_fwd_t *c, const float *x, const float *dy,
                                                             float *dw, float *db) {
     const fl_conv_fwd_geom_t *g = &c->g;
