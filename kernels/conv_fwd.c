@@ -295,6 +295,30 @@ __attribute__((target("avx2,fma"))) static void bias_grad_avx2(const fl_conv_fwd
  * count. */
 #define WGRAD_CHUNK 128
 
+/* The calling thread's share [*t0, *t1) of n tiles, in its OpenMP team (all of them
+ * outside one). */
+static void team_share(long n, long *t0, long *t1) {
+#ifdef _OPENMP
+    const long th = omp_get_thread_num(), nth = omp_get_num_threads();
+#else
+    const long th = 0, nth = 1;
+#endif
+    *t0 = n * th / nth, *t1 = n * (th + 1) / nth;
+}
+
+/* The weight gradient's tiles (ni inputs x gw outputs each, tile t of input tile t /
+ * groups and output group t % groups, in c->wacc) into dw (cout, cin, k, k). */
+static void tiles_to_dw(const fl_conv_fwd_t *c, int ni, int gw, long groups, float *dw) {
+    const long tiles = (c->K + ni - 1) / ni * groups;
+    for (long t = 0; t < tiles; t++) {
+        const long rt = t / groups, p = t % groups;
+        const int nr = c->K - ni * rt < ni ? (int)(c->K - ni * rt) : ni;
+        for (int r = 0; r < nr; r++)
+            for (int o = 0; o < gw; o++)
+                dw[(size_t)(gw * p + o) * c->K + c->kidx[ni * rt + r]] = c->wacc[(size_t)ni * gw * t + gw * r + o];
+    }
+}
+
 __attribute__((target("avx2,fma"))) static void wgrad_avx2(const fl_conv_fwd_t *c, const float *x, const float *dy,
                                                            float *dw, float *db) {
     const fl_conv_fwd_geom_t *g = &c->g;
@@ -309,12 +333,8 @@ __attribute__((target("avx2,fma"))) static void wgrad_avx2(const fl_conv_fwd_t *
 #pragma omp parallel
 #endif
     {
-#ifdef _OPENMP
-        const long th = omp_get_thread_num(), nth = omp_get_num_threads();
-#else
-        const long th = 0, nth = 1;
-#endif
-        const long t0 = tiles * th / nth, t1 = tiles * (th + 1) / nth;
+        long t0, t1;
+        team_share(tiles, &t0, &t1);
         for (long m0 = 0; m0 < M; m0 += chunk) {
             const long m1 = M - m0 < chunk ? M : m0 + chunk;
             for (long t = t0; t < t1; t++) {
@@ -328,13 +348,7 @@ __attribute__((target("avx2,fma"))) static void wgrad_avx2(const fl_conv_fwd_t *
 #endif
         for (int i = 0; i < 2 * panels; i++) bias_grad_avx2(c, dy, yc[i], M, db + 8 * i);
     }
-    for (long t = 0; t < tiles; t++) { /* the tiles into (cout, cin, k, k) */
-        const long rt = t / panels;
-        const int p = (int)(t % panels), nr = c->K - 6 * rt < 6 ? (int)(c->K - 6 * rt) : 6;
-        for (int r = 0; r < nr; r++)
-            for (int o = 0; o < 16; o++)
-                dw[(size_t)(16 * p + o) * c->K + c->kidx[6 * rt + r]] = c->wacc[96 * t + 16 * r + o];
-    }
+    tiles_to_dw(c, 6, 16, panels, dw);
 }
 
 /* The AVX-512 forward, for few input channels (where oneDNN's kernels leave most of a
@@ -602,12 +616,13 @@ __attribute__((target("avx512f"))) static void wgrad_avx512(const fl_conv_fwd_t 
 #pragma omp parallel
 #endif
     {
+        long t0, t1;
+        team_share(tiles, &t0, &t1);
 #ifdef _OPENMP
-        const long th = omp_get_thread_num(), nth = omp_get_num_threads();
+        const int first = omp_get_thread_num() == 0;
 #else
-        const long th = 0, nth = 1;
+        const int first = 1;
 #endif
-        const long t0 = tiles * th / nth, t1 = tiles * (th + 1) / nth;
         for (long m0 = 0; m0 < M; m0 += WGRAD_CHUNK) {
             const long m1 = M - m0 < WGRAD_CHUNK ? M : m0 + WGRAD_CHUNK;
             for (long t = t0; t < t1; t++) {
@@ -619,7 +634,7 @@ __attribute__((target("avx512f"))) static void wgrad_avx512(const fl_conv_fwd_t 
                 if (np == 4) wtile6x4(c, xr, m0, m1, dq, c->wacc + tsz * t);
                 else wtile8x2(c, xr, m0, m1, dq, c->wacc + tsz * t);
             }
-            if (th == 0) /* the bias, every panel: the chunk's pixels in four running sums */
+            if (first) /* the bias, every panel: the chunk's pixels in four running sums */
                 for (int q = 0; q < panels; q++) {
                     __m512 s4[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
                     for (long m = m0; m < m1; m++)
@@ -629,13 +644,7 @@ __attribute__((target("avx512f"))) static void wgrad_avx512(const fl_conv_fwd_t 
                 }
         }
     }
-    for (long t = 0; t < tiles; t++) { /* the tiles into (cout, cin, k, k) */
-        const long rt = t / groups;
-        const int p = (int)(t % groups), nr = c->K - ni * rt < ni ? (int)(c->K - ni * rt) : ni;
-        for (int r = 0; r < nr; r++)
-            for (int o = 0; o < 16 * np; o++)
-                dw[(size_t)(16 * np * p + o) * c->K + c->kidx[ni * rt + r]] = c->wacc[tsz * t + 16 * np * r + o];
-    }
+    tiles_to_dw(c, ni, 16 * np, groups, dw);
 }
 #define HAVE_AVX2_VERSION 1
 #endif
