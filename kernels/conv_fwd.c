@@ -61,6 +61,18 @@ static int channel_runs(const fl_conv_fwd_geom_t *g, int *cblk, long *cstride) {
     return 1;
 }
 
+/* fl_conv_fwd_force_avx2: the AVX2 tiles wherever the CPU has AVX2 and FMA. */
+static int g_force_avx2;
+
+void fl_conv_fwd_force_avx2(int on) { g_force_avx2 = on; }
+
+static int avx2_tiles(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (g_force_avx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    return fl_dense_small_preferred();
+}
+
 /* 1 where this CPU runs g's forward on AVX-512 tiles: a convolution of at most
  * FL_CONV_FWD_WIDE_CIN input channels (tiles of 8 pixels x one panel), or of more and a
  * multiple of 32 output channels (tiles of 6 pixels x 4 panels, or 10 x 2), whose outputs
@@ -68,7 +80,8 @@ static int channel_runs(const fl_conv_fwd_geom_t *g, int *cblk, long *cstride) {
 static int wide_for(const fl_conv_fwd_geom_t *g) {
 #if defined(__x86_64__) && defined(__GNUC__)
     const fl_conv_layout_t *o = &g->out;
-    return __builtin_cpu_supports("avx512f") && (g->cin <= FL_CONV_FWD_WIDE_CIN || g->cout % 32 == 0) &&
+    return !g_force_avx2 && __builtin_cpu_supports("avx512f") &&
+           (g->cin <= FL_CONV_FWD_WIDE_CIN || g->cout % 32 == 0) &&
            (o->blk % 16 == 0 || (o->blk == 1 && o->st[1] == 1));
 #else
     (void)g;
@@ -77,7 +90,7 @@ static int wide_for(const fl_conv_fwd_geom_t *g) {
 }
 
 static int supported(const fl_conv_fwd_geom_t *g) {
-    if (!fl_dense_small_preferred() && !wide_for(g)) return 0;
+    if (!avx2_tiles() && !wide_for(g)) return 0;
     if (g->batch < 1 || g->cin < 1 || g->k < 1 || g->stride < 1 || g->cout < 16 || g->cout % 16 ||
         g->cout > 16 * FL_CONV_FWD_MAX_PANELS)
         return 0;

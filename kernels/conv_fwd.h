@@ -50,6 +50,9 @@ typedef struct fl_conv_fwd fl_conv_fwd_t;
 #define FL_CONV_FWD_MAX_PANELS 256
 #define FL_CONV_FWD_WIDE_CIN 8
 fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g);
+/* on != 0: later creates take the AVX2 tiles on any CPU with AVX2 and FMA, AVX-512 too
+ * (for tests: the AVX2 tiles are otherwise only reached on CPUs without AVX-512). */
+void fl_conv_fwd_force_avx2(int on);
 void fl_conv_fwd_destroy(fl_conv_fwd_t *c);
 
 /* The weights as fl_conv_fwd_run reads them: fl_conv_fwd_weights_size(c) floats, made by

@@ -750,9 +750,17 @@ done:
     free(x), free(w), free(wt), free(bias), free(y), free(y1), free(y2), free(dw), free(db), free(dw2), free(db2);
 }
 
+/* Every test after test_tiles_sums takes the tiles its CPU takes, even if it failed. */
+static int unforce_avx2(void **state) {
+    (void)state;
+    fl_conv_fwd_force_avx2(0);
+    return 0;
+}
+
 static void test_tiles_sums(void **state) {
     (void)state;
-    if (!fl_dense_small_preferred()) skip();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) skip();
+    fl_conv_fwd_force_avx2(1); /* on AVX-512 CPUs too */
     const tile_case_t cases[] = {
         {3, 64, 6, 5, 32, 2, 1, 8, 8}, {2, 12, 7, 7, 16, 3, 2, 8, 16}, {5, 3, 9, 8, 48, 3, 3, 0, 8},
         {1, 16, 4, 4, 16, 4, 1, 16, 0}, {4, 40, 1, 1, 32, 1, 1, 0, 0}, {2, 8, 5, 7, 16, 1, 2, 8, 8},
@@ -769,7 +777,9 @@ static void test_tiles_sums(void **state) {
     bad.in = tile_layout(4, 5, 5, 0);
     fl_conv_fwd_t *ok = fl_conv_fwd_create(&bad);
     assert_non_null(ok);
+    assert_int_equal(fl_conv_fwd_wide(ok), 0);
     fl_conv_fwd_destroy(ok);
+    fl_conv_fwd_force_avx2(0);
 }
 
 /* The AVX-512 tiles (kernels/conv_fwd.h), for convolutions of at most 8 input channels,
@@ -1353,7 +1363,8 @@ int main(void) {
         cmocka_unit_test(test_conv_shapes),   cmocka_unit_test(test_conv_chains),
         cmocka_unit_test(test_space_to_depth), cmocka_unit_test(test_dense), cmocka_unit_test(test_nature),
         cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp), cmocka_unit_test(test_mlp_image), cmocka_unit_test(test_sparse_inputs), cmocka_unit_test(test_sparse_sums), cmocka_unit_test(test_dense_small), cmocka_unit_test(test_dense_small_sums), cmocka_unit_test(test_dense_thin), cmocka_unit_test(test_dense_thin_sums),
-        cmocka_unit_test(test_tiles), cmocka_unit_test(test_tiles_sums), cmocka_unit_test(test_wide_tiles),
+        cmocka_unit_test(test_tiles), cmocka_unit_test_teardown(test_tiles_sums, unforce_avx2),
+        cmocka_unit_test(test_wide_tiles),
         cmocka_unit_test(test_image_conv),
         cmocka_unit_test(test_no_reference_impls),
         cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),
