@@ -402,18 +402,23 @@ __attribute__((target("avx512f"))) static void tile_avx512(const fl_conv_fwd_t *
         _mm512_storeu_ps(y + yoff[r] + yc, relu ? _mm512_max_ps(acc[r], _mm512_setzero_ps()) : acc[r]);
 }
 
+/* Where each panel's 16 channels lie past a pixel's first output. */
+static void panel_offsets(const fl_conv_fwd_geom_t *g, long *yc) {
+    for (int p = 0; p < g->cout / 16; p++) yc[p] = 16L * p / g->out.blk * g->out.st[1] + 16L * p % g->out.blk;
+}
+
 __attribute__((target("avx512f"))) static void run_avx512(const fl_conv_fwd_t *c, const float *x, const float *wt,
                                                           const float *bias, float *y, int relu) {
     const fl_conv_fwd_geom_t *g = &c->g;
-    const fl_conv_layout_t *O = &g->out;
     const long M = (long)g->batch * g->out_h * g->out_w, K = (long)g->cin * g->k * g->k;
     const long tiles = (M + WIDE_ROWS - 1) / WIDE_ROWS;
     const int panels = g->cout / 16;
+    long yc[FL_CONV_FWD_MAX_PANELS];
+    panel_offsets(g, yc);
     PAR_FOR for (long t = 0; t < tiles; t++) {
         const int nr = M - WIDE_ROWS * t < WIDE_ROWS ? (int)(M - WIDE_ROWS * t) : WIDE_ROWS;
         for (int p = 0; p < panels; p++)
-            tile_avx512(c, WIDE_ROWS * t, nr, x, wt + (size_t)p * 16 * K, bias + 16 * p, y,
-                        16L * p / O->blk * O->st[1] + 16L * p % O->blk, relu);
+            tile_avx512(c, WIDE_ROWS * t, nr, x, wt + (size_t)p * 16 * K, bias + 16 * p, y, yc[p], relu);
     }
 }
 
@@ -507,11 +512,6 @@ __attribute__((target("avx512f"))) static void multi_tile(int np, const float *c
         if (np == 4) tile6x4(xr, nr, off, len, nseg, wt + (size_t)p * 64 * K, bias + 64 * p, y, yo, yc + 4 * p, relu);
         else tile10x2(xr, nr, off, len, nseg, wt + (size_t)p * 32 * K, bias + 32 * p, y, yo, yc + 2 * p, relu);
     }
-}
-
-/* Where each panel's 16 channels lie past a pixel's first output. */
-static void panel_offsets(const fl_conv_fwd_geom_t *g, long *yc) {
-    for (int p = 0; p < g->cout / 16; p++) yc[p] = 16L * p / g->out.blk * g->out.st[1] + 16L * p % g->out.blk;
 }
 
 __attribute__((target("avx512f"))) static void run_multi(const fl_conv_fwd_t *c, const float *x, const float *wt,
