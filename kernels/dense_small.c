@@ -170,6 +170,14 @@ int fl_dense_small_preferred(void) {
 #endif
 }
 
+int fl_dense_small_supported(void) {
+#ifdef HAVE_AVX2_VERSION
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
 void fl_dense_small_forward(const float *x, const float *w, const float *bias, float *y, int B, int in, int out,
                             int relu) {
 #ifdef HAVE_AVX2_VERSION

@@ -12,10 +12,14 @@
  * take it for such layers: where it has AVX2 and FMA but not AVX-512 (there oneDNN keeps
  * such weights in a blocked layout its AVX-512 kernels read without packing them). */
 int fl_dense_small_preferred(void);
+/* Whether this CPU runs fl_dense_small_forward at all (AVX2 and FMA, AVX-512 or not): the
+ * oneDNN backend takes it for a dueling head on any such CPU, where oneDNN's product of a
+ * few outputs costs more in its set-up than in its sums. */
+int fl_dense_small_supported(void);
 
 /* x (B, in) and y (B, out) row-major, w (out, in) row-major (the layer's own layout),
  * bias (out); relu != 0 applies max(0, .) to y. Runs on the calling thread's OpenMP team.
- * Only where fl_dense_small_preferred() (AVX2 instructions; elsewhere it does nothing). */
+ * Only where fl_dense_small_supported() (AVX2 instructions; elsewhere it does nothing). */
 void fl_dense_small_forward(const float *x, const float *w, const float *bias, float *y, int B, int in, int out,
                             int relu);
 

@@ -538,9 +538,9 @@ static void test_dense_small_sums(void **state) {
 }
 
 /* Dense layers with short rows (up to 16 inputs: an MLP's first layer over a vector
- * observation) and ones with up to 32 outputs (a dueling head, 1 + A of them) run
- * fleet's own forward where fl_dense_small_preferred: kernels/dense_small.h's
- * dense_thin and dense_small. Every tail: 1, 4, 16 and 17 inputs (17 takes oneDNN's
+ * observation) run fleet's own forward where fl_dense_small_preferred, and ones with up
+ * to 32 outputs (a dueling head, 1 + A of them) where fl_dense_small_supported (the plan
+ * says so): kernels/dense_small.h's dense_thin and dense_small. Every tail: 1, 4, 16 and 17 inputs (17 takes oneDNN's
  * inner product again), outputs not a multiple of 16 or of 8, relu fused or not, batches
  * not a multiple of 6 (dense_thin's tiles) or of 4 (dense_small's); heads of 32 outputs
  * (31 actions) and of 33 (oneDNN's again). */
@@ -555,6 +555,22 @@ static void test_dense_thin(void **state) {
     };
     const int batches[] = {1, 4, 5, 64, 7};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) compare(&cases[i], batches, 5);
+    /* the heads: dense_small on any CPU with AVX2 and FMA, AVX-512 too, up to 32 outputs */
+    if (!fl_dense_small_supported()) return;
+    for (size_t i = 2; i < 4; i++) {
+        fl_qnet_t *n = make_net(&cases[i], 64);
+        float *obs = calloc((size_t)64 * fl_qnet_obs_dim(n), 4), *q = malloc((size_t)64 * cases[i].actions * 4);
+        assert_int_equal(fl_qnet_forward(n, obs, 64, q), FL_OK);
+        char desc[4096];
+        assert_true(fl_qnet_describe_kernels(n, 64, desc, sizeof desc) > 0);
+        if ((strstr(desc, "head fwd (small batch): fleet:") != NULL) != (i == 2)) {
+            print_error("\"%s\": the head %s dense_small:\n%s", cases[i].spec, i == 2 ? "did not run on" : "ran on",
+                        desc);
+            fail();
+        }
+        free(obs), free(q);
+        fl_qnet_destroy(n);
+    }
 }
 
 /* dense_thin against sums in double: batches in one tile of 6 rows and fewer and in
