@@ -614,50 +614,65 @@ __attribute__((target("avx512f"))) static void wtile8x2(const fl_conv_fwd_t *c, 
  * WGRAD_CHUNK, each thread its own tiles summed over the chunks in order), the bias's
  * gradient summed per chunk by the team's first thread, from the chunk's output
  * gradients while they are in cache (four running sums, then the chunk's total added in
- * chunk order: the same bits at any thread count). */
+ * chunk order: the same bits at any thread count). One chunk, pixels m0 to m1, tiles t0
+ * to t1 (this thread's); x: where c->xoff counts from. */
+__attribute__((target("avx512f"))) static void wgrad_chunk(const fl_conv_fwd_t *c, const float *x, const float *dy,
+                                                           long m0, long m1, long t0, long t1, int first,
+                                                           const long *yc, float *db) {
+    const int np = c->np, ni = WGRAD_INPUTS(np), groups = c->g.cout / (16 * np), panels = c->g.cout / 16;
+    const long tsz = (long)ni * np * 16;
+    for (long t = t0; t < t1; t++) {
+        const long rt = t / groups;
+        const int p = (int)(t % groups), nr = c->K - ni * rt < ni ? (int)(c->K - ni * rt) : ni;
+        const float *xr[8], *dq[4];
+        for (int r = 0; r < ni; r++) xr[r] = x + c->kofs[ni * rt + (r < nr ? r : nr - 1)];
+        for (int q = 0; q < np; q++) dq[q] = dy + yc[np * p + q];
+        if (np == 4) wtile6x4(c, xr, m0, m1, dq, c->wacc + tsz * t);
+        else wtile8x2(c, xr, m0, m1, dq, c->wacc + tsz * t);
+    }
+    if (first) /* the bias, every panel: the chunk's pixels in four running sums */
+        for (int q = 0; q < panels; q++) {
+            __m512 s4[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (long m = m0; m < m1; m++)
+                s4[(m - m0) & 3] = _mm512_add_ps(s4[(m - m0) & 3], _mm512_loadu_ps(dy + c->yoff[m] + yc[q]));
+            const __m512 sum = _mm512_add_ps(_mm512_add_ps(s4[0], s4[1]), _mm512_add_ps(s4[2], s4[3]));
+            _mm512_storeu_ps(db + 16 * q, _mm512_add_ps(_mm512_loadu_ps(db + 16 * q), sum));
+        }
+}
+
+/* The gradient tiles of c (rtiles of inputs x groups of outputs) and their sums zeroed. */
+static long wgrad_start(const fl_conv_fwd_t *c, float *db) {
+    const int ni = WGRAD_INPUTS(c->np);
+    const long tiles = (c->K + ni - 1) / ni * (c->g.cout / (16 * c->np));
+    memset(c->wacc, 0, (size_t)tiles * ni * 16 * c->np * sizeof(float));
+    memset(db, 0, (size_t)c->g.cout * sizeof(float));
+    return tiles;
+}
+
+static int team_first(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num() == 0;
+#else
+    return 1;
+#endif
+}
+
 __attribute__((target("avx512f"))) static void wgrad_avx512(const fl_conv_fwd_t *c, const float *x, const float *dy,
                                                             float *dw, float *db) {
-    const fl_conv_fwd_geom_t *g = &c->g;
-    const long M = (long)g->batch * g->out_h * g->out_w;
-    const int np = c->np, ni = WGRAD_INPUTS(np), groups = g->cout / (16 * np), panels = g->cout / 16;
-    const long rtiles = (c->K + ni - 1) / ni, tiles = rtiles * groups, tsz = (long)ni * np * 16;
+    const long M = (long)c->g.batch * c->g.out_h * c->g.out_w, tiles = wgrad_start(c, db);
     long yc[FL_CONV_FWD_MAX_PANELS];
-    panel_offsets(g, yc);
-    memset(c->wacc, 0, (size_t)tiles * tsz * sizeof(float));
-    memset(db, 0, (size_t)g->cout * sizeof(float));
+    panel_offsets(&c->g, yc);
 #ifdef _OPENMP
 #pragma omp parallel
 #endif
     {
         long t0, t1;
         team_share(tiles, &t0, &t1);
-#ifdef _OPENMP
-        const int first = omp_get_thread_num() == 0;
-#else
-        const int first = 1;
-#endif
-        for (long m0 = 0; m0 < M; m0 += WGRAD_CHUNK) {
-            const long m1 = M - m0 < WGRAD_CHUNK ? M : m0 + WGRAD_CHUNK;
-            for (long t = t0; t < t1; t++) {
-                const long rt = t / groups;
-                const int p = (int)(t % groups), nr = c->K - ni * rt < ni ? (int)(c->K - ni * rt) : ni;
-                const float *xr[8], *dq[4];
-                for (int r = 0; r < ni; r++) xr[r] = x + c->kofs[ni * rt + (r < nr ? r : nr - 1)];
-                for (int q = 0; q < np; q++) dq[q] = dy + yc[np * p + q];
-                if (np == 4) wtile6x4(c, xr, m0, m1, dq, c->wacc + tsz * t);
-                else wtile8x2(c, xr, m0, m1, dq, c->wacc + tsz * t);
-            }
-            if (first) /* the bias, every panel: the chunk's pixels in four running sums */
-                for (int q = 0; q < panels; q++) {
-                    __m512 s4[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-                    for (long m = m0; m < m1; m++)
-                        s4[(m - m0) & 3] = _mm512_add_ps(s4[(m - m0) & 3], _mm512_loadu_ps(dy + c->yoff[m] + yc[q]));
-                    const __m512 sum = _mm512_add_ps(_mm512_add_ps(s4[0], s4[1]), _mm512_add_ps(s4[2], s4[3]));
-                    _mm512_storeu_ps(db + 16 * q, _mm512_add_ps(_mm512_loadu_ps(db + 16 * q), sum));
-                }
-        }
+        const int first = team_first();
+        for (long m0 = 0; m0 < M; m0 += WGRAD_CHUNK)
+            wgrad_chunk(c, x, dy, m0, M - m0 < WGRAD_CHUNK ? M : m0 + WGRAD_CHUNK, t0, t1, first, yc, db);
     }
-    tiles_to_dw(c, ni, 16 * np, groups, dw);
+    tiles_to_dw(c, WGRAD_INPUTS(c->np), 16 * c->np, c->g.cout / (16 * c->np), dw);
 }
 #define HAVE_AVX2_VERSION 1
 #endif
@@ -688,6 +703,12 @@ struct fl_conv_img {
     long rowlen, K;  /* floats of one converted input row; inputs per output */
     long off[FL_CONV_IMG_MAX_K]; /* segment kh: kernel row kh of every pixel (k x cin values) */
     int len[FL_CONV_IMG_MAX_K];
+    /* the weight gradient's tables (fl_conv_img_wgrad): a convolution over one image's
+     * (H, W, C) floats, every pixel's input offset within its image (a batch stride of
+     * 0), its outputs where they lie in the batch; NULL where memory ran out */
+    fl_conv_fwd_t *w;
+    float *wbuf; /* a converted image per thread, grown as teams grow */
+    int wbuf_threads;
 };
 
 fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g) {
@@ -713,10 +734,18 @@ fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g) {
     c->rowlen = rowlen;
     c->K = (long)g->k * g->k * g->cin;
     for (int kh = 0; kh < g->k; kh++) c->off[kh] = kh * rowlen, c->len[kh] = g->k * g->cin;
+    fl_conv_fwd_geom_t wg = *g;
+    wg.in = (fl_conv_layout_t){{0, 1, (long)g->in_w * g->cin, g->cin}, 1};
+    if ((c->w = fl_conv_fwd_create(&wg))) c->w->np = np; /* its AVX-512 gradient tiles, whatever cin is */
     return c;
 }
 
-void fl_conv_img_destroy(fl_conv_img_t *c) { free(c); }
+void fl_conv_img_destroy(fl_conv_img_t *c) {
+    if (c) fl_conv_fwd_destroy(c->w), free(c->wbuf);
+    free(c);
+}
+
+int fl_conv_img_has_wgrad(const fl_conv_img_t *c) { return c->w != NULL; }
 
 size_t fl_conv_img_weights_size(const fl_conv_img_t *c) { return (size_t)c->g.cout * c->K; }
 
@@ -776,6 +805,78 @@ __attribute__((target("avx512f"))) static void img_run(const fl_conv_img_t *c, c
     }
 }
 #endif
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The weight gradient over the images: each thread converts each image as img_run does
+ * (uint8 x 1/255, or float, times the scale) into a buffer of its own, then runs its tiles
+ * over that image's pixels in chunks (none straddles an image) from cache. */
+__attribute__((target("avx512f"))) static void img_wgrad(fl_conv_img_t *ci, const unsigned char *u8, const float *f,
+                                                         float scale, const float *dy, float *dw, float *db) {
+    const fl_conv_fwd_t *c = ci->w;
+    const fl_conv_fwd_geom_t *g = &ci->g;
+    const long hw = (long)g->out_h * g->out_w, nimg = (long)g->in_h * g->in_w * g->cin, stride = (nimg + 15) / 16 * 16;
+    const long tiles = wgrad_start(c, db);
+    long yc[FL_CONV_FWD_MAX_PANELS];
+    panel_offsets(g, yc);
+#ifdef _OPENMP
+#pragma omp parallel
+#endif
+    {
+        long t0, t1;
+        team_share(tiles, &t0, &t1);
+        const int first = team_first();
+#ifdef _OPENMP
+        float *buf = ci->wbuf + stride * omp_get_thread_num();
+#else
+        float *buf = ci->wbuf;
+#endif
+        for (long b = 0; b < g->batch; b++) {
+            if (u8) {
+                const unsigned char *src = u8 + b * nimg;
+                const __m512 k255 = _mm512_set1_ps(1.0f / 255.0f), ks = _mm512_set1_ps(scale);
+                long i = 0;
+                for (; i + 16 <= nimg; i += 16) {
+                    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + i))));
+                    _mm512_store_ps(buf + i, _mm512_mul_ps(ks, _mm512_mul_ps(v, k255)));
+                }
+                for (; i < nimg; i++) buf[i] = scale * ((float)src[i] * (1.0f / 255.0f));
+            } else {
+                const float *src = f + b * nimg;
+#pragma omp simd
+                for (long i = 0; i < nimg; i++) buf[i] = scale * src[i];
+            }
+            for (long m0 = b * hw; m0 < (b + 1) * hw; m0 += WGRAD_CHUNK)
+                wgrad_chunk(c, buf, dy, m0, (b + 1) * hw - m0 < WGRAD_CHUNK ? (b + 1) * hw : m0 + WGRAD_CHUNK, t0, t1,
+                            first, yc, db);
+        }
+    }
+    tiles_to_dw(c, WGRAD_INPUTS(c->np), 16 * c->np, g->cout / (16 * c->np), dw);
+}
+#endif
+
+int fl_conv_img_wgrad(fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale, const float *dy,
+                      float *dw, float *db) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!c->w) return -1;
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();
+#else
+    const int threads = 1;
+#endif
+    if (threads > c->wbuf_threads) {
+        const long nimg = (long)c->g.in_h * c->g.in_w * c->g.cin, stride = (nimg + 15) / 16 * 16;
+        float *buf = aligned_alloc(64, (size_t)stride * threads * sizeof(float));
+        if (!buf) return -1;
+        free(c->wbuf);
+        c->wbuf = buf, c->wbuf_threads = threads;
+    }
+    img_wgrad(c, u8, f, scale, dy, dw, db);
+    return 0;
+#else
+    (void)c, (void)u8, (void)f, (void)scale, (void)dy, (void)dw, (void)db;
+    return -1;
+#endif
+}
 
 void fl_conv_img_run(const fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale, const float *wt,
                      const float *bias, float *y, int relu) {

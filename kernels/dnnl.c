@@ -81,6 +81,7 @@ typedef enum {
     ST_TILE_WGRAD,   /* a convolution's weight and bias gradients on the same tiles */
     ST_IMG_WEIGHTS,  /* the first convolution's weights, packed for its forward on the images */
     ST_IMG_FWD,      /* the first convolution's forward on the observations as they came (fl_conv_img) */
+    ST_IMG_WGRAD,    /* its weight and bias gradients over the same observations */
     ST_SPARSE_FWD,   /* the first dense layer's forward: over the nonzero inputs when they are few, else prim */
     ST_SPARSE_WGRAD  /* its weight and bias gradients: the same way as the last forward went */
 } step_kind;
@@ -113,7 +114,7 @@ typedef struct step {
                             out, in and relu (k) */
     const float *bias;   /* dense small, tiles */
     const fl_conv_fwd_t *tiles; /* tiles: the forward's set-up */
-    const fl_conv_img_t *img;   /* image forward: its set-up (the observations: the plan's img_in) */
+    fl_conv_img_t *img;         /* image forward and gradient: the set-up (the observations: the plan's img_in) */
     const struct img_in *in;
     sparse_in_t *sp;            /* sparse steps: the layer's lists (in its lplan) */
     int cached;               /* reads the parameters only: skipped while params_gen stays at seen */
@@ -284,6 +285,12 @@ static fl_status keep_pd(bld_t *b, dnnl_primitive_desc_t pd) {
     return FL_OK;
 }
 
+/* A buffer for the values of t, made without one. */
+static fl_status tensor_alloc(bld_t *b, tensor_t *t) {
+    FL_TRY(new_buf(b, dnnl_memory_desc_get_size(&t->md), &t->val));
+    return new_mem(b, &t->md, t->val, &t->vmem);
+}
+
 /* A tensor of layout md; with_val: its value buffer too. */
 static fl_status new_tensor(bld_t *b, const dnnl_memory_desc_t *md, int with_val, tensor_t **out) {
     if (plist_reserve(&b->p->tensors)) return nomem(b);
@@ -291,12 +298,8 @@ static fl_status new_tensor(bld_t *b, const dnnl_memory_desc_t *md, int with_val
     if (!t) return nomem(b);
     b->p->tensors.v[b->p->tensors.n++] = t;
     t->md = *md;
-    if (with_val) {
-        FL_TRY(new_buf(b, dnnl_memory_desc_get_size(md), &t->val));
-        FL_TRY(new_mem(b, md, t->val, &t->vmem));
-    }
     *out = t;
-    return FL_OK;
+    return with_val ? tensor_alloc(b, t) : FL_OK;
 }
 
 static fl_status ensure_grad(bld_t *b, tensor_t *t) {
@@ -648,11 +651,14 @@ static fl_status fwd_conv(bld_t *b, int i) {
                              *W = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
                              *D = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
     if (s2d) {
-        /* The input edge: in the primitive's layout where fleet's copy can write it. */
+        /* The input edge: in the primitive's layout where fleet's copy can write it (its
+         * buffer made below unless fl_conv_img takes the observations as they come, in
+         * the forward and in the weight gradient). */
         layout_t lay;
         dnnl_memory_desc_t nhwc_md;
         FL_TRY(md4(b, &nhwc_md, B, g.in_c, g.in_h, g.in_w, dnnl_nhwc));
-        FL_TRY(new_tensor(b, layout_of(S, &lay) ? S : &nhwc_md, 1, &p->edge[0]));
+        const int lay_ok = layout_of(S, &lay);
+        FL_TRY(new_tensor(b, lay_ok ? S : &nhwc_md, !lay_ok, &p->edge[0]));
         FL_TRY(new_buf(b, (size_t)l->cout * g.in_c * g.k * g.k * sizeof(float), &p->s2d_w));
         FL_TRY(add_s2d_step(b, &p->fwd, l, 0));
         mark_cached(&p->fwd);
@@ -663,13 +669,16 @@ static fl_status fwd_conv(bld_t *b, int i) {
     p->edge[i + 1] = out;
     layout_t in_lay, out_lay;
     if (s2d && lp->src == p->edge[0] && layout_of(D, &out_lay)) {
-        /* On AVX-512 the first convolution reads the observations as they came: the
-         * space-to-depth copy (the input edge, which the weight gradient reads as it is)
-         * is made only for a backward (net_backward). */
+        /* On AVX-512 the first convolution reads the observations as they came, and so
+         * does its weight gradient (fl_conv_img_wgrad, from the last forward's
+         * observations): no space-to-depth copy is made, and the input edge has no
+         * buffer. Only where that gradient could not be set up is the copy made, for
+         * a backward (net_backward), on tiles over the space-to-depth input. */
         const fl_conv_fwd_geom_t ig = {B, l->in_c, l->in_h, l->in_w, l->cout, l->out_h, l->out_w, l->k, l->stride,
                                        {{0}, 0}, out_lay};
         if ((p->img = fl_conv_img_create(&ig))) {
-            if (layout_of(S, &in_lay)) {
+            if (!fl_conv_img_has_wgrad(p->img)) FL_TRY(tensor_alloc(b, p->edge[0]));
+            if (!fl_conv_img_has_wgrad(p->img) && layout_of(S, &in_lay)) {
                 const fl_conv_fwd_geom_t tg = {B, g.in_c, g.in_h, g.in_w, l->cout, l->out_h, l->out_w, g.k, g.stride,
                                                in_lay, out_lay};
                 fl_conv_fwd_t *c;
@@ -687,6 +696,7 @@ static fl_status fwd_conv(bld_t *b, int i) {
             return add_step(b, &p->fwd, &st);
         }
     }
+    if (s2d && !p->edge[0]->val) FL_TRY(tensor_alloc(b, p->edge[0]));
     /* Fleet's tiles where they run this convolution (on AVX2 CPUs without AVX-512; with
      * AVX-512, few input channels), in the layouts oneDNN chose (the backward stays
      * oneDNN's, with pd as its hint). */
@@ -946,6 +956,13 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
     const int s2d = i == 0 && b->p->s2d > 1;
     assert(out->grad); /* the consumer's backward made it */
     if (lp->fused) FL_TRY(relu_mask(b, l, out));
+    if (s2d && b->p->img && fl_conv_img_has_wgrad(b->p->img)) {
+        /* the forward read the observations as they came: so does the gradient, with no
+         * space-to-depth copy of them */
+        const step_t t = {.kind = ST_IMG_WGRAD, .what = "bwd weights (images)", .img = b->p->img,
+                          .in = &b->p->img_in, .b = out->grad, .c = n->grads + ly->w_off, .c2 = n->grads + ly->b_off};
+        return add_step(b, l, &t);
+    }
     if (s2d && !b->p->s2d_g) FL_TRY(new_buf(b, (size_t)ly->cout * g.in_c * g.k * g.k * sizeof(float), &b->p->s2d_g));
     if (lp->tiles && fl_conv_fwd_has_wgrad(lp->tiles)) {
         /* the forward ran on the AVX2 tiles, or on AVX-512 ones over many input channels
@@ -1257,7 +1274,7 @@ static size_t describe_list(const steplist_t *l, char *out, size_t cap, size_t l
         const step_t *s = &l->v[i];
         const char *impl = NULL;
         const int tile = s->kind == ST_TILE_FWD || s->kind == ST_TILE_WGRAD;
-        if (s->kind == ST_IMG_FWD || (tile && fl_conv_fwd_wide(s->tiles))) {
+        if (s->kind == ST_IMG_FWD || s->kind == ST_IMG_WGRAD || (tile && fl_conv_fwd_wide(s->tiles))) {
             impl = "fleet:avx512";
         } else if (s->kind == ST_DENSE_SMALL || s->kind == ST_DENSE_THIN || tile) {
             impl = "fleet:avx2";
@@ -1452,6 +1469,10 @@ static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
         case ST_TILE_WGRAD: fl_conv_fwd_wgrad(s->tiles, s->a, s->b, s->c, s->c2); break;
         case ST_IMG_WEIGHTS: fl_conv_img_weights(s->img, s->a, s->c); break;
         case ST_IMG_FWD: fl_conv_img_run(s->img, s->in->u8, s->in->f, s->in->scale, s->b, s->bias, s->c, s->k); break;
+        case ST_IMG_WGRAD:
+            if (fl_conv_img_wgrad(s->img, s->in->u8, s->in->f, s->in->scale, s->b, s->c, s->c2))
+                return fl_err_set(err, FL_NO_MEMORY, "dnnl: out of memory for the first convolution's gradient");
+            break;
         case ST_SPARSE_FWD:
             if (sparse_forward(n, s, gen)) {
                 FL_TRY(exec_prim(n, s, err));
@@ -1686,7 +1707,8 @@ static fl_status net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *d
     if (!p->bwd_built) FL_TRY(build_bwd(n, p, err));
     if (dobs && !p->ibwd_built) FL_TRY(build_ibwd(n, p, err));
     memcpy(p->edge[n->num_layers]->grad, dq, (size_t)B * n->num_actions * sizeof(float));
-    if (p->img && p->img_in.stale) { /* the weight gradient's input: the forward's observations */
+    if (p->img && p->img_in.stale && !fl_conv_img_has_wgrad(p->img)) {
+        /* oneDNN's weight gradient's input: the forward's observations */
         copy_images(n, p, (float *)p->img_in.f, p->img_in.u8, p->edge[0]->val, p->img_in.scale, B, 0);
         p->img_in.stale = 0;
     }

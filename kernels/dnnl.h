@@ -21,7 +21,8 @@
  * takes the observations as they come, (H, W, C), i.e. channels-last, or, where its
  * stride divides its kernel and it has no padding (the Nature CNN's), runs as a stride-1
  * convolution on the observations cut into stride x stride tiles stacked as channels
- * (space-to-depth, written by the copy of the observations into the plan; dnnl.c has the
+ * (space-to-depth, written by the copy of the observations into the plan, or on AVX-512
+ * read from the observations where they are, forward and weight gradient; dnnl.c has the
  * details). The network's other edges are converted by reorders only where a layer
  * needs another layout (a dense layer after the convolutions takes the channel-major
  * flattening, as the reference does). A forward reads the weights in the layouts its

@@ -865,8 +865,10 @@ static void test_wide_tiles(void **state) {
  * in double of the values the observations' copy would make; outputs blocked by 16 and
  * channels-last; 32, 64 and 96 output channels (tiles of 10 pixels x 32 channels, 6 x
  * 64); output rows that fill their tiles and rows that end in a partial one; each image
- * alone gives the bits it gives in its batch, and 1 thread those of 2. Refused: 16 output
- * channels, a kernel row that does not fit the tile's buffer. */
+ * alone gives the bits it gives in its batch, and 1 thread those of 2. Its parameter
+ * gradients over the same images (fl_conv_img_wgrad) against sums in double, 1 thread
+ * giving the bits of 2. Refused: 16 output channels, a kernel row that does not fit the
+ * tile's buffer. */
 typedef struct img_case {
     int B, h, w, c, cout, k, stride, out_blk;
     float scale;
@@ -940,6 +942,51 @@ static void test_image_conv(void **state) {
             assert_memory_equal(y2, y, yn * 4);
 #endif
         }
+        /* the parameter gradients over the same images, for an output gradient dy (y's
+         * buffer): against sums in double, and the same bits on 1 thread as on 2 */
+        assert_true(fl_conv_img_has_wgrad(t));
+        float *dy = y, *dw = malloc(wn * 4), *db = malloc((size_t)O * 4), *dw2 = malloc(wn * 4),
+              *db2 = malloc((size_t)O * 4);
+        fill(dy, yn, -1, 1);
+        for (int use_u8 = 0; use_u8 < 2; use_u8++) {
+            assert_int_equal(fl_conv_img_wgrad(t, use_u8 ? u8 : NULL, f, tc->scale, dy, dw, db), 0);
+            for (int o = 0; o < O; o++) {
+                double sb = 0;
+                for (int n = 0; n < B; n++)
+                    for (int i = 0; i < oh; i++)
+                        for (int j = 0; j < ow; j++) sb += dy[tile_at(&g.out, n, o, i, j)];
+                assert_true(fabs(db[o] - sb) <= 1e-6 * (B * oh * ow + 1));
+                for (int c = 0; c < C; c++)
+                    for (int a = 0; a < k; a++)
+                        for (int b = 0; b < k; b++) {
+                            double sw = 0;
+                            for (int n = 0; n < B; n++)
+                                for (int i = 0; i < oh; i++)
+                                    for (int j = 0; j < ow; j++) {
+                                        const size_t at =
+                                            (size_t)n * D + ((size_t)(i * st + a) * tc->w + j * st + b) * C + c;
+                                        const float v = use_u8 ? tc->scale * ((float)u8[at] * (1.0f / 255.0f))
+                                                               : tc->scale * f[at];
+                                        sw += (double)dy[tile_at(&g.out, n, o, i, j)] * v;
+                                    }
+                            const float got = dw[(((size_t)o * C + c) * k + a) * k + b];
+                            if (!(fabs(got - sw) <= 1e-6 * (B * oh * ow + 1) * (1 + 2 * tc->scale))) {
+                                print_error("case %zu (%s): dw(%d, %d, %d, %d) = %.9g, expected %.9g\n", ci,
+                                            use_u8 ? "uint8" : "float", o, c, a, b, got, sw);
+                                fail();
+                            }
+                        }
+            }
+#ifdef _OPENMP
+            const int threads = omp_get_max_threads();
+            omp_set_num_threads(threads == 1 ? 2 : 1);
+            assert_int_equal(fl_conv_img_wgrad(t, use_u8 ? u8 : NULL, f, tc->scale, dy, dw2, db2), 0);
+            omp_set_num_threads(threads);
+            assert_memory_equal(dw2, dw, wn * 4);
+            assert_memory_equal(db2, db, (size_t)O * 4);
+#endif
+        }
+        free(dw), free(db), free(dw2), free(db2);
         fl_conv_img_destroy(t);
         fl_conv_img_destroy(t1);
         free(u8), free(f), free(w), free(wt), free(bias), free(y), free(y1), free(y2);
