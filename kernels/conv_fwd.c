@@ -552,8 +552,8 @@ __attribute__((target("avx512f"))) static void run_multi(const fl_conv_fwd_t *c,
     } while (0)
 #define WLOAD(R, NP) for (int q = 0; q < (NP); q++) A[R][q] = _mm512_loadu_ps(acc + 16 * ((R) * (NP) + q))
 
-__attribute__((target("avx512f"))) static void wtile6x4(const fl_conv_fwd_t *c, const float *const *xr, long m0,
-                                                        long m1, const float *const *dq, float *acc) {
+__attribute__((target("avx512f"))) static void wtile6x4(const float *const *xr, const long *xoff, const long *yoff,
+                                                        long n, const float *const *dq, float *acc) {
     __m512 A[6][4];
     for (int r = 0; r < 6; r++) WLOAD(r, 4);
     __m512 a00 = A[0][0], a01 = A[0][1], a02 = A[0][2], a03 = A[0][3], a10 = A[1][0], a11 = A[1][1], a12 = A[1][2],
@@ -562,8 +562,7 @@ __attribute__((target("avx512f"))) static void wtile6x4(const fl_conv_fwd_t *c, 
            a51 = A[5][1], a52 = A[5][2], a53 = A[5][3];
     const float *x0 = xr[0], *x1 = xr[1], *x2 = xr[2], *x3 = xr[3], *x4 = xr[4], *x5 = xr[5];
     const float *dy0 = dq[0], *dy1 = dq[1], *dy2 = dq[2], *dy3 = dq[3];
-    const long *xoff = c->xoff + m0, *yoff = c->yoff + m0;
-    for (long i = m1 - m0; i > 0; i--) {
+    for (long i = n; i > 0; i--) {
         const long xo = *xoff++, yo = *yoff++;
         const __m512 d0 = _mm512_loadu_ps(dy0 + yo), d1 = _mm512_loadu_ps(dy1 + yo), d2 = _mm512_loadu_ps(dy2 + yo),
                      d3 = _mm512_loadu_ps(dy3 + yo);
@@ -580,8 +579,8 @@ __attribute__((target("avx512f"))) static void wtile6x4(const fl_conv_fwd_t *c, 
         for (int q = 0; q < 4; q++) _mm512_storeu_ps(acc + 16 * (r * 4 + q), out[r][q]);
 }
 
-__attribute__((target("avx512f"))) static void wtile8x2(const fl_conv_fwd_t *c, const float *const *xr, long m0,
-                                                        long m1, const float *const *dq, float *acc) {
+__attribute__((target("avx512f"))) static void wtile8x2(const float *const *xr, const long *xoff, const long *yoff,
+                                                        long n, const float *const *dq, float *acc) {
     __m512 A[8][2];
     for (int r = 0; r < 8; r++) WLOAD(r, 2);
     __m512 a00 = A[0][0], a01 = A[0][1], a10 = A[1][0], a11 = A[1][1], a20 = A[2][0], a21 = A[2][1], a30 = A[3][0],
@@ -589,8 +588,7 @@ __attribute__((target("avx512f"))) static void wtile8x2(const fl_conv_fwd_t *c, 
            a70 = A[7][0], a71 = A[7][1];
     const float *x0 = xr[0], *x1 = xr[1], *x2 = xr[2], *x3 = xr[3], *x4 = xr[4], *x5 = xr[5], *x6 = xr[6], *x7 = xr[7];
     const float *dy0 = dq[0], *dy1 = dq[1];
-    const long *xoff = c->xoff + m0, *yoff = c->yoff + m0;
-    for (long i = m1 - m0; i > 0; i--) {
+    for (long i = n; i > 0; i--) {
         const long xo = *xoff++, yo = *yoff++;
         const __m512 d0 = _mm512_loadu_ps(dy0 + yo), d1 = _mm512_loadu_ps(dy1 + yo);
         WF2(0);
@@ -615,10 +613,11 @@ __attribute__((target("avx512f"))) static void wtile8x2(const fl_conv_fwd_t *c, 
  * gradient summed per chunk by the team's first thread, from the chunk's output
  * gradients while they are in cache (four running sums, then the chunk's total added in
  * chunk order: the same bits at any thread count). One chunk, pixels m0 to m1, tiles t0
- * to t1 (this thread's); x: where c->xoff counts from. */
+ * to t1 (this thread's); x: where c->xoff counts from; the output gradients at dy +
+ * yoff[m - m0] + yc[panel]. */
 __attribute__((target("avx512f"))) static void wgrad_chunk(const fl_conv_fwd_t *c, const float *x, const float *dy,
-                                                           long m0, long m1, long t0, long t1, int first,
-                                                           const long *yc, float *db) {
+                                                           const long *yoff, const long *yc, long m0, long m1,
+                                                           long t0, long t1, int first, float *db) {
     const int np = c->np, ni = WGRAD_INPUTS(np), groups = c->g.cout / (16 * np), panels = c->g.cout / 16;
     const long tsz = (long)ni * np * 16;
     for (long t = t0; t < t1; t++) {
@@ -627,14 +626,14 @@ __attribute__((target("avx512f"))) static void wgrad_chunk(const fl_conv_fwd_t *
         const float *xr[8], *dq[4];
         for (int r = 0; r < ni; r++) xr[r] = x + c->kofs[ni * rt + (r < nr ? r : nr - 1)];
         for (int q = 0; q < np; q++) dq[q] = dy + yc[np * p + q];
-        if (np == 4) wtile6x4(c, xr, m0, m1, dq, c->wacc + tsz * t);
-        else wtile8x2(c, xr, m0, m1, dq, c->wacc + tsz * t);
+        if (np == 4) wtile6x4(xr, c->xoff + m0, yoff, m1 - m0, dq, c->wacc + tsz * t);
+        else wtile8x2(xr, c->xoff + m0, yoff, m1 - m0, dq, c->wacc + tsz * t);
     }
     if (first) /* the bias, every panel: the chunk's pixels in four running sums */
         for (int q = 0; q < panels; q++) {
             __m512 s4[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
             for (long m = m0; m < m1; m++)
-                s4[(m - m0) & 3] = _mm512_add_ps(s4[(m - m0) & 3], _mm512_loadu_ps(dy + c->yoff[m] + yc[q]));
+                s4[(m - m0) & 3] = _mm512_add_ps(s4[(m - m0) & 3], _mm512_loadu_ps(dy + yoff[m - m0] + yc[q]));
             const __m512 sum = _mm512_add_ps(_mm512_add_ps(s4[0], s4[1]), _mm512_add_ps(s4[2], s4[3]));
             _mm512_storeu_ps(db + 16 * q, _mm512_add_ps(_mm512_loadu_ps(db + 16 * q), sum));
         }
@@ -670,7 +669,8 @@ __attribute__((target("avx512f"))) static void wgrad_avx512(const fl_conv_fwd_t 
         team_share(tiles, &t0, &t1);
         const int first = team_first();
         for (long m0 = 0; m0 < M; m0 += WGRAD_CHUNK)
-            wgrad_chunk(c, x, dy, m0, M - m0 < WGRAD_CHUNK ? M : m0 + WGRAD_CHUNK, t0, t1, first, yc, db);
+            wgrad_chunk(c, x, dy, c->yoff + m0, yc, m0, M - m0 < WGRAD_CHUNK ? M : m0 + WGRAD_CHUNK, t0, t1, first,
+                        db);
     }
     tiles_to_dw(c, WGRAD_INPUTS(c->np), 16 * c->np, c->g.cout / (16 * c->np), dw);
 }
@@ -807,17 +807,33 @@ __attribute__((target("avx512f"))) static void img_run(const fl_conv_img_t *c, c
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
+/* The floats of one thread's buffers for img_wgrad: a converted image, then a chunk's
+ * masked output gradients. */
+static long img_wbuf_floats(const fl_conv_img_t *c, long *image) {
+    *image = ((long)c->g.in_h * c->g.in_w * c->g.cin + 15) / 16 * 16;
+    return *image + (long)WGRAD_CHUNK * c->g.cout;
+}
+
 /* The weight gradient over the images: each thread converts each image as img_run does
  * (uint8 x 1/255, or float, times the scale) into a buffer of its own, then runs its tiles
- * over that image's pixels in chunks (none straddles an image) from cache. */
+ * over that image's pixels in chunks (none straddles an image) from cache. With relu_y,
+ * each chunk's output gradients are first masked where relu_y (the forward's outputs
+ * after relu) is not above 0, as relu's backward would (into the thread's chunk buffer,
+ * pixel after pixel, its cout channels side by side), and dy itself is not written. */
 __attribute__((target("avx512f"))) static void img_wgrad(fl_conv_img_t *ci, const unsigned char *u8, const float *f,
-                                                         float scale, const float *dy, float *dw, float *db) {
+                                                         float scale, const float *dy, const float *relu_y,
+                                                         float *dw, float *db) {
     const fl_conv_fwd_t *c = ci->w;
     const fl_conv_fwd_geom_t *g = &ci->g;
-    const long hw = (long)g->out_h * g->out_w, nimg = (long)g->in_h * g->in_w * g->cin, stride = (nimg + 15) / 16 * 16;
+    const long hw = (long)g->out_h * g->out_w, nimg = (long)g->in_h * g->in_w * g->cin, cout = g->cout;
+    const int panels = g->cout / 16;
+    long stride;
+    const long per_thread = img_wbuf_floats(ci, &stride);
     const long tiles = wgrad_start(c, db);
-    long yc[FL_CONV_FWD_MAX_PANELS];
+    long yc[FL_CONV_FWD_MAX_PANELS], lyc[FL_CONV_FWD_MAX_PANELS], lyoff[WGRAD_CHUNK];
     panel_offsets(g, yc);
+    for (int q = 0; q < panels; q++) lyc[q] = 16L * q;
+    for (long i = 0; i < WGRAD_CHUNK; i++) lyoff[i] = i * cout;
 #ifdef _OPENMP
 #pragma omp parallel
 #endif
@@ -826,10 +842,11 @@ __attribute__((target("avx512f"))) static void img_wgrad(fl_conv_img_t *ci, cons
         team_share(tiles, &t0, &t1);
         const int first = team_first();
 #ifdef _OPENMP
-        float *buf = ci->wbuf + stride * omp_get_thread_num();
+        float *buf = ci->wbuf + per_thread * omp_get_thread_num();
 #else
         float *buf = ci->wbuf;
 #endif
+        float *dl = buf + stride; /* a chunk's masked output gradients */
         for (long b = 0; b < g->batch; b++) {
             if (u8) {
                 const unsigned char *src = u8 + b * nimg;
@@ -845,9 +862,21 @@ __attribute__((target("avx512f"))) static void img_wgrad(fl_conv_img_t *ci, cons
 #pragma omp simd
                 for (long i = 0; i < nimg; i++) buf[i] = scale * src[i];
             }
-            for (long m0 = b * hw; m0 < (b + 1) * hw; m0 += WGRAD_CHUNK)
-                wgrad_chunk(c, buf, dy, m0, (b + 1) * hw - m0 < WGRAD_CHUNK ? (b + 1) * hw : m0 + WGRAD_CHUNK, t0, t1,
-                            first, yc, db);
+            for (long m0 = b * hw; m0 < (b + 1) * hw; m0 += WGRAD_CHUNK) {
+                const long m1 = (b + 1) * hw - m0 < WGRAD_CHUNK ? (b + 1) * hw : m0 + WGRAD_CHUNK;
+                if (!relu_y) {
+                    wgrad_chunk(c, buf, dy, c->yoff + m0, yc, m0, m1, t0, t1, first, db);
+                    continue;
+                }
+                for (long m = m0; m < m1; m++)
+                    for (int q = 0; q < panels; q++) {
+                        const long at = c->yoff[m] + yc[q];
+                        const __mmask16 on =
+                            _mm512_cmp_ps_mask(_mm512_loadu_ps(relu_y + at), _mm512_setzero_ps(), _CMP_GT_OQ);
+                        _mm512_store_ps(dl + (m - m0) * cout + 16 * q, _mm512_maskz_mov_ps(on, _mm512_loadu_ps(dy + at)));
+                    }
+                wgrad_chunk(c, buf, dl, lyoff, lyc, m0, m1, t0, t1, first, db);
+            }
         }
     }
     tiles_to_dw(c, WGRAD_INPUTS(c->np), 16 * c->np, g->cout / (16 * c->np), dw);
@@ -855,7 +884,7 @@ __attribute__((target("avx512f"))) static void img_wgrad(fl_conv_img_t *ci, cons
 #endif
 
 int fl_conv_img_wgrad(fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale, const float *dy,
-                      float *dw, float *db) {
+                      const float *relu_y, float *dw, float *db) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (!c->w) return -1;
 #ifdef _OPENMP
@@ -864,16 +893,16 @@ int fl_conv_img_wgrad(fl_conv_img_t *c, const unsigned char *u8, const float *f,
     const int threads = 1;
 #endif
     if (threads > c->wbuf_threads) {
-        const long nimg = (long)c->g.in_h * c->g.in_w * c->g.cin, stride = (nimg + 15) / 16 * 16;
-        float *buf = aligned_alloc(64, (size_t)stride * threads * sizeof(float));
+        long image;
+        float *buf = aligned_alloc(64, (size_t)img_wbuf_floats(c, &image) * threads * sizeof(float));
         if (!buf) return -1;
         free(c->wbuf);
         c->wbuf = buf, c->wbuf_threads = threads;
     }
-    img_wgrad(c, u8, f, scale, dy, dw, db);
+    img_wgrad(c, u8, f, scale, dy, relu_y, dw, db);
     return 0;
 #else
-    (void)c, (void)u8, (void)f, (void)scale, (void)dy, (void)dw, (void)db;
+    (void)c, (void)u8, (void)f, (void)scale, (void)dy, (void)relu_y, (void)dw, (void)db;
     return -1;
 #endif
 }

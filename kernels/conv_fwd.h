@@ -103,14 +103,16 @@ void fl_conv_img_run(const fl_conv_img_t *c, const unsigned char *u8, const floa
                      const float *bias, float *y, int relu);
 /* The same convolution's parameter gradients for the output gradient dy (in g->out's
  * layout) over the images it ran on (u8 or f, and scale, as fl_conv_img_run took them):
- * dw (cout, cin, k, k) and db (cout), overwritten. Each thread converts each image as
- * the forward does into a buffer of its own (kept in c, grown with the thread count) and
+ * dw (cout, cin, k, k) and db (cout), overwritten. With relu_y (the forward's outputs,
+ * relu fused, in the same layout) not NULL, the gradient is relu's backward of dy first:
+ * dy where relu_y > 0, else 0 (dy is only read). Each thread converts each image as the
+ * forward does into a buffer of its own (kept in c, grown with the thread count) and
  * runs fl_conv_fwd_wgrad's AVX-512 tiles (6 inputs x 64 outputs or 8 x 32) over that
  * image's pixels; each tile is summed on one thread in pixel order, so the sums do not
  * depend on the thread count. 0, or -1 where memory ran out (or fl_conv_img_has_wgrad is
  * 0). Not thread-safe on one c. */
 int fl_conv_img_has_wgrad(const fl_conv_img_t *c);
 int fl_conv_img_wgrad(fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale, const float *dy,
-                      float *dw, float *db);
+                      const float *relu_y, float *dw, float *db);
 
 #endif

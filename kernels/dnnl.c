@@ -185,6 +185,7 @@ typedef struct plan {
     plist_t tensors, mems, bufs, pds;
     plist_t tiles; /* fl_conv_fwd_t */
     fl_conv_img_t *img; /* the first convolution's forward on the observations, or NULL */
+    int img_masked;     /* its weight gradient applies relu's mask itself (the bwd list has no mask step) */
     img_in_t img_in;
     plist_t scratch_mems; /* user scratchpads, all on one buffer */
     void *scratch;
@@ -955,14 +956,18 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
     const cgeom_t g = conv_geom(b->p, ly, i);
     const int s2d = i == 0 && b->p->s2d > 1;
     assert(out->grad); /* the consumer's backward made it */
-    if (lp->fused) FL_TRY(relu_mask(b, l, out));
     if (s2d && b->p->img && fl_conv_img_has_wgrad(b->p->img)) {
         /* the forward read the observations as they came: so does the gradient, with no
-         * space-to-depth copy of them */
+         * space-to-depth copy of them, and relu's mask of the output gradient applied
+         * a chunk at a time as it runs (not written back: an input gradient, build_ibwd,
+         * masks it first) */
         const step_t t = {.kind = ST_IMG_WGRAD, .what = "bwd weights (images)", .img = b->p->img,
-                          .in = &b->p->img_in, .b = out->grad, .c = n->grads + ly->w_off, .c2 = n->grads + ly->b_off};
+                          .in = &b->p->img_in, .a = lp->fused ? out->val : NULL, .b = out->grad,
+                          .c = n->grads + ly->w_off, .c2 = n->grads + ly->b_off};
+        b->p->img_masked = lp->fused;
         return add_step(b, l, &t);
     }
+    if (lp->fused) FL_TRY(relu_mask(b, l, out));
     if (s2d && !b->p->s2d_g) FL_TRY(new_buf(b, (size_t)ly->cout * g.in_c * g.k * g.k * sizeof(float), &b->p->s2d_g));
     if (lp->tiles && fl_conv_fwd_has_wgrad(lp->tiles)) {
         /* the forward ran on the AVX2 tiles, or on AVX-512 ones over many input channels
@@ -1203,6 +1208,7 @@ static fl_status build_bwd(fl_dnnl_net_t *n, plan_t *p, fl_err_t *err) {
 
 static fl_status build_ibwd(fl_dnnl_net_t *n, plan_t *p, fl_err_t *err) {
     bld_t b = {.n = n, .p = p, .layer = "input", .err = err};
+    if (p->img_masked) FL_TRY(relu_mask(&b, &p->ibwd, p->edge[1])); /* the weight gradient did not write it */
     FL_TRY(bwd_layer(&b, 0, &p->ibwd, 0, 1));
     b.layer = "input";
     FL_TRY(ensure_grad(&b, p->edge[0]));
@@ -1470,7 +1476,7 @@ static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
         case ST_IMG_WEIGHTS: fl_conv_img_weights(s->img, s->a, s->c); break;
         case ST_IMG_FWD: fl_conv_img_run(s->img, s->in->u8, s->in->f, s->in->scale, s->b, s->bias, s->c, s->k); break;
         case ST_IMG_WGRAD:
-            if (fl_conv_img_wgrad(s->img, s->in->u8, s->in->f, s->in->scale, s->b, s->c, s->c2))
+            if (fl_conv_img_wgrad(s->img, s->in->u8, s->in->f, s->in->scale, s->b, s->a, s->c, s->c2))
                 return fl_err_set(err, FL_NO_MEMORY, "dnnl: out of memory for the first convolution's gradient");
             break;
         case ST_SPARSE_FWD:

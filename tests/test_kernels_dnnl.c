@@ -943,18 +943,27 @@ static void test_image_conv(void **state) {
 #endif
         }
         /* the parameter gradients over the same images, for an output gradient dy (y's
-         * buffer): against sums in double, and the same bits on 1 thread as on 2 */
+         * buffer), with relu's mask of a forward's outputs ry (y1's buffer, a quarter of
+         * them 0) or without: against sums in double, and the same bits on 1 thread as on
+         * 2; dy is not written */
         assert_true(fl_conv_img_has_wgrad(t));
-        float *dy = y, *dw = malloc(wn * 4), *db = malloc((size_t)O * 4), *dw2 = malloc(wn * 4),
-              *db2 = malloc((size_t)O * 4);
+        float *dy = y, *ry = y1, *dw = malloc(wn * 4), *db = malloc((size_t)O * 4), *dw2 = malloc(wn * 4),
+              *db2 = malloc((size_t)O * 4), *dy0 = malloc(yn * 4);
         fill(dy, yn, -1, 1);
-        for (int use_u8 = 0; use_u8 < 2; use_u8++) {
-            assert_int_equal(fl_conv_img_wgrad(t, use_u8 ? u8 : NULL, f, tc->scale, dy, dw, db), 0);
+        fill(ry, yn, -1, 1);
+        for (size_t i = 0; i < yn; i += 4) ry[i] = 0;
+        memcpy(dy0, dy, yn * 4);
+        for (int kind = 0; kind < 4; kind++) {
+            const int use_u8 = kind % 2;
+            const float *mask = kind < 2 ? NULL : ry;
+#define DY_EFF(at) (mask && !(mask[at] > 0) ? 0.0 : (double)dy[at])
+            assert_int_equal(fl_conv_img_wgrad(t, use_u8 ? u8 : NULL, f, tc->scale, dy, mask, dw, db), 0);
+            assert_memory_equal(dy, dy0, yn * 4);
             for (int o = 0; o < O; o++) {
                 double sb = 0;
                 for (int n = 0; n < B; n++)
                     for (int i = 0; i < oh; i++)
-                        for (int j = 0; j < ow; j++) sb += dy[tile_at(&g.out, n, o, i, j)];
+                        for (int j = 0; j < ow; j++) sb += DY_EFF(tile_at(&g.out, n, o, i, j));
                 assert_true(fabs(db[o] - sb) <= 1e-6 * (B * oh * ow + 1));
                 for (int c = 0; c < C; c++)
                     for (int a = 0; a < k; a++)
@@ -967,12 +976,13 @@ static void test_image_conv(void **state) {
                                             (size_t)n * D + ((size_t)(i * st + a) * tc->w + j * st + b) * C + c;
                                         const float v = use_u8 ? tc->scale * ((float)u8[at] * (1.0f / 255.0f))
                                                                : tc->scale * f[at];
-                                        sw += (double)dy[tile_at(&g.out, n, o, i, j)] * v;
+                                        sw += DY_EFF(tile_at(&g.out, n, o, i, j)) * v;
                                     }
                             const float got = dw[(((size_t)o * C + c) * k + a) * k + b];
                             if (!(fabs(got - sw) <= 1e-6 * (B * oh * ow + 1) * (1 + 2 * tc->scale))) {
-                                print_error("case %zu (%s): dw(%d, %d, %d, %d) = %.9g, expected %.9g\n", ci,
-                                            use_u8 ? "uint8" : "float", o, c, a, b, got, sw);
+                                print_error("case %zu (%s%s): dw(%d, %d, %d, %d) = %.9g, expected %.9g\n", ci,
+                                            use_u8 ? "uint8" : "float", mask ? ", relu's mask" : "", o, c, a, b, got,
+                                            sw);
                                 fail();
                             }
                         }
@@ -980,13 +990,14 @@ static void test_image_conv(void **state) {
 #ifdef _OPENMP
             const int threads = omp_get_max_threads();
             omp_set_num_threads(threads == 1 ? 2 : 1);
-            assert_int_equal(fl_conv_img_wgrad(t, use_u8 ? u8 : NULL, f, tc->scale, dy, dw2, db2), 0);
+            assert_int_equal(fl_conv_img_wgrad(t, use_u8 ? u8 : NULL, f, tc->scale, dy, mask, dw2, db2), 0);
             omp_set_num_threads(threads);
             assert_memory_equal(dw2, dw, wn * 4);
             assert_memory_equal(db2, db, (size_t)O * 4);
 #endif
         }
-        free(dw), free(db), free(dw2), free(db2);
+#undef DY_EFF
+        free(dw), free(db), free(dw2), free(db2), free(dy0);
         fl_conv_img_destroy(t);
         fl_conv_img_destroy(t1);
         free(u8), free(f), free(w), free(wt), free(bias), free(y), free(y1), free(y2);
