@@ -853,7 +853,8 @@ __attribute__((target("avx512f"))) static void img_wgrad(fl_conv_img_t *ci, cons
                 const __m512 k255 = _mm512_set1_ps(1.0f / 255.0f), ks = _mm512_set1_ps(scale);
                 long i = 0;
                 for (; i + 16 <= nimg; i += 16) {
-                    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + i))));
+                    const __m128i b16 = _mm_loadu_si128((const __m128i *)(src + i));
+                    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b16));
                     _mm512_store_ps(buf + i, _mm512_mul_ps(ks, _mm512_mul_ps(v, k255)));
                 }
                 for (; i < nimg; i++) buf[i] = scale * ((float)src[i] * (1.0f / 255.0f));
@@ -873,7 +874,8 @@ __attribute__((target("avx512f"))) static void img_wgrad(fl_conv_img_t *ci, cons
                         const long at = c->yoff[m] + yc[q];
                         const __mmask16 on =
                             _mm512_cmp_ps_mask(_mm512_loadu_ps(relu_y + at), _mm512_setzero_ps(), _CMP_GT_OQ);
-                        _mm512_store_ps(dl + (m - m0) * cout + 16 * q, _mm512_maskz_mov_ps(on, _mm512_loadu_ps(dy + at)));
+                        _mm512_store_ps(dl + (m - m0) * cout + 16 * q,
+                                        _mm512_maskz_mov_ps(on, _mm512_loadu_ps(dy + at)));
                     }
                 wgrad_chunk(c, buf, dl, lyoff, lyc, m0, m1, t0, t1, first, db);
             }
