@@ -661,8 +661,6 @@ static fl_status fwd_conv(bld_t *b, int i) {
         const int lay_ok = layout_of(S, &lay);
         FL_TRY(new_tensor(b, lay_ok ? S : &nhwc_md, !lay_ok, &p->edge[0]));
         FL_TRY(new_buf(b, (size_t)l->cout * g.in_c * g.k * g.k * sizeof(float), &p->s2d_w));
-        FL_TRY(add_s2d_step(b, &p->fwd, l, 0));
-        mark_cached(&p->fwd);
     }
     FL_TRY(tensor_as(b, &p->fwd, p->edge[i], S, &lp->src));
     tensor_t *out;
@@ -698,6 +696,10 @@ static fl_status fwd_conv(bld_t *b, int i) {
         }
     }
     if (s2d && !p->edge[0]->val) FL_TRY(tensor_alloc(b, p->edge[0]));
+    if (s2d) { /* the weights in the space-to-depth layout (fl_conv_img reads its own; an input gradient makes them) */
+        FL_TRY(add_s2d_step(b, &p->fwd, l, 0));
+        mark_cached(&p->fwd);
+    }
     /* Fleet's tiles where they run this convolution (on AVX2 CPUs without AVX-512; with
      * AVX-512, few input channels), in the layouts oneDNN chose (the backward stays
      * oneDNN's, with pd as its hint). */
