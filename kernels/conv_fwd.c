@@ -762,6 +762,24 @@ void fl_conv_img_weights(const fl_conv_img_t *c, const float *w, float *wt) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+/* n observation values into d as the first convolution reads them: u8 (when not NULL)
+ * x 1/255, else f, times scale; the forward and the weight gradient both convert so. */
+__attribute__((target("avx512f"))) static void img_convert(float *d, const unsigned char *u8, const float *f,
+                                                           float scale, long n) {
+    if (u8) {
+        const __m512 k255 = _mm512_set1_ps(1.0f / 255.0f), ks = _mm512_set1_ps(scale);
+        long i = 0;
+        for (; i + 16 <= n; i += 16) {
+            const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u8 + i))));
+            _mm512_storeu_ps(d + i, _mm512_mul_ps(ks, _mm512_mul_ps(v, k255)));
+        }
+        for (; i < n; i++) d[i] = scale * ((float)u8[i] * (1.0f / 255.0f));
+    } else {
+#pragma omp simd
+        for (long i = 0; i < n; i++) d[i] = scale * f[i];
+    }
+}
+
 __attribute__((target("avx512f"))) static void img_run(const fl_conv_img_t *c, const unsigned char *u8,
                                                        const float *f, float scale, const float *wt,
                                                        const float *bias, float *y, int relu) {
@@ -777,22 +795,7 @@ __attribute__((target("avx512f"))) static void img_run(const fl_conv_img_t *c, c
         const long n = ((long)(nr - 1) * s + k) * C; /* the values of one input row the tile reads */
         for (int kh = 0; kh < k; kh++) {
             const size_t at = (((size_t)b * g->in_h + oy * s + kh) * g->in_w + ox0 * s) * C;
-            float *d = buf + kh * c->rowlen;
-            if (u8) {
-                const unsigned char *src = u8 + at;
-                const __m512 k255 = _mm512_set1_ps(1.0f / 255.0f), ks = _mm512_set1_ps(scale);
-                long i = 0;
-                for (; i + 16 <= n; i += 16) {
-                    const __m128i b16 = _mm_loadu_si128((const __m128i *)(src + i));
-                    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b16));
-                    _mm512_storeu_ps(d + i, _mm512_mul_ps(ks, _mm512_mul_ps(v, k255)));
-                }
-                for (; i < n; i++) d[i] = scale * ((float)src[i] * (1.0f / 255.0f));
-            } else {
-                const float *src = f + at;
-#pragma omp simd
-                for (long i = 0; i < n; i++) d[i] = scale * src[i];
-            }
+            img_convert(buf + kh * c->rowlen, u8 ? u8 + at : NULL, u8 ? NULL : f + at, scale, n);
         }
         const float *xr[10];
         long yo[10];
@@ -848,21 +851,7 @@ __attribute__((target("avx512f"))) static void img_wgrad(fl_conv_img_t *ci, cons
 #endif
         float *dl = buf + stride; /* a chunk's masked output gradients */
         for (long b = 0; b < g->batch; b++) {
-            if (u8) {
-                const unsigned char *src = u8 + b * nimg;
-                const __m512 k255 = _mm512_set1_ps(1.0f / 255.0f), ks = _mm512_set1_ps(scale);
-                long i = 0;
-                for (; i + 16 <= nimg; i += 16) {
-                    const __m128i b16 = _mm_loadu_si128((const __m128i *)(src + i));
-                    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b16));
-                    _mm512_store_ps(buf + i, _mm512_mul_ps(ks, _mm512_mul_ps(v, k255)));
-                }
-                for (; i < nimg; i++) buf[i] = scale * ((float)src[i] * (1.0f / 255.0f));
-            } else {
-                const float *src = f + b * nimg;
-#pragma omp simd
-                for (long i = 0; i < nimg; i++) buf[i] = scale * src[i];
-            }
+            img_convert(buf, u8 ? u8 + b * nimg : NULL, u8 ? NULL : f + b * nimg, scale, nimg);
             for (long m0 = b * hw; m0 < (b + 1) * hw; m0 += WGRAD_CHUNK) {
                 const long m1 = (b + 1) * hw - m0 < WGRAD_CHUNK ? (b + 1) * hw : m0 + WGRAD_CHUNK;
                 if (!relu_y) {
