@@ -739,6 +739,7 @@ static fl_status plain_of(bld_t *b, tensor_t *t, tensor_t **out) {
 #define DENSE_HEAD_OUT 32             /* and one with up to this many outputs (a dueling head) */
 #define DENSE_THIN_IN 16              /* a dense layer's forward with rows up to this long is fleet's own */
 #define DENSE_TILE_BATCH 6            /* from this batch a large layer's forward runs on fleet's tiles */
+#define DENSE_MID_BATCH 128           /* from this batch, on AVX-512, a mid-sized one too */
 #define SPARSE_MIN_IN 64              /* a first dense layer with rows this long at least may go sparse */
 #define SPARSE_SHARE 4                /* when at most 1 / this of its inputs are not 0 */
 
@@ -802,11 +803,18 @@ static fl_status fwd_dense(bld_t *b, int i) {
      * layer with up to 32 outputs (a dueling head) runs dense_small's tiles, where
      * oneDNN's GEMM spends more on its set-up than on their few products (the Nature
      * CNN's head of 19 outputs, 18 actions, at batch 512 on AVX-512: 0.73 ms in oneDNN,
-     * 0.09 ms).
+     * 0.09 ms). On AVX-512, from batch DENSE_MID_BATCH (a learner's), a layer with
+     * rows of 9 to 1,023 inputs and a multiple of 32 outputs, more than a head's, that
+     * does not read the observations (those may go sparse): fleet's AVX-512 tiles (the
+     * MinAtar MLP's 128 x 128 layer at batch 128: that update 4-6% faster; at actors'
+     * batches of 16 and 64 they were slower than oneDNN for a 256 x 256 layer).
      * The backward still takes oneDNN's primitives, with pd as their hint. */
     const int large = in >= DENSE_SMALL_IN && (long)in * out_n >= DENSE_ANY_WEIGHTS && fl_dense_small_preferred();
+    const int mid = !fl_dense_small_preferred() && B >= DENSE_MID_BATCH && in > FL_CONV_FWD_WIDE_CIN &&
+                    in < DENSE_SMALL_IN && out_n % 32 == 0 && out_n > DENSE_HEAD_OUT &&
+                    !(p->edge[0] && lp->src->val == p->edge[0]->val);
     fl_conv_fwd_t *tiles = NULL;
-    if (large && B >= DENSE_TILE_BATCH) { /* the layer as a 1 x 1 convolution over (B, in, 1, 1) */
+    if ((large && B >= DENSE_TILE_BATCH) || mid) { /* the layer as a 1 x 1 convolution over (B, in, 1, 1) */
         const fl_conv_layout_t rows_in = {{in, 1, in, in}, 1}, rows_out = {{out_n, 1, out_n, out_n}, 1};
         const fl_conv_fwd_geom_t tg = {B, in, 1, 1, out_n, 1, 1, 1, 1, rows_in, rows_out};
         FL_TRY(new_tiles(b, &tg, &tiles));

@@ -573,6 +573,32 @@ static void test_dense_thin(void **state) {
     }
 }
 
+/* On AVX-512, from batch 128 (a learner's) a dense layer of 9 to 1,023 inputs and a
+ * multiple of 32 outputs, not a head and not the first over the observations, runs
+ * fleet's AVX-512 tiles: against the reference at batches 127, 128, 133 (the last tile of
+ * 6 rows partly filled) and 1, and the plan at 133 says so, the one at 127 not. */
+static void test_dense_mid(void **state) {
+    NEED_DNNL();
+    const net_case_t t = {"dense(40) relu dense(64) relu dueling", 0, 0, 12, 5, 0};
+    const int batches[] = {127, 128, 133, 1};
+    compare(&t, batches, 4);
+    if (!__builtin_cpu_supports("avx512f")) return;
+    fl_qnet_t *n = make_net(&t, 133);
+    float *obs = calloc((size_t)133 * fl_qnet_obs_dim(n), 4), *q = malloc((size_t)133 * 5 * 4);
+    for (int B = 127; B <= 133; B += 6) {
+        assert_int_equal(fl_qnet_forward(n, obs, B, q), FL_OK);
+        char desc[4096];
+        assert_true(fl_qnet_describe_kernels(n, B, desc, sizeof desc) > 0);
+        if ((strstr(desc, "2.dense fwd (tiles): fleet:avx512") != NULL) != (B == 133)) {
+            print_error("batch %d: the second dense layer %s the tiles:\n%s", B, B == 133 ? "did not run on" : "ran on",
+                        desc);
+            fail();
+        }
+    }
+    free(obs), free(q);
+    fl_qnet_destroy(n);
+}
+
 /* dense_thin against sums in double: batches in one tile of 6 rows and fewer and in
  * more, outputs past 16 and 8, with and without relu; a row's results do not depend on
  * the rows beside it in its tile (the same sums in the same order when it is alone). */
@@ -1438,7 +1464,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_shapes),   cmocka_unit_test(test_conv_chains),
         cmocka_unit_test(test_space_to_depth), cmocka_unit_test(test_dense), cmocka_unit_test(test_nature),
-        cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp), cmocka_unit_test(test_mlp_image), cmocka_unit_test(test_sparse_inputs), cmocka_unit_test(test_sparse_sums), cmocka_unit_test(test_dense_small), cmocka_unit_test(test_dense_small_sums), cmocka_unit_test(test_dense_thin), cmocka_unit_test(test_dense_thin_sums),
+        cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp), cmocka_unit_test(test_mlp_image), cmocka_unit_test(test_sparse_inputs), cmocka_unit_test(test_sparse_sums), cmocka_unit_test(test_dense_small), cmocka_unit_test(test_dense_small_sums), cmocka_unit_test(test_dense_thin),
+        cmocka_unit_test(test_dense_mid), cmocka_unit_test(test_dense_thin_sums),
         cmocka_unit_test(test_tiles), cmocka_unit_test_teardown(test_tiles_sums, unforce_avx2),
         cmocka_unit_test(test_wide_tiles),
         cmocka_unit_test(test_image_conv),
