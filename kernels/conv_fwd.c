@@ -703,9 +703,9 @@ struct fl_conv_img {
     long rowlen, K;  /* floats of one converted input row; inputs per output */
     long off[FL_CONV_IMG_MAX_K]; /* segment kh: kernel row kh of every pixel (k x cin values) */
     int len[FL_CONV_IMG_MAX_K];
-    /* the weight gradient's tables (fl_conv_img_wgrad): a convolution over one image's
-     * (H, W, C) floats, every pixel's input offset within its image (a batch stride of
-     * 0), its outputs where they lie in the batch; NULL where memory ran out */
+    /* the weight gradient's tables, made by its first call (fl_conv_img_wgrad): a
+     * convolution over one image's (H, W, C) floats, every pixel's input offset within
+     * its image (a batch stride of 0), its outputs where they lie in the batch */
     fl_conv_fwd_t *w;
     float *wbuf; /* a converted image per thread, grown as teams grow */
     int wbuf_threads;
@@ -734,9 +734,6 @@ fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g) {
     c->rowlen = rowlen;
     c->K = (long)g->k * g->k * g->cin;
     for (int kh = 0; kh < g->k; kh++) c->off[kh] = kh * rowlen, c->len[kh] = g->k * g->cin;
-    fl_conv_fwd_geom_t wg = *g;
-    wg.in = (fl_conv_layout_t){{0, 1, (long)g->in_w * g->cin, g->cin}, 1};
-    if ((c->w = fl_conv_fwd_create(&wg))) c->w->np = np; /* its AVX-512 gradient tiles, whatever cin is */
     return c;
 }
 
@@ -744,8 +741,6 @@ void fl_conv_img_destroy(fl_conv_img_t *c) {
     if (c) fl_conv_fwd_destroy(c->w), free(c->wbuf);
     free(c);
 }
-
-int fl_conv_img_has_wgrad(const fl_conv_img_t *c) { return c->w != NULL; }
 
 size_t fl_conv_img_weights_size(const fl_conv_img_t *c) { return (size_t)c->g.cout * c->K; }
 
@@ -877,7 +872,12 @@ __attribute__((target("avx512f"))) static void img_wgrad(fl_conv_img_t *ci, cons
 int fl_conv_img_wgrad(fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale, const float *dy,
                       const float *relu_y, float *dw, float *db) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (!c->w) return -1;
+    if (!c->w) {
+        fl_conv_fwd_geom_t wg = c->g;
+        wg.in = (fl_conv_layout_t){{0, 1, (long)c->g.in_w * c->g.cin, c->g.cin}, 1};
+        if (!(c->w = fl_conv_fwd_create(&wg))) return -1;
+        c->w->np = c->np; /* its AVX-512 gradient tiles, whatever cin is */
+    }
 #ifdef _OPENMP
     const int threads = omp_get_max_threads();
 #else

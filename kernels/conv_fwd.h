@@ -109,9 +109,8 @@ void fl_conv_img_run(const fl_conv_img_t *c, const unsigned char *u8, const floa
  * forward does into a buffer of its own (kept in c, grown with the thread count) and
  * runs fl_conv_fwd_wgrad's AVX-512 tiles (6 inputs x 64 outputs or 8 x 32) over that
  * image's pixels; each tile is summed on one thread in pixel order, so the sums do not
- * depend on the thread count. 0, or -1 where memory ran out (or fl_conv_img_has_wgrad is
- * 0). Not thread-safe on one c. */
-int fl_conv_img_has_wgrad(const fl_conv_img_t *c);
+ * depend on the thread count. The first call makes the tables it needs (a forward-only
+ * c never has them). 0, or -1 where memory ran out. Not thread-safe on one c. */
 int fl_conv_img_wgrad(fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale, const float *dy,
                       const float *relu_y, float *dw, float *db);
 

@@ -160,14 +160,11 @@ typedef struct lplan {
 } lplan_t;
 
 /* The observations of a plan's last forward, where its first convolution reads them as
- * they came (fl_conv_img): the input edge (the space-to-depth copy the backward's
- * weight gradient reads) is then written only by the backward, from these (stale: not
- * yet). */
+ * they came (fl_conv_img): its weight gradient reads them again in the backward. */
 typedef struct img_in {
     const unsigned char *u8;
     const float *f;
     float scale;
-    int stale;
 } img_in_t;
 
 typedef struct plan {
@@ -671,19 +668,10 @@ static fl_status fwd_conv(bld_t *b, int i) {
         /* On AVX-512 the first convolution reads the observations as they came, and so
          * does its weight gradient (fl_conv_img_wgrad, from the last forward's
          * observations): no space-to-depth copy is made, and the input edge has no
-         * buffer. Only where that gradient could not be set up is the copy made, for
-         * a backward (net_backward), on tiles over the space-to-depth input. */
+         * buffer. */
         const fl_conv_fwd_geom_t ig = {B, l->in_c, l->in_h, l->in_w, l->cout, l->out_h, l->out_w, l->k, l->stride,
                                        {{0}, 0}, out_lay};
         if ((p->img = fl_conv_img_create(&ig))) {
-            if (!fl_conv_img_has_wgrad(p->img)) FL_TRY(tensor_alloc(b, p->edge[0]));
-            if (!fl_conv_img_has_wgrad(p->img) && layout_of(S, &in_lay)) {
-                const fl_conv_fwd_geom_t tg = {B, g.in_c, g.in_h, g.in_w, l->cout, l->out_h, l->out_w, g.k, g.stride,
-                                               in_lay, out_lay};
-                fl_conv_fwd_t *c;
-                FL_TRY(new_tiles(b, &tg, &c));
-                lp->tiles = c; /* for the weight gradient only */
-            }
             float *wt;
             FL_TRY(new_buf(b, fl_conv_img_weights_size(p->img) * sizeof(float), &wt));
             const step_t t = {.kind = ST_IMG_WEIGHTS, .what = "weights (images)", .img = p->img,
@@ -695,8 +683,8 @@ static fl_status fwd_conv(bld_t *b, int i) {
             return add_step(b, &p->fwd, &st);
         }
     }
-    if (s2d && !p->edge[0]->val) FL_TRY(tensor_alloc(b, p->edge[0]));
-    if (s2d) { /* the weights in the space-to-depth layout (fl_conv_img reads its own; an input gradient makes them) */
+    if (s2d) { /* the copy's buffer, and the weights in its layout (an input gradient makes its own) */
+        if (!p->edge[0]->val) FL_TRY(tensor_alloc(b, p->edge[0]));
         FL_TRY(add_s2d_step(b, &p->fwd, l, 0));
         mark_cached(&p->fwd);
     }
@@ -810,9 +798,10 @@ static fl_status fwd_dense(bld_t *b, int i) {
      * batches of 16 and 64 they were slower than oneDNN for a 256 x 256 layer).
      * The backward still takes oneDNN's primitives, with pd as their hint. */
     const int large = in >= DENSE_SMALL_IN && (long)in * out_n >= DENSE_ANY_WEIGHTS && fl_dense_small_preferred();
+    /* the observations as they were copied in (directly or through a flatten) */
+    const int reads_obs = p->edge[0] && p->edge[0]->val && lp->src->val == p->edge[0]->val;
     const int mid = !fl_dense_small_preferred() && B >= DENSE_MID_BATCH && in > FL_CONV_FWD_WIDE_CIN &&
-                    in < DENSE_SMALL_IN && out_n % 32 == 0 && out_n > DENSE_HEAD_OUT &&
-                    !(p->edge[0] && lp->src->val == p->edge[0]->val);
+                    in < DENSE_SMALL_IN && out_n % 32 == 0 && out_n > DENSE_HEAD_OUT && !reads_obs;
     fl_conv_fwd_t *tiles = NULL;
     if ((large && B >= DENSE_TILE_BATCH) || mid) { /* the layer as a 1 x 1 convolution over (B, in, 1, 1) */
         const fl_conv_layout_t rows_in = {{in, 1, in, in}, 1}, rows_out = {{out_n, 1, out_n, out_n}, 1};
@@ -827,8 +816,7 @@ static fl_status fwd_dense(bld_t *b, int i) {
      * inputs, and where they are at most 1 / SPARSE_SHARE of them it adds up only their
      * weights (kernels/dense_sparse.h), as its weight gradient then does; otherwise the
      * primitive runs. */
-    lp->sparse = !tiles && !small && !thin && !head && !dueling && in >= SPARSE_MIN_IN && p->edge[0] &&
-                 lp->src->val == p->edge[0]->val;
+    lp->sparse = !tiles && !small && !thin && !head && !dueling && in >= SPARSE_MIN_IN && reads_obs;
     if (lp->sparse) FL_TRY(new_sparse(b, &lp->sp, B, in, out_n));
     if (!tiles && !small && !thin && !head)
         FL_TRY(flat_mem(b, &wei, n->params, l->w_off, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
@@ -967,7 +955,7 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
     const cgeom_t g = conv_geom(b->p, ly, i);
     const int s2d = i == 0 && b->p->s2d > 1;
     assert(out->grad); /* the consumer's backward made it */
-    if (s2d && b->p->img && fl_conv_img_has_wgrad(b->p->img)) {
+    if (s2d && b->p->img) {
         /* the forward read the observations as they came: so does the gradient, with no
          * space-to-depth copy of them, and relu's mask of the output gradient applied
          * a chunk at a time as it runs (not written back: an input gradient, build_ibwd,
@@ -1700,7 +1688,7 @@ static fl_status net_forward(fl_dnnl_net_t *n, const float *obs, const unsigned 
             sp->nnz = nnz;
             sp->pre = nnz >= 0 ? 1 : nnz == -1 ? -1 : 0;
         }
-        if (p->img) p->img_in = (img_in_t){.u8 = u8, .f = obs, .scale = scale, .stale = 1};
+        if (p->img) p->img_in = (img_in_t){.u8 = u8, .f = obs, .scale = scale};
         else if (!sp || sp->pre != 1) copy_images(n, p, (float *)obs, u8, p->edge[0]->val, scale, B, 0);
     } else {
         copy_vectors((float *)obs, u8, p->edge[0]->val, scale, (size_t)B * n->obs_dim, 0);
@@ -1724,11 +1712,6 @@ static fl_status net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *d
     if (!p->bwd_built) FL_TRY(build_bwd(n, p, err));
     if (dobs && !p->ibwd_built) FL_TRY(build_ibwd(n, p, err));
     memcpy(p->edge[n->num_layers]->grad, dq, (size_t)B * n->num_actions * sizeof(float));
-    if (p->img && p->img_in.stale && !fl_conv_img_has_wgrad(p->img)) {
-        /* oneDNN's weight gradient's input: the forward's observations */
-        copy_images(n, p, (float *)p->img_in.f, p->img_in.u8, p->edge[0]->val, p->img_in.scale, B, 0);
-        p->img_in.stale = 0;
-    }
     FL_TRY(run(n, &p->bwd, err));
     if (!dobs) return FL_OK;
     FL_TRY(run(n, &p->ibwd, err));
