@@ -16,8 +16,16 @@
  * core's cache for all the tiles. */
 #include "kernels/conv_fwd.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define HAVE_AMX_VERSION 1
+#endif
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -697,6 +705,38 @@ void fl_conv_fwd_run(const fl_conv_fwd_t *c, const float *x, const float *wt, co
 }
 
 /* ---- fl_conv_img ---- */
+
+/* AMX: the first convolution's forward over uint8 images on the bf16 tile unit, with
+ * fp32's accuracy. An image's values (0 to 255) are exact in bf16; each weight w is cut
+ * into three bf16 pieces (its 24 significant bits, 8 at a time: w = hi + mid + lo
+ * exactly), so each product value x piece is exact in fp32, and the tile unit sums them
+ * in fp32: the products of fp32's x * w, the sum as fp32 sums it (in another order). */
+static int g_amx_off;
+
+void fl_conv_img_disable_amx(int off) { g_amx_off = off; }
+
+/* 1 where the CPU has AMX's tiles and bf16 products and Linux grants this process their
+ * state (asked once), unless fl_conv_img_disable_amx or FLEET_AMX=0 in the environment
+ * turned them off. */
+static int amx_ready(void) {
+#ifdef HAVE_AMX_VERSION
+    static int state = -1;
+    if (g_amx_off) return 0;
+    int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    if (s < 0) {
+        unsigned a, b, cx, d;
+        const char *env = getenv("FLEET_AMX");
+        s = !(env && strcmp(env, "0") == 0) && __builtin_cpu_supports("avx512f") &&
+            __get_cpuid_count(7, 0, &a, &b, &cx, &d) && (d >> 22 & 1) && (d >> 24 & 1) &&
+            syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+        __atomic_store_n(&state, s, __ATOMIC_RELEASE);
+    }
+    return s;
+#else
+    return 0;
+#endif
+}
+
 struct fl_conv_img {
     fl_conv_fwd_geom_t g;
     int np, R, tpr; /* panels per tile, pixels per tile, tiles per output row */
@@ -709,6 +749,11 @@ struct fl_conv_img {
     fl_conv_fwd_t *w;
     float *wbuf; /* a converted image per thread, grown as teams grow */
     int wbuf_threads;
+    /* the forward over uint8 images on AMX tiles (amx != 0): am output pixels per tile
+     * (a block: part of one output row), abr blocks per output row, aks tile steps of 32
+     * values per kernel row; its weights at wt + apack (floats), after the AVX-512 ones */
+    int amx, am, abr, aks;
+    long apack;
 };
 
 fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g) {
@@ -734,15 +779,59 @@ fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g) {
     c->rowlen = rowlen;
     c->K = (long)g->k * g->k * g->cin;
     for (int kh = 0; kh < g->k; kh++) c->off[kh] = kh * rowlen, c->len[kh] = g->k * g->cin;
+    if (amx_ready()) {
+        c->amx = 1;
+        c->abr = (g->out_w + 15) / 16, c->am = (g->out_w + c->abr - 1) / c->abr;
+        c->aks = (g->k * g->cin + 31) / 32;
+        c->apack = (long)g->cout * c->K;
+    }
     return c;
 }
+
+int fl_conv_img_amx(const fl_conv_img_t *c) { return c->amx; }
 
 void fl_conv_img_destroy(fl_conv_img_t *c) {
     if (c) fl_conv_fwd_destroy(c->w), free(c->wbuf);
     free(c);
 }
 
-size_t fl_conv_img_weights_size(const fl_conv_img_t *c) { return (size_t)c->g.cout * c->K; }
+/* The AMX weights: for each panel of 16 outputs, tile step (kernel row kh, values 32 j to
+ * 32 j + 31 of that row: kernel columns x channels) and piece, a 16 x 32 bf16 tile (1 KB,
+ * 256 floats' room): row i holds inputs 2i and 2i + 1 of each output side by side. */
+static long amx_pack_floats(const fl_conv_img_t *c) {
+    return c->amx ? (long)c->g.cout / 16 * c->g.k * c->aks * 3 * 256 : 0;
+}
+
+size_t fl_conv_img_weights_size(const fl_conv_img_t *c) { return (size_t)c->g.cout * c->K + amx_pack_floats(c); }
+
+/* The AMX tiles' weights (see amx_pack_floats): weight w of output o, kernel row kh,
+ * value e of that row (kernel column e / cin, channel e % cin) in its three pieces, each
+ * the top 8 significant bits of what the ones before left (so the last is exact); 0 past
+ * the row's k x cin values. */
+static void amx_weights(const fl_conv_img_t *c, const float *w, float *pack) {
+    const int k = c->g.k, C = c->g.cin, kc = k * C, steps = k * c->aks;
+    uint16_t *t = (uint16_t *)pack;
+    PAR_FOR for (int o16 = 0; o16 < c->g.cout / 16; o16++)
+        for (int st = 0; st < steps; st++) {
+            const int kh = st / c->aks, j = st % c->aks;
+            uint16_t *tile = t + (size_t)(o16 * steps + st) * 3 * 512;
+            for (int i = 0; i < 16; i++)
+                for (int n = 0; n < 16; n++)
+                    for (int u = 0; u < 2; u++) {
+                        const int e = 32 * j + 2 * i + u;
+                        float v = e < kc ? w[(((size_t)(16 * o16 + n) * C + e % C) * k + kh) * k + e / C] : 0.0f;
+                        for (int piece = 0; piece < 3; piece++) {
+                            uint32_t bits;
+                            float top;
+                            memcpy(&bits, &v, sizeof bits);
+                            bits &= 0xFFFF0000u;
+                            memcpy(&top, &bits, sizeof top);
+                            tile[piece * 512 + i * 32 + 2 * n + u] = (uint16_t)(bits >> 16);
+                            v -= top;
+                        }
+                    }
+        }
+}
 
 void fl_conv_img_weights(const fl_conv_img_t *c, const float *w, float *wt) {
     const int k = c->g.k, C = c->g.cin, gw = 16 * c->np;
@@ -754,6 +843,7 @@ void fl_conv_img_weights(const fl_conv_img_t *c, const float *w, float *wt) {
             for (int o = 0; o < gw; o++) grp[gw * i + o] = w[(((size_t)(gw * p + o) * C + ch) * k + kh) * k + kw];
         }
     }
+    if (c->amx) amx_weights(c, w, wt + c->apack);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -898,8 +988,137 @@ int fl_conv_img_wgrad(fl_conv_img_t *c, const unsigned char *u8, const float *f,
 #endif
 }
 
+#ifdef HAVE_AMX_VERSION
+/* n uint8 values as bf16 (exact: at most 8 significant bits), 32 at a time. */
+__attribute__((target("avx512f,avx512bf16"))) static void amx_image(uint16_t *d, const unsigned char *u8, long n) {
+    long i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u8 + i)))),
+                     hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u8 + i + 16))));
+        _mm512_storeu_si512(d + i, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+    for (; i < n; i++) {
+        const float v = u8[i];
+        uint32_t bits;
+        memcpy(&bits, &v, sizeof bits);
+        d[i] = (uint16_t)(bits >> 16);
+    }
+}
+
+typedef struct __attribute__((packed)) {
+    uint8_t palette, start_row, zero[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg_t;
+
+/* The forward on AMX tiles. A block is am output pixels of one output row, side by side
+ * in a tile's rows: the tile of kernel row kh and values 32 j on of a block is read
+ * straight from the bf16 image, a pixel's 32 values one tile row, stride x cin values
+ * apart. A unit is two blocks (of one image) x two panels of 16 outputs: four
+ * accumulating tiles (0-3), the two blocks' input tiles (4, 5), two panels' weight tiles
+ * (6, 7), three pieces per step. A row's last block starts where it ends within the row
+ * (recomputing a few pixels, bit for bit the same); an odd block count repeats the last.
+ * Each thread converts the images of its units into its own buffer. -1 where memory ran
+ * out (the caller takes the AVX-512 tiles). */
+__attribute__((target("avx512f,amx-tile,amx-bf16"))) static int amx_run(const fl_conv_img_t *c,
+                                                                       const unsigned char *u8, float scale,
+                                                                       const float *wt, const float *bias, float *y,
+                                                                       int relu) {
+    const fl_conv_fwd_geom_t *g = &c->g;
+    const int m = c->am, s = g->stride, C = g->cin, steps = g->k * c->aks, panels = g->cout / 16;
+    const long nimg = (long)g->in_h * g->in_w * C, blocks = (long)g->out_h * c->abr, pairs = (blocks + 1) / 2;
+    const long units = (long)g->batch * pairs, per = (nimg + 32 + 31) / 32 * 32; /* 32 values over-read */
+    const uint16_t *pack = (const uint16_t *)(wt + c->apack);
+    const __m512 f = _mm512_set1_ps(scale * (1.0f / 255.0f));
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();
+#else
+    const int threads = 1;
+#endif
+    uint16_t *bufs = aligned_alloc(64, (size_t)per * threads * sizeof(uint16_t));
+    if (!bufs) return -1;
+    long yc[FL_CONV_FWD_MAX_PANELS];
+    panel_offsets(g, yc);
+#ifdef _OPENMP
+#pragma omp parallel
+#endif
+    {
+        long u0, u1;
+        team_share(units, &u0, &u1);
+#ifdef _OPENMP
+        uint16_t *img = bufs + per * omp_get_thread_num();
+#else
+        uint16_t *img = bufs;
+#endif
+        if (u0 < u1) {
+            amx_cfg_t cfg = {.palette = 1};
+            for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = (uint8_t)(t < 6 ? m : 16);
+            /* (ldtilecfg reads all 64 bytes: said so, not through _tile_loadconfig, whose
+             * operand tells the compiler of 8 only and lets it drop the stores before) */
+            __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+            memset(img + nimg, 0, (size_t)(per - nimg) * sizeof(uint16_t));
+            float acc[4][16 * 16] __attribute__((aligned(64)));
+            long have = -1;
+            for (long u = u0; u < u1; u++) {
+                const long b = u / pairs, q = u % pairs;
+                if (b != have) amx_image(img, u8 + b * nimg, nimg), have = b;
+                long oy[2], ox[2];
+                const uint16_t *xa[2];
+                for (int h = 0; h < 2; h++) {
+                    const long blk = 2 * q + h < blocks ? 2 * q + h : blocks - 1;
+                    oy[h] = blk / c->abr, ox[h] = blk % c->abr * m;
+                    if (ox[h] > g->out_w - m) ox[h] = g->out_w - m;
+                    xa[h] = img + (oy[h] * s * g->in_w + ox[h] * s) * C;
+                }
+                for (int p2 = 0; p2 < panels / 2; p2++) {
+                    const uint16_t *w0 = pack + (size_t)(2 * p2) * steps * 3 * 512, *w1 = w0 + (size_t)steps * 3 * 512;
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_zero(2);
+                    _tile_zero(3);
+                    for (int st = 0; st < steps; st++) {
+                        const long at = (long)(st / c->aks) * g->in_w * C + 32 * (st % c->aks);
+                        _tile_loadd(4, xa[0] + at, s * C * 2);
+                        _tile_loadd(5, xa[1] + at, s * C * 2);
+                        for (int piece = 0; piece < 3; piece++) {
+                            _tile_loadd(6, w0 + (size_t)(3 * st + piece) * 512, 64);
+                            _tile_loadd(7, w1 + (size_t)(3 * st + piece) * 512, 64);
+                            _tile_dpbf16ps(0, 4, 6);
+                            _tile_dpbf16ps(1, 4, 7);
+                            _tile_dpbf16ps(2, 5, 6);
+                            _tile_dpbf16ps(3, 5, 7);
+                        }
+                    }
+                    _tile_stored(0, acc[0], 64);
+                    _tile_stored(1, acc[1], 64);
+                    _tile_stored(2, acc[2], 64);
+                    _tile_stored(3, acc[3], 64);
+                    for (int h = 0; h < 2; h++)
+                        for (int r = 0; r < m; r++) {
+                            const long yo = b * g->out.st[0] + oy[h] * g->out.st[2] + (ox[h] + r) * g->out.st[3];
+                            for (int e = 0; e < 2; e++) {
+                                const int pn = 2 * p2 + e;
+                                __m512 v = _mm512_fmadd_ps(_mm512_load_ps(acc[2 * h + e] + 16 * r), f,
+                                                           _mm512_loadu_ps(bias + 16 * pn));
+                                if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+                                _mm512_storeu_ps(y + yo + yc[pn], v);
+                            }
+                        }
+                }
+            }
+            _tile_release();
+        }
+    }
+    free(bufs);
+    return 0;
+}
+#endif
+
 void fl_conv_img_run(const fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale, const float *wt,
                      const float *bias, float *y, int relu) {
+#ifdef HAVE_AMX_VERSION
+    if (c->amx && u8 && amx_run(c, u8, scale, wt, bias, y, relu) == 0) return;
+#endif
 #if defined(__x86_64__) && defined(__GNUC__)
     img_run(c, u8, f, scale, wt, bias, y, relu);
 #else

@@ -82,6 +82,7 @@ void fl_conv_fwd_wgrad(const fl_conv_fwd_t *c, const float *x, const float *dy, 
 
 /* A first convolution over images as the observations come, (B, H, W, C) (uint8 x
  * 1/255, or float), each times a scale: no copy of the observations into another layout.
+ * (Over uint8 images, its forward runs on AMX's tiles where it can: fl_conv_img_amx.)
  * AVX-512 only; cout a multiple of 32 up to 16 x FL_CONV_FWD_MAX_PANELS, a kernel of at
  * most FL_CONV_IMG_MAX_K, no padding, and
  * a tile's input rows (up to 10 output pixels' worth) within FL_CONV_IMG_BUF floats. A
@@ -95,6 +96,15 @@ typedef struct fl_conv_img fl_conv_img_t;
 fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g);
 void fl_conv_img_destroy(fl_conv_img_t *c);
 size_t fl_conv_img_weights_size(const fl_conv_img_t *c);
+/* 1 where c's forward over uint8 images runs on AMX's bf16 tiles (x86-64 Linux, a CPU
+ * with AMX-BF16): each weight cut into three bf16 pieces that sum to it exactly, each
+ * image value exact in bf16, so every product is exact and the tiles sum them in fp32
+ * (in their own order; the scale applied to each sum). Float images, or a failed
+ * allocation, run the AVX-512 tiles. */
+int fl_conv_img_amx(const fl_conv_img_t *c);
+/* off != 0: convolutions created from now on do not use AMX (as FLEET_AMX=0 in the
+ * environment); 0: they do where they can. */
+void fl_conv_img_disable_amx(int off);
 /* The layer's weights (cout, cin, k, k) packed as fl_conv_img_run reads them. */
 void fl_conv_img_weights(const fl_conv_img_t *c, const float *w, float *wt);
 /* y = conv(scale x, w) + bias (then max(0, .) where relu != 0) for the g->batch images x:

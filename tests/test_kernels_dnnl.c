@@ -46,6 +46,12 @@
 
 #include "seed_util.h"
 
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #define TOL 1e-4
 #define ATOL 1e-7
 
@@ -268,7 +274,8 @@ static void test_space_to_depth(void **state) {
         assert_true(fl_qnet_describe_kernels(n, 2, desc, sizeof desc) > 0);
         /* on AVX-512 with a multiple of 32 output channels the forward reads the
          * observations as they are (fl_conv_img); the backward runs space-to-depth */
-        if (!strstr(desc, "0.conv fwd (space-to-depth") && !strstr(desc, "0.conv fwd (images): fleet:avx512")) {
+        if (!strstr(desc, "0.conv fwd (space-to-depth") && !strstr(desc, "0.conv fwd (images): fleet:avx512") &&
+            !strstr(desc, "0.conv fwd (images): fleet:amx")) {
             print_error("\"%s\": expected a space-to-depth first convolution:\n%s", cases[i].spec, desc);
             fail();
         }
@@ -893,12 +900,62 @@ static void test_wide_tiles(void **state) {
  * 64); output rows that fill their tiles and rows that end in a partial one; each image
  * alone gives the bits it gives in its batch, and 1 thread those of 2. Its parameter
  * gradients over the same images (fl_conv_img_wgrad) against sums in double, 1 thread
- * giving the bits of 2. Refused: 16 output channels, a kernel row that does not fit the
- * tile's buffer. */
+ * giving the bits of 2. All of it with the forward on AMX's tiles (where the CPU has them:
+ * then the convolution says so) and without; kernel rows of 64 and 40 values too; and
+ * the products exact (image_conv_exact). Refused: 16 output channels, a kernel row that
+ * does not fit the tile's buffer. */
 typedef struct img_case {
     int B, h, w, c, cout, k, stride, out_blk;
     float scale;
 } img_case_t;
+
+/* The CPU has AMX-BF16 and AMX-TILE, and Linux grants this process their state. */
+static int cpu_has_amx(void) {
+#if defined(__x86_64__) && defined(__linux__)
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1) &&
+           syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#else
+    return 0;
+#endif
+}
+
+/* The AMX forward's products are exact: one weight not 0 per output, of 24 significant
+ * bits, so that each output is bias + scale/255 x value x w, within a few roundings of
+ * fp32 (as the AVX-512 tiles give it): a piece of the weight lost would be off by 2^-17. */
+static void image_conv_exact(const fl_conv_fwd_geom_t *g, float scale) {
+    fl_conv_img_t *t = fl_conv_img_create(g);
+    assert_non_null(t);
+    const int C = g->cin, k = g->k, O = g->cout;
+    const size_t D = (size_t)g->in_h * g->in_w * C, wn = (size_t)O * C * k * k, yn = (size_t)g->batch * g->out.st[0];
+    unsigned char *u8 = malloc(D * g->batch);
+    float *w = calloc(wn, 4), *wt = malloc(fl_conv_img_weights_size(t) * 4), *bias = calloc((size_t)O, 4);
+    float *y = malloc(yn * 4);
+    for (size_t i = 0; i < D * g->batch; i++) u8[i] = (unsigned char)fl_rng_below(&g_rng, 256);
+    for (int o = 0; o < O; o++) {
+        const int c = o % C, a = o / C % k, b = o / C / k % k;
+        const float v = ldexpf(1.0f + (float)fl_rng_below(&g_rng, 1u << 23) / (float)(1u << 23), -(o % 7));
+        w[(((size_t)o * C + c) * k + a) * k + b] = o % 2 ? -v : v;
+    }
+    fl_conv_img_weights(t, w, wt);
+    fl_conv_img_run(t, u8, NULL, scale, wt, bias, y, 0);
+    for (int n = 0; n < g->batch; n++)
+        for (int o = 0; o < O; o++)
+            for (int i = 0; i < g->out_h; i++)
+                for (int j = 0; j < g->out_w; j++) {
+                    const int c = o % C, a = o / C % k, b = o / C / k % k;
+                    const size_t at = (size_t)n * D + ((size_t)(i * g->stride + a) * g->in_w + j * g->stride + b) * C + c;
+                    const double want = (double)scale / 255.0 * u8[at] * w[(((size_t)o * C + c) * k + a) * k + b];
+                    const float got = y[tile_at(&g->out, n, o, i, j)];
+                    if (!(fabs(got - want) <= ldexp(fabs(want), -21))) {
+                        print_error("exact products (%s): y(%d, %d, %d, %d) = %.9g, expected %.9g\n",
+                                    fl_conv_img_amx(t) ? "AMX" : "AVX-512", n, o, i, j, got, want);
+                        fail();
+                    }
+                }
+    free(u8), free(w), free(wt), free(bias), free(y);
+    fl_conv_img_destroy(t);
+}
 
 static void test_image_conv(void **state) {
     (void)state;
@@ -907,14 +964,23 @@ static void test_image_conv(void **state) {
         {3, 84, 84, 4, 32, 8, 4, 16, 1.0f}, /* the Nature CNN's: 20 x 20 outputs, two tiles a row */
         {2, 30, 27, 4, 32, 4, 2, 0, 2.0f},  /* 13 x 12: a partial tile a row */
         {2, 13, 17, 3, 64, 4, 2, 16, 1.0f}, {1, 9, 9, 1, 96, 3, 3, 16, 0.5f}, {4, 11, 40, 2, 64, 5, 1, 0, 1.0f},
+        /* for AMX: kernel rows of 64 and of 40 values (two steps of 32, the second part
+         * zeros); 22 outputs a row (two blocks of 11), 3 rows (an even count of blocks) */
+        {2, 20, 20, 8, 32, 8, 4, 16, 1.0f}, {1, 12, 50, 5, 32, 8, 2, 0, 3.0f},
     };
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    const size_t ncases = sizeof cases / sizeof cases[0];
+    for (size_t run = 0; run < 2 * ncases; run++) { /* without AMX, then with it where the CPU has it */
+        const int amx = run >= ncases;
+        const size_t ci = run % ncases;
+        fl_conv_img_disable_amx(!amx);
         const img_case_t *tc = &cases[ci];
         const int B = tc->B, C = tc->c, O = tc->cout, k = tc->k, st = tc->stride;
         const int oh = (tc->h - k) / st + 1, ow = (tc->w - k) / st + 1;
         fl_conv_fwd_geom_t g = {B, C, tc->h, tc->w, O, oh, ow, k, st, {{0}, 0}, tile_layout(O, oh, ow, tc->out_blk)};
         fl_conv_img_t *t = fl_conv_img_create(&g);
         assert_non_null(t);
+        assert_int_equal(fl_conv_img_amx(t), amx && cpu_has_amx());
+        image_conv_exact(&g, tc->scale);
         g.batch = 1;
         fl_conv_img_t *t1 = fl_conv_img_create(&g);
         assert_non_null(t1);
@@ -1027,6 +1093,7 @@ static void test_image_conv(void **state) {
         fl_conv_img_destroy(t1);
         free(u8), free(f), free(w), free(wt), free(bias), free(y), free(y1), free(y2);
     }
+    fl_conv_img_disable_amx(0);
     fl_conv_fwd_geom_t bad = {1, 4, 84, 84, 16, 20, 20, 8, 4, {{0}, 0}, tile_layout(16, 20, 20, 16)};
     assert_null(fl_conv_img_create(&bad)); /* 16 output channels */
     bad = (fl_conv_fwd_geom_t){1, 64, 40, 40, 32, 1, 1, 40, 1, {{0}, 0}, tile_layout(32, 1, 1, 16)};
@@ -1305,13 +1372,15 @@ static void test_params_change(void **state) {
 }
 
 /* fl_qnet_forward_obs on uint8 observations (converted on the way into the oneDNN plan's
- * layout) gives the bits of fl_dtype_to_float and fl_qnet_forward, on both backends, with
+ * layout) gives the bits of fl_dtype_to_float and fl_qnet_forward (AMX's tiles off: with
+ * them, whose sums of exact products come in their own order, its outputs are close), on both backends, with
  * the input scale, through a space-to-depth convolution, a plain one and a dense layer (over
  * vectors, and over images: their planar copy, small and in tiles; and into a first
  * layer that goes sparse); a backward follows it as it follows a forward. */
 static void test_forward_obs(void **state) {
     fl_err_t err;
     fl_err_init(&err);
+    fl_conv_img_disable_amx(1);
     const net_case_t cases[] = {
         {"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0},
         /* space-to-depth by 4 over 4 channels: runs of 16, whole blocks of AVX-512's
@@ -1360,6 +1429,15 @@ static void test_forward_obs(void **state) {
             assert_memory_equal(q, q_ref, B * A * 4);
             assert_int_equal(fl_qnet_backward(n, dq, B), FL_OK);
             assert_memory_equal(fl_qnet_grads(n), g_ref, fl_qnet_num_params(n) * 4);
+            if (backend == 1) { /* the same parameters with AMX's tiles where the plan has them: close */
+                fl_conv_img_disable_amx(0);
+                fl_qnet_t *n2 = make_net(&cases[c], B);
+                memcpy(fl_qnet_params(n2), fl_qnet_params(n), fl_qnet_num_params(n) * 4);
+                assert_int_equal(fl_qnet_forward_obs(n2, FL_DTYPE_UINT8, u8, B, q), FL_OK);
+                expect_close(q, q_ref, B * A, cases[c].spec, "q (uint8, AMX where the plan has it)", B);
+                fl_qnet_destroy(n2);
+                fl_conv_img_disable_amx(1);
+            }
             if (backend == 1 && density[c] < 1)
                 expect_sparse(n, B, cases[c].spec, 1,
                               density[c] <= 0.15f ? "last forward: sparse" : "last forward: dense");
@@ -1372,6 +1450,7 @@ static void test_forward_obs(void **state) {
             fl_qnet_destroy(n);
         }
     }
+    fl_conv_img_disable_amx(0);
 }
 
 /* A DQN batch of raw uint8 observations (fl_dqn_batch_t's obs_raw, as the CPU learner
