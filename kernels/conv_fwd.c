@@ -754,6 +754,11 @@ struct fl_conv_img {
      * values per kernel row; its weights at wt + apack (floats), after the AVX-512 ones */
     int amx, am, abr, aks;
     long apack;
+    /* the weight gradient on AMX tiles (amx_wgrad): a thread's buffers, grown as teams
+     * grow, and the sums of every (panel, tile of 16 inputs), shared */
+    uint16_t *abuf;
+    float *acc;
+    int abuf_threads;
 };
 
 fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g) {
@@ -791,7 +796,7 @@ fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g) {
 int fl_conv_img_amx(const fl_conv_img_t *c) { return c->amx; }
 
 void fl_conv_img_destroy(fl_conv_img_t *c) {
-    if (c) fl_conv_fwd_destroy(c->w), free(c->wbuf);
+    if (c) fl_conv_fwd_destroy(c->w), free(c->wbuf), free(c->abuf), free(c->acc);
     free(c);
 }
 
@@ -959,8 +964,16 @@ __attribute__((target("avx512f"))) static void img_wgrad(fl_conv_img_t *ci, cons
 }
 #endif
 
+#ifdef HAVE_AMX_VERSION
+static int amx_wgrad(fl_conv_img_t *c, const unsigned char *u8, float scale, const float *dy, const float *relu_y,
+                     float *dw, float *db);
+#endif
+
 int fl_conv_img_wgrad(fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale, const float *dy,
                       const float *relu_y, float *dw, float *db) {
+#ifdef HAVE_AMX_VERSION
+    if (c->amx && u8 && amx_wgrad(c, u8, scale, dy, relu_y, dw, db) == 0) return 0;
+#endif
 #if defined(__x86_64__) && defined(__GNUC__)
     if (!c->w) {
         fl_conv_fwd_geom_t wg = c->g;
@@ -1110,6 +1123,256 @@ __attribute__((target("avx512f,amx-tile,amx-bf16"))) static int amx_run(const fl
         }
     }
     free(bufs);
+    return 0;
+}
+#endif
+
+#ifdef HAVE_AMX_VERSION
+/* ---- the weight gradient on AMX tiles ----
+ * dw[o][k] = scale / 255 x the sum over pixels p of x[p][k] (the image's uint8 values,
+ * exact in bf16) x dy[p][o] (after relu's mask; cut into three exact bf16 pieces): exact
+ * products, summed in fp32 by the tiles. The sums' tiles: 16 outputs (a panel) x 16 of a
+ * kernel row's k x cin values (an input tile; a row's last may run past it: those
+ * columns are dropped), summed over an image's pixels 32 at a time (a step). A thread
+ * owns items of two input tiles x two panels (four accumulating tiles), sums them over
+ * every image in order (so the sums do not depend on the thread count), and for each
+ * image makes: the bf16 image, dy's tiles (a panel's 16 outputs x 32 pixels, per piece:
+ * transposed from the pixel-major dy) and x's tiles for its input tiles (16 pixel pairs
+ * x 16 inputs, each pair side by side). */
+
+/* An image's pixels in steps of 32; a kernel row's input tiles; all of them. */
+static void amx_wshape(const fl_conv_img_t *c, long *ks, int *rt, int *kt) {
+    *ks = ((long)c->g.out_h * c->g.out_w + 31) / 32;
+    *rt = (c->g.k * c->g.cin + 15) / 16;
+    *kt = c->g.k * *rt;
+}
+
+/* uint16s of one thread's buffers: the bf16 image (32 values over-read), dy's tiles (steps
+ * x panels x 3 pieces), x's tiles (steps x input tiles). */
+static long amx_wbuf(const fl_conv_img_t *c, long *img, long *dyt) {
+    long ks;
+    int rt, kt;
+    amx_wshape(c, &ks, &rt, &kt);
+    *img = ((long)c->g.in_h * c->g.in_w * c->g.cin + 32 + 31) / 32 * 32;
+    *dyt = ks * (c->g.cout / 16) * 3 * 512;
+    return *img + *dyt + ks * kt * 512;
+}
+
+/* 16 vectors of 16 floats transposed in place. */
+__attribute__((target("avx512f"))) static void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++)
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]), t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    for (int i = 0; i < 4; i++) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]),
+                      cc = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(cc, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(cc, d));
+    }
+    /* r[4i + j]: rows 4i..4i+3, column j of each group of 4 columns */
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++) {
+            t[8 * h + j] = _mm512_shuffle_f32x4(r[8 * h + j], r[8 * h + 4 + j], 0x88);
+            t[8 * h + 4 + j] = _mm512_shuffle_f32x4(r[8 * h + j], r[8 * h + 4 + j], 0xdd);
+        }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+        r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+    }
+}
+
+/* Image b's dy tiles (relu's mask applied where relu_y) into dt; with db, its masked dy
+ * summed into db as well (per step, in four running sums). */
+__attribute__((target("avx512f,avx512bf16"))) static void amx_dy_tiles(const fl_conv_img_t *c, const float *dy,
+                                                                      const float *relu_y, long b, const long *yc,
+                                                                      uint16_t *dt, float *db) {
+    const fl_conv_fwd_geom_t *g = &c->g;
+    const long P = (long)g->out_h * g->out_w;
+    long ks;
+    int rt, kt;
+    amx_wshape(c, &ks, &rt, &kt);
+    const int panels = g->cout / 16;
+    const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
+    for (long st = 0; st < ks; st++)
+        for (int q = 0; q < panels; q++) {
+            __m512 v[32];
+            for (int j = 0; j < 32; j++) {
+                const long p = 32 * st + j;
+                if (p >= P) {
+                    v[j] = _mm512_setzero_ps();
+                    continue;
+                }
+                const long at = b * g->out.st[0] + p / g->out_w * g->out.st[2] + p % g->out_w * g->out.st[3] + yc[q];
+                v[j] = _mm512_loadu_ps(dy + at);
+                if (relu_y)
+                    v[j] = _mm512_maskz_mov_ps(
+                        _mm512_cmp_ps_mask(_mm512_loadu_ps(relu_y + at), _mm512_setzero_ps(), _CMP_GT_OQ), v[j]);
+            }
+            if (db) {
+                __m512 s4[4] = {v[0], v[1], v[2], v[3]};
+                for (int j = 4; j < 32; j++) s4[j & 3] = _mm512_add_ps(s4[j & 3], v[j]);
+                const __m512 sum = _mm512_add_ps(_mm512_add_ps(s4[0], s4[1]), _mm512_add_ps(s4[2], s4[3]));
+                _mm512_storeu_ps(db + 16 * q, _mm512_add_ps(_mm512_loadu_ps(db + 16 * q), sum));
+            }
+            transpose16(v), transpose16(v + 16); /* v[o]: output o of pixels 0-15, v[16 + o]: of 16-31 */
+            uint16_t *t = dt + (st * panels + q) * 3 * 512;
+            for (int o = 0; o < 16; o++) {
+                __m512 lo = v[o], hi = v[16 + o];
+                for (int piece = 0; piece < 3; piece++) {
+                    const __m512 tl = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(lo), top)),
+                                 th = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(hi), top));
+                    _mm512_storeu_si512(t + piece * 512 + o * 32, (__m512i)_mm512_cvtne2ps_pbh(th, tl));
+                    lo = _mm512_sub_ps(lo, tl), hi = _mm512_sub_ps(hi, th);
+                }
+            }
+        }
+}
+
+/* x's tiles of input tiles k0 to k1 of the bf16 image img into xt: for step st, row i holds
+ * pixels 32 st + 2i and + 1, their 16 inputs side by side (0 past the image's pixels). */
+__attribute__((target("avx512f,avx512bw"))) static void amx_x_tiles(const fl_conv_img_t *c, const uint16_t *img,
+                                                                    int k0, int k1, uint16_t *xt) {
+    const fl_conv_fwd_geom_t *g = &c->g;
+    const long P = (long)g->out_h * g->out_w;
+    long ks;
+    int rt, kt;
+    amx_wshape(c, &ks, &rt, &kt);
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int t = k0; t < k1; t++) {
+        const long kh = t / rt, e0 = 16L * (t % rt);
+        for (long st = 0; st < ks; st++)
+            for (int i = 0; i < 16; i++) {
+                __m256i seg[2];
+                for (int h = 0; h < 2; h++) {
+                    const long p = 32 * st + 2 * i + h;
+                    seg[h] = p < P ? _mm256_loadu_si256((const __m256i *)(img + ((p / g->out_w * g->stride + kh) * g->in_w +
+                                                                                  p % g->out_w * g->stride) * g->cin +
+                                                                           e0))
+                                   : _mm256_setzero_si256();
+                }
+                const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(seg[0]), seg[1], 1);
+                _mm512_storeu_si512(xt + (st * kt + t) * 512 + i * 32, _mm512_permutexvar_epi16(idx, both));
+            }
+    }
+}
+
+__attribute__((target("avx512f,amx-tile,amx-bf16"))) static void amx_wgrad_run(fl_conv_img_t *c,
+                                                                               const unsigned char *u8, float scale,
+                                                                               const float *dy, const float *relu_y,
+                                                                               float *dw, float *db) {
+    const fl_conv_fwd_geom_t *g = &c->g;
+    long ks, img_n, dyt_n;
+    int rt, kt;
+    amx_wshape(c, &ks, &rt, &kt);
+    const long per = amx_wbuf(c, &img_n, &dyt_n), nimg = (long)g->in_h * g->in_w * g->cin;
+    const int panels = g->cout / 16, groups = (kt + 1) / 2, items = groups * (panels / 2), k = g->k, C = g->cin;
+    long yc[FL_CONV_FWD_MAX_PANELS];
+    panel_offsets(g, yc);
+    memset(db, 0, (size_t)g->cout * sizeof(float));
+#ifdef _OPENMP
+#pragma omp parallel
+#endif
+    {
+        long i0, i1;
+        team_share(items, &i0, &i1);
+        const int first = team_first();
+#ifdef _OPENMP
+        uint16_t *img = c->abuf + per * omp_get_thread_num();
+#else
+        uint16_t *img = c->abuf;
+#endif
+        uint16_t *dt = img + img_n, *xt = dt + dyt_n;
+        /* the input tiles of this thread's items: k0 to k1 */
+        const int k0 = i0 < i1 ? (int)(i0 / (panels / 2)) * 2 : 0,
+                  k1 = i0 < i1 ? (int)((i1 - 1) / (panels / 2)) * 2 + 2 : 0;
+        const int kend = k1 < kt ? k1 : kt;
+        if (i0 < i1 || first) {
+            amx_cfg_t cfg = {.palette = 1};
+            for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+            __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+            memset(img + nimg, 0, (size_t)(img_n - nimg) * sizeof(uint16_t));
+            for (long it = i0; it < i1; it++)
+                for (int e = 0; e < 2; e++)
+                    for (int h = 0; h < 2; h++) {
+                        const int q = (int)(it % (panels / 2)) * 2 + e, t = (int)(it / (panels / 2)) * 2 + h;
+                        if (t < kt) memset(c->acc + ((long)q * kt + t) * 256, 0, 256 * sizeof(float));
+                    }
+            for (long b = 0; b < g->batch; b++) {
+                amx_image(img, u8 + b * nimg, nimg);
+                amx_dy_tiles(c, dy, relu_y, b, yc, dt, first ? db : NULL);
+                amx_x_tiles(c, img, k0, kend, xt);
+                for (long it = i0; it < i1; it++) {
+                    const int q0 = (int)(it % (panels / 2)) * 2, t0 = (int)(it / (panels / 2)) * 2,
+                              t1 = t0 + 1 < kt ? t0 + 1 : t0; /* an odd count: the last tile twice */
+                    float *a00 = c->acc + ((long)q0 * kt + t0) * 256, *a01 = c->acc + ((long)q0 * kt + t1) * 256,
+                          *a10 = c->acc + ((long)(q0 + 1) * kt + t0) * 256,
+                          *a11 = c->acc + ((long)(q0 + 1) * kt + t1) * 256;
+                    _tile_loadd(0, a00, 64);
+                    _tile_loadd(1, a01, 64);
+                    _tile_loadd(2, a10, 64);
+                    _tile_loadd(3, a11, 64);
+                    for (long st = 0; st < ks; st++) {
+                        _tile_loadd(4, xt + (st * kt + t0) * 512, 64);
+                        _tile_loadd(5, xt + (st * kt + t1) * 512, 64);
+                        const uint16_t *d0 = dt + (st * panels + q0) * 3 * 512, *d1 = d0 + 3 * 512;
+                        for (int piece = 0; piece < 3; piece++) {
+                            _tile_loadd(6, d0 + piece * 512, 64);
+                            _tile_loadd(7, d1 + piece * 512, 64);
+                            _tile_dpbf16ps(0, 6, 4);
+                            _tile_dpbf16ps(1, 6, 5);
+                            _tile_dpbf16ps(2, 7, 4);
+                            _tile_dpbf16ps(3, 7, 5);
+                        }
+                    }
+                    _tile_stored(0, a00, 64);
+                    _tile_stored(1, a01, 64);
+                    _tile_stored(2, a10, 64);
+                    _tile_stored(3, a11, 64);
+                }
+            }
+            _tile_release();
+        }
+        /* this thread's sums, times scale / 255, to dw (cout, cin, k, k) */
+        const float fs = scale * (1.0f / 255.0f);
+        for (long it = i0; it < i1; it++)
+            for (int e = 0; e < 2; e++)
+                for (int h = 0; h < 2; h++) {
+                    const int q = (int)(it % (panels / 2)) * 2 + e, t = (int)(it / (panels / 2)) * 2 + h;
+                    if (t >= kt) continue;
+                    const float *a = c->acc + ((long)q * kt + t) * 256;
+                    const int kh = t / rt;
+                    for (int n = 0; n < 16; n++) {
+                        const int ev = 16 * (t % rt) + n;
+                        if (ev >= k * C) break;
+                        for (int o = 0; o < 16; o++)
+                            dw[(((size_t)(16 * q + o) * C + ev % C) * k + kh) * k + ev / C] = fs * a[o * 16 + n];
+                    }
+                }
+    }
+}
+
+/* The weight gradient on AMX tiles (see above): its buffers made or grown first; -1 where
+ * memory ran out (the caller takes the AVX-512 tiles). */
+static int amx_wgrad(fl_conv_img_t *c, const unsigned char *u8, float scale, const float *dy, const float *relu_y,
+                     float *dw, float *db) {
+#ifdef _OPENMP
+    const int threads = omp_get_max_threads();
+#else
+    const int threads = 1;
+#endif
+    long ks, img_n, dyt_n;
+    int rt, kt;
+    amx_wshape(c, &ks, &rt, &kt);
+    if (!c->acc && !(c->acc = aligned_alloc(64, (size_t)c->g.cout / 16 * kt * 256 * sizeof(float)))) return -1;
+    if (threads > c->abuf_threads) {
+        uint16_t *buf = aligned_alloc(64, (size_t)amx_wbuf(c, &img_n, &dyt_n) * threads * sizeof(uint16_t));
+        if (!buf) return -1;
+        free(c->abuf);
+        c->abuf = buf, c->abuf_threads = threads;
+    }
+    amx_wgrad_run(c, u8, scale, dy, relu_y, dw, db);
     return 0;
 }
 #endif

@@ -96,16 +96,18 @@ typedef struct fl_conv_img fl_conv_img_t;
 fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g);
 void fl_conv_img_destroy(fl_conv_img_t *c);
 size_t fl_conv_img_weights_size(const fl_conv_img_t *c);
-/* 1 where c's forward over uint8 images runs on AMX's bf16 tiles (x86-64 Linux, a CPU
- * with AMX-BF16): each weight cut into three bf16 pieces that sum to it exactly, each
- * image value exact in bf16, so every product is exact and the tiles sum them in fp32
- * (in their own order; the scale applied to each sum). Float images, or a failed
- * allocation, run the AVX-512 tiles. */
+/* 1 where c's forward and weight gradient over uint8 images run on AMX's bf16 tiles
+ * (x86-64 Linux, a CPU with AMX-BF16): each weight (forward) or output gradient (weight
+ * gradient) cut into three bf16 pieces that sum to it exactly, each image value exact in
+ * bf16, so every product is exact and the tiles sum them in fp32 (in their own order;
+ * the scale applied to each sum). Float images, or a failed allocation, run the AVX-512
+ * tiles. The packed weights (fl_conv_img_weights) are read fastest 64-byte aligned. */
 int fl_conv_img_amx(const fl_conv_img_t *c);
 /* off != 0: convolutions created from now on do not use AMX (as FLEET_AMX=0 in the
  * environment); 0: they do where they can. */
 void fl_conv_img_disable_amx(int off);
-/* The layer's weights (cout, cin, k, k) packed as fl_conv_img_run reads them. */
+/* The layer's weights (cout, cin, k, k) packed as fl_conv_img_run reads them (wt best
+ * 64-byte aligned). */
 void fl_conv_img_weights(const fl_conv_img_t *c, const float *w, float *wt);
 /* y = conv(scale x, w) + bias (then max(0, .) where relu != 0) for the g->batch images x:
  * u8 when not NULL, else f. Parallel over tiles on the calling thread's OpenMP team. */
@@ -119,8 +121,11 @@ void fl_conv_img_run(const fl_conv_img_t *c, const unsigned char *u8, const floa
  * forward does into a buffer of its own (kept in c, grown with the thread count) and
  * runs fl_conv_fwd_wgrad's AVX-512 tiles (6 inputs x 64 outputs or 8 x 32) over that
  * image's pixels; each tile is summed on one thread in pixel order, so the sums do not
- * depend on the thread count. The first call makes the tables it needs (a forward-only
- * c never has them). 0, or -1 where memory ran out. Not thread-safe on one c. */
+ * depend on the thread count. Over uint8 images where fl_conv_img_amx, AMX's tiles
+ * instead: 16 outputs x 16 inputs a tile, summed over each image's pixels 32 at a time,
+ * each tile on one thread over every pixel in order (the same bits at any thread count).
+ * The first call makes the tables and buffers it needs (a forward-only c never has
+ * them). 0, or -1 where memory ran out. Not thread-safe on one c. */
 int fl_conv_img_wgrad(fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale, const float *dy,
                       const float *relu_y, float *dw, float *db);
 

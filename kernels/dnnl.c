@@ -1279,7 +1279,7 @@ static size_t describe_list(const steplist_t *l, char *out, size_t cap, size_t l
         const step_t *s = &l->v[i];
         const char *impl = NULL;
         const int tile = s->kind == ST_TILE_FWD || s->kind == ST_TILE_WGRAD;
-        if (s->kind == ST_IMG_FWD && fl_conv_img_amx(s->img)) {
+        if ((s->kind == ST_IMG_FWD || s->kind == ST_IMG_WGRAD) && fl_conv_img_amx(s->img)) {
             impl = "fleet:amx (uint8 observations; avx512 for float)";
         } else if (s->kind == ST_IMG_FWD || s->kind == ST_IMG_WGRAD || (tile && fl_conv_fwd_wide(s->tiles))) {
             impl = "fleet:avx512";

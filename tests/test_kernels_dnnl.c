@@ -922,7 +922,8 @@ static int cpu_has_amx(void) {
 
 /* The AMX forward's products are exact: one weight not 0 per output, of 24 significant
  * bits, so that each output is bias + scale/255 x value x w, within a few roundings of
- * fp32 (as the AVX-512 tiles give it): a piece of the weight lost would be off by 2^-17. */
+ * fp32 (as the AVX-512 tiles give it): a piece of the weight lost would be off by 2^-17.
+ * So are the weight gradient's, with one output gradient not 0 per output. */
 static void image_conv_exact(const fl_conv_fwd_geom_t *g, float scale) {
     fl_conv_img_t *t = fl_conv_img_create(g);
     assert_non_null(t);
@@ -953,6 +954,30 @@ static void image_conv_exact(const fl_conv_fwd_geom_t *g, float scale) {
                         fail();
                     }
                 }
+    /* the weight gradient's products too: one pixel's output gradient not 0 per output,
+     * of 24 significant bits, so that each dw is one product, scale/255 x value x dy */
+    float *dy = calloc(yn, 4), *dw = malloc(wn * 4), *db = malloc((size_t)O * 4), *v = malloc((size_t)O * 4);
+    const int P = g->out_h * g->out_w;
+    for (int o = 0; o < O; o++) {
+        v[o] = ldexpf(1.0f + (float)fl_rng_below(&g_rng, 1u << 23) / (float)(1u << 23), -(o % 5));
+        dy[tile_at(&g->out, 0, o, o % P / g->out_w, o % P % g->out_w)] = o % 3 ? v[o] : -v[o];
+    }
+    assert_int_equal(fl_conv_img_wgrad(t, u8, NULL, scale, dy, NULL, dw, db), 0);
+    for (int o = 0; o < O; o++)
+        for (int c = 0; c < C; c++)
+            for (int a = 0; a < k; a++)
+                for (int b = 0; b < k; b++) {
+                    const int i = o % P / g->out_w, j = o % P % g->out_w;
+                    const size_t at = ((size_t)(i * g->stride + a) * g->in_w + j * g->stride + b) * C + c;
+                    const double want = (double)scale / 255.0 * u8[at] * (o % 3 ? v[o] : -v[o]);
+                    const float got = dw[(((size_t)o * C + c) * k + a) * k + b];
+                    if (!(fabs(got - want) <= ldexp(fabs(want), -21))) {
+                        print_error("exact products (%s): dw(%d, %d, %d, %d) = %.9g, expected %.9g\n",
+                                    fl_conv_img_amx(t) ? "AMX" : "AVX-512", o, c, a, b, got, want);
+                        fail();
+                    }
+                }
+    free(dy), free(dw), free(db), free(v);
     free(u8), free(w), free(wt), free(bias), free(y);
     fl_conv_img_destroy(t);
 }
@@ -1435,6 +1460,16 @@ static void test_forward_obs(void **state) {
                 memcpy(fl_qnet_params(n2), fl_qnet_params(n), fl_qnet_num_params(n) * 4);
                 assert_int_equal(fl_qnet_forward_obs(n2, FL_DTYPE_UINT8, u8, B, q), FL_OK);
                 expect_close(q, q_ref, B * A, cases[c].spec, "q (uint8, AMX where the plan has it)", B);
+                assert_int_equal(fl_qnet_backward(n2, dq, B), FL_OK);
+                char desc[4096];
+                assert_true(fl_qnet_describe_kernels(n2, B, desc, sizeof desc) > 0);
+                if (strstr(desc, "0.conv fwd (images)") && cpu_has_amx() &&
+                    (!strstr(desc, "0.conv fwd (images): fleet:amx") ||
+                     !strstr(desc, "0.conv bwd weights (images): fleet:amx"))) {
+                    print_error("\"%s\": expected the first convolution on AMX, forward and weight gradient:\n%s",
+                                cases[c].spec, desc);
+                    fail();
+                }
                 fl_qnet_destroy(n2);
                 fl_conv_img_disable_amx(1);
             }
