@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/heap.h"
+#include "kernels/conv_fwd.h"
 #include "kernels/dnnl.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -194,6 +195,13 @@ static fl_qnet_backend_kind bench_backend(void) {
 fl_status fl_bench_apply_backend(fl_qnet_t *n, fl_err_t *err) { return fl_qnet_set_backend(n, bench_backend(), err); }
 
 const char *fl_bench_backend_name(void) { return fl_qnet_backend_name(bench_backend()); }
+
+const char *fl_bench_amx_note(void) {
+    if (bench_backend() != FL_QNET_BACKEND_DNNL || !fl_conv_img_amx_available()) return NULL;
+    return "the Nature CNN's first convolution over uint8 frames runs on AMX's bf16 tiles (weights or output "
+           "gradients in three exact bf16 pieces: exact products, fp32 sums), counted as fp32 FLOP against the FMA "
+           "peak; FLEET_AMX=0 keeps it on the AVX-512 FMAs";
+}
 
 /* OpenBLAS core names whose kernels use AVX-512, and those that use at least AVX2. */
 static int name_in(const char *name, const char *const *list) {

@@ -75,6 +75,9 @@ int fl_bench_parse_backend(const char *v);
 fl_status fl_bench_apply_backend(fl_qnet_t *n, fl_err_t *err);
 /* The name of the backend the benches put networks on. */
 const char *fl_bench_backend_name(void);
+/* A line on the first convolution over uint8 frames on AMX's tiles where the oneDNN
+ * backend runs it so (its FLOP counted as fp32's), or NULL. */
+const char *fl_bench_amx_note(void);
 
 /* The environment settings PyTorch's side of a bench needs to run at its best on this
  * CPU, as "NAME=value NAME=value " (or ""), into buf; why, one phrase, into why:

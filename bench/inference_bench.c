@@ -267,6 +267,7 @@ int main(int argc, char **argv) {
             : o.torch  ? "not available (cannot import torch or numpy)"
                        : "not run (--no-torch)");
         if (have_torch) printf("inference_bench: %s\n", o.torch_why);
+        if (fl_bench_amx_note()) printf("inference_bench: %s\n", fl_bench_amx_note());
         printf("%-8s %6s %7s %12s %12s %8s %12s %8s %13s %8s | %12s %12s %8s\n", "network", "batch", "obs",
                "fleet step/s", "fleet smp/s", "GFLOP/s", "torch smp/s", "GFLOP/s", "layout", "ratio", "best fleet",
                "best torch", "ratio");

@@ -481,6 +481,7 @@ static void print_peak(const opts_t *o, const fl_flops_peak_t *p) {
     char line[1024];
     fl_flops_describe_peak(p, line, sizeof line);
     printf("learner_bench: %s\n", line);
+    if (fl_bench_amx_note()) printf("learner_bench: %s\n", fl_bench_amx_note());
 }
 
 /* The best of n rates (the index; -1 when none is > 0). */

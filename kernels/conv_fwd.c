@@ -758,6 +758,7 @@ struct fl_conv_img {
      * grow, and the sums of every (panel, tile of 16 inputs), shared */
     uint16_t *abuf;
     float *acc;
+    long *xo;
     int abuf_threads;
 };
 
@@ -795,8 +796,10 @@ fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g) {
 
 int fl_conv_img_amx(const fl_conv_img_t *c) { return c->amx; }
 
+int fl_conv_img_amx_available(void) { return amx_ready(); }
+
 void fl_conv_img_destroy(fl_conv_img_t *c) {
-    if (c) fl_conv_fwd_destroy(c->w), free(c->wbuf), free(c->abuf), free(c->acc);
+    if (c) fl_conv_fwd_destroy(c->w), free(c->wbuf), free(c->abuf), free(c->acc), free(c->xo);
     free(c);
 }
 
@@ -1133,12 +1136,17 @@ __attribute__((target("avx512f,amx-tile,amx-bf16"))) static int amx_run(const fl
  * exact in bf16) x dy[p][o] (after relu's mask; cut into three exact bf16 pieces): exact
  * products, summed in fp32 by the tiles. The sums' tiles: 16 outputs (a panel) x 16 of a
  * kernel row's k x cin values (an input tile; a row's last may run past it: those
- * columns are dropped), summed over an image's pixels 32 at a time (a step). A thread
- * owns items of two input tiles x two panels (four accumulating tiles), sums them over
- * every image in order (so the sums do not depend on the thread count), and for each
- * image makes: the bf16 image, dy's tiles (a panel's 16 outputs x 32 pixels, per piece:
+ * columns are dropped), summed over an image's pixels 32 at a time (a step). An item is
+ * two input tiles x two panels (four accumulating tiles) of one lane (below); a thread
+ * takes items of a lane, sums them over the lane's images in order, and for each image
+ * makes: the bf16 image, dy's tiles (a panel's 16 outputs x 32 pixels, per piece:
  * transposed from the pixel-major dy) and x's tiles for its input tiles (16 pixel pairs
  * x 16 inputs, each pair side by side). */
+
+/* The batch's images in AMX_LANES lanes (the first half, the second), each summed into
+ * sums of its own, then the lanes' sums added in order: two threads work on two images
+ * at a time, and the bits do not depend on the thread count. */
+#define AMX_LANES 2
 
 /* An image's pixels in steps of 32; a kernel row's input tiles; all of them. */
 static void amx_wshape(const fl_conv_img_t *c, long *ks, int *rt, int *kt) {
@@ -1182,11 +1190,12 @@ __attribute__((target("avx512f"))) static void transpose16(__m512 r[16]) {
     }
 }
 
-/* Image b's dy tiles (relu's mask applied where relu_y) into dt; with db, its masked dy
- * summed into db as well (per step, in four running sums). */
+/* An image's dy tiles (relu's mask applied where relu_y) into dt, pixel p's outputs at
+ * dy + yo[p]; with db, its masked dy summed into db as well (per step, in four running
+ * sums). */
 __attribute__((target("avx512f,avx512bf16"))) static void amx_dy_tiles(const fl_conv_img_t *c, const float *dy,
-                                                                      const float *relu_y, long b, const long *yc,
-                                                                      uint16_t *dt, float *db) {
+                                                                      const float *relu_y, const long *yo,
+                                                                      const long *yc, uint16_t *dt, float *db) {
     const fl_conv_fwd_geom_t *g = &c->g;
     const long P = (long)g->out_h * g->out_w;
     long ks;
@@ -1203,7 +1212,7 @@ __attribute__((target("avx512f,avx512bf16"))) static void amx_dy_tiles(const fl_
                     v[j] = _mm512_setzero_ps();
                     continue;
                 }
-                const long at = b * g->out.st[0] + p / g->out_w * g->out.st[2] + p % g->out_w * g->out.st[3] + yc[q];
+                const long at = yo[p] + yc[q];
                 v[j] = _mm512_loadu_ps(dy + at);
                 if (relu_y)
                     v[j] = _mm512_maskz_mov_ps(
@@ -1230,9 +1239,10 @@ __attribute__((target("avx512f,avx512bf16"))) static void amx_dy_tiles(const fl_
 }
 
 /* x's tiles of input tiles k0 to k1 of the bf16 image img into xt: for step st, row i holds
- * pixels 32 st + 2i and + 1, their 16 inputs side by side (0 past the image's pixels). */
+ * pixels 32 st + 2i and + 1, their 16 inputs side by side (0 past the image's pixels);
+ * pixel p's first input at img + xo[p]. */
 __attribute__((target("avx512f,avx512bw"))) static void amx_x_tiles(const fl_conv_img_t *c, const uint16_t *img,
-                                                                    int k0, int k1, uint16_t *xt) {
+                                                                    const long *xo, int k0, int k1, uint16_t *xt) {
     const fl_conv_fwd_geom_t *g = &c->g;
     const long P = (long)g->out_h * g->out_w;
     long ks;
@@ -1241,16 +1251,13 @@ __attribute__((target("avx512f,avx512bw"))) static void amx_x_tiles(const fl_con
     const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                                          21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (int t = k0; t < k1; t++) {
-        const long kh = t / rt, e0 = 16L * (t % rt);
+        const long kr = t / rt * g->in_w * g->cin + 16L * (t % rt); /* kernel row t / rt, its value 16 (t % rt) */
         for (long st = 0; st < ks; st++)
             for (int i = 0; i < 16; i++) {
                 __m256i seg[2];
                 for (int h = 0; h < 2; h++) {
                     const long p = 32 * st + 2 * i + h;
-                    seg[h] = p < P ? _mm256_loadu_si256((const __m256i *)(img + ((p / g->out_w * g->stride + kh) * g->in_w +
-                                                                                  p % g->out_w * g->stride) * g->cin +
-                                                                           e0))
-                                   : _mm256_setzero_si256();
+                    seg[h] = p < P ? _mm256_loadu_si256((const __m256i *)(img + xo[p] + kr)) : _mm256_setzero_si256();
                 }
                 const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(seg[0]), seg[1], 1);
                 _mm512_storeu_si512(xt + (st * kt + t) * 512 + i * 32, _mm512_permutexvar_epi16(idx, both));
@@ -1267,48 +1274,60 @@ __attribute__((target("avx512f,amx-tile,amx-bf16"))) static void amx_wgrad_run(f
     int rt, kt;
     amx_wshape(c, &ks, &rt, &kt);
     const long per = amx_wbuf(c, &img_n, &dyt_n), nimg = (long)g->in_h * g->in_w * g->cin;
-    const int panels = g->cout / 16, groups = (kt + 1) / 2, items = groups * (panels / 2), k = g->k, C = g->cin;
+    const int panels = g->cout / 16, pairs = panels / 2, items = (kt + 1) / 2 * pairs, k = g->k, C = g->cin;
+    const long lane_acc = (long)panels * kt * 256; /* floats of one lane's sums */
     long yc[FL_CONV_FWD_MAX_PANELS];
     panel_offsets(g, yc);
-    memset(db, 0, (size_t)g->cout * sizeof(float));
+    memset(c->acc, 0, (size_t)(AMX_LANES * lane_acc + AMX_LANES * g->cout) * sizeof(float));
+    float *lane_db = c->acc + AMX_LANES * lane_acc;
+    long *xo = c->xo, *yo = c->xo + ks * 32; /* each pixel's first input in its image, output in its image */
+    for (long p = 0; p < (long)g->out_h * g->out_w; p++) {
+        const long oy = p / g->out_w, ox = p % g->out_w;
+        xo[p] = (oy * g->stride * g->in_w + ox * g->stride) * g->cin;
+        yo[p] = oy * g->out.st[2] + ox * g->out.st[3];
+    }
 #ifdef _OPENMP
 #pragma omp parallel
 #endif
     {
-        long i0, i1;
-        team_share(items, &i0, &i1);
-        const int first = team_first();
+        long u0, u1;
+        team_share((long)AMX_LANES * items, &u0, &u1);
 #ifdef _OPENMP
         uint16_t *img = c->abuf + per * omp_get_thread_num();
 #else
         uint16_t *img = c->abuf;
 #endif
         uint16_t *dt = img + img_n, *xt = dt + dyt_n;
-        /* the input tiles of this thread's items: k0 to k1 */
-        const int k0 = i0 < i1 ? (int)(i0 / (panels / 2)) * 2 : 0,
-                  k1 = i0 < i1 ? (int)((i1 - 1) / (panels / 2)) * 2 + 2 : 0;
-        const int kend = k1 < kt ? k1 : kt;
-        if (i0 < i1 || first) {
+        if (u0 < u1) {
             amx_cfg_t cfg = {.palette = 1};
             for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
             __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
             memset(img + nimg, 0, (size_t)(img_n - nimg) * sizeof(uint16_t));
-            for (long it = i0; it < i1; it++)
-                for (int e = 0; e < 2; e++)
-                    for (int h = 0; h < 2; h++) {
-                        const int q = (int)(it % (panels / 2)) * 2 + e, t = (int)(it / (panels / 2)) * 2 + h;
-                        if (t < kt) memset(c->acc + ((long)q * kt + t) * 256, 0, 256 * sizeof(float));
-                    }
-            for (long b = 0; b < g->batch; b++) {
+        }
+        for (int lane = (int)(u0 / items); lane < AMX_LANES && (long)lane * items < u1; lane++) {
+            /* this thread's items of this lane, i0 to i1, over input tiles k0 to k1 */
+            const long i0 = (u0 > (long)lane * items ? u0 : (long)lane * items) - (long)lane * items,
+                       i1 = (u1 < (long)(lane + 1) * items ? u1 : (long)(lane + 1) * items) - (long)lane * items;
+            const int k0 = (int)(i0 / pairs) * 2, k1 = (int)((i1 - 1) / pairs) * 2 + 2;
+            float *acc = c->acc + lane * lane_acc;
+            const long bend = g->batch * (lane + 1) / AMX_LANES, iters = (i1 - i0) * ks;
+            for (long b = g->batch * lane / AMX_LANES; b < bend; b++) {
+                /* the next image's bytes, output gradients and relu's outputs into L2 while
+                 * the tiles run (a share of them each step) */
+                const char *nx[3] = {(const char *)(u8 + (b + 1) * nimg), (const char *)(dy + (b + 1) * g->out.st[0]),
+                                     relu_y ? (const char *)(relu_y + (b + 1) * g->out.st[0]) : NULL};
+                const long nlen[3] = {nimg, g->out.st[0] * 4, relu_y ? g->out.st[0] * 4 : 0},
+                           lines = b + 1 < bend ? (nlen[0] + nlen[1] + nlen[2]) / 64 + 3 : 0;
+                long done = 0, iter = 0;
                 amx_image(img, u8 + b * nimg, nimg);
-                amx_dy_tiles(c, dy, relu_y, b, yc, dt, first ? db : NULL);
-                amx_x_tiles(c, img, k0, kend, xt);
+                amx_dy_tiles(c, dy + b * g->out.st[0], relu_y ? relu_y + b * g->out.st[0] : NULL, yo, yc, dt,
+                             i0 == 0 ? lane_db + lane * g->cout : NULL);
+                amx_x_tiles(c, img, xo, k0, k1 < kt ? k1 : kt, xt);
                 for (long it = i0; it < i1; it++) {
-                    const int q0 = (int)(it % (panels / 2)) * 2, t0 = (int)(it / (panels / 2)) * 2,
+                    const int q0 = (int)(it % pairs) * 2, t0 = (int)(it / pairs) * 2,
                               t1 = t0 + 1 < kt ? t0 + 1 : t0; /* an odd count: the last tile twice */
-                    float *a00 = c->acc + ((long)q0 * kt + t0) * 256, *a01 = c->acc + ((long)q0 * kt + t1) * 256,
-                          *a10 = c->acc + ((long)(q0 + 1) * kt + t0) * 256,
-                          *a11 = c->acc + ((long)(q0 + 1) * kt + t1) * 256;
+                    float *a00 = acc + ((long)q0 * kt + t0) * 256, *a01 = acc + ((long)q0 * kt + t1) * 256,
+                          *a10 = acc + ((long)(q0 + 1) * kt + t0) * 256, *a11 = acc + ((long)(q0 + 1) * kt + t1) * 256;
                     _tile_loadd(0, a00, 64);
                     _tile_loadd(1, a01, 64);
                     _tile_loadd(2, a10, 64);
@@ -1325,6 +1344,12 @@ __attribute__((target("avx512f,amx-tile,amx-bf16"))) static void amx_wgrad_run(f
                             _tile_dpbf16ps(2, 7, 4);
                             _tile_dpbf16ps(3, 7, 5);
                         }
+                        for (const long to = lines * ++iter / iters; done < to; done++) {
+                            long at = done * 64;
+                            int r = 0;
+                            while (r < 2 && at >= nlen[r]) at -= nlen[r], r++;
+                            if (at < nlen[r]) _mm_prefetch(nx[r] + at, _MM_HINT_T1);
+                        }
                     }
                     _tile_stored(0, a00, 64);
                     _tile_stored(1, a01, 64);
@@ -1332,24 +1357,26 @@ __attribute__((target("avx512f,amx-tile,amx-bf16"))) static void amx_wgrad_run(f
                     _tile_stored(3, a11, 64);
                 }
             }
-            _tile_release();
         }
-        /* this thread's sums, times scale / 255, to dw (cout, cin, k, k) */
-        const float fs = scale * (1.0f / 255.0f);
-        for (long it = i0; it < i1; it++)
-            for (int e = 0; e < 2; e++)
-                for (int h = 0; h < 2; h++) {
-                    const int q = (int)(it % (panels / 2)) * 2 + e, t = (int)(it / (panels / 2)) * 2 + h;
-                    if (t >= kt) continue;
-                    const float *a = c->acc + ((long)q * kt + t) * 256;
-                    const int kh = t / rt;
-                    for (int n = 0; n < 16; n++) {
-                        const int ev = 16 * (t % rt) + n;
-                        if (ev >= k * C) break;
-                        for (int o = 0; o < 16; o++)
-                            dw[(((size_t)(16 * q + o) * C + ev % C) * k + kh) * k + ev / C] = fs * a[o * 16 + n];
-                    }
+        if (u0 < u1) _tile_release();
+    }
+    /* the lanes' sums, in lane order, times scale / 255, to dw (cout, cin, k, k) and db */
+    const float fs = scale * (1.0f / 255.0f);
+    for (int q = 0; q < panels; q++)
+        for (int t = 0; t < kt; t++)
+            for (int n = 0; n < 16 && 16 * (t % rt) + n < k * C; n++) {
+                const int ev = 16 * (t % rt) + n, kh = t / rt;
+                for (int o = 0; o < 16; o++) {
+                    float sum = 0;
+                    for (int lane = 0; lane < AMX_LANES; lane++)
+                        sum += c->acc[lane * lane_acc + ((long)q * kt + t) * 256 + o * 16 + n];
+                    dw[(((size_t)(16 * q + o) * C + ev % C) * k + kh) * k + ev / C] = fs * sum;
                 }
+            }
+    for (int o = 0; o < g->cout; o++) {
+        float sum = 0;
+        for (int lane = 0; lane < AMX_LANES; lane++) sum += lane_db[lane * g->cout + o];
+        db[o] = sum;
     }
 }
 
@@ -1365,7 +1392,10 @@ static int amx_wgrad(fl_conv_img_t *c, const unsigned char *u8, float scale, con
     long ks, img_n, dyt_n;
     int rt, kt;
     amx_wshape(c, &ks, &rt, &kt);
-    if (!c->acc && !(c->acc = aligned_alloc(64, (size_t)c->g.cout / 16 * kt * 256 * sizeof(float)))) return -1;
+    if (!c->acc && !(c->acc = aligned_alloc(64, (size_t)AMX_LANES * (c->g.cout / 16 * kt * 256 + c->g.cout) *
+                                                    sizeof(float))))
+        return -1;
+    if (!c->xo && !(c->xo = malloc((size_t)ks * 64 * sizeof(long)))) return -1;
     if (threads > c->abuf_threads) {
         uint16_t *buf = aligned_alloc(64, (size_t)amx_wbuf(c, &img_n, &dyt_n) * threads * sizeof(uint16_t));
         if (!buf) return -1;

@@ -103,6 +103,9 @@ size_t fl_conv_img_weights_size(const fl_conv_img_t *c);
  * the scale applied to each sum). Float images, or a failed allocation, run the AVX-512
  * tiles. The packed weights (fl_conv_img_weights) are read fastest 64-byte aligned. */
 int fl_conv_img_amx(const fl_conv_img_t *c);
+/* 1 where convolutions created now would use AMX (the CPU, Linux and the switches below
+ * allowing). */
+int fl_conv_img_amx_available(void);
 /* off != 0: convolutions created from now on do not use AMX (as FLEET_AMX=0 in the
  * environment); 0: they do where they can. */
 void fl_conv_img_disable_amx(int off);
