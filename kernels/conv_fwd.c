@@ -715,8 +715,8 @@ static int g_amx_off;
 
 void fl_conv_img_disable_amx(int off) { g_amx_off = off; }
 
-/* 1 where the CPU has AMX's tiles and bf16 products and Linux grants this process their
- * state (asked once), unless fl_conv_img_disable_amx or FLEET_AMX=0 in the environment
+/* 1 where the CPU has AMX's tiles and bf16 products (and AVX-512 with BW and BF16) and
+ * Linux grants this process their state (asked once), unless fl_conv_img_disable_amx or FLEET_AMX=0 in the environment
  * turned them off. */
 static int amx_ready(void) {
 #ifdef HAVE_AMX_VERSION
@@ -726,8 +726,10 @@ static int amx_ready(void) {
     if (s < 0) {
         unsigned a, b, cx, d;
         const char *env = getenv("FLEET_AMX");
+        unsigned a1, b1, c1, d1; /* leaf 7.1: AVX512-BF16 (EAX bit 5), for the conversions */
         s = !(env && strcmp(env, "0") == 0) && __builtin_cpu_supports("avx512f") &&
-            __get_cpuid_count(7, 0, &a, &b, &cx, &d) && (d >> 22 & 1) && (d >> 24 & 1) &&
+            __builtin_cpu_supports("avx512bw") && __get_cpuid_count(7, 0, &a, &b, &cx, &d) && (d >> 22 & 1) &&
+            (d >> 24 & 1) && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && (a1 >> 5 & 1) &&
             syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
         __atomic_store_n(&state, s, __ATOMIC_RELEASE);
     }

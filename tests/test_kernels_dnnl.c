@@ -909,14 +909,16 @@ typedef struct img_case {
     float scale;
 } img_case_t;
 
-/* The CPU has AMX-BF16 and AMX-TILE, Linux grants this process their state, and
- * FLEET_AMX=0 is not in the environment. */
+/* The CPU has AMX-BF16 and AMX-TILE (and AVX-512 BW and BF16), Linux grants this process
+ * their state, and FLEET_AMX=0 is not in the environment. */
 static int cpu_has_amx(void) {
 #if defined(__x86_64__) && defined(__linux__)
     unsigned a, b, c, d;
     const char *env = getenv("FLEET_AMX");
-    return !(env && strcmp(env, "0") == 0) && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) &&
-           (d >> 24 & 1) &&
+    unsigned a1, b1, c1, d1;
+    return !(env && strcmp(env, "0") == 0) && __builtin_cpu_supports("avx512bw") &&
+           __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1) &&
+           __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && (a1 >> 5 & 1) && /* AVX512-BF16 */
            syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
 #else
     return 0;
