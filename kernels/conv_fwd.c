@@ -1171,12 +1171,15 @@ static long amx_wbuf(const fl_conv_img_t *c, long *img, long *dyt) {
 /* 16 vectors of 16 floats transposed in place. */
 __attribute__((target("avx512f"))) static void transpose16(__m512 r[16]) {
     __m512 t[16];
-    for (int i = 0; i < 8; i++)
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]), t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
     for (int i = 0; i < 4; i++) {
         const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]),
                       cc = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
-        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
         r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(cc, d));
         r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(cc, d));
     }

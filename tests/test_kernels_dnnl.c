@@ -950,7 +950,8 @@ static void image_conv_exact(const fl_conv_fwd_geom_t *g, float scale) {
             for (int i = 0; i < g->out_h; i++)
                 for (int j = 0; j < g->out_w; j++) {
                     const int c = o % C, a = o / C % k, b = o / C / k % k;
-                    const size_t at = (size_t)n * D + ((size_t)(i * g->stride + a) * g->in_w + j * g->stride + b) * C + c;
+                    const size_t at =
+                        (size_t)n * D + ((size_t)(i * g->stride + a) * g->in_w + j * g->stride + b) * C + c;
                     const double want = (double)scale / 255.0 * u8[at] * w[(((size_t)o * C + c) * k + a) * k + b];
                     const float got = y[tile_at(&g->out, n, o, i, j)];
                     if (!(fabs(got - want) <= ldexp(fabs(want), -21))) {
