@@ -1029,6 +1029,16 @@ typedef struct __attribute__((packed)) {
     uint8_t rows[16];
 } amx_cfg_t;
 
+/* The calling thread's tiles configured: 0-5 of rows rows, 6 and 7 of 16, each row 64
+ * bytes. (ldtilecfg reads all 64 bytes of the configuration: said so here, not through
+ * _tile_loadconfig, whose operand tells the compiler of 8 only and lets it drop the
+ * stores before.) */
+__attribute__((target("amx-tile"))) static void amx_configure(int rows) {
+    amx_cfg_t cfg = {.palette = 1};
+    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = (uint8_t)(t < 6 ? rows : 16);
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+}
+
 /* The forward on AMX tiles. A block is am output pixels of one output row, side by side
  * in a tile's rows: the tile of kernel row kh and values 32 j on of a block is read
  * straight from the bf16 image, a pixel's 32 values one tile row, stride x cin values
@@ -1069,11 +1079,7 @@ __attribute__((target("avx512f,amx-tile,amx-bf16"))) static int amx_run(const fl
         uint16_t *img = bufs;
 #endif
         if (u0 < u1) {
-            amx_cfg_t cfg = {.palette = 1};
-            for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = (uint8_t)(t < 6 ? m : 16);
-            /* (ldtilecfg reads all 64 bytes: said so, not through _tile_loadconfig, whose
-             * operand tells the compiler of 8 only and lets it drop the stores before) */
-            __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+            amx_configure(m);
             memset(img + nimg, 0, (size_t)(per - nimg) * sizeof(uint16_t));
             float acc[4][16 * 16] __attribute__((aligned(64)));
             long have = -1;
@@ -1304,9 +1310,7 @@ __attribute__((target("avx512f,amx-tile,amx-bf16"))) static void amx_wgrad_run(f
 #endif
         uint16_t *dt = img + img_n, *xt = dt + dyt_n;
         if (u0 < u1) {
-            amx_cfg_t cfg = {.palette = 1};
-            for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-            __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+            amx_configure(16);
             memset(img + nimg, 0, (size_t)(img_n - nimg) * sizeof(uint16_t));
         }
         for (int lane = (int)(u0 / items); lane < AMX_LANES && (long)lane * items < u1; lane++) {
