@@ -1511,7 +1511,16 @@ static fl_status unary_bb(fl_rpc_channel_t *ch, const char *method, grpc_byte_bu
     if (e != GRPC_CALL_OK) {
         st = fl_err_set(err, FL_INTERNAL, "%s: cannot start call (%d)", method, (int)e);
     } else {
-        grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (flags & FL_RPC_STOPPABLE) {
+            int cancelled = 0;
+            while (grpc_completion_queue_pluck(cq, (void *)1, deadline_from_ms(100), NULL).type == GRPC_QUEUE_TIMEOUT)
+                if (!cancelled && fl_stop_requested()) {
+                    cancelled = 1;
+                    grpc_call_cancel_with_status(call, GRPC_STATUS_CANCELLED, "the process was asked to stop", NULL);
+                }
+        } else {
+            grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        }
         st = call_status(&ch->sec, ch, flags, method, code, details, error_string, err);
         if (st == FL_OK && !*recv_bb) st = fl_err_set(err, FL_INTERNAL, "%s: server sent no response message", method);
     }

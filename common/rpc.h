@@ -178,9 +178,9 @@ void fl_rpc_buf_free(fl_rpc_buf_t *b);
 #define FL_RPC_WAIT_FOR_READY 1u /* wait (until the deadline) for the server to come up */
 #define FL_RPC_BUFFERED 2u       /* streams: messages may be coalesced into fewer writes; they go out
                                     when the write buffer fills or the stream is finished */
-#define FL_RPC_STOPPABLE 4u      /* streams: once the process is asked to stop (common/stop.h), a send
-                                    or finish that waits (on a server holding back, say) cancels the
-                                    call: it ends CANCELLED within ~0.1 s */
+#define FL_RPC_STOPPABLE 4u      /* once the process is asked to stop (common/stop.h), a unary call, or
+                                    a stream's send or finish, that waits (on a server holding back,
+                                    say) cancels the call: it ends CANCELLED within ~0.1 s */
 
 /* target: "host:port" or "unix:/path". max_message_bytes as for the server (0 = default). */
 fl_status fl_rpc_channel_create(const char *target, int max_message_bytes, fl_rpc_channel_t **out,

@@ -153,14 +153,15 @@ static fl_status first_failure(const fl_param_client_t *c, const job *jobs, cons
                       jobs[first].err.msg);
 }
 
-/* Packs, sends and unpacks one protobuf-c unary call, counting bytes. */
+/* Packs, sends and unpacks one protobuf-c unary call, counting bytes; flags added to
+ * FL_RPC_WAIT_FOR_READY. */
 static fl_status call_pb(fl_param_client_t *c, int s, const char *method, const ProtobufCMessage *req,
                          const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp, int64_t timeout_ms,
-                         uint64_t *sent, fl_err_t *err) {
+                         unsigned flags, uint64_t *sent, fl_err_t *err) {
     size_t len = protobuf_c_message_get_packed_size(req);
     atomic_fetch_add(&c->sent, len);
     if (sent) *sent = len;
-    fl_status st = fl_rpc_unary_pb(c->sh[s].ch, method, req, desc, resp, timeout_ms, FL_RPC_WAIT_FOR_READY, err);
+    fl_status st = fl_rpc_unary_pb(c->sh[s].ch, method, req, desc, resp, timeout_ms, FL_RPC_WAIT_FOR_READY | flags, err);
     if (st == FL_OK) atomic_fetch_add(&c->received, protobuf_c_message_get_packed_size(*resp));
     return st;
 }
@@ -203,7 +204,7 @@ static void publish_one(void *arg, int s) {
     req.params = &ps;
     ProtobufCMessage *resp = NULL;
     j->st = call_pb(x->c, s, fl_method_path(FL_METHOD_PARAM_PUBLISH), &req.base, &fleet__publish_response__descriptor, &resp,
-                    x->timeout_ms, NULL, &j->err);
+                    x->timeout_ms, 0, NULL, &j->err);
     if (resp) protobuf_c_message_free_unpacked(resp, NULL);
 }
 
@@ -493,7 +494,7 @@ static void push_one(void *arg, int s) {
     }
     ProtobufCMessage *resp = NULL;
     j->st = call_pb(x->c, s, fl_method_path(FL_METHOD_PARAM_PUSH_GRADIENTS), &req.base, &fleet__push_gradients_response__descriptor,
-                    &resp, x->timeout_ms, &x->sent[s], &j->err);
+                    &resp, x->timeout_ms, FL_RPC_STOPPABLE, &x->sent[s], &j->err);
     x->resp[s] = (Fleet__PushGradientsResponse *)resp;
 }
 
@@ -584,7 +585,7 @@ fl_status fl_param_info_shard(fl_param_client_t *c, int s, int64_t timeout_ms, f
     fl_err_t e;
     fl_err_init(&e);
     fl_status st =
-        call_pb(c, s, fl_method_path(FL_METHOD_PARAM_INFO), &req.base, &fleet__param_info__descriptor, &m, timeout_ms, NULL, &e);
+        call_pb(c, s, fl_method_path(FL_METHOD_PARAM_INFO), &req.base, &fleet__param_info__descriptor, &m, timeout_ms, 0, NULL, &e);
     if (st != FL_OK) {
         if (c->P == 1) return fl_err_set(err, st, "%s", e.msg);
         return fl_err_set(err, st, "info: shard %d (%s): %s", s, c->sh[s].addr, e.msg);

@@ -84,7 +84,10 @@ typedef struct fl_param_push_result {
  * (FL_INVALID_ARGUMENT naming the index, nothing sent). With opts.quantize the slices
  * go as 1-bit codes with error feedback; when a shard's call fails, the whole of that
  * slice's value stays in the residual (nothing is lost); a dropped slice is not
- * resent. res (may be NULL) is filled for the shards that answered. */
+ * resent. res (may be NULL) is filled for the shards that answered. A push whose reply
+ * a shard holds back (stale_policy = wait) ends FL_CANCELLED within ~0.1 s once the
+ * process is asked to stop (common/stop.h): a stopping learner does not wait out
+ * paramserver.wait_timeout_s for a learner that has already gone. */
 fl_status fl_param_push(fl_param_client_t *c, const float *grads, size_t n, fl_param_push_result_t *res,
                         int64_t timeout_ms, fl_err_t *err);
 

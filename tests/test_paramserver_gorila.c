@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/rpc.h"
+#include "common/stop.h"
 #include "fleet.pb-c.h"
 #include "kernels/optim.h"
 #include "paramserver/client.h"
@@ -415,6 +416,31 @@ static void test_wait_released_by_stop(void **state) {
     cluster_stop(c);
 }
 
+/* wait: a learner asked to stop does not sit out the hold (its slow peer may have gone
+ * for good): the held push ends CANCELLED. The stop request is process-wide and
+ * permanent, so this test runs last. */
+static void test_held_push_cancelled_by_stop(void **state) {
+    (void)state;
+    enum { N = 10 };
+    fl_paramserver_service_opts_t opts = wait_opts(1, 30);
+    cluster *c = cluster_start(&opts);
+    fl_param_client_t *fast = client(c, 0, 0), *slow = client(c, 1, 0);
+    float p[N], g[N];
+    reach_the_bound(fast, slow, p, g, N);
+    pusher x;
+    pthread_t th;
+    start_pusher(&x, &th, fast, g, N);
+    await_waits(slow, 1, 1);
+    fl_stop_request();
+    pthread_join(th, NULL);
+    /* without the cancel: FL_OK with wait_timed_out after the 30 s */
+    assert_int_equal(x.st, FL_CANCELLED);
+    assert_int_equal(info(slow, 0).wait_timeouts, 0);
+    fl_param_client_destroy(fast);
+    fl_param_client_destroy(slow);
+    cluster_stop(c);
+}
+
 static fl_status raw_push(fl_rpc_channel_t *ch, uint32_t learner, uint64_t based_on, uint64_t offset, uint64_t total,
                           const float *g, int64_t n, size_t bytes, const Fleet__QuantizedGradients *q, fl_err_t *err) {
     Fleet__Tensor t = FLEET__TENSOR__INIT;
@@ -643,6 +669,7 @@ int main(void) {
         cmocka_unit_test(test_malformed_pushes),
         cmocka_unit_test(test_quantized_push),
         cmocka_unit_test(test_overflowing_push_refused),
+        cmocka_unit_test(test_held_push_cancelled_by_stop), /* last: it requests the process's stop */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
