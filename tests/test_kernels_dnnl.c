@@ -249,6 +249,55 @@ static void test_conv_chains(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) compare(&cases[i], batches, 2);
 }
 
+/* A dense layer after a flatten of a convolution's output, on oneDNN's product, with at
+ * least as many rows in the batch as it has outputs, reads that output as it lies and
+ * its weights with their columns in the same order (kernels/dnnl.c, perm; the weight
+ * gradient put back in the plain order); at a smaller batch, the plain copy. Both as the
+ * reference computes, in a blocked and a channels-last layout, and again after the
+ * parameters change (the permuted weights are made again). */
+static void test_flatten_edge_order(void **state) {
+    NEED_DNNL();
+    const net_case_t t = {"conv(16,3,1,1) relu conv(32,3,2) relu flatten dense(40) relu dueling", 12, 12, 4, 5, 0};
+    const int batches[] = {48, 2, 48};
+    compare(&t, batches, 3);
+    const net_case_t m = {MINATAR, 10, 10, 4, 6, 255.0f};
+    const int mb[] = {128, 64};
+    compare(&m, mb, 2);
+
+    enum { B = 48 };
+    fl_qnet_t *n = make_net(&t, B);
+    const size_t D = (size_t)fl_qnet_obs_dim(n), A = 5;
+    float *obs = malloc(B * D * 4), q[B * A], q_ref[B * A];
+    fl_err_t err;
+    fl_err_init(&err);
+    fill_obs(obs, B * D, 1, 1.0f, 0);
+    char desc[4096];
+    for (int round = 0; round < 2; round++) {
+        if (round) { /* new parameters: the permuted weights must follow */
+            float *w = fl_qnet_params(n);
+            for (size_t i = 0; i < fl_qnet_num_params(n); i++) w[i] = -w[i];
+        }
+        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_REF, &err), FL_OK);
+        assert_int_equal(fl_qnet_forward(n, obs, B, q_ref), FL_OK);
+        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_DNNL, &err), FL_OK);
+        assert_int_equal(fl_qnet_forward(n, obs, B, q), FL_OK);
+        expect_close(q, q_ref, B * A, t.spec, round ? "q, new parameters" : "q", B);
+    }
+    /* no copy of the activations (with the convolutions' layouts on AVX-512 and AVX2, the
+     * weights permuted instead) */
+    assert_true(fl_qnet_describe_kernels(n, B, desc, sizeof desc) > 0);
+    if (strstr(desc, "dense reorder") || strstr(desc, "flatten reorder") ||
+        (__builtin_cpu_supports("avx512f") && !strstr(desc, "dense weights (edge order)"))) {
+        print_error("batch %d: the dense layer should read the flattened edge as it lies:\n%s", B, desc);
+        fail();
+    }
+    assert_int_equal(fl_qnet_forward(n, obs, 2, q), FL_OK);
+    assert_true(fl_qnet_describe_kernels(n, 2, desc, sizeof desc) > 0);
+    assert_null(strstr(desc, "(edge order)"));
+    free(obs);
+    fl_qnet_destroy(n);
+}
+
 /* A first convolution with a stride that divides its kernel and no padding runs as a
  * stride-1 convolution on the space-to-depth input (kernels/dnnl.c): rows and columns
  * it does not reach (their dobs is 0), one input channel, the input scale, a chain after
@@ -1581,9 +1630,20 @@ int main(void) {
     pick_seed();
     fl_rng_init_stream(&g_rng, g_seed, 7);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv_shapes),   cmocka_unit_test(test_conv_chains),
-        cmocka_unit_test(test_space_to_depth), cmocka_unit_test(test_dense), cmocka_unit_test(test_nature),
-        cmocka_unit_test(test_minatar),       cmocka_unit_test(test_mlp), cmocka_unit_test(test_mlp_image), cmocka_unit_test(test_sparse_inputs), cmocka_unit_test(test_sparse_sums), cmocka_unit_test(test_dense_small), cmocka_unit_test(test_dense_small_sums), cmocka_unit_test(test_dense_thin),
+        cmocka_unit_test(test_conv_shapes),
+        cmocka_unit_test(test_conv_chains),
+        cmocka_unit_test(test_flatten_edge_order),
+        cmocka_unit_test(test_space_to_depth),
+        cmocka_unit_test(test_dense),
+        cmocka_unit_test(test_nature),
+        cmocka_unit_test(test_minatar),
+        cmocka_unit_test(test_mlp),
+        cmocka_unit_test(test_mlp_image),
+        cmocka_unit_test(test_sparse_inputs),
+        cmocka_unit_test(test_sparse_sums),
+        cmocka_unit_test(test_dense_small),
+        cmocka_unit_test(test_dense_small_sums),
+        cmocka_unit_test(test_dense_thin),
         cmocka_unit_test(test_dense_mid), cmocka_unit_test(test_dense_thin_sums),
         cmocka_unit_test(test_tiles), cmocka_unit_test_teardown(test_tiles_sums, unforce_avx2),
         cmocka_unit_test(test_wide_tiles),
