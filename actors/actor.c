@@ -476,6 +476,7 @@ static fl_status build_net(actor_t *a, fl_rng_t *init_rng, fl_err_t *err) {
     }
     fl_qnet_init(a->net, init_rng);
     fl_qnet_set_input_scale(a->net, (float)o->input_scale);
+    fl_qnet_set_inference(a->net, 1);
     FL_TRY(fl_nstep_create(a->num_envs, o->n_step, (float)o->gamma, a->obs_bytes, &a->nstep, err));
 
     ALLOC(obs, N * a->obs_bytes);

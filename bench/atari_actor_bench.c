@@ -50,6 +50,7 @@ static double run(const char *game, int n, double seconds, uint64_t seed) {
     fl_rng_init(&rng, seed);
     fl_qnet_init(net, &rng);
     fl_qnet_set_input_scale(net, 255.0f);
+    fl_qnet_set_inference(net, 1);
     size_t ob = fl_env_obs_size(d), oc = fl_env_obs_count(d);
     uint8_t *obs = malloc((size_t)n * ob);
     float *x = malloc((size_t)n * oc * sizeof *x), *q = malloc((size_t)n * (size_t)d->num_actions * sizeof *q);

@@ -125,6 +125,7 @@ static double fleet_rate(const netcase_t *c, int B, double seconds, double *best
     fl_rng_init(&s.rng, 1);
     fl_qnet_init(s.net, &s.rng);
     fl_qnet_set_input_scale(s.net, c->input_scale);
+    fl_qnet_set_inference(s.net, 1); /* as the actors set it */
     s.count = (size_t)B * (size_t)fl_qnet_obs_dim(s.net);
     s.obs = malloc(s.count * fl_dtype_size(c->dtype));
     s.q = malloc((size_t)B * (size_t)c->actions * sizeof(float));

@@ -155,6 +155,7 @@ static fl_status open_all(fl_evaluator_t *e, const char *param_addr, const char 
         return s;
     }
     fl_qnet_set_input_scale(e->net, (float)o->input_scale);
+    fl_qnet_set_inference(e->net, 1);
     fl_rng_init_stream(&e->seeder, o->seed, FL_EVALUATOR_SEED_STREAM + (uint64_t)e->index);
     FL_TRY(fl_param_client_create(param_addr, &e->params, err));
     if (o->deterministic) FL_TRY(fl_replay_client_create(o->replay_addr, &e->replay, err));

@@ -207,6 +207,7 @@ struct fl_dnnl_net {
     int img_h, img_w, img_c, obs_dim, num_actions, max_batch;
     float *params, *grads;
     const unsigned long long *params_gen;
+    const int *inference; /* may be NULL */
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     plan_t *plans[FL_DNNL_MAX_PLANS];
@@ -828,14 +829,16 @@ static fl_status fwd_dense(bld_t *b, int i) {
     const int thin = in <= DENSE_THIN_IN && fl_dense_small_preferred();
     const int head = !thin && out_n <= DENSE_HEAD_OUT && fl_dense_small_supported();
     /* fleet's own forwards read the plain input; oneDNN's product reads an edge that is
-     * not plain as it lies where it can (perm) and the batch has as many rows as the layer
-     * has outputs: a training step then permutes out_n x in weights twice (forward, and
-     * the gradient back) where it saved 3-4 reorders of B x in activations (the Nature
-     * CNN's 3136 x 512 layer at batch 32: 1.0 ms more a step on a 2-core AMD EPYC; the
-     * MinAtar network's 1024 x 128 one at batch 512: 0.34 ms less, 10% of the update) */
+     * not plain as it lies where it can (perm), in an inference network (its weights
+     * permuted once per change of the parameters) or where the batch has as many rows as
+     * the layer has outputs: a training step then permutes out_n x in weights twice
+     * (forward, and the gradient back) where it saved 3-4 reorders of B x in activations
+     * (the Nature CNN's 3136 x 512 layer at batch 32: 1.0 ms more a step on a 2-core AMD
+     * EPYC; the MinAtar network's 1024 x 128 one at batch 512: 0.34 ms less, 10% of the
+     * update) */
     dnnl_memory_desc_t wp;
-    const int prim = !tiles && !small && !thin && !head;
-    lp->perm = prim && !plain && B >= out_n && perm_wmd(&e->md, out_n, &wp);
+    const int prim = !tiles && !small && !thin && !head, inference = n->inference && *n->inference;
+    lp->perm = prim && !plain && (inference || B >= out_n) && perm_wmd(&e->md, out_n, &wp);
     if (lp->perm)
         lp->src = e;
     else
@@ -1871,6 +1874,7 @@ fl_status fl_dnnl_net_create(const fl_dnnl_net_desc_t *d, fl_dnnl_net_t **out, f
     n->max_batch = d->max_batch;
     n->params = d->params;
     n->params_gen = d->params_gen;
+    n->inference = d->inference;
     n->grads = d->grads;
     dnnl_status_t st = dnnl_engine_create(&n->engine, dnnl_cpu, 0);
     if (st == dnnl_success) st = dnnl_stream_create(&n->stream, n->engine, dnnl_stream_default_flags);

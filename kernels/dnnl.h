@@ -82,6 +82,8 @@ typedef struct fl_dnnl_net_desc {
     /* Bumped by the owner at every (possible) change of params: a forward converts the
      * weights into its kernels' layouts again only when it moved since the last. */
     const unsigned long long *params_gen;
+    /* Not 0 (read when a plan is made): an inference network (fl_qnet_set_inference) */
+    const int *inference;
 } fl_dnnl_net_desc_t;
 
 /* 1 when fleet was built with oneDNN (FLEET_DNNL), else 0. */

@@ -87,6 +87,7 @@ struct fl_qnet {
     size_t num_params;
     float *params, *grads;
     unsigned long long params_gen; /* counts the (possible) changes of params: see fl_qnet_params */
+    int inference;                 /* fl_qnet_set_inference */
     fl_qnet_backend_kind backend;
     fl_dnnl_net_t *dnnl; /* the oneDNN backend's network, made when first chosen */
     size_t arena_floats; /* the reference backend's arena */
@@ -513,7 +514,8 @@ static fl_status make_dnnl(fl_qnet_t *n, fl_err_t *err) {
     const fl_dnnl_net_desc_t d = {.layers = layers, .num_layers = n->num_layers, .img_h = n->img_h,
                                   .img_w = n->img_w, .img_c = n->img_c, .obs_dim = n->obs_dim,
                                   .num_actions = n->num_actions, .max_batch = n->max_batch,
-                                  .params = n->params, .grads = n->grads, .params_gen = &n->params_gen};
+                                  .params = n->params, .grads = n->grads, .params_gen = &n->params_gen,
+                                  .inference = &n->inference};
     return fl_dnnl_net_create(&d, &n->dnnl, err);
 }
 
@@ -602,6 +604,8 @@ float *fl_qnet_grads(fl_qnet_t *n) { return n->grads; }
 int fl_qnet_num_views(const fl_qnet_t *n) { return n->num_views; }
 int fl_qnet_obs_dim(const fl_qnet_t *n) { return n->obs_dim; }
 void fl_qnet_set_input_scale(fl_qnet_t *n, float scale) { n->in_scale = scale; }
+
+void fl_qnet_set_inference(fl_qnet_t *n, int on) { n->inference = on != 0; }
 float fl_qnet_input_scale(const fl_qnet_t *n) { return n->in_scale; }
 int fl_qnet_num_actions(const fl_qnet_t *n) { return n->num_actions; }
 int fl_qnet_max_batch(const fl_qnet_t *n) { return n->max_batch; }

@@ -250,11 +250,11 @@ static void test_conv_chains(void **state) {
 }
 
 /* A dense layer after a flatten of a convolution's output, on oneDNN's product, with at
- * least as many rows in the batch as it has outputs, reads that output as it lies and
- * its weights with their columns in the same order (kernels/dnnl.c, perm; the weight
- * gradient put back in the plain order); at a smaller batch, the plain copy. Both as the
- * reference computes, in a blocked and a channels-last layout, and again after the
- * parameters change (the permuted weights are made again). */
+ * least as many rows in the batch as it has outputs, or in an inference network at any
+ * batch, reads that output as it lies and its weights with their columns in the same
+ * order (kernels/dnnl.c, perm; the weight gradient put back in the plain order); else the
+ * plain copy. Both as the reference computes, in a blocked and a channels-last layout,
+ * and again after the parameters change (the permuted weights are made again). */
 static void test_flatten_edge_order(void **state) {
     NEED_DNNL();
     const net_case_t t = {"conv(16,3,1,1) relu conv(32,3,2) relu flatten dense(40) relu dueling", 12, 12, 4, 5, 0};
@@ -264,38 +264,43 @@ static void test_flatten_edge_order(void **state) {
     const int mb[] = {128, 64};
     compare(&m, mb, 2);
 
-    enum { B = 48 };
-    fl_qnet_t *n = make_net(&t, B);
-    const size_t D = (size_t)fl_qnet_obs_dim(n), A = 5;
-    float *obs = malloc(B * D * 4), q[B * A], q_ref[B * A];
-    fl_err_t err;
-    fl_err_init(&err);
-    fill_obs(obs, B * D, 1, 1.0f, 0);
-    char desc[4096];
-    for (int round = 0; round < 2; round++) {
-        if (round) { /* new parameters: the permuted weights must follow */
-            float *w = fl_qnet_params(n);
-            for (size_t i = 0; i < fl_qnet_num_params(n); i++) w[i] = -w[i];
+    for (int inference = 0; inference < 2; inference++) {
+        const int B = inference ? 2 : 48, A = 5;
+        fl_qnet_t *n = make_net(&t, 48);
+        fl_qnet_set_inference(n, inference);
+        const size_t D = (size_t)fl_qnet_obs_dim(n);
+        float *obs = malloc((size_t)B * D * 4), q[48 * 5], q_ref[48 * 5];
+        fl_err_t err;
+        fl_err_init(&err);
+        fill_obs(obs, (size_t)B * D, 1, 1.0f, 0);
+        char desc[4096];
+        for (int round = 0; round < 2; round++) {
+            if (round) { /* new parameters: the permuted weights must follow */
+                float *w = fl_qnet_params(n);
+                for (size_t i = 0; i < fl_qnet_num_params(n); i++) w[i] = -w[i];
+            }
+            assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_REF, &err), FL_OK);
+            assert_int_equal(fl_qnet_forward(n, obs, B, q_ref), FL_OK);
+            assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_DNNL, &err), FL_OK);
+            assert_int_equal(fl_qnet_forward(n, obs, B, q), FL_OK);
+            expect_close(q, q_ref, (size_t)B * A, t.spec, round ? "q, new parameters" : "q", B);
         }
-        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_REF, &err), FL_OK);
-        assert_int_equal(fl_qnet_forward(n, obs, B, q_ref), FL_OK);
-        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_DNNL, &err), FL_OK);
-        assert_int_equal(fl_qnet_forward(n, obs, B, q), FL_OK);
-        expect_close(q, q_ref, B * A, t.spec, round ? "q, new parameters" : "q", B);
+        /* no copy of the activations (the convolutions' layouts are oneDNN's blocked or
+         * channels-last ones on AVX-512: the weights permuted instead) */
+        assert_true(fl_qnet_describe_kernels(n, B, desc, sizeof desc) > 0);
+        if (strstr(desc, "dense reorder") || strstr(desc, "flatten reorder") ||
+            (__builtin_cpu_supports("avx512f") && !strstr(desc, "dense weights (edge order)"))) {
+            print_error("batch %d: the dense layer should read the flattened edge as it lies:\n%s", B, desc);
+            fail();
+        }
+        if (!inference) { /* a training network at a batch of fewer rows than outputs: the copy */
+            assert_int_equal(fl_qnet_forward(n, obs, 2, q), FL_OK);
+            assert_true(fl_qnet_describe_kernels(n, 2, desc, sizeof desc) > 0);
+            assert_null(strstr(desc, "(edge order)"));
+        }
+        free(obs);
+        fl_qnet_destroy(n);
     }
-    /* no copy of the activations (with the convolutions' layouts on AVX-512 and AVX2, the
-     * weights permuted instead) */
-    assert_true(fl_qnet_describe_kernels(n, B, desc, sizeof desc) > 0);
-    if (strstr(desc, "dense reorder") || strstr(desc, "flatten reorder") ||
-        (__builtin_cpu_supports("avx512f") && !strstr(desc, "dense weights (edge order)"))) {
-        print_error("batch %d: the dense layer should read the flattened edge as it lies:\n%s", B, desc);
-        fail();
-    }
-    assert_int_equal(fl_qnet_forward(n, obs, 2, q), FL_OK);
-    assert_true(fl_qnet_describe_kernels(n, 2, desc, sizeof desc) > 0);
-    assert_null(strstr(desc, "(edge order)"));
-    free(obs);
-    fl_qnet_destroy(n);
 }
 
 /* A first convolution with a stride that divides its kernel and no padding runs as a
