@@ -154,7 +154,8 @@ typedef struct lplan {
                                      flatten: the plain input, or the input edge where that is not
                                      plain (it passes through) */
     dnnl_primitive_desc_t fwd_pd; /* conv, dense, dueling: the backward's hint */
-    dnnl_memory_t src2d;          /* dense, dueling: the plain input as (B, in) */
+    dnnl_memory_t src2d;          /* dense, dueling: the plain input as (B, in), or with perm the
+                                     input edge as (B, in), its values in the edge's order */
     float *va;                    /* dueling: the stream outputs (B, 1 + A) */
     dnnl_memory_t va_mem;
     float *dva;                   /* dueling: their gradient */

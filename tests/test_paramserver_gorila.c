@@ -394,26 +394,41 @@ static void test_wait_timeout(void **state) {
     cluster_stop(c);
 }
 
-/* wait: stopping the shard releases a held reply. */
-static void test_wait_released_by_stop(void **state) {
-    (void)state;
+/* One shard under wait_opts(1, timeout_s), the fast learner's push held; release(c) is
+ * called while it is held, then the pusher joined: its outcome in *x and, when `after`
+ * is not NULL, the shard's counters then. */
+static void held_push(double timeout_s, void (*release)(cluster *), pusher *x, fl_param_info_t *after) {
     enum { N = 10 };
-    fl_paramserver_service_opts_t opts = wait_opts(1, 600);
+    fl_paramserver_service_opts_t opts = wait_opts(1, timeout_s);
     cluster *c = cluster_start(&opts);
     fl_param_client_t *fast = client(c, 0, 0), *slow = client(c, 1, 0);
     float p[N], g[N];
     reach_the_bound(fast, slow, p, g, N);
-    pusher x;
     pthread_t th;
-    start_pusher(&x, &th, fast, g, N);
+    start_pusher(x, &th, fast, g, N);
     await_waits(slow, 1, 1);
-    fl_paramserver_service_stop(c->svc[0]);
+    release(c);
     pthread_join(th, NULL);
-    assert_int_equal(x.st, FL_OK);
-    assert_int_equal(x.r.wait_timed_out, 1);
+    if (after) *after = info(slow, 0);
     fl_param_client_destroy(fast);
     fl_param_client_destroy(slow);
     cluster_stop(c);
+}
+
+static void stop_shard(cluster *c) { fl_paramserver_service_stop(c->svc[0]); }
+
+static void stop_process(cluster *c) {
+    (void)c;
+    fl_stop_request();
+}
+
+/* wait: stopping the shard releases a held reply. */
+static void test_wait_released_by_stop(void **state) {
+    (void)state;
+    pusher x;
+    held_push(600, stop_shard, &x, NULL);
+    assert_int_equal(x.st, FL_OK);
+    assert_int_equal(x.r.wait_timed_out, 1);
 }
 
 /* wait: a learner asked to stop does not sit out the hold (its slow peer may have gone
@@ -421,24 +436,12 @@ static void test_wait_released_by_stop(void **state) {
  * permanent, so this test runs last. */
 static void test_held_push_cancelled_by_stop(void **state) {
     (void)state;
-    enum { N = 10 };
-    fl_paramserver_service_opts_t opts = wait_opts(1, 30);
-    cluster *c = cluster_start(&opts);
-    fl_param_client_t *fast = client(c, 0, 0), *slow = client(c, 1, 0);
-    float p[N], g[N];
-    reach_the_bound(fast, slow, p, g, N);
     pusher x;
-    pthread_t th;
-    start_pusher(&x, &th, fast, g, N);
-    await_waits(slow, 1, 1);
-    fl_stop_request();
-    pthread_join(th, NULL);
+    fl_param_info_t after;
+    held_push(30, stop_process, &x, &after);
     /* without the cancel: FL_OK with wait_timed_out after the 30 s */
     assert_int_equal(x.st, FL_CANCELLED);
-    assert_int_equal(info(slow, 0).wait_timeouts, 0);
-    fl_param_client_destroy(fast);
-    fl_param_client_destroy(slow);
-    cluster_stop(c);
+    assert_int_equal(after.wait_timeouts, 0);
 }
 
 static fl_status raw_push(fl_rpc_channel_t *ch, uint32_t learner, uint64_t based_on, uint64_t offset, uint64_t total,
