@@ -154,7 +154,7 @@ void fl_flops_measure_peak(long cores, fl_flops_peak_t *out) {
     const double per_fma = 2.0 * out->vector_floats;
     best_rates(loop, chains * per_fma, &out->core_flops, add_chain, ADD_CHAIN_LEN, &out->add_clock_hz);
     out->fma_per_cycle = out->core_flops / per_fma / out->add_clock_hz;
-    out->fma_units = 2;
+    out->fma_units = out->fma_per_cycle < FL_FLOPS_ONE_UNIT_BELOW ? 1 : 2;
     out->clock_hz = out->core_flops / (out->fma_units * per_fma);
     out->peak_flops = (double)cores * out->core_flops;
     out->ok = 1;
@@ -173,9 +173,10 @@ void fl_flops_describe_peak(const fl_flops_peak_t *p, char *buf, size_t len) {
              p->fma_per_cycle, p->add_clock_hz / 1e9);
     snprintf(buf, len,
              "peak FP32 %.1f GFLOP/s = %ld cores x %d FMA units x %d floats (%s) x 2 x %.2f GHz; one core measured "
-             "%.1f GFLOP/s (independent vector FMAs), the clock implied by it; FMA units: 2 assumed (check: %s)",
+             "%.1f GFLOP/s (independent vector FMAs), the clock implied by it; FMA units: %d by the check (%s%s)",
              p->peak_flops / 1e9, p->cores, p->fma_units, p->vector_floats, p->isa, p->clock_hz / 1e9,
-             p->core_flops / 1e9, units);
+             p->core_flops / 1e9, p->fma_units, units,
+             p->fma_units == 1 ? ": one vector FMA a cycle, as where a core runs each as two halves" : "");
 }
 
 int fl_bench_backend = -1;

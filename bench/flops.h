@@ -21,13 +21,13 @@
  *     chains of _mm512_fmadd_ps, or 12 of _mm256_fmadd_ps; functions compiled for those
  *     instructions alone, so the rest of the program keeps the default target), the best
  *     of 8 runs of about 10 ms on the calling thread;
- *   FMA units per core assumed 2: two FMA pipes per core, as on server AVX-512 parts and
- *     on AVX2 cores since Haswell (some client and low-end AVX-512 parts have one for
- *     512-bit vectors, and AMD's Zen 4 splits each into two 256-bit halves). As a check,
- *     the vector FMAs per cycle that loop reached, with the cycles counted by a chain of
- *     dependent register adds (one per cycle on every x86-64 core), run in alternation with
- *     it: about 2 on a quiet machine where the assumption holds. It is printed, not used:
- *     on a busy machine the two loops see different shares of the core;
+ *   FMA units per core from a check: the vector FMAs per cycle that loop reached, with the
+ *     cycles counted by a chain of dependent register adds (one per cycle on every x86-64
+ *     core), run in alternation with it (the best of each): about 2 with two FMA pipes
+ *     (server AVX-512 parts, AVX2 cores since Haswell), about 1 where a core has one for
+ *     512-bit vectors or runs each as two 256-bit halves (AMD's Zen 4). Below
+ *     FL_FLOPS_ONE_UNIT_BELOW it is taken as 1, else 2; it only splits the measured
+ *     FLOP/s into units and a clock in the printed formula, the peak is the measurement;
  *   the clock is implied: one core's FLOP/s / (FMA units x width x 2), the clock the core
  *     held under that load (which may sit below the scalar loop's on parts that slow
  *     down for wide vectors);
@@ -48,11 +48,13 @@ double fl_flops_count_forward(const fl_qnet_t *n);
 /* FLOP of one double-DQN update of a batch of B through n: B (5 F - F1). */
 double fl_flops_count_dqn_update(const fl_qnet_t *n, int B);
 
+#define FL_FLOPS_ONE_UNIT_BELOW 1.41 /* vector FMAs per cycle under which a core counts one unit */
+
 typedef struct fl_flops_peak {
     int ok;               /* 1: measured; 0: no measurement here (isa says why) */
     char isa[64];         /* "avx512f", "avx2+fma", or why nothing was measured */
     int vector_floats;    /* 16 or 8 */
-    int fma_units;        /* per core, as used in the formula: 2, assumed */
+    int fma_units;        /* per core, as used in the formula: 1 or 2, by the check */
     double fma_per_cycle; /* the check: vector FMAs per cycle of the scalar add chain's clock */
     double add_clock_hz;  /* dependent scalar adds per second */
     double core_flops;    /* one core, measured */

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "bench/flops.h"
@@ -88,7 +89,7 @@ static void test_peak_is_consistent(void **state) {
         return;
     }
     assert_true(p.vector_floats == 16 || p.vector_floats == 8);
-    assert_int_equal(p.fma_units, 2);
+    assert_int_equal(p.fma_units, p.fma_per_cycle < FL_FLOPS_ONE_UNIT_BELOW ? 1 : 2);
     assert_int_equal(p.cores, 3);
     assert_true(p.core_flops > 0 && p.add_clock_hz > 0 && p.clock_hz > 0);
     assert_true(fabs(p.peak_flops - 3 * p.core_flops) <= 1e-9 * p.peak_flops);
@@ -96,7 +97,9 @@ static void test_peak_is_consistent(void **state) {
     assert_true(fabs(formula - p.peak_flops) <= 1e-9 * p.peak_flops);
     assert_true(fabs(p.fma_per_cycle - p.core_flops / (2.0 * p.vector_floats) / p.add_clock_hz) <=
                 1e-9 * p.fma_per_cycle);
-    assert_non_null(strstr(line, "3 cores x 2 FMA units"));
+    char units[32];
+    snprintf(units, sizeof units, "3 cores x %d FMA units", p.fma_units);
+    assert_non_null(strstr(line, units));
     assert_non_null(strstr(line, p.isa));
 }
 
