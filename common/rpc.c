@@ -1475,6 +1475,21 @@ static grpc_completion_queue *thread_cq(void) {
     return cq;
 }
 
+/* Waits for event `tag` of call on cq. A stoppable call waits in short slices and is
+ * cancelled (*cancelled set) once the process is asked to stop; the event then comes at
+ * once. */
+static grpc_event pluck_call(grpc_completion_queue *cq, void *tag, grpc_call *call, int stoppable, int *cancelled) {
+    if (!stoppable) return grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_pluck(cq, tag, deadline_from_ms(100), NULL);
+        if (ev.type != GRPC_QUEUE_TIMEOUT) return ev;
+        if (!*cancelled && fl_stop_requested()) {
+            *cancelled = 1;
+            grpc_call_cancel_with_status(call, GRPC_STATUS_CANCELLED, "the process was asked to stop", NULL);
+        }
+    }
+}
+
 static fl_status unary_bb(fl_rpc_channel_t *ch, const char *method, grpc_byte_buffer *send_bb, int64_t timeout_ms,
                           unsigned flags, grpc_byte_buffer **recv_bb, fl_err_t *err) {
     grpc_completion_queue *cq = thread_cq();
@@ -1511,16 +1526,8 @@ static fl_status unary_bb(fl_rpc_channel_t *ch, const char *method, grpc_byte_bu
     if (e != GRPC_CALL_OK) {
         st = fl_err_set(err, FL_INTERNAL, "%s: cannot start call (%d)", method, (int)e);
     } else {
-        if (flags & FL_RPC_STOPPABLE) {
-            int cancelled = 0;
-            while (grpc_completion_queue_pluck(cq, (void *)1, deadline_from_ms(100), NULL).type == GRPC_QUEUE_TIMEOUT)
-                if (!cancelled && fl_stop_requested()) {
-                    cancelled = 1;
-                    grpc_call_cancel_with_status(call, GRPC_STATUS_CANCELLED, "the process was asked to stop", NULL);
-                }
-        } else {
-            grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-        }
+        int cancelled = 0;
+        pluck_call(cq, (void *)1, call, (flags & FL_RPC_STOPPABLE) != 0, &cancelled);
         st = call_status(&ch->sec, ch, flags, method, code, details, error_string, err);
         if (st == FL_OK && !*recv_bb) st = fl_err_set(err, FL_INTERNAL, "%s: server sent no response message", method);
     }
@@ -1619,18 +1626,10 @@ struct fl_rpc_stream {
     int cancelled;                 /* ... which it was */
 };
 
-/* Waits for the stream's event `tag`. A stoppable stream waits in short slices and
- * cancels its call once the process is asked to stop (the event then comes at once). */
+/* Waits for the stream's event `tag` (pluck_call: a stoppable stream's call is
+ * cancelled once the process is asked to stop). */
 static grpc_event stream_pluck(fl_rpc_stream_t *s, void *tag) {
-    if (!s->stoppable) return grpc_completion_queue_pluck(s->cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    for (;;) {
-        grpc_event ev = grpc_completion_queue_pluck(s->cq, tag, deadline_from_ms(100), NULL);
-        if (ev.type != GRPC_QUEUE_TIMEOUT) return ev;
-        if (!s->cancelled && fl_stop_requested()) {
-            s->cancelled = 1;
-            grpc_call_cancel_with_status(s->call, GRPC_STATUS_CANCELLED, "the process was asked to stop", NULL);
-        }
-    }
+    return pluck_call(s->cq, tag, s->call, s->stoppable, &s->cancelled);
 }
 
 static int stream_wait_send(fl_rpc_stream_t *s) {

@@ -1191,10 +1191,8 @@ static fl_status bwd_dense_weights(bld_t *b, int i, steplist_t *l) {
     dnnl_primitive_desc_t pd;
     FL_TRY(make_pd(b, &ipd, 0, lp->fwd_pd, &pd));
     fl_status st = FL_OK;
-    float *gw = n->grads + ly->w_off;
-    if (lp->perm && !lp->dwperm) st = new_buf(b, (size_t)out_n * in * sizeof(float), &lp->dwperm);
-    if (lp->perm) gw = lp->dwperm;
-    if (st == FL_OK && (st = new_mem(b, &wei, gw, &wm)) == FL_OK &&
+    if (lp->perm) st = new_buf(b, (size_t)out_n * in * sizeof(float), &lp->dwperm);
+    if (st == FL_OK && (st = new_mem(b, &wei, lp->perm ? lp->dwperm : n->grads + ly->w_off, &wm)) == FL_OK &&
         (st = new_mem(b, &bia, n->grads + ly->b_off, &bm)) == FL_OK) {
         const dnnl_exec_arg_t args[4] = {
             {DNNL_ARG_SRC, lp->src2d}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, wm}, {DNNL_ARG_DIFF_BIAS, bm}};
