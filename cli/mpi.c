@@ -301,7 +301,7 @@ static int supervise_eval(launcher_ctx_t *lx, int i, char *reason, size_t len) {
     describe_eval(&lx->evals[i], what, sizeof what);
     const char *why = NULL;
     double now = fl_clock_sec();
-    double wait = fl_restart_after(&s->rule, now, fl_launch_config(L)->run_max_restarts, &why);
+    double wait = fl_restart_after(&s->rule, now, fl_launch_config(L)->run_max_restarts, lx->evals[i].status, &why);
     if (why) {
         snprintf(reason, len, "%s; not restarted: %s", what, why);
         return 0;
@@ -1023,7 +1023,7 @@ static void supervise_child(rank_run_t *X) {
         fl_proc_describe_status(c->status, what, sizeof what);
         if (asked || fl_stop_requested() || fl_proc_clean_exit(c->status)) break;
         const char *why = NULL;
-        double wait = fl_restart_after(&X->rule, fl_clock_sec(), X->cfg.run_max_restarts, &why);
+        double wait = fl_restart_after(&X->rule, fl_clock_sec(), X->cfg.run_max_restarts, c->status, &why);
         if (why) {
             snprintf(msg, sizeof msg, "%s; not restarted: %s", what, why);
             report_done_and_wait(m, 0, (int)c->pid, msg);

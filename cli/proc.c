@@ -296,7 +296,7 @@ int fl_proc_find_on_path(const char *prog, char *out, size_t len) {
     return -1;
 }
 
-double fl_restart_after(fl_restart_t *r, double now, long long max_restarts, const char **why) {
+double fl_restart_after(fl_restart_t *r, double now, long long max_restarts, int status, const char **why) {
     if (now - r->started_at >= FL_RESTART_STABLE_S) {
         r->quick = 0;
         r->delay = FL_RESTART_FIRST_DELAY_S;
@@ -304,7 +304,10 @@ double fl_restart_after(fl_restart_t *r, double now, long long max_restarts, con
         r->quick++;
     }
     *why = NULL;
-    if (max_restarts <= 0) *why = "run.max_restarts = 0";
+    if (WIFEXITED(status) && WEXITSTATUS(status) == FL_EXIT_CONFIG)
+        *why = "exit status 2 is a usage or configuration error (its message is above): a restart would fail the "
+               "same way";
+    else if (max_restarts <= 0) *why = "run.max_restarts = 0";
     else if (r->quick > max_restarts) *why = "it died run.max_restarts + 1 times in a row within 10 s of its start";
     if (*why) return -1;
     if (r->delay <= 0) r->delay = FL_RESTART_FIRST_DELAY_S;

@@ -79,9 +79,14 @@ typedef struct fl_restart {
     double delay;      /* the wait before its next restart (0 = the first) */
 } fl_restart_t;
 
-/* The process died at `now`: the wait in seconds before its restart, or -1 with *why
- * when it must not be restarted (max_restarts <= 0, or max_restarts + 1 quick deaths in
- * a row). */
-double fl_restart_after(fl_restart_t *r, double now, long long max_restarts, const char **why);
+/* A role's exit status for a usage or configuration error (a bad option, a value the
+ * role cannot work with, an env that does not load, learner.device = cuda without a
+ * usable GPU): the role printed what was wrong, and a restart would fail the same way. */
+#define FL_EXIT_CONFIG 2
+
+/* The process died at `now` with wait status `status`: the wait in seconds before its
+ * restart, or -1 with *why when it must not be restarted (it exited with FL_EXIT_CONFIG,
+ * max_restarts <= 0, or max_restarts + 1 quick deaths in a row). */
+double fl_restart_after(fl_restart_t *r, double now, long long max_restarts, int status, const char **why);
 
 #endif

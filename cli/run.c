@@ -90,7 +90,7 @@ static int spawn_kid(local_t *lc, int i);
 static const char *not_restartable(local_t *lc, int i, double now, double *wait) {
     const fl_config_t *cfg = fl_launch_config(lc->L);
     const char *why = NULL;
-    *wait = fl_restart_after(&lc->sup[i].rule, now, cfg->run_max_restarts, &why);
+    *wait = fl_restart_after(&lc->sup[i].rule, now, cfg->run_max_restarts, lc->kids[i].status, &why);
     return why;
 }
 

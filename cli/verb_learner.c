@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/stop.h"
@@ -87,12 +88,19 @@ int fl_learner_main(int argc, char **argv, fl_reduce_t *reduce) {
                 cfg.learner_checkpoint_dir, strerror(errno));
         return 1;
     }
+    if (lo.resume_path && lo.resume_path[0] && access(lo.resume_path, R_OK) != 0) {
+        fprintf(stderr, "fleet learner: %s %s: cannot read it: %s (expected a learner checkpoint, a run's "
+                        "checkpoints/learner-N.safetensors)\n",
+                resume[0] ? "--resume" : "learner.resume =", lo.resume_path, strerror(errno));
+        return 2;
+    }
     fl_learner_t *l = NULL;
     fl_status s = fl_options_learner(&cfg, &lo, &err);
     if (s == FL_OK) s = fl_learner_create(&lo, &l, &err);
     if (s != FL_OK) {
         fprintf(stderr, "fleet learner: %s\n", err.msg[0] ? err.msg : fl_status_str(s));
-        return s == FL_INVALID_ARGUMENT || s == FL_UNIMPLEMENTED || s == FL_PARSE_ERROR ? 2 : 1;
+        /* 2: what it was given cannot work here (cli/proc.h FL_EXIT_CONFIG: not restarted) */
+        return s == FL_INVALID_ARGUMENT || s == FL_UNIMPLEMENTED || s == FL_PARSE_ERROR || s == FL_NO_DEVICE ? 2 : 1;
     }
     s = fl_learner_run(l, &err);
     fl_learner_destroy(l);

@@ -351,6 +351,37 @@ static void test_dead_child_is_reported(void **state) {
     free(log);
 }
 
+/* A role that exits with status 2 (its configuration cannot work: here learner.resume
+ * names no file) is not restarted, even with restarts on: the fleet stops at once with
+ * the role's own message and why it was not restarted. */
+static void test_config_error_is_not_restarted(void **state) {
+    (void)state;
+    char *argv[16];
+    char sets[4][512];
+    char resume[600];
+    snprintf(resume, sizeof resume, "learner.resume=%s/no-such-checkpoint.safetensors", g_tmp);
+    fleet_argv(argv, sets, "badresume", resume, "run.max_restarts=10");
+    char out[512];
+    snprintf(out, sizeof out, "%s/badresume.log", g_tmp);
+    pid_t pid = start_process(argv, out);
+    int status = wait_process(pid, 60);
+    assert_true(status != -1);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 1);
+    char *log = read_file(out);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "no-such-checkpoint.safetensors: cannot read it"));
+    assert_non_null(strstr(log, "exited with status 2"));
+    assert_non_null(strstr(log, "not restarted: exit status 2 is a usage or configuration error"));
+    assert_null(strstr(log, "restarting it"));
+    char *sum = summary_of("badresume");
+    assert_non_null(sum);
+    assert_int_equal(summary_u64(sum, "restarts"), 0);
+    assert_children_gone(sum, 4);
+    free(sum);
+    free(log);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_learns_cartpole),
@@ -358,6 +389,7 @@ int main(void) {
         cmocka_unit_test(test_run_folder_is_never_overwritten),
         cmocka_unit_test(test_sigint_stops_everything),
         cmocka_unit_test(test_dead_child_is_reported),
+        cmocka_unit_test(test_config_error_is_not_restarted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
