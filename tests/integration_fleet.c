@@ -311,6 +311,17 @@ static int nice_of(pid_t pid) {
     return nice;
 }
 
+/* The output (file out) of the fleet at pid, once a role's death has stopped it (exit 1). */
+static char *stopped_run_output(pid_t pid, const char *out) {
+    int status = wait_process(pid, 60);
+    assert_true(status != -1);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 1);
+    char *log = read_file(out);
+    assert_non_null(log);
+    return log;
+}
+
 static void test_dead_child_is_reported(void **state) {
     (void)state;
     char *argv[16];
@@ -335,12 +346,7 @@ static void test_dead_child_is_reported(void **state) {
     assert_int_equal(nice_of(victim), want);
     assert_int_equal(nice_of(learner), base);
     assert_int_equal(kill(victim, SIGKILL), 0);
-    int status = wait_process(pid, 60);
-    assert_true(status != -1);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 1);
-    char *log = read_file(out);
-    assert_non_null(log);
+    char *log = stopped_run_output(pid, out);
     assert_non_null(strstr(log, "actor"));
     assert_non_null(strstr(log, "killed by signal 9"));
     assert_non_null(strstr(log, "/crash/logs/actor-")); /* where to read what it did */
@@ -364,12 +370,7 @@ static void test_config_error_is_not_restarted(void **state) {
     char out[512];
     snprintf(out, sizeof out, "%s/badresume.log", g_tmp);
     pid_t pid = start_process(argv, out);
-    int status = wait_process(pid, 60);
-    assert_true(status != -1);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 1);
-    char *log = read_file(out);
-    assert_non_null(log);
+    char *log = stopped_run_output(pid, out);
     assert_non_null(strstr(log, "no-such-checkpoint.safetensors: cannot read it"));
     assert_non_null(strstr(log, "exited with status 2"));
     assert_non_null(strstr(log, "not restarted: exit status 2 is a usage or configuration error"));
