@@ -18,8 +18,12 @@
  *  - with and without a learner (see --prefetch below) calling fl_replay_sample (batch 512,
  *    beta 0.4) and then fl_replay_update_priorities with the returned keys and
  *    pre-generated priorities (--no-updates: samples only);
- *  - for CartPole-shaped (float32 [4], 2 actions) and MinAtar-shaped (uint8 [10, 10, 4],
- *    6 actions, binary planes) observations (--shape).
+ *  - for CartPole-shaped (float32 [4], 2 actions), MinAtar-shaped (uint8 [10, 10, 4],
+ *    6 actions, binary planes) and Atari-shaped (uint8 [84, 84, 4], 6 actions: four
+ *    stacked 84 x 84 frames, replay.frame_stack = 4, so the table stores each frame once
+ *    and a Sample reply carries 2 x 28,224 bytes a transition) observations (--shape).
+ *    The Atari cases run at capacity ATARI_CAPACITY (100,000: about 0.7 GB of frames)
+ *    unless --capacity is given.
  * Warm-up: the threads start, and the window opens once the table holds min_size items,
  * the learner (if any) has finished a Sample call and at least 0.5 s have passed (with
  * --fill: once the table is full, see below). The window lasts --seconds (3) of the
@@ -48,7 +52,7 @@
  * Wall-clock throughput on a shared machine is noisy; quote it with the core count.
  *
  *   replay_rpc_bench [--json] [--seconds S] [--capacity N] [--insert-batch N]
- *                    [--batches-per-call N] [--streams 1,4,16] [--shape cartpole|minatar|all]
+ *                    [--batches-per-call N] [--streams 1,4,16] [--shape cartpole|minatar|atari|all]
  *                    [--learner both|on|off] [--prefetch D] [--insert-rate R] [--no-updates] [--unix] [--fill]
  * --wal DIR: the shard runs with its write-ahead log on (replay.wal = 1, the log in a
  * fresh folder under DIR per case, removed afterwards), to measure what durability costs.
@@ -92,6 +96,7 @@
 #define FLUSH_TIMEOUT_MS 30000
 #define WARMUP_MIN_S 0.5
 #define WARMUP_MAX_S 120.0
+#define ATARI_CAPACITY 100000 /* the Atari cases' capacity unless --capacity is given */
 
 typedef struct shape {
     const char *name;
@@ -99,11 +104,13 @@ typedef struct shape {
     int rank;
     int dims[3];
     int num_actions;
+    int frame_stack; /* replay.frame_stack: an observation is this many frames on its last axis */
 } shape_t;
 
 static const shape_t SHAPES[] = {
-    {"cartpole", FL_DTYPE_FLOAT32, 1, {4, 0, 0}, 2},
-    {"minatar", FL_DTYPE_UINT8, 3, {10, 10, 4}, 6},
+    {"cartpole", FL_DTYPE_FLOAT32, 1, {4, 0, 0}, 2, 1},
+    {"minatar", FL_DTYPE_UINT8, 3, {10, 10, 4}, 6, 1},
+    {"atari", FL_DTYPE_UINT8, 3, {84, 84, 4}, 6, 4},
 };
 #define NUM_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
@@ -111,6 +118,7 @@ typedef struct opts {
     int json, unix_socket, updates, fill;
     double seconds;
     uint64_t capacity;
+    int capacity_set; /* --capacity given: the Atari cases use it too */
     size_t insert_batch;
     int batches_per_call;
     int streams[16], n_streams;
@@ -352,11 +360,27 @@ static fl_status inputs_make(inputs_t *in, const shape_t *s, size_t n, fl_err_t 
             inputs_free(in);
             return fl_err_set(err, FL_NO_MEMORY, "out of memory for the %s inputs", s->name);
         }
-        for (size_t i = 0; i < (n + N_STEP) * ob / fl_dtype_size(s->dtype); i++) {
-            if (s->dtype == FL_DTYPE_FLOAT32)
-                ((float *)traj)[i] = (float)fl_rng_normal(&rng);
-            else
-                traj[i] = fl_rng_below(&rng, 10) == 0; /* MinAtar planes are binary and sparse */
+        if (s->frame_stack > 1) { /* o_i[h][w][c] = frame i + c: each frame in `stack` observations */
+            const size_t k = (size_t)s->frame_stack, px = ob / k, nf = n + N_STEP + k - 1;
+            uint8_t *frames = malloc(nf * px);
+            if (!frames) {
+                free(traj);
+                inputs_free(in);
+                return fl_err_set(err, FL_NO_MEMORY, "out of memory for the %s inputs", s->name);
+            }
+            for (size_t i = 0; i < nf * px; i++) /* a dark screen with a few lit pixels */
+                frames[i] = fl_rng_below(&rng, 8) == 0 ? (uint8_t)fl_rng_below(&rng, 256) : 0;
+            for (size_t i = 0; i < n + N_STEP; i++)
+                for (size_t q = 0; q < px; q++)
+                    for (size_t c = 0; c < k; c++) traj[i * ob + q * k + c] = frames[(i + c) * px + q];
+            free(frames);
+        } else {
+            for (size_t i = 0; i < (n + N_STEP) * ob / fl_dtype_size(s->dtype); i++) {
+                if (s->dtype == FL_DTYPE_FLOAT32)
+                    ((float *)traj)[i] = (float)fl_rng_normal(&rng);
+                else
+                    traj[i] = fl_rng_below(&rng, 10) == 0; /* MinAtar planes are binary and sparse */
+            }
         }
         memcpy(in->obs[p], traj, n * ob);
         memcpy(in->next_obs[p], traj + N_STEP * ob, n * ob);
@@ -378,6 +402,11 @@ static int sleep_unless_failed(shared_t *sh, double until) {
         fl_sleep_sec(0.005);
     }
     return !atomic_load(&sh->failed);
+}
+
+/* The table's capacity for shape s. */
+static uint64_t case_capacity(const opts_t *o, const shape_t *s) {
+    return s->frame_stack > 1 && !o->capacity_set ? ATARI_CAPACITY : o->capacity;
 }
 
 /* Runs one case; 0 on success, 1 after printing what failed. */
@@ -412,8 +441,10 @@ static int run_case(const opts_t *o, const shape_t *s, const inputs_t *in, int s
     fl_replay_service_opts_t ro;
     fl_replay_service_opts_init(&ro);
     ro.shards = 1;
-    ro.capacity = (int64_t)o->capacity;
-    ro.min_size_to_sample = (int64_t)(o->capacity < MIN_SIZE ? o->capacity : MIN_SIZE);
+    const uint64_t capacity = case_capacity(o, s);
+    ro.capacity = (int64_t)capacity;
+    ro.min_size_to_sample = (int64_t)(capacity < MIN_SIZE ? capacity : MIN_SIZE);
+    ro.frame_stack = s->frame_stack;
     ro.samples_per_insert = 0;
     ro.selector = FL_SELECTOR_PRIORITIZED;
     char wal_dir[FL_REPLAY_DIR_MAX] = "";
@@ -564,14 +595,14 @@ static void print_result(const opts_t *o, const shape_t *s, int streams, int lea
                "\"streams\":%d,\"learner\":%d,\"insert_batch\":%zu,\"batches_per_call\":%d,\"capacity\":%" PRIu64
                ",\"filled\":%d,\"seconds\":%.3f}\n",
                s->name, transport, streams, lcase, m[i].metric, m[i].value, m[i].unit, o->cores, streams, learner,
-               o->insert_batch, r->batches_per_call, o->capacity, o->fill, r->seconds);
+               o->insert_batch, r->batches_per_call, case_capacity(o, s), o->fill, r->seconds);
     }
     fflush(stdout);
 }
 
 static int usage(void) {
     fprintf(stderr, "usage: replay_rpc_bench [--json] [--seconds S] [--capacity N] [--insert-batch N]\n"
-                    "                        [--batches-per-call N] [--streams 1,4,16] [--shape cartpole|minatar|all]\n"
+                    "                        [--batches-per-call N] [--streams 1,4,16] [--shape cartpole|minatar|atari|all]\n"
                     "                        [--learner both|on|off] [--prefetch D] [--no-updates] [--unix] [--fill]\n");
     return 2;
 }
@@ -633,6 +664,7 @@ int main(int argc, char **argv) {
             i++;
         } else if (strcmp(a, "--capacity") == 0) {
             if (!parse_u64(v, 1, UINT64_C(1) << 40, &o.capacity)) return usage();
+            o.capacity_set = 1;
             i++;
         } else if (strcmp(a, "--insert-batch") == 0) {
             if (!parse_u64(v, 1, MAX_INSERT_BATCH, &u)) return usage();
@@ -678,13 +710,17 @@ int main(int argc, char **argv) {
     if (!o.json) {
         char bpc[64];
         if (o.batches_per_call > 0) snprintf(bpc, sizeof bpc, "%d", o.batches_per_call);
-        else snprintf(bpc, sizeof bpc, "the actor's (cartpole %d, minatar %d)",
+        else snprintf(bpc, sizeof bpc, "the actor's (cartpole %d, minatar %d, atari %d)",
                       fl_actor_batches_per_call(4 * sizeof(float), (int64_t)o.insert_batch),
-                      fl_actor_batches_per_call(400, (int64_t)o.insert_batch));
-        printf("replay_rpc_bench: %ld cores, one shard over %s, capacity %" PRIu64
+                      fl_actor_batches_per_call(400, (int64_t)o.insert_batch),
+                      fl_actor_batches_per_call(84 * 84 * 4, (int64_t)o.insert_batch));
+        char cap[64];
+        if (o.capacity_set) snprintf(cap, sizeof cap, "%" PRIu64, o.capacity);
+        else snprintf(cap, sizeof cap, "%" PRIu64 " (atari %d)", o.capacity, ATARI_CAPACITY);
+        printf("replay_rpc_bench: %ld cores, one shard over %s, capacity %s"
                ", prioritized, insert batch %zu, batches per Insert call %s, learner batch %d beta %.1f%s, "
                "prefetch %d, %.1f s per case%s\n",
-               o.cores, o.unix_socket ? "a unix socket" : "loopback TCP", o.capacity, o.insert_batch,
+               o.cores, o.unix_socket ? "a unix socket" : "loopback TCP", cap, o.insert_batch,
                bpc, SAMPLE_BATCH, SAMPLE_BETA, o.updates ? " + priority updates" : " (no updates)",
                o.prefetch,
                o.seconds, o.fill ? " after filling the table" : "");
