@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 fl_status fl_frames_layout_init(fl_frames_layout_t *l, size_t obs_bytes, size_t elem_bytes, int last_dim, int stack,
                                 int zstd_level, fl_err_t *err) {
@@ -281,6 +284,34 @@ static int unpack(const fl_frames_layout_t *l, const fl_chunk_t *c, uint16_t f, 
     return ZSTD_isError(m) || m != l->frame_bytes ? -1 : 0;
 }
 
+/* o[4 p + k] = f[k][p] for p < n: four one-byte-a-pixel frames interleaved pixel by
+ * pixel, an Atari observation's (84, 84, 4). SSE2 (every x86-64) does 16 pixels a step:
+ * bytes of frames 0 and 1, and of 2 and 3, paired, then the pairs paired. */
+static void interleave4(const uint8_t *const f[4], size_t n, uint8_t *o) {
+    size_t p = 0;
+#if defined(__SSE2__)
+    for (; p + 16 <= n; p += 16) {
+        const __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(f[0] + p));
+        const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(f[1] + p));
+        const __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(f[2] + p));
+        const __m128i d = _mm_loadu_si128((const __m128i *)(const void *)(f[3] + p));
+        const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b); /* a0 b0 a1 b1 ... */
+        const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+        uint8_t *q = o + 4 * p;
+        _mm_storeu_si128((__m128i *)(void *)q, _mm_unpacklo_epi16(ab0, cd0)); /* pixels 0-3: a0 b0 c0 d0 a1 ... */
+        _mm_storeu_si128((__m128i *)(void *)(q + 16), _mm_unpackhi_epi16(ab0, cd0));
+        _mm_storeu_si128((__m128i *)(void *)(q + 32), _mm_unpacklo_epi16(ab1, cd1));
+        _mm_storeu_si128((__m128i *)(void *)(q + 48), _mm_unpackhi_epi16(ab1, cd1));
+    }
+#endif
+    for (; p < n; p++) {
+        o[4 * p] = f[0][p];
+        o[4 * p + 1] = f[1][p];
+        o[4 * p + 2] = f[2][p];
+        o[4 * p + 3] = f[3][p];
+    }
+}
+
 int fl_frames_gather(const fl_frames_layout_t *l, const fl_chunk_t *c, const uint16_t *idx, fl_frames_reader_t *r,
                      void *out) {
     const size_t fb = l->frame_bytes;
@@ -304,12 +335,7 @@ int fl_frames_gather(const fl_frames_layout_t *l, const fl_chunk_t *c, const uin
     if (l->outer == 1) {
         for (size_t k = 0; k < S; k++) memcpy(o + k * in, fp[k], in);
     } else if (in == 1 && S == 4) {
-        for (size_t p = 0; p < l->outer; p++) {
-            o[4 * p] = fp[0][p];
-            o[4 * p + 1] = fp[1][p];
-            o[4 * p + 2] = fp[2][p];
-            o[4 * p + 3] = fp[3][p];
-        }
+        interleave4(fp, l->outer, o);
     } else if (in == 1) {
         for (size_t p = 0; p < l->outer; p++)
             for (size_t k = 0; k < S; k++) o[p * S + k] = fp[k][p];
