@@ -615,25 +615,25 @@ static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_r
         return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "beta: got %g, expected a value in [0, 1]", beta);
     FL_TRY(wait_for_data(s, B, timeout_ms, fl_rpc_reply_peer(reply), reply));
 
-    /* One allocation for every column: 8-byte columns first, then 4-byte ones, then the
-     * observations. */
-    uint8_t *block = malloc(B * (2 * sizeof(uint64_t) + 4 * sizeof(float) + 2 * s->obs_bytes));
+    /* The observations are drawn straight into the reply (fl_wire_sample_reply_t); the
+     * other columns into one block: 8-byte columns first, then 4-byte ones. */
+    fl_wire_sample_reply_t out = {0};
+    uint8_t *block = malloc(B * (2 * sizeof(uint64_t) + 4 * sizeof(float)));
     uint64_t *keys = (uint64_t *)block;
     double *probs = (double *)(keys + B);
     float *weights = (float *)(probs + B);
     int32_t *actions = (int32_t *)(weights + B);
     float *rewards = (float *)(actions + B);
     float *discounts = rewards + B;
-    uint8_t *obs = (uint8_t *)(discounts + B);
-    uint8_t *next_obs = obs + B * s->obs_bytes;
     fl_status st;
-    if (!block) {
+    fl_err_t e;
+    fl_err_init(&e);
+    if (!block || fl_wire_sample_reply_begin(&out, &s->sig.obs, B, &e) != FL_OK) {
         st = fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED, "replay shard out of memory for a batch of %zu", B);
         goto done;
     }
-    fl_err_t e;
-    fl_err_init(&e);
-    st = fl_table_sample(s->table, B, beta, keys, probs, weights, obs, actions, rewards, discounts, next_obs, &e);
+    st = fl_table_sample(s->table, B, beta, keys, probs, weights, out.obs, actions, rewards, discounts, out.next_obs,
+                         &e);
     if (st != FL_OK) {
         st = fl_rpc_reply_error(reply, st, "%s", e.msg);
         goto done;
@@ -641,18 +641,7 @@ static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_r
     fl_table_info_t ti;
     fl_table_info(s->table, &ti);
 
-    fl_wire_batch_t b = {.count = B,
-                         .obs_bytes = s->obs_bytes,
-                         .obs = obs,
-                         .actions = actions,
-                         .rewards = rewards,
-                         .discounts = discounts,
-                         .next_obs = next_obs,
-                         .priorities = NULL};
-    fl_wire_batch_msg_t bm;
-    fl_wire_encode_batch(&bm, &s->sig.obs, &b);
     Fleet__SampleResponse resp = FLEET__SAMPLE_RESPONSE__INIT;
-    resp.batch = &bm.batch;
     resp.n_keys = B;
     resp.keys = keys;
     resp.n_weights = B;
@@ -667,9 +656,17 @@ static fl_status sample_handler(void *user, const uint8_t *msg, size_t len, fl_r
     resp.sampling_mass = prioritized ? ti.total_priority : (double)ti.size;
     resp.updates_applied = upd_applied;
     resp.updates_stale = upd_n - upd_applied;
-    st = fl_rpc_reply_pb(reply, &resp.base);
+    size_t reply_len = 0;
+    st = fl_wire_sample_reply_finish(&out, actions, rewards, discounts, &resp, &reply_len, &e);
+    if (st != FL_OK) {
+        st = fl_rpc_reply_error(reply, st, "%s", e.msg);
+        goto done;
+    }
+    st = fl_rpc_reply_ref(reply, out.buf, reply_len, free, out.buf); /* the reply owns the buffer now */
+    out.buf = NULL;
     if (st == FL_OK) atomic_fetch_add(&s->sample_calls, 1);
 done:
+    free(out.buf);
     free(block);
     return st;
 }

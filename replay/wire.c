@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* "[50, 3]" for n values of v. */
@@ -266,4 +267,94 @@ void fl_wire_encode_batch(fl_wire_batch_msg_t *m, const fl_obs_spec_t *obs, cons
     m->batch.discounts = (float *)b->discounts;
     m->batch.n_priorities = b->priorities ? b->count : 0;
     m->batch.priorities = (float *)b->priorities;
+}
+
+/* ---- a SampleResponse with its observations in place ------------------------------ */
+
+#define LEN5 5 /* bytes of a fixed-width length prefix */
+
+/* v as a 5-byte varint (v < 2^32): four bytes with the continuation bit, then the rest. */
+static void put_len5(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) {
+        p[i] = (uint8_t)((v & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    p[4] = (uint8_t)v;
+}
+
+/* Key of a length-delimited field (wire type 2); every field here is numbered below 16. */
+static uint8_t len_key(unsigned field) { return (uint8_t)((field << 3) | 2u); }
+
+/* A tensor's bytes without its data: dtype and shape (count, *obs.shape). */
+static size_t tensor_head(const fl_obs_spec_t *obs, size_t count, uint8_t *out) {
+    int64_t shape[FL_OBS_MAX_RANK + 1];
+    Fleet__Tensor t = FLEET__TENSOR__INIT;
+    t.dtype = (Fleet__DType)obs->dtype;
+    t.n_shape = (size_t)obs->rank + 1;
+    t.shape = shape;
+    shape[0] = (int64_t)count;
+    for (int d = 0; d < obs->rank; d++) shape[d + 1] = obs->shape[d];
+    return out ? fleet__tensor__pack(&t, out) : fleet__tensor__get_packed_size(&t);
+}
+
+fl_status fl_wire_sample_reply_begin(fl_wire_sample_reply_t *r, const fl_obs_spec_t *obs, size_t count,
+                                     fl_err_t *err) {
+    memset(r, 0, sizeof *r);
+    const size_t ob = fl_obs_spec_bytes(obs);
+    if (count == 0 || ob == 0 || count > (size_t)UINT32_MAX / ob)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "sample reply: %zu observations of %zu bytes (expected at least one, under 4 GB)", count, ob);
+    const size_t head = tensor_head(obs, count, NULL);
+    const size_t data = count * ob, tensor = head + 1 + LEN5 + data; /* + the data field's key and length */
+    /* after the two tensors: count (key + 10), actions (key + 5 + up to 10 each), rewards
+     * and discounts (key + 5 + 4 each); the response's keys (8), weights (4) and
+     * probabilities (8) with key and length each, and its seven scalars (key + up to 10) */
+    const size_t tail_max = 11 + 3 * (1 + LEN5) + count * 18 + 3 * (1 + LEN5) + count * 20 + 7 * 11;
+    const size_t at_tail = 1 + LEN5 + 2 * (1 + LEN5 + tensor);
+    r->cap = at_tail + tail_max;
+    if (r->cap > UINT32_MAX) /* every length prefix below fits 32 bits */
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "sample reply: %zu observations of %zu bytes: over 4 GB", count,
+                          ob);
+    r->buf = malloc(r->cap);
+    if (!r->buf) return fl_err_set(err, FL_NO_MEMORY, "sample reply: cannot allocate %zu bytes", r->cap);
+    r->count = count;
+    r->obs_bytes = ob;
+    uint8_t *p = r->buf + 1 + LEN5; /* the batch's key and length are written last */
+    for (int k = 0; k < 2; k++) {
+        *p++ = len_key(k == 0 ? 2 : 6); /* TransitionBatch.obs, .next_obs */
+        put_len5(p, (uint32_t)tensor);
+        p += LEN5;
+        p += tensor_head(obs, count, p);
+        *p++ = len_key(3); /* Tensor.data */
+        put_len5(p, (uint32_t)data);
+        p += LEN5;
+        if (k == 0) r->obs = p;
+        else r->next_obs = p;
+        p += data;
+    }
+    r->tail = (size_t)(p - r->buf);
+    return FL_OK;
+}
+
+fl_status fl_wire_sample_reply_finish(fl_wire_sample_reply_t *r, const int32_t *actions, const float *rewards,
+                                      const float *discounts, const Fleet__SampleResponse *resp, size_t *len,
+                                      fl_err_t *err) {
+    Fleet__TransitionBatch b = FLEET__TRANSITION_BATCH__INIT;
+    b.count = (uint32_t)r->count;
+    b.n_actions = b.n_rewards = b.n_discounts = r->count;
+    b.actions = (int32_t *)actions;
+    b.rewards = (float *)rewards;
+    b.discounts = (float *)discounts;
+    const size_t cols = fleet__transition_batch__get_packed_size(&b);
+    const size_t rest = resp->batch ? 0 : fleet__sample_response__get_packed_size(resp);
+    const size_t batch = r->tail - (1 + LEN5) + cols;
+    if (resp->batch || r->tail + cols + rest > r->cap || batch > UINT32_MAX)
+        return fl_err_set(err, FL_INTERNAL, "sample reply: %zu + %zu bytes after the observations, room for %zu",
+                          cols, rest, r->cap - r->tail);
+    r->buf[0] = len_key(1); /* SampleResponse.batch */
+    put_len5(r->buf + 1, (uint32_t)batch);
+    fleet__transition_batch__pack(&b, r->buf + r->tail);
+    fleet__sample_response__pack(resp, r->buf + r->tail + cols);
+    *len = r->tail + cols + rest;
+    return FL_OK;
 }

@@ -77,6 +77,34 @@ typedef struct fl_wire_batch_msg {
  * (the message points into it). */
 void fl_wire_encode_batch(fl_wire_batch_msg_t *m, const fl_obs_spec_t *obs, const fl_wire_batch_t *b);
 
+/* A SampleResponse written with its observations in place. The two observation tensors
+ * come first, at offsets fixed before the draw, so that the table gathers the sampled
+ * observations straight into the reply (the largest part of it, never copied again);
+ * the batch's other columns and the response's other fields follow once they are known.
+ * The batch's and the tensors' length prefixes are 5-byte varints (longer than needed,
+ * which every protobuf parser accepts: protobuf-c reads up to 5 bytes of a length, upb
+ * 10), so that they can be written before the sizes of what follows them; fields come
+ * out of field-number order (obs before count), which parsers accept too. */
+typedef struct fl_wire_sample_reply {
+    uint8_t *buf;           /* malloc'd; the caller frees it (or hands it to the RPC layer) */
+    size_t cap;             /* its size */
+    uint8_t *obs, *next_obs; /* where the draw writes the (count, obs_bytes) observations */
+    size_t count, obs_bytes;
+    size_t tail; /* offset of the rest (the batch's other columns, then the response's fields) */
+} fl_wire_sample_reply_t;
+
+/* Allocates r->buf for count observations of the signature obs and writes everything
+ * before and between the observations. FL_NO_MEMORY, or FL_INVALID_ARGUMENT when count
+ * is 0 or one tensor would pass 4 GB. */
+fl_status fl_wire_sample_reply_begin(fl_wire_sample_reply_t *r, const fl_obs_spec_t *obs, size_t count,
+                                     fl_err_t *err);
+/* Writes the batch's other columns (actions, rewards, discounts: count each) and the
+ * response's fields (resp, whose batch must be NULL) after the observations: the reply is
+ * r->buf[0 .. *len). FL_INTERNAL if they do not fit (they always do). */
+fl_status fl_wire_sample_reply_finish(fl_wire_sample_reply_t *r, const int32_t *actions, const float *rewards,
+                                      const float *discounts, const Fleet__SampleResponse *resp, size_t *len,
+                                      fl_err_t *err);
+
 /* Checks priorities given as |TD errors|: finite and >= 0. The message names
  * `field`[i]. */
 fl_status fl_wire_check_priorities(const char *field, size_t n, const float *p, fl_err_t *err);
