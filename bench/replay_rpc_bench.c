@@ -10,7 +10,8 @@
  *    fl_replay_client_t and fl_replay_writer_t (distinct stream ids), appending batches of
  *    --insert-batch transitions (50, the Ape-X actor buffer) as fast as they can, with
  *    --batches-per-call batches per Insert call (default fl_actor_batches_per_call for the
- *    shape and batch, what the actor uses: 32 for CartPole and 25 for MinAtar at 50). Inputs are generated before any clock starts: a pool of 8 batches
+ *    shape and batch, what the actor uses: 32 for CartPole, 25 for MinAtar and 1 for
+ *    Atari at 50). Inputs are generated before any clock starts: a pool of 8 batches
  *    per shape, reused round robin (each stream starts at another one), priorities in
  *    [0.1, 2.1). Each batch is cut from one random trajectory as the actor's 3-step
  *    buffer does: next_obs of transition i is obs of transition i + 3, so the table's
@@ -602,8 +603,9 @@ static void print_result(const opts_t *o, const shape_t *s, int streams, int lea
 
 static int usage(void) {
     fprintf(stderr, "usage: replay_rpc_bench [--json] [--seconds S] [--capacity N] [--insert-batch N]\n"
-                    "                        [--batches-per-call N] [--streams 1,4,16] [--shape cartpole|minatar|atari|all]\n"
-                    "                        [--learner both|on|off] [--prefetch D] [--no-updates] [--unix] [--fill]\n");
+                    "                        [--batches-per-call N] [--streams 1,4,16]\n"
+                    "                        [--shape cartpole|minatar|atari|all] [--learner both|on|off]\n"
+                    "                        [--prefetch D] [--no-updates] [--unix] [--fill]\n");
     return 2;
 }
 
