@@ -161,7 +161,8 @@ static fl_status call_pb(fl_param_client_t *c, int s, const char *method, const 
     size_t len = protobuf_c_message_get_packed_size(req);
     atomic_fetch_add(&c->sent, len);
     if (sent) *sent = len;
-    fl_status st = fl_rpc_unary_pb(c->sh[s].ch, method, req, desc, resp, timeout_ms, FL_RPC_WAIT_FOR_READY | flags, err);
+    fl_status st =
+        fl_rpc_unary_pb(c->sh[s].ch, method, req, desc, resp, timeout_ms, FL_RPC_WAIT_FOR_READY | flags, err);
     if (st == FL_OK) atomic_fetch_add(&c->received, protobuf_c_message_get_packed_size(*resp));
     return st;
 }
@@ -585,7 +586,8 @@ fl_status fl_param_info_shard(fl_param_client_t *c, int s, int64_t timeout_ms, f
     fl_err_t e;
     fl_err_init(&e);
     fl_status st =
-        call_pb(c, s, fl_method_path(FL_METHOD_PARAM_INFO), &req.base, &fleet__param_info__descriptor, &m, timeout_ms, 0, NULL, &e);
+        call_pb(c, s, fl_method_path(FL_METHOD_PARAM_INFO), &req.base, &fleet__param_info__descriptor, &m, timeout_ms,
+                0, NULL, &e);
     if (st != FL_OK) {
         if (c->P == 1) return fl_err_set(err, st, "%s", e.msg);
         return fl_err_set(err, st, "info: shard %d (%s): %s", s, c->sh[s].addr, e.msg);
