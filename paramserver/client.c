@@ -5,7 +5,7 @@
  * before its parameter servers simply waits. Fetch runs in two passes: the calls (in
  * parallel), each reply parsed in place and checked against the caller's buffer; then,
  * only if every shard answered well, the copies into dst (in parallel too). Fetch
- * replies are read with a small wire-format walker instead of protobuf-c's unpack,
+ * replies are read in place (common/pbwalk.h) instead of with protobuf-c's unpack,
  * which would copy the values once more. */
 #include "paramserver/client.h"
 
@@ -234,98 +234,54 @@ typedef struct fetch_view {
     size_t data_len;
 } fetch_view;
 
-static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-    uint64_t r = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (*p >= end) return -1;
-        uint8_t b = *(*p)++;
-        r |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *v = r;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* Walks one message's fields: calls on(field, wire type, varint value, bytes) for each.
- * Returns -1 on malformed input. */
-typedef int (*field_fn)(void *ctx, uint32_t field, int wt, uint64_t v, const uint8_t *b, size_t len);
-
-static int walk(const uint8_t *p, size_t len, field_fn on, void *ctx) {
-    const uint8_t *end = p + len;
-    while (p < end) {
-        uint64_t key, v = 0;
-        if (read_varint(&p, end, &key)) return -1;
-        int wt = (int)(key & 7);
-        uint32_t field = (uint32_t)(key >> 3);
-        const uint8_t *b = NULL;
-        size_t blen = 0;
-        switch (wt) {
-        case 0:
-            if (read_varint(&p, end, &v)) return -1;
-            break;
-        case 1:
-            if (end - p < 8) return -1;
-            p += 8;
-            break;
-        case 5:
-            if (end - p < 4) return -1;
-            p += 4;
-            break;
-        case 2:
-            if (read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return -1;
-            b = p;
-            blen = (size_t)v;
-            p += blen;
-            break;
-        default: return -1;
-        }
-        if (on(ctx, field, wt, v, b, blen)) return -1;
-    }
-    return 0;
-}
-
-static int on_tensor(void *ctx, uint32_t f, int wt, uint64_t v, const uint8_t *b, size_t len) {
+static int on_tensor(void *ctx, fl_pb_cur_t *c, const fl_pb_field_t *f) {
     fetch_view *x = ctx;
-    if (f == 1 && wt == 0) x->dtype = (int)v;
-    if (f == 2 && wt == 0) {
-        if (x->n_shape++ == 0) x->shape0 = (int64_t)v;
+    if (f->num == 1 && f->wt == 0) x->dtype = (int)f->v;
+    if (f->num == 2 && f->wt == 0) {
+        if (x->n_shape++ == 0) x->shape0 = (int64_t)f->v;
     }
-    if (f == 2 && wt == 2) { /* packed */
-        const uint8_t *p = b, *end = b + len;
-        while (p < end) {
+    if (f->num == 2 && f->wt == 2) { /* packed */
+        for (size_t end = f->pos + (size_t)f->v; c->pos < end;) {
             uint64_t d;
-            if (read_varint(&p, end, &d)) return -1;
+            if (fl_pb_read_varint(c, end, &d)) return -1;
             if (x->n_shape++ == 0) x->shape0 = (int64_t)d;
         }
     }
-    if (f == 3 && wt == 2) x->data = b, x->data_len = len;
+    if (f->num == 3 && f->wt == 2) x->data = fl_pb_span(c, f->pos, (size_t)f->v), x->data_len = (size_t)f->v;
     return 0;
 }
 
-static int on_slice(void *ctx, uint32_t f, int wt, uint64_t v, const uint8_t *b, size_t len) {
+static int on_slice(void *ctx, fl_pb_cur_t *c, const fl_pb_field_t *f) {
     fetch_view *x = ctx;
-    if (wt == 0 && f == 1) x->p_version = v;
-    if (wt == 0 && f == 2) x->offset = v;
-    if (wt == 0 && f == 3) x->total = v;
-    if (wt == 2 && f == 4) {
+    if (f->wt == 0 && f->num == 1) x->p_version = f->v;
+    if (f->wt == 0 && f->num == 2) x->offset = f->v;
+    if (f->wt == 0 && f->num == 3) x->total = f->v;
+    if (f->wt == 2 && f->num == 4) {
         x->has_values = 1;
         x->n_shape = 0;
-        return walk(b, len, on_tensor, x);
+        return fl_pb_walk(c, f->pos + (size_t)f->v, on_tensor, x);
     }
     return 0;
 }
 
-static int on_response(void *ctx, uint32_t f, int wt, uint64_t v, const uint8_t *b, size_t len) {
+static int on_response(void *ctx, fl_pb_cur_t *c, const fl_pb_field_t *f) {
     fetch_view *x = ctx;
-    if (wt == 0 && f == 1) x->version = v;
-    if (wt == 0 && f == 2) x->has_params = v != 0;
-    if (wt == 2 && f == 3) {
+    if (f->wt == 0 && f->num == 1) x->version = f->v;
+    if (f->wt == 0 && f->num == 2) x->has_params = f->v != 0;
+    if (f->wt == 2 && f->num == 3) {
         x->has_slice = 1;
-        return walk(b, len, on_slice, x);
+        return fl_pb_walk(c, f->pos + (size_t)f->v, on_slice, x);
     }
     return 0;
+}
+
+/* Reads a FetchResponse in place (one buffer: every field's bytes are in it). */
+static int read_fetch(const fl_rpc_buf_t *b, fetch_view *v) {
+    fl_pb_seg_t seg = {b->data, b->len};
+    fl_pb_cur_t c;
+    fl_pb_cur_init(&c, &seg, 1);
+    memset(v, 0, sizeof *v);
+    return fl_pb_walk(&c, c.len, on_response, v);
 }
 
 typedef struct fetch_ctx {
@@ -397,8 +353,7 @@ static void fetch_one(void *arg, int s) {
     if (j->st != FL_OK) return;
     atomic_fetch_add(&x->c->received, x->bufs[s].len);
     fetch_view *v = &x->views[s];
-    memset(v, 0, sizeof *v);
-    if (walk(x->bufs[s].data, x->bufs[s].len, on_response, v)) {
+    if (read_fetch(&x->bufs[s], v)) {
         j->st =
             fl_err_set(&j->err, FL_DATA_LOSS, "%s: the response is not a valid FetchResponse",
                        fl_method_path(FL_METHOD_PARAM_FETCH));
