@@ -1264,6 +1264,15 @@ void fl_rpc_buf_free(fl_rpc_buf_t *b) {
     b->len = 0;
 }
 
+void fl_rpc_segs_free(fl_rpc_segs_t *s) {
+    if (!s) return;
+    grpc_slice *sl = s->priv;
+    for (size_t k = 0; k < s->n; k++) grpc_slice_unref(sl[k]);
+    free(sl);
+    free(s->seg);
+    memset(s, 0, sizeof *s);
+}
+
 fl_status fl_rpc_channel_create(const char *target, int max_message_bytes, fl_rpc_channel_t **out,
                                 fl_err_t *err) {
     *out = NULL;
@@ -1569,6 +1578,49 @@ static fl_status bb_to_buf(grpc_byte_buffer *bb, fl_rpc_buf_t *out, fl_err_t *er
     return FL_OK;
 }
 
+/* Takes a reference to each of the response's slices (no copy of their bytes). */
+static fl_status bb_to_segs(grpc_byte_buffer *bb, fl_rpc_segs_t *out, fl_err_t *err) {
+    memset(out, 0, sizeof *out);
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, bb)) return fl_err_set(err, FL_DATA_LOSS, "rpc: unreadable response");
+    size_t cap = 0;
+    grpc_slice s;
+    fl_status st = FL_OK;
+    while (grpc_byte_buffer_reader_next(&r, &s)) {
+        if (out->n == cap) {
+            size_t ncap = cap ? 2 * cap : 16;
+            grpc_slice *sl = realloc(out->priv, ncap * sizeof *sl);
+            fl_pb_seg_t *seg = sl ? realloc(out->seg, ncap * sizeof *seg) : NULL;
+            if (sl) out->priv = sl;
+            if (seg) out->seg = seg;
+            if (!sl || !seg) {
+                grpc_slice_unref(s);
+                st = fl_err_set(err, FL_NO_MEMORY, "rpc: out of memory for a response's %zu segments", out->n);
+                break;
+            }
+            cap = ncap;
+        }
+        ((grpc_slice *)out->priv)[out->n++] = s;
+    }
+    grpc_byte_buffer_reader_destroy(&r);
+    if (st != FL_OK) {
+        fl_rpc_segs_free(out);
+        return st;
+    }
+    /* Only now that the slices stay put: a small slice holds its bytes inline, in the
+     * grpc_slice itself. */
+    grpc_slice *sl = out->priv;
+    for (size_t k = 0; k < out->n; k++) {
+        out->seg[k] = (fl_pb_seg_t){GRPC_SLICE_START_PTR(sl[k]), GRPC_SLICE_LENGTH(sl[k])};
+        out->len += out->seg[k].len;
+    }
+    return FL_OK;
+}
+
+fl_status fl__rpc_segs_from_byte_buffer(void *bb, fl_rpc_segs_t *out, fl_err_t *err) {
+    return bb_to_segs(bb, out, err);
+}
+
 static fl_status bb_to_pb(grpc_byte_buffer *bb, const char *method, const ProtobufCMessageDescriptor *desc,
                           ProtobufCMessage **out, fl_err_t *err) {
     grpc_slice s = read_all(bb);
@@ -1587,6 +1639,17 @@ fl_status fl_rpc_unary(fl_rpc_channel_t *ch, const char *method, const void *req
     fl_status st = unary_bb(ch, method, send_bb, timeout_ms, flags, &recv_bb, err);
     grpc_byte_buffer_destroy(send_bb);
     if (st == FL_OK) st = bb_to_buf(recv_bb, resp, err);
+    if (recv_bb) grpc_byte_buffer_destroy(recv_bb);
+    return st;
+}
+
+fl_status fl_rpc_unary_segs(fl_rpc_channel_t *ch, const char *method, const void *req, size_t req_len,
+                            int64_t timeout_ms, unsigned flags, fl_rpc_segs_t *resp, fl_err_t *err) {
+    memset(resp, 0, sizeof *resp);
+    grpc_byte_buffer *send_bb = copy_bytes(req, req_len), *recv_bb = NULL;
+    fl_status st = unary_bb(ch, method, send_bb, timeout_ms, flags, &recv_bb, err);
+    grpc_byte_buffer_destroy(send_bb);
+    if (st == FL_OK) st = bb_to_segs(recv_bb, resp, err);
     if (recv_bb) grpc_byte_buffer_destroy(recv_bb);
     return st;
 }

@@ -49,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/pbwalk.h"
 #include "common/status.h"
 
 /* Default limit on one message, either direction (256 MiB). */
@@ -174,6 +175,18 @@ typedef struct fl_rpc_buf {
 
 void fl_rpc_buf_free(fl_rpc_buf_t *b);
 
+/* A response left where gRPC received it: its bytes as segments (common/pbwalk.h), in
+ * order, not copied into one buffer. Free with fl_rpc_segs_free. */
+typedef struct fl_rpc_segs {
+    fl_pb_seg_t *seg;
+    size_t n, len; /* segments; total bytes */
+    void *priv;    /* the slices holding them */
+} fl_rpc_segs_t;
+
+void fl_rpc_segs_free(fl_rpc_segs_t *s);
+/* For tests: the segments of a grpc_byte_buffer (bb), as fl_rpc_unary_segs takes them. */
+fl_status fl__rpc_segs_from_byte_buffer(void *bb, fl_rpc_segs_t *out, fl_err_t *err);
+
 /* Call flags. */
 #define FL_RPC_WAIT_FOR_READY 1u /* wait (until the deadline) for the server to come up */
 #define FL_RPC_BUFFERED 2u       /* streams: messages may be coalesced into fewer writes; they go out
@@ -193,6 +206,10 @@ const char *fl_rpc_channel_target(const fl_rpc_channel_t *ch);
  * and err holds "<method>: <server's message>". */
 fl_status fl_rpc_unary(fl_rpc_channel_t *ch, const char *method, const void *req, size_t req_len,
                        int64_t timeout_ms, unsigned flags, fl_rpc_buf_t *resp, fl_err_t *err);
+/* The same with the response left in the segments it arrived in (for large responses
+ * read in place, with one copy of each part to where it goes). */
+fl_status fl_rpc_unary_segs(fl_rpc_channel_t *ch, const char *method, const void *req, size_t req_len,
+                            int64_t timeout_ms, unsigned flags, fl_rpc_segs_t *resp, fl_err_t *err);
 /* The same with protobuf-c messages: packs req, unpacks the response with resp_desc
  * into *resp (free with protobuf_c_message_free_unpacked(*resp, NULL)). */
 fl_status fl_rpc_unary_pb(fl_rpc_channel_t *ch, const char *method, const ProtobufCMessage *req,

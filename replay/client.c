@@ -93,45 +93,44 @@ fl_status fl__replay_sample_rows(fl_replay_client_t *c, size_t batch_size, doubl
         req.update_keys = (uint64_t *)upd->keys;
         req.update_priorities = (float *)upd->priorities;
     }
-    ProtobufCMessage *m = NULL;
-    FL_TRY(fl_rpc_unary_pb(c->ch, fl_method_path(FL_METHOD_REPLAY_SAMPLE), &req.base,
-                           &fleet__sample_response__descriptor, &m, deadline_ms, FL_RPC_WAIT_FOR_READY, err));
-    Fleet__SampleResponse *resp = (Fleet__SampleResponse *)m;
-    size_t room = out->capacity - offset;
-    fl_wire_batch_t b;
-    fl_status st = fl_wire_decode_batch_bytes(resp->batch, out->obs_bytes, 0, &b, err);
+    /* The reply stays in the segments it arrived in and is read from there: each
+     * observation byte is copied once, into the batch. */
+    size_t req_len = fleet__sample_request__get_packed_size(&req);
+    uint8_t small[256], *req_buf = req_len <= sizeof small ? small : malloc(req_len);
+    if (!req_buf) return fl_err_set(err, FL_NO_MEMORY, "replay sample: out of memory for a %zu-byte request", req_len);
+    fleet__sample_request__pack(&req, req_buf);
+    fl_rpc_segs_t resp;
+    fl_status st = fl_rpc_unary_segs(c->ch, fl_method_path(FL_METHOD_REPLAY_SAMPLE), req_buf, req_len, deadline_ms,
+                                     FL_RPC_WAIT_FOR_READY, &resp, err);
+    if (req_buf != small) free(req_buf);
+    if (st != FL_OK) return st;
+    const fl_wire_sample_cols_t cols = {
+        .room = out->capacity - offset,
+        .obs_bytes = out->obs_bytes,
+        .obs = out->obs + offset * out->obs_bytes,
+        .next_obs = out->next_obs + offset * out->obs_bytes,
+        .actions = out->actions + offset,
+        .rewards = out->rewards + offset,
+        .discounts = out->discounts + offset,
+        .weights = out->weights + offset,
+        .keys = out->keys + offset,
+        .probs = out->probs + offset,
+    };
+    fl_wire_sample_info_t info;
+    st = fl_wire_read_sample_reply(resp.seg, resp.n, &cols, &info, err);
+    fl_rpc_segs_free(&resp);
     if (st != FL_OK) {
         fl_err_prefix(err, "replay sample: bad response");
-        st = FL_DATA_LOSS;
-        if (err) err->code = st;
-        goto done;
+        return st;
     }
-    if (b.count > room || resp->n_keys != b.count || resp->n_weights != b.count || resp->n_probabilities != b.count) {
-        st = fl_err_set(err, FL_DATA_LOSS,
-                        "replay sample: bad response: %zu transitions (capacity %zu) with %zu keys, %zu weights, %zu "
-                        "probabilities",
-                        b.count, room, resp->n_keys, resp->n_weights, resp->n_probabilities);
-        goto done;
-    }
-    size_t n = b.count, ob = out->obs_bytes;
-    memcpy(out->obs + offset * ob, b.obs, n * ob);
-    memcpy(out->next_obs + offset * ob, b.next_obs, n * ob);
-    memcpy(out->actions + offset, b.actions, n * sizeof *out->actions);
-    memcpy(out->rewards + offset, b.rewards, n * sizeof *out->rewards);
-    memcpy(out->discounts + offset, b.discounts, n * sizeof *out->discounts);
-    memcpy(out->keys + offset, resp->keys, n * sizeof *out->keys);
-    memcpy(out->weights + offset, resp->weights, n * sizeof *out->weights);
-    memcpy(out->probs + offset, resp->probabilities, n * sizeof *out->probs);
-    meta->count = n;
-    meta->table_size = resp->table_size;
-    meta->total = resp->total_priority;
-    meta->min_q = resp->min_priority;
-    meta->shard_id = resp->shard_id;
-    meta->mass = resp->sampling_mass;
-    meta->updates_applied = resp->updates_applied;
-done:
-    fleet__sample_response__free_unpacked(resp, NULL);
-    return st;
+    meta->count = info.count;
+    meta->table_size = info.table_size;
+    meta->total = info.total_priority;
+    meta->min_q = info.min_priority;
+    meta->shard_id = info.shard_id;
+    meta->mass = info.sampling_mass;
+    meta->updates_applied = info.updates_applied;
+    return FL_OK;
 }
 
 fl_status fl_replay_sample(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms,

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "common/obs.h"
+#include "common/pbwalk.h"
 #include "common/status.h"
 #include "fleet.pb-c.h"
 
@@ -104,6 +105,34 @@ fl_status fl_wire_sample_reply_begin(fl_wire_sample_reply_t *r, const fl_obs_spe
 fl_status fl_wire_sample_reply_finish(fl_wire_sample_reply_t *r, const int32_t *actions, const float *rewards,
                                       const float *discounts, const Fleet__SampleResponse *resp, size_t *len,
                                       fl_err_t *err);
+
+/* Where a Sample reply read in place goes: columns with room for `room` transitions. */
+typedef struct fl_wire_sample_cols {
+    size_t room, obs_bytes; /* obs_bytes: bytes of one observation */
+    uint8_t *obs, *next_obs; /* (room, obs_bytes) */
+    int32_t *actions;
+    float *rewards, *discounts, *weights;
+    uint64_t *keys;
+    double *probs;
+} fl_wire_sample_cols_t;
+
+/* What a Sample reply said besides its rows (SampleResponse's scalars). */
+typedef struct fl_wire_sample_info {
+    size_t count;
+    uint64_t table_size, updates_applied, updates_stale;
+    double total_priority, min_priority, sampling_mass;
+    uint32_t shard_id;
+} fl_wire_sample_info_t;
+
+/* Reads a SampleResponse in the segments it arrived in (common/pbwalk.h) straight into
+ * cols: each observation byte is copied once, from the reply to cols->obs / next_obs.
+ * Checks what fl_wire_decode_batch_bytes checks (with obs_bytes), that the batch fits the
+ * room, and that keys, weights and probabilities hold one value per transition. Fields in
+ * any order, repeated scalars packed or not; a message field sent twice (which protobuf
+ * would merge) is refused. FL_DATA_LOSS with a message naming the field on a bad reply;
+ * the columns may then hold part of it. */
+fl_status fl_wire_read_sample_reply(const fl_pb_seg_t *seg, size_t nseg, const fl_wire_sample_cols_t *cols,
+                                    fl_wire_sample_info_t *info, fl_err_t *err);
 
 /* Checks priorities given as |TD errors|: finite and >= 0. The message names
  * `field`[i]. */

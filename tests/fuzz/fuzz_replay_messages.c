@@ -10,7 +10,17 @@
  *     exactly the batch; a batch it rejects must come with FL_INVALID_ARGUMENT and a
  *     message naming a "batch" field. An accepted batch is also re-encoded with
  *     fl_wire_encode_batch, packed, unpacked and decoded again (must be accepted).
- *   - SampleResponse: fl_wire_decode_batch_bytes (the client's check of a reply).
+ *   - SampleResponse: fl_wire_decode_batch_bytes (the check of a reply unpacked by
+ *     protobuf-c), and the client's in-place reader (fl_wire_read_sample_reply) on the
+ *     raw bytes cut into segments of 1 to 20 bytes (data[0] / 13 + 1), whether or not
+ *     protobuf-c unpacks them: what the reader accepts, protobuf-c must unpack to the
+ *     same columns and scalars with a batch fl_wire_decode_batch_bytes accepts (or
+ *     refuses only for its priorities, which the reader ignores); what protobuf-c reads
+ *     and that check accepts, with one key, weight and probability per transition and
+ *     at most the room, the reader must read too, unless a message field came twice
+ *     (protobuf merges them, the reader refuses) or a key named field 0 in more than
+ *     one byte (protobuf reserves field 0; protobuf-c 1.4 refuses it in a one-byte key
+ *     and skips it in a longer one, the reader refuses both).
  *   - UpdatePrioritiesRequest: the server's checks (one priority per key, finite and
  *     >= 0), then fl_table_update_priorities on a small table + fl_table_verify.
  * Tables are created per input so that every run is deterministic.
@@ -229,6 +239,61 @@ static void fuzz_sample_response(const Fleet__SampleResponse *r) {
     (void)acc;
 }
 
+#define SAMPLE_ROOM 64
+
+/* The client's reader on the raw reply (see the top). m: protobuf-c's unpacking, or NULL. */
+static void fuzz_sample_reader(const uint8_t *p, size_t len, size_t seglen, const Fleet__SampleResponse *m) {
+    enum { OB = 16, R = SAMPLE_ROOM };
+    static uint8_t obs[R * OB], next[R * OB];
+    static int32_t actions[R];
+    static float rewards[R], discounts[R], weights[R];
+    static uint64_t keys[R];
+    static double probs[R];
+    const fl_wire_sample_cols_t cols = {R, OB, obs, next, actions, rewards, discounts, weights, keys, probs};
+    size_t nseg = len / seglen + 1;
+    fl_pb_seg_t *seg = malloc(nseg * sizeof *seg);
+    if (!seg) FAIL("out of memory");
+    for (size_t i = 0; i < nseg; i++) {
+        size_t at = i * seglen;
+        seg[i] = (fl_pb_seg_t){p + at, at + seglen <= len ? seglen : len - at};
+    }
+    fl_wire_sample_info_t info;
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_status st = fl_wire_read_sample_reply(seg, nseg, &cols, &info, &e);
+    free(seg);
+    fl_wire_batch_t b;
+    fl_err_t e2;
+    fl_err_init(&e2);
+    fl_status st2 = m ? fl_wire_decode_batch_bytes(m->batch, OB, 0, &b, &e2) : FL_DATA_LOSS;
+    if (st == FL_OK) {
+        if (!m) FAIL("the reader read a reply protobuf-c refuses (%zu transitions)", info.count);
+        if (st2 != FL_OK) {
+            if (strncmp(e2.msg, "batch.priorities", 16) != 0)
+                FAIL("the reader read a reply the batch check refuses: %s", e2.msg);
+            return;
+        }
+        size_t n = b.count;
+        if (info.count != n || m->n_keys != n || m->n_weights != n || m->n_probabilities != n)
+            FAIL("the reader read %zu transitions, protobuf-c %zu (keys %zu)", info.count, n, m->n_keys);
+        if (memcmp(obs, b.obs, n * OB) || memcmp(next, b.next_obs, n * OB) || memcmp(actions, b.actions, 4 * n) ||
+            memcmp(rewards, b.rewards, 4 * n) || memcmp(discounts, b.discounts, 4 * n) ||
+            memcmp(keys, m->keys, 8 * n) || memcmp(weights, m->weights, 4 * n) ||
+            memcmp(probs, m->probabilities, 8 * n))
+            FAIL("the reader's columns differ from protobuf-c's");
+        if (info.table_size != m->table_size || info.shard_id != m->shard_id ||
+            info.updates_applied != m->updates_applied || info.updates_stale != m->updates_stale ||
+            memcmp(&info.total_priority, &m->total_priority, 8) || memcmp(&info.min_priority, &m->min_priority, 8) ||
+            memcmp(&info.sampling_mass, &m->sampling_mass, 8))
+            FAIL("the reader's scalars differ from protobuf-c's");
+        return;
+    }
+    if (st != FL_DATA_LOSS || !e.msg[0]) FAIL("the reader refused with status %d and message \"%s\"", (int)st, e.msg);
+    if (st2 == FL_OK && b.count <= R && m->n_keys == b.count && m->n_weights == b.count &&
+        m->n_probabilities == b.count && !strstr(e.msg, "sent twice") && !strstr(e.msg, "field number 0"))
+        FAIL("the reader refused a reply protobuf-c reads: %s", e.msg);
+}
+
 static void fuzz_update(const Fleet__UpdatePrioritiesRequest *req) {
     fl_err_t e;
     fl_err_init(&e);
@@ -273,6 +338,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int type = data[0] % T_COUNT;
     const ProtobufCMessageDescriptor *d = descriptor_of(type);
     ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, size - 1, data + 1);
+    if (type == T_SAMPLE_RESP) fuzz_sample_reader(data + 1, size - 1, 1u + data[0] / T_COUNT, (const void *)m);
     if (!m) return 0;
     roundtrip(m);
     fl_wire_sig_t sig;

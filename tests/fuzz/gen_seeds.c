@@ -31,6 +31,17 @@ static void write_seed(const char *name, uint8_t type, const ProtobufCMessage *m
     free(buf);
 }
 
+static void write_raw(const char *name, uint8_t type, const uint8_t *p, size_t n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fputc(type, f) == EOF || fwrite(p, 1, n, f) != n) {
+        perror(path);
+        exit(1);
+    }
+    fclose(f);
+}
+
 /* A table of `capacity` with uint8 (4, 4, 2 * stack) observations, n items inserted in
  * calls of 5 (consecutive observations share frames), saved to DIR/name. */
 static void write_checkpoint(const char *dir, const char *name, uint64_t capacity, int stack, int zstd,
@@ -153,6 +164,20 @@ int main(int argc, char **argv) {
     sp.table_size = 2;
     sp.total_priority = 3.0;
     write_seed("sample_resp", 3, &sp.base);
+
+    /* The same as the shard writes it (observations first, 5-byte lengths), with a type
+     * byte that cuts it into 5-byte segments for the client's reader (3 + 4 * 13). */
+    fl_wire_sample_reply_t rep;
+    fl_err_t e;
+    fl_err_init(&e);
+    if (fl_wire_sample_reply_begin(&rep, &sv.obs, 2, &e) != FL_OK) exit(1);
+    memcpy(rep.obs, obs_v, 2 * 16);
+    memcpy(rep.next_obs, nobs_v, 2 * 16);
+    sp.batch = NULL;
+    size_t len = 0;
+    if (fl_wire_sample_reply_finish(&rep, b.actions, b.rewards, b.discounts, &sp, &len, &e) != FL_OK) exit(1);
+    write_raw("sample_reply", 3 + 4 * 13, rep.buf, len);
+    free(rep.buf);
 
     /* UpdatePrioritiesRequest: a live key, a stale one, a duplicate (type 4). */
     Fleet__UpdatePrioritiesRequest up = FLEET__UPDATE_PRIORITIES_REQUEST__INIT;
