@@ -309,9 +309,13 @@ int main(int argc, char **argv) {
     }
     /* The verb sees argv from its own name on: argv[0] = "run", ... */
     int rc = v->main(argc - 1, argv + 1);
-    /* Under mpirun every rank ends the same way: one hint, from rank 0. */
+    /* Under mpirun every rank ends the same way: one hint, from rank 0. A role that a
+     * launcher started (with --control) gets none: its user typed the launcher's
+     * command, and the launcher says why the role stopped. */
     const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
-    if (rc == 2 && (!mpi_rank || strcmp(mpi_rank, "0") == 0))
+    int launched = 0;
+    for (int i = 2; i < argc; i++) launched |= strcmp(argv[i], "--control") == 0;
+    if (rc == 2 && !launched && (!mpi_rank || strcmp(mpi_rank, "0") == 0))
         fprintf(stderr, "(`fleet help %s` lists the options)\n", name);
     return rc;
 }

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "common/status.h"
+
 typedef struct fl_child {
     char role[16];
     int index;
@@ -83,6 +85,15 @@ typedef struct fl_restart {
  * role cannot work with, an env that does not load, learner.device = cuda without a
  * usable GPU): the role printed what was wrong, and a restart would fail the same way. */
 #define FL_EXIT_CONFIG 2
+
+/* A role's exit status when creating it failed with st: FL_EXIT_CONFIG for what it was
+ * given (an invalid or unparsable value, something not built in, no usable device), 1
+ * for the rest (a service that does not answer, say), which a restart may cure. */
+static inline int fl_exit_status_of_create(fl_status st) {
+    return st == FL_INVALID_ARGUMENT || st == FL_UNIMPLEMENTED || st == FL_PARSE_ERROR || st == FL_NO_DEVICE
+               ? FL_EXIT_CONFIG
+               : 1;
+}
 
 /* The process died at `now` with wait status `status`: the wait in seconds before its
  * restart, or -1 with *why when it must not be restarted (it exited with FL_EXIT_CONFIG,

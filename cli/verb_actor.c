@@ -13,6 +13,7 @@
 #include "common/stop.h"
 #include "cli/cli.h"
 #include "cli/options.h"
+#include "cli/proc.h"
 #include "cli/verbs.h"
 
 int fl_verb_actor(int argc, char **argv) {
@@ -69,7 +70,11 @@ int fl_verb_actor(int argc, char **argv) {
     fl_err_t err;
     fl_err_init(&err);
     fl_status s = fl_actor_create(&ao, (int)index, replay, params, control[0] ? control : NULL, &actor, &err);
-    if (s == FL_OK) s = fl_actor_run(actor, &err);
+    if (s != FL_OK) {
+        fprintf(stderr, "fleet actor: %s\n", err.msg[0] ? err.msg : fl_status_str(s));
+        return fl_exit_status_of_create(s); /* an env that rejects its options is not restarted */
+    }
+    s = fl_actor_run(actor, &err);
     fl_actor_destroy(actor);
     if (s != FL_OK) {
         fprintf(stderr, "fleet actor: %s\n", err.msg[0] ? err.msg : fl_status_str(s));

@@ -10,6 +10,7 @@
 #include "eval/evaluator.h"
 #include "cli/cli.h"
 #include "cli/options.h"
+#include "cli/proc.h"
 #include "cli/verbs.h"
 
 int fl_verb_evaluator(int argc, char **argv) {
@@ -47,7 +48,11 @@ int fl_verb_evaluator(int argc, char **argv) {
     fl_err_t err;
     fl_err_init(&err);
     fl_status s = fl_evaluator_create(&eo, (int)index, params, control[0] ? control : NULL, &ev, &err);
-    if (s == FL_OK) s = fl_evaluator_run(ev, &err);
+    if (s != FL_OK) {
+        fprintf(stderr, "fleet evaluator: %s\n", err.msg[0] ? err.msg : fl_status_str(s));
+        return fl_exit_status_of_create(s); /* an env that rejects its options is not restarted */
+    }
+    s = fl_evaluator_run(ev, &err);
     fl_evaluator_destroy(ev);
     if (s != FL_OK) {
         fprintf(stderr, "fleet evaluator: %s\n", err.msg[0] ? err.msg : fl_status_str(s));

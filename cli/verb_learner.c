@@ -99,8 +99,7 @@ int fl_learner_main(int argc, char **argv, fl_reduce_t *reduce) {
     if (s == FL_OK) s = fl_learner_create(&lo, &l, &err);
     if (s != FL_OK) {
         fprintf(stderr, "fleet learner: %s\n", err.msg[0] ? err.msg : fl_status_str(s));
-        /* 2: what it was given cannot work here (cli/proc.h FL_EXIT_CONFIG: not restarted) */
-        return s == FL_INVALID_ARGUMENT || s == FL_UNIMPLEMENTED || s == FL_PARSE_ERROR || s == FL_NO_DEVICE ? 2 : 1;
+        return fl_exit_status_of_create(s); /* FL_EXIT_CONFIG is not restarted */
     }
     s = fl_learner_run(l, &err);
     fl_learner_destroy(l);
