@@ -100,11 +100,24 @@ static void test_configuration_error_is_never_restarted(void **state) {
     }
 }
 
+/* A role whose creation fails on what it was given exits FL_EXIT_CONFIG; one whose
+ * services did not answer exits 1, and is restarted. */
+static void test_exit_status_of_create(void **state) {
+    (void)state;
+    const fl_status config[] = {FL_INVALID_ARGUMENT, FL_UNIMPLEMENTED, FL_PARSE_ERROR, FL_NO_DEVICE};
+    for (size_t i = 0; i < sizeof config / sizeof config[0]; i++)
+        assert_int_equal(fl_exit_status_of_create(config[i]), FL_EXIT_CONFIG);
+    const fl_status other[] = {FL_UNAVAILABLE, FL_DEADLINE_EXCEEDED, FL_NO_MEMORY, FL_INTERNAL, FL_DATA_LOSS};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        assert_int_equal(fl_exit_status_of_create(other[i]), 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quick_deaths_double_the_wait_up_to_the_cap),
         cmocka_unit_test(test_gives_up_after_max_restarts_quick_deaths),
         cmocka_unit_test(test_configuration_error_is_never_restarted),
+        cmocka_unit_test(test_exit_status_of_create),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
