@@ -279,9 +279,14 @@ static void *learner_thread(void *arg) {
     return NULL;
 }
 
+/* Adam with eps 1e-3: with the default (1e-8) a parameter whose gradient is ~0 moves by
+ * about lr * sign(g) a step, so a gradient summed in another order (a few ulps apart, of
+ * either sign) could move it by a whole lr the other way; with 1e-3 tiny gradients make
+ * tiny steps and the group and the one learner stay within float tolerance. */
 static fl_optim_t *make_adam(size_t n) {
     fl_optim_config_t oc = fl_optim_config_default(FL_OPTIM_ADAM);
     oc.lr = 0.01f;
+    oc.eps = 1e-3f;
     fl_optim_t *o = NULL;
     assert_int_equal(fl_optim_create(&oc, n, &o, NULL), FL_OK);
     return o;
