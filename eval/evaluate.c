@@ -78,6 +78,15 @@ fl_status fl_evaluation_create(const fl_wrapped_env_t *w, const fl_env_options_t
         fl_evaluation_destroy(e);
         return fl_err_set(err, FL_NO_MEMORY, "evaluation: out of memory for %d instances of %s", parallel, def->name);
     }
+    if (opts) { /* options the env refuses fail here, not at the first episode */
+        fl_status st = fl_wrapped_env_configure(w, e->slots[0].state, opts, err);
+        fl_wrapped_env_close(w, e->slots[0].state);
+        memset(e->slots[0].state, 0, e->state_size ? e->state_size : 1);
+        if (st != FL_OK) {
+            fl_evaluation_destroy(e);
+            return st;
+        }
+    }
     *out = e;
     return FL_OK;
 }

@@ -51,7 +51,8 @@ typedef struct fl_evaluation fl_evaluation_t;
 
 /* Up to `parallel` (>= 1) instances of w with the per-instance options opts (may be
  * NULL: nothing to configure). FL_INVALID_ARGUMENT when the env's observations have no
- * float conversion; FL_NO_MEMORY. */
+ * float conversion or the env refuses opts (tried here on one instance, so that a bad
+ * option fails the evaluator's creation, not its first episode); FL_NO_MEMORY. */
 fl_status fl_evaluation_create(const fl_wrapped_env_t *w, const fl_env_options_t *opts, int parallel,
                                fl_evaluation_t **out, fl_err_t *err);
 void fl_evaluation_destroy(fl_evaluation_t *e); /* NULL is a no-op */

@@ -230,6 +230,17 @@ static void test_bad_arguments(void **unused) {
     fl_qnet_destroy(other);
     fl_evaluation_destroy(e);
     fixture_close(&f);
+    /* options the env refuses fail the creation, with the env's message */
+    fixture_open(&f, "minatar-breakout", "", 2);
+    f.opts.sticky_prob = 2.0f;
+    e = NULL;
+    assert_int_equal(fl_evaluation_create(f.w, &f.opts, 2, &e, &err), FL_INVALID_ARGUMENT);
+    assert_null(e);
+    assert_non_null(strstr(err.msg, "rejected its options: sticky_actions = 2"));
+    f.opts.sticky_prob = 0.1f;
+    assert_int_equal(fl_evaluation_create(f.w, &f.opts, 2, &e, &err), FL_OK);
+    fl_evaluation_destroy(e);
+    fixture_close(&f);
 }
 
 static void test_statistics(void **unused) {
