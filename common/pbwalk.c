@@ -81,10 +81,11 @@ const uint8_t *fl_pb_span(const fl_pb_cur_t *c, size_t pos, size_t n) {
 int fl_pb_walk(fl_pb_cur_t *c, size_t end, fl_pb_field_fn on, void *ctx) {
     if (end > c->len) return -1;
     while (c->pos < end) {
-        uint64_t key;
+        uint64_t v64;
         const size_t at = c->pos;
-        if (fl_pb_read_varint(c, end, &key) || c->pos - at > 5 || key >> 32) return -1;
-        fl_pb_field_t f = {.num = (uint32_t)(key >> 3), .wt = (int)(key & 7), .v = 0, .pos = 0};
+        if (fl_pb_read_varint(c, end, &v64) || c->pos - at > 5) return -1;
+        /* up to 35 bits: the field number takes 32, as protobuf-c reads it */
+        fl_pb_field_t f = {.num = (uint32_t)(v64 >> 3), .wt = (int)(v64 & 7), .v = 0, .pos = 0};
         if (f.num == 0) {
             fl_pb_seek(c, at);
             return FL_PB_FIELD_ZERO;
@@ -117,4 +118,40 @@ int fl_pb_walk(fl_pb_cur_t *c, size_t end, fl_pb_field_fn on, void *ctx) {
         fl_pb_seek(c, next);
     }
     return 0;
+}
+
+static int on_tensor(void *ctx, fl_pb_cur_t *c, const fl_pb_field_t *f) {
+    fl_pb_tensor_t *t = ctx;
+    switch (f->num) {
+    case 1:
+        if (f->wt != 0) return -1;
+        t->dtype = (int)(int32_t)f->v;
+        return 0;
+    case 2:
+        if (f->wt == 0) {
+            if (t->n_shape < FL_PB_TENSOR_DIMS) t->shape[t->n_shape] = (int64_t)f->v;
+            t->n_shape++;
+            return 0;
+        }
+        if (f->wt != 2) return -1;
+        for (size_t end = f->pos + (size_t)f->v; c->pos < end;) { /* packed */
+            uint64_t d;
+            if (fl_pb_read_varint(c, end, &d)) return -1;
+            if (t->n_shape < FL_PB_TENSOR_DIMS) t->shape[t->n_shape] = (int64_t)d;
+            t->n_shape++;
+        }
+        return 0;
+    case 3:
+        if (f->wt != 2) return -1;
+        t->data_pos = f->pos;
+        t->data_len = (size_t)f->v;
+        return 0;
+    default: return 0;
+    }
+}
+
+int fl_pb_read_tensor(fl_pb_cur_t *c, const fl_pb_field_t *f, fl_pb_tensor_t *t) {
+    memset(t, 0, sizeof *t);
+    if (f->wt != 2) return -1;
+    return fl_pb_walk(c, f->pos + (size_t)f->v, on_tensor, t);
 }

@@ -9,8 +9,10 @@
  *
  * Every read is bounded by the end of the message being walked: malformed input (a
  * varint over 10 bytes, a length past the end, wire types 3, 4, 6 and 7, a key over 5
- * bytes or 32 bits) makes the walk return -1 (FL_PB_FIELD_ZERO for field number 0, which
- * protobuf reserves) with the cursor where it stopped, never read out of bounds.
+ * bytes) makes the walk return -1 (FL_PB_FIELD_ZERO for field number 0, which protobuf
+ * reserves) with the cursor where it stopped, never read out of bounds. A 5-byte key
+ * holds up to 35 bits, a 32-bit field number above its wire type, as protobuf-c reads it
+ * (numbers past protobuf's 2^29 - 1 then pass as unknown fields).
  * Nothing allocates; thread-safe per cursor. */
 #ifndef FL_COMMON_PBWALK_H
 #define FL_COMMON_PBWALK_H
@@ -60,5 +62,22 @@ typedef int (*fl_pb_field_fn)(void *ctx, fl_pb_cur_t *c, const fl_pb_field_t *f)
  * malformed input, FL_PB_FIELD_ZERO, or what `on` returned (a callback's negative value
  * reads as malformed input). The cursor ends at `end` on success. */
 int fl_pb_walk(fl_pb_cur_t *c, size_t end, fl_pb_field_fn on, void *ctx);
+
+/* A fleet.proto Tensor read in place: dtype, shape (every dimension counted in n_shape,
+ * the first FL_PB_TENSOR_DIMS kept) and where its data lies (offset and length; 0 and 0
+ * when absent). The one Tensor reader of the in-place decoders (replay's Sample reply,
+ * the parameter server's Fetch reply). */
+#define FL_PB_TENSOR_DIMS 16
+typedef struct fl_pb_tensor {
+    int dtype;
+    size_t n_shape;
+    int64_t shape[FL_PB_TENSOR_DIMS];
+    size_t data_pos, data_len;
+} fl_pb_tensor_t;
+
+/* Reads the Tensor that field f (wire type 2, the cursor at its bytes) holds: 0, or -1
+ * when it is malformed or one of its fields has another wire type than fleet.proto's
+ * (shape packed or not). Unknown fields are skipped. */
+int fl_pb_read_tensor(fl_pb_cur_t *c, const fl_pb_field_t *f, fl_pb_tensor_t *t);
 
 #endif

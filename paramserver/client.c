@@ -234,32 +234,20 @@ typedef struct fetch_view {
     size_t data_len;
 } fetch_view;
 
-static int on_tensor(void *ctx, fl_pb_cur_t *c, const fl_pb_field_t *f) {
-    fetch_view *x = ctx;
-    if (f->num == 1 && f->wt == 0) x->dtype = (int)f->v;
-    if (f->num == 2 && f->wt == 0) {
-        if (x->n_shape++ == 0) x->shape0 = (int64_t)f->v;
-    }
-    if (f->num == 2 && f->wt == 2) { /* packed */
-        for (size_t end = f->pos + (size_t)f->v; c->pos < end;) {
-            uint64_t d;
-            if (fl_pb_read_varint(c, end, &d)) return -1;
-            if (x->n_shape++ == 0) x->shape0 = (int64_t)d;
-        }
-    }
-    if (f->num == 3 && f->wt == 2) x->data = fl_pb_span(c, f->pos, (size_t)f->v), x->data_len = (size_t)f->v;
-    return 0;
-}
-
 static int on_slice(void *ctx, fl_pb_cur_t *c, const fl_pb_field_t *f) {
     fetch_view *x = ctx;
     if (f->wt == 0 && f->num == 1) x->p_version = f->v;
     if (f->wt == 0 && f->num == 2) x->offset = f->v;
     if (f->wt == 0 && f->num == 3) x->total = f->v;
     if (f->wt == 2 && f->num == 4) {
+        fl_pb_tensor_t t;
+        if (fl_pb_read_tensor(c, f, &t)) return -1;
         x->has_values = 1;
-        x->n_shape = 0;
-        return fl_pb_walk(c, f->pos + (size_t)f->v, on_tensor, x);
+        x->dtype = t.dtype;
+        x->n_shape = t.n_shape;
+        x->shape0 = t.n_shape ? t.shape[0] : 0;
+        x->data = fl_pb_span(c, t.data_pos, t.data_len);
+        x->data_len = t.data_len;
     }
     return 0;
 }

@@ -98,8 +98,6 @@ fl_status fl_wire_sample_reply_finish(fl_wire_sample_reply_t *r, const int32_t *
 
 /* ---- a SampleResponse read in place ----------------------------------------------- */
 
-#define MAX_DIMS 16 /* dimensions of a tensor's shape kept (more are counted, and refused) */
-
 /* A repeated scalar column being filled: values appended at n, up to room. */
 typedef struct col {
     const char *name;
@@ -111,14 +109,10 @@ typedef struct col {
 
 typedef struct tensor_view {
     int seen;
-    int dtype;
-    size_t n_shape;
-    int64_t shape[MAX_DIMS];
-    size_t data_pos, data_len;
+    fl_pb_tensor_t t;
 } tensor_view;
 
 typedef struct reader {
-    const fl_wire_sample_cols_t *cols;
     fl_err_t *err;
     fl_status st;
     int seen_batch;
@@ -187,48 +181,12 @@ static int append(reader *r, col *k, fl_pb_cur_t *c, const fl_pb_field_t *f) {
     return 0;
 }
 
-typedef struct tensor_ctx {
-    reader *r;
-    tensor_view *t;
-    const char *name;
-} tensor_ctx;
-
-static int on_tensor(void *ctx, fl_pb_cur_t *c, const fl_pb_field_t *f) {
-    tensor_ctx *x = ctx;
-    tensor_view *t = x->t;
-    switch (f->num) {
-    case 1:
-        if (f->wt != 0) return wrong_type(x->r, "tensor.dtype", f->wt, 0);
-        t->dtype = (int)(int32_t)f->v;
-        return 0;
-    case 2:
-        if (f->wt == 0) {
-            if (t->n_shape < MAX_DIMS) t->shape[t->n_shape] = (int64_t)f->v;
-            t->n_shape++;
-            return 0;
-        }
-        if (f->wt != 2) return wrong_type(x->r, "tensor.shape", f->wt, 2);
-        for (size_t end = f->pos + (size_t)f->v; c->pos < end;) {
-            uint64_t d;
-            if (fl_pb_read_varint(c, end, &d)) return -1;
-            if (t->n_shape < MAX_DIMS) t->shape[t->n_shape] = (int64_t)d;
-            t->n_shape++;
-        }
-        return 0;
-    case 3:
-        if (f->wt != 2) return wrong_type(x->r, "tensor.data", f->wt, 2);
-        t->data_pos = f->pos;
-        t->data_len = (size_t)f->v;
-        return 0;
-    default: return 0;
-    }
-}
-
 static int read_tensor(reader *r, tensor_view *t, const char *name, fl_pb_cur_t *c, const fl_pb_field_t *f) {
     if (f->wt != 2) return wrong_type(r, name, f->wt, 2);
     if (t->seen++) return twice(r, name);
-    tensor_ctx x = {r, t, name};
-    return fl_pb_walk(c, f->pos + (size_t)f->v, on_tensor, &x);
+    const int w = fl_pb_read_tensor(c, f, &t->t);
+    if (w == 0 || w == FL_PB_FIELD_ZERO) return w; /* field 0 is reported as such, where it is */
+    return fail(r, fl_err_set(r->err, FL_DATA_LOSS, "%s: not a valid Tensor (%zu bytes)", name, (size_t)f->v));
 }
 
 static int on_batch(void *ctx, fl_pb_cur_t *c, const fl_pb_field_t *f) {
@@ -285,17 +243,17 @@ static int on_response(void *ctx, fl_pb_cur_t *c, const fl_pb_field_t *f) {
 static Fleet__Tensor *as_tensor(const tensor_view *v, Fleet__Tensor *t, const uint8_t *nonnull) {
     if (!v->seen) return NULL;
     fleet__tensor__init(t);
-    t->dtype = (Fleet__DType)v->dtype;
-    t->n_shape = v->n_shape;
-    t->shape = (int64_t *)v->shape;
-    t->data.len = v->data_len;
+    t->dtype = (Fleet__DType)v->t.dtype;
+    t->n_shape = v->t.n_shape;
+    t->shape = (int64_t *)v->t.shape;
+    t->data.len = v->t.data_len;
     t->data.data = (uint8_t *)nonnull;
     return t;
 }
 
 static fl_status copy_obs(fl_pb_cur_t *c, const tensor_view *v, uint8_t *dst, fl_err_t *err) {
-    fl_pb_seek(c, v->data_pos);
-    if (fl_pb_read(c, c->len, dst, v->data_len))
+    fl_pb_seek(c, v->t.data_pos);
+    if (fl_pb_read(c, c->len, dst, v->t.data_len))
         return fl_err_set(err, FL_INTERNAL, "sample reply: observations past the end of the reply");
     return FL_OK;
 }
@@ -305,7 +263,6 @@ fl_status fl_wire_read_sample_reply(const fl_pb_seg_t *seg, size_t nseg, const f
     memset(info, 0, sizeof *info);
     reader r;
     memset(&r, 0, sizeof r);
-    r.cols = cols;
     r.err = err;
     r.st = FL_OK;
     const size_t room = cols->room;

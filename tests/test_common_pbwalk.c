@@ -1,9 +1,10 @@
 /* common/pbwalk.h: protobuf wire format read in place, over one buffer or segments.
- * A message protobuf-c packed walks to the same fields and values however its bytes are
- * cut (single bytes, empty segments between them); copies and seeks across segment
+ * A message protobuf-c packed walks to the same fields and values (its Tensor through
+ * fl_pb_read_tensor) however its bytes are cut (single bytes, empty segments between them); copies and seeks across segment
  * boundaries, forward and back; malformed input (an unterminated or 11-byte varint, a
- * length past the end, wire types 3, 4, 6 and 7, a key over 5 bytes or 32 bits, field
- * number 0, a nested message past its parent) is refused without reading out of bounds. */
+ * length past the end, wire types 3, 4, 6 and 7, a key over 5 bytes, field number 0, a
+ * nested message past its parent) is refused without reading out of bounds; a 5-byte
+ * key holds a 32-bit field number, as protobuf-c reads it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,30 +29,22 @@ typedef struct seen {
     size_t data_len;
 } seen;
 
-static int on_tensor(void *ctx, fl_pb_cur_t *c, const fl_pb_field_t *f) {
-    seen *s = ctx;
-    if (f->num == 1) s->dtype = (int)f->v;
-    if (f->num == 2 && f->wt == 2) {
-        for (size_t end = f->pos + (size_t)f->v; c->pos < end;) {
-            uint64_t d;
-            if (fl_pb_read_varint(c, end, &d)) return -1;
-            if (s->n_shape < 4) s->shape[s->n_shape++] = (int64_t)d;
-        }
-    }
-    if (f->num == 3) {
-        assert_true(f->v <= sizeof s->data);
-        s->data_len = (size_t)f->v;
-        return fl_pb_read(c, f->pos + (size_t)f->v, s->data, s->data_len);
-    }
-    return 0;
-}
-
 static int on_slice(void *ctx, fl_pb_cur_t *c, const fl_pb_field_t *f) {
     seen *s = ctx;
     if (f->num == 1) s->p_version = f->v;
     if (f->num == 2) s->offset = f->v;
     if (f->num == 3) s->total = f->v;
-    if (f->num == 4) return fl_pb_walk(c, f->pos + (size_t)f->v, on_tensor, s);
+    if (f->num == 4) { /* the Tensor reader, then its data copied out */
+        fl_pb_tensor_t t;
+        if (fl_pb_read_tensor(c, f, &t)) return -1;
+        s->dtype = t.dtype;
+        for (size_t d = 0; d < t.n_shape && d < 4; d++) s->shape[d] = t.shape[d];
+        s->n_shape = t.n_shape;
+        assert_true(t.data_len <= sizeof s->data);
+        s->data_len = t.data_len;
+        fl_pb_seek(c, t.data_pos);
+        return fl_pb_read(c, t.data_pos + t.data_len, s->data, t.data_len);
+    }
     return 0;
 }
 
@@ -232,8 +225,8 @@ static void test_malformed_is_refused(void **state) {
     const uint8_t zero[] = {0x00, 0x01}, zero2[] = {0x80, 0x00, 0x01}; /* field 0, in one key byte and two */
     assert_int_equal(walk_bytes(zero, sizeof zero, count_fields), FL_PB_FIELD_ZERO);
     assert_int_equal(walk_bytes(zero2, sizeof zero2, count_fields), FL_PB_FIELD_ZERO);
-    const uint8_t wide_key[] = {0x80, 0x80, 0x80, 0x80, 0x10, 0x01}; /* 5 bytes, over 32 bits */
-    assert_int_equal(walk_bytes(wide_key, sizeof wide_key, count_fields), -1);
+    const uint8_t wide_key[] = {0xa8, 0x80, 0x80, 0x80, 0x10, 0x01}; /* 5 bytes, bit 32: field 2^29 + 5 */
+    assert_int_equal(walk_bytes(wide_key, sizeof wide_key, count_fields), 0);
     const uint8_t long_key[] = {0xa8, 0x80, 0x80, 0x80, 0x80, 0x00, 0x01}; /* field 5 in 6 bytes */
     assert_int_equal(walk_bytes(long_key, sizeof long_key, count_fields), -1);
     const uint8_t max_field[] = {0xf8, 0xff, 0xff, 0xff, 0x0f, 0x01}; /* 2^29 - 1 */
@@ -241,8 +234,12 @@ static void test_malformed_is_refused(void **state) {
     assert_int_equal(walk_bytes(ok, sizeof ok, overread), -1);
     /* a nested message longer than its parent: FetchResponse.params (3) of 2 bytes
      * holding a field whose length runs past them */
-    const uint8_t nested[] = {0x1a, 0x02, 0x22, 0x05, 1, 2, 3, 4, 5};
     seen s;
+    /* a Tensor whose shape comes as fixed32 (wire type 5): not fleet.proto's Tensor */
+    const uint8_t bad_tensor[] = {0x1a, 0x07, 0x22, 0x05, 0x15, 1, 2, 3, 4};
+    fl_pb_seg_t bt = {bad_tensor, sizeof bad_tensor};
+    assert_int_equal(walk_segs(&bt, 1, &s), -1);
+    const uint8_t nested[] = {0x1a, 0x02, 0x22, 0x05, 1, 2, 3, 4, 5};
     fl_pb_seg_t seg = {nested, sizeof nested};
     assert_int_equal(walk_segs(&seg, 1, &s), -1);
 }
