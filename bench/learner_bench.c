@@ -53,9 +53,11 @@
  * the same update (the script's --device cuda: batch copied from pinned memory, uint8
  * converted on the GPU, priorities to the host every update).
  *
- *   learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batch N] [--threads 1,2]
+ *   learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batch N] [--spec SPEC] [--threads 1,2]
  *                 [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]
  * --batch: every case at batch N only, instead of its two batch sizes.
+ * --spec: the nature case's network replaced by SPEC (a model.spec over the same Atari
+ *         input), to size a network for a machine; PyTorch has no such network (--no-torch).
  * --backend: the CPU kernels (kernels/qnet.h); default oneDNN when built with it.
  * --no-cpu: the GPU rows alone. */
 #include <cblas.h>
@@ -86,7 +88,7 @@ typedef struct netcase {
     const char *obs; /* the observations' dtype, as replay hands them to the learner */
 } netcase_t;
 
-static const netcase_t CASES[] = {
+static netcase_t CASES[] = { /* --spec replaces the nature case's network */
     {"mlp", "dense(256) relu dense(256) relu dueling", 1, {4, 0, 0}, 2, {128, 512}, "float32"},
     {"minatar", "conv(16,3,1) relu flatten dense(128) relu dueling", 3, {10, 10, 4}, 6, {32, 512}, "float32"},
     {"nature",
@@ -670,6 +672,7 @@ int main(int argc, char **argv) {
             o.batch = atoi(argv[++i]);
             if (o.batch < 1) goto usage;
         }
+        else if (!strcmp(a, "--spec") && v) CASES[2].spec = argv[++i];
         else if (!strcmp(a, "--torch-script") && v) snprintf(o.script, sizeof o.script, "%s", argv[++i]);
         else if (!strcmp(a, "--python") && v) snprintf(o.python, sizeof o.python, "%s", argv[++i]);
         else if (!strcmp(a, "--threads") && v) {
@@ -686,6 +689,10 @@ int main(int argc, char **argv) {
         }
     }
     if (!(o.seconds > 0 && o.seconds <= 3600)) goto usage;
+    if (o.torch && strstr(CASES[2].spec, "conv(32,8,4) relu conv(64,4,2)") != CASES[2].spec) {
+        fprintf(stderr, "learner_bench: --spec: PyTorch's side has the Nature CNN only; add --no-torch\n");
+        return 2;
+    }
     o.cores = sysconf(_SC_NPROCESSORS_ONLN);
     fl_bench_torch_env(o.torch_env, sizeof o.torch_env, o.torch_why, sizeof o.torch_why);
     char version[64] = "";
@@ -709,6 +716,6 @@ int main(int argc, char **argv) {
     return gpu_rows(&o, have_torch);
 usage:
     fprintf(stderr, "usage: learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batch N] "
-                    "[--threads 1,2] [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]\n");
+                    "[--spec SPEC] [--threads 1,2] [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]\n");
     return 2;
 }

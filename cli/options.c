@@ -5,21 +5,13 @@
 #include <string.h>
 
 #include "envs/registry.h"
+#include "envs/wrappers.h"
 #include "replay/selector.h"
 
 _Static_assert(FL_CONFIG_STRING_MAX <= FL_REPLAY_DIR_MAX, "replay.checkpoint_dir must fit the service's paths");
 
-/* The standard Atari protocols (env.preset): their wrappers and sticky actions. Nature
- * DQN / Ape-X: up to 30 no-op starts, frame skip 4 with a max over the last two frames,
- * episodic life and fire-on-reset (for games whose action 1 is fire), 84x84 (area
- * interpolation of ALE's grayscale screen), reward clipping, 108,000 frames, frame stack
- * 4, no sticky actions. Machado et al. 2018: sticky actions 0.25 (ALE's), the full action
- * set (an atari-<game>-full env), no episodic life, frame skip 4, 84x84, reward clipping,
- * 108,000 frames, frame stack 4. Evaluations drop the training-only wrappers. */
-static const char *const NATURE_FIRE =
-    "noop(30) frameskip(4) episodiclife firereset resize(84,84) clipreward maxsteps(27000) framestack(4)";
-static const char *const NATURE = "noop(30) frameskip(4) episodiclife resize(84,84) clipreward maxsteps(27000) framestack(4)";
-static const char *const MACHADO = "frameskip(4) resize(84,84) clipreward maxsteps(27000) framestack(4)";
+/* The standard Atari protocols (env.preset): envs/wrappers.h FL_WRAPPERS_*. Evaluations
+ * drop the training-only wrappers. */
 
 /* 1 when env `name` is built in with action 1 named fire (of 3 or more). */
 static int fires(const char *name) {
@@ -39,10 +31,10 @@ void fl_options_env(const fl_config_t *c, fl_env_factory_opts_t *out) {
     out->rng = c->env_rng == FL_CFG_RNG_REFERENCE ? FL_ENV_RNG_REFERENCE : FL_ENV_RNG_FLEET;
     out->args = c->env_args;
     if (c->env_preset == FL_CFG_PRESET_NATURE) {
-        out->wrappers = fires(c->env_name) ? NATURE_FIRE : NATURE;
+        out->wrappers = fires(c->env_name) ? FL_WRAPPERS_NATURE_FIRE : FL_WRAPPERS_NATURE;
         out->sticky_actions = 0.0;
     } else if (c->env_preset == FL_CFG_PRESET_MACHADO) {
-        out->wrappers = MACHADO;
+        out->wrappers = FL_WRAPPERS_MACHADO;
         out->sticky_actions = 0.25;
     }
 }

@@ -23,7 +23,7 @@
 #define STATE_ALIGN 64
 #define TOKEN_MAX 96
 
-enum {
+typedef enum wrap_kind {
     K_BASE,
     K_STICKY,
     K_NOOP,
@@ -36,7 +36,7 @@ enum {
     K_MAXSTEPS,
     K_FRAMESTACK,
     K_COUNT
-};
+} wrap_kind_t;
 
 /* Indexed by kind; also the canonical, innermost-first order of the chain. */
 static const char *const kind_names[K_COUNT] = {"",          "sticky", "noop",       "frameskip", "episodiclife", "firereset",
@@ -66,7 +66,7 @@ typedef struct params {
 } params_t;
 
 typedef struct layer {
-    int kind;
+    wrap_kind_t kind; /* every switch over it names every kind (-Wswitch) */
     params_t prm;
     space_t in, out;
     size_t off; /* this layer's slice of the instance state */
@@ -330,6 +330,7 @@ static fl_status layer_setup(layer_t *L, fl_err_t *err) {
     L->bytes = 0;
     switch (L->kind) {
     case K_STICKY: L->bytes = sizeof(int); break;
+    case K_NOOP: L->bytes = sizeof(int); break; /* the no-ops taken at the last reset */
     case K_FRAMESKIP:
         if (L->prm.mode == 1 && in->obs.dtype != FL_DTYPE_UINT8 && in->obs.dtype != FL_DTYPE_FLOAT32 &&
             in->obs.dtype != FL_DTYPE_INT32 && in->obs.dtype != FL_DTYPE_INT64)
@@ -478,6 +479,11 @@ const fl_env_def_t *fl_wrapped_env_info(const fl_wrapped_env_t *w) {
 const fl_env_def_t *fl_wrapped_env_inner(const fl_wrapped_env_t *w) {
     return w->inner;
 }
+int fl_wrapped_env_noops(const fl_wrapped_env_t *w, const void *state) {
+    for (int i = 0; i < w->num_layers; i++)
+        if (w->layers[i].kind == K_NOOP) return *(const int *)((const uint8_t *)state + w->layers[i].off);
+    return -1;
+}
 int fl_wrapped_env_frame_stack(const fl_wrapped_env_t *w) {
     for (int i = 0; i < w->num_layers; i++)
         if (w->layers[i].kind == K_FRAMESTACK) return w->layers[i].prm.n;
@@ -606,8 +612,11 @@ static void layer_reset(const fl_wrapped_env_t *w, int li, uint8_t *st, fl_rng_t
         layer_reset(w, li - 1, st, rng, obs);
         break;
     case K_NOOP: {
+        /* 1..N no-ops (none for N = 0), drawn as Gymnasium's AtariPreprocessing and the
+         * Nature DQN's NoopReset draw them */
         layer_reset(w, li - 1, st, rng, obs);
-        int n = (int)fl_env_rng_below(rng, (uint64_t)L->prm.n + 1);
+        int n = L->prm.n > 0 ? 1 + (int)fl_env_rng_below(rng, (uint64_t)L->prm.n) : 0;
+        *(int *)my = n;
         for (int i = 0; i < n; i++) {
             float r = 0.0f;
             int t = 0, tr = 0;
@@ -662,7 +671,7 @@ static void layer_reset(const fl_wrapped_env_t *w, int li, uint8_t *st, fl_rng_t
         memcpy(obs, stack, L->out.size);
         break;
     }
-    default: break;
+    case K_COUNT: break; /* not a layer; no default, so that -Wswitch names a kind left out */
     }
 }
 
@@ -716,6 +725,7 @@ static void layer_step(const fl_wrapped_env_t *w, int li, uint8_t *st, fl_rng_t 
         *lives = now;
         break;
     }
+    case K_NOOP: /* no-ops are taken at reset only */
     case K_FIRERESET: layer_step(w, li - 1, st, rng, a, obs, r, term, trunc); break;
     case K_GRAYSCALE:
         layer_step(w, li - 1, st, rng, a, my, r, term, trunc);
@@ -744,7 +754,7 @@ static void layer_step(const fl_wrapped_env_t *w, int li, uint8_t *st, fl_rng_t 
         memcpy(obs, stack, L->out.size);
         break;
     }
-    default: break;
+    case K_COUNT: break; /* not a layer; no default, so that -Wswitch names a kind left out */
     }
 }
 

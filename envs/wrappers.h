@@ -20,8 +20,9 @@
  *   sticky(p)         with probability p the previous executed action is executed instead
  *                     of the agent's (per inner step, p in [0,1]); the previous action
  *                     is 0 after reset. Draws one number per inner step when p > 0.
- *   noop(N)           reset performs a uniform number in [0, N] of action-0 steps after
- *                     the inner reset (an episode that ends during them is reset again).
+ *   noop(N)           reset performs a uniform number in [1, N] of action-0 steps after
+ *                     the inner reset (none for N = 0), as Gymnasium's AtariPreprocessing
+ *                     draws noop_max; an episode that ends during them is reset again.
  *   frameskip(k[,m])  repeats the action k times (stopping early at termination or
  *                     truncation) and sums the rewards; m = maxpool (default) returns the
  *                     elementwise max of the last two frames of this step (the only
@@ -67,6 +68,18 @@
 
 typedef struct fl_wrapped_env fl_wrapped_env_t;
 
+/* The standard Atari protocols' chains (env.preset). Nature DQN / Ape-X: up to 30 no-op
+ * starts, frame skip 4 with a max over the last two frames, episodic life and (for games
+ * whose action 1 is fire) fire-on-reset, 84x84 (area interpolation of ALE's grayscale
+ * screen), reward clipping, 108,000 frames, frame stack 4, no sticky actions. Machado et
+ * al. 2018: sticky actions 0.25 (ALE's, set apart from the chain), the full action set (an
+ * atari-<game>-full env), no episodic life, frame skip 4, 84x84, reward clipping, 108,000
+ * frames, frame stack 4. */
+#define FL_WRAPPERS_NATURE_FIRE \
+    "noop(30) frameskip(4) episodiclife firereset resize(84,84) clipreward maxsteps(27000) framestack(4)"
+#define FL_WRAPPERS_NATURE "noop(30) frameskip(4) episodiclife resize(84,84) clipreward maxsteps(27000) framestack(4)"
+#define FL_WRAPPERS_MACHADO "frameskip(4) resize(84,84) clipreward maxsteps(27000) framestack(4)"
+
 /* spec without its training-only wrappers (episodiclife, clipreward), into out (len
  * bytes; a spec longer than that is cut): what an evaluation plays, so that its returns
  * are whole games' scores. */
@@ -91,6 +104,9 @@ const fl_env_def_t *fl_wrapped_env_inner(const fl_wrapped_env_t *w);
 /* n of the framestack(n) layer (the observation is n frames on its last axis), 1 without
  * one. The replay table stores each distinct frame once (replay/frames.h). */
 int fl_wrapped_env_frame_stack(const fl_wrapped_env_t *w);
+/* The no-ops an instance took at its last reset (1..N of noop(N); 0 for noop(0)), or -1
+ * when the chain has no noop wrapper. */
+int fl_wrapped_env_noops(const fl_wrapped_env_t *w, const void *state);
 /* Bytes of one instance's state (the inner state plus every layer's buffers). */
 size_t fl_wrapped_env_state_size(const fl_wrapped_env_t *w);
 /* Bytes of one wrapped observation. */

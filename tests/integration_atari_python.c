@@ -5,8 +5,10 @@
  * same ALE seed and the same 10,000 actions (with sticky actions 0.25, and without for
  * one game) give identical raw frames (CRC-32 of every grayscale screen), rewards,
  * terminals and lives (tests/py/ale_interop.py holds the action pattern and the trace
- * format); and fleet's Nature preprocessing (`frameskip(4) resize(84,84) framestack(4)`)
- * against Gymnasium's AtariPreprocessing plus FrameStackObservation (pip: gymnasium,
+ * format); and fleet's Nature preprocessing (`frameskip(4) resize(84,84) framestack(4)`,
+ * then with `noop(30)` first) against Gymnasium's AtariPreprocessing (noop_max 0, then 30:
+ * each reset's no-op count is fleet's, handed to Gymnasium's draw after a check of its
+ * range) plus FrameStackObservation (pip: gymnasium,
  * opencv-python-headless) on 3,000 steps of each of the five games: the same rewards and
  * terminals, and stacks that agree to within one grey level (Pong exactly; in the others
  * 0.004% to 0.12% of the pixels round to the neighbouring level), except the frame of a step in
@@ -101,16 +103,19 @@ static void test_frames_match_ale_py(void **unused) {
 
 #define PRE_STEPS 3000
 
-/* fleet's Nature preprocessing (without its random no-op starts) on atari-<game>: the
- * newest 84x84 frame of every stack, and the rewards and terminals. */
-static void write_preprocessed(const char *game, const char *frames_path, const char *trace_path) {
-    char name[96];
+/* fleet's Nature preprocessing on atari-<game>, with noop(noop_max) starts when noop_max >
+ * 0: the newest 84x84 frame of every stack, the rewards and terminals, and (noops_path)
+ * the number of no-ops each reset took, one a line. */
+static void write_preprocessed(const char *game, int noop_max, const char *frames_path, const char *trace_path,
+                               const char *noops_path) {
+    char name[96], spec[128];
     snprintf(name, sizeof name, "atari-%s", game);
+    snprintf(spec, sizeof spec, "frameskip(4) resize(84,84) framestack(4)");
+    if (noop_max > 0) snprintf(spec, sizeof spec, "noop(%d) frameskip(4) resize(84,84) framestack(4)", noop_max);
     fl_wrapped_env_t *w = NULL;
     fl_err_t err;
     fl_err_init(&err);
-    assert_int_equal(fl_wrapped_env_create(fl_env_find(name), "frameskip(4) resize(84,84) framestack(4)", &w, &err),
-                     FL_OK);
+    assert_int_equal(fl_wrapped_env_create(fl_env_find(name), spec, &w, &err), FL_OK);
     void *state = calloc(1, fl_wrapped_env_state_size(w));
     uint8_t *obs = malloc(fl_wrapped_env_obs_size(w));
     char args[64];
@@ -119,10 +124,11 @@ static void write_preprocessed(const char *game, const char *frames_path, const 
     assert_int_equal(fl_wrapped_env_configure(w, state, &o, &err), FL_OK);
     fl_rng_t rng;
     fl_rng_init(&rng, 1);
-    FILE *ff = fopen(frames_path, "wb"), *tf = fopen(trace_path, "w");
-    assert_true(ff && tf);
+    FILE *ff = fopen(frames_path, "wb"), *tf = fopen(trace_path, "w"), *nf = fopen(noops_path, "w");
+    assert_true(ff && tf && nf);
     uint8_t newest[84 * 84];
     fl_wrapped_env_reset(w, state, &rng, obs);
+    fprintf(nf, "%d\n", fl_wrapped_env_noops(w, state) > 0 ? fl_wrapped_env_noops(w, state) : 0);
     for (int t = -1; t < PRE_STEPS; t++) {
         int term = 0, trunc = 0;
         if (t >= 0) {
@@ -133,16 +139,23 @@ static void write_preprocessed(const char *game, const char *frames_path, const 
         }
         for (int i = 0; i < 84 * 84; i++) newest[i] = obs[i * 4 + 3]; /* the last channel: the newest frame */
         fwrite(newest, 1, sizeof newest, ff);
-        if (term || trunc) fl_wrapped_env_reset(w, state, &rng, obs); /* as the other side does */
+        if (term || trunc) { /* as the other side does */
+            fl_wrapped_env_reset(w, state, &rng, obs);
+            fprintf(nf, "%d\n", fl_wrapped_env_noops(w, state) > 0 ? fl_wrapped_env_noops(w, state) : 0);
+        }
     }
     fclose(ff);
     fclose(tf);
+    fclose(nf);
     fl_wrapped_env_close(w, state);
     free(state);
     free(obs);
     fl_wrapped_env_destroy(w);
 }
 
+/* The preprocessing of five games against Gymnasium's, with noop_max 0 and 30 (the no-op
+ * counts fleet drew are handed to Gymnasium's draw, which then checks its bounds: both
+ * sides draw in [1, 30]). */
 static void test_preprocessing_matches_gymnasium(void **unused) {
     (void)unused;
     if (!fl_atari_available() || !fl_env_find("atari-pong")) {
@@ -155,18 +168,26 @@ static void test_preprocessing_matches_gymnasium(void **unused) {
         skip();
     }
     const char *games[] = {"pong", "breakout", "space_invaders", "seaquest", "ms_pacman"};
+    const int noop_max[] = {0, 30};
     char dir[] = "/tmp/fl_ale_pre_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    for (size_t i = 0; i < sizeof games / sizeof games[0]; i++) {
-        char frames[128], trace[128], cmd[4096];
-        snprintf(frames, sizeof frames, "%s/%s.u8", dir, games[i]);
-        snprintf(trace, sizeof trace, "%s/%s.txt", dir, games[i]);
-        write_preprocessed(games[i], frames, trace);
-        snprintf(cmd, sizeof cmd, "%s %s %s/tests/py/ale_preprocessing.py check %s %s %s %d %d", g_env, g_python,
-                 getenv("FLEET_SOURCE_DIR"), frames, trace, games[i], SEED, PRE_STEPS);
-        if (py_shell(cmd) != 0) fail_msg("%s: fleet's Nature preprocessing and Gymnasium's differ (above)", games[i]);
-        unlink(frames);
-        unlink(trace);
+    for (size_t k = 0; k < 2; k++) {
+        for (size_t i = 0; i < sizeof games / sizeof games[0]; i++) {
+            char frames[128], trace[128], noops[128], cmd[4096];
+            snprintf(frames, sizeof frames, "%s/%s.u8", dir, games[i]);
+            snprintf(trace, sizeof trace, "%s/%s.txt", dir, games[i]);
+            snprintf(noops, sizeof noops, "%s/%s.noops", dir, games[i]);
+            write_preprocessed(games[i], noop_max[k], frames, trace, noops);
+            snprintf(cmd, sizeof cmd, "%s %s %s/tests/py/ale_preprocessing.py check %s %s %s %d %d %d %s", g_env,
+                     g_python, getenv("FLEET_SOURCE_DIR"), frames, trace, games[i], SEED, PRE_STEPS, noop_max[k],
+                     noops);
+            if (py_shell(cmd) != 0)
+                fail_msg("%s, noop_max %d: fleet's Nature preprocessing and Gymnasium's differ (above)", games[i],
+                         noop_max[k]);
+            unlink(frames);
+            unlink(trace);
+            unlink(noops);
+        }
     }
     rmdir(dir);
 }

@@ -13,6 +13,8 @@
 
 #include "tests/proc_util.h"
 #include "tests/run_util.h"
+#include "envs/atari.h"
+#include "envs/registry.h"
 
 static char g_tmp[256];
 
@@ -383,9 +385,60 @@ static void test_config_error_is_not_restarted(void **state) {
     free(log);
 }
 
+/* A short run of a game ends episodes and scores like the policy it plays: a MinAtar
+ * Breakout fleet and (where ALE and its ROMs are built) an Atari Pong fleet of the shipped
+ * configs, cut by an env-step budget without an evaluator. Pong under the Nature preset
+ * (no-op starts first in its chain) lost 21-0 in about 850 agent steps a game for a
+ * policy that has not learned yet; a chain whose env never advanced ended no episode. */
+static void game_run(const char *config, const char *name, const char *budget, int min_episodes, double min_return,
+                     double max_return) {
+    char cfg[1024], out_dir[512], run_name[256], out[512];
+    snprintf(cfg, sizeof cfg, "%s/configs/%s", fleet_source_dir(), config);
+    snprintf(out_dir, sizeof out_dir, "run.out_dir=%s", g_tmp);
+    snprintf(run_name, sizeof run_name, "run.name=%s", name);
+    char *argv[] = {(char *)fleet_bin(), "run",          cfg,        "--set", out_dir,        "--set",
+                    run_name,            "--set",        (char *)budget, "--set", "run.evaluators=0", "--set",
+                    "run.max_seconds=240", "--set",      "run.stop_at_target=false", NULL};
+    snprintf(out, sizeof out, "%s/%s.log", g_tmp, name);
+    pid_t pid = start_process(argv, out);
+    int status = wait_process(pid, 300);
+    char *log = read_file(out);
+    if (log) fprintf(stderr, "---- fleet run output (tail) ----\n%s\n", strlen(log) > 3000 ? log + strlen(log) - 3000 : log);
+    assert_true(status != -1 && WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    char *sum = summary_of(name);
+    assert_non_null(sum);
+    char v[256];
+    assert_non_null(kv_get(sum, "reason", v, sizeof v));
+    assert_non_null(strstr(v, "env-step budget"));
+    assert_non_null(kv_get(sum, "episodes", v, sizeof v));
+    int episodes = atoi(v);
+    assert_non_null(kv_get(sum, "mean_return_100", v, sizeof v));
+    double ret = atof(v);
+    if (episodes < min_episodes || ret < min_return || ret > max_return)
+        fail_msg("%s: %d episodes with a mean return of %g, expected %d or more episodes and a mean in [%g, %g]",
+                 config, episodes, ret, min_episodes, min_return, max_return);
+    assert_children_gone(sum, 3);
+    free(sum);
+    free(log);
+}
+
+static void test_games_end_episodes(void **state) {
+    (void)state;
+    /* MinAtar Breakout: an episode of a near-random policy lasts tens of steps */
+    game_run("minatar-breakout.ini", "minatar", "run.max_env_steps=20000", 100, 0.0, 5.0);
+    if (!fl_atari_available() || !fl_env_find("atari-pong")) {
+        print_message("SKIP (Pong part): this build has no ALE or no Atari ROMs (scripts/ale.sh builds them)\n");
+        return;
+    }
+    /* Pong: 2 actors of 4 envs, a game ~850 steps: 16,000 steps end about 16 games */
+    game_run("atari-pong.ini", "pong", "run.max_env_steps=16000", 8, -21.0, -15.0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_learns_cartpole),
+        cmocka_unit_test(test_games_end_episodes),
         cmocka_unit_test(test_budgets_are_normal_stops),
         cmocka_unit_test(test_run_folder_is_never_overwritten),
         cmocka_unit_test(test_sigint_stops_everything),

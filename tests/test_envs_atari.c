@@ -218,6 +218,130 @@ static void test_fire_and_episodic_life(void **unused) {
     assert_non_null(strstr(err.msg, "fire"));
 }
 
+/* What a random policy's play looks like through a chain: agent steps, episode ends
+ * (terminations and truncations), the sum of rewards, steps whose frame differs from the
+ * one before, and whole games (the inner game over). */
+typedef struct play_stats {
+    int steps, terms, truncs, changed, games;
+    double ret;
+} play_stats_t;
+
+/* Plays spec around env `name` with uniformly random actions (seeded) for up to
+ * max_steps agent steps or until `games` games are over; resets after every end. */
+static play_stats_t play_chain(const char *name, const char *spec, float sticky, uint64_t seed, int max_steps,
+                               int games) {
+    const fl_env_def_t *d = fl_env_find(name);
+    assert_non_null(d);
+    fl_wrapped_env_t *w = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_wrapped_env_create(d, spec, &w, &err) != FL_OK) fail_msg("'%s' around %s: %s", spec, name, err.msg);
+    void *state = calloc(1, fl_wrapped_env_state_size(w));
+    size_t bytes = fl_wrapped_env_obs_size(w);
+    uint8_t *obs = malloc(bytes), *prev = malloc(bytes);
+    fl_env_options_t o = {.sticky_prob = sticky, .args = ""};
+    assert_int_equal(fl_wrapped_env_configure(w, state, &o, &err), FL_OK);
+    fl_rng_t rng;
+    fl_rng_init(&rng, seed);
+    fl_wrapped_env_reset(w, state, &rng, obs);
+    play_stats_t st = {0};
+    const fl_env_def_t *inner = fl_wrapped_env_inner(w);
+    while (st.steps < max_steps && st.games < games) {
+        memcpy(prev, obs, bytes);
+        float r = 0.0f;
+        int term = 0, trunc = 0;
+        int a = (int)fl_rng_below(&rng, (uint64_t)inner->num_actions);
+        fl_wrapped_env_step(w, state, &rng, a, obs, &r, &term, &trunc);
+        st.steps++;
+        st.ret += r;
+        st.changed += memcmp(prev, obs, bytes) != 0;
+        if (term || trunc) {
+            st.terms += term;
+            st.truncs += trunc;
+            /* a game is over when the game has no lives left (or never had any) */
+            st.games += trunc || fl_atari_lives(inner, fl_wrapped_env_inner_state(w, state)) <= 0;
+            fl_wrapped_env_reset(w, state, &rng, obs);
+        }
+    }
+    fl_wrapped_env_close(w, state);
+    free(state);
+    free(obs);
+    free(prev);
+    fl_wrapped_env_destroy(w);
+    return st;
+}
+
+/* Every wrapper alone moves the game on: Breakout (lives and a fire action) under random
+ * actions ends episodes, scores and changes its screen on most steps; a wrapper whose step
+ * did nothing would leave one frame forever. */
+static void test_every_wrapper_advances_the_game(void **unused) {
+    (void)unused;
+    SKIP_WITHOUT_ATARI();
+    const char *specs[] = {"",          "sticky(0.25)",  "noop(30)",   "frameskip(4)",  "episodiclife",
+                           "firereset", "resize(84,84)", "clipreward", "maxsteps(400)", "framestack(4)"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        const int frames = 5000, skip = strstr(specs[i], "frameskip") ? 4 : 1;
+        play_stats_t st = play_chain("atari-breakout", specs[i], 0.0f, 11, frames / skip, 1000);
+        if (st.terms + st.truncs < 2 || st.ret <= 0 || st.changed < st.steps / 4)
+            fail_msg("'%s' on Breakout, %d random steps: %d terminations, %d truncations, return %g, the screen "
+                     "changed on %d steps; expected 2 or more ends, a positive return and a change on a quarter of "
+                     "the steps or more",
+                     specs[i], st.steps, st.terms, st.truncs, st.ret, st.changed);
+    }
+}
+
+/* Each preset's chain plays the game as the unwrapped env does: a random agent loses Pong
+ * about 21-0 (the unwrapped game's return, not a frozen 0) within a game of about the same
+ * number of frames (agent steps x 4), and Breakout under the Nature chain ends an agent
+ * episode at each of its 5 lives. */
+static void test_preset_chains_play_the_game(void **unused) {
+    (void)unused;
+    SKIP_WITHOUT_ATARI();
+    /* The unwrapped game: random actions held for 4 frames, as a frame skip of 4 does. */
+    play_stats_t raw = {0};
+    {
+        inst_t g;
+        inst_open(&g, "atari-pong", 5, 0.0f, "");
+        fl_rng_t pick;
+        fl_rng_init(&pick, 5);
+        int term = 0, a = 0;
+        while (!term && raw.steps < 200000) {
+            if (raw.steps % 4 == 0) a = (int)fl_rng_below(&pick, (uint64_t)g.d->num_actions);
+            float r;
+            g.d->step(g.state, &g.rng, a, g.obs, &r, &term);
+            raw.ret += r;
+            raw.steps++;
+        }
+        assert_true(term);
+        inst_close(&g);
+    }
+    assert_true(raw.ret <= -18);
+    static const struct {
+        const char *env, *spec;
+        float sticky;
+    } presets[] = {
+        {"atari-pong", FL_WRAPPERS_NATURE_FIRE, 0.0f},
+        {"atari-pong", FL_WRAPPERS_NATURE, 0.0f},
+        {"atari-pong-full", FL_WRAPPERS_MACHADO, 0.25f},
+    };
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        play_stats_t st = play_chain(presets[i].env, presets[i].spec, presets[i].sticky, 21, 20000, 1);
+        double frames = 4.0 * st.steps;
+        if (st.games != 1 || st.terms != 1 || st.ret > -18 || frames < 0.5 * raw.steps || frames > 2.0 * raw.steps ||
+            st.changed < st.steps * 9 / 10)
+            fail_msg("%s under '%s': %d steps, %d terminations, %d truncations, return %g, %d changed frames; expected "
+                     "one game ended by the game itself, a return of -18 or less and about %d frames (%d steps x 4) as "
+                     "the unwrapped game took, a new frame on 9 of 10 steps",
+                     presets[i].env, presets[i].spec, st.steps, st.terms, st.truncs, st.ret, st.changed, raw.steps,
+                     raw.steps / 4);
+    }
+    play_stats_t b = play_chain("atari-breakout", FL_WRAPPERS_NATURE_FIRE, 0.0f, 3, 20000, 1);
+    if (b.games != 1 || b.terms != 5 || b.truncs != 0)
+        fail_msg("Breakout under the Nature chain: %d terminations and %d truncations in %d game(s) of %d steps, "
+                 "expected 5 terminations (one per life) in one game",
+                 b.terms, b.truncs, b.games, b.steps);
+}
+
 /* Evaluations drop the training-only wrappers, and only those. */
 static void test_wrappers_for_evaluation(void **unused) {
     (void)unused;
@@ -239,6 +363,8 @@ int main(void) {
         cmocka_unit_test(test_frameskip_and_args),
         cmocka_unit_test(test_lives_and_variants),
         cmocka_unit_test(test_fire_and_episodic_life),
+        cmocka_unit_test(test_every_wrapper_advances_the_game),
+        cmocka_unit_test(test_preset_chains_play_the_game),
         cmocka_unit_test(test_wrappers_for_evaluation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -425,12 +425,13 @@ static void test_noop_starts_range(void **unused) {
     for (int i = 0; i < resets; i++) {
         fl_wrapped_env_reset(a.w, a.state, &a.rng, a.obs);
         const int32_t *o = a.obs;
-        if (o[0] < 0 || o[0] > 5) fail_msg("reset %d: %d no-ops, expected 0..5", i, (int)o[0]);
+        if (o[0] < 1 || o[0] > 5) fail_msg("reset %d: %d no-ops, expected 1..5", i, (int)o[0]);
         assert_int_equal(o[2], 0); /* no-ops are action 0 */
+        assert_int_equal(fl_wrapped_env_noops(a.w, a.state), o[0]);
         seen[o[0]]++;
     }
-    for (int k = 0; k <= 5; k++)
-        if (seen[k] < resets / 6 * 7 / 10) fail_msg("%d no-ops seen %d times in %d resets", k, seen[k], resets);
+    for (int k = 1; k <= 5; k++)
+        if (seen[k] < resets / 5 * 7 / 10) fail_msg("%d no-ops seen %d times in %d resets", k, seen[k], resets);
     inst_close(&a);
 
     /* an episode that ends during the no-ops starts again */
@@ -450,7 +451,57 @@ static void test_noop_starts_range(void **unused) {
     inst_t c;
     inst_open(&c, &counter_env, "noop(0)", 9);
     assert_int_equal(((int32_t *)c.obs)[0], 0);
+    assert_int_equal(fl_wrapped_env_noops(c.w, c.state), 0);
     inst_close(&c);
+    inst_open(&c, &counter_env, "frameskip(2)", 9);
+    assert_int_equal(fl_wrapped_env_noops(c.w, c.state), -1);
+    inst_close(&c);
+}
+
+/* Every wrapper, alone and in a chain, passes steps through to the env: after a reset, k
+ * agent steps move the inner counter by k times the frame skip (and no more: no-ops are
+ * taken at reset only), the reward is the inner env's (summed over a skip), and the
+ * inner termination at t == 10 reaches the agent. A wrapper whose step did nothing (the
+ * env frozen) fails the first check. */
+static void test_every_wrapper_steps_the_env(void **unused) {
+    (void)unused;
+    static const struct {
+        const char *spec;
+        int skip;
+    } cases[] = {
+        {"sticky(0)", 1},           {"sticky(0.5)", 1},          {"noop(0)", 1},      {"noop(3)", 1},
+        {"frameskip(2)", 2},        {"frameskip(3, last)", 3},   {"clipreward", 1},   {"maxsteps(50)", 1},
+        {"framestack(2)", 1},       {"noop(3) frameskip(2) clipreward maxsteps(50) framestack(3)", 2},
+        {"sticky(0.25) noop(30) frameskip(2) clipreward maxsteps(50) framestack(4)", 2},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int episode = 0; episode < 20; episode++) {
+            inst_t a;
+            inst_open(&a, &counter_env, cases[c].spec, 100 + (uint64_t)episode);
+            const counter_state_t *in = fl_wrapped_env_inner_state(a.w, a.state);
+            int t0 = in->t, steps = 0;
+            if (t0 < 0 || t0 > 9) fail_msg("'%s': the episode starts at t = %d, expected 0..9", cases[c].spec, t0);
+            while (!a.term && !a.trunc && steps < 100) {
+                int before = in->t;
+                inst_step(&a, steps % 4);
+                steps++;
+                int moved = in->t - before;
+                int want = cases[c].skip < 10 - before ? cases[c].skip : 10 - before;
+                if (moved != want)
+                    fail_msg("'%s' step %d: the inner env moved %d steps (t %d -> %d), expected %d", cases[c].spec,
+                             steps, moved, before, in->t, want);
+                float r = 0.0f; /* the counter's reward is t: summed over the skip, clipped or not */
+                for (int t = before + 1; t <= in->t; t++) r += (float)t;
+                if (strstr(cases[c].spec, "clipreward")) r = 1.0f;
+                if (a.reward != r)
+                    fail_msg("'%s' step %d: reward %g, expected %g", cases[c].spec, steps, a.reward, r);
+            }
+            if (!a.term || a.trunc || in->t != 10)
+                fail_msg("'%s': after %d steps term %d trunc %d at t = %d, expected the env's own end at t = 10",
+                         cases[c].spec, steps, a.term, a.trunc, in->t);
+            inst_close(&a);
+        }
+    }
 }
 
 static void test_clipreward(void **unused) {
@@ -775,6 +826,7 @@ int main(void) {
         cmocka_unit_test(test_frameskip_termination_inside_skip),
         cmocka_unit_test(test_sticky_statistics),
         cmocka_unit_test(test_noop_starts_range),
+        cmocka_unit_test(test_every_wrapper_steps_the_env),
         cmocka_unit_test(test_clipreward),
         cmocka_unit_test(test_maxsteps_truncation_vs_termination),
         cmocka_unit_test(test_grayscale_values),
