@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/security.h"
 #include "common/log.h"
@@ -96,6 +97,14 @@ int fl_cli_parse(const char *verb, int argc, char **argv, fl_config_t *cfg, cons
     /* Every process that parses a config talks gRPC as its config says: TLS and tokens
      * from run.tls_dir, or plaintext without it. */
     return fl_security_setup(cfg, verb);
+}
+
+void fl_cli_nice(int64_t increment, const char *key) {
+    if (increment <= 0) return;
+    errno = 0;
+    if (nice((int)increment) == -1 && errno != 0)
+        FL_WARN("%s = %lld: nice() failed (%s); running at the inherited priority", key, (long long)increment,
+                strerror(errno));
 }
 
 void fl_cli_setup_logging(const fl_config_t *cfg, const char *role, int index) {

@@ -26,4 +26,8 @@ int fl_cli_parse(const char *verb, int argc, char **argv, fl_config_t *cfg, cons
 /* Sets the log level from cfg and the log prefix to role/index. */
 void fl_cli_setup_logging(const fl_config_t *cfg, const char *role, int index);
 
+/* Adds increment (> 0; 0 does nothing) to this process's niceness, as the config key
+ * `key` asks; a failure is a warning (the process runs at its inherited priority). */
+void fl_cli_nice(int64_t increment, const char *key);
+
 #endif

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,7 @@ typedef struct csv_scan {
     long offset;      /* bytes consumed: whole lines only */
     int have_header;
     int col_actor, col_eps; /* returns.csv: the columns' indices (-1: absent) */
+    int col_env, col_frames; /* evals.csv: env_steps and frames (-1: absent) */
     long rows;
 } csv_scan_t;
 
@@ -69,6 +71,7 @@ struct fl_curve {
     pid_t pid; /* the running drawer, or 0 */
     struct stat png_before; /* curve.png when the drawer started (st_ino 0: absent) */
     int warned;             /* a failed drawing was logged */
+    long frame_skip;        /* frames / env_steps of evals.csv (0: not known yet; 1: no frame skip) */
 };
 
 /* ---- reading the CSV files ---------------------------------------------- */
@@ -76,7 +79,7 @@ struct fl_curve {
 static void scan_reset(csv_scan_t *s) {
     s->offset = 0;
     s->have_header = 0;
-    s->col_actor = s->col_eps = -1;
+    s->col_actor = s->col_eps = s->col_env = s->col_frames = -1;
     s->rows = 0;
 }
 
@@ -160,11 +163,21 @@ static void scan(fl_curve_t *c, csv_scan_t *s, int is_returns) {
             if (is_returns) {
                 s->col_actor = csv_column(line, "actor");
                 s->col_eps = csv_column(line, "epsilon");
+            } else {
+                s->col_env = csv_column(line, "env_steps");
+                s->col_frames = csv_column(line, "frames");
             }
             continue;
         }
         if (strspn(line, " \r\n") == (size_t)n) continue;
         s->rows++;
+        if (!is_returns && !c->frame_skip && s->col_env >= 0 && s->col_frames >= 0) {
+            char e[64], fr[64];
+            if (csv_field(line, s->col_env, e, sizeof e) == 0 && csv_field(line, s->col_frames, fr, sizeof fr) == 0) {
+                double env = strtod(e, NULL), frames = strtod(fr, NULL);
+                if (env > 0 && frames >= env) c->frame_skip = lround(frames / env);
+            }
+        }
         if (is_returns && s->col_actor >= 0) {
             char a[32], e[64] = "";
             if (csv_field(line, s->col_actor, a, sizeof a) != 0) continue;
@@ -214,7 +227,8 @@ static int write_script(fl_curve_t *c) {
     fprintf(f, "', written by fleet each time it redraws\n"
                "# curve.png. Paths are relative to the run folder: `cd` there and `gnuplot curve.gp`\n"
                "# (fleet rewrites this file while the run goes on: restyle a copy).\n"
-               "# x: the whole fleet's env steps; y: return. evals.csv: greedy evaluations;\n"
+               "# x: the whole fleet's env steps (times the frame skip: frames); y: return.\n"
+               "# evals.csv: greedy evaluations;\n"
                "# returns.csv: each actor's recent training episodes, at its exploration epsilon.\n"
                "if (!exists(\"out\")) out = '" CURVE_PNG "'\n"
                "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
@@ -226,9 +240,16 @@ static int write_script(fl_curve_t *c) {
                "set datafile separator ','\n");
     fprintf(f, "set title '");
     gp_quote(f, c->name);
-    fprintf(f, "' font ',12' noenhanced\n"
-               "set xlabel 'env steps (whole fleet)'\n"
-               "set ylabel 'return'\n"
+    /* x: the whole fleet's env steps, or with a frame skip the emulator frames (Atari
+     * papers' axis), from the env_steps column of both files */
+    char x[64] = "'env_steps'";
+    if (c->frame_skip > 1) snprintf(x, sizeof x, "(column('env_steps')*%ld)", c->frame_skip);
+    fprintf(f, "' font ',12' noenhanced\n");
+    if (c->frame_skip > 1)
+        fprintf(f, "set xlabel 'frames (env steps x %ld, whole fleet)'\n", c->frame_skip);
+    else
+        fprintf(f, "set xlabel 'env steps (whole fleet)'\n");
+    fprintf(f, "set ylabel 'return'\n"
                "set format x '%%.1s%%c'\n"
                "set grid\n"
                "set key outside right top vertical Left reverse noenhanced samplen 2\n");
@@ -238,18 +259,22 @@ static int write_script(fl_curve_t *c) {
     for (int j = 0; j < n_shown; j++)
         fprintf(f,
                 "set table $actor%d separator comma\n"
-                "plot 'returns.csv' using 'env_steps':'return_mean' with table if (column('actor') == %d)\n",
-                shown[j], shown[j]);
+                "plot 'returns.csv' using %s:'return_mean' with table if (column('actor') == %d)\n",
+                shown[j], x, shown[j]);
     if (n_shown > 0) fprintf(f, "unset table\n");
     fprintf(f, "plot \\\n");
     int first = 1;
     if (c->evals.rows > 1) {
-        fprintf(f, "  'evals.csv' using 'env_steps':'return_min':'return_max' with filledcurves \\\n"
-                   "    fs transparent solid 0.18 noborder lc rgb '#1f77b4' title 'greedy eval: min..max'");
+        fprintf(f,
+                "  'evals.csv' using %s:'return_min':'return_max' with filledcurves \\\n"
+                "    fs transparent solid 0.18 noborder lc rgb '#1f77b4' title 'greedy eval: min..max'",
+                x);
         first = 0;
     } else if (c->evals.rows == 1) { /* a band needs two evaluations: a bar */
-        fprintf(f, "  'evals.csv' using 'env_steps':'return_mean':'return_min':'return_max' with yerrorbars \\\n"
-                   "    pt -1 lw 1 lc rgb '#1f77b4' title 'greedy eval: min..max'");
+        fprintf(f,
+                "  'evals.csv' using %s:'return_mean':'return_min':'return_max' with yerrorbars \\\n"
+                "    pt -1 lw 1 lc rgb '#1f77b4' title 'greedy eval: min..max'",
+                x);
         first = 0;
     }
     for (int j = 0; j < n_shown; j++) {
@@ -264,8 +289,10 @@ static int write_script(fl_curve_t *c) {
         first = 0;
     }
     if (c->evals.rows > 0)
-        fprintf(f, ", \\\n  'evals.csv' using 'env_steps':'return_mean' with linespoints lw 3 pt 7 ps 0.8 \\\n"
-                   "    lc rgb '#1f77b4' title 'greedy eval: mean'");
+        fprintf(f,
+                ", \\\n  'evals.csv' using %s:'return_mean' with linespoints lw 3 pt 7 ps 0.8 \\\n"
+                "    lc rgb '#1f77b4' title 'greedy eval: mean'",
+                x);
     fprintf(f, "\n");
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {

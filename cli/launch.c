@@ -42,6 +42,7 @@
 #include "cli/proc.h"
 #include "cli/progress.h"
 #include "paramserver/client.h"
+#include "replay/table.h"
 #include "learner/learner.h"
 #include "replay/client.h"
 #include "replay/server.h"
@@ -56,7 +57,38 @@ static int target_on_eval(const fl_config_t *c) {
     return c->run_target_on == FL_CFG_TARGET_EVAL && c->run_evaluators > 0;
 }
 
-static void print_plan(const fl_config_t *c, const char *cfg_file, const char *dir, const fl_env_def_t *env) {
+/* The replay's memory when full, and a warning when it will not fit in this machine's
+ * (MemAvailable of /proc/meminfo: what can be had without swapping). */
+static void print_replay_memory(const fl_config_t *c, const fl_wrapped_env_t *w) {
+    const fl_env_def_t *env = fl_wrapped_env_info(w);
+    int stack = c->replay_frame_stack > 0 ? (int)c->replay_frame_stack : fl_wrapped_env_frame_stack(w);
+    /* an actor's insert of actor.local_buffer transitions comes from env.num_envs streams */
+    int64_t per_stream = c->actor_local_buffer / (c->env_num_envs > 0 ? c->env_num_envs : 1);
+    double need = (double)fl_table_bytes_estimate((uint64_t)c->replay_capacity, fl_env_obs_size(env), stack,
+                                                  per_stream > 1 ? (int)per_stream : 1, (int)c->learner_n_step);
+    double avail = -1;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        long long kb;
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) avail = (double)kb * 1024.0;
+    }
+    if (f) fclose(f);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (need < 0.25 * gib && (avail < 0 || need < 0.5 * avail)) return; /* nothing worth a line */
+    printf("  memory       replay holds about %.1f GiB when full (%lld transitions of %s%s)", need / gib,
+           (long long)c->replay_capacity, stack > 1 ? "one distinct frame each" : "one observation each",
+           c->replay_zstd_level > 0 ? ", before zstd" : "");
+    if (avail > 0) printf("; %.1f GiB available here", avail / gib);
+    printf("\n");
+    if (avail > 0 && need > 0.8 * avail && c->replay_zstd_level == 0)
+        printf("  WARNING      the replay will not fit in this machine's memory beside the other roles: lower "
+               "replay.capacity (to about %.0f), or compress frames with replay.zstd_level = 1\n",
+               (double)c->replay_capacity * 0.6 * avail / need);
+}
+
+static void print_plan(const fl_config_t *c, const char *cfg_file, const char *dir, const fl_wrapped_env_t *w) {
+    const fl_env_def_t *env = fl_wrapped_env_info(w);
     printf("fleet run: experiment '%s'%s%s%s, seed %lld, output %s/\n", c->run_name, cfg_file[0] ? " (" : "",
            cfg_file, cfg_file[0] ? ")" : "", (long long)c->run_seed, dir);
     printf("  replay       %lld shard%s   capacity %lld, alpha %g, beta %g, sampling from %lld transitions\n",
@@ -68,6 +100,7 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
             "samples the others)\n",
             (long long)c->replay_shards, (long long)c->actor_count, (long long)c->actor_count,
             (long long)c->replay_shards - 1);
+    print_replay_memory(c, w);
     printf("  paramserver  %lld shard%s\n", (long long)c->paramserver_shards, c->paramserver_shards > 1 ? "s" : "");
     printf(
         "  learner      %lld (%s)   batch %lld, %s lr %g, %lld-step double DQN, gamma %g, target every %lld, "
@@ -104,10 +137,13 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
         if (c->run_evaluators > 0) printf("; evaluations every %lld rounds", (long long)fl_options_round_every(c));
         printf("\n");
     }
-    if (c->run_evaluators > 0)
-        printf("  evaluators   %lld         %lld episodes with epsilon %g every %g %s, each cut at %lld steps\n",
+    if (c->run_evaluators > 0) {
+        printf("  evaluators   %lld         %lld episodes with epsilon %g every %g %s, each cut at %lld steps",
                (long long)c->run_evaluators, (long long)c->eval_episodes, c->eval_epsilon, c->eval_every,
                c->eval_every_unit == FL_CFG_EVERY_SECONDS ? "s" : "learner steps", (long long)c->eval_max_episode_steps);
+        if (c->eval_nice > 0) printf(", nice +%lld", (long long)c->eval_nice);
+        printf("\n");
+    }
     printf("  stop         ");
     if (c->run_stop_at_target && target_on_eval(c))
         printf("at evaluation return >= %g (mean of %lld episodes), or ", c->run_target_return,
@@ -124,7 +160,7 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
     fflush(stdout);
 }
 
-void fl_launch_print_plan(const fl_config_t *cfg, const char *cfg_file, const fl_env_def_t *env) {
+void fl_launch_print_plan(const fl_config_t *cfg, const char *cfg_file, const fl_wrapped_env_t *env) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/%s", cfg->run_out_dir, cfg->run_name);
     print_plan(cfg, cfg_file, dir, env);
@@ -149,6 +185,7 @@ struct fl_launch {
     FILE *events;           /* events.log (opened at the first event) */
     uint64_t restarts;      /* roles restarted by the supervision */
     uint64_t role_restarts[FL_LAUNCH_ROLES];
+    int frame_skip;         /* emulator frames per env step (the wrappers' frameskip; 1 without) */
 };
 
 static const char *const role_names[FL_LAUNCH_ROLES] = {"replay", "paramserver", "learner", "actor", "evaluator"};
@@ -370,7 +407,7 @@ static int start_control(fl_launch_t *L, const char *control_host) {
 }
 
 /* The run's files, its figures (restored when resuming), config.ini and Control. */
-static int open_run(fl_launch_t *L, const char *cfg_file, const fl_env_def_t *env, const char *control_host) {
+static int open_run(fl_launch_t *L, const char *cfg_file, const fl_wrapped_env_t *env, const char *control_host) {
     const fl_config_t *cfg = &L->cfg;
     print_plan(cfg, cfg_file, L->dir, env);
     L->t_start = fl_clock_sec();
@@ -426,7 +463,8 @@ static int launch_open(const fl_config_t *cfg, const char *cfg_file, const char 
     L->lock_fd = -1;
     snprintf(L->cfg_file, sizeof L->cfg_file, "%s", cfg_file);
     int rc = resume_dir ? prepare_resume(L, resume_dir) : prepare_new(L);
-    if (rc == 0) rc = open_run(L, cfg_file, fl_wrapped_env_info(wenv), control_host);
+    L->frame_skip = fl_wrapped_env_frame_skip(wenv);
+    if (rc == 0) rc = open_run(L, cfg_file, wenv, control_host);
     fl_wrapped_env_destroy(wenv);
     if (rc != 0) {
         fl_launch_destroy(L);
@@ -553,7 +591,7 @@ typedef struct metric {
     int empty; /* no value (an empty field) */
 } metric_t;
 
-#define N_METRICS (23 + STALENESS_BUCKETS)
+#define N_METRICS (24 + STALENESS_BUCKETS) /* the table of period_metrics, checked there */
 /* Seconds between redrawings of curve.png while the run goes (and after an evaluation). */
 #define CURVE_EVERY_S 10.0
 
@@ -585,6 +623,8 @@ static int period_metrics(const monitor_t *M, double el, const figures_t *f, con
         {"pushes_applied", "params/pushes_applied", -1, (double)pi->pushes_applied, 0},
         {"pushes_dropped", "params/pushes_dropped", -1, (double)pi->pushes_dropped, 0},
     };
+    /* the fixed columns, the staleness buckets and the 5 columns below */
+    _Static_assert(sizeof m / sizeof m[0] + STALENESS_BUCKETS + 5 == N_METRICS, "N_METRICS: the columns' count");
     int n = 0;
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) out[n++] = m[i];
     for (int b = 0; b < STALENESS_BUCKETS; b++) {
@@ -596,6 +636,8 @@ static int period_metrics(const monitor_t *M, double el, const figures_t *f, con
     out[n++] = (metric_t){"eval_return_ci95", "", 6, M->eval.v[FL_EVAL_RESULT_return_ci95], !have};
     out[n++] = (metric_t){"eval_param_version", "", -1, (double)M->eval.version, !have};
     out[n++] = (metric_t){"evaluations", "", -1, (double)M->n_evals, 0};
+    /* new columns go last: readers that count columns keep working */
+    out[n++] = (metric_t){"frames", "env/frames", -1, (double)f->env * M->L->frame_skip, 0};
     return n;
 }
 
@@ -631,7 +673,7 @@ static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_l
                                           "return_mean", append);
     M->evals = open_csv(M->L->evals_path, "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean,"
                                           "return_std,return_min,return_max,return_ci95,length_mean,length_min,"
-                                          "length_max,evaluator,seconds,truncated", append);
+                                          "length_max,evaluator,seconds,truncated,frames", append);
     M->returns = open_csv(M->L->returns_path, "time_s,env_steps,actor,epsilon,episodes,return_mean", append);
     if (M->L->cfg.run_deterministic)
         M->rounds = open_csv(M->L->rounds_path, "round,env_steps,learner_steps,updates,replay_size,loss,episodes,"
@@ -761,13 +803,14 @@ static void take_evals(monitor_t *M) {
     for (int i = 0; i < n; i++) {
         const double *v = got[i].v;
         if (M->evals)
-            fprintf(M->evals, "%.3f,%.0f,%.0f,%llu,%.0f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.0f,%.0f,%d,%.3f,%.0f\n",
+            fprintf(M->evals, "%.3f,%.0f,%.0f,%llu,%.0f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.0f,%.0f,%d,%.3f,%.0f,%.0f\n",
                     got[i].received_s, v[FL_EVAL_RESULT_at_env_steps], v[FL_EVAL_RESULT_at_learner_steps],
                     (unsigned long long)got[i].version, v[FL_EVAL_RESULT_episodes], v[FL_EVAL_RESULT_epsilon],
                     v[FL_EVAL_RESULT_return_mean], v[FL_EVAL_RESULT_return_std], v[FL_EVAL_RESULT_return_min],
                     v[FL_EVAL_RESULT_return_max], v[FL_EVAL_RESULT_return_ci95], v[FL_EVAL_RESULT_length_mean],
                     v[FL_EVAL_RESULT_length_min], v[FL_EVAL_RESULT_length_max], got[i].evaluator,
-                    v[FL_EVAL_RESULT_seconds], v[FL_EVAL_RESULT_truncated]);
+                    v[FL_EVAL_RESULT_seconds], v[FL_EVAL_RESULT_truncated],
+                    v[FL_EVAL_RESULT_at_env_steps] * M->L->frame_skip);
         const char *tags[N_EVAL_TAGS];
         double values[N_EVAL_TAGS];
         for (int k = 0; k < N_EVAL_TAGS; k++) {
@@ -775,6 +818,11 @@ static void take_evals(monitor_t *M) {
             values[k] = v[eval_tags[k].index];
         }
         tb_write(M, (int64_t)v[FL_EVAL_RESULT_at_env_steps], fl_clock_wall(), N_EVAL_TAGS, tags, values);
+        if (M->L->frame_skip > 1) { /* Atari papers' x axis: emulator frames */
+            const char *ftag[] = {"eval_by_frames/return_mean"};
+            tb_write(M, (int64_t)(v[FL_EVAL_RESULT_at_env_steps] * M->L->frame_skip), fl_clock_wall(), 1, ftag,
+                     &v[FL_EVAL_RESULT_return_mean]);
+        }
         if (!M->n_evals || v[FL_EVAL_RESULT_return_mean] > M->best_eval) M->best_eval = v[FL_EVAL_RESULT_return_mean];
         M->n_evals++;
         M->eval = got[i];
@@ -811,6 +859,8 @@ static void print_progress(monitor_t *M, double el, const figures_t *f, double e
     p.have_train = f->ep_count > 0;
     p.train_return = f->mret;
     p.env_rate = env_rate;
+    p.frames = M->L->frame_skip > 1 ? f->env * (uint64_t)M->L->frame_skip : 0;
+    p.warmup_need = (uint64_t)c->replay_min_size_to_sample;
     p.upd_rate = upd_rate;
     p.loss = f->loss;
     p.replay_size = M->rinfo.size;
@@ -1098,12 +1148,13 @@ static void write_summary(const monitor_t *M, double elapsed, const totals_t *t)
     FILE *sf = fopen(M->L->summary_path, "w");
     if (!sf) return;
     fprintf(sf, "reason=%s\nexit_code=%d\nelapsed_s=%.3f\nepisodes=%llu\nmean_return_100=%.3f\nbest_return=%.3f\n"
-                "env_steps=%llu\nlearner_steps=%llu\nreplay_inserted=%llu\nreplay_size=%llu\nactors_acked=%llu\n"
+                "env_steps=%llu\nframes=%llu\nlearner_steps=%llu\nreplay_inserted=%llu\nreplay_size=%llu\nactors_acked=%llu\n"
                 "param_version=%llu\nlearner_mode=%s\nlearners=%d\nparamserver_shards=%lld\n"
                 "pushes_applied=%llu\npushes_dropped=%llu\npush_waits=%llu\npush_wait_timeouts=%llu\npush_bytes=%llu\n"
                 "staleness_hist=",
             M->reason, M->exit_code, elapsed, (unsigned long long)t->episodes, t->mret, t->best,
-            (unsigned long long)t->env, (unsigned long long)t->lsteps, (unsigned long long)M->rinfo.inserted,
+            (unsigned long long)t->env, (unsigned long long)t->env * (unsigned long long)M->L->frame_skip,
+            (unsigned long long)t->lsteps, (unsigned long long)M->rinfo.inserted,
             (unsigned long long)M->rinfo.size, (unsigned long long)t->acked, (unsigned long long)pi->version,
             FL_CONFIG_ENUM_STR(cfg, learner, mode), M->L->fs.n_learners, (long long)cfg->paramserver_shards,
             (unsigned long long)pi->pushes_applied, (unsigned long long)pi->pushes_dropped,

@@ -20,6 +20,7 @@
 
 #include "common/config.h"
 #include "envs/plugin.h"
+#include "envs/wrappers.h"
 
 typedef struct fl_launch fl_launch_t;
 
@@ -76,7 +77,7 @@ void fl_launch_event(fl_launch_t *L, const char *restarted_role, const char *fmt
 uint64_t fl_launch_restarts(const fl_launch_t *L);
 
 /* Prints the role plan of cfg (what fl_launch_create prints), e.g. for --dry-run. */
-void fl_launch_print_plan(const fl_config_t *cfg, const char *cfg_file, const fl_env_def_t *env);
+void fl_launch_print_plan(const fl_config_t *cfg, const char *cfg_file, const fl_wrapped_env_t *env);
 
 /* Watches the fleet until a stop (signal, run.max_seconds, target return, a dead role,
  * or exit_code != 0 on entry with `reason` already set), then stops actors, learners and

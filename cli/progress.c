@@ -40,9 +40,23 @@ static void count_text(uint64_t n, char out[16]) {
         fl_progress_compact((double)n, out);
 }
 
-enum { SEG_TIME, SEG_EVAL, SEG_TRAIN, SEG_ENV, SEG_UPD, SEG_LOSS, SEG_REPLAY, SEG_LAG, SEG_PUSH, SEG_RESTART, SEG_BUDGET, SEGS };
+enum {
+    SEG_TIME,
+    SEG_EVAL,
+    SEG_TRAIN,
+    SEG_ENV,
+    SEG_FRAMES,
+    SEG_UPD,
+    SEG_LOSS,
+    SEG_REPLAY,
+    SEG_LAG,
+    SEG_PUSH,
+    SEG_RESTART,
+    SEG_BUDGET,
+    SEGS
+};
 /* Dropped first to last when the line is too long. */
-static const int drop_order[] = {SEG_PUSH, SEG_LAG, SEG_REPLAY, SEG_RESTART, SEG_LOSS, SEG_UPD, SEG_ENV};
+static const int drop_order[] = {SEG_PUSH, SEG_LAG, SEG_REPLAY, SEG_RESTART, SEG_LOSS, SEG_FRAMES, SEG_UPD, SEG_ENV};
 
 static void budget_text(const fl_progress_t *p, char *s, size_t n) {
     if (p->budget_done < 0) return;
@@ -71,9 +85,19 @@ static void segments(const fl_progress_t *p, char seg[SEGS][64]) {
     snprintf(seg[SEG_TRAIN], 64, "train %s", p->have_train ? a : "-");
     fl_progress_compact(p->env_rate, a);
     snprintf(seg[SEG_ENV], 64, "env %s/s", a);
-    fl_progress_compact(p->upd_rate, a);
-    snprintf(seg[SEG_UPD], 64, "upd %s/s", a);
-    snprintf(seg[SEG_LOSS], 64, "loss %.2g", p->loss);
+    if (p->frames) {
+        fl_progress_compact((double)p->frames, a);
+        snprintf(seg[SEG_FRAMES], 64, "frames %s", a);
+    }
+    if (p->warmup_need && p->replay_size < p->warmup_need) {
+        fl_progress_compact((double)p->replay_size, a);
+        fl_progress_compact((double)p->warmup_need, b);
+        snprintf(seg[SEG_UPD], 64, "warm-up %s/%s", a, b);
+    } else {
+        fl_progress_compact(p->upd_rate, a);
+        snprintf(seg[SEG_UPD], 64, "upd %s/s", a);
+        snprintf(seg[SEG_LOSS], 64, "loss %.2g", p->loss);
+    }
     fl_progress_compact((double)p->replay_size, a);
     snprintf(seg[SEG_REPLAY], 64, "replay %s", a);
     count_text(p->lag, a);

@@ -1,13 +1,16 @@
 /* progress: the launcher's progress line, one per run.progress_every, at most
  * FL_PROGRESS_COLUMNS columns:
  *   [  12.3s] eval 475.0+-3.2 | train 187.3 | env 31.2K/s | upd 950.0/s loss 0.012 | replay 1.0M | 42% ETA 3m05s
+ *   [  30.1s] eval - | train -20.4 | env 1.1K/s | frames 131.2K | warm-up 32.8K/50.0K | replay 32.8K | 0% ETA ...
  * The headline comes first: the latest evaluation's mean return with its 95% confidence
  * interval ("eval -" before the first one; absent without evaluators), then the training
- * return (the fleet's last 100 episodes, all epsilons), env steps/s, learner updates/s
- * and loss, replay size, the version lag of the oldest actor, Gorila's pushes, the roles
+ * return (the fleet's last 100 episodes, all epsilons), env steps/s, the emulator frames so
+ * far (env steps x frame skip, as Atari papers count them; only with a frame skip), learner
+ * updates/s and loss (while replay fills up to the sampling threshold: how far it is,
+ * "warm-up 32.8K/50.0K"), replay size, the version lag of the oldest actor, Gorila's pushes, the roles
  * restarted so far (once there is one), and the nearest budget's share and ETA. Numbers
  * are compact (1.2K, 3.4M). When everything does not fit, the least important parts
- * (pushes, lag, replay, restarts, then loss) are left out; time,
+ * (pushes, lag, replay, restarts, loss, frames, then updates and env) are left out; time,
  * eval, train and the budget always stay. Pure functions. */
 #ifndef FL_CLI_PROGRESS_H
 #define FL_CLI_PROGRESS_H
@@ -25,6 +28,9 @@ typedef struct fl_progress {
     int have_train;           /* a training episode has ended */
     double train_return;
     double env_rate, upd_rate, loss;
+    uint64_t frames;          /* emulator frames (env steps x frame skip); 0: no part */
+    uint64_t warmup_need;     /* transitions replay needs before sampling: while replay_size is below
+                                 it (and 0: no part), "warm-up SIZE/NEED" stands for the updates */
     uint64_t replay_size, lag;
     int gorila;
     uint64_t pushes_applied, pushes_dropped;

@@ -566,7 +566,7 @@ int fl_verb_run(int argc, char **argv) {
             fl_wrapped_env_destroy(wenv);
             return 2;
         }
-        fl_launch_print_plan(&cfg, cfg_file, fl_wrapped_env_info(wenv));
+        fl_launch_print_plan(&cfg, cfg_file, wenv);
         fl_wrapped_env_destroy(wenv);
         fl_config_dump(&cfg, stdout);
         return 0;

@@ -56,12 +56,7 @@ int fl_verb_actor(int argc, char **argv) {
     fl_cli_setup_logging(&cfg, "actor", (int)index);
     /* actor.nice: where the roles share cores, the learner sets the fleet's pace (the
      * actors wait on its sampling through the replay's rate limit), so it runs first */
-    if (cfg.actor_nice > 0) {
-        errno = 0;
-        if (nice((int)cfg.actor_nice) == -1 && errno != 0)
-            FL_WARN("actor.nice = %lld: nice() failed (%s); running at the inherited priority",
-                   (long long)cfg.actor_nice, strerror(errno));
-    }
+    fl_cli_nice(cfg.actor_nice, "actor.nice");
     fl_actor_opts_t ao;
     fl_options_actor(&cfg, &ao);
     ao.resume = resume;

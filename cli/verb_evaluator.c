@@ -39,6 +39,9 @@ int fl_verb_evaluator(int argc, char **argv) {
     }
     fl_stop_install();
     fl_cli_setup_logging(&cfg, "evaluator", (int)index);
+    /* eval.nice: an evaluator shares the cores with the actors, not ahead of them (a long
+     * evaluation of an agent that has not learned yet must not slow the fleet down) */
+    fl_cli_nice(cfg.eval_nice, "eval.nice");
     fl_evaluator_opts_t eo;
     fl_options_evaluator(&cfg, &eo);
     eo.resume = resume;

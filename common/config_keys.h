@@ -71,6 +71,7 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(eval, epsilon, FLOAT, 0, 0, 1, "", "exploration epsilon of the evaluated policy (0 = greedy)") \
     X(eval, max_episode_steps, INT, 27000, 0, 1000000000, "", "an evaluation episode is cut after this many agent steps (0 = only the env's own limits)") \
     X(eval, parallel, INT, 16, 1, 1024, "", "episodes an evaluator plays side by side (one batched forward per step)") \
+    X(eval, nice, INT, 10, 0, 19, "", "added to each evaluator process's niceness: it shares the cores with the actors (actor.nice), behind the learner (0 = the same priority as the learner)") \
     /* [actor] experience generation */                                                                     \
     X(actor, count, INT, 2, 1, 4096, "", "number of actor processes")                                      \
     X(actor, eps_base, FLOAT, 0.4, 0, 1, "", "epsilon_i = eps_base^(1 + eps_alpha * i/(N-1))")             \

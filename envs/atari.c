@@ -12,10 +12,13 @@
 #include "envs/atari.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #ifdef FLEET_HAVE_ALE
 #include "envs/atari_ale.h"
@@ -52,7 +55,9 @@ typedef struct atari_state {
     float repeat;    /* env.sticky_actions: ALE's repeat_action_probability */
     int frameskip;   /* env.args frameskip=N: emulator frames per step (rewards summed) */
     int mode, difficulty;
-    int ale_seed;    /* env.args ale_seed=N: ALE's random_seed (-1: a draw from the instance's generator) */
+    int has_seed;    /* env.args ale_seed=N given */
+    int32_t ale_seed; /* ALE's random_seed N (any int32: Gymnasium's seeds map to negative ones too);
+                         without it, a draw from the instance's generator */
 } atari_state_t;
 
 const char *fl_atari_roms_dir(void) {
@@ -68,19 +73,44 @@ const char *fl_atari_roms_dir(void) {
 static int by_name(const void *a, const void *b) { return strcmp(((const game_t *)a)->name, ((const game_t *)b)->name); }
 
 /* Screen heights are known only once the emulator runs the game (PAL games have 250
- * rows, found by running frames), which takes ~0.15 s; so they are kept in
- * <ROM folder>/fleet-screens.txt ("<game> <height>" lines, appended as games are first
- * made; best effort: a folder that cannot be written only costs the probe again). */
+ * rows, a few others their own count: Carnival, Pooyan, Journey Escape), which takes
+ * ~0.15 s a game; so they are kept in the user's cache folder,
+ * $XDG_CACHE_HOME/fleet/atari-screens.txt (else ~/.cache/fleet/), one "<ROM path>
+ * <height>" line a game, appended as games are first made. Best effort: where it cannot
+ * be written the probe runs again; the ROM folder is never written (it may be read-only
+ * or shared). */
+static int screens_path(char *path, size_t len, int make_dir) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[900];
+    if (xdg && xdg[0] == '/')
+        snprintf(dir, sizeof dir, "%.880s/fleet", xdg);
+    else if (home && home[0] == '/')
+        snprintf(dir, sizeof dir, "%.800s/.cache/fleet", home);
+    else
+        return -1;
+    if (make_dir) {
+        char parent[900];
+        snprintf(parent, sizeof parent, "%s", dir);
+        char *slash = strrchr(parent, '/');
+        if (slash && slash != parent) {
+            *slash = '\0';
+            if (mkdir(parent, 0755) != 0 && errno != EEXIST) return -1;
+        }
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
+    }
+    snprintf(path, len, "%s/atari-screens.txt", dir);
+    return 0;
+}
+
 static void read_screens(void) {
-    char path[1100];
-    snprintf(path, sizeof path, "%s/fleet-screens.txt", g_dir);
+    char path[1100], rom[1100];
+    if (screens_path(path, sizeof path, 0) != 0) return;
     FILE *f = fopen(path, "r");
     if (!f) return;
-    char name[64];
     int h;
-    while (fscanf(f, "%63s %d", name, &h) == 2)
+    while (fscanf(f, "%1099s %d", rom, &h) == 2)
         for (int i = 0; i < g_num_games; i++)
-            if (strcmp(g_games[i].name, name) == 0 && (h == 210 || h == 250)) g_games[i].height = h;
+            if (strcmp(g_games[i].rom, rom) == 0 && h > 0 && h <= 1024) g_games[i].height = h;
     fclose(f);
 }
 
@@ -95,9 +125,9 @@ static int screen_height(game_t *g) {
     int w;
     fl_ale_screen(a, &g->height, &w);
     fl_ale_close(a);
-    char path[1100], line[96];
-    snprintf(path, sizeof path, "%s/fleet-screens.txt", g_dir);
-    int n = snprintf(line, sizeof line, "%s %d\n", g->name, g->height);
+    char path[1100], line[1200];
+    if (strchr(g->rom, ' ') || screens_path(path, sizeof path, 1) != 0) return g->height;
+    int n = snprintf(line, sizeof line, "%s %d\n", g->rom, g->height);
     FILE *f = fopen(path, "a");
     if (f) {
         fwrite(line, 1, (size_t)n, f);
@@ -136,22 +166,26 @@ static void scan(void) {
 
 static int parse_args(atari_state_t *s, const char *args) {
     s->frameskip = 1;
-    s->mode = s->difficulty = s->ale_seed = -1;
+    s->mode = s->difficulty = -1;
+    s->has_seed = 0;
+    s->ale_seed = 0;
     for (const char *p = args ? args : ""; *p;) {
         while (*p == ' ' || *p == ',') p++;
         if (!*p) break;
         char key[32];
-        int value, used = 0;
-        if (sscanf(p, "%31[a-z_]=%d%n", key, &value, &used) != 2) return -1;
+        long long value;
+        int used = 0;
+        if (sscanf(p, "%31[a-z_]=%lld%n", key, &value, &used) != 2) return -1;
         if (strcmp(key, "frameskip") == 0 && value >= 1 && value <= 64)
-            s->frameskip = value;
-        else if (strcmp(key, "mode") == 0 && value >= 0)
-            s->mode = value;
-        else if (strcmp(key, "difficulty") == 0 && value >= 0)
-            s->difficulty = value;
-        else if (strcmp(key, "ale_seed") == 0 && value >= 0)
-            s->ale_seed = value;
-        else
+            s->frameskip = (int)value;
+        else if (strcmp(key, "mode") == 0 && value >= 0 && value <= INT_MAX)
+            s->mode = (int)value;
+        else if (strcmp(key, "difficulty") == 0 && value >= 0 && value <= INT_MAX)
+            s->difficulty = (int)value;
+        else if (strcmp(key, "ale_seed") == 0 && value >= INT32_MIN && value <= INT32_MAX) {
+            s->has_seed = 1;
+            s->ale_seed = (int32_t)value;
+        } else
             return -1;
         p += used;
     }
@@ -182,7 +216,7 @@ static void atari_reset(void *state, fl_rng_t *rng, void *obs) {
     }
     if (!s->ale) {
         fl_ale_opts_t o = {.rom = g_games[s->slot / VARIANTS].rom,
-                           .seed = s->ale_seed >= 0 ? s->ale_seed : (int32_t)(fl_env_rng_u64(rng) >> 33),
+                           .seed = s->has_seed ? s->ale_seed : (int32_t)(fl_env_rng_u64(rng) >> 33),
                            .repeat_prob = s->repeat,
                            .mode = s->mode,
                            .difficulty = s->difficulty,

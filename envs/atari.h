@@ -4,9 +4,11 @@
  *
  * Names: "atari-<game>" (e.g. atari-pong, atari-space_invaders): grayscale frames, uint8
  * (210, 160, 1) as ALE's getScreenGrayscale gives them ((250, 160, 1) for the few PAL
- * games, e.g. air_raid; a game's height is found by running it once and kept in the ROM
- * folder's fleet-screens.txt), and the game's minimal action
- * set; "atari-<game>-full": the full 18 actions; "-rgb" (after -full when both): RGB
+ * games, e.g. air_raid, and a height of their own for a few more; a game's height is found
+ * by running it once and kept in the user's cache folder,
+ * ${XDG_CACHE_HOME:-~/.cache}/fleet/atari-screens.txt), and the game's minimal action
+ * set; "atari-<game>-full": ALE's legal action set (getLegalActionSet, as Gymnasium's
+ * full_action_space: the 18 actions, 9 in Skiing and Lost Luggage); "-rgb" (after -full when both): RGB
  * frames (210, 160, 3). Reward: the game's score change; terminal: ALE's game over. One
  * env step is one emulator frame (env.args frameskip=N: N frames, rewards summed, the
  * last frame observed; the standard protocols use the max-pooling frameskip wrapper
@@ -18,8 +20,10 @@
  * difficulty among those the game offers, else its defaults). Seeds: an instance's
  * emulator is started at its first reset with ALE's random_seed drawn from the
  * instance's fleet generator, so a seed and an action sequence replay exactly; ale_seed=S
- * sets ALE's random_seed itself (to replay a trace of another ALE program, as
- * tests/integration_atari_python.c does with ale-py). An instance holds an
+ * sets ALE's random_seed itself, any int32 (to replay a trace of another ALE program, as
+ * tests/integration_atari_python.c does with ale-py; Gymnasium's seeds map to negative
+ * ones too). The first episode, as every other, begins with one reset_game after the
+ * mode and difficulty are set (as Gymnasium's AtariEnv begins it). An instance holds an
  * emulator outside its state: the definitions have a close function (ABI 3).
  * Without ALE in the build there are no Atari envs (fl_atari_available() is 0). */
 #ifndef FL_ENVS_ATARI_H

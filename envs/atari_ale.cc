@@ -33,7 +33,8 @@ extern "C" fl_ale_t *fl_ale_open(const fl_ale_opts_t *o, char *err, size_t err_l
         a->ale.loadROM(o->rom);
         if (o->mode >= 0) a->ale.setMode(static_cast<ale::game_mode_t>(o->mode));
         if (o->difficulty >= 0) a->ale.setDifficulty(static_cast<ale::difficulty_t>(o->difficulty));
-        if (o->mode >= 0 || o->difficulty >= 0) a->ale.reset_game();
+        /* the mode and difficulty take effect at the next reset_game: the env's first reset,
+         * as Gymnasium's AtariEnv sets them at load and resets once */
         return a.release();
     } catch (const std::exception &e) {
         std::snprintf(err, err_len, "%s", e.what());
@@ -55,7 +56,7 @@ extern "C" int fl_ale_game_actions(const char *rom, int full, int *actions, char
         }
         ale::ActionVect v;
         if (full)
-            for (int i = 0; i < FL_ALE_MAX_ACTIONS; i++) v.push_back(static_cast<ale::Action>(i));
+            v = s->getAllActions(); /* ALE's legal set (getLegalActionSet): 18 but in a few games */
         else
             v = s->getMinimalActionSet();
         int n = 0;

@@ -479,6 +479,11 @@ const fl_env_def_t *fl_wrapped_env_info(const fl_wrapped_env_t *w) {
 const fl_env_def_t *fl_wrapped_env_inner(const fl_wrapped_env_t *w) {
     return w->inner;
 }
+int fl_wrapped_env_frame_skip(const fl_wrapped_env_t *w) {
+    for (int i = 0; i < w->num_layers; i++)
+        if (w->layers[i].kind == K_FRAMESKIP) return w->layers[i].prm.n;
+    return 1;
+}
 int fl_wrapped_env_noops(const fl_wrapped_env_t *w, const void *state) {
     for (int i = 0; i < w->num_layers; i++)
         if (w->layers[i].kind == K_NOOP) return *(const int *)((const uint8_t *)state + w->layers[i].off);

@@ -104,6 +104,9 @@ const fl_env_def_t *fl_wrapped_env_inner(const fl_wrapped_env_t *w);
 /* n of the framestack(n) layer (the observation is n frames on its last axis), 1 without
  * one. The replay table stores each distinct frame once (replay/frames.h). */
 int fl_wrapped_env_frame_stack(const fl_wrapped_env_t *w);
+/* Inner steps per agent step: k of frameskip(k), 1 without (an Atari env's emulator
+ * frames per env step, unless its env.args set ALE's own frame skip as well). */
+int fl_wrapped_env_frame_skip(const fl_wrapped_env_t *w);
 /* The no-ops an instance took at its last reset (1..N of noop(N); 0 for noop(0)), or -1
  * when the chain has no noop wrapper. */
 int fl_wrapped_env_noops(const fl_wrapped_env_t *w, const void *state);

@@ -138,6 +138,16 @@ fl_status fl__table_check_config(const fl_table_config_t *cfg, size_t *obs_bytes
     return FL_OK;
 }
 
+uint64_t fl_table_bytes_estimate(uint64_t capacity, size_t obs_bytes, int frame_stack, int per_insert, int n_step) {
+    int stack = frame_stack > 1 ? frame_stack : 1;
+    double frame = (double)obs_bytes / stack;
+    double per = per_insert > 0 ? per_insert : 1;
+    double frames_per_item = 1.0 + (double)(n_step + stack - 1) / per;
+    /* the row, the sum tree's leaves and inner levels (about 2 doubles), liveness */
+    double item = frame * frames_per_item + (double)row_stride(fl__table_row_bytes(stack)) + 2.0 * sizeof(double) + 16;
+    return (uint64_t)(item * (double)capacity);
+}
+
 fl_status fl_table_create(const fl_table_config_t *cfg, fl_table_t **out, fl_err_t *err) {
     *out = NULL;
     size_t obs_bytes = 0;

@@ -112,6 +112,13 @@ typedef struct fl_table fl_table_t;
 fl_status fl_table_create(const fl_table_config_t *cfg, fl_table_t **out, fl_err_t *err);
 void fl_table_destroy(fl_table_t *t);
 
+/* About how many bytes a full table of `capacity` transitions holds (fl_table_info's
+ * storage_bytes once it is full), for observations of obs_bytes stacked frame_stack
+ * deep, inserted per_insert consecutive n-step transitions of one env at a time: each
+ * such run stores its distinct frames once (about per_insert + n_step + frame_stack - 1), so a transition costs a little more than one frame, plus its
+ * row and its share of the sum tree. Uncompressed: zstd_level > 0 stores less. */
+uint64_t fl_table_bytes_estimate(uint64_t capacity, size_t obs_bytes, int frame_stack, int per_insert, int n_step);
+
 /* The configuration the table was created with. */
 const fl_table_config_t *fl_table_config(const fl_table_t *t);
 /* Bytes of one observation (and of one next_obs). */

@@ -39,11 +39,13 @@
 static char g_env[2048];
 static const char *g_python;
 
-/* Plays atari-<game> with ale_seed = SEED and writes the trace ale_interop.py reads. */
-static void write_trace(const char *game, float sticky, const char *path) {
-    char name[96], args[64];
-    snprintf(name, sizeof name, "atari-%s", game);
-    snprintf(args, sizeof args, "ale_seed=%d", SEED);
+/* Plays atari-<game><variant> with ale_seed = seed and the env.args `more`, and writes
+ * the trace ale_interop.py reads. */
+static void write_trace(const char *game, const char *variant, long seed, const char *more, float sticky,
+                        const char *path) {
+    char name[96], args[160];
+    snprintf(name, sizeof name, "atari-%s%s", game, variant);
+    snprintf(args, sizeof args, "ale_seed=%ld %s", seed, more);
     const fl_env_def_t *d = fl_env_find(name);
     assert_non_null(d);
     void *state = calloc(1, d->state_size);
@@ -81,21 +83,46 @@ static void test_frames_match_ale_py(void **unused) {
         print_message("SKIP: no python3 with ale-py, and pip could not install it\n");
         skip();
     }
+    /* Five games with and without sticky actions; then the cases where fleet once began
+     * differently from ale-py: a mode or difficulty given (the first episode began after
+     * two reset_game calls), the -full set of games whose legal set is not 18 actions,
+     * screens neither 210 nor 250 rows high, and an ALE seed below 0 (Gymnasium's seeds
+     * map to such ones). */
     const struct {
-        const char *game;
+        const char *game, *variant;
+        long seed;
+        const char *args; /* fleet's env.args besides ale_seed; ale_interop.py's the same */
         float sticky;
-    } cases[] = {{"pong", 0.25f}, {"breakout", 0.25f}, {"space_invaders", 0.25f},
-                 {"seaquest", 0.25f}, {"ms_pacman", 0.25f}, {"breakout", 0.0f}};
+    } cases[] = {
+        {"pong", "", SEED, "", 0.25f},
+        {"breakout", "", SEED, "", 0.25f},
+        {"space_invaders", "", SEED, "", 0.25f},
+        {"seaquest", "", SEED, "", 0.25f},
+        {"ms_pacman", "", SEED, "", 0.25f},
+        {"breakout", "", SEED, "", 0.0f},
+        {"berzerk", "", SEED, "mode=3", 0.25f},
+        {"tennis", "", SEED, "mode=2 difficulty=1", 0.25f},
+        {"beam_rider", "", SEED, "difficulty=1", 0.0f},
+        {"assault", "", SEED, "mode=0", 0.25f},
+        {"skiing", "-full", SEED, "", 0.25f},
+        {"lost_luggage", "-full", SEED, "mode=1 difficulty=1", 0.25f},
+        {"carnival", "", SEED, "", 0.25f},
+        {"pooyan", "", SEED, "mode=30", 0.25f},
+        {"journey_escape", "", SEED, "", 0.25f},
+        {"pong", "", -1234567891L, "", 0.25f},
+    };
     char dir[] = "/tmp/fl_ale_py_XXXXXX";
     assert_non_null(mkdtemp(dir));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char trace[128], cmd[4096];
         snprintf(trace, sizeof trace, "%s/%s-%zu.txt", dir, cases[i].game, i);
-        write_trace(cases[i].game, cases[i].sticky, trace);
-        snprintf(cmd, sizeof cmd, "%s %s %s/tests/py/ale_interop.py check %s %s %d %g %d", g_env, g_python,
-                 getenv("FLEET_SOURCE_DIR"), trace, cases[i].game, SEED, (double)cases[i].sticky, STEPS);
-        if (py_shell(cmd) != 0) fail_msg("%s (sticky %g): fleet and ale-py differ (above)", cases[i].game,
-                                         (double)cases[i].sticky);
+        write_trace(cases[i].game, cases[i].variant, cases[i].seed, cases[i].args, cases[i].sticky, trace);
+        snprintf(cmd, sizeof cmd, "%s %s %s/tests/py/ale_interop.py check %s %s %ld %g %d %s %s", g_env, g_python,
+                 getenv("FLEET_SOURCE_DIR"), trace, cases[i].game, cases[i].seed, (double)cases[i].sticky, STEPS,
+                 cases[i].args, cases[i].variant[0] ? "full" : "");
+        if (py_shell(cmd) != 0)
+            fail_msg("atari-%s%s %s (sticky %g): fleet and ale-py differ (above)", cases[i].game, cases[i].variant,
+                     cases[i].args, (double)cases[i].sticky);
         unlink(trace);
     }
     rmdir(dir);

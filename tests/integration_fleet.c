@@ -118,6 +118,7 @@ static void test_learns_cartpole(void **state) {
     char *evals = read_file(path);
     assert_non_null(evals);
     assert_true(strncmp(evals, "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean", 72) == 0);
+    assert_non_null(strstr(evals, ",truncated,frames\n")); /* env steps x 1 (CartPole has no frame skip) */
     assert_non_null(strchr(strchr(evals, '\n') + 1, '\n')); /* at least one row */
     /* returns.csv: each actor's training return with its own epsilon (0.4 and 0.4^8) */
     snprintf(path, sizeof path, "%s/learn/returns.csv", g_tmp);

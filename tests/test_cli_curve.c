@@ -24,7 +24,7 @@
 
 #define EVALS_HEADER                                                                                              \
     "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean,return_std,return_min,return_max," \
-    "return_ci95,length_mean,length_min,length_max\n"
+    "return_ci95,length_mean,length_min,length_max,evaluator,seconds,truncated,frames\n"
 #define RETURNS_HEADER "time_s,env_steps,actor,epsilon,episodes,return_mean\n"
 
 /* The stand-in gnuplot: records its start (and its process group and folder), says
@@ -61,6 +61,8 @@ static char *make_dir(void) {
     return strdup(d);
 }
 
+static int g_frame_skip = 1; /* frames per env step in the evals.csv that write_run writes */
+
 /* evals.csv with n_evals rows (0: header only) and returns.csv with n_periods rows for
  * each of n_actors actors. */
 static void write_run(const char *dir, int n_evals, int n_actors, int n_periods) {
@@ -71,8 +73,8 @@ static void write_run(const char *dir, int n_evals, int n_actors, int n_periods)
     fputs(EVALS_HEADER, f);
     for (int i = 0; i < n_evals; i++) {
         double m = 10.0 * (1.0 - 1.0 / (1.0 + i));
-        fprintf(f, "%d.0,%d,%d,%d,10,0,%.3f,1.2,%.3f,%.3f,0.7,120,80,200\n", 10 * i, 40000 * i, 500 * i, 5 * i, m,
-                m - 2.0, m + 1.5);
+        fprintf(f, "%d.0,%d,%d,%d,10,0,%.3f,1.2,%.3f,%.3f,0.7,120,80,200,0,1.5,0,%d\n", 10 * i, 40000 * i, 500 * i,
+                5 * i, m, m - 2.0, m + 1.5, 40000 * i * g_frame_skip);
     }
     fclose(f);
     snprintf(path, sizeof path, "%s/returns.csv", dir);
@@ -176,6 +178,37 @@ static void test_draws_evals_and_returns(void **unused) {
     assert_null(strstr(gp, "actor 3"));
     assert_null(strstr(gp, "actors shown"));
     assert_non_null(strstr(gp, "min..max"));
+    assert_non_null(strstr(gp, "set xlabel 'env steps (whole fleet)'"));
+    assert_null(strstr(gp, "column('env_steps')*"));
+    free(gp);
+    fl_curve_destroy(c);
+    rm_rf(dir);
+    free(dir);
+}
+
+/* An Atari run (evals.csv's frames 4 x its env steps): x is the emulator frames, for the
+ * evaluations and the actors' lines alike. */
+static void test_frames_axis(void **unused) {
+    (void)unused;
+    if (!have_gnuplot()) {
+        print_message("gnuplot is not installed (Debian: gnuplot-nox): skipping the drawing\n");
+        skip();
+    }
+    char *dir = make_dir();
+    g_frame_skip = 4;
+    write_run(dir, 5, 2, 10);
+    g_frame_skip = 1;
+    fl_curve_t *c = fl_curve_create(dir);
+    assert_non_null(c);
+    fl_curve_refresh(c);
+    assert_int_equal(fl_curve_finish(c, 60), 0);
+    assert_png(dir, 10000);
+    char *gp = slurp(dir, "curve.gp");
+    assert_non_null(gp);
+    assert_non_null(strstr(gp, "set xlabel 'frames (env steps x 4, whole fleet)'"));
+    assert_non_null(strstr(gp, "'returns.csv' using (column('env_steps')*4):'return_mean'"));
+    assert_non_null(strstr(gp, "'evals.csv' using (column('env_steps')*4):'return_mean' with linespoints"));
+    assert_null(strstr(gp, "using 'env_steps'"));
     free(gp);
     fl_curve_destroy(c);
     rm_rf(dir);
@@ -432,6 +465,7 @@ static void test_no_gnuplot(void **unused) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_draws_evals_and_returns),
+        cmocka_unit_test(test_frames_axis),
         cmocka_unit_test(test_draws_returns_only),
         cmocka_unit_test(test_refresh_starts_one_drawing),
         cmocka_unit_test(test_failure_and_timeout),

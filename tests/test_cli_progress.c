@@ -61,13 +61,37 @@ static void test_typical_line(void **unused) {
                               "restarts 3");
 }
 
+/* Atari: the frames so far beside env steps/s; while replay fills, how far it is from the
+ * sampling threshold stands where the updates go, then the updates come back. */
+static void test_frames_and_warm_up(void **unused) {
+    (void)unused;
+    fl_progress_t p = {.elapsed_s = 30.1, .evaluators = 1, .have_train = 1, .train_return = -20.4, .env_rate = 1100,
+                       .frames = 131200, .warmup_need = 50000, .replay_size = 32800, .budget_done = -1};
+    char line[FL_PROGRESS_COLUMNS + 1];
+    fl_progress_format(&p, line, sizeof line);
+    assert_string_equal(line, "[  30.1s] eval - | train -20.4 | env 1.1K/s | frames 131.2K | warm-up 32.8K/50.0K | "
+                              "replay 32.8K | lag 0");
+    p.replay_size = 50000; /* reached: updates and loss */
+    p.upd_rate = 3;
+    p.loss = 0.02;
+    fl_progress_format(&p, line, sizeof line);
+    assert_string_equal(line, "[  30.1s] eval - | train -20.4 | env 1.1K/s | frames 131.2K | upd 3.0/s loss 0.02 | "
+                              "replay 50.0K | lag 0");
+    p.frames = 0; /* no frame skip: no part */
+    p.warmup_need = 0;
+    fl_progress_format(&p, line, sizeof line);
+    assert_null(strstr(line, "frames"));
+    assert_null(strstr(line, "warm-up"));
+}
+
 static void test_widest_line_fits(void **unused) {
     (void)unused;
     fl_progress_t p = {.elapsed_s = 1e9, .evaluators = 1, .have_eval = 1, .eval_mean = -123456.7,
                        .eval_ci95 = 98765.4, .have_train = 1, .train_return = -876543.2, .env_rate = 9.99e13,
                        .upd_rate = -1e300, .loss = -1.23456e-300, .replay_size = UINT64_MAX, .lag = UINT64_MAX,
                        .gorila = 1, .pushes_applied = UINT64_MAX, .pushes_dropped = UINT64_MAX,
-                       .restarts = UINT64_MAX, .budget_done = 0.5, .eta_s = 1e12};
+                       .restarts = UINT64_MAX, .budget_done = 0.5, .eta_s = 1e12, .frames = UINT64_MAX,
+                       .warmup_need = UINT64_MAX};
     char line[FL_PROGRESS_COLUMNS + 1];
     size_t n = fl_progress_format(&p, line, sizeof line);
     assert_true(n <= FL_PROGRESS_COLUMNS);
@@ -82,6 +106,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compact),
         cmocka_unit_test(test_typical_line),
+        cmocka_unit_test(test_frames_and_warm_up),
         cmocka_unit_test(test_widest_line_fits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

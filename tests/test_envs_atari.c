@@ -8,7 +8,11 @@
  *    refused;
  *  - Breakout starts with 5 lives (fl_atari_lives) and loses them;
  *  - the grayscale and RGB variants show the same screen, and instances are closed
- *    (their emulators freed: the sanitizer build finds a leak otherwise). */
+ *    (their emulators freed: the sanitizer build finds a leak otherwise);
+ *  - screen heights other than 210 (Carnival 214, Pooyan 220) are found once and kept in
+ *    the user's cache folder ($XDG_CACHE_HOME, here a temporary one), not the ROM folder;
+ *  - every wrapper alone, and each preset's chain, moves the game on as the unwrapped
+ *    game moves. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -27,7 +33,7 @@
 #define SKIP_WITHOUT_ATARI()                                                                          \
     do {                                                                                              \
         if (!fl_atari_available() || !fl_env_find("atari-pong")) {                                    \
-            print_message("SKIP: this build has no ALE or no Atari ROMs (scripts/ale.sh builds them)\\n"); \
+            print_message("SKIP: this build has no ALE or no Atari ROMs (scripts/ale.sh builds them)\n"); \
             skip();                                                                                   \
         }                                                                                             \
     } while (0)
@@ -71,6 +77,62 @@ static uint64_t play(inst_t *in, int n, double *ret) {
         if (term) in->d->reset(in->state, &in->rng, in->obs);
     }
     return h;
+}
+
+static char g_cache[64];
+
+/* In a fresh process (a fork before this process touched the registry): atari-<game>'s
+ * screen height, or -1. */
+static int height_in_child(const char *game) {
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        char name[96];
+        snprintf(name, sizeof name, "atari-%s", game);
+        const fl_env_def_t *d = fl_env_find(name);
+        int h = d ? d->obs.shape[0] : -1;
+        _exit(write(fd[1], &h, sizeof h) == (ssize_t)sizeof h ? 0 : 1);
+    }
+    close(fd[1]);
+    int h = -1, status = 0;
+    if (read(fd[0], &h, sizeof h) != (ssize_t)sizeof h) h = -1;
+    close(fd[0]);
+    waitpid(pid, &status, 0);
+    return h;
+}
+
+/* Lines of the screen cache naming rom (a ROM file's name). */
+static int cache_lines(const char *rom) {
+    char path[128], line[1200];
+    snprintf(path, sizeof path, "%s/fleet/atari-screens.txt", g_cache);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int n = 0;
+    while (fgets(line, sizeof line, f)) n += strstr(line, rom) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* Screen heights: found by running the game once, kept in the user's cache folder (one
+ * line a game however many processes make it), whatever the height. */
+static void test_screen_heights_cached(void **unused) {
+    (void)unused;
+    if (!fl_atari_available()) {
+        print_message("SKIP: this build has no ALE\n");
+        skip();
+    }
+    assert_int_equal(height_in_child("carnival"), 214);
+    assert_int_equal(height_in_child("carnival"), 214);
+    assert_int_equal(height_in_child("pooyan"), 220);
+    assert_int_equal(cache_lines("/carnival.bin 214"), 1);
+    assert_int_equal(cache_lines("/pooyan.bin 220"), 1);
+    /* the ROM folder is read, never written */
+    char path[1200];
+    snprintf(path, sizeof path, "%s/atari-screens.txt", fl_atari_roms_dir());
+    assert_int_not_equal(access(path, F_OK), 0);
 }
 
 static void test_registry(void **unused) {
@@ -357,7 +419,12 @@ static void test_wrappers_for_evaluation(void **unused) {
 }
 
 int main(void) {
+    /* the screen-height cache goes to a cache folder of this test's own */
+    snprintf(g_cache, sizeof g_cache, "/tmp/fleet-atari-cache-XXXXXX");
+    if (!mkdtemp(g_cache)) return 1;
+    setenv("XDG_CACHE_HOME", g_cache, 1);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_screen_heights_cached),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_replays_exactly),
         cmocka_unit_test(test_frameskip_and_args),
@@ -367,5 +434,9 @@ int main(void) {
         cmocka_unit_test(test_preset_chains_play_the_game),
         cmocka_unit_test(test_wrappers_for_evaluation),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_cache);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_cache);
+    return failed;
 }

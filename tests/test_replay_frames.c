@@ -194,6 +194,35 @@ static void test_stacked_frames(void **state) {
     }
 }
 
+/* fl_table_bytes_estimate (what `fleet run` plans a replay's memory with) against a full
+ * table's storage_bytes: stacked 84x84 frames and unstacked observations, inserted 25 or
+ * 50 transitions of one stream at a time. */
+static void test_bytes_estimate(void **state) {
+    (void)state;
+    const struct {
+        shape_t sh;
+        int per_insert;
+    } cases[] = {{{84, 84, 1, 4}, 25}, {{84, 84, 1, 4}, 50}, {{10, 10, 4, 1}, 50}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const shape_t *sh = &cases[i].sh;
+        const uint64_t cap = 2000;
+        fl_table_config_t cfg = make_cfg(sh, cap, 0);
+        fl_table_t *t = NULL;
+        fl_err_t e;
+        fl_err_init(&e);
+        assert_int_equal(fl_table_create(&cfg, &t, &e), FL_OK);
+        for (uint64_t t0 = 0; t0 < 2 * cap; t0 += (uint64_t)cases[i].per_insert)
+            insert_steps(t, sh, t0, (size_t)cases[i].per_insert);
+        fl_table_info_t in = info_of(t);
+        assert_int_equal(in.size, cap);
+        double want = (double)fl_table_bytes_estimate(cap, obs_bytes(sh), sh->stack, cases[i].per_insert, NSTEP);
+        double got = (double)in.storage_bytes;
+        if (want < 0.85 * got || want > 1.25 * got)
+            fail_msg("case %zu: estimate %.0f bytes, a full table holds %.0f", i, want, got);
+        fl_table_destroy(t);
+    }
+}
+
 /* zstd: the same observations come back; compressible frames take less room. */
 static void test_zstd(void **state) {
     (void)state;
@@ -357,7 +386,7 @@ int main(void) {
         cmocka_unit_test(test_shared_next_obs), cmocka_unit_test(test_stacked_frames),
         cmocka_unit_test(test_zstd),            cmocka_unit_test(test_eviction),
         cmocka_unit_test(test_checkpoint),      cmocka_unit_test(test_bad_config),
-        cmocka_unit_test(test_unlocked_copy_race),
+        cmocka_unit_test(test_unlocked_copy_race), cmocka_unit_test(test_bytes_estimate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -110,7 +110,7 @@ def compare(where, tag, got, want):
 
 # metrics.csv column -> TensorBoard tag (cli/launch.c's table)
 TAGS = {
-    "time_s": "time/seconds", "env_steps_per_s": "env/steps_per_s", "episodes": "train/episodes",
+    "time_s": "time/seconds", "frames": "env/frames", "env_steps_per_s": "env/steps_per_s", "episodes": "train/episodes",
     "mean_return_100": "train/mean_return_100", "replay_size": "replay/size", "replay_inserted": "replay/inserted",
     "replay_inserts_per_s": "replay/inserts_per_s", "replay_storage_mb": "replay/storage_mb",
     "replay_frames": "replay/frames", "learner_steps": "learner/steps",
