@@ -233,7 +233,7 @@ def main():
         steps += args.envs
         if replay.size >= args.learning_starts:
             if learn_t0 is None:
-                learn_t0, learn_steps0, learn_updates0 = time.monotonic() - eval_time, steps, updates
+                learn_t0, learn_steps0, learn_updates0 = time.monotonic() - t0 - eval_time, steps, updates
             owed += args.envs * args.replay_ratio / args.batch
             while owed >= 1.0:
                 owed -= 1.0
@@ -256,7 +256,9 @@ def main():
             e0 = time.monotonic()
             last_eval = evaluate(torch, online, args.game, 10_000 + updates, args.eval_episodes, args.eval_epsilon, A)
             eval_time += time.monotonic() - e0
+            rep_t += time.monotonic() - e0  # the period's rates count training time only
             last_eval_at = time.monotonic() - t0 - eval_time
+            now = time.monotonic()
         headline = last_eval if args.eval_every else (np.mean(returns) if len(returns) == 10 else float("nan"))
         if reached is None and args.target is not None and headline == headline and headline >= args.target:
             reached = (time.monotonic() - t0 - eval_time, steps * 4)
@@ -273,7 +275,7 @@ def main():
             rep_t, rep_steps, rep_updates = now, steps, updates
         if reached is not None:
             break
-    end = time.monotonic() - eval_time
+    end = time.monotonic() - t0 - eval_time
     if learn_t0 is not None and end > learn_t0:
         lfps = (steps - learn_steps0) * 4 / (end - learn_t0)
         lups = (updates - learn_updates0) / (end - learn_t0)

@@ -12,6 +12,10 @@
 #   bench    bench/learner_bench's GPU rows against PyTorch on the same GPU (--no-cpu)
 #   minatar  configs/minatar-breakout.ini with learner.device = cuda for
 #            GPU_CHECK_SECONDS (default 60) seconds
+#   pong     configs/atari-pong.ini with learner.device = cuda and as many actors as the
+#            cores allow (nproc - 2, at least 1), until the greedy evaluation reaches +18
+#            or GPU_CHECK_PONG_SECONDS (default 360) pass; pong.log ends with its curve
+#            (evals.csv: seconds, frames, return) and the time to +18
 #   profile  (only when GPU_CHECK_STEPS names it) scripts/gpu_profile.sh: the kernels of
 #            GPU_CHECK_PROFILE (default "nature 512") under ncu, summed by kernel in
 #            profile.log (ncu's CSV stays in a temporary folder: OUT_DIR keeps to 8 files)
@@ -20,7 +24,7 @@
 # failed: it showed nothing.
 #
 #   bash scripts/gpu_check.sh [OUT_DIR] [BUNDLE.tar.gz]
-#   GPU_CHECK_STEPS="gpu tests cartpole bench minatar" (the default: all, in this order)
+#   GPU_CHECK_STEPS="gpu tests cartpole bench minatar pong" (the default: all, in this order)
 #   GPU_CHECK_BUDGET=540 (seconds for all the steps together: each step's limit is cut to
 #     what is left, and a step with under 20 s left is not started)
 #   GPU_CHECK_BENCH="--case nature --seconds 2" (learner_bench's other arguments)
@@ -37,8 +41,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root" || exit 1
 out="${1:-$root/gpu-check}"
 bundle="${2:-}"
-steps="${GPU_CHECK_STEPS:-gpu tests cartpole bench minatar}"
+steps="${GPU_CHECK_STEPS:-gpu tests cartpole bench minatar pong}"
 seconds="${GPU_CHECK_SECONDS:-60}"
+pong_seconds="${GPU_CHECK_PONG_SECONDS:-360}"
 budget="${GPU_CHECK_BUDGET:-540}"
 python="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -132,14 +137,31 @@ minatar() {
   # a time limit ends the run normally even when the learner never trained
   local steps
   steps="$(sed -n 's/^learner_steps=//p' "$runs/minatar-breakout/summary.txt")"
+  echo "== summary.txt"
+  cat "$runs/minatar-breakout/summary.txt"
   echo "learner steps: ${steps:-none}"
   [ "${steps:-0}" -gt 0 ]
+}
+pong() {
+  local actors=$(($(nproc) - 2))
+  [ "$actors" -ge 1 ] || actors=1
+  "$FLEET_BIN" run configs/atari-pong.ini --set learner.device=cuda --set actor.count="$actors" \
+    --set run.target_return=18 --set run.max_seconds="$pong_seconds" --set run.out_dir="$runs" || return 1
+  local dir="$runs/atari-pong"
+  echo "== summary.txt"
+  cat "$dir/summary.txt"
+  echo "== the curve (evals.csv: seconds, frames, greedy return over 10 episodes)"
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+           { printf "%8.1f s %12d frames %7.2f\n", $col["time_s"], $col["frames"], $col["return_mean"] }' \
+    "$dir/evals.csv"
+  # a time limit ends the run normally: the check is that it learned to +18
+  grep -q '^reason=target reached' "$dir/summary.txt" && echo "+18 reached: $(sed -n 's/^reason=//p' "$dir/summary.txt")"
 }
 
 # the MinAtar run's folder stays out of OUT_DIR (only its summary and metrics go there)
 runs="$(dirname "$pywrap")/runs"
-export -f gpu_info gpu_tests minatar
-export out seconds runs
+export -f gpu_info gpu_tests minatar pong
+export out seconds pong_seconds runs
 step gpu 60 gpu_info
 step tests 240 gpu_tests
 step cartpole 300 bash -c 'cd build/tests && ./integration_cartpole_gpu'
@@ -147,10 +169,10 @@ step cartpole 300 bash -c 'cd build/tests && ./integration_cartpole_gpu'
 step bench 300 build/bench/learner_bench --no-cpu --python "$pywrap" \
   --torch-script bench/learner_bench_torch.py ${GPU_CHECK_BENCH:---case nature --seconds 2}
 step minatar $((seconds + 90)) minatar
+step pong $((pong_seconds + 120)) pong
 # shellcheck disable=SC2086
 step profile 240 bash scripts/gpu_profile.sh "$(dirname "$pywrap")/profile" ${GPU_CHECK_PROFILE:-nature 512}
 case " $steps " in *" minatar "*)
-  cp "$runs/minatar-breakout/summary.txt" "$out/minatar-summary.txt" 2>/dev/null
   cp "$runs/minatar-breakout/metrics.csv" "$out/minatar-metrics.csv" 2>/dev/null ;;
 esac
 grep -q FAILED "$out/summary.txt" && exit 1

@@ -116,14 +116,16 @@ static void test_ready_configs(void **state) {
     for (struct dirent *e; (e = readdir(d));) {
         const size_t n = strlen(e->d_name);
         if (n < 5 || strcmp(e->d_name + n - 4, ".ini") != 0) continue;
-        if (strncmp(e->d_name, "atari-", 6) == 0 && !atari) {
+        const int is_atari = strncmp(e->d_name, "atari-", 6) == 0 || strncmp(e->d_name, "apex-atari", 10) == 0;
+        if (is_atari && !atari) {
             print_message("SKIP %s: this build has no ALE or no Atari ROMs\n", e->d_name);
             continue;
         }
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         const int rc = fleet(&out, "run", path, "--dry-run", NULL);
         if (rc != 0) fail_msg("fleet run %s --dry-run: exit %d\n%s", path, rc, out);
-        if (strncmp(e->d_name, "atari-", 6) == 0) { /* the Ape-X paper's settings */
+        if (is_atari) assert_non_null(strstr(out, "framestack(4)")); /* the Nature preset */
+        if (strncmp(e->d_name, "apex-", 5) == 0) { /* the Ape-X paper's settings */
             assert_non_null(strstr(out, "batch 512, rmsprop lr 6.25e-05"));
             assert_non_null(strstr(out, "target every 2500"));
             assert_non_null(strstr(out, "sampling from 50000 transitions"));

@@ -151,6 +151,20 @@ static int have_gnuplot(void) {
     return ok;
 }
 
+/* Draws dir's curve once (a fresh fl_curve_t, refreshed and finished): checks curve.png
+ * and returns curve.gp's text. */
+static char *draw_once(const char *dir) {
+    fl_curve_t *c = fl_curve_create(dir);
+    assert_non_null(c);
+    fl_curve_refresh(c);
+    assert_int_equal(fl_curve_finish(c, 60), 0);
+    assert_png(dir, 10000);
+    fl_curve_destroy(c);
+    char *gp = slurp(dir, "curve.gp");
+    assert_non_null(gp);
+    return gp;
+}
+
 static void test_draws_evals_and_returns(void **unused) {
     (void)unused;
     if (!have_gnuplot()) {
@@ -198,19 +212,12 @@ static void test_frames_axis(void **unused) {
     g_frame_skip = 4;
     write_run(dir, 5, 2, 10);
     g_frame_skip = 1;
-    fl_curve_t *c = fl_curve_create(dir);
-    assert_non_null(c);
-    fl_curve_refresh(c);
-    assert_int_equal(fl_curve_finish(c, 60), 0);
-    assert_png(dir, 10000);
-    char *gp = slurp(dir, "curve.gp");
-    assert_non_null(gp);
+    char *gp = draw_once(dir);
     assert_non_null(strstr(gp, "set xlabel 'frames (env steps x 4, whole fleet)'"));
     assert_non_null(strstr(gp, "'returns.csv' using (column('env_steps')*4):'return_mean'"));
     assert_non_null(strstr(gp, "'evals.csv' using (column('env_steps')*4):'return_mean' with linespoints"));
     assert_null(strstr(gp, "using 'env_steps'"));
     free(gp);
-    fl_curve_destroy(c);
     rm_rf(dir);
     free(dir);
 }
@@ -224,20 +231,13 @@ static void test_draws_returns_only(void **unused) {
     }
     char *dir = make_dir();
     write_run(dir, 0, 3, 20);
-    fl_curve_t *c = fl_curve_create(dir);
-    assert_non_null(c);
-    fl_curve_refresh(c);
-    assert_int_equal(fl_curve_finish(c, 60), 0);
-    assert_png(dir, 10000);
-    char *gp = slurp(dir, "curve.gp");
-    assert_non_null(gp);
+    char *gp = draw_once(dir);
     assert_null(strstr(gp, "'evals.csv'"));
     assert_non_null(strstr(gp, "title 'actor 1 (eps 0.05)'"));
     free(gp);
-    fl_curve_destroy(c);
     /* and a single evaluation (no band yet) draws too */
     write_run(dir, 1, 2, 5);
-    c = fl_curve_create(dir);
+    fl_curve_t *c = fl_curve_create(dir);
     assert_int_equal(fl_curve_finish(c, 60), 0);
     assert_png(dir, 5000);
     fl_curve_destroy(c);
