@@ -60,6 +60,73 @@ typedef struct atari_state {
                          without it, a draw from the instance's generator */
 } atari_state_t;
 
+/* Emulators of closed instances, kept for the next instance of the same game and options
+ * (an evaluator closes its instance after every episode and opens one for the next; a load
+ * costs ALE about 0.15 s): fl_ale_restart puts one back as a load with the new seed would
+ * leave it, so an instance plays the same frames whether its emulator is new or kept. */
+#define POOL_MAX 16
+typedef struct pooled {
+    fl_ale_t *ale;
+    int game;
+    float repeat;
+    int mode, difficulty;
+} pooled_t;
+static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pooled_t g_pool[POOL_MAX];
+static int g_pool_n, g_pool_limit = 8;
+static uint64_t g_loads;
+
+/* A kept emulator for s, restarted with seed, or NULL. */
+static fl_ale_t *pool_take(const atari_state_t *s, int32_t seed) {
+    fl_ale_t *a = NULL;
+    pthread_mutex_lock(&g_pool_mu);
+    for (int i = g_pool_n - 1; i >= 0 && !a; i--) {
+        const pooled_t *p = &g_pool[i];
+        if (p->game == s->slot / VARIANTS && p->repeat == s->repeat && p->mode == s->mode &&
+            p->difficulty == s->difficulty) {
+            a = p->ale;
+            g_pool[i] = g_pool[--g_pool_n];
+        }
+    }
+    pthread_mutex_unlock(&g_pool_mu);
+    if (a && fl_ale_restart(a, seed) != 0) {
+        fl_ale_close(a);
+        a = NULL;
+    }
+    return a;
+}
+
+/* Keeps s's emulator for a later instance, or closes it. */
+static void pool_put(const atari_state_t *s) {
+    pthread_mutex_lock(&g_pool_mu);
+    int kept = g_pool_n < g_pool_limit;
+    if (kept)
+        g_pool[g_pool_n++] = (pooled_t){s->ale, s->slot / VARIANTS, s->repeat, s->mode, s->difficulty};
+    pthread_mutex_unlock(&g_pool_mu);
+    if (!kept) fl_ale_close(s->ale);
+}
+
+int fl_atari_keep_emulators(int n) {
+    if (n < 0) n = 0;
+    if (n > POOL_MAX) n = POOL_MAX;
+    fl_ale_t *drop[POOL_MAX];
+    int nd = 0;
+    pthread_mutex_lock(&g_pool_mu);
+    int old = g_pool_limit;
+    g_pool_limit = n;
+    while (g_pool_n > n) drop[nd++] = g_pool[--g_pool_n].ale;
+    pthread_mutex_unlock(&g_pool_mu);
+    for (int i = 0; i < nd; i++) fl_ale_close(drop[i]);
+    return old;
+}
+
+uint64_t fl_atari_loads(void) {
+    pthread_mutex_lock(&g_pool_mu);
+    uint64_t n = g_loads;
+    pthread_mutex_unlock(&g_pool_mu);
+    return n;
+}
+
 const char *fl_atari_roms_dir(void) {
     const char *env = getenv("ALE_ROMS_DIR");
     if (env && *env) return env;
@@ -222,7 +289,13 @@ static void atari_reset(void *state, fl_rng_t *rng, void *obs) {
                            .difficulty = s->difficulty,
                            .max_frames = 0};
         char err[256] = "";
-        s->ale = fl_ale_open(&o, err, sizeof err);
+        s->ale = pool_take(s, o.seed);
+        if (!s->ale) {
+            pthread_mutex_lock(&g_pool_mu);
+            g_loads++;
+            pthread_mutex_unlock(&g_pool_mu);
+            s->ale = fl_ale_open(&o, err, sizeof err);
+        }
         if (!s->ale) {
             fprintf(stderr, "atari-%s: %s\n", g_games[s->slot / VARIANTS].name, err);
             abort(); /* the ROM loaded when the env was made: this is not a configuration error */
@@ -260,7 +333,7 @@ static void atari_render(const void *state, uint8_t *rgb) {
 
 static void atari_close(void *state) {
     atari_state_t *s = state;
-    fl_ale_close(s->ale);
+    if (s->ale) pool_put(s);
     s->ale = NULL;
 }
 
@@ -401,6 +474,11 @@ int fl_atari_lives(const fl_env_def_t *def, void *state) {
     return -1;
 }
 int fl_atari_available(void) { return 0; }
+int fl_atari_keep_emulators(int n) {
+    (void)n;
+    return 0;
+}
+uint64_t fl_atari_loads(void) { return 0; }
 int fl_atari_env(const fl_env_def_t *def) {
     (void)def;
     return 0;

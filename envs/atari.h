@@ -29,9 +29,20 @@
 #ifndef FL_ENVS_ATARI_H
 #define FL_ENVS_ATARI_H
 
+#include <stdint.h>
+
 #include "envs/env.h"
 
 #define FL_ATARI_MAX_GAMES 128
+
+/* Emulators: a closed instance's emulator is kept (up to 8 in a process, at most 16)
+ * and restarted for the next instance of the same game, sticky-action probability, mode
+ * and difficulty, as a new one with that instance's seed would start (fl_ale_restart):
+ * the frames are the same, without ALE's load (about 0.15 s). fl_atari_keep_emulators
+ * sets how many are kept (0: none; those above are closed) and returns the former
+ * number; fl_atari_loads counts the ROM loads of this process. */
+int fl_atari_keep_emulators(int n);
+uint64_t fl_atari_loads(void);
 
 /* 1 when this build has ALE. */
 int fl_atari_available(void);

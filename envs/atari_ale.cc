@@ -13,6 +13,7 @@
 struct fl_ale {
     ale::ALEInterface ale{false};
     std::vector<unsigned char> buf;
+    ale::ALEState start;  // the console as the load left it (mode and difficulty set), without ALE's generator
 };
 
 namespace {
@@ -35,6 +36,7 @@ extern "C" fl_ale_t *fl_ale_open(const fl_ale_opts_t *o, char *err, size_t err_l
         if (o->difficulty >= 0) a->ale.setDifficulty(static_cast<ale::difficulty_t>(o->difficulty));
         /* the mode and difficulty take effect at the next reset_game: the env's first reset,
          * as Gymnasium's AtariEnv sets them at load and resets once */
+        a->start = a->ale.cloneState(false);
         return a.release();
     } catch (const std::exception &e) {
         std::snprintf(err, err_len, "%s", e.what());
@@ -45,6 +47,21 @@ extern "C" fl_ale_t *fl_ale_open(const fl_ale_opts_t *o, char *err, size_t err_l
 }
 
 extern "C" void fl_ale_close(fl_ale_t *a) { delete a; }
+
+/* What a load with random_seed `seed` leaves differs from the load this emulator had only
+ * in ALE's generator (seeded with random_seed; the console's own generator starts from
+ * the fixed system_random_seed, and the load's reset_game draws nothing from ALE's): the
+ * console state saved after the load, and ALE's generator seeded as a load seeds it. */
+extern "C" int fl_ale_restart(fl_ale_t *a, int32_t seed) {
+    if (seed == -1) return -1; /* a load takes the time for -1 */
+    try {
+        a->ale.restoreState(a->start);
+        a->ale.environment->getEnvironmentRNG().seed(static_cast<uint32_t>(seed));
+        return 0;
+    } catch (...) {
+        return -1;
+    }
+}
 
 extern "C" int fl_ale_game_actions(const char *rom, int full, int *actions, char *err, size_t err_len) {
     quiet();

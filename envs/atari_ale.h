@@ -36,6 +36,12 @@ typedef struct fl_ale_opts {
 /* Loads the ROM into a new emulator; NULL with a message on failure. */
 fl_ale_t *fl_ale_open(const fl_ale_opts_t *o, char *err, size_t err_len);
 void fl_ale_close(fl_ale_t *a); /* NULL is a no-op */
+/* Puts the emulator back where fl_ale_open left it, as if it had been opened anew with
+ * the same options but random_seed `seed` (the ROM, mode, difficulty and sticky-action
+ * probability stay): what an episode plays after it is frame for frame what it plays
+ * after that fl_ale_open, without the load's cost. -1 when it cannot (seed -1, which a
+ * load replaces with the time): open a new one then. */
+int fl_ale_restart(fl_ale_t *a, int32_t seed);
 
 /* The game's actions without loading the emulator: the minimal set (full = 0) or all 18
  * (full = 1), as ALE action ids in ALE's order, into actions (FL_ALE_MAX_ACTIONS slots).

@@ -8,7 +8,8 @@
  * network, seed and epsilon give the same episodes (up to ties between Q-values that a
  * different batch size rounds differently). `parallel` instances step together with one
  * batched forward per step; an instance that finishes starts the next episode not yet
- * started. Each episode begins on a zeroed, configured, freshly reset instance.
+ * started. Each episode begins on a zeroed, configured, freshly reset instance (an
+ * Atari instance takes the emulator the last one left, restarted as a new one: envs/atari.h).
  *
  * An episode ends when the wrapped env terminates or truncates (its own step limit, the
  * wrappers' `maxsteps`, env.max_episode_steps), or after max_episode_steps agent steps

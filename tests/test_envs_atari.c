@@ -12,7 +12,9 @@
  *  - screen heights other than 210 (Carnival 214, Pooyan 220) are found once and kept in
  *    the user's cache folder ($XDG_CACHE_HOME, here a temporary one), not the ROM folder;
  *  - every wrapper alone, and each preset's chain, moves the game on as the unwrapped
- *    game moves. */
+ *    game moves;
+ *  - an emulator kept from a closed instance starts the next one as a new emulator with
+ *    its seed would, without loading the ROM again. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -179,6 +181,61 @@ static void test_replays_exactly(void **unused) {
         inst_close(&b);
         inst_close(&c);
     }
+}
+
+/* An emulator kept from a closed instance (fl_atari_keep_emulators) starts the next
+ * instance of the same game and options as a new emulator with that instance's seed
+ * would: the same first frame, then the same frames, rewards and ends, sticky actions,
+ * modes, difficulties, paddles and a DPC cartridge's generator included; after an
+ * instance that played other frames with another seed; without a load. Other options
+ * (another sticky-action probability) load a new one. */
+static void test_kept_emulators_play_as_new(void **unused) {
+    (void)unused;
+    SKIP_WITHOUT_ATARI();
+    const struct {
+        const char *name, *args;
+        float sticky;
+    } cases[] = {{"atari-pong", "", 0.0f},           {"atari-breakout", "", 0.25f},
+                 {"atari-tennis", "mode=2 difficulty=1", 0.25f}, {"atari-berzerk", "mode=3", 0.0f},
+                 {"atari-montezuma_revenge", "", 0.25f},         {"atari-pitfall2", "", 0.25f},
+                 {"atari-kaboom", "", 0.25f},                    {"atari-pooyan", "mode=30", 0.0f}};
+    int tried = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (!fl_env_find(cases[k].name)) continue;
+        tried++;
+        const int before = fl_atari_keep_emulators(0);
+        inst_t fresh;
+        inst_open(&fresh, cases[k].name, 21, cases[k].sticky, cases[k].args);
+        const size_t bytes = fl_env_obs_size(fresh.d);
+        unsigned char *first = malloc(bytes);
+        memcpy(first, fresh.obs, bytes);
+        double r_fresh, r;
+        const uint64_t h_fresh = play(&fresh, 2500, &r_fresh);
+        inst_close(&fresh);
+
+        fl_atari_keep_emulators(8);
+        inst_t used;
+        inst_open(&used, cases[k].name, 5, cases[k].sticky, cases[k].args);
+        play(&used, 1200, &r);
+        inst_close(&used); /* its emulator is kept */
+        const uint64_t loads = fl_atari_loads();
+        inst_t kept;
+        inst_open(&kept, cases[k].name, 21, cases[k].sticky, cases[k].args);
+        assert_true(fl_atari_loads() == loads);
+        if (memcmp(first, kept.obs, bytes) != 0) fail_msg("%s: a kept emulator's first frame differs", cases[k].name);
+        const uint64_t h = play(&kept, 2500, &r);
+        if (h != h_fresh || r != r_fresh)
+            fail_msg("%s %s sticky %g: a kept emulator played other frames (return %g, a new one's %g)",
+                     cases[k].name, cases[k].args, (double)cases[k].sticky, r, r_fresh);
+        inst_close(&kept);
+        inst_t other;
+        inst_open(&other, cases[k].name, 21, cases[k].sticky > 0 ? 0.0f : 0.25f, cases[k].args);
+        assert_true(fl_atari_loads() == loads + 1);
+        inst_close(&other);
+        free(first);
+        fl_atari_keep_emulators(before);
+    }
+    assert_true(tried >= 2);
 }
 
 static void test_frameskip_and_args(void **unused) {
@@ -427,6 +484,7 @@ int main(void) {
         cmocka_unit_test(test_screen_heights_cached),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_replays_exactly),
+        cmocka_unit_test(test_kept_emulators_play_as_new),
         cmocka_unit_test(test_frameskip_and_args),
         cmocka_unit_test(test_lives_and_variants),
         cmocka_unit_test(test_fire_and_episodic_life),
@@ -435,6 +493,7 @@ int main(void) {
         cmocka_unit_test(test_wrappers_for_evaluation),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    fl_atari_keep_emulators(0); /* the kept emulators are freed: the sanitizer build finds any other */
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_cache);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_cache);
