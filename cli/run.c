@@ -554,6 +554,8 @@ int fl_verb_run(int argc, char **argv) {
                 (long long)cfg.learner_count, cfg_file[0] ? " " : "", cfg_file);
         return 2;
     }
+    /* before the dry run too: it says what the real run would refuse */
+    if ((rc = fl_security_bind_allowed(&cfg, "run", cfg.run_bind_host)) != 0) return rc;
     if (dry_run) {
         fl_wrapped_env_t *wenv = NULL;
         fl_err_t err;
@@ -571,7 +573,6 @@ int fl_verb_run(int argc, char **argv) {
         fl_config_dump(&cfg, stdout);
         return 0;
     }
-    if ((rc = fl_security_bind_allowed(&cfg, "run", cfg.run_bind_host)) != 0) return rc;
     if (fl_proc_init() != 0) {
         fprintf(stderr, "fleet run: cannot find its own executable: %s\n", strerror(errno));
         return 1;

@@ -304,8 +304,12 @@ static void token_check_process(void *state, grpc_auth_context *ctx, const grpc_
     int is_learner = t->learner_token ? token_equal(v, n, t->learner_token) : 0;
     if (!is_run && !is_learner) {
         cb(user_data, NULL, 0, NULL, 0, GRPC_STATUS_UNAUTHENTICATED,
-           "fleet: the call's token is wrong (it is neither this fleet's run token nor its learner token: the client "
-           "has another fleet's credentials; give every role the same run.tls_dir)");
+           t->learner_token
+               ? "fleet: the call's token is wrong (it is neither this fleet's run token nor its learner token: the "
+                 "client has another fleet's credentials; give every role the same run.tls_dir)"
+               : "fleet: the call's token is wrong (this service takes this fleet's run token, and the call's is "
+                 "not it: the learner token, which only parameter servers take, or another fleet's credentials; "
+                 "give every role the same run.tls_dir and send the run token here)");
         return;
     }
     grpc_auth_context_add_cstring_property(ctx, CRED_PROPERTY, is_learner ? CRED_LEARNER : CRED_RUN);

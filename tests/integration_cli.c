@@ -86,6 +86,10 @@ static void test_config_errors(void **state) {
     assert_non_null(strstr(out, "replay shards would refuse"));
     assert_non_null(strstr(out, "replay.checkpoint_every = 5 needs replay.checkpoint_dir"));
     free(out);
+    /* a bind address the real run refuses (not loopback, no TLS) */
+    assert_int_equal(fleet(&out, "run", "--dry-run", "--set", "run.bind_host=0.0.0.0"), 2);
+    assert_non_null(strstr(out, "refusing to bind 0.0.0.0 without TLS"));
+    free(out);
     /* a good dry run prints the plan and the effective config */
     assert_int_equal(fleet(&out, "run", "--dry-run", "--set", "actor.count=3"), 0);
     assert_non_null(strstr(out, "actors       3"));

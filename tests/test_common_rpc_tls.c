@@ -201,6 +201,10 @@ static void test_wrong_token_is_unauthenticated(void **state) {
     fl_err_t err;
     assert_int_equal(call(addr, "/t.Svc/Echo", 0, 5000, &err), FL_UNAUTHENTICATED);
     assert_has(err.msg, "token is wrong");
+    /* a service without learner-only methods says which token it takes, not that the call's
+     * is neither of two */
+    assert_has(err.msg, "this service takes this fleet's run token");
+    assert_null(strstr(err.msg, "neither"));
     /* The server never echoes a token. */
     assert_null(strstr(err.msg, "not-the-run-token"));
     assert_null(strstr(err.msg, RUN_TOKEN));
@@ -298,12 +302,14 @@ static void test_learner_only_method(void **state) {
     /* A learner token that is not this fleet's is no token at all. */
     secure(g_ca, RUN_TOKEN, "some-other-learner-token");
     assert_int_equal(call(addr, "/t.Svc/Secret", 0, 5000, &err), FL_UNAUTHENTICATED);
+    assert_has(err.msg, "neither this fleet's run token nor its learner token");
     fl_rpc_server_destroy(s);
     /* A server without the learner token serves the method to no one. */
     secure(g_ca, RUN_TOKEN, NULL);
     s = serve("127.0.0.1", addr, sizeof addr, 0);
     secure(g_ca, RUN_TOKEN, LEARNER_TOKEN);
     assert_int_equal(call(addr, "/t.Svc/Secret", 0, 5000, &err), FL_UNAUTHENTICATED);
+    assert_has(err.msg, "the learner token, which only parameter servers take");
     fl_rpc_server_destroy(s);
     /* Without TLS nothing is checked, as before. */
     plaintext();
