@@ -2,7 +2,6 @@
  * loop, its stop conditions and the final flush live in actors/actor.c. Exit codes: 0 on
  * a clean stop (SIGINT/SIGTERM, the launcher's request, or actor.max_steps), 1 on a
  * runtime failure (printed), 2 on a usage or configuration error. */
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>

@@ -130,6 +130,12 @@ static void test_frames_match_ale_py(void **unused) {
 
 #define PRE_STEPS 3000
 
+/* The episode's no-op count (0 without a noop wrapper), a line of f. */
+static void put_noops(FILE *f, const fl_wrapped_env_t *w, const void *state) {
+    const int n = fl_wrapped_env_noops(w, state);
+    fprintf(f, "%d\n", n > 0 ? n : 0);
+}
+
 /* fleet's Nature preprocessing on atari-<game>, with noop(noop_max) starts when noop_max >
  * 0: the newest 84x84 frame of every stack, the rewards and terminals, and (noops_path)
  * the number of no-ops each reset took, one a line. */
@@ -155,7 +161,7 @@ static void write_preprocessed(const char *game, int noop_max, const char *frame
     assert_true(ff && tf && nf);
     uint8_t newest[84 * 84];
     fl_wrapped_env_reset(w, state, &rng, obs);
-    fprintf(nf, "%d\n", fl_wrapped_env_noops(w, state) > 0 ? fl_wrapped_env_noops(w, state) : 0);
+    put_noops(nf, w, state);
     for (int t = -1; t < PRE_STEPS; t++) {
         int term = 0, trunc = 0;
         if (t >= 0) {
@@ -168,7 +174,7 @@ static void write_preprocessed(const char *game, int noop_max, const char *frame
         fwrite(newest, 1, sizeof newest, ff);
         if (term || trunc) { /* as the other side does */
             fl_wrapped_env_reset(w, state, &rng, obs);
-            fprintf(nf, "%d\n", fl_wrapped_env_noops(w, state) > 0 ? fl_wrapped_env_noops(w, state) : 0);
+            put_noops(nf, w, state);
         }
     }
     fclose(ff);
