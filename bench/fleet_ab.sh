@@ -9,9 +9,10 @@
 #   (defaults: configs/minatar-breakout.ini 60 2; WARMUP = 15 s)
 #   e.g. bash bench/fleet_ab.sh model.cpu_kernels "dnnl reference" configs/minatar-breakout.ini 90 2
 #   FLEET_BIN=PATH runs another build's fleet (to compare builds, alternately, one value)
+#   FLEET_AB_WARMUP=S counts the rows from S seconds (an Atari fleet learns from ~45 s)
 set -euo pipefail
 if [ $# -lt 2 ]; then
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,7 +23,7 @@ config="${3:-$here/configs/minatar-breakout.ini}"
 seconds="${4:-60}"
 rounds="${5:-2}"
 shift $(( $# < 5 ? $# : 5 ))
-warmup=15
+warmup="${FLEET_AB_WARMUP:-15}"
 out="$(mktemp -d /tmp/fleet-ab-XXXXXX)"
 trap 'rm -rf "$out"' EXIT
 
