@@ -8,6 +8,8 @@
 
 #include "common/clock.h"
 #include "common/control.h"
+#include "common/credential.h"
+#include "common/log.h"
 #include "common/statefile.h"
 #include "fleet.pb-c.h"
 
@@ -25,6 +27,8 @@ int fl_fleet_state_init(fl_fleet_state_t *fs, int n_actors, int n_learners, int 
     fs->evaluators = calloc((size_t)n_evaluators + 1, sizeof *fs->evaluators);
     fs->eval_round = calloc((size_t)n_evaluators + 1, sizeof *fs->eval_round);
     fs->actor_round = calloc((size_t)n_actors + 1, sizeof *fs->actor_round);
+    fs->max_abs_reward = 1e6;
+    if (fl_cred_random(fs->secret) != 0) return -1;
     return fs->actors && fs->learners && fs->evaluators && fs->eval_round && fs->actor_round ? 0 : -1;
 }
 
@@ -179,7 +183,7 @@ static double extra_value(const Fleet__Report *r, const char *name) {
 
 /* An actor's or a learner's counters, and an actor's finished episodes. Under mu. */
 static void take_counters(fl_fleet_state_t *fs, fl_role_state_t *st, const Fleet__Report *r, int actor) {
-    if (actor && st->pid && r->pid != st->pid) { /* a new incarnation: it counts from zero */
+    if (actor && st->incarnation && r->incarnation != st->incarnation) { /* a new incarnation: it counts from zero */
         st->base_env = st->env_steps;
         st->base_episodes = st->episodes;
         st->base_acked = st->acked;
@@ -187,6 +191,8 @@ static void take_counters(fl_fleet_state_t *fs, fl_role_state_t *st, const Fleet
         st->lost_unacked += st->pending;
     }
     st->pid = r->pid;
+    st->incarnation = r->incarnation;
+    st->last_report_s = fl_clock_sec();
     st->seen = 1;
     if (actor) {
         st->env_steps = st->base_env + r->env_steps;
@@ -216,6 +222,95 @@ static void take_counters(fl_fleet_state_t *fs, fl_role_state_t *st, const Fleet
     }
 }
 
+/* Why a counter of an incarnation's report cannot be true (went back, or grew by more than
+ * rate a second since the last report plus `burst`), in why; 0 if it can. */
+static int counter_bad(const char *name, uint64_t was, uint64_t now, double dt, double rate, double burst, char *why,
+                       size_t len) {
+    if (now < was) {
+        snprintf(why, len, "%s went back from %llu to %llu within one process", name, (unsigned long long)was,
+                 (unsigned long long)now);
+        return 1;
+    }
+    const double most = rate * (dt > 0 ? dt : 0) + burst;
+    if ((double)(now - was) > most) {
+        snprintf(why, len, "%s grew by %llu in %.3g s (at most %.3g)", name, (unsigned long long)(now - was), dt, most);
+        return 1;
+    }
+    return 0;
+}
+
+/* Why r's figures cannot be true, in why; 0 when they can. st: the role's record (its
+ * latest accepted report); same: r comes from the same incarnation as that report. Under mu. */
+static int figures_bad(const fl_fleet_state_t *fs, const fl_role_state_t *st, const Fleet__Report *r, int actor,
+                       int learner, int evaluator, char *why, size_t len) {
+    for (size_t i = 0; i < r->n_episode_returns; i++) {
+        const double ret = r->episode_returns[i];
+        const double steps = i < r->n_episode_lengths && r->episode_lengths[i] > 0 ? r->episode_lengths[i] : 1;
+        if (!isfinite(ret) || fabs(ret) > fs->max_abs_reward * steps) {
+            snprintf(why, len,
+                     "episode_returns[%zu] = %g over %.0f steps (expected a finite return of at most "
+                     "replay.max_abs_reward = %g a step in magnitude)",
+                     i, ret, steps, fs->max_abs_reward);
+            return 1;
+        }
+    }
+    if (actor && !(r->epsilon >= 0 && r->epsilon <= 1)) {
+        snprintf(why, len, "epsilon = %g (expected 0..1)", r->epsilon);
+        return 1;
+    }
+    if (learner && !(r->wait_fraction >= 0 && r->wait_fraction <= 1)) {
+        snprintf(why, len, "wait_fraction = %g (expected 0..1)", r->wait_fraction);
+        return 1;
+    }
+    if (evaluator) {
+        for (size_t i = 0; i < r->n_extra; i++)
+            if (!isfinite(r->extra[i]->value)) {
+                snprintf(why, len, "extra %s = %g (expected a finite value)",
+                         r->extra[i]->name ? r->extra[i]->name : "(unnamed)", r->extra[i]->value);
+                return 1;
+            }
+        double mean, lo, hi, eps;
+        if (extra_find(r, fl_evaluator_result_names[FL_EVAL_RESULT_return_mean], &mean) &&
+            extra_find(r, fl_evaluator_result_names[FL_EVAL_RESULT_return_min], &lo) &&
+            extra_find(r, fl_evaluator_result_names[FL_EVAL_RESULT_return_max], &hi)) {
+            double steps = 1;
+            extra_find(r, fl_evaluator_result_names[FL_EVAL_RESULT_length_max], &steps);
+            if (!(lo <= mean && mean <= hi) || fabs(lo) > fs->max_abs_reward * fmax(steps, 1) ||
+                fabs(hi) > fs->max_abs_reward * fmax(steps, 1)) {
+                snprintf(why, len,
+                         "an evaluation's return mean %g, min %g, max %g over at most %.0f steps (expected min <= "
+                         "mean <= max, at most replay.max_abs_reward = %g a step in magnitude)",
+                         mean, lo, hi, steps, fs->max_abs_reward);
+                return 1;
+            }
+        }
+        if (extra_find(r, fl_evaluator_result_names[FL_EVAL_RESULT_episodes], &eps) && !(eps >= 1)) {
+            snprintf(why, len, "an evaluation of %g episodes (expected >= 1)", eps);
+            return 1;
+        }
+    }
+    if (!st->seen || r->incarnation != st->incarnation) return 0; /* a new process counts from 0 */
+    const double dt = fl_clock_sec() - st->last_report_s;
+    if (actor) {
+        const uint64_t env = st->env_steps - st->base_env, eps = st->episodes - st->base_episodes,
+                       acked = st->acked - st->base_acked;
+        return counter_bad("env_steps", env, r->env_steps, dt, 1e8, 1e8, why, len) ||
+               counter_bad("episodes", eps, r->episodes, dt, 1e8, 1e8, why, len) ||
+               counter_bad("transitions_acked", acked, r->transitions_acked, dt, 1e8, 1e8, why, len);
+    }
+    if (learner)
+        return counter_bad("learner_steps", st->learner_steps, r->learner_steps, dt, 1e6, 1e6, why, len) ||
+               counter_bad("samples", st->samples, r->samples, dt, 1e9, 1e9, why, len);
+    return 0;
+}
+
+/* Logs a refused report: the first 10, then every 1,000th. Under mu. */
+static void log_refusal(fl_fleet_state_t *fs, const char *msg) {
+    fs->refused++;
+    if (fs->refused <= 10 || fs->refused % 1000 == 0)
+        fl_log(FL_LOG_WARN, "control: refused a report (%llu so far): %s", (unsigned long long)fs->refused, msg);
+}
+
 fl_status fl_fleet_state_on_report(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
     fl_fleet_state_t *fs = user;
     Fleet__Report *r = fleet__report__unpack(NULL, len, req);
@@ -231,6 +326,34 @@ fl_status fl_fleet_state_on_report(void *user, const uint8_t *req, size_t len, f
     if (actor && (int)r->index < fs->n_actors) st = &fs->actors[r->index];
     if (learner && (int)r->index < fs->n_learners) st = &fs->learners[r->index];
     if (evaluator && (int)r->index < fs->n_evaluators) st = &fs->evaluators[r->index];
+    char why[320] = "";
+    fl_status refuse = FL_OK;
+    if (st || service) {
+        uint8_t key[FL_CRED_KEY_BYTES];
+        fl_cred_role_key(fs->secret, role, r->index, key);
+        if (!r->incarnation || !fl_cred_check(key, r->incarnation, r->credential)) {
+            refuse = FL_PERMISSION_DENIED;
+            snprintf(why, sizeof why,
+                     "Report: %.16s %u: %s credential (expected the %s that `fleet run` gives each process it starts)",
+                     role, r->index, r->credential && r->credential[0] ? "a wrong" : "no", FL_CRED_ENV);
+        } else if (st && r->incarnation < st->incarnation) {
+            refuse = FL_FAILED_PRECONDITION;
+            snprintf(why, sizeof why, "Report: %.16s %u: incarnation %llu was replaced by incarnation %llu", role,
+                     r->index, (unsigned long long)r->incarnation, (unsigned long long)st->incarnation);
+        } else if (st) {
+            char what[256];
+            if (figures_bad(fs, st, r, actor, learner, evaluator, what, sizeof what)) {
+                refuse = FL_INVALID_ARGUMENT;
+                snprintf(why, sizeof why, "Report: %.16s %u: %s", role, r->index, what);
+            }
+        }
+    }
+    if (refuse != FL_OK) {
+        log_refusal(fs, why);
+        pthread_mutex_unlock(&fs->mu);
+        fleet__report__free_unpacked(r, NULL);
+        return fl_rpc_reply_error(reply, refuse, "%s", why);
+    }
     if (st) take_counters(fs, st, r, actor);
     if (st && evaluator && r->n_extra) take_result(fs, r);
     if (st && (actor || learner) && r->n_extra) take_round(fs, r, actor);

@@ -47,6 +47,9 @@ typedef struct fl_role_state {
      * predecessors reported is kept as a base that its own counters add to; a report
      * from a new pid moves the totals so far into the base. */
     int64_t pid;                                  /* of the latest report (0 = none yet) */
+    uint64_t incarnation;                         /* of the latest report (0 = none yet): a newer one
+                                                     is a restarted process (Report.incarnation) */
+    double last_report_s;                         /* fl_clock_sec() at the latest accepted report */
     uint64_t base_env, base_episodes, base_acked, base_dropped;
     uint64_t pending, dropped;                    /* actors: the writer's backlog, totals with the base */
     uint64_t lost_unacked;                        /* actors: pending when an incarnation was replaced */
@@ -81,14 +84,32 @@ typedef struct fl_fleet_state {
     /* Stop requests answered to each kind of role: actors and evaluators first, then
      * learners, then the services, the same order as the signals. */
     int stop_actors, stop_learners, stop_services;
+    /* Reports are accepted only from the processes the launcher started: each carries its
+     * role's credential (common/credential.h) under this run secret, drawn at init; and
+     * only figures that can be true (fl_fleet_state_on_report). */
+    unsigned char secret[16];
+    double max_abs_reward; /* replay.max_abs_reward: an episode's return is at most this a step */
+    uint64_t refused;      /* reports refused */
 } fl_fleet_state_t;
 
-/* 0, or -1 when out of memory. */
+/* 0, or -1 when out of memory or without a random secret. */
 int fl_fleet_state_init(fl_fleet_state_t *fs, int n_actors, int n_learners, int n_evaluators, int gorila,
                         double t_start);
 void fl_fleet_state_destroy(fl_fleet_state_t *fs);
 
-/* The fleet.Control/Report handler (user: the fl_fleet_state_t). */
+/* The fleet.Control/Report handler (user: the fl_fleet_state_t). A report is refused,
+ * and logged (the first 10, then every 1,000th), unless
+ *   - its role and index are the run's (INVALID_ARGUMENT, "unknown role");
+ *   - it carries the credential of that role, index and incarnation (PERMISSION_DENIED);
+ *   - its incarnation is no older than the newest seen for that role and index
+ *     (FAILED_PRECONDITION: a replaced process);
+ *   - its figures can be true (INVALID_ARGUMENT naming the figure): returns finite and at
+ *     most max_abs_reward a step in magnitude, epsilon and wait fraction in [0, 1], an
+ *     evaluation's values finite with min <= mean <= max, and within an incarnation
+ *     counters that do not go back nor grow faster than any env or learner can (env steps
+ *     by 1e8 a second, learner steps by 1e6 a second, samples by 1e9 a second, plus as
+ *     much again at once).
+ * A newer incarnation of an actor counts from zero again on top of its predecessors. */
 fl_status fl_fleet_state_on_report(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply);
 
 /* Moves up to max queued results, oldest first, into out; returns how many. Locks mu. */

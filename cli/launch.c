@@ -221,6 +221,7 @@ uint64_t fl_launch_restarts(const fl_launch_t *L) { return L->restarts; }
 const fl_config_t *fl_launch_config(const fl_launch_t *L) { return &L->cfg; }
 const char *fl_launch_config_path(const fl_launch_t *L) { return L->cfg_path; }
 const char *fl_launch_control_addr(const fl_launch_t *L) { return L->control_addr; }
+const fl_fleet_state_t *fl_launch_fleet_state(const fl_launch_t *L) { return &L->fs; }
 const char *fl_launch_dir(const fl_launch_t *L) { return L->dir; }
 
 void fl_launch_destroy(fl_launch_t *L) {
@@ -414,9 +415,11 @@ static int open_run(fl_launch_t *L, const char *cfg_file, const fl_wrapped_env_t
     L->fs_ready = 1;
     if (fl_fleet_state_init(&L->fs, (int)cfg->actor_count, (int)cfg->learner_count, (int)cfg->run_evaluators,
                             cfg->learner_mode == FL_CFG_MODE_GORILA, L->t_start) != 0) {
-        fprintf(stderr, "fleet run: out of memory\n");
+        fprintf(stderr, "fleet run: out of memory, or no random bytes for the run secret (getrandom)\n");
         return -1;
     }
+    L->fs.max_abs_reward = cfg->replay_max_abs_reward;
+    fl_proc_set_secret(L->fs.secret); /* the roles this process starts report with its credentials */
     if (L->resuming && restore_figures(L) != 0) return -1;
     if (!L->resuming && cfg->run_checkpoint_dir[0])
         snprintf(L->state_path, sizeof L->state_path, "%s/launcher.state", cfg->run_checkpoint_dir);

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "cli/fleet_state.h"
 #include "common/config.h"
 #include "envs/plugin.h"
 #include "envs/wrappers.h"
@@ -61,6 +62,8 @@ void fl_launch_destroy(fl_launch_t *L); /* NULL is a no-op */
 const fl_config_t *fl_launch_config(const fl_launch_t *L);
 const char *fl_launch_config_path(const fl_launch_t *L);
 const char *fl_launch_control_addr(const fl_launch_t *L);
+/* The roles' record behind Control (its run secret: cli/fleet_state.h). */
+const fl_fleet_state_t *fl_launch_fleet_state(const fl_launch_t *L);
 const char *fl_launch_dir(const fl_launch_t *L);
 /* What every role would refuse about cfg and its env before any process starts: the
  * Q-network of model.spec for the env's observations and actions (the actors' and the

@@ -61,8 +61,10 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/credential.h"
 #include "common/log.h"
 #include "common/stop.h"
+#include "cli/fleet_state.h"
 #include "cli/launch.h"
 #include "cli/options.h"
 #include "cli/proc.h"
@@ -674,6 +676,33 @@ static int start_control(rank_run_t *X) {
     MPI_Bcast(&rc, 1, MPI_INT, m->launcher, MPI_COMM_WORLD);
     if (rc) return rc;
     MPI_Bcast(X->control, (int)sizeof X->control, MPI_CHAR, m->launcher, MPI_COMM_WORLD);
+    /* Each rank gets its own role's key only (common/credential.h): a host cannot report
+     * for the roles of another. */
+    unsigned char *keys = NULL, key[FL_CRED_KEY_BYTES] = {0};
+    if (m->me == m->launcher) {
+        keys = calloc((size_t)m->size, FL_CRED_KEY_BYTES);
+        if (!keys) {
+            fprintf(stderr, "fleet run: out of memory\n");
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        const unsigned char *secret = fl_launch_fleet_state(X->L)->secret;
+        for (int r = 0; r < m->size; r++)
+            if (m->kind[r] != K_LAUNCHER)
+                fl_cred_role_key(secret, kind_names[m->kind[r]], (uint32_t)m->index[r], keys + (size_t)r * FL_CRED_KEY_BYTES);
+    }
+    MPI_Scatter(keys, FL_CRED_KEY_BYTES, MPI_UNSIGNED_CHAR, key, FL_CRED_KEY_BYTES, MPI_UNSIGNED_CHAR, m->launcher,
+                MPI_COMM_WORLD);
+    free(keys);
+    if (m->me != m->launcher) {
+        if (X->kind == K_LEARNER) { /* the learner runs in this process: its first and only incarnation */
+            char tok[FL_CRED_TOKEN_CHARS + 1], var[64];
+            fl_cred_token(key, 1, tok);
+            snprintf(var, sizeof var, "1:%s", tok);
+            setenv(FL_CRED_ENV, var, 1);
+        } else {
+            fl_proc_set_role_key(kind_names[X->kind], X->index, key);
+        }
+    }
     return 0;
 }
 

@@ -15,11 +15,46 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/credential.h"
 #include "common/log.h"
 #include "common/stop.h"
 
+extern char **environ;
+
 static char g_self[4096];
 static char g_log_dir[512];
+/* FLEET_CREDENTIAL's source: the run secret (any role), or one role's key */
+static int g_cred_kind; /* 0 none, 1 secret, 2 role key */
+static uint8_t g_cred_key[FL_CRED_KEY_BYTES];
+static char g_cred_role[16];
+static int g_cred_index;
+
+void fl_proc_set_secret(const unsigned char secret[16]) {
+    memcpy(g_cred_key, secret, FL_CRED_KEY_BYTES);
+    g_cred_kind = 1;
+}
+
+void fl_proc_set_role_key(const char *role, int index, const unsigned char key[16]) {
+    memcpy(g_cred_key, key, FL_CRED_KEY_BYTES);
+    snprintf(g_cred_role, sizeof g_cred_role, "%s", role);
+    g_cred_index = index;
+    g_cred_kind = 2;
+}
+
+/* "FLEET_CREDENTIAL=N:TOKEN" for the next start of c into out, or "" without a source. */
+static void credential_var(const fl_child_t *c, char *out, size_t len) {
+    out[0] = '\0';
+    uint8_t key[FL_CRED_KEY_BYTES];
+    if (g_cred_kind == 1)
+        fl_cred_role_key(g_cred_key, c->role, (uint32_t)c->index, key);
+    else if (g_cred_kind == 2 && strcmp(g_cred_role, c->role) == 0 && g_cred_index == c->index)
+        memcpy(key, g_cred_key, sizeof key);
+    else
+        return;
+    char tok[FL_CRED_TOKEN_CHARS + 1];
+    fl_cred_token(key, c->incarnation, tok);
+    snprintf(out, len, "%s=%llu:%s", FL_CRED_ENV, c->incarnation, tok);
+}
 
 void fl_proc_set_log_dir(const char *dir) { snprintf(g_log_dir, sizeof g_log_dir, "%s", dir ? dir : ""); }
 
@@ -58,8 +93,29 @@ int fl_proc_spawn_start(fl_child_t *c, const char *role, int index, char *const 
         argv[n++] = "3";
     }
     argv[n] = NULL;
+    /* the environment: ours without any FLEET_CREDENTIAL, and the child's own */
+    c->incarnation++;
+    char cred[96];
+    credential_var(c, cred, sizeof cred);
+    size_t ne = 0;
+    while (environ && environ[ne]) ne++;
+    char **envp = malloc((ne + 2) * sizeof *envp);
+    if (!envp) {
+        if (want_ready) {
+            close(fds[0]);
+            close(fds[1]);
+        }
+        return -1;
+    }
+    size_t k = 0;
+    const size_t var_len = strlen(FL_CRED_ENV);
+    for (size_t i = 0; i < ne; i++)
+        if (!(strncmp(environ[i], FL_CRED_ENV, var_len) == 0 && environ[i][var_len] == '=')) envp[k++] = environ[i];
+    if (cred[0]) envp[k++] = cred;
+    envp[k] = NULL;
     pid_t pid = fork();
     if (pid < 0) {
+        free(envp);
         if (want_ready) {
             close(fds[0]);
             close(fds[1]);
@@ -86,9 +142,10 @@ int fl_proc_spawn_start(fl_child_t *c, const char *role, int index, char *const 
         } else {
             close_range(3, ~0U, 0);
         }
-        execv(g_self, argv);
+        execve(g_self, argv, envp);
         _exit(127);
     }
+    free(envp);
     c->pid = pid;
     c->running = 1;
     if (!want_ready) return 0;

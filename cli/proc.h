@@ -23,6 +23,7 @@ typedef struct fl_child {
     int status;     /* waitpid status once it exited */
     char log[640];  /* its log file ("" = it writes to the launcher's stdout and stderr) */
     long log_seen;  /* bytes of the log already looked at by fl_proc_echo_logs */
+    unsigned long long incarnation; /* processes started in this slot (its FLEET_CREDENTIAL's N) */
 } fl_child_t;
 
 /* Children started from now on write their stdout and stderr to DIR/<role>-<index>.log
@@ -36,6 +37,14 @@ void fl_proc_set_log_dir(const char *dir);
 void fl_proc_echo_logs(fl_child_t *kids, int n);
 /* The last `lines` lines of c's log, into buf (""), for a report of its death. */
 void fl_proc_log_tail(const fl_child_t *c, int lines, char *buf, size_t len);
+
+/* Children started from now on get FLEET_CREDENTIAL (common/credential.h) for their role,
+ * index and incarnation (the slot's count of starts): from the run secret (a launcher),
+ * or, with fl_proc_set_role_key, for that one role and index only (an MPI rank that
+ * starts its role for a launcher elsewhere; other roles then get none). The secret or key
+ * is copied. */
+void fl_proc_set_secret(const unsigned char secret[16]);
+void fl_proc_set_role_key(const char *role, int index, const unsigned char key[16]);
 
 /* Finds this process's own executable (for exec); 0 or -1 with errno. Call once first. */
 int fl_proc_init(void);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/credential.h"
 #include "common/log.h"
 #include "common/methods.h"
 #include "common/rpc.h"
@@ -26,6 +27,8 @@ struct fl_reporter {
     fl_rpc_channel_t *ch; /* NULL: reporting is off */
     char *role;
     uint32_t index;
+    uint64_t incarnation;                      /* FLEET_CREDENTIAL's (0: none given) */
+    char credential[FL_CRED_TOKEN_CHARS + 1];
     double every_s;
     double t0, last_sent;
     int sent_once;
@@ -52,6 +55,13 @@ fl_status fl_reporter_create(const char *control_addr, const char *role, uint32_
         return fl_err_set(err, FL_NO_MEMORY, "control: out of memory");
     }
     r->index = index;
+    const char *cred = getenv(FL_CRED_ENV);
+    if (cred && fl_cred_parse(cred, &r->incarnation, r->credential) != 0) {
+        fl_log(FL_LOG_WARN, "control: %s is not N:TOKEN (32 hex digits); reporting without a credential, which the "
+               "launcher refuses", FL_CRED_ENV);
+        r->incarnation = 0;
+        r->credential[0] = '\0';
+    }
     r->every_s = every_s > 0 ? every_s : 0;
     r->t0 = fl_clock_sec();
     if (control_addr && *control_addr) {
@@ -106,6 +116,8 @@ void fl_reporter_tick(fl_reporter_t *r, const fl_report_t *rep, int force) {
     m.role = r->role;
     m.index = r->index;
     m.pid = (int64_t)getpid();
+    m.incarnation = r->incarnation;
+    m.credential = r->credential;
     m.uptime_s = now - r->t0;
     m.env_steps = rep->env_steps;
     m.episodes = rep->episodes;

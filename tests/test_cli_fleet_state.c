@@ -5,7 +5,11 @@
  * the same parameters with the seed the evaluator documents; a newer version is evaluated
  * and an unchanged one is not; the handler answers the fleet's step counts, keeps
  * per-actor training returns, ignores a repeated or incomplete result and refuses an
- * unknown role; the stop request reaches the evaluator. */
+ * unknown role; the stop request reaches the evaluator. Reports are accepted only with the
+ * credential of their role, index and incarnation, from no older incarnation, and with
+ * figures that can be true (forged evaluations, NaN and huge returns, counters that jump
+ * or go back are refused and change nothing). */
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +25,7 @@
 #include "cli/fleet_state.h"
 #include "common/clock.h"
 #include "common/control.h"
+#include "common/credential.h"
 #include "common/methods.h"
 #include "common/rng.h"
 #include "common/rpc.h"
@@ -42,6 +47,17 @@ typedef struct fixture {
     fl_qnet_t *net;
     fl_evaluator_opts_t opts;
 } fixture_t;
+
+/* The FLEET_CREDENTIAL that `fleet run` would give incarnation n of (role, index), set in
+ * this process's environment for the reporters created next. */
+static void set_cred(const fl_fleet_state_t *fs, const char *role, int index, uint64_t n) {
+    uint8_t key[FL_CRED_KEY_BYTES];
+    char tok[FL_CRED_TOKEN_CHARS + 1], var[64];
+    fl_cred_role_key(fs->secret, role, (uint32_t)index, key);
+    fl_cred_token(key, n, tok);
+    snprintf(var, sizeof var, "%llu:%s", (unsigned long long)n, tok);
+    setenv(FL_CRED_ENV, var, 1);
+}
 
 static void publish(fixture_t *f, uint64_t version, uint64_t init_seed) {
     fl_rng_t rng;
@@ -137,6 +153,7 @@ static void test_evaluator_reports_the_real_evaluation(void **unused) {
                      FL_OK);
 
     runner_t r = {0};
+    set_cred(&f.fs, "evaluator", 1, 1);
     assert_int_equal(fl_evaluator_create(&f.opts, 1, f.ps_addr, f.control_addr, &r.ev, &err), FL_OK);
     pthread_t th;
     pthread_create(&th, NULL, run_thread, &r);
@@ -193,9 +210,11 @@ static void test_learner_step_schedule_needs_control(void **unused) {
     fixture_stop(&f);
 }
 
-/* One hand-made report through a reporter; returns the launcher's answer of steps. */
-static void send(const char *addr, const char *role, int index, const fl_report_t *rep, const float *returns, int n,
-                 uint64_t *env, uint64_t *learner) {
+/* One hand-made report through a reporter, with incarnation 1's credential; returns the
+ * launcher's answer of steps. */
+static void send_as(const fl_fleet_state_t *fs, const char *addr, const char *role, int index, const fl_report_t *rep,
+                    const float *returns, int n, uint64_t *env, uint64_t *learner) {
+    set_cred(fs, role, index, 1);
     fl_reporter_t *r = NULL;
     fl_err_t err;
     fl_err_init(&err);
@@ -213,13 +232,13 @@ static void test_handler_tables(void **unused) {
     uint64_t env, learner;
     fl_report_t a = {.env_steps = 100, .epsilon = 0.4};
     const float ret0[] = {1, 2, 3};
-    send(f.control_addr, "actor", 0, &a, ret0, 3, &env, &learner);
+    send_as(&f.fs, f.control_addr, "actor", 0, &a, ret0, 3, &env, &learner);
     assert_int_equal(env, 100);
     fl_report_t b = {.env_steps = 50, .epsilon = 0.01};
     const float ret1[] = {10};
-    send(f.control_addr, "actor", 1, &b, ret1, 1, &env, &learner);
+    send_as(&f.fs, f.control_addr, "actor", 1, &b, ret1, 1, &env, &learner);
     fl_report_t l = {.learner_steps = 77};
-    send(f.control_addr, "learner", 0, &l, NULL, 0, &env, &learner);
+    send_as(&f.fs, f.control_addr, "learner", 0, &l, NULL, 0, &env, &learner);
     assert_int_equal(env, 150);
     assert_int_equal(learner, 77);
     pthread_mutex_lock(&f.fs.mu);
@@ -236,13 +255,15 @@ static void test_handler_tables(void **unused) {
     double values[FL_EVALUATOR_RESULT_COUNT];
     for (int i = 0; i < FL_EVALUATOR_RESULT_COUNT; i++) values[i] = i + 0.5;
     values[FL_EVAL_RESULT_round] = 1;
+    values[FL_EVAL_RESULT_return_min] = values[FL_EVAL_RESULT_return_mean] - 1; /* figures that can be true */
+    values[FL_EVAL_RESULT_return_max] = values[FL_EVAL_RESULT_return_mean] + 1;
     fl_report_t e = {.param_version = 9, .n_extra = FL_EVALUATOR_RESULT_COUNT,
                      .extra_names = fl_evaluator_result_names, .extra_values = values};
-    send(f.control_addr, "evaluator", 0, &e, NULL, 0, &env, &learner);
-    send(f.control_addr, "evaluator", 0, &e, NULL, 0, &env, &learner); /* the same round again */
+    send_as(&f.fs, f.control_addr, "evaluator", 0, &e, NULL, 0, &env, &learner);
+    send_as(&f.fs, f.control_addr, "evaluator", 0, &e, NULL, 0, &env, &learner); /* the same round again */
     e.n_extra = FL_EVALUATOR_RESULT_COUNT - 1;
     values[FL_EVAL_RESULT_round] = 2;
-    send(f.control_addr, "evaluator", 0, &e, NULL, 0, &env, &learner); /* a name missing */
+    send_as(&f.fs, f.control_addr, "evaluator", 0, &e, NULL, 0, &env, &learner); /* a name missing */
     fl_eval_result_t res[4];
     assert_int_equal(fl_fleet_state_take_evals(&f.fs, res, 4), 1);
     assert_int_equal(res[0].version, 9);
@@ -270,6 +291,163 @@ static void test_handler_tables(void **unused) {
     fixture_stop(&f);
 }
 
+/* A Report sent as it is (no reporter): the call's status, the message in err. */
+static fl_status raw_report(fl_rpc_channel_t *ch, Fleet__Report *m, fl_err_t *err) {
+    ProtobufCMessage *resp = NULL;
+    fl_status s = fl_rpc_unary_pb(ch, fl_method_path(FL_METHOD_CONTROL_REPORT), &m->base,
+                                  &fleet__report_response__descriptor, &resp, 2000, 0, err);
+    if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+    return s;
+}
+
+/* m's credential for incarnation n of its role and index under the fixture's secret. */
+static void credential(const fixture_t *f, Fleet__Report *m, uint64_t n, char tok[FL_CRED_TOKEN_CHARS + 1]) {
+    uint8_t key[FL_CRED_KEY_BYTES];
+    fl_cred_role_key(f->fs.secret, m->role, m->index, key);
+    fl_cred_token(key, n, tok);
+    m->incarnation = n;
+    m->credential = tok;
+}
+
+static void test_reports_that_cannot_lie(void **unused) {
+    (void)unused;
+    fixture_t f;
+    fixture_start(&f, 2, 1, 1);
+    f.fs.max_abs_reward = 1.0;
+    fl_rpc_channel_t *ch = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_rpc_channel_create(f.control_addr, 0, &ch, &err), FL_OK);
+    char tok[FL_CRED_TOKEN_CHARS + 1];
+
+    /* A forged evaluation that would end the run at its target: no credential, then one
+     * of another role and of another run. */
+    Fleet__Metric mv[FL_EVALUATOR_RESULT_COUNT], *mp[FL_EVALUATOR_RESULT_COUNT];
+    for (int i = 0; i < FL_EVALUATOR_RESULT_COUNT; i++) {
+        fleet__metric__init(&mv[i]);
+        mv[i].name = (char *)fl_evaluator_result_names[i];
+        mv[i].value = 1;
+        mp[i] = &mv[i];
+    }
+    mv[FL_EVAL_RESULT_return_mean].value = mv[FL_EVAL_RESULT_return_min].value =
+        mv[FL_EVAL_RESULT_return_max].value = 1e9;
+    mv[FL_EVAL_RESULT_length_max].value = 500;
+    Fleet__Report e = FLEET__REPORT__INIT;
+    e.role = "evaluator";
+    e.index = 0;
+    e.n_extra = FL_EVALUATOR_RESULT_COUNT;
+    e.extra = mp;
+    e.param_version = 5;
+    assert_int_equal(raw_report(ch, &e, &err), FL_PERMISSION_DENIED);
+    assert_non_null(strstr(err.msg, "evaluator 0: no credential"));
+    assert_non_null(strstr(err.msg, FL_CRED_ENV));
+    Fleet__Report other = e;
+    other.role = "actor";
+    credential(&f, &other, 1, tok);
+    e.incarnation = 1;
+    e.credential = tok; /* actor 0's token */
+    assert_int_equal(raw_report(ch, &e, &err), FL_PERMISSION_DENIED);
+    assert_non_null(strstr(err.msg, "a wrong credential"));
+    /* The right credential, but a return of 1e9 in at most 500 steps at 1 a step. */
+    credential(&f, &e, 1, tok);
+    assert_int_equal(raw_report(ch, &e, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "max_abs_reward"));
+    mv[FL_EVAL_RESULT_return_mean].value = 300, mv[FL_EVAL_RESULT_return_min].value = 400;
+    mv[FL_EVAL_RESULT_return_max].value = 450;
+    assert_int_equal(raw_report(ch, &e, &err), FL_INVALID_ARGUMENT); /* mean below min */
+    assert_non_null(strstr(err.msg, "min <= mean <= max"));
+    mv[FL_EVAL_RESULT_return_std].value = NAN;
+    mv[FL_EVAL_RESULT_return_min].value = 200;
+    assert_int_equal(raw_report(ch, &e, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "return_std"));
+    fl_eval_result_t res[2];
+    assert_int_equal(fl_fleet_state_take_evals(&f.fs, res, 2), 0); /* none of them counted */
+    mv[FL_EVAL_RESULT_return_std].value = 10;
+    assert_int_equal(raw_report(ch, &e, &err), FL_OK); /* a true one */
+    assert_int_equal(fl_fleet_state_take_evals(&f.fs, res, 2), 1);
+    assert_float_equal(res[0].v[FL_EVAL_RESULT_return_mean], 300, 0);
+
+    /* Actor returns: NaN, infinite and beyond 1 a step are refused. */
+    Fleet__Report a = FLEET__REPORT__INIT;
+    a.role = "actor";
+    a.index = 1;
+    a.epsilon = 0.1;
+    a.env_steps = 100;
+    float rets[1] = {NAN};
+    uint32_t lens[1] = {10};
+    a.n_episode_returns = a.n_episode_lengths = 1;
+    a.episode_returns = rets;
+    a.episode_lengths = lens;
+    credential(&f, &a, 1, tok);
+    assert_int_equal(raw_report(ch, &a, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "episode_returns[0]"));
+    rets[0] = INFINITY;
+    assert_int_equal(raw_report(ch, &a, &err), FL_INVALID_ARGUMENT);
+    rets[0] = 10.5f;
+    assert_int_equal(raw_report(ch, &a, &err), FL_INVALID_ARGUMENT);
+    a.epsilon = 2;
+    rets[0] = 7;
+    assert_int_equal(raw_report(ch, &a, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "epsilon"));
+    a.epsilon = 0.1;
+    assert_int_equal(raw_report(ch, &a, &err), FL_OK);
+    pthread_mutex_lock(&f.fs.mu);
+    assert_int_equal(f.fs.n_returns, 1);
+    assert_true(f.fs.best_return == 7);
+    pthread_mutex_unlock(&f.fs.mu);
+
+    /* Incarnations: a restarted actor counts from zero on top of its predecessor; the
+     * predecessor cannot report any more; counters cannot jump or go back. */
+    a.n_episode_returns = a.n_episode_lengths = 0;
+    credential(&f, &a, 2, tok);
+    a.env_steps = 50;
+    assert_int_equal(raw_report(ch, &a, &err), FL_OK);
+    pthread_mutex_lock(&f.fs.mu);
+    assert_int_equal(f.fs.actors[1].env_steps, 150);
+    pthread_mutex_unlock(&f.fs.mu);
+    credential(&f, &a, 1, tok);
+    a.env_steps = 10000;
+    assert_int_equal(raw_report(ch, &a, &err), FL_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.msg, "incarnation 1 was replaced by incarnation 2"));
+    credential(&f, &a, 2, tok);
+    a.env_steps = 1000000000000ULL; /* 10^12 env steps in a moment: a budget stop if believed */
+    assert_int_equal(raw_report(ch, &a, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "env_steps grew by"));
+    a.env_steps = 40;
+    assert_int_equal(raw_report(ch, &a, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "went back"));
+    a.env_steps = 60;
+    assert_int_equal(raw_report(ch, &a, &err), FL_OK);
+    pthread_mutex_lock(&f.fs.mu);
+    assert_int_equal(f.fs.actors[1].env_steps, 160);
+    assert_int_equal(fl_fleet_state_env_steps(&f.fs), 160);
+    assert_int_equal(f.fs.refused, 12);
+    pthread_mutex_unlock(&f.fs.mu);
+
+    /* A learner's steps likewise; services need their credential too. */
+    Fleet__Report l = FLEET__REPORT__INIT;
+    l.role = "learner";
+    l.learner_steps = 10;
+    credential(&f, &l, 1, tok);
+    assert_int_equal(raw_report(ch, &l, &err), FL_OK);
+    l.learner_steps = 5000000000ULL;
+    assert_int_equal(raw_report(ch, &l, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "learner_steps"));
+    l.learner_steps = 20;
+    l.wait_fraction = NAN;
+    assert_int_equal(raw_report(ch, &l, &err), FL_INVALID_ARGUMENT);
+    Fleet__Report sv = FLEET__REPORT__INIT;
+    sv.role = "replay";
+    assert_int_equal(raw_report(ch, &sv, &err), FL_PERMISSION_DENIED);
+    credential(&f, &sv, 1, tok);
+    assert_int_equal(raw_report(ch, &sv, &err), FL_OK);
+    pthread_mutex_lock(&f.fs.mu);
+    assert_int_equal(fl_fleet_state_learner_steps(&f.fs), 10);
+    pthread_mutex_unlock(&f.fs.mu);
+    fl_rpc_channel_destroy(ch);
+    fixture_stop(&f);
+}
+
 /* launcher.state: the windows, the roles' counters and the totals come back exactly; the
  * progress baselines are the saved counters; other role counts are refused. */
 static void test_save_restore(void **unused) {
@@ -280,9 +458,9 @@ static void test_save_restore(void **unused) {
     float rets[150];
     for (int i = 0; i < 150; i++) rets[i] = (float)i * 0.37f;
     fl_report_t a = {.env_steps = 1000, .epsilon = 0.4};
-    send(f.control_addr, "actor", 0, &a, rets, 150, &env, &learner);
+    send_as(&f.fs, f.control_addr, "actor", 0, &a, rets, 150, &env, &learner);
     fl_report_t l = {.learner_steps = 77, .samples = 9856};
-    send(f.control_addr, "learner", 0, &l, NULL, 0, &env, &learner);
+    send_as(&f.fs, f.control_addr, "learner", 0, &l, NULL, 0, &env, &learner);
     fl_fleet_totals_t t = {.elapsed_s = 12.5, .env_steps = 1000, .learner_steps = 77, .samples = 9856,
                            .replay_inserted = 990, .n_evals = 3, .best_eval = 41.5};
     t.eval.version = 9;
@@ -331,6 +509,7 @@ int main(void) {
         cmocka_unit_test(test_evaluator_reports_the_real_evaluation),
         cmocka_unit_test(test_learner_step_schedule_needs_control),
         cmocka_unit_test(test_handler_tables),
+        cmocka_unit_test(test_reports_that_cannot_lie),
         cmocka_unit_test(test_save_restore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
