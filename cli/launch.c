@@ -1214,7 +1214,7 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
     M.gorila = L->cfg.learner_mode == FL_CFG_MODE_GORILA;
     M.shard_info = calloc((size_t)M.R, sizeof *M.shard_info);
     M.last_t = fl_clock_sec();
-    M.next_state = M.last_t + L->cfg.run_checkpoint_every;
+    M.next_state = M.last_t; /* at the first look: a run is resumable from its start (a launcher crash) */
     if (L->resuming) { /* the first rates count from where the run stopped */
         M.last_env = L->prev.env_steps;
         M.last_learner = L->prev.learner_steps;

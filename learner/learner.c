@@ -117,8 +117,52 @@ fl_status fl__learner_push(fl_learner_t *l, int with_optim, fl_err_t *err) {
     return l->be->push ? l->be->push(l, with_optim, err) : FL_OK;
 }
 
+/* A lone apex learner started without a checkpoint of its own onto a parameter server
+ * that holds parameters already (it was restarted before its first checkpoint): it takes
+ * them (online and target; the optimizer starts afresh) instead of publishing random
+ * ones to every actor. 1 when it took them; 0 when there were none (or the server could
+ * not say: the publish that follows retries through the outage); -1 with *st and err when
+ * the backend could not take them. */
+static int adopt_held(fl_learner_t *l, fl_err_t *err, fl_status *st) {
+    *st = FL_OK;
+    fl_param_info_t info;
+    fl_err_t e;
+    fl_err_init(&e);
+    if (fl_param_info(l->params, FL_LEARNER_RPC_TIMEOUT_MS, &info, &e) != FL_OK || info.version == 0 ||
+        info.version == UINT64_MAX) /* the last: the publish says why nothing can be newer */
+        return 0;
+    uint64_t v = 0;
+    int updated = 0;
+    const size_t n = fl_qnet_num_params(l->online);
+    if (fl_param_fetch(l->params, &v, fl_qnet_params(l->online), n, &updated, FL_LEARNER_RPC_TIMEOUT_MS, &e) !=
+            FL_OK ||
+        !updated) {
+        FL_WARN("the parameter server holds version %llu but its parameters could not be fetched (%s): publishing "
+                "this learner's own",
+                (unsigned long long)info.version, e.msg);
+        fl_rng_t rng; /* the fetch may have written part of them: back to the seed's */
+        fl_rng_init_stream(&rng, l->o.seed, INIT_STREAM + (uint64_t)l->index);
+        fl_qnet_init(l->online, &rng);
+        return 0;
+    }
+    fl_qnet_copy_params(l->target, l->online);
+    l->st.param_version = v;
+    if ((*st = fl__learner_push(l, 0, err)) != FL_OK) return -1; /* a GPU took the random ones at create */
+    l->st.adopted_version = v;
+    FL_WARN("no checkpoint of this learner: continuing from the parameter server's version %llu (its optimizer "
+            "state starts afresh)",
+            (unsigned long long)v);
+    return 1;
+}
+
 fl_status fl__learner_publish_first(fl_learner_t *l, fl_err_t *err) {
     if (l->index != 0) return FL_OK;
+    if (!l->resumed && !l->reduce) {
+        fl_status st;
+        int a = adopt_held(l, err, &st);
+        if (a < 0) return st;
+        if (a > 0) return FL_OK;
+    }
     fl_status s = fl__learner_publish(l, 1, err);
     if (s == FL_OK)
         FL_INFO("published the initial parameters as version %llu", (unsigned long long)l->st.param_version);
@@ -374,6 +418,7 @@ fl_status fl_learner_create(const fl_learner_opts_t *opts, fl_learner_t **out, f
     if (opts->resume_path && opts->resume_path[0]) {
         if ((s = fl__learner_resume(l, opts->resume_path, err)) != FL_OK) goto fail;
         l->steps_at_publish = l->st.steps;
+        l->resumed = 1;
     }
     if ((s = open_backend(l, err)) != FL_OK || (s = connect_services(l, opts, err)) != FL_OK) goto fail;
 

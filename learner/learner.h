@@ -9,7 +9,11 @@
  * fl_learner_run, in order:
  *   1. publishes the initial parameters as version 1 at once (actors wait for them),
  *      retrying while the parameter server is not up; if the server already holds a
- *      newer version (a restarted learner), publishes as the held version + 1;
+ *      newer version (a restarted learner), publishes as the held version + 1 -- except
+ *      a lone apex learner without a checkpoint of its own (no learner.resume), which
+ *      takes the held parameters instead (online and target; Adam's state starts afresh;
+ *      stats.adopted_version), so that a learner restarted before its first checkpoint
+ *      never sends random weights to the actors;
  *   2. waits until replay can sample (FAILED_PRECONDITION: too few transitions yet),
  *      logging the shard's answer every FL_LEARNER_LOG_EVERY_S seconds;
  *   3. loops: Sample learner.batch_size with beta = replay.beta, observations to float,
@@ -168,6 +172,8 @@ typedef struct fl_learner_stats {
     uint64_t samples;           /* transitions trained on */
     uint64_t skipped_steps;     /* batches skipped for a non-finite loss or gradient */
     uint64_t param_version;     /* last version published (0 = none yet) */
+    uint64_t adopted_version;   /* a lone apex learner started without a checkpoint of its own onto a
+                                   parameter server that held parameters: the version it took (0 = none) */
     uint64_t publishes;         /* successful publishes */
     uint64_t target_updates;    /* target-network copies */
     uint64_t priorities_sent;   /* priorities sent with UpdatePriorities */

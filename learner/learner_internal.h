@@ -45,6 +45,7 @@ typedef struct fl__learner_outage {
 struct fl_learner {
     fl_learner_opts_t o; /* as given; model_spec points to the learner's copy, the other strings are NULL */
     int index;
+    int resumed; /* created from a checkpoint of its own (learner.resume) */
     char *replay_addr, *param_addr, *model_spec;
     char *ckpt_path; /* checkpoint_dir/learner-<index>.safetensors, or NULL without checkpoint_dir */
     double last_ckpt_t; /* fl_clock_sec() of the last checkpoint (or of the run's start) */

@@ -44,18 +44,14 @@ static int count_lines(const char *text, const char *what) {
 
 static void test_fleet_survives_kills(void **state) {
     (void)state;
-    char cfg[1024], out_dir[512], out[512], dir[512];
-    snprintf(cfg, sizeof cfg, "%s/configs/cartpole.ini", fleet_source_dir());
-    snprintf(out_dir, sizeof out_dir, "run.out_dir=%s", g_tmp);
+    char out[512], dir[512];
     snprintf(out, sizeof out, "%s/chaos.log", g_tmp);
     snprintf(dir, sizeof dir, "%s/chaos", g_tmp);
     /* The config solves CartPole in seconds; with a thirtieth of its learning rate the
      * fleet runs long enough (tens of seconds) for several kills (with a tenth it came to
      * solve it in 12 s, after only two kills, once its learner got faster). */
-    char *argv[] = {(char *)fleet_bin(), "run", cfg, "--set", out_dir, "--set", "run.name=chaos",
-                    "--set", "run.checkpoint_every=2", "--set", "run.max_seconds=480",
-                    "--set", "learner.lr=0.0001", NULL};
-    pid_t pid = start_process(argv, out);
+    const char *sets[] = {"run.checkpoint_every=2", "run.max_seconds=480", "learner.lr=0.0001"};
+    pid_t pid = start_fleet_at(g_tmp, NULL, 0, "chaos", sets, 3);
     assert_true(pid > 0);
     uint64_t rng = 0x2545f4914f6cdd1dULL;
     int kills = 0, status = 0, done = 0;

@@ -8,7 +8,9 @@
  *  - the first progress row after the resume shows true rates (counted from the stop, not
  *    from zero);
  *  - a run that is going cannot be resumed by a second launcher, and a folder without
- *    checkpoints (or not a run) is refused with a clear message. */
+ *    checkpoints (or not a run) is refused with a clear message;
+ *  - a launcher killed (SIGKILL) seconds after its start, long before run.checkpoint_every,
+ *    leaves a run that `--resume` continues. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -185,6 +187,36 @@ static void test_ctrl_c_then_resume(void **state) {
     free(sum1);
 }
 
+/* The launcher dies with SIGKILL 2 s into a run whose checkpoints come every 600 s: its
+ * state was saved at the start, so --resume continues the run (exit 0, at its time limit). */
+static void test_launcher_killed_early(void **state) {
+    (void)state;
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/early", g_tmp);
+    const char *sets[] = {"run.stop_at_target=false", "run.max_seconds=60", "run.checkpoint_every=600"};
+    pid_t pid = start_fleet_at(g_tmp, NULL, 0, "early", sets, 3);
+    char metrics[760];
+    snprintf(metrics, sizeof metrics, "%s/metrics.csv", dir);
+    for (int i = 0; i < 600 && csv_rows(metrics) < 2; i++) usleep(50000);
+    assert_true(csv_rows(metrics) >= 2);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    /* its roles get SIGTERM as their parent dies; wait until they are gone */
+    char *out = NULL;
+    for (int i = 0; i < 200; i++) {
+        int rc = shell_in(g_tmp, &out, "pgrep -f '%s/config.ini' > /dev/null", dir);
+        free(out);
+        out = NULL;
+        if (rc != 0) break;
+        usleep(100000);
+    }
+    char *argv2[] = {(char *)fleet_bin(), "run", "--resume", dir, "--set", "run.max_seconds=5", NULL};
+    int rc = run_capture(argv2, 120, &out);
+    if (rc != 0) fail_msg("--resume after a launcher killed at 2 s: exit %d:\n%s", rc, out);
+    assert_non_null(strstr(out, "time limit"));
+    free(out);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     char *out = NULL;
@@ -217,6 +249,7 @@ static void test_refusals(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ctrl_c_then_resume),
+        cmocka_unit_test(test_launcher_killed_early),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -34,13 +34,11 @@ static inline void append_dir_files(const char *dir, char **text) {
     free(names);
 }
 
-/* Runs `[launcher...] fleet run configs/cartpole.ini --set run.out_dir=TMP --set
- * run.name=NAME [--set S]...` with output in TMP/NAME.log; returns its exit status (-1 on
- * timeout or a signal) and in *log the output (printed, its tail, to stderr) followed by
- * every role's log (TMP/NAME/logs/). */
-static inline int run_fleet_at(const char *tmp, const char *const *launcher, int nlauncher, const char *name,
-                               const char *const *sets, int nsets, double timeout_s, char **log) {
-    static char cfg[1024], out_dir[512], run_name[256], out[512];
+/* Starts `[launcher...] fleet run configs/cartpole.ini --set run.out_dir=TMP --set
+ * run.name=NAME [--set S]...` with its output in TMP/NAME.log; returns its pid. */
+static inline pid_t start_fleet_at(const char *tmp, const char *const *launcher, int nlauncher, const char *name,
+                                   const char *const *sets, int nsets) {
+    char cfg[1024], out_dir[512], run_name[256], out[512];
     snprintf(cfg, sizeof cfg, "%s/configs/cartpole.ini", fleet_source_dir());
     snprintf(out_dir, sizeof out_dir, "run.out_dir=%s", tmp);
     snprintf(run_name, sizeof run_name, "run.name=%s", name);
@@ -60,7 +58,17 @@ static inline int run_fleet_at(const char *tmp, const char *const *launcher, int
         argv[n++] = (char *)sets[i];
     }
     argv[n] = NULL;
-    pid_t pid = start_process(argv, out);
+    return start_process(argv, out);
+}
+
+/* start_fleet_at, then waits for its end: returns its exit status (-1 on timeout or a
+ * signal) and in *log the output (printed, its tail, to stderr) followed by every role's
+ * log (TMP/NAME/logs/). */
+static inline int run_fleet_at(const char *tmp, const char *const *launcher, int nlauncher, const char *name,
+                               const char *const *sets, int nsets, double timeout_s, char **log) {
+    char out[512];
+    snprintf(out, sizeof out, "%s/%s.log", tmp, name);
+    pid_t pid = start_fleet_at(tmp, launcher, nlauncher, name, sets, nsets);
     int status = wait_process(pid, timeout_s);
     *log = read_file(out);
     if (*log)
