@@ -45,7 +45,7 @@ typedef struct fl_role_state {
     uint64_t n_recent;                            /* episodes reported in total */
     /* Actors: an actor restarted by the launcher counts from zero again, so what its
      * predecessors reported is kept as a base that its own counters add to; a report
-     * from a new pid moves the totals so far into the base. */
+     * from a newer incarnation moves the totals so far into the base. */
     int64_t pid;                                  /* of the latest report (0 = none yet) */
     uint64_t incarnation;                         /* of the latest report (0 = none yet): a newer one
                                                      is a restarted process (Report.incarnation) */

@@ -1172,6 +1172,10 @@ static void write_summary(const monitor_t *M, double elapsed, const totals_t *t)
             (unsigned long long)M->L->restarts);
     for (int r = 0; r < FL_LAUNCH_ROLES; r++)
         fprintf(sf, "restarts_%s=%llu\n", role_names[r], (unsigned long long)M->L->role_restarts[r]);
+    pthread_mutex_lock(&M->L->fs.mu);
+    const unsigned long long refused = M->L->fs.refused;
+    pthread_mutex_unlock(&M->L->fs.mu);
+    fprintf(sf, "reports_refused=%llu\n", refused); /* Control's refusals (cli/fleet_state.h) */
     fprintf(sf, "pids=");
     M->ops->pids(M->ctx, sf);
     fprintf(sf, "\n");

@@ -117,6 +117,8 @@ static void test_fleet_survives_kills(void **state) {
     assert_true(seen >= kills - 1 && seen <= kills);
     assert_true(restarted >= kills - 1);
     assert_true(summary_u64(sum, "restarts") == (unsigned long long)restarted);
+    /* every restarted role's reports were taken, under its new incarnation's credential */
+    assert_int_equal(summary_u64(sum, "reports_refused"), 0);
     assert_null(strstr(log, "not restarted"));
     /* Acknowledged transitions are all in the shard or evicted (capacity 1M). */
     unsigned long long acked = summary_u64(sum, "actors_acked"), inserted = summary_u64(sum, "replay_inserted"),

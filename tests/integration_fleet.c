@@ -82,6 +82,7 @@ static void test_learns_cartpole(void **state) {
     assert_int_equal(WEXITSTATUS(status), 0);
     char *sum = summary_of("learn");
     assert_non_null(sum);
+    assert_int_equal(summary_u64(sum, "reports_refused"), 0); /* every role's reports were taken */
     char v[256];
     /* The stop came from the evaluator's greedy return, the headline everywhere. */
     assert_non_null(kv_get(sum, "reason", v, sizeof v));
