@@ -190,7 +190,6 @@ static void take_counters(fl_fleet_state_t *fs, fl_role_state_t *st, const Fleet
         st->base_dropped = st->dropped;
         st->lost_unacked += st->pending;
     }
-    st->pid = r->pid;
     st->incarnation = r->incarnation;
     st->last_report_s = fl_clock_sec();
     st->seen = 1;
@@ -240,7 +239,8 @@ static int counter_bad(const char *name, uint64_t was, uint64_t now, double dt, 
 }
 
 /* Why r's figures cannot be true, in why; 0 when they can. st: the role's record (its
- * latest accepted report); same: r comes from the same incarnation as that report. Under mu. */
+ * latest accepted report), whose counters bound r's when r comes from the same
+ * incarnation. Under mu. */
 static int figures_bad(const fl_fleet_state_t *fs, const fl_role_state_t *st, const Fleet__Report *r, int actor,
                        int learner, int evaluator, char *why, size_t len) {
     for (size_t i = 0; i < r->n_episode_returns; i++) {

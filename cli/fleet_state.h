@@ -46,7 +46,6 @@ typedef struct fl_role_state {
     /* Actors: an actor restarted by the launcher counts from zero again, so what its
      * predecessors reported is kept as a base that its own counters add to; a report
      * from a newer incarnation moves the totals so far into the base. */
-    int64_t pid;                                  /* of the latest report (0 = none yet) */
     uint64_t incarnation;                         /* of the latest report (0 = none yet): a newer one
                                                      is a restarted process (Report.incarnation) */
     double last_report_s;                         /* fl_clock_sec() at the latest accepted report */

@@ -120,31 +120,23 @@ fl_status fl__learner_push(fl_learner_t *l, int with_optim, fl_err_t *err) {
 /* A lone apex learner started without a checkpoint of its own onto a parameter server
  * that holds parameters already (it was restarted before its first checkpoint): it takes
  * them (online and target; the optimizer starts afresh) instead of publishing random
- * ones to every actor. 1 when it took them; 0 when there were none (or the server could
- * not say: the publish that follows retries through the outage); -1 with *st and err when
- * the backend could not take them. */
+ * ones to every actor. 1 when it took them; 0 when there were none, or they could not be
+ * fetched (the publish that follows retries through an outage and says why a version of
+ * 2^64 - 1 leaves none newer); -1 with *st and err when the backend could not take them. */
 static int adopt_held(fl_learner_t *l, fl_err_t *err, fl_status *st) {
     *st = FL_OK;
-    fl_param_info_t info;
+    const size_t n = fl_qnet_num_params(l->online);
+    float *held = malloc(n * sizeof *held);
+    if (!held) return 0;
     fl_err_t e;
     fl_err_init(&e);
-    if (fl_param_info(l->params, FL_LEARNER_RPC_TIMEOUT_MS, &info, &e) != FL_OK || info.version == 0 ||
-        info.version == UINT64_MAX) /* the last: the publish says why nothing can be newer */
-        return 0;
     uint64_t v = 0;
     int updated = 0;
-    const size_t n = fl_qnet_num_params(l->online);
-    if (fl_param_fetch(l->params, &v, fl_qnet_params(l->online), n, &updated, FL_LEARNER_RPC_TIMEOUT_MS, &e) !=
-            FL_OK ||
-        !updated) {
-        FL_WARN("the parameter server holds version %llu but its parameters could not be fetched (%s): publishing "
-                "this learner's own",
-                (unsigned long long)info.version, e.msg);
-        fl_rng_t rng; /* the fetch may have written part of them: back to the seed's */
-        fl_rng_init_stream(&rng, l->o.seed, INIT_STREAM + (uint64_t)l->index);
-        fl_qnet_init(l->online, &rng);
-        return 0;
-    }
+    fl_status fs = fl_param_fetch(l->params, &v, held, n, &updated, FL_LEARNER_RPC_TIMEOUT_MS, &e);
+    const int take = fs == FL_OK && updated && v > 0 && v < UINT64_MAX;
+    if (take) fl_qnet_set_params(l->online, held, n, &e);
+    free(held);
+    if (!take) return 0;
     fl_qnet_copy_params(l->target, l->online);
     l->st.param_version = v;
     if ((*st = fl__learner_push(l, 0, err)) != FL_OK) return -1; /* a GPU took the random ones at create */
