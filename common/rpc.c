@@ -1344,6 +1344,25 @@ void fl_rpc_channel_destroy(fl_rpc_channel_t *c) {
 
 const char *fl_rpc_channel_target(const fl_rpc_channel_t *c) { return c->target; }
 
+int fl_rpc_channel_wait_ready(fl_rpc_channel_t *c, int64_t timeout_ms) {
+    gpr_timespec deadline = deadline_from_ms(timeout_ms);
+    grpc_connectivity_state st = grpc_channel_check_connectivity_state(c->ch, 1);
+    if (st == GRPC_CHANNEL_READY) return 1;
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    for (;;) {
+        grpc_channel_watch_connectivity_state(c->ch, st, deadline, cq, (void *)1);
+        grpc_event ev = grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (!ev.success) break; /* the deadline passed with the state unchanged */
+        st = grpc_channel_check_connectivity_state(c->ch, 1);
+        if (st == GRPC_CHANNEL_READY || st == GRPC_CHANNEL_SHUTDOWN) break;
+    }
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(cq);
+    return st == GRPC_CHANNEL_READY;
+}
+
 /* What a failed connection's message says about TLS, in words a user can act on: 1 with
  * the explanation in out, 0 when it says nothing about TLS. */
 static int explain_tls(const channel_sec *cs, const char *text, char *out, size_t len) {

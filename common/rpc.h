@@ -200,6 +200,9 @@ fl_status fl_rpc_channel_create(const char *target, int max_message_bytes, fl_rp
                                 fl_err_t *err);
 void fl_rpc_channel_destroy(fl_rpc_channel_t *ch);
 const char *fl_rpc_channel_target(const fl_rpc_channel_t *ch);
+/* Waits up to timeout_ms for the channel to be connected (starting a connection attempt
+ * when it is idle): 1 when it is, 0 when the time ran out. */
+int fl_rpc_channel_wait_ready(fl_rpc_channel_t *ch, int64_t timeout_ms);
 
 /* A unary call. timeout_ms <= 0 means no deadline. On success *resp holds the response
  * bytes (free with fl_rpc_buf_free). On failure the status is the call's gRPC status

@@ -36,6 +36,9 @@
 /* While the shard is unreachable, append waits for it once this many calls' worth of
  * batches are pending. */
 #define AWAY_CALLS 4
+/* The longest wait before calling again a shard that was unreachable (once its channel
+ * is connected again). */
+#define AWAY_RETRY_S 0.25
 /* Room left in a message for everything but a batch's observations. */
 #define MSG_SLACK (1u << 20)
 
@@ -64,7 +67,7 @@ struct fl_replay_writer {
     double call_t0;
     int acked_once; /* a call was acknowledged: later calls need not wait for the shard */
     int failed;     /* the last call failed: appends retry after retry_at */
-    double retry_at;
+    double retry_at, failed_since;
     fl_backoff_t backoff;
     fl_err_t last_err;
 
@@ -166,13 +169,19 @@ static void mark_failed(fl_replay_writer_t *w, const fl_err_t *e) {
     else if (!w->failed)
         FL_WARN("replay writer %" PRIu64 ": %s; %" PRIu64 " transitions pending, will resend", w->stream_id, e->msg,
                 w->pending);
+    if (!w->failed) w->failed_since = fl_clock_sec();
     w->failed = 1;
     w->last_err = *e;
     w->sent = 0;
-    w->retry_at = fl_clock_sec() + fl_backoff_next(&w->backoff);
+    double wait = fl_backoff_next(&w->backoff);
+    if (e->code == FL_UNAVAILABLE && wait > AWAY_RETRY_S) wait = AWAY_RETRY_S;
+    w->retry_at = fl_clock_sec() + wait;
 }
 
 static void mark_ok(fl_replay_writer_t *w) {
+    if (w->failed && w->acked_once)
+        FL_INFO("replay writer %" PRIu64 ": the shard acknowledges again after %.1f s away", w->stream_id,
+                fl_clock_sec() - w->failed_since);
     w->acked_once = 1;
     w->failed = 0;
     fl_backoff_reset(&w->backoff);
@@ -219,11 +228,18 @@ static fl_status finish_call(fl_replay_writer_t *w, fl_err_t *err) {
 }
 
 /* Sends what is pending on the open call (opening one when allowed) and rotates the
- * call when it is full or old. Failures only mark the writer failed. */
-static void pump(fl_replay_writer_t *w) {
+ * call when it is full or old. Failures only mark the writer failed. A shard that went
+ * away is waited for up to wait_ms. */
+static void pump(fl_replay_writer_t *w, int64_t wait_ms) {
     fl_err_t e;
     fl_err_init(&e);
     if (!w->call) {
+        /* A shard that went away: the next call waits until the channel is connected
+         * again (then at most AWAY_RETRY_S). Asking the channel is what makes it try:
+         * gRPC's channel, once its connection attempts were refused, fails the calls
+         * that do not wait for it with the old error and, unless watched, connects
+         * again only after tens of seconds. */
+        if (w->failed && w->last_err.code == FL_UNAVAILABLE && !fl_rpc_channel_wait_ready(w->c->ch, wait_ms)) return;
         if (w->failed && fl_clock_sec() < w->retry_at) return;
         /* Until the shard has acknowledged a call, wait for it to come up (an actor may
          * start first); afterwards fail fast while it is unreachable, keeping batches. */
@@ -363,14 +379,14 @@ fl_status fl_replay_writer_append(fl_replay_writer_t *w, size_t n, const void *o
     w->pending += n;
     w->pending_bytes += bytes;
     bound_backlog(w);
-    pump(w);
+    pump(w, 1);
     /* The shard is away: the caller does not run ahead of it by more than a few calls'
      * worth (what it would make meanwhile could only go out late or be dropped). */
     while (w->failed && fl_retry_transient(w->last_err.code) && w->len > AWAY_CALLS * (size_t)w->batches_per_call &&
            !fl_stop_requested()) {
         double pause = w->retry_at - fl_clock_sec();
         if (pause > 0) fl_sleep_sec(pause < 0.1 ? pause : 0.1);
-        pump(w);
+        pump(w, 100);
     }
     /* A refusal that resending cannot change (the stream bound to another writer, a
      * batch the shard will not take): the writer is done; its owner must start over. */
