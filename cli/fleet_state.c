@@ -502,3 +502,14 @@ fl_status fl_fleet_state_restore(fl_fleet_state_t *fs, fl_fleet_totals_t *t, con
     fl_state_free(st);
     return s;
 }
+
+double fl_fleet_state_last_report(fl_fleet_state_t *fs, const char *role, int index) {
+    double t = -1;
+    pthread_mutex_lock(&fs->mu);
+    if (strcmp(role, "actor") == 0 && index >= 0 && index < fs->n_actors) t = fs->actors[index].last_report_s;
+    if (strcmp(role, "learner") == 0 && index >= 0 && index < fs->n_learners) t = fs->learners[index].last_report_s;
+    if (strcmp(role, "evaluator") == 0 && index >= 0 && index < fs->n_evaluators)
+        t = fs->evaluators[index].last_report_s;
+    pthread_mutex_unlock(&fs->mu);
+    return t;
+}

@@ -111,6 +111,10 @@ void fl_fleet_state_destroy(fl_fleet_state_t *fs);
  * A newer incarnation of an actor counts from zero again on top of its predecessors. */
 fl_status fl_fleet_state_on_report(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply);
 
+/* fl_clock_sec() of the latest accepted report of an actor, learner or evaluator (0: none
+ * yet); < 0 for any other role or index. Locks mu. */
+double fl_fleet_state_last_report(fl_fleet_state_t *fs, const char *role, int index);
+
 /* Moves up to max queued results, oldest first, into out; returns how many. Locks mu. */
 int fl_fleet_state_take_evals(fl_fleet_state_t *fs, fl_eval_result_t *out, int max);
 /* The same for complete rounds (run.deterministic). */

@@ -18,12 +18,14 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -185,6 +187,10 @@ struct fl_launch {
     FILE *events;           /* events.log (opened at the first event) */
     uint64_t restarts;      /* roles restarted by the supervision */
     uint64_t role_restarts[FL_LAUNCH_ROLES];
+    uint64_t crashes, hangs; /* role processes that died of a fault signal; that the launcher found hung */
+    uint64_t role_crashes[FL_LAUNCH_ROLES];
+    char last_crash[160];    /* "actor 0: signal 11 (Segmentation fault)" */
+    char sock_dir[120];      /* the folder of the services' unix sockets (mode 0700), or "" (TCP) */
     int frame_skip;         /* emulator frames per env step (the wrappers' frameskip; 1 without) */
 };
 
@@ -217,6 +223,26 @@ void fl_launch_event(fl_launch_t *L, const char *restarted_role, const char *fmt
 }
 
 uint64_t fl_launch_restarts(const fl_launch_t *L) { return L->restarts; }
+
+int fl_launch_fault_signal(int sig) {
+    return sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGABRT || sig == SIGSYS ||
+           sig == SIGTRAP;
+}
+
+void fl_launch_note_death(fl_launch_t *L, const char *role, int index, int status) {
+    if (!WIFSIGNALED(status) || !fl_launch_fault_signal(WTERMSIG(status))) return;
+    L->crashes++;
+    for (int r = 0; r < FL_LAUNCH_ROLES; r++)
+        if (strcmp(role, role_names[r]) == 0) L->role_crashes[r]++;
+    snprintf(L->last_crash, sizeof L->last_crash, "%s %d: signal %d (%s)", role, index, WTERMSIG(status),
+             strsignal(WTERMSIG(status)));
+}
+
+void fl_launch_note_hang(fl_launch_t *L) { L->hangs++; }
+
+double fl_launch_last_report(fl_launch_t *L, const char *role, int index) {
+    return fl_fleet_state_last_report(&L->fs, role, index);
+}
 
 const fl_config_t *fl_launch_config(const fl_launch_t *L) { return &L->cfg; }
 const char *fl_launch_config_path(const fl_launch_t *L) { return L->cfg_path; }
@@ -388,13 +414,50 @@ static int restore_figures(fl_launch_t *L) {
     return 0;
 }
 
-/* The Control service for the roles' reports, on control_host:0. */
+/* The folder of the services' unix sockets: <run>/sock, mode 0700 (only this user may
+ * connect to a socket in it), or, when that path is too long for a socket address
+ * (108 bytes), a fresh /tmp/fleet-sock-XXXXXX (mkdtemp: 0700). 0, or -1 after saying why. */
+static int make_sock_dir(fl_launch_t *L) {
+    char dir[sizeof L->dir + 8];
+    snprintf(dir, sizeof dir, "%s/sock", L->dir);
+    const size_t longest = strlen("/paramserver-9999.sock") + 1;
+    if (strlen(dir) + longest <= sizeof L->sock_dir && strlen(dir) + longest <= 107) {
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+            fprintf(stderr, "fleet run: cannot create the socket folder '%s': %s\n", dir, strerror(errno));
+            return -1;
+        }
+        if (chmod(dir, 0700) != 0) {
+            fprintf(stderr, "fleet run: cannot make the socket folder '%s' private (chmod 0700): %s\n", dir,
+                    strerror(errno));
+            return -1;
+        }
+        snprintf(L->sock_dir, sizeof L->sock_dir, "%s", dir);
+        return 0;
+    }
+    snprintf(L->sock_dir, sizeof L->sock_dir, "/tmp/fleet-sock-XXXXXX");
+    if (!mkdtemp(L->sock_dir)) {
+        fprintf(stderr, "fleet run: cannot create a socket folder in /tmp: %s\n", strerror(errno));
+        return -1;
+    }
+    printf("  sockets      %s (the run folder's path is too long for unix socket addresses)\n", L->sock_dir);
+    return 0;
+}
+
+const char *fl_launch_socket_dir(const fl_launch_t *L) { return L->sock_dir; }
+
+/* The Control service for the roles' reports, on control_host:0, or on a unix socket in
+ * the run's socket folder when control_host is FL_LAUNCH_UNIX. */
 static int start_control(fl_launch_t *L, const char *control_host) {
     fl_err_t err;
     fl_err_init(&err);
     int port = 0;
     char bind[300];
-    snprintf(bind, sizeof bind, "%s:0", control_host);
+    const int unix_socket = strcmp(control_host, FL_LAUNCH_UNIX) == 0;
+    if (unix_socket && make_sock_dir(L) != 0) return -1;
+    if (unix_socket)
+        snprintf(bind, sizeof bind, "unix:%s/control.sock", L->sock_dir);
+    else
+        snprintf(bind, sizeof bind, "%s:0", control_host);
     fl_rpc_server_opts_t so = {.threads = 2, .prepost = 16};
     if (fl_rpc_server_create(&so, &L->control, &err) != FL_OK ||
         fl_rpc_server_add_unary(L->control, fl_method_path(FL_METHOD_CONTROL_REPORT), fl_fleet_state_on_report,
@@ -403,7 +466,10 @@ static int start_control(fl_launch_t *L, const char *control_host) {
         fprintf(stderr, "fleet run: cannot start the control service on %s: %s\n", bind, err.msg);
         return -1;
     }
-    snprintf(L->control_addr, sizeof L->control_addr, "%s:%d", control_host, port);
+    if (unix_socket)
+        snprintf(L->control_addr, sizeof L->control_addr, "%s", bind);
+    else
+        snprintf(L->control_addr, sizeof L->control_addr, "%s:%d", control_host, port);
     return 0;
 }
 
@@ -872,6 +938,8 @@ static void print_progress(monitor_t *M, double el, const figures_t *f, double e
     p.pushes_applied = M->pinfo.pushes_applied;
     p.pushes_dropped = M->pinfo.pushes_dropped;
     p.restarts = M->L->restarts;
+    p.crashes = M->L->crashes;
+    p.hangs = M->L->hangs;
     p.budget_done = budget_done(c, el, f);
     p.eta_s = p.budget_done > 0 ? el * (1.0 - p.budget_done) / p.budget_done : -1;
     char line[FL_PROGRESS_COLUMNS + 1];
@@ -1172,6 +1240,11 @@ static void write_summary(const monitor_t *M, double elapsed, const totals_t *t)
             (unsigned long long)M->L->restarts);
     for (int r = 0; r < FL_LAUNCH_ROLES; r++)
         fprintf(sf, "restarts_%s=%llu\n", role_names[r], (unsigned long long)M->L->role_restarts[r]);
+    /* Deaths by a fault signal (cli/launch.h: fl_launch_note_death) and hangs found. */
+    fprintf(sf, "crashes=%llu\n", (unsigned long long)M->L->crashes);
+    for (int r = 0; r < FL_LAUNCH_ROLES; r++)
+        fprintf(sf, "crashes_%s=%llu\n", role_names[r], (unsigned long long)M->L->role_crashes[r]);
+    fprintf(sf, "last_crash=%s\nhangs=%llu\n", M->L->last_crash, (unsigned long long)M->L->hangs);
     pthread_mutex_lock(&M->L->fs.mu);
     const unsigned long long refused = M->L->fs.refused;
     pthread_mutex_unlock(&M->L->fs.mu);
@@ -1240,6 +1313,11 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
     if (ops->echo_logs) ops->echo_logs(ctx);
     finish_curve(&M);
     check_unclean(&M);
+    if (M.exit_code == 0 && L->crashes > 0) { /* the run ended as it should, but roles crashed on the way */
+        M.exit_code = FL_LAUNCH_EXIT_CRASHED;
+        FL_WARN("%llu role process%s died of a fault signal during the run (the last: %s); exit status %d",
+                (unsigned long long)L->crashes, L->crashes == 1 ? "" : "es", L->last_crash, FL_LAUNCH_EXIT_CRASHED);
+    }
     totals_t t;
     final_totals(&M, &t);
     if (!M.exit_code || M.last_env) save_figures(&M, NULL);

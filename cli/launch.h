@@ -65,6 +65,11 @@ const char *fl_launch_control_addr(const fl_launch_t *L);
 /* The roles' record behind Control (its run secret: cli/fleet_state.h). */
 const fl_fleet_state_t *fl_launch_fleet_state(const fl_launch_t *L);
 const char *fl_launch_dir(const fl_launch_t *L);
+/* control_host for fl_launch_create / fl_launch_resume: Control (and, by the caller, the
+ * services) on unix sockets in the run's socket folder (fl_launch_socket_dir). */
+#define FL_LAUNCH_UNIX "unix"
+/* The folder of the run's unix sockets (mode 0700), or "" when the fleet uses TCP. */
+const char *fl_launch_socket_dir(const fl_launch_t *L);
 /* What every role would refuse about cfg and its env before any process starts: the
  * Q-network of model.spec for the env's observations and actions (the actors' and the
  * learners' network). 0, or 2 after printing the error naming model.spec. (The env
@@ -78,6 +83,24 @@ int fl_launch_check_roles(const fl_config_t *cfg, const fl_env_def_t *env);
 void fl_launch_event(fl_launch_t *L, const char *restarted_role, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 uint64_t fl_launch_restarts(const fl_launch_t *L);
+
+/* `fleet run`'s exit status when the run ended as it should (a budget, the target, a
+ * stop) but a role process died of a fault signal on the way (fl_launch_note_death);
+ * 1 is a run that failed, 2 a usage or configuration error. */
+#define FL_LAUNCH_EXIT_CRASHED 3
+/* 1 for the signals of a program fault: SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS,
+ * SIGTRAP (not SIGKILL nor SIGTERM: an operator's, the OOM killer's or the launcher's). */
+int fl_launch_fault_signal(int sig);
+/* Supervision: a role process died with waitpid status `status`; a fault signal counts
+ * as a crash (summary.txt crashes=, crashes_<role>=, last_crash=; the progress line; the
+ * exit status FL_LAUNCH_EXIT_CRASHED). Owner thread only. */
+void fl_launch_note_death(fl_launch_t *L, const char *role, int index, int status);
+/* Supervision: a role found hung and killed (summary.txt hangs=). */
+void fl_launch_note_hang(fl_launch_t *L);
+/* fl_clock_sec() of the latest report Control accepted from role `index` (an actor, a
+ * learner or an evaluator: they report every run.progress_every or more often), 0 when
+ * none yet, < 0 for a role that does not report (the services). */
+double fl_launch_last_report(fl_launch_t *L, const char *role, int index);
 
 /* Prints the role plan of cfg (what fl_launch_create prints), e.g. for --dry-run. */
 void fl_launch_print_plan(const fl_config_t *cfg, const char *cfg_file, const fl_wrapped_env_t *env);

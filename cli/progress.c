@@ -56,7 +56,7 @@ enum {
     SEGS
 };
 /* Dropped first to last when the line is too long. */
-static const int drop_order[] = {SEG_PUSH, SEG_LAG, SEG_REPLAY, SEG_RESTART, SEG_LOSS, SEG_FRAMES, SEG_UPD, SEG_ENV};
+static const int drop_order[] = {SEG_PUSH, SEG_LAG, SEG_REPLAY, SEG_LOSS, SEG_FRAMES, SEG_RESTART, SEG_UPD, SEG_ENV};
 
 static void budget_text(const fl_progress_t *p, char *s, size_t n) {
     if (p->budget_done < 0) return;
@@ -109,7 +109,11 @@ static void segments(const fl_progress_t *p, char seg[SEGS][64]) {
     }
     if (p->restarts) {
         count_text(p->restarts, a);
-        snprintf(seg[SEG_RESTART], 64, "restarts %s", a);
+        if (p->crashes || p->hangs)
+            snprintf(seg[SEG_RESTART], 64, "restarts %s (crashed %llu, hung %llu)", a, (unsigned long long)p->crashes,
+                     (unsigned long long)p->hangs);
+        else
+            snprintf(seg[SEG_RESTART], 64, "restarts %s", a);
     }
     budget_text(p, seg[SEG_BUDGET], 64);
 }

@@ -8,9 +8,9 @@
  * far (env steps x frame skip, as Atari papers count them; only with a frame skip), learner
  * updates/s and loss (while replay fills up to the sampling threshold: how far it is,
  * "warm-up 32.8K/50.0K"), replay size, the version lag of the oldest actor, Gorila's pushes, the roles
- * restarted so far (once there is one), and the nearest budget's share and ETA. Numbers
+ * restarted so far (once there is one; with how many crashed or hung, once one did), and the nearest budget's share and ETA. Numbers
  * are compact (1.2K, 3.4M). When everything does not fit, the least important parts
- * (pushes, lag, replay, restarts, loss, frames, then updates and env) are left out; time,
+ * (pushes, lag, replay, loss, frames, restarts, then updates and env) are left out; time,
  * eval, train and the budget always stay. Pure functions. */
 #ifndef FL_CLI_PROGRESS_H
 #define FL_CLI_PROGRESS_H
@@ -35,6 +35,7 @@ typedef struct fl_progress {
     int gorila;
     uint64_t pushes_applied, pushes_dropped;
     uint64_t restarts;        /* roles restarted by the launcher (0: no part) */
+    uint64_t crashes, hangs;  /* of them: died of a fault signal, found hung (shown when nonzero) */
     double budget_done;       /* [0, 1], or < 0: no budget */
     double eta_s;             /* < 0: unknown */
 } fl_progress_t;

@@ -22,6 +22,7 @@
  * does not start is reported with its role and exit status and the fleet is stopped
  * (exit 1, or 130 when interrupted). One thread. */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,8 @@ typedef struct sup {
     int restarts; /* restarts so far */
     int waiting;  /* it died and restarts at restart_at */
     double restart_at;
+    double stopped_since; /* fl_clock_sec() when it was first seen stopped (SIGSTOP), 0 = running */
+    int hang_warned;      /* its silence was reported (once per incarnation) */
     fl_restart_t rule; /* its quick deaths and next wait (cli/proc.h) */
 } sup_t;
 
@@ -99,6 +102,7 @@ static int supervise(local_t *lc, int i, char *reason, size_t len) {
     fl_child_t *c = &lc->kids[i];
     sup_t *s = &lc->sup[i];
     fl_proc_echo_logs(lc->kids, lc->n); /* its last words first */
+    fl_launch_note_death(lc->L, c->role, c->index, c->status);
     char what[900];
     describe_child(c, what, sizeof what);
     double now = fl_clock_sec(), wait = 0;
@@ -133,12 +137,94 @@ static void restart_due(local_t *lc) {
     }
 }
 
+/* 1 when process pid is stopped (by SIGSTOP or a debugger: state T or t in /proc). */
+static int proc_stopped(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *close_paren = strrchr(buf, ')'); /* the command name may hold spaces */
+    char state = 0;
+    return close_paren && sscanf(close_paren + 1, " %c", &state) == 1 && (state == 'T' || state == 't');
+}
+
+/* Hangs (run.hang_s > 0): an actor, learner or evaluator that has sent no report for
+ * run.hang_s (since its start or its last report), or any role stopped (SIGSTOP) that
+ * long, is hung. Its silence is reported (events.log, the terminal) at half run.hang_s;
+ * at run.hang_s it gets SIGKILL, so that the supervision restarts it (its death is then
+ * seen like any other). A role's silence counts only while what it waits on is well:
+ * a learner's while the services (replay, parameter server) run and are not stopped
+ * nor restarting; an actor's and an evaluator's while the learners are also well (an
+ * actor's inserts wait for the learner's samples). A service that stops answering while
+ * it runs is not seen here. */
+static void check_hangs(local_t *lc) {
+    const double hang_s = fl_launch_config(lc->L)->run_hang_s;
+    static double next_look;
+    const double now = fl_clock_sec();
+    if (hang_s <= 0 || now < next_look) return;
+    next_look = now + 0.5;
+    for (int i = 0; i < lc->n; i++) {
+        sup_t *s = &lc->sup[i];
+        int stopped = lc->kids[i].pid && lc->kids[i].running && proc_stopped(lc->kids[i].pid);
+        if (!stopped) s->stopped_since = 0;
+        else if (!s->stopped_since) s->stopped_since = now;
+    }
+    /* When each group was last all well: the services, then the learners. */
+    double back[2] = {0, 0};
+    const int first[2] = {0, lc->R + lc->P}, end[2] = {lc->R + lc->P, lc->R + lc->P + lc->NL};
+    for (int g = 0; g < 2; g++)
+        for (int i = first[g]; i < end[g]; i++) {
+            const fl_child_t *c = &lc->kids[i];
+            const sup_t *s = &lc->sup[i];
+            int unwell = !c->running || s->waiting || s->stopped_since;
+            if (g == 1 && !unwell) { /* a learner: also when it is silent itself */
+                double seen = fl_launch_last_report(lc->L, c->role, c->index);
+                unwell = seen >= 0 && now - fmax(fmax(seen, s->rule.started_at), back[0]) >= hang_s / 2;
+            }
+            back[g] = fmax(unwell ? now : back[g], s->rule.started_at);
+        }
+    back[1] = fmax(back[1], back[0]);
+    for (int i = 0; i < lc->n; i++) {
+        fl_child_t *c = &lc->kids[i];
+        sup_t *s = &lc->sup[i];
+        if (!c->pid || !c->running || s->waiting) continue;
+        const int stopped = s->stopped_since > 0;
+        double seen = fl_launch_last_report(lc->L, c->role, c->index), silent = 0;
+        if (seen >= 0) /* a reporting role: from what it waits on being well */
+            silent = now - fmax(fmax(seen, s->rule.started_at), back[i < lc->R + lc->P + lc->NL ? 0 : 1]);
+        if (stopped && now - s->stopped_since > silent) silent = now - s->stopped_since;
+        if (silent < hang_s / 2) {
+            s->hang_warned = 0;
+            continue;
+        }
+        const char *state = stopped ? "the process is stopped (SIGSTOP?)" : "the process runs";
+        if (silent < hang_s) {
+            if (!s->hang_warned)
+                fl_launch_event(lc->L, NULL, "%s %d (pid %d) gave no sign of life for %.0f s (%s); run.hang_s = %g s "
+                                "ends it", c->role, c->index, (int)c->pid, silent, state, hang_s);
+            s->hang_warned = 1;
+            continue;
+        }
+        fl_launch_event(lc->L, NULL, "%s %d (pid %d) hung: no sign of life for %.0f s, run.hang_s (%s); killing it "
+                        "(SIGKILL) to restart it (log: %s)", c->role, c->index, (int)c->pid, silent, state,
+                        c->log[0] ? c->log : "the terminal");
+        fl_launch_note_hang(lc->L);
+        kill(c->pid, SIGKILL);
+        s->stopped_since = 0;
+        s->hang_warned = 0;
+    }
+}
+
 /* Children that ended while the fleet runs: a failure the supervision cannot mend (1,
  * with why), or the end of the work (2: every actor took actor.max_steps, or a learner
  * learner.max_steps), or 0. Dead roles are restarted here (run.max_restarts). */
 static int local_dead(void *ctx, char *reason, size_t len) {
     local_t *lc = ctx;
     restart_due(lc);
+    check_hangs(lc);
     fl_proc_reap(lc->kids, lc->n);
     int actors = 0, actors_done = 0, learner_done = -1;
     for (int i = 0; i < lc->n; i++) {
@@ -257,8 +343,13 @@ static void kid_args(local_t *lc, int i, int restart, kid_args_t *a) {
             v[n++] = "--restore";
             v[n++] = a->file;
         }
-        if (restart && c->addr[0]) {
+        const char *socks = fl_launch_socket_dir(lc->L);
+        if (restart && c->addr[0])
             snprintf(a->listen, sizeof a->listen, "%s", c->addr);
+        else if (socks[0]) /* one machine: a unix socket only this user can reach */
+            snprintf(a->listen, sizeof a->listen, "unix:%s/%s-%d.sock", socks, replay ? "replay" : "paramserver",
+                     replay ? i : i - lc->R);
+        if (a->listen[0]) {
             v[n++] = "--listen";
             v[n++] = a->listen;
         }
@@ -579,8 +670,12 @@ int fl_verb_run(int argc, char **argv) {
     }
     fl_stop_install();
     fl_launch_t *L = NULL;
-    rc = resume_dir[0] ? fl_launch_resume(&cfg, resume_dir, cfg.run_bind_host, &L)
-                       : fl_launch_create(&cfg, cfg_file, cfg.run_bind_host, &L);
+    /* run.local_sockets (with the default run.bind_host): the services and Control on unix
+     * sockets in the run folder (mode 0700), which no other local user can reach. */
+    const char *control_host =
+        cfg.run_local_sockets && strcmp(cfg.run_bind_host, "127.0.0.1") == 0 ? FL_LAUNCH_UNIX : cfg.run_bind_host;
+    rc = resume_dir[0] ? fl_launch_resume(&cfg, resume_dir, control_host, &L)
+                       : fl_launch_create(&cfg, cfg_file, control_host, &L);
     if (rc) return rc;
     rc = run_local(L);
     fl_launch_destroy(L);

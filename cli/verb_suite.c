@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/launch.h"
 #include "cli/proc.h"
 #include "cli/verbs.h"
 #include "common/clock.h"
@@ -266,7 +267,8 @@ static const char *outcome(const seed_run_t *r) {
     if (!r->started) return "not run";
     if (r->solved) return "target";
     if (!r->has_summary) return "failed";
-    return r->exit_code == 0 ? "budget" : "failed";
+    /* exit status 3: it ended at its budget, but a role crashed on the way */
+    return r->exit_code == 0 ? "budget" : r->exit_code == FL_LAUNCH_EXIT_CRASHED ? "crashed" : "failed";
 }
 
 static int write_results(const char *dir, const seed_run_t *runs, int n) {

@@ -44,11 +44,13 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(run, out_dir, STRING, "runs", 0, 0, "", "folder under which runs/<name>/ is written")                 \
     X(run, max_restarts, INT, 10, 0, 1000000, "", "`fleet run` (and, under mpirun, each rank) restarts a role process that dies; one that dies within 10 s of its start this many times in a row ends the run (its restarts wait 0.2 s, doubling to 30 s); 0 = a dead role ends the run") \
     X(run, checkpoints, BOOL, 1, 0, 1, "", "checkpoint the whole experiment (learner, replay shards, actors, evaluators, the launcher's figures) in run.checkpoint_dir, so that `fleet run --resume runs/<name>` continues it") \
+    X(run, hang_s, FLOAT, 120, 0, 1e9, "", "`fleet run` (one machine) kills and restarts a role that gave no sign of life this long: an actor, learner or evaluator without a report, or any role stopped (SIGSTOP); its silence is reported at half of it (0 = off)") \
     X(run, checkpoint_every, FLOAT, 300, 0, 1e9, "", "seconds between the learner's, the replay shards' and the gorila parameter-server shards' checkpoints while the run goes (0 = only when it stops)") \
     X(run, keep_checkpoints, INT, 3, 1, 1000, "", "learner checkpoints kept (learner-<i>.step-<N>.safetensors beside the latest, learner-<i>.safetensors)") \
     X(run, checkpoint_dir, STRING, "", 0, 0, "", "folder of the experiment's checkpoints; `fleet run` sets it to runs/<name>/checkpoints when run.checkpoints is on") \
     X(run, log_level, ENUM, "info", 0, 0, "debug|info|warn|error", "log verbosity of every role")           \
     X(run, progress_every, FLOAT, 1.0, 0.05, 3600, "", "seconds between progress lines and metrics rows")   \
+    X(run, local_sockets, BOOL, 0, 0, 1, "", "`fleet run` on one machine: the services and the launcher's Control listen on unix sockets in <run>/sock/ (mode 0700: no other local user can connect) instead of TCP on run.bind_host (only while run.bind_host is 127.0.0.1); off by default: a CartPole fleet is 13% slower on them (docs/benchmarks.md)") \
     X(run, bind_host, STRING, "127.0.0.1", 0, 0, "", "address that services bind (port chosen by the OS)")  \
     X(run, interface, STRING, "", 0, 0, "", "under mpirun across hosts: the network interface whose IPv4 address services bind (empty = the first that is up and not loopback)") \
     X(run, tls_dir, STRING, "", 0, 0, "", "folder of the fleet's TLS certificates and tokens, made by `fleet certs DIR` (empty = none: plaintext without tokens, and services may bind only loopback or unix sockets; docs/security.md)") \
@@ -104,7 +106,7 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(replay, wal_fsync, BOOL, 0, 0, 1, "", "fdatasync the write-ahead log before acknowledging (0 = the page cache: survives a killed process, not a machine crash)") \
     X(replay, max_abs_reward, FLOAT, 1e6, 1e-6, 3e38, "", "inserts with an n-step reward beyond +-this are refused (the actor reports it as its env's error)") \
     X(replay, max_priority, FLOAT, 1e6, 1e-6, 3e38, "", "inserted and updated priorities above this are refused (actors and learners send larger ones as this)") \
-    X(replay, max_streams, INT, 16384, 1, 100000000, "", "insert streams a shard keeps resend records of (about 1.1 KB each); a new stream beyond them is refused unless an idle one can be reclaimed") \
+    X(replay, max_streams, INT, 16384, 1, 100000000, "", "insert streams a shard keeps resend records of (about 1.1 KB each); beyond them a new stream pushes out the least recently used record with no call open (refused only when every one has a call open)") \
     X(replay, stream_idle_s, FLOAT, 3600, 1, 1e9, "", "a stream's resend record unused for this long may be reclaimed: must exceed any actor's longest outage, or its resent batches go in twice") \
     /* [paramserver] the parameter service */                                                               \
     X(paramserver, shards, INT, 1, 1, 256, "", "number of parameter-server shard processes")               \

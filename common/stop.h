@@ -4,8 +4,14 @@
 #ifndef FL_COMMON_STOP_H
 #define FL_COMMON_STOP_H
 
-/* Installs SIGINT and SIGTERM handlers that set the stop request; ignores SIGPIPE. */
+/* Installs SIGINT and SIGTERM handlers that set the stop request; ignores SIGPIPE; and
+ * fl_crash_install's. */
 void fl_stop_install(void);
+/* On SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT and SIGSYS: writes "FATAL: signal N (...);
+ * backtrace:" and the backtrace to stderr, then dies of the signal (default action).
+ * Nothing in sanitizer builds (the sanitizers report these themselves). The alternate
+ * signal stack it sets is the calling thread's. */
+void fl_crash_install(void);
 /* 1 once a stop was requested. */
 int fl_stop_requested(void);
 /* Requests a stop from code (e.g. the launcher asked for it). */

@@ -100,6 +100,54 @@ static void reclaim_idle(fl_replay_service_t *s, double now) {
                 freed, s->stream_idle_s, s->nstreams);
 }
 
+/* Eviction order when the map is full: records that applied at most one batch (what a
+ * flood of fresh streams leaves) before the others, each group least recently used
+ * first. */
+static int evict_order(const void *a, const void *b) {
+    const fl__stream_rec_t *x = *(fl__stream_rec_t *const *)a, *y = *(fl__stream_rec_t *const *)b;
+    int bx = x->last_seq > 1, by = y->last_seq > 1;
+    if (bx != by) return bx - by;
+    return (x->last_used > y->last_used) - (x->last_used < y->last_used);
+}
+
+/* The map is full and no record has been idle for stream_idle_s (streams_mu held):
+ * frees a sixteenth of max_streams (at least one) of the records no call is bound to, in
+ * evict_order, so that a client opening streams faster than they go idle pushes out only
+ * records nobody is using, and never locks a new writer out. A writer whose record went
+ * this way and that resends a batch the shard had applied has it inserted twice (as
+ * after stream_idle_s). Returns how many were freed: 0 when every record has a call. */
+static size_t evict_lru(fl_replay_service_t *s, double now) {
+    fl__stream_rec_t **idle = malloc(s->nstreams * sizeof *idle);
+    if (!idle) return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < s->streams_cap; i++)
+        if (s->streams[i] && s->streams[i]->users == 0) idle[n++] = s->streams[i];
+    size_t want = s->max_streams / 16 ? s->max_streams / 16 : 1;
+    if (want > n) want = n;
+    if (want) qsort(idle, n, sizeof *idle, evict_order);
+    const size_t mask = s->streams_cap - 1;
+    double youngest = 0;
+    for (size_t k = 0; k < want; k++) {
+        fl__stream_rec_t *r = idle[k];
+        size_t h = hash_id(r->id) & mask;
+        while (s->streams[h] != r) h = (h + 1) & mask;
+        map_remove_at(s, h);
+        if (k == 0 || now - r->last_used < youngest) youngest = now - r->last_used;
+        pthread_mutex_destroy(&r->mu);
+        free(r);
+    }
+    free(idle);
+    uint64_t before = s->streams_evicted;
+    s->streams_evicted += want;
+    if (want && (before == 0 || s->streams_evicted / 10000 != before / 10000))
+        FL_WARN("replay shard %d: all %zu insert stream records (replay.max_streams) are taken, none idle for "
+                "replay.stream_idle_s = %g s: freed the %zu least recently used with no call (idle %.1f s and more; "
+                "%" PRIu64 " so far). Clients open streams faster than they go idle: a flood, or writers that start "
+                "a new stream per batch",
+                s->shard, s->max_streams, s->stream_idle_s, want, youngest, s->streams_evicted);
+    return want;
+}
+
 /* Doubles the map (streams_mu held); 0 when out of memory. */
 static int map_grow(fl_replay_service_t *s) {
     size_t cap = s->streams_cap ? 2 * s->streams_cap : 64;
@@ -130,14 +178,14 @@ fl__stream_rec_t *fl__replay_get_stream(fl_replay_service_t *s, uint64_t id, int
         double now = fl_clock_sec();
         int full = acquire && s->nstreams >= s->max_streams;
         if ((full || 2 * (s->nstreams + 1) > s->streams_cap) && now >= s->next_reclaim) reclaim_idle(s, now);
+        if (acquire && s->nstreams >= s->max_streams) evict_lru(s, now);
         if (acquire && s->nstreams >= s->max_streams) {
             size_t n = s->nstreams;
             pthread_mutex_unlock(&s->streams_mu);
             fl_err_set(err, FL_RESOURCE_EXHAUSTED,
                        "stream %" PRIu64 " refused: replay shard %d holds the records of %zu insert streams, as many "
-                       "as replay.max_streams = %zu allows, and none has been idle for replay.stream_idle_s = %g s; "
-                       "try again later",
-                       id, s->shard, n, s->max_streams, s->stream_idle_s);
+                       "as replay.max_streams = %zu allows, and every one has an Insert call open; try again later",
+                       id, s->shard, n, s->max_streams);
             return NULL;
         }
         if (2 * (s->nstreams + 1) > s->streams_cap && !map_grow(s)) {

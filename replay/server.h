@@ -27,8 +27,11 @@
  *                     for replay.stream_idle_s is reclaimed when room is needed (its
  *                     writer, if it ever comes back, starts afresh: its resends would go
  *                     in again, which is why the deadline must exceed any actor's
- *                     outage), and a new stream that finds no room is RESOURCE_EXHAUSTED
- *                     naming replay.max_streams. The response (at the client's
+ *                     outage). When none is that idle, a new stream pushes out the least
+ *                     recently used records with no call bound (those of one batch first:
+ *                     what a flood of fresh streams leaves), so that no flood locks a new
+ *                     writer out; only when every record has a call open is a new stream
+ *                     RESOURCE_EXHAUSTED naming replay.max_streams. The response (at the client's
  *                     half-close) reports the stream's
  *                     last_sequence, this call's batches and inserted items, the table
  *                     size and each batch's first key (UINT64_MAX for a skipped batch

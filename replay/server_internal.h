@@ -84,7 +84,7 @@ struct fl_replay_service {
     size_t max_streams;         /* replay.max_streams */
     double stream_idle_s;       /* replay.stream_idle_s */
     double next_reclaim;        /* fl_clock_sec() before which no record can be reclaimable */
-    uint64_t streams_reclaimed;
+    uint64_t streams_reclaimed, streams_evicted;
 
     atomic_uint_fast64_t insert_batches, rejected, sample_calls;
 

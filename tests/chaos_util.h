@@ -46,6 +46,21 @@ static inline int chaos_role_of(pid_t pid, pid_t parent, char *role, size_t len)
     return 0;
 }
 
+/* The pid of parent's first role process (in /proc order) running `fleet ROLE`, or 0. */
+static inline pid_t chaos_find_role(pid_t parent, const char *want) {
+    pid_t found = 0;
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    struct dirent *e;
+    char role[16];
+    while (!found && (e = readdir(d)) != NULL) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid > 0 && chaos_role_of(pid, parent, role, sizeof role) && strcmp(role, want) == 0) found = pid;
+    }
+    closedir(d);
+    return found;
+}
+
 /* SIGKILLs one of parent's role processes, chosen with *rng (xorshift state, != 0);
  * returns its pid and role, or 0 when it has none running. */
 static inline pid_t chaos_kill_one(pid_t parent, uint64_t *rng, char *role, size_t len) {

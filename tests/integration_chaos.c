@@ -135,7 +135,104 @@ static void test_fleet_survives_kills(void **state) {
     free(log);
 }
 
+/* A role frozen with SIGSTOP (the learner, then the replay shard) stops the fleet's
+ * progress; with run.hang_s = 4 the launcher reports its silence, kills it and restarts
+ * it, and the run goes on to its end (exit 0: a hang is not a crash). Before, nothing was
+ * printed and the fleet waited for as long as the role was frozen. */
+static void test_frozen_roles_are_restarted(void **state) {
+    (void)state;
+    char out[512], events_path[700];
+    snprintf(out, sizeof out, "%s/frozen.log", g_tmp);
+    snprintf(events_path, sizeof events_path, "%s/frozen/events.log", g_tmp);
+    const char *sets[] = {"run.hang_s=4", "run.checkpoint_every=2", "run.max_seconds=40", "learner.lr=0.0001",
+                          "run.stop_at_target=false"};
+    pid_t pid = start_fleet_at(g_tmp, NULL, 0, "frozen", sets, 5);
+    assert_true(pid > 0);
+    static const char *const victims[] = {"learner", "replay"};
+    for (int v = 0; v < 2; v++) {
+        sleep(v == 0 ? 6 : 4);
+        pid_t victim = chaos_find_role(pid, victims[v]);
+        assert_true(victim > 0);
+        assert_int_equal(kill(victim, SIGSTOP), 0);
+        fprintf(stderr, "froze %s (pid %d)\n", victims[v], (int)victim);
+        /* Within hang_s (4 s) and a few looks, it is found, killed and restarted. */
+        int restarted = 0;
+        for (int t = 0; t < 300 && !restarted; t++) {
+            usleep(100000);
+            char *ev = read_file(events_path);
+            char hung[64], back[64];
+            snprintf(hung, sizeof hung, "%s 0 (pid %d) hung", victims[v], (int)victim);
+            snprintf(back, sizeof back, "restarted %s 0", victims[v]);
+            restarted = ev && strstr(ev, hung) && count_lines(ev, back) >= 1;
+            free(ev);
+        }
+        if (!restarted) kill(victim, SIGCONT);
+        assert_true(restarted);
+    }
+    int status = wait_process(pid, 120);
+    char *log = read_file(out);
+    if (log) fprintf(stderr, "---- fleet run (tail) ----\n%s\n", strlen(log) > 6000 ? log + strlen(log) - 6000 : log);
+    char *events = read_file(events_path);
+    assert_non_null(events);
+    fprintf(stderr, "events.log:\n%s\n", events);
+    assert_true(status != -1 && WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_non_null(strstr(events, "gave no sign of life for")); /* the warning at hang_s / 4 */
+    assert_non_null(strstr(events, "the process is stopped"));
+    char *sum = summary_at(g_tmp, "frozen");
+    assert_non_null(sum);
+    assert_int_equal(summary_u64(sum, "hangs"), 2);
+    assert_int_equal(summary_u64(sum, "crashes"), 0);
+    assert_true(summary_u64(sum, "restarts_learner") >= 1 && summary_u64(sum, "restarts_replay") >= 1);
+    assert_true(summary_u64(sum, "learner_steps") > 0);
+    assert_children_gone(sum, 5);
+    free(sum);
+    free(events);
+    free(log);
+}
+
+/* An env plugin that segfaults in its step (tests/data/crashenv.c): every actor and the
+ * evaluator die of SIGSEGV again and again. Each death is reported with its signal in
+ * events.log, the role's log holds "FATAL: signal 11" and a backtrace, the progress line
+ * counts the crashes, summary.txt has crashes=, crashes_<role>= and last_crash=, and the
+ * run, which ends at its time limit, exits with status 3. Before, the run ended "exit 0,
+ * time limit" with nothing about the crash in any log. */
+static void test_crashing_plugin_is_reported(void **state) {
+    (void)state;
+    const char *cc = getenv("FLEET_CC");
+    char plugin[512], cmd[2048];
+    snprintf(plugin, sizeof plugin, "%s/libcrashenv.so", g_tmp);
+    snprintf(cmd, sizeof cmd, "%s -shared -fPIC -O1 -I%s/include -o %s %s/tests/data/crashenv.c", cc && cc[0] ? cc : "cc",
+             fleet_source_dir(), plugin, fleet_source_dir());
+    assert_int_equal(system(cmd), 0);
+    char set_plugin[600];
+    snprintf(set_plugin, sizeof set_plugin, "env.plugin=%s", plugin);
+    const char *sets[] = {set_plugin, "env.name=crashenv", "env.args=segv_after=3000", "run.max_seconds=15",
+                          "run.max_restarts=1000", "run.stop_at_target=false"};
+    char *log = NULL;
+    int rc = run_fleet_at(g_tmp, NULL, 0, "crash", sets, 6, 180, &log);
+    assert_non_null(log);
+    assert_int_equal(rc, 3);
+    assert_non_null(strstr(log, "was killed by signal 11 (Segmentation fault)"));
+    assert_non_null(strstr(log, "FATAL: signal 11 (SIGSEGV, segmentation fault); backtrace:"));
+    assert_non_null(strstr(log, "crashed "));  /* the progress line */
+    assert_non_null(strstr(log, "exit status 3"));
+    char *sum = summary_at(g_tmp, "crash");
+    assert_non_null(sum);
+    assert_true(summary_u64(sum, "crashes") >= 1);
+    assert_true(summary_u64(sum, "crashes_actor") >= 1);
+    assert_int_equal(summary_u64(sum, "exit_code"), 3);
+    char last[256];
+    assert_non_null(kv_get(sum, "last_crash", last, sizeof last));
+    assert_non_null(strstr(last, "signal 11"));
+    assert_true(summary_u64(sum, "restarts") + 2 >= summary_u64(sum, "crashes")); /* one may land in the stop */
+    free(sum);
+    free(log);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test_setup_teardown(test_fleet_survives_kills, setup, teardown)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test_setup_teardown(test_fleet_survives_kills, setup, teardown),
+                                       cmocka_unit_test_setup_teardown(test_frozen_roles_are_restarted, setup, teardown),
+                                       cmocka_unit_test_setup_teardown(test_crashing_plugin_is_reported, setup, teardown)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <dirent.h>
+#include <errno.h>
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 
 #include "tests/proc_util.h"
 #include "tests/run_util.h"
@@ -233,11 +239,81 @@ static void test_run_folder_is_never_overwritten(void **state) {
     free(first);
 }
 
+/* connect(2) to the unix socket at path from a child process running as the user nobody
+ * (uid and gid 65534): its errno (0 when it connected), or -1 when this process cannot
+ * switch users (not root). */
+static int connect_as_nobody(const char *path) {
+    if (geteuid() != 0) return -1;
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int err = 0;
+        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0) err = -1;
+        int s = err ? -1 : socket(AF_UNIX, SOCK_STREAM, 0);
+        if (!err && s < 0) err = -1;
+        if (!err) {
+            struct sockaddr_un a;
+            memset(&a, 0, sizeof a);
+            a.sun_family = AF_UNIX;
+            snprintf(a.sun_path, sizeof a.sun_path, "%.107s", path);
+            err = connect(s, (struct sockaddr *)&a, sizeof a) == 0 ? 0 : errno;
+        }
+        if (write(fds[1], &err, sizeof err) != (ssize_t)sizeof err) _exit(1);
+        _exit(0);
+    }
+    close(fds[1]);
+    int err = -1;
+    if (read(fds[0], &err, sizeof err) != (ssize_t)sizeof err) err = -1;
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    return err;
+}
+
+/* While a one-machine fleet with run.local_sockets runs, its services and Control listen
+ * on unix sockets in <run>/sock/ (mode 0700), which another user cannot connect to
+ * (EACCES); nothing serves on TCP. */
+static void check_private_sockets(const char *name) {
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/%s/sock", g_tmp, name);
+    struct stat st;
+    assert_int_equal(stat(dir, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0700);
+    assert_int_equal(st.st_uid, geteuid());
+    static const char *const socks[] = {"replay-0.sock", "paramserver-0.sock", "control.sock"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, socks[i]);
+        assert_int_equal(stat(path, &st), 0);
+        assert_true(S_ISSOCK(st.st_mode));
+        int err = connect_as_nobody(path);
+        if (err == -1) {
+            fprintf(stderr, "(not root: the connection as another user is not tried)\n");
+            continue;
+        }
+        fprintf(stderr, "%s: another user's connect: %s\n", socks[i], strerror(err));
+        assert_int_equal(err, EACCES);
+    }
+    char logs[600];
+    snprintf(logs, sizeof logs, "%s/%s/logs", g_tmp, name);
+    char *text = NULL;
+    append_dir_files(logs, &text);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "replay shard 0 serving on unix:"));
+    assert_non_null(strstr(text, "serving on unix:"));
+    assert_null(strstr(text, "serving on 127.0.0.1"));
+    free(text);
+}
+
 static void test_sigint_stops_everything(void **state) {
     (void)state;
     char *argv[16];
     char sets[4][512];
     fleet_argv(argv, sets, "sigint", "run.max_seconds=600", "run.stop_at_target=false");
+    int n = 0;
+    while (argv[n]) n++;
+    argv[n++] = "--set";
+    argv[n++] = "run.local_sockets=true"; /* checked below: sockets no other user can reach */
+    argv[n] = NULL;
     char out[512], csv[512];
     snprintf(out, sizeof out, "%s/sigint.log", g_tmp);
     snprintf(csv, sizeof csv, "%s/sigint/metrics.csv", g_tmp);
@@ -251,6 +327,7 @@ static void test_sigint_stops_everything(void **state) {
         if (rows >= 4) break;
         usleep(100000);
     }
+    check_private_sockets("sigint");
     assert_int_equal(kill(pid, SIGINT), 0);
     int status = wait_process(pid, 60);
     assert_true(status != -1);

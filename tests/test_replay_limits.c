@@ -530,7 +530,7 @@ static void test_forged_acknowledgement_refused(void **state) {
     fl_replay_service_destroy(s.svc);
 }
 
-/* ---- stream records: capped, idle ones reclaimed ------------------------------ */
+/* ---- stream records: capped, idle ones reclaimed, the least used pushed out ------ */
 
 static void test_stream_records_capped(void **state) {
     (void)state;
@@ -553,8 +553,7 @@ static void test_stream_records_capped(void **state) {
     req_make(&m, 4, 104, 1, &c);
     assert_int_equal(insert_one(s.addr, &m, NULL, NULL, &e), FL_RESOURCE_EXHAUSTED);
     assert_non_null(strstr(e.msg, "stream 4 refused: replay shard 0 holds the records of 3 insert streams, as many "
-                                  "as replay.max_streams = 3 allows, and none has been idle for "
-                                  "replay.stream_idle_s = 0.3 s"));
+                                  "as replay.max_streams = 3 allows, and every one has an Insert call open"));
     /* Streams 2 and 3 end their calls and stay unused past the idle limit; stream 1's
      * call is still open. Then their records make room. */
     assert_int_equal(open_call_finish(&c2), 1);
@@ -581,6 +580,62 @@ static void test_stream_records_capped(void **state) {
     req_make(&m, 2, 102, 1, &c);
     assert_int_equal(insert_one(s.addr, &m, &items, NULL, &e), FL_OK);
     assert_int_equal(items, 3);
+    still_serving(&s);
+    fl_replay_service_destroy(s.svc);
+}
+
+/* A flood of one-batch streams with fresh ids, far more than replay.max_streams, long
+ * before any record is idle for replay.stream_idle_s: it pushes out its own records (one
+ * batch each, least recently used) and never the record of a real writer between its
+ * calls, and a writer that starts afterwards (a restarted actor) is taken at once.
+ * (Before, every new stream was refused for stream_idle_s once the flood had filled the
+ * map.) */
+static void test_stream_flood_locks_nobody_out(void **state) {
+    (void)state;
+    fl_replay_service_opts_t opts = make_opts(1);
+    opts.max_streams = 64;
+    opts.stream_idle_s = 3600;
+    opts.capacity = 100000;
+    server_t s;
+    server_start(&s, &opts);
+    fl_err_t e;
+    fl_err_init(&e);
+    /* A real writer's stream (key 77): four calls of a batch each, then idle. */
+    cols_t c;
+    cols_make(&c, 5, 0);
+    req_msg_t m;
+    for (uint64_t seq = 1; seq <= 4; seq++) {
+        req_make(&m, 7, 77, seq, &c);
+        assert_int_equal(insert_one(s.addr, &m, NULL, NULL, &e), FL_OK);
+    }
+    /* 640 one-row streams with fresh ids: ten times the map, in well under an hour. */
+    cols_t one;
+    cols_make(&one, 1, 0);
+    for (uint64_t id = 1000; id < 1640; id++) {
+        req_make(&m, id, id * 7 + 1, 1, &one);
+        if (insert_one(s.addr, &m, NULL, NULL, &e) != FL_OK) fail_msg("flood stream %" PRIu64 ": %s", id, e.msg);
+    }
+    assert_int_equal(info_of(&s).inserted, 4 * 5 + 640);
+    /* The writer's record survived: its resend of batch 4 (applied) is skipped, and its
+     * batch 5 goes in. */
+    req_make(&m, 7, 77, 4, &c);
+    uint64_t last = 0;
+    assert_int_equal(insert_one(s.addr, &m, NULL, &last, &e), FL_OK);
+    assert_int_equal(last, 4);
+    assert_int_equal(info_of(&s).inserted, 4 * 5 + 640);
+    req_make(&m, 7, 77, 5, &c);
+    assert_int_equal(insert_one(s.addr, &m, NULL, &last, &e), FL_OK);
+    assert_int_equal(info_of(&s).inserted, 5 * 5 + 640);
+    /* A new writer (a restarted actor's fresh stream) is taken at once. */
+    fl_replay_client_t *cl = NULL;
+    assert_int_equal(fl_replay_client_create(s.addr, &cl, &e), FL_OK);
+    fl_replay_writer_t *w = NULL;
+    assert_int_equal(fl_replay_writer_create(cl, 8, &SPEC, 1, &w, &e), FL_OK);
+    append_n(w, 3, 0);
+    assert_int_equal(fl_replay_writer_flush(w, 20000, &e), FL_OK);
+    assert_int_equal(fl_replay_writer_acked(w), 3);
+    fl_replay_writer_destroy(w);
+    fl_replay_client_destroy(cl);
     still_serving(&s);
     fl_replay_service_destroy(s.svc);
 }
@@ -673,6 +728,7 @@ int main(void) {
         cmocka_unit_test(test_writer_refuses_values),
         cmocka_unit_test(test_forged_acknowledgement_refused),
         cmocka_unit_test(test_stream_records_capped),
+        cmocka_unit_test(test_stream_flood_locks_nobody_out),
         cmocka_unit_test(test_sample_waiters_per_client),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
