@@ -458,7 +458,7 @@ static int start_control(fl_launch_t *L, const char *control_host) {
         snprintf(bind, sizeof bind, "unix:%s/control.sock", L->sock_dir);
     else
         snprintf(bind, sizeof bind, "%s:0", control_host);
-    fl_rpc_server_opts_t so = {.threads = 2, .prepost = 16};
+    fl_rpc_server_opts_t so = {.threads = 2, .prepost = 16, .quiet_refusals = 1}; /* fleet_state logs them */
     if (fl_rpc_server_create(&so, &L->control, &err) != FL_OK ||
         fl_rpc_server_add_unary(L->control, fl_method_path(FL_METHOD_CONTROL_REPORT), fl_fleet_state_on_report,
                                 &L->fs) != FL_OK ||

@@ -646,6 +646,13 @@ int fl_verb_run(int argc, char **argv) {
         return 2;
     }
     /* before the dry run too: it says what the real run would refuse */
+    if (strncmp(cfg.run_bind_host, "unix:", 5) == 0 || strchr(cfg.run_bind_host, '/')) {
+        fprintf(stderr,
+                "fleet run: run.bind_host = %s: expected a host name or an IP address (each service takes a port the "
+                "system chooses); for unix sockets in the run folder set run.local_sockets = true\n",
+                cfg.run_bind_host);
+        return 2;
+    }
     if ((rc = fl_security_bind_allowed(&cfg, "run", cfg.run_bind_host)) != 0) return rc;
     if (dry_run) {
         fl_wrapped_env_t *wenv = NULL;

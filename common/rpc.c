@@ -533,6 +533,8 @@ typedef struct call_ctx {
 struct fl_rpc_server {
     grpc_server *server;
     grpc_completion_queue *cq;
+    atomic_uint_fast64_t refused; /* calls answered with a refusal (log_refusal) */
+    int quiet_refusals;           /* opts.quiet_refusals */
     method_entry *methods;
     int n_methods;
     pthread_t *threads;
@@ -634,6 +636,23 @@ static void start_batch(call_ctx *c, grpc_op *ops, size_t n, tag_t *t) {
     }
 }
 
+/* A call refused for what it asked (not for load: RESOURCE_EXHAUSTED and UNAVAILABLE are
+ * a busy or stopping service): a warning with the method, the peer and why, the first 10
+ * per server and then every 1,000th, so that a hostile or broken client shows in the log
+ * without flooding it. */
+static void log_refusal(call_ctx *c, fl_status code, const char *msg) {
+    if (code != FL_INVALID_ARGUMENT && code != FL_PERMISSION_DENIED && code != FL_UNAUTHENTICATED &&
+        code != FL_OUT_OF_RANGE && code != FL_UNIMPLEMENTED && code != FL_FAILED_PRECONDITION)
+        return;
+    fl_rpc_server_t *s = c->srv;
+    uint64_t n = atomic_fetch_add(&s->refused, 1) + 1;
+    if (s->quiet_refusals || (n > 10 && n % 1000 != 0)) return;
+    char *peer = c->call ? grpc_call_get_peer(c->call) : NULL;
+    FL_WARN("rpc: refused %s from %s (%s; %llu refused so far): %.300s", c->m ? c->m->path : "a call",
+            peer ? peer : "?", fl_status_str(code), (unsigned long long)n, msg);
+    gpr_free(peer);
+}
+
 /* Sends the final response (if any) and status; the main path then ends. */
 static void send_finish(call_ctx *c, fl_rpc_reply_t *r, int send_initial) {
     grpc_op ops[4];
@@ -661,6 +680,7 @@ static void send_finish(call_ctx *c, fl_rpc_reply_t *r, int send_initial) {
         const char *msg = r->msg[0] ? r->msg : fl_status_str(r->code);
         c->status_details = grpc_slice_from_copied_string(msg);
         c->has_status_details = 1;
+        log_refusal(c, r->code, msg);
     }
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.trailing_metadata_count = 0;
@@ -980,6 +1000,7 @@ fl_status fl_rpc_server_create(const fl_rpc_server_opts_t *opts, fl_rpc_server_t
     s->max_msg = effective_limit(o.max_message_bytes);
     s->grace_s = o.grace_s > 0 ? o.grace_s : 1.0;
     s->stream_idle_s = o.stream_idle_s == 0 ? FL_RPC_DEFAULT_STREAM_IDLE_S : o.stream_idle_s;
+    s->quiet_refusals = o.quiet_refusals;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->idle_mu, NULL);

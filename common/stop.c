@@ -23,6 +23,7 @@ static void on_signal(int sig) {
     g_signal = sig;
 }
 
+#ifndef FL_SANITIZED
 static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS};
 static char g_altstack[64 * 1024]; /* the handler runs here: a stack overflow leaves none */
 
@@ -55,6 +56,7 @@ static void on_fatal(int sig) {
     signal(sig, SIG_DFL);
     raise(sig);
 }
+#endif
 
 void fl_crash_install(void) {
 #ifndef FL_SANITIZED

@@ -136,7 +136,7 @@ static void test_fleet_survives_kills(void **state) {
 }
 
 /* A role frozen with SIGSTOP (the learner, then the replay shard) stops the fleet's
- * progress; with run.hang_s = 4 the launcher reports its silence, kills it and restarts
+ * progress; with run.hang_s = 6 the launcher reports its silence, kills it and restarts
  * it, and the run goes on to its end (exit 0: a hang is not a crash). Before, nothing was
  * printed and the fleet waited for as long as the role was frozen. */
 static void test_frozen_roles_are_restarted(void **state) {
@@ -144,7 +144,7 @@ static void test_frozen_roles_are_restarted(void **state) {
     char out[512], events_path[700];
     snprintf(out, sizeof out, "%s/frozen.log", g_tmp);
     snprintf(events_path, sizeof events_path, "%s/frozen/events.log", g_tmp);
-    const char *sets[] = {"run.hang_s=4", "run.checkpoint_every=2", "run.max_seconds=40", "learner.lr=0.0001",
+    const char *sets[] = {"run.hang_s=6", "run.checkpoint_every=2", "run.max_seconds=45", "learner.lr=0.0001",
                           "run.stop_at_target=false"};
     pid_t pid = start_fleet_at(g_tmp, NULL, 0, "frozen", sets, 5);
     assert_true(pid > 0);
@@ -155,7 +155,7 @@ static void test_frozen_roles_are_restarted(void **state) {
         assert_true(victim > 0);
         assert_int_equal(kill(victim, SIGSTOP), 0);
         fprintf(stderr, "froze %s (pid %d)\n", victims[v], (int)victim);
-        /* Within hang_s (4 s) and a few looks, it is found, killed and restarted. */
+        /* Within hang_s (6 s) and a few looks, it is found, killed and restarted. */
         int restarted = 0;
         for (int t = 0; t < 300 && !restarted; t++) {
             usleep(100000);
@@ -181,7 +181,7 @@ static void test_frozen_roles_are_restarted(void **state) {
     assert_non_null(strstr(events, "the process is stopped"));
     char *sum = summary_at(g_tmp, "frozen");
     assert_non_null(sum);
-    assert_int_equal(summary_u64(sum, "hangs"), 2);
+    assert_true(summary_u64(sum, "hangs") >= 2); /* the two frozen (a starved machine may add one) */
     assert_int_equal(summary_u64(sum, "crashes"), 0);
     assert_true(summary_u64(sum, "restarts_learner") >= 1 && summary_u64(sum, "restarts_replay") >= 1);
     assert_true(summary_u64(sum, "learner_steps") > 0);
@@ -199,6 +199,11 @@ static void test_frozen_roles_are_restarted(void **state) {
  * time limit" with nothing about the crash in any log. */
 static void test_crashing_plugin_is_reported(void **state) {
     (void)state;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    /* The sanitizers catch the SEGV themselves: they print their report and exit 1, so
+     * the process does not die of the signal (fl_crash_install is off there). */
+    skip();
+#endif
     const char *cc = getenv("FLEET_CC");
     char plugin[512], cmd[2048];
     snprintf(plugin, sizeof plugin, "%s/libcrashenv.so", g_tmp);

@@ -90,6 +90,10 @@ static void test_config_errors(void **state) {
     assert_int_equal(fleet(&out, "run", "--dry-run", "--set", "run.bind_host=0.0.0.0"), 2);
     assert_non_null(strstr(out, "refusing to bind 0.0.0.0 without TLS"));
     free(out);
+    /* a socket path is not a host (the real run would bind "unix:/tmp/x:0") */
+    assert_int_equal(fleet(&out, "run", "--dry-run", "--set", "run.bind_host=unix:/tmp/x"), 2);
+    assert_non_null(strstr(out, "run.bind_host = unix:/tmp/x: expected a host name or an IP address"));
+    free(out);
     /* a good dry run prints the plan and the effective config */
     assert_int_equal(fleet(&out, "run", "--dry-run", "--set", "actor.count=3"), 0);
     assert_non_null(strstr(out, "actors       3"));

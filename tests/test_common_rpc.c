@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "common/clock.h"
 #include "common/rpc.h"
+#include "tests/proc_util.h"
 #include "tests/rpc_test_util.h"
 
 /* ---- handlers ------------------------------------------------------------ */
@@ -128,6 +130,12 @@ static fl_rpc_channel_t *connect_to(const char *addr) {
     fl_err_t err;
     assert_int_equal(fl_rpc_channel_create(addr, 0, &ch, &err), FL_OK);
     return ch;
+}
+
+/* A server on 127.0.0.1 (default limits) and a channel to it. */
+static fl_rpc_channel_t *serve_local(server_fixture *f) {
+    start_server(f, "127.0.0.1:0", 0, 1.0);
+    return connect_to(f->addr);
 }
 
 /* ---- tests --------------------------------------------------------------- */
@@ -312,22 +320,6 @@ static void test_stream_handler_error(void **state) {
     assert_int_equal(atomic_load(&g_stream_closes), closes_before + 1);
 }
 
-static void test_handler_error_message(void **state) {
-    (void)state;
-    server_fixture f;
-    start_server(&f, "127.0.0.1:0", 0, 1.0);
-    fl_rpc_channel_t *ch = connect_to(f.addr);
-    fl_rpc_buf_t resp;
-    fl_err_t err;
-    fl_err_init(&err);
-    assert_int_equal(fl_rpc_unary(ch, "/test.Echo/Fail", "abcdef", 6, 5000, FL_RPC_WAIT_FOR_READY, &resp, &err),
-                     FL_INVALID_ARGUMENT);
-    assert_int_equal(err.code, FL_INVALID_ARGUMENT);
-    assert_non_null(strstr(err.msg, "field 'x': expected 3 bytes, got 6"));
-    assert_null(resp.data);
-    fl_rpc_channel_destroy(ch);
-    fl_rpc_server_destroy(f.srv);
-}
 
 static void test_deadline(void **state) {
     (void)state;
@@ -352,8 +344,7 @@ static void test_deadline(void **state) {
 static void test_unknown_method(void **state) {
     (void)state;
     server_fixture f;
-    start_server(&f, "127.0.0.1:0", 0, 1.0);
-    fl_rpc_channel_t *ch = connect_to(f.addr);
+    fl_rpc_channel_t *ch = serve_local(&f);
     fl_rpc_buf_t resp;
     fl_err_t err;
     fl_err_init(&err);
@@ -367,6 +358,51 @@ static void test_unknown_method(void **state) {
     assert_int_equal(fl_rpc_stream_finish(s, &resp, &err), FL_UNIMPLEMENTED);
     fl_rpc_channel_destroy(ch);
     fl_rpc_server_destroy(f.srv);
+}
+
+/* A handler's error reaches the client with its code and message, and leaves a warning
+ * in the server's log naming the method, the client and why; a flood of them only the
+ * first 10 and then every 1,000th. */
+static void test_handler_error_message(void **state) {
+    (void)state;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/fleet-rpc-log-%d.txt", (int)getpid());
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    server_fixture f;
+    fl_rpc_channel_t *ch = serve_local(&f);
+    fl_rpc_buf_t resp;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_rpc_unary(ch, "/test.Echo/Fail", "abcdef", 6, 5000, FL_RPC_WAIT_FOR_READY, &resp, &err),
+                     FL_INVALID_ARGUMENT);
+    assert_int_equal(err.code, FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "field 'x': expected 3 bytes, got 6"));
+    assert_null(resp.data);
+    for (int i = 1; i < 1000; i++)
+        assert_int_equal(fl_rpc_unary(ch, "/test.Echo/Fail", "x", 1, 5000, FL_RPC_WAIT_FOR_READY, &resp, &err),
+                         FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_rpc_unary(ch, "/test.Echo/Echo", "x", 1, 5000, 0, &resp, &err), FL_OK); /* not logged */
+    fl_rpc_buf_free(&resp);
+    fl_rpc_channel_destroy(ch);
+    fl_rpc_server_destroy(f.srv);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    char *log = read_file(path);
+    unlink(path);
+    assert_non_null(log);
+    int lines = 0;
+    for (const char *p = log; (p = strstr(p, "rpc: refused /test.Echo/Fail from ipv4:127.0.0.1:")); p++) lines++;
+    fprintf(stderr, "%s", log);
+    assert_int_equal(lines, 11); /* calls 1 .. 10 and the 1,000th */
+    assert_non_null(strstr(log, "(invalid argument; 1 refused so far)"));
+    assert_non_null(strstr(log, "(invalid argument; 1000 refused so far)"));
+    free(log);
 }
 
 static void test_oversize(void **state) {
@@ -600,9 +636,9 @@ int main(void) {
         cmocka_unit_test(test_concurrent_clients),
         cmocka_unit_test(test_stream_many_messages),
         cmocka_unit_test(test_stream_handler_error),
-        cmocka_unit_test(test_handler_error_message),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_unknown_method),
+        cmocka_unit_test(test_handler_error_message),
         cmocka_unit_test(test_oversize),
         cmocka_unit_test(test_shutdown_in_flight),
         cmocka_unit_test(test_no_server),
