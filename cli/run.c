@@ -49,6 +49,7 @@ typedef struct sup {
     int waiting;  /* it died and restarts at restart_at */
     double restart_at;
     double stopped_since; /* fl_clock_sec() when it was first seen stopped (SIGSTOP), 0 = running */
+    double up_at;         /* fl_clock_sec() when its latest start was done (a service: serving) */
     int hang_warned;      /* its silence was reported (once per incarnation) */
     fl_restart_t rule; /* its quick deaths and next wait (cli/proc.h) */
 } sup_t;
@@ -184,7 +185,7 @@ static void check_hangs(local_t *lc) {
                 double seen = fl_launch_last_report(lc->L, c->role, c->index);
                 unwell = seen >= 0 && now - fmax(fmax(seen, s->rule.started_at), back[0]) >= hang_s / 2;
             }
-            back[g] = fmax(unwell ? now : back[g], s->rule.started_at);
+            back[g] = fmax(unwell ? now : back[g], fmax(s->rule.started_at, s->up_at));
         }
     back[1] = fmax(back[1], back[0]);
     for (int i = 0; i < lc->n; i++) {
@@ -395,6 +396,7 @@ static int spawn_kid(local_t *lc, int i) {
     int service = i < lc->R + lc->P;
     lc->sup[i].rule.started_at = fl_clock_sec();
     if (fl_proc_spawn(c, role, index, a.v, service, 120) == 0) {
+        lc->sup[i].up_at = fl_clock_sec(); /* a service waits above until it serves (its log recovered) */
         if (!service || strcmp(c->addr, a.listen) == 0) return 0;
         fl_launch_event(lc->L, NULL, "%s %d came back on %s, not on %s where its clients look: stopping it", role,
                         index, c->addr, a.listen);

@@ -23,6 +23,7 @@
  * Lock order: a stream record, wal_mu, the streams map, the table. */
 #include "replay/server.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
@@ -912,6 +913,22 @@ fl_status fl_replay_service_checkpoint_path(const fl_replay_service_t *s, const 
     return FL_OK;
 }
 
+/* The named checkpoints (*.ckpt not starting with "shard-") in dir other than `name`. */
+static int named_checkpoints(const char *dir, const char *name) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len > 5 && strcmp(e->d_name + len - 5, ".ckpt") == 0 && strncmp(e->d_name, "shard-", 6) != 0 &&
+            e->d_name[0] != '.' && strcmp(e->d_name, name) != 0)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
 static fl_status checkpoint_handler(void *user, const uint8_t *msg, size_t len, fl_rpc_reply_t *reply) {
     fl_replay_service_t *s = user;
     Fleet__CheckpointRequest *req = fleet__checkpoint_request__unpack(NULL, len, msg);
@@ -923,7 +940,20 @@ static fl_status checkpoint_handler(void *user, const uint8_t *msg, size_t len, 
     fl_table_save_info_t si;
     char path[FL_REPLAY_DIR_MAX + FL_REPLAY_CKPT_NAME_MAX + 8];
     fl_status st = fl_replay_service_checkpoint_path(s, req->name, path, sizeof path, &e);
+    /* A named file: counted and written under named_mu, so that two calls cannot both
+     * take the last place. */
+    const int named = st == FL_OK && req->name && req->name[0] && strncmp(req->name, "shard-", 6) != 0;
+    if (named) {
+        pthread_mutex_lock(&s->named_mu);
+        int held = named_checkpoints(s->wal_dir, req->name);
+        if (held >= FL_REPLAY_MAX_NAMED_CKPTS)
+            st = fl_err_set(&e, FL_RESOURCE_EXHAUSTED,
+                            "name: \"%s\" would be a new named checkpoint, and %s already holds %d (at most %d, each "
+                            "a copy of the whole table): remove one, or write one of those names again",
+                            req->name, s->wal_dir, held, FL_REPLAY_MAX_NAMED_CKPTS);
+    }
     if (st == FL_OK) st = fl_replay_service_checkpoint(s, path, &si, NULL, 0, &e);
+    if (named) pthread_mutex_unlock(&s->named_mu);
     if (st != FL_OK) {
         st = fl_rpc_reply_error(reply, st, "%s", e.msg);
         goto done;
@@ -1105,6 +1135,7 @@ static void init_state(fl_replay_service_t *s, const fl_replay_service_opts_t *o
     s->max_streams = (size_t)o->max_streams;
     s->stream_idle_s = o->stream_idle_s;
     pthread_mutex_init(&s->ckpt_mu, NULL);
+    pthread_mutex_init(&s->named_mu, NULL);
     pthread_mutex_init(&s->wal_mu, NULL);
     s->wal_lock_fd = -1;
     s->wal_fsync = o->wal_fsync;
@@ -1242,6 +1273,7 @@ void fl_replay_service_destroy(fl_replay_service_t *s) {
     free(s->streams);
     pthread_mutex_destroy(&s->streams_mu);
     pthread_mutex_destroy(&s->ckpt_mu);
+    pthread_mutex_destroy(&s->named_mu);
     pthread_mutex_destroy(&s->wal_mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->insert_cv);

@@ -76,7 +76,11 @@
  *                     with "shard-" unless it is this shard's own default name (so that
  *                     no call overwrites a log segment, another shard's checkpoint or
  *                     the learner's and actors' files next to them); anything else is
- *                     INVALID_ARGUMENT naming what is wrong. Without a checkpoint folder
+ *                     INVALID_ARGUMENT naming what is wrong. A new name when the folder
+ *                     already holds FL_REPLAY_MAX_NAMED_CKPTS such files (*.ckpt not
+ *                     starting with "shard-") is RESOURCE_EXHAUSTED (a name already there
+ *                     may be written again), so that calls cannot fill the disk with
+ *                     copies of the table. Without a checkpoint folder
  *                     the call is UNIMPLEMENTED ("checkpoints are not enabled"). The
  *                     response names the file, the live items and the bytes written. One
  *                     checkpoint runs at a time; inserts and samples wait only while
@@ -166,6 +170,9 @@
 #define FL_REPLAY_MAX_SAMPLE 65536
 /* Longest name a Checkpoint call may give its file. */
 #define FL_REPLAY_CKPT_NAME_MAX 100
+/* Checkpoint files by name (other than the shards' own) a checkpoint folder may hold
+ * before a Checkpoint call with a new name is refused: each is a whole table's copy. */
+#define FL_REPLAY_MAX_NAMED_CKPTS 4
 /* How far a new batch's sequence may run past its stream's last one. A writer numbers its
  * batches 1, 2, 3, ... and resends from its oldest unacknowledged one, so its next new
  * batch is the last + 1; a larger gap means the shard lost acknowledged batches (it was

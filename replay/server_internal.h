@@ -92,6 +92,7 @@ struct fl_replay_service {
     double ckpt_every;                         /* seconds; 0 = no periodic checkpoints */
     int ckpt_at_stop;                          /* a last checkpoint to ckpt_default at the stop */
     pthread_mutex_t ckpt_mu;                   /* serializes checkpoints (each copies the table) */
+    pthread_mutex_t named_mu;                  /* a named Checkpoint call's count of named files and its write */
     pthread_t housekeeping; /* periodic checkpoints and heap trims (server.c) */
     int housekeeping_started;
 

@@ -284,6 +284,17 @@ static void test_checkpoint_names(void **state) {
     snprintf(want, sizeof want, "%s/escape.ckpt", g_dir);
     assert_false(file_exists(want));
     assert_false(file_exists("/tmp/absolute.ckpt"));
+    /* Named copies are bounded (each is the whole table): 4 names, then a fifth new name
+     * is refused; a name already there may be written again, the shard's own file too.
+     * (Before, every distinct name wrote one more copy.) */
+    static const char *const names[] = {"a.ckpt", "b.ckpt", "c.ckpt"}; /* with before-upgrade_2.ckpt: 4 */
+    for (int i = 0; i < 3; i++) assert_int_equal(checkpoint_call(s.addr, names[i], NULL, 0, &e), FL_OK);
+    assert_int_equal(checkpoint_call(s.addr, "d.ckpt", NULL, 0, &e), FL_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(e.msg, "name: \"d.ckpt\" would be a new named checkpoint, and "));
+    assert_non_null(strstr(e.msg, "already holds 4 (at most 4, each a copy of the whole table)"));
+    assert_int_equal(checkpoint_call(s.addr, "b.ckpt", NULL, 0, &e), FL_OK);
+    assert_int_equal(checkpoint_call(s.addr, "", NULL, 0, &e), FL_OK);
+    assert_int_equal(files_in(dir), 5);
     still_serving(&s);
     fl_replay_service_destroy(s.svc);
 
