@@ -636,13 +636,14 @@ static void start_batch(call_ctx *c, grpc_op *ops, size_t n, tag_t *t) {
     }
 }
 
-/* A call refused for what it asked (not for load: RESOURCE_EXHAUSTED and UNAVAILABLE are
- * a busy or stopping service): a warning with the method, the peer and why, the first 10
- * per server and then every 1,000th, so that a hostile or broken client shows in the log
- * without flooding it. */
+/* A call refused for what it asked (not for the service's state: RESOURCE_EXHAUSTED,
+ * UNAVAILABLE and FAILED_PRECONDITION are a busy, stopping or not yet ready service, e.g.
+ * a Sample the rate limiter held too long): a warning with the method, the peer and why,
+ * the first 10 per server and then every 1,000th, so that a hostile or broken client
+ * shows in the log without flooding it. */
 static void log_refusal(call_ctx *c, fl_status code, const char *msg) {
     if (code != FL_INVALID_ARGUMENT && code != FL_PERMISSION_DENIED && code != FL_UNAUTHENTICATED &&
-        code != FL_OUT_OF_RANGE && code != FL_UNIMPLEMENTED && code != FL_FAILED_PRECONDITION)
+        code != FL_OUT_OF_RANGE && code != FL_UNIMPLEMENTED)
         return;
     fl_rpc_server_t *s = c->srv;
     uint64_t n = atomic_fetch_add(&s->refused, 1) + 1;

@@ -107,7 +107,7 @@ typedef struct fl_rpc_server_opts {
     int max_streams_per_connection; /* calls running at once on one connection */
     int64_t memory_bytes;           /* gRPC's memory quota for the server's connections */
     /* Calls refused for what they asked (INVALID_ARGUMENT, PERMISSION_DENIED,
-     * UNAUTHENTICATED, OUT_OF_RANGE, UNIMPLEMENTED, FAILED_PRECONDITION) are logged as
+     * UNAUTHENTICATED, OUT_OF_RANGE, UNIMPLEMENTED) are logged as
      * warnings with the method, the peer and the message (the first 10, then every
      * 1,000th); 1 = not (a server that logs its refusals itself). */
     int quiet_refusals;
