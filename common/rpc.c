@@ -470,7 +470,7 @@ static grpc_channel_credentials *channel_creds(channel_sec *cs) {
 /* What a server's clients may hold (see rpc.h): idle and half-open connections, calls
  * per connection and gRPC's memory. Returns the number of args written (at most
  * FL__LIMIT_ARGS); a quota it creates is s->quota (the server takes its own reference). */
-#define FL__LIMIT_ARGS 8
+#define FL__LIMIT_ARGS 9
 struct fl_rpc_server;
 static size_t limit_args(const fl_rpc_server_opts_t *o, struct fl_rpc_server *s, grpc_arg *a);
 
@@ -956,6 +956,11 @@ static size_t limit_args(const fl_rpc_server_opts_t *o, struct fl_rpc_server *s,
     int streams = o->max_streams_per_connection == 0 ? FL_RPC_DEFAULT_MAX_STREAMS_PER_CONNECTION
                                                      : o->max_streams_per_connection;
     int64_t mem = o->memory_bytes == 0 ? FL_RPC_DEFAULT_MEMORY_BYTES : o->memory_bytes;
+    double hs = limit_of(o->handshake_timeout_s, FL_RPC_DEFAULT_HANDSHAKE_TIMEOUT_S);
+    if (hs > 0) { /* a connection that has not finished its TLS and HTTP/2 handshake by then is closed */
+        a[n].type = GRPC_ARG_INTEGER, a[n].key = GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, a[n].value.integer = ms_of(hs);
+        n++;
+    }
     if (idle > 0) {
         a[n].type = GRPC_ARG_INTEGER, a[n].key = GRPC_ARG_MAX_CONNECTION_IDLE_MS, a[n].value.integer = ms_of(idle);
         n++;

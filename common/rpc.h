@@ -15,7 +15,8 @@
  * thread-safe. Unknown methods are answered UNIMPLEMENTED.
  *
  * What a client may hold on a server is bounded (fl_rpc_server_opts_t, docs/security.md):
- * a connection without calls is closed after connection_idle_s; every connection is
+ * a connection without calls is closed after connection_idle_s, one that has not
+ * finished its handshake after handshake_timeout_s; every connection is
  * pinged every keepalive_s and closed when a ping is not answered within
  * keepalive_timeout_s (a peer that vanished without closing); at most
  * max_streams_per_connection calls run on one connection; gRPC's buffers for all
@@ -93,6 +94,7 @@ typedef struct fl_rpc_reply fl_rpc_reply_t;
 #define FL_RPC_DEFAULT_KEEPALIVE_TIMEOUT_S 20.0
 #define FL_RPC_DEFAULT_MAX_STREAMS_PER_CONNECTION 64
 #define FL_RPC_DEFAULT_MEMORY_BYTES (INT64_C(1) << 30)
+#define FL_RPC_DEFAULT_HANDSHAKE_TIMEOUT_S 10.0
 
 typedef struct fl_rpc_server_opts {
     int threads;           /* completion-queue threads (0 = 2) */
@@ -106,6 +108,7 @@ typedef struct fl_rpc_server_opts {
     double keepalive_timeout_s;     /* ... and closed when a ping is not answered within this */
     int max_streams_per_connection; /* calls running at once on one connection */
     int64_t memory_bytes;           /* gRPC's memory quota for the server's connections */
+    double handshake_timeout_s;     /* a connection that sends no (TLS and) HTTP/2 handshake this long is closed */
     /* Calls refused for what they asked (INVALID_ARGUMENT, PERMISSION_DENIED,
      * UNAUTHENTICATED, OUT_OF_RANGE, UNIMPLEMENTED) are logged as
      * warnings with the method, the peer and the message (the first 10, then every

@@ -13,6 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <errno.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -577,6 +582,52 @@ static int cancels_reached(int want) {
 
 /* A client-streaming call that sends nothing for stream_idle_s is cancelled (and its
  * handler closed); a handler that is itself busy longer than that is not. */
+/* Connections that never send the HTTP/2 preface (raw sockets held open, as in a flood
+ * of them against the descriptor limit) are closed by the server at handshake_timeout_s;
+ * before, gRPC's default of 120 s let them pile up. A real client keeps working. */
+static void test_silent_connections_closed(void **state) {
+    (void)state;
+    server_fixture f;
+    fl_rpc_server_opts_t o = {.threads = 2, .grace_s = 1.0, .handshake_timeout_s = 0.5};
+    start_server_opts(&f, "127.0.0.1:0", &o);
+    int port = atoi(strrchr(f.addr, ':') + 1);
+    enum { N = 20 };
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fds[i] >= 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&a, sizeof a), 0);
+    }
+    /* Each is closed by the server: a read sees the end (0) or a reset, well before 120 s
+     * (a liveness bound of 20 s, forty times the timeout). */
+    int closed = 0;
+    const double until = fl_clock_sec() + 20.0;
+    for (int i = 0; i < N; i++) {
+        for (;;) { /* read what comes (the server's SETTINGS) until the end, or the bound */
+            int left_ms = (int)((until - fl_clock_sec()) * 1e3);
+            struct pollfd p = {.fd = fds[i], .events = POLLIN};
+            if (left_ms <= 0 || poll(&p, 1, left_ms) != 1) break;
+            char buf[256];
+            ssize_t k = read(fds[i], buf, sizeof buf);
+            if (k > 0) continue;
+            closed += k == 0 || errno == ECONNRESET;
+            break;
+        }
+        close(fds[i]);
+    }
+    assert_int_equal(closed, N);
+    fl_rpc_channel_t *ch = connect_to(f.addr);
+    fl_rpc_buf_t resp;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_rpc_unary(ch, "/test.Echo/Echo", "hi", 2, 5000, FL_RPC_WAIT_FOR_READY, &resp, &err), FL_OK);
+    fl_rpc_buf_free(&resp);
+    fl_rpc_channel_destroy(ch);
+    fl_rpc_server_destroy(f.srv);
+}
+
 static void test_stream_idle_cancelled(void **state) {
     (void)state;
     server_fixture f;
@@ -639,6 +690,7 @@ int main(void) {
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_unknown_method),
         cmocka_unit_test(test_handler_error_message),
+        cmocka_unit_test(test_silent_connections_closed),
         cmocka_unit_test(test_oversize),
         cmocka_unit_test(test_shutdown_in_flight),
         cmocka_unit_test(test_no_server),
