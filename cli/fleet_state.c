@@ -307,7 +307,7 @@ static int figures_bad(const fl_fleet_state_t *fs, const fl_role_state_t *st, co
 /* Logs a refused report: the first 10, then every 1,000th. Under mu. */
 static void log_refusal(fl_fleet_state_t *fs, const char *msg) {
     fs->refused++;
-    if (fs->refused <= 10 || fs->refused % 1000 == 0)
+    if (fl_log_sampled(fs->refused))
         fl_log(FL_LOG_WARN, "control: refused a report (%llu so far): %s", (unsigned long long)fs->refused, msg);
 }
 

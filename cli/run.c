@@ -61,6 +61,7 @@ typedef struct local {
     sup_t *sup;       /* one per child */
     int n;
     int R, P, NL, NE;
+    double next_hang_look; /* check_hangs looks twice a second */
     int exit_code; /* != 0 once starting failed, with reason */
     char reason[512];
     char *replay_list, *ps_list;       /* the services' addresses (malloc'd) */
@@ -163,10 +164,9 @@ static int proc_stopped(pid_t pid) {
  * it runs is not seen here. */
 static void check_hangs(local_t *lc) {
     const double hang_s = fl_launch_config(lc->L)->run_hang_s;
-    static double next_look;
     const double now = fl_clock_sec();
-    if (hang_s <= 0 || now < next_look) return;
-    next_look = now + 0.5;
+    if (hang_s <= 0 || now < lc->next_hang_look) return;
+    lc->next_hang_look = now + 0.5;
     for (int i = 0; i < lc->n; i++) {
         sup_t *s = &lc->sup[i];
         int stopped = lc->kids[i].pid && lc->kids[i].running && proc_stopped(lc->kids[i].pid);

@@ -647,7 +647,7 @@ static void log_refusal(call_ctx *c, fl_status code, const char *msg) {
         return;
     fl_rpc_server_t *s = c->srv;
     uint64_t n = atomic_fetch_add(&s->refused, 1) + 1;
-    if (s->quiet_refusals || (n > 10 && n % 1000 != 0)) return;
+    if (s->quiet_refusals || !fl_log_sampled(n)) return;
     char *peer = c->call ? grpc_call_get_peer(c->call) : NULL;
     FL_WARN("rpc: refused %s from %s (%s; %llu refused so far): %.300s", c->m ? c->m->path : "a call",
             peer ? peer : "?", fl_status_str(code), (unsigned long long)n, msg);
