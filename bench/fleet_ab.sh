@@ -8,11 +8,13 @@
 #   bash bench/fleet_ab.sh KEY "VALUE1 VALUE2 ..." [CONFIG.ini] [SECONDS] [ROUNDS] [extra --set K=V ...]
 #   (defaults: configs/minatar-breakout.ini 60 2; WARMUP = 15 s)
 #   e.g. bash bench/fleet_ab.sh model.cpu_kernels "dnnl reference" configs/minatar-breakout.ini 90 2
-#   FLEET_BIN=PATH runs another build's fleet (to compare builds, alternately, one value)
+#   FLEET_BIN=PATH runs another build's fleet
+#   KEY @bin compares builds, alternately: the VALUES are fleet binaries
+#   (e.g. bash bench/fleet_ab.sh @bin "/tmp/old/build/bin/fleet build/bin/fleet" configs/cartpole.ini 40 3)
 #   FLEET_AB_WARMUP=S counts the rows from S seconds (an Atari fleet learns from ~45 s)
 set -euo pipefail
 if [ $# -lt 2 ]; then
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -38,8 +40,10 @@ for r in $(seq 1 "$rounds"); do
   for i in "${!values[@]}"; do
     v="${values[$i]}"
     name="v${i}-r${r}"
-    "$fleet" run "$config" --set run.out_dir="$out" --set run.name="$name" --set run.max_seconds="$seconds" \
-      --set run.stop_at_target=false --set run.checkpoints=false "$@" --set "$key=$v" \
+    bin="$fleet" keyset=(--set "$key=$v")
+    if [ "$key" = "@bin" ]; then bin="$v" keyset=(); fi
+    "$bin" run "$config" --set run.out_dir="$out" --set run.name="$name" --set run.max_seconds="$seconds" \
+      --set run.stop_at_target=false --set run.checkpoints=false "$@" "${keyset[@]}" \
       > "$out/$name.log" 2>&1 || { echo "run $name ($key=$v) failed:"; tail -5 "$out/$name.log"; exit 1; }
     m="$out/$name/metrics.csv"
     env_sum[$i]="${env_sum[$i]:-} $(column_mean "$m" env_steps_per_s)"

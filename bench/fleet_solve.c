@@ -14,7 +14,14 @@
  *             launcher restarts it); each row then also
  *             prints the kills and the restarts summary.txt counted. Learner checkpoints
  *             every 2 s (run.checkpoint_every), as a restarted learner resumes from its
- *             latest one. */
+ *             latest one.
+ *   --faults  what each --chaos event does, drawn at random from the list (default kill):
+ *             kill (SIGKILL a role), stop (SIGSTOP a role for S/2 s, then SIGCONT),
+ *             poison (1,024 rows at the shard's own reward and priority bounds, with real
+ *             observations), forge (an evaluator's report of return 1e9 without a role's
+ *             credential), flood (2,000 one-row inserts on fresh streams), connections
+ *             (500 idle TCP connections to the shard, held S/2 s); tests/chaos_faults.h.
+ *             Each row counts the events and what summary.txt says of the run. */
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -23,7 +30,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tests/chaos_util.h"
+#include "common/log.h"
+#include "tests/chaos_faults.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -59,10 +67,46 @@ static int stopping(const char *path) {
     return found;
 }
 
+enum { F_KILL, F_STOP, F_POISON, F_FORGE, F_FLOOD, F_CONNECTIONS, F_COUNT };
+static const char *const fault_names[F_COUNT] = {"kill", "stop", "poison", "forge", "flood", "connections"};
+
+/* The faults named in list (comma-separated) into on[]; 0, or -1 naming the unknown one. */
+static int parse_faults(const char *list, int on[F_COUNT]) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    memset(on, 0, F_COUNT * sizeof on[0]);
+    int any = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int k = 0;
+        while (k < F_COUNT && strcmp(t, fault_names[k]) != 0) k++;
+        if (k == F_COUNT) {
+            fprintf(stderr, "fleet_solve: unknown fault '%s' (expected kill, stop, poison, forge, flood, connections)\n", t);
+            return -1;
+        }
+        on[k] = any = 1;
+    }
+    return any ? 0 : -1;
+}
+
+/* One chaos event of kind k on the launcher pid's run in run_dir; 1 when it acted. What a
+ * poison found goes to *rb and *pb. */
+static int do_fault(int k, pid_t pid, const char *run_dir, double chaos, uint64_t *rng, double *rb, double *pb) {
+    char role[16];
+    switch (k) {
+    case F_KILL: return chaos_kill_one(pid, rng, role, sizeof role) != 0;
+    case F_STOP: return chaos_stop_one(pid, rng, chaos / 2, role, sizeof role) != 0;
+    case F_POISON: return chaos_poison(run_dir, 1024, rb, pb) > 0;
+    case F_FORGE: return chaos_forge_report(pid, run_dir) == 0;
+    case F_FLOOD: return chaos_stream_flood(run_dir, 2000) > 0;
+    case F_CONNECTIONS: return chaos_connection_flood(pid, run_dir, 500, chaos / 2) > 0;
+    default: return 0;
+    }
+}
+
 int main(int argc, char **argv) {
     int json = 0, seeds = 3;
     double limit = 300, chaos = 0;
-    char fleet[PATH_MAX] = "", config[PATH_MAX] = "";
+    char fleet[PATH_MAX] = "", config[PATH_MAX] = "", faults[256] = "kill";
     const char *sets[16];
     int nsets = 0;
     for (int i = 1; i < argc; i++) {
@@ -78,14 +122,22 @@ int main(int argc, char **argv) {
             limit = atof(argv[++i]);
         else if (strcmp(argv[i], "--chaos") == 0 && i + 1 < argc)
             chaos = atof(argv[++i]);
+        else if (strcmp(argv[i], "--faults") == 0 && i + 1 < argc)
+            snprintf(faults, sizeof faults, "%s", argv[++i]);
         else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && nsets < 16)
             sets[nsets++] = argv[++i];
         else {
             fprintf(stderr, "usage: fleet_solve [--json] [--seeds N] [--fleet PATH] [--config FILE] [--limit S] "
-                            "[--chaos S] [--set KEY=VALUE]... (at most 16)\n");
+                            "[--chaos S] [--faults kill,stop,poison,forge,flood,connections] [--set KEY=VALUE]... (at most "
+                            "16)\n");
             return 2;
         }
     }
+    int on[F_COUNT], kinds[F_COUNT], nkinds = 0;
+    if (parse_faults(faults, on) != 0) return 2;
+    for (int k = 0; k < F_COUNT; k++)
+        if (on[k]) kinds[nkinds++] = k;
+    fl_log_set_level(FL_LOG_OFF); /* the faults' own clients: their refusals are the point */
     if (seeds < 1 || seeds > 100) seeds = 3;
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -114,7 +166,7 @@ int main(int argc, char **argv) {
     int solved = 0;
     if (!json) {
         printf("fleet_solve: %s, %d seeds, %d cores", config, seeds, cores);
-        if (chaos > 0) printf(", a random role killed every %.1f s on average", chaos);
+        if (chaos > 0) printf(", a fault (%s) every %.1f s on average", faults, chaos);
         for (int k = 0; k < nsets; k++) printf(", --set %s", sets[k]);
         printf("\n");
     }
@@ -144,7 +196,10 @@ int main(int argc, char **argv) {
             execv(fleet, (char *const *)args);
             _exit(127);
         }
-        int status = 0, kills = 0;
+        int status = 0, kills = 0, done[F_COUNT] = {0};
+        double rb = 0, pb = 0;
+        char run_dir[PATH_MAX + 32];
+        snprintf(run_dir, sizeof run_dir, "%s/seed%d", tmp, s);
         uint64_t rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)s;
         while (chaos > 0 && waitpid(pid, &status, WNOHANG) == 0) {
             double wait = chaos * (0.5 + (double)(rng % 1000) / 1000.0);
@@ -152,15 +207,27 @@ int main(int argc, char **argv) {
             for (double w = 0; w < wait && waitpid(pid, &status, WNOHANG) == 0; w += 0.05) usleep(50000);
             if (kill(pid, 0) != 0) break;
             if (stopping(out_path)) continue; /* a role killed now would be an unclean end */
-            char role[16];
-            kills += chaos_kill_one(pid, &rng, role, sizeof role) != 0;
+            int k = kinds[(rng >> 11) % (uint64_t)nkinds];
+            done[k] += do_fault(k, pid, run_dir, chaos, &rng, &rb, &pb);
+            kills = done[F_KILL];
         }
         if (chaos <= 0 || kill(pid, 0) == 0) waitpid(pid, &status, 0);
-        char summary[PATH_MAX + 64], reason[512] = "", elapsed[64] = "0", restarts[64] = "0";
+        char summary[PATH_MAX + 64], reason[512] = "", elapsed[64] = "0", restarts[64] = "0", hangs[64] = "0",
+                                     refused[64] = "0";
         snprintf(summary, sizeof summary, "%s/seed%d/summary.txt", tmp, s);
         kv(summary, "reason", reason, sizeof reason);
         kv(summary, "elapsed_s", elapsed, sizeof elapsed);
         kv(summary, "restarts", restarts, sizeof restarts);
+        kv(summary, "hangs", hangs, sizeof hangs);
+        kv(summary, "reports_refused", refused, sizeof refused);
+        char events[512] = "";
+        for (int k = 0, used = 0; k < F_COUNT; k++)
+            if (done[k] && used < (int)sizeof events)
+                used += snprintf(events + used, sizeof events - (size_t)used, "%s%s %d", used ? ", " : "", fault_names[k],
+                                 done[k]);
+        if (done[F_POISON])
+            snprintf(events + strlen(events), sizeof events - strlen(events), " (rows at |r| %.4g, priority %.4g)", rb,
+                     pb);
         int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && strncmp(reason, "target reached", 14) == 0;
         double t = atof(elapsed);
         times[s - 1] = ok ? t : 1e9;
@@ -170,7 +237,8 @@ int main(int argc, char **argv) {
                    "\"solved\":%s,\"kills\":%d,\"restarts\":%s}\n",
                    s, t, cores, ok ? "true" : "false", kills, restarts);
         else if (chaos > 0)
-            printf("  seed %-3d %8.1f s  %s  (%d kills, %s restarts)\n", s, t, ok ? "solved" : reason, kills, restarts);
+            printf("  seed %-3d %8.1f s  %s  (%s; %s restarts, %s hangs, %s reports refused)\n", s, t,
+                   ok ? "solved" : reason, events[0] ? events : "no fault acted", restarts, hangs, refused);
         else
             printf("  seed %-3d %8.1f s  %s\n", s, t, ok ? "solved" : reason);
         fflush(stdout);

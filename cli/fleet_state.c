@@ -249,7 +249,7 @@ static int figures_bad(const fl_fleet_state_t *fs, const fl_role_state_t *st, co
         if (!isfinite(ret) || fabs(ret) > fs->max_abs_reward * steps) {
             snprintf(why, len,
                      "episode_returns[%zu] = %g over %.0f steps (expected a finite return of at most "
-                     "replay.max_abs_reward = %g a step in magnitude)",
+                     "%g a step in magnitude: the env's reward bound, env.reward_bound, or replay.max_abs_reward where set)",
                      i, ret, steps, fs->max_abs_reward);
             return 1;
         }
@@ -279,7 +279,8 @@ static int figures_bad(const fl_fleet_state_t *fs, const fl_role_state_t *st, co
                 fabs(hi) > fs->max_abs_reward * fmax(steps, 1)) {
                 snprintf(why, len,
                          "an evaluation's return mean %g, min %g, max %g over at most %.0f steps (expected min <= "
-                         "mean <= max, at most replay.max_abs_reward = %g a step in magnitude)",
+                         "mean <= max, at most %g a step in magnitude: the env's reward bound, env.reward_bound, or "
+                         "replay.max_abs_reward where set)",
                          mean, lo, hi, steps, fs->max_abs_reward);
                 return 1;
             }
@@ -429,6 +430,9 @@ fl_status fl_fleet_state_save(fl_fleet_state_t *fs, const fl_fleet_totals_t *t, 
     fl_state_put_double(&w, "best_eval", t->best_eval);
     fl_state_put_u64(&w, "eval_version", t->eval.version);
     fl_state_put_doubles(&w, "eval_result", t->eval.v, FL_EVALUATOR_RESULT_COUNT);
+    double sup[FL_FLEET_SUPERVISION_COUNTERS];
+    for (int i = 0; i < FL_FLEET_SUPERVISION_COUNTERS; i++) sup[i] = (double)t->supervision[i];
+    fl_state_put_doubles(&w, "supervision", sup, FL_FLEET_SUPERVISION_COUNTERS);
     return fl_state_commit(&w, err);
 }
 
@@ -441,6 +445,9 @@ static int restore_totals(const fl_state_t *st, fl_fleet_totals_t *t) {
              fl_state_get_u64(st, "evaluations", &t->n_evals) && fl_state_get_double(st, "best_eval", &t->best_eval) &&
              fl_state_get_u64(st, "eval_version", &t->eval.version) &&
              fl_state_get_doubles(st, "eval_result", t->eval.v, FL_EVALUATOR_RESULT_COUNT) == FL_EVALUATOR_RESULT_COUNT;
+    double sup[FL_FLEET_SUPERVISION_COUNTERS] = {0}; /* absent before the counters were kept: zeros */
+    size_t n = fl_state_get_doubles(st, "supervision", sup, FL_FLEET_SUPERVISION_COUNTERS);
+    for (size_t i = 0; i < n; i++) t->supervision[i] = sup[i] >= 0 && sup[i] < 1e18 ? (uint64_t)sup[i] : 0;
     return ok;
 }
 

@@ -130,12 +130,16 @@ uint64_t fl_fleet_state_env_steps(const fl_fleet_state_t *fs);
 double fl_fleet_state_actor_return(const fl_fleet_state_t *fs, int a, uint64_t *count);
 
 /* The launcher's figures that a resumed experiment continues from (with the tables). */
+#define FL_FLEET_SUPERVISION_COUNTERS 16
 typedef struct fl_fleet_totals {
     double elapsed_s;
     uint64_t env_steps, learner_steps, samples, replay_inserted;
     uint64_t n_evals;
     double best_eval;
     fl_eval_result_t eval; /* the latest evaluation (when n_evals > 0) */
+    /* The supervision's counters (restarts, crashes, hangs, per role: the launcher's
+     * layout, cli/launch.c), carried over a resume; 0 from a state file without them. */
+    uint64_t supervision[FL_FLEET_SUPERVISION_COUNTERS];
 } fl_fleet_totals_t;
 
 /* Writes the tables' resumable part (the training-return windows, the actors' env steps,

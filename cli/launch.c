@@ -31,6 +31,7 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/credential.h"
 #include "common/log.h"
 #include "common/methods.h"
 #include "common/rpc.h"
@@ -394,6 +395,29 @@ static int prepare_resume(fl_launch_t *L, const char *dir) {
     return 0;
 }
 
+/* The supervision's counters in launcher.state's layout (fl_fleet_totals_t.supervision):
+ * restarts, crashes, hangs, then restarts and crashes per role. */
+_Static_assert(3 + 2 * FL_LAUNCH_ROLES <= FL_FLEET_SUPERVISION_COUNTERS, "launcher.state holds every counter");
+static void pack_supervision(const fl_launch_t *L, uint64_t *c) {
+    c[0] = L->restarts;
+    c[1] = L->crashes;
+    c[2] = L->hangs;
+    for (int r = 0; r < FL_LAUNCH_ROLES; r++) {
+        c[3 + r] = L->role_restarts[r];
+        c[3 + FL_LAUNCH_ROLES + r] = L->role_crashes[r];
+    }
+}
+
+static void unpack_supervision(fl_launch_t *L, const uint64_t *c) {
+    L->restarts = c[0];
+    L->crashes = c[1];
+    L->hangs = c[2];
+    for (int r = 0; r < FL_LAUNCH_ROLES; r++) {
+        L->role_restarts[r] = c[3 + r];
+        L->role_crashes[r] = c[3 + FL_LAUNCH_ROLES + r];
+    }
+}
+
 /* Restores the launcher's figures of a resumed run and prints where it continues. */
 static int restore_figures(fl_launch_t *L) {
     fl_err_t err;
@@ -404,6 +428,7 @@ static int restore_figures(fl_launch_t *L) {
     }
     L->t_start = fl_clock_sec() - L->prev.elapsed_s;
     L->fs.t_start = L->t_start;
+    unpack_supervision(L, L->prev.supervision);
     printf("  resume       %s at %.1f s: %llu env steps, %llu learner steps, %llu episodes", L->dir,
            L->prev.elapsed_s, (unsigned long long)L->prev.env_steps, (unsigned long long)L->prev.learner_steps,
            (unsigned long long)L->fs.n_returns);
@@ -473,6 +498,34 @@ static int start_control(fl_launch_t *L, const char *control_host) {
     return 0;
 }
 
+/* The run's access token (common/rpc.h): drawn from the run secret (so it names no
+ * role's key), set for this process's Control and clients, handed to every role it starts
+ * in FL_RPC_ACCESS_ENV, and written to <run>/access.token (0600) for the user's own
+ * tools. With TLS the run token guards the services instead, and the access token goes
+ * unused. 0, or -1 after printing why. */
+static int open_access(fl_launch_t *L) {
+    uint8_t key[FL_CRED_KEY_BYTES];
+    char token[FL_CRED_TOKEN_CHARS + 1], path[sizeof L->dir + 16];
+    fl_cred_role_key(L->fs.secret, "access", 0, key);
+    fl_cred_token(key, 0, token);
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_rpc_set_access_token(token, &err) != FL_OK || setenv(FL_RPC_ACCESS_ENV, token, 1) != 0) {
+        fprintf(stderr, "fleet run: cannot set the run's access token: %s\n", err.msg[0] ? err.msg : strerror(errno));
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/access.token", L->dir);
+    unlink(path); /* a resumed run's old token: the file is made anew with mode 0600 */
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int ok = fd >= 0 && write(fd, token, strlen(token)) == (ssize_t)strlen(token) && write(fd, "\n", 1) == 1;
+    if (fd >= 0 && close(fd) != 0) ok = 0;
+    if (!ok) {
+        fprintf(stderr, "fleet run: cannot write the run's access token to %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 /* The run's files, its figures (restored when resuming), config.ini and Control. */
 static int open_run(fl_launch_t *L, const char *cfg_file, const fl_wrapped_env_t *env, const char *control_host) {
     const fl_config_t *cfg = &L->cfg;
@@ -484,8 +537,15 @@ static int open_run(fl_launch_t *L, const char *cfg_file, const fl_wrapped_env_t
         fprintf(stderr, "fleet run: out of memory, or no random bytes for the run secret (getrandom)\n");
         return -1;
     }
-    L->fs.max_abs_reward = cfg->replay_max_abs_reward;
+    /* What a report's returns may claim a step: replay.max_abs_reward where set, else the
+     * env's bound through the training and the evaluation wrappers (1e-4 of slack for
+     * sums in single precision), else 1e6. */
+    const double train_bound = fl_options_step_reward_bound(cfg, 0), eval_bound = fl_options_step_reward_bound(cfg, 1);
+    L->fs.max_abs_reward = cfg->replay_max_abs_reward > 0           ? cfg->replay_max_abs_reward
+                           : train_bound > 0 && eval_bound > 0 ? fmax(train_bound, eval_bound) * (1.0 + 1e-4)
+                                                                 : 1e6;
     fl_proc_set_secret(L->fs.secret); /* the roles this process starts report with its credentials */
+    if (open_access(L) != 0) return -1;
     if (L->resuming && restore_figures(L) != 0) return -1;
     if (!L->resuming && cfg->run_checkpoint_dir[0])
         snprintf(L->state_path, sizeof L->state_path, "%s/launcher.state", cfg->run_checkpoint_dir);
@@ -1005,6 +1065,7 @@ static void save_figures(monitor_t *M, const figures_t *f) {
     t.n_evals = M->n_evals;
     t.best_eval = M->best_eval;
     t.eval = M->eval;
+    pack_supervision(L, t.supervision);
     fl_err_t err;
     fl_err_init(&err);
     if (fl_fleet_state_save(&L->fs, &t, L->state_path, &err) != FL_OK) FL_WARN("launcher state not saved: %s", err.msg);
@@ -1313,10 +1374,13 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
     if (ops->echo_logs) ops->echo_logs(ctx);
     finish_curve(&M);
     check_unclean(&M);
-    if (M.exit_code == 0 && L->crashes > 0) { /* the run ended as it should, but roles crashed on the way */
+    /* the run ended as it should, but roles crashed on the way (in this sitting: the
+     * counts of earlier ones, carried over a resume, are in summary.txt) */
+    const uint64_t crashed_now = L->crashes - L->prev.supervision[1];
+    if (M.exit_code == 0 && crashed_now > 0) {
         M.exit_code = FL_LAUNCH_EXIT_CRASHED;
         FL_WARN("%llu role process%s died of a fault signal during the run (the last: %s); exit status %d",
-                (unsigned long long)L->crashes, L->crashes == 1 ? "" : "es", L->last_crash, FL_LAUNCH_EXIT_CRASHED);
+                (unsigned long long)crashed_now, crashed_now == 1 ? "" : "es", L->last_crash, FL_LAUNCH_EXIT_CRASHED);
     }
     totals_t t;
     final_totals(&M, &t);

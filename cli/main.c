@@ -16,6 +16,7 @@
 
 #include "cli/verbs.h"
 #include "common/heap.h"
+#include "common/rpc.h"
 
 #ifndef FLEET_VERSION
 #define FLEET_VERSION "0.0.0"
@@ -49,9 +50,11 @@ static const verb_t verbs[] = {
      "       fleet run --resume runs/NAME [--set SECTION.KEY=VALUE]...\n"
      "       mpirun -np K fleet run CONFIG.ini        (a fleet across hosts; docs/multi-host.md)\n"
      "Reads the experiment, prints the role plan, starts every role as its own process (replay\n"
-     "shards, parameter servers, learners, actors, evaluators) talking gRPC over loopback (with\n"
-     "run.local_sockets = true: unix sockets in runs/<name>/sock/, mode 0700, which no other local\n"
-     "user can connect to), prints one progress line per run.progress_every seconds and writes\n"
+     "shards, parameter servers, learners, actors, evaluators) talking gRPC over loopback, every\n"
+     "call with the run's access token (runs/<name>/access.token, 0600: another local process\n"
+     "without it is refused; with run.local_sockets = true: unix sockets in runs/<name>/sock/,\n"
+     "mode 0700, which no other local user can connect to), prints one progress line per\n"
+     "run.progress_every seconds and writes\n"
      "runs/<name>/ (config.ini, metrics.csv, evals.csv, returns.csv, roles.csv, TensorBoard\n"
      "events, curve.png, logs/, events.log, checkpoints/, summary.txt; an existing name gets\n"
      "runs/<name>-2/). Stops on Ctrl-C /\n"
@@ -317,6 +320,17 @@ int main(int argc, char **argv) {
     if (!v->main) {
         fprintf(stderr, "fleet %s: this verb takes no options\n", name);
         return 2;
+    }
+    /* A role `fleet run` started (or a tool of the run's user) calls and serves with the
+     * run's access token (common/rpc.h). */
+    const char *access = getenv(FL_RPC_ACCESS_ENV);
+    if (access && access[0]) {
+        fl_err_t err;
+        fl_err_init(&err);
+        if (fl_rpc_set_access_token(access, &err) != FL_OK) {
+            fprintf(stderr, "fleet %s: %s: %s\n", name, FL_RPC_ACCESS_ENV, err.msg);
+            return 2;
+        }
     }
     /* The verb sees argv from its own name on: argv[0] = "run", ... */
     int rc = v->main(argc - 1, argv + 1);

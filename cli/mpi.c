@@ -63,6 +63,7 @@
 #include "common/clock.h"
 #include "common/credential.h"
 #include "common/log.h"
+#include "common/rpc.h"
 #include "common/stop.h"
 #include "cli/fleet_state.h"
 #include "cli/launch.h"
@@ -676,6 +677,20 @@ static int start_control(rank_run_t *X) {
     MPI_Bcast(&rc, 1, MPI_INT, m->launcher, MPI_COMM_WORLD);
     if (rc) return rc;
     MPI_Bcast(X->control, (int)sizeof X->control, MPI_CHAR, m->launcher, MPI_COMM_WORLD);
+    /* The run's access token (common/rpc.h), which plaintext services and Control take
+     * (an mpirun job on one host's loopback, or with run.insecure): every rank and the
+     * roles it starts call and serve with it. */
+    char access[64] = "";
+    if (m->me == m->launcher) snprintf(access, sizeof access, "%s", getenv(FL_RPC_ACCESS_ENV) ? getenv(FL_RPC_ACCESS_ENV) : "");
+    MPI_Bcast(access, (int)sizeof access, MPI_CHAR, m->launcher, MPI_COMM_WORLD);
+    if (m->me != m->launcher && access[0]) {
+        fl_err_t err;
+        fl_err_init(&err);
+        if (fl_rpc_set_access_token(access, &err) != FL_OK || setenv(FL_RPC_ACCESS_ENV, access, 1) != 0) {
+            fprintf(stderr, "fleet run (rank %d): cannot set the run's access token: %s\n", m->me, err.msg);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
     /* Each rank gets its own role's key only (common/credential.h): a host cannot report
      * for the roles of another. */
     unsigned char *keys = NULL, key[FL_CRED_KEY_BYTES] = {0};

@@ -65,6 +65,43 @@ fl_status fl_options_open_env(const fl_config_t *c, fl_wrapped_env_t **out, fl_e
     return fl_env_create_wrapped(&o, out, err);
 }
 
+double fl_options_step_reward_bound(const fl_config_t *c, int evaluation) {
+    fl_env_factory_opts_t o;
+    fl_options_env(c, &o);
+    double base = c->env_reward_bound > 0 ? c->env_reward_bound : c->env_plugin[0] ? 0.0 : fl_env_reward_bound(c->env_name);
+    if (!evaluation) return fl_wrappers_reward_bound(o.wrappers, base);
+    char spec[FL_CONFIG_STRING_MAX];
+    fl_wrappers_for_evaluation(o.wrappers ? o.wrappers : "", spec, sizeof spec);
+    return fl_wrappers_reward_bound(spec, base);
+}
+
+/* The n-step reward's bound and the largest TD error, from the training step's reward
+ * bound; 0 each when unknown. */
+static void derived_bounds(const fl_config_t *c, double *reward, double *priority) {
+    const double r = fl_options_step_reward_bound(c, 0), g = c->learner_gamma;
+    *reward = *priority = 0.0;
+    if (!(r > 0.0) || !(g >= 0.0 && g < 1.0)) return;
+    double sum = 0.0, gk = 1.0;
+    for (int64_t k = 0; k < c->learner_n_step; k++, gk *= g) sum += gk;
+    /* 1e-4 of slack: an actor sums its n-step rewards in single precision */
+    *reward = r * sum * (1.0 + 1e-4);
+    *priority = *reward + (1.0 + gk) * r / (1.0 - g);
+}
+
+double fl_options_max_abs_reward(const fl_config_t *c) {
+    if (c->replay_max_abs_reward > 0) return c->replay_max_abs_reward;
+    double r, p;
+    derived_bounds(c, &r, &p);
+    return r > 0 ? r : 1e6;
+}
+
+double fl_options_max_priority(const fl_config_t *c) {
+    if (c->replay_max_priority > 0) return c->replay_max_priority;
+    double r, p;
+    derived_bounds(c, &r, &p);
+    return p > 0 ? p : 1e6;
+}
+
 void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out) {
     memset(out, 0, sizeof *out);
     fl_options_env(c, &out->env);
@@ -82,8 +119,8 @@ void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out) {
     out->input_scale = c->model_input_scale;
     out->backend = fl_options_cpu_kernels(c);
     out->replay_shards = c->replay_shards;
-    out->max_abs_reward = c->replay_max_abs_reward;
-    out->max_priority = c->replay_max_priority;
+    out->max_abs_reward = fl_options_max_abs_reward(c);
+    out->max_priority = fl_options_max_priority(c);
     out->seed = (uint64_t)c->run_seed;
     out->progress_every = c->run_progress_every;
     out->state_dir = c->run_checkpoint_dir;
@@ -191,8 +228,8 @@ fl_status fl_options_replay(const fl_config_t *c, int shard, fl_replay_service_o
     out->checkpoint_at_stop = !own && c->run_checkpoint_dir[0] != '\0';
     out->wal = fl_options_replay_wal(c);
     out->wal_fsync = c->replay_wal_fsync;
-    out->max_abs_reward = c->replay_max_abs_reward;
-    out->max_priority = c->replay_max_priority;
+    out->max_abs_reward = fl_options_max_abs_reward(c);
+    out->max_priority = fl_options_max_priority(c);
     out->max_streams = c->replay_max_streams;
     out->stream_idle_s = c->replay_stream_idle_s;
     return FL_OK;
@@ -251,7 +288,7 @@ fl_status fl_options_learner(const fl_config_t *c, fl_learner_opts_t *o, fl_err_
     o->input_scale = c->model_input_scale;
     o->backend = fl_options_cpu_kernels(c);
     o->beta = c->replay_beta;
-    o->max_priority = c->replay_max_priority;
+    o->max_priority = fl_options_max_priority(c);
     o->replay_shards = c->replay_shards;
     o->paramserver_wait_timeout_s = c->paramserver_wait_timeout_s;
     o->seed = (uint64_t)c->run_seed;

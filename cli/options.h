@@ -29,6 +29,17 @@ fl_status fl_options_open_env(const fl_config_t *c, fl_wrapped_env_t **out, fl_e
 /* What an actor reads (actors/actor.h): env.*, actor.*, learner.n_step and
  * learner.gamma, model.spec and model.input_scale, replay.shards, run.seed and
  * run.progress_every. */
+/* The largest |reward| of one agent step of the configured env: env.reward_bound or the
+ * built-in's own (envs/registry.h), through the training wrappers (evaluation = 0) or
+ * the evaluation's (1); 0 when unknown. */
+double fl_options_step_reward_bound(const fl_config_t *c, int evaluation);
+/* replay.max_abs_reward and replay.max_priority as every role applies them: the keys
+ * when set (> 0), else derived from the step's reward bound R (training wrappers), the
+ * discount gamma and n-step n: R (1 + gamma + ... + gamma^(n-1)) for the n-step reward,
+ * and that plus (1 + gamma^n) R / (1 - gamma) for priorities (|TD error| with values
+ * within their bound R / (1 - gamma)); 1e6 each when R is unknown or gamma >= 1. */
+double fl_options_max_abs_reward(const fl_config_t *c);
+double fl_options_max_priority(const fl_config_t *c);
 void fl_options_actor(const fl_config_t *c, fl_actor_opts_t *out);
 
 /* model.cpu_kernels as a backend (auto: fl_qnet_default_backend). */

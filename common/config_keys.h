@@ -64,6 +64,7 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(env, difficulty_ramping, BOOL, 1, 0, 1, "", "games that support it speed up over an episode") \
     X(env, rng, ENUM, "fleet", 0, 0, "fleet|reference", "random generator of games that offer a reference-compatible one") \
     X(env, args, STRING, "", 0, 0, "", "free text handed to the env (plugins)") \
+    X(env, reward_bound, FLOAT, 0, 0, 3e38, "", "the largest |reward| one step of the env can give, which bounds what the replay takes (replay.max_abs_reward, replay.max_priority) and what reports may claim; 0 = the built-in env's own (none for Atari's raw scores and plugins: set it for a plugin)") \
     X(env, wrappers, STRING, "", 0, 0, "", "Atari-style wrappers around the env, e.g. \"noop(30) frameskip(4) framestack(4)\" (docs/environments.md)") \
     X(env, preset, ENUM, "none", 0, 0, "none|nature|machado", "a standard Atari protocol for an atari-* env (docs/environments.md): nature (Nature DQN / Ape-X: no-op starts, frame skip 4 with max-pooling, 84x84, frame stack 4, reward clipping, episodic life and fire-on-reset for training, no sticky actions) or machado (Machado et al. 2018: sticky actions 0.25, the full action set, no episodic life); it sets env.wrappers and env.sticky_actions") \
     /* [eval] the evaluators' greedy evaluation */                                                          \
@@ -104,8 +105,8 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(replay, checkpoint_every, FLOAT, 0, 0, 1e9, "", "seconds between periodic checkpoints to replay.checkpoint_dir (0 = off)") \
     X(replay, wal, BOOL, 1, 0, 1, "", "write-ahead log of inserts in the shard's checkpoint folder (replay.checkpoint_dir, else run.checkpoint_dir), so that a killed shard restarts with every acknowledged item; off when the shard has no such folder") \
     X(replay, wal_fsync, BOOL, 0, 0, 1, "", "fdatasync the write-ahead log before acknowledging (0 = the page cache: survives a killed process, not a machine crash)") \
-    X(replay, max_abs_reward, FLOAT, 1e6, 1e-6, 3e38, "", "inserts with an n-step reward beyond +-this are refused (the actor reports it as its env's error)") \
-    X(replay, max_priority, FLOAT, 1e6, 1e-6, 3e38, "", "inserted and updated priorities above this are refused (actors and learners send larger ones as this)") \
+    X(replay, max_abs_reward, FLOAT, 0, 0, 3e38, "", "inserts with an n-step reward beyond +-this are refused (the actor reports it as its env's error); 0 = from the env's reward bound (env.reward_bound): the bound of one agent step times the n-step discount sum, or 1e6 when the env declares none") \
+    X(replay, max_priority, FLOAT, 0, 0, 3e38, "", "inserted and updated priorities above this are refused (actors and learners send larger ones as this); 0 = from the env's reward bound R: the n-step reward bound plus (1 + gamma^n) R / (1 - gamma), the largest TD error of values within their bounds, or 1e6 when the env declares none") \
     X(replay, max_streams, INT, 16384, 1, 100000000, "", "insert streams a shard keeps resend records of (about 1.1 KB each); beyond them a new stream pushes out the least recently used record with no call open (refused only when every one has a call open)") \
     X(replay, stream_idle_s, FLOAT, 3600, 1, 1e9, "", "a stream's resend record unused for this long may be reclaimed: must exceed any actor's longest outage, or its resent batches go in twice") \
     /* [paramserver] the parameter service */                                                               \

@@ -14,6 +14,10 @@
  * which call_allowed reads before a learner-only method's handler. A channel gets TLS
  * credentials composed with a metadata plugin (token_send) that picks the token per
  * method. Both copy the tokens they need, so fl_rpc_set_security never touches them.
+ * Without TLS, a server bound while an access token is set keeps a copy and checks every
+ * call's "authorization" header in call_allowed, before the handler; a channel made while
+ * one is set keeps its header (channel_sec.access) and adds it to each call's initial
+ * metadata (access_metadata).
  *
  * Idle streams: every client-streaming call is on a list (idle_mu, changed once per call)
  * with the time its current receive was posted (an atomic, 0 while a handler runs, so
@@ -42,6 +46,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/connguard.h"
 #include "common/log.h"
 #include "common/stop.h"
 
@@ -141,6 +146,7 @@ typedef struct sec_state {
 
 static pthread_mutex_t g_sec_mu = PTHREAD_MUTEX_INITIALIZER;
 static sec_state *g_sec;
+static char *g_access; /* the access token of plaintext servers and channels (rpc.h); under g_sec_mu */
 
 /* The auth-context property the token check adds: which credential the call carried. */
 #define CRED_PROPERTY "fleet.credential"
@@ -219,6 +225,23 @@ fl_status fl_rpc_set_security(const fl_rpc_security_t *sec, fl_err_t *err) {
     return FL_OK;
 }
 
+fl_status fl_rpc_set_access_token(const char *token, fl_err_t *err) {
+    char *n = NULL;
+    if (token && token[0]) {
+        if (!token_ok(token))
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "rpc access token: it holds characters other than printable ASCII without spaces "
+                              "(expected the hex digits of the run folder's access.token)");
+        if (!(n = strdup(token))) return fl_err_set(err, FL_NO_MEMORY, "rpc access token: out of memory");
+    }
+    pthread_mutex_lock(&g_sec_mu);
+    char *old = g_access;
+    g_access = n;
+    pthread_mutex_unlock(&g_sec_mu);
+    free(old);
+    return FL_OK;
+}
+
 int fl_rpc_secure(void) {
     pthread_mutex_lock(&g_sec_mu);
     int on = g_sec != NULL;
@@ -265,6 +288,7 @@ static int token_equal(const char *given, size_t given_len, const char *secret) 
  * tokens. */
 typedef struct token_check {
     char *token, *learner_token;
+    atomic_uint_fast64_t refused; /* calls refused here (logged sampled, as log_refusal does) */
 } token_check;
 
 static void token_check_destroy(void *state) {
@@ -274,9 +298,19 @@ static void token_check_destroy(void *state) {
     free(t);
 }
 
+/* Ends a call in the token check with UNAUTHENTICATED and logs it (sampled: the first
+ * ten, then every thousandth), as the server logs the refusals of its handlers. */
+static void token_refuse(token_check *t, grpc_process_auth_metadata_done_cb cb, void *user_data, const char *why) {
+    uint64_t n = atomic_fetch_add(&t->refused, 1) + 1;
+    if (fl_log_sampled(n))
+        FL_WARN("rpc: refused a call at the token check (UNAUTHENTICATED; %llu refused so far): %.300s",
+                (unsigned long long)n, why);
+    cb(user_data, NULL, 0, NULL, 0, GRPC_STATUS_UNAUTHENTICATED, why);
+}
+
 static void token_check_process(void *state, grpc_auth_context *ctx, const grpc_metadata *md, size_t num_md,
                                 grpc_process_auth_metadata_done_cb cb, void *user_data) {
-    const token_check *t = state;
+    token_check *t = state;
     const grpc_metadata *auth = NULL;
     for (size_t i = 0; i < num_md; i++)
         if (grpc_slice_str_cmp(md[i].key, "authorization") == 0) {
@@ -284,7 +318,7 @@ static void token_check_process(void *state, grpc_auth_context *ctx, const grpc_
             break;
         }
     if (!auth) {
-        cb(user_data, NULL, 0, NULL, 0, GRPC_STATUS_UNAUTHENTICATED,
+        token_refuse(t, cb, user_data,
            "fleet: the call carries no token (expected 'authorization: Bearer <token>'; the client needs this "
            "fleet's run.tls_dir, whose token file it sends)");
         return;
@@ -294,7 +328,7 @@ static void token_check_process(void *state, grpc_auth_context *ctx, const grpc_
     static const char bearer[] = "Bearer ";
     const size_t nb = sizeof bearer - 1;
     if (n < nb || strncasecmp(v, bearer, nb) != 0) {
-        cb(user_data, NULL, 0, NULL, 0, GRPC_STATUS_UNAUTHENTICATED,
+        token_refuse(t, cb, user_data,
            "fleet: the call's authorization is not a bearer token (expected 'authorization: Bearer <token>')");
         return;
     }
@@ -303,7 +337,7 @@ static void token_check_process(void *state, grpc_auth_context *ctx, const grpc_
     int is_run = token_equal(v, n, t->token);
     int is_learner = t->learner_token ? token_equal(v, n, t->learner_token) : 0;
     if (!is_run && !is_learner) {
-        cb(user_data, NULL, 0, NULL, 0, GRPC_STATUS_UNAUTHENTICATED,
+        token_refuse(t, cb, user_data,
            t->learner_token
                ? "fleet: the call's token is wrong (it is neither this fleet's run token nor its learner token: the "
                  "client has another fleet's credentials; give every role the same run.tls_dir)"
@@ -421,7 +455,19 @@ static char *bearer_header(const char *token) {
 typedef struct channel_sec {
     int secure;
     char ca_file[256], cert_file[256];
+    char access[128]; /* plaintext: "Bearer <access token>" sent on every call, or "" */
 } channel_sec;
+
+/* The initial metadata of a call on a channel with this security into md: the access
+ * token's header, or nothing. The slices point into cs, which outlives the call. */
+static void access_metadata(const channel_sec *cs, grpc_op *op, grpc_metadata *md) {
+    if (!cs->access[0]) return;
+    memset(md, 0, sizeof *md);
+    md->key = grpc_slice_from_static_string("authorization");
+    md->value = grpc_slice_from_static_string(cs->access);
+    op->data.send_initial_metadata.count = 1;
+    op->data.send_initial_metadata.metadata = md;
+}
 
 /* TLS channel credentials that send the token, from the current security (insecure ones
  * when none is set); NULL on failure. */
@@ -429,6 +475,8 @@ static grpc_channel_credentials *channel_creds(channel_sec *cs) {
     memset(cs, 0, sizeof *cs);
     pthread_mutex_lock(&g_sec_mu);
     if (!g_sec) {
+        if (g_access && snprintf(cs->access, sizeof cs->access, "Bearer %s", g_access) >= (int)sizeof cs->access)
+            cs->access[0] = '\0'; /* too long to send: the server then says the token is missing */
         pthread_mutex_unlock(&g_sec_mu);
         return grpc_insecure_credentials_create();
     }
@@ -544,6 +592,7 @@ struct fl_rpc_server {
     double grace_s;
     int started;
     int secure;          /* bound with TLS and the token check */
+    char *access;        /* bound in plaintext while an access token was set: the token calls need */
     int shutdown_called;
     atomic_int shutting_down;
     pthread_mutex_t mu;
@@ -559,6 +608,10 @@ struct fl_rpc_server {
     pthread_t idle_thread;
     int idle_started, idle_stop;
     grpc_resource_quota *quota;
+    int max_conns_per_peer;       /* opts.max_connections_per_peer, resolved (<= 0: none) */
+    int guard_ports[4];           /* TCP ports bound, guarded once the server starts */
+    int n_guard_ports;
+    fl_connguard_t *guards[4];
 };
 
 static void idle_list_remove(call_ctx *c) {
@@ -741,7 +794,34 @@ static void stream_close(call_ctx *c, fl_status why, fl_rpc_reply_t *r) {
 /* With TLS, a learner-only method needs the call to have carried the learner token (the
  * token check recorded which one it was). 1 when the call may go on; else it is ended
  * PERMISSION_DENIED. */
+/* 1 when a plaintext call carries the server's access token; else it is ended
+ * UNAUTHENTICATED. */
+static int access_allowed(call_ctx *c) {
+    const char *token = c->srv->access;
+    const grpc_metadata *auth = NULL;
+    for (size_t i = 0; i < c->md.count; i++)
+        if (grpc_slice_str_cmp(c->md.metadata[i].key, "authorization") == 0) {
+            auth = &c->md.metadata[i];
+            break;
+        }
+    static const char bearer[] = "Bearer ";
+    const size_t nb = sizeof bearer - 1;
+    const char *v = auth ? (const char *)GRPC_SLICE_START_PTR(auth->value) : NULL;
+    size_t n = auth ? GRPC_SLICE_LENGTH(auth->value) : 0;
+    if (auth && n >= nb && strncasecmp(v, bearer, nb) == 0 && token_equal(v + nb, n - nb, token)) return 1;
+    finish_error(c, FL_UNAUTHENTICATED,
+                 !auth ? "the call carries no access token: this fleet's services take calls only from the processes "
+                         "of its run (expected 'authorization: Bearer <token>'; a tool of the run's user sends the "
+                         "token in the run folder's access.token, e.g. through the FLEET_ACCESS_TOKEN variable)"
+                       : "the call's access token is wrong: it is not this run's (expected 'authorization: Bearer "
+                         "<token>' with the token in the run folder's access.token; an old run's or another run's "
+                         "token is refused)",
+                 1);
+    return 0;
+}
+
 static int call_allowed(call_ctx *c) {
+    if (c->srv->access && !access_allowed(c)) return 0;
     if (!c->m->learner_only || !c->srv->secure) return 1;
     int learner = 0;
     grpc_auth_context *ctx = grpc_call_auth_context(c->call);
@@ -1007,6 +1087,8 @@ fl_status fl_rpc_server_create(const fl_rpc_server_opts_t *opts, fl_rpc_server_t
     s->grace_s = o.grace_s > 0 ? o.grace_s : 1.0;
     s->stream_idle_s = o.stream_idle_s == 0 ? FL_RPC_DEFAULT_STREAM_IDLE_S : o.stream_idle_s;
     s->quiet_refusals = o.quiet_refusals;
+    s->max_conns_per_peer =
+        o.max_connections_per_peer == 0 ? FL_RPC_DEFAULT_MAX_CONNECTIONS_PER_PEER : o.max_connections_per_peer;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->idle_mu, NULL);
@@ -1099,6 +1181,14 @@ fl_status fl_rpc_server_bind(fl_rpc_server_t *s, const char *addr, int *port, fl
         return fl_err_set(err, FL_UNAVAILABLE,
                           "rpc server: cannot bind '%s' (expected host:port with a free port, or unix:/path)", addr);
     s->secure |= secure;
+    if (!secure && !s->access) {
+        pthread_mutex_lock(&g_sec_mu);
+        s->access = g_access ? strdup(g_access) : NULL;
+        int lost = g_access && !s->access;
+        pthread_mutex_unlock(&g_sec_mu);
+        if (lost) return fl_err_set(err, FL_NO_MEMORY, "rpc server: out of memory");
+    }
+    if (!is_unix && s->max_conns_per_peer > 0 && s->n_guard_ports < 4) s->guard_ports[s->n_guard_ports++] = p;
     if (port) *port = is_unix ? 0 : p;
     return FL_OK;
 }
@@ -1132,6 +1222,12 @@ fl_status fl_rpc_server_start(fl_rpc_server_t *s, fl_err_t *err) {
             return fl_err_set(err, FL_INTERNAL, "rpc server: cannot start the idle-stream watchdog");
         s->idle_started = 1;
     }
+    for (int i = 0; i < s->n_guard_ports; i++) {
+        fl_err_t gerr;
+        fl_err_init(&gerr);
+        if (fl_connguard_start(s->guard_ports[i], s->max_conns_per_peer, 0.5, &s->guards[i], &gerr) != FL_OK)
+            FL_WARN("rpc server: port %d: no bound on connections per peer: %s", s->guard_ports[i], gerr.msg);
+    }
     return FL_OK;
 }
 
@@ -1139,6 +1235,10 @@ void fl_rpc_server_shutdown(fl_rpc_server_t *s) {
     if (!s || s->shutdown_called) return;
     s->shutdown_called = 1;
     atomic_store(&s->shutting_down, 1);
+    for (int i = 0; i < s->n_guard_ports; i++) {
+        fl_connguard_stop(s->guards[i]);
+        s->guards[i] = NULL;
+    }
     if (s->idle_started) {
         pthread_mutex_lock(&s->idle_mu);
         s->idle_stop = 1;
@@ -1196,6 +1296,7 @@ void fl_rpc_server_destroy(fl_rpc_server_t *s) {
     for (int i = 0; i < s->n_methods; i++) free(s->methods[i].path);
     free(s->methods);
     free(s->threads);
+    free(s->access);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->idle_mu);
@@ -1568,6 +1669,8 @@ static fl_status unary_bb(fl_rpc_channel_t *ch, const char *method, grpc_byte_bu
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[0].flags = (flags & FL_RPC_WAIT_FOR_READY) ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+    grpc_metadata access_md;
+    access_metadata(&ch->sec, &ops[0], &access_md);
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send_bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -1793,6 +1896,8 @@ fl_status fl_rpc_stream_open(fl_rpc_channel_t *ch, const char *method, int64_t t
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[0].flags = (flags & FL_RPC_WAIT_FOR_READY) ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+    grpc_metadata access_md;
+    access_metadata(&s->sec, &ops[0], &access_md);
     grpc_call_error e = grpc_call_start_batch(s->call, ops, 1, TAG_S_SEND, NULL);
     if (e != GRPC_CALL_OK) {
         stream_free(s);

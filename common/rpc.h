@@ -21,8 +21,10 @@
  * keepalive_timeout_s (a peer that vanished without closing); at most
  * max_streams_per_connection calls run on one connection; gRPC's buffers for all
  * connections share a memory quota of memory_bytes (past it gRPC closes idle connections
- * first, then cancels calls); and a client-streaming call that sends no message for
- * stream_idle_s is cancelled (CANCELLED, "stream idle ...").
+ * first, then cancels calls); a client-streaming call that sends no message for
+ * stream_idle_s is cancelled (CANCELLED, "stream idle ..."); and a peer holds at most
+ * max_connections_per_peer TCP connections (common/connguard.h: its newest beyond are
+ * shut down; this process's own user on loopback is exempt).
  *
  * Client: a channel per target, shareable by any number of threads. Unary calls and
  * client-streaming calls with deadlines and optional wait-for-ready. Every failure maps
@@ -40,6 +42,14 @@
  * methods its security lists as learner methods, and the run token on all others. A
  * failed TLS handshake is explained in the client's error: what is likely wrong and which
  * files are involved.
+ *
+ * Access token (process-wide, fl_rpc_set_access_token): without TLS, a server bound while
+ * an access token is set takes only calls that carry it ("authorization: Bearer <token>"),
+ * else UNAUTHENTICATED before any handler runs, and every channel made while one is set
+ * sends it on every call. `fleet run` draws one per run and hands it to the roles it
+ * starts (FL_RPC_ACCESS_ENV), so that no other local process can call a one-machine
+ * fleet's services over loopback TCP. With TLS the run token plays this part and the
+ * access token is not used.
  *
  * Ownership: byte buffers returned to callers (fl_rpc_buf_t) are malloc'd and freed with
  * fl_rpc_buf_free. Streams are owned by one thread at a time. */
@@ -77,6 +87,13 @@ typedef struct fl_rpc_security {
 fl_status fl_rpc_set_security(const fl_rpc_security_t *sec, fl_err_t *err);
 /* 1 while a security is set. */
 int fl_rpc_secure(void);
+/* The environment variable that hands a process its fleet's access token. */
+#define FL_RPC_ACCESS_ENV "FLEET_ACCESS_TOKEN"
+/* Sets the access token of every plaintext server bound and every channel created from
+ * now on (copied; NULL or "" clears it). FL_INVALID_ARGUMENT when it holds characters
+ * other than printable ASCII without spaces. Thread-safe. */
+fl_status fl_rpc_set_access_token(const char *token, fl_err_t *err);
+
 /* 1 when addr ("host", "host:port", "[v6]:port" or "unix:/path") is a unix socket or a
  * loopback address: 127.0.0.0/8, ::1 or localhost. */
 int fl_rpc_addr_is_loopback(const char *addr);
@@ -95,6 +112,7 @@ typedef struct fl_rpc_reply fl_rpc_reply_t;
 #define FL_RPC_DEFAULT_MAX_STREAMS_PER_CONNECTION 64
 #define FL_RPC_DEFAULT_MEMORY_BYTES (INT64_C(1) << 30)
 #define FL_RPC_DEFAULT_HANDSHAKE_TIMEOUT_S 10.0
+#define FL_RPC_DEFAULT_MAX_CONNECTIONS_PER_PEER 1024
 
 typedef struct fl_rpc_server_opts {
     int threads;           /* completion-queue threads (0 = 2) */
@@ -109,6 +127,8 @@ typedef struct fl_rpc_server_opts {
     int max_streams_per_connection; /* calls running at once on one connection */
     int64_t memory_bytes;           /* gRPC's memory quota for the server's connections */
     double handshake_timeout_s;     /* a connection that sends no (TLS and) HTTP/2 handshake this long is closed */
+    int max_connections_per_peer;   /* TCP connections one peer (an address; another user on loopback) may hold:
+                                       the newest beyond are shut down within a second (common/connguard.h) */
     /* Calls refused for what they asked (INVALID_ARGUMENT, PERMISSION_DENIED,
      * UNAUTHENTICATED, OUT_OF_RANGE, UNIMPLEMENTED) are logged as
      * warnings with the method, the peer and the message (the first 10, then every

@@ -45,6 +45,32 @@ const fl_env_def_t *fl_env_find(const char *name) {
     return fl_atari_find(name);
 }
 
+/* Each bound is what the step code can produce at most in one step:
+ *   cartpole 1 (every step), mountaincar and acrobot |-1|;
+ *   MinAtar breakout and freeway 1 (the reward is set, not added), asterix 2 (one
+ *   contact check before and one after the entities move, 1 for gold each);
+ *   space_invaders 100: one per alien hit this step, at most one alien per cell of the
+ *   10x10 grid; seaquest 110: one per enemy killed (by a bullet, or by moving into
+ *   one), at most one per cell, plus at most 10 for surfacing with six divers. */
+static const struct {
+    const char *name; /* a prefix: "minatar-breakout" covers its -v1 */
+    double bound;
+} reward_bounds[] = {
+    {"cartpole", 1},           {"mountaincar", 1},          {"acrobot", 1},
+    {"minatar-breakout", 1},   {"minatar-freeway", 1},      {"minatar-asterix", 2},
+    {"minatar-space_invaders", 100}, {"minatar-seaquest", 110},
+};
+
+double fl_env_reward_bound(const char *name) {
+    if (!name) return 0.0;
+    for (size_t i = 0; i < sizeof reward_bounds / sizeof reward_bounds[0]; i++) {
+        size_t n = strlen(reward_bounds[i].name);
+        if (strncmp(name, reward_bounds[i].name, n) == 0 && (name[n] == '\0' || strcmp(name + n, "-v1") == 0))
+            return reward_bounds[i].bound;
+    }
+    return 0.0;
+}
+
 fl_status fl_env_lookup(const char *name, const fl_env_def_t **out, fl_err_t *err) {
     const fl_env_def_t *def = fl_env_find(name);
     if (out) *out = def;

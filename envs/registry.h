@@ -17,6 +17,11 @@ fl_status fl_env_lookup(const char *name, const fl_env_def_t **out, fl_err_t *er
 /* Iteration: fl_env_at(i) for 0 <= i < fl_env_count(); NULL out of range. */
 int fl_env_count(void);
 const fl_env_def_t *fl_env_at(int i);
+/* The largest |reward| one step of the built-in env `name` can give (a bound the code
+ * guarantees, not the usual value), or 0 where none is declared: the Atari games (whose
+ * raw scores per frame vary by game; the presets clip them) and every plugin. It bounds
+ * the rewards and priorities the replay takes by default (docs/security.md). */
+double fl_env_reward_bound(const char *name);
 
 /* ---- Built-in environments ----------------------------------------------------------- */
 

@@ -856,3 +856,12 @@ void fl_wrappers_for_evaluation(const char *spec, char *out, size_t len) {
         if (used >= len) break;
     }
 }
+
+double fl_wrappers_reward_bound(const char *spec, double base) {
+    params_t prm[K_COUNT];
+    memset(prm, 0, sizeof prm);
+    if (parse_spec(spec, prm, NULL) != FL_OK) return 0.0;
+    if (prm[K_CLIPREWARD].present) return 1.0; /* the chain's order is fixed: clipping comes after the frame skip */
+    if (!(base > 0.0)) return 0.0;
+    return prm[K_FRAMESKIP].present ? base * prm[K_FRAMESKIP].n : base;
+}

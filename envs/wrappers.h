@@ -84,6 +84,10 @@ typedef struct fl_wrapped_env fl_wrapped_env_t;
  * bytes; a spec longer than that is cut): what an evaluation plays, so that its returns
  * are whole games' scores. */
 void fl_wrappers_for_evaluation(const char *spec, char *out, size_t len);
+/* The largest |reward| of one agent step through spec, given base, that of one step of
+ * the env inside (0 = unknown): 1 with clipreward, base x k with frameskip(k) (which sums
+ * k steps' rewards), base otherwise; 0 when unknown or when spec does not parse. */
+double fl_wrappers_reward_bound(const char *spec, double base);
 
 /* Builds the chain described by spec (NULL or "" = no wrapper) around inner, which is
  * validated and must outlive the result. */

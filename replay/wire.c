@@ -115,7 +115,7 @@ fl_status fl_wire_check_priorities_max(const char *field, size_t n, const float 
         if (p[i] >= 0.0f && p[i] <= hi && p[i] != HUGE_VALF) continue;
         if (max > 0.0)
             return fl_err_set(err, FL_INVALID_ARGUMENT,
-                              "%s[%zu]: got %g, expected a finite value in [0, %g] (replay.max_priority)", field, i,
+                              "%s[%zu]: got %g, expected a finite value in [0, %g] (replay.max_priority, by default from env.reward_bound)", field, i,
                               (double)p[i], max);
         return fl_err_set(err, FL_INVALID_ARGUMENT, "%s[%zu]: got %g, expected a finite value >= 0", field, i,
                           (double)p[i]);
@@ -129,7 +129,7 @@ fl_status fl_wire_check_rewards(const char *field, size_t n, const float *r, dou
         if (fabsf(r[i]) <= hi) continue;
         if (max > 0.0 && isfinite(r[i]))
             return fl_err_set(err, FL_INVALID_ARGUMENT,
-                              "%s[%zu]: got %g, expected a value with |r| <= %g (replay.max_abs_reward)", field, i,
+                              "%s[%zu]: got %g, expected a value with |r| <= %g (replay.max_abs_reward, by default from env.reward_bound)", field, i,
                               (double)r[i], max);
         return fl_err_set(err, FL_INVALID_ARGUMENT, "%s[%zu]: got %g, expected a finite value", field, i,
                           (double)r[i]);

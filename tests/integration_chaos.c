@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "tests/chaos_util.h"
+#include "tests/chaos_faults.h"
 #include "tests/proc_util.h"
 #include "tests/run_util.h"
 
@@ -235,9 +235,78 @@ static void test_crashing_plugin_is_reported(void **state) {
     free(log);
 }
 
+/* Hostile peers of the run's own user (they read the run's access token) while the
+ * CartPole fleet learns: a forged evaluator report of 1e9 (no role's credential), rows at
+ * the shard's own reward and priority bounds with real observations (tests/chaos_faults.h),
+ * 2,000 one-row inserts on fresh streams, and 500 idle TCP connections to the shard. The
+ * evaluator is held (SIGSTOP) while they act, so that they all land before the target
+ * can be reached (the learner goes on: they compete with it). The run must still end by reaching its target with a real evaluation
+ * (exit 0, a return <= 500), the forgery refused and counted, the poison held to
+ * CartPole's bounds (|r| <= 2.9704 for 3 steps, priorities <= 200; before: 1e6 each,
+ * which sent the loss to ~1,000 and the evaluation to 13), no role crashed or
+ * restarted, and every transition the actors saw acknowledged in the shard. */
+static void test_hostile_peers_do_not_steer_the_run(void **state) {
+    (void)state;
+    char out[512], run_dir[600];
+    snprintf(out, sizeof out, "%s/hostile.log", g_tmp);
+    snprintf(run_dir, sizeof run_dir, "%s/hostile", g_tmp);
+    /* no rate limiter: the peers' inserts would wait their turn behind the actors' */
+    const char *sets[] = {"run.max_seconds=240", "replay.samples_per_insert=0"};
+    pid_t pid = start_fleet_at(g_tmp, NULL, 0, "hostile", sets, 2);
+    assert_true(pid > 0);
+    /* the fleet serves and its learner exists */
+    pid_t evaluator = 0;
+    char addr[256];
+    fl_obs_spec_t spec;
+    for (int t = 0; t < 600 && (!evaluator || chaos_replay_addr(run_dir, addr, sizeof addr, &spec) != 0); t++) {
+        usleep(100000);
+        evaluator = chaos_find_role(pid, "evaluator");
+    }
+    assert_true(evaluator > 0);
+    assert_int_equal(kill(evaluator, SIGSTOP), 0);
+    usleep(500000); /* actors fill the table meanwhile */
+    assert_int_equal(chaos_forge_report(pid, run_dir), 0);
+    double rb = 0, pb = 0;
+    long poisoned = chaos_poison(run_dir, 1024, &rb, &pb);
+    fprintf(stderr, "poison: %ld rows at |r| %g, priority %g\n", poisoned, rb, pb);
+    long flooded = chaos_stream_flood(run_dir, 2000);
+    fprintf(stderr, "stream flood: %ld of 2000 one-row inserts taken\n", flooded);
+    int conns = chaos_connection_flood(pid, run_dir, 500, 2.0);
+    fprintf(stderr, "connections: %d held 2 s\n", conns);
+    assert_int_equal(kill(evaluator, SIGCONT), 0);
+    assert_int_equal(poisoned, 1024);
+    assert_true(rb > 2.96 && rb < 2.98);
+    assert_true(pb > 199 && pb < 201);
+    assert_int_equal(flooded, 2000);
+    assert_int_equal(conns, 500);
+    int status = wait_process(pid, 300);
+    char *log = read_file(out);
+    if (log) fprintf(stderr, "---- fleet run (tail) ----\n%s\n", strlen(log) > 4000 ? log + strlen(log) - 4000 : log);
+    assert_true(status != -1 && WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    char *sum = summary_at(g_tmp, "hostile");
+    assert_non_null(sum);
+    char reason[512];
+    assert_non_null(kv_get(sum, "reason", reason, sizeof reason));
+    assert_non_null(strstr(reason, "target reached"));
+    char v[64];
+    assert_non_null(kv_get(sum, "eval_return_mean", v, sizeof v));
+    assert_true(atof(v) >= 475 && atof(v) <= 500);
+    assert_true(summary_u64(sum, "reports_refused") >= 1);
+    assert_int_equal(summary_u64(sum, "crashes"), 0);
+    assert_int_equal(summary_u64(sum, "restarts"), 0);
+    /* the shard took the actors' transitions and the peers' rows on top */
+    assert_true(summary_u64(sum, "replay_inserted") >= summary_u64(sum, "actors_acked") + 1024 + 2000);
+    assert_int_equal(summary_u64(sum, "actors_lost_unacked"), 0);
+    free(sum);
+    free(log);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test_setup_teardown(test_fleet_survives_kills, setup, teardown),
                                        cmocka_unit_test_setup_teardown(test_frozen_roles_are_restarted, setup, teardown),
-                                       cmocka_unit_test_setup_teardown(test_crashing_plugin_is_reported, setup, teardown)};
+                                       cmocka_unit_test_setup_teardown(test_crashing_plugin_is_reported, setup, teardown),
+                                       cmocka_unit_test_setup_teardown(test_hostile_peers_do_not_steer_the_run, setup,
+                                                                       teardown)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

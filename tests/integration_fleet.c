@@ -19,6 +19,10 @@
 
 #include "tests/proc_util.h"
 #include "tests/run_util.h"
+#include "common/methods.h"
+#include "common/rpc.h"
+#include "replay/client.h"
+#include "replay/writer.h"
 #include "envs/atari.h"
 #include "envs/registry.h"
 
@@ -403,6 +407,95 @@ static char *stopped_run_output(pid_t pid, const char *out) {
     return log;
 }
 
+/* The Info call of the replay shard at addr with the process's access token set to token
+ * (NULL: none): its status, with the message in msg. */
+static fl_status replay_info_with(const char *addr, const char *token, char *msg, size_t len) {
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_rpc_set_access_token(token, &err), FL_OK);
+    fl_rpc_channel_t *ch = NULL;
+    assert_int_equal(fl_rpc_channel_create(addr, 0, &ch, &err), FL_OK);
+    fl_rpc_buf_t resp = {0};
+    fl_status st = fl_rpc_unary(ch, fl_method_path(FL_METHOD_REPLAY_INFO), "", 0, 10000, FL_RPC_WAIT_FOR_READY, &resp,
+                                &err);
+    snprintf(msg, len, "%s", err.msg);
+    fl_rpc_buf_free(&resp);
+    fl_rpc_channel_destroy(ch);
+    assert_int_equal(fl_rpc_set_access_token(NULL, &err), FL_OK);
+    return st;
+}
+
+/* A peer with the run's access token inserting CartPole rows at the old default maxima
+ * (reward and priority 1e6, which sent the loss from 0.2 to ~1,000): the shard refuses
+ * them, as the bounds now come from CartPole's reward of 1 a step (3-step reward <=
+ * 2.9701). */
+static void check_poison_refused(const char *addr, const char *token) {
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_rpc_set_access_token(token, &err), FL_OK);
+    fl_replay_client_t *cl = NULL;
+    assert_int_equal(fl_replay_client_create(addr, &cl, &err), FL_OK);
+    const fl_obs_spec_t spec = {FL_DTYPE_FLOAT32, 1, {4}};
+    fl_replay_writer_t *w = NULL;
+    assert_int_equal(fl_replay_writer_create(cl, 424242, &spec, 1, &w, &err), FL_OK);
+    fl_replay_writer_set_limits(w, 1e7, 1e7); /* what a hostile peer's own writer would check */
+    enum { N = 64 };
+    float obs[N * 4] = {0}, rewards[N], discounts[N], prio[N];
+    int32_t actions[N] = {0};
+    for (int i = 0; i < N; i++) {
+        rewards[i] = 1e6f;
+        discounts[i] = 0.97f;
+        prio[i] = 1e6f;
+    }
+    fl_status st = fl_replay_writer_append(w, N, obs, actions, rewards, discounts, obs, prio, &err);
+    if (st == FL_OK) st = fl_replay_writer_flush(w, 20000, &err);
+    fprintf(stderr, "rows at reward 1e6: %s\n", err.msg);
+    assert_int_equal(st, FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "|r| <= 2.97"));
+    assert_non_null(strstr(err.msg, "replay.max_abs_reward"));
+    fl_replay_writer_destroy(w);
+    fl_replay_client_destroy(cl);
+    assert_int_equal(fl_rpc_set_access_token(NULL, &err), FL_OK);
+}
+
+/* While a default fleet (loopback TCP) runs, its services take calls only with the run's
+ * access token: a local process without it, or with another token, is refused
+ * UNAUTHENTICATED with a message that says so and is logged by the service; the token
+ * in <run>/access.token (0600, the run's user only) lets the user's own tools in. */
+static void check_access_token(const char *name) {
+    char path[700], addr[128] = "", msg[FL_ERR_MSG_MAX];
+    snprintf(path, sizeof path, "%s/%s/logs/replay-0.log", g_tmp, name);
+    char *log = read_file(path);
+    assert_non_null(log);
+    const char *at = strstr(log, "serving on 127.0.0.1:");
+    assert_non_null(at);
+    sscanf(at + strlen("serving on "), "%127[^ \n]", addr);
+    free(log);
+    snprintf(path, sizeof path, "%s/%s/access.token", g_tmp, name);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    char *token = read_file(path);
+    assert_non_null(token);
+    token[strcspn(token, "\n")] = '\0';
+    assert_int_equal(strlen(token), 32);
+
+    assert_int_equal(replay_info_with(addr, NULL, msg, sizeof msg), FL_UNAUTHENTICATED);
+    fprintf(stderr, "without the token: %s\n", msg);
+    assert_non_null(strstr(msg, "carries no access token"));
+    assert_int_equal(replay_info_with(addr, "0123456789abcdef0123456789abcdef", msg, sizeof msg), FL_UNAUTHENTICATED);
+    fprintf(stderr, "with another token: %s\n", msg);
+    assert_non_null(strstr(msg, "access token is wrong"));
+    assert_int_equal(replay_info_with(addr, token, msg, sizeof msg), FL_OK);
+    check_poison_refused(addr, token);
+    free(token);
+    snprintf(path, sizeof path, "%s/%s/logs/replay-0.log", g_tmp, name);
+    log = read_file(path);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "refused /fleet.Replay/Info"));
+    free(log);
+}
+
 static void test_dead_child_is_reported(void **state) {
     (void)state;
     char *argv[16];
@@ -426,6 +519,7 @@ static void test_dead_child_is_reported(void **state) {
     for (int i = 0; i < 50 && nice_of(victim) != want; i++) usleep(100000);
     assert_int_equal(nice_of(victim), want);
     assert_int_equal(nice_of(learner), base);
+    check_access_token("crash");
     assert_int_equal(kill(victim, SIGKILL), 0);
     char *log = stopped_run_output(pid, out);
     assert_non_null(strstr(log, "actor"));

@@ -89,6 +89,14 @@ static void test_grpcio_client(void **state) {
     assert_int_equal(rc, 0);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+    /* the shard logs the calls its token check refused (the wrong token, the missing one) */
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    char line[1024];
+    int refused = 0;
+    while (fgets(line, sizeof line, f)) refused += strstr(line, "refused a call at the token check") != NULL;
+    fclose(f);
+    assert_true(refused >= 2);
 }
 
 int main(void) {

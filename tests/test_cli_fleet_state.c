@@ -465,6 +465,7 @@ static void test_save_restore(void **unused) {
                            .replay_inserted = 990, .n_evals = 3, .best_eval = 41.5};
     t.eval.version = 9;
     for (int i = 0; i < FL_EVALUATOR_RESULT_COUNT; i++) t.eval.v[i] = i * 1.1;
+    for (int i = 0; i < FL_FLEET_SUPERVISION_COUNTERS; i++) t.supervision[i] = (uint64_t)(3 * i + 1);
     char path[128];
     snprintf(path, sizeof path, "/tmp/fl_launcher_state_%d", (int)getpid());
     fl_err_t err;
@@ -484,6 +485,7 @@ static void test_save_restore(void **unused) {
     assert_true(tb.best_eval == t.best_eval);
     assert_int_equal(tb.eval.version, t.eval.version);
     assert_memory_equal(tb.eval.v, t.eval.v, sizeof t.eval.v);
+    assert_memory_equal(tb.supervision, t.supervision, sizeof t.supervision); /* restarts, crashes, hangs */
     uint64_t n1, n2;
     assert_true(fl_fleet_state_mean_return(&back, &n1) == fl_fleet_state_mean_return(&f.fs, &n2));
     assert_int_equal(n1, n2);

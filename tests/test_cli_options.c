@@ -2,6 +2,7 @@
  * factory, the actor and the parameter-server service. The defaults of a config map to
  * each module's own defaults (fl_*_opts_init), every key reaches its field, the config's
  * enum strings become the modules' C enums, and the optimizer is the learner's. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -367,9 +368,67 @@ static void test_learner_switches(void **unused) {
     }
 }
 
+/* The bounds the replay applies by default come from the env's reward bound: CartPole's
+ * 1 a step makes the 3-step reward at most 2.9701 and a TD error at most 2.9701 + (1 +
+ * 0.99^3) / 0.01; an Atari preset clips to 1 a step; an env without a bound (a plugin,
+ * Atari's raw scores) keeps 1e6, as do keys set by hand. */
+static void test_reward_bounds(void **unused) {
+    (void)unused;
+    fl_config_t c;
+    fl_config_defaults(&c);
+    set(&c, "learner.n_step=3");
+    set(&c, "learner.gamma=0.99");
+    assert_true(fl_options_step_reward_bound(&c, 0) == 1.0);
+    assert_true(fabs(fl_options_max_abs_reward(&c) - 2.9701) < 1e-3);
+    assert_true(fabs(fl_options_max_priority(&c) - (2.9701 + (1 + 0.970299) / 0.01)) < 1e-2);
+    fl_actor_opts_t a;
+    fl_options_actor(&c, &a);
+    assert_true(a.max_abs_reward == fl_options_max_abs_reward(&c) && a.max_priority == fl_options_max_priority(&c));
+    fl_replay_service_opts_t r;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_options_replay(&c, 0, &r, &err), FL_OK);
+    assert_true(r.max_abs_reward == a.max_abs_reward && r.max_priority == a.max_priority);
+    fl_learner_opts_t l;
+    assert_int_equal(fl_options_learner(&c, &l, &err), FL_OK);
+    assert_true(l.max_priority == a.max_priority);
+    /* the keys by hand */
+    set(&c, "replay.max_abs_reward=7");
+    set(&c, "replay.max_priority=9");
+    assert_true(fl_options_max_abs_reward(&c) == 7.0 && fl_options_max_priority(&c) == 9.0);
+    /* MinAtar Seaquest: one step may give 110 */
+    fl_config_defaults(&c);
+    set(&c, "env.name=minatar-seaquest-v1");
+    assert_true(fl_options_step_reward_bound(&c, 0) == 110.0);
+    /* Atari: no bound of its own; clipped by the preset, not in evaluations */
+    fl_config_defaults(&c);
+    set(&c, "env.name=atari-pong");
+    assert_true(fl_options_step_reward_bound(&c, 0) == 0.0);
+    assert_true(fl_options_max_abs_reward(&c) == 1e6 && fl_options_max_priority(&c) == 1e6);
+    set(&c, "env.preset=nature");
+    set(&c, "learner.n_step=1");
+    assert_true(fl_options_step_reward_bound(&c, 0) == 1.0);
+    assert_true(fl_options_step_reward_bound(&c, 1) == 0.0);
+    assert_true(fabs(fl_options_max_abs_reward(&c) - 1.0) < 1e-3);
+    /* frame skipping sums: a declared bound of 2 a frame is 8 an agent step */
+    set(&c, "env.preset=none");
+    set(&c, "env.wrappers=frameskip(4) framestack(4)");
+    set(&c, "env.reward_bound=2");
+    assert_true(fl_options_step_reward_bound(&c, 0) == 8.0);
+    assert_true(fl_options_step_reward_bound(&c, 1) == 8.0);
+    /* a plugin declares nothing unless env.reward_bound says so */
+    fl_config_defaults(&c);
+    set(&c, "env.plugin=/nonexistent/libmyenv.so");
+    assert_true(fl_options_step_reward_bound(&c, 0) == 0.0);
+    set(&c, "env.reward_bound=5");
+    assert_true(fl_options_step_reward_bound(&c, 0) == 5.0);
+    assert_true(fl_env_reward_bound("minatar-breakout-v1") == 1.0 && fl_env_reward_bound("minatar-breakout-v2") == 0.0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_learner_switches),
+        cmocka_unit_test(test_reward_bounds),
         cmocka_unit_test(test_defaults), cmocka_unit_test(test_env),         cmocka_unit_test(test_open_env),
         cmocka_unit_test(test_actor),    cmocka_unit_test(test_paramserver), cmocka_unit_test(test_optimizer),
         cmocka_unit_test(test_presets),  cmocka_unit_test(test_cpu_kernels),

@@ -340,14 +340,14 @@ static void test_values_refused(void **state) {
     cols_make(&c, 8, 0);
     c.rewards[4] = 2e6f;
     expect_insert_refused(&s, &c, "batch.rewards[4]: got 2e+06, expected a value with |r| <= 1e+06 "
-                                  "(replay.max_abs_reward)");
+                                  "(replay.max_abs_reward, by default from env.reward_bound)");
     cols_make(&c, 8, 0);
     c.rewards[0] = -1.5e6f;
     expect_insert_refused(&s, &c, "batch.rewards[0]: got -1.5e+06");
     cols_make(&c, 8, 0);
     c.priorities[6] = 3e6f;
     expect_insert_refused(&s, &c, "batch.priorities[6]: got 3e+06, expected a finite value in [0, 1e+06] "
-                                  "(replay.max_priority)");
+                                  "(replay.max_priority, by default from env.reward_bound)");
     assert_int_equal(info_of(&s).rejected, 5);
 
     /* At the bounds: accepted. */
@@ -374,7 +374,7 @@ static void test_values_refused(void **state) {
     uint64_t applied = 0;
     assert_int_equal(fl_replay_update_priorities(cl, 4, b.keys, prio, &applied, &e), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(e.msg, "priorities[1]: got 2e+06, expected a finite value in [0, 1e+06] "
-                                  "(replay.max_priority)"));
+                                  "(replay.max_priority, by default from env.reward_bound)"));
     fl_replay_updates_t upd = {4, b.keys, prio, 0};
     assert_int_equal(fl_replay_sample_updating(cl, 4, 0.4, 5000, &upd, &b2, &e), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(e.msg, "update_priorities[1]: got 2e+06"));
@@ -394,11 +394,11 @@ static void test_values_refused(void **state) {
     cols_make(&c, 8, 0);
     c.rewards[2] = 10.5f;
     expect_insert_refused(&s, &c,
-                          "batch.rewards[2]: got 10.5, expected a value with |r| <= 10 (replay.max_abs_reward)");
+                          "batch.rewards[2]: got 10.5, expected a value with |r| <= 10 (replay.max_abs_reward, by default from env.reward_bound)");
     cols_make(&c, 8, 0);
     c.priorities[3] = 5.5f;
     expect_insert_refused(&s, &c,
-                          "batch.priorities[3]: got 5.5, expected a finite value in [0, 5] (replay.max_priority)");
+                          "batch.priorities[3]: got 5.5, expected a finite value in [0, 5] (replay.max_priority, by default from env.reward_bound)");
     still_serving(&s);
     fl_replay_service_destroy(s.svc);
 }
@@ -422,9 +422,9 @@ static void test_writer_refuses_values(void **state) {
     } cases[] = {
         {0, "replay writer append: obs[2][1]: got nan, expected a finite value"},
         {1, "replay writer append: next_obs[0][0]: got inf, expected a finite value"},
-        {2, "replay writer append: rewards[5]: got 1e+07, expected a value with |r| <= 1e+06 (replay.max_abs_reward)"},
+        {2, "replay writer append: rewards[5]: got 1e+07, expected a value with |r| <= 1e+06 (replay.max_abs_reward, by default from env.reward_bound)"},
         {3, "replay writer append: priorities[1]: got 2e+06, expected a finite value in [0, 1e+06] "
-            "(replay.max_priority)"},
+            "(replay.max_priority, by default from env.reward_bound)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cols_make(&c, 8, 0);
@@ -445,7 +445,7 @@ static void test_writer_refuses_values(void **state) {
     assert_int_equal(
         fl_replay_writer_append(w, c.n, c.obs, c.actions, c.rewards, c.discounts, c.next_obs, c.priorities, &e),
         FL_INVALID_ARGUMENT);
-    assert_non_null(strstr(e.msg, "|r| <= 10 (replay.max_abs_reward)"));
+    assert_non_null(strstr(e.msg, "|r| <= 10 (replay.max_abs_reward, by default from env.reward_bound)"));
     assert_int_equal(fl_replay_writer_pending(w), 0);
     cols_make(&c, 8, 0);
     assert_int_equal(

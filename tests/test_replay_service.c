@@ -425,7 +425,7 @@ static void test_update_priorities_changes_sampling(void **state) {
                                      &fleet__update_priorities_response__descriptor, &m, 5000, 0, &e),
                      FL_INVALID_ARGUMENT);
     assert_non_null(
-        strstr(e.msg, "priorities[1]: got inf, expected a finite value in [0, 1e+06] (replay.max_priority)"));
+        strstr(e.msg, "priorities[1]: got inf, expected a finite value in [0, 1e+06] (replay.max_priority, by default from env.reward_bound)"));
     /* Bytes that do not parse, to UpdatePriorities and to Sample; the shard keeps serving. */
     {
         const uint8_t junk[] = {0x0a, 0x7f, 0x01};
@@ -824,8 +824,8 @@ static void test_bad_inserts_name_field_and_stream_goes_on(void **state) {
         {bad_reward_nan, "batch.rewards[3]: got nan, expected a finite value"},
         {bad_reward_inf, "batch.rewards[0]: got inf, expected a finite value"},
         {bad_reward_ninf, "batch.rewards[7]: got -inf, expected a finite value"},
-        {bad_priority_neg, "batch.priorities[5]: got -1, expected a finite value in [0, 1e+06] (replay.max_priority)"},
-        {bad_priority_inf, "batch.priorities[0]: got inf, expected a finite value in [0, 1e+06] (replay.max_priority)"},
+        {bad_priority_neg, "batch.priorities[5]: got -1, expected a finite value in [0, 1e+06] (replay.max_priority, by default from env.reward_bound)"},
+        {bad_priority_inf, "batch.priorities[0]: got inf, expected a finite value in [0, 1e+06] (replay.max_priority, by default from env.reward_bound)"},
         {bad_discount_neg, "batch.discounts[2]: got -0.25, expected a value in [0, 1]"},
         {bad_discount_nan, "batch.discounts[0]: got nan, expected a value in [0, 1]"},
         {bad_action_high, "batch.actions[4]: got 3, expected 0 .. 2"},
