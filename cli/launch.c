@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +194,9 @@ struct fl_launch {
     char last_crash[160];    /* "actor 0: signal 11 (Segmentation fault)" */
     char sock_dir[120];      /* the folder of the services' unix sockets (mode 0700), or "" (TCP) */
     int frame_skip;         /* emulator frames per env step (the wrappers' frameskip; 1 without) */
+    /* When each replay shard [0] and parameter-server shard [1] last answered the monitor's
+     * Info (fl_clock_sec; 0: never): a service's sign of life, as a report is a role's. */
+    _Atomic double service_seen[2][256];
 };
 
 static const char *const role_names[FL_LAUNCH_ROLES] = {"replay", "paramserver", "learner", "actor", "evaluator"};
@@ -242,6 +246,11 @@ void fl_launch_note_death(fl_launch_t *L, const char *role, int index, int statu
 void fl_launch_note_hang(fl_launch_t *L) { L->hangs++; }
 
 double fl_launch_last_report(fl_launch_t *L, const char *role, int index) {
+    const int service = strcmp(role, "replay") == 0 ? 0 : strcmp(role, "paramserver") == 0 ? 1 : -1;
+    if (service >= 0) {
+        double t = index >= 0 && index < 256 ? atomic_load(&L->service_seen[service][index]) : 0.0;
+        return t > 0 ? t : -1.0;
+    }
     return fl_fleet_state_last_report(&L->fs, role, index);
 }
 
@@ -614,14 +623,19 @@ int fl_launch_resume(const fl_config_t *cfg, const char *run_dir, const char *co
 int fl_launch_resuming(const fl_launch_t *L) { return L->resuming; }
 
 /* Sums the parameter servers' Info (versions: the minimum over shards). */
-static void param_info_all(fl_param_client_t *ps, fl_param_info_t *sum) {
+static void param_info_all(fl_launch_t *L, fl_param_client_t *ps, fl_param_info_t *sum) {
     if (!ps) return;
     int P = fl_param_num_shards(ps);
     fl_param_info_t acc;
     memset(&acc, 0, sizeof acc);
+    int complete = 1;
     for (int s = 0; s < P; s++) {
         fl_param_info_t in;
-        if (fl_param_info_shard(ps, s, 1000, &in, NULL) != FL_OK) return; /* keep the last complete figures */
+        if (fl_param_info_shard(ps, s, 1000, &in, NULL) != FL_OK) {
+            complete = 0; /* keep the last complete figures; ask the other shards still (signs of life) */
+            continue;
+        }
+        if (s < 256) atomic_store(&L->service_seen[1][s], fl_clock_sec());
         acc.version = s == 0 || in.version < acc.version ? in.version : acc.version;
         acc.publishes += in.publishes;
         acc.fetches += in.fetches;
@@ -633,7 +647,24 @@ static void param_info_all(fl_param_client_t *ps, fl_param_info_t *sum) {
         acc.wait_timeouts += in.wait_timeouts;
         for (int b = 0; b < STALENESS_BUCKETS; b++) acc.staleness_hist[b] += in.staleness_hist[b];
     }
-    *sum = acc;
+    if (complete) *sum = acc;
+}
+
+/* Every replay shard's Info into M->shard_info and their sum into M->rinfo (a shard that
+ * does not answer keeps its last figures), noting which answered (service_seen). */
+static void replay_info_all(fl_launch_t *L, fl_replay_sharded_t *replay, int R, fl_replay_info_t *sum,
+                            fl_replay_info_t *per_shard, int64_t timeout_ms) {
+    if (!replay) return;
+    fl_replay_info_t *fresh = per_shard ? calloc((size_t)R, sizeof *fresh) : NULL;
+    fl_replay_sharded_info(replay, timeout_ms, sum, fresh ? fresh : per_shard, NULL);
+    if (!fresh) return;
+    const double now = fl_clock_sec();
+    for (int r = 0; r < R; r++)
+        if (fresh[r].uptime_s > 0) { /* answered */
+            per_shard[r] = fresh[r];
+            if (r < 256) atomic_store(&L->service_seen[0][r], now);
+        }
+    free(fresh);
 }
 
 /* ------------------------------------------------------------ the monitor ---- */
@@ -1095,8 +1126,8 @@ static int target_reached(monitor_t *M, const figures_t *f) {
  * learner steps or time). */
 static int progress(monitor_t *M, double now) {
     const fl_config_t *cfg = &M->L->cfg;
-    if (M->replay) fl_replay_sharded_info(M->replay, 1000, &M->rinfo, M->shard_info, NULL);
-    param_info_all(M->ps, &M->pinfo);
+    replay_info_all(M->L, M->replay, M->R, &M->rinfo, M->shard_info, 1000);
+    param_info_all(M->L, M->ps, &M->pinfo);
     double dt = now - M->last_t, el = now - M->L->t_start;
     figures_t f;
     collect_figures(M, el, dt, &f);
@@ -1188,8 +1219,8 @@ static void stop_in_order(monitor_t *M) {
     set_flag(fs, &fs->stop_learners);
     M->ops->stop(M->ctx, "learner", 15);
     set_flag(fs, &fs->stop_services);
-    if (M->replay) fl_replay_sharded_info(M->replay, 2000, &M->rinfo, M->shard_info, NULL);
-    param_info_all(M->ps, &M->pinfo);
+    replay_info_all(M->L, M->replay, M->R, &M->rinfo, M->shard_info, 2000);
+    param_info_all(M->L, M->ps, &M->pinfo);
     /* Replay shards write their last checkpoint as they stop: they get time for it. */
     M->ops->stop(M->ctx, "replay paramserver", M->L->cfg.run_checkpoint_dir[0] ? 300 : 10);
     fl_replay_sharded_destroy(M->replay);

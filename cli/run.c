@@ -164,6 +164,7 @@ static int proc_stopped(pid_t pid) {
  * it runs is not seen here. */
 static void check_hangs(local_t *lc) {
     const double hang_s = fl_launch_config(lc->L)->run_hang_s;
+    const double pe = fl_launch_config(lc->L)->run_progress_every;
     const double now = fl_clock_sec();
     if (hang_s <= 0 || now < lc->next_hang_look) return;
     lc->next_hang_look = now + 0.5;
@@ -181,9 +182,13 @@ static void check_hangs(local_t *lc) {
             const fl_child_t *c = &lc->kids[i];
             const sup_t *s = &lc->sup[i];
             int unwell = !c->running || s->waiting || s->stopped_since;
-            if (g == 1 && !unwell) { /* a learner: also when it is silent itself */
+            if (!unwell) { /* also when it is silent itself */
                 double seen = fl_launch_last_report(lc->L, c->role, c->index);
-                unwell = seen >= 0 && now - fmax(fmax(seen, s->rule.started_at), back[0]) >= hang_s / 2;
+                if (g == 0) /* a service: from the first Info it missed (one is due every progress period,
+                               with a 1 s deadline), so that what waits on it is not blamed */
+                    unwell = seen >= 0 && now > fmax(fmax(seen + pe + 1.0, s->rule.started_at), s->up_at);
+                else /* a learner: its reports */
+                    unwell = seen >= 0 && now - fmax(fmax(seen, s->rule.started_at), back[0]) >= hang_s / 2;
             }
             back[g] = fmax(unwell ? now : back[g], fmax(s->rule.started_at, s->up_at));
         }
@@ -194,7 +199,10 @@ static void check_hangs(local_t *lc) {
         if (!c->pid || !c->running || s->waiting) continue;
         const int stopped = s->stopped_since > 0;
         double seen = fl_launch_last_report(lc->L, c->role, c->index), silent = 0;
-        if (seen >= 0) /* a reporting role: from what it waits on being well */
+        if (seen >= 0 && i < lc->R + lc->P) /* a service: since it last answered the launcher's Info, which
+                                                 asks once a progress period (1 s deadline) */
+            silent = now - fmax(fmax(seen + pe + 1.0, s->rule.started_at), s->up_at);
+        else if (seen >= 0) /* a reporting role: from what it waits on being well */
             silent = now - fmax(fmax(seen, s->rule.started_at), back[i < lc->R + lc->P + lc->NL ? 0 : 1]);
         if (stopped && now - s->stopped_since > silent) silent = now - s->stopped_since;
         if (silent < hang_s / 2) {
