@@ -51,6 +51,7 @@
  * launcher (or by the rank that found it, naming its host) and every rank exits 2. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -105,7 +106,7 @@ void fl_mpi_print_command(const fl_config_t *c, const char *cfg_file, const char
 enum { K_LAUNCHER, K_REPLAY, K_PARAMSERVER, K_LEARNER, K_ACTOR, K_COUNT };
 static const char *const kind_names[K_COUNT] = {"launcher", "replay", "paramserver", "learner", "actor"};
 
-enum { TAG_DONE = 7201, TAG_STOP = 7202, TAG_FINISH = 7203, TAG_EVENT = 7204 };
+enum { TAG_DONE = 7201, TAG_STOP = 7202, TAG_FINISH = 7203, TAG_EVENT = 7204, TAG_KILL = 7205 };
 #define ADDR_LEN 256
 
 typedef struct rank_id {
@@ -248,6 +249,10 @@ typedef struct launcher_ctx {
     fl_child_t *evals;
     eval_sup_t *esup;
     int n_evals;
+    /* hang checks (check_hangs_mpi): per rank, then per evaluator */
+    double *hang_kill_at; /* when its restart was asked for (a silence counts from then) */
+    unsigned char *hang_warned;
+    double next_hang_look, hang_t0; /* hang_t0: the first look (a silence counts from it at the earliest) */
 } launcher_ctx_t;
 
 /* Receives every supervision EVENT that has arrived and records it (events.log, and the
@@ -330,9 +335,88 @@ static void restart_evals(launcher_ctx_t *lx) {
     }
 }
 
+/* A role's silence at now (its reports; a service's answers to the launcher's Info, one
+ * due every progress period with a 1 s deadline), from when it was last asked to restart;
+ * -1 before its first sign of life. */
+static double silence_of(launcher_ctx_t *lx, const char *role, int index, int slot, double now) {
+    const fl_config_t *cfg = fl_launch_config(lx->L);
+    double seen = fl_launch_last_report(lx->L, role, index);
+    if (seen < 0) return -1; /* a role without reports */
+    if (strcmp(role, "replay") == 0 || strcmp(role, "paramserver") == 0) seen += cfg->run_progress_every + 1.0;
+    /* from the first look at the latest (a role that has not reported yet reads 0) */
+    return now - fmax(fmax(seen, lx->hang_t0), lx->hang_kill_at[slot]);
+}
+
+/* The hang checks of a job (what cli/run.c's check_hangs does on one machine, without
+ * /proc, which a remote rank's processes are not in): a role silent for run.hang_s is
+ * reported at half of it, and at run.hang_s its rank is asked to kill it (TAG_KILL),
+ * which restarts it as a death; an evaluator is killed here. A silence counts only while
+ * what the role waits on is well: learners while every service answers, actors and
+ * evaluators while the learners report too. A learner runs inside its rank's process and
+ * cannot be restarted: a hung learner stops the fleet (1, with why). */
+static int check_hangs_mpi(launcher_ctx_t *lx, char *reason, size_t len) {
+    const fl_config_t *cfg = fl_launch_config(lx->L);
+    mpi_state_t *m = lx->m;
+    const double hang_s = cfg->run_hang_s, now = fl_clock_sec();
+    if (hang_s <= 0 || now < lx->next_hang_look || !lx->hang_kill_at) return 0;
+    lx->next_hang_look = now + 0.5;
+    if (lx->hang_t0 == 0) lx->hang_t0 = now;
+    int services_well = 1, learners_well = 1;
+    for (int r = 0; r < m->size; r++) {
+        if (r == m->launcher || m->done[r]) continue;
+        double sil = silence_of(lx, kind_names[m->kind[r]], m->index[r], r, now);
+        if ((m->kind[r] == K_REPLAY || m->kind[r] == K_PARAMSERVER) && sil > 0) services_well = 0;
+        if (m->kind[r] == K_LEARNER && sil >= hang_s / 2) learners_well = 0;
+    }
+    for (int k = 0; k < m->size + lx->n_evals; k++) {
+        const int is_eval = k >= m->size, r = k;
+        if (!is_eval && (r == m->launcher || m->done[r])) continue;
+        if (is_eval && (!lx->evals[k - m->size].running || lx->esup[k - m->size].waiting)) continue;
+        const int kind = is_eval ? -1 : m->kind[r];
+        const char *role = is_eval ? "evaluator" : kind_names[kind];
+        const int index = is_eval ? k - m->size : m->index[r];
+        const int service = kind == K_REPLAY || kind == K_PARAMSERVER;
+        double sil = silence_of(lx, role, index, k, now);
+        if (sil < hang_s / 2 || (!service && !services_well) || ((kind == K_ACTOR || is_eval) && !learners_well)) {
+            lx->hang_warned[k] = 0;
+            continue;
+        }
+        char who[200];
+        if (is_eval)
+            snprintf(who, sizeof who, "evaluator %d (pid %d, on the launcher's host)", index, (int)lx->evals[index].pid);
+        else
+            snprintf(who, sizeof who, "%s %d (rank %d on %s)", role, index, r, m->ids[r].host);
+        if (sil < hang_s) {
+            if (!lx->hang_warned[k])
+                fl_launch_event(lx->L, NULL, "%s gave no sign of life for %.0f s; run.hang_s = %g s ends it", who, sil,
+                                hang_s);
+            lx->hang_warned[k] = 1;
+            continue;
+        }
+        fl_launch_note_hang(lx->L);
+        lx->hang_warned[k] = 0;
+        lx->hang_kill_at[k] = now;
+        if (kind == K_LEARNER) {
+            snprintf(reason, len, "%s hung: no sign of life for %.0f s, run.hang_s (a learner runs in its rank's "
+                     "process under mpirun and cannot be restarted)", who, sil);
+            return 1;
+        }
+        fl_launch_event(lx->L, NULL, "%s hung: no sign of life for %.0f s, run.hang_s; killing it (SIGKILL) to restart "
+                        "it", who, sil);
+        if (is_eval) {
+            kill(lx->evals[index].pid, SIGKILL);
+        } else {
+            int one = 1;
+            MPI_Send(&one, 1, MPI_INT, r, TAG_KILL, MPI_COMM_WORLD);
+        }
+    }
+    return 0;
+}
+
 static int mpi_dead(void *ctx, char *reason, size_t len) {
     launcher_ctx_t *lx = ctx;
     mpi_state_t *m = lx->m;
+    if (check_hangs_mpi(lx, reason, len)) return 1;
     restart_evals(lx);
     fl_proc_reap(lx->evals, lx->n_evals);
     for (int i = 0; i < lx->n_evals; i++) {
@@ -905,11 +989,22 @@ static int start_evaluators(rank_run_t *X, launcher_ctx_t *lx) {
 static int run_launcher(rank_run_t *X) {
     mpi_state_t *m = &X->m;
     static const fl_launch_ops_t ops = {mpi_dead, mpi_stop, mpi_unclean, mpi_pids, mpi_echo_logs};
-    launcher_ctx_t lx = {m, X, X->L, NULL, NULL, 0};
+    launcher_ctx_t lx = {m, X, X->L, NULL, NULL, 0, NULL, NULL, 0, 0};
     int failed = start_evaluators(X, &lx);
+    const size_t slots = (size_t)m->size + (size_t)lx.n_evals;
+    lx.hang_kill_at = calloc(slots, sizeof *lx.hang_kill_at);
+    lx.hang_warned = calloc(slots, sizeof *lx.hang_warned);
+    if (!lx.hang_kill_at || !lx.hang_warned) { /* no hang checks, the rest goes on */
+        free(lx.hang_kill_at);
+        free(lx.hang_warned);
+        lx.hang_kill_at = NULL;
+        lx.hang_warned = NULL;
+    }
     int rc = fl_launch_monitor(X->L, X->replay_list, X->ps_list, &ops, &lx, failed, failed ? "evaluators did not start" : "");
     free(lx.evals);
     free(lx.esup);
+    free(lx.hang_kill_at);
+    free(lx.hang_warned);
     int left = 0;
     char who[160] = "";
     for (int r = 0; r < m->size; r++)
@@ -1027,6 +1122,13 @@ static int watch_child(mpi_state_t *m, fl_child_t *c) {
             kill(c->pid, SIGTERM);
             termed = 1;
         }
+        int hung = 0; /* the launcher found the child hung: a death, restarted as one */
+        MPI_Iprobe(m->launcher, TAG_KILL, MPI_COMM_WORLD, &hung, &st);
+        if (hung) {
+            int dummy = 0;
+            MPI_Recv(&dummy, 1, MPI_INT, m->launcher, TAG_KILL, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            if (!termed) kill(c->pid, SIGKILL);
+        }
         if (fl_proc_reap(c, 1)) break;
         fl_sleep_sec(0.02);
     }
@@ -1046,6 +1148,11 @@ static int wait_restart(mpi_state_t *m, double s) {
             return 1;
         }
         if (fl_stop_requested()) return 1;
+        MPI_Iprobe(m->launcher, TAG_KILL, MPI_COMM_WORLD, &flag, &st);
+        if (flag) { /* meant for the child that already died: not for its successor */
+            int dummy = 0;
+            MPI_Recv(&dummy, 1, MPI_INT, m->launcher, TAG_KILL, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
         fl_sleep_sec(0.02);
     }
     return 0;

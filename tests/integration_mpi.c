@@ -333,6 +333,57 @@ static void test_dead_actor_restarted(void **state) {
     free(log);
 }
 
+/* A role hung under mpirun: actor 1's process stopped (SIGSTOP) gives no sign of life;
+ * the launcher reports it at half run.hang_s and at run.hang_s asks its rank to kill it
+ * (TAG_KILL), which restarts it as a death; the job runs on to its time budget and ends
+ * cleanly, with the hang counted (before: the job ran on without the actor, silent). */
+static void test_hung_actor_restarted(void **state) {
+    (void)state;
+    SKIP_WITHOUT_MPI();
+    paths_t p;
+    paths_for("hung", &p);
+    char *argv[] = {g_mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "6",
+                    (char *)fleet_bin(), "run", p.cfg, "--set", p.out_dir, "--set", "run.name=hung", "--set",
+                    "run.max_seconds=40", "--set", "run.hang_s=6", "--set", "run.stop_at_target=false", NULL};
+    pid_t job = start_process(argv, p.out);
+    pid_t actor = 0;
+    for (int i = 0; i < 600 && !actor; i++) {
+        char *log = read_file(p.out);
+        int training = log && strstr(log, "training") != NULL;
+        free(log);
+        if (training) actor = find_actor("hung");
+        if (!actor) usleep(100000);
+    }
+    assert_true(actor > 0);
+    fprintf(stderr, "stopping actor 1 (pid %d)\n", (int)actor);
+    assert_int_equal(kill(actor, SIGSTOP), 0);
+    int status = wait_process(job, 240);
+    char *log = read_file(p.out);
+    assert_non_null(log);
+    fprintf(stderr, "---- hung (tail) ----\n%s\n", strlen(log) > 4000 ? log + strlen(log) - 4000 : log);
+    assert_true(status != -1 && WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    char host[128], want[300], path[700];
+    gethostname(host, sizeof host);
+    snprintf(path, sizeof path, "%s/hung/events.log", g_tmp);
+    char *events = read_file(path);
+    assert_non_null(events);
+    fprintf(stderr, "---- events.log ----\n%s\n", events);
+    snprintf(want, sizeof want, "actor 1 (rank 5 on %s) gave no sign of life for", host);
+    assert_non_null(strstr(events, want));
+    snprintf(want, sizeof want, "actor 1 (rank 5 on %s) hung: no sign of life for", host);
+    assert_non_null(strstr(events, want));
+    snprintf(want, sizeof want, "restarted actor 1 (rank 5 on %s, pid ", host);
+    assert_non_null(strstr(events, want));
+    free(events);
+    char *sum = summary_at(g_tmp, "hung");
+    assert_non_null(sum);
+    assert_true(summary_u64(sum, "hangs") >= 1);
+    assert_true(summary_u64(sum, "restarts_actor") >= 1);
+    free(sum);
+    free(log);
+}
+
 /* With run.max_restarts = 0, kill -9 of actor 1's process: its rank reports the end, the
  * launcher names the role, rank and host, stops the others and the job ends with an
  * error, not a hang. */
@@ -370,6 +421,7 @@ int main(void) {
         cmocka_unit_test(test_print_mpirun),
         cmocka_unit_test(test_dead_role_ends_job),
         cmocka_unit_test(test_dead_actor_restarted),
+        cmocka_unit_test(test_hung_actor_restarted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
