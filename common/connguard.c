@@ -34,7 +34,7 @@ typedef struct conns {
 } conns_t;
 
 struct fl_connguard {
-    int port, max_per_peer;
+    int port, max_per_peer, max_other_user;
     double every_s;
     uid_t self;
     pthread_t thread;
@@ -198,7 +198,7 @@ static void sweep(fl_connguard_t *g, int nl) {
     if (list_family(nl, AF_INET, g->port, c) != 0 || list_family(nl, AF_INET6, g->port, c) != 0) return;
     size_t n_served = 0;
     for (size_t i = 0; i < c->n; i++) n_served += c->v[i].sport == g->port && c->v[i].inode != 0;
-    if (n_served <= (size_t)g->max_per_peer) return; /* nobody can be over */
+    if (n_served <= (size_t)g->max_per_peer && n_served <= (size_t)g->max_other_user) return; /* nobody can be over */
     served_t *sv = malloc(n_served * sizeof *sv);
     conn_t *clients = malloc(c->n * sizeof *clients); /* loopback clients, by their port */
     if (!sv || !clients) {
@@ -243,15 +243,15 @@ static void sweep(fl_connguard_t *g, int nl) {
     for (size_t i = 0; shed && i < m;) {
         size_t j = i;
         while (j < m && peer_cmp(&sv[i], &sv[j]) == 0) j++;
-        size_t held = j - i;
-        if (held > (size_t)g->max_per_peer) {
-            for (size_t k = i; k < j - (size_t)g->max_per_peer; k++) shed[n_shed++] = sv[k].inode; /* the newest */
+        size_t held = j - i, limit = (size_t)(sv[i].by_uid ? g->max_other_user : g->max_per_peer);
+        if (held > limit) {
+            for (size_t k = i; k < j - limit; k++) shed[n_shed++] = sv[k].inode; /* the newest */
             uint64_t event = ++g->logged;
             if (fl_log_sampled(event)) {
                 char who[96];
                 peer_name(&sv[i], who, sizeof who);
-                FL_WARN("rpc: port %d: %s holds %zu connections, over its limit of %d: the newest %zu are shut down",
-                        g->port, who, held, g->max_per_peer, held - (size_t)g->max_per_peer);
+                FL_WARN("rpc: port %d: %s holds %zu connections, over its limit of %zu: the newest %zu are shut down",
+                        g->port, who, held, limit, held - limit);
             }
         }
         i = j;
@@ -286,12 +286,14 @@ static void *guard_main(void *arg) {
     return NULL;
 }
 
-fl_status fl_connguard_start(int port, int max_per_peer, double every_s, fl_connguard_t **out, fl_err_t *err) {
+fl_status fl_connguard_start(int port, int max_per_peer, int max_other_user, double every_s, fl_connguard_t **out,
+                             fl_err_t *err) {
     *out = NULL;
-    if (port < 1 || port > 65535 || max_per_peer < 1 || !(every_s > 0))
+    if (port < 1 || port > 65535 || max_per_peer < 1 || max_other_user < 0 || !(every_s > 0))
         return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "connection guard: port %d, max_per_peer %d, every_s %g (expected 1..65535, >= 1, > 0)", port,
-                          max_per_peer, every_s);
+                          "connection guard: port %d, max_per_peer %d, max_other_user %d, every_s %g (expected "
+                          "1..65535, >= 1, >= 0, > 0)",
+                          port, max_per_peer, max_other_user, every_s);
     int probe = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
     if (probe < 0)
         return fl_err_set(err, FL_UNAVAILABLE, "connection guard: the kernel's socket diagnostics: %s", strerror(errno));
@@ -300,6 +302,7 @@ fl_status fl_connguard_start(int port, int max_per_peer, double every_s, fl_conn
     if (!g) return fl_err_set(err, FL_NO_MEMORY, "connection guard: out of memory");
     g->port = port;
     g->max_per_peer = max_per_peer;
+    g->max_other_user = max_other_user;
     g->every_s = every_s;
     g->self = getuid();
     atomic_init(&g->shed, 0);

@@ -609,7 +609,9 @@ struct fl_rpc_server {
     int idle_started, idle_stop;
     grpc_resource_quota *quota;
     int max_conns_per_peer;       /* opts.max_connections_per_peer, resolved (<= 0: none) */
+    int max_conns_other_user;     /* opts.max_connections_other_user as given */
     int guard_ports[4];           /* TCP ports bound, guarded once the server starts */
+    int guard_loopback[4];        /* ... and whether each was bound to loopback */
     int n_guard_ports;
     fl_connguard_t *guards[4];
 };
@@ -1089,6 +1091,7 @@ fl_status fl_rpc_server_create(const fl_rpc_server_opts_t *opts, fl_rpc_server_t
     s->quiet_refusals = o.quiet_refusals;
     s->max_conns_per_peer =
         o.max_connections_per_peer == 0 ? FL_RPC_DEFAULT_MAX_CONNECTIONS_PER_PEER : o.max_connections_per_peer;
+    s->max_conns_other_user = o.max_connections_other_user;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->idle_mu, NULL);
@@ -1188,7 +1191,10 @@ fl_status fl_rpc_server_bind(fl_rpc_server_t *s, const char *addr, int *port, fl
         pthread_mutex_unlock(&g_sec_mu);
         if (lost) return fl_err_set(err, FL_NO_MEMORY, "rpc server: out of memory");
     }
-    if (!is_unix && s->max_conns_per_peer > 0 && s->n_guard_ports < 4) s->guard_ports[s->n_guard_ports++] = p;
+    if (!is_unix && s->max_conns_per_peer > 0 && s->n_guard_ports < 4) {
+        s->guard_loopback[s->n_guard_ports] = fl_rpc_addr_is_loopback(addr);
+        s->guard_ports[s->n_guard_ports++] = p;
+    }
     if (port) *port = is_unix ? 0 : p;
     return FL_OK;
 }
@@ -1225,7 +1231,11 @@ fl_status fl_rpc_server_start(fl_rpc_server_t *s, fl_err_t *err) {
     for (int i = 0; i < s->n_guard_ports; i++) {
         fl_err_t gerr;
         fl_err_init(&gerr);
-        if (fl_connguard_start(s->guard_ports[i], s->max_conns_per_peer, 0.5, &s->guards[i], &gerr) != FL_OK)
+        const int other = s->max_conns_other_user > 0   ? s->max_conns_other_user
+                          : s->max_conns_other_user < 0 ? s->max_conns_per_peer
+                          : s->guard_loopback[i]        ? 0 /* only this user's processes on a loopback listener */
+                                                        : s->max_conns_per_peer;
+        if (fl_connguard_start(s->guard_ports[i], s->max_conns_per_peer, other, 0.5, &s->guards[i], &gerr) != FL_OK)
             FL_WARN("rpc server: port %d: no bound on connections per peer: %s", s->guard_ports[i], gerr.msg);
     }
     return FL_OK;

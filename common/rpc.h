@@ -24,7 +24,8 @@
  * first, then cancels calls); a client-streaming call that sends no message for
  * stream_idle_s is cancelled (CANCELLED, "stream idle ..."); and a peer holds at most
  * max_connections_per_peer TCP connections (common/connguard.h: its newest beyond are
- * shut down; this process's own user on loopback is exempt).
+ * shut down; this process's own user on loopback is exempt, and on a listener bound to
+ * loopback another local user may hold none by default).
  *
  * Client: a channel per target, shareable by any number of threads. Unary calls and
  * client-streaming calls with deadlines and optional wait-for-ready. Every failure maps
@@ -127,8 +128,11 @@ typedef struct fl_rpc_server_opts {
     int max_streams_per_connection; /* calls running at once on one connection */
     int64_t memory_bytes;           /* gRPC's memory quota for the server's connections */
     double handshake_timeout_s;     /* a connection that sends no (TLS and) HTTP/2 handshake this long is closed */
-    int max_connections_per_peer;   /* TCP connections one peer (an address; another user on loopback) may hold:
-                                       the newest beyond are shut down within a second (common/connguard.h) */
+    int max_connections_per_peer;   /* TCP connections one peer (an address) may hold: the newest beyond are
+                                       shut down within a second (common/connguard.h) */
+    int max_connections_other_user; /* the same for each other local user on loopback; 0 = the default: none on
+                                       a listener bound to loopback (only its own user's processes may connect),
+                                       max_connections_per_peer elsewhere; < 0 = max_connections_per_peer */
     /* Calls refused for what they asked (INVALID_ARGUMENT, PERMISSION_DENIED,
      * UNAUTHENTICATED, OUT_OF_RANGE, UNIMPLEMENTED) are logged as
      * warnings with the method, the peer and the message (the first 10, then every

@@ -12,6 +12,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <grp.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -425,6 +427,43 @@ static fl_status replay_info_with(const char *addr, const char *token, char *msg
     return st;
 }
 
+/* From a child process running as the user nobody: a TCP connection to 127.0.0.1:port,
+ * 2 s for the service to see it, then 1 when the service has closed it (EOF or reset), 0
+ * when it is still open, or -1 when this process cannot switch users (not root). */
+static int tcp_closed_as_nobody(int port) {
+    if (geteuid() != 0) return -1;
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int closed = -1;
+        if (setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0) {
+            int s = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in a;
+            memset(&a, 0, sizeof a);
+            a.sin_family = AF_INET;
+            a.sin_port = htons((uint16_t)port);
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) == 0) {
+                sleep(2);
+                char buf[4096];
+                ssize_t k;
+                while ((k = recv(s, buf, sizeof buf, MSG_DONTWAIT)) > 0) {
+                }
+                closed = k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+            }
+        }
+        if (write(fds[1], &closed, sizeof closed) != (ssize_t)sizeof closed) _exit(1);
+        _exit(0);
+    }
+    close(fds[1]);
+    int closed = -1;
+    if (read(fds[0], &closed, sizeof closed) != (ssize_t)sizeof closed) closed = -1;
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    return closed;
+}
+
 /* A peer with the run's access token inserting CartPole rows at the old default maxima
  * (reward and priority 1e6, which sent the loss from 0.2 to ~1,000): the shard refuses
  * them, as the bounds now come from CartPole's reward of 1 a step (3-step reward <=
@@ -488,6 +527,12 @@ static void check_access_token(const char *name) {
     assert_non_null(strstr(msg, "access token is wrong"));
     assert_int_equal(replay_info_with(addr, token, msg, sizeof msg), FL_OK);
     check_poison_refused(addr, token);
+    /* and another local user keeps no connection at all to the shard */
+    int closed = tcp_closed_as_nobody(atoi(strrchr(addr, ':') + 1));
+    if (closed == -1)
+        fprintf(stderr, "(not root: a connection as another user is not tried)\n");
+    else
+        assert_int_equal(closed, 1);
     free(token);
     snprintf(path, sizeof path, "%s/%s/logs/replay-0.log", g_tmp, name);
     log = read_file(path);

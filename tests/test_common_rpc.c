@@ -423,8 +423,9 @@ static int connections_closed(int port, int n, double wait_s) {
 }
 
 /* A peer holds at most max_connections_per_peer connections: 30 from the user nobody
- * (another user on loopback) against a bound of 8 lose their 22 newest within a second or
- * two; 30 of this process's own user are all kept (the fleet's own roles). */
+ * (another user on loopback, given the same bound) against a bound of 8 lose their 22
+ * newest within a second or two; 30 of this process's own user are all kept (the fleet's
+ * own roles). By default another user holds none on a loopback listener. */
 static void test_connections_per_peer(void **state) {
     (void)state;
     if (geteuid() != 0) {
@@ -432,7 +433,7 @@ static void test_connections_per_peer(void **state) {
         skip();
     }
     server_fixture f;
-    fl_rpc_server_opts_t o = {.threads = 2, .prepost = 8, .max_connections_per_peer = 8};
+    fl_rpc_server_opts_t o = {.threads = 2, .prepost = 8, .max_connections_per_peer = 8, .max_connections_other_user = -1};
     start_server_opts(&f, "127.0.0.1:0", &o);
     int port = atoi(strrchr(f.addr, ':') + 1);
     int fds[2];
@@ -460,6 +461,25 @@ static void test_connections_per_peer(void **state) {
     assert_int_equal(fl_rpc_unary(ch, "/test.Echo/Echo", "hi", 2, 5000, FL_RPC_WAIT_FOR_READY, &resp, &err), FL_OK);
     fl_rpc_buf_free(&resp);
     fl_rpc_channel_destroy(ch);
+    fl_rpc_server_destroy(f.srv);
+    /* The default on a loopback listener: another local user may hold no connection. */
+    fl_rpc_server_opts_t d = {.threads = 2, .prepost = 8};
+    start_server_opts(&f, "127.0.0.1:0", &d);
+    port = atoi(strrchr(f.addr, ':') + 1);
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    if (pid == 0) {
+        int closed = -100;
+        if (setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0) closed = connections_closed(port, 5, 2.0);
+        if (write(fds[1], &closed, sizeof closed) != (ssize_t)sizeof closed) _exit(1);
+        _exit(0);
+    }
+    close(fds[1]);
+    assert_int_equal(read(fds[0], &other_closed, sizeof other_closed), (ssize_t)sizeof other_closed);
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    fprintf(stderr, "another user's 5 connections to a loopback listener by default: %d closed\n", other_closed);
+    assert_int_equal(other_closed, 5);
     fl_rpc_server_destroy(f.srv);
 }
 
