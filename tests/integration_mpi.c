@@ -368,7 +368,7 @@ static void test_hung_actor_restarted(void **state) {
     snprintf(path, sizeof path, "%s/hung/events.log", g_tmp);
     char *events = read_file(path);
     assert_non_null(events);
-    fprintf(stderr, "---- events.log ----\n%s\n", events);
+    fprintf(stderr, "---- events.log ----\n%s\n", events ? events : "");
     snprintf(want, sizeof want, "actor 1 (rank 5 on %s) gave no sign of life for", host);
     assert_non_null(strstr(events, want));
     snprintf(want, sizeof want, "actor 1 (rank 5 on %s) hung: no sign of life for", host);
