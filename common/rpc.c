@@ -283,6 +283,24 @@ static int token_equal(const char *given, size_t given_len, const char *secret) 
     return diff == 0 && n > 0;
 }
 
+/* The "authorization" entry of md (n entries), or NULL; with it, *v and *vn get the token
+ * after "Bearer " (case-insensitive), or NULL when the value is not a bearer token. */
+static const grpc_metadata *bearer_of(const grpc_metadata *md, size_t n, const char **v, size_t *vn) {
+    *v = NULL;
+    *vn = 0;
+    for (size_t i = 0; i < n; i++)
+        if (grpc_slice_str_cmp(md[i].key, "authorization") == 0) {
+            const char *t = (const char *)GRPC_SLICE_START_PTR(md[i].value);
+            size_t tn = GRPC_SLICE_LENGTH(md[i].value);
+            if (tn >= 7 && strncasecmp(t, "Bearer ", 7) == 0) {
+                *v = t + 7;
+                *vn = tn - 7;
+            }
+            return &md[i];
+        }
+    return NULL;
+}
+
 /* The servers' token check (a gRPC auth metadata processor): runs on a gRPC thread for
  * every call before the call reaches the server's queue. The state holds copies of the
  * tokens. */
@@ -311,29 +329,20 @@ static void token_refuse(token_check *t, grpc_process_auth_metadata_done_cb cb, 
 static void token_check_process(void *state, grpc_auth_context *ctx, const grpc_metadata *md, size_t num_md,
                                 grpc_process_auth_metadata_done_cb cb, void *user_data) {
     token_check *t = state;
-    const grpc_metadata *auth = NULL;
-    for (size_t i = 0; i < num_md; i++)
-        if (grpc_slice_str_cmp(md[i].key, "authorization") == 0) {
-            auth = &md[i];
-            break;
-        }
+    const char *v;
+    size_t n;
+    const grpc_metadata *auth = bearer_of(md, num_md, &v, &n);
     if (!auth) {
         token_refuse(t, cb, user_data,
            "fleet: the call carries no token (expected 'authorization: Bearer <token>'; the client needs this "
            "fleet's run.tls_dir, whose token file it sends)");
         return;
     }
-    const char *v = (const char *)GRPC_SLICE_START_PTR(auth->value);
-    size_t n = GRPC_SLICE_LENGTH(auth->value);
-    static const char bearer[] = "Bearer ";
-    const size_t nb = sizeof bearer - 1;
-    if (n < nb || strncasecmp(v, bearer, nb) != 0) {
+    if (!v) {
         token_refuse(t, cb, user_data,
            "fleet: the call's authorization is not a bearer token (expected 'authorization: Bearer <token>')");
         return;
     }
-    v += nb;
-    n -= nb;
     int is_run = token_equal(v, n, t->token);
     int is_learner = t->learner_token ? token_equal(v, n, t->learner_token) : 0;
     if (!is_run && !is_learner) {
@@ -799,18 +808,10 @@ static void stream_close(call_ctx *c, fl_status why, fl_rpc_reply_t *r) {
 /* 1 when a plaintext call carries the server's access token; else it is ended
  * UNAUTHENTICATED. */
 static int access_allowed(call_ctx *c) {
-    const char *token = c->srv->access;
-    const grpc_metadata *auth = NULL;
-    for (size_t i = 0; i < c->md.count; i++)
-        if (grpc_slice_str_cmp(c->md.metadata[i].key, "authorization") == 0) {
-            auth = &c->md.metadata[i];
-            break;
-        }
-    static const char bearer[] = "Bearer ";
-    const size_t nb = sizeof bearer - 1;
-    const char *v = auth ? (const char *)GRPC_SLICE_START_PTR(auth->value) : NULL;
-    size_t n = auth ? GRPC_SLICE_LENGTH(auth->value) : 0;
-    if (auth && n >= nb && strncasecmp(v, bearer, nb) == 0 && token_equal(v + nb, n - nb, token)) return 1;
+    const char *v;
+    size_t n;
+    const grpc_metadata *auth = bearer_of(c->md.metadata, c->md.count, &v, &n);
+    if (v && token_equal(v, n, c->srv->access)) return 1;
     finish_error(c, FL_UNAUTHENTICATED,
                  !auth ? "the call carries no access token: this fleet's services take calls only from the processes "
                          "of its run (expected 'authorization: Bearer <token>'; a tool of the run's user sends the "

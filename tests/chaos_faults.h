@@ -280,27 +280,11 @@ static inline int chaos_connection_flood(pid_t launcher, const char *run_dir, in
 /* stop: SIGSTOP one of the launcher's roles (at random), SIGCONT it hold_s later. Its pid
  * and role, or 0. */
 static inline pid_t chaos_stop_one(pid_t launcher, uint64_t *rng, double hold_s, char *role, size_t len) {
-    pid_t pids[256];
-    char roles[256][16];
-    int n = 0;
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && n < 256) {
-        pid_t pid = (pid_t)atoi(e->d_name);
-        if (pid > 0 && chaos_role_of(pid, launcher, roles[n], sizeof roles[n])) pids[n++] = pid;
-    }
-    closedir(d);
-    if (!n) return 0;
-    *rng ^= *rng << 13;
-    *rng ^= *rng >> 7;
-    *rng ^= *rng << 17;
-    int k = (int)(*rng % (uint64_t)n);
-    if (kill(pids[k], SIGSTOP) != 0) return 0;
+    pid_t pid = chaos_pick_role(launcher, rng, role, len);
+    if (!pid || kill(pid, SIGSTOP) != 0) return 0;
     for (double t = 0; t < hold_s && kill(launcher, 0) == 0; t += 0.1) usleep(100000);
-    kill(pids[k], SIGCONT);
-    snprintf(role, len, "%s", roles[k]);
-    return pids[k];
+    kill(pid, SIGCONT);
+    return pid;
 }
 
 #endif

@@ -61,9 +61,9 @@ static inline pid_t chaos_find_role(pid_t parent, const char *want) {
     return found;
 }
 
-/* SIGKILLs one of parent's role processes, chosen with *rng (xorshift state, != 0);
- * returns its pid and role, or 0 when it has none running. */
-static inline pid_t chaos_kill_one(pid_t parent, uint64_t *rng, char *role, size_t len) {
+/* One of parent's role processes, chosen with *rng (xorshift state, != 0): its pid and
+ * role, or 0 when it has none running. */
+static inline pid_t chaos_pick_role(pid_t parent, uint64_t *rng, char *role, size_t len) {
     pid_t pids[256];
     char roles[256][16];
     int n = 0;
@@ -80,9 +80,14 @@ static inline pid_t chaos_kill_one(pid_t parent, uint64_t *rng, char *role, size
     *rng ^= *rng >> 7;
     *rng ^= *rng << 17;
     int k = (int)(*rng % (uint64_t)n);
-    if (kill(pids[k], SIGKILL) != 0) return 0;
     snprintf(role, len, "%s", roles[k]);
     return pids[k];
+}
+
+/* SIGKILLs one of parent's role processes (chaos_pick_role); its pid and role, or 0. */
+static inline pid_t chaos_kill_one(pid_t parent, uint64_t *rng, char *role, size_t len) {
+    pid_t pid = chaos_pick_role(parent, rng, role, len);
+    return pid && kill(pid, SIGKILL) == 0 ? pid : 0;
 }
 
 #endif
