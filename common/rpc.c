@@ -1352,6 +1352,25 @@ const char *fl_rpc_reply_peer(const fl_rpc_reply_t *r) {
     return c->peer ? c->peer : "";
 }
 
+char *fl_rpc_peer_key(const char *peer, char *out, size_t len) {
+    if (!peer) peer = "";
+    snprintf(out, len, "%s", peer);
+    const char *port = strrchr(peer, ':');
+    if (strncmp(peer, "ipv4:", 5) == 0 && port > peer + 4) {
+        if (strncmp(peer + 5, "127.", 4) == 0) return out; /* loopback: the connection */
+        snprintf(out, len, "%.*s", (int)(port - peer), peer);
+    } else if (strncmp(peer, "ipv6:[", 6) == 0 && port > peer + 6 && port[-1] == ']') {
+        const char *a = peer + 6;
+        const int alen = (int)(port - 1 - a);
+        if ((alen == 3 && strncmp(a, "::1", 3) == 0) || strncmp(a, "::ffff:127.", 11) == 0) return out;
+        if (alen > 7 && strncmp(a, "::ffff:", 7) == 0 && !memchr(a + 7, ':', (size_t)(alen - 7)))
+            snprintf(out, len, "ipv4:%.*s", alen - 7, a + 7);
+        else
+            snprintf(out, len, "%.*s", (int)(port - peer), peer);
+    }
+    return out;
+}
+
 fl_status fl_rpc_reply_error(fl_rpc_reply_t *r, fl_status code, const char *fmt, ...) {
     if (!r) return code;
     r->code = code;

@@ -191,6 +191,12 @@ fl_status fl_rpc_reply_pb(fl_rpc_reply_t *r, const ProtobufCMessage *msg);
  * "ipv6:[::1]:51234", "unix:..."): one per connection. Valid during the handler; "" when
  * unknown. */
 const char *fl_rpc_reply_peer(const fl_rpc_reply_t *r);
+/* The client a quota counts by, from a peer as fl_rpc_reply_peer names it: a remote host
+ * is its address without the port ("ipv4:10.0.0.7"; an IPv4-mapped IPv6 address as its
+ * IPv4 form), so that all the connections of one host count as one client; a client on
+ * loopback or a unix socket (the run's own processes: docs/security.md) is its
+ * connection, the peer as given. Writes at most len bytes (len > 0) and returns out. */
+char *fl_rpc_peer_key(const char *peer, char *out, size_t len);
 /* Sets the error message sent with a non-OK status; returns code. */
 fl_status fl_rpc_reply_error(fl_rpc_reply_t *r, fl_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -221,11 +221,21 @@ void fl__replay_put_stream(fl_replay_service_t *s, fl__stream_rec_t *r) {
     pthread_mutex_unlock(&s->streams_mu);
 }
 
-static void notify_inserted(fl_replay_service_t *s, uint64_t n) {
+/* An insert the rate limiter let through ended: its `admitted` rows leave the
+ * reservation (rate_wait_insert) and the `applied` ones are counted as inserted. */
+static void insert_ended(fl_replay_service_t *s, uint64_t admitted, uint64_t applied) {
     pthread_mutex_lock(&s->mu);
-    fl_ratelimit_inserted(&s->rl, n);
-    if (s->waiters > 0) pthread_cond_broadcast(&s->cv); /* an insert only ever unblocks samples */
+    s->insert_reserved -= admitted;
+    fl_ratelimit_inserted(&s->rl, applied);
+    if (applied && s->waiters > 0) pthread_cond_broadcast(&s->cv);
+    if (applied < admitted && s->insert_head) pthread_cond_broadcast(&s->insert_cv); /* room it did not use */
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Whether n more rows may go in now (s->mu held): the rate limiter's count plus the rows
+ * let through and not yet inserted. */
+static int may_insert(const fl_replay_service_t *s, uint64_t n) {
+    return fl_ratelimit_can_insert(&s->rl, s->insert_reserved + n);
 }
 
 void fl__replay_deadline_in(struct timespec *t, double sec) {
@@ -235,37 +245,112 @@ void fl__replay_deadline_in(struct timespec *t, double sec) {
     t->tv_nsec = ns % 1000000000L;
 }
 
+/* The entry of client `key` among the waiting inserts' clients (s->mu held): its own,
+ * else a free one (there are more entries than places). */
+static int insert_client(fl_replay_service_t *s, const char *key) {
+    int free_one = -1;
+    for (int i = 0; i < s->max_insert_waiters + 2; i++) {
+        fl__insert_client_t *c = &s->insert_clients[i];
+        if (c->n > 0 && strcmp(c->key, key) == 0) return i;
+        if (c->n == 0 && free_one < 0) free_one = i;
+    }
+    snprintf(s->insert_clients[free_one].key, sizeof s->insert_clients[free_one].key, "%s", key);
+    return free_one;
+}
+
+/* Every place is taken: the newest place of the client that holds the most, when that is
+ * at least two more than `mine` holds (and no other place is already giving way), so
+ * that the places are shared out among the clients that want them; NULL otherwise. */
+static fl__insert_place_t *place_to_give_way(fl_replay_service_t *s, int mine) {
+    if (s->insert_giving_way > 0) return NULL;
+    int most = -1;
+    for (int i = 0; i < s->max_insert_waiters + 2; i++)
+        if (s->insert_clients[i].n > 0 && (most < 0 || s->insert_clients[i].n > s->insert_clients[most].n)) most = i;
+    if (most < 0 || s->insert_clients[most].n < s->insert_clients[mine].n + 2) return NULL;
+    fl__insert_place_t *newest = NULL;
+    for (fl__insert_place_t *p = s->insert_head; p; p = p->next)
+        if (p->client == most && !p->give_way) newest = p;
+    return newest;
+}
+
+static void unlink_place(fl_replay_service_t *s, fl__insert_place_t *me) {
+    fl__insert_place_t **pp = &s->insert_head, *prev = NULL;
+    while (*pp != me) prev = *pp, pp = &(*pp)->next;
+    *pp = me->next;
+    if (s->insert_tail == me) s->insert_tail = prev;
+}
+
 /* Blocks an insert of n items until the rate limiter lets it through (or the shard
- * stops). At most max_insert_waiters inserts wait at once, so that waiting inserts never
- * hold every serving thread: one more is refused with RESOURCE_EXHAUSTED, which writers
- * treat as "not acknowledged" and send again later. */
+ * stops). Held inserts go in the order they came (a large batch is not passed over by
+ * smaller ones that keep coming). At most max_insert_waiters inserts wait at once, so
+ * that waiting inserts never hold every serving thread, and the places are shared among
+ * clients (fl_rpc_peer_key: a remote host, or a connection on loopback): when all are
+ * taken, a client that holds fewer than another takes the other's newest place, which
+ * gives way. An insert refused, or one that gave way, gets RESOURCE_EXHAUSTED, which
+ * writers treat as "not acknowledged" and send again later. */
 static fl_status rate_wait_insert(fl_replay_service_t *s, uint64_t n, fl_rpc_reply_t *reply) {
     pthread_mutex_lock(&s->mu);
-    if (fl_ratelimit_can_insert(&s->rl, n)) {
+    if (!s->insert_head && may_insert(s, n)) {
+        s->insert_reserved += n;
         pthread_mutex_unlock(&s->mu);
         return FL_OK;
     }
+    char key[96];
+    fl__insert_place_t me = {.n = n,
+                             .client = insert_client(s, fl_rpc_peer_key(fl_rpc_reply_peer(reply), key, sizeof key))};
     if (s->insert_waiters >= s->max_insert_waiters) {
-        int w = s->insert_waiters;
-        pthread_mutex_unlock(&s->mu);
-        return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED,
-                                  "rate limited: %d inserts already wait for the learner to sample (samples_per_insert "
-                                  "%g); send again later",
-                                  w, s->rl.spi);
+        fl__insert_place_t *other = place_to_give_way(s, me.client);
+        if (!other) {
+            int w = s->insert_waiters, held = s->insert_clients[me.client].n;
+            pthread_mutex_unlock(&s->mu);
+            return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED,
+                                      "rate limited: %d inserts already wait for the learner to sample "
+                                      "(samples_per_insert %g; at most %d wait, shared among clients, and %d of "
+                                      "them are this client's); send again later",
+                                      w, s->rl.spi, s->max_insert_waiters, held);
+        }
+        other->give_way = 1;
+        const uint64_t k = ++s->inserts_gave_way;
+        if (k <= 10 || k % 1000 == 0)
+            fl_log(FL_LOG_WARN,
+                   "replay shard %d: every place for inserts held by the rate limiter is taken (%d); client %s "
+                   "holds %d of them: its newest gives way to %s (%" PRIu64 " so far)",
+                   s->shard, s->max_insert_waiters, s->insert_clients[other->client].key,
+                   s->insert_clients[other->client].n, key, k);
+        s->insert_giving_way++;
+        pthread_cond_broadcast(&s->insert_cv);
     }
-    if (s->insert_waiters++ == 0 || n < s->insert_min_n) s->insert_min_n = n;
+    if (s->insert_tail)
+        s->insert_tail->next = &me;
+    else
+        s->insert_head = &me;
+    s->insert_tail = &me;
+    s->insert_clients[me.client].n++;
+    s->insert_waiters++;
     double t0 = fl_clock_sec();
-    while (!s->stopping && !fl_ratelimit_can_insert(&s->rl, n)) {
+    while (!s->stopping && !me.give_way && !(s->insert_head == &me && may_insert(s, n))) {
         struct timespec until;
         fl__replay_deadline_in(&until, 0.2);
         pthread_cond_timedwait(&s->insert_cv, &s->mu, &until);
     }
+    unlink_place(s, &me);
+    s->insert_clients[me.client].n--;
     s->insert_waiters--;
+    if (me.give_way) s->insert_giving_way--;
+    int admitted = !s->stopping && !me.give_way;
+    if (admitted) s->insert_reserved += n;
+    if (s->insert_head) pthread_cond_broadcast(&s->insert_cv); /* the next one may go */
     s->insert_blocked_s += fl_clock_sec() - t0;
     int stopping = s->stopping;
     pthread_mutex_unlock(&s->mu);
+    if (admitted) return FL_OK;
     if (stopping) return fl_rpc_reply_error(reply, FL_UNAVAILABLE, "replay shard %d is shutting down", s->shard);
-    return FL_OK;
+    if (me.give_way)
+        return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED,
+                                  "rate limited: this insert gave its waiting place to another client's (at most %d "
+                                  "wait, shared among clients); send again later",
+                                  s->max_insert_waiters);
+    return FL_OK; /* not reached */
 }
 
 static uint64_t table_size(fl_replay_service_t *s) {
@@ -447,6 +532,7 @@ static fl_status insert_batch(fl_replay_service_t *s, insert_call *c, const Flee
         *applied = 1;
     }
     pthread_mutex_unlock(&r->mu);
+    if (!resend) insert_ended(s, b->count, *applied ? b->count : 0);
     if (st != FL_OK) return reject(s, reply, req, &e);
     return FL_OK;
 }
@@ -478,7 +564,6 @@ static fl_status insert_message(void *user, void *state, const uint8_t *msg, siz
         if (applied) {
             atomic_fetch_add(&s->insert_batches, 1);
             c->items += b.count;
-            notify_inserted(s, b.count);
         }
         c->first_keys[c->batches++] = first_key;
     }
@@ -592,9 +677,8 @@ static fl_status wait_for_data(fl_replay_service_t *s, size_t B, uint32_t timeou
     }
 allowed:
     fl_ratelimit_sampled(&s->rl, B);
-    /* held inserts wake when the smallest of them may go (a larger one waits on) */
-    if (s->insert_waiters > 0 && fl_ratelimit_can_insert(&s->rl, s->insert_min_n))
-        pthread_cond_broadcast(&s->insert_cv);
+    /* held inserts wake when the first of them may go */
+    if (s->insert_head && may_insert(s, s->insert_head->n)) pthread_cond_broadcast(&s->insert_cv);
     pthread_mutex_unlock(&s->mu);
     return FL_OK;
 }
@@ -1163,6 +1247,7 @@ static void init_limits(fl_replay_service_t *s, const fl_replay_service_opts_t *
     int want = (int)(streams / (int64_t)shards) + 1 + FL_REPLAY_MAX_SAMPLE_WAITERS + 3;
     s->threads = want < FL_REPLAY_SERVICE_THREADS ? FL_REPLAY_SERVICE_THREADS : want > 256 ? 256 : want;
     s->max_insert_waiters = s->threads - FL_REPLAY_MAX_SAMPLE_WAITERS - 2;
+    s->insert_clients = calloc((size_t)s->max_insert_waiters + 2, sizeof *s->insert_clients);
 }
 
 /* The RPC server, with the service's methods registered. */
@@ -1192,6 +1277,10 @@ fl_status fl_replay_service_create(const fl_replay_service_opts_t *opts, fl_repl
     init_state(s, opts);
     fl_table_config_t tc = shard_table_config(opts);
     init_limits(s, opts, tc.capacity);
+    if (!s->insert_clients) {
+        fl_replay_service_destroy(s);
+        return fl_err_set(err, FL_NO_MEMORY, "replay shard %d: out of memory", opts->shard);
+    }
     fl_status st = fl__replay_rounds_init(s, opts->round_participants, err);
     if (st == FL_OK) st = fl__replay_open_table(s, &tc, opts->restore_path, opts->wal && !s->participants, err);
     if (st != FL_OK) {
@@ -1271,6 +1360,7 @@ void fl_replay_service_destroy(fl_replay_service_t *s) {
         free(s->streams[i]);
     }
     free(s->streams);
+    free(s->insert_clients);
     pthread_mutex_destroy(&s->streams_mu);
     pthread_mutex_destroy(&s->ckpt_mu);
     pthread_mutex_destroy(&s->named_mu);

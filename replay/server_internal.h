@@ -53,6 +53,22 @@ typedef struct fl__sample_waiter {
     int n;
 } fl__sample_waiter_t;
 
+/* An Insert message the rate limiter holds: a place in the queue of waiting inserts,
+ * which go in the order they came (server.c, rate_wait_insert). */
+typedef struct fl__insert_place {
+    struct fl__insert_place *next;
+    uint64_t n;   /* its rows */
+    int client;   /* its entry in insert_clients */
+    int give_way; /* asked to give its place to another client's insert */
+} fl__insert_place_t;
+
+/* The places one client holds (fl_rpc_peer_key: a remote host, or a connection on
+ * loopback); n = 0: a free entry. */
+typedef struct fl__insert_client {
+    char key[96];
+    int n;
+} fl__insert_client_t;
+
 struct fl_replay_service {
     fl_table_t *table;
     fl_wire_sig_t sig;
@@ -69,9 +85,13 @@ struct fl_replay_service {
     pthread_cond_t hk_cv;     /* the housekeeping thread sleeps here: signalled at stop */
     int waiters;        /* Sample calls waiting for data or for the rate limiter */
     fl__sample_waiter_t waiting[FL_REPLAY_MAX_SAMPLE_WAITERS]; /* ... by client (n = 0: a free entry) */
-    int insert_waiters; /* Insert messages waiting for the rate limiter */
-    uint64_t insert_min_n; /* at most the smallest of their sizes (reset when none waits) */
+    int insert_waiters;                                        /* Insert messages waiting for the rate limiter ... */
+    fl__insert_place_t *insert_head, *insert_tail;             /* ... in the order they came */
+    fl__insert_client_t *insert_clients;                       /* (max_insert_waiters + 2) ... by client */
+    int insert_giving_way;                                     /* places asked to give way, not yet gone */
     int max_insert_waiters;
+    uint64_t insert_reserved; /* rows the rate limiter let through that are not inserted yet */
+    uint64_t inserts_gave_way;
     int stopping;
     fl_ratelimit_t rl;
     double insert_blocked_s, sample_blocked_s;

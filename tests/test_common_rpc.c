@@ -729,6 +729,20 @@ static void test_peer(void **state) {
         assert_non_null(strstr(seen[i], "127.0.0.1:"));
     }
     assert_string_not_equal(seen[0], seen[1]);
+    /* Quotas count a loopback client by its connection, a remote one by its host. */
+    char key[96];
+    assert_string_equal(fl_rpc_peer_key(seen[0], key, sizeof key), seen[0]);
+    static const char *const keys[][2] = {
+        {"ipv4:10.1.2.3:51234", "ipv4:10.1.2.3"},
+        {"ipv6:[2001:db8::7]:443", "ipv6:[2001:db8::7]"},
+        {"ipv6:[::ffff:10.1.2.3]:9", "ipv4:10.1.2.3"},
+        {"ipv6:[::1]:51234", "ipv6:[::1]:51234"},
+        {"ipv6:[::ffff:127.0.0.1]:7", "ipv6:[::ffff:127.0.0.1]:7"},
+        {"unix:/run/x.sock", "unix:/run/x.sock"},
+        {"", ""},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        assert_string_equal(fl_rpc_peer_key(keys[i][0], key, sizeof key), keys[i][1]);
     fl_rpc_server_destroy(f.srv);
 }
 

@@ -732,6 +732,116 @@ static void test_sample_waiters_per_client(void **state) {
     fl_replay_service_destroy(s.svc);
 }
 
+/* ---- waiting inserts, in order and shared among clients ---------------------- */
+
+/* An Insert call on channel ch of one batch of 10 rows (stream id, key id), sent. */
+static fl_rpc_stream_t *insert_sent(fl_rpc_channel_t *ch, uint64_t id) {
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_rpc_stream_t *st = NULL;
+    assert_int_equal(fl_rpc_stream_open(ch, "/fleet.Replay/Insert", 60000, FL_RPC_WAIT_FOR_READY, &st, &e), FL_OK);
+    cols_t c;
+    cols_make(&c, 10, id * 10);
+    req_msg_t m;
+    req_make(&m, id, id, 1, &c);
+    assert_int_equal(fl_rpc_stream_send_pb(st, &m.req.base, &e), FL_OK);
+    return st;
+}
+
+/* The call's status (its message in e). */
+static fl_status insert_finish(fl_rpc_stream_t *st, fl_err_t *e) {
+    ProtobufCMessage *resp = NULL;
+    fl_status r = fl_rpc_stream_finish_pb(st, &fleet__insert_response__descriptor, &resp, e);
+    if (resp) fleet__insert_response__free_unpacked((Fleet__InsertResponse *)resp, NULL);
+    return r;
+}
+
+static int inserts_waiting_are(server_t *s, uint32_t n) {
+    for (int i = 0; i < 3000 && info_of(s).inserts_waiting != n; i++) fl_sleep_sec(0.01);
+    return info_of(s).inserts_waiting == n;
+}
+
+/* One Sample call of n rows (the learner's draw that makes room for held inserts). */
+static void sample_rows(fl_replay_client_t *c, size_t n) {
+    fl_err_t e;
+    fl_err_init(&e);
+    fl_replay_batch_t b;
+    assert_int_equal(fl_replay_batch_init(&b, n, OBS_BYTES), FL_OK);
+    if (fl_replay_sample(c, n, 0.4, 10000, &b, &e) != FL_OK) fail_msg("sample %zu: %s", n, e.msg);
+    fl_replay_batch_free(&b);
+}
+
+/* Inserts the rate limiter holds wait in at most max_insert_waiters places (6 with 4
+ * actors): one client (here one connection on loopback, as each of a fleet's actors)
+ * that takes them all is refused its next one, another client's insert takes the newest
+ * place of the client holding the most until the two hold about as many (that place's
+ * call ends RESOURCE_EXHAUSTED, to be sent again), and the held inserts go in the order
+ * they came. Before, the first client kept every place (the other refused until it let
+ * go), and the smallest held insert went first. */
+static void test_insert_places_shared_in_order(void **state) {
+    (void)state;
+    fl_replay_service_opts_t opts = make_opts(10);
+    opts.actors = 4;
+    opts.samples_per_insert = 1;
+    opts.rate_error_buffer = 5; /* inserts may lead samples by at most 15 rows */
+    server_t s;
+    server_start(&s, &opts);
+    fl_err_t e;
+    fl_err_init(&e);
+    insert_ok(s.addr, 1, 1, 1, 10); /* the table holds its 10: every later insert of 10 waits */
+    fl_rpc_channel_t *a = NULL, *b = NULL;
+    assert_int_equal(fl_rpc_channel_create(s.addr, 0, &a, &e), FL_OK);
+    assert_int_equal(fl_rpc_channel_create(s.addr, 0, &b, &e), FL_OK);
+    enum { PLACES = 6 };
+    fl_rpc_stream_t *as[PLACES + 1], *bs[4];
+    for (int i = 0; i < PLACES; i++) {
+        as[i] = insert_sent(a, 100 + (uint64_t)i);
+        assert_true(inserts_waiting_are(&s, (uint32_t)i + 1));
+    }
+    /* a's seventh is refused at once. */
+    as[PLACES] = insert_sent(a, 100 + PLACES);
+    assert_int_equal(insert_finish(as[PLACES], &e), FL_RESOURCE_EXHAUSTED);
+    if (!strstr(e.msg,
+                "rate limited: 6 inserts already wait for the learner to sample (samples_per_insert 1; at most "
+                "6 wait, shared among clients, and 6 of them are this client's)"))
+        fail_msg("a's seventh: %s", e.msg);
+    /* b's first three each take a's newest place: a 3, b 3. */
+    for (int i = 0; i < 3; i++) {
+        bs[i] = insert_sent(b, 200 + (uint64_t)i);
+        assert_int_equal(insert_finish(as[PLACES - 1 - i], &e), FL_RESOURCE_EXHAUSTED);
+        if (!strstr(e.msg,
+                    "rate limited: this insert gave its waiting place to another client's (at most 6 wait, "
+                    "shared among clients)"))
+            fail_msg("a's insert %d: %s", PLACES - 1 - i, e.msg);
+        assert_true(inserts_waiting_are(&s, PLACES));
+    }
+    /* Shared evenly: b's fourth is refused. */
+    bs[3] = insert_sent(b, 203);
+    assert_int_equal(insert_finish(bs[3], &e), FL_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(e.msg, "and 3 of them are this client's"));
+    /* Samples make room for one at a time: they go in the order they came (a's three,
+     * then b's), each call answered OK. */
+    fl_replay_client_t *learner = NULL;
+    assert_int_equal(fl_replay_client_create(s.addr, &learner, &e), FL_OK);
+    sample_rows(learner, 5); /* 5 rows behind: room for the first held insert */
+    fl_rpc_stream_t *order[PLACES] = {as[0], as[1], as[2], bs[0], bs[1], bs[2]};
+    for (int i = 0; i < PLACES; i++) {
+        if (insert_finish(order[i], &e) != FL_OK) fail_msg("held insert %d: %s", i, e.msg);
+        if (!inserts_waiting_are(&s, (uint32_t)(PLACES - 1 - i)))
+            fail_msg("after %d: %u waiting, %lu inserted", i, info_of(&s).inserts_waiting,
+                     (unsigned long)info_of(&s).inserted);
+        assert_int_equal(info_of(&s).inserted, 10 * (uint64_t)(i + 2));
+        if (i + 1 < PLACES) sample_rows(learner, 10);
+    }
+    /* Nothing held, nothing lost: what was refused was never acknowledged. */
+    assert_int_equal(info_of(&s).inserts_waiting, 0);
+    fl_replay_client_destroy(learner);
+    fl_rpc_channel_destroy(a);
+    fl_rpc_channel_destroy(b);
+    still_serving(&s);
+    fl_replay_service_destroy(s.svc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checkpoint_names),
@@ -741,6 +851,7 @@ int main(void) {
         cmocka_unit_test(test_stream_records_capped),
         cmocka_unit_test(test_stream_flood_locks_nobody_out),
         cmocka_unit_test(test_sample_waiters_per_client),
+        cmocka_unit_test(test_insert_places_shared_in_order),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }
