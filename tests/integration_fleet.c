@@ -19,6 +19,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include "tests/nobody_util.h"
 #include "tests/proc_util.h"
 #include "tests/run_util.h"
 #include "common/methods.h"
@@ -245,35 +246,17 @@ static void test_run_folder_is_never_overwritten(void **state) {
     free(first);
 }
 
-/* connect(2) to the unix socket at path from a child process running as the user nobody
- * (uid and gid 65534): its errno (0 when it connected), or -1 when this process cannot
- * switch users (not root). */
-static int connect_as_nobody(const char *path) {
-    if (geteuid() != 0) return -1;
-    int fds[2];
-    if (pipe(fds) != 0) return -1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int err = 0;
-        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0) err = -1;
-        int s = err ? -1 : socket(AF_UNIX, SOCK_STREAM, 0);
-        if (!err && s < 0) err = -1;
-        if (!err) {
-            struct sockaddr_un a;
-            memset(&a, 0, sizeof a);
-            a.sun_family = AF_UNIX;
-            snprintf(a.sun_path, sizeof a.sun_path, "%.107s", path);
-            err = connect(s, (struct sockaddr *)&a, sizeof a) == 0 ? 0 : errno;
-        }
-        if (write(fds[1], &err, sizeof err) != (ssize_t)sizeof err) _exit(1);
-        _exit(0);
-    }
-    close(fds[1]);
-    int err = -1;
-    if (read(fds[0], &err, sizeof err) != (ssize_t)sizeof err) err = -1;
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    return err;
+/* connect(2) to the unix socket at path (as the user nobody: as_nobody): its errno, 0
+ * when it connected. */
+static int unix_connect_errno(void *arg) {
+    const char *path = arg;
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (s < 0) return -1;
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    snprintf(a.sun_path, sizeof a.sun_path, "%.107s", path);
+    return connect(s, (struct sockaddr *)&a, sizeof a) == 0 ? 0 : errno;
 }
 
 /* While a one-machine fleet with run.local_sockets runs, its services and Control listen
@@ -291,7 +274,7 @@ static void check_private_sockets(const char *name) {
         snprintf(path, sizeof path, "%s/%s", dir, socks[i]);
         assert_int_equal(stat(path, &st), 0);
         assert_true(S_ISSOCK(st.st_mode));
-        int err = connect_as_nobody(path);
+        int err = as_nobody(unix_connect_errno, path, -1);
         if (err == -1) {
             fprintf(stderr, "(not root: the connection as another user is not tried)\n");
             continue;
@@ -427,41 +410,24 @@ static fl_status replay_info_with(const char *addr, const char *token, char *msg
     return st;
 }
 
-/* From a child process running as the user nobody: a TCP connection to 127.0.0.1:port,
- * 2 s for the service to see it, then 1 when the service has closed it (EOF or reset), 0
- * when it is still open, or -1 when this process cannot switch users (not root). */
-static int tcp_closed_as_nobody(int port) {
-    if (geteuid() != 0) return -1;
-    int fds[2];
-    if (pipe(fds) != 0) return -1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int closed = -1;
-        if (setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0) {
-            int s = socket(AF_INET, SOCK_STREAM, 0);
-            struct sockaddr_in a;
-            memset(&a, 0, sizeof a);
-            a.sin_family = AF_INET;
-            a.sin_port = htons((uint16_t)port);
-            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-            if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) == 0) {
-                sleep(2);
-                char buf[4096];
-                ssize_t k;
-                while ((k = recv(s, buf, sizeof buf, MSG_DONTWAIT)) > 0) {
-                }
-                closed = k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
-            }
-        }
-        if (write(fds[1], &closed, sizeof closed) != (ssize_t)sizeof closed) _exit(1);
-        _exit(0);
+/* A TCP connection to 127.0.0.1:*port (as the user nobody: as_nobody), 2 s for the
+ * service to see it, then 1 when the service has closed it (EOF or reset), 0 when it is
+ * still open, -1 when it could not connect. */
+static int tcp_closed(void *arg) {
+    const int port = *(const int *)arg;
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) != 0) return -1;
+    sleep(2);
+    char buf[4096];
+    ssize_t k;
+    while ((k = recv(s, buf, sizeof buf, MSG_DONTWAIT)) > 0) {
     }
-    close(fds[1]);
-    int closed = -1;
-    if (read(fds[0], &closed, sizeof closed) != (ssize_t)sizeof closed) closed = -1;
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
-    return closed;
+    return k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
 /* A peer with the run's access token inserting CartPole rows at the old default maxima
@@ -528,7 +494,8 @@ static void check_access_token(const char *name) {
     assert_int_equal(replay_info_with(addr, token, msg, sizeof msg), FL_OK);
     check_poison_refused(addr, token);
     /* and another local user keeps no connection at all to the shard */
-    int closed = tcp_closed_as_nobody(atoi(strrchr(addr, ':') + 1));
+    int port = atoi(strrchr(addr, ':') + 1);
+    int closed = as_nobody(tcp_closed, &port, -1);
     if (closed == -1)
         fprintf(stderr, "(not root: a connection as another user is not tried)\n");
     else

@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/rpc.h"
+#include "tests/nobody_util.h"
 #include "tests/proc_util.h"
 #include "tests/rpc_test_util.h"
 
@@ -422,6 +423,17 @@ static int connections_closed(int port, int n, double wait_s) {
     return made == n ? closed : -1 - made;
 }
 
+/* connections_closed as as_nobody runs it. */
+typedef struct closes {
+    int port, n;
+    double wait_s;
+} closes_t;
+
+static int closed_of(void *arg) {
+    const closes_t *c = arg;
+    return connections_closed(c->port, c->n, c->wait_s);
+}
+
 /* A peer holds at most max_connections_per_peer connections: 30 from the user nobody
  * (another user on loopback, given the same bound) against a bound of 8 lose their 22
  * newest within a second or two; 30 of this process's own user are all kept (the fleet's
@@ -436,21 +448,9 @@ static void test_connections_per_peer(void **state) {
     fl_rpc_server_opts_t o = {.threads = 2, .prepost = 8, .max_connections_per_peer = 8, .max_connections_other_user = -1};
     start_server_opts(&f, "127.0.0.1:0", &o);
     int port = atoi(strrchr(f.addr, ':') + 1);
-    int fds[2];
-    assert_int_equal(pipe(fds), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int closed = -100;
-        if (setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0) closed = connections_closed(port, 30, 2.5);
-        if (write(fds[1], &closed, sizeof closed) != (ssize_t)sizeof closed) _exit(1);
-        _exit(0);
-    }
-    close(fds[1]);
+    closes_t other = {port, 30, 2.5};
+    int other_closed = as_nobody(closed_of, &other, -100);
     int own_closed = connections_closed(port, 30, 2.5);
-    int other_closed = -200;
-    assert_int_equal(read(fds[0], &other_closed, sizeof other_closed), (ssize_t)sizeof other_closed);
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
     fprintf(stderr, "another user's 30 connections: %d closed; this user's 30: %d closed\n", other_closed, own_closed);
     assert_int_equal(other_closed, 22);
     assert_int_equal(own_closed, 0);
@@ -466,18 +466,8 @@ static void test_connections_per_peer(void **state) {
     fl_rpc_server_opts_t d = {.threads = 2, .prepost = 8};
     start_server_opts(&f, "127.0.0.1:0", &d);
     port = atoi(strrchr(f.addr, ':') + 1);
-    assert_int_equal(pipe(fds), 0);
-    pid = fork();
-    if (pid == 0) {
-        int closed = -100;
-        if (setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0) closed = connections_closed(port, 5, 2.0);
-        if (write(fds[1], &closed, sizeof closed) != (ssize_t)sizeof closed) _exit(1);
-        _exit(0);
-    }
-    close(fds[1]);
-    assert_int_equal(read(fds[0], &other_closed, sizeof other_closed), (ssize_t)sizeof other_closed);
-    close(fds[0]);
-    waitpid(pid, NULL, 0);
+    other = (closes_t){port, 5, 2.0};
+    other_closed = as_nobody(closed_of, &other, -100);
     fprintf(stderr, "another user's 5 connections to a loopback listener by default: %d closed\n", other_closed);
     assert_int_equal(other_closed, 5);
     fl_rpc_server_destroy(f.srv);
