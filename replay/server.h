@@ -144,7 +144,8 @@
  *
  * Threads: the service is served by max(FL_REPLAY_SERVICE_THREADS, actors per shard +
  * MAX_SAMPLE_WAITERS + 4) threads (at most 256), so that every actor's stream can wait
- * on the rate limiter while samples are still served; all handlers are
+ * on the rate limiter while samples are still served (held inserts go in the order they
+ * came, their places shared among clients: docs/security.md); all handlers are
  * thread-safe (the table locks itself, per-stream records have their own locks).
  * Lifetime (as the other roles' services): create, start once, stop (idempotent;
  * waiting samplers are woken and answered UNAVAILABLE, calls in flight get the rpc
