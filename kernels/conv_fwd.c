@@ -130,7 +130,7 @@ fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g) {
     c->K = (long)g->cin * g->k * g->k;
     c->kofs = malloc((size_t)c->K * sizeof *c->kofs);
     c->kidx = malloc((size_t)c->K * sizeof *c->kidx);
-    c->wacc = malloc((size_t)(c->K + 8) * g->cout * sizeof *c->wacc); /* tiles of 6 or 8 inputs, the last partial */
+    c->wacc = malloc((size_t)(c->K + 16) * g->cout * sizeof *c->wacc); /* tiles of 6, 8 or 16 inputs, the last partial */
     if (!c->off || !c->len || !c->xoff || !c->yoff || !c->kofs || !c->kidx || !c->wacc) {
         fl_conv_fwd_destroy(c);
         return NULL;
@@ -511,14 +511,47 @@ __attribute__((target("avx512f"))) static void tile10x2(const float *const *xr, 
     MSTORE(nr, 2, acc);
 }
 
-/* One tile of np panels (4: 6 pixels, 2: 10) over each group of np panels in turn. */
+#define MF1(R) a##R = _mm512_fmadd_ps(_mm512_set1_ps(p##R[e]), w0, a##R)
+
+/* One panel (16 output channels, as the 2013 DQN's first convolution has): 10 pixels x 16
+ * channels, 10 accumulators, each weight row loaded once for the 10 pixels. */
+__attribute__((target("avx512f"))) static void tile10x1(const float *const *xr, int nr, const long *off,
+                                                        const int *len, int nseg, const float *wp, const float *bias,
+                                                        float *y, const long *yo, const long *yc, int relu) {
+    __m512 a0 = _mm512_loadu_ps(bias), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0;
+    for (int j = 0; j < nseg; j++) {
+        const long o = off[j];
+        const float *p0 = xr[0] + o, *p1 = xr[1] + o, *p2 = xr[2] + o, *p3 = xr[3] + o, *p4 = xr[4] + o,
+                    *p5 = xr[5] + o, *p6 = xr[6] + o, *p7 = xr[7] + o, *p8 = xr[8] + o, *p9 = xr[9] + o;
+        const int n = len[j];
+        for (int e = 0; e < n; e++, wp += 16) {
+            const __m512 w0 = _mm512_loadu_ps(wp);
+            MF1(0);
+            MF1(1);
+            MF1(2);
+            MF1(3);
+            MF1(4);
+            MF1(5);
+            MF1(6);
+            MF1(7);
+            MF1(8);
+            MF1(9);
+        }
+    }
+    const __m512 acc[10][1] = {{a0}, {a1}, {a2}, {a3}, {a4}, {a5}, {a6}, {a7}, {a8}, {a9}};
+    MSTORE(nr, 1, acc);
+}
+
+/* One tile of np panels (4: 6 pixels, 2 or 1: 10) over each group of np panels in turn. */
 __attribute__((target("avx512f"))) static void multi_tile(int np, const float *const *xr, int nr, const long *off,
                                                           const int *len, int nseg, long K, int groups,
                                                           const float *wt, const float *bias, float *y,
                                                           const long *yo, const long *yc, int relu) {
     for (int p = 0; p < groups; p++) {
         if (np == 4) tile6x4(xr, nr, off, len, nseg, wt + (size_t)p * 64 * K, bias + 64 * p, y, yo, yc + 4 * p, relu);
-        else tile10x2(xr, nr, off, len, nseg, wt + (size_t)p * 32 * K, bias + 32 * p, y, yo, yc + 2 * p, relu);
+        else if (np == 2)
+            tile10x2(xr, nr, off, len, nseg, wt + (size_t)p * 32 * K, bias + 32 * p, y, yo, yc + 2 * p, relu);
+        else tile10x1(xr, nr, off, len, nseg, wt + (size_t)p * 16 * K, bias + 16 * p, y, yo, yc + p, relu);
     }
 }
 
@@ -614,7 +647,39 @@ __attribute__((target("avx512f"))) static void wtile8x2(const float *const *xr, 
         for (int q = 0; q < 2; q++) _mm512_storeu_ps(acc + 16 * (r * 2 + q), out[r][q]);
 }
 
-#define WGRAD_INPUTS(np) ((np) == 4 ? 6 : 8)
+/* One panel: 16 inputs x 16 outputs (16 accumulators). The inputs are x[xo + r] past
+ * one pointer x (a run of 16 values that lie side by side, as a kernel row's do in an
+ * image's channels-last copy), or, where they do not, past one pointer each (xr). */
+#define WC1(R) a##R = _mm512_fmadd_ps(_mm512_set1_ps(x[xo + R]), d0, a##R)
+#define WP1(R) a##R = _mm512_fmadd_ps(_mm512_set1_ps(xr[R][xo]), d0, a##R)
+#define WTILE16(F)                                                                                     \
+    do {                                                                                               \
+        for (long i = n; i > 0; i--) {                                                                 \
+            const long xo = *xoff++, yo = *yoff++;                                                     \
+            const __m512 d0 = _mm512_loadu_ps(dy0 + yo);                                               \
+            F(0); F(1); F(2); F(3); F(4); F(5); F(6); F(7);                                            \
+            F(8); F(9); F(10); F(11); F(12); F(13); F(14); F(15);                                      \
+        }                                                                                              \
+    } while (0)
+__attribute__((target("avx512f"))) static void wtile16x1(const float *const *xr, const long *xoff, const long *yoff,
+                                                         long n, const float *const *dq, float *acc) {
+    __m512 a0 = _mm512_loadu_ps(acc), a1 = _mm512_loadu_ps(acc + 16), a2 = _mm512_loadu_ps(acc + 32),
+           a3 = _mm512_loadu_ps(acc + 48), a4 = _mm512_loadu_ps(acc + 64), a5 = _mm512_loadu_ps(acc + 80),
+           a6 = _mm512_loadu_ps(acc + 96), a7 = _mm512_loadu_ps(acc + 112), a8 = _mm512_loadu_ps(acc + 128),
+           a9 = _mm512_loadu_ps(acc + 144), a10 = _mm512_loadu_ps(acc + 160), a11 = _mm512_loadu_ps(acc + 176),
+           a12 = _mm512_loadu_ps(acc + 192), a13 = _mm512_loadu_ps(acc + 208), a14 = _mm512_loadu_ps(acc + 224),
+           a15 = _mm512_loadu_ps(acc + 240);
+    const float *dy0 = dq[0], *x = xr[0];
+    int side_by_side = 1;
+    for (int r = 1; r < 16; r++) side_by_side &= xr[r] == x + r;
+    if (side_by_side) WTILE16(WC1);
+    else WTILE16(WP1);
+    const __m512 out[16] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
+    for (int r = 0; r < 16; r++) _mm512_storeu_ps(acc + 16 * r, out[r]);
+}
+
+#define WGRAD_INPUTS(np) ((np) == 4 ? 6 : (np) == 2 ? 8 : 16)
+#define WGRAD_MAX_INPUTS 16
 
 /* The parameter gradients on the AVX-512 tiles: as wgrad_avx2 (pixels in chunks of
  * WGRAD_CHUNK, each thread its own tiles summed over the chunks in order), the bias's
@@ -631,11 +696,12 @@ __attribute__((target("avx512f"))) static void wgrad_chunk(const fl_conv_fwd_t *
     for (long t = t0; t < t1; t++) {
         const long rt = t / groups;
         const int p = (int)(t % groups), nr = c->K - ni * rt < ni ? (int)(c->K - ni * rt) : ni;
-        const float *xr[8], *dq[4];
+        const float *xr[WGRAD_MAX_INPUTS], *dq[4];
         for (int r = 0; r < ni; r++) xr[r] = x + c->kofs[ni * rt + (r < nr ? r : nr - 1)];
         for (int q = 0; q < np; q++) dq[q] = dy + yc[np * p + q];
         if (np == 4) wtile6x4(xr, c->xoff + m0, yoff, m1 - m0, dq, c->wacc + tsz * t);
-        else wtile8x2(xr, c->xoff + m0, yoff, m1 - m0, dq, c->wacc + tsz * t);
+        else if (np == 2) wtile8x2(xr, c->xoff + m0, yoff, m1 - m0, dq, c->wacc + tsz * t);
+        else wtile16x1(xr, c->xoff + m0, yoff, m1 - m0, dq, c->wacc + tsz * t);
     }
     if (first) /* the bias, every panel: the chunk's pixels in four running sums */
         for (int q = 0; q < panels; q++) {
@@ -770,14 +836,15 @@ fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g) {
 #else
     return NULL;
 #endif
-    if (g->batch < 1 || g->cin < 1 || g->k < 1 || g->k > FL_CONV_IMG_MAX_K || g->stride < 1 || g->cout < 32 ||
-        g->cout % 32 ||
+    if (g->batch < 1 || g->cin < 1 || g->k < 1 || g->k > FL_CONV_IMG_MAX_K || g->stride < 1 ||
+        (g->cout % 32 && g->cout != 16) || g->cout < 16 ||
         g->cout > 16 * FL_CONV_FWD_MAX_PANELS || g->in_h < g->k || g->in_w < g->k ||
         g->out_h != (g->in_h - g->k) / g->stride + 1 || g->out_w != (g->in_w - g->k) / g->stride + 1)
         return NULL;
     const fl_conv_layout_t *o = &g->out;
     if (!(o->blk % 16 == 0 || (o->blk == 1 && o->st[1] == 1))) return NULL;
-    const int np = g->cout % 64 == 0 ? 4 : 2, R = g->out_w < MULTI_ROWS(np) ? g->out_w : MULTI_ROWS(np);
+    const int np = g->cout % 64 == 0 ? 4 : g->cout % 32 == 0 ? 2 : 1,
+              R = g->out_w < MULTI_ROWS(np) ? g->out_w : MULTI_ROWS(np);
     const long rowlen = ((long)(R - 1) * g->stride + g->k) * g->cin;
     if (rowlen * g->k > FL_CONV_IMG_BUF) return NULL;
     fl_conv_img_t *c = calloc(1, sizeof *c);
@@ -787,7 +854,7 @@ fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g) {
     c->rowlen = rowlen;
     c->K = (long)g->k * g->k * g->cin;
     for (int kh = 0; kh < g->k; kh++) c->off[kh] = kh * rowlen, c->len[kh] = g->k * g->cin;
-    if (amx_ready()) {
+    if (np > 1 && amx_ready()) { /* AMX's tiles take two panels at a time */
         c->amx = 1;
         c->abr = (g->out_w + 15) / 16, c->am = (g->out_w + c->abr - 1) / c->abr;
         c->aks = (g->k * g->cin + 31) / 32;

@@ -7,7 +7,8 @@
  * so few channels leave most of each vector idle, and of more input channels and a
  * multiple of 32 output channels on tiles of 6 pixels x 64 channels or 10 x 32 (24 or 20
  * of the 32 vector registers accumulating: 5-10% faster than oneDNN 2.6's forward on the
- * Nature CNN's second and third convolutions). Its input and output
+ * Nature CNN's second and third convolutions); fl_conv_img (below) also 16 output
+ * channels, on tiles of 10 pixels x 16. Its input and output
  * are in whatever 4-D layout the oneDNN primitives around it chose (channels blocked
  * by 8 or 16, or channels last), so the backward and the layers after it are unchanged.
  *
@@ -83,7 +84,7 @@ void fl_conv_fwd_wgrad(const fl_conv_fwd_t *c, const float *x, const float *dy, 
 /* A first convolution over images as the observations come, (B, H, W, C) (uint8 x
  * 1/255, or float), each times a scale: no copy of the observations into another layout.
  * (Over uint8 images, its forward runs on AMX's tiles where it can: fl_conv_img_amx.)
- * AVX-512 only; cout a multiple of 32 up to 16 x FL_CONV_FWD_MAX_PANELS, a kernel of at
+ * AVX-512 only; cout 16 or a multiple of 32 up to 16 x FL_CONV_FWD_MAX_PANELS, a kernel of at
  * most FL_CONV_IMG_MAX_K, no padding, and
  * a tile's input rows (up to 10 output pixels' worth) within FL_CONV_IMG_BUF floats. A
  * tile converts the input rows its pixels read into a buffer on its thread's stack and

@@ -950,14 +950,14 @@ static void test_wide_tiles(void **state) {
 /* fl_conv_img (kernels/conv_fwd.h), the first convolution over the observations as they
  * come, on CPUs with AVX-512: uint8 (x 1/255) and float images times a scale, against sums
  * in double of the values the observations' copy would make; outputs blocked by 16 and
- * channels-last; 32, 64 and 96 output channels (tiles of 10 pixels x 32 channels, 6 x
+ * channels-last; 16, 32, 64 and 96 output channels (tiles of 10 pixels x 16 or 32 channels, 6 x
  * 64); output rows that fill their tiles and rows that end in a partial one; each image
  * alone gives the bits it gives in its batch, and 1 thread those of 2. Its parameter
  * gradients over the same images (fl_conv_img_wgrad) against sums in double, 1 thread
  * giving the bits of 2. All of it with the forward on AMX's tiles (where the CPU has them:
  * then the convolution says so) and without; kernel rows of 64 and 40 values too; and
- * the products exact (image_conv_exact). Refused: 16 output channels, a kernel row that
- * does not fit the tile's buffer. */
+ * the products exact (image_conv_exact); 16 output channels (tiles of 10 pixels x 16).
+ * Refused: 48 output channels, a kernel row that does not fit the tile's buffer. */
 typedef struct img_case {
     int B, h, w, c, cout, k, stride, out_blk;
     float scale;
@@ -1052,6 +1052,10 @@ static void test_image_conv(void **state) {
         /* for AMX: kernel rows of 64 and of 40 values (two steps of 32, the second part
          * zeros); 22 outputs a row (two blocks of 11), 3 rows (an even count of blocks) */
         {2, 20, 20, 8, 32, 8, 4, 16, 1.0f}, {1, 12, 50, 5, 32, 8, 2, 0, 3.0f},
+        /* 16 output channels (the 2013 DQN's first convolution; tiles of 10 pixels x 16
+         * channels, never on AMX): blocked by 16 and channels-last, two tiles a row, a
+         * partial one, two whole and a partial one */
+        {3, 84, 84, 4, 16, 8, 4, 16, 1.0f}, {2, 30, 27, 3, 16, 4, 2, 0, 2.0f}, {1, 12, 100, 2, 16, 8, 4, 16, 1.0f},
     };
     const size_t ncases = sizeof cases / sizeof cases[0];
     for (size_t run = 0; run < 2 * ncases; run++) { /* without AMX, then with it where the CPU has it */
@@ -1064,7 +1068,7 @@ static void test_image_conv(void **state) {
         fl_conv_fwd_geom_t g = {B, C, tc->h, tc->w, O, oh, ow, k, st, {{0}, 0}, tile_layout(O, oh, ow, tc->out_blk)};
         fl_conv_img_t *t = fl_conv_img_create(&g);
         assert_non_null(t);
-        assert_int_equal(fl_conv_img_amx(t), amx && cpu_has_amx());
+        assert_int_equal(fl_conv_img_amx(t), amx && cpu_has_amx() && O % 32 == 0);
         image_conv_exact(&g, tc->scale);
         g.batch = 1;
         fl_conv_img_t *t1 = fl_conv_img_create(&g);
@@ -1179,8 +1183,8 @@ static void test_image_conv(void **state) {
         free(u8), free(f), free(w), free(wt), free(bias), free(y), free(y1), free(y2);
     }
     fl_conv_img_disable_amx(0);
-    fl_conv_fwd_geom_t bad = {1, 4, 84, 84, 16, 20, 20, 8, 4, {{0}, 0}, tile_layout(16, 20, 20, 16)};
-    assert_null(fl_conv_img_create(&bad)); /* 16 output channels */
+    fl_conv_fwd_geom_t bad = {1, 4, 84, 84, 48, 20, 20, 8, 4, {{0}, 0}, tile_layout(48, 20, 20, 16)};
+    assert_null(fl_conv_img_create(&bad)); /* 48 output channels: neither 16 nor a multiple of 32 */
     bad = (fl_conv_fwd_geom_t){1, 64, 40, 40, 32, 1, 1, 40, 1, {{0}, 0}, tile_layout(32, 1, 1, 16)};
     assert_null(fl_conv_img_create(&bad)); /* 40 rows of 40 x 64 values: more than the buffer */
 }
