@@ -249,7 +249,7 @@ void fl__replay_deadline_in(struct timespec *t, double sec) {
  * else a free one (there are more entries than places). */
 static int insert_client(fl_replay_service_t *s, const char *key) {
     int free_one = -1;
-    for (int i = 0; i < s->max_insert_waiters + 2; i++) {
+    for (int i = 0; i < s->n_insert_clients; i++) {
         fl__insert_client_t *c = &s->insert_clients[i];
         if (c->n > 0 && strcmp(c->key, key) == 0) return i;
         if (c->n == 0 && free_one < 0) free_one = i;
@@ -264,7 +264,7 @@ static int insert_client(fl_replay_service_t *s, const char *key) {
 static fl__insert_place_t *place_to_give_way(fl_replay_service_t *s, int mine) {
     if (s->insert_giving_way > 0) return NULL;
     int most = -1;
-    for (int i = 0; i < s->max_insert_waiters + 2; i++)
+    for (int i = 0; i < s->n_insert_clients; i++)
         if (s->insert_clients[i].n > 0 && (most < 0 || s->insert_clients[i].n > s->insert_clients[most].n)) most = i;
     if (most < 0 || s->insert_clients[most].n < s->insert_clients[mine].n + 2) return NULL;
     fl__insert_place_t *newest = NULL;
@@ -345,12 +345,10 @@ static fl_status rate_wait_insert(fl_replay_service_t *s, uint64_t n, fl_rpc_rep
     pthread_mutex_unlock(&s->mu);
     if (admitted) return FL_OK;
     if (stopping) return fl_rpc_reply_error(reply, FL_UNAVAILABLE, "replay shard %d is shutting down", s->shard);
-    if (me.give_way)
-        return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED,
-                                  "rate limited: this insert gave its waiting place to another client's (at most %d "
-                                  "wait, shared among clients); send again later",
-                                  s->max_insert_waiters);
-    return FL_OK; /* not reached */
+    return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED,
+                              "rate limited: this insert gave its waiting place to another client's (at most %d wait, "
+                              "shared among clients); send again later",
+                              s->max_insert_waiters);
 }
 
 static uint64_t table_size(fl_replay_service_t *s) {
@@ -1247,7 +1245,8 @@ static void init_limits(fl_replay_service_t *s, const fl_replay_service_opts_t *
     int want = (int)(streams / (int64_t)shards) + 1 + FL_REPLAY_MAX_SAMPLE_WAITERS + 3;
     s->threads = want < FL_REPLAY_SERVICE_THREADS ? FL_REPLAY_SERVICE_THREADS : want > 256 ? 256 : want;
     s->max_insert_waiters = s->threads - FL_REPLAY_MAX_SAMPLE_WAITERS - 2;
-    s->insert_clients = calloc((size_t)s->max_insert_waiters + 2, sizeof *s->insert_clients);
+    s->n_insert_clients = s->max_insert_waiters + 2; /* at most one more place than that, and the newcomer */
+    s->insert_clients = calloc((size_t)s->n_insert_clients, sizeof *s->insert_clients);
 }
 
 /* The RPC server, with the service's methods registered. */

@@ -87,7 +87,8 @@ struct fl_replay_service {
     fl__sample_waiter_t waiting[FL_REPLAY_MAX_SAMPLE_WAITERS]; /* ... by client (n = 0: a free entry) */
     int insert_waiters;                                        /* Insert messages waiting for the rate limiter ... */
     fl__insert_place_t *insert_head, *insert_tail;             /* ... in the order they came */
-    fl__insert_client_t *insert_clients;                       /* (max_insert_waiters + 2) ... by client */
+    fl__insert_client_t *insert_clients; /* (n_insert_clients) ... by client */
+    int n_insert_clients;
     int insert_giving_way;                                     /* places asked to give way, not yet gone */
     int max_insert_waiters;
     uint64_t insert_reserved; /* rows the rate limiter let through that are not inserted yet */
