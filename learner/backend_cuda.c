@@ -133,7 +133,8 @@ static fl_status cuda_prepare(fl_learner_t *l, fl_err_t *err) {
             st->pinned[st->n_pinned++] = cb->block;
             pinned = 1;
         } else {
-            FL_WARN("learner: cannot page-lock replay batches (%s): copying them into pinned buffers", e.msg);
+            FL_WARN("learner: cannot page-lock replay batches (%s, %zu bytes at %p): copying them into pinned buffers",
+                    e.msg, cb->block_bytes, cb->block);
             st->pin_failed = 1;
         }
     }

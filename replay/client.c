@@ -45,7 +45,9 @@ fl_status fl_replay_batch_init(fl_replay_batch_t *b, size_t capacity, size_t obs
     if (capacity > SIZE_MAX / 64 || obs_bytes > (SIZE_MAX / 4) / capacity) return FL_INVALID_ARGUMENT;
     const size_t ob = col_bytes(capacity * obs_bytes), i4 = col_bytes(capacity * 4), i8 = col_bytes(capacity * 8);
     /* obs, next_obs; actions, rewards, discounts, weights (4 bytes); keys, probs (8) */
-    const size_t total = 2 * ob + 4 * i4 + 2 * i8;
+    /* whole pages, so that a GPU learner can page-lock the block (cudaHostRegister refuses
+     * a range that ends inside a page on some drivers) */
+    const size_t total = (2 * ob + 4 * i4 + 2 * i8 + 4095) & ~(size_t)4095;
     void *block = NULL;
     if (posix_memalign(&block, 4096, total) != 0) return FL_NO_MEMORY;
     uint8_t *p = block;

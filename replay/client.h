@@ -28,7 +28,7 @@ void fl_replay_client_destroy(fl_replay_client_t *c);
 void fl_replay_client_set_timeout(fl_replay_client_t *c, int64_t timeout_ms);
 
 /* A sampled batch: columns sized for `capacity` transitions, reused across calls. All
- * columns live in one page-aligned allocation (block, block_bytes), each column aligned
+ * columns live in one allocation of whole pages (block, block_bytes), each column aligned
  * to 64 bytes, so that a GPU learner can page-lock a batch with one registration. */
 typedef struct fl_replay_batch {
     uint8_t *block;

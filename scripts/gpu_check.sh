@@ -12,10 +12,14 @@
 #   bench    bench/learner_bench's GPU rows against PyTorch on the same GPU (--no-cpu)
 #   minatar  configs/minatar-breakout.ini with learner.device = cuda for
 #            GPU_CHECK_SECONDS (default 60) seconds
-#   pong     configs/atari-pong.ini with learner.device = cuda and as many actors as the
-#            cores allow (nproc - 2, at least 1), until the greedy evaluation reaches +18
-#            or GPU_CHECK_PONG_SECONDS (default 360) pass; pong.log ends with its curve
-#            (evals.csv: seconds, frames, return) and the time to +18
+#   pong     configs/atari-pong.ini with learner.device = cuda, 4 replay shards where
+#            there are 8 cores or more (one shard serves about 18K samples of 84x84x4
+#            frames a second, 550 batches of 32: the GPU learner takes twice that),
+#            learner.prefetch = 8, as many actors as the other cores allow (nproc - 1 -
+#            shards, at least 1) and an evaluation every 60 s, until the greedy
+#            evaluation reaches +18 or GPU_CHECK_PONG_SECONDS (default 360) pass;
+#            pong.log ends with its curve (evals.csv: seconds, frames, return), the
+#            learner's pace and the time to +18
 #   profile  (only when GPU_CHECK_STEPS names it) scripts/gpu_profile.sh: the kernels of
 #            GPU_CHECK_PROFILE (default "nature 512") under ncu, summed by kernel in
 #            profile.log (ncu's CSV stays in a temporary folder: OUT_DIR keeps to 8 files)
@@ -143,9 +147,12 @@ minatar() {
   [ "${steps:-0}" -gt 0 ]
 }
 pong() {
-  local actors=$(($(nproc) - 2))
+  local shards=1
+  [ "$(nproc)" -ge 8 ] && shards=4
+  local actors=$(($(nproc) - 1 - shards))
   [ "$actors" -ge 1 ] || actors=1
   "$FLEET_BIN" run configs/atari-pong.ini --set learner.device=cuda --set actor.count="$actors" \
+    --set replay.shards="$shards" --set learner.prefetch=8 --set eval.every=60 \
     --set run.target_return=18 --set run.max_seconds="$pong_seconds" --set run.out_dir="$runs" || return 1
   local dir="$runs/atari-pong"
   echo "== summary.txt"
@@ -154,6 +161,10 @@ pong() {
   awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
            { printf "%8.1f s %12d frames %7.2f\n", $col["time_s"], $col["frames"], $col["return_mean"] }' \
     "$dir/evals.csv"
+  echo "== the pace (metrics.csv, every 30th row: seconds, env steps/s, updates/s, learner's wait fraction)"
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next } NR % 30 == 2 {
+             printf "%8.1f s %8.0f env/s %8.0f upd/s wait %.2f\n", $col["time_s"], $col["env_steps_per_s"],
+                    $col["learner_steps_per_s"], $col["wait_fraction"] }' "$dir/metrics.csv"
   # a time limit ends the run normally: the check is that it learned to +18
   grep -q '^reason=target reached' "$dir/summary.txt" && echo "+18 reached: $(sed -n 's/^reason=//p' "$dir/summary.txt")"
 }
