@@ -62,13 +62,13 @@ typedef struct fl__learner_backend {
 } fl__learner_backend_t;
 
 extern const fl__learner_backend_t fl__learner_backend_cpu;
-/* The GPU backend exists when fleet is built with CUDA (learner/CMakeLists.txt builds
- * backend_cuda.c then); NULL otherwise. */
-#ifdef FLEET_HAVE_CUDA
-extern const fl__learner_backend_t fl__learner_backend_cuda;
-#define FL__LEARNER_BACKEND_CUDA (&fl__learner_backend_cuda)
-#else
-#define FL__LEARNER_BACKEND_CUDA NULL
-#endif
+/* The GPU backend (backend_cuda.c) lives in its own shared library, libfleet_cuda.so,
+ * built when fleet is built with CUDA (learner/CMakeLists.txt), so that only a learner
+ * that trains on a GPU loads CUDA's libraries. fl__learner_backend_cuda_load loads it
+ * once (backend_load.c: $FLEET_CUDA_LIB, else beside the program: ../lib/ from the
+ * program's folder, the install's library folder, the folder itself, then the loader's
+ * search path) and returns its fl__learner_backend_cuda; NULL with why (a line naming
+ * what was tried) where fleet was built without CUDA or the library does not load. */
+const fl__learner_backend_t *fl__learner_backend_cuda_load(char *why, size_t why_size);
 
 #endif

@@ -252,6 +252,8 @@ static fl_status cuda_snapshot_poll(fl_learner_t *l, int *ready, fl_err_t *err) 
     return FL_OK;
 }
 
+/* what backend_load.c looks up in this library */
+extern const fl__learner_backend_t fl__learner_backend_cuda;
 const fl__learner_backend_t fl__learner_backend_cuda = {
     .name = "cuda",
     .where = "the GPU",

@@ -30,18 +30,20 @@
  * GPU when there is one and falls back to the CPU). */
 typedef struct device_row {
     const char *name;
-    const fl__learner_backend_t *backend; /* NULL: not built */
+    int gpu; /* the backend is the GPU's (loaded with its library), else the CPU's */
     int required;
-    const char *missing; /* why the backend may be absent */
 } device_row_t;
 
 static const device_row_t DEVICES[] = {
-    [FL_LEARNER_CPU] = {"cpu", &fl__learner_backend_cpu, 1, ""},
-    [FL_LEARNER_CUDA] = {"cuda", FL__LEARNER_BACKEND_CUDA, 1,
-                         "but fleet was built without CUDA (nvcc and cuDNN under /usr/local/cuda; expected cpu, or "
-                         "auto)"},
-    [FL_LEARNER_AUTO] = {"auto", FL__LEARNER_BACKEND_CUDA, 0, ""},
+    [FL_LEARNER_CPU] = {"cpu", 0, 1},
+    [FL_LEARNER_CUDA] = {"cuda", 1, 1},
+    [FL_LEARNER_AUTO] = {"auto", 1, 0},
 };
+
+/* Row d's backend; NULL (why says why) where it is the GPU's and that is not there. */
+static const fl__learner_backend_t *row_backend(const device_row_t *d, char *why, size_t why_size) {
+    return d->gpu ? fl__learner_backend_cuda_load(why, why_size) : &fl__learner_backend_cpu;
+}
 
 /* The modes: learner.mode, and for apex whether the learners form a group. */
 enum { MODE_APEX, MODE_GROUP, MODE_GORILA };
@@ -230,9 +232,25 @@ static fl_status check_opts(const fl_learner_opts_t *o, fl_err_t *err) {
     if ((int)o->device < 0 || (size_t)o->device >= sizeof DEVICES / sizeof DEVICES[0])
         return fl_err_set(err, FL_INVALID_ARGUMENT, "learner: device %d (expected cpu, cuda or auto)", (int)o->device);
     const device_row_t *d = &DEVICES[o->device];
-    if (d->required && !d->backend)
-        return fl_err_set(err, FL_UNIMPLEMENTED, "learner: learner.device = %s, %s", d->name, d->missing);
-    if (d->required && d->backend->check) FL_TRY(d->backend->check(o, err));
+    if (d->required) {
+        char why[1024];
+        const fl__learner_backend_t *be = row_backend(d, why, sizeof why);
+        if (!be) {
+#ifdef FLEET_HAVE_CUDA
+            return fl_err_set(err, FL_UNIMPLEMENTED,
+                              "learner: learner.device = %s, but the GPU learner's library libfleet_cuda.so did not "
+                              "load (%s; expected in the lib/ folder beside the program's bin/, or named by "
+                              "FLEET_CUDA_LIB)",
+                              d->name, why);
+#else
+            return fl_err_set(err, FL_UNIMPLEMENTED,
+                              "learner: learner.device = %s, but fleet was built without CUDA (nvcc and cuDNN under "
+                              "/usr/local/cuda; expected cpu, or auto)",
+                              d->name);
+#endif
+        }
+        if (be->check) FL_TRY(be->check(o, err));
+    }
     if (o->index < 0 || o->index >= o->count)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "learner: index %d is out of range (expected 0 <= I < learner.count = %lld)", o->index,
@@ -332,7 +350,14 @@ static fl_status alloc_buffers(fl_learner_t *l, const fl_learner_opts_t *o, fl_e
 /* learner.device's backend takes over training (auto may decline: the CPU then). */
 static fl_status open_backend(fl_learner_t *l, fl_err_t *err) {
     const device_row_t *d = &DEVICES[l->o.device];
-    l->be = d->backend ? d->backend : &fl__learner_backend_cpu;
+    char why[1024];
+    l->be = row_backend(d, why, sizeof why);
+    if (!l->be) {
+#ifdef FLEET_HAVE_CUDA
+        FL_INFO("learner.device = auto: the GPU learner's library did not load (%s): training on the CPU", why);
+#endif
+        l->be = &fl__learner_backend_cpu;
+    }
     if (!l->be->open) return FL_OK;
     int declined = 0;
     FL_TRY(l->be->open(l, d->required, &declined, err));

@@ -12,8 +12,9 @@
 #
 #   bash scripts/bundle.sh [BUILD_DIR] [OUT.tar.gz] [PROGRAM ...]
 #   (defaults: build, fleet-bundle.tar.gz; programs relative to BUILD_DIR, by default
-#   bin/fleet, bench/learner_bench, bench/inference_bench and the GPU tests,
-#   tests/*_gpu)
+#   bin/fleet, bench/learner_bench, bench/inference_bench, the GPU tests, tests/*_gpu,
+#   and the GPU learner's library lib/libfleet_cuda.so, which the learner loads from the
+#   lib/ folder beside bin/)
 # Unpack it in a checkout of the same commit (tar xzf OUT.tar.gz) and put
 # build/bundle-lib first on LD_LIBRARY_PATH.
 set -euo pipefail
@@ -26,6 +27,7 @@ programs=("$@")
 if [ ${#programs[@]} -eq 0 ]; then
   programs=(bin/fleet bench/learner_bench bench/inference_bench)
   for t in "$build"/tests/*_gpu; do [ -x "$t" ] && programs+=("tests/$(basename "$t")"); done
+  [ -f "$build/lib/libfleet_cuda.so" ] && programs+=(lib/libfleet_cuda.so)
 fi
 stage="$(mktemp -d /tmp/fleet-bundle-XXXXXX)"
 trap 'rm -rf "$stage"' EXIT
@@ -35,7 +37,7 @@ system='^(libc|libm|libpthread|libdl|librt|libresolv|libutil|ld-linux-x86-64|lib
 missing=0
 for p in "${programs[@]}"; do
   src="$build/$p"
-  if [ ! -x "$src" ]; then
+  if [ ! -f "$src" ]; then
     echo "bundle: $src: no such program (build it first, or name the programs to take)" >&2
     exit 1
   fi
@@ -46,6 +48,7 @@ for p in "${programs[@]}"; do
   while read -r name arrow path _; do
     [ "$arrow" = "=>" ] || continue
     if [[ "$name" =~ $system ]]; then continue; fi
+    [ "$name" = libfleet_cuda.so ] && continue # bundled as lib/libfleet_cuda.so, where RUNPATH finds it
     if [ "$path" = "not" ]; then
       echo "bundle: $p needs $name, which this machine does not resolve" >&2
       missing=1

@@ -112,10 +112,10 @@ step() {
 gpu_info() {
   local bad=0
   nvidia-smi || bad=1
-  for p in build/bin/fleet build/bench/learner_bench build/tests/test_kernels_cuda_gpu \
+  for p in build/bin/fleet build/lib/libfleet_cuda.so build/bench/learner_bench build/tests/test_kernels_cuda_gpu \
     build/tests/test_learner_cuda_gpu build/tests/integration_cartpole_gpu; do
     echo "== ldd $p"
-    [ -x "$p" ] || { echo "missing: $p"; bad=1; continue; }
+    [ -f "$p" ] || { echo "missing: $p"; bad=1; continue; }
     ldd "$p" | grep -E "not found|cud|cublas" || true
     ldd "$p" | grep -q "not found" && bad=1
   done
