@@ -56,6 +56,7 @@ static void load_once(void) {
             *slash = '\0';
             const char *rel[] = {"../lib", "../" FLEET_CUDA_LIBDIR, "."};
             for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+                if (i == 1 && strcmp(FLEET_CUDA_LIBDIR, "lib") == 0) continue; /* tried as ../lib */
                 char path[PATH_MAX + 64];
                 snprintf(path, sizeof path, "%s/%s/" LIB_NAME, exe, rel[i]);
                 if (access(path, F_OK) == 0 && try_path(path)) return;
@@ -67,14 +68,20 @@ static void load_once(void) {
 
 const fl__learner_backend_t *fl__learner_backend_cuda_load(char *why, size_t why_size) {
     pthread_once(&g_once, load_once);
-    if (!g_backend && why && why_size) snprintf(why, why_size, "%s", g_why);
+    if (!g_backend && why && why_size)
+        snprintf(why, why_size,
+                 "the GPU learner's library " LIB_NAME " did not load (%s; expected in the lib/ folder beside the "
+                 "program's bin/, or named by FLEET_CUDA_LIB)",
+                 g_why);
     return g_backend;
 }
 
 #else
 
 const fl__learner_backend_t *fl__learner_backend_cuda_load(char *why, size_t why_size) {
-    if (why && why_size) snprintf(why, why_size, "fleet was built without CUDA");
+    if (why && why_size)
+        snprintf(why, why_size,
+                 "fleet was built without CUDA (nvcc and cuDNN under /usr/local/cuda; expected cpu, or auto)");
     return NULL;
 }
 

@@ -235,20 +235,7 @@ static fl_status check_opts(const fl_learner_opts_t *o, fl_err_t *err) {
     if (d->required) {
         char why[1024];
         const fl__learner_backend_t *be = row_backend(d, why, sizeof why);
-        if (!be) {
-#ifdef FLEET_HAVE_CUDA
-            return fl_err_set(err, FL_UNIMPLEMENTED,
-                              "learner: learner.device = %s, but the GPU learner's library libfleet_cuda.so did not "
-                              "load (%s; expected in the lib/ folder beside the program's bin/, or named by "
-                              "FLEET_CUDA_LIB)",
-                              d->name, why);
-#else
-            return fl_err_set(err, FL_UNIMPLEMENTED,
-                              "learner: learner.device = %s, but fleet was built without CUDA (nvcc and cuDNN under "
-                              "/usr/local/cuda; expected cpu, or auto)",
-                              d->name);
-#endif
-        }
+        if (!be) return fl_err_set(err, FL_UNIMPLEMENTED, "learner: learner.device = %s, but %s", d->name, why);
         if (be->check) FL_TRY(be->check(o, err));
     }
     if (o->index < 0 || o->index >= o->count)
@@ -354,7 +341,7 @@ static fl_status open_backend(fl_learner_t *l, fl_err_t *err) {
     l->be = row_backend(d, why, sizeof why);
     if (!l->be) {
 #ifdef FLEET_HAVE_CUDA
-        FL_INFO("learner.device = auto: the GPU learner's library did not load (%s): training on the CPU", why);
+        FL_INFO("learner.device = auto: %s: training on the CPU", why);
 #endif
         l->be = &fl__learner_backend_cpu;
     }
