@@ -210,6 +210,8 @@ static void take_counters(fl_fleet_state_t *fs, fl_role_state_t *st, const Fleet
     st->loss = r->loss;
     st->wait_fraction = r->wait_fraction;
     st->epsilon = r->epsilon;
+    st->rss = r->rss_bytes;
+    st->private_bytes = r->private_bytes;
     if (!actor) return;
     for (size_t i = 0; i < r->n_episode_returns; i++) {
         float ret = r->episode_returns[i];
@@ -253,6 +255,11 @@ static int figures_bad(const fl_fleet_state_t *fs, const fl_role_state_t *st, co
                      i, ret, steps, fs->max_abs_reward);
             return 1;
         }
+    }
+    if (r->rss_bytes > FL_FLEET_MAX_PROCESS_BYTES || r->private_bytes > r->rss_bytes) {
+        snprintf(why, len, "rss_bytes = %llu, private_bytes = %llu (expected private <= resident <= 2^50)",
+                 (unsigned long long)r->rss_bytes, (unsigned long long)r->private_bytes);
+        return 1;
     }
     if (actor && !(r->epsilon >= 0 && r->epsilon <= 1)) {
         snprintf(why, len, "epsilon = %g (expected 0..1)", r->epsilon);

@@ -23,6 +23,7 @@
 #define FL_FLEET_ACTOR_WINDOW 20   /* an actor's recent episodes in its own mean */
 #define FL_FLEET_EVAL_QUEUE 64
 #define FL_FLEET_ROUND_SLOTS 64 /* run.deterministic: rounds being gathered, and rows queued */
+#define FL_FLEET_MAX_PROCESS_BYTES (1ull << 50) /* a report's memory figures above this cannot be true */
 
 /* run.deterministic: one round's figures, gathered from the learner's and every actor's
  * report of it (Report.extra FL_REPORT_ROUND_*, common/control.h), each exact for a
@@ -40,6 +41,7 @@ typedef struct fl_role_state {
     int seen;
     uint64_t env_steps, episodes, acked, version, learner_steps, samples;
     double loss, wait_fraction, epsilon;
+    uint64_t rss, private_bytes;                  /* the process's memory (Report.rss_bytes, private_bytes) */
     uint64_t last_env, last_steps, last_samples; /* the monitor's, at the previous progress line */
     float recent[FL_FLEET_ACTOR_WINDOW];          /* actors: their latest returns (a ring) */
     uint64_t n_recent;                            /* episodes reported in total */
@@ -102,7 +104,8 @@ void fl_fleet_state_destroy(fl_fleet_state_t *fs);
  *   - it carries the credential of that role, index and incarnation (PERMISSION_DENIED);
  *   - its incarnation is no older than the newest seen for that role and index
  *     (FAILED_PRECONDITION: a replaced process);
- *   - its figures can be true (INVALID_ARGUMENT naming the figure): returns finite and at
+ *   - its figures can be true (INVALID_ARGUMENT naming the figure): memory private <=
+ *     resident <= FL_FLEET_MAX_PROCESS_BYTES, returns finite and at
  *     most max_abs_reward a step in magnitude, epsilon and wait fraction in [0, 1], an
  *     evaluation's values finite with min <= mean <= max, and within an incarnation
  *     counters that do not go back nor grow faster than any env or learner can (env steps

@@ -35,6 +35,7 @@
 #include "common/credential.h"
 #include "common/log.h"
 #include "common/methods.h"
+#include "common/procmem.h"
 #include "common/rpc.h"
 #include "common/stop.h"
 #include "common/tfevents.h"
@@ -622,8 +623,9 @@ int fl_launch_resume(const fl_config_t *cfg, const char *run_dir, const char *co
 
 int fl_launch_resuming(const fl_launch_t *L) { return L->resuming; }
 
-/* Sums the parameter servers' Info (versions: the minimum over shards). */
-static void param_info_all(fl_launch_t *L, fl_param_client_t *ps, fl_param_info_t *sum) {
+/* Sums the parameter servers' Info (versions: the minimum over shards); each shard's
+ * own into per_shard (NULL: not kept; a shard that does not answer keeps its last). */
+static void param_info_all(fl_launch_t *L, fl_param_client_t *ps, fl_param_info_t *sum, fl_param_info_t *per_shard) {
     if (!ps) return;
     int P = fl_param_num_shards(ps);
     fl_param_info_t acc;
@@ -636,6 +638,7 @@ static void param_info_all(fl_launch_t *L, fl_param_client_t *ps, fl_param_info_
             continue;
         }
         if (s < 256) atomic_store(&L->service_seen[1][s], fl_clock_sec());
+        if (per_shard) per_shard[s] = in;
         acc.version = s == 0 || in.version < acc.version ? in.version : acc.version;
         acc.publishes += in.publishes;
         acc.fetches += in.fetches;
@@ -683,6 +686,11 @@ typedef struct monitor {
     fl_replay_info_t *shard_info; /* per shard, R of them (NULL when out of memory) */
     fl_param_client_t *ps;
     fl_param_info_t pinfo;
+    /* The largest resident and private memory (bytes) a process of each kind had at a
+     * progress line (kinds: mem_kinds), and of the whole fleet. */
+    uint64_t mem_peak[6][2], mem_total_peak[2];
+    int P;                    /* parameter-server shards */
+    fl_param_info_t *ps_info; /* per shard, P of them (NULL when out of memory) */
     /* metrics.csv, roles.csv, evals.csv, returns.csv (NULL when they could not be opened) */
     FILE *csv, *roles, *evals, *returns;
     FILE *rounds; /* run.deterministic: rounds.csv */
@@ -711,6 +719,7 @@ typedef struct figures {
     double loss, wait;         /* learners' means */
     double mret;               /* mean training return over the last ep_count (<= 100) episodes */
     uint64_t ep_count, episodes;
+    uint64_t rss, private_bytes; /* memory: every process's that told it, the launcher's own too */
 } figures_t;
 
 /* A counter's rate over dt seconds; 0 when it went back (a role restarted from a
@@ -751,7 +760,7 @@ typedef struct metric {
     int empty; /* no value (an empty field) */
 } metric_t;
 
-#define N_METRICS (24 + STALENESS_BUCKETS) /* the table of period_metrics, checked there */
+#define N_METRICS (26 + STALENESS_BUCKETS) /* the table of period_metrics, checked there */
 /* Seconds between redrawings of curve.png while the run goes (and after an evaluation). */
 #define CURVE_EVERY_S 10.0
 
@@ -784,7 +793,7 @@ static int period_metrics(const monitor_t *M, double el, const figures_t *f, con
         {"pushes_dropped", "params/pushes_dropped", -1, (double)pi->pushes_dropped, 0},
     };
     /* the fixed columns, the staleness buckets and the 5 columns below */
-    _Static_assert(sizeof m / sizeof m[0] + STALENESS_BUCKETS + 5 == N_METRICS, "N_METRICS: the columns' count");
+    _Static_assert(sizeof m / sizeof m[0] + STALENESS_BUCKETS + 7 == N_METRICS, "N_METRICS: the columns' count");
     int n = 0;
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) out[n++] = m[i];
     for (int b = 0; b < STALENESS_BUCKETS; b++) {
@@ -798,6 +807,8 @@ static int period_metrics(const monitor_t *M, double el, const figures_t *f, con
     out[n++] = (metric_t){"evaluations", "", -1, (double)M->n_evals, 0};
     /* new columns go last: readers that count columns keep working */
     out[n++] = (metric_t){"frames", "env/frames", -1, (double)f->env * M->L->frame_skip, 0};
+    out[n++] = (metric_t){"memory_rss_mb", "memory/rss_mb", 1, (double)f->rss / 1048576.0, 0};
+    out[n++] = (metric_t){"memory_private_mb", "memory/private_mb", 1, (double)f->private_bytes / 1048576.0, 0};
     return n;
 }
 
@@ -830,7 +841,7 @@ static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_l
     M->csv = open_csv(M->L->csv_path, header, append);
     M->roles = open_csv(M->L->roles_path, "time_s,role,index,env_steps,env_steps_per_s,param_version,version_lag,"
                                           "learner_steps,learner_steps_per_s,samples_per_s,loss,epsilon,episodes,"
-                                          "return_mean", append);
+                                          "return_mean,rss_mb,private_mb", append);
     M->evals = open_csv(M->L->evals_path, "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean,"
                                           "return_std,return_min,return_max,return_ci95,length_mean,length_min,"
                                           "length_max,evaluator,seconds,truncated,frames", append);
@@ -858,6 +869,54 @@ static void tb_write(monitor_t *M, int64_t step, double wall, int n, const char 
     M->tb = NULL;
 }
 
+/* A roles.csv row's memory columns (MB; empty where the process has not told), and its end. */
+static void memory_cols(FILE *f, uint64_t rss, uint64_t private_bytes) {
+    if (rss)
+        fprintf(f, ",%.1f,%.1f\n", (double)rss / 1048576.0, (double)private_bytes / 1048576.0);
+    else
+        fprintf(f, ",,\n");
+}
+
+static const char *const mem_kinds[6] = {"actor", "learner", "evaluator", "replay", "paramserver", "launcher"};
+
+/* Notes a process of kind k's memory in the peaks and f's sums. */
+static void memory_note(monitor_t *M, int k, uint64_t rss, uint64_t private_bytes, figures_t *f) {
+    if (rss > M->mem_peak[k][0]) M->mem_peak[k][0] = rss;
+    if (private_bytes > M->mem_peak[k][1]) M->mem_peak[k][1] = private_bytes;
+    f->rss += rss;
+    f->private_bytes += private_bytes;
+}
+
+/* A roles.csv row of a process that reports its memory only (role, index, the two
+ * memory columns; the 11 figure columns between them empty), added to f's sums. */
+static void memory_row(monitor_t *M, double el, int k, int index, uint64_t rss, uint64_t private_bytes,
+                       figures_t *f) {
+    memory_note(M, k, rss, private_bytes, f);
+    if (!M->roles || !rss) return;
+    fprintf(M->roles, "%.3f,%s,%d,,,,,,,,,,,", el, mem_kinds[k], index);
+    memory_cols(M->roles, rss, private_bytes);
+}
+
+/* f's memory sums: the actors' and learners' (their rows carry their own), and the rows
+ * of the evaluators, the services (from their Info) and the launcher. Under fs->mu. */
+static void memory_figures(monitor_t *M, double el, figures_t *f) {
+    fl_fleet_state_t *fs = &M->L->fs;
+    f->rss = f->private_bytes = 0;
+    for (int a = 0; a < fs->n_actors; a++) memory_note(M, 0, fs->actors[a].rss, fs->actors[a].private_bytes, f);
+    for (int i = 0; i < fs->n_learners; i++)
+        memory_note(M, 1, fs->learners[i].rss, fs->learners[i].private_bytes, f);
+    for (int i = 0; i < fs->n_evaluators; i++)
+        memory_row(M, el, 2, i, fs->evaluators[i].rss, fs->evaluators[i].private_bytes, f);
+    for (int r = 0; r < M->R && M->shard_info; r++)
+        memory_row(M, el, 3, r, M->shard_info[r].rss_bytes, M->shard_info[r].private_bytes, f);
+    for (int s = 0; s < M->P && M->ps_info; s++)
+        memory_row(M, el, 4, s, M->ps_info[s].rss_bytes, M->ps_info[s].private_bytes, f);
+    uint64_t rss, priv;
+    if (fl_procmem(&rss, &priv) == 0) memory_row(M, el, 5, 0, rss, priv, f);
+    if (f->rss > M->mem_total_peak[0]) M->mem_total_peak[0] = f->rss;
+    if (f->private_bytes > M->mem_total_peak[1]) M->mem_total_peak[1] = f->private_bytes;
+}
+
 /* The actors' part of f, and their roles.csv and returns.csv rows (el: seconds since the
  * start, dt: since the previous line). Under fs->mu. */
 static void actor_figures(monitor_t *M, double el, double dt, figures_t *f) {
@@ -876,7 +935,7 @@ static void actor_figures(monitor_t *M, double el, double dt, figures_t *f) {
                     (unsigned long long)A->version, (unsigned long long)alag, A->epsilon,
                     (unsigned long long)A->n_recent);
             if (n_ret) fprintf(M->roles, "%.4f", ret);
-            fprintf(M->roles, "\n");
+            memory_cols(M->roles, A->rss, A->private_bytes);
         }
         if (M->returns && n_ret)
             fprintf(M->returns, "%.3f,%llu,%d,%.6g,%llu,%.4f\n", el, (unsigned long long)f->env, a, A->epsilon,
@@ -908,10 +967,11 @@ static void learner_figures(monitor_t *M, double el, double dt, figures_t *f) {
         f->loss += Ln->loss;
         f->wait += Ln->wait_fraction;
         if (M->roles)
-            fprintf(M->roles, "%.3f,learner,%d,,,%llu,,%llu,%.2f,%.1f,%.6g,,,\n", el, i,
+            fprintf(M->roles, "%.3f,learner,%d,,,%llu,,%llu,%.2f,%.1f,%.6g,,,", el, i,
                     (unsigned long long)Ln->version, (unsigned long long)Ln->learner_steps,
                     per_s(Ln->learner_steps, Ln->last_steps, dt), per_s(Ln->samples, Ln->last_samples, dt),
                     Ln->loss);
+        if (M->roles) memory_cols(M->roles, Ln->rss, Ln->private_bytes);
         Ln->last_steps = Ln->learner_steps;
         Ln->last_samples = Ln->samples;
     }
@@ -927,6 +987,7 @@ static void collect_figures(monitor_t *M, double el, double dt, figures_t *f) {
     pthread_mutex_lock(&fs->mu);
     actor_figures(M, el, dt, f);
     learner_figures(M, el, dt, f);
+    memory_figures(M, el, f);
     f->mret = fl_fleet_state_mean_return(fs, &f->ep_count);
     f->episodes = fs->n_returns;
     pthread_mutex_unlock(&fs->mu);
@@ -1127,7 +1188,7 @@ static int target_reached(monitor_t *M, const figures_t *f) {
 static int progress(monitor_t *M, double now) {
     const fl_config_t *cfg = &M->L->cfg;
     replay_info_all(M->L, M->replay, M->R, &M->rinfo, M->shard_info, 1000);
-    param_info_all(M->L, M->ps, &M->pinfo);
+    param_info_all(M->L, M->ps, &M->pinfo, M->ps_info);
     double dt = now - M->last_t, el = now - M->L->t_start;
     figures_t f;
     collect_figures(M, el, dt, &f);
@@ -1220,7 +1281,7 @@ static void stop_in_order(monitor_t *M) {
     M->ops->stop(M->ctx, "learner", 15);
     set_flag(fs, &fs->stop_services);
     replay_info_all(M->L, M->replay, M->R, &M->rinfo, M->shard_info, 2000);
-    param_info_all(M->L, M->ps, &M->pinfo);
+    param_info_all(M->L, M->ps, &M->pinfo, M->ps_info);
     /* Replay shards write their last checkpoint as they stop: they get time for it. */
     M->ops->stop(M->ctx, "replay paramserver", M->L->cfg.run_checkpoint_dir[0] ? 300 : 10);
     fl_replay_sharded_destroy(M->replay);
@@ -1341,6 +1402,12 @@ static void write_summary(const monitor_t *M, double elapsed, const totals_t *t)
     const unsigned long long refused = M->L->fs.refused;
     pthread_mutex_unlock(&M->L->fs.mu);
     fprintf(sf, "reports_refused=%llu\n", refused); /* Control's refusals (cli/fleet_state.h) */
+    /* Memory: the largest a process of each kind had at a progress line (MB), and the fleet's. */
+    for (int k = 0; k < 6; k++)
+        fprintf(sf, "memory_%s_rss_mb=%.1f\nmemory_%s_private_mb=%.1f\n", mem_kinds[k],
+                (double)M->mem_peak[k][0] / 1048576.0, mem_kinds[k], (double)M->mem_peak[k][1] / 1048576.0);
+    fprintf(sf, "memory_rss_mb=%.1f\nmemory_private_mb=%.1f\n", (double)M->mem_total_peak[0] / 1048576.0,
+            (double)M->mem_total_peak[1] / 1048576.0);
     fprintf(sf, "pids=");
     M->ops->pids(M->ctx, sf);
     fprintf(sf, "\n");
@@ -1382,6 +1449,8 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
     M.R = (int)L->cfg.replay_shards;
     M.gorila = L->cfg.learner_mode == FL_CFG_MODE_GORILA;
     M.shard_info = calloc((size_t)M.R, sizeof *M.shard_info);
+    M.P = (int)L->cfg.paramserver_shards;
+    M.ps_info = calloc((size_t)M.P, sizeof *M.ps_info);
     M.last_t = fl_clock_sec();
     M.next_state = M.last_t; /* at the first look: a run is resumable from its start (a launcher crash) */
     if (L->resuming) { /* the first rates count from where the run stopped */
@@ -1419,6 +1488,7 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
     write_summary(&M, elapsed, &t);
     print_outcome(&M, elapsed, &t);
     free(M.shard_info);
+    free(M.ps_info);
     return M.exit_code;
 }
 

@@ -16,6 +16,7 @@
 #include "common/credential.h"
 #include "common/log.h"
 #include "common/methods.h"
+#include "common/procmem.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 
@@ -132,6 +133,7 @@ void fl_reporter_tick(fl_reporter_t *r, const fl_report_t *rep, int force) {
     m.loss = rep->loss;
     m.wait_fraction = rep->wait_fraction;
     m.epsilon = rep->epsilon;
+    fl_procmem(&m.rss_bytes, &m.private_bytes);
     Fleet__Metric extra_m[FL__CONTROL_EXTRA_MAX];
     Fleet__Metric *extra_p[FL__CONTROL_EXTRA_MAX];
     size_t n_extra = rep->n_extra > 0 ? (size_t)rep->n_extra : 0;

@@ -555,6 +555,8 @@ fl_status fl_param_info_shard(fl_param_client_t *c, int s, int64_t timeout_ms, f
     for (size_t i = 0; i < r->n_staleness_hist && i < 8; i++) out->staleness_hist[i] = r->staleness_hist[i];
     out->fetches_bf16 = r->fetches_bf16;
     out->push_bytes = r->push_bytes;
+    out->rss_bytes = r->rss_bytes;
+    out->private_bytes = r->private_bytes;
     protobuf_c_message_free_unpacked(m, NULL);
     return FL_OK;
 }

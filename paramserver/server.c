@@ -24,6 +24,7 @@
 #include "common/dtype.h"
 #include "common/log.h"
 #include "common/methods.h"
+#include "common/procmem.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "paramserver/checkpoint.h"
@@ -287,6 +288,7 @@ static fl_status on_info(fl_paramserver_service_t *svc, const uint8_t *req, size
     r.staleness_hist = in.staleness_hist;
     r.fetches_bf16 = in.fetches_bf16;
     r.push_bytes = in.push_bytes;
+    fl_procmem(&r.rss_bytes, &r.private_bytes);
     return sink_pb(reply, &r.base);
 }
 

@@ -39,6 +39,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/methods.h"
+#include "common/procmem.h"
 #include "common/rng.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
@@ -902,6 +903,7 @@ static fl_status info_handler(void *user, const uint8_t *msg, size_t len, fl_rpc
     r.min_priority = in.min_priority;
     r.storage_bytes = in.storage_bytes;
     r.frames = in.frames;
+    fl_procmem(&r.rss_bytes, &r.private_bytes);
     return fl_rpc_reply_pb(reply, &r.base);
 }
 

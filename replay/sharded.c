@@ -755,6 +755,8 @@ fl_status fl_replay_sharded_info(fl_replay_sharded_t *s, int64_t timeout_ms, fl_
         t.sampling_mass += in->sampling_mass;
         t.storage_bytes += in->storage_bytes;
         t.frames += in->frames;
+        t.rss_bytes += in->rss_bytes;
+        t.private_bytes += in->private_bytes;
         if (in->min_priority > 0.0 && (t.min_priority == 0.0 || in->min_priority < t.min_priority))
             t.min_priority = in->min_priority;
         t.max_priority = fmax(t.max_priority, in->max_priority);

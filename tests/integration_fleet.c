@@ -116,6 +116,30 @@ static void test_learns_cartpole(void **state) {
     assert_true(inserted >= acked); /* every acknowledged insert is in the table */
     assert_non_null(kv_get(sum, "learner_steps", v, sizeof v));
     assert_true(strtoull(v, NULL, 10) > 0);
+    /* Every process told its memory (roles.csv's and metrics.csv's memory columns, the
+     * peaks in summary.txt). An actor is light: it loads no GPU library, and CartPole's
+     * is within 60 MB resident, 30 MB of them private (a sanitizer's shadow memory aside). */
+    static const char *const kinds[] = {"actor", "learner", "evaluator", "replay", "paramserver", "launcher"};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "memory_%s_rss_mb", kinds[k]);
+        assert_non_null(kv_get(sum, key, v, sizeof v));
+        const double rss = atof(v);
+        snprintf(key, sizeof key, "memory_%s_private_mb", kinds[k]);
+        assert_non_null(kv_get(sum, key, v, sizeof v));
+        const double priv = atof(v);
+        fprintf(stderr, "%s: %.1f MB resident, %.1f MB private\n", kinds[k], rss, priv);
+        assert_true(rss > 1.0);
+        assert_true(priv > 0.0 && priv <= rss);
+#ifndef __SANITIZE_ADDRESS__
+        if (strcmp(kinds[k], "actor") == 0) {
+            assert_true(rss <= 60.0);
+            assert_true(priv <= 30.0);
+        }
+#endif
+    }
+    assert_non_null(kv_get(sum, "memory_rss_mb", v, sizeof v));
+    assert_true(atof(v) > 6.0);
     /* run folder: effective config and metrics */
     char path[512];
     snprintf(path, sizeof path, "%s/learn/config.ini", g_tmp);
@@ -127,6 +151,14 @@ static void test_learns_cartpole(void **state) {
     assert_non_null(csv);
     assert_non_null(strstr(csv, "mean_return_100"));
     assert_non_null(strstr(csv, "eval_return_mean"));
+    assert_non_null(strstr(csv, ",memory_rss_mb,memory_private_mb\n"));
+    snprintf(path, sizeof path, "%s/learn/roles.csv", g_tmp);
+    char *roles_csv = read_file(path);
+    assert_non_null(roles_csv);
+    assert_non_null(strstr(roles_csv, ",return_mean,rss_mb,private_mb\n"));
+    assert_non_null(strstr(roles_csv, ",replay,0,,,,,,,,,,,,"));
+    assert_non_null(strstr(roles_csv, ",paramserver,0,,,,,,,,,,,,"));
+    free(roles_csv);
     /* evals.csv: one row per evaluation, the last one at the target */
     snprintf(path, sizeof path, "%s/learn/evals.csv", g_tmp);
     char *evals = read_file(path);

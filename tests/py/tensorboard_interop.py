@@ -117,6 +117,7 @@ TAGS = {
     "learner_steps_per_s": "learner/steps_per_s", "samples_per_s": "learner/samples_per_s", "loss": "learner/loss",
     "wait_fraction": "learner/wait_fraction", "param_version": "params/version", "version_lag": "params/version_lag",
     "pushes_applied": "params/pushes_applied", "pushes_dropped": "params/pushes_dropped",
+    "memory_rss_mb": "memory/rss_mb", "memory_private_mb": "memory/private_mb",
 }
 EVAL_TAGS = {"return_mean": "eval/return_mean", "return_std": "eval/return_std", "return_ci95": "eval/return_ci95",
              "return_min": "eval/return_min", "return_max": "eval/return_max", "length_mean": "eval/length_mean",
