@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +106,18 @@ void fl_cli_nice(int64_t increment, const char *key) {
     if (nice((int)increment) == -1 && errno != 0)
         FL_WARN("%s = %lld: nice() failed (%s); running at the inherited priority", key, (long long)increment,
                 strerror(errno));
+}
+
+void fl_cli_sched_idle(int on, const char *key) {
+    if (!on) return;
+#ifdef SCHED_IDLE
+    const struct sched_param p = {.sched_priority = 0};
+    if (sched_setscheduler(0, SCHED_IDLE, &p) != 0)
+        FL_WARN("%s: sched_setscheduler(SCHED_IDLE) failed (%s); running under the inherited policy", key,
+                strerror(errno));
+#else
+    FL_WARN("%s: this system has no SCHED_IDLE; running under the inherited policy", key);
+#endif
 }
 
 void fl_cli_setup_logging(const fl_config_t *cfg, const char *role, int index) {

@@ -30,4 +30,9 @@ void fl_cli_setup_logging(const fl_config_t *cfg, const char *role, int index);
  * `key` asks; a failure is a warning (the process runs at its inherited priority). */
 void fl_cli_nice(int64_t increment, const char *key);
 
+/* on != 0: puts this thread, and so every thread it starts afterwards, under Linux's
+ * SCHED_IDLE policy, as the config key `key` asks (call it before any thread starts); a
+ * failure is a warning. */
+void fl_cli_sched_idle(int on, const char *key);
+
 #endif

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -124,6 +125,7 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
     if (c->actor_count > 8) printf(" ...");
     printf(", buffer %lld, sync every %lld steps", (long long)c->actor_local_buffer, (long long)c->actor_sync_every);
     if (c->actor_nice > 0) printf(", nice +%lld", (long long)c->actor_nice);
+    if (c->actor_sched_idle) printf(", SCHED_IDLE");
     printf("\n");
     char shape[64] = "";
     size_t n = 0;
@@ -700,7 +702,7 @@ typedef struct monitor {
     double next_state;   /* when launcher.state is written next */
     /* The fleet's figures at the previous progress line. */
     double last_t;
-    uint64_t last_inserted, last_env, last_learner, last_samples;
+    uint64_t last_inserted, last_env, last_learner, last_samples, last_fetches;
     /* The evaluations so far: the latest (the headline), how many, the best mean. */
     fl_eval_result_t eval;
     uint64_t n_evals;
@@ -760,12 +762,12 @@ typedef struct metric {
     int empty; /* no value (an empty field) */
 } metric_t;
 
-#define N_METRICS (26 + STALENESS_BUCKETS) /* the table of period_metrics, checked there */
+#define N_METRICS (27 + STALENESS_BUCKETS) /* the table of period_metrics, checked there */
 /* Seconds between redrawings of curve.png while the run goes (and after an evaluation). */
 #define CURVE_EVERY_S 10.0
 
 /* This period's metrics.csv row, in column order (f: the figures; rates per second). */
-static int period_metrics(const monitor_t *M, double el, const figures_t *f, const double rate[4], uint64_t lag,
+static int period_metrics(const monitor_t *M, double el, const figures_t *f, const double rate[5], uint64_t lag,
                           metric_t out[N_METRICS]) {
     static char stale_col[STALENESS_BUCKETS][32], stale_tag[STALENESS_BUCKETS][40];
     const fl_replay_info_t *ri = &M->rinfo;
@@ -793,7 +795,7 @@ static int period_metrics(const monitor_t *M, double el, const figures_t *f, con
         {"pushes_dropped", "params/pushes_dropped", -1, (double)pi->pushes_dropped, 0},
     };
     /* the fixed columns, the staleness buckets and the 5 columns below */
-    _Static_assert(sizeof m / sizeof m[0] + STALENESS_BUCKETS + 7 == N_METRICS, "N_METRICS: the columns' count");
+    _Static_assert(sizeof m / sizeof m[0] + STALENESS_BUCKETS + 8 == N_METRICS, "N_METRICS: the columns' count");
     int n = 0;
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) out[n++] = m[i];
     for (int b = 0; b < STALENESS_BUCKETS; b++) {
@@ -809,6 +811,7 @@ static int period_metrics(const monitor_t *M, double el, const figures_t *f, con
     out[n++] = (metric_t){"frames", "env/frames", -1, (double)f->env * M->L->frame_skip, 0};
     out[n++] = (metric_t){"memory_rss_mb", "memory/rss_mb", 1, (double)f->rss / 1048576.0, 0};
     out[n++] = (metric_t){"memory_private_mb", "memory/private_mb", 1, (double)f->private_bytes / 1048576.0, 0};
+    out[n++] = (metric_t){"fetches_per_s", "params/fetches_per_s", 1, rate[4], 0};
     return n;
 }
 
@@ -829,7 +832,7 @@ static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_l
     fl_replay_sharded_create(replay_list, 0, &M->replay, NULL);
     fl_param_client_create(ps_list, &M->ps, NULL);
     metric_t m[N_METRICS];
-    const double zero[4] = {0, 0, 0, 0};
+    const double zero[5] = {0, 0, 0, 0, 0};
     figures_t f;
     memset(&f, 0, sizeof f);
     int n = period_metrics(M, 0, &f, zero, 0, m);
@@ -841,7 +844,7 @@ static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_l
     M->csv = open_csv(M->L->csv_path, header, append);
     M->roles = open_csv(M->L->roles_path, "time_s,role,index,env_steps,env_steps_per_s,param_version,version_lag,"
                                           "learner_steps,learner_steps_per_s,samples_per_s,loss,epsilon,episodes,"
-                                          "return_mean,rss_mb,private_mb", append);
+                                          "return_mean,rss_mb,private_mb,transitions_acked", append);
     M->evals = open_csv(M->L->evals_path, "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean,"
                                           "return_std,return_min,return_max,return_ci95,length_mean,length_min,"
                                           "length_max,evaluator,seconds,truncated,frames", append);
@@ -869,12 +872,12 @@ static void tb_write(monitor_t *M, int64_t step, double wall, int n, const char 
     M->tb = NULL;
 }
 
-/* A roles.csv row's memory columns (MB; empty where the process has not told), and its end. */
+/* A roles.csv row's memory columns (MB; empty where the process has not told). */
 static void memory_cols(FILE *f, uint64_t rss, uint64_t private_bytes) {
     if (rss)
-        fprintf(f, ",%.1f,%.1f\n", (double)rss / 1048576.0, (double)private_bytes / 1048576.0);
+        fprintf(f, ",%.1f,%.1f", (double)rss / 1048576.0, (double)private_bytes / 1048576.0);
     else
-        fprintf(f, ",,\n");
+        fprintf(f, ",,");
 }
 
 static const char *const mem_kinds[6] = {"actor", "learner", "evaluator", "replay", "paramserver", "launcher"};
@@ -895,6 +898,7 @@ static void memory_row(monitor_t *M, double el, int k, int index, uint64_t rss, 
     if (!M->roles || !rss) return;
     fprintf(M->roles, "%.3f,%s,%d,,,,,,,,,,,", el, mem_kinds[k], index);
     memory_cols(M->roles, rss, private_bytes);
+    fprintf(M->roles, ",\n");
 }
 
 /* f's memory sums: the actors' and learners' (their rows carry their own), and the rows
@@ -936,6 +940,7 @@ static void actor_figures(monitor_t *M, double el, double dt, figures_t *f) {
                     (unsigned long long)A->n_recent);
             if (n_ret) fprintf(M->roles, "%.4f", ret);
             memory_cols(M->roles, A->rss, A->private_bytes);
+            fprintf(M->roles, ",%llu\n", (unsigned long long)A->acked);
         }
         if (M->returns && n_ret)
             fprintf(M->returns, "%.3f,%llu,%d,%.6g,%llu,%.4f\n", el, (unsigned long long)f->env, a, A->epsilon,
@@ -971,7 +976,10 @@ static void learner_figures(monitor_t *M, double el, double dt, figures_t *f) {
                     (unsigned long long)Ln->version, (unsigned long long)Ln->learner_steps,
                     per_s(Ln->learner_steps, Ln->last_steps, dt), per_s(Ln->samples, Ln->last_samples, dt),
                     Ln->loss);
-        if (M->roles) memory_cols(M->roles, Ln->rss, Ln->private_bytes);
+        if (M->roles) {
+            memory_cols(M->roles, Ln->rss, Ln->private_bytes);
+            fprintf(M->roles, ",\n");
+        }
         Ln->last_steps = Ln->learner_steps;
         Ln->last_samples = Ln->samples;
     }
@@ -1110,7 +1118,7 @@ static void report_period(monitor_t *M, double el, double dt, const figures_t *f
     double smp_rate = per_s(f->lsamples, M->last_samples, dt);
     uint64_t lag = (f->min_version == UINT64_MAX || pi->version < f->min_version) ? 0 : pi->version - f->min_version;
     print_progress(M, el, f, env_rate, upd_rate, lag);
-    const double rate[4] = {env_rate, ins_rate, upd_rate, smp_rate};
+    const double rate[5] = {env_rate, ins_rate, upd_rate, smp_rate, per_s(pi->fetches, M->last_fetches, dt)};
     metric_t m[N_METRICS];
     int n = period_metrics(M, el, f, rate, lag, m);
     const char *tags[N_METRICS];
@@ -1198,6 +1206,7 @@ static int progress(monitor_t *M, double now) {
     M->last_t = now;
     M->last_env = f.env;
     M->last_inserted = M->rinfo.inserted;
+    M->last_fetches = M->pinfo.fetches;
     M->last_learner = f.lsteps;
     M->last_samples = f.lsamples;
     if (cfg->run_checkpoint_every > 0 && fl_clock_sec() >= M->next_state) {
@@ -1408,6 +1417,10 @@ static void write_summary(const monitor_t *M, double elapsed, const totals_t *t)
                 (double)M->mem_peak[k][0] / 1048576.0, mem_kinds[k], (double)M->mem_peak[k][1] / 1048576.0);
     fprintf(sf, "memory_rss_mb=%.1f\nmemory_private_mb=%.1f\n", (double)M->mem_total_peak[0] / 1048576.0,
             (double)M->mem_total_peak[1] / 1048576.0);
+    struct rusage ru; /* the launcher's own CPU (its threads; not the roles') */
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        fprintf(sf, "launcher_cpu_s=%.3f\n", (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+                                                 (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
     fprintf(sf, "pids=");
     M->ops->pids(M->ctx, sf);
     fprintf(sf, "\n");

@@ -56,6 +56,7 @@ int fl_verb_actor(int argc, char **argv) {
     /* actor.nice: where the roles share cores, the learner sets the fleet's pace (the
      * actors wait on its sampling through the replay's rate limit), so it runs first */
     fl_cli_nice(cfg.actor_nice, "actor.nice");
+    fl_cli_sched_idle((int)cfg.actor_sched_idle, "actor.sched_idle");
     fl_actor_opts_t ao;
     fl_options_actor(&cfg, &ao);
     ao.resume = resume;

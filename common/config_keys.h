@@ -84,6 +84,7 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(actor, fetch_bf16, BOOL, 0, 0, 1, "", "fetch parameters as bfloat16 (half the bytes; learners keep float32)") \
     X(actor, max_steps, INT, 0, 0, 1000000000000, "", "env steps after which an actor stops (0 = no limit)") \
     X(actor, nice, INT, 10, 0, 19, "", "added to each actor process's niceness: the learner, which sets a fleet's pace, gets a shared core first (0 = the same priority as the other roles)") \
+    X(actor, sched_idle, BOOL, 0, 0, 1, "", "run each actor process under Linux's SCHED_IDLE policy: where the learner keeps every core busy, an actor never preempts its threads and runs in the time they leave (the replay's rate limit makes the learner wait when the actors fall behind): for fleets of many more actor processes than cores") \
     X(actor, max_backlog_mb, FLOAT, 64, 0, 1e6, "", "MiB of unacknowledged transitions an actor keeps for resending while its replay shard is away; past it the oldest unsent are dropped and counted (0 = no bound)") \
     /* [replay] the prioritized replay service */                                                           \
     X(replay, shards, INT, 1, 1, 256, "", "number of replay shard processes")                              \

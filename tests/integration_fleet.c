@@ -151,11 +151,11 @@ static void test_learns_cartpole(void **state) {
     assert_non_null(csv);
     assert_non_null(strstr(csv, "mean_return_100"));
     assert_non_null(strstr(csv, "eval_return_mean"));
-    assert_non_null(strstr(csv, ",memory_rss_mb,memory_private_mb\n"));
+    assert_non_null(strstr(csv, ",memory_rss_mb,memory_private_mb,fetches_per_s\n"));
     snprintf(path, sizeof path, "%s/learn/roles.csv", g_tmp);
     char *roles_csv = read_file(path);
     assert_non_null(roles_csv);
-    assert_non_null(strstr(roles_csv, ",return_mean,rss_mb,private_mb\n"));
+    assert_non_null(strstr(roles_csv, ",return_mean,rss_mb,private_mb,transitions_acked\n"));
     assert_non_null(strstr(roles_csv, ",replay,0,,,,,,,,,,,,"));
     assert_non_null(strstr(roles_csv, ",paramserver,0,,,,,,,,,,,,"));
     free(roles_csv);

@@ -3,14 +3,19 @@
  * each module's own defaults (fl_*_opts_init), every key reaches its field, the config's
  * enum strings become the modules' C enums, and the optimizer is the learner's. */
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "cli/cli.h"
 #include "cli/options.h"
 #include "envs/registry.h"
 
@@ -425,13 +430,41 @@ static void test_reward_bounds(void **unused) {
     assert_true(fl_env_reward_bound("minatar-breakout-v1") == 1.0 && fl_env_reward_bound("minatar-breakout-v2") == 0.0);
 }
 
+static void *policy_of_thread(void *out) {
+    *(int *)out = sched_getscheduler(0);
+    return NULL;
+}
+
+/* actor.sched_idle: off leaves the policy alone; on puts the process's thread under
+ * SCHED_IDLE, and the threads it starts afterwards inherit it (in a child process). */
+static void test_sched_idle(void **unused) {
+    (void)unused;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        const int before = sched_getscheduler(0);
+        fl_cli_sched_idle(0, "actor.sched_idle");
+        if (sched_getscheduler(0) != before) _exit(1);
+        fl_cli_sched_idle(1, "actor.sched_idle");
+        if (sched_getscheduler(0) != SCHED_IDLE) _exit(2);
+        pthread_t t;
+        int got = -1;
+        if (pthread_create(&t, NULL, policy_of_thread, &got) != 0 || pthread_join(t, NULL) != 0) _exit(3);
+        _exit(got == SCHED_IDLE ? 0 : 4);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_learner_switches),
         cmocka_unit_test(test_reward_bounds),
         cmocka_unit_test(test_defaults), cmocka_unit_test(test_env),         cmocka_unit_test(test_open_env),
         cmocka_unit_test(test_actor),    cmocka_unit_test(test_paramserver), cmocka_unit_test(test_optimizer),
-        cmocka_unit_test(test_presets),  cmocka_unit_test(test_cpu_kernels),
+        cmocka_unit_test(test_presets),  cmocka_unit_test(test_cpu_kernels), cmocka_unit_test(test_sched_idle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
