@@ -212,6 +212,7 @@ static void take_counters(fl_fleet_state_t *fs, fl_role_state_t *st, const Fleet
     st->epsilon = r->epsilon;
     st->rss = r->rss_bytes;
     st->private_bytes = r->private_bytes;
+    st->cpu_s = r->cpu_s;
     if (!actor) return;
     for (size_t i = 0; i < r->n_episode_returns; i++) {
         float ret = r->episode_returns[i];
@@ -259,6 +260,10 @@ static int figures_bad(const fl_fleet_state_t *fs, const fl_role_state_t *st, co
     if (r->rss_bytes > FL_FLEET_MAX_PROCESS_BYTES || r->private_bytes > r->rss_bytes) {
         snprintf(why, len, "rss_bytes = %llu, private_bytes = %llu (expected private <= resident <= 2^50)",
                  (unsigned long long)r->rss_bytes, (unsigned long long)r->private_bytes);
+        return 1;
+    }
+    if (!(r->cpu_s >= 0 && r->cpu_s <= 1e12)) {
+        snprintf(why, len, "cpu_s = %g (expected CPU seconds in [0, 1e12])", r->cpu_s);
         return 1;
     }
     if (actor && !(r->epsilon >= 0 && r->epsilon <= 1)) {

@@ -42,6 +42,7 @@ typedef struct fl_role_state {
     uint64_t env_steps, episodes, acked, version, learner_steps, samples;
     double loss, wait_fraction, epsilon;
     uint64_t rss, private_bytes;                  /* the process's memory (Report.rss_bytes, private_bytes) */
+    double cpu_s;                                 /* its CPU seconds so far (Report.cpu_s) */
     uint64_t last_env, last_steps, last_samples; /* the monitor's, at the previous progress line */
     float recent[FL_FLEET_ACTOR_WINDOW];          /* actors: their latest returns (a ring) */
     uint64_t n_recent;                            /* episodes reported in total */
@@ -105,7 +106,7 @@ void fl_fleet_state_destroy(fl_fleet_state_t *fs);
  *   - its incarnation is no older than the newest seen for that role and index
  *     (FAILED_PRECONDITION: a replaced process);
  *   - its figures can be true (INVALID_ARGUMENT naming the figure): memory private <=
- *     resident <= FL_FLEET_MAX_PROCESS_BYTES, returns finite and at
+ *     resident <= FL_FLEET_MAX_PROCESS_BYTES, CPU seconds finite in [0, 1e12], returns finite and at
  *     most max_abs_reward a step in magnitude, epsilon and wait fraction in [0, 1], an
  *     evaluation's values finite with min <= mean <= max, and within an incarnation
  *     counters that do not go back nor grow faster than any env or learner can (env steps

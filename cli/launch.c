@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -691,6 +690,7 @@ typedef struct monitor {
     /* The largest resident and private memory (bytes) a process of each kind had at a
      * progress line (kinds: mem_kinds), and of the whole fleet. */
     uint64_t mem_peak[6][2], mem_total_peak[2];
+    double cpu_sum[6]; /* the CPU seconds of each kind's processes, as they last told them */
     int P;                    /* parameter-server shards */
     fl_param_info_t *ps_info; /* per shard, P of them (NULL when out of memory) */
     /* metrics.csv, roles.csv, evals.csv, returns.csv (NULL when they could not be opened) */
@@ -844,7 +844,7 @@ static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_l
     M->csv = open_csv(M->L->csv_path, header, append);
     M->roles = open_csv(M->L->roles_path, "time_s,role,index,env_steps,env_steps_per_s,param_version,version_lag,"
                                           "learner_steps,learner_steps_per_s,samples_per_s,loss,epsilon,episodes,"
-                                          "return_mean,rss_mb,private_mb,transitions_acked", append);
+                                          "return_mean,rss_mb,private_mb,transitions_acked,cpu_s", append);
     M->evals = open_csv(M->L->evals_path, "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean,"
                                           "return_std,return_min,return_max,return_ci95,length_mean,length_min,"
                                           "length_max,evaluator,seconds,truncated,frames", append);
@@ -880,10 +880,25 @@ static void memory_cols(FILE *f, uint64_t rss, uint64_t private_bytes) {
         fprintf(f, ",,");
 }
 
+/* A roles.csv row's end: an actor's transitions acknowledged (has_acked), the process's
+ * CPU seconds (empty where it has not told). */
+static void row_end(FILE *f, int has_acked, uint64_t acked, double cpu_s) {
+    if (has_acked)
+        fprintf(f, ",%llu", (unsigned long long)acked);
+    else
+        fputc(',', f);
+    if (cpu_s > 0)
+        fprintf(f, ",%.3f\n", cpu_s);
+    else
+        fprintf(f, ",\n");
+}
+
 static const char *const mem_kinds[6] = {"actor", "learner", "evaluator", "replay", "paramserver", "launcher"};
 
-/* Notes a process of kind k's memory in the peaks and f's sums. */
-static void memory_note(monitor_t *M, int k, uint64_t rss, uint64_t private_bytes, figures_t *f) {
+/* Notes a process of kind k's memory in the peaks and f's sums, and its CPU seconds in the
+ * kind's sum. */
+static void memory_note(monitor_t *M, int k, uint64_t rss, uint64_t private_bytes, double cpu_s, figures_t *f) {
+    M->cpu_sum[k] += cpu_s;
     if (rss > M->mem_peak[k][0]) M->mem_peak[k][0] = rss;
     if (private_bytes > M->mem_peak[k][1]) M->mem_peak[k][1] = private_bytes;
     f->rss += rss;
@@ -892,13 +907,13 @@ static void memory_note(monitor_t *M, int k, uint64_t rss, uint64_t private_byte
 
 /* A roles.csv row of a process that reports its memory only (role, index, the two
  * memory columns; the 11 figure columns between them empty), added to f's sums. */
-static void memory_row(monitor_t *M, double el, int k, int index, uint64_t rss, uint64_t private_bytes,
+static void memory_row(monitor_t *M, double el, int k, int index, uint64_t rss, uint64_t private_bytes, double cpu_s,
                        figures_t *f) {
-    memory_note(M, k, rss, private_bytes, f);
+    memory_note(M, k, rss, private_bytes, cpu_s, f);
     if (!M->roles || !rss) return;
     fprintf(M->roles, "%.3f,%s,%d,,,,,,,,,,,", el, mem_kinds[k], index);
     memory_cols(M->roles, rss, private_bytes);
-    fprintf(M->roles, ",\n");
+    row_end(M->roles, 0, 0, cpu_s);
 }
 
 /* f's memory sums: the actors' and learners' (their rows carry their own), and the rows
@@ -906,17 +921,19 @@ static void memory_row(monitor_t *M, double el, int k, int index, uint64_t rss, 
 static void memory_figures(monitor_t *M, double el, figures_t *f) {
     fl_fleet_state_t *fs = &M->L->fs;
     f->rss = f->private_bytes = 0;
-    for (int a = 0; a < fs->n_actors; a++) memory_note(M, 0, fs->actors[a].rss, fs->actors[a].private_bytes, f);
+    for (int k = 0; k < 6; k++) M->cpu_sum[k] = 0;
+    for (int a = 0; a < fs->n_actors; a++)
+        memory_note(M, 0, fs->actors[a].rss, fs->actors[a].private_bytes, fs->actors[a].cpu_s, f);
     for (int i = 0; i < fs->n_learners; i++)
-        memory_note(M, 1, fs->learners[i].rss, fs->learners[i].private_bytes, f);
+        memory_note(M, 1, fs->learners[i].rss, fs->learners[i].private_bytes, fs->learners[i].cpu_s, f);
     for (int i = 0; i < fs->n_evaluators; i++)
-        memory_row(M, el, 2, i, fs->evaluators[i].rss, fs->evaluators[i].private_bytes, f);
+        memory_row(M, el, 2, i, fs->evaluators[i].rss, fs->evaluators[i].private_bytes, fs->evaluators[i].cpu_s, f);
     for (int r = 0; r < M->R && M->shard_info; r++)
-        memory_row(M, el, 3, r, M->shard_info[r].rss_bytes, M->shard_info[r].private_bytes, f);
+        memory_row(M, el, 3, r, M->shard_info[r].rss_bytes, M->shard_info[r].private_bytes, M->shard_info[r].cpu_s, f);
     for (int s = 0; s < M->P && M->ps_info; s++)
-        memory_row(M, el, 4, s, M->ps_info[s].rss_bytes, M->ps_info[s].private_bytes, f);
+        memory_row(M, el, 4, s, M->ps_info[s].rss_bytes, M->ps_info[s].private_bytes, M->ps_info[s].cpu_s, f);
     uint64_t rss, priv;
-    if (fl_procmem(&rss, &priv) == 0) memory_row(M, el, 5, 0, rss, priv, f);
+    if (fl_procmem(&rss, &priv) == 0) memory_row(M, el, 5, 0, rss, priv, fl_proc_cpu_s(), f);
     if (f->rss > M->mem_total_peak[0]) M->mem_total_peak[0] = f->rss;
     if (f->private_bytes > M->mem_total_peak[1]) M->mem_total_peak[1] = f->private_bytes;
 }
@@ -940,7 +957,7 @@ static void actor_figures(monitor_t *M, double el, double dt, figures_t *f) {
                     (unsigned long long)A->n_recent);
             if (n_ret) fprintf(M->roles, "%.4f", ret);
             memory_cols(M->roles, A->rss, A->private_bytes);
-            fprintf(M->roles, ",%llu\n", (unsigned long long)A->acked);
+            row_end(M->roles, 1, A->acked, A->cpu_s);
         }
         if (M->returns && n_ret)
             fprintf(M->returns, "%.3f,%llu,%d,%.6g,%llu,%.4f\n", el, (unsigned long long)f->env, a, A->epsilon,
@@ -978,7 +995,7 @@ static void learner_figures(monitor_t *M, double el, double dt, figures_t *f) {
                     Ln->loss);
         if (M->roles) {
             memory_cols(M->roles, Ln->rss, Ln->private_bytes);
-            fprintf(M->roles, ",\n");
+            row_end(M->roles, 0, 0, Ln->cpu_s);
         }
         Ln->last_steps = Ln->learner_steps;
         Ln->last_samples = Ln->samples;
@@ -1417,10 +1434,10 @@ static void write_summary(const monitor_t *M, double elapsed, const totals_t *t)
                 (double)M->mem_peak[k][0] / 1048576.0, mem_kinds[k], (double)M->mem_peak[k][1] / 1048576.0);
     fprintf(sf, "memory_rss_mb=%.1f\nmemory_private_mb=%.1f\n", (double)M->mem_total_peak[0] / 1048576.0,
             (double)M->mem_total_peak[1] / 1048576.0);
-    struct rusage ru; /* the launcher's own CPU (its threads; not the roles') */
-    if (getrusage(RUSAGE_SELF, &ru) == 0)
-        fprintf(sf, "launcher_cpu_s=%.3f\n", (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
-                                                 (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
+    /* CPU seconds: the launcher's own (its threads, not the roles'), and each kind's at the
+     * last progress row (the processes as they last told them) */
+    fprintf(sf, "launcher_cpu_s=%.3f\nparam_fetches=%llu\n", fl_proc_cpu_s(), (unsigned long long)pi->fetches);
+    for (int k = 0; k < 5; k++) fprintf(sf, "cpu_%s_s=%.3f\n", mem_kinds[k], M->cpu_sum[k]);
     fprintf(sf, "pids=");
     M->ops->pids(M->ctx, sf);
     fprintf(sf, "\n");

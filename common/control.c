@@ -134,6 +134,7 @@ void fl_reporter_tick(fl_reporter_t *r, const fl_report_t *rep, int force) {
     m.wait_fraction = rep->wait_fraction;
     m.epsilon = rep->epsilon;
     fl_procmem(&m.rss_bytes, &m.private_bytes);
+    m.cpu_s = fl_proc_cpu_s();
     Fleet__Metric extra_m[FL__CONTROL_EXTRA_MAX];
     Fleet__Metric *extra_p[FL__CONTROL_EXTRA_MAX];
     size_t n_extra = rep->n_extra > 0 ? (size_t)rep->n_extra : 0;

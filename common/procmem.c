@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "common/clock.h"
 
@@ -77,4 +78,11 @@ int fl_procmem(uint64_t *rss, uint64_t *private_bytes) {
     int rc = last_rc;
     pthread_mutex_unlock(&mu);
     return rc;
+}
+
+double fl_proc_cpu_s(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec / 1e6;
 }

@@ -1,4 +1,5 @@
-/* procmem: this process's resident and private memory, as the run's metrics report it.
+/* procmem: this process's resident and private memory, and its CPU time, as the run's
+ * metrics report them.
  *
  * Resident (RSS) counts every page of the process in memory, the shared libraries' pages
  * too; private counts the pages no other process maps (its heap, its stacks, the
@@ -21,5 +22,9 @@ int fl_procmem(uint64_t *rss, uint64_t *private_bytes);
 /* The same, read from the files now: a smaps_rollup text (or NULL) and a status text (or
  * NULL), for tests. */
 int fl_procmem_parse(const char *smaps_rollup, const char *status, uint64_t *rss, uint64_t *private_bytes);
+
+/* CPU seconds this process has used so far, user and system, all its threads (not its
+ * children's); 0 where getrusage fails. */
+double fl_proc_cpu_s(void);
 
 #endif

@@ -557,6 +557,7 @@ fl_status fl_param_info_shard(fl_param_client_t *c, int s, int64_t timeout_ms, f
     out->push_bytes = r->push_bytes;
     out->rss_bytes = r->rss_bytes;
     out->private_bytes = r->private_bytes;
+    out->cpu_s = r->cpu_s;
     protobuf_c_message_free_unpacked(m, NULL);
     return FL_OK;
 }

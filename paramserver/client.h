@@ -101,6 +101,7 @@ typedef struct fl_param_info {
     uint64_t staleness_hist[8]; /* pushes by staleness: 0, 1, 2, 3-4, 5-8, 9-16, 17-32, 33+ */
     uint64_t fetches_bf16, push_bytes;
     uint64_t rss_bytes, private_bytes; /* the shard process's resident and private memory */
+    double cpu_s;                      /* its CPU seconds so far */
 } fl_param_info_t;
 
 /* Info of shard 0 (with one shard, of the server). */

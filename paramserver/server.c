@@ -289,6 +289,7 @@ static fl_status on_info(fl_paramserver_service_t *svc, const uint8_t *req, size
     r.fetches_bf16 = in.fetches_bf16;
     r.push_bytes = in.push_bytes;
     fl_procmem(&r.rss_bytes, &r.private_bytes);
+    r.cpu_s = fl_proc_cpu_s();
     return sink_pb(reply, &r.base);
 }
 

@@ -219,6 +219,7 @@ fl_status fl_replay_info(fl_replay_client_t *c, int64_t timeout_ms, fl_replay_in
     out->frames = r->frames;
     out->rss_bytes = r->rss_bytes;
     out->private_bytes = r->private_bytes;
+    out->cpu_s = r->cpu_s;
     out->total_priority = r->total_priority;
     out->max_priority = r->max_priority;
     out->uptime_s = r->uptime_s;

@@ -89,6 +89,7 @@ typedef struct fl_replay_info {
                                                   none and with the other selectors */
     uint64_t storage_bytes, frames;            /* table memory, distinct frames stored */
     uint64_t rss_bytes, private_bytes;         /* the shard process's resident and private memory */
+    double cpu_s;                              /* its CPU seconds so far */
 } fl_replay_info_t;
 
 fl_status fl_replay_info(fl_replay_client_t *c, int64_t timeout_ms, fl_replay_info_t *out, fl_err_t *err);

@@ -904,6 +904,7 @@ static fl_status info_handler(void *user, const uint8_t *msg, size_t len, fl_rpc
     r.storage_bytes = in.storage_bytes;
     r.frames = in.frames;
     fl_procmem(&r.rss_bytes, &r.private_bytes);
+    r.cpu_s = fl_proc_cpu_s();
     return fl_rpc_reply_pb(reply, &r.base);
 }
 

@@ -757,6 +757,7 @@ fl_status fl_replay_sharded_info(fl_replay_sharded_t *s, int64_t timeout_ms, fl_
         t.frames += in->frames;
         t.rss_bytes += in->rss_bytes;
         t.private_bytes += in->private_bytes;
+        t.cpu_s += in->cpu_s;
         if (in->min_priority > 0.0 && (t.min_priority == 0.0 || in->min_priority < t.min_priority))
             t.min_priority = in->min_priority;
         t.max_priority = fmax(t.max_priority, in->max_priority);

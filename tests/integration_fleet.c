@@ -140,6 +140,11 @@ static void test_learns_cartpole(void **state) {
     }
     assert_non_null(kv_get(sum, "memory_rss_mb", v, sizeof v));
     assert_true(atof(v) > 6.0);
+    /* and its CPU time: the learner trained, the actors stepped */
+    assert_non_null(kv_get(sum, "cpu_learner_s", v, sizeof v));
+    assert_true(atof(v) > 0.1);
+    assert_non_null(kv_get(sum, "cpu_actor_s", v, sizeof v));
+    assert_true(atof(v) > 0.1);
     /* run folder: effective config and metrics */
     char path[512];
     snprintf(path, sizeof path, "%s/learn/config.ini", g_tmp);
@@ -155,7 +160,7 @@ static void test_learns_cartpole(void **state) {
     snprintf(path, sizeof path, "%s/learn/roles.csv", g_tmp);
     char *roles_csv = read_file(path);
     assert_non_null(roles_csv);
-    assert_non_null(strstr(roles_csv, ",return_mean,rss_mb,private_mb,transitions_acked\n"));
+    assert_non_null(strstr(roles_csv, ",return_mean,rss_mb,private_mb,transitions_acked,cpu_s\n"));
     assert_non_null(strstr(roles_csv, ",replay,0,,,,,,,,,,,,"));
     assert_non_null(strstr(roles_csv, ",paramserver,0,,,,,,,,,,,,"));
     free(roles_csv);

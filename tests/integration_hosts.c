@@ -1,4 +1,4 @@
-/* A fleet across two hosts under mpirun. The hosts are network namespaces made by the
+/* Fleets across hosts under mpirun: two hosts, and 32 actors on four. The hosts are network namespaces made by the
  * test (iproute2: `ip netns`, a bridge and veth pairs on a private /24), each with its
  * own host name (`unshare --uts`); Open MPI starts its daemons in them through an rsh
  * agent that enters the namespace, exactly as ssh would log in to another machine. So
@@ -17,7 +17,9 @@
 #include "tests/proc_util.h"
 #include "tests/run_util.h"
 
-static char g_tmp[256], g_ns[2][32], g_br[16], g_net[32], g_mpirun[512], g_agent[400], g_hosts[400];
+#define NHOSTS 4 /* hostA .. hostD; the two-host tests use the first two */
+static char g_tmp[256], g_ns[NHOSTS][32], g_br[16], g_net[32], g_mpirun[512], g_agent[400], g_hosts[400],
+    g_hosts4[400];
 static int g_ready;
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -32,20 +34,20 @@ static int sh(const char *fmt, ...) {
 
 
 static void remove_hosts(void) {
-    for (int h = 0; h < 2; h++) sh("ip netns del %s > /dev/null 2>&1", g_ns[h]);
+    for (int h = 0; h < NHOSTS; h++) sh("ip netns del %s > /dev/null 2>&1", g_ns[h]);
     sh("ip link del %s > /dev/null 2>&1", g_br);
 }
 
-/* Two namespaces on a bridge: 10.N.0.1 here, 10.N.0.11 (hostA) and 10.N.0.12 (hostB). */
+/* Four namespaces on a bridge: 10.N.0.1 here, 10.N.0.11 (hostA), .12 (hostB), .13
+ * (hostC) and .14 (hostD). */
 static int make_hosts(void) {
     int p = (int)getpid();
-    snprintf(g_ns[0], sizeof g_ns[0], "fleet%d-a", p);
-    snprintf(g_ns[1], sizeof g_ns[1], "fleet%d-b", p);
+    for (int h = 0; h < NHOSTS; h++) snprintf(g_ns[h], sizeof g_ns[h], "fleet%d-%c", p, 'a' + h);
     snprintf(g_br, sizeof g_br, "flbr%d", p % 100000);
     snprintf(g_net, sizeof g_net, "10.%d.0", 100 + p % 150);
     if (sh("ip link add %s type bridge && ip addr add %s.1/24 dev %s && ip link set %s up", g_br, g_net, g_br, g_br))
         return -1;
-    for (int h = 0; h < 2; h++) {
+    for (int h = 0; h < NHOSTS; h++) {
         if (sh("ip netns add %s && ip link add %sv%d type veth peer name eth0 netns %s && "
                "ip link set %sv%d master %s && ip link set %sv%d up && "
                "ip -n %s addr add %s.1%d/24 dev eth0 && ip -n %s link set eth0 up && ip -n %s link set lo up",
@@ -59,19 +61,22 @@ static int make_hosts(void) {
             "#!/bin/sh\n"
             "# rsh agent: runs Open MPI's daemon in the namespace that plays host $1\n"
             "host=$1; shift\n"
-            "case $host in\n"
-            "  %s.11) ns=%s; name=hostA ;;\n"
-            "  %s.12) ns=%s; name=hostB ;;\n"
-            "  *) echo \"agent: unknown host $host\" >&2; exit 1 ;;\n"
-            "esac\n"
-            "exec ip netns exec $ns unshare --uts sh -c \"hostname $name; $*\"\n",
-            g_net, g_ns[0], g_net, g_ns[1]);
+            "case $host in\n");
+    for (int h = 0; h < NHOSTS; h++) fprintf(f, "  %s.1%d) ns=%s; name=host%c ;;\n", g_net, h + 1, g_ns[h], 'A' + h);
+    fprintf(f, "  *) echo \"agent: unknown host $host\" >&2; exit 1 ;;\n"
+               "esac\n"
+               "exec ip netns exec $ns unshare --uts sh -c \"hostname $name; $*\"\n");
     fclose(f);
     chmod(g_agent, 0755);
     snprintf(g_hosts, sizeof g_hosts, "%s/hosts", g_tmp);
     f = fopen(g_hosts, "w");
     if (!f) return -1;
     fprintf(f, "%s.11 slots=8\n%s.12 slots=8\n", g_net, g_net);
+    fclose(f);
+    snprintf(g_hosts4, sizeof g_hosts4, "%s/hosts4", g_tmp);
+    f = fopen(g_hosts4, "w");
+    if (!f) return -1;
+    for (int h = 0; h < NHOSTS; h++) fprintf(f, "%s.1%d slots=16\n", g_net, h + 1);
     fclose(f);
     /* A daemon must start on each host and reach mpirun over the bridge. */
     char cmd[2048];
@@ -94,7 +99,7 @@ static int setup(void **state) {
     if (!mkdtemp(g_tmp)) return -1;
     g_ready = geteuid() == 0 && find_mpirun(g_mpirun, sizeof g_mpirun) && sh("command -v ip > /dev/null && command -v unshare > /dev/null") == 0;
     if (g_ready && make_hosts() != 0) {
-        fprintf(stderr, "cannot make two network namespaces here; the two-host test will skip\n");
+        fprintf(stderr, "cannot make four network namespaces here; the hosts tests will skip\n");
         remove_hosts();
         g_ready = 0;
     }
@@ -108,15 +113,21 @@ static int teardown(void **state) {
     return 0;
 }
 
-static int run_two_hosts(const char *name, const char *const *sets, int nsets, char **log) {
+/* `fleet run` under mpirun with np ranks spread over the hosts of hostfile. */
+static int run_on_hosts(const char *hostfile, const char *np, const char *name, const char *const *sets, int nsets,
+                        char **log) {
     char oob[64];
     snprintf(oob, sizeof oob, "%s.0/24", g_net);
-    const char *launcher[] = {g_mpirun,           "--allow-run-as-root", "--hostfile",      g_hosts,
+    const char *launcher[] = {g_mpirun,           "--allow-run-as-root", "--hostfile",      hostfile,
                               "--mca",            "plm_rsh_agent",       g_agent,           "--mca",
                               "oob_tcp_if_include", oob,                 "--mca",           "btl_tcp_if_include",
                               oob,                "--map-by",            "node",            "--bind-to",
-                              "none",             "-np",                 "7"};
-    return run_fleet_at(g_tmp, launcher, (int)(sizeof launcher / sizeof launcher[0]), name, sets, nsets, 300, log);
+                              "none",             "-np",                 np};
+    return run_fleet_at(g_tmp, launcher, (int)(sizeof launcher / sizeof launcher[0]), name, sets, nsets, 400, log);
+}
+
+static int run_two_hosts(const char *name, const char *const *sets, int nsets, char **log) {
+    return run_on_hosts(g_hosts, "7", name, sets, nsets, log);
 }
 
 /* 7 ranks alternating between the hosts: the launcher, replay, learner 1 and actor 1 on
@@ -178,10 +189,78 @@ static void test_missing_interface(void **state) {
     free(log);
 }
 
+/* 32 actors on four hosts (40 ranks: the launcher, 4 replay shards, 2 parameter servers,
+ * the learner and the actors, dealt round the hosts), under SCHED_IDLE on this machine's
+ * cores: every actor gets transitions acknowledged, none acknowledged is lost, and every
+ * process, on whichever host, tells its memory. */
+static void test_32_actors_on_four_hosts(void **state) {
+    (void)state;
+    if (!g_ready) {
+        fprintf(stderr, "SKIP: no MPI, not root, or no network namespaces here\n");
+        skip();
+    }
+    const char *sets[] = {"actor.count=32",        "replay.shards=4",          "paramserver.shards=2",
+                          "env.num_envs=1",        "actor.sched_idle=true",    "run.evaluators=0",
+                          "run.max_seconds=40",    "run.stop_at_target=false", "run.checkpoints=false"};
+    char *log = NULL;
+    int rc = run_on_hosts(g_hosts4, "40", "many", sets, (int)(sizeof sets / sizeof sets[0]), &log);
+    assert_non_null(log);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(log, "39:actor 31@host"));
+    assert_non_null(strstr(log, "@hostD"));
+    assert_null(strstr(log, "127.0.0.1"));
+    assert_no_error_lines(log);
+    char *sum = summary_at(g_tmp, "many");
+    assert_non_null(sum);
+    assert_int_equal(summary_u64(sum, "exit_code"), 0);
+    const unsigned long long acked = summary_u64(sum, "actors_acked");
+    assert_true(acked > 0);
+    assert_true(summary_u64(sum, "replay_inserted") >= acked); /* nothing acknowledged lost */
+    assert_int_equal(summary_u64(sum, "actors_lost_unacked"), 0);
+    char v[64];
+    assert_non_null(kv_get(sum, "memory_actor_rss_mb", v, sizeof v));
+    assert_true(atof(v) > 1.0);
+    assert_non_null(kv_get(sum, "memory_replay_rss_mb", v, sizeof v));
+    assert_true(atof(v) > 1.0);
+    /* roles.csv: each of the 32 actors had transitions acknowledged */
+    char path[512];
+    snprintf(path, sizeof path, "%s/many/roles.csv", g_tmp);
+    char *roles = read_file(path);
+    assert_non_null(roles);
+    int col = -1, acked_actors[32] = {0}; /* the header's transitions_acked column */
+    for (const char *c = roles, *start = roles; c && *c && *c != '\n'; c++) {
+        if (*c != ',') continue;
+        col++;
+        start = c + 1;
+        if (strncmp(start, "transitions_acked,", 18) == 0) {
+            col++;
+            break;
+        }
+    }
+    assert_true(col > 0);
+    for (char *line = strchr(roles, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+        int index;
+        double t;
+        if (sscanf(line + 1, "%lf,actor,%d,", &t, &index) != 2 || index < 0 || index >= 32) continue;
+        const char *field = line + 1;
+        for (int k = 0; k < col && field; k++) {
+            field = strchr(field, ',');
+            if (field) field++;
+        }
+        if (field && strtoull(field, NULL, 10) > 0) acked_actors[index] = 1;
+    }
+    for (int a = 0; a < 32; a++)
+        if (!acked_actors[a]) fail_msg("actor %d: no acknowledged transitions in roles.csv", a);
+    free(roles);
+    free(sum);
+    free(log);
+}
+
 int main(void) {
     no_leak_checks_under_mpirun();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fleet_across_two_hosts),
+        cmocka_unit_test(test_32_actors_on_four_hosts),
         cmocka_unit_test(test_missing_interface),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

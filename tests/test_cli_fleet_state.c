@@ -448,10 +448,15 @@ static void test_reports_that_cannot_lie(void **unused) {
     assert_non_null(strstr(err.msg, "rss_bytes"));
     l.rss_bytes = 100u << 20;
     l.private_bytes = 20u << 20;
+    l.cpu_s = NAN;
+    assert_int_equal(raw_report(ch, &l, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "cpu_s"));
+    l.cpu_s = 2.5;
     assert_int_equal(raw_report(ch, &l, &err), FL_OK);
     pthread_mutex_lock(&f.fs.mu);
     assert_int_equal(f.fs.learners[0].rss, 100u << 20);
     assert_int_equal(f.fs.learners[0].private_bytes, 20u << 20);
+    assert_float_equal(f.fs.learners[0].cpu_s, 2.5, 0);
     pthread_mutex_unlock(&f.fs.mu);
     l.learner_steps = 20;
     Fleet__Report sv = FLEET__REPORT__INIT;

@@ -73,12 +73,23 @@ static void test_own_figures(void **unused) {
     free((void *)p);
 }
 
+/* CPU seconds grow with work done. */
+static void test_cpu_seconds(void **unused) {
+    (void)unused;
+    const double before = fl_proc_cpu_s();
+    assert_true(before >= 0);
+    volatile double x = 0;
+    while (fl_proc_cpu_s() < before + 0.05) x += 1.0;
+    assert_true(fl_proc_cpu_s() >= before + 0.05);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_rollup),
         cmocka_unit_test(test_parse_status_fallback),
         cmocka_unit_test(test_parse_refuses),
         cmocka_unit_test(test_own_figures),
+        cmocka_unit_test(test_cpu_seconds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
