@@ -123,11 +123,9 @@ static void test_learns_cartpole(void **state) {
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         char key[64];
         snprintf(key, sizeof key, "memory_%s_rss_mb", kinds[k]);
-        assert_non_null(kv_get(sum, key, v, sizeof v));
-        const double rss = atof(v);
+        const double rss = summary_f64(sum, key);
         snprintf(key, sizeof key, "memory_%s_private_mb", kinds[k]);
-        assert_non_null(kv_get(sum, key, v, sizeof v));
-        const double priv = atof(v);
+        const double priv = summary_f64(sum, key);
         fprintf(stderr, "%s: %.1f MB resident, %.1f MB private\n", kinds[k], rss, priv);
         assert_true(rss > 1.0);
         assert_true(priv > 0.0 && priv <= rss);
@@ -138,13 +136,10 @@ static void test_learns_cartpole(void **state) {
         }
 #endif
     }
-    assert_non_null(kv_get(sum, "memory_rss_mb", v, sizeof v));
-    assert_true(atof(v) > 6.0);
+    assert_true(summary_f64(sum, "memory_rss_mb") > 6.0);
     /* and its CPU time: the learner trained, the actors stepped */
-    assert_non_null(kv_get(sum, "cpu_learner_s", v, sizeof v));
-    assert_true(atof(v) > 0.1);
-    assert_non_null(kv_get(sum, "cpu_actor_s", v, sizeof v));
-    assert_true(atof(v) > 0.1);
+    assert_true(summary_f64(sum, "cpu_learner_s") > 0.1);
+    assert_true(summary_f64(sum, "cpu_actor_s") > 0.1);
     /* run folder: effective config and metrics */
     char path[512];
     snprintf(path, sizeof path, "%s/learn/config.ini", g_tmp);
@@ -157,8 +152,7 @@ static void test_learns_cartpole(void **state) {
     assert_non_null(strstr(csv, "mean_return_100"));
     assert_non_null(strstr(csv, "eval_return_mean"));
     assert_non_null(strstr(csv, ",memory_rss_mb,memory_private_mb,fetches_per_s\n"));
-    snprintf(path, sizeof path, "%s/learn/roles.csv", g_tmp);
-    char *roles_csv = read_file(path);
+    char *roles_csv = run_file_at(g_tmp, "learn", "roles.csv");
     assert_non_null(roles_csv);
     assert_non_null(strstr(roles_csv, ",return_mean,rss_mb,private_mb,transitions_acked,cpu_s\n"));
     assert_non_null(strstr(roles_csv, ",replay,0,,,,,,,,,,,,"));

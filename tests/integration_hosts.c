@@ -217,15 +217,10 @@ static void test_32_actors_on_four_hosts(void **state) {
     assert_true(acked > 0);
     assert_true(summary_u64(sum, "replay_inserted") >= acked); /* nothing acknowledged lost */
     assert_int_equal(summary_u64(sum, "actors_lost_unacked"), 0);
-    char v[64];
-    assert_non_null(kv_get(sum, "memory_actor_rss_mb", v, sizeof v));
-    assert_true(atof(v) > 1.0);
-    assert_non_null(kv_get(sum, "memory_replay_rss_mb", v, sizeof v));
-    assert_true(atof(v) > 1.0);
+    assert_true(summary_f64(sum, "memory_actor_rss_mb") > 1.0);
+    assert_true(summary_f64(sum, "memory_replay_rss_mb") > 1.0);
     /* roles.csv: each of the 32 actors had transitions acknowledged */
-    char path[512];
-    snprintf(path, sizeof path, "%s/many/roles.csv", g_tmp);
-    char *roles = read_file(path);
+    char *roles = run_file_at(g_tmp, "many", "roles.csv");
     assert_non_null(roles);
     int col = -1, acked_actors[32] = {0}; /* the header's transitions_acked column */
     for (const char *c = roles, *start = roles; c && *c && *c != '\n'; c++) {

@@ -81,11 +81,14 @@ static inline int run_fleet_at(const char *tmp, const char *const *launcher, int
     return WEXITSTATUS(status);
 }
 
-static inline char *summary_at(const char *tmp, const char *name) {
+/* A file of run folder tmp/name (NULL when it cannot be read). */
+static inline char *run_file_at(const char *tmp, const char *name, const char *file) {
     char path[512];
-    snprintf(path, sizeof path, "%s/%s/summary.txt", tmp, name);
+    snprintf(path, sizeof path, "%s/%s/%s", tmp, name, file);
     return read_file(path);
 }
+
+static inline char *summary_at(const char *tmp, const char *name) { return run_file_at(tmp, name, "summary.txt"); }
 
 /* The comma-separated unsigned values of `key` in the summary; returns how many. */
 static inline int summary_list(const char *sum, const char *key, unsigned long long *v, int max) {
@@ -100,6 +103,12 @@ static inline unsigned long long summary_u64(const char *sum, const char *key) {
     char v[256];
     assert_non_null(kv_get(sum, key, v, sizeof v));
     return strtoull(v, NULL, 10);
+}
+
+static inline double summary_f64(const char *sum, const char *key) {
+    char v[256];
+    assert_non_null(kv_get(sum, key, v, sizeof v));
+    return atof(v);
 }
 
 /* Every pid of the summary's pids= line is gone, and there are at least `at_least`. */
