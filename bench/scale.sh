@@ -29,7 +29,8 @@
 #   bash bench/scale.sh [SECONDS] [N ...]     (defaults: 60 s; 1 4 16 64 256)
 #   e.g. bash bench/scale.sh 300 256          (the five-minute run of 256 actors)
 #   SCALE_HOSTS=8 bash bench/scale.sh 60 1 4 16 64
-#   FLEET_BIN=PATH runs another build's fleet; SCALE_WARMUP=S counts rows from S s (20)
+#   FLEET_BIN=PATH runs another build's fleet; SCALE_WARMUP=S counts rows from S s (20);
+#   SCALE_SET="KEY=VALUE ..." adds settings to every run (e.g. "actor.sched_idle=false")
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 fleet="${FLEET_BIN:-$here/build/bin/fleet}"
@@ -87,7 +88,8 @@ for n in "${sizes[@]}"; do
   "${launch[@]}" "$fleet" run "$here/configs/cartpole.ini" --set run.out_dir="$out" --set run.name="$name" \
     --set run.max_seconds="$seconds" --set run.stop_at_target=false --set run.checkpoints=false \
     --set run.evaluators=0 --set actor.count="$n" --set env.num_envs=1 --set actor.sched_idle=true \
-    --set replay.shards=4 --set paramserver.shards=2 --set run.max_restarts=0 > "$out/$name.log" 2>&1 &
+    --set replay.shards=4 --set paramserver.shards=2 --set run.max_restarts=0 \
+    $(for kv in ${SCALE_SET:-}; do printf -- "--set %s " "$kv"; done) > "$out/$name.log" 2>&1 &
   pid=$!
   # half way: the services' connections (their ports from the launch plan), the launcher's CPU
   sleep $(( seconds / 2 + 5 ))

@@ -9,7 +9,8 @@
  *      plus one. MPMD (`mpirun -np 1 fleet run x.ini --role launcher : -np 4 fleet run
  *      x.ini --role actor : ...`): each app context names its role, the counts come from
  *      the ranks (overriding the config's) and there must be exactly one launcher. Every
- *      rank learns every rank's role and host (MPI_Allgather).
+ *      rank learns every rank's role and host (MPI_Allgather), then greets the launcher,
+ *      paced by rank (greet_launcher: MPI's connection to it made while all is quiet).
  *   2. Addresses. A fleet on one host binds run.bind_host (loopback by default). Across
  *      hosts each rank binds its own host's address: run.interface's IPv4 address, or
  *      the first interface that is up and not loopback (common/netif.h), never 0.0.0.0.
@@ -106,7 +107,7 @@ void fl_mpi_print_command(const fl_config_t *c, const char *cfg_file, const char
 enum { K_LAUNCHER, K_REPLAY, K_PARAMSERVER, K_LEARNER, K_ACTOR, K_COUNT };
 static const char *const kind_names[K_COUNT] = {"launcher", "replay", "paramserver", "learner", "actor"};
 
-enum { TAG_DONE = 7201, TAG_STOP = 7202, TAG_FINISH = 7203, TAG_EVENT = 7204, TAG_KILL = 7205 };
+enum { TAG_DONE = 7201, TAG_STOP = 7202, TAG_FINISH = 7203, TAG_EVENT = 7204, TAG_KILL = 7205, TAG_HELLO = 7206 };
 #define ADDR_LEN 256
 
 typedef struct rank_id {
@@ -1243,6 +1244,45 @@ static void finish(rank_run_t *X) {
     MPI_Finalize();
 }
 
+/* Rank r greets the launcher HELLO_PACE_S x r after the start; the launcher waits for
+ * every greeting up to HELLO_WAIT_S past the last one's turn. */
+#define HELLO_PACE_S 0.005
+#define HELLO_WAIT_S 30.0
+
+/* Every rank's link to the launcher, made at the start while the machine is quiet. Open
+ * MPI connects two ranks at their first message, and every rank's first message to the
+ * launcher used to be its DONE at the stop: a wave of hundreds of connections at once,
+ * while the machine was at its busiest, which timed out on an overloaded one (264 ranks on
+ * 2 cores: 77 never connected, their DONE never came, and the stop ended in MPI_Abort).
+ * Now each rank sends one greeting right after the roles are known, paced by its rank, and
+ * the launcher takes them; one it does not hear in time is named, and the run goes on
+ * (that rank may still connect later). */
+static void greet_launcher(const mpi_state_t *m) {
+    if (m->me != m->launcher) {
+        fl_sleep_sec(HELLO_PACE_S * m->me);
+        int one = 1;
+        MPI_Send(&one, 1, MPI_INT, m->launcher, TAG_HELLO, MPI_COMM_WORLD);
+        return;
+    }
+    int heard = 0;
+    const double until = fl_clock_sec() + HELLO_PACE_S * m->size + HELLO_WAIT_S;
+    while (heard < m->size - 1 && fl_clock_sec() < until) {
+        int flag = 0, v;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_HELLO, MPI_COMM_WORLD, &flag, &st);
+        if (!flag) {
+            fl_sleep_sec(0.001);
+            continue;
+        }
+        MPI_Recv(&v, 1, MPI_INT, st.MPI_SOURCE, TAG_HELLO, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        heard++;
+    }
+    if (heard < m->size - 1)
+        fprintf(stderr, "fleet run: %d of %d ranks did not reach the launcher's rank in %.0f s at the start (MPI's "
+                        "connections); the run goes on\n",
+                m->size - 1 - heard, m->size - 1, HELLO_PACE_S * m->size + HELLO_WAIT_S);
+}
+
 int fl_mpi_run(const fl_config_t *cfg_in, const char *cfg_file, const char *role) {
     int provided = 0;
     MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
@@ -1256,6 +1296,7 @@ int fl_mpi_run(const fl_config_t *cfg_in, const char *cfg_file, const char *role
     fl_proc_init();
     fl_stop_install();
     int rc = gather_roles(&X, role);
+    if (!rc) greet_launcher(&X.m);
     if (!rc) rc = choose_address(&X);
     if (!rc) rc = job_security(&X);
     if (!rc) rc = start_control(&X);
