@@ -673,6 +673,9 @@ static void replay_info_all(fl_launch_t *L, fl_replay_sharded_t *replay, int R, 
 
 /* ------------------------------------------------------------ the monitor ---- */
 
+/* The kinds of process whose memory and CPU the run reports (the launcher last). */
+enum { KIND_ACTOR, KIND_LEARNER, KIND_EVALUATOR, KIND_REPLAY, KIND_PARAMSERVER, KIND_LAUNCHER, N_KINDS };
+
 /* What fl_launch_monitor works with, from the first progress line to the summary. */
 typedef struct monitor {
     fl_launch_t *L;
@@ -688,9 +691,9 @@ typedef struct monitor {
     fl_param_client_t *ps;
     fl_param_info_t pinfo;
     /* The largest resident and private memory (bytes) a process of each kind had at a
-     * progress line (kinds: mem_kinds), and of the whole fleet. */
-    uint64_t mem_peak[6][2], mem_total_peak[2];
-    double cpu_sum[6]; /* the CPU seconds of each kind's processes, as they last told them */
+     * progress line (kinds: KIND_*), and of the whole fleet. */
+    uint64_t mem_peak[N_KINDS][2], mem_total_peak[2];
+    double cpu_sum[N_KINDS]; /* the CPU seconds of each kind's processes, as they last told them */
     int P;                    /* parameter-server shards */
     fl_param_info_t *ps_info; /* per shard, P of them (NULL when out of memory) */
     /* metrics.csv, roles.csv, evals.csv, returns.csv (NULL when they could not be opened) */
@@ -893,11 +896,11 @@ static void row_end(FILE *f, int has_acked, uint64_t acked, double cpu_s) {
         fprintf(f, ",\n");
 }
 
-static const char *const mem_kinds[6] = {"actor", "learner", "evaluator", "replay", "paramserver", "launcher"};
+static const char *const kind_names[N_KINDS] = {"actor", "learner", "evaluator", "replay", "paramserver", "launcher"};
 
 /* Notes a process of kind k's memory in the peaks and f's sums, and its CPU seconds in the
  * kind's sum. */
-static void memory_note(monitor_t *M, int k, uint64_t rss, uint64_t private_bytes, double cpu_s, figures_t *f) {
+static void proc_note(monitor_t *M, int k, uint64_t rss, uint64_t private_bytes, double cpu_s, figures_t *f) {
     M->cpu_sum[k] += cpu_s;
     if (rss > M->mem_peak[k][0]) M->mem_peak[k][0] = rss;
     if (private_bytes > M->mem_peak[k][1]) M->mem_peak[k][1] = private_bytes;
@@ -907,33 +910,36 @@ static void memory_note(monitor_t *M, int k, uint64_t rss, uint64_t private_byte
 
 /* A roles.csv row of a process that reports its memory only (role, index, the two
  * memory columns; the 11 figure columns between them empty), added to f's sums. */
-static void memory_row(monitor_t *M, double el, int k, int index, uint64_t rss, uint64_t private_bytes, double cpu_s,
+static void proc_row(monitor_t *M, double el, int k, int index, uint64_t rss, uint64_t private_bytes, double cpu_s,
                        figures_t *f) {
-    memory_note(M, k, rss, private_bytes, cpu_s, f);
+    proc_note(M, k, rss, private_bytes, cpu_s, f);
     if (!M->roles || !rss) return;
-    fprintf(M->roles, "%.3f,%s,%d,,,,,,,,,,,", el, mem_kinds[k], index);
+    fprintf(M->roles, "%.3f,%s,%d,,,,,,,,,,,", el, kind_names[k], index);
     memory_cols(M->roles, rss, private_bytes);
     row_end(M->roles, 0, 0, cpu_s);
 }
 
-/* f's memory sums: the actors' and learners' (their rows carry their own), and the rows
+/* f's memory sums and each kind's CPU seconds: the actors' and learners' (their rows carry their own), and the rows
  * of the evaluators, the services (from their Info) and the launcher. Under fs->mu. */
-static void memory_figures(monitor_t *M, double el, figures_t *f) {
+static void proc_figures(monitor_t *M, double el, figures_t *f) {
     fl_fleet_state_t *fs = &M->L->fs;
     f->rss = f->private_bytes = 0;
-    for (int k = 0; k < 6; k++) M->cpu_sum[k] = 0;
+    for (int k = 0; k < N_KINDS; k++) M->cpu_sum[k] = 0;
     for (int a = 0; a < fs->n_actors; a++)
-        memory_note(M, 0, fs->actors[a].rss, fs->actors[a].private_bytes, fs->actors[a].cpu_s, f);
+        proc_note(M, KIND_ACTOR, fs->actors[a].rss, fs->actors[a].private_bytes, fs->actors[a].cpu_s, f);
     for (int i = 0; i < fs->n_learners; i++)
-        memory_note(M, 1, fs->learners[i].rss, fs->learners[i].private_bytes, fs->learners[i].cpu_s, f);
+        proc_note(M, KIND_LEARNER, fs->learners[i].rss, fs->learners[i].private_bytes, fs->learners[i].cpu_s, f);
     for (int i = 0; i < fs->n_evaluators; i++)
-        memory_row(M, el, 2, i, fs->evaluators[i].rss, fs->evaluators[i].private_bytes, fs->evaluators[i].cpu_s, f);
+        proc_row(M, el, KIND_EVALUATOR, i, fs->evaluators[i].rss, fs->evaluators[i].private_bytes,
+                 fs->evaluators[i].cpu_s, f);
     for (int r = 0; r < M->R && M->shard_info; r++)
-        memory_row(M, el, 3, r, M->shard_info[r].rss_bytes, M->shard_info[r].private_bytes, M->shard_info[r].cpu_s, f);
+        proc_row(M, el, KIND_REPLAY, r, M->shard_info[r].rss_bytes, M->shard_info[r].private_bytes,
+                 M->shard_info[r].cpu_s, f);
     for (int s = 0; s < M->P && M->ps_info; s++)
-        memory_row(M, el, 4, s, M->ps_info[s].rss_bytes, M->ps_info[s].private_bytes, M->ps_info[s].cpu_s, f);
+        proc_row(M, el, KIND_PARAMSERVER, s, M->ps_info[s].rss_bytes, M->ps_info[s].private_bytes,
+                 M->ps_info[s].cpu_s, f);
     uint64_t rss, priv;
-    if (fl_procmem(&rss, &priv) == 0) memory_row(M, el, 5, 0, rss, priv, fl_proc_cpu_s(), f);
+    if (fl_procmem(&rss, &priv) == 0) proc_row(M, el, KIND_LAUNCHER, 0, rss, priv, fl_proc_cpu_s(), f);
     if (f->rss > M->mem_total_peak[0]) M->mem_total_peak[0] = f->rss;
     if (f->private_bytes > M->mem_total_peak[1]) M->mem_total_peak[1] = f->private_bytes;
 }
@@ -1012,7 +1018,7 @@ static void collect_figures(monitor_t *M, double el, double dt, figures_t *f) {
     pthread_mutex_lock(&fs->mu);
     actor_figures(M, el, dt, f);
     learner_figures(M, el, dt, f);
-    memory_figures(M, el, f);
+    proc_figures(M, el, f);
     f->mret = fl_fleet_state_mean_return(fs, &f->ep_count);
     f->episodes = fs->n_returns;
     pthread_mutex_unlock(&fs->mu);
@@ -1429,15 +1435,15 @@ static void write_summary(const monitor_t *M, double elapsed, const totals_t *t)
     pthread_mutex_unlock(&M->L->fs.mu);
     fprintf(sf, "reports_refused=%llu\n", refused); /* Control's refusals (cli/fleet_state.h) */
     /* Memory: the largest a process of each kind had at a progress line (MB), and the fleet's. */
-    for (int k = 0; k < 6; k++)
-        fprintf(sf, "memory_%s_rss_mb=%.1f\nmemory_%s_private_mb=%.1f\n", mem_kinds[k],
-                (double)M->mem_peak[k][0] / 1048576.0, mem_kinds[k], (double)M->mem_peak[k][1] / 1048576.0);
+    for (int k = 0; k < N_KINDS; k++)
+        fprintf(sf, "memory_%s_rss_mb=%.1f\nmemory_%s_private_mb=%.1f\n", kind_names[k],
+                (double)M->mem_peak[k][0] / 1048576.0, kind_names[k], (double)M->mem_peak[k][1] / 1048576.0);
     fprintf(sf, "memory_rss_mb=%.1f\nmemory_private_mb=%.1f\n", (double)M->mem_total_peak[0] / 1048576.0,
             (double)M->mem_total_peak[1] / 1048576.0);
     /* CPU seconds: the launcher's own (its threads, not the roles'), and each kind's at the
      * last progress row (the processes as they last told them) */
     fprintf(sf, "launcher_cpu_s=%.3f\nparam_fetches=%llu\n", fl_proc_cpu_s(), (unsigned long long)pi->fetches);
-    for (int k = 0; k < 5; k++) fprintf(sf, "cpu_%s_s=%.3f\n", mem_kinds[k], M->cpu_sum[k]);
+    for (int k = 0; k < KIND_LAUNCHER; k++) fprintf(sf, "cpu_%s_s=%.3f\n", kind_names[k], M->cpu_sum[k]);
     fprintf(sf, "pids=");
     M->ops->pids(M->ctx, sf);
     fprintf(sf, "\n");
