@@ -170,6 +170,7 @@ struct fl_actor {
 
     atomic_int stop; /* fl_actor_stop */
     int ran;         /* fl_actor_run was called */
+    int leaving;     /* the final report is being sent (Report.leaving) */
     int warned_nonfinite, warned_large, fetch_failing;
     uint64_t round_acked; /* run.deterministic: transitions the shard took in Round calls */
     uint64_t length_sum;  /* lengths of the episodes ended so far */
@@ -217,6 +218,7 @@ static void report(actor_t *a, int force) {
     r.transitions_acked = a->acked_base + a->round_acked + (a->writer ? fl_replay_writer_acked(a->writer) : 0);
     r.param_version = a->st.param_version;
     r.epsilon = a->epsilon;
+    r.leaving = a->leaving;
     /* The writer's backlog: what a supervisor's accounting needs besides the acked. */
     static const char *const names[] = {"transitions_pending", "transitions_dropped"};
     double values[2] = {a->writer ? (double)fl_replay_writer_pending(a->writer) : 0,
@@ -431,7 +433,7 @@ static fl_status open_envs(actor_t *a, fl_rng_t *init_rng, fl_err_t *err) {
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "actor: env %s has %s observations, which the Q-network cannot read", a->def->name,
                           fl_dtype_name(a->def->obs.dtype));
-    a->epsilon = fl_actor_epsilon(o->eps_base, o->eps_alpha, a->index, o->count);
+    a->epsilon = o->joined ? o->epsilon : fl_actor_epsilon(o->eps_base, o->eps_alpha, a->index, o->count);
     a->st.epsilon = a->epsilon;
 
     fl_rng_t seeder;
@@ -597,9 +599,12 @@ fl_status fl_actor_create(const fl_actor_opts_t *opts, int index, const char *re
                           const char *control_addr, fl_actor_t **out, fl_err_t *err) {
     *out = NULL;
     if (!opts) return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: no configuration");
-    if (index < 0 || index >= opts->count)
+    if (index < 0 || (index >= opts->count && !opts->joined))
         return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: index %d is out of range (expected 0 <= index < %lld)",
                           index, (long long)opts->count);
+    if (opts->joined && !(opts->epsilon >= 0 && opts->epsilon <= 1))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: a joined actor's epsilon %g is not in [0, 1]",
+                          opts->epsilon);
     if (!replay_addr || !*replay_addr) return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: no replay address");
     if (!param_addr || !*param_addr)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: no parameter server address");
@@ -754,6 +759,7 @@ static fl_status finish(actor_t *a, fl_err_t *err) {
             (unsigned long long)a->st.transitions_sent, (unsigned long long)acked, (unsigned long long)pending,
             (unsigned long long)a->st.param_version);
     save_state(a);
+    a->leaving = 1;
     report(a, 1);
     return FL_OK;
 }
@@ -762,14 +768,15 @@ fl_status fl_actor_run(fl_actor_t *a, fl_err_t *err) {
     if (a->ran) return fl_err_set(err, FL_FAILED_PRECONDITION, "actor: already run");
     a->ran = 1;
     const fl_actor_opts_t *o = &a->o;
-    FL_INFO("actor %d of %lld: %s x %d, epsilon %.6g, %d-step gamma %g, buffer %lld, sync every %lld steps, "
+    FL_INFO("actor %d of %lld%s: %s x %d, epsilon %.6g, %d-step gamma %g, buffer %lld, sync every %lld steps, "
             "stream %016llx",
-            a->index, (long long)o->count, a->def->name, a->num_envs, a->epsilon, o->n_step, o->gamma,
+            a->index, (long long)o->count, o->joined ? " (joined)" : "", a->def->name, a->num_envs, a->epsilon, o->n_step, o->gamma,
             (long long)o->local_buffer, (long long)o->sync_every, (unsigned long long)a->st.stream_id);
     fl_status s;
     if (o->deterministic) {
         s = round_loop(a, err);
         if (s == FL_OK) {
+            a->leaving = 1;
             report(a, 1);
             FL_INFO("stopped after %llu env steps, %llu episodes, %llu transitions committed in rounds",
                     (unsigned long long)a->st.env_steps, (unsigned long long)a->st.episodes,

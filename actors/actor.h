@@ -139,6 +139,9 @@ typedef struct fl_actor_opts {
     double max_backlog_mb;     /* actor.max_backlog_mb: bound of the writer's unacknowledged backlog (0 = none) */
     int incarnation;           /* restarts of this actor so far (fleet run's supervision): mixed into its seeds
                                   so that a restarted actor does not repeat its predecessor's episodes */
+    int joined;                /* joined a running fleet (`fleet actor --join`): index may be >= count, and
+                                  the launcher chose its epsilon */
+    double epsilon;            /* with joined: its exploration epsilon, in [0, 1] */
     int deterministic;         /* run.deterministic: lockstep rounds (Round participant index + 1, one shard):
                                   round r steps sync_every env steps with parameter version r exactly, then
                                   sends the round's transitions in one Round call */

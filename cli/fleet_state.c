@@ -13,20 +13,22 @@
 #include "common/statefile.h"
 #include "fleet.pb-c.h"
 
-int fl_fleet_state_init(fl_fleet_state_t *fs, int n_actors, int n_learners, int n_evaluators, int gorila,
-                        double t_start) {
+int fl_fleet_state_init(fl_fleet_state_t *fs, int n_actors, int max_joined, int n_learners, int n_evaluators,
+                        int gorila, double t_start) {
     memset(fs, 0, sizeof *fs);
     pthread_mutex_init(&fs->mu, NULL);
     fs->t_start = t_start;
     fs->gorila = gorila;
     fs->n_actors = n_actors;
+    fs->n_started = n_actors;
+    fs->max_actors = n_actors + (max_joined > 0 ? max_joined : 0);
     fs->n_learners = n_learners;
     fs->n_evaluators = n_evaluators;
-    fs->actors = calloc((size_t)n_actors + 1, sizeof *fs->actors);
+    fs->actors = calloc((size_t)fs->max_actors + 1, sizeof *fs->actors);
     fs->learners = calloc((size_t)n_learners + 1, sizeof *fs->learners);
     fs->evaluators = calloc((size_t)n_evaluators + 1, sizeof *fs->evaluators);
     fs->eval_round = calloc((size_t)n_evaluators + 1, sizeof *fs->eval_round);
-    fs->actor_round = calloc((size_t)n_actors + 1, sizeof *fs->actor_round);
+    fs->actor_round = calloc((size_t)fs->max_actors + 1, sizeof *fs->actor_round);
     fs->max_abs_reward = 1e6;
     if (fl_cred_random(fs->secret) != 0) return -1;
     return fs->actors && fs->learners && fs->evaluators && fs->eval_round && fs->actor_round ? 0 : -1;
@@ -38,6 +40,10 @@ void fl_fleet_state_destroy(fl_fleet_state_t *fs) {
     free(fs->evaluators);
     free(fs->eval_round);
     free(fs->actor_round);
+    free(fs->join_replay);
+    free(fs->join_params);
+    free(fs->join_config);
+    free(fs->join_run);
     pthread_mutex_destroy(&fs->mu);
     memset(fs, 0, sizeof *fs);
 }
@@ -324,6 +330,23 @@ static void log_refusal(fl_fleet_state_t *fs, const char *msg) {
         fl_log(FL_LOG_WARN, "control: refused a report (%llu so far): %s", (unsigned long long)fs->refused, msg);
 }
 
+/* A joined actor's accepted report: back from lost, or gone for good with its last one.
+ * Under mu. */
+static void joined_seen(fl_fleet_state_t *fs, fl_role_state_t *st, const Fleet__Report *r) {
+    const int a = (int)(st - fs->actors);
+    if (st->gone == FL_JOINED_LOST) {
+        st->gone = 0;
+        fs->losses--; /* counted while lost only */
+        fl_log(FL_LOG_INFO, "actor %d (joined from %s) reports again", a, st->host);
+    }
+    if (r->leaving && !st->gone) {
+        st->gone = FL_JOINED_LEFT;
+        fs->leaves++;
+        fl_log(FL_LOG_INFO, "actor %d (joined from %s, pid %lld) left after %llu env steps, %llu transitions acknowledged",
+               a, st->host, (long long)st->pid, (unsigned long long)st->env_steps, (unsigned long long)st->acked);
+    }
+}
+
 fl_status fl_fleet_state_on_report(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
     fl_fleet_state_t *fs = user;
     Fleet__Report *r = fleet__report__unpack(NULL, len, req);
@@ -368,6 +391,7 @@ fl_status fl_fleet_state_on_report(void *user, const uint8_t *req, size_t len, f
         return fl_rpc_reply_error(reply, refuse, "%s", why);
     }
     if (st) take_counters(fs, st, r, actor);
+    if (st && actor && st->joined) joined_seen(fs, st, r);
     if (st && evaluator && r->n_extra) take_result(fs, r);
     if (st && (actor || learner) && r->n_extra) take_round(fs, r, actor);
     Fleet__ReportResponse resp = FLEET__REPORT_RESPONSE__INIT;
@@ -383,6 +407,133 @@ fl_status fl_fleet_state_on_report(void *user, const uint8_t *req, size_t len, f
     if (!known)
         return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "Report: unknown role '%s' index %u", name, index);
     return fl_rpc_reply_pb(reply, &resp.base);
+}
+
+/* ------------------------------------------------------------------- joins ---- */
+
+int fl_fleet_state_open_joins(fl_fleet_state_t *fs, double eps_base, double eps_alpha, const char *replay,
+                              const char *params, const char *config_text, const char *run_name,
+                              const char *refused) {
+    char *r = strdup(replay ? replay : ""), *p = strdup(params ? params : ""), *c = strdup(config_text ? config_text : "");
+    char *n = strdup(run_name ? run_name : "");
+    if (!r || !p || !c || !n) {
+        free(r);
+        free(p);
+        free(c);
+        free(n);
+        return -1;
+    }
+    pthread_mutex_lock(&fs->mu);
+    free(fs->join_replay);
+    free(fs->join_params);
+    free(fs->join_config);
+    free(fs->join_run);
+    fs->join_replay = r;
+    fs->join_params = p;
+    fs->join_config = c;
+    fs->join_run = n;
+    fs->eps_base = eps_base;
+    fs->eps_alpha = eps_alpha;
+    snprintf(fs->joins_refused, sizeof fs->joins_refused, "%s", refused ? refused : "");
+    fs->joins_open = 1;
+    pthread_mutex_unlock(&fs->mu);
+    return 0;
+}
+
+double fl_fleet_state_join_epsilon(double eps_base, double eps_alpha, uint64_t j) {
+    double p = 0, f = 0.5;
+    for (uint64_t k = j + 1; k; k >>= 1, f *= 0.5)
+        if (k & 1) p += f;
+    return pow(eps_base, 1.0 + eps_alpha * p);
+}
+
+/* Refuses a join: logged like a refused report, answered with code and message. */
+static fl_status refuse_join(fl_fleet_state_t *fs, fl_rpc_reply_t *reply, fl_status code, const char *msg) {
+    log_refusal(fs, msg);
+    pthread_mutex_unlock(&fs->mu);
+    return fl_rpc_reply_error(reply, code, "%s", msg);
+}
+
+fl_status fl_fleet_state_on_join(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
+    fl_fleet_state_t *fs = user;
+    Fleet__JoinRequest *q = fleet__join_request__unpack(NULL, len, req);
+    if (!q) return fl_rpc_reply_error(reply, FL_INVALID_ARGUMENT, "Join: not a valid fleet.JoinRequest message");
+    char host[64] = "", msg[320] = "";
+    const char *role = q->role ? q->role : "";
+    int role_ok = strcmp(role, "actor") == 0, host_ok = q->host && strlen(q->host) < sizeof host;
+    if (host_ok) snprintf(host, sizeof host, "%s", q->host[0] ? q->host : "?");
+    for (char *h = host; *h; h++)
+        if ((unsigned char)*h < 0x20 || (unsigned char)*h > 0x7e) *h = '?'; /* it goes into logs */
+    const int64_t pid = q->pid;
+    if (!role_ok)
+        snprintf(msg, sizeof msg, "Join: role '%.32s' cannot join (expected \"actor\": only actors join a running fleet)",
+                 role);
+    else if (!host_ok)
+        snprintf(msg, sizeof msg, "Join: host name of %zu bytes (expected at most %zu)", q->host ? strlen(q->host) : 0,
+                 sizeof host - 1);
+    fleet__join_request__free_unpacked(q, NULL);
+    pthread_mutex_lock(&fs->mu);
+    if (msg[0]) return refuse_join(fs, reply, FL_INVALID_ARGUMENT, msg);
+    if (!fs->joins_open)
+        return refuse_join(fs, reply, FL_UNAVAILABLE, "Join: the fleet's services are still starting; try again shortly");
+    if (fs->joins_refused[0]) {
+        snprintf(msg, sizeof msg, "Join: this run takes no joining actors: %s", fs->joins_refused);
+        return refuse_join(fs, reply, FL_FAILED_PRECONDITION, msg);
+    }
+    if (fs->stop_actors)
+        return refuse_join(fs, reply, FL_FAILED_PRECONDITION, "Join: the fleet is stopping");
+    if (fs->n_actors >= fs->max_actors) {
+        snprintf(msg, sizeof msg, "Join: %d actors have joined this run, its actor.max_joined", fs->max_actors - fs->n_started);
+        return refuse_join(fs, reply, FL_RESOURCE_EXHAUSTED, msg);
+    }
+    const int a = fs->n_actors++;
+    fl_role_state_t *st = &fs->actors[a];
+    memset(st, 0, sizeof *st);
+    st->joined = 1;
+    st->pid = pid;
+    st->last_report_s = fl_clock_sec(); /* the wait for its first report counts from here */
+    snprintf(st->host, sizeof st->host, "%s", host);
+    const char *peer = fl_rpc_reply_peer(reply);
+    const double eps = fl_fleet_state_join_epsilon(fs->eps_base, fs->eps_alpha, (uint64_t)(a - fs->n_started));
+    st->epsilon = eps;
+    fs->joins++;
+    uint8_t key[FL_CRED_KEY_BYTES];
+    char token[FL_CRED_TOKEN_CHARS + 1];
+    fl_cred_role_key(fs->secret, "actor", (uint32_t)a, key);
+    fl_cred_token(key, 1, token);
+    Fleet__JoinResponse resp = FLEET__JOIN_RESPONSE__INIT;
+    resp.index = (uint32_t)a;
+    resp.incarnation = 1;
+    resp.credential = token;
+    resp.epsilon = eps;
+    resp.replay = fs->join_replay;
+    resp.paramserver = fs->join_params;
+    resp.config = fs->join_config;
+    resp.run_name = fs->join_run;
+    fl_log(FL_LOG_INFO, "actor %d joined from %s (pid %lld, connection %s), epsilon %.4g; %d actors now", a, host,
+           (long long)pid, peer && peer[0] ? peer : "?", eps, fs->n_actors);
+    fl_status s = fl_rpc_reply_pb(reply, &resp.base); /* copies the message: packed under mu */
+    pthread_mutex_unlock(&fs->mu);
+    return s;
+}
+
+int fl_fleet_state_check_joined(fl_fleet_state_t *fs, double timeout_s) {
+    const double now = fl_clock_sec();
+    int live = 0;
+    pthread_mutex_lock(&fs->mu);
+    for (int a = fs->n_started; a < fs->n_actors; a++) {
+        fl_role_state_t *A = &fs->actors[a];
+        if (A->gone == FL_JOINED_LEFT) continue;
+        if (!A->gone && now - A->last_report_s > timeout_s) {
+            A->gone = FL_JOINED_LOST;
+            fs->losses++;
+            fl_log(FL_LOG_WARN, "actor %d (joined from %s, pid %lld) lost: no report for %.0f s; the fleet goes on", a,
+                   A->host, (long long)A->pid, now - A->last_report_s);
+        }
+        if (!A->gone) live++;
+    }
+    pthread_mutex_unlock(&fs->mu);
+    return live;
 }
 
 /* ------------------------------------------------------------- save, restore ---- */
@@ -405,7 +556,8 @@ fl_status fl_fleet_state_save(fl_fleet_state_t *fs, const fl_fleet_totals_t *t, 
     float win[FL_FLEET_RETURN_WINDOW];
     char key[64];
     pthread_mutex_lock(&fs->mu);
-    fl_state_put_u64(&w, "actors", (uint64_t)fs->n_actors);
+    fl_state_put_u64(&w, "actors", (uint64_t)fs->n_started);
+    fl_state_put_u64(&w, "joined", (uint64_t)(fs->n_actors - fs->n_started));
     fl_state_put_u64(&w, "learners", (uint64_t)fs->n_learners);
     fl_state_put_u64(&w, "episodes", fs->n_returns);
     fl_state_put_double(&w, "best_return", fs->best_return);
@@ -418,6 +570,10 @@ fl_status fl_fleet_state_save(fl_fleet_state_t *fs, const fl_fleet_totals_t *t, 
         fl_state_put_u64(&w, key, A->n_recent);
         snprintf(key, sizeof key, "actor_%d_returns", a);
         fl_state_put_floats(&w, key, win, ring_in_order(A->recent, A->n_recent, FL_FLEET_ACTOR_WINDOW, win));
+        if (A->joined) { /* no state file of its own: what it had acknowledged stays in the run's totals */
+            snprintf(key, sizeof key, "actor_%d_acked", a);
+            fl_state_put_u64(&w, key, A->acked);
+        }
         /* The counters of its earlier incarnations (an actor resumes its own counters). */
         const uint64_t base[4] = {A->base_env, A->base_episodes, A->base_acked, A->base_dropped};
         static const char *const base_names[4] = {"env", "episodes", "acked", "dropped"};
@@ -474,6 +630,14 @@ static int restore_roles(fl_fleet_state_t *fs, const fl_state_t *st) {
     ring_restore(fs->returns, fs->n_returns, FL_FLEET_RETURN_WINDOW, win, n);
     for (int a = 0; a < fs->n_actors; a++) {
         fl_role_state_t *A = &fs->actors[a];
+        if (a >= fs->n_started) { /* joined an earlier sitting: gone with it */
+            A->joined = 1;
+            A->gone = FL_JOINED_LEFT;
+            A->seen = 1;
+            snprintf(A->host, sizeof A->host, "an earlier sitting");
+            snprintf(key, sizeof key, "actor_%d_acked", a);
+            if (!fl_state_get_u64(st, key, &A->acked)) return 0;
+        }
         snprintf(key, sizeof key, "actor_%d_env_steps", a);
         int ok = fl_state_get_u64(st, key, &A->env_steps);
         snprintf(key, sizeof key, "actor_%d_episodes", a);
@@ -508,13 +672,21 @@ fl_status fl_fleet_state_restore(fl_fleet_state_t *fs, fl_fleet_totals_t *t, con
     uint64_t actors = 0, learners = 0;
     fl_status s = FL_OK;
     if (!fl_state_get_u64(st, "actors", &actors) || !fl_state_get_u64(st, "learners", &learners) ||
-        actors != (uint64_t)fs->n_actors || learners != (uint64_t)fs->n_learners)
+        actors != (uint64_t)fs->n_started || learners != (uint64_t)fs->n_learners)
         s = fl_err_set(err, FL_INVALID_ARGUMENT,
                        "%s: saved with %llu actors and %llu learners; the run now has actor.count = %d and "
                        "learner.count = %d (a resumed experiment keeps its roles)",
-                       path, (unsigned long long)actors, (unsigned long long)learners, fs->n_actors, fs->n_learners);
+                       path, (unsigned long long)actors, (unsigned long long)learners, fs->n_started, fs->n_learners);
+    uint64_t joined = 0; /* absent from the files of older versions: none */
+    fl_state_get_u64(st, "joined", &joined);
+    if (s == FL_OK && joined > (uint64_t)(fs->max_actors - fs->n_started))
+        s = fl_err_set(err, FL_INVALID_ARGUMENT,
+                       "%s: %llu actors joined the run's earlier sittings; actor.max_joined is now %d (expected at "
+                       "least as many)",
+                       path, (unsigned long long)joined, fs->max_actors - fs->n_started);
     if (s == FL_OK && !restore_totals(st, t)) s = fl_err_set(err, FL_PARSE_ERROR, "%s: the totals are incomplete", path);
     pthread_mutex_lock(&fs->mu);
+    if (s == FL_OK) fs->n_actors = fs->n_started + (int)joined;
     if (s == FL_OK && !restore_roles(fs, st))
         s = fl_err_set(err, FL_PARSE_ERROR, "%s: the roles' figures are incomplete", path);
     pthread_mutex_unlock(&fs->mu);

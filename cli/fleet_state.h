@@ -55,7 +55,16 @@ typedef struct fl_role_state {
     uint64_t base_env, base_episodes, base_acked, base_dropped;
     uint64_t pending, dropped;                    /* actors: the writer's backlog, totals with the base */
     uint64_t lost_unacked;                        /* actors: pending when an incarnation was replaced */
+    /* Actors that joined (`fleet actor --join`, fl_fleet_state_on_join): where from, and
+     * whether they are gone (FL_JOINED_LEFT: sent their last report, or joined in an earlier
+     * sitting of a resumed run; FL_JOINED_LOST: silent for longer than the launcher waits). */
+    int joined, gone;
+    char host[64];
+    int64_t pid;
 } fl_role_state_t;
+
+#define FL_JOINED_LEFT 1
+#define FL_JOINED_LOST 2
 
 /* One evaluation as an evaluator reported it (values indexed by FL_EVAL_RESULT_*). */
 typedef struct fl_eval_result {
@@ -70,7 +79,18 @@ typedef struct fl_fleet_state {
     double t_start;
     int gorila; /* learner steps add up over learners (else learner 0's) */
     fl_role_state_t *actors, *learners, *evaluators;
+    /* Actor slots in use: the n_started the launcher started (actor.count), then those that
+     * joined, in the order they joined (over a resumed run's sittings), up to max_actors. */
     int n_actors, n_learners, n_evaluators;
+    int n_started, max_actors;
+    /* Joins (fl_fleet_state_open_joins): closed until the services are up; then what a
+     * newcomer is given. joins_refused: why joins are refused for the whole run ("" = they
+     * are not). */
+    int joins_open;
+    char joins_refused[160];
+    double eps_base, eps_alpha;
+    char *join_replay, *join_params, *join_config, *join_run;
+    uint64_t joins, leaves, losses; /* this sitting's joins and leaves; the joined actors lost now */
     float returns[FL_FLEET_RETURN_WINDOW];
     uint64_t n_returns; /* training episodes reported in total */
     double best_return;
@@ -94,9 +114,38 @@ typedef struct fl_fleet_state {
     uint64_t refused;      /* reports refused */
 } fl_fleet_state_t;
 
-/* 0, or -1 when out of memory or without a random secret. */
-int fl_fleet_state_init(fl_fleet_state_t *fs, int n_actors, int n_learners, int n_evaluators, int gorila,
-                        double t_start);
+/* n_actors: those the launcher starts; max_joined: how many more may join over the run
+ * (actor.max_joined). 0, or -1 when out of memory or without a random secret. */
+int fl_fleet_state_init(fl_fleet_state_t *fs, int n_actors, int max_joined, int n_learners, int n_evaluators,
+                        int gorila, double t_start);
+
+/* Opens the fleet to joining actors, once its services serve: each is given the replay
+ * shards' and parameter servers' addresses (comma-separated), the effective config's INI
+ * text, the run's name and an epsilon from eps_base and eps_alpha (fl_fleet_state_join_epsilon).
+ * refused: non-NULL, joins stay refused for the run with that reason (e.g. the lockstep
+ * rounds of run.deterministic). Copies the strings. 0, or -1 when out of memory. Locks mu. */
+int fl_fleet_state_open_joins(fl_fleet_state_t *fs, double eps_base, double eps_alpha, const char *replay,
+                              const char *params, const char *config_text, const char *run_name,
+                              const char *refused);
+
+/* The epsilon of the run's j-th joined actor (j = 0, 1, ...): eps_base^(1 + eps_alpha * p)
+ * at p = 1/2, 1/4, 3/4, 1/8, ... (the base-2 van der Corput sequence), so that newcomers
+ * fill the gaps of the ladder that the started actors' epsilons span (fl_actor_epsilon at
+ * p = i / (count - 1)), finest where it is widest. */
+double fl_fleet_state_join_epsilon(double eps_base, double eps_alpha, uint64_t j);
+
+/* The fleet.Control/Join handler (user: the fl_fleet_state_t): a JoinRequest for role
+ * "actor" gets the next actor index (actor.count and up), incarnation 1, the credential of
+ * that index, its epsilon and what fl_fleet_state_open_joins holds; every join is logged.
+ * Refused: another role or a host name longer than 63 bytes (INVALID_ARGUMENT), before the
+ * services serve (UNAVAILABLE: try again), while the fleet stops or when joins are
+ * refused for the run (FAILED_PRECONDITION), past max_joined (RESOURCE_EXHAUSTED). */
+fl_status fl_fleet_state_on_join(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply);
+
+/* Marks every joined actor silent for more than timeout_s (since its last report, or
+ * its join) lost, logging each once; a lost actor that reports again is back. Returns
+ * how many joined actors are neither gone nor lost. Locks mu. */
+int fl_fleet_state_check_joined(fl_fleet_state_t *fs, double timeout_s);
 void fl_fleet_state_destroy(fl_fleet_state_t *fs);
 
 /* The fleet.Control/Report handler (user: the fl_fleet_state_t). A report is refused,
@@ -147,10 +196,11 @@ typedef struct fl_fleet_totals {
 } fl_fleet_totals_t;
 
 /* Writes the tables' resumable part (the training-return windows, the actors' env steps,
- * the learners' steps and samples) and t to path (common/statefile.h). Locks mu. */
+ * joined actors' included, the learners' steps and samples) and t to path (common/statefile.h). Locks mu. */
 fl_status fl_fleet_state_save(fl_fleet_state_t *fs, const fl_fleet_totals_t *t, const char *path, fl_err_t *err);
 /* Reads what fl_fleet_state_save wrote into fs (made with the same role counts; other
- * counts are refused, naming both) and *t. The roles' progress-line baselines become the
+ * counts are refused, naming both) and *t. The actors that joined earlier sittings keep
+ * their slots and figures, marked FL_JOINED_LEFT (newcomers get the indices after theirs). The roles' progress-line baselines become the
  * saved counters, so that the first rates after a resume are true. Locks mu. */
 fl_status fl_fleet_state_restore(fl_fleet_state_t *fs, fl_fleet_totals_t *t, const char *path, fl_err_t *err);
 

@@ -498,6 +498,8 @@ static int start_control(fl_launch_t *L, const char *control_host) {
     if (fl_rpc_server_create(&so, &L->control, &err) != FL_OK ||
         fl_rpc_server_add_unary(L->control, fl_method_path(FL_METHOD_CONTROL_REPORT), fl_fleet_state_on_report,
                                 &L->fs) != FL_OK ||
+        fl_rpc_server_add_unary(L->control, fl_method_path(FL_METHOD_CONTROL_JOIN), fl_fleet_state_on_join, &L->fs) !=
+            FL_OK ||
         fl_rpc_server_bind(L->control, bind, &port, &err) != FL_OK || fl_rpc_server_start(L->control, &err) != FL_OK) {
         fprintf(stderr, "fleet run: cannot start the control service on %s: %s\n", bind, err.msg);
         return -1;
@@ -506,6 +508,16 @@ static int start_control(fl_launch_t *L, const char *control_host) {
         snprintf(L->control_addr, sizeof L->control_addr, "%s", bind);
     else
         snprintf(L->control_addr, sizeof L->control_addr, "%s:%d", control_host, port);
+    /* Where `fleet actor --join runs/<name>` finds Control (docs/multi-host.md) */
+    char path[sizeof L->dir + 16];
+    snprintf(path, sizeof path, "%s/control.addr", L->dir);
+    FILE *f = fopen(path, "w");
+    int ok = f && fprintf(f, "%s\n", L->control_addr) > 0;
+    if (f && fclose(f) != 0) ok = 0;
+    if (!ok) {
+        fprintf(stderr, "fleet run: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
     return 0;
 }
 
@@ -543,8 +555,8 @@ static int open_run(fl_launch_t *L, const char *cfg_file, const fl_wrapped_env_t
     print_plan(cfg, cfg_file, L->dir, env);
     L->t_start = fl_clock_sec();
     L->fs_ready = 1;
-    if (fl_fleet_state_init(&L->fs, (int)cfg->actor_count, (int)cfg->learner_count, (int)cfg->run_evaluators,
-                            cfg->learner_mode == FL_CFG_MODE_GORILA, L->t_start) != 0) {
+    if (fl_fleet_state_init(&L->fs, (int)cfg->actor_count, (int)cfg->actor_max_joined, (int)cfg->learner_count,
+                            (int)cfg->run_evaluators, cfg->learner_mode == FL_CFG_MODE_GORILA, L->t_start) != 0) {
         fprintf(stderr, "fleet run: out of memory, or no random bytes for the run secret (getrandom)\n");
         return -1;
     }
@@ -656,19 +668,22 @@ static void param_info_all(fl_launch_t *L, fl_param_client_t *ps, fl_param_info_
 
 /* Every replay shard's Info into M->shard_info and their sum into M->rinfo (a shard that
  * does not answer keeps its last figures), noting which answered (service_seen). */
-static void replay_info_all(fl_launch_t *L, fl_replay_sharded_t *replay, int R, fl_replay_info_t *sum,
-                            fl_replay_info_t *per_shard, int64_t timeout_ms) {
-    if (!replay) return;
+static int replay_info_all(fl_launch_t *L, fl_replay_sharded_t *replay, int R, fl_replay_info_t *sum,
+                           fl_replay_info_t *per_shard, int64_t timeout_ms) {
+    if (!replay) return 0;
     fl_replay_info_t *fresh = per_shard ? calloc((size_t)R, sizeof *fresh) : NULL;
     fl_replay_sharded_info(replay, timeout_ms, sum, fresh ? fresh : per_shard, NULL);
-    if (!fresh) return;
+    if (!fresh) return 0;
     const double now = fl_clock_sec();
+    int answered = 0;
     for (int r = 0; r < R; r++)
         if (fresh[r].uptime_s > 0) { /* answered */
             per_shard[r] = fresh[r];
+            answered++;
             if (r < 256) atomic_store(&L->service_seen[0][r], now);
         }
     free(fresh);
+    return answered;
 }
 
 /* ------------------------------------------------------------ the monitor ---- */
@@ -687,6 +702,7 @@ typedef struct monitor {
     char reason[512];
     fl_replay_sharded_t *replay;
     fl_replay_info_t rinfo;       /* summed over the shards */
+    int replay_final;             /* every shard answered the last Info, after the actors stopped */
     fl_replay_info_t *shard_info; /* per shard, R of them (NULL when out of memory) */
     fl_param_client_t *ps;
     fl_param_info_t pinfo;
@@ -725,6 +741,7 @@ typedef struct figures {
     double mret;               /* mean training return over the last ep_count (<= 100) episodes */
     uint64_t ep_count, episodes;
     uint64_t rss, private_bytes; /* memory: every process's that told it, the launcher's own too */
+    int joined_ever, joined_live; /* actors that joined: any yet; those at work now */
 } figures_t;
 
 /* A counter's rate over dt seconds; 0 when it went back (a role restarted from a
@@ -925,8 +942,10 @@ static void proc_figures(monitor_t *M, double el, figures_t *f) {
     fl_fleet_state_t *fs = &M->L->fs;
     f->rss = f->private_bytes = 0;
     for (int k = 0; k < N_KINDS; k++) M->cpu_sum[k] = 0;
-    for (int a = 0; a < fs->n_actors; a++)
-        proc_note(M, KIND_ACTOR, fs->actors[a].rss, fs->actors[a].private_bytes, fs->actors[a].cpu_s, f);
+    for (int a = 0; a < fs->n_actors; a++) { /* a joined actor that is gone holds no memory, but it spent its CPU */
+        const fl_role_state_t *A = &fs->actors[a];
+        proc_note(M, KIND_ACTOR, A->gone ? 0 : A->rss, A->gone ? 0 : A->private_bytes, A->cpu_s, f);
+    }
     for (int i = 0; i < fs->n_learners; i++)
         proc_note(M, KIND_LEARNER, fs->learners[i].rss, fs->learners[i].private_bytes, fs->learners[i].cpu_s, f);
     for (int i = 0; i < fs->n_evaluators; i++)
@@ -950,8 +969,12 @@ static void actor_figures(monitor_t *M, double el, double dt, figures_t *f) {
     fl_fleet_state_t *fs = &M->L->fs;
     f->env = fl_fleet_state_env_steps(fs);
     f->min_version = UINT64_MAX;
+    f->joined_live = 0;
+    f->joined_ever = fs->n_actors > fs->n_started;
     for (int a = 0; a < fs->n_actors; a++) {
         fl_role_state_t *A = &fs->actors[a];
+        if (A->gone) continue; /* a joined actor that left or is lost: its figures stay in the sums */
+        f->joined_live += A->joined;
         if (A->version < f->min_version) f->min_version = A->version;
         uint64_t n_ret;
         double ret = fl_fleet_state_actor_return(fs, a, &n_ret);
@@ -1123,6 +1146,9 @@ static void print_progress(monitor_t *M, double el, const figures_t *f, double e
     p.restarts = M->L->restarts;
     p.crashes = M->L->crashes;
     p.hangs = M->L->hangs;
+    p.joined_ever = f->joined_ever;
+    p.actors_started = (uint64_t)M->L->fs.n_started;
+    p.actors_joined = (uint64_t)f->joined_live;
     p.budget_done = budget_done(c, el, f);
     p.eta_s = p.budget_done > 0 ? el * (1.0 - p.budget_done) / p.budget_done : -1;
     char line[FL_PROGRESS_COLUMNS + 1];
@@ -1213,6 +1239,43 @@ static int target_reached(monitor_t *M, const figures_t *f) {
     return 1;
 }
 
+/* How long a joined actor may stay silent before it counts as lost: half of run.hang_s
+ * (30 s with hang_s off), and at least three of its report periods (run.progress_every / 2). */
+static double join_timeout(const fl_config_t *cfg) {
+    return fmax(cfg->run_hang_s > 0 ? cfg->run_hang_s / 2 : 30.0, 1.5 * cfg->run_progress_every);
+}
+
+/* The text of a file of at most max bytes (malloc'd), or NULL. */
+static char *read_small_file(const char *path, size_t max) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    fclose(f);
+    if (!buf || n > max) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Opens the fleet to joining actors (fleet actor --join) now that its services serve:
+ * they get the services' addresses and config.ini as every role of this run reads it. */
+static void open_joins(monitor_t *M, const char *replay_list, const char *ps_list) {
+    fl_launch_t *L = M->L;
+    const fl_config_t *cfg = &L->cfg;
+    const char *refused = cfg->run_deterministic ? "run.deterministic steps a fixed set of actors in lockstep rounds"
+                          : cfg->actor_max_joined == 0 ? "actor.max_joined = 0"
+                                                       : NULL;
+    char *text = read_small_file(L->cfg_path, 1 << 20);
+    if (!text) refused = "its config.ini cannot be read";
+    if (fl_fleet_state_open_joins(&L->fs, cfg->actor_eps_base, cfg->actor_eps_alpha, replay_list, ps_list,
+                                  text ? text : "", cfg->run_name, refused) != 0)
+        FL_WARN("out of memory: actors cannot join this run");
+    free(text);
+}
+
 /* One progress period at time now: polls the services, prints and records the figures.
  * Returns 1, with the reason, when the run is over (target return, a budget: env steps,
  * learner steps or time). */
@@ -1222,6 +1285,7 @@ static int progress(monitor_t *M, double now) {
     param_info_all(M->L, M->ps, &M->pinfo, M->ps_info);
     double dt = now - M->last_t, el = now - M->L->t_start;
     figures_t f;
+    fl_fleet_state_check_joined(&M->L->fs, join_timeout(cfg));
     collect_figures(M, el, dt, &f);
     take_evals(M);
     take_rounds(M);
@@ -1301,6 +1365,18 @@ static void close_file(FILE **f) {
     *f = NULL;
 }
 
+/* The stop of the actors that joined: they hear it at their next report, flush and send
+ * their last one; this waits for those while the learners still sample (up to a report
+ * period and the actors' flush, at least 15 s), then counts the silent ones lost. */
+static void wait_joined(monitor_t *M) {
+    fl_fleet_state_t *fs = &M->L->fs;
+    const double pe = M->L->cfg.run_progress_every, until = fl_clock_sec() + fmax(15.0, pe + 12.0);
+    int live;
+    while ((live = fl_fleet_state_check_joined(fs, join_timeout(&M->L->cfg))) > 0 && fl_clock_sec() < until)
+        fl_sleep_sec(0.1);
+    if (live > 0) fl_fleet_state_check_joined(fs, 0); /* what did not answer in time is lost */
+}
+
 /* Ordered stop: actors and evaluators first, while the learners still sample (with a
  * rate limit, an actor's last inserts may wait for the learners' samples), then learners,
  * then the services, whose last figures are read first. Each kind is asked through
@@ -1309,10 +1385,11 @@ static void stop_in_order(monitor_t *M) {
     fl_fleet_state_t *fs = &M->L->fs;
     set_flag(fs, &fs->stop_actors);
     M->ops->stop(M->ctx, "actor evaluator", 15);
+    wait_joined(M);
     set_flag(fs, &fs->stop_learners);
     M->ops->stop(M->ctx, "learner", 15);
     set_flag(fs, &fs->stop_services);
-    replay_info_all(M->L, M->replay, M->R, &M->rinfo, M->shard_info, 2000);
+    M->replay_final = replay_info_all(M->L, M->replay, M->R, &M->rinfo, M->shard_info, 2000) == M->R;
     param_info_all(M->L, M->ps, &M->pinfo, M->ps_info);
     /* Replay shards write their last checkpoint as they stop: they get time for it. */
     M->ops->stop(M->ctx, "replay paramserver", M->L->cfg.run_checkpoint_dir[0] ? 300 : 10);
@@ -1403,6 +1480,9 @@ static void write_summary(const monitor_t *M, double elapsed, const totals_t *t)
     const fl_param_info_t *pi = &M->pinfo;
     FILE *sf = fopen(M->L->summary_path, "w");
     if (!sf) return;
+    /* replay_final=0: a shard did not answer the last Info round (it stopped on its own
+     * signal, as under scancel): the replay figures are its last answer's */
+    fprintf(sf, "replay_final=%d\n", M->replay_final);
     fprintf(sf, "reason=%s\nexit_code=%d\nelapsed_s=%.3f\nepisodes=%llu\nmean_return_100=%.3f\nbest_return=%.3f\n"
                 "env_steps=%llu\nframes=%llu\nlearner_steps=%llu\nreplay_inserted=%llu\nreplay_size=%llu\nactors_acked=%llu\n"
                 "param_version=%llu\nlearner_mode=%s\nlearners=%d\nparamserver_shards=%lld\n"
@@ -1431,6 +1511,11 @@ static void write_summary(const monitor_t *M, double elapsed, const totals_t *t)
         fprintf(sf, "crashes_%s=%llu\n", role_names[r], (unsigned long long)M->L->role_crashes[r]);
     fprintf(sf, "last_crash=%s\nhangs=%llu\n", M->L->last_crash, (unsigned long long)M->L->hangs);
     pthread_mutex_lock(&M->L->fs.mu);
+    /* Actors that joined (fleet actor --join) in this sitting, left, or were lost; the
+     * actor slots of the whole run (actor.count and every join) */
+    fprintf(sf, "actors_joined=%llu\nactors_left=%llu\nactors_lost=%llu\nactor_slots=%d\n",
+            (unsigned long long)M->L->fs.joins, (unsigned long long)M->L->fs.leaves,
+            (unsigned long long)M->L->fs.losses, M->L->fs.n_actors);
     const unsigned long long refused = M->L->fs.refused;
     pthread_mutex_unlock(&M->L->fs.mu);
     fprintf(sf, "reports_refused=%llu\n", refused); /* Control's refusals (cli/fleet_state.h) */
@@ -1501,6 +1586,7 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
     }
     if (!M.exit_code) {
         open_outputs(&M, replay_list, ps_list);
+        open_joins(&M, replay_list, ps_list);
         watch(&M);
     }
     double elapsed = fl_clock_sec() - L->t_start;

@@ -114,8 +114,11 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
 
 #ifdef FLEET_HAVE_MPI
 /* `fleet run` under mpirun (cli/mpi.c): every rank calls this with its parsed config;
- * role: --role of this rank's app context ("" = by the plan). Returns the exit code. */
-int fl_mpi_run(const fl_config_t *cfg, const char *cfg_file, const char *role);
+ * role: --role of this rank's app context ("" = by the plan); resume_dir: `fleet run
+ * --resume DIR` ("" = a new run): the launcher resumes the run and every role starts
+ * from its checkpoints, on the same hosts or others (DIR and run.checkpoint_dir must be
+ * readable where the roles run). Returns the exit code. */
+int fl_mpi_run(const fl_config_t *cfg, const char *cfg_file, const char *role, const char *resume_dir);
 #endif
 /* Writes list into arg when it fits (len bytes), else into the file path and arg = "@path".
  * 0 or -1. */

@@ -117,6 +117,7 @@ static const verb_t verbs[] = {
      fl_verb_paramserver},
     {"actor", "step environments and stream experience to replay",
      "usage: fleet actor --index I --replay ADDRS --paramserver ADDR [--control ADDR] [--config FILE] [--set K=V]...\n"
+     "       fleet actor --join RUN_DIR|HOST:PORT [--set K=V]...\n"
      "Runs env.num_envs copies of env.name with epsilon_I = actor.eps_base^(1 + actor.eps_alpha*I/(N-1)),\n"
      "builds learner.n_step transitions with initial priorities from its local Q-network,\n"
      "streams them to replay every actor.local_buffer transitions and fetches parameters\n"
@@ -127,7 +128,12 @@ static const verb_t verbs[] = {
      "                           or @FILE with one per line; actor I writes to shard I mod replay.shards\n"
      "  --paramserver ADDR       the parameter server\n"
      "  --control ADDR           the launcher's Control service (optional)\n"
-     "  --resume                 continue from run.checkpoint_dir/actor-I.state (counters, generators)\n" COMMON_OPTS,
+     "  --resume                 continue from run.checkpoint_dir/actor-I.state (counters, generators)\n"
+     "  --join RUN_DIR|HOST:PORT join a running fleet: its launcher gives the index (actor.count and up), epsilon,\n"
+     "                           credential, addresses and config (--set overrides it for this actor). RUN_DIR:\n"
+     "                           runs/NAME on the launcher's host (control.addr, access.token or tls/); from\n"
+     "                           another host the launcher's address with --set run.tls_dir=DIR (docs/multi-host.md)\n"
+     COMMON_OPTS,
      fl_verb_actor},
     {"learner", "train the Q-network from replay and publish parameters",
      "usage: fleet learner --replay ADDRS --paramserver ADDR [--index I] [--control ADDR] [--config FILE] [--set K=V]...\n"

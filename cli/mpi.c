@@ -538,6 +538,7 @@ struct rank_run {
     mpi_state_t m;
     fl_config_t cfg;
     const char *cfg_file;
+    const char *resume_dir; /* fleet run --resume DIR: every rank's roles continue from the checkpoints ("" = a new run) */
     rank_id_t me;
     int kind, index;                 /* this rank's role */
     char host[FL_CONFIG_STRING_MAX]; /* the address this rank's services bind */
@@ -752,7 +753,8 @@ static int start_control(rank_run_t *X) {
     mpi_state_t *m = &X->m;
     int rc = 0;
     if (m->me == m->launcher) {
-        rc = fl_launch_create(&X->cfg, X->cfg_file, X->host, &X->L);
+        rc = X->resume_dir[0] ? fl_launch_resume(&X->cfg, X->resume_dir, X->host, &X->L)
+                              : fl_launch_create(&X->cfg, X->cfg_file, X->host, &X->L);
         if (!rc) rc = keep_job_credentials(X);
         if (!rc) {
             snprintf(X->control, sizeof X->control, "%s", fl_launch_control_addr(X->L));
@@ -871,6 +873,19 @@ static void stop_child(rank_run_t *X) {
     }
 }
 
+/* A service's checkpoint to start from (into file): a gorila parameter-server shard's, or
+ * a replay shard's without the write-ahead log (with it, the shard recovers from
+ * run.checkpoint_dir by itself); 1 when it should and the file is there. */
+static int service_checkpoint(const rank_run_t *X, char *file, size_t len) {
+    const char *dir = X->cfg.run_checkpoint_dir;
+    int gorila_ps = X->kind == K_PARAMSERVER && X->cfg.learner_mode == FL_CFG_MODE_GORILA;
+    if (gorila_ps)
+        snprintf(file, len, "%s/paramserver-%d.safetensors", dir, X->index);
+    else
+        snprintf(file, len, "%s/shard-%d.ckpt", dir, X->index);
+    return (gorila_ps || (X->kind == K_REPLAY && !fl_options_replay_wal(&X->cfg))) && dir[0] && access(file, R_OK) == 0;
+}
+
 /* A service rank's `fleet replay|paramserver --listen HOST:0`; its address into addr. 0, or
  * 1 after printing why (the child, if it still runs, is killed). */
 static int spawn_service(rank_run_t *X, char *addr) {
@@ -879,8 +894,10 @@ static int spawn_service(rank_run_t *X, char *addr) {
     char idx[32], listen[FL_CONFIG_STRING_MAX + 8];
     snprintf(idx, sizeof idx, "%d", X->index);
     snprintf(listen, sizeof listen, "%s:0", X->host);
+    char file[FL_CONFIG_STRING_MAX + 32];
+    const int restore = X->resume_dir[0] && service_checkpoint(X, file, sizeof file);
     char *args[] = {"--config", X->tmp_cfg, "--shard", idx, "--listen", listen, "--control", X->control,
-                    "--set", X->tls_set, NULL};
+                    "--set", X->tls_set, restore ? "--restore" : NULL, file, NULL};
     X->rule.started_at = fl_clock_sec();
     if (fl_proc_spawn(c, name, X->index, args, 1, 60) == 0) {
         snprintf(addr, ADDR_LEN, "%s", c->addr);
@@ -951,7 +968,7 @@ static int spawn_eval(launcher_ctx_t *lx, int i, int restart) {
     char idx[32], file[FL_CONFIG_STRING_MAX + 32];
     snprintf(idx, sizeof idx, "%d", i);
     snprintf(file, sizeof file, "%s/evaluator-%d.state", dir, i);
-    int resume = restart && dir[0] && access(file, R_OK) == 0;
+    int resume = (restart || X->resume_dir[0]) && dir[0] && access(file, R_OK) == 0;
     /* --replay: where a deterministic evaluator marks its rounds (unused otherwise) */
     char *args[] = {"--config", (char *)X->tmp_cfg, "--index", idx, "--paramserver", (char *)X->ps_arg, "--control",
                     (char *)X->control, "--set", (char *)X->tls_set, "--replay", (char *)X->replay_arg,
@@ -1037,11 +1054,16 @@ static void run_learner(rank_run_t *X) {
         fprintf(stderr, "fleet run: learner %d: %s\n", X->index, e.msg);
         lr = 1;
     } else {
-        char idx[32];
+        char idx[32], file[FL_CONFIG_STRING_MAX + 32];
         snprintf(idx, sizeof idx, "%d", X->index);
+        /* resuming: learner 0's checkpoint, as on one machine (every learner starts from it) */
+        snprintf(file, sizeof file, "%s/learner-0.safetensors", X->cfg.run_checkpoint_dir);
         char *args[] = {"learner",       "--config", X->tmp_cfg,  "--index", idx,        "--replay", X->replay_arg,
-                        "--paramserver", X->ps_arg,  "--control", X->control, "--set",   X->tls_set, NULL};
-        lr = fl_learner_main((int)(sizeof args / sizeof args[0]) - 1, args, reduce);
+                        "--paramserver", X->ps_arg,  "--control", X->control, "--set",   X->tls_set,
+                        X->resume_dir[0] ? "--resume" : NULL, file, NULL};
+        int argc = 0;
+        while (args[argc]) argc++;
+        lr = fl_learner_main(argc, args, reduce);
     }
     fl_reduce_destroy(reduce);
     char what[64];
@@ -1055,9 +1077,11 @@ static int spawn_actor(rank_run_t *X, int restart) {
     char idx[32], inc[32];
     snprintf(idx, sizeof idx, "%d", X->index);
     snprintf(inc, sizeof inc, "%d", restart);
+    /* resuming: from its state file (actor-<i>.state); a restarted one starts afresh */
+    const char *how = restart ? "--incarnation" : X->resume_dir[0] ? "--resume" : NULL;
     char *args[] = {"--config",  X->tmp_cfg,  "--index", idx,        "--replay",
                     X->replay_arg, "--paramserver", X->ps_arg, "--control", X->control,
-                    "--set",     X->tls_set,  restart ? "--incarnation" : NULL, inc, NULL};
+                    "--set",     X->tls_set,  (char *)how, restart ? inc : NULL, NULL};
     X->rule.started_at = fl_clock_sec();
     return fl_proc_spawn(&X->child, "actor", X->index, args, 0, 0);
 }
@@ -1084,17 +1108,11 @@ static void send_event(const mpi_state_t *m, const char *role, const char *fmt, 
  * (a child that came up elsewhere is killed, and seen dead on the next look). */
 static int respawn_service(rank_run_t *X) {
     fl_child_t *c = &X->child;
-    const char *name = kind_names[X->kind], *dir = X->cfg.run_checkpoint_dir;
+    const char *name = kind_names[X->kind];
     char idx[32], listen[ADDR_LEN], file[FL_CONFIG_STRING_MAX + 32];
     snprintf(idx, sizeof idx, "%d", X->index);
     snprintf(listen, sizeof listen, "%s", X->addrs + (size_t)X->m.me * ADDR_LEN);
-    int gorila_ps = X->kind == K_PARAMSERVER && X->cfg.learner_mode == FL_CFG_MODE_GORILA;
-    if (gorila_ps)
-        snprintf(file, sizeof file, "%s/paramserver-%d.safetensors", dir, X->index);
-    else
-        snprintf(file, sizeof file, "%s/shard-%d.ckpt", dir, X->index);
-    int restore = (gorila_ps || (X->kind == K_REPLAY && !fl_options_replay_wal(&X->cfg))) && dir[0] &&
-                  access(file, R_OK) == 0;
+    const int restore = service_checkpoint(X, file, sizeof file);
     char *args[] = {"--config", X->tmp_cfg, "--shard", idx, "--listen", listen, "--control", X->control,
                     "--set", X->tls_set, restore ? "--restore" : NULL, file, NULL};
     X->rule.started_at = fl_clock_sec();
@@ -1283,7 +1301,7 @@ static void greet_launcher(const mpi_state_t *m) {
                 m->size - 1 - heard, m->size - 1, HELLO_PACE_S * m->size + HELLO_WAIT_S);
 }
 
-int fl_mpi_run(const fl_config_t *cfg_in, const char *cfg_file, const char *role) {
+int fl_mpi_run(const fl_config_t *cfg_in, const char *cfg_file, const char *role, const char *resume_dir) {
     int provided = 0;
     MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
     rank_run_t X;
@@ -1292,6 +1310,7 @@ int fl_mpi_run(const fl_config_t *cfg_in, const char *cfg_file, const char *role
     MPI_Comm_size(MPI_COMM_WORLD, &X.m.size);
     X.cfg = *cfg_in;
     X.cfg_file = cfg_file;
+    X.resume_dir = resume_dir ? resume_dir : "";
     X.learners = MPI_COMM_NULL;
     fl_proc_init();
     fl_stop_install();

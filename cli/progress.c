@@ -52,11 +52,12 @@ enum {
     SEG_LAG,
     SEG_PUSH,
     SEG_RESTART,
+    SEG_ACTORS,
     SEG_BUDGET,
     SEGS
 };
 /* Dropped first to last when the line is too long. */
-static const int drop_order[] = {SEG_PUSH, SEG_LAG, SEG_REPLAY, SEG_LOSS, SEG_FRAMES, SEG_RESTART, SEG_UPD, SEG_ENV};
+static const int drop_order[] = {SEG_PUSH, SEG_LAG, SEG_REPLAY, SEG_LOSS, SEG_FRAMES, SEG_RESTART, SEG_ACTORS, SEG_UPD, SEG_ENV};
 
 static void budget_text(const fl_progress_t *p, char *s, size_t n) {
     if (p->budget_done < 0) return;
@@ -114,6 +115,11 @@ static void segments(const fl_progress_t *p, char seg[SEGS][64]) {
                      (unsigned long long)p->hangs);
         else
             snprintf(seg[SEG_RESTART], 64, "restarts %s", a);
+    }
+    if (p->joined_ever) {
+        count_text(p->actors_started, a);
+        count_text(p->actors_joined, b);
+        snprintf(seg[SEG_ACTORS], 64, "actors %s+%s joined", a, b);
     }
     budget_text(p, seg[SEG_BUDGET], 64);
 }

@@ -8,9 +8,11 @@
  * far (env steps x frame skip, as Atari papers count them; only with a frame skip), learner
  * updates/s and loss (while replay fills up to the sampling threshold: how far it is,
  * "warm-up 32.8K/50.0K"), replay size, the version lag of the oldest actor, Gorila's pushes, the roles
- * restarted so far (once there is one; with how many crashed or hung, once one did), and the nearest budget's share and ETA. Numbers
+ * restarted so far (once there is one; with how many crashed or hung, once one did), the
+ * actors at work once one has joined ("actors 4+2 joined": the launcher's and the joined
+ * ones still reporting), and the nearest budget's share and ETA. Numbers
  * are compact (1.2K, 3.4M). When everything does not fit, the least important parts
- * (pushes, lag, replay, loss, frames, restarts, then updates and env) are left out; time,
+ * (pushes, lag, replay, loss, frames, restarts, actors, then updates and env) are left out; time,
  * eval, train and the budget always stay. Pure functions. */
 #ifndef FL_CLI_PROGRESS_H
 #define FL_CLI_PROGRESS_H
@@ -36,6 +38,8 @@ typedef struct fl_progress {
     uint64_t pushes_applied, pushes_dropped;
     uint64_t restarts;        /* roles restarted by the launcher (0: no part) */
     uint64_t crashes, hangs;  /* of them: died of a fault signal, found hung (shown when nonzero) */
+    int joined_ever;          /* an actor has joined (fleet actor --join): the actors part is shown */
+    uint64_t actors_started, actors_joined; /* the launcher's actors; the joined ones still at work */
     double budget_done;       /* [0, 1], or < 0: no budget */
     double eta_s;             /* < 0: unknown */
 } fl_progress_t;

@@ -625,10 +625,6 @@ int fl_verb_run(int argc, char **argv) {
                 resume_dir);
         return 2;
     }
-    if (resume_dir[0] && fl_mpi_launched()) {
-        fprintf(stderr, "fleet run: --resume runs a fleet on this machine; under mpirun it is not supported yet\n");
-        return 2;
-    }
     fl_cli_setup_logging(&cfg, "run", -1);
     if (print_mpirun) {
         fl_mpi_print_command(&cfg, cfg_file, hostfile, stdout);
@@ -636,7 +632,7 @@ int fl_verb_run(int argc, char **argv) {
     }
     if (fl_mpi_launched() && !dry_run) {
 #ifdef FLEET_HAVE_MPI
-        return fl_mpi_run(&cfg, cfg_file, role);
+        return fl_mpi_run(&cfg, cfg_file, role, resume_dir);
 #else
         fprintf(stderr, "fleet run: started by mpirun, but this fleet was built without MPI (install "
                         "libopenmpi-dev and rebuild)\n");

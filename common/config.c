@@ -839,11 +839,9 @@ static int on_key(void *user, const char *section, const char *name, const char 
     return 1;
 }
 
-fl_status fl_config_load_file(fl_config_t *c, const char *path, fl_err_t *err) {
-    if (!c || !path) return fail(err, FL_INVALID_ARGUMENT, NULL, "fl_config_load_file: NULL argument");
-    loader L = {.path = path};
-    L.f = fopen(path, "r");
-    if (!L.f) return fail(err, FL_IO_ERROR, NULL, "cannot open config file '%s': %s", path, strerror(errno));
+/* Applies the INI text of f (named path in messages) on top of *c; closes f. */
+static fl_status load_stream(fl_config_t *c, FILE *f, const char *path, fl_err_t *err) {
+    loader L = {.path = path, .f = f};
     fl_status st = FL_OK;
     L.cfg = malloc(sizeof *L.cfg);
     if (!L.cfg) {
@@ -870,6 +868,21 @@ done:
     free(L.buf);
     fclose(L.f);
     return st;
+}
+
+fl_status fl_config_load_file(fl_config_t *c, const char *path, fl_err_t *err) {
+    if (!c || !path) return fail(err, FL_INVALID_ARGUMENT, NULL, "fl_config_load_file: NULL argument");
+    FILE *f = fopen(path, "r");
+    if (!f) return fail(err, FL_IO_ERROR, NULL, "cannot open config file '%s': %s", path, strerror(errno));
+    return load_stream(c, f, path, err);
+}
+
+fl_status fl_config_load_string(fl_config_t *c, const char *text, const char *name, fl_err_t *err) {
+    if (!c || !text || !name) return fail(err, FL_INVALID_ARGUMENT, NULL, "fl_config_load_string: NULL argument");
+    if (!text[0]) return FL_OK; /* fmemopen refuses an empty buffer: nothing to apply */
+    FILE *f = fmemopen((void *)text, strlen(text), "r");
+    if (!f) return fail(err, FL_NO_MEMORY, NULL, "%s: cannot read the text: %s", name, strerror(errno));
+    return load_stream(c, f, name, err);
 }
 
 /* ---- dump and help -------------------------------------------------------------- */

@@ -83,6 +83,10 @@ void fl_config_defaults(fl_config_t *c);
  * "cannot open config file 'x.ini': No such file or directory". */
 fl_status fl_config_load_file(fl_config_t *c, const char *path, fl_err_t *err);
 
+/* The same for INI text held in memory (e.g. a launcher's config handed to a joining
+ * actor); `name` stands for the file in messages. */
+fl_status fl_config_load_string(fl_config_t *c, const char *text, const char *name, fl_err_t *err);
+
 /* Applies one override "section.key=value" (the argument of --set); the location in
  * messages is "--set section.key=value". */
 fl_status fl_config_set(fl_config_t *c, const char *assignment, fl_err_t *err);

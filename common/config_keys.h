@@ -44,7 +44,7 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(run, out_dir, STRING, "runs", 0, 0, "", "folder under which runs/<name>/ is written")                 \
     X(run, max_restarts, INT, 10, 0, 1000000, "", "`fleet run` (and, under mpirun, each rank) restarts a role process that dies; one that dies within 10 s of its start this many times in a row ends the run (its restarts wait 0.2 s, doubling to 30 s); 0 = a dead role ends the run") \
     X(run, checkpoints, BOOL, 1, 0, 1, "", "checkpoint the whole experiment (learner, replay shards, actors, evaluators, the launcher's figures) in run.checkpoint_dir, so that `fleet run --resume runs/<name>` continues it") \
-    X(run, hang_s, FLOAT, 120, 0, 1e9, "", "`fleet run` kills and restarts a role that gave no sign of life this long: an actor, learner or evaluator without a report, a service without an answer to the launcher's Info, or any role stopped (SIGSTOP); its silence is reported at half of it (0 = off)") \
+    X(run, hang_s, FLOAT, 120, 0, 1e9, "", "`fleet run` kills and restarts a role that gave no sign of life this long: an actor, learner or evaluator without a report, a service without an answer to the launcher's Info, or any role stopped (SIGSTOP); its silence is reported at half of it (0 = off); an actor that joined (`fleet actor --join`) and is silent for half of it (30 s when off) counts as lost") \
     X(run, checkpoint_every, FLOAT, 300, 0, 1e9, "", "seconds between the learner's, the replay shards' and the gorila parameter-server shards' checkpoints while the run goes (0 = only when it stops)") \
     X(run, keep_checkpoints, INT, 3, 1, 1000, "", "learner checkpoints kept (learner-<i>.step-<N>.safetensors beside the latest, learner-<i>.safetensors)") \
     X(run, checkpoint_dir, STRING, "", 0, 0, "", "folder of the experiment's checkpoints; `fleet run` sets it to runs/<name>/checkpoints when run.checkpoints is on") \
@@ -85,6 +85,7 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(actor, max_steps, INT, 0, 0, 1000000000000, "", "env steps after which an actor stops (0 = no limit)") \
     X(actor, nice, INT, 10, 0, 19, "", "added to each actor process's niceness: the learner, which sets a fleet's pace, gets a shared core first (0 = the same priority as the other roles)") \
     X(actor, sched_idle, BOOL, 0, 0, 1, "", "run each actor process under Linux's SCHED_IDLE policy: where the learner keeps every core busy, an actor never preempts its threads and runs in the time they leave (the replay's rate limit makes the learner wait when the actors fall behind): for fleets of many more actor processes than cores") \
+    X(actor, max_joined, INT, 1024, 0, 1000000, "", "actors that may join the running fleet over the run besides actor.count (`fleet actor --join`; 0 = none may)") \
     X(actor, max_backlog_mb, FLOAT, 64, 0, 1e6, "", "MiB of unacknowledged transitions an actor keeps for resending while its replay shard is away; past it the oldest unsent are dropped and counted (0 = no bound)") \
     /* [replay] the prioritized replay service */                                                           \
     X(replay, shards, INT, 1, 1, 256, "", "number of replay shard processes")                              \

@@ -133,6 +133,7 @@ void fl_reporter_tick(fl_reporter_t *r, const fl_report_t *rep, int force) {
     m.loss = rep->loss;
     m.wait_fraction = rep->wait_fraction;
     m.epsilon = rep->epsilon;
+    m.leaving = rep->leaving != 0;
     fl_procmem(&m.rss_bytes, &m.private_bytes);
     m.cpu_s = fl_proc_cpu_s();
     Fleet__Metric extra_m[FL__CONTROL_EXTRA_MAX];
@@ -180,4 +181,85 @@ int fl_reporter_should_stop(const fl_reporter_t *r) { return r && r->stop; }
 void fl_reporter_fleet_steps(const fl_reporter_t *r, uint64_t *env_steps, uint64_t *learner_steps) {
     *env_steps = r ? r->fleet_env_steps : 0;
     *learner_steps = r ? r->fleet_learner_steps : 0;
+}
+
+/* ------------------------------------------------------------------- join ---- */
+
+void fl_join_grant_free(fl_join_grant_t *g) {
+    if (!g) return;
+    free(g->replay);
+    free(g->paramserver);
+    free(g->config);
+    free(g->run_name);
+    memset(g, 0, sizeof *g);
+}
+
+/* The grant of a JoinResponse into out, checked. */
+static fl_status take_grant(const Fleet__JoinResponse *m, fl_join_grant_t *out, fl_err_t *err) {
+    const char *cred = m->credential ? m->credential : "";
+    uint64_t n;
+    char tok[FL_CRED_TOKEN_CHARS + 1], both[FL_CRED_TOKEN_CHARS + 32];
+    snprintf(both, sizeof both, "1:%s", cred);
+    if (m->incarnation != 1 || fl_cred_parse(both, &n, tok) != 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "join: the launcher's answer holds incarnation %llu and a credential of %zu characters "
+                          "(expected 1 and 32 hexadecimal digits)",
+                          (unsigned long long)m->incarnation, strlen(cred));
+    if (!(m->epsilon >= 0 && m->epsilon <= 1))
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "join: the launcher's answer holds epsilon %g (expected 0..1)",
+                          m->epsilon);
+    if (!m->replay || !m->replay[0] || !m->paramserver || !m->paramserver[0] || !m->config || !m->config[0])
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "join: the launcher's answer lacks the %s (expected the replay shards' and parameter "
+                          "servers' addresses and the run's config)",
+                          !m->replay || !m->replay[0] ? "replay addresses"
+                          : !m->paramserver || !m->paramserver[0] ? "parameter servers' addresses"
+                                                                 : "config");
+    memset(out, 0, sizeof *out);
+    out->index = m->index;
+    out->incarnation = 1;
+    snprintf(out->credential, sizeof out->credential, "%s", tok);
+    out->epsilon = m->epsilon;
+    out->replay = strdup(m->replay);
+    out->paramserver = strdup(m->paramserver);
+    out->config = strdup(m->config);
+    out->run_name = strdup(m->run_name ? m->run_name : "");
+    if (!out->replay || !out->paramserver || !out->config || !out->run_name) {
+        fl_join_grant_free(out);
+        return fl_err_set(err, FL_NO_MEMORY, "join: out of memory");
+    }
+    return FL_OK;
+}
+
+fl_status fl_control_join(const char *control_addr, const char *host, double wait_s, fl_join_grant_t *out,
+                          fl_err_t *err) {
+    memset(out, 0, sizeof *out);
+    if (!control_addr || !control_addr[0]) return fl_err_set(err, FL_INVALID_ARGUMENT, "join: no launcher address");
+    fl_rpc_channel_t *ch = NULL;
+    FL_TRY(fl_rpc_channel_create(control_addr, 0, &ch, err));
+    Fleet__JoinRequest q = FLEET__JOIN_REQUEST__INIT;
+    q.role = "actor";
+    q.host = (char *)(host ? host : "");
+    q.pid = (int64_t)getpid();
+    const double until = fl_clock_sec() + (wait_s > 0 ? wait_s : 0);
+    fl_status s;
+    for (;;) {
+        ProtobufCMessage *resp = NULL;
+        fl_err_t e;
+        fl_err_init(&e);
+        s = fl_rpc_unary_pb(ch, fl_method_path(FL_METHOD_CONTROL_JOIN), &q.base, &fleet__join_response__descriptor,
+                            &resp, 10000, FL_RPC_WAIT_FOR_READY, &e);
+        if (s == FL_OK) {
+            s = take_grant((const Fleet__JoinResponse *)resp, out, err);
+            protobuf_c_message_free_unpacked(resp, NULL);
+            break;
+        }
+        if ((s != FL_UNAVAILABLE && s != FL_DEADLINE_EXCEEDED) || fl_clock_sec() >= until) {
+            fl_err_set(err, s, "join %s: %s", control_addr, e.msg[0] ? e.msg : fl_status_str(s));
+            break;
+        }
+        usleep(500 * 1000);
+    }
+    fl_rpc_channel_destroy(ch);
+    return s;
 }

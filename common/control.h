@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/credential.h"
 #include "common/status.h"
 
 typedef struct fl_reporter fl_reporter_t;
@@ -21,6 +22,7 @@ typedef struct fl_report {
     double loss;          /* learner: mean loss since the last report */
     double wait_fraction; /* learner: share of time waiting for data */
     double epsilon;       /* actor */
+    int leaving;          /* actor: its last report (Report.leaving) */
     /* Named figures with no field of their own (Report.extra): n_extra names and values
      * (at most 64 are sent; names are borrowed until fl_reporter_tick returns). */
     int n_extra;
@@ -52,5 +54,26 @@ int fl_reporter_should_stop(const fl_reporter_t *r);
 /* The fleet's env steps and learner steps as the launcher's last answer gave them (0
  * before the first answer, and without a launcher). */
 void fl_reporter_fleet_steps(const fl_reporter_t *r, uint64_t *env_steps, uint64_t *learner_steps);
+
+/* ------------------------------------------------------------------- join ---- */
+
+/* What the launcher gives an actor that joins a running fleet (fleet.Control/Join). */
+typedef struct fl_join_grant {
+    uint32_t index;
+    uint64_t incarnation;
+    char credential[FL_CRED_TOKEN_CHARS + 1];
+    double epsilon;
+    char *replay, *paramserver, *config, *run_name; /* malloc'd */
+} fl_join_grant_t;
+
+/* Asks the launcher at control_addr for a place in its fleet, as an actor on `host`;
+ * tries for up to wait_s while the fleet is still starting (UNAVAILABLE or no answer).
+ * Checks what comes back: a credential of 32 hex digits, an epsilon in [0, 1], the
+ * services' addresses and a config (FL_INVALID_ARGUMENT naming the field otherwise).
+ * Errors: the launcher's refusal (its status and message), or the call's failure. On
+ * success free *out with fl_join_grant_free. */
+fl_status fl_control_join(const char *control_addr, const char *host, double wait_s, fl_join_grant_t *out,
+                          fl_err_t *err);
+void fl_join_grant_free(fl_join_grant_t *g);
 
 #endif

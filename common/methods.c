@@ -24,6 +24,7 @@ static const struct {
     [FL_METHOD_PARAM_PUSH_GRADIENTS] = {&fleet__param_server__descriptor, "PushGradients"},
     [FL_METHOD_PARAM_INFO] = {&fleet__param_server__descriptor, "Info"},
     [FL_METHOD_CONTROL_REPORT] = {&fleet__control__descriptor, "Report"},
+    [FL_METHOD_CONTROL_JOIN] = {&fleet__control__descriptor, "Join"},
 };
 
 static char paths[FL_METHOD_COUNT][PATH_MAX_LEN];

@@ -15,6 +15,7 @@ packages=(
   libdnnl-dev  # oneDNN: the CPU Q-network's faster backend (a build without it uses the reference kernels)
   gnuplot-nox  # draws each run's curve.png (a run goes on without it; its tests skip the drawing)
   openssl  # `fleet certs` makes a fleet's TLS certificates with the openssl command
+  slurm-wlm munge  # tests/integration_slurm.c runs a one-node Slurm cluster (skipped without root)
   python3-venv python3-pip  # fetch ALE's source (scripts/ale.sh) and the interoperability tests' packages
 )
 

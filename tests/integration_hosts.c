@@ -251,11 +251,174 @@ static void test_32_actors_on_four_hosts(void **state) {
     free(log);
 }
 
+/* Actors that join from hosts outside the MPI job: a fleet runs under mpirun on hostA and
+ * hostB; an actor on hostC joins it through the run folder (its control.addr and the
+ * job's credentials in tls/), one on hostD through the launcher's address and a copy of
+ * the credentials; both act over TLS with the run token. The one on hostD is killed and
+ * counts as lost; the fleet goes on and stops the one on hostC at its end. */
+static void test_actors_join_from_other_hosts(void **state) {
+    (void)state;
+    if (!g_ready) {
+        fprintf(stderr, "SKIP: no MPI, not root, or no network namespaces here\n");
+        skip();
+    }
+    char oob[64];
+    snprintf(oob, sizeof oob, "%s.0/24", g_net);
+    const char *launcher[] = {g_mpirun, "--allow-run-as-root", "--hostfile", g_hosts, "--mca", "plm_rsh_agent",
+                              g_agent, "--mca", "oob_tcp_if_include", oob, "--mca", "btl_tcp_if_include", oob,
+                              "--map-by", "node", "--bind-to", "none", "-np", "5"};
+    const char *sets[] = {"actor.count=1", "run.evaluators=0", "run.max_seconds=40", "run.stop_at_target=false",
+                          "run.hang_s=16", "run.checkpoints=false"};
+    pid_t fleet = start_fleet_at(g_tmp, launcher, (int)(sizeof launcher / sizeof launcher[0]), "joins", sets,
+                                 (int)(sizeof sets / sizeof sets[0]));
+    char run_dir[400], addr_file[450], tls_copy[450];
+    snprintf(run_dir, sizeof run_dir, "%s/joins", g_tmp);
+    snprintf(addr_file, sizeof addr_file, "%s/control.addr", run_dir);
+    snprintf(tls_copy, sizeof tls_copy, "%s/tls-copy", g_tmp);
+    for (int i = 0; i < 1200 && access(addr_file, F_OK) != 0; i++) usleep(50000);
+    assert_int_equal(access(addr_file, F_OK), 0);
+    for (int i = 0; i < 100; i++) { /* the tls/ folder is written right after Control starts */
+        char ca[500];
+        snprintf(ca, sizeof ca, "%s/tls/ca.pem", run_dir);
+        if (access(ca, F_OK) == 0) break;
+        usleep(50000);
+    }
+    assert_int_equal(sh("cp -r %s/tls %s && chmod 700 %s", run_dir, tls_copy, tls_copy), 0);
+    char *a = read_file(addr_file);
+    assert_non_null(a);
+    a[strcspn(a, "\n")] = '\0';
+    char cmd_c[1200], cmd_d[1400], out_c[450], out_d[450];
+    snprintf(out_c, sizeof out_c, "%s/joiner-c.log", g_tmp);
+    snprintf(out_d, sizeof out_d, "%s/joiner-d.log", g_tmp);
+    snprintf(cmd_c, sizeof cmd_c, "hostname hostC; exec %s actor --join %s", fleet_bin(), run_dir);
+    snprintf(cmd_d, sizeof cmd_d, "hostname hostD; exec %s actor --join %s --set run.tls_dir=%s", fleet_bin(), a,
+             tls_copy);
+    char *argv_c[] = {"ip", "netns", "exec", g_ns[2], "unshare", "--uts", "sh", "-c", cmd_c, NULL};
+    char *argv_d[] = {"ip", "netns", "exec", g_ns[3], "unshare", "--uts", "sh", "-c", cmd_d, NULL};
+    char ip[64] = "/usr/sbin/ip";
+    if (access(ip, X_OK) != 0) snprintf(ip, sizeof ip, "/sbin/ip");
+    argv_c[0] = argv_d[0] = ip;
+    pid_t c = start_process(argv_c, out_c);
+    pid_t d = start_process(argv_d, out_d);
+    sleep(15);
+    kill(d, SIGKILL); /* exec'd: the actor itself */
+    waitpid(d, NULL, 0);
+    int sc = wait_process(c, 120);
+    int sf = wait_process(fleet, 120);
+    char path[512];
+    snprintf(path, sizeof path, "%s/joins.log", g_tmp);
+    char *log = read_file(path), *lc = read_file(out_c), *ld = read_file(out_d);
+    fprintf(stderr, "---- fleet ----\n%s\n---- hostC ----\n%s\n---- hostD ----\n%s\n", log ? log : "",
+            lc ? lc : "", ld ? ld : "");
+    assert_true(sf != -1 && WIFEXITED(sf) && WEXITSTATUS(sf) == 0);
+    assert_true(sc != -1 && WIFEXITED(sc) && WEXITSTATUS(sc) == 0);
+    assert_non_null(strstr(lc, "joined run joins as actor "));
+    assert_non_null(strstr(ld, "joined run joins as actor "));
+    assert_non_null(strstr(log, "joined from hostC"));
+    assert_non_null(strstr(log, "joined from hostD"));
+    assert_non_null(strstr(log, "lost: no report for"));
+    assert_non_null(strstr(lc, "the launcher asks this role to stop"));
+    char *sum = summary_at(g_tmp, "joins");
+    assert_non_null(sum);
+    assert_int_equal(summary_u64(sum, "actors_joined"), 2);
+    assert_int_equal(summary_u64(sum, "actors_left"), 1);
+    assert_int_equal(summary_u64(sum, "actors_lost"), 1);
+    assert_true(summary_u64(sum, "replay_inserted") >= summary_u64(sum, "actors_acked"));
+    /* the joined actors' transitions reached replay across the bridge */
+    char *roles = run_file_at(g_tmp, "joins", "roles.csv");
+    assert_non_null(roles);
+    assert_non_null(strstr(roles, ",actor,1,"));
+    assert_non_null(strstr(roles, ",actor,2,"));
+    free(roles);
+    free(sum);
+    free(a);
+    free(lc);
+    free(ld);
+    free(log);
+}
+
+/* The host that holds the replay shard (and the learner) is lost: every process in its
+ * namespace is killed, which ends the mpirun job; the checkpoints written until then are
+ * on the shared file system, and `fleet run --resume` under mpirun continues the run on
+ * the same hosts: the launcher from its state, the learner from its checkpoint, the
+ * replay shard from its checkpoint and write-ahead log, the actors from their state. */
+static void test_lost_replay_host_then_resume(void **state) {
+    (void)state;
+    if (!g_ready) {
+        fprintf(stderr, "SKIP: no MPI, not root, or no network namespaces here\n");
+        skip();
+    }
+    char oob[64];
+    snprintf(oob, sizeof oob, "%s.0/24", g_net);
+    const char *launcher[] = {g_mpirun, "--allow-run-as-root", "--hostfile", g_hosts, "--mca", "plm_rsh_agent",
+                              g_agent, "--mca", "oob_tcp_if_include", oob, "--mca", "btl_tcp_if_include", oob,
+                              "--map-by", "node", "--bind-to", "none", "-np", "6"};
+    const int nl = (int)(sizeof launcher / sizeof launcher[0]);
+    const char *sets[] = {"run.evaluators=0", "run.max_seconds=300", "run.stop_at_target=false",
+                          "run.checkpoint_every=3"};
+    pid_t fleet = start_fleet_at(g_tmp, launcher, nl, "lost", sets, (int)(sizeof sets / sizeof sets[0]));
+    char run_dir[400], metrics[450], path[600];
+    snprintf(run_dir, sizeof run_dir, "%s/lost", g_tmp);
+    snprintf(metrics, sizeof metrics, "%s/metrics.csv", run_dir);
+    int rows = 0;
+    for (int i = 0; i < 1800 && rows < 12; i++) { /* 12 s of progress rows: checkpoints written */
+        char *m = read_file(metrics);
+        rows = 0;
+        for (const char *c = m; c && *c; c++) rows += *c == '\n';
+        free(m);
+        if (rows < 12) usleep(100000);
+    }
+    assert_true(rows >= 12);
+    /* hostB holds the replay shard (rank 1), the learner (rank 3) and actor 1 (rank 5) */
+    assert_int_equal(sh("ip netns pids %s | xargs -r kill -9", g_ns[1]), 0);
+    int st = wait_process(fleet, 120);
+    assert_true(st != -1); /* the job ended (mpirun reports the lost ranks) */
+    snprintf(path, sizeof path, "%s/lost.log", g_tmp);
+    char *log1 = read_file(path);
+    fprintf(stderr, "---- first sitting ----\n%s\n", log1 ? log1 : "");
+    snprintf(path, sizeof path, "%s/checkpoints/launcher.state", run_dir);
+    assert_int_equal(access(path, R_OK), 0);
+
+    /* resume on the same hosts, for about 20 s more (the budget counts the first sitting's
+     * time, about `rows` seconds, as its state file kept it) */
+    char budget[64], out[500];
+    snprintf(budget, sizeof budget, "run.max_seconds=%d", rows + 25);
+    snprintf(out, sizeof out, "%s/resume.log", g_tmp);
+    char *argv[64];
+    int n = 0;
+    for (int i = 0; i < nl; i++) argv[n++] = (char *)launcher[i];
+    argv[n++] = (char *)fleet_bin();
+    argv[n++] = "run";
+    argv[n++] = "--resume";
+    argv[n++] = run_dir;
+    argv[n++] = "--set";
+    argv[n++] = budget;
+    argv[n] = NULL;
+    pid_t again = start_process(argv, out);
+    int st2 = wait_process(again, 300);
+    char *log2 = read_file(out);
+    fprintf(stderr, "---- resumed ----\n%s\n", log2 ? log2 : "");
+    assert_true(st2 != -1 && WIFEXITED(st2) && WEXITSTATUS(st2) == 0);
+    assert_non_null(strstr(log2, "  resume       "));
+    assert_non_null(strstr(log2, "resumed from"));      /* the actors, from their state files */
+    assert_non_null(strstr(log2, "recovered"));          /* the replay shard, from its checkpoint and log */
+    char *sum = summary_at(g_tmp, "lost");
+    assert_non_null(sum);
+    assert_int_equal(summary_u64(sum, "exit_code"), 0);
+    assert_true(summary_u64(sum, "replay_inserted") >= summary_u64(sum, "actors_acked"));
+    assert_true(summary_u64(sum, "learner_steps") > 0);
+    free(sum);
+    free(log1);
+    free(log2);
+}
+
 int main(void) {
     no_leak_checks_under_mpirun();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fleet_across_two_hosts),
         cmocka_unit_test(test_32_actors_on_four_hosts),
+        cmocka_unit_test(test_actors_join_from_other_hosts),
+        cmocka_unit_test(test_lost_replay_host_then_resume),
         cmocka_unit_test(test_missing_interface),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

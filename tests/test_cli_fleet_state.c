@@ -8,7 +8,12 @@
  * unknown role; the stop request reaches the evaluator. Reports are accepted only with the
  * credential of their role, index and incarnation, from no older incarnation, and with
  * figures that can be true (forged evaluations, NaN and huge returns, counters that jump
- * or go back are refused and change nothing). */
+ * or go back are refused and change nothing). Actors join through fleet.Control/Join: each
+ * gets the next index, a credential its reports are accepted with, an epsilon between the
+ * started actors', the services' addresses and the config; joins are refused before the
+ * services serve, for a run that takes none, while the fleet stops and past
+ * actor.max_joined; a joined actor's last report marks it left, silence marks it lost
+ * (and a report brings it back); a resumed launcher keeps the joined slots' figures. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -74,13 +79,15 @@ static void publish(fixture_t *f, uint64_t version, uint64_t init_seed) {
 
 static void fixture_start(fixture_t *f, int n_actors, int n_learners, int n_evaluators) {
     memset(f, 0, sizeof *f);
-    assert_int_equal(fl_fleet_state_init(&f->fs, n_actors, n_learners, n_evaluators, 0, fl_clock_sec()), 0);
+    assert_int_equal(fl_fleet_state_init(&f->fs, n_actors, 8, n_learners, n_evaluators, 0, fl_clock_sec()), 0);
     fl_err_t err;
     fl_err_init(&err);
     fl_rpc_server_opts_t so = {.threads = 2, .prepost = 8};
     int port = 0;
     if (fl_rpc_server_create(&so, &f->control, &err) != FL_OK ||
         fl_rpc_server_add_unary(f->control, fl_method_path(FL_METHOD_CONTROL_REPORT), fl_fleet_state_on_report,
+                                &f->fs) != FL_OK ||
+        fl_rpc_server_add_unary(f->control, fl_method_path(FL_METHOD_CONTROL_JOIN), fl_fleet_state_on_join,
                                 &f->fs) != FL_OK ||
         fl_rpc_server_bind(f->control, "127.0.0.1:0", &port, &err) != FL_OK ||
         fl_rpc_server_start(f->control, &err) != FL_OK)
@@ -496,7 +503,7 @@ static void test_save_restore(void **unused) {
     assert_int_equal(fl_fleet_state_save(&f.fs, &t, path, &err), FL_OK);
 
     fl_fleet_state_t back;
-    assert_int_equal(fl_fleet_state_init(&back, 2, 1, 1, 0, 0), 0);
+    assert_int_equal(fl_fleet_state_init(&back, 2, 8, 1, 1, 0, 0), 0);
     fl_fleet_totals_t tb;
     assert_int_equal(fl_fleet_state_restore(&back, &tb, path, &err), FL_OK);
     assert_true(tb.elapsed_s == t.elapsed_s);
@@ -521,11 +528,141 @@ static void test_save_restore(void **unused) {
     assert_true(back.best_return == f.fs.best_return);
     fl_fleet_state_destroy(&back);
 
-    assert_int_equal(fl_fleet_state_init(&back, 3, 1, 1, 0, 0), 0);
+    assert_int_equal(fl_fleet_state_init(&back, 3, 8, 1, 1, 0, 0), 0);
     assert_int_equal(fl_fleet_state_restore(&back, &tb, path, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "actor.count = 3"));
     fl_fleet_state_destroy(&back);
     unlink(path);
+    fixture_stop(&f);
+}
+
+/* A join through the real client, as `fleet actor --join` makes it. */
+static fl_status join_as(const char *addr, const char *host, fl_join_grant_t *g, fl_err_t *err) {
+    fl_err_init(err);
+    return fl_control_join(addr, host, 0, g, err);
+}
+
+/* One report of a joined actor with its granted credential (leaving: its last). */
+static void report_joined(const char *addr, const fl_join_grant_t *g, uint64_t env_steps, int leaving,
+                          uint64_t *stop_env) {
+    char var[64];
+    snprintf(var, sizeof var, "1:%s", g->credential);
+    setenv(FL_CRED_ENV, var, 1);
+    fl_reporter_t *r = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_reporter_create(addr, "actor", g->index, 0, &r, &err), FL_OK);
+    fl_report_t rep = {.env_steps = env_steps, .transitions_acked = env_steps / 2, .epsilon = g->epsilon,
+                       .leaving = leaving};
+    fl_reporter_tick(r, &rep, 1);
+    uint64_t learner;
+    fl_reporter_fleet_steps(r, stop_env, &learner);
+    fl_reporter_destroy(r);
+}
+
+static void test_join(void **unused) {
+    (void)unused;
+    fixture_t f;
+    fixture_start(&f, 2, 1, 0);
+    f.fs.max_actors = f.fs.n_started + 3; /* actor.max_joined = 3 */
+    fl_join_grant_t g[4];
+    fl_err_t err;
+    /* before the services serve: UNAVAILABLE (a joiner waits and asks again) */
+    assert_int_equal(join_as(f.control_addr, "h1", &g[0], &err), FL_UNAVAILABLE);
+    assert_non_null(strstr(err.msg, "still starting"));
+    assert_int_equal(fl_fleet_state_open_joins(&f.fs, 0.4, 7, "127.0.0.1:5001,127.0.0.1:5002", "127.0.0.1:6001",
+                                               "[run]\nname = x\n", "x", NULL),
+                     0);
+    assert_int_equal(join_as(f.control_addr, "h1", &g[0], &err), FL_OK);
+    assert_int_equal(join_as(f.control_addr, "h2", &g[1], &err), FL_OK);
+    assert_int_equal(g[0].index, 2);
+    assert_int_equal(g[1].index, 3);
+    assert_string_equal(g[0].replay, "127.0.0.1:5001,127.0.0.1:5002");
+    assert_string_equal(g[0].paramserver, "127.0.0.1:6001");
+    assert_string_equal(g[0].config, "[run]\nname = x\n");
+    assert_string_equal(g[0].run_name, "x");
+    /* epsilons: 0.4^(1 + 7/2), then 0.4^(1 + 7/4), between the started 0.4 and 0.4^8 */
+    assert_true(fabs(g[0].epsilon - pow(0.4, 4.5)) < 1e-12);
+    assert_true(fabs(g[1].epsilon - pow(0.4, 2.75)) < 1e-12);
+    assert_true(fabs(fl_fleet_state_join_epsilon(0.4, 7, 2) - pow(0.4, 1 + 7 * 0.75)) < 1e-12);
+    assert_true(fabs(fl_fleet_state_join_epsilon(0.4, 7, 3) - pow(0.4, 1 + 7 * 0.125)) < 1e-12);
+    /* their reports count with the granted credential, and not with another index's */
+    uint64_t env = 0;
+    report_joined(f.control_addr, &g[0], 300, 0, &env);
+    assert_int_equal(env, 300);
+    fl_join_grant_t forged = g[1];
+    forged.index = 0; /* actor 3's credential used for actor 0 */
+    report_joined(f.control_addr, &forged, 999, 0, &env);
+    assert_int_equal(f.fs.actors[0].env_steps, 0);
+    report_joined(f.control_addr, &g[1], 200, 0, &env);
+    assert_int_equal(env, 500);
+    pthread_mutex_lock(&f.fs.mu);
+    assert_int_equal(f.fs.n_actors, 4);
+    assert_true(f.fs.actors[2].joined && !f.fs.actors[2].gone);
+    assert_string_equal(f.fs.actors[2].host, "h1");
+    pthread_mutex_unlock(&f.fs.mu);
+    /* a host name that cannot be a host's, another role: refused */
+    char longhost[100];
+    memset(longhost, 'a', sizeof longhost - 1);
+    longhost[sizeof longhost - 1] = '\0';
+    assert_int_equal(join_as(f.control_addr, longhost, &g[2], &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "host name"));
+    /* actor 2 leaves: its last report; its figures stay in the fleet's sums */
+    report_joined(f.control_addr, &g[0], 350, 1, &env);
+    assert_int_equal(env, 550);
+    assert_int_equal(fl_fleet_state_check_joined(&f.fs, 60), 1);
+    pthread_mutex_lock(&f.fs.mu);
+    assert_int_equal(f.fs.actors[2].gone, FL_JOINED_LEFT);
+    assert_int_equal(f.fs.leaves, 1);
+    pthread_mutex_unlock(&f.fs.mu);
+    /* actor 3 falls silent: lost; it reports again: back */
+    fl_sleep_sec(0.05);
+    assert_int_equal(fl_fleet_state_check_joined(&f.fs, 0.01), 0);
+    assert_int_equal(f.fs.actors[3].gone, FL_JOINED_LOST);
+    assert_int_equal(f.fs.losses, 1);
+    report_joined(f.control_addr, &g[1], 260, 0, &env);
+    assert_int_equal(fl_fleet_state_check_joined(&f.fs, 60), 1);
+    assert_int_equal(f.fs.losses, 0);
+    assert_int_equal(env, 610);
+    /* the third join fills actor.max_joined; a fourth is refused */
+    assert_int_equal(join_as(f.control_addr, "h3", &g[2], &err), FL_OK);
+    assert_int_equal(g[2].index, 4);
+    assert_int_equal(join_as(f.control_addr, "h4", &g[3], &err), FL_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.msg, "actor.max_joined"));
+
+    /* a resumed launcher keeps the joined slots (gone with their sitting) and their figures */
+    fl_fleet_totals_t t = {.elapsed_s = 1, .env_steps = 610};
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/fl_launcher_join_%d", (int)getpid());
+    fl_err_init(&err);
+    assert_int_equal(fl_fleet_state_save(&f.fs, &t, path, &err), FL_OK);
+    fl_fleet_state_t back;
+    fl_fleet_totals_t tb;
+    assert_int_equal(fl_fleet_state_init(&back, 2, 2, 1, 0, 0, 0), 0); /* room for 2 joins: 3 made */
+    assert_int_equal(fl_fleet_state_restore(&back, &tb, path, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "actor.max_joined"));
+    fl_fleet_state_destroy(&back);
+    assert_int_equal(fl_fleet_state_init(&back, 2, 8, 1, 0, 0, 0), 0);
+    assert_int_equal(fl_fleet_state_restore(&back, &tb, path, &err), FL_OK);
+    assert_int_equal(back.n_actors, 5);
+    assert_int_equal(fl_fleet_state_env_steps(&back), 610);
+    assert_true(back.actors[3].joined && back.actors[3].gone == FL_JOINED_LEFT);
+    assert_int_equal(back.actors[2].acked, 175); /* what the joined actors had acknowledged */
+    assert_int_equal(back.actors[3].acked, 130);
+    assert_int_equal(fl_fleet_state_check_joined(&back, 0), 0);
+    fl_fleet_state_destroy(&back);
+    unlink(path);
+
+    /* while the fleet stops, and for a run that takes none: FAILED_PRECONDITION */
+    pthread_mutex_lock(&f.fs.mu);
+    f.fs.stop_actors = 1;
+    pthread_mutex_unlock(&f.fs.mu);
+    assert_int_equal(join_as(f.control_addr, "h5", &g[3], &err), FL_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.msg, "stopping"));
+    assert_int_equal(fl_fleet_state_open_joins(&f.fs, 0.4, 7, "a", "b", "c", "x", "run.deterministic rounds"), 0);
+    assert_int_equal(join_as(f.control_addr, "h5", &g[3], &err), FL_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.msg, "run.deterministic"));
+    for (int i = 0; i < 3; i++) fl_join_grant_free(&g[i]);
     fixture_stop(&f);
 }
 
@@ -536,6 +673,7 @@ int main(void) {
         cmocka_unit_test(test_handler_tables),
         cmocka_unit_test(test_reports_that_cannot_lie),
         cmocka_unit_test(test_save_restore),
+        cmocka_unit_test(test_join),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

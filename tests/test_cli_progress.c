@@ -59,6 +59,13 @@ static void test_typical_line(void **unused) {
     fl_progress_format(&p, line, sizeof line);
     assert_string_equal(line, "[  12.3s] train - | env 31.2K/s | upd 950.0/s loss 0.012 | replay 1.0M | lag 2 | "
                               "restarts 3");
+    p.restarts = 0;
+    p.joined_ever = 1; /* actors joined: the launcher's and the joined ones at work */
+    p.actors_started = 4;
+    p.actors_joined = 2;
+    fl_progress_format(&p, line, sizeof line);
+    assert_string_equal(line, "[  12.3s] train - | env 31.2K/s | upd 950.0/s loss 0.012 | replay 1.0M | lag 2 | "
+                              "actors 4+2 joined");
 }
 
 /* Atari: the frames so far beside env steps/s; while replay fills, how far it is from the
@@ -91,7 +98,8 @@ static void test_widest_line_fits(void **unused) {
                        .upd_rate = -1e300, .loss = -1.23456e-300, .replay_size = UINT64_MAX, .lag = UINT64_MAX,
                        .gorila = 1, .pushes_applied = UINT64_MAX, .pushes_dropped = UINT64_MAX,
                        .restarts = UINT64_MAX, .budget_done = 0.5, .eta_s = 1e12, .frames = UINT64_MAX,
-                       .warmup_need = UINT64_MAX};
+                       .warmup_need = UINT64_MAX, .joined_ever = 1, .actors_started = UINT64_MAX,
+                       .actors_joined = UINT64_MAX};
     char line[FL_PROGRESS_COLUMNS + 1];
     size_t n = fl_progress_format(&p, line, sizeof line);
     assert_true(n <= FL_PROGRESS_COLUMNS);

@@ -219,6 +219,17 @@ static void test_dump_round_trip(void **state) {
     assert_contains(text, "\nout_dir = \"\"\n");
     free(text);
 
+    /* The same text from memory (a launcher's config handed to a joining actor) reads the
+     * same; a bad line there is named by the name given. */
+    char *dumped = read_all(path);
+    fl_config_defaults(&b);
+    assert_int_equal(fl_config_load_string(&b, dumped, "the launcher's config", &err), FL_OK);
+    assert_same(&a, &b);
+    free(dumped);
+    assert_int_equal(fl_config_load_string(&b, "[learner]\nlr = fast\n", "the launcher's config", &err),
+                     FL_INVALID_ARGUMENT);
+    assert_contains(err.msg, "the launcher's config:2");
+
     /* fl_config_dump to a stream gives the same text. */
     FILE *f = fopen(tmp_path("dump2.ini"), "w");
     assert_non_null(f);
