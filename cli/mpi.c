@@ -1138,6 +1138,7 @@ static int watch_child(mpi_state_t *m, fl_child_t *c) {
             MPI_Recv(&dummy, 1, MPI_INT, m->launcher, TAG_STOP, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         }
         if ((flag || fl_stop_requested()) && !termed) {
+            fl_proc_unidle(c->pid); /* an actor under SCHED_IDLE gets the CPU to flush and exit */
             kill(c->pid, SIGTERM);
             termed = 1;
         }

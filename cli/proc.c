@@ -1,10 +1,12 @@
 /* proc: role processes started by fork + exec (see proc.h). */
 #include "cli/proc.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,9 +217,29 @@ fl_child_t *fl_proc_reap(fl_child_t *kids, int n) {
 }
 
 /* SIGTERM to every running child whose role is in `roles`, then waits up to grace_s. */
+void fl_proc_unidle(pid_t pid) {
+#ifdef SCHED_IDLE
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    const struct sched_param p = {.sched_priority = 0};
+    for (struct dirent *e; (e = readdir(d));) {
+        const pid_t tid = (pid_t)atoi(e->d_name);
+        if (tid > 0 && sched_getscheduler(tid) == SCHED_IDLE) sched_setscheduler(tid, SCHED_OTHER, &p);
+    }
+    closedir(d);
+#else
+    (void)pid;
+#endif
+}
+
 void fl_proc_stop_roles(fl_child_t *kids, int n, const char *roles, double grace_s) {
     for (int i = 0; i < n; i++)
-        if (kids[i].running && strstr(roles, kids[i].role)) kill(kids[i].pid, SIGTERM);
+        if (kids[i].running && strstr(roles, kids[i].role)) {
+            fl_proc_unidle(kids[i].pid);
+            kill(kids[i].pid, SIGTERM);
+        }
     double until = fl_clock_sec() + grace_s;
     for (;;) {
         fl_proc_reap(kids, n);

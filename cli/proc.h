@@ -63,8 +63,13 @@ void fl_proc_describe_status(int status, char *buf, size_t len);
 /* Reaps exited children among kids[0..n), each by its pid (other children of the process
  * are left to their owners); returns the first that exited, or NULL. */
 fl_child_t *fl_proc_reap(fl_child_t *kids, int n);
-/* SIGTERM to every running child whose role is named in `roles` (e.g. "replay paramserver"),
- * waits up to grace_s, then SIGKILLs whatever is left (logged). */
+/* Moves every thread of process pid that runs under SCHED_IDLE (actor.sched_idle) back
+ * to SCHED_OTHER, its niceness kept: a process being stopped must get the CPU to flush
+ * and exit even while the learner keeps every core busy. Best effort: a thread this
+ * process may not change (no CAP_SYS_NICE and RLIMIT_NICE too low) stays as it is. */
+void fl_proc_unidle(pid_t pid);
+/* SIGTERM (after fl_proc_unidle) to every running child whose role is named in `roles`
+ * (e.g. "replay paramserver"), waits up to grace_s, then SIGKILLs whatever is left (logged). */
 void fl_proc_stop_roles(fl_child_t *kids, int n, const char *roles, double grace_s);
 /* 1 if the status is a clean end: exit 0 or SIGTERM. */
 int fl_proc_clean_exit(int status);
