@@ -113,17 +113,26 @@ static int teardown(void **state) {
     return 0;
 }
 
+/* mpirun's words for np ranks spread over the hosts of hostfile, through the rsh agent,
+ * with Open MPI's own traffic on the bridge, into argv (room for HOSTS_ARGC); returns
+ * their count. */
+#define HOSTS_ARGC 19
+static char g_oob[64];
+static int hosts_launcher(const char *hostfile, const char *np, const char **argv) {
+    snprintf(g_oob, sizeof g_oob, "%s.0/24", g_net);
+    const char *words[HOSTS_ARGC] = {g_mpirun, "--allow-run-as-root", "--hostfile", hostfile, "--mca", "plm_rsh_agent",
+                                     g_agent, "--mca", "oob_tcp_if_include", g_oob, "--mca", "btl_tcp_if_include",
+                                     g_oob, "--map-by", "node", "--bind-to", "none", "-np", np};
+    memcpy(argv, words, sizeof words);
+    return HOSTS_ARGC;
+}
+
 /* `fleet run` under mpirun with np ranks spread over the hosts of hostfile. */
 static int run_on_hosts(const char *hostfile, const char *np, const char *name, const char *const *sets, int nsets,
                         char **log) {
-    char oob[64];
-    snprintf(oob, sizeof oob, "%s.0/24", g_net);
-    const char *launcher[] = {g_mpirun,           "--allow-run-as-root", "--hostfile",      hostfile,
-                              "--mca",            "plm_rsh_agent",       g_agent,           "--mca",
-                              "oob_tcp_if_include", oob,                 "--mca",           "btl_tcp_if_include",
-                              oob,                "--map-by",            "node",            "--bind-to",
-                              "none",             "-np",                 np};
-    return run_fleet_at(g_tmp, launcher, (int)(sizeof launcher / sizeof launcher[0]), name, sets, nsets, 400, log);
+    const char *launcher[HOSTS_ARGC];
+    const int nl = hosts_launcher(hostfile, np, launcher);
+    return run_fleet_at(g_tmp, launcher, nl, name, sets, nsets, 400, log);
 }
 
 static int run_two_hosts(const char *name, const char *const *sets, int nsets, char **log) {
@@ -262,27 +271,19 @@ static void test_actors_join_from_other_hosts(void **state) {
         fprintf(stderr, "SKIP: no MPI, not root, or no network namespaces here\n");
         skip();
     }
-    char oob[64];
-    snprintf(oob, sizeof oob, "%s.0/24", g_net);
-    const char *launcher[] = {g_mpirun, "--allow-run-as-root", "--hostfile", g_hosts, "--mca", "plm_rsh_agent",
-                              g_agent, "--mca", "oob_tcp_if_include", oob, "--mca", "btl_tcp_if_include", oob,
-                              "--map-by", "node", "--bind-to", "none", "-np", "5"};
+    const char *launcher[HOSTS_ARGC];
+    const int nl = hosts_launcher(g_hosts, "5", launcher);
     const char *sets[] = {"actor.count=1", "run.evaluators=0", "run.max_seconds=40", "run.stop_at_target=false",
                           "run.hang_s=16", "run.checkpoints=false"};
-    pid_t fleet = start_fleet_at(g_tmp, launcher, (int)(sizeof launcher / sizeof launcher[0]), "joins", sets,
-                                 (int)(sizeof sets / sizeof sets[0]));
+    pid_t fleet = start_fleet_at(g_tmp, launcher, nl, "joins", sets, (int)(sizeof sets / sizeof sets[0]));
     char run_dir[400], addr_file[450], tls_copy[450];
     snprintf(run_dir, sizeof run_dir, "%s/joins", g_tmp);
     snprintf(addr_file, sizeof addr_file, "%s/control.addr", run_dir);
     snprintf(tls_copy, sizeof tls_copy, "%s/tls-copy", g_tmp);
-    for (int i = 0; i < 1200 && access(addr_file, F_OK) != 0; i++) usleep(50000);
-    assert_int_equal(access(addr_file, F_OK), 0);
-    for (int i = 0; i < 100; i++) { /* the tls/ folder is written right after Control starts */
-        char ca[500];
-        snprintf(ca, sizeof ca, "%s/tls/ca.pem", run_dir);
-        if (access(ca, F_OK) == 0) break;
-        usleep(50000);
-    }
+    assert_true(wait_file(addr_file, 60));
+    char ca[500]; /* the tls/ folder is written right after Control starts */
+    snprintf(ca, sizeof ca, "%s/tls/ca.pem", run_dir);
+    assert_true(wait_file(ca, 5));
     assert_int_equal(sh("cp -r %s/tls %s && chmod 700 %s", run_dir, tls_copy, tls_copy), 0);
     char *a = read_file(addr_file);
     assert_non_null(a);
@@ -348,26 +349,15 @@ static void test_lost_replay_host_then_resume(void **state) {
         fprintf(stderr, "SKIP: no MPI, not root, or no network namespaces here\n");
         skip();
     }
-    char oob[64];
-    snprintf(oob, sizeof oob, "%s.0/24", g_net);
-    const char *launcher[] = {g_mpirun, "--allow-run-as-root", "--hostfile", g_hosts, "--mca", "plm_rsh_agent",
-                              g_agent, "--mca", "oob_tcp_if_include", oob, "--mca", "btl_tcp_if_include", oob,
-                              "--map-by", "node", "--bind-to", "none", "-np", "6"};
-    const int nl = (int)(sizeof launcher / sizeof launcher[0]);
+    const char *launcher[HOSTS_ARGC];
+    const int nl = hosts_launcher(g_hosts, "6", launcher);
     const char *sets[] = {"run.evaluators=0", "run.max_seconds=300", "run.stop_at_target=false",
                           "run.checkpoint_every=3"};
     pid_t fleet = start_fleet_at(g_tmp, launcher, nl, "lost", sets, (int)(sizeof sets / sizeof sets[0]));
     char run_dir[400], metrics[450], path[600];
     snprintf(run_dir, sizeof run_dir, "%s/lost", g_tmp);
     snprintf(metrics, sizeof metrics, "%s/metrics.csv", run_dir);
-    int rows = 0;
-    for (int i = 0; i < 1800 && rows < 12; i++) { /* 12 s of progress rows: checkpoints written */
-        char *m = read_file(metrics);
-        rows = 0;
-        for (const char *c = m; c && *c; c++) rows += *c == '\n';
-        free(m);
-        if (rows < 12) usleep(100000);
-    }
+    const int rows = wait_csv_rows(metrics, 12, 180); /* 12 s of progress rows: checkpoints written */
     assert_true(rows >= 12);
     /* hostB holds the replay shard (rank 1), the learner (rank 3) and actor 1 (rank 5) */
     assert_int_equal(sh("ip netns pids %s | xargs -r kill -9", g_ns[1]), 0);

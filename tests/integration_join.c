@@ -52,15 +52,6 @@ static char *joiner_log(int k) {
     return t;
 }
 
-/* Waits up to timeout_s for path to exist. */
-static int wait_file(const char *path, double timeout_s) {
-    for (int i = 0; i < (int)(timeout_s * 20); i++) {
-        if (access(path, F_OK) == 0) return 1;
-        usleep(50000);
-    }
-    return 0;
-}
-
 /* The largest value of column `col` (0-based) over roles.csv rows of actor `index`. */
 static unsigned long long roles_max(const char *roles, int index, int col) {
     unsigned long long best = 0;

@@ -145,15 +145,7 @@ static void test_scancel_stops_cleanly(void **unused) {
     /* running: the progress rows come */
     char metrics[512];
     snprintf(metrics, sizeof metrics, "%s/cancel/metrics.csv", g_tmp);
-    int rows = 0;
-    for (int i = 0; i < 1200 && rows < 6; i++) {
-        char *m = read_file(metrics);
-        rows = 0;
-        for (const char *c = m; c && *c; c++) rows += *c == '\n';
-        free(m);
-        if (rows < 6) usleep(100000);
-    }
-    assert_true(rows >= 6);
+    assert_true(wait_csv_rows(metrics, 6, 120) >= 6);
     char *o = NULL;
     assert_int_equal(shell_in(g_tmp, &o, "scancel %ld", id), 0);
     free(o);

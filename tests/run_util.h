@@ -136,6 +136,30 @@ static inline void assert_no_error_lines(const char *log) {
     }
 }
 
+/* Waits up to timeout_s for path to exist; 1 when it does. */
+static inline int wait_file(const char *path, double timeout_s) {
+    for (int i = 0; i < (int)(timeout_s * 20); i++) {
+        if (access(path, F_OK) == 0) return 1;
+        usleep(50000);
+    }
+    return access(path, F_OK) == 0;
+}
+
+/* Waits up to timeout_s for the CSV file at path to hold `want` rows besides its header;
+ * returns the rows it holds then. */
+static inline int wait_csv_rows(const char *path, int want, double timeout_s) {
+    int rows = 0;
+    for (int i = 0; i <= (int)(timeout_s * 10); i++) {
+        char *t = read_file(path);
+        rows = -1;
+        for (const char *c = t; c && *c; c++) rows += *c == '\n';
+        free(t);
+        if (rows >= want) break;
+        usleep(100000);
+    }
+    return rows < 0 ? 0 : rows;
+}
+
 /* Finds mpirun on PATH (out gets its path); 0 when fleet was built without MPI or there
  * is none. */
 static inline int find_mpirun(char *out, size_t len) {
