@@ -1125,11 +1125,24 @@ static int respawn_service(rank_run_t *X) {
     return -1;
 }
 
+/* A child asked to be killed as hung (TAG_KILL) that used CPU this recently is starved
+ * (an oversubscribed host), not hung: it is left running (an event says so). */
+#define STARVED_WINDOW_S 15.0
+
 /* Watches this rank's child until it ends, forwarding STOP (and a signal to this rank)
  * as SIGTERM: 1 when it was asked to end, 0 when it ended on its own. */
 static int watch_child(mpi_state_t *m, fl_child_t *c) {
     int termed = 0;
+    /* the child's CPU time, sampled every second: when it last moved */
+    double cpu_seen = -1, cpu_moved_at = fl_clock_sec(), next_cpu_look = 0;
     while (c->running) {
+        const double now = fl_clock_sec();
+        if (now >= next_cpu_look) {
+            const double cpu = fl_proc_cpu_of(c->pid);
+            if (cpu > cpu_seen + 0.005) cpu_moved_at = now;
+            if (cpu >= 0) cpu_seen = cpu;
+            next_cpu_look = now + 1.0;
+        }
         int flag = 0;
         MPI_Status st;
         MPI_Iprobe(m->launcher, TAG_STOP, MPI_COMM_WORLD, &flag, &st);
@@ -1147,7 +1160,14 @@ static int watch_child(mpi_state_t *m, fl_child_t *c) {
         if (hung) {
             int dummy = 0;
             MPI_Recv(&dummy, 1, MPI_INT, m->launcher, TAG_KILL, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            if (!termed) kill(c->pid, SIGKILL);
+            /* silent but using CPU (within the last STARVED_WINDOW_S): starved of the cores
+             * by the processes beside it, not hung; a stopped or blocked one is killed */
+            if (!termed && now - cpu_moved_at < STARVED_WINDOW_S)
+                send_event(m, "", "%s %d (rank %d on %s) is silent but used CPU %.0f s ago: starved, not hung; left "
+                                  "running",
+                           c->role, c->index, m->me, m->ids[m->me].host, now - cpu_moved_at);
+            else if (!termed)
+                kill(c->pid, SIGKILL);
         }
         if (fl_proc_reap(c, 1)) break;
         fl_sleep_sec(0.02);

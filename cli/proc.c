@@ -217,6 +217,22 @@ fl_child_t *fl_proc_reap(fl_child_t *kids, int n) {
 }
 
 /* SIGTERM to every running child whose role is in `roles`, then waits up to grace_s. */
+double fl_proc_cpu_of(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long ut = 0, st = 0;
+    /* after the name: state (3), then fields 4-13, utime (14) and stime (15) */
+    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return -1;
+    const long hz = sysconf(_SC_CLK_TCK);
+    return (double)(ut + st) / (double)(hz > 0 ? hz : 100);
+}
+
 void fl_proc_unidle(pid_t pid) {
 #ifdef SCHED_IDLE
     char dir[64];

@@ -63,6 +63,8 @@ void fl_proc_describe_status(int status, char *buf, size_t len);
 /* Reaps exited children among kids[0..n), each by its pid (other children of the process
  * are left to their owners); returns the first that exited, or NULL. */
 fl_child_t *fl_proc_reap(fl_child_t *kids, int n);
+/* The CPU seconds process pid has used (all its threads, /proc/PID/stat), or -1. */
+double fl_proc_cpu_of(pid_t pid);
 /* Moves every thread of process pid that runs under SCHED_IDLE (actor.sched_idle) back
  * to SCHED_OTHER, its niceness kept: a process being stopped must get the CPU to flush
  * and exit even while the learner keeps every core busy. Best effort: a thread this
