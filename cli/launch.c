@@ -1245,21 +1245,6 @@ static double join_timeout(const fl_config_t *cfg) {
     return fmax(cfg->run_hang_s > 0 ? cfg->run_hang_s / 2 : 30.0, 1.5 * cfg->run_progress_every);
 }
 
-/* The text of a file of at most max bytes (malloc'd), or NULL. */
-static char *read_small_file(const char *path, size_t max) {
-    FILE *f = fopen(path, "r");
-    if (!f) return NULL;
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-    fclose(f);
-    if (!buf || n > max) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    return buf;
-}
-
 /* Opens the fleet to joining actors (fleet actor --join) now that its services serve:
  * they get the services' addresses and config.ini as every role of this run reads it. */
 static void open_joins(monitor_t *M, const char *replay_list, const char *ps_list) {
@@ -1268,7 +1253,7 @@ static void open_joins(monitor_t *M, const char *replay_list, const char *ps_lis
     const char *refused = cfg->run_deterministic ? "run.deterministic steps a fixed set of actors in lockstep rounds"
                           : cfg->actor_max_joined == 0 ? "actor.max_joined = 0"
                                                        : NULL;
-    char *text = read_small_file(L->cfg_path, 1 << 20);
+    char *text = fl_proc_read_file(L->cfg_path, 1 << 20, NULL);
     if (!text) refused = "its config.ini cannot be read";
     if (fl_fleet_state_open_joins(&L->fs, cfg->actor_eps_base, cfg->actor_eps_alpha, replay_list, ps_list,
                                   text ? text : "", cfg->run_name, refused) != 0)

@@ -640,20 +640,6 @@ static void remove_job_dir(const char *dir) {
     rmdir(dir);
 }
 
-/* A whole small file (malloc'd, *len bytes), or NULL. */
-static char *read_whole(const char *path, long long *len) {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    *len = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (*len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)*len + 1)) != NULL && fread(buf, 1, (size_t)*len, f) != (size_t)*len) {
-        free(buf);
-        buf = NULL;
-    }
-    if (f) fclose(f);
-    return buf;
-}
-
 /* The launcher: makes the job's credentials in a temporary folder for every rank's host
  * name and address (addrs: ADDR_LEN each), and reads the files back. 0 or 1 after
  * printing why. */
@@ -672,7 +658,7 @@ static int make_job_files(rank_run_t *X, const char *addrs) {
     for (int i = 0; i < 5 && !bad; i++) {
         char path[FL_CONFIG_STRING_MAX + 32];
         snprintf(path, sizeof path, "%s/%s", X->tls_dir, job_names[i]);
-        X->job_files[i] = read_whole(path, &X->job_len[i]);
+        X->job_files[i] = fl_proc_read_file(path, 1 << 20, &X->job_len[i]);
         if (!X->job_files[i]) snprintf(why, sizeof why, "cannot read back %s", path);
         bad = !X->job_files[i];
     }
@@ -811,12 +797,7 @@ static int start_control(rank_run_t *X) {
 /* The launcher's config.ini (malloc'd, *len bytes), or NULL with *len = -1. */
 static char *read_config_text(rank_run_t *X, long long *len) {
     const char *path = fl_launch_config_path(X->L);
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (f && fseek(f, 0, SEEK_END) == 0) *len = ftell(f);
-    char *text = *len > 0 ? malloc((size_t)*len) : NULL;
-    if (!f || !text || fseek(f, 0, SEEK_SET) != 0 || fread(text, 1, (size_t)*len, f) != (size_t)*len) *len = -1;
-    if (f) fclose(f);
+    char *text = fl_proc_read_file(path, 1 << 20, len);
     snprintf(X->tmp_cfg, sizeof X->tmp_cfg, "%s", path);
     return text;
 }

@@ -217,6 +217,23 @@ fl_child_t *fl_proc_reap(fl_child_t *kids, int n) {
 }
 
 /* SIGTERM to every running child whose role is in `roles`, then waits up to grace_s. */
+char *fl_proc_read_file(const char *path, size_t max, long long *len) {
+    if (len) *len = -1;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    const int bad = !buf || ferror(f) || n == 0 || n > max;
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    if (len) *len = (long long)n;
+    return buf;
+}
+
 double fl_proc_cpu_of(pid_t pid) {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);

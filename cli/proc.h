@@ -63,6 +63,9 @@ void fl_proc_describe_status(int status, char *buf, size_t len);
 /* Reaps exited children among kids[0..n), each by its pid (other children of the process
  * are left to their owners); returns the first that exited, or NULL. */
 fl_child_t *fl_proc_reap(fl_child_t *kids, int n);
+/* The whole file at path (malloc'd and NUL-terminated; its length in *len when len is not
+ * NULL), or NULL (*len = -1) when it cannot be read, is empty or holds more than max bytes. */
+char *fl_proc_read_file(const char *path, size_t max, long long *len);
 /* The CPU seconds process pid has used (all its threads, /proc/PID/stat), or -1. */
 double fl_proc_cpu_of(pid_t pid);
 /* Moves every thread of process pid that runs under SCHED_IDLE (actor.sched_idle) back

@@ -35,16 +35,16 @@
 static int read_line_file(const char *dir, const char *name, char *out, size_t len) {
     char path[600];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char *got = fgets(out, (int)len, f);
-    fclose(f);
-    if (!got) {
-        errno = EIO;
+    errno = 0;
+    char *text = fl_proc_read_file(path, 4096, NULL);
+    if (!text) {
+        if (!errno) errno = EIO;
         return -1;
     }
-    size_t n = strlen(out);
-    while (n && (out[n - 1] == '\n' || out[n - 1] == '\r' || out[n - 1] == ' ')) out[--n] = '\0';
+    size_t n = strcspn(text, "\r\n");
+    while (n && text[n - 1] == ' ') n--;
+    snprintf(out, len, "%.*s", (int)n, text);
+    free(text);
     return 0;
 }
 
