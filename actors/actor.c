@@ -234,6 +234,14 @@ static int should_stop(actor_t *a) {
     return a->o.max_steps > 0 && a->st.env_steps >= (uint64_t)a->o.max_steps;
 }
 
+/* The writer waits for a shard that holds inserts back (rate limited, away): the actor
+ * goes on reporting meanwhile, and stops waiting when asked to stop. */
+static int writer_waits(void *ctx) {
+    actor_t *a = ctx;
+    report(a, 0);
+    return should_stop(a);
+}
+
 /* One fetch-if-newer straight into the network's parameters. Parameters the actor
  * cannot use (another model's size, a sharded vector) are fatal; anything else (the
  * server is down or slow) is transient: logged once, and retried no sooner than
@@ -528,6 +536,7 @@ static fl_status connect_clients(actor_t *a, const char *replay_addr, const char
                                    fl_actor_batches_per_call(a->obs_bytes, o->local_buffer), &a->writer, err));
     fl_replay_writer_set_backlog(a->writer, (size_t)(o->max_backlog_mb * 1048576.0));
     fl_replay_writer_set_limits(a->writer, o->max_abs_reward, o->max_priority);
+    fl_replay_writer_on_wait(a->writer, writer_waits, a);
     fl_param_client_opts_t po = {.bf16 = o->fetch_bf16 != 0};
     FL_TRY(fl_param_client_create_opts(param_addr, &po, &a->params, err));
     return fl_reporter_create(control_addr, "actor", (uint32_t)index, o->progress_every / 2.0, &a->reporter, err);
@@ -768,10 +777,14 @@ fl_status fl_actor_run(fl_actor_t *a, fl_err_t *err) {
     if (a->ran) return fl_err_set(err, FL_FAILED_PRECONDITION, "actor: already run");
     a->ran = 1;
     const fl_actor_opts_t *o = &a->o;
-    FL_INFO("actor %d of %lld%s: %s x %d, epsilon %.6g, %d-step gamma %g, buffer %lld, sync every %lld steps, "
-            "stream %016llx",
-            a->index, (long long)o->count, o->joined ? " (joined)" : "", a->def->name, a->num_envs, a->epsilon, o->n_step, o->gamma,
-            (long long)o->local_buffer, (long long)o->sync_every, (unsigned long long)a->st.stream_id);
+    char who[64]; /* a joined actor's index is past actor.count: "actor 5 (joined)", not "actor 5 of 4" */
+    if (o->joined)
+        snprintf(who, sizeof who, "actor %d (joined)", a->index);
+    else
+        snprintf(who, sizeof who, "actor %d of %lld", a->index, (long long)o->count);
+    FL_INFO("%s: %s x %d, epsilon %.6g, %d-step gamma %g, buffer %lld, sync every %lld steps, stream %016llx", who,
+            a->def->name, a->num_envs, a->epsilon, o->n_step, o->gamma, (long long)o->local_buffer,
+            (long long)o->sync_every, (unsigned long long)a->st.stream_id);
     fl_status s;
     if (o->deterministic) {
         s = round_loop(a, err);

@@ -74,6 +74,8 @@ struct fl_replay_writer {
     uint64_t acked, pending;
     size_t pending_bytes, max_pending_bytes; /* the backlog's memory and its bound (0 = none) */
     uint64_t dropped, dropped_batches;       /* unsent transitions dropped for the bound */
+    fl_replay_writer_wait_fn on_wait;        /* called while append waits (may be NULL) */
+    void *on_wait_ctx;
 };
 
 static void wbatch_free(wbatch *b) { free(b->mem); }
@@ -387,6 +389,7 @@ fl_status fl_replay_writer_append(fl_replay_writer_t *w, size_t n, const void *o
         double pause = w->retry_at - fl_clock_sec();
         if (pause > 0) fl_sleep_sec(pause < 0.1 ? pause : 0.1);
         pump(w, 100);
+        if (w->on_wait && w->on_wait(w->on_wait_ctx)) break;
     }
     /* A refusal that resending cannot change (the stream bound to another writer, a
      * batch the shard will not take): the writer is done; its owner must start over. */
@@ -396,6 +399,11 @@ fl_status fl_replay_writer_append(fl_replay_writer_t *w, size_t n, const void *o
                           " transitions pending): %s",
                           w->stream_id, w->pending, w->last_err.msg);
     return FL_OK;
+}
+
+void fl_replay_writer_on_wait(fl_replay_writer_t *w, fl_replay_writer_wait_fn fn, void *ctx) {
+    w->on_wait = fn;
+    w->on_wait_ctx = ctx;
 }
 
 fl_status fl_replay_writer_flush(fl_replay_writer_t *w, int64_t timeout_ms, fl_err_t *err) {

@@ -257,6 +257,44 @@ static void test_writer_backlog_is_bounded(void **state) {
     unlink(sock);
 }
 
+static int count_waits(void *ctx) {
+    int *n = ctx;
+    return ++*n >= 2;
+}
+
+/* No learner samples: the shard holds an insert at most 5 s, then answers "send again",
+ * and the writer waits between its sends, calling its owner's hook (an actor reports
+ * there), which may end the wait; nothing is acknowledged past what the limiter let in,
+ * and what was not stays pending. */
+static void test_writer_waits_between_sends(void **state) {
+    (void)state;
+    char addr[300];
+    fl_replay_service_t *svc = start_rate_limited(100, 50, addr, sizeof addr);
+    fl_replay_client_t *c = NULL;
+    fl_replay_writer_t *w = NULL;
+    fl_err_t e;
+    fl_err_init(&e);
+    assert_int_equal(fl_replay_client_create(addr, &c, &e), FL_OK);
+    assert_int_equal(fl_replay_writer_create(c, 13, &SPEC, 2, &w, &e), FL_OK);
+    int waits = 0;
+    fl_replay_writer_on_wait(w, count_waits, &waits);
+    const double t0 = fl_clock_sec();
+    int appends = 0;
+    while (waits < 2 && fl_clock_sec() - t0 < 60) {
+        assert_int_equal(append_one(w, &e), FL_OK);
+        appends++;
+    }
+    assert_true(waits >= 2);
+    assert_true(fl_replay_writer_pending(w) > 0);
+    assert_int_equal(fl_replay_writer_acked(w) + fl_replay_writer_pending(w), (uint64_t)appends * BATCH);
+    fl_replay_info_t in;
+    fl_replay_service_info(svc, &in);
+    assert_true(in.inserted <= 100 + 50 + 2 * BATCH);
+    fl_replay_writer_destroy(w);
+    fl_replay_client_destroy(c);
+    fl_replay_service_destroy(svc);
+}
+
 static void *blocked_writer(void *p) {
     writer_arg *a = p;
     fl_replay_client_t *c = NULL;
@@ -296,6 +334,7 @@ int main(void) {
         cmocka_unit_test(test_clamp_after_recovery),
         cmocka_unit_test(test_service_blocks_and_releases),
         cmocka_unit_test(test_writer_backlog_is_bounded),
+        cmocka_unit_test(test_writer_waits_between_sends),
         cmocka_unit_test(test_stop_cancels_a_waiting_insert), /* last: it requests the stop */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
