@@ -1668,14 +1668,22 @@ static grpc_completion_queue *thread_cq(void) {
 /* Waits for event `tag` of call on cq. A stoppable call waits in short slices and is
  * cancelled (*cancelled set) once the process is asked to stop; the event then comes at
  * once. */
-static grpc_event pluck_call(grpc_completion_queue *cq, void *tag, grpc_call *call, int stoppable, int *cancelled) {
-    if (!stoppable) return grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+/* Waits for `tag` on the call's queue. A stoppable call is cancelled once the process is
+ * asked to stop; with a wait hook (streams: fl_rpc_stream_on_wait), hook(ctx) is called
+ * every 100 ms of waiting and the call cancelled when it returns nonzero. */
+static grpc_event pluck_call(grpc_completion_queue *cq, void *tag, grpc_call *call, int stoppable, int *cancelled,
+                             fl_rpc_wait_fn hook, void *ctx) {
+    if (!stoppable && !hook) return grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     for (;;) {
         grpc_event ev = grpc_completion_queue_pluck(cq, tag, deadline_from_ms(100), NULL);
         if (ev.type != GRPC_QUEUE_TIMEOUT) return ev;
-        if (!*cancelled && fl_stop_requested()) {
+        if (*cancelled) continue;
+        if (stoppable && fl_stop_requested()) {
             *cancelled = 1;
             grpc_call_cancel_with_status(call, GRPC_STATUS_CANCELLED, "the process was asked to stop", NULL);
+        } else if (hook && hook(ctx)) {
+            *cancelled = 1;
+            grpc_call_cancel_with_status(call, GRPC_STATUS_CANCELLED, "the caller stopped waiting", NULL);
         }
     }
 }
@@ -1719,7 +1727,7 @@ static fl_status unary_bb(fl_rpc_channel_t *ch, const char *method, grpc_byte_bu
         st = fl_err_set(err, FL_INTERNAL, "%s: cannot start call (%d)", method, (int)e);
     } else {
         int cancelled = 0;
-        pluck_call(cq, (void *)1, call, (flags & FL_RPC_STOPPABLE) != 0, &cancelled);
+        pluck_call(cq, (void *)1, call, (flags & FL_RPC_STOPPABLE) != 0, &cancelled, NULL, NULL);
         st = call_status(&ch->sec, ch, flags, method, code, details, error_string, err);
         if (st == FL_OK && !*recv_bb) st = fl_err_set(err, FL_INTERNAL, "%s: server sent no response message", method);
     }
@@ -1869,13 +1877,15 @@ struct fl_rpc_stream {
     grpc_slice details;
     const char *error_string;
     int stoppable;                 /* FL_RPC_STOPPABLE: cancelled once a stop is requested */
-    int cancelled;                 /* ... which it was */
+    int cancelled;                 /* ... which it was (or its wait hook asked) */
+    fl_rpc_wait_fn on_wait;        /* fl_rpc_stream_on_wait (may be NULL) */
+    void *on_wait_ctx;
 };
 
 /* Waits for the stream's event `tag` (pluck_call: a stoppable stream's call is
  * cancelled once the process is asked to stop). */
 static grpc_event stream_pluck(fl_rpc_stream_t *s, void *tag) {
-    return pluck_call(s->cq, tag, s->call, s->stoppable, &s->cancelled);
+    return pluck_call(s->cq, tag, s->call, s->stoppable, &s->cancelled, s->on_wait, s->on_wait_ctx);
 }
 
 static int stream_wait_send(fl_rpc_stream_t *s) {
@@ -2016,6 +2026,11 @@ fl_status fl_rpc_stream_finish_pb(fl_rpc_stream_t *s, const ProtobufCMessageDesc
     if (st == FL_OK) st = bb_to_pb(s->resp_bb, s->method, resp_desc, resp, err);
     stream_free(s);
     return st;
+}
+
+void fl_rpc_stream_on_wait(fl_rpc_stream_t *s, fl_rpc_wait_fn fn, void *ctx) {
+    s->on_wait = fn;
+    s->on_wait_ctx = ctx;
 }
 
 void fl_rpc_stream_cancel(fl_rpc_stream_t *s) {

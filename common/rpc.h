@@ -271,5 +271,10 @@ fl_status fl_rpc_stream_finish_pb(fl_rpc_stream_t *s, const ProtobufCMessageDesc
                                   ProtobufCMessage **resp, fl_err_t *err);
 /* Cancels the call and frees the stream. NULL is a no-op. */
 void fl_rpc_stream_cancel(fl_rpc_stream_t *s);
+/* While send or finish waits (a server that holds the call: replay's rate limiter), fn(ctx)
+ * is called every 100 ms; a nonzero return cancels the call (its status: CANCELLED, "the
+ * caller stopped waiting"). The caller keeps its duties meanwhile (an actor reports). */
+typedef int (*fl_rpc_wait_fn)(void *ctx);
+void fl_rpc_stream_on_wait(fl_rpc_stream_t *s, fl_rpc_wait_fn fn, void *ctx);
 
 #endif

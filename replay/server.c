@@ -281,13 +281,8 @@ static void unlink_place(fl_replay_service_t *s, fl__insert_place_t *me) {
     if (s->insert_tail == me) s->insert_tail = prev;
 }
 
-/* How long an insert is held for the rate limiter before it is answered "send again":
- * the writer's owner (an actor) waits between its sends, not inside one, so it goes on
- * reporting to its supervisor while the learner is slow. */
-#define INSERT_HOLD_S 5.0
-
 /* Blocks an insert of n items until the rate limiter lets it through (or the shard
- * stops, or INSERT_HOLD_S passed). Held inserts go in the order they came (a large batch is not passed over by
+ * stops). Held inserts go in the order they came (a large batch is not passed over by
  * smaller ones that keep coming). At most max_insert_waiters inserts wait at once, so
  * that waiting inserts never hold every serving thread, and the places are shared among
  * clients (fl_rpc_peer_key: a remote host, or a connection on loopback): when all are
@@ -334,12 +329,7 @@ static fl_status rate_wait_insert(fl_replay_service_t *s, uint64_t n, fl_rpc_rep
     s->insert_clients[me.client].n++;
     s->insert_waiters++;
     double t0 = fl_clock_sec();
-    int held_long = 0;
     while (!s->stopping && !me.give_way && !(s->insert_head == &me && may_insert(s, n))) {
-        if (fl_clock_sec() - t0 >= INSERT_HOLD_S) {
-            held_long = 1;
-            break;
-        }
         struct timespec until;
         fl__replay_deadline_in(&until, 0.2);
         pthread_cond_timedwait(&s->insert_cv, &s->mu, &until);
@@ -348,7 +338,7 @@ static fl_status rate_wait_insert(fl_replay_service_t *s, uint64_t n, fl_rpc_rep
     s->insert_clients[me.client].n--;
     s->insert_waiters--;
     if (me.give_way) s->insert_giving_way--;
-    int admitted = !s->stopping && !me.give_way && !held_long;
+    int admitted = !s->stopping && !me.give_way;
     if (admitted) s->insert_reserved += n;
     if (s->insert_head) pthread_cond_broadcast(&s->insert_cv); /* the next one may go */
     s->insert_blocked_s += fl_clock_sec() - t0;
@@ -356,11 +346,6 @@ static fl_status rate_wait_insert(fl_replay_service_t *s, uint64_t n, fl_rpc_rep
     pthread_mutex_unlock(&s->mu);
     if (admitted) return FL_OK;
     if (stopping) return fl_rpc_reply_error(reply, FL_UNAVAILABLE, "replay shard %d is shutting down", s->shard);
-    if (held_long)
-        return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED,
-                                  "rate limited: this insert waited %.0f s for the learner to sample "
-                                  "(samples_per_insert %g); send again later",
-                                  INSERT_HOLD_S, s->rl.spi);
     return fl_rpc_reply_error(reply, FL_RESOURCE_EXHAUSTED,
                               "rate limited: this insert gave its waiting place to another client's (at most %d wait, "
                               "shared among clients); send again later",

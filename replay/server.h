@@ -145,9 +145,7 @@
  * Threads: the service is served by max(FL_REPLAY_SERVICE_THREADS, actors per shard +
  * MAX_SAMPLE_WAITERS + 4) threads (at most 256), so that every actor's stream can wait
  * on the rate limiter while samples are still served (held inserts go in the order they
- * came, their places shared among clients: docs/security.md; an insert held 5 s is
- * answered RESOURCE_EXHAUSTED "rate limited: ... send again later", so that its writer
- * waits between sends and its actor goes on reporting); all handlers are
+ * came, their places shared among clients: docs/security.md); all handlers are
  * thread-safe (the table locks itself, per-stream records have their own locks).
  * Lifetime (as the other roles' services): create, start once, stop (idempotent;
  * waiting samplers are woken and answered UNAVAILABLE, calls in flight get the rpc

@@ -76,6 +76,7 @@ struct fl_replay_writer {
     uint64_t dropped, dropped_batches;       /* unsent transitions dropped for the bound */
     fl_replay_writer_wait_fn on_wait;        /* called while append waits (may be NULL) */
     void *on_wait_ctx;
+    int appending; /* inside append: a held call's wait calls on_wait (not in flush) */
 };
 
 static void wbatch_free(wbatch *b) { free(b->mem); }
@@ -189,11 +190,21 @@ static void mark_ok(fl_replay_writer_t *w) {
     fl_backoff_reset(&w->backoff);
 }
 
+/* A call the shard holds (its rate limiter): while append waits for it, the owner's hook
+ * runs; a nonzero return cancels the call (its batches stay pending). */
+static int call_waits(void *ctx) {
+    fl_replay_writer_t *w = ctx;
+    return w->appending && w->on_wait ? w->on_wait(w->on_wait_ctx) : 0;
+}
+
 static fl_status open_call(fl_replay_writer_t *w, int64_t timeout_ms, unsigned flags, fl_err_t *err) {
     w->sent = 0;
     fl_status st =
         fl_rpc_stream_open(w->c->ch, fl_method_path(FL_METHOD_REPLAY_INSERT), timeout_ms, flags, &w->call, err);
-    if (st == FL_OK) w->call_t0 = fl_clock_sec();
+    if (st == FL_OK) {
+        w->call_t0 = fl_clock_sec();
+        fl_rpc_stream_on_wait(w->call, call_waits, w);
+    }
     return st;
 }
 
@@ -381,6 +392,7 @@ fl_status fl_replay_writer_append(fl_replay_writer_t *w, size_t n, const void *o
     w->pending += n;
     w->pending_bytes += bytes;
     bound_backlog(w);
+    w->appending = 1;
     pump(w, 1);
     /* The shard is away: the caller does not run ahead of it by more than a few calls'
      * worth (what it would make meanwhile could only go out late or be dropped). */
@@ -391,6 +403,7 @@ fl_status fl_replay_writer_append(fl_replay_writer_t *w, size_t n, const void *o
         pump(w, 100);
         if (w->on_wait && w->on_wait(w->on_wait_ctx)) break;
     }
+    w->appending = 0;
     /* A refusal that resending cannot change (the stream bound to another writer, a
      * batch the shard will not take): the writer is done; its owner must start over. */
     if (w->failed && !fl_retry_transient(w->last_err.code))

@@ -83,10 +83,11 @@ uint64_t fl_replay_writer_acked(const fl_replay_writer_t *w);
 uint64_t fl_replay_writer_pending(const fl_replay_writer_t *w);
 /* Transitions dropped unacknowledged because the backlog passed its bound. */
 uint64_t fl_replay_writer_dropped(const fl_replay_writer_t *w);
-/* While append waits for an away or overloaded shard (above), it calls fn(ctx) about
- * every 0.1 s: the owner keeps its own duties (an actor reports, so that a supervisor does
- * not take a rate-limited actor for a hung one). A nonzero return ends the wait; the
- * batches stay pending. */
+/* While append waits (a shard that holds its call for the rate limiter, or one away or
+ * overloaded: above), it calls fn(ctx) about every 0.1 s: the owner keeps its own duties
+ * (an actor reports, so that a supervisor does not take a rate-limited actor for a hung
+ * one). A nonzero return ends the wait (a held call is cancelled); the batches stay
+ * pending. Flush does not call it. */
 typedef int (*fl_replay_writer_wait_fn)(void *ctx);
 void fl_replay_writer_on_wait(fl_replay_writer_t *w, fl_replay_writer_wait_fn fn, void *ctx);
 /* Bounds the unacknowledged backlog to max_bytes of batch memory (0 = unbounded, the

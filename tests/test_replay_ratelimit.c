@@ -262,11 +262,11 @@ static int count_waits(void *ctx) {
     return ++*n >= 2;
 }
 
-/* No learner samples: the shard holds an insert at most 5 s, then answers "send again",
- * and the writer waits between its sends, calling its owner's hook (an actor reports
- * there), which may end the wait; nothing is acknowledged past what the limiter let in,
- * and what was not stays pending. */
-static void test_writer_waits_between_sends(void **state) {
+/* No learner samples: the shard holds the writer's insert, and while append waits for it
+ * the writer calls its owner's hook (an actor reports there) every 0.1 s; the hook ends
+ * the wait; nothing is acknowledged past what the limiter let in, and what was not stays
+ * pending. */
+static void test_writer_calls_its_hook_while_held(void **state) {
     (void)state;
     char addr[300];
     fl_replay_service_t *svc = start_rate_limited(100, 50, addr, sizeof addr);
@@ -334,7 +334,7 @@ int main(void) {
         cmocka_unit_test(test_clamp_after_recovery),
         cmocka_unit_test(test_service_blocks_and_releases),
         cmocka_unit_test(test_writer_backlog_is_bounded),
-        cmocka_unit_test(test_writer_waits_between_sends),
+        cmocka_unit_test(test_writer_calls_its_hook_while_held),
         cmocka_unit_test(test_stop_cancels_a_waiting_insert), /* last: it requests the stop */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
