@@ -174,7 +174,7 @@ float fl_qnet_input_scale(const fl_qnet_t *n);
  * replaced now and then; 0 at create): the CPU kernels may then keep weights in layouts
  * that cost a conversion at each change of the parameters and save work at every
  * forward, at any batch (oneDNN's: the first dense layer after the convolutions, see
- * docs/design.md). Plans made before keep their choice. A backward still works. */
+ * docs/cpu-kernels.md). Plans made before keep their choice. A backward still works. */
 void fl_qnet_set_inference(fl_qnet_t *n, int on);
 /* Chooses the backend of later calls (a backward then needs a forward on it first).
  * FL_UNIMPLEMENTED for FL_QNET_BACKEND_DNNL in a build without oneDNN; FL_NO_MEMORY when
