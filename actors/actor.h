@@ -112,7 +112,7 @@ fl_status fl_actor_priorities(fl_qnet_t *net, fl_dtype obs_dtype, size_t n, cons
                               const float *rewards, const float *discounts, const void *next_obs, float *scratch,
                               float *priorities, fl_err_t *err);
 
-/* What an actor reads (cli/options.c fills it from a config). Strings are copied by
+/* What an actor reads (launcher/options.c fills it from a config). Strings are copied by
  * fl_actor_create. */
 typedef struct fl_actor_opts {
     fl_env_factory_opts_t env; /* env.*: the env the actor steps, env.num_envs instances of it */

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "learner/learner.h"
-#include "cli/options.h"
+#include "launcher/options.h"
 
 struct fl_agent {
     fl_agent_settings_t s;

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/security.h"
+#include "launcher/security.h"
 #include "common/log.h"
 
 static int set_opt(const char *verb, const fl_opt_t *o, const char *value) {

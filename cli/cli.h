@@ -16,7 +16,7 @@ typedef struct fl_opt {
 } fl_opt_t;
 
 /* Parses argv (argv[0] = the verb's name): config options into cfg, then the table;
- * then sets this process's gRPC security from run.tls_dir (cli/security.h).
+ * then sets this process's gRPC security from run.tls_dir (launcher/security.h).
  * `positional` (may be NULL) receives one positional argument (e.g. the config file of
  * `fleet run`); a second one is an error. Prints the error to stderr and returns 2 on
  * failure, 0 on success. */

@@ -164,10 +164,12 @@ static const verb_t verbs[] = {
      fl_verb_evaluator},
     {"env", "inspect environments",
      "usage: fleet env list\n"
-     "       fleet env bench [NAME...] [--steps N] [--envs K] [--json]\n"
+     "       fleet env bench [NAME...|--all] [--steps N] [--envs K] [--json]\n"
      "  list                     every built-in environment with its observation and action spaces\n"
-     "  bench                    raw steps/s of each named env (default: every built-in) on one core with\n"
-     "                           random actions: one instance, then an fl_vecenv of K instances\n"
+     "  bench                    raw steps/s of each named env on one core with random actions: one\n"
+     "                           instance, then an fl_vecenv of K instances; with no name one env of each\n"
+     "                           family (cartpole, minatar-breakout, three Atari games), at most 3 s a case;\n"
+     "                           --all every built-in (hours: 104 Atari games)\n"
      "  --steps N                env steps per case (default 1000000)\n"
      "  --envs K                 instances in the vectorized case (default 16)\n"
      "  --json                   one JSON object per case: {\"bench\":\"env\",\"case\":\"NAME/single\",...}\n"

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "common/image.h"
-#include "cli/proc.h"
+#include "launcher/proc.h"
 
 #define FFMPEG_HINT "MP4 needs ffmpeg on PATH (Debian: apt-get install ffmpeg), or record a .gif instead"
 

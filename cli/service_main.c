@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/security.h"
+#include "launcher/security.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/stop.h"

@@ -24,9 +24,9 @@
 #include "common/rpc.h"
 #include "common/stop.h"
 #include "cli/cli.h"
-#include "cli/options.h"
-#include "cli/proc.h"
-#include "cli/security.h"
+#include "launcher/options.h"
+#include "launcher/proc.h"
+#include "launcher/security.h"
 #include "cli/verbs.h"
 
 #define JOIN_WAIT_S 60.0 /* how long a joiner waits for a launcher that is still starting */

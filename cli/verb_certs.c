@@ -1,5 +1,5 @@
 /* `fleet certs DIR [--hosts h1,h2,...] [--days N]`: makes a fleet's credentials in DIR
- * (cli/security.h: a CA, the services' certificate and key, the run token and the learner
+ * (launcher/security.h: a CA, the services' certificate and key, the run token and the learner
  * token) with the openssl command, and prints what to set. Roles use them with
  * run.tls_dir = DIR (docs/security.md).
  *
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/security.h"
+#include "launcher/security.h"
 #include "cli/verbs.h"
 
 #define MAX_HOSTS 256

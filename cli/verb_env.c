@@ -6,7 +6,9 @@
  * of K instances (auto-reset, final observations and episode stats included, as an
  * actor uses it). Figures are printed as a table, or with --json one object per line in
  * the bench format of docs/benchmarks.md (`{"bench":"env","case":...,"value":...,"unit":"steps/s",
- * "cores":N}`). The core count is the number online; the bench itself uses one. */
+ * "cores":N}`). The core count is the number online; the bench itself uses one. With no
+ * name it benches one env of each family (classic, MinAtar, three Atari games), each case
+ * for at most 3 s; --all benches every registered env (104 Atari games: hours). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,8 +42,9 @@ static fl_status configure_instance(const fl_env_def_t *def, void *state, fl_err
     return fl_env_configure(def, state, &opts, 0, err);
 }
 
-/* Steps one instance `steps` times; *rate receives steps per second. */
-static fl_status bench_single(const fl_env_def_t *def, int64_t steps, double *rate, fl_err_t *err) {
+/* Steps one instance `steps` times, or until max_s seconds passed (0: no limit; looked at
+ * every 256 steps); *rate receives steps per second. */
+static fl_status bench_single(const fl_env_def_t *def, int64_t steps, double max_s, double *rate, fl_err_t *err) {
     fl_status st = FL_OK;
     size_t ss = def->state_size ? (def->state_size + 63) / 64 * 64 : 64;
     void *state = aligned_alloc(64, ss);
@@ -61,7 +64,10 @@ static fl_status bench_single(const fl_env_def_t *def, int64_t steps, double *ra
     double t0 = fl_clock_sec();
     def->reset(state, &env_rng, obs);
     int elapsed = 0;
+    int64_t done_steps = 0;
     for (int64_t i = 0; i < steps; i++) {
+        if (max_s > 0 && (i & 255) == 0 && i > 0 && fl_clock_sec() - t0 >= max_s) break;
+        done_steps++;
         float r;
         int term = 0;
         def->step(state, &env_rng, (int)fl_rng_below(&act_rng, na), obs, &r, &term);
@@ -71,7 +77,7 @@ static fl_status bench_single(const fl_env_def_t *def, int64_t steps, double *ra
         }
     }
     double dt = fl_clock_sec() - t0;
-    *rate = dt > 0 ? (double)steps / dt : 0.0;
+    *rate = dt > 0 ? (double)done_steps / dt : 0.0;
 done:
     if (state) fl_env_close(def, state);
     free(state);
@@ -79,8 +85,9 @@ done:
     return st;
 }
 
-/* Steps an fl_vecenv of k instances until at least `steps` env steps; *rate: env steps/s. */
-static fl_status bench_vec(const fl_env_def_t *def, int k, int64_t steps, double *rate, fl_err_t *err) {
+/* Steps an fl_vecenv of k instances until at least `steps` env steps, or max_s seconds
+ * (0: no limit); *rate: env steps/s. */
+static fl_status bench_vec(const fl_env_def_t *def, int k, int64_t steps, double max_s, double *rate, fl_err_t *err) {
     fl_vecenv_t *ve = NULL;
     fl_status st = fl_vecenv_create(def, k, BENCH_SEED, 0, &ve, err);
     if (st != FL_OK) return st;
@@ -101,15 +108,17 @@ static fl_status bench_vec(const fl_env_def_t *def, int k, int64_t steps, double
     fl_rng_init_stream(&act_rng, BENCH_SEED, 1u << 20);
     const uint64_t na = (uint64_t)def->num_actions;
     const int64_t iters = (steps + k - 1) / k;
+    fl_vecenv_reset(ve, obs); /* not timed: an emulator's load (Atari: ROM and reset) is not a step */
     double t0 = fl_clock_sec();
-    fl_vecenv_reset(ve, obs);
-    for (int64_t it = 0; it < iters; it++) {
+    int64_t it = 0;
+    for (; it < iters; it++) {
+        if (max_s > 0 && it > 0 && fl_clock_sec() - t0 >= max_s) break;
         for (int i = 0; i < k; i++) act[i] = (int32_t)fl_rng_below(&act_rng, na);
         st = fl_vecenv_step(ve, act, obs, rew, te, tr, fin, stats, err);
         if (st != FL_OK) goto done;
     }
     double dt = fl_clock_sec() - t0;
-    *rate = dt > 0 ? (double)(iters * k) / dt : 0.0;
+    *rate = dt > 0 ? (double)(it * k) / dt : 0.0;
 done:
     free(obs);
     free(fin);
@@ -122,9 +131,15 @@ done:
     return st;
 }
 
+/* `fleet env bench` with no name: one env of each family, each case for at most
+ * BENCH_QUICK_S seconds, so that the whole takes well under a minute. */
+static const char *const quick_set[] = {"cartpole", "minatar-breakout", "atari-pong", "atari-breakout",
+                                        "atari-space_invaders"};
+#define BENCH_QUICK_S 3.0
+
 static int env_bench(int argc, char **argv) {
     int64_t steps = 1000000, k = 16;
-    int json = 0;
+    int json = 0, all = 0, steps_given = 0;
     const fl_env_def_t **defs = calloc((size_t)argc + (size_t)fl_env_count() + 1, sizeof *defs);
     int ndefs = 0, rc = 0;
     if (!defs) {
@@ -137,13 +152,17 @@ static int env_bench(int argc, char **argv) {
         if (strncmp(a, "--steps", 7) == 0 && (a[7] == '\0' || a[7] == '=')) {
             val = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
             if (fl_env_opt_int("bench", "--steps", val, 1, INT64_MAX / 2, &steps)) goto usage;
+            steps_given = 1;
         } else if (strncmp(a, "--envs", 6) == 0 && (a[6] == '\0' || a[6] == '=')) {
             val = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
             if (fl_env_opt_int("bench", "--envs", val, 1, BENCH_MAX_ENVS, &k)) goto usage;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
+        } else if (strcmp(a, "--all") == 0) {
+            all = 1;
         } else if (a[0] == '-') {
-            fprintf(stderr, "fleet env bench: unknown option '%s' (expected --steps N, --envs K, --json)\n", a);
+            fprintf(stderr, "fleet env bench: unknown option '%s' (expected --steps N, --envs K, --all, --json)\n",
+                    a);
             goto usage;
         } else {
             fl_err_t err;
@@ -155,13 +174,33 @@ static int env_bench(int argc, char **argv) {
             ndefs++;
         }
     }
-    if (ndefs == 0)
+    /* No name: the quick set (the Atari games where this build has them), each case capped
+     * in time unless --steps was given; --all: every registered env, --steps each. */
+    double max_s = 0;
+    int quick = ndefs == 0 && !all;
+    if (ndefs == 0 && all)
         for (int i = 0; i < fl_env_count(); i++) defs[ndefs++] = fl_env_at(i);
+    if (quick) {
+        for (size_t i = 0; i < sizeof quick_set / sizeof quick_set[0]; i++) {
+            fl_err_t err;
+            fl_err_init(&err);
+            if (fl_env_lookup(quick_set[i], &defs[ndefs], &err) == FL_OK) ndefs++;
+        }
+        if (!steps_given) max_s = BENCH_QUICK_S;
+    }
 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1) cores = 1;
     if (!json) {
-        printf("fleet env bench: %lld steps per case, random actions, 1 of %ld cores\n", (long long)steps, cores);
+        if (quick) {
+            char cap[32] = "";
+            if (max_s > 0) snprintf(cap, sizeof cap, " or %.0f s", max_s);
+            printf("fleet env bench: %d envs, one of each family, %lld steps%s per case, random actions, 1 of %ld "
+                   "cores (`fleet env bench --all` benches all %d, `fleet env bench NAME...` chosen ones)\n",
+                   ndefs, (long long)steps, cap, cores, fl_env_count());
+        }
+        else
+            printf("fleet env bench: %lld steps per case, random actions, 1 of %ld cores\n", (long long)steps, cores);
         printf("%-20s %-10s %14s\n", "env", "case", "steps/s");
     }
     for (int e = 0; e < ndefs; e++) {
@@ -174,10 +213,10 @@ static int env_bench(int argc, char **argv) {
             fl_status st;
             if (c == 0) {
                 snprintf(cname, sizeof cname, "single");
-                st = bench_single(d, steps, &rate, &err);
+                st = bench_single(d, steps, max_s, &rate, &err);
             } else {
                 snprintf(cname, sizeof cname, "vec%lld", (long long)k);
-                st = bench_vec(d, (int)k, steps, &rate, &err);
+                st = bench_vec(d, (int)k, steps, max_s, &rate, &err);
             }
             if (st != FL_OK) {
                 fprintf(stderr, "fleet env bench: %s/%s: %s\n", d->name, cname, err.msg);

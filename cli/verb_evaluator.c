@@ -9,8 +9,8 @@
 #include "common/stop.h"
 #include "eval/evaluator.h"
 #include "cli/cli.h"
-#include "cli/options.h"
-#include "cli/proc.h"
+#include "launcher/options.h"
+#include "launcher/proc.h"
 #include "cli/verbs.h"
 
 int fl_verb_evaluator(int argc, char **argv) {

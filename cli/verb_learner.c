@@ -1,6 +1,6 @@
 /* `fleet learner`: one learner process (learner/learner.h). --resume FILE (or the key
  * learner.resume) continues from a checkpoint of fl_learner_save. Options are parsed,
- * the configuration becomes the learner's options (cli/options.h) and env.name
+ * the configuration becomes the learner's options (launcher/options.h) and env.name
  * is resolved here (the learner library depends on neither);
  * learner.checkpoint_dir is created when missing (e.g. runs/NAME/checkpoints, inside the
  * run folder that the launcher has just made);
@@ -18,8 +18,8 @@
 #include "common/stop.h"
 #include "envs/plugin.h"
 #include "cli/cli.h"
-#include "cli/options.h"
-#include "cli/proc.h"
+#include "launcher/options.h"
+#include "launcher/proc.h"
 #include "cli/verbs.h"
 #include "learner/learner.h"
 

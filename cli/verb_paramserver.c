@@ -27,7 +27,7 @@
 #include "common/control.h"
 #include "common/log.h"
 #include "cli/cli.h"
-#include "cli/options.h"
+#include "launcher/options.h"
 #include "cli/service_main.h"
 #include "cli/verbs.h"
 #include "paramserver/checkpoint.h"

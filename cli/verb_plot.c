@@ -1,5 +1,5 @@
 /* `fleet plot RUN_DIR`: draws RUN_DIR/curve.png now, the learning curve that `fleet run`
- * keeps up to date while it runs (cli/curve.h: the evaluations' mean and min..max band and
+ * keeps up to date while it runs (launcher/curve.h: the evaluations' mean and min..max band and
  * one line per actor's training returns, against env steps), and writes RUN_DIR/curve.gp,
  * the gnuplot script that drew it. Prints the picture's path.
  *
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli/curve.h"
+#include "launcher/curve.h"
 #include "cli/verbs.h"
 #include "common/log.h"
 

@@ -24,7 +24,7 @@
 #include "common/stop.h"
 #include "envs/plugin.h"
 #include "cli/cli.h"
-#include "cli/options.h"
+#include "launcher/options.h"
 #include "cli/service_main.h"
 #include "cli/verbs.h"
 #include "replay/server.h"

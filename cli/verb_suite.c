@@ -31,8 +31,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/launch.h"
-#include "cli/proc.h"
+#include "launcher/launch.h"
+#include "launcher/proc.h"
 #include "cli/verbs.h"
 #include "common/clock.h"
 #include "common/stop.h"

@@ -19,7 +19,7 @@ int fl_verb_env(int argc, char **argv);
 /* `fleet suite CONFIG --seeds LIST`: one experiment over several seeds, its table and
  * curves (cli/verb_suite.c). */
 int fl_verb_suite(int argc, char **argv);
-/* `fleet plot RUN_DIR`: draws RUN_DIR/curve.png (cli/curve.h). */
+/* `fleet plot RUN_DIR`: draws RUN_DIR/curve.png (launcher/curve.h). */
 int fl_verb_plot(int argc, char **argv);
 /* `fleet eval RUN_DIR|CHECKPOINT`: a trained agent's episodes and their statistics
  * (cli/verb_eval.c). */

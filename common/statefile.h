@@ -1,5 +1,5 @@
 /* statefile: the small text files in which a role keeps what it needs to continue after
- * a stop (a resumed experiment, cli/run.c's --resume): counters, random generators and
+ * a stop (a resumed experiment, launcher/local.c's --resume): counters, random generators and
  * short windows of figures, as "key = value" lines under a first line naming the kind
  * ("# fleet state actor 1"). Doubles are written with 17 significant digits and floats
  * with 9, so every value reads back exactly; a generator is its four state words in hex.

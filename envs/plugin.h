@@ -42,7 +42,7 @@ typedef enum fl_env_rng {
 } fl_env_rng;
 
 /* The environment an experiment's roles open, and the settings of every instance: what
- * a config's [env] section says (cli/options.c fills it from one). Strings are borrowed
+ * a config's [env] section says (launcher/options.c fills it from one). Strings are borrowed
  * (NULL reads as ""); args is handed on to the envs by fl_env_instance_options, so it
  * must outlive the envs configured with it. */
 typedef struct fl_env_factory_opts {

@@ -53,7 +53,7 @@
  * refuses it at create): kernels/cuda/ops_cuda.cu (its fused kernel, a case of
  * fl_cuda_optim_apply) and tests/test_kernels_cuda_gpu.c. A new hyperparameter also
  * adds a field to fl_optim_config_t and fl_optim_settings_t, a config key, its copy in
- * cli/options.c (fl_options_optim_settings), and for the GPU a field of
+ * launcher/options.c (fl_options_optim_settings), and for the GPU a field of
  * kernels/cuda/ops_cuda.h's fl_cuda_optim_hyper_t filled in learner/dqn_cuda.c.
  *
  * Failure: create validates the config (FL_INVALID_ARGUMENT naming the field) and

@@ -33,7 +33,7 @@
  * priorities sent) and logged.
  *
  * The learner takes its own options (fl_learner_opts_t), not the run's configuration:
- * cli/options.h (fl_options_learner) maps the configuration to them. The caller resolves env.name
+ * launcher/options.h (fl_options_learner) maps the configuration to them. The caller resolves env.name
  * (the verb does it with the env registry), so that this library does not depend on the
  * environments: it gets the observation signature and the action count.
  * Inside, a mode (learner/mode.h: mode_apex.c, mode_group.c, mode_gorila.c) says what a
@@ -107,7 +107,7 @@ typedef enum {
 } fl_learner_device;
 
 /* Everything a learner reads. Two parts: this process's (filled by its caller) and the
- * run's settings, which cli/options.h's fl_options_learner maps from the
+ * run's settings, which launcher/options.h's fl_options_learner maps from the
  * configuration (the key each comes from is named in brackets). Strings are borrowed
  * until fl_learner_create returns; the learner keeps its own copies. */
 typedef struct fl_learner_opts {

@@ -78,7 +78,7 @@ typedef enum fl_paramserver_stale_policy {
     FL_PARAMSERVER_STALE_WAIT = 1, /* the fast learner's reply waits for the slow ones */
 } fl_paramserver_stale_policy;
 
-/* What a shard service reads (cli/options.c fills it from a config). The gorila fields
+/* What a shard service reads (launcher/options.c fills it from a config). The gorila fields
  * are ignored in apex mode. */
 typedef struct fl_paramserver_service_opts {
     fl_paramserver_mode mode;                 /* learner.mode */

@@ -2,7 +2,7 @@
  *
  * The service is created from its own options (fl_replay_service_opts_t below), one
  * field per key of a run configuration's [replay] section that it reads (plus run.seed
- * and actor.count); cli/options.h (fl_options_replay) maps a run's configuration to them, and the
+ * and actor.count); launcher/options.h (fl_options_replay) maps a run's configuration to them, and the
  * messages below name the keys.
  *
  * Methods (see proto/fleet.proto for the messages):

@@ -43,6 +43,31 @@ static void test_usage(void **state) {
     free(out);
 }
 
+/* `fleet env bench` with no name benches one env of each family, not all 100-odd; --all
+ * and names choose otherwise. */
+static void test_env_bench_set(void **state) {
+    (void)state;
+    char *out;
+    assert_int_equal(fleet(&out, "env", "bench", "--steps", "3000"), 0);
+    assert_non_null(strstr(out, "one of each family"));
+    assert_non_null(strstr(out, "fleet env bench --all"));
+    assert_non_null(strstr(out, "cartpole "));
+    assert_non_null(strstr(out, "minatar-breakout "));
+    assert_null(strstr(out, "acrobot")); /* a classic env outside the set */
+    int atari = strstr(out, "atari-pong ") != NULL;
+    int rows = 0;
+    for (const char *p = out; (p = strstr(p, "vec16")); p++) rows++;
+    assert_int_equal(rows, atari ? 5 : 2); /* the Atari games where this build has ALE */
+    free(out);
+    assert_int_equal(fleet(&out, "env", "bench", "acrobot", "--json"), 0);
+    assert_non_null(strstr(out, "\"case\":\"acrobot/single\""));
+    assert_null(strstr(out, "cartpole"));
+    free(out);
+    assert_int_equal(fleet(&out, "env", "bench", "--bogus", NULL), 2);
+    assert_non_null(strstr(out, "--all"));
+    free(out);
+}
+
 static void test_config_errors(void **state) {
     (void)state;
     char *out;
@@ -222,6 +247,7 @@ static void test_plot(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_env_bench_set),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_ready_configs),
         cmocka_unit_test(test_plot),

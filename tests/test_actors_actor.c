@@ -293,7 +293,7 @@ static void fixture_start_wrapped(fixture_t *f, int num_envs, int count, const c
 
     fl_err_t err;
     fl_err_init(&err);
-    /* The shard as `fleet replay` would serve it for c (cli/options.c, fl_options_replay). */
+    /* The shard as `fleet replay` would serve it for c (launcher/options.c, fl_options_replay). */
     fl_replay_service_opts_t ro;
     fl_replay_service_opts_init(&ro);
     ro.obs = fl_obs_spec_make(FL_DTYPE_FLOAT32, 1, &obs_len);

@@ -17,8 +17,8 @@
 #include <cmocka.h>
 
 #include "cli/cli.h"
-#include "cli/options.h"
-#include "cli/proc.h"
+#include "launcher/options.h"
+#include "launcher/proc.h"
 #include "envs/registry.h"
 
 static void set(fl_config_t *c, const char *kv) {

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/security.h"
+#include "launcher/security.h"
 #include "cli/verbs.h"
 #include "common/config.h"
 #include "common/rpc.h"

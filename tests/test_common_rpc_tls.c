@@ -1,6 +1,6 @@
 /* Tests of common/rpc's security: real gRPC servers with TLS and tokens on loopback TCP
  * (port 0) and a unix socket, with credentials made by `fleet certs`' maker
- * (cli/security.h) in a temporary folder. The right token is served; a wrong or missing
+ * (launcher/security.h) in a temporary folder. The right token is served; a wrong or missing
  * one is UNAUTHENTICATED; a learner-only method refuses the run token with
  * PERMISSION_DENIED and serves the learner token; a plaintext client, a client trusting
  * another CA, a TLS client of a plaintext server and a host name the certificate does not
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/security.h"
+#include "launcher/security.h"
 #include "common/rpc.h"
 #include "tests/proc_util.h"
 #include "tests/rpc_test_util.h"

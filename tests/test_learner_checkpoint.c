@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/options.h"
+#include "launcher/options.h"
 #include "common/config.h"
 #include "common/rng.h"
 #include "common/safetensors.h"

@@ -30,7 +30,7 @@
 #include "kernels/optim.h"
 #include "kernels/qnet.h"
 #include "learner/dqn.h"
-#include "cli/options.h"
+#include "launcher/options.h"
 #include "learner/learner.h"
 #ifdef FLEET_HAVE_CUDA
 #include "kernels/cuda/cuda.h"
@@ -517,7 +517,7 @@ static void set_key(fl_config_t *c, const char *kv) {
 
 static void replay_start(services_t *sv, const char *listen) {
     fl_err_t err = {0};
-    /* The shard as `fleet replay` would serve it for sv->cfg (cli/options.c, fl_options_replay). */
+    /* The shard as `fleet replay` would serve it for sv->cfg (launcher/options.c, fl_options_replay). */
     fl_replay_service_opts_t ro;
     fl_replay_service_opts_init(&ro);
     ro.obs = (fl_obs_spec_t){.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {CP_DIM}};

@@ -27,7 +27,7 @@
 
 #include <cmocka.h>
 
-#include "cli/fleet_state.h"
+#include "launcher/fleet_state.h"
 #include "common/clock.h"
 #include "common/control.h"
 #include "common/credential.h"

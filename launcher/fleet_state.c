@@ -1,5 +1,5 @@
 /* fleet_state: the launcher's record of the roles' reports (see fleet_state.h). */
-#include "cli/fleet_state.h"
+#include "launcher/fleet_state.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,6 +1,7 @@
-/* launch: what every launcher of a fleet shares, on one machine (`fleet run`, run.c) and
- * under mpirun (cli/mpi.c): the run folder, the fleet.Control service the roles report
- * to, the progress loop with its metrics files, the ordered stop and the summary.
+/* launch: the launcher role's interface (docs/design.md, "The launcher"), shared by the
+ * fleet on one machine (launcher/local.c) and under mpirun (launcher/mpi.c): opening the
+ * run folder and the fleet.Control service the roles report to (open.c), the progress
+ * loop with its metrics files, the ordered stop and the summary (monitor.c).
  *
  * How roles are started, watched and stopped differs (child processes here, MPI ranks
  * there), so the launcher hands the monitor a table of functions (fl_launch_ops_t).
@@ -12,13 +13,13 @@
  * On one machine the roles' logs go to logs/<role>-<index>.log (their warnings and errors
  * are echoed to the terminal).
  * One owner thread; the Control service runs on its own threads. */
-#ifndef FL_CLI_LAUNCH_H
-#define FL_CLI_LAUNCH_H
+#ifndef FL_LAUNCHER_LAUNCH_H
+#define FL_LAUNCHER_LAUNCH_H
 
 #include <stddef.h>
 #include <stdio.h>
 
-#include "cli/fleet_state.h"
+#include "launcher/fleet_state.h"
 #include "common/config.h"
 #include "envs/plugin.h"
 #include "envs/wrappers.h"
@@ -62,7 +63,7 @@ void fl_launch_destroy(fl_launch_t *L); /* NULL is a no-op */
 const fl_config_t *fl_launch_config(const fl_launch_t *L);
 const char *fl_launch_config_path(const fl_launch_t *L);
 const char *fl_launch_control_addr(const fl_launch_t *L);
-/* The roles' record behind Control (its run secret: cli/fleet_state.h). */
+/* The roles' record behind Control (its run secret: launcher/fleet_state.h). */
 const fl_fleet_state_t *fl_launch_fleet_state(const fl_launch_t *L);
 const char *fl_launch_dir(const fl_launch_t *L);
 /* control_host for fl_launch_create / fl_launch_resume: Control (and, by the caller, the
@@ -76,7 +77,7 @@ const char *fl_launch_socket_dir(const fl_launch_t *L);
  * itself, its plugin and wrappers, are checked by opening it.) */
 int fl_launch_check_roles(const fl_config_t *cfg, const fl_env_def_t *env);
 
-/* Supervision (cli/run.c, cli/mpi.c): appends "TIME +ELAPSED text" to the run's
+/* Supervision (launcher/local.c, launcher/mpi.c): appends "TIME +ELAPSED text" to the run's
  * events.log and logs it as a warning. restarted_role ("actor", "replay", ...; NULL for
  * an event that is not a restart) counts a restart for the progress line and
  * summary.txt (restarts=, restarts_<role>=). Owner thread only. */
@@ -113,13 +114,22 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
                       void *ctx, int exit_code, const char *reason);
 
 #ifdef FLEET_HAVE_MPI
-/* `fleet run` under mpirun (cli/mpi.c): every rank calls this with its parsed config;
+/* `fleet run` under mpirun (launcher/mpi.c): every rank calls this with its parsed config;
  * role: --role of this rank's app context ("" = by the plan); resume_dir: `fleet run
  * --resume DIR` ("" = a new run): the launcher resumes the run and every role starts
  * from its checkpoints, on the same hosts or others (DIR and run.checkpoint_dir must be
  * readable where the roles run). Returns the exit code. */
-int fl_mpi_run(const fl_config_t *cfg, const char *cfg_file, const char *role, const char *resume_dir);
+struct fl_reduce;
+/* The learner's main (cli's `fleet learner`), which the learner's rank runs in its own
+ * process with the all-reduce over MPI: the verb hands it in, as the launcher is below
+ * the verbs. */
+typedef int (*fl_learner_main_fn)(int argc, char **argv, struct fl_reduce *reduce);
+int fl_mpi_run(const fl_config_t *cfg, const char *cfg_file, const char *role, const char *resume_dir,
+               fl_learner_main_fn learner_main);
 #endif
+/* `fleet run` on one machine: starts every role of the opened run L as its own process
+ * and watches them (launcher/local.c, then fl_launch_monitor). Returns the exit code. */
+int fl_launch_run_local(fl_launch_t *L);
 /* Writes list into arg when it fits (len bytes), else into the file path and arg = "@path".
  * 0 or -1. */
 int fl_launch_address_arg(const char *list, const char *path, char *arg, size_t len);

@@ -1,4 +1,4 @@
-/* The restart rule of supervised role processes (cli/proc.h fl_restart_after): waits that
+/* The restart rule of supervised role processes (launcher/proc.h fl_restart_after): waits that
  * double over quick deaths up to the cap, a role that ran long enough starting over, the
  * give-up after run.max_restarts + 1 quick deaths in a row, restarts off, and an exit
  * status 2 (a configuration error the role printed) never restarted. The wait statuses
@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli/proc.h"
+#include "launcher/proc.h"
 
 /* The wait status of a child that exits with `code`, or is killed by `sig` when sig > 0. */
 static int status_of(int code, int sig) {

@@ -1,5 +1,5 @@
 /* progress: the progress line of progress.h. */
-#include "cli/progress.h"
+#include "launcher/progress.h"
 
 #include <math.h>
 #include <stdio.h>

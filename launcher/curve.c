@@ -10,7 +10,7 @@
  * To know what to plot, evals.csv and returns.csv are read incrementally: the rows seen
  * so far, and for returns.csv the actors with their latest epsilon. Only complete lines
  * count; a file that shrank (rewritten) is read again from the start. */
-#include "cli/curve.h"
+#include "launcher/curve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,7 +28,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "cli/proc.h"
+#include "launcher/proc.h"
 
 #define CURVE_PNG "curve.png"
 #define CURVE_GP "curve.gp"

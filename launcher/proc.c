@@ -1,5 +1,5 @@
 /* proc: role processes started by fork + exec (see proc.h). */
-#include "cli/proc.h"
+#include "launcher/proc.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* security: credentials on disk, their loading at start-up and the bind rule (see
  * security.h). The certificates are made by the openssl command (Debian: openssl), run
  * as a child with umask 077 so that no key is ever readable by others. */
-#include "cli/security.h"
+#include "launcher/security.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli/proc.h"
+#include "launcher/proc.h"
 #include "common/methods.h"
 #include "common/rpc.h"
 

@@ -14,8 +14,8 @@
  * are compact (1.2K, 3.4M). When everything does not fit, the least important parts
  * (pushes, lag, replay, loss, frames, restarts, actors, then updates and env) are left out; time,
  * eval, train and the budget always stay. Pure functions. */
-#ifndef FL_CLI_PROGRESS_H
-#define FL_CLI_PROGRESS_H
+#ifndef FL_LAUNCHER_PROGRESS_H
+#define FL_LAUNCHER_PROGRESS_H
 
 #include <stddef.h>
 #include <stdint.h>

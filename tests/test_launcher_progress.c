@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "cli/progress.h"
+#include "launcher/progress.h"
 
 static void test_compact(void **unused) {
     (void)unused;

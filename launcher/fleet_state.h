@@ -1,5 +1,5 @@
 /* fleet_state: what the roles report to the launcher's fleet.Control service, kept for
- * the monitor (cli/launch.c): each actor's and learner's latest counters, the training
+ * the monitor (launcher/monitor.c): each actor's and learner's latest counters, the training
  * returns (a window over the whole fleet and one per actor) and the evaluators' results.
  *
  * The Control handler (fl_fleet_state_on_report) runs on the server's threads; the
@@ -8,8 +8,8 @@
  * the queue with fl_fleet_state_take_evals. The answer to every report carries the stop
  * flag of the role's kind and the fleet's env and learner steps.
  * Memory: fixed at init (the queue keeps the newest FL_FLEET_EVAL_QUEUE results). */
-#ifndef FL_CLI_FLEET_STATE_H
-#define FL_CLI_FLEET_STATE_H
+#ifndef FL_LAUNCHER_FLEET_STATE_H
+#define FL_LAUNCHER_FLEET_STATE_H
 
 #include <pthread.h>
 #include <stddef.h>
@@ -191,7 +191,7 @@ typedef struct fl_fleet_totals {
     double best_eval;
     fl_eval_result_t eval; /* the latest evaluation (when n_evals > 0) */
     /* The supervision's counters (restarts, crashes, hangs, per role: the launcher's
-     * layout, cli/launch.c), carried over a resume; 0 from a state file without them. */
+     * layout, launcher/open.c), carried over a resume; 0 from a state file without them. */
     uint64_t supervision[FL_FLEET_SUPERVISION_COUNTERS];
 } fl_fleet_totals_t;
 

@@ -19,8 +19,8 @@
  * shows in fl_curve_finish's result.
  * Threads: one owner thread for every call (the background process gets SIGTERM when the
  * thread that started it ends). */
-#ifndef FL_CLI_CURVE_H
-#define FL_CLI_CURVE_H
+#ifndef FL_LAUNCHER_CURVE_H
+#define FL_LAUNCHER_CURVE_H
 
 typedef struct fl_curve fl_curve_t;
 

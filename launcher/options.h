@@ -6,8 +6,8 @@
  *
  * Strings in the filled structs point into the config, which must outlive them (a
  * module that keeps a string copies it, see each header). */
-#ifndef FL_CLI_OPTIONS_H
-#define FL_CLI_OPTIONS_H
+#ifndef FL_LAUNCHER_OPTIONS_H
+#define FL_LAUNCHER_OPTIONS_H
 
 #include "actors/actor.h"
 #include "common/config.h"

@@ -18,7 +18,7 @@
 
 #include <dirent.h>
 
-#include "cli/curve.h"
+#include "launcher/curve.h"
 #include "common/clock.h"
 #include "tests/proc_util.h"
 

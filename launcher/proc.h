@@ -1,13 +1,13 @@
 /* proc: the role processes a launcher starts on its own machine (fork + exec of this
- * binary), for `fleet run` and for the ranks of an MPI fleet (cli/mpi.c).
+ * binary), for `fleet run` and for the ranks of an MPI fleet (launcher/mpi.c).
  *
  * A child runs `fleet ROLE args...` in its own process group (a terminal's Ctrl-C
  * reaches only the launcher, which stops children in order) and gets SIGTERM when its
  * parent dies. A service child writes its bound address and a newline on its fd 3
  * ("ready pipe"). Exit statuses are described in words for reports; fl_restart_after is
  * the restart rule both launchers share. One owner thread. */
-#ifndef FL_CLI_PROC_H
-#define FL_CLI_PROC_H
+#ifndef FL_LAUNCHER_PROC_H
+#define FL_LAUNCHER_PROC_H
 
 #include <stddef.h>
 #include <sys/types.h>
@@ -85,7 +85,7 @@ int fl_proc_find_on_path(const char *prog, char *out, size_t len);
 /* mkdir -p; 0 or -1 with errno. */
 int fl_proc_mkdir_p(const char *path);
 
-/* The restart rule of a supervised role process (cli/run.c, cli/mpi.c): one that dies
+/* The restart rule of a supervised role process (launcher/local.c, launcher/mpi.c): one that dies
  * within FL_RESTART_STABLE_S of its start died quickly; the first restart waits
  * FL_RESTART_FIRST_DELAY_S, each one after a quick death twice as long up to
  * FL_RESTART_MAX_DELAY_S, and run.max_restarts + 1 quick deaths in a row give up (a role

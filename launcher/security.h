@@ -19,8 +19,8 @@
  * without TLS: loopback (127.0.0.0/8, ::1, localhost) and unix sockets only, unless
  * run.insecure. Failure: messages say what was wrong and what to do; no exit(). Not
  * thread-safe (start-up code). */
-#ifndef FL_CLI_SECURITY_H
-#define FL_CLI_SECURITY_H
+#ifndef FL_LAUNCHER_SECURITY_H
+#define FL_LAUNCHER_SECURITY_H
 
 #include <stddef.h>
 

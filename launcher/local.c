@@ -1,26 +1,24 @@
-/* run: `fleet run`, the verb, and the local launcher of a whole fleet on one machine.
+/* local: the launcher of a whole fleet on one machine (fl_launch_run_local).
  *
- * It reads the experiment and hands it to cli/launch.h, which prints the plan, writes the
- * effective config to runs/<name>/config.ini (every child reads that file, so --set
- * overrides reach every role) and serves fleet.Control for the roles' reports. This file
- * starts each role as its own process (fork + exec of this binary, cli/proc.h): replay
- * shards and parameter servers first (each binds port 0 and writes its address to a
- * pipe), then learners and actors with those addresses. With replay.shards = R it starts
- * R `fleet replay --shard s` processes and gives every learner and actor the list of their
- * addresses in shard order ("a0,a1,...", or "@runs/<name>/replay_addrs.txt" when the list
- * does not fit in an option); each actor streams to shard index % R and the learner
- * samples all of them (replay/client.h). Then cli/launch.h's monitor runs the progress
- * loop, the ordered stop (actors, learners, services) and the summary; the functions here
- * tell it which child died, stop children by role and list their pids. run.evaluators
- * evaluator processes (`fleet evaluator --index e`) start last, with the parameter
- * servers' and Control's addresses.
+ * The run is open (launcher/launch.h: the plan printed, runs/<name>/config.ini written,
+ * fleet.Control serving); this file starts each role as its own process (fork + exec of
+ * this binary, launcher/proc.h): replay shards and parameter servers first (each binds
+ * port 0 and writes its address to a pipe), then learners and actors with those
+ * addresses. With replay.shards = R it starts R `fleet replay --shard s` processes and
+ * gives every learner and actor the list of their addresses in shard order ("a0,a1,...",
+ * or "@runs/<name>/replay_addrs.txt" when the list does not fit in an option); each actor
+ * streams to shard index % R and the learner samples all of them (replay/client.h). Then
+ * the monitor (launcher/monitor.c) runs the progress loop, the ordered stop (actors,
+ * learners, services) and the summary; the functions here tell it which child died, stop
+ * children by role and list their pids. run.evaluators evaluator processes (`fleet
+ * evaluator --index e`) start last, with the parameter servers' and Control's addresses.
  *
  * Children run in their own process group (a terminal's Ctrl-C reaches only the
  * launcher, which then stops them in order) and get SIGTERM if the launcher itself dies.
- * Under mpirun the verb hands over to cli/mpi.c instead.
- * Ownership: run_local owns the child table and the address lists. Failure: a role that
- * does not start is reported with its role and exit status and the fleet is stopped
- * (exit 1, or 130 when interrupted). One thread. */
+ * Under mpirun the verb (cli/verb_run.c) hands over to launcher/mpi.c instead.
+ * Ownership: fl_launch_run_local owns the child table and the address lists. Failure: a
+ * role that does not start is reported with its role and exit status and the fleet is
+ * stopped (exit 1, or 130 when interrupted). One thread. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -34,12 +32,10 @@
 #include "common/config.h"
 #include "common/stop.h"
 #include "envs/plugin.h"
-#include "cli/cli.h"
-#include "cli/launch.h"
-#include "cli/options.h"
-#include "cli/proc.h"
-#include "cli/security.h"
-#include "cli/verbs.h"
+#include "launcher/launch.h"
+#include "launcher/options.h"
+#include "launcher/proc.h"
+#include "launcher/security.h"
 
 /* ------------------------------------------------------ on one machine ---- */
 
@@ -51,7 +47,7 @@ typedef struct sup {
     double stopped_since; /* fl_clock_sec() when it was first seen stopped (SIGSTOP), 0 = running */
     double up_at;         /* fl_clock_sec() when its latest start was done (a service: serving) */
     int hang_warned;      /* its silence was reported (once per incarnation) */
-    fl_restart_t rule; /* its quick deaths and next wait (cli/proc.h) */
+    fl_restart_t rule; /* its quick deaths and next wait (launcher/proc.h) */
 } sup_t;
 
 /* The fleet on this machine: its children and what the learners and actors are given. */
@@ -90,7 +86,7 @@ static int finished_budget(const local_t *lc, const fl_child_t *c) {
 static int spawn_kid(local_t *lc, int i);
 
 /* Why child i cannot be restarted after its death at `now` (a reason), or NULL when it
- * can: the restart rule of cli/proc.h (fl_restart_after, which sets *wait). (A gorila
+ * can: the restart rule of launcher/proc.h (fl_restart_after, which sets *wait). (A gorila
  * parameter-server shard restarts from its checkpoint: kid_args.) */
 static const char *not_restartable(local_t *lc, int i, double now, double *wait) {
     const fl_config_t *cfg = fl_launch_config(lc->L);
@@ -515,7 +511,7 @@ static void start_workers(local_t *lc) {
     }
 }
 
-static int run_local(fl_launch_t *L) {
+int fl_launch_run_local(fl_launch_t *L) {
     const fl_config_t *cfg = fl_launch_config(L);
     local_t lc;
     memset(&lc, 0, sizeof lc);
@@ -554,143 +550,5 @@ static int run_local(fl_launch_t *L) {
     free(lc.ps_list);
     free(lc.kids);
     free(lc.sup);
-    return rc;
-}
-
-/* `--resume DIR` (or --resume=DIR) taken out of argv into dir, and DIR/config.ini put
- * first as the config (--set overrides still apply after it): 0, 1 when there is none,
- * or 2 after printing why. args holds argc + 2 slots. */
-static int take_resume(int *argc, char **argv, char **args, char *dir, size_t dir_len, char *cfg, size_t cfg_len) {
-    int n = 0, found = 0;
-    args[n++] = argv[0];
-    for (int i = 1; i < *argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--resume") == 0 && i + 1 < *argc) {
-            snprintf(dir, dir_len, "%s", argv[++i]);
-            found = 1;
-        } else if (strncmp(a, "--resume=", 9) == 0) {
-            snprintf(dir, dir_len, "%s", a + 9);
-            found = 1;
-        } else if (strcmp(a, "--resume") == 0) {
-            fprintf(stderr, "fleet run: --resume needs the run's folder (e.g. --resume runs/cartpole)\n");
-            return 2;
-        } else {
-            args[n++] = argv[i];
-        }
-    }
-    if (!found) return 1;
-    if (*argc > 1 && argv[1][0] != '-') {
-        fprintf(stderr, "fleet run: give a config file or --resume %s, not both (a resumed run reads its own "
-                        "config.ini; change keys with --set)\n", dir);
-        return 2;
-    }
-    snprintf(cfg, cfg_len, "%s/config.ini", dir);
-    if (access(cfg, R_OK) != 0) {
-        fprintf(stderr, "fleet run: --resume %s: cannot read %s (%s): not a run folder of fleet run\n", dir, cfg,
-                strerror(errno));
-        return 2;
-    }
-    memmove(args + 3, args + 1, (size_t)(n - 1) * sizeof *args);
-    args[1] = "--config";
-    args[2] = cfg;
-    *argc = n + 2;
-    return 0;
-}
-
-int fl_verb_run(int argc, char **argv) {
-    fl_config_t cfg;
-    fl_config_defaults(&cfg);
-    char cfg_file[256], hostfile[256] = "", role[256] = "", resume_dir[700] = "", resume_cfg[800];
-    int dry_run = 0, print_mpirun = 0;
-    fl_opt_t opts[] = {{"--dry-run", FL_OPT_FLAG, &dry_run},
-                       {"--print-mpirun", FL_OPT_FLAG, &print_mpirun},
-                       {"--hostfile", FL_OPT_STRING, hostfile},
-                       {"--role", FL_OPT_STRING, role}};
-    char **args = calloc((size_t)argc + 3, sizeof *args);
-    if (!args) return 1;
-    int rc = take_resume(&argc, argv, args, resume_dir, sizeof resume_dir, resume_cfg, sizeof resume_cfg);
-    if (rc == 2) {
-        free(args);
-        return 2;
-    }
-    rc = fl_cli_parse("run", argc, rc == 0 ? args : argv, &cfg, opts,
-                      (int)(sizeof opts / sizeof opts[0]), cfg_file, sizeof cfg_file);
-    free(args);
-    if (rc) return rc;
-    if (resume_dir[0] && cfg.run_deterministic) {
-        fprintf(stderr,
-                "fleet run: --resume %s: a deterministic run (run.deterministic = true) cannot be resumed: its rounds "
-                "live in its processes (the replay shard's commits, the actors' parameter versions). Run it again "
-                "with the same seed and a larger budget instead: it repeats itself bit for bit\n",
-                resume_dir);
-        return 2;
-    }
-    fl_cli_setup_logging(&cfg, "run", -1);
-    if (print_mpirun) {
-        fl_mpi_print_command(&cfg, cfg_file, hostfile, stdout);
-        return 0;
-    }
-    if (fl_mpi_launched() && !dry_run) {
-#ifdef FLEET_HAVE_MPI
-        return fl_mpi_run(&cfg, cfg_file, role, resume_dir);
-#else
-        fprintf(stderr, "fleet run: started by mpirun, but this fleet was built without MPI (install "
-                        "libopenmpi-dev and rebuild)\n");
-        return 2;
-#endif
-    }
-    if (role[0]) {
-        fprintf(stderr, "fleet run: --role names a rank's role in an MPMD mpirun job (see docs/multi-host.md); "
-                        "this process was not started by mpirun\n");
-        return 2;
-    }
-    if (cfg.learner_mode == FL_CFG_MODE_APEX && cfg.learner_count > 1) {
-        fprintf(stderr,
-                "fleet run: learner.count = %lld in apex mode averages gradients over MPI: start the fleet under "
-                "mpirun; `fleet run%s%s --print-mpirun` prints the command\n",
-                (long long)cfg.learner_count, cfg_file[0] ? " " : "", cfg_file);
-        return 2;
-    }
-    /* before the dry run too: it says what the real run would refuse */
-    if (strncmp(cfg.run_bind_host, "unix:", 5) == 0 || strchr(cfg.run_bind_host, '/')) {
-        fprintf(stderr,
-                "fleet run: run.bind_host = %s: expected a host name or an IP address (each service takes a port the "
-                "system chooses); for unix sockets in the run folder set run.local_sockets = true\n",
-                cfg.run_bind_host);
-        return 2;
-    }
-    if ((rc = fl_security_bind_allowed(&cfg, "run", cfg.run_bind_host)) != 0) return rc;
-    if (dry_run) {
-        fl_wrapped_env_t *wenv = NULL;
-        fl_err_t err;
-        fl_err_init(&err);
-        if (fl_options_open_env(&cfg, &wenv, &err) != FL_OK) {
-            fprintf(stderr, "fleet run: %s\n", err.msg);
-            return 2;
-        }
-        if (fl_launch_check_roles(&cfg, fl_wrapped_env_info(wenv)) != 0) {
-            fl_wrapped_env_destroy(wenv);
-            return 2;
-        }
-        fl_launch_print_plan(&cfg, cfg_file, wenv);
-        fl_wrapped_env_destroy(wenv);
-        fl_config_dump(&cfg, stdout);
-        return 0;
-    }
-    if (fl_proc_init() != 0) {
-        fprintf(stderr, "fleet run: cannot find its own executable: %s\n", strerror(errno));
-        return 1;
-    }
-    fl_stop_install();
-    fl_launch_t *L = NULL;
-    /* run.local_sockets (with the default run.bind_host): the services and Control on unix
-     * sockets in the run folder (mode 0700), which no other local user can reach. */
-    const char *control_host =
-        cfg.run_local_sockets && strcmp(cfg.run_bind_host, "127.0.0.1") == 0 ? FL_LAUNCH_UNIX : cfg.run_bind_host;
-    rc = resume_dir[0] ? fl_launch_resume(&cfg, resume_dir, control_host, &L)
-                       : fl_launch_create(&cfg, cfg_file, control_host, &L);
-    if (rc) return rc;
-    rc = run_local(L);
-    fl_launch_destroy(L);
     return rc;
 }

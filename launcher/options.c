@@ -1,5 +1,5 @@
 /* options: from a configuration to the modules' options (see options.h). */
-#include "cli/options.h"
+#include "launcher/options.h"
 
 #include <math.h>
 #include <string.h>

@@ -16,11 +16,11 @@
  *      the first interface that is up and not loopback (common/netif.h), never 0.0.0.0.
  *   2b. TLS. With run.tls_dir every rank and role uses it. Without it, when services bind
  *      an interface's address (across hosts, or run.interface) and run.insecure is false,
- *      the launcher makes per-job credentials (cli/security.h) for every rank's host name
+ *      the launcher makes per-job credentials (launcher/security.h) for every rank's host name
  *      and address and sends the files to every rank (MPI_Bcast); each keeps them in a
  *      0700 folder of its own (the launcher in the run folder's tls/) and hands that
  *      folder to its roles as run.tls_dir. On one host's loopback: plaintext, as alone.
- *   3. The launcher writes the effective config and starts fleet.Control (cli/launch.h);
+ *   3. The launcher writes the effective config and starts fleet.Control (launcher/launch.h);
  *      the config text and Control's address go to every rank (MPI_Bcast), which keeps a
  *      copy in a temporary file for its role.
  *   4. Service ranks start `fleet replay|paramserver --listen HOST:0` as a child process,
@@ -30,10 +30,10 @@
  *      learners (MPI_Comm_split) carries their gradient all-reduce (learner/reduce.h).
  *   6. The launcher starts run.evaluators `fleet evaluator` children on its own host
  *      (they need only the parameter servers' and Control's addresses, and no rank),
- *      logging to the run's logs/ folder, and runs the progress loop of cli/launch.h;
+ *      logging to the run's logs/ folder, and runs the progress loop of launcher/launch.h;
  *      its evaluators stop with the actors. A service or actor rank restarts its child
- *      when it dies on its own, by the rule of cli/proc.h and with the arguments of one
- *      machine (cli/run.c), and sends the launcher an EVENT for each death and restart
+ *      when it dies on its own, by the rule of launcher/proc.h and with the arguments of one
+ *      machine (launcher/local.c), and sends the launcher an EVENT for each death and restart
  *      (events.log, the restart counts); the launcher restarts its evaluators the same
  *      way (a gorila-mode parameter-server shard from its checkpoint, with --restore).
  *      A learner rank is not restarted.
@@ -67,12 +67,11 @@
 #include "common/log.h"
 #include "common/rpc.h"
 #include "common/stop.h"
-#include "cli/fleet_state.h"
-#include "cli/launch.h"
-#include "cli/options.h"
-#include "cli/proc.h"
-#include "cli/security.h"
-#include "cli/verbs.h"
+#include "launcher/fleet_state.h"
+#include "launcher/launch.h"
+#include "launcher/options.h"
+#include "launcher/proc.h"
+#include "launcher/security.h"
 #include "learner/reduce.h"
 
 int fl_mpi_launched(void) {
@@ -225,7 +224,7 @@ static void report_done_and_wait(mpi_state_t *m, int clean, int pid, const char 
     }
 }
 
-/* ---- the launcher's view of the ranks (cli/launch.h ops) ---- */
+/* ---- the launcher's view of the ranks (launcher/launch.h ops) ---- */
 
 static void describe_rank(const mpi_state_t *m, int r, char *buf, size_t len) {
     snprintf(buf, len, "%s %d (rank %d on %s, pid %d)", kind_names[m->kind[r]], m->index[r], r, m->ids[r].host,
@@ -301,7 +300,7 @@ static void describe_eval(const fl_child_t *c, char *reason, size_t len) {
 static int spawn_eval(launcher_ctx_t *lx, int i, int restart);
 
 /* Evaluator i died on its own: schedules its restart (1), or writes why the fleet must
- * stop (0). The restart rule of cli/proc.h, as on one machine. */
+ * stop (0). The restart rule of launcher/proc.h, as on one machine. */
 static int supervise_eval(launcher_ctx_t *lx, int i, char *reason, size_t len) {
     fl_launch_t *L = lx->L;
     eval_sup_t *s = &lx->esup[i];
@@ -348,7 +347,7 @@ static double silence_of(launcher_ctx_t *lx, const char *role, int index, int sl
     return now - fmax(fmax(seen, lx->hang_t0), lx->hang_kill_at[slot]);
 }
 
-/* The hang checks of a job (what cli/run.c's check_hangs does on one machine, without
+/* The hang checks of a job (what launcher/local.c's check_hangs does on one machine, without
  * /proc, which a remote rank's processes are not in): a role silent for run.hang_s is
  * reported at half of it, and at run.hang_s its rank is asked to kill it (TAG_KILL),
  * which restarts it as a death; an evaluator is killed here. A silence counts only while
@@ -539,6 +538,7 @@ struct rank_run {
     fl_config_t cfg;
     const char *cfg_file;
     const char *resume_dir; /* fleet run --resume DIR: every rank's roles continue from the checkpoints ("" = a new run) */
+    fl_learner_main_fn learner_main; /* the learner rank's main (the verb's) */
     rank_id_t me;
     int kind, index;                 /* this rank's role */
     char host[FL_CONFIG_STRING_MAX]; /* the address this rank's services bind */
@@ -549,7 +549,7 @@ struct rank_run {
     char *replay_list, *ps_list;     /* the services' addresses in shard order (malloc'd) */
     char replay_arg[256], ps_arg[256];
     fl_child_t child; /* a service rank's or an actor rank's process */
-    fl_restart_t rule; /* the child's restart rule (cli/proc.h) */
+    fl_restart_t rule; /* the child's restart rule (launcher/proc.h) */
     MPI_Comm learners;
     int netif;                      /* services bind an interface's address (across hosts, or run.interface) */
     char tls_dir[FL_CONFIG_STRING_MAX]; /* the credentials this rank's roles use ("" = none) */
@@ -1044,7 +1044,7 @@ static void run_learner(rank_run_t *X) {
                         X->resume_dir[0] ? "--resume" : NULL, file, NULL};
         int argc = 0;
         while (args[argc]) argc++;
-        lr = fl_learner_main(argc, args, reduce);
+        lr = X->learner_main(argc, args, reduce);
     }
     fl_reduce_destroy(reduce);
     char what[64];
@@ -1180,8 +1180,8 @@ static int wait_restart(mpi_state_t *m, double s) {
 }
 
 /* A service or actor rank: watches its child and restarts it when it dies on its own (an
- * end other than exit 0 or SIGTERM), by the rule of cli/proc.h and with the arguments of
- * one machine (cli/run.c): a service on the address it first bound (a gorila-mode
+ * end other than exit 0 or SIGTERM), by the rule of launcher/proc.h and with the arguments of
+ * one machine (launcher/local.c): a service on the address it first bound (a gorila-mode
  * parameter-server shard from its checkpoint), an actor with --incarnation k. Each death and restart goes to the launcher as EVENT; the end of its role
  * (asked for, clean, or past the rule) as DONE. */
 static void supervise_child(rank_run_t *X) {
@@ -1303,7 +1303,8 @@ static void greet_launcher(const mpi_state_t *m) {
                 m->size - 1 - heard, m->size - 1, HELLO_PACE_S * m->size + HELLO_WAIT_S);
 }
 
-int fl_mpi_run(const fl_config_t *cfg_in, const char *cfg_file, const char *role, const char *resume_dir) {
+int fl_mpi_run(const fl_config_t *cfg_in, const char *cfg_file, const char *role, const char *resume_dir,
+               fl_learner_main_fn learner_main) {
     int provided = 0;
     MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
     rank_run_t X;
@@ -1313,6 +1314,7 @@ int fl_mpi_run(const fl_config_t *cfg_in, const char *cfg_file, const char *role
     X.cfg = *cfg_in;
     X.cfg_file = cfg_file;
     X.resume_dir = resume_dir ? resume_dir : "";
+    X.learner_main = learner_main;
     X.learners = MPI_COMM_NULL;
     fl_proc_init();
     fl_stop_install();
