@@ -184,6 +184,7 @@ int fl_bench_backend = -1;
 int fl_bench_parse_backend(const char *v) {
     if (strcmp(v, "dnnl") == 0) fl_bench_backend = FL_QNET_BACKEND_DNNL;
     else if (strcmp(v, "reference") == 0) fl_bench_backend = FL_QNET_BACKEND_REF;
+    else if (strcmp(v, "onednn") == 0) fl_bench_backend = FL_QNET_BACKEND_ONEDNN; /* fleet's own kernels off */
     else return 0;
     return 1;
 }

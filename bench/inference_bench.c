@@ -40,7 +40,7 @@
  * show what each side does when the core is its own.
  *
  *   inference_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batches 1,4,16,64]
- *                   [--backend dnnl|reference]
+ *                   [--backend dnnl|onednn|reference]
  *                   [--no-torch] [--torch-script PATH] [--python PATH] */
 #include <cblas.h>
 #include <stdio.h>
@@ -316,6 +316,6 @@ int main(int argc, char **argv) {
 usage:
     fprintf(stderr,
             "usage: inference_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] "
-            "[--batches 1,4,16,64] [--backend dnnl|reference] [--no-torch] [--torch-script PATH] [--python PATH]\n");
+            "[--batches 1,4,16,64] [--backend dnnl|onednn|reference] [--no-torch] [--torch-script PATH] [--python PATH]\n");
     return 2;
 }

@@ -54,7 +54,7 @@
  * converted on the GPU, priorities to the host every update).
  *
  *   learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batch N] [--spec SPEC] [--threads 1,2]
- *                 [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]
+ *                 [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|onednn|reference] [--torch-script PATH] [--python PATH]
  * --batch: every case at batch N only, instead of its two batch sizes.
  * --spec: the nature case's network replaced by SPEC (a model.spec over the same Atari
  *         input), to size a network for a machine; PyTorch has no such network (--no-torch).
@@ -716,6 +716,6 @@ int main(int argc, char **argv) {
     return gpu_rows(&o, have_torch);
 usage:
     fprintf(stderr, "usage: learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batch N] "
-                    "[--spec SPEC] [--threads 1,2] [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|reference] [--torch-script PATH] [--python PATH]\n");
+                    "[--spec SPEC] [--threads 1,2] [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|onednn|reference] [--torch-script PATH] [--python PATH]\n");
     return 2;
 }

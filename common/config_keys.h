@@ -27,7 +27,7 @@ typedef enum { FL_CFG_OPTIM_RMSPROP, FL_CFG_OPTIM_ADAM, FL_CFG_OPTIM_SGD } fl_cf
 typedef enum { FL_CFG_TARGET_EVAL, FL_CFG_TARGET_TRAIN } fl_cfg_run_target_on;
 typedef enum { FL_CFG_PRESET_NONE, FL_CFG_PRESET_NATURE, FL_CFG_PRESET_MACHADO } fl_cfg_env_preset;
 typedef enum { FL_CFG_EVERY_SECONDS, FL_CFG_EVERY_LEARNER_STEPS } fl_cfg_eval_every_unit;
-typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENCE } fl_cfg_model_cpu_kernels;
+typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENCE, FL_CFG_KERNELS_ONEDNN } fl_cfg_model_cpu_kernels;
 
 #define FL_CONFIG_KEYS(X)                                                                                   \
     /* [run] the experiment as a whole */                                                                   \
@@ -156,7 +156,7 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(learner, slow_push_ms, INT, 0, 0, 600000, "", "gorila: the last learner sleeps this long before each push (a deliberately slow learner, to test the staleness rules)") \
     /* [model] the Q-network */                                                                             \
     X(model, input_scale, FLOAT, 1, 1e-6, 1e6, "", "multiplies observations on their way into the network, after uint8 ones are scaled by 1/255 (255: 0/1 planes such as MinAtar's reach it as 0/1)") \
-    X(model, cpu_kernels, ENUM, "auto", 0, 0, "auto|dnnl|reference", "kernels of the networks run on the CPU (learner, actors, evaluators): oneDNN's primitives, or fleet's plain-C/OpenBLAS reference they are tested against; auto = oneDNN when fleet was built with it") \
+    X(model, cpu_kernels, ENUM, "auto", 0, 0, "auto|dnnl|reference|onednn", "kernels of the networks run on the CPU (learner, actors, evaluators): dnnl = oneDNN's primitives with fleet's own AVX2/AVX-512/AMX kernels where they win; onednn = oneDNN's primitives alone (fleet's own kernels off, to compare); reference = fleet's plain-C/OpenBLAS kernels both are tested against; auto = dnnl when fleet was built with oneDNN") \
     X(model, spec, STRING, "dense(128) relu dense(128) relu dueling", 0, 0, "",                            \
       "layers, left to right; a final `dueling` or dense(num_actions) head is the output")
 

@@ -209,6 +209,7 @@ struct fl_dnnl_net {
     float *params, *grads;
     const unsigned long long *params_gen;
     const int *inference; /* may be NULL */
+    const int *prims_only; /* may be NULL: fl_dnnl_net_desc_t */
     dnnl_engine_t engine;
     dnnl_stream_t stream;
     plan_t *plans[FL_DNNL_MAX_PLANS];
@@ -574,10 +575,14 @@ static int layout_of(const dnnl_memory_desc_t *md, layout_t *out) {
     return 1;
 }
 
+/* 1 when the net takes oneDNN's primitives alone (FL_QNET_BACKEND_ONEDNN). */
+static int prims_only(const fl_dnnl_net_t *n) { return n->prims_only && *n->prims_only; }
+
 /* Fleet's tiles (kernels/conv_fwd.h) set up for g, registered in the plan: NULL in *out
  * where they do not run it (the caller takes oneDNN). */
 static fl_status new_tiles(bld_t *b, const fl_conv_fwd_geom_t *g, fl_conv_fwd_t **out) {
     *out = NULL;
+    if (prims_only(b->n)) return FL_OK;
     if (plist_reserve(&b->p->tiles)) return nomem(b);
     if ((*out = fl_conv_fwd_create(g))) b->p->tiles.v[b->p->tiles.n++] = *out;
     return FL_OK;
@@ -685,7 +690,7 @@ static fl_status fwd_conv(bld_t *b, int i) {
          * buffer. */
         const fl_conv_fwd_geom_t ig = {B, l->in_c, l->in_h, l->in_w, l->cout, l->out_h, l->out_w, l->k, l->stride,
                                        {{0}, 0}, out_lay};
-        if ((p->img = fl_conv_img_create(&ig))) {
+        if (!prims_only(n) && (p->img = fl_conv_img_create(&ig))) {
             float *wt;
             FL_TRY(new_buf(b, fl_conv_img_weights_size(p->img) * sizeof(float), &wt));
             const step_t t = {.kind = ST_IMG_WEIGHTS, .what = "weights (images)", .img = p->img,
@@ -826,9 +831,10 @@ static fl_status fwd_dense(bld_t *b, int i) {
         const fl_conv_fwd_geom_t tg = {B, in, 1, 1, out_n, 1, 1, 1, 1, rows_in, rows_out};
         FL_TRY(new_tiles(b, &tg, &tiles));
     }
-    const int small = !tiles && large && B >= 4 && B <= DENSE_SMALL_BATCH;
-    const int thin = in <= DENSE_THIN_IN && fl_dense_small_preferred();
-    const int head = !thin && out_n <= DENSE_HEAD_OUT && fl_dense_small_supported();
+    const int own = !prims_only(n); /* fleet's own forwards allowed */
+    const int small = own && !tiles && large && B >= 4 && B <= DENSE_SMALL_BATCH;
+    const int thin = own && in <= DENSE_THIN_IN && fl_dense_small_preferred();
+    const int head = own && !thin && out_n <= DENSE_HEAD_OUT && fl_dense_small_supported();
     /* fleet's own forwards read the plain input; oneDNN's product reads an edge that is
      * not plain as it lies where it can (perm), in an inference network (its weights
      * permuted once per change of the parameters) or where the batch has as many rows as
@@ -868,7 +874,7 @@ static fl_status fwd_dense(bld_t *b, int i) {
      * inputs, and where they are at most 1 / SPARSE_SHARE of them it adds up only their
      * weights (kernels/dense_sparse.h), as its weight gradient then does; otherwise the
      * primitive runs. */
-    lp->sparse = !tiles && !small && !thin && !head && !dueling && in >= SPARSE_MIN_IN && reads_obs;
+    lp->sparse = own && !tiles && !small && !thin && !head && !dueling && in >= SPARSE_MIN_IN && reads_obs;
     if (lp->sparse) FL_TRY(new_sparse(b, &lp->sp, B, in, out_n));
     if (prim) {
         float *w = n->params + l->w_off;
@@ -981,7 +987,7 @@ static fl_status build_fwd(fl_dnnl_net_t *n, plan_t *p, fl_err_t *err) {
     bld_t b = {.n = n, .p = p, .layer = "input", .err = err};
     const int B = p->batch;
     p->input_nhwc = n->img_c && n->layers[0].kind == FL_QNET_CONV;
-    p->s2d = s2d_factor(n);
+    p->s2d = prims_only(n) ? 1 : s2d_factor(n);
     if (p->s2d <= 1) { /* else the first convolution makes the input edge */
         dnnl_memory_desc_t imd;
         const fl_qnet_layer_t *l0 = &n->layers[0];
@@ -1874,6 +1880,7 @@ fl_status fl_dnnl_net_create(const fl_dnnl_net_desc_t *d, fl_dnnl_net_t **out, f
     n->params = d->params;
     n->params_gen = d->params_gen;
     n->inference = d->inference;
+    n->prims_only = d->prims_only;
     n->grads = d->grads;
     dnnl_status_t st = dnnl_engine_create(&n->engine, dnnl_cpu, 0);
     if (st == dnnl_success) st = dnnl_stream_create(&n->stream, n->engine, dnnl_stream_default_flags);

@@ -84,6 +84,9 @@ typedef struct fl_dnnl_net_desc {
     const unsigned long long *params_gen;
     /* Not 0 (read when a plan is made): an inference network (fl_qnet_set_inference) */
     const int *inference;
+    /* Not 0 (read when a plan is made): oneDNN's primitives alone, none of fleet's own
+     * kernels (FL_QNET_BACKEND_ONEDNN); may be NULL */
+    const int *prims_only;
 } fl_dnnl_net_desc_t;
 
 /* 1 when fleet was built with oneDNN (FLEET_DNNL), else 0. */

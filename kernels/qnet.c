@@ -88,6 +88,7 @@ struct fl_qnet {
     float *params, *grads;
     unsigned long long params_gen; /* counts the (possible) changes of params: see fl_qnet_params */
     int inference;                 /* fl_qnet_set_inference */
+    int prims_only;                /* FL_QNET_BACKEND_ONEDNN: oneDNN's primitives alone */
     fl_qnet_backend_kind backend;
     fl_dnnl_net_t *dnnl; /* the oneDNN backend's network, made when first chosen */
     size_t arena_floats; /* the reference backend's arena */
@@ -515,7 +516,7 @@ static fl_status make_dnnl(fl_qnet_t *n, fl_err_t *err) {
                                   .img_w = n->img_w, .img_c = n->img_c, .obs_dim = n->obs_dim,
                                   .num_actions = n->num_actions, .max_batch = n->max_batch,
                                   .params = n->params, .grads = n->grads, .params_gen = &n->params_gen,
-                                  .inference = &n->inference};
+                                  .inference = &n->inference, .prims_only = &n->prims_only};
     return fl_dnnl_net_create(&d, &n->dnnl, err);
 }
 
@@ -523,10 +524,15 @@ fl_status fl_qnet_set_backend(fl_qnet_t *n, fl_qnet_backend_kind backend, fl_err
     if (!n) return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet: set_backend: the network must not be NULL");
     switch (backend) {
     case FL_QNET_BACKEND_REF: FL_TRY(alloc_arena(n, err)); break;
-    case FL_QNET_BACKEND_DNNL: FL_TRY(make_dnnl(n, err)); break;
+    case FL_QNET_BACKEND_DNNL:
+    case FL_QNET_BACKEND_ONEDNN:
+        FL_TRY(make_dnnl(n, err));
+        n->prims_only = backend == FL_QNET_BACKEND_ONEDNN;
+        backend = FL_QNET_BACKEND_DNNL;
+        break;
     default:
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet: backend %d: expected FL_QNET_BACKEND_REF or _DNNL",
-                          (int)backend);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "qnet: backend %d: expected FL_QNET_BACKEND_REF, _DNNL or _ONEDNN", (int)backend);
     }
     n->backend = backend;
     n->last_batch = 0; /* the activations of a last forward are the other backend's */
@@ -549,6 +555,7 @@ const char *fl_qnet_backend_name(fl_qnet_backend_kind backend) {
     switch (backend) {
     case FL_QNET_BACKEND_REF: return "reference";
     case FL_QNET_BACKEND_DNNL: return "dnnl";
+    case FL_QNET_BACKEND_ONEDNN: return "onednn";
     }
     return "unknown";
 }

@@ -109,7 +109,12 @@ typedef struct fl_param_view {
 typedef struct fl_qnet fl_qnet_t;
 
 /* The CPU backends (see above). */
-typedef enum { FL_QNET_BACKEND_REF, FL_QNET_BACKEND_DNNL } fl_qnet_backend_kind;
+/* FL_QNET_BACKEND_ONEDNN: oneDNN's primitives alone, every kernel of fleet's own off (the
+ * tiles of conv_fwd.h, the first convolution over images, the small-batch, short-row and
+ * sparse dense forwards, space-to-depth), so that the oneDNN path can be compared with
+ * and trusted on its own; fl_qnet_backend reports it as FL_QNET_BACKEND_DNNL. Set it
+ * before the first forward (plans made before keep their kernels). */
+typedef enum { FL_QNET_BACKEND_REF, FL_QNET_BACKEND_DNNL, FL_QNET_BACKEND_ONEDNN } fl_qnet_backend_kind;
 
 /* obs_dim, num_actions >= 1; max_batch >= 1 is the largest B of forward/backward.
  * Parameters are zero until fl_qnet_init or fl_qnet_set_params. */

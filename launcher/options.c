@@ -143,6 +143,7 @@ fl_qnet_backend_kind fl_options_cpu_kernels(const fl_config_t *c) {
     switch (c->model_cpu_kernels) {
     case FL_CFG_KERNELS_DNNL: return FL_QNET_BACKEND_DNNL;
     case FL_CFG_KERNELS_REFERENCE: return FL_QNET_BACKEND_REF;
+    case FL_CFG_KERNELS_ONEDNN: return FL_QNET_BACKEND_ONEDNN;
     case FL_CFG_KERNELS_AUTO: break;
     }
     return fl_qnet_default_backend();

@@ -322,10 +322,11 @@ static void test_presets(void **unused) {
  * build's default backend; anything else is refused naming the choices. */
 static void test_cpu_kernels(void **unused) {
     (void)unused;
-    const char *sets[] = {NULL, "model.cpu_kernels=auto", "model.cpu_kernels=reference", "model.cpu_kernels=dnnl"};
+    const char *sets[] = {NULL, "model.cpu_kernels=auto", "model.cpu_kernels=reference", "model.cpu_kernels=dnnl",
+                          "model.cpu_kernels=onednn"};
     const fl_qnet_backend_kind want[] = {fl_qnet_default_backend(), fl_qnet_default_backend(), FL_QNET_BACKEND_REF,
-                                         FL_QNET_BACKEND_DNNL};
-    for (int i = 0; i < 4; i++) {
+                                         FL_QNET_BACKEND_DNNL, FL_QNET_BACKEND_ONEDNN};
+    for (int i = 0; i < 5; i++) {
         fl_config_t c;
         fl_config_defaults(&c);
         if (sets[i]) set(&c, sets[i]);
@@ -347,7 +348,7 @@ static void test_cpu_kernels(void **unused) {
     fl_err_t err;
     fl_err_init(&err);
     assert_int_not_equal(fl_config_set(&c, "model.cpu_kernels=mkl", &err), FL_OK);
-    assert_non_null(strstr(err.msg, "auto|dnnl|reference"));
+    assert_non_null(strstr(err.msg, "auto|dnnl|reference|onednn"));
 }
 
 /* The learner's switches (learner.tf32, cuda_graphs, cudnn_benchmark of the GPU, and

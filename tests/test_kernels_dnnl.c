@@ -220,6 +220,73 @@ static void compare_at(const net_case_t *t, const int *batches, int count, float
 
 static void compare(const net_case_t *t, const int *batches, int count) { compare_at(t, batches, count, 0, 0); }
 
+/* model.cpu_kernels = onednn (FL_QNET_BACKEND_ONEDNN): oneDNN's primitives alone. At every
+ * batch the plan names no kernel of fleet's own, and the forward, the input gradient and
+ * the parameter gradients match the reference as closely as with them. */
+static void compare_onednn(const net_case_t *t, const int *batches, int count) {
+    int max_batch = 1;
+    for (int i = 0; i < count; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
+    fl_qnet_t *n = make_net(t, max_batch);
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_ONEDNN, &err), FL_OK);
+    assert_int_equal(fl_qnet_backend(n), FL_QNET_BACKEND_DNNL);
+    const size_t D = (size_t)fl_qnet_obs_dim(n), P = fl_qnet_num_params(n), A = (size_t)t->actions;
+    float *obs = malloc((size_t)max_batch * D * 4), *dq = malloc((size_t)max_batch * A * 4);
+    float *q_ref = malloc((size_t)max_batch * A * 4), *q = malloc((size_t)max_batch * A * 4);
+    float *dobs_ref = malloc((size_t)max_batch * D * 4), *dobs = malloc((size_t)max_batch * D * 4);
+    float *g_ref = malloc(P * 4);
+    for (int k = 0; k < count; k++) {
+        const int B = batches[k];
+        fill_obs(obs, (size_t)B * D, t->h != 0, t->scale ? t->scale : 1.0f, 0);
+        fill(dq, (size_t)B * A, -1, 1);
+        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_REF, &err), FL_OK);
+        assert_int_equal(fl_qnet_forward(n, obs, B, q_ref), FL_OK);
+        assert_int_equal(fl_qnet_backward_input(n, dq, B, dobs_ref), FL_OK);
+        memcpy(g_ref, fl_qnet_grads(n), P * 4);
+        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_ONEDNN, &err), FL_OK);
+        assert_int_equal(fl_qnet_forward(n, obs, B, q), FL_OK);
+        expect_close(q, q_ref, (size_t)B * A, t->spec, "q (onednn)", B);
+        assert_int_equal(fl_qnet_backward_input(n, dq, B, dobs), FL_OK);
+        expect_close(dobs, dobs_ref, (size_t)B * D, t->spec, "dobs (onednn)", B);
+        for (int v = 0; v < fl_qnet_num_views(n); v++) {
+            const fl_param_view_t *pv = fl_qnet_view(n, v);
+            expect_close(fl_qnet_grads(n) + pv->offset, g_ref + pv->offset, pv->numel, t->spec, pv->name, B);
+        }
+        char desc[4096];
+        assert_true(fl_qnet_describe_kernels(n, B, desc, sizeof desc) > 0);
+        if (strstr(desc, "fleet:")) {
+            print_error("\"%s\" batch %d, onednn: a kernel of fleet's own in the plan:\n%s", t->spec, B, desc);
+            fail();
+        }
+    }
+    free(obs);
+    free(dq);
+    free(q_ref);
+    free(q);
+    free(dobs_ref);
+    free(dobs);
+    free(g_ref);
+    fl_qnet_destroy(n);
+}
+
+/* The networks and batches where the dnnl backend takes fleet's own kernels (the first
+ * convolution over images, tiles, small-batch and short-row dense layers, space-to-depth)
+ * run on oneDNN alone with model.cpu_kernels = onednn. */
+static void test_onednn_alone(void **state) {
+    NEED_DNNL();
+    const net_case_t nets[] = {
+        {NATURE, 84, 84, 4, 6, 255.0f},
+        {"conv(16,8,4) relu conv(32,4,2) relu flatten dense(256) relu dueling", 84, 84, 4, 6, 255.0f},
+        {MINATAR, 10, 10, 4, 6, 255.0f},
+        {MLP, 0, 0, 4, 2, 0},
+        {"dense(128) relu dense(128) relu dueling", 10, 10, 4, 6, 255.0f},
+    };
+    const int batches[] = {32, 5, 1};
+    for (size_t i = 0; i < sizeof nets / sizeof nets[0]; i++) compare_onednn(&nets[i], batches, 3);
+    assert_string_equal(fl_qnet_backend_name(FL_QNET_BACKEND_ONEDNN), "onednn");
+}
+
 /* ---- ops, through the smallest networks that hold them ------------------------------- */
 
 static void test_conv_shapes(void **state) {
@@ -1663,7 +1730,7 @@ int main(void) {
         cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),
         cmocka_unit_test(test_signals),       cmocka_unit_test(test_dqn_steps),
         cmocka_unit_test(test_backend_switch), cmocka_unit_test(test_params_change),
-        cmocka_unit_test(test_forward_obs), cmocka_unit_test(test_dqn_raw_obs),
+        cmocka_unit_test(test_forward_obs), cmocka_unit_test(test_dqn_raw_obs), cmocka_unit_test(test_onednn_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
