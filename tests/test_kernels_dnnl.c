@@ -163,19 +163,23 @@ static void expect_sparse(const fl_qnet_t *n, int B, const char *spec, int bwd, 
 
 /* density and density2: the observations' share of values that are not 0 at the even
  * and odd calls (fill_obs; density2 0: density). With density > 0 the network is one whose
- * first dense layer may go sparse, and each forward goes the way its density says. */
-static void compare_at(const net_case_t *t, const int *batches, int count, float density, float density2) {
+ * first dense layer may go sparse, and each forward goes the way its density says.
+ * kind: FL_QNET_BACKEND_DNNL, or _ONEDNN (model.cpu_kernels = onednn), whose plans must
+ * name no kernel of fleet's own. */
+static void compare_kind(const net_case_t *t, const int *batches, int count, float density, float density2,
+                         fl_qnet_backend_kind kind) {
     int max_batch = 1;
     for (int i = 0; i < count; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
     fl_qnet_t *n = make_net(t, max_batch);
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_qnet_set_backend(n, kind, &err), FL_OK); /* before the first plan */
     assert_int_equal(fl_qnet_backend(n), FL_QNET_BACKEND_DNNL);
     const size_t D = (size_t)fl_qnet_obs_dim(n), P = fl_qnet_num_params(n), A = (size_t)t->actions;
     float *obs = malloc((size_t)max_batch * D * 4), *dq = malloc((size_t)max_batch * A * 4);
     float *q_ref = malloc((size_t)max_batch * A * 4), *q = malloc((size_t)max_batch * A * 4);
     float *dobs_ref = malloc((size_t)max_batch * D * 4), *dobs = malloc((size_t)max_batch * D * 4);
     float *g_ref = malloc(P * 4), *g = malloc(P * 4);
-    fl_err_t err;
-    fl_err_init(&err);
     for (int k = 0; k < count; k++) {
         const int B = batches[k];
         const float d = k % 2 && density2 ? density2 : density;
@@ -187,7 +191,7 @@ static void compare_at(const net_case_t *t, const int *batches, int count, float
         assert_int_equal(fl_qnet_backward_input(n, dq, B, dobs_ref), FL_OK);
         memcpy(g_ref, fl_qnet_grads(n), P * 4);
 
-        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_DNNL, &err), FL_OK);
+        assert_int_equal(fl_qnet_set_backend(n, kind, &err), FL_OK);
         assert_int_equal(fl_qnet_backward(n, dq, B), FL_FAILED_PRECONDITION); /* no forward on this backend */
         memset(q, 0xff, (size_t)B * A * 4);
         assert_int_equal(fl_qnet_forward(n, obs, B, q), FL_OK);
@@ -206,6 +210,12 @@ static void compare_at(const net_case_t *t, const int *batches, int count, float
             expect_close(g + pv->offset, g_ref + pv->offset, pv->numel, t->spec, pv->name, B);
             expect_close(fl_qnet_grads(n) + pv->offset, g_ref + pv->offset, pv->numel, t->spec, pv->name, B);
         }
+        char desc[4096];
+        if (kind == FL_QNET_BACKEND_ONEDNN && fl_qnet_describe_kernels(n, B, desc, sizeof desc) > 0 &&
+            strstr(desc, "fleet:")) {
+            print_error("\"%s\" batch %d, onednn: a kernel of fleet's own in the plan:\n%s", t->spec, B, desc);
+            fail();
+        }
     }
     free(obs);
     free(dq);
@@ -218,57 +228,11 @@ static void compare_at(const net_case_t *t, const int *batches, int count, float
     fl_qnet_destroy(n);
 }
 
-static void compare(const net_case_t *t, const int *batches, int count) { compare_at(t, batches, count, 0, 0); }
-
-/* model.cpu_kernels = onednn (FL_QNET_BACKEND_ONEDNN): oneDNN's primitives alone. At every
- * batch the plan names no kernel of fleet's own, and the forward, the input gradient and
- * the parameter gradients match the reference as closely as with them. */
-static void compare_onednn(const net_case_t *t, const int *batches, int count) {
-    int max_batch = 1;
-    for (int i = 0; i < count; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
-    fl_qnet_t *n = make_net(t, max_batch);
-    fl_err_t err;
-    fl_err_init(&err);
-    assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_ONEDNN, &err), FL_OK);
-    assert_int_equal(fl_qnet_backend(n), FL_QNET_BACKEND_DNNL);
-    const size_t D = (size_t)fl_qnet_obs_dim(n), P = fl_qnet_num_params(n), A = (size_t)t->actions;
-    float *obs = malloc((size_t)max_batch * D * 4), *dq = malloc((size_t)max_batch * A * 4);
-    float *q_ref = malloc((size_t)max_batch * A * 4), *q = malloc((size_t)max_batch * A * 4);
-    float *dobs_ref = malloc((size_t)max_batch * D * 4), *dobs = malloc((size_t)max_batch * D * 4);
-    float *g_ref = malloc(P * 4);
-    for (int k = 0; k < count; k++) {
-        const int B = batches[k];
-        fill_obs(obs, (size_t)B * D, t->h != 0, t->scale ? t->scale : 1.0f, 0);
-        fill(dq, (size_t)B * A, -1, 1);
-        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_REF, &err), FL_OK);
-        assert_int_equal(fl_qnet_forward(n, obs, B, q_ref), FL_OK);
-        assert_int_equal(fl_qnet_backward_input(n, dq, B, dobs_ref), FL_OK);
-        memcpy(g_ref, fl_qnet_grads(n), P * 4);
-        assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_ONEDNN, &err), FL_OK);
-        assert_int_equal(fl_qnet_forward(n, obs, B, q), FL_OK);
-        expect_close(q, q_ref, (size_t)B * A, t->spec, "q (onednn)", B);
-        assert_int_equal(fl_qnet_backward_input(n, dq, B, dobs), FL_OK);
-        expect_close(dobs, dobs_ref, (size_t)B * D, t->spec, "dobs (onednn)", B);
-        for (int v = 0; v < fl_qnet_num_views(n); v++) {
-            const fl_param_view_t *pv = fl_qnet_view(n, v);
-            expect_close(fl_qnet_grads(n) + pv->offset, g_ref + pv->offset, pv->numel, t->spec, pv->name, B);
-        }
-        char desc[4096];
-        assert_true(fl_qnet_describe_kernels(n, B, desc, sizeof desc) > 0);
-        if (strstr(desc, "fleet:")) {
-            print_error("\"%s\" batch %d, onednn: a kernel of fleet's own in the plan:\n%s", t->spec, B, desc);
-            fail();
-        }
-    }
-    free(obs);
-    free(dq);
-    free(q_ref);
-    free(q);
-    free(dobs_ref);
-    free(dobs);
-    free(g_ref);
-    fl_qnet_destroy(n);
+static void compare_at(const net_case_t *t, const int *batches, int count, float density, float density2) {
+    compare_kind(t, batches, count, density, density2, FL_QNET_BACKEND_DNNL);
 }
+
+static void compare(const net_case_t *t, const int *batches, int count) { compare_at(t, batches, count, 0, 0); }
 
 /* The networks and batches where the dnnl backend takes fleet's own kernels (the first
  * convolution over images, tiles, small-batch and short-row dense layers, space-to-depth)
@@ -283,7 +247,8 @@ static void test_onednn_alone(void **state) {
         {"dense(128) relu dense(128) relu dueling", 10, 10, 4, 6, 255.0f},
     };
     const int batches[] = {32, 5, 1};
-    for (size_t i = 0; i < sizeof nets / sizeof nets[0]; i++) compare_onednn(&nets[i], batches, 3);
+    for (size_t i = 0; i < sizeof nets / sizeof nets[0]; i++)
+        compare_kind(&nets[i], batches, 3, 0, 0, FL_QNET_BACKEND_ONEDNN);
     assert_string_equal(fl_qnet_backend_name(FL_QNET_BACKEND_ONEDNN), "onednn");
 }
 
