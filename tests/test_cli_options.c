@@ -1,4 +1,4 @@
-/* Tests of cli/options: the mapping from a configuration to the options of the env
+/* Tests of launcher/options: the mapping from a configuration to the options of the env
  * factory, the actor and the parameter-server service. The defaults of a config map to
  * each module's own defaults (fl_*_opts_init), every key reaches its field, the config's
  * enum strings become the modules' C enums, and the optimizer is the learner's. */

@@ -1,4 +1,4 @@
-/* Tests of cli/security and `fleet certs`: the folder and its files with their modes, the
+/* Tests of launcher/security and `fleet certs`: the folder and its files with their modes, the
  * certificate's subjectAltNames as `openssl x509 -text` prints them, its signature by the
  * CA, the refusal to overwrite, a clear error without openssl; loading a folder (the
  * learner token only where asked for); the rule for binding without TLS (the check

@@ -1,4 +1,4 @@
-/* Tests of cli/curve: the learning-curve picture of a run folder drawn by gnuplot.
+/* Tests of launcher/curve: the learning-curve picture of a run folder drawn by gnuplot.
  *
  * With the real gnuplot (the cases skip when it is not installed): synthetic evals.csv and
  * returns.csv (3 actors, 20 rows) and a folder with training returns only give a

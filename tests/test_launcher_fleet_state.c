@@ -1,4 +1,4 @@
-/* Tests for cli/fleet_state (the launcher's Control handler) together with the evaluator
+/* Tests for launcher/fleet_state (the launcher's Control handler) together with the evaluator
  * role (eval/evaluator): real in-process services on 127.0.0.1, a parameter server with
  * published parameters and a Control server running the launcher's own handler. The
  * evaluator's first result, queued by the handler, equals an independent evaluation of

@@ -1,4 +1,4 @@
-/* Tests for cli/progress: the progress line keeps to FL_PROGRESS_COLUMNS columns with the
+/* Tests for launcher/progress: the progress line keeps to FL_PROGRESS_COLUMNS columns with the
  * widest figures there are, keeps the headline (eval), the training return and the budget
  * when it must leave parts out, reads as documented on typical figures, and compacts
  * numbers into at most 7 characters. */
