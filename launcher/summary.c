@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "common/procmem.h"
+#include "common/stop.h"
 #include "launcher/launch_internal.h"
 #include "launcher/proc.h"
 
@@ -140,6 +141,11 @@ void fl__monitor_print_outcome(const monitor_t *M, double elapsed, const totals_
         M->reason[0] ? M->reason : "stopped", elapsed, eval, (unsigned long long)t->episodes, t->mret,
         (unsigned long long)t->ep_count, (unsigned long long)t->env, (unsigned long long)t->lsteps,
         (unsigned long long)M->rinfo.inserted, (unsigned long long)t->acked, per_shard, M->L->dir);
+    /* Stopped by a signal (Ctrl-C, scancel, kill) with checkpoints on: how to go on. */
+    const fl_config_t *c = &M->L->cfg;
+    if (fl_stop_signal() && c->run_checkpoints && !c->run_deterministic)
+        printf("fleet run: continue it with `fleet run --resume %s`%s\n", M->L->dir,
+               fl_mpi_launched() ? " (in the same mpirun command, in place of the config file)" : "");
     fflush(stdout);
 }
 

@@ -110,6 +110,11 @@ static void test_ctrl_c_then_resume(void **state) {
     int status = wait_process(pid, 400);
     assert_true(status != -1 && WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+    char *log1 = read_file(out), hint[700];
+    assert_non_null(log1);
+    snprintf(hint, sizeof hint, "fleet run: continue it with `fleet run --resume %s`", dir);
+    assert_non_null(strstr(log1, hint)); /* the stop says how to go on */
+    free(log1);
     char *sum1 = summary_at(g_tmp, "exp");
     assert_non_null(sum1);
     unsigned long long env1 = summary_u64(sum1, "env_steps"), lsteps1 = summary_u64(sum1, "learner_steps"),
