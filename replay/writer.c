@@ -74,7 +74,7 @@ struct fl_replay_writer {
     uint64_t acked, pending;
     size_t pending_bytes, max_pending_bytes; /* the backlog's memory and its bound (0 = none) */
     uint64_t dropped, dropped_batches;       /* unsent transitions dropped for the bound */
-    fl_replay_writer_wait_fn on_wait;        /* called while append waits (may be NULL) */
+    fl_rpc_wait_fn on_wait;        /* called while append waits (may be NULL) */
     void *on_wait_ctx;
     int appending; /* inside append: a held call's wait calls on_wait (not in flush) */
 };
@@ -414,7 +414,7 @@ fl_status fl_replay_writer_append(fl_replay_writer_t *w, size_t n, const void *o
     return FL_OK;
 }
 
-void fl_replay_writer_on_wait(fl_replay_writer_t *w, fl_replay_writer_wait_fn fn, void *ctx) {
+void fl_replay_writer_on_wait(fl_replay_writer_t *w, fl_rpc_wait_fn fn, void *ctx) {
     w->on_wait = fn;
     w->on_wait_ctx = ctx;
 }

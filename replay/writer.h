@@ -42,6 +42,7 @@
 #include <stdint.h>
 
 #include "common/obs.h"
+#include "common/rpc.h"
 #include "common/status.h"
 #include "replay/client.h"
 
@@ -88,8 +89,7 @@ uint64_t fl_replay_writer_dropped(const fl_replay_writer_t *w);
  * (an actor reports, so that a supervisor does not take a rate-limited actor for a hung
  * one). A nonzero return ends the wait (a held call is cancelled); the batches stay
  * pending. Flush does not call it. */
-typedef int (*fl_replay_writer_wait_fn)(void *ctx);
-void fl_replay_writer_on_wait(fl_replay_writer_t *w, fl_replay_writer_wait_fn fn, void *ctx);
+void fl_replay_writer_on_wait(fl_replay_writer_t *w, fl_rpc_wait_fn fn, void *ctx);
 /* Bounds the unacknowledged backlog to max_bytes of batch memory (0 = unbounded, the
  * default). The newest batch is always kept, whatever its size. */
 void fl_replay_writer_set_backlog(fl_replay_writer_t *w, size_t max_bytes);
