@@ -49,29 +49,26 @@
  *      the plan printed at the start maps ranks to roles.
  *
  * Failure: a configuration error (rank count, roles, interface) is printed once by the
- * launcher (or by the rank that found it, naming its host) and every rank exits 2. */
+ * launcher (or by the rank that found it, naming its host) and every rank exits 2.
+ *
+ * Files: this one (what every rank runs: 1, 2, 4, 5, the service and actor ranks'
+ * supervision, the end), launcher/mpi_job.c (2b and 3), launcher/mpi_watch.c (6: the
+ * launcher rank's watch and its evaluators); launcher/mpi_internal.h is what they share. */
 #include <errno.h>
-#include <fcntl.h>
-#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "common/credential.h"
 #include "common/log.h"
-#include "common/rpc.h"
 #include "common/stop.h"
-#include "launcher/fleet_state.h"
 #include "launcher/launch.h"
 #include "launcher/options.h"
 #include "launcher/proc.h"
-#include "launcher/security.h"
 #include "learner/reduce.h"
 
 int fl_mpi_launched(void) {
@@ -102,43 +99,13 @@ void fl_mpi_print_command(const fl_config_t *c, const char *cfg_file, const char
 #include <mpi.h>
 
 #include "common/netif.h"
+#include "launcher/mpi_internal.h"
 
-enum { K_LAUNCHER, K_REPLAY, K_PARAMSERVER, K_LEARNER, K_ACTOR, K_COUNT };
-static const char *const kind_names[K_COUNT] = {"launcher", "replay", "paramserver", "learner", "actor"};
-
-enum { TAG_DONE = 7201, TAG_STOP = 7202, TAG_FINISH = 7203, TAG_EVENT = 7204, TAG_KILL = 7205, TAG_HELLO = 7206 };
-#define ADDR_LEN 256
-
-typedef struct rank_id {
-    char role[16]; /* --role, "" in SPMD */
-    char host[64];
-} rank_id_t;
-
-typedef struct done_msg {
-    int clean; /* exit 0 or SIGTERM */
-    int pid;
-    char what[256]; /* "exited with status 1" */
-} done_msg_t;
-
-/* A rank's supervision event for the launcher's events.log: its child's death, or its
- * restart (role set: counted as a restart of that role). */
-typedef struct event_msg {
-    char role[16]; /* "" for a death */
-    char text[480];
-} event_msg_t;
-
-typedef struct mpi_state {
-    int size, me, launcher;
-    rank_id_t *ids;
-    int *kind, *index;
-    int *done; /* launcher: DONE received */
-    done_msg_t *msg;
-    int stopping;
-} mpi_state_t;
+const char *const fl__mpi_kind_names[K_COUNT] = {"launcher", "replay", "paramserver", "learner", "actor"};
 
 static int kind_from_name(const char *s) {
     for (int k = 0; k < K_COUNT; k++)
-        if (strcmp(s, kind_names[k]) == 0) return k;
+        if (strcmp(s, fl__mpi_kind_names[k]) == 0) return k;
     return -1;
 }
 
@@ -195,8 +162,7 @@ static int make_plan(fl_config_t *c, mpi_state_t *m, char *why, size_t len) {
     return 0;
 }
 
-/* Every rank agrees on failure: returns 1 on every rank when `bad` is set on any. */
-static int any_rank(int bad) {
+int fl__mpi_any_rank(int bad) {
     int all = 0;
     MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     return all;
@@ -224,294 +190,6 @@ static void report_done_and_wait(mpi_state_t *m, int clean, int pid, const char 
     }
 }
 
-/* ---- the launcher's view of the ranks (launcher/launch.h ops) ---- */
-
-static void describe_rank(const mpi_state_t *m, int r, char *buf, size_t len) {
-    snprintf(buf, len, "%s %d (rank %d on %s, pid %d)", kind_names[m->kind[r]], m->index[r], r, m->ids[r].host,
-             m->msg[r].pid);
-}
-
-typedef struct rank_run rank_run_t;
-
-/* An evaluator's supervision on the launcher rank. */
-typedef struct eval_sup {
-    fl_restart_t rule;
-    int restarts, waiting; /* waiting: it died and restarts at restart_at */
-    double restart_at;
-} eval_sup_t;
-
-/* What the launcher rank watches: the other ranks, and the evaluator processes it runs
- * itself on its own host (run.evaluators; they need no rank of their own). */
-typedef struct launcher_ctx {
-    mpi_state_t *m;
-    rank_run_t *X; /* its evaluators' options */
-    fl_launch_t *L;
-    fl_child_t *evals;
-    eval_sup_t *esup;
-    int n_evals;
-    /* hang checks (check_hangs_mpi): per rank, then per evaluator */
-    double *hang_kill_at; /* when its restart was asked for (a silence counts from then) */
-    unsigned char *hang_warned;
-    double next_hang_look, hang_t0; /* hang_t0: the first look (a silence counts from it at the earliest) */
-} launcher_ctx_t;
-
-/* Receives every supervision EVENT that has arrived and records it (events.log, and the
- * restart counts of the progress line and summary.txt). */
-static void poll_events(launcher_ctx_t *lx) {
-    for (;;) {
-        int flag = 0;
-        MPI_Status st;
-        MPI_Iprobe(MPI_ANY_SOURCE, TAG_EVENT, MPI_COMM_WORLD, &flag, &st);
-        if (!flag) return;
-        event_msg_t e;
-        MPI_Recv(&e, (int)sizeof e, MPI_BYTE, st.MPI_SOURCE, TAG_EVENT, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        e.role[sizeof e.role - 1] = '\0';
-        e.text[sizeof e.text - 1] = '\0';
-        fl_launch_event(lx->L, e.role[0] ? e.role : NULL, "%s", e.text);
-    }
-}
-
-/* Receives every EVENT, then every DONE that has arrived; returns the first rank that
- * ended, or -1. */
-static int poll_done(launcher_ctx_t *lx) {
-    mpi_state_t *m = lx->m;
-    poll_events(lx);
-    int first = -1;
-    for (;;) {
-        int flag = 0;
-        MPI_Status st;
-        MPI_Iprobe(MPI_ANY_SOURCE, TAG_DONE, MPI_COMM_WORLD, &flag, &st);
-        if (!flag) return first;
-        int r = st.MPI_SOURCE;
-        MPI_Recv(&m->msg[r], (int)sizeof m->msg[r], MPI_BYTE, r, TAG_DONE, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        m->done[r] = 1;
-        if (first < 0) first = r;
-    }
-}
-
-/* "evaluator 0 (pid 12) exited with status 1 (log: ...)" */
-static void describe_eval(const fl_child_t *c, char *reason, size_t len) {
-    char st[128];
-    fl_proc_describe_status(c->status, st, sizeof st);
-    snprintf(reason, len, "evaluator %d (pid %d, on the launcher's host) %s%s%s%s", c->index, (int)c->pid, st,
-             c->log[0] ? " (log: " : "", c->log, c->log[0] ? ")" : "");
-}
-
-static int spawn_eval(launcher_ctx_t *lx, int i, int restart);
-
-/* Evaluator i died on its own: schedules its restart (1), or writes why the fleet must
- * stop (0). The restart rule of launcher/proc.h, as on one machine. */
-static int supervise_eval(launcher_ctx_t *lx, int i, char *reason, size_t len) {
-    fl_launch_t *L = lx->L;
-    eval_sup_t *s = &lx->esup[i];
-    char what[900];
-    fl_proc_echo_logs(lx->evals, lx->n_evals); /* its last words first */
-    describe_eval(&lx->evals[i], what, sizeof what);
-    const char *why = NULL;
-    double now = fl_clock_sec();
-    double wait = fl_restart_after(&s->rule, now, fl_launch_config(L)->run_max_restarts, lx->evals[i].status, &why);
-    if (why) {
-        snprintf(reason, len, "%s; not restarted: %s", what, why);
-        return 0;
-    }
-    s->waiting = 1;
-    s->restart_at = now + wait;
-    fl_launch_event(L, NULL, "%s; restarting it in %.1f s (restart %d)", what, wait, s->restarts + 1);
-    return 1;
-}
-
-/* Restarts the evaluators whose wait is over; one that fails to start is seen dead on
- * the next look. */
-static void restart_evals(launcher_ctx_t *lx) {
-    double now = fl_clock_sec();
-    for (int i = 0; i < lx->n_evals; i++) {
-        eval_sup_t *s = &lx->esup[i];
-        if (!s->waiting || now < s->restart_at || fl_stop_requested()) continue;
-        s->waiting = 0;
-        s->restarts++;
-        if (spawn_eval(lx, i, s->restarts) == 0)
-            fl_launch_event(lx->L, "evaluator", "restarted evaluator %d (pid %d, on the launcher's host)",
-                            i, (int)lx->evals[i].pid);
-    }
-}
-
-/* A role's silence at now (its reports; a service's answers to the launcher's Info, one
- * due every progress period with a 1 s deadline), from when it was last asked to restart;
- * -1 before its first sign of life. */
-static double silence_of(launcher_ctx_t *lx, const char *role, int index, int slot, double now) {
-    const fl_config_t *cfg = fl_launch_config(lx->L);
-    double seen = fl_launch_last_report(lx->L, role, index);
-    if (seen < 0) return -1; /* a role without reports */
-    if (strcmp(role, "replay") == 0 || strcmp(role, "paramserver") == 0) seen += cfg->run_progress_every + 1.0;
-    /* from the first look at the latest (a role that has not reported yet reads 0) */
-    return now - fmax(fmax(seen, lx->hang_t0), lx->hang_kill_at[slot]);
-}
-
-/* The hang checks of a job (what launcher/local.c's check_hangs does on one machine, without
- * /proc, which a remote rank's processes are not in): a role silent for run.hang_s is
- * reported at half of it, and at run.hang_s its rank is asked to kill it (TAG_KILL),
- * which restarts it as a death; an evaluator is killed here. A silence counts only while
- * what the role waits on is well: learners while every service answers, actors and
- * evaluators while the learners report too. A learner runs inside its rank's process and
- * cannot be restarted: a hung learner stops the fleet (1, with why). */
-static int check_hangs_mpi(launcher_ctx_t *lx, char *reason, size_t len) {
-    const fl_config_t *cfg = fl_launch_config(lx->L);
-    mpi_state_t *m = lx->m;
-    const double hang_s = cfg->run_hang_s, now = fl_clock_sec();
-    if (hang_s <= 0 || now < lx->next_hang_look || !lx->hang_kill_at) return 0;
-    lx->next_hang_look = now + 0.5;
-    if (lx->hang_t0 == 0) lx->hang_t0 = now;
-    int services_well = 1, learners_well = 1;
-    for (int r = 0; r < m->size; r++) {
-        if (r == m->launcher || m->done[r]) continue;
-        double sil = silence_of(lx, kind_names[m->kind[r]], m->index[r], r, now);
-        if ((m->kind[r] == K_REPLAY || m->kind[r] == K_PARAMSERVER) && sil > 0) services_well = 0;
-        if (m->kind[r] == K_LEARNER && sil >= hang_s / 2) learners_well = 0;
-    }
-    for (int k = 0; k < m->size + lx->n_evals; k++) {
-        const int is_eval = k >= m->size, r = k;
-        if (!is_eval && (r == m->launcher || m->done[r])) continue;
-        if (is_eval && (!lx->evals[k - m->size].running || lx->esup[k - m->size].waiting)) continue;
-        const int kind = is_eval ? -1 : m->kind[r];
-        const char *role = is_eval ? "evaluator" : kind_names[kind];
-        const int index = is_eval ? k - m->size : m->index[r];
-        const int service = kind == K_REPLAY || kind == K_PARAMSERVER;
-        double sil = silence_of(lx, role, index, k, now);
-        if (sil < hang_s / 2 || (!service && !services_well) || ((kind == K_ACTOR || is_eval) && !learners_well)) {
-            lx->hang_warned[k] = 0;
-            continue;
-        }
-        char who[200];
-        if (is_eval)
-            snprintf(who, sizeof who, "evaluator %d (pid %d, on the launcher's host)", index, (int)lx->evals[index].pid);
-        else
-            snprintf(who, sizeof who, "%s %d (rank %d on %s)", role, index, r, m->ids[r].host);
-        if (sil < hang_s) {
-            if (!lx->hang_warned[k])
-                fl_launch_event(lx->L, NULL, "%s gave no sign of life for %.0f s; run.hang_s = %g s ends it", who, sil,
-                                hang_s);
-            lx->hang_warned[k] = 1;
-            continue;
-        }
-        fl_launch_note_hang(lx->L);
-        lx->hang_warned[k] = 0;
-        lx->hang_kill_at[k] = now;
-        if (kind == K_LEARNER) {
-            snprintf(reason, len, "%s hung: no sign of life for %.0f s, run.hang_s (a learner runs in its rank's "
-                     "process under mpirun and cannot be restarted)", who, sil);
-            return 1;
-        }
-        fl_launch_event(lx->L, NULL, "%s hung: no sign of life for %.0f s, run.hang_s; killing it (SIGKILL) to restart "
-                        "it", who, sil);
-        if (is_eval) {
-            kill(lx->evals[index].pid, SIGKILL);
-        } else {
-            int one = 1;
-            MPI_Send(&one, 1, MPI_INT, r, TAG_KILL, MPI_COMM_WORLD);
-        }
-    }
-    return 0;
-}
-
-static int mpi_dead(void *ctx, char *reason, size_t len) {
-    launcher_ctx_t *lx = ctx;
-    mpi_state_t *m = lx->m;
-    if (check_hangs_mpi(lx, reason, len)) return 1;
-    restart_evals(lx);
-    fl_proc_reap(lx->evals, lx->n_evals);
-    for (int i = 0; i < lx->n_evals; i++) {
-        const fl_child_t *c = &lx->evals[i];
-        if (!c->pid || c->running || lx->esup[i].waiting) continue;
-        if (!supervise_eval(lx, i, reason, len)) return 1;
-    }
-    int r = poll_done(lx);
-    if (r < 0) return 0;
-    const fl_config_t *cfg = fl_launch_config(lx->L);
-    if (m->kind[r] == K_LEARNER && m->msg[r].clean && cfg->learner_max_steps > 0) { /* the end of the work */
-        snprintf(reason, len, "learner %d took learner.max_steps = %lld steps", m->index[r],
-                 (long long)cfg->learner_max_steps);
-        return 2;
-    }
-    char who[160];
-    describe_rank(m, r, who, sizeof who);
-    snprintf(reason, len, "%s %s", who, m->msg[r].what);
-    return 1;
-}
-
-static void mpi_stop(void *ctx, const char *roles, double grace_s) {
-    launcher_ctx_t *lx = ctx;
-    mpi_state_t *m = lx->m;
-    if (strstr(roles, "evaluator")) fl_proc_stop_roles(lx->evals, lx->n_evals, "evaluator", grace_s);
-    for (int r = 0; r < m->size; r++) {
-        if (r == m->launcher || m->done[r] || !strstr(roles, kind_names[m->kind[r]])) continue;
-        int one = 1;
-        MPI_Send(&one, 1, MPI_INT, r, TAG_STOP, MPI_COMM_WORLD);
-    }
-    double until = fl_clock_sec() + grace_s;
-    for (;;) {
-        poll_done(lx);
-        int left = 0;
-        for (int r = 0; r < m->size; r++)
-            left += r != m->launcher && !m->done[r] && strstr(roles, kind_names[m->kind[r]]) != NULL;
-        if (!left || fl_clock_sec() > until) return;
-        fl_sleep_sec(0.02);
-    }
-}
-
-static int mpi_unclean(void *ctx, char *reason, size_t len) {
-    launcher_ctx_t *lx = ctx;
-    mpi_state_t *m = lx->m;
-    for (int i = 0; i < lx->n_evals; i++) /* one waiting for its restart was reported then */
-        if (lx->evals[i].pid && !lx->esup[i].waiting && !fl_proc_clean_exit(lx->evals[i].status)) {
-            describe_eval(&lx->evals[i], reason, len);
-            return 1;
-        }
-    poll_done(lx);
-    for (int r = 0; r < m->size; r++) {
-        if (r == m->launcher || (m->done[r] && m->msg[r].clean)) continue;
-        char who[160];
-        describe_rank(m, r, who, sizeof who);
-        snprintf(reason, len, "%s %s", who, m->done[r] ? m->msg[r].what : "did not stop");
-        return 1;
-    }
-    return 0;
-}
-
-static void mpi_pids(void *ctx, FILE *f) {
-    launcher_ctx_t *lx = ctx;
-    mpi_state_t *m = lx->m;
-    int first = 1;
-    for (int r = 0; r < m->size; r++) {
-        int pid = r == m->launcher ? (int)getpid() : m->msg[r].pid;
-        if (pid <= 0) continue;
-        fprintf(f, "%s%d", first ? "" : ",", pid);
-        first = 0;
-    }
-    for (int i = 0; i < lx->n_evals; i++)
-        if (lx->evals[i].pid) {
-            fprintf(f, "%s%d", first ? "" : ",", (int)lx->evals[i].pid);
-            first = 0;
-        }
-}
-
-static void mpi_echo_logs(void *ctx) {
-    launcher_ctx_t *lx = ctx;
-    fl_proc_echo_logs(lx->evals, lx->n_evals);
-}
-
-static void print_ranks(const mpi_state_t *m) {
-    printf("  ranks       ");
-    for (int r = 0; r < m->size && r < 64; r++) {
-        if (m->kind[r] == K_LAUNCHER)
-            printf(" %d:launcher@%s", r, m->ids[r].host);
-        else
-            printf(" %d:%s %d@%s", r, kind_names[m->kind[r]], m->index[r], m->ids[r].host);
-    }
-    if (m->size > 64) printf(" ...");
-    printf("\n");
-    fflush(stdout);
-}
-
 /* The comma-separated addresses of the ranks of `kind`, in index order (malloc'd). */
 static char *kind_list(const mpi_state_t *m, const char *addrs, int kind) {
     size_t len = 1;
@@ -532,33 +210,6 @@ static char *kind_list(const mpi_state_t *m, const char *addrs, int kind) {
     return list;
 }
 
-/* One rank's run of the fleet: what fl_mpi_run's phases share. */
-struct rank_run {
-    mpi_state_t m;
-    fl_config_t cfg;
-    const char *cfg_file;
-    const char *resume_dir; /* fleet run --resume DIR: every rank's roles continue from the checkpoints ("" = a new run) */
-    fl_learner_main_fn learner_main; /* the learner rank's main (the verb's) */
-    rank_id_t me;
-    int kind, index;                 /* this rank's role */
-    char host[FL_CONFIG_STRING_MAX]; /* the address this rank's services bind */
-    char control[300];               /* Control's address */
-    char tmp_cfg[256];               /* the config this rank's role reads (the launcher's: config.ini) */
-    fl_launch_t *L;                  /* the launcher's */
-    char *addrs;                     /* every rank's service address, ADDR_LEN each ("" for none) */
-    char *replay_list, *ps_list;     /* the services' addresses in shard order (malloc'd) */
-    char replay_arg[256], ps_arg[256];
-    fl_child_t child; /* a service rank's or an actor rank's process */
-    fl_restart_t rule; /* the child's restart rule (launcher/proc.h) */
-    MPI_Comm learners;
-    int netif;                      /* services bind an interface's address (across hosts, or run.interface) */
-    char tls_dir[FL_CONFIG_STRING_MAX]; /* the credentials this rank's roles use ("" = none) */
-    char tls_set[FL_CONFIG_STRING_MAX + 16]; /* "run.tls_dir=<tls_dir>", the roles' --set */
-    int tls_own;                    /* tls_dir is this rank's per-job copy (removed at the end) */
-    char *job_files[5];             /* the launcher's per-job credentials, until they are in the run folder */
-    long long job_len[5];
-};
-
 /* 1. Who is where, and which role. 0, or the exit code (the same on every rank). */
 static int gather_roles(rank_run_t *X, const char *role) {
     mpi_state_t *m = &X->m;
@@ -570,7 +221,7 @@ static int gather_roles(rank_run_t *X, const char *role) {
     m->done = calloc((size_t)m->size, sizeof *m->done);
     m->msg = calloc((size_t)m->size, sizeof *m->msg);
     X->addrs = calloc((size_t)m->size, ADDR_LEN);
-    if (any_rank(!m->ids || !m->kind || !m->index || !m->done || !m->msg || !X->addrs)) {
+    if (fl__mpi_any_rank(!m->ids || !m->kind || !m->index || !m->done || !m->msg || !X->addrs)) {
         fprintf(stderr, "fleet run (rank %d): out of memory\n", m->me);
         return 1;
     }
@@ -606,244 +257,7 @@ static int choose_address(rank_run_t *X) {
     if (!one_host && strcmp(X->cfg.run_bind_host, "127.0.0.1") != 0 && m->me == 0)
         FL_WARN("run.bind_host = %s is ignored across hosts: each host binds its own address (run.interface)",
                 X->cfg.run_bind_host);
-    return any_rank(bad) ? 2 : 0;
-}
-
-/* The per-job credential files every rank gets (ca.key stays with the launcher's maker,
- * and is dropped). learner.token goes only to the ranks that use it. */
-static const char *const job_names[5] = {FL_TLS_CA, FL_TLS_CERT, FL_TLS_KEY, FL_TLS_TOKEN, FL_TLS_LEARNER_TOKEN};
-
-/* Writes the per-job files into dir (0700, made here): 0 or -1 with errno. */
-static int write_job_files(const rank_run_t *X, const char *dir, int with_learner) {
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) return -1;
-    for (int i = 0; i < 5; i++) {
-        if (i == 4 && !with_learner) continue;
-        char path[FL_CONFIG_STRING_MAX + 32];
-        snprintf(path, sizeof path, "%s/%s", dir, job_names[i]);
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, i < 2 ? 0644 : 0600);
-        int bad = fd < 0 || write(fd, X->job_files[i], (size_t)X->job_len[i]) != (ssize_t)X->job_len[i];
-        if (fd >= 0) bad |= close(fd) != 0;
-        if (bad) return -1;
-    }
-    return 0;
-}
-
-/* Removes a credentials folder this job made. */
-static void remove_job_dir(const char *dir) {
-    static const char *const all[] = {FL_TLS_CA, FL_TLS_CA_KEY, FL_TLS_CERT, FL_TLS_KEY, FL_TLS_TOKEN,
-                                      FL_TLS_LEARNER_TOKEN};
-    for (int i = 0; i < 6; i++) {
-        char path[FL_CONFIG_STRING_MAX + 32];
-        snprintf(path, sizeof path, "%s/%s", dir, all[i]);
-        unlink(path);
-    }
-    rmdir(dir);
-}
-
-/* The launcher: makes the job's credentials in a temporary folder for every rank's host
- * name and address (addrs: ADDR_LEN each), and reads the files back. 0 or 1 after
- * printing why. */
-static int make_job_files(rank_run_t *X, const char *addrs) {
-    const mpi_state_t *m = &X->m;
-    const char **hosts = calloc((size_t)m->size * 2, sizeof *hosts);
-    int bad = !hosts || !mkdtemp(strcpy(X->tls_dir, "/tmp/fleet-tls-XXXXXX"));
-    int n = 0;
-    for (int r = 0; hosts && r < m->size; r++) {
-        hosts[n++] = m->ids[r].host;
-        hosts[n++] = addrs + (size_t)r * ADDR_LEN;
-    }
-    char why[1024] = "out of memory, or no temporary folder";
-    if (!bad) bad = fl_security_make(X->tls_dir, hosts, n, 365, why, sizeof why) != 0;
-    free(hosts);
-    for (int i = 0; i < 5 && !bad; i++) {
-        char path[FL_CONFIG_STRING_MAX + 32];
-        snprintf(path, sizeof path, "%s/%s", X->tls_dir, job_names[i]);
-        X->job_files[i] = fl_proc_read_file(path, 1 << 20, &X->job_len[i]);
-        if (!X->job_files[i]) snprintf(why, sizeof why, "cannot read back %s", path);
-        bad = !X->job_files[i];
-    }
-    if (bad) fprintf(stderr, "fleet run: cannot make the job's TLS credentials: %s\n", why);
-    else X->tls_own = 1;
-    return bad;
-}
-
-/* 2b. TLS for the job (see the top of this file). 0, or the exit code (the same on every
- * rank). */
-static int job_security(rank_run_t *X) {
-    mpi_state_t *m = &X->m;
-    const int launcher = m->me == m->launcher;
-    snprintf(X->tls_dir, sizeof X->tls_dir, "%s", X->cfg.run_tls_dir);
-    if (!X->cfg.run_tls_dir[0] && (!X->netif || X->cfg.run_insecure)) {
-        char why[1024];
-        int r = fl_security_check_bind(&X->cfg, X->host, why, sizeof why);
-        if (r > 0 && launcher) fprintf(stderr, "fleet run: warning: %s\n", why);
-        if (r < 0 && launcher) fprintf(stderr, "fleet run: %s\n", why);
-        return any_rank(r < 0) ? 2 : 0;
-    }
-    if (!X->cfg.run_tls_dir[0]) {
-        char *addrs = calloc((size_t)m->size, ADDR_LEN);
-        if (any_rank(!addrs)) {
-            free(addrs);
-            return 1;
-        }
-        char mine[ADDR_LEN] = "";
-        snprintf(mine, sizeof mine, "%s", X->host);
-        MPI_Allgather(mine, ADDR_LEN, MPI_CHAR, addrs, ADDR_LEN, MPI_CHAR, MPI_COMM_WORLD);
-        int bad = launcher ? make_job_files(X, addrs) : 0;
-        free(addrs);
-        if (any_rank(bad)) return 1;
-        for (int i = 0; i < 5; i++) {
-            MPI_Bcast(&X->job_len[i], 1, MPI_LONG_LONG, m->launcher, MPI_COMM_WORLD);
-            if (!launcher) X->job_files[i] = malloc((size_t)X->job_len[i] + 1);
-            if (any_rank(!X->job_files[i])) return 1;
-            MPI_Bcast(X->job_files[i], (int)X->job_len[i], MPI_CHAR, m->launcher, MPI_COMM_WORLD);
-        }
-        if (!launcher) {
-            char dir[64];
-            snprintf(dir, sizeof dir, "/tmp/fleet-rank%d-tls-XXXXXX", m->me);
-            bad = !mkdtemp(dir);
-            if (!bad) {
-                snprintf(X->tls_dir, sizeof X->tls_dir, "%s", dir);
-                X->tls_own = 1;
-                bad = write_job_files(X, dir, X->kind == K_LEARNER || X->kind == K_PARAMSERVER) != 0;
-            }
-            if (bad) fprintf(stderr, "fleet run (rank %d on %s): cannot write the job's TLS credentials in %s: %s\n",
-                             m->me, X->me.host, dir, strerror(errno));
-        }
-        if (any_rank(bad)) return 1;
-    }
-    char why[1024];
-    int bad = fl_security_load(X->tls_dir, 0, why, sizeof why) != 0;
-    if (bad) fprintf(stderr, "fleet run (rank %d on %s): run.tls_dir = %s: %s\n", m->me, X->me.host, X->tls_dir, why);
-    return any_rank(bad) ? 2 : 0;
-}
-
-/* The launcher's per-job credentials move from their temporary folder into the run
- * folder's tls/ (0700), which its evaluators then use. 0 or 1 after printing why. */
-static int keep_job_credentials(rank_run_t *X) {
-    if (X->m.me != X->m.launcher || !X->job_files[0] || !X->tls_own) return 0;
-    char dir[FL_CONFIG_STRING_MAX];
-    if (snprintf(dir, sizeof dir, "%s/tls", fl_launch_dir(X->L)) >= (int)sizeof dir || write_job_files(X, dir, 1) != 0) {
-        fprintf(stderr, "fleet run: cannot write the job's TLS credentials in %s: %s\n", dir, strerror(errno));
-        return 1;
-    }
-    remove_job_dir(X->tls_dir);
-    snprintf(X->tls_dir, sizeof X->tls_dir, "%s", dir);
-    X->tls_own = 0; /* the run folder keeps them */
-    printf("  tls          per-job credentials for %d ranks in %s/ (no run.tls_dir)\n", X->m.size, dir);
-    return 0;
-}
-
-/* 3a. The launcher's run folder and Control; Control's address to everyone. */
-static int start_control(rank_run_t *X) {
-    mpi_state_t *m = &X->m;
-    int rc = 0;
-    if (m->me == m->launcher) {
-        rc = X->resume_dir[0] ? fl_launch_resume(&X->cfg, X->resume_dir, X->host, &X->L)
-                              : fl_launch_create(&X->cfg, X->cfg_file, X->host, &X->L);
-        if (!rc) rc = keep_job_credentials(X);
-        if (!rc) {
-            snprintf(X->control, sizeof X->control, "%s", fl_launch_control_addr(X->L));
-            print_ranks(m);
-        }
-    }
-    MPI_Bcast(&rc, 1, MPI_INT, m->launcher, MPI_COMM_WORLD);
-    if (rc) return rc;
-    MPI_Bcast(X->control, (int)sizeof X->control, MPI_CHAR, m->launcher, MPI_COMM_WORLD);
-    /* The run's access token (common/rpc.h), which plaintext services and Control take
-     * (an mpirun job on one host's loopback, or with run.insecure): every rank and the
-     * roles it starts call and serve with it. */
-    char access[64] = "";
-    if (m->me == m->launcher) snprintf(access, sizeof access, "%s", getenv(FL_RPC_ACCESS_ENV) ? getenv(FL_RPC_ACCESS_ENV) : "");
-    MPI_Bcast(access, (int)sizeof access, MPI_CHAR, m->launcher, MPI_COMM_WORLD);
-    if (m->me != m->launcher && access[0]) {
-        fl_err_t err;
-        fl_err_init(&err);
-        if (fl_rpc_set_access_token(access, &err) != FL_OK || setenv(FL_RPC_ACCESS_ENV, access, 1) != 0) {
-            fprintf(stderr, "fleet run (rank %d): cannot set the run's access token: %s\n", m->me, err.msg);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
-    }
-    /* Each rank gets its own role's key only (common/credential.h): a host cannot report
-     * for the roles of another. */
-    unsigned char *keys = NULL, key[FL_CRED_KEY_BYTES] = {0};
-    if (m->me == m->launcher) {
-        keys = calloc((size_t)m->size, FL_CRED_KEY_BYTES);
-        if (!keys) {
-            fprintf(stderr, "fleet run: out of memory\n");
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
-        const unsigned char *secret = fl_launch_fleet_state(X->L)->secret;
-        for (int r = 0; r < m->size; r++)
-            if (m->kind[r] != K_LAUNCHER)
-                fl_cred_role_key(secret, kind_names[m->kind[r]], (uint32_t)m->index[r], keys + (size_t)r * FL_CRED_KEY_BYTES);
-    }
-    MPI_Scatter(keys, FL_CRED_KEY_BYTES, MPI_UNSIGNED_CHAR, key, FL_CRED_KEY_BYTES, MPI_UNSIGNED_CHAR, m->launcher,
-                MPI_COMM_WORLD);
-    free(keys);
-    if (m->me != m->launcher) {
-        if (X->kind == K_LEARNER) { /* the learner runs in this process: its first and only incarnation */
-            char tok[FL_CRED_TOKEN_CHARS + 1], var[64];
-            fl_cred_token(key, 1, tok);
-            snprintf(var, sizeof var, "1:%s", tok);
-            setenv(FL_CRED_ENV, var, 1);
-        } else {
-            fl_proc_set_role_key(kind_names[X->kind], X->index, key);
-        }
-    }
-    return 0;
-}
-
-/* The launcher's config.ini (malloc'd, *len bytes), or NULL with *len = -1. */
-static char *read_config_text(rank_run_t *X, long long *len) {
-    const char *path = fl_launch_config_path(X->L);
-    char *text = fl_proc_read_file(path, 1 << 20, len);
-    snprintf(X->tmp_cfg, sizeof X->tmp_cfg, "%s", path);
-    return text;
-}
-
-/* A rank's own copy of the config text (a temporary file), loaded as its config. 0, or 1
- * after printing why. */
-static int keep_config_copy(rank_run_t *X, const char *text, long long len) {
-    const int me = X->m.me;
-    snprintf(X->tmp_cfg, sizeof X->tmp_cfg, "/tmp/fleet-rank%d-XXXXXX.ini", me);
-    int fd = mkstemps(X->tmp_cfg, 4);
-    int bad = fd < 0 || write(fd, text, (size_t)len) != (ssize_t)len;
-    if (fd >= 0) close(fd);
-    fl_err_t e;
-    fl_err_init(&e);
-    fl_config_t got;
-    fl_config_defaults(&got);
-    if (!bad && fl_config_load_file(&got, X->tmp_cfg, &e) != FL_OK) {
-        fprintf(stderr, "fleet run (rank %d on %s): %s\n", me, X->me.host, e.msg);
-        bad = 1;
-    }
-    if (!bad) X->cfg = got;
-    if (bad && fd < 0) fprintf(stderr, "fleet run (rank %d on %s): cannot write %s\n", me, X->me.host, X->tmp_cfg);
-    return bad;
-}
-
-/* 3b. The effective config's text from the launcher to every rank. */
-static int broadcast_config(rank_run_t *X) {
-    mpi_state_t *m = &X->m;
-    const int launcher = m->me == m->launcher;
-    long long len = 0;
-    char *text = launcher ? read_config_text(X, &len) : NULL;
-    MPI_Bcast(&len, 1, MPI_LONG_LONG, m->launcher, MPI_COMM_WORLD);
-    if (len <= 0) {
-        if (launcher) fprintf(stderr, "fleet run: cannot read back %s\n", fl_launch_config_path(X->L));
-        free(text);
-        return 1;
-    }
-    if (!launcher) text = malloc((size_t)len);
-    if (any_rank(!text)) {
-        free(text);
-        return 1;
-    }
-    MPI_Bcast(text, (int)len, MPI_CHAR, m->launcher, MPI_COMM_WORLD);
-    int bad = launcher ? 0 : keep_config_copy(X, text, len);
-    free(text);
-    return any_rank(bad) ? 1 : 0;
+    return fl__mpi_any_rank(bad) ? 2 : 0;
 }
 
 /* SIGTERM to this rank's child, if it runs, and waits for it. */
@@ -871,7 +285,7 @@ static int service_checkpoint(const rank_run_t *X, char *file, size_t len) {
  * 1 after printing why (the child, if it still runs, is killed). */
 static int spawn_service(rank_run_t *X, char *addr) {
     fl_child_t *c = &X->child;
-    const char *name = kind_names[X->kind];
+    const char *name = fl__mpi_kind_names[X->kind];
     char idx[32], listen[FL_CONFIG_STRING_MAX + 8];
     snprintf(idx, sizeof idx, "%d", X->index);
     snprintf(listen, sizeof listen, "%s:0", X->host);
@@ -907,7 +321,7 @@ static int start_services(rank_run_t *X) {
     int bad = 0;
     if (X->kind == K_REPLAY || X->kind == K_PARAMSERVER) bad = spawn_service(X, my_addr);
     MPI_Allgather(my_addr, ADDR_LEN, MPI_CHAR, X->addrs, ADDR_LEN, MPI_CHAR, MPI_COMM_WORLD);
-    if (any_rank(bad)) {
+    if (fl__mpi_any_rank(bad)) {
         stop_child(X);
         return 1;
     }
@@ -930,7 +344,7 @@ static int share_addresses(rank_run_t *X) {
             fprintf(stderr, "fleet run: the service addresses do not fit in an option (%zu parameter-server bytes)\n",
                     strlen(X->ps_list));
     }
-    if (any_rank(bad)) {
+    if (fl__mpi_any_rank(bad)) {
         stop_child(X);
         return 1;
     }
@@ -939,90 +353,6 @@ static int share_addresses(rank_run_t *X) {
         fflush(stdout);
     }
     return 0;
-}
-
-/* Starts evaluator i, or restarts it (restart: its restarts so far, >= 1), with --resume
- * when its state file exists: its rounds go on. 0 or -1. */
-static int spawn_eval(launcher_ctx_t *lx, int i, int restart) {
-    const rank_run_t *X = lx->X;
-    const char *dir = fl_launch_config(lx->L)->run_checkpoint_dir;
-    char idx[32], file[FL_CONFIG_STRING_MAX + 32];
-    snprintf(idx, sizeof idx, "%d", i);
-    snprintf(file, sizeof file, "%s/evaluator-%d.state", dir, i);
-    int resume = (restart || X->resume_dir[0]) && dir[0] && access(file, R_OK) == 0;
-    /* --replay: where a deterministic evaluator marks its rounds (unused otherwise) */
-    char *args[] = {"--config", (char *)X->tmp_cfg, "--index", idx, "--paramserver", (char *)X->ps_arg, "--control",
-                    (char *)X->control, "--set", (char *)X->tls_set, "--replay", (char *)X->replay_arg,
-                    resume ? "--resume" : NULL, NULL};
-    lx->esup[i].rule.started_at = fl_clock_sec();
-    return fl_proc_spawn(&lx->evals[i], "evaluator", i, args, 0, 0);
-}
-
-/* The launcher rank's evaluators: `fleet evaluator --index i` children on its host,
- * logging to the run's logs/ folder. 0, or 1 after printing why. */
-static int start_evaluators(rank_run_t *X, launcher_ctx_t *lx) {
-    const int n = (int)X->cfg.run_evaluators;
-    lx->evals = n ? calloc((size_t)n, sizeof *lx->evals) : NULL;
-    lx->esup = n ? calloc((size_t)n, sizeof *lx->esup) : NULL;
-    if (n && (!lx->evals || !lx->esup)) {
-        fprintf(stderr, "fleet run: out of memory for %d evaluators\n", n);
-        return 1;
-    }
-    lx->n_evals = n;
-    char logs[700];
-    snprintf(logs, sizeof logs, "%s/logs", fl_launch_dir(X->L));
-    if (n && fl_proc_mkdir_p(logs) == 0) fl_proc_set_log_dir(logs);
-    for (int i = 0; i < n; i++) {
-        if (spawn_eval(lx, i, 0) != 0) {
-            fprintf(stderr, "fleet run: cannot start evaluator %d: %s\n", i, strerror(errno));
-            return 1;
-        }
-    }
-    if (n) printf("  evaluators   %d on the launcher's host, logs in %s/\n", n, logs);
-    fflush(stdout);
-    return 0;
-}
-
-/* The launcher: the progress loop, then FINISH to every rank, or MPI_Abort when a rank
- * did not stop. Returns the exit code. */
-static int run_launcher(rank_run_t *X) {
-    mpi_state_t *m = &X->m;
-    static const fl_launch_ops_t ops = {mpi_dead, mpi_stop, mpi_unclean, mpi_pids, mpi_echo_logs};
-    launcher_ctx_t lx = {m, X, X->L, NULL, NULL, 0, NULL, NULL, 0, 0};
-    int failed = start_evaluators(X, &lx);
-    const size_t slots = (size_t)m->size + (size_t)lx.n_evals;
-    lx.hang_kill_at = calloc(slots, sizeof *lx.hang_kill_at);
-    lx.hang_warned = calloc(slots, sizeof *lx.hang_warned);
-    if (!lx.hang_kill_at || !lx.hang_warned) { /* no hang checks, the rest goes on */
-        free(lx.hang_kill_at);
-        free(lx.hang_warned);
-        lx.hang_kill_at = NULL;
-        lx.hang_warned = NULL;
-    }
-    int rc = fl_launch_monitor(X->L, X->replay_list, X->ps_list, &ops, &lx, failed, failed ? "evaluators did not start" : "");
-    free(lx.evals);
-    free(lx.esup);
-    free(lx.hang_kill_at);
-    free(lx.hang_warned);
-    int left = 0;
-    char who[160] = "";
-    for (int r = 0; r < m->size; r++)
-        if (r != m->launcher && !m->done[r]) {
-            if (!left) describe_rank(m, r, who, sizeof who);
-            left++;
-        }
-    if (left) {
-        fprintf(stderr, "fleet run: %d rank%s did not stop (first: %s); ending the job\n", left, left == 1 ? "" : "s",
-                who);
-        fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, rc ? rc : 1);
-    }
-    for (int r = 0; r < m->size; r++) {
-        if (r == m->launcher) continue;
-        int one = 1;
-        MPI_Send(&one, 1, MPI_INT, r, TAG_FINISH, MPI_COMM_WORLD);
-    }
-    return rc;
 }
 
 /* A learner rank runs the learner in this process, with the learners' all-reduce. */
@@ -1089,7 +419,7 @@ static void send_event(const mpi_state_t *m, const char *role, const char *fmt, 
  * (a child that came up elsewhere is killed, and seen dead on the next look). */
 static int respawn_service(rank_run_t *X) {
     fl_child_t *c = &X->child;
-    const char *name = kind_names[X->kind];
+    const char *name = fl__mpi_kind_names[X->kind];
     char idx[32], listen[ADDR_LEN], file[FL_CONFIG_STRING_MAX + 32];
     snprintf(idx, sizeof idx, "%d", X->index);
     snprintf(listen, sizeof listen, "%s", X->addrs + (size_t)X->m.me * ADDR_LEN);
@@ -1187,7 +517,7 @@ static int wait_restart(mpi_state_t *m, double s) {
 static void supervise_child(rank_run_t *X) {
     mpi_state_t *m = &X->m;
     fl_child_t *c = &X->child;
-    const char *name = kind_names[X->kind];
+    const char *name = fl__mpi_kind_names[X->kind];
     int restarts = 0;
     char what[128], msg[256];
     for (;;) {
@@ -1233,7 +563,7 @@ static void run_actor(rank_run_t *X) {
 static int run_role(rank_run_t *X) {
     MPI_Comm_split(MPI_COMM_WORLD, X->kind == K_LEARNER ? 0 : MPI_UNDEFINED, X->index, &X->learners);
     switch (X->kind) {
-    case K_LAUNCHER: return run_launcher(X);
+    case K_LAUNCHER: return fl__mpi_run_launcher(X);
     case K_LEARNER: run_learner(X); return 0;
     case K_ACTOR: run_actor(X); return 0;
     default: supervise_child(X); return 0;
@@ -1251,7 +581,7 @@ static void finish(rank_run_t *X) {
         unlink(path);
     }
     fl_launch_destroy(X->L);
-    if (X->tls_own) remove_job_dir(X->tls_dir);
+    if (X->tls_own) fl__mpi_remove_job_dir(X->tls_dir);
     for (int i = 0; i < 5; i++) free(X->job_files[i]);
     free(X->replay_list);
     free(X->ps_list);
@@ -1321,9 +651,9 @@ int fl_mpi_run(const fl_config_t *cfg_in, const char *cfg_file, const char *role
     int rc = gather_roles(&X, role);
     if (!rc) greet_launcher(&X.m);
     if (!rc) rc = choose_address(&X);
-    if (!rc) rc = job_security(&X);
-    if (!rc) rc = start_control(&X);
-    if (!rc) rc = broadcast_config(&X);
+    if (!rc) rc = fl__mpi_job_security(&X);
+    if (!rc) rc = fl__mpi_start_control(&X);
+    if (!rc) rc = fl__mpi_broadcast_config(&X);
     snprintf(X.tls_set, sizeof X.tls_set, "run.tls_dir=%s", X.tls_dir);
     if (!rc) rc = start_services(&X);
     if (!rc) rc = share_addresses(&X);
