@@ -1,18 +1,14 @@
 /* config: the key table as an array of descriptors, value parsing and checking, the INI
- * loader (libinih behind a line reader of our own), the dump, the help and --config/--set.
+ * loader, the dump, the help and --config/--set.
  *
  * Every function walks `keys[]`, built from FL_CONFIG_KEYS; a descriptor knows where its
  * field lives (offsetof) and how to parse, check and print it.
  *
- * The loader feeds libinih through ini_parse_stream with its own reader because libinih
- * (as packaged, with its compile-time defaults) cuts lines at 200 bytes, treats indented
- * lines as continuations, ignores text after `]`, and does not tell the handler the line
- * number. The reader counts physical lines, drops indentation, hands section lines over
- * in a normalized form after checking them, and replaces a line too long for libinih's
- * buffer by a placeholder key; the handler then parses the saved line itself with the
- * same rules libinih applies (split at the first '=' or ':', ';' after whitespace starts
- * a comment, whitespace trimmed). Errors are kept with their line, and the earliest one
- * is reported. */
+ * The loader reads INI as libinih's defaults do (sections, `key = value` or `key: value`,
+ * `;` and `#` comment lines, `;` after whitespace starts an inline comment), with what a
+ * config needs and libinih's defaults lack: no line-length limit, every error with its
+ * physical line (the earliest one is reported), indented lines read as lines (not as
+ * continuations), text after `]` refused. */
 #include "common/config.h"
 
 #include <ctype.h>
@@ -26,8 +22,6 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
-
-#include <ini.h>
 
 #include "common/suggest.h"
 
@@ -657,19 +651,14 @@ typedef struct {
     FILE *f;
     char *buf; /* getline buffer: the current physical line */
     size_t cap;
-    char *text;   /* the current line without its indentation */
-    int lineno;   /* physical line number of `text` */
-    int long_line; /* `text` was too long for libinih: a placeholder stands in for it */
+    int lineno; /* physical line number of the current line */
     int read_errno;
-    int pending_line; /* line of an unknown section that has had no key yet, or 0 */
-    char pending[64];
-    int err_line; /* the earliest error found by the reader or the handler, 0 if none */
+    char section[64];  /* the current section ("" before the first) */
+    int pending_line;  /* line of an unknown section that has had no key yet, or 0 */
+    int err_line;      /* the earliest error found, 0 if none */
     fl_err_t first;
     int seen[NKEYS]; /* the line that set each key in this file, 0 if none */
 } loader;
-
-/* The placeholder key that stands in for a line too long for libinih. */
-#define LONG_LINE_KEY "\x01"
 
 /* Keeps the error at `line` if it is the earliest so far. */
 static void record(loader *L, int line, const fl_err_t *e) {
@@ -684,17 +673,19 @@ static void record_syntax(loader *L, int line, const char *what) {
     record(L, line, &e);
 }
 
+/* An unknown section is reported at its line only if no key follows it (a key reports the
+ * section with its own line, naming both). */
 static void resolve_pending(loader *L) {
     if (!L->pending_line) return;
     char loc[FL_ERR_MSG_MAX / 2];
     snprintf(loc, sizeof loc, "%s:%d", L->path, L->pending_line);
     fl_err_t e;
-    unknown_section(L->pending, loc, &e);
+    unknown_section(L->section, loc, &e); /* still the current section */
     record(L, L->pending_line, &e);
     L->pending_line = 0;
 }
 
-/* libinih's rule: the first of `chars`, or a ';' that follows whitespace, or the end. */
+/* The first of `chars`, or a ';' that follows whitespace (an inline comment), or the end. */
 static char *find_chars_or_comment(char *s, const char *chars) {
     int was_space = 0;
     while (*s && (!chars || !strchr(chars, *s)) && !(was_space && *s == ';')) {
@@ -715,128 +706,97 @@ static char *lskip(char *s) {
     return s;
 }
 
-static char *blank_line(char *str) {
-    str[0] = '\n';
-    str[1] = '\0';
-    return str;
-}
-
-/* A section line (s starts with '['): checked here and handed to libinih as "[name]\n". */
-static char *section_line(loader *L, char *s, char *str, int num) {
+/* `[name]` with an optional comment after it. */
+static void section_line(loader *L, char *s) {
     char *end = find_chars_or_comment(s + 1, "]");
     if (*end != ']') {
         record_syntax(L, L->lineno, "expected `[section]`: missing `]`");
-        return blank_line(str);
+        return;
     }
     *end = '\0';
     const char *name = s + 1;
     char *rest = lskip(end + 1);
     if (*rest && *rest != ';' && *rest != '#') {
         record_syntax(L, L->lineno, "unexpected text after `]`; expected `[section]` and an optional comment");
-        return blank_line(str);
+        return;
     }
     if (!*name) {
         record_syntax(L, L->lineno, "empty section name; expected `[section]`");
-        return blank_line(str);
+        return;
     }
     resolve_pending(L);
     size_t n = strlen(name);
-    /* libinih keeps 49 bytes of a section name; no section has a name that long. */
-    if (n >= 48 || n + 3 >= (size_t)num) {
+    if (n >= sizeof L->section) { /* no section has a name this long */
         char loc[FL_ERR_MSG_MAX / 2];
         snprintf(loc, sizeof loc, "%s:%d", L->path, L->lineno);
         fl_err_t e;
         unknown_section(name, loc, &e);
         record(L, L->lineno, &e);
-        return blank_line(str);
+        return;
     }
-    if (!section_exists(name)) {
-        L->pending_line = L->lineno;
-        memcpy(L->pending, name, n + 1);
-    }
-    snprintf(str, (size_t)num, "[%s]\n", name);
-    return str;
+    memcpy(L->section, name, n + 1);
+    if (!section_exists(name)) L->pending_line = L->lineno;
 }
 
-static char *read_line(char *str, int num, void *stream) {
-    loader *L = stream;
-    if (num < 8) { /* libinih's buffer is 200 bytes; never this small */
-        fl_err_t e;
-        fail(&e, FL_INTERNAL, NULL, "%s:%d: libinih's line buffer (%d bytes) is too small", L->path, L->lineno + 1,
-             num);
-        record(L, L->lineno + 1, &e);
-        return NULL;
+/* `key = value` (or `key: value`): the key set in the working copy, once per file. */
+static void key_line(loader *L, char *s) {
+    char *end = find_chars_or_comment(s, "=:");
+    if (*end != '=' && *end != ':') {
+        record_syntax(L, L->lineno, "expected `key = value` or `[section]`");
+        return;
     }
-    errno = 0;
-    ssize_t n = getline(&L->buf, &L->cap, L->f);
-    if (n < 0) {
-        if (ferror(L->f)) L->read_errno = errno ? errno : EIO;
-        resolve_pending(L);
-        return NULL;
-    }
-    L->lineno++;
-    L->long_line = 0;
-    char *s = L->buf;
-    size_t len = (size_t)n;
-    if (strlen(s) != len) {
-        record_syntax(L, L->lineno, "the line contains a NUL byte");
-        return blank_line(str);
-    }
-    if (L->lineno == 1 && len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3, len -= 3; /* UTF-8 BOM */
-    while (*s && *s != '\n' && is_space(*s)) s++, len--;
-    L->text = s;
-    if (*s == '[') return section_line(L, s, str, num);
-    if (len + 1 <= (size_t)num) {
-        memcpy(str, s, len + 1);
-        return str;
-    }
-    if (*s == ';' || *s == '#') return blank_line(str);
-    L->long_line = 1;
-    snprintf(str, (size_t)num, "%s=\n", LONG_LINE_KEY);
-    return str;
-}
-
-static int on_key(void *user, const char *section, const char *name, const char *value) {
-    loader *L = user;
-    if (L->err_line) return 1; /* only the earliest error is reported */
-    char *kname = (char *)name, *kvalue = (char *)value;
-    if (L->long_line && strcmp(name, LONG_LINE_KEY) == 0) {
-        /* The full line, split as libinih would have. */
-        char *s = rstrip(L->text);
-        char *end = find_chars_or_comment(s, "=:");
-        if (*end != '=' && *end != ':') {
-            record_syntax(L, L->lineno, "expected `key = value` or `[section]`");
-            return 0;
-        }
-        *end = '\0';
-        kname = rstrip(s);
-        kvalue = end + 1;
-        *find_chars_or_comment(kvalue, NULL) = '\0';
-        kvalue = rstrip(lskip(kvalue));
-    }
-    if (!*kname) {
+    *end = '\0';
+    char *name = rstrip(s), *value = end + 1;
+    *find_chars_or_comment(value, NULL) = '\0';
+    value = rstrip(lskip(value));
+    if (L->err_line) return; /* only the earliest error is reported */
+    if (!*name) {
         record_syntax(L, L->lineno, "missing key name; expected `key = value`");
-        return 0;
+        return;
     }
     L->pending_line = 0; /* a key in an unknown section reports the section itself */
     char loc[FL_ERR_MSG_MAX / 2];
     snprintf(loc, sizeof loc, "%s:%d", L->path, L->lineno);
     fl_err_t e;
-    if (fl_config_set_kv(L->cfg, section, kname, kvalue, loc, &e) != FL_OK) {
+    if (fl_config_set_kv(L->cfg, L->section, name, value, loc, &e) != FL_OK) {
         record(L, L->lineno, &e);
-        return 0;
+        return;
     }
-    const key_desc *d = find_key(section, kname);
-    if (!d) return 1;
+    const key_desc *d = find_key(L->section, name);
+    if (!d) return;
     size_t k = (size_t)(d - keys);
     if (L->seen[k]) {
         fail(&e, FL_INVALID_ARGUMENT, loc, "%s is given twice in this file (first on line %d); set it once",
              keys[k].name, L->seen[k]);
         record(L, L->lineno, &e);
-        return 0;
+        return;
     }
     L->seen[k] = L->lineno;
-    return 1;
+}
+
+/* Reads every line: indentation and trailing whitespace dropped, lines starting with ';'
+ * or '#' are comments, a ';' after whitespace starts one, and a line is a section, a key
+ * or blank (no continuation lines, no length limit). */
+static void read_lines(loader *L) {
+    ssize_t n;
+    errno = 0;
+    while ((n = getline(&L->buf, &L->cap, L->f)) >= 0) {
+        L->lineno++;
+        char *s = L->buf;
+        if (strlen(s) != (size_t)n) {
+            record_syntax(L, L->lineno, "the line contains a NUL byte");
+            continue;
+        }
+        if (L->lineno == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3; /* UTF-8 BOM */
+        s = rstrip(lskip(s));
+        if (*s == '[')
+            section_line(L, s);
+        else if (*s && *s != ';' && *s != '#')
+            key_line(L, s);
+        errno = 0;
+    }
+    if (ferror(L->f)) L->read_errno = errno ? errno : EIO;
+    resolve_pending(L);
 }
 
 /* Applies the INI text of f (named path in messages) on top of *c; closes f. */
@@ -849,14 +809,9 @@ static fl_status load_stream(fl_config_t *c, FILE *f, const char *path, fl_err_t
         goto done;
     }
     *L.cfg = *c;
-
-    int r = ini_parse_stream(read_line, &L, on_key, &L);
+    read_lines(&L);
     if (L.read_errno) {
         st = fail(err, FL_IO_ERROR, NULL, "cannot read config file '%s': %s", path, strerror(L.read_errno));
-    } else if (r < 0) {
-        st = fail(err, FL_NO_MEMORY, NULL, "%s: out of memory while parsing", path);
-    } else if (r > 0 && (!L.err_line || r < L.err_line)) {
-        st = fail(err, FL_PARSE_ERROR, NULL, "%s:%d: syntax error (expected `key = value` or `[section]`)", path, r);
     } else if (L.err_line) {
         st = L.first.code;
         if (err) *err = L.first;

@@ -23,7 +23,8 @@
  *           the choices, typed by the key's enum (fl_cfg_<section>_<key>, declared beside
  *           the key table in config_keys.h).
  *
- * INI syntax (libinih with its defaults, plus the rules below):
+ * INI syntax (fleet's own reader, common/config.c; as libinih's defaults read INI, plus the
+ * rules below):
  *   - `[section]` lines and `key = value` lines (`key: value` is accepted too); lines
  *     starting with ';' or '#' are comments.
  *   - Inline comments: a ';' preceded by whitespace ends the value, so
@@ -32,7 +33,7 @@
  *     key the text would be kept, so use ';' for inline comments).
  *   - Leading indentation is ignored: there are no continuation lines, so an indented
  *     line is an ordinary line (an indented bare word is a syntax error).
- *   - Lines of any length are accepted (libinih's own line limit does not apply).
+ *   - Lines of any length are accepted.
  *   - Text after `]` other than a comment, a key outside any section, a line that is
  *     neither a section, a key nor a comment, unknown sections and keys, and bad values
  *     are errors, and so is a key given twice in one file (the message names both
@@ -78,7 +79,7 @@ typedef struct fl_config {
 /* Sets every key to its embedded default. */
 void fl_config_defaults(fl_config_t *c);
 
-/* Applies an INI file on top of *c (libinih). See the file comment for the syntax and
+/* Applies an INI file on top of *c. See the file comment for the syntax and
  * the errors; e.g. "configs/x.ini:7: syntax error (expected `key = value` or `[section]`)",
  * "cannot open config file 'x.ini': No such file or directory". */
 fl_status fl_config_load_file(fl_config_t *c, const char *path, fl_err_t *err);

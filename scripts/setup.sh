@@ -10,7 +10,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
-  libcmocka-dev libinih-dev libopenblas-dev libzstd-dev zlib1g-dev
+  libcmocka-dev libopenblas-dev libzstd-dev zlib1g-dev
   libopenmpi-dev openmpi-bin
   libdnnl-dev  # oneDNN: the CPU Q-network's faster backend (a build without it uses the reference kernels)
   gnuplot-nox  # draws each run's curve.png (a run goes on without it; its tests skip the drawing)

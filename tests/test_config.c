@@ -190,7 +190,7 @@ static void test_dump_round_trip(void **state) {
     a.learner_grad_clip = 0.0;
     a.actor_eps_base = 1.0 / 3.0;
     a.run_seed = 0;
-    memset(a.model_spec, 'm', FL_CONFIG_STRING_MAX - 1); /* a line far longer than libinih's buffer */
+    memset(a.model_spec, 'm', FL_CONFIG_STRING_MAX - 1); /* a line of 4 KB and more: no line limit */
     a.model_spec[FL_CONFIG_STRING_MAX - 1] = '\0';
     snprintf(a.env_plugin, sizeof a.env_plugin, "\"quoted\"");
     a.run_out_dir[0] = '\0';
@@ -361,8 +361,8 @@ static void test_file_overrides(void **state) {
              "plugin = ./x.so;not a comment\n"
              "[learner]\n"
              "target_update = 100\n",
-             "a comment that makes this line longer than the two hundred bytes that libinih reads at once, "
-             "so that the reader has to pass it on by itself and strip the comment the way libinih does, "
+             "a comment that makes this line longer than two hundred bytes (where libinih's defaults would "
+             "cut it), so that the reader must strip an inline comment from a long line as from a short one, "
              "which this sentence makes sure of by going on for a while longer");
     assert_true(strlen(strstr(text, "alpha = ")) - strlen(strstr(text, "[env]")) > 200);
     const char *path = write_tmp("overrides.ini", text);
