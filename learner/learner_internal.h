@@ -1,8 +1,10 @@
 /* learner_internal: the learner's state (struct fl_learner) and the helpers its files
  * share. Not part of the learner's API. The files:
- *   learner.c      create / run / stop / destroy, the reporting window and the
- *                  bookkeeping after each update (priorities, counters, target copy,
- *                  checkpoint, publish);
+ *   learner.c      create / run / stop / destroy;
+ *   step.c         the bookkeeping after each update (priorities, counters, target
+ *                  copy, checkpoint, publish) and the first publish;
+ *   state.c        the helpers every file uses: stopping, the reporting window, an
+ *                  interruptible sleep, a skipped batch, the backend's pull and push;
  *   services.c     the calls to replay and the parameter servers (Sample,
  *                  UpdatePriorities, Publish), retried through outages;
  *   checkpoint.c   safetensors checkpoints: save, resume, the periodic file;
@@ -10,6 +12,8 @@
  *   mode.h         what one training step is: mode_apex.c (one learner), mode_group.c
  *                  (apex learners under the ring all-reduce), mode_gorila.c (gradients
  *                  pushed to the parameter servers).
+ * Calls go one way: learner.c -> mode_*.c -> step.c -> services.c, checkpoint.c ->
+ * state.c (a backend calls state.c only).
  * Ownership, failure behaviour and thread-safety are learner.h's: one owner thread
  * (fl_learner_stop and fl_learner_counters excepted), everything allocated at create. */
 #ifndef FL_LEARNER_LEARNER_INTERNAL_H
@@ -99,7 +103,7 @@ struct fl_learner {
     uint64_t win_steps;
 };
 
-/* ---- learner.c ------------------------------------------------------------------------ */
+/* ---- state.c ------------------------------------------------------------------------ */
 
 /* 1 when the learner should stop: fl_learner_stop, the process-wide stop flag, the
  * launcher's request, or learner.max_steps reached. */
@@ -115,6 +119,15 @@ void fl__learner_ready(fl_learner_t *l, const char *where);
 fl_status fl__learner_check_obs_bytes(const fl_learner_t *l, fl_err_t *err);
 /* A skipped update: counted, logged at powers of two. */
 void fl__learner_skipped(fl_learner_t *l, const char *why);
+/* The backend's pull / push, when it has them (the CPU backend has nothing to move):
+ * pull refreshes the CPU networks and optimizer state from where training runs (before
+ * a checkpoint or the final publish); push sends the CPU networks (and with_optim the
+ * optimizer state) there after they were changed on the host. */
+fl_status fl__learner_pull(fl_learner_t *l, fl_err_t *err);
+fl_status fl__learner_push(fl_learner_t *l, int with_optim, fl_err_t *err);
+
+/* ---- step.c --------------------------------------------------------------------------- */
+
 /* After an update was taken: priorities, counters, target copy, checkpoint, publish. */
 fl_status fl__learner_after_step(fl_learner_t *l, size_t n, double loss, fl_err_t *err);
 /* The outcome s of one of the backend's update calls on l->cur (e its message, loss its
@@ -124,12 +137,6 @@ fl_status fl__learner_updated(fl_learner_t *l, fl_status s, const fl_err_t *e, c
                               fl_err_t *err);
 /* Apex learner 0 publishes its initial parameters (retrying until the server is up). */
 fl_status fl__learner_publish_first(fl_learner_t *l, fl_err_t *err);
-/* The backend's pull / push, when it has them (the CPU backend has nothing to move):
- * pull refreshes the CPU networks and optimizer state from where training runs (before
- * a checkpoint or the final publish); push sends the CPU networks (and with_optim the
- * optimizer state) there after they were changed on the host. */
-fl_status fl__learner_pull(fl_learner_t *l, fl_err_t *err);
-fl_status fl__learner_push(fl_learner_t *l, int with_optim, fl_err_t *err);
 
 /* ---- services.c ----------------------------------------------------------------------- */
 

@@ -1,8 +1,15 @@
-/* server_internal: what the replay service's files share (replay/server.c: the RPC
- * handlers and the lifetime; replay/server_recovery.c: how the shard's table comes to be
- * at create -- empty, restored from a checkpoint, or recovered from its checkpoint and
- * write-ahead log -- and the log's rotation at a checkpoint). Not for use outside
- * replay/.
+/* server_internal: what the replay service's files share. Not for use outside replay/.
+ *   server.c           Sample, UpdatePriorities, Info, Checkpoint, housekeeping and the
+ *                      service's lifetime;
+ *   server_insert.c    Insert: its checks, the rate limiter's waits, the log's append;
+ *   server_round.c     the deterministic rounds (fleet.Replay/Round);
+ *   server_recovery.c  how the shard's table comes to be at create (empty, restored
+ *                      from a checkpoint, or recovered from its checkpoint and
+ *                      write-ahead log) and the log's rotation at a checkpoint;
+ *   server_stream.c    the stream records and fl__replay_apply_insert, the one place an
+ *                      insert changes the table.
+ * Calls go one way: server.c -> server_insert.c, server_round.c, server_recovery.c ->
+ * server_stream.c.
  *
  * The service's state and its per-stream records; the locking rules are at the top of
  * replay/server.c. */
@@ -131,6 +138,22 @@ struct fl_replay_service {
     uint64_t *round_done;        /* (participants + 1): the last round participant p finished */
     fl__staged_round_t *staged;  /* ((participants + 1) * FL__ROUND_AHEAD): batches held, slot round % AHEAD */
 };
+
+/* Whether n more rows may go in now (s->mu held): the rate limiter's count plus the rows
+ * let through and not yet inserted. */
+static inline int fl__replay_may_insert(const fl_replay_service_t *s, uint64_t n) {
+    return fl_ratelimit_can_insert(&s->rl, s->insert_reserved + n);
+}
+
+/* The table's row count now. */
+static inline uint64_t fl__replay_table_size(fl_replay_service_t *s) {
+    fl_table_info_t ti;
+    fl_table_info(s->table, &ti);
+    return ti.size;
+}
+
+/* server_insert.c: fleet.Replay/Insert's handlers. */
+extern const fl_rpc_stream_handler_t fl__replay_insert_handler;
 
 /* The deterministic rounds of a service with `participants` (<= 0: none); freed by
  * fl__replay_rounds_free. The Round handler (fleet.Replay/Round). */
