@@ -17,6 +17,7 @@
  * corrections) stay on the device (fl_cuda_step_scalars_t): the finalize kernel decides,
  * the optimizer kernel obeys, and a captured graph replays correctly. */
 #include "learner/dqn_cuda.h"
+#include "learner/dqn_cuda_internal.h"
 
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -27,97 +28,6 @@
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/qnet.h"
-
-typedef struct glayer {
-    fl_qnet_layer_kind kind;
-    int units;             /* dense: outputs; dueling: actions */
-    int in_c, in_h, in_w;  /* per-sample input shape (C, H, W) */
-    int out_c, out_h, out_w;
-    size_t in_size, out_size;
-    int cout, k, stride, pad; /* conv */
-    size_t w_off, b_off;
-    char prefix[24];
-    fl_cuda_conv_t *conv;
-    const float *x; /* device input (max_batch, in_size): the previous layer's output or the network input */
-    float *y;       /* device output (max_batch, out_size); flatten: its input (or xt); the last layer: NULL (q) */
-    /* The input arrives channels-last (B, H, W, C) (images and convolutions' outputs are)
-     * and this layer reads it in qnet's (C, H, W) order: xt (max_batch, in_size) holds it
-     * transposed, and the input gradient is transposed back. */
-    int from_nhwc;
-    float *xt;
-} glayer_t;
-
-typedef struct graph_entry { /* one (batch size, kind of call); exec NULL until captured */
-    int B, apply;
-    int eager; /* its capture failed: it runs eagerly from then on */
-    cudaGraphExec_t exec;
-} graph_entry_t;
-
-typedef struct slot_mem {
-    void *obs, *next_obs;
-    int32_t *actions;
-    float *rewards, *discounts, *weights;
-} slot_mem_t;
-
-struct fl_cuda_dqn {
-    fl_cuda_dqn_config_t cfg;
-    char *spec;
-    int image; /* rank-3 observations: (H, W, C) images */
-    int obs_dim, A, max_batch;
-    size_t obs_elem; /* bytes per observation element */
-    size_t n;        /* parameters */
-    int opt_slots;
-    int opt_kernel; /* fl_cuda_optim_apply's id of the optimizer (fl_optim_cuda_kernel) */
-    int num_layers;
-    glayer_t layers[FL_QNET_MAX_LAYERS];
-    size_t widest;
-
-    cudaStream_t cs, copy, side;
-    cudaEvent_t ev_copied, ev_params, ev_shadow, ev_snap;
-    /* staged uploads (fl_cuda_dqn_upload): device copies of batches on their way in */
-    slot_mem_t stage[FL_CUDA_DQN_STAGES];
-    int stage_B[FL_CUDA_DQN_STAGES]; /* items uploaded into the stage, 0 = none */
-    cudaEvent_t ev_staged[FL_CUDA_DQN_STAGES], ev_stage_free[FL_CUDA_DQN_STAGES];
-    int next_stage;
-    int launched_B; /* fl_cuda_dqn_launch's batch awaiting fl_cuda_dqn_finish, 0 = none */
-    fl_cuda_ctx_t *ctx;
-    int cur_batch; /* B the convolutions are set up for */
-    unsigned ws_gen;
-
-    /* device */
-    void *allocs[64 + 2 * FL_QNET_MAX_LAYERS]; /* fixed buffers, then per layer its output and xt */
-    int num_allocs;
-    float *d_params, *d_target, *d_grads, *d_state, *d_shadow;
-    void *d_obs, *d_next;
-    int32_t *d_actions;
-    float *d_rewards, *d_discounts, *d_weights;
-    float *d_x0;                 /* (max_batch, obs_dim) network input, (H, W, C) per image */
-    float *d_va, *d_dva;         /* (max_batch, 1 + A) dueling streams and their gradient */
-    float *d_qno, *d_qnt, *d_qo; /* (max_batch, A) */
-    float *d_dq;                 /* (max_batch, A) */
-    float *d_prio, *d_y, *d_qt;  /* (max_batch) */
-    float *d_g[2];               /* (max_batch, widest) */
-    fl_cuda_optim_hyper_t *d_hyper;
-    fl_cuda_step_scalars_t *d_sc;
-    fl_cuda_optim_hyper_t hyper; /* host copy */
-
-    /* pinned host */
-    slot_mem_t slots[FL_CUDA_DQN_MAX_SLOTS];
-    int num_slots;
-    float *h_prio;
-    fl_cuda_step_scalars_t *h_sc;
-    float *h_snap;
-    int snap_started;
-
-    graph_entry_t graphs[FL_CUDA_DQN_MAX_GRAPHS];
-    int num_graphs;
-};
-
-static fl_status cuda_check(cudaError_t e, const char *what, fl_err_t *err) {
-    if (e == cudaSuccess) return FL_OK;
-    (void)cudaGetLastError(); /* keep a failed call's error out of the next launch check */
-    return fl_err_set(err, FL_INTERNAL, "dqn_cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
 
 void fl_cuda_dqn_config_init(fl_cuda_dqn_config_t *cfg) {
     memset(cfg, 0, sizeof *cfg);
@@ -509,89 +419,6 @@ fl_status fl_cuda_dqn_slot(fl_cuda_dqn_t *d, int slot, fl_cuda_dqn_slot_t *out, 
     return FL_OK;
 }
 
-/* ---- parameters and optimizer state ------------------------------------------------- */
-
-static fl_status sync_cs(fl_cuda_dqn_t *d, fl_err_t *err) {
-    return cuda_check(cudaStreamSynchronize(d->cs), "cudaStreamSynchronize", err);
-}
-
-fl_status fl_cuda_dqn_set_params(fl_cuda_dqn_t *d, const float *online, const float *target, size_t count,
-                                 fl_err_t *err) {
-    if (!d || !online) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL parameters");
-    if (count != d->n)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: got %zu parameters, expected %zu", count, d->n);
-    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
-    const size_t bytes = d->n * sizeof(float);
-    FL_TRY(cuda_check(cudaMemcpyAsync(d->d_params, online, bytes, cudaMemcpyHostToDevice, d->cs),
-                      "cudaMemcpyAsync (parameters)", err));
-    FL_TRY(cuda_check(cudaMemcpyAsync(d->d_target, target ? target : online, bytes, cudaMemcpyHostToDevice, d->cs),
-                      "cudaMemcpyAsync (target parameters)", err));
-    return sync_cs(d, err);
-}
-
-fl_status fl_cuda_dqn_get_params(fl_cuda_dqn_t *d, int target, float *dst, size_t count, fl_err_t *err) {
-    if (!d || !dst) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL destination");
-    if (count != d->n)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: room for %zu parameters, expected %zu", count, d->n);
-    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
-    FL_TRY(cuda_check(cudaMemcpyAsync(dst, target ? d->d_target : d->d_params, d->n * sizeof(float),
-                                      cudaMemcpyDeviceToHost, d->cs),
-                      "cudaMemcpyAsync (parameters to host)", err));
-    return sync_cs(d, err);
-}
-
-fl_status fl_cuda_dqn_sync_target(fl_cuda_dqn_t *d, fl_err_t *err) {
-    if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object");
-    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
-    return cuda_check(cudaMemcpyAsync(d->d_target, d->d_params, d->n * sizeof(float), cudaMemcpyDeviceToDevice, d->cs),
-                      "cudaMemcpyAsync (target = online)", err);
-}
-
-size_t fl_cuda_dqn_optim_state_size(const fl_cuda_dqn_t *d) { return (size_t)d->opt_slots * d->n; }
-
-fl_status fl_cuda_dqn_get_optim_state(fl_cuda_dqn_t *d, float *state, size_t count, int64_t *steps, fl_err_t *err) {
-    if (!d || !state) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL state");
-    if (count != fl_cuda_dqn_optim_state_size(d))
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: optimizer state of %zu floats, expected %zu", count,
-                          fl_cuda_dqn_optim_state_size(d));
-    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
-    FL_TRY(cuda_check(cudaMemcpyAsync(state, d->d_state, count * sizeof(float), cudaMemcpyDeviceToHost, d->cs),
-                      "cudaMemcpyAsync (optimizer state)", err));
-    FL_TRY(cuda_check(cudaMemcpyAsync(d->h_sc, d->d_sc, sizeof *d->h_sc, cudaMemcpyDeviceToHost, d->cs),
-                      "cudaMemcpyAsync (step count)", err));
-    FL_TRY(sync_cs(d, err));
-    if (steps) *steps = (int64_t)d->h_sc->steps;
-    return FL_OK;
-}
-
-fl_status fl_cuda_dqn_set_optim_state(fl_cuda_dqn_t *d, const float *state, size_t count, int64_t steps,
-                                      fl_err_t *err) {
-    if (!d || !state) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL state");
-    if (count != fl_cuda_dqn_optim_state_size(d))
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: optimizer state of %zu floats, expected %zu", count,
-                          fl_cuda_dqn_optim_state_size(d));
-    if (steps < 0) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: step count %lld (expected >= 0)",
-                                     (long long)steps);
-    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
-    const long long t = (long long)steps;
-    FL_TRY(cuda_check(cudaMemcpyAsync(d->d_state, state, count * sizeof(float), cudaMemcpyHostToDevice, d->cs),
-                      "cudaMemcpyAsync (optimizer state)", err));
-    FL_TRY(cuda_check(cudaMemcpyAsync(&d->d_sc->steps, &t, sizeof t, cudaMemcpyHostToDevice, d->cs),
-                      "cudaMemcpyAsync (step count)", err));
-    return sync_cs(d, err); /* t and state must outlive the copies */
-}
-
-fl_status fl_cuda_dqn_set_lr(fl_cuda_dqn_t *d, float lr, fl_err_t *err) {
-    if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object");
-    if (!(lr >= 0) || lr > 3.0e38f)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: lr = %g (expected a finite value >= 0)", (double)lr);
-    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
-    d->hyper.lr = lr;
-    d->cfg.optim.lr = lr;
-    FL_TRY(cuda_check(cudaMemcpyAsync(d->d_hyper, &d->hyper, sizeof d->hyper, cudaMemcpyHostToDevice, d->cs),
-                      "cudaMemcpyAsync (hyperparameters)", err));
-    return sync_cs(d, err);
-}
 
 /* ---- the update ----------------------------------------------------------------------- */
 
@@ -967,41 +794,4 @@ fl_status fl_cuda_dqn_last_targets(fl_cuda_dqn_t *d, float *y, float *q_taken, i
         FL_TRY(cuda_check(cudaMemcpyAsync(q_taken, d->d_qt, (size_t)B * sizeof(float), cudaMemcpyDeviceToHost, d->cs),
                           "cudaMemcpyAsync (q taken)", err));
     return sync_cs(d, err);
-}
-
-/* ---- snapshots ------------------------------------------------------------------------- */
-
-fl_status fl_cuda_dqn_snapshot_begin(fl_cuda_dqn_t *d, fl_err_t *err) {
-    if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object");
-    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
-    const size_t bytes = d->n * sizeof(float);
-    FL_TRY(cuda_check(cudaEventRecord(d->ev_params, d->cs), "cudaEventRecord", err));
-    FL_TRY(cuda_check(cudaStreamWaitEvent(d->side, d->ev_params, 0), "cudaStreamWaitEvent", err));
-    FL_TRY(cuda_check(cudaMemcpyAsync(d->d_shadow, d->d_params, bytes, cudaMemcpyDeviceToDevice, d->side),
-                      "cudaMemcpyAsync (snapshot)", err));
-    FL_TRY(cuda_check(cudaEventRecord(d->ev_shadow, d->side), "cudaEventRecord", err));
-    /* the next update may change the parameters only once the shadow copy is taken */
-    FL_TRY(cuda_check(cudaStreamWaitEvent(d->cs, d->ev_shadow, 0), "cudaStreamWaitEvent", err));
-    FL_TRY(cuda_check(cudaMemcpyAsync(d->h_snap, d->d_shadow, bytes, cudaMemcpyDeviceToHost, d->side),
-                      "cudaMemcpyAsync (snapshot to host)", err));
-    FL_TRY(cuda_check(cudaEventRecord(d->ev_snap, d->side), "cudaEventRecord", err));
-    d->snap_started = 1;
-    return FL_OK;
-}
-
-fl_status fl_cuda_dqn_snapshot_poll(fl_cuda_dqn_t *d, const float **host, int *ready, fl_err_t *err) {
-    if (!d || !host || !ready) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL argument");
-    *host = NULL;
-    *ready = 0;
-    if (!d->snap_started) return fl_err_set(err, FL_FAILED_PRECONDITION, "dqn_cuda: no snapshot begun");
-    FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
-    cudaError_t e = cudaEventQuery(d->ev_snap);
-    if (e == cudaErrorNotReady) {
-        cudaGetLastError(); /* not an error: keep it out of the next launch check */
-        return FL_OK;
-    }
-    FL_TRY(cuda_check(e, "cudaEventQuery (snapshot)", err));
-    *host = d->h_snap;
-    *ready = 1;
-    return FL_OK;
 }
