@@ -552,7 +552,7 @@ fl_status fl_param_info_shard(fl_param_client_t *c, int s, int64_t timeout_ms, f
     out->pushes_dropped = r->pushes_dropped;
     out->waits = r->waits;
     out->wait_timeouts = r->wait_timeouts;
-    for (size_t i = 0; i < r->n_staleness_hist && i < 8; i++) out->staleness_hist[i] = r->staleness_hist[i];
+    for (size_t i = 0; i < r->n_staleness_hist && i < FL_PARAM_STALENESS_BUCKETS; i++) out->staleness_hist[i] = r->staleness_hist[i];
     out->fetches_bf16 = r->fetches_bf16;
     out->push_bytes = r->push_bytes;
     out->rss_bytes = r->rss_bytes;

@@ -39,6 +39,7 @@
 
 #include "common/status.h"
 #include "paramserver/shard.h"
+#include "paramserver/staleness.h"
 
 typedef struct fl_param_client fl_param_client_t;
 
@@ -98,7 +99,7 @@ typedef struct fl_param_info {
     uint32_t num_shards; /* the server's paramserver.shards */
     int gorila;          /* the server's learner.mode is gorila */
     uint64_t pushes_applied, pushes_dropped, waits, wait_timeouts;
-    uint64_t staleness_hist[8]; /* pushes by staleness: 0, 1, 2, 3-4, 5-8, 9-16, 17-32, 33+ */
+    uint64_t staleness_hist[FL_PARAM_STALENESS_BUCKETS]; /* pushes by staleness (paramserver/staleness.h) */
     uint64_t fetches_bf16, push_bytes;
     uint64_t rss_bytes, private_bytes; /* the shard process's resident and private memory */
     double cpu_s;                      /* its CPU seconds so far */

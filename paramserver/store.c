@@ -61,15 +61,6 @@ struct fl_param_store {
     atomic_uint_fast64_t hist[FL_PARAM_STALENESS_BUCKETS];
 };
 
-int fl_param_staleness_bucket(uint64_t s) {
-    if (s <= 2) return (int)s;
-    if (s <= 4) return 3;
-    if (s <= 8) return 4;
-    if (s <= 16) return 5;
-    if (s <= 32) return 6;
-    return 7;
-}
-
 static void snap_unref(snap *p) {
     if (p && atomic_fetch_sub(&p->refs, 1) == 1) {
         free(atomic_load(&p->bf_resp));

@@ -62,6 +62,7 @@
 
 #include "common/status.h"
 #include "kernels/optim.h"
+#include "paramserver/staleness.h"
 
 typedef struct fl_param_store fl_param_store_t;
 
@@ -75,9 +76,6 @@ typedef struct fl_param_snapshot {
     size_t response_len;
 } fl_param_snapshot_t;
 
-/* Staleness histogram buckets: 0, 1, 2, 3-4, 5-8, 9-16, 17-32, 33+. */
-#define FL_PARAM_STALENESS_BUCKETS 8
-int fl_param_staleness_bucket(uint64_t staleness);
 
 typedef struct fl_param_store_info {
     uint32_t shard_id;
