@@ -8,7 +8,7 @@
 #include <strings.h>
 
 #include "common/clock.h"
-#include "common/heap.h"
+#include "cli/heap.h"
 #include "kernels/conv_fwd.h"
 #include "kernels/dnnl.h"
 
@@ -225,7 +225,7 @@ void fl_bench_torch_env(char *buf, size_t len, char *why, size_t why_len) {
 #else
     const int aten512 = 0;
 #endif
-    /* fleet's heap settings (common/heap.h): without them glibc maps and unmaps each of
+    /* fleet's heap settings (cli/heap.h): without them glibc maps and unmaps each of
      * PyTorch's activation tensors at every step (the Nature CNN's actor step at batch 64
      * ran 1.4x as fast with them, 2026-11-28) */
     snprintf(buf, len, "MALLOC_MMAP_THRESHOLD_=%u MALLOC_TRIM_THRESHOLD_=%u %s%s%s", FL_MALLOC_KEEP, FL_MALLOC_KEEP,

@@ -90,7 +90,7 @@ const char *fl_bench_amx_note(void);
  *   ATEN_CPU_CAPABILITY=avx512 on an AVX-512 CPU: PyTorch's own kernels stop at AVX2
  *     unless told;
  *   MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_: the heap settings fleet's
- *     processes set for themselves (common/heap.h), which spare PyTorch a mapping and
+ *     processes set for themselves (cli/heap.h), which spare PyTorch a mapping and
  *     unmapping of each large tensor at every step. */
 void fl_bench_torch_env(char *buf, size_t len, char *why, size_t why_len);
 

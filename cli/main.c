@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "cli/verbs.h"
-#include "common/heap.h"
+#include "cli/heap.h"
 #include "common/rpc.h"
 
 #ifndef FLEET_VERSION

@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/image.h"
+#include "cli/image.h"
 #include "launcher/proc.h"
 
 #define FFMPEG_HINT "MP4 needs ffmpeg on PATH (Debian: apt-get install ffmpeg), or record a .gif instead"

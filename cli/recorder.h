@@ -1,7 +1,7 @@
 /* recorder: one episode's frames into a picture file, the one recording path of
  * `fleet env record` (random actions, or a trained agent with --checkpoint) and
  * `fleet eval --record`. The file's extension picks the sink:
- *   .gif   an animated GIF of every frame (common/image.h), delay_cs apart;
+ *   .gif   an animated GIF of every frame (cli/image.h), delay_cs apart;
  *   .mp4   an H.264 video of every frame at 100 / delay_cs frames per second, written by
  *          ffmpeg (an optional program: Debian's `ffmpeg` package) reading raw RGB on a
  *          pipe; odd sizes are padded to even ones (yuv420p needs them);

@@ -1,6 +1,6 @@
 /* heap: the malloc settings of fleet's processes. */
-#ifndef FL_COMMON_HEAP_H
-#define FL_COMMON_HEAP_H
+#ifndef FL_CLI_HEAP_H
+#define FL_CLI_HEAP_H
 
 /* glibc's malloc by default maps every block of 128 KB or more on its own (raising that
  * bound as such blocks are freed) and gives the top of a heap back to the system as soon

@@ -5,7 +5,7 @@
  * LSB-first into 255-byte sub-blocks. The code-size rule is the one every decoder
  * expects: after code 2^size - 1 is issued the size grows; at 4095 a clear code restarts
  * the dictionary. */
-#include "common/image.h"
+#include "cli/image.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* common/image: GIF and PNG files are read back by decoders written here from the file
+/* cli/image: GIF and PNG files are read back by decoders written here from the file
  * formats (GIF89a with LZW; PNG chunks with CRCs, zlib-inflated rows) and must give back
  * the exact pixels written: small palettes, frames big enough to fill the LZW dictionary
  * many times over, more than 256 colours (quantized to the 6x7x6 cube), 1x1 frames.
@@ -15,7 +15,7 @@
 #include <zlib.h>
 #include <cmocka.h>
 
-#include "common/image.h"
+#include "cli/image.h"
 #include "common/rng.h"
 
 static char g_dir[64];

@@ -10,8 +10,8 @@
  * Writers create the file next to its final name and rename it into place on close, so a
  * reader never sees half a file. Errors name the path and what failed. Not thread-safe per
  * writer; separate writers are independent. */
-#ifndef FL_COMMON_IMAGE_H
-#define FL_COMMON_IMAGE_H
+#ifndef FL_CLI_IMAGE_H
+#define FL_CLI_IMAGE_H
 
 #include <stdint.h>
 
