@@ -36,6 +36,8 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -44,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -689,6 +692,48 @@ fl_status fl_rpc_server_learner_only(fl_rpc_server_t *s, const char *method) {
     return FL_NOT_FOUND;
 }
 
+/* Why host:port (a fixed port) cannot be listened on, found by binding it here first: gRPC
+ * would log a page of its internals for it. 0 when it can (or when the address is not
+ * host:port with a port of its own: gRPC decides); else 1 with the reason in why. */
+static int cannot_listen(const char *addr, char *why, size_t len) {
+    const char *colon = strrchr(addr, ':');
+    if (!colon || strncmp(addr, "unix:", 5) == 0 || strncmp(addr, "unix-abstract:", 14) == 0) return 0;
+    char host[256], *end = NULL;
+    long port = strtol(colon + 1, &end, 10);
+    size_t hl = (size_t)(colon - addr);
+    if (!end || *end || port <= 0 || port > 65535 || hl >= sizeof host) return 0;
+    memcpy(host, addr, hl);
+    host[hl] = '\0';
+    char *h = host;
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') { /* [::1]:port */
+        host[hl - 1] = '\0';
+        h = host + 1;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res = NULL;
+    if (getaddrinfo(h[0] ? h : NULL, colon + 1, &hints, &res) != 0 || !res) return 0;
+    int err = 0;
+    for (struct addrinfo *a = res; a && !err; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); /* as gRPC binds */
+        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 && (errno == EADDRINUSE || errno == EACCES || errno == EADDRNOTAVAIL))
+            err = errno;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    if (err == EADDRINUSE)
+        snprintf(why, len, "cannot listen on %s: the address is in use (another process listens there; choose "
+                 "another port, or port 0 for a free one)", addr);
+    else if (err == EACCES)
+        snprintf(why, len, "cannot listen on %s: permission denied (ports below 1024 need privileges; choose a "
+                 "port above 1023, or port 0 for a free one)", addr);
+    else if (err == EADDRNOTAVAIL)
+        snprintf(why, len, "cannot listen on %s: no network interface of this machine has that address (use one of "
+                 "its own addresses, 127.0.0.1, or 0.0.0.0 for all)", addr);
+    return err != 0;
+}
+
 fl_status fl_rpc_server_bind(fl_rpc_server_t *s, const char *addr, int *port, fl_err_t *err) {
     if (port) *port = 0;
     if (s->started) return fl_err_set(err, FL_FAILED_PRECONDITION, "rpc server: bind %s after start", addr);
@@ -698,6 +743,8 @@ fl_status fl_rpc_server_bind(fl_rpc_server_t *s, const char *addr, int *port, fl
         if (strncmp(path, "//", 2) == 0) path += 2;
         unlink(path); /* a stale socket file from an earlier run */
     }
+    char why[512];
+    if (cannot_listen(addr, why, sizeof why)) return fl_err_set(err, FL_UNAVAILABLE, "rpc server: %s", why);
     int secure = 0;
     grpc_server_credentials *creds = fl__rpc_server_creds(&secure);
     if (!creds)

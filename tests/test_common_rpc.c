@@ -695,6 +695,9 @@ static void test_no_reuseport(void **state) {
     assert_int_equal(fl_rpc_server_create(NULL, &other, &err), FL_OK);
     assert_int_equal(fl_rpc_server_bind(other, f.addr, NULL, &err), FL_UNAVAILABLE);
     assert_non_null(strstr(err.msg, f.addr));
+    /* one line that says what is wrong, found before gRPC logs its own dump of it */
+    assert_non_null(strstr(err.msg, "the address is in use"));
+    assert_null(strchr(err.msg, '\n'));
     fl_rpc_server_destroy(other);
     fl_rpc_server_destroy(f.srv);
 }
