@@ -1,6 +1,7 @@
 /* agent: a trained agent from a run folder or a checkpoint (see agent.h). */
 #include "cli/agent.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -10,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/safetensors.h"
 #include "learner/learner.h"
 #include "launcher/options.h"
 
@@ -25,6 +28,11 @@ struct fl_agent {
     uint32_t *lengths, *lengths2;
     fl_eval_stats_t stats;
     int played;                    /* the first play is done */
+    uint64_t learner_steps;        /* the checkpoint's learner.steps */
+    /* progress (settings.progress_every_s): episodes begun, steps, when last said */
+    int begun;
+    uint64_t steps_so_far;
+    double play_t0, said_at;
     uint8_t *rgb;                  /* one render of the inner env (NULL: it cannot render) */
 };
 
@@ -64,9 +72,54 @@ static void folder_above(const char *dir, char *out, size_t len) {
         folder_of(dir, out, len);
 }
 
+/* The seed-S/ run folders of a `fleet suite` folder: how many, and their names ("seed-1,
+ * seed-2, ...", the first few) into names. */
+static int suite_runs(const char *dir, char *names, size_t len) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    names[0] = '\0';
+    int seeds[64];
+    for (struct dirent *e; (e = readdir(d));) {
+        char *end = NULL;
+        if (strncmp(e->d_name, "seed-", 5) != 0) continue;
+        long s = strtol(e->d_name + 5, &end, 10);
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s/config.ini", dir, e->d_name);
+        if (end == e->d_name + 5 || *end || !is_file(path)) continue;
+        if (n < 64) seeds[n] = (int)s;
+        n++;
+    }
+    closedir(d);
+    const int k = n < 64 ? n : 64;
+    for (int i = 1; i < k; i++) /* in seed order */
+        for (int j = i; j > 0 && seeds[j - 1] > seeds[j]; j--) {
+            int t = seeds[j];
+            seeds[j] = seeds[j - 1];
+            seeds[j - 1] = t;
+        }
+    for (int i = 0; i < k && i < 8; i++) {
+        size_t used = strlen(names);
+        snprintf(names + used, len - used, "%sseed-%d", i ? ", " : "", seeds[i]);
+    }
+    if (n > 8) {
+        size_t used = strlen(names);
+        snprintf(names + used, len - used, ", ... (%d in all)", n);
+    }
+    return n;
+}
+
 fl_status fl_agent_find_config(const char *arg, char *out, size_t len, fl_err_t *err) {
     int dir = 0;
     FL_TRY(fl_agent_is_dir(arg, &dir, err));
+    char runs[256];
+    if (dir && suite_runs(arg, runs, sizeof runs) > 0) {
+        char first[32] = "seed-1";
+        sscanf(runs, "%31[^,]", first);
+        return fl_err_set(err, FL_NOT_FOUND, "%s is a suite folder (`fleet suite`): it holds one run per seed (%s); "
+                          "evaluate one of them, e.g. `fleet eval %s%s%s`", arg, runs, arg,
+                          arg[0] && arg[strlen(arg) - 1] == '/' ? "" : "/", first);
+    }
     if (dir) {
         snprintf(out, len, "%s/config.ini", arg);
         if (is_file(out)) return FL_OK;
@@ -100,14 +153,14 @@ fl_status fl_agent_find_checkpoint(const char *arg, const fl_config_t *cfg, char
         snprintf(out, len, "%s", found);
         return FL_OK;
     }
-    char also[PATH_MAX + 128];
-    if (second[0])
-        snprintf(also, sizeof also, " and %s (learner.checkpoint_dir of the config)", second);
-    else
-        snprintf(also, sizeof also, " (the config's learner.checkpoint_dir is empty)");
-    return fl_err_set(err, FL_NOT_FOUND, "no checkpoint in %s: looked for %s%s. Runs write the learner's checkpoint "
-                      "when learner.checkpoint_dir is set, e.g. `fleet run CONFIG --set "
-                      "learner.checkpoint_dir=runs/NAME/checkpoints`", arg, first, also);
+    char also[PATH_MAX + 128] = "";
+    if (second[0]) snprintf(also, sizeof also, " and %s (learner.checkpoint_dir of the config)", second);
+    if (!cfg->run_checkpoints && !cfg->learner_checkpoint_dir[0])
+        return fl_err_set(err, FL_NOT_FOUND, "no checkpoint in %s: looked for %s%s; this run had run.checkpoints = "
+                          "false, so it wrote none (run it again with checkpoints on, the default)", arg, first, also);
+    return fl_err_set(err, FL_NOT_FOUND, "no checkpoint in %s: looked for %s%s; a run writes its learner's checkpoint "
+                      "there every run.checkpoint_every = %g s and when it stops, so this one ended (or was killed) "
+                      "before its first, or is still starting", arg, first, also, cfg->run_checkpoint_every);
 }
 
 /* ---- the agent ------------------------------------------------------------------- */
@@ -123,6 +176,28 @@ void fl_agent_close(fl_agent_t *a) {
     free(a->lengths2);
     free(a->rgb);
     free(a);
+}
+
+/* Whether path is a learner checkpoint at all (a safetensors file with format =
+ * fleet.learner), before the loader checks that it fits the network; its learner.steps
+ * into *steps. */
+static fl_status check_checkpoint(const char *path, uint64_t *steps, fl_err_t *err) {
+    static const char what[] = "a learner-<i>.safetensors of a run's checkpoints/ folder";
+    fl_safetensors_t *f = NULL;
+    fl_err_t e;
+    fl_err_init(&e);
+    if (fl_safetensors_read(path, &f, &e) != FL_OK)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "%s is not a learner checkpoint (%s): %s", path, what, e.msg);
+    const char *format = fl_safetensors_meta(f, "format"), *st = fl_safetensors_meta(f, "learner.steps");
+    fl_status s = FL_OK;
+    if (!format || strcmp(format, "fleet.learner") != 0)
+        s = fl_err_set(err, FL_INVALID_ARGUMENT, "%s is not a learner checkpoint (%s): a safetensors file whose "
+                       "metadata format is %s%s%s, not \"fleet.learner\"%s", path, what, format ? "\"" : "",
+                       format ? format : "missing", format ? "\"" : "",
+                       format && strcmp(format, "fleet.paramserver") == 0 ? " (a parameter-server shard's)" : "");
+    *steps = st ? strtoull(st, NULL, 10) : 0;
+    fl_safetensors_free(f);
+    return s;
 }
 
 /* The env, the network with the checkpoint's parameters, the evaluation. */
@@ -145,6 +220,7 @@ static fl_status build(fl_agent_t *a, const fl_config_t *cfg, const char *checkp
         return s;
     }
     fl_qnet_set_input_scale(a->net, (float)cfg->model_input_scale);
+    FL_TRY(check_checkpoint(checkpoint, &a->learner_steps, err));
     FL_TRY(fl_learner_load_network(checkpoint, a->net, err));
     return fl_evaluation_create(a->env, &a->inst, a->s.parallel, &a->ev, err);
 }
@@ -188,10 +264,24 @@ typedef struct play_ctx {
     fl_err_t err;
 } play_ctx_t;
 
+/* The progress line on stderr, every progress_every_s of a play. */
+static void progress(fl_agent_t *a, int episode, int64_t step) {
+    if (step == 0 && episode + 1 > a->begun) a->begun = episode + 1;
+    if (step > 0) a->steps_so_far++;
+    if (a->s.progress_every_s <= 0 || (a->steps_so_far & 63) != 0) return;
+    const double now = fl_clock_sec();
+    if (now - a->said_at < a->s.progress_every_s) return;
+    a->said_at = now;
+    fprintf(stderr, "fleet eval: %.0f s: %d of %d episodes begun (%d at a time), %llu agent steps\n", now - a->play_t0,
+            a->begun, a->s.episodes, a->s.parallel, (unsigned long long)a->steps_so_far);
+    fflush(stderr);
+}
+
 static int on_step(void *user, int episode, const void *state, int64_t step, float reward) {
     (void)reward;
     play_ctx_t *c = user;
-    if (episode != 0 || !fl_recorder_wants(c->rec, step)) return 0;
+    progress(c->a, episode, step);
+    if (!c->rec || episode != 0 || !fl_recorder_wants(c->rec, step)) return 0;
     const fl_env_def_t *inner = fl_wrapped_env_inner(c->a->env);
     inner->render(fl_wrapped_env_inner_state(c->a->env, (void *)state), c->a->rgb);
     c->status = fl_recorder_add(c->rec, step, c->a->rgb, &c->err);
@@ -208,8 +298,12 @@ fl_status fl_agent_play(void *agent, fl_recorder_t *rec, int64_t *length, fl_err
     float *returns = a->played ? a->returns2 : a->returns;
     uint32_t *lengths = a->played ? a->lengths2 : a->lengths;
     fl_eval_stats_t stats;
+    a->begun = 0;
+    a->steps_so_far = 0;
+    a->play_t0 = a->said_at = fl_clock_sec();
     fl_status s = fl_evaluation_run(a->ev, a->net, a->s.episodes, a->s.epsilon, a->s.seed, a->s.max_steps,
-                                    rec ? on_step : NULL, &c, returns, lengths, &stats, err);
+                                    rec || a->s.progress_every_s > 0 ? on_step : NULL, &c, returns, lengths, &stats,
+                                    err);
     if (c.status != FL_OK) {
         if (err) *err = c.err;
         return c.status;
@@ -228,6 +322,7 @@ fl_status fl_agent_play(void *agent, fl_recorder_t *rec, int64_t *length, fl_err
 }
 
 const fl_eval_stats_t *fl_agent_stats(const fl_agent_t *a) { return &a->stats; }
+uint64_t fl_agent_learner_steps(const fl_agent_t *a) { return a->learner_steps; }
 const float *fl_agent_returns(const fl_agent_t *a) { return a->returns; }
 const uint32_t *fl_agent_lengths(const fl_agent_t *a) { return a->lengths; }
 const fl_env_def_t *fl_agent_env(const fl_agent_t *a) { return fl_wrapped_env_info(a->env); }

@@ -20,8 +20,10 @@
  * Called again, it replays the same episodes and checks that episode 0 came out the same
  * (the PNG strip's second pass), keeping the first call's statistics.
  *
- * Failure: resolution answers FL_NOT_FOUND with a message saying where it looked;
- * open answers the env's errors (naming env.*), FL_INVALID_ARGUMENT for a model.spec
+ * Failure: resolution answers FL_NOT_FOUND with a message saying where it looked (a
+ * `fleet suite` folder is named as one, with its seed-S/ runs to choose from);
+ * open answers the env's errors (naming env.*), FL_INVALID_ARGUMENT for a file that is
+ * not a learner checkpoint (saying so, and what it is when it can tell), a model.spec
  * that does not build and the checkpoint loader's errors (a checkpoint of another model
  * names both specs), FL_NO_MEMORY. The verbs exit 2 for FL_NOT_FOUND and
  * FL_INVALID_ARGUMENT (usage and configuration) and 1 for the rest.
@@ -49,7 +51,7 @@ fl_status fl_agent_is_dir(const char *path, int *is_dir, fl_err_t *err);
 fl_status fl_agent_find_config(const char *arg, char *out, size_t len, fl_err_t *err);
 
 /* The checkpoint of arg under the config cfg (see above) into out. FL_NOT_FOUND saying
- * where it looked and that runs write checkpoints with learner.checkpoint_dir. */
+ * where it looked and why the run has none (run.checkpoints off, or none written yet). */
 fl_status fl_agent_find_checkpoint(const char *arg, const fl_config_t *cfg, char *out, size_t len, fl_err_t *err);
 
 typedef struct fl_agent_settings {
@@ -58,6 +60,7 @@ typedef struct fl_agent_settings {
     uint64_t seed;     /* episode k plays on stream k of it */
     int64_t max_steps; /* agent steps per episode at most (0 = the env's own limits) */
     int parallel;      /* instances side by side, >= 1 (at most episodes are used) */
+    double progress_every_s; /* a progress line on stderr this often during a play (0 = none) */
 } fl_agent_settings_t;
 
 typedef struct fl_agent fl_agent_t;
@@ -75,6 +78,8 @@ fl_status fl_agent_play(void *agent, fl_recorder_t *rec, int64_t *length, fl_err
 
 /* After a play: the statistics, and each episode's return and length (episodes slots). */
 const fl_eval_stats_t *fl_agent_stats(const fl_agent_t *a);
+/* The checkpoint's learner steps (its metadata learner.steps): 0 for the untrained network. */
+uint64_t fl_agent_learner_steps(const fl_agent_t *a);
 const float *fl_agent_returns(const fl_agent_t *a);
 const uint32_t *fl_agent_lengths(const fl_agent_t *a);
 /* The env as the agent plays it, e.g. for its name ("cartpole[framestack(4)]"). */

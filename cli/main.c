@@ -215,15 +215,16 @@ static const verb_t verbs[] = {
     {"eval", "play a trained agent's episodes from a run folder or checkpoint; record one",
      "usage: fleet eval RUN_DIR|CHECKPOINT [--episodes N] [--epsilon E] [--seed S] [--max-steps N] [--parallel P]\n"
      "                  [--record FILE.gif|FILE.mp4|FILE.png] [--scale S] [--frames K] [--columns C] [--delay CS]\n"
-     "                  [--json] [--config FILE] [--set SECTION.KEY=VALUE]...\n"
+     "                  [--json] [--progress S] [--config FILE] [--set SECTION.KEY=VALUE]...\n"
      "Loads the online network of a learner checkpoint, plays N episodes with its epsilon-greedy policy\n"
      "(episode k on stream k of the seed, P side by side) and prints the checkpoint and config used, the\n"
-     "env, then the return's mean +- the half-width of its 95% confidence interval (Student's t with N-1\n"
+     "env, the checkpoint's learner steps (a warning when it is 0: an untrained network), then the return's mean +- the half-width of its 95% confidence interval (Student's t with N-1\n"
      "degrees of freedom), std, min and max, the length's mean, min and max, the truncated episodes, the\n"
      "agent steps and the seconds taken.\n"
      "RUN_DIR (runs/NAME/ of `fleet run`): its config.ini, and the checkpoint RUN_DIR/checkpoints/\n"
-     "learner-0.safetensors, else <learner.checkpoint_dir>/learner-0.safetensors (runs write checkpoints\n"
-     "when learner.checkpoint_dir is set). CHECKPOINT (a .safetensors file): config.ini from its folder or\n"
+     "learner-0.safetensors (runs write it every run.checkpoint_every seconds and at their end), else\n"
+     "<learner.checkpoint_dir>/learner-0.safetensors. A `fleet suite` folder holds one run per seed: name\n"
+     "one, e.g. SUITE/seed-1. CHECKPOINT (a learner .safetensors file): config.ini from its folder or\n"
      "the folder above. --config FILE replaces that config; --set overrides apply after it (e.g. --set\n"
      "env.sticky_actions=0). Env, wrappers and model come from the config.\n"
      "Options:\n"
@@ -240,9 +241,11 @@ static const verb_t verbs[] = {
      "  --frames K, --columns C  PNG strip: K frames (default 16), C per row (default 8)\n"
      "  --delay CS               GIF frame delay in hundredths of a second, MP4 at 100/CS fps (default 8)\n"
      "  --json                   print one JSON object: every statistic, each episode's return and length\n"
+     "  --progress S             a progress line on stderr every S seconds while playing (default 10; 0 = none)\n"
      "  --config FILE, --set SECTION.KEY=VALUE   as for every verb (`fleet help config`)\n"
      "Exit 0; 1 when playing or recording fails (or .mp4 without ffmpeg); 2 for usage and configuration\n"
-     "errors: no such folder, no config or checkpoint found, a checkpoint of another model.spec.\n",
+     "errors: no such folder, a suite folder, no config or checkpoint found, a file that is not a learner\n"
+     "checkpoint, a checkpoint of another model.spec.\n",
      fl_verb_eval},
     {"certs", "make a fleet's TLS certificates and tokens (for run.tls_dir)",
      "usage: fleet certs DIR [--hosts h1,h2,...] [--days N]\n"

@@ -33,7 +33,7 @@
 /* The options, as fl_cli_parse fills them (UNSET / "": not given). */
 typedef struct eval_opts {
     int64_t episodes, seed, max_steps, parallel, scale, frames, columns, delay;
-    char epsilon[256], record[256];
+    char epsilon[256], record[256], progress[64];
     int json;
     /* from the split */
     const char *target; /* RUN_DIR or CHECKPOINT */
@@ -93,7 +93,7 @@ static int parse(int argc, char **argv, fl_config_t *cfg, eval_opts_t *o) {
         {"--parallel", FL_OPT_INT, &o->parallel}, {"--record", FL_OPT_STRING, o->record},
         {"--scale", FL_OPT_INT, &o->scale},       {"--frames", FL_OPT_INT, &o->frames},
         {"--columns", FL_OPT_INT, &o->columns},   {"--delay", FL_OPT_INT, &o->delay},
-        {"--json", FL_OPT_FLAG, &o->json},
+        {"--json", FL_OPT_FLAG, &o->json},        {"--progress", FL_OPT_STRING, o->progress},
     };
     const int nopts = (int)(sizeof opts / sizeof opts[0]);
     char *split[MAX_ARGS], *args[MAX_ARGS];
@@ -128,7 +128,7 @@ static int check_int(const char *name, int64_t *v, int64_t lo, int64_t hi, int64
 
 /* Fills the defaults from cfg and checks every option. Returns 0, 1 (MP4 without
  * ffmpeg) or 2. */
-static int check_opts(const fl_config_t *cfg, eval_opts_t *o, double *epsilon) {
+static int check_opts(const fl_config_t *cfg, eval_opts_t *o, double *epsilon, double *progress) {
     if (check_int("--episodes", &o->episodes, 1, 100000, cfg->eval_episodes) ||
         check_int("--seed", &o->seed, 0, INT64_MAX, cfg->run_seed) ||
         check_int("--max-steps", &o->max_steps, 0, 1000000000, cfg->eval_max_episode_steps) ||
@@ -145,6 +145,17 @@ static int check_opts(const fl_config_t *cfg, eval_opts_t *o, double *epsilon) {
         if (errno || end == o->epsilon || *end || !(*epsilon >= 0 && *epsilon <= 1)) {
             fprintf(stderr, "fleet eval: --epsilon '%s' is not a probability (expected a number in [0, 1])\n",
                     o->epsilon);
+            return 2;
+        }
+    }
+    *progress = 10;
+    if (o->progress[0]) {
+        char *end = NULL;
+        errno = 0;
+        *progress = strtod(o->progress, &end);
+        if (errno || end == o->progress || *end || !(*progress >= 0 && *progress <= 86400)) {
+            fprintf(stderr, "fleet eval: --progress '%s' is not a number of seconds (expected one in [0, 86400]; 0 "
+                            "= no progress lines)\n", o->progress);
             return 2;
         }
     }
@@ -188,6 +199,7 @@ static void print_json(const eval_opts_t *o, const fl_config_t *cfg, const fl_ag
     json_string(stdout, fl_agent_env(a)->name);
     printf(",\"model\":");
     json_string(stdout, cfg->model_spec);
+    printf(",\"learner_steps\":%llu", (unsigned long long)fl_agent_learner_steps(a));
     printf(",\"episodes\":%d,\"epsilon\":%.17g,\"seed\":%lld,\"max_steps\":%lld,\"parallel\":%lld", st->episodes,
            r->epsilon, (long long)o->seed, (long long)o->max_steps, (long long)o->parallel);
     printf(",\"return_mean\":%.17g,\"return_ci95\":%.17g,\"return_std\":%.17g,\"return_min\":%.17g,"
@@ -214,6 +226,7 @@ static void print_text(const eval_opts_t *o, const fl_config_t *cfg, const fl_ag
     printf("  config     %s", r->config);
     if (o->sets) printf(" (then %d --set)", o->sets);
     printf("\n  env        %s, model %s\n", fl_agent_env(a)->name, cfg->model_spec);
+    printf("  trained    %llu learner steps\n", (unsigned long long)fl_agent_learner_steps(a));
     printf("  episodes   %d, epsilon %g, seed %lld, max steps %lld, parallel %lld\n", st->episodes, r->epsilon,
            (long long)o->seed, (long long)o->max_steps, (long long)o->parallel);
     printf("  return     %.2f +- %.2f (95%% CI, t with %d df), std %.2f, min %g, max %g\n", st->return_mean,
@@ -245,9 +258,9 @@ int fl_verb_eval(int argc, char **argv) {
     fl_config_t cfg;
     eval_opts_t o = {.episodes = UNSET, .seed = UNSET, .max_steps = UNSET, .parallel = UNSET, .scale = UNSET,
                      .frames = UNSET, .columns = UNSET, .delay = UNSET};
-    double epsilon = 0;
+    double epsilon = 0, progress = 0;
     int rc = parse(argc, argv, &cfg, &o);
-    if (!rc) rc = check_opts(&cfg, &o, &epsilon);
+    if (!rc) rc = check_opts(&cfg, &o, &epsilon, &progress);
     if (rc) return rc;
     fl_cli_setup_logging(&cfg, "eval", 0);
     fl_err_t err;
@@ -258,13 +271,17 @@ int fl_verb_eval(int argc, char **argv) {
         return 2;
     }
     fl_agent_settings_t s = {.episodes = (int)o.episodes, .epsilon = epsilon, .seed = (uint64_t)o.seed,
-                             .max_steps = o.max_steps, .parallel = (int)o.parallel};
+                             .max_steps = o.max_steps, .parallel = (int)o.parallel, .progress_every_s = progress};
     fl_agent_t *a = NULL;
     fl_status st = fl_agent_open(&cfg, checkpoint, &s, &a, &err);
     if (st != FL_OK) {
         fprintf(stderr, "fleet eval: %s\n", err.msg);
         return st == FL_INVALID_ARGUMENT || st == FL_NOT_FOUND ? 2 : 1;
     }
+    if (fl_agent_learner_steps(a) == 0)
+        fprintf(stderr, "fleet eval: warning: %s was written at learner step 0: its network is the untrained initial "
+                        "one (the run stopped before its learner trained), so this evaluates a random network\n",
+                checkpoint);
     fl_record_result_t rec;
     st = play(a, &o, &rec, &err);
     if (st == FL_OK) {

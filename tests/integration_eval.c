@@ -164,6 +164,57 @@ static void test_eval_json(void **state) {
     assert_non_null(strstr(out, "(95% CI, t with 4 df)"));
     assert_non_null(strstr(out, "truncated"));
     assert_non_null(strstr(out, "agent steps in"));
+    const char *trained = strstr(out, "trained    ");
+    assert_non_null(trained);
+    assert_true(strtol(trained + 11, NULL, 10) >= 300); /* run.max_learner_steps ends the run past it */
+    assert_null(strstr(out, "warning"));
+    free(out);
+}
+
+/* A checkpoint of learner step 0 (its metadata's learner.steps made "0", padded with JSON
+ * whitespace so the header keeps its length) is evaluated with a warning. */
+static void test_step_zero_warns(void **state) {
+    (void)state;
+    char src[700], dst[700];
+    snprintf(src, sizeof src, "%s/checkpoints/learner-0.safetensors", g_run);
+    snprintf(dst, sizeof dst, "%s/zero.safetensors", g_tmp);
+    long n = 0;
+    unsigned char *b = read_bytes(src, &n);
+    assert_non_null(b);
+    assert_true(n > 8);
+    char *hdr = (char *)b + 8;
+    char *at = strstr(hdr, "\"learner.steps\":\"");
+    assert_non_null(at);
+    char *v = at + strlen("\"learner.steps\":\""), *end = strchr(v, '"');
+    assert_non_null(end);
+    assert_true(end > v);
+    v[0] = '0';
+    v[1] = '"';
+    memset(v + 2, ' ', (size_t)(end - v - 1));
+    FILE *f = fopen(dst, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    free(b);
+    char *out;
+    assert_int_equal(shell(&out, "$F eval zero.safetensors --config ev/config.ini --episodes 2"), 0);
+    assert_non_null(strstr(out, "warning: zero.safetensors was written at learner step 0"));
+    assert_non_null(strstr(out, "trained    0 learner steps"));
+    free(out);
+}
+
+/* --progress S: progress lines on stderr while the episodes are played. */
+static void test_progress(void **state) {
+    (void)state;
+    char *out;
+    assert_int_equal(shell(&out, "$F eval ev --episodes 4 --progress 0.0001"), 0);
+    assert_non_null(strstr(out, "episodes begun"));
+    free(out);
+    assert_int_equal(shell(&out, "$F eval ev --episodes 4 --progress 0"), 0);
+    assert_null(strstr(out, "episodes begun"));
+    free(out);
+    assert_int_equal(shell(&out, "$F eval ev --progress soon"), 2);
+    assert_non_null(strstr(out, "--progress 'soon'"));
     free(out);
 }
 
@@ -273,7 +324,26 @@ static void test_errors(void **state) {
     assert_int_equal(shell(&out, "mkdir -p bare && printf '[run]\\nname = bare\\n' > bare/config.ini && $F eval bare"),
                      2);
     assert_non_null(strstr(out, "looked for bare/checkpoints/learner-0.safetensors"));
-    assert_non_null(strstr(out, "learner.checkpoint_dir"));
+    assert_non_null(strstr(out, "every run.checkpoint_every = 300 s")); /* checkpoints are on by default */
+    assert_null(strstr(out, "learner.checkpoint_dir")); /* no advice to set what needs no setting */
+    free(out);
+    /* ... and one that had checkpoints off */
+    assert_int_equal(shell(&out, "mkdir -p off && printf '[run]\\ncheckpoints = false\\n' > off/config.ini && "
+                                 "$F eval off"),
+                     2);
+    assert_non_null(strstr(out, "run.checkpoints = false"));
+    free(out);
+    /* a suite folder: its runs are named */
+    assert_int_equal(shell(&out, "mkdir -p su/seed-2 su/seed-10 && cp ev/config.ini su/ && cp ev/config.ini su/seed-2/ "
+                                 "&& cp ev/config.ini su/seed-10/ && $F eval su"),
+                     2);
+    assert_non_null(strstr(out, "su is a suite folder"));
+    assert_non_null(strstr(out, "(seed-2, seed-10)"));
+    assert_non_null(strstr(out, "`fleet eval su/seed-2`"));
+    free(out);
+    /* a file that is not a learner checkpoint */
+    assert_int_equal(shell(&out, "$F eval ev/config.ini"), 2);
+    assert_non_null(strstr(out, "ev/config.ini is not a learner checkpoint"));
     free(out);
     /* not a run folder */
     assert_int_equal(shell(&out, "mkdir -p empty && $F eval empty"), 2);
@@ -309,6 +379,8 @@ int main(void) {
         cmocka_unit_test(test_record),
         cmocka_unit_test(test_env_record_checkpoint),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_step_zero_warns),
+        cmocka_unit_test(test_progress),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
