@@ -53,7 +53,7 @@
 #include "common/dtype.h"
 #include "common/rng.h"
 #include "common/status.h"
-#include "envs/plugin.h"
+#include "envs/factory.h"
 #include "kernels/qnet.h"
 
 /* Seconds the actor waits at start for the first published parameters. */

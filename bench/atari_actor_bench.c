@@ -20,7 +20,7 @@
 #include "common/dtype.h"
 #include "common/rng.h"
 #include "envs/registry.h"
-#include "envs/wrappers.h"
+#include "envs/core/wrappers.h"
 #include "kernels/qnet.h"
 
 #define NATURE_CNN "conv(32,8,4) relu conv(64,4,2) relu conv(64,3,1) relu flatten dense(512) relu dueling"

@@ -18,7 +18,7 @@
 
 #include "common/clock.h"
 #include "common/rng.h"
-#include "envs/atari.h"
+#include "envs/atari/atari.h"
 #include "envs/registry.h"
 
 double fl_bench_ale_loop(const char *rom, int frames, float sticky);

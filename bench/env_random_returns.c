@@ -12,7 +12,7 @@
 
 #include "common/rng.h"
 #include "envs/registry.h"
-#include "envs/vecenv.h"
+#include "envs/core/vecenv.h"
 
 #define NUM_ENVS 16
 

@@ -13,8 +13,8 @@
 
 #include "common/clock.h"
 #include "common/rng.h"
-#include "envs/env.h"
-#include "envs/minatar.h"
+#include "envs/core/env.h"
+#include "envs/minatar/minatar.h"
 
 #define ACTION_TABLE 65536
 

@@ -32,7 +32,7 @@
 #include "actors/nstep.h"
 #include "common/rng.h"
 #include "envs/registry.h"
-#include "envs/wrappers.h"
+#include "envs/core/wrappers.h"
 #include "replay/table.h"
 
 #define LOCAL_BUFFER 50

@@ -33,7 +33,7 @@
 
 #include "common/config.h"
 #include "common/rng.h"
-#include "envs/plugin.h"
+#include "envs/factory.h"
 #include "envs/registry.h"
 #include "cli/agent.h"
 #include "cli/recorder.h"

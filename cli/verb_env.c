@@ -21,7 +21,7 @@
 #include "common/dtype.h"
 #include "common/rng.h"
 #include "envs/registry.h"
-#include "envs/vecenv.h"
+#include "envs/core/vecenv.h"
 #include "cli/verbs.h"
 
 #define BENCH_SEED 20240601u

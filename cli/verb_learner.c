@@ -16,7 +16,7 @@
 
 #include "common/log.h"
 #include "common/stop.h"
-#include "envs/plugin.h"
+#include "envs/factory.h"
 #include "cli/cli.h"
 #include "launcher/options.h"
 #include "launcher/proc.h"

@@ -22,7 +22,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/stop.h"
-#include "envs/plugin.h"
+#include "envs/factory.h"
 #include "cli/cli.h"
 #include "launcher/options.h"
 #include "cli/service_main.h"

@@ -11,7 +11,7 @@
 
 #include "common/config.h"
 #include "common/stop.h"
-#include "envs/plugin.h"
+#include "envs/factory.h"
 #include "cli/cli.h"
 #include "cli/verbs.h"
 #include "launcher/launch.h"

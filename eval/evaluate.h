@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "envs/wrappers.h"
+#include "envs/core/wrappers.h"
 #include "kernels/qnet.h"
 
 #define FL_EVAL_EXPLORE_STREAM (1ull << 32)

@@ -15,7 +15,7 @@
 #include "common/rng.h"
 #include "common/statefile.h"
 #include "common/stop.h"
-#include "envs/wrappers.h"
+#include "envs/core/wrappers.h"
 #include "eval/evaluate.h"
 #include "kernels/qnet.h"
 #include "paramserver/client.h"

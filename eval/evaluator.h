@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "envs/plugin.h"
+#include "envs/factory.h"
 #include "kernels/qnet.h"
 
 #define FL_EVALUATOR_SEED_STREAM (1ull << 40)

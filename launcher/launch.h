@@ -21,8 +21,8 @@
 
 #include "launcher/fleet_state.h"
 #include "common/config.h"
-#include "envs/plugin.h"
-#include "envs/wrappers.h"
+#include "envs/factory.h"
+#include "envs/core/wrappers.h"
 
 typedef struct fl_launch fl_launch_t;
 

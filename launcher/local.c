@@ -31,7 +31,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/stop.h"
-#include "envs/plugin.h"
+#include "envs/factory.h"
 #include "launcher/launch.h"
 #include "launcher/options.h"
 #include "launcher/proc.h"

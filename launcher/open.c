@@ -37,7 +37,7 @@
 #include "common/rpc.h"
 #include "common/stop.h"
 #include "common/tfevents.h"
-#include "envs/plugin.h"
+#include "envs/factory.h"
 #include "kernels/qnet.h"
 #include "fleet.pb-c.h"
 #include "launcher/curve.h"

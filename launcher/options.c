@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "envs/registry.h"
-#include "envs/wrappers.h"
+#include "envs/core/wrappers.h"
 #include "replay/selector.h"
 
 _Static_assert(FL_CONFIG_STRING_MAX <= FL_REPLAY_DIR_MAX, "replay.checkpoint_dir must fit the service's paths");

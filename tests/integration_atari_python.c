@@ -29,9 +29,9 @@
 
 #include "tests/py_util.h"
 #include "common/rng.h"
-#include "envs/atari.h"
+#include "envs/atari/atari.h"
 #include "envs/registry.h"
-#include "envs/wrappers.h"
+#include "envs/core/wrappers.h"
 
 #define STEPS 10000
 #define SEED 123

@@ -26,7 +26,7 @@
 #include "common/rpc.h"
 #include "replay/client.h"
 #include "replay/writer.h"
-#include "envs/atari.h"
+#include "envs/atari/atari.h"
 #include "envs/registry.h"
 
 static char g_tmp[256];

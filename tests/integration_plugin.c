@@ -15,8 +15,8 @@
 #include <cmocka.h>
 
 #include "common/rng.h"
-#include "envs/plugin.h"
-#include "envs/vecenv.h"
+#include "envs/core/plugin.h"
+#include "envs/core/vecenv.h"
 #include "tests/proc_util.h"
 
 static char g_tmp[256];

@@ -1,4 +1,5 @@
-/* Unit tests for envs: the env API, the registry, vecenv and CartPole-v1.
+/* Unit tests for envs: the env API, the registry (its mechanism on families made here,
+ * and how it combines the built-in families), vecenv and CartPole-v1.
  *
  * CartPole's dynamics are checked against an independent double-precision transcription
  * of Gymnasium's equations with the constants typed in here, plus values known from the
@@ -9,14 +10,19 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "common/rng.h"
-#include "envs/env.h"
+#include "envs/atari/atari.h"
+#include "envs/classic/classic.h"
+#include "envs/core/env.h"
+#include "envs/core/family.h"
+#include "envs/minatar/minatar.h"
 #include "envs/registry.h"
-#include "envs/vecenv.h"
+#include "envs/core/vecenv.h"
 
 /* ---- Independent reference ------------------------------------------------------------ */
 
@@ -101,6 +107,84 @@ static void test_registry(void **unused) {
     assert_non_null(strstr(err.msg, "did you mean 'cartpole'?"));
     assert_int_equal(fl_env_lookup("cartpole", &out, &err), FL_OK);
     assert_ptr_equal(out, &fl_env_cartpole);
+}
+
+/* The registry lists the families in order, classic, MinAtar, Atari, each family's
+ * listing whole: its fixed rows, then what it finds at run time. */
+static void test_registry_combines_families(void **unused) {
+    (void)unused;
+    const fl_env_family_t *fams[] = {&fl_env_family_classic, &fl_env_family_minatar, &fl_env_family_atari};
+    int i = 0;
+    for (int f = 0; f < 3; f++) {
+        for (int r = 0; r < fams[f]->num_rows; r++, i++) assert_ptr_equal(fl_env_at(i), fams[f]->rows[r].def);
+        int listed = fams[f]->count ? fams[f]->count() : 0;
+        for (int k = 0; k < listed; k++, i++) assert_ptr_equal(fl_env_at(i), fams[f]->at(k));
+    }
+    assert_int_equal(i, fl_env_count());
+    assert_int_equal(fl_env_families_count(fams, 3), fl_env_count());
+}
+
+/* ---- The registry's mechanism (envs/core/family.h) on families made here -------------- */
+
+static fl_env_def_t g_defs[6]; /* alpha, beta, gamma (fixed); dyn-one, dyn-two; dyn-one-x (found only) */
+static const char *const g_def_names[6] = {"alpha", "beta", "gamma", "dyn-one", "dyn-two", "dyn-one-x"};
+
+static int dyn_count(void) { return 2; }
+static const fl_env_def_t *dyn_at(int i) { return i >= 0 && i < 2 ? &g_defs[3 + i] : NULL; }
+static int dyn_name(int i, char *buf, size_t len) {
+    if (i < 0 || i >= 2) return -1;
+    snprintf(buf, len, "%s", g_def_names[3 + i]);
+    return 0;
+}
+static const fl_env_def_t *dyn_find(const char *name) {
+    for (int i = 3; i < 6; i++)
+        if (strcmp(name, g_def_names[i]) == 0) return &g_defs[i];
+    return NULL;
+}
+
+static void test_family_mechanism(void **unused) {
+    (void)unused;
+    for (int i = 0; i < 6; i++) {
+        g_defs[i] = fl_env_cartpole;
+        g_defs[i].name = g_def_names[i];
+    }
+    const fl_env_row_t rows_a[] = {{&g_defs[0], 2.0}, {&g_defs[1], 0.5}}, rows_b[] = {{&g_defs[2], 3.0}};
+    const fl_env_family_t a = {.name = "a", .rows = rows_a, .num_rows = 2};
+    const fl_env_family_t b = {.name = "b", .rows = rows_b, .num_rows = 1};
+    const fl_env_family_t d = {.name = "d", .count = dyn_count, .at = dyn_at, .env_name = dyn_name, .find = dyn_find};
+    const fl_env_family_t *fams[] = {&a, &d, &b};
+    /* Each family's listing whole, family after family: a's rows, d's entries, b's rows. */
+    const int order[] = {0, 1, 3, 4, 2};
+    assert_int_equal(fl_env_families_count(fams, 3), 5);
+    for (int i = 0; i < 5; i++) assert_ptr_equal(fl_env_families_at(fams, 3, i), &g_defs[order[i]]);
+    assert_null(fl_env_families_at(fams, 3, -1));
+    assert_null(fl_env_families_at(fams, 3, 5));
+    for (int i = 0; i < 6; i++) assert_ptr_equal(fl_env_families_find(fams, 3, g_def_names[i]), &g_defs[i]);
+    assert_null(fl_env_families_find(fams, 3, "delta"));
+    assert_null(fl_env_families_find(fams, 3, NULL));
+    assert_true(fl_env_families_reward_bound(fams, 3, "alpha") == 2.0);
+    assert_true(fl_env_families_reward_bound(fams, 3, "beta") == 0.5);
+    assert_true(fl_env_families_reward_bound(fams, 3, "gamma") == 3.0);
+    assert_true(fl_env_families_reward_bound(fams, 3, "dyn-one") == 0.0); /* found at run time: none */
+    assert_true(fl_env_families_reward_bound(fams, 3, "alpha-v1") == 0.0);
+    assert_true(fl_env_families_reward_bound(fams, 3, NULL) == 0.0);
+
+    fl_err_t err;
+    fl_err_init(&err);
+    const fl_env_def_t *out = &g_defs[0];
+    assert_int_equal(fl_env_families_lookup(fams, 3, "dyn-onee", &out, &err), FL_NOT_FOUND);
+    assert_null(out);
+    /* Only the fixed rows are listed; every name, listed or found at run time, may be suggested. */
+    assert_string_equal(err.msg, "unknown env 'dyn-onee' (known: alpha, beta, gamma; did you mean 'dyn-one'?)");
+    assert_int_equal(fl_env_families_lookup(fams, 3, "betta", &out, &err), FL_NOT_FOUND);
+    assert_string_equal(err.msg, "unknown env 'betta' (known: alpha, beta, gamma; did you mean 'beta'?)");
+    assert_int_equal(fl_env_families_lookup(fams, 3, "dyn-one-x", &out, &err), FL_OK);
+    assert_ptr_equal(out, &g_defs[5]);
+    /* No family: nothing is found, nothing is known. */
+    assert_int_equal(fl_env_families_count(fams, 0), 0);
+    assert_null(fl_env_families_at(fams, 0, 0));
+    assert_int_equal(fl_env_families_lookup(fams, 0, "alpha", &out, &err), FL_NOT_FOUND);
+    assert_string_equal(err.msg, "unknown env 'alpha' (known: )");
 }
 
 static void test_cartpole_definition(void **unused) {
@@ -543,6 +627,8 @@ static void test_vecenv_invalid_action(void **unused) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_registry_combines_families),
+        cmocka_unit_test(test_family_mechanism),
         cmocka_unit_test(test_cartpole_definition),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_inline_rng_matches_common),

@@ -1,7 +1,9 @@
-/* Tests for envs/atari (the ALE games as built-in envs), skipped with a message in a
+/* Tests for envs/atari/ (the ALE games as built-in envs), skipped with a message in a
  * build without ALE or without ROMs:
  *  - the registry lists the games and finds the -full and -rgb variants, with ALE's
  *    action sets (Pong's 6 minimal actions, 18 in full) and screen sizes;
+ *  - the family's rows (envs/atari/atari.c): every game's base env after the other
+ *    families, named without being built, no reward bound, lives declared to the core;
  *  - a seed and an action sequence replay exactly (frames, rewards, terminals), also with
  *    sticky actions; other seeds with sticky actions play differently;
  *  - env.args frameskip=4 sums the rewards of 4 frames and ends on the 4th; bad args are
@@ -28,9 +30,9 @@
 #include <cmocka.h>
 
 #include "common/rng.h"
-#include "envs/atari.h"
+#include "envs/atari/atari.h"
 #include "envs/registry.h"
-#include "envs/wrappers.h"
+#include "envs/core/wrappers.h"
 
 #define SKIP_WITHOUT_ATARI()                                                                          \
     do {                                                                                              \
@@ -161,6 +163,44 @@ static void test_registry(void **unused) {
     for (int i = 0; i < fl_env_count(); i++) found += strcmp(fl_env_at(i)->name, "atari-breakout") == 0;
     assert_int_equal(found, 1);
     assert_true(fl_atari_count() >= 50);
+}
+
+/* The family's rows: none fixed; the base env of every game listed after the other
+ * families, named without building it, the variants found but not listed, no reward bound,
+ * and lives declared to the core for the episodiclife wrapper. */
+static void test_family_rows(void **unused) {
+    (void)unused;
+    const fl_env_family_t *f = &fl_env_family_atari;
+    assert_string_equal(f->name, "atari");
+    assert_int_equal(f->num_rows, 0);
+    assert_int_equal(f->count(), fl_atari_count());
+    assert_int_equal(fl_env_count() - f->count(), 13); /* classic 3, MinAtar 10, then these */
+    SKIP_WITHOUT_ATARI();
+    int first = fl_env_count() - f->count();
+    for (int i = 0; i < f->count(); i++) {
+        char name[80];
+        assert_int_equal(f->env_name(i, name, sizeof name), 0);
+        const fl_env_def_t *d = f->at(i);
+        assert_non_null(d);
+        assert_string_equal(d->name, name);
+        assert_ptr_equal(fl_env_at(first + i), d);
+        assert_ptr_equal(f->find(name), d);
+        assert_ptr_equal(fl_env_find(name), d);
+        assert_true(fl_env_reward_bound(name) == 0.0);
+        assert_non_null(fl_env_lives_of(d));
+    }
+    assert_int_equal(f->env_name(f->count(), (char[80]){0}, 80), -1);
+    assert_null(f->at(f->count()));
+    const fl_env_def_t *pf = f->find("atari-pong-full");
+    assert_non_null(pf);
+    assert_non_null(fl_env_lives_of(pf));
+    for (int i = 0; i < fl_env_count(); i++) assert_ptr_not_equal(fl_env_at(i), pf);
+    assert_null(f->find("cartpole"));
+    assert_null(fl_env_lives_of(fl_env_find("cartpole")));
+    fl_err_t err = {0};
+    const fl_env_def_t *out;
+    assert_int_equal(fl_env_lookup("atari-pongg", &out, &err), FL_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "did you mean 'atari-pong'?"));
 }
 
 static void test_replays_exactly(void **unused) {
@@ -483,6 +523,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_screen_heights_cached),
         cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_family_rows),
         cmocka_unit_test(test_replays_exactly),
         cmocka_unit_test(test_kept_emulators_play_as_new),
         cmocka_unit_test(test_frameskip_and_args),

@@ -1,4 +1,5 @@
-/* Unit tests for the classic-control envs: MountainCar-v0 and Acrobot-v1.
+/* Unit tests for the classic-control envs: MountainCar-v0 and Acrobot-v1, and the family's
+ * registry rows (CartPole-v1 itself is tested in tests/test_envs.c).
  *
  * The dynamics are checked against independent double-precision transcriptions of
  * Gymnasium's published equations written here with the constants typed in (for Acrobot
@@ -16,9 +17,10 @@
 #include <cmocka.h>
 
 #include "common/rng.h"
-#include "envs/classic.h"
-#include "envs/env.h"
-#include "envs/vecenv.h"
+#include "envs/classic/classic.h"
+#include "envs/core/env.h"
+#include "envs/core/vecenv.h"
+#include "envs/registry.h"
 
 #define PI 3.14159265358979323846
 
@@ -715,6 +717,55 @@ static void test_determinism(void **unused) {
     check_determinism(&fl_env_acrobot);
 }
 
+/* ---- The family's registry rows ------------------------------------------------------ */
+
+/* The family lists its three envs in order with their reward bounds, and the registry
+ * answers for them: first in its listing, by name, with those bounds. */
+static void test_family_rows(void **unused) {
+    (void)unused;
+    const fl_env_family_t *f = &fl_env_family_classic;
+    assert_string_equal(f->name, "classic");
+    assert_null(f->count);
+    assert_null(f->at);
+    assert_null(f->env_name);
+    assert_null(f->find);
+    const fl_env_def_t *want[] = {&fl_env_cartpole, &fl_env_mountaincar, &fl_env_acrobot};
+    assert_int_equal(f->num_rows, 3);
+    for (int i = 0; i < 3; i++) {
+        fl_err_t err = {0};
+        assert_ptr_equal(f->rows[i].def, want[i]);
+        assert_true(f->rows[i].reward_bound == 1.0);
+        assert_int_equal(fl_env_validate(want[i], &err), FL_OK);
+        assert_ptr_equal(fl_env_at(i), want[i]);
+        assert_ptr_equal(fl_env_find(want[i]->name), want[i]);
+        assert_true(fl_env_reward_bound(want[i]->name) == f->rows[i].reward_bound);
+    }
+}
+
+/* Random play never gives a step's reward beyond the row's bound. */
+static void test_rewards_within_bounds(void **unused) {
+    (void)unused;
+    const fl_env_family_t *f = &fl_env_family_classic;
+    for (int r = 0; r < f->num_rows; r++) {
+        const fl_env_def_t *d = f->rows[r].def;
+        fl_vecenv_t *ve;
+        fl_err_t err = {0};
+        assert_int_equal(fl_vecenv_create(d, 4, 7, 0, &ve, &err), FL_OK);
+        float obs[4 * 8], rewards[4];
+        uint8_t term[4], trunc[4];
+        int32_t actions[4];
+        fl_rng_t act;
+        fl_rng_init(&act, 3);
+        fl_vecenv_reset(ve, obs);
+        for (int t = 0; t < 2000; t++) {
+            for (int i = 0; i < 4; i++) actions[i] = (int32_t)fl_rng_below(&act, (uint64_t)d->num_actions);
+            assert_int_equal(fl_vecenv_step(ve, actions, obs, rewards, term, trunc, NULL, NULL, &err), FL_OK);
+            for (int i = 0; i < 4; i++) assert_true(fabs(rewards[i]) <= f->rows[r].reward_bound);
+        }
+        fl_vecenv_destroy(ve);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_definitions),
@@ -733,6 +784,8 @@ int main(void) {
         cmocka_unit_test(test_mountaincar_reaches_goal),
         cmocka_unit_test(test_acrobot_swings_up),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_family_rows),
+        cmocka_unit_test(test_rewards_within_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

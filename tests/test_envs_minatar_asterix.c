@@ -1,4 +1,4 @@
-/* Unit tests for MinAtar Asterix (envs/minatar_asterix.c, docs/minatar.md section 2 and
+/* Unit tests for MinAtar Asterix (envs/minatar/asterix.c, docs/minatar.md section 2 and
  * Appendix D).
  *
  * The game is driven directly through its value type, often after putting it into a
@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "envs/minatar_games2.h"
+#include "envs/minatar/asterix.h"
 
 enum { NOOP = 0, LEFT = 1, UP = 2, RIGHT = 3, DOWN = 4, FIRE = 5 };
 

@@ -1,4 +1,4 @@
-/* Unit tests for MinAtar Breakout (envs/minatar_breakout.c, spec section 3): the
+/* Unit tests for MinAtar Breakout (envs/minatar/breakout.c, spec section 3): the
  * deterministic facts of spec Appendix D, hand-checked mechanics (reset draw, wall,
  * ceiling and corner bounces, brick rewards and the strike rule, refills, paddle moves
  * and landings, loss), observation channels, deterministic replay and options. Sticky
@@ -14,8 +14,8 @@
 #include <cmocka.h>
 
 #include "common/rng.h"
-#include "envs/env.h"
-#include "envs/minatar.h"
+#include "envs/core/env.h"
+#include "envs/minatar/breakout.h"
 
 #define C FL_BREAKOUT_CHANNELS
 #define OBS_BYTES (10 * 10 * C)

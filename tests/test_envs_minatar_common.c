@@ -1,4 +1,4 @@
-/* Unit tests for the MinAtar common layer (envs/minatar.h): MT19937 against published
+/* Unit tests for the MinAtar common layer (envs/minatar/common.h): MT19937 against published
  * outputs, the reference draws of spec Appendix A against values NumPy's legacy
  * RandomState gives for the same seeds, options, sticky actions (spec 1.4) and the
  * episode-ended rule (1.3). A small probe game defined here records what the layer hands
@@ -14,8 +14,8 @@
 #include <cmocka.h>
 
 #include "common/rng.h"
-#include "envs/env.h"
-#include "envs/minatar.h"
+#include "envs/core/env.h"
+#include "envs/minatar/common.h"
 
 /* ---- Probe game ------------------------------------------------------------------------ */
 

@@ -1,4 +1,4 @@
-/* Unit tests for MinAtar Freeway (envs/minatar_freeway.c, spec section 4): the
+/* Unit tests for MinAtar Freeway (envs/minatar/freeway.c, spec section 4): the
  * deterministic facts of spec Appendix D (2501-step episodes, chicken pace, car paces),
  * the reset and score draws and their order, hits, scoring, wrapping trails in the
  * speed channels, deterministic replay and options. Sticky actions are off (p = 0)
@@ -14,8 +14,8 @@
 #include <cmocka.h>
 
 #include "common/rng.h"
-#include "envs/env.h"
-#include "envs/minatar.h"
+#include "envs/core/env.h"
+#include "envs/minatar/freeway.h"
 
 #define C FL_FREEWAY_CHANNELS
 #define OBS_BYTES (10 * 10 * C)

@@ -13,8 +13,8 @@
 
 #include <cmocka.h>
 
-#include "envs/env.h"
-#include "envs/minatar_seaquest.h"
+#include "envs/core/env.h"
+#include "envs/minatar/seaquest.h"
 
 enum { NOOP = 0, LEFT = 1, UP = 2, RIGHT = 3, DOWN = 4, FIRE = 5 };
 #define OBS_BYTES (10 * 10 * FL_SEAQUEST_CHANNELS)

@@ -1,4 +1,4 @@
-/* Unit tests for MinAtar Space Invaders (envs/minatar_space_invaders.c, docs/minatar.md
+/* Unit tests for MinAtar Space Invaders (envs/minatar/space_invaders.c, docs/minatar.md
  * section 6 and Appendix D).
  *
  * The game is driven directly through its value type, often after putting it into a
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "envs/minatar_games2.h"
+#include "envs/minatar/space_invaders.h"
 
 enum { NOOP = 0, LEFT = 1, UP = 2, RIGHT = 3, DOWN = 4, FIRE = 5 };
 

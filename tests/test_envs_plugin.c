@@ -1,4 +1,4 @@
-/* Unit tests for envs/plugin: loading environments from shared objects.
+/* Unit tests for envs/core/plugin and envs/factory: loading environments from shared objects.
  *
  * The shared objects are compiled here, at run time, with the build's C compiler
  * (FLEET_CC, else cc) against the installed-header layout: a temp folder holds
@@ -27,10 +27,12 @@
 #include <cmocka.h>
 
 #include "common/rng.h"
-#include "envs/env.h"
-#include "envs/plugin.h"
+#include "envs/classic/classic.h"
+#include "envs/core/env.h"
+#include "envs/core/plugin.h"
+#include "envs/factory.h"
 #include "envs/registry.h"
-#include "envs/vecenv.h"
+#include "envs/core/vecenv.h"
 
 static char g_dir[256];
 static char g_grid[512]; /* the compiled example */
@@ -189,7 +191,7 @@ static void test_installed_header_mixes_with_tree(void **state) {
     (void)state;
     char src[512], out[512];
     snprintf(src, sizeof src, "%s/mix.c", g_dir);
-    write_text(src, "#include \"envs/env.h\"\n#include <fleet/env.h>\n#include \"common/rng.h\"\n"
+    write_text(src, "#include \"envs/core/env.h\"\n#include <fleet/env.h>\n#include \"common/rng.h\"\n"
                     "int mix(void) { fl_rng_t r; fl_rng_init(&r, 1); return (int)(fl_env_rng_u64(&r) & 1); }\n");
     snprintf(out, sizeof out, "%s/libmix.so", g_dir);
     char flags[600];

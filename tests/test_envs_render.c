@@ -1,4 +1,4 @@
-/* envs/render: the canvas primitives pixel by pixel, and every built-in env's render and
+/* envs/core/render: the canvas primitives pixel by pixel, and every built-in env's render and
  * action names: a render reads the state only (same state, same image; the observation
  * and the generator are untouched), shows the state (a MinAtar cell has the colour of its
  * highest set channel; CartPole's pole leans the way theta says), and every action has a
@@ -12,9 +12,10 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "envs/minatar.h"
+#include "envs/classic/classic.h"
+#include "envs/minatar/breakout.h"
 #include "envs/registry.h"
-#include "envs/render.h"
+#include "envs/core/render.h"
 
 static const uint8_t RED[3] = {255, 0, 0}, BLK[3] = {0, 0, 0};
 

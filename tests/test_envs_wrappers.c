@@ -1,11 +1,13 @@
-/* Unit tests for envs/wrappers: every wrapper on small synthetic envs defined here.
+/* Unit tests for envs/core/wrappers: every wrapper on small synthetic envs defined here.
  *
  *  - counter: int32 (3,) = [t, 100 - t, last executed action], reward t, terminates at
  *    t == 10; a variant with its own limit of 6 steps.
  *  - rewards: float32 (1,), the reward of action a is a fixed table entry.
  *  - rgb4: uint8 (4,4,3) with R = 40y + 12x + t, G = 255 - R, B = 7 (t = steps taken);
  *    linear in x and y, so area and bilinear resize values follow by hand.
- *  - colors: uint8 (1,6,3) with hand-picked pixels for the grayscale weights. */
+ *  - colors: uint8 (1,6,3) with hand-picked pixels for the grayscale weights.
+ *  - lives: int32 (1,) = [t], a life lost every 4th step out of 3, its lives declared to
+ *    the core (fl_env_declare_lives) as the Atari family declares its games'. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,8 +20,8 @@
 #include <cmocka.h>
 
 #include "common/rng.h"
-#include "envs/env.h"
-#include "envs/wrappers.h"
+#include "envs/core/env.h"
+#include "envs/core/wrappers.h"
 
 /* ---- Synthetic envs ------------------------------------------------------------------- */
 
@@ -817,6 +819,83 @@ static void test_configure_reaches_inner(void **unused) {
     fl_wrapped_env_destroy(w);
 }
 
+/* ---- episodiclife on an env whose lives are declared ---------------------------------- */
+
+typedef struct lives_state {
+    int t, lives;
+} lives_state_t;
+
+static void lives_reset(void *state, fl_rng_t *rng, void *obs) {
+    (void)rng;
+    lives_state_t *s = state;
+    s->t = 0;
+    s->lives = 3;
+    *(int32_t *)obs = 0;
+}
+
+static void lives_step(void *state, fl_rng_t *rng, int action, void *obs, float *reward, int *terminated) {
+    (void)rng, (void)action;
+    lives_state_t *s = state;
+    s->t++;
+    if (s->t % 4 == 0) s->lives--;
+    *(int32_t *)obs = s->t;
+    *reward = 1.0f;
+    *terminated = s->lives == 0;
+}
+
+static int lives_read(void *state) { return ((lives_state_t *)state)->lives; }
+
+static const fl_env_def_t lives_env = {
+    .abi_version = FL_ENV_ABI_VERSION,
+    .name = "lives",
+    .obs = {.dtype = FL_DTYPE_INT32, .rank = 1, .shape = {1}},
+    .num_actions = 2,
+    .state_size = sizeof(lives_state_t),
+    .reset = lives_reset,
+    .step = lives_step,
+};
+
+/* The wrapper takes an env's lives from what its family declared, and refuses an env
+ * without: a lost life ends the agent's episode, the reset after it goes on with a no-op
+ * step, and only the game's end starts a new game. */
+static void test_episodiclife_declared_lives(void **unused) {
+    (void)unused;
+    fl_wrapped_env_t *w;
+    fl_err_t err = {0};
+    assert_null(fl_env_lives_of(&lives_env));
+    assert_int_equal(fl_wrapped_env_create(&lives_env, "episodiclife", &w, &err), FL_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "expected an env with lives"));
+    assert_int_equal(fl_env_declare_lives(lives_reset, lives_read), 0);
+    assert_int_equal(fl_env_declare_lives(lives_reset, lives_read), 0); /* again: nothing new */
+    assert_ptr_equal(fl_env_lives_of(&lives_env), lives_read);
+    assert_null(fl_env_lives_of(&counter_env));
+    assert_null(fl_env_lives_of(NULL));
+    assert_int_equal(fl_wrapped_env_create(&lives_env, "episodiclife", &w, &err), FL_OK);
+    void *st = calloc(1, fl_wrapped_env_state_size(w));
+    assert_non_null(st);
+    fl_rng_t rng;
+    fl_rng_init(&rng, 1);
+    int32_t obs = -1;
+    float r;
+    int term, trunc;
+    const int starts[3] = {0, 5, 9}; /* t after each agent reset: a new game, then no-op steps */
+    for (int life = 0; life < 3; life++) {
+        fl_wrapped_env_reset(w, st, &rng, &obs);
+        assert_int_equal(obs, starts[life]);
+        do {
+            fl_wrapped_env_step(w, st, &rng, 1, &obs, &r, &term, &trunc);
+            assert_int_equal(trunc, 0);
+            assert_int_equal(term, obs % 4 == 0);
+        } while (!term);
+        assert_int_equal(obs, 4 * (life + 1));
+    }
+    fl_wrapped_env_reset(w, st, &rng, &obs); /* the game is over: a new one */
+    assert_int_equal(obs, 0);
+    fl_wrapped_env_close(w, st);
+    free(st);
+    fl_wrapped_env_destroy(w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_empty_spec_is_identity),
@@ -836,6 +915,7 @@ int main(void) {
         cmocka_unit_test(test_wrapvec_auto_reset),
         cmocka_unit_test(test_wrapvec_seeded_streams),
         cmocka_unit_test(test_configure_reaches_inner),
+        cmocka_unit_test(test_episodiclife_declared_lives),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,7 +17,7 @@
 #include "actors/actor.h"
 #include "common/dtype.h"
 #include "common/rng.h"
-#include "envs/plugin.h"
+#include "envs/factory.h"
 #include "eval/evaluate.h"
 
 #define SPEC "dense(16) relu"

@@ -12,7 +12,7 @@
  *
  * The header is self-contained: it includes only <stddef.h> and <stdint.h>, and a plugin
  * links against no fleet symbol (the fl_env_rng_* helpers are inline). It is also the one
- * definition of these types inside the fleet tree: envs/env.h, common/dtype.h and
+ * definition of these types inside the fleet tree: envs/core/env.h, common/dtype.h and
  * common/rng.h include it (the tree puts include/ on the include path), so the
  * generator's step exists once, here, and fleet's own fl_rng_* draw through it.
  *
@@ -108,7 +108,7 @@ typedef const char *(*fl_env_action_name_fn)(int action);
 /* close (ABI 3, optional, may be NULL): releases what configure or reset acquired for one
  * instance (an emulator, a file); called once before the instance's state is freed or
  * zeroed for reuse, also for a state that was only zeroed (then it must do nothing).
- * Callers go through fl_env_close (envs/env.h), which does not read the member of a
+ * Callers go through fl_env_close (envs/core/env.h), which does not read the member of a
  * version-2 definition. */
 typedef void (*fl_env_close_fn)(void *state);
 
@@ -120,7 +120,7 @@ typedef struct fl_env_def {
      * (the first obs.rank entries used, each > 0), e.g. `.obs = {FL_DTYPE_FLOAT32, 1, {4}}`.
      * Earlier headers declared three loose members here instead (fl_dtype obs_dtype,
      * int obs_rank, int obs_shape[FL_ENV_MAX_RANK]); the struct has the same layout (an
-     * enum-sized dtype, an int, int[4] at the same offsets; envs/env.c asserts it), so
+     * enum-sized dtype, an int, int[4] at the same offsets; envs/core/env.c asserts it), so
      * FL_ENV_ABI_VERSION stays 2 and plugins built against the old header keep loading. */
     fl_obs_spec_t obs;
     int num_actions;          /* discrete actions 0..num_actions-1 */
