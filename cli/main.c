@@ -16,6 +16,7 @@
 
 #include "cli/verbs.h"
 #include "cli/heap.h"
+#include "common/config.h"
 #include "common/rpc.h"
 
 #ifndef FLEET_VERSION
@@ -30,8 +31,8 @@ typedef struct verb {
 } verb_t;
 
 #define COMMON_OPTS                                                                                   \
-    "  --config FILE            read an experiment's INI file (sections [run] [env] [actor] [replay]\n" \
-    "                           [paramserver] [learner] [model]); every key has a default\n"            \
+    "  --config FILE            read an experiment's INI file (sections [run] [env] [eval] [actor]\n"   \
+    "                           [replay] [paramserver] [learner] [model]); every key has a default\n"   \
     "  --set SECTION.KEY=VALUE  override one key (repeatable; applied after --config)\n"                \
     "  --help                   this text\n"                                                              \
     "`fleet help config` lists every key with its default and accepted range.\n"
@@ -87,8 +88,9 @@ static const verb_t verbs[] = {
      "(its terminal output). When they have ended it writes results.csv (a row per seed: outcome, time,\n"
      "env steps, final and best greedy evaluation return, time and env steps to run.target_return),\n"
      "summary.md (that table; the final return's mean, std and 95% confidence interval over the seeds;\n"
-     "the median time and env steps to the target) and curves.png (every seed's evaluation return\n"
-     "against env steps, with gnuplot; curves.gp redraws it), and prints the table. Ctrl-C starts no\n"
+     "the median time and env steps to the target) and curves.png (titled with run.name: every seed's\n"
+     "evaluation return against env steps, their mean over its 95% confidence band, Student's t, whose\n"
+     "figures are in curves.csv; with gnuplot; curves.gp redraws it), and prints the table. Ctrl-C starts no\n"
      "further seed and stops the runs under way. Exit 0 when every run ended normally, else 1.\n"
      "  --seeds LIST             seeds and ranges, e.g. 1,2,3 or 1-10 (default 1,2,3)\n"
      "  --parallel N             runs at a time (default 1; each run is a whole fleet of processes)\n"
@@ -264,7 +266,11 @@ static const verb_t verbs[] = {
      "  --days N                 validity of the certificates (default 365)\n",
      fl_verb_certs},
     {"version", "print the version", "usage: fleet version\n", NULL},
-    {"help", "help on a verb, or `fleet help config` for every configuration key", "usage: fleet help [VERB|config]\n",
+    {"help", "help on a verb, or `fleet help config [SECTION|KEY|WORD]` for the configuration keys",
+     "usage: fleet help [VERB | config [SECTION | SECTION.KEY | WORD]]\n"
+     "`fleet help VERB` documents a verb; `fleet help config` lists every configuration key with its type,\n"
+     "default, accepted values and meaning; with a section (eval), a key (learner.lr) or a word in key names\n"
+     "(checkpoint) only those.\n",
      NULL},
 };
 
@@ -304,8 +310,13 @@ int main(int argc, char **argv) {
             return 0;
         }
         if (strcmp(argv[2], "config") == 0) {
-            fl_verb_print_config_help(stdout);
-            return 0;
+            const char *only = argc > 3 ? argv[3] : NULL;
+            if (fl_config_print_help_of(stdout, only) > 0) return 0;
+            char sections[256];
+            fl_config_sections(sections, sizeof sections);
+            fprintf(stderr, "fleet help config: no section or key matches '%s' (expected a section: %s; a key such "
+                            "as learner.lr; or a word in key names, e.g. checkpoint)\n", only, sections);
+            return 2;
         }
         const verb_t *v = find_verb(argv[2]);
         if (!v) {

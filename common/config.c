@@ -894,19 +894,46 @@ fl_status fl_config_write_file(const fl_config_t *c, const char *path, fl_err_t 
     return FL_OK;
 }
 
-void fl_config_print_help(FILE *f) {
-    fprintf(f, "Configuration keys: set them in an INI file under [section] (--config FILE)\n"
-               "or one at a time with --set section.key=value (applied after the file).\n");
+/* Whether key d is among those `only` asks for (see fl_config_print_help_of). */
+static int wanted(const key_desc *d, const char *only, int by_section, int by_key) {
+    if (!only) return 1;
+    if (by_section) return strcmp(d->section, only) == 0;
+    if (by_key) return strcmp(d->name, only) == 0;
+    return strstr(d->name, only) != NULL;
+}
+
+size_t fl_config_print_help_of(FILE *f, const char *only) {
+    if (only && !*only) only = NULL;
+    const int by_section = only && section_exists(only), by_key = only && !by_section && find_name(only) != NULL;
+    size_t printed = 0;
     for (size_t i = 0; i < NKEYS; i++) {
         if (!first_of_section(i)) continue;
-        fprintf(f, "\n[%s]\n", keys[i].section);
+        int header = 0;
         for (size_t j = i; j < NKEYS; j++) {
             const key_desc *d = &keys[j];
-            if (strcmp(d->section, keys[i].section) != 0) continue;
+            if (strcmp(d->section, keys[i].section) != 0 || !wanted(d, only, by_section, by_key)) continue;
+            if (!printed)
+                fprintf(f, "Configuration keys: set them in an INI file under [section] (--config FILE)\n"
+                           "or one at a time with --set section.key=value (applied after the file).\n");
+            if (!header) fprintf(f, "\n[%s]\n", keys[i].section);
+            header = 1;
             char about[2 * FL_CONFIG_STRING_MAX + 64];
             describe_key(d, about, sizeof about);
             fprintf(f, "  %-28s %s\n      %s\n", d->name, about, d->help);
+            printed++;
         }
+    }
+    return printed;
+}
+
+void fl_config_print_help(FILE *f) { fl_config_print_help_of(f, NULL); }
+
+void fl_config_sections(char *buf, size_t len) {
+    if (len) buf[0] = '\0';
+    for (size_t i = 0; i < NKEYS; i++) {
+        if (!first_of_section(i)) continue;
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, "%s%s", used ? " " : "", keys[i].section);
     }
 }
 

@@ -116,6 +116,12 @@ fl_status fl_config_write_file(const fl_config_t *c, const char *path, fl_err_t 
 /* Prints every key: section.key, type, default, accepted range or choices, and help
  * (the text of `fleet help config`). */
 void fl_config_print_help(FILE *f);
+/* The same for the keys `only` names: a section ("eval": its keys), a key
+ * ("learner.lr"), or else every key whose name contains it ("checkpoint"); NULL or ""
+ * prints all. Returns the keys printed (0: nothing matched, nothing printed). */
+size_t fl_config_print_help_of(FILE *f, const char *only);
+/* The sections in table order, space-separated ("run env eval ..."), into buf. */
+void fl_config_sections(char *buf, size_t len);
 
 /* The value of key `name` ("learner.lr") as text, formatted as in the dump but without
  * quotes (booleans as true/false). FL_NOT_FOUND for an unknown key, FL_INVALID_ARGUMENT

@@ -5,8 +5,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <ctype.h>
 #include <dirent.h>
+#include <math.h>
 
+#include "common/config.h"
 #include "tests/proc_util.h"
 
 static int fleet(char **out, const char *a1, const char *a2, const char *a3, const char *a4) {
@@ -41,6 +44,122 @@ static void test_usage(void **state) {
     assert_int_equal(fleet(&out, "env", "list", NULL, NULL), 0);
     assert_non_null(strstr(out, "cartpole"));
     free(out);
+}
+
+/* Whether text names `section.key` words that are not configuration keys: the first one
+ * into bad. Sections are the key table's; a word is a section's name after a character
+ * that cannot be in a name, a '.', and [a-z0-9_]+. */
+static int names_unknown_key(const char *text, char *bad, size_t len) {
+    char sections[256];
+    fl_config_sections(sections, sizeof sections);
+    for (const char *p = text; *p; p++) {
+        if (p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '_' || p[-1] == '-' || p[-1] == '.' ||
+                         p[-1] == '/'))
+            continue;
+        char sec[32];
+        int n = 0;
+        while (n < 31 && islower((unsigned char)p[n])) sec[n] = p[n], n++;
+        sec[n] = '\0';
+        if (!n || p[n] != '.') continue;
+        char padded[40];
+        snprintf(padded, sizeof padded, " %s ", sec);
+        char all[300];
+        snprintf(all, sizeof all, " %s ", sections);
+        if (!strstr(all, padded)) continue;
+        int k = n + 1;
+        while (islower((unsigned char)p[k]) || isdigit((unsigned char)p[k]) || p[k] == '_') k++;
+        if (k == n + 1) continue; /* "env.*" */
+        static const char *const files[] = {"token", "state", "ini", "log", "csv", "png", "gif", "mp4", "safetensors",
+                                            "ckpt", "gp", "lock", "addr", "txt"};
+        int file = 0; /* a file's name, such as learner.token */
+        for (size_t f = 0; f < sizeof files / sizeof files[0]; f++)
+            file |= (size_t)(k - n - 1) == strlen(files[f]) && strncmp(p + n + 1, files[f], strlen(files[f])) == 0;
+        if (file) continue;
+        char name[80];
+        snprintf(name, sizeof name, "%.*s", k, p);
+        int found = 0;
+        for (size_t i = 0; i < fl_config_key_count() && !found; i++) found = strcmp(fl_config_key_name(i), name) == 0;
+        if (!found) {
+            snprintf(bad, len, "%s", name);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* What the help says that the code can check: every section is listed where the
+ * options name them, every `section.key` the help of every verb and of every key names
+ * is a key, `fleet help config` filters, and the default experiment's file holds the
+ * defaults and the epsilons its comment states. */
+static void test_help_matches_code(void **state) {
+    (void)state;
+    char *out, bad[80] = "", sections[256];
+    fl_config_sections(sections, sizeof sections);
+    assert_int_equal(fleet(&out, "help", "run", NULL, NULL), 0);
+    char *save = NULL, copy[256];
+    snprintf(copy, sizeof copy, "%s", sections);
+    for (char *s = strtok_r(copy, " ", &save); s; s = strtok_r(NULL, " ", &save)) {
+        char want[40];
+        snprintf(want, sizeof want, "[%s]", s);
+        if (!strstr(out, want)) fail_msg("`fleet help run` does not list the section %s", want);
+    }
+    free(out);
+    /* every verb's help */
+    assert_int_equal(fleet(&out, "help", NULL, NULL, NULL), 0);
+    char verbs[64][32];
+    int nv = 0;
+    const char *p = strstr(out, "verbs:\n");
+    assert_non_null(p);
+    for (p = strchr(p, '\n') + 1; *p == ' ' && nv < 64; p = strchr(p, '\n') + 1) {
+        if (sscanf(p, " %31s", verbs[nv]) == 1) nv++;
+        if (!strchr(p, '\n')) break;
+    }
+    free(out);
+    assert_true(nv >= 10);
+    for (int i = 0; i < nv; i++) {
+        assert_int_equal(fleet(&out, "help", verbs[i], NULL, NULL), 0);
+        if (names_unknown_key(out, bad, sizeof bad)) fail_msg("`fleet help %s` names %s, not a key", verbs[i], bad);
+        free(out);
+    }
+    assert_int_equal(fleet(&out, "help", "config", NULL, NULL), 0);
+    if (names_unknown_key(out, bad, sizeof bad)) fail_msg("`fleet help config` names %s, not a key", bad);
+    free(out);
+    /* the filter */
+    assert_int_equal(fleet(&out, "help", "config", "eval", NULL), 0);
+    assert_non_null(strstr(out, "eval.episodes"));
+    assert_null(strstr(out, "learner.lr"));
+    free(out);
+    assert_int_equal(fleet(&out, "help", "config", "learner.lr", NULL), 0);
+    assert_non_null(strstr(out, "learner.lr "));
+    assert_null(strstr(out, "learner.lr_"));
+    free(out);
+    assert_int_equal(fleet(&out, "help", "config", "nosuchword", NULL), 2);
+    assert_non_null(strstr(out, "no section or key matches 'nosuchword'"));
+    free(out);
+    /* configs/cartpole.ini: "the values below are fleet's defaults, but for the name" */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/configs/cartpole.ini", getenv("FLEET_SOURCE_DIR"));
+    fl_config_t file, dflt;
+    fl_config_defaults(&file);
+    fl_config_defaults(&dflt);
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_config_load_file(&file, path, &err), FL_OK);
+    snprintf(file.run_name, sizeof file.run_name, "%s", dflt.run_name);
+    assert_true(fl_config_equal(&file, &dflt));
+    /* ... and its epsilons: "0.4 and E for two actors", E = eps_base^(1 + eps_alpha) */
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[512];
+    double e0 = -1, e1 = -1;
+    while (fgets(line, sizeof line, f)) {
+        char *c = strstr(line, "): ");
+        if (strstr(line, "for two actors") && c) sscanf(c + 3, "%lf and %lf", &e0, &e1);
+    }
+    fclose(f);
+    assert_true(e0 == dflt.actor_eps_base);
+    const double want = pow(dflt.actor_eps_base, 1 + dflt.actor_eps_alpha);
+    if (fabs(e1 - want) > 0.005 * want) fail_msg("cartpole.ini says %g for actor 1, the code gives %g", e1, want);
 }
 
 /* `fleet env bench` with no name benches one env of each family, not all 100-odd; --all
@@ -247,6 +366,7 @@ static void test_plot(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_help_matches_code),
         cmocka_unit_test(test_env_bench_set),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_ready_configs),
