@@ -46,7 +46,7 @@
  *
  * Signals. forward and backward hold the calling thread's asynchronous signals while
  * they run (oneDNN's generated GEMM kernels move the stack pointer into the heap, where a
- * signal frame would corrupt it; see dnnl.c); held signals arrive as the call returns.
+ * signal frame would corrupt it; see dnnl_run.c); held signals arrive as the call returns.
  *
  * Ownership: the network copies the layer table and keeps the parameter and gradient
  * pointers (the caller's buffers, which must outlive it); observations and outputs are

@@ -284,8 +284,8 @@ static void test_conv_chains(void **state) {
 /* A dense layer after a flatten of a convolution's output, on oneDNN's product, with at
  * least as many rows in the batch as it has outputs, or in an inference network at any
  * batch, reads that output as it lies and its weights with their columns in the same
- * order (kernels/dnnl.c, perm; the weight gradient put back in the plain order); else the
- * plain copy. Both as the reference computes, in a blocked and a channels-last layout,
+ * order (kernels/dnnl_fwd.c, perm; the weight gradient put back in the plain order); else
+ * the plain copy. Both as the reference computes, in a blocked and a channels-last layout,
  * and again after the parameters change (the permuted weights are made again). */
 static void test_flatten_edge_order(void **state) {
     NEED_DNNL();
@@ -336,7 +336,7 @@ static void test_flatten_edge_order(void **state) {
 }
 
 /* A first convolution with a stride that divides its kernel and no padding runs as a
- * stride-1 convolution on the space-to-depth input (kernels/dnnl.c): rows and columns
+ * stride-1 convolution on the space-to-depth input (kernels/dnnl_fwd.c): rows and columns
  * it does not reach (their dobs is 0), one input channel, the input scale, a chain after
  * it, 16 channels per block exactly (the Nature CNN's 4 x 4 x 4) and not. */
 static void test_space_to_depth(void **state) {
