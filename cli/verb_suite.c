@@ -11,8 +11,11 @@
  *                and 95% confidence interval (Student's t), the best return's mean, and
  *                how many seeds reached run.target_return with the median and mean time
  *                and env steps to it;
- *   curves.png   every seed's greedy evaluation return against env steps (gnuplot, from
- *                curves.gp, which `gnuplot curves.gp` in SUITE redraws);
+ *   curves.png   titled with the experiment's name (run.name): every seed's greedy
+ *                evaluation return against env steps, their mean and its 95% confidence
+ *                band (Student's t, as in summary.md; the band's figures in curves.csv),
+ *                drawn by gnuplot from curves.gp (`gnuplot curves.gp` in SUITE redraws it;
+ *                launcher/curve.h: fl_curve_suite);
  * and prints the table. Ctrl-C (or SIGTERM) starts no further seed and stops the runs under
  * way (SIGTERM, on which `fleet run` stops its fleet in order); the table covers the seeds
  * that ran.
@@ -31,12 +34,13 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "launcher/launch.h"
-#include "launcher/proc.h"
 #include "cli/verbs.h"
 #include "common/clock.h"
+#include "common/stats.h"
 #include "common/stop.h"
-#include "eval/evaluate.h"
+#include "launcher/curve.h"
+#include "launcher/launch.h"
+#include "launcher/proc.h"
 
 #define MAX_SEEDS 1000
 #define PLOT_TIMEOUT_S 60.0
@@ -237,27 +241,11 @@ typedef struct stats {
     double mean, std, ci95, median;
 } stats_t;
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
+/* common/stats.h's figures of v[0..n) (which it sorts), and the median; the interval is
+ * NAN with fewer than two values (summary.md shows "-"). */
 static stats_t stats_of(double *v, int n) {
-    stats_t s = {.n = n, .mean = NAN, .std = NAN, .ci95 = NAN, .median = NAN};
-    if (n < 1) return s;
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += v[i];
-    s.mean = sum / n;
-    if (n > 1) {
-        double ss = 0;
-        for (int i = 0; i < n; i++) ss += (v[i] - s.mean) * (v[i] - s.mean);
-        s.std = sqrt(ss / (n - 1));
-        s.ci95 = fl_eval_t95(n - 1) * s.std / sqrt((double)n);
-    } else {
-        s.std = 0;
-    }
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    s.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    fl_stats_t f = fl_stats_of(v, n);
+    stats_t s = {.n = n, .mean = f.mean, .std = f.std, .ci95 = n > 1 ? f.ci95 : NAN, .median = fl_stats_median(v, n)};
     return s;
 }
 
@@ -346,58 +334,31 @@ static int write_summary(const char *dir, const char *config_name, const fl_conf
     return fclose(f) == 0 ? 0 : -1;
 }
 
-/* curves.gp and curves.png: each seed's evaluation mean against env steps. 0 or -1. */
-static int plot(const char *dir, const char *config_name, const fl_config_t *c, const seed_run_t *runs, int n) {
-    char gnuplot[PATH_MAX];
-    if (fl_proc_find_on_path("gnuplot", gnuplot, sizeof gnuplot) != 0) {
-        fprintf(stderr, "fleet suite: no gnuplot on PATH: no curves.png (scripts/setup.sh installs gnuplot-nox)\n");
-        return -1;
-    }
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/curves.gp", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fprintf(f, "# every seed's greedy evaluation return (seed-S/evals.csv); redraw with `gnuplot curves.gp`\n");
-    fprintf(f, "set terminal pngcairo size 1000,600 noenhanced\nset output 'curves.png'\n");
-    fprintf(f, "set datafile separator ','\nset key outside right top\nset grid\n");
-    fprintf(f, "set title '%s: greedy evaluation return, %d seeds'\n", config_name, n);
-    fprintf(f, "set xlabel 'env steps (whole fleet)'\nset ylabel 'evaluation return (mean of the episodes)'\n");
-    fprintf(f, "target = %g\n", c->run_target_return);
-    int any = 0;
-    for (int i = 0; i < n; i++) {
-        char evals[PATH_MAX + 64];
-        snprintf(evals, sizeof evals, "%s/seed-%ld/evals.csv", dir, runs[i].seed);
-        struct stat sb;
-        if (!runs[i].started || stat(evals, &sb) != 0 || sb.st_size == 0) continue;
-        /* gnuplot's 8 colours, then the same again dashed */
-        fprintf(f, "%s 'seed-%ld/evals.csv' using (column(\"env_steps\")):(column(\"return_mean\")) with linespoints "
-                   "pointtype 7 pointsize 0.5 dashtype %d title 'seed %ld'",
-                any ? ", \\\n    " : "plot ", runs[i].seed, 1 + (i / 8) % 5, runs[i].seed);
-        any = 1;
-    }
-    /* the target line where the runs stop at it (else it would only squash the curves) */
-    if (any && c->run_stop_at_target) fprintf(f, ", \\\n    target with lines dashtype 2 linecolor 'gray' title 'target'");
-    if (any) fprintf(f, "\n");
-    if (fclose(f) != 0 || !any) return -1;
-    fflush(stdout); /* the child's freopen would write what is buffered a second time */
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        if (chdir(dir) != 0) _exit(126);
-        FILE *o = freopen("curves.log", "w", stdout);
-        if (o) dup2(fileno(stdout), STDERR_FILENO);
-        execl(gnuplot, "gnuplot", "curves.gp", (char *)NULL);
-        _exit(127);
-    }
-    int status = 0;
-    for (double t0 = fl_clock_sec(); waitpid(pid, &status, WNOHANG) == 0; fl_sleep_sec(0.05))
-        if (fl_clock_sec() - t0 > PLOT_TIMEOUT_S) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            return -1;
+/* curves.png (launcher/curve.h: fl_curve_suite): each seed's evaluation return, their
+ * mean and its 95% band, titled with the experiment's name (run.name). 0 or -1 (said). */
+static int plot(const char *dir, const fl_config_t *c, const seed_run_t *runs, int n) {
+    const char **names = calloc((size_t)n, sizeof *names), **labels = calloc((size_t)n, sizeof *labels);
+    char (*text)[2][32] = calloc((size_t)n, sizeof *text);
+    int k = 0, rc = -1;
+    char why[512] = "out of memory";
+    if (names && labels && text) {
+        for (int i = 0; i < n; i++) {
+            if (!runs[i].started) continue;
+            snprintf(text[k][0], sizeof text[k][0], "seed-%ld", runs[i].seed);
+            snprintf(text[k][1], sizeof text[k][1], "seed %ld", runs[i].seed);
+            names[k] = text[k][0];
+            labels[k] = text[k][1];
+            k++;
         }
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+        /* the target line where the runs stop at it (else it would only squash the curves) */
+        rc = fl_curve_suite(dir, c->run_name, names, labels, k, c->run_stop_at_target ? c->run_target_return : NAN,
+                            PLOT_TIMEOUT_S, why, sizeof why);
+    }
+    if (rc != 0) fprintf(stderr, "fleet suite: no curves.png: %s\n", why);
+    free(names);
+    free(labels);
+    free(text);
+    return rc;
 }
 
 /* ---- the verb ----------------------------------------------------------------------- */
@@ -483,7 +444,7 @@ int fl_verb_suite(int argc, char **argv) {
         fprintf(stderr, "fleet suite: cannot write results.csv or summary.md in %s: %s\n", dir, strerror(errno));
         out = 1;
     }
-    if (ran > 0 && plot(dir, config_name, &cfg, runs, n) == 0) printf("fleet suite: curves: %s/curves.png\n", dir);
+    if (ran > 0 && plot(dir, &cfg, runs, n) == 0) printf("fleet suite: curves: %s/curves.png\n", dir);
     printf("fleet suite: table: %s/summary.md, %s/results.csv\n", dir, dir);
     free(runs);
     if (fl_stop_requested()) return 130;

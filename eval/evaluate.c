@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/dtype.h"
 #include "common/rng.h"
+#include "common/stats.h"
 
 /* One instance and the episode it plays (-1: idle). */
 typedef struct slot {
@@ -95,35 +96,21 @@ void fl_eval_summarize(const float *returns, const uint32_t *lengths, int n, fl_
     memset(out, 0, sizeof *out);
     out->episodes = n;
     if (n < 1) return;
-    double s = 0, sl = 0;
+    double sl = 0;
     out->return_min = out->return_max = returns[0];
     out->length_min = out->length_max = lengths[0];
     for (int k = 0; k < n; k++) {
-        s += returns[k];
         sl += lengths[k];
         out->return_min = fmin(out->return_min, returns[k]);
         out->return_max = fmax(out->return_max, returns[k]);
         out->length_min = fmin(out->length_min, lengths[k]);
         out->length_max = fmax(out->length_max, lengths[k]);
     }
-    out->return_mean = s / n;
+    const fl_stats_t rs = fl_stats_of_floats(returns, n);
+    out->return_mean = rs.mean;
+    out->return_std = rs.std;
+    out->return_ci95 = rs.ci95;
     out->length_mean = sl / n;
-    if (n < 2) return;
-    double v = 0;
-    for (int k = 0; k < n; k++) v += (returns[k] - out->return_mean) * (returns[k] - out->return_mean);
-    out->return_std = sqrt(v / (n - 1));
-    out->return_ci95 = fl_eval_t95(n - 1) * out->return_std / sqrt((double)n);
-}
-
-double fl_eval_t95(int df) {
-    static const double t[31] = {0,      12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-                                 2.201,  2.179,  2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080,
-                                 2.074,  2.069,  2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
-    if (df < 1) return 0;
-    if (df <= 30) return t[df];
-    /* Cornish-Fisher: z + (z^3 + z) / (4 df) */
-    const double z = 1.959964;
-    return z + (z * z * z + z) / (4.0 * df);
 }
 
 /* Starts episode k on slot s: a zeroed, configured instance reset with stream k. */

@@ -32,7 +32,8 @@
 
 /* What a set of episodes gave. ci95: half-width of the 95% confidence interval of the
  * mean return (Student's t with episodes - 1 degrees of freedom, times std / sqrt(n));
- * 0 for one episode. std is the sample standard deviation (n - 1), 0 for one episode. */
+ * 0 for one episode. std is the sample standard deviation (n - 1), 0 for one episode
+ * (both as common/stats.h defines them). */
 typedef struct fl_eval_stats {
     int episodes;
     int truncated; /* episodes that ended by a step limit, not by termination */
@@ -71,9 +72,5 @@ fl_status fl_evaluation_run(fl_evaluation_t *e, fl_qnet_t *net, int episodes, do
 /* The statistics of n returns and lengths (as fl_evaluation_run fills them; steps and
  * seconds are left 0, truncated too). n >= 1. */
 void fl_eval_summarize(const float *returns, const uint32_t *lengths, int n, fl_eval_stats_t *out);
-
-/* The two-sided 95% quantile of Student's t with df >= 1 degrees of freedom (exact to 3
- * decimals for df <= 30, then the normal approximation with a 1/df correction). */
-double fl_eval_t95(int df);
 
 #endif

@@ -1,46 +1,30 @@
-/* curve: the learning-curve picture of a run folder, drawn by gnuplot (see curve.h).
+/* curve: the learning-curve pictures drawn by gnuplot (see curve.h): a run folder's
+ * curve.png and a suite's curves.png; the drawing itself is launcher/gnuplot.c's.
  *
- * Each drawing is one background process, the "drawer": it moves into the run folder and
- * its own process group, starts gnuplot on curve.gp with the output set to a temporary
- * file, waits for it, and renames the file over curve.png when gnuplot succeeded. The
- * drawer's exit status is the drawing's result; a timeout or fl_curve_destroy kills the
- * whole group. Between fork and exec the processes call only async-signal-safe functions
- * (the launcher has threads), and both forks are _Fork, which runs no atfork handlers.
- *
- * To know what to plot, evals.csv and returns.csv are read incrementally: the rows seen
- * so far, and for returns.csv the actors with their latest epsilon. Only complete lines
- * count; a file that shrank (rewritten) is read again from the start. */
+ * To know what to plot, a run's evals.csv and returns.csv are read incrementally: the rows
+ * seen so far, and for returns.csv the actors with their latest epsilon. Only complete
+ * lines count; a file that shrank (rewritten) is read again from the start. */
 #include "launcher/curve.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "launcher/proc.h"
+#include "common/stats.h"
+#include "launcher/gnuplot.h"
 
 #define CURVE_PNG "curve.png"
 #define CURVE_GP "curve.gp"
 #define CURVE_LOG "logs/curve.log"
 #define MAX_SHOWN 8          /* actor lines drawn at most */
 #define MAX_ACTOR_INDEX 65535 /* rows naming a larger index are ignored */
-
-/* The drawer's exit statuses besides 0 (curve.png written) and gnuplot's own. */
-#define DRAW_EXIT_CHDIR 120
-#define DRAW_EXIT_FORK 121
-#define DRAW_EXIT_RESULT 122
-#define DRAW_EXIT_EXEC 127
 
 /* An incremental reader of one CSV file of the run folder. */
 typedef struct csv_scan {
@@ -59,19 +43,14 @@ typedef struct actor {
 
 struct fl_curve {
     char dir[PATH_MAX];
-    char name[256];          /* the folder's name: the picture's title */
-    char gnuplot[PATH_MAX];  /* "" when none was found */
-    char gp_path[PATH_MAX + 32], gp_tmp[PATH_MAX + 64], png_path[PATH_MAX + 32], tmp_path[PATH_MAX + 64];
-    /* gnuplot's output before the rename, in dir: named after this process and curve, so
-     * that a `fleet plot` beside a running launcher does not share it */
-    char tmp_name[48], out_arg[64];
+    char name[256]; /* the folder's name: the picture's title */
+    char gp_path[PATH_MAX + 32], gp_tmp[PATH_MAX + 64], png_path[PATH_MAX + 32];
+    fl_gnuplot_t *plot; /* the drawings of curve.png */
     csv_scan_t evals, returns;
     actor_t *actors; /* indexed by actor index, n_actors entries allocated */
     int n_actors;
-    pid_t pid; /* the running drawer, or 0 */
-    struct stat png_before; /* curve.png when the drawer started (st_ino 0: absent) */
-    int warned;             /* a failed drawing was logged */
-    long frame_skip;        /* frames / env_steps of evals.csv (0: not known yet; 1: no frame skip) */
+    int warned;      /* a failed drawing was logged */
+    long frame_skip; /* frames / env_steps of evals.csv (0: not known yet; 1: no frame skip) */
 };
 
 /* ---- reading the CSV files ---------------------------------------------- */
@@ -306,58 +285,7 @@ static int write_script(fl_curve_t *c) {
     return 0;
 }
 
-/* ---- the drawer --------------------------------------------------------- */
-
-static void say(int fd, const char *msg) {
-    ssize_t r = write(fd, msg, strlen(msg));
-    (void)r;
-}
-
-/* In the forked drawer: only async-signal-safe calls, then _exit. */
-static void drawer(const char *dir, const char *tmp, char *const argv[]) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    setpgid(0, 0);
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    for (int s = 1; s < NSIG; s++) sigaction(s, &dfl, NULL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    if (chdir(dir) != 0) _exit(DRAW_EXIT_CHDIR);
-    int in = open("/dev/null", O_RDONLY);
-    int out = open(CURVE_LOG, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (out < 0) out = open("/dev/null", O_WRONLY);
-    if (in >= 0) dup2(in, 0);
-    if (out >= 0) {
-        dup2(out, 1);
-        dup2(out, 2);
-    }
-    close_range(3, ~0U, 0);
-    unlink(tmp);
-    pid_t g = _Fork();
-    if (g < 0) _exit(DRAW_EXIT_FORK);
-    if (g == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        execv(argv[0], argv);
-        say(2, "fleet curve: cannot run gnuplot\n");
-        _exit(DRAW_EXIT_EXEC);
-    }
-    int st;
-    while (waitpid(g, &st, 0) < 0)
-        if (errno != EINTR) _exit(DRAW_EXIT_FORK);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        unlink(tmp);
-        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WTERMSIG(st) & 127));
-    }
-    struct stat ps;
-    if (stat(tmp, &ps) != 0 || ps.st_size == 0 || rename(tmp, CURVE_PNG) != 0) {
-        say(2, "fleet curve: gnuplot wrote no picture\n");
-        unlink(tmp);
-        _exit(DRAW_EXIT_RESULT);
-    }
-    _exit(0);
-}
+/* ---- the drawing ---------------------------------------------------------- */
 
 /* Starts a drawing of what was read so far; 0, or -1 (logged once). */
 static int start_drawing(fl_curve_t *c) {
@@ -366,31 +294,28 @@ static int start_drawing(fl_curve_t *c) {
         c->warned = 1;
         return -1;
     }
-    if (stat(c->png_path, &c->png_before) != 0) memset(&c->png_before, 0, sizeof c->png_before);
-    char *argv[] = {c->gnuplot, "-e", c->out_arg, CURVE_GP, NULL};
-    pid_t pid = _Fork();
-    if (pid < 0) {
+    if (fl_gnuplot_start(c->plot) != 0) {
         if (!c->warned) FL_WARN("curve: cannot start gnuplot: %s", strerror(errno));
         c->warned = 1;
         return -1;
     }
-    if (pid == 0) drawer(c->dir, c->tmp_name, argv);
-    setpgid(pid, pid); /* also here, so that a kill of the group right away reaches it */
-    c->pid = pid;
     return 0;
 }
 
-/* The drawer's result: 0 when curve.png was written, else -1 (logged once). */
-static int drawing_result(fl_curve_t *c, int status) {
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+/* A drawing's result r (fl_gnuplot_poll, _wait) said once in the log: 0 when curve.png
+ * was written, else -1. */
+static int drawing_result(fl_curve_t *c, int r) {
+    if (r == 0) return 0;
     if (c->warned) return -1;
     c->warned = 1;
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (code == DRAW_EXIT_CHDIR) {
+    int code = fl_gnuplot_code(c->plot);
+    if (r == -2) {
+        FL_WARN("curve: gnuplot did not finish in time: killed it (no new curve.png)");
+    } else if (code == FL_GNUPLOT_EXIT_CHDIR) {
         FL_WARN("curve: cannot enter %s: no curve.png", c->dir);
-    } else if (code == DRAW_EXIT_FORK || code == DRAW_EXIT_EXEC) {
-        FL_WARN("curve: cannot run %s: no curve.png", c->gnuplot);
-    } else if (code == DRAW_EXIT_RESULT) {
+    } else if (code == FL_GNUPLOT_EXIT_FORK || code == FL_GNUPLOT_EXIT_EXEC) {
+        FL_WARN("curve: cannot run %s: no curve.png", fl_gnuplot_program(c->plot));
+    } else if (code == FL_GNUPLOT_EXIT_RESULT || code < 0) {
         FL_WARN("curve: gnuplot wrote no picture: %s not updated", c->png_path);
     } else {
         char what[64], logs[PATH_MAX + 32];
@@ -408,53 +333,6 @@ static int drawing_result(fl_curve_t *c, int status) {
                     c->png_path, c->dir);
     }
     return -1;
-}
-
-/* Someone else reaped the drawer (a waitpid(-1) elsewhere): curve.png tells whether it
- * was replaced. */
-static int inferred_result(fl_curve_t *c) {
-    struct stat now;
-    if (stat(c->png_path, &now) != 0) return -1;
-    int replaced = now.st_ino != c->png_before.st_ino || now.st_dev != c->png_before.st_dev ||
-                   now.st_mtim.tv_sec != c->png_before.st_mtim.tv_sec ||
-                   now.st_mtim.tv_nsec != c->png_before.st_mtim.tv_nsec;
-    return replaced ? 0 : -1;
-}
-
-/* Checks the drawer without waiting: 1 still running, 0 it ended well, -1 it failed. */
-static int poll_drawer(fl_curve_t *c) {
-    int status;
-    pid_t r = waitpid(c->pid, &status, WNOHANG);
-    if (r == 0) return 1;
-    c->pid = 0;
-    if (r < 0) return inferred_result(c);
-    return drawing_result(c, status);
-}
-
-/* Kills the drawer's process group and reaps it. */
-static void kill_drawer(fl_curve_t *c) {
-    if (c->pid <= 0) return;
-    if (kill(-c->pid, SIGKILL) != 0) kill(c->pid, SIGKILL);
-    int status;
-    while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    c->pid = 0;
-    unlink(c->tmp_path);
-}
-
-/* Waits until the monotonic deadline for the drawer: 0 it ended well, -1 it failed or
- * time ran out (then it is killed). */
-static int wait_drawer(fl_curve_t *c, double deadline) {
-    for (;;) {
-        int r = poll_drawer(c);
-        if (r != 1) return r;
-        if (fl_clock_sec() >= deadline) {
-            FL_WARN("curve: gnuplot did not finish in time: killed it (no new curve.png)");
-            kill_drawer(c);
-            return -1;
-        }
-        fl_sleep_sec(0.01);
-    }
 }
 
 /* ---- the API ---------------------------------------------------------------- */
@@ -475,25 +353,23 @@ fl_curve_t *fl_curve_create(const char *dir) {
     snprintf(c->gp_path, sizeof c->gp_path, "%s/" CURVE_GP, c->dir);
     static int serial; /* one owner thread per curve; distinct curves of one process */
     int id = __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED);
-    snprintf(c->tmp_name, sizeof c->tmp_name, ".curve-%d-%d.png.tmp", (int)getpid(), id);
-    snprintf(c->out_arg, sizeof c->out_arg, "out='%s'", c->tmp_name);
     snprintf(c->gp_tmp, sizeof c->gp_tmp, "%s/.curve-%d-%d.gp.tmp", c->dir, (int)getpid(), id);
     snprintf(c->png_path, sizeof c->png_path, "%s/" CURVE_PNG, c->dir);
-    snprintf(c->tmp_path, sizeof c->tmp_path, "%s/%s", c->dir, c->tmp_name);
     snprintf(c->evals.path, sizeof c->evals.path, "%s/evals.csv", c->dir);
     snprintf(c->returns.path, sizeof c->returns.path, "%s/returns.csv", c->dir);
     scan_reset(&c->evals);
     scan_reset(&c->returns);
-    if (fl_proc_find_on_path("gnuplot", c->gnuplot, sizeof c->gnuplot) != 0) {
-        c->gnuplot[0] = '\0';
-        FL_INFO("curve: no gnuplot on PATH, so no %s (install gnuplot-nox on Debian)", c->png_path);
+    c->plot = fl_gnuplot_create(c->dir, CURVE_GP, CURVE_PNG, CURVE_LOG);
+    if (!c->plot) {
+        free(c);
+        return NULL;
     }
+    if (!fl_gnuplot_available(c->plot))
+        FL_INFO("curve: no gnuplot on PATH, so no %s (install gnuplot-nox on Debian)", c->png_path);
     return c;
 }
 
-int fl_curve_available(const fl_curve_t *c) {
-    return c && c->gnuplot[0] != '\0';
-}
+int fl_curve_available(const fl_curve_t *c) { return c && fl_gnuplot_available(c->plot); }
 
 /* Reads what was added to both files; 1 when there is something to draw: an evaluation,
  * or an actor's training return. */
@@ -505,7 +381,11 @@ static int has_rows(fl_curve_t *c) {
 
 void fl_curve_refresh(fl_curve_t *c) {
     if (!fl_curve_available(c)) return;
-    if (c->pid > 0 && poll_drawer(c) == 1) return;
+    if (fl_gnuplot_running(c->plot)) {
+        int r = fl_gnuplot_poll(c->plot);
+        if (r == 1) return;
+        drawing_result(c, r);
+    }
     if (!has_rows(c)) return;
     start_drawing(c);
 }
@@ -513,18 +393,266 @@ void fl_curve_refresh(fl_curve_t *c) {
 int fl_curve_finish(fl_curve_t *c, double timeout_s) {
     if (!fl_curve_available(c)) return -1;
     double deadline = fl_clock_sec() + (timeout_s > 0 ? timeout_s : 0);
-    if (c->pid > 0) {
-        wait_drawer(c, deadline);
+    if (fl_gnuplot_running(c->plot)) {
+        drawing_result(c, fl_gnuplot_wait(c->plot, deadline));
         if (fl_clock_sec() >= deadline) return -1;
     }
     if (!has_rows(c)) return -1;
     if (start_drawing(c) != 0) return -1;
-    return wait_drawer(c, deadline);
+    return drawing_result(c, fl_gnuplot_wait(c->plot, deadline));
 }
 
 void fl_curve_destroy(fl_curve_t *c) {
     if (!c) return;
-    kill_drawer(c);
+    fl_gnuplot_destroy(c->plot);
     free(c->actors);
     free(c);
+}
+
+/* ---- a suite's curves.png ------------------------------------------------------ */
+
+typedef struct point {
+    double x, y;
+} point_t;
+
+static int cmp_point(const void *a, const void *b) {
+    const point_t *p = a, *q = b;
+    return (p->x > q->x) - (p->x < q->x);
+}
+
+static int cmp_x(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Series s's value at x, from its points sorted by x (p[0..n)): 0 before the first. */
+static int value_at(const point_t *p, int n, double x, double *y) {
+    if (n < 1 || x < p[0].x) return 0;
+    int lo = 0, hi = n - 1; /* the last point at or before x */
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (p[mid].x <= x)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    if (lo == n - 1 || p[lo].x == x) {
+        *y = p[lo].y;
+        return 1;
+    }
+    const point_t *a = &p[lo], *b = &p[lo + 1];
+    *y = a->y + (b->y - a->y) * (x - a->x) / (b->x - a->x);
+    return 1;
+}
+
+int fl_curve_band(const fl_curve_series_t *series, int n, double *x, double *mean, double *ci95, int *count, int max) {
+    int total = 0;
+    for (int i = 0; i < n; i++) total += series[i].n > 0 ? series[i].n : 0;
+    if (total == 0 || max < 1) return 0;
+    point_t **sorted = calloc((size_t)n, sizeof *sorted);
+    double *xs = malloc((size_t)total * sizeof *xs), *vals = malloc((size_t)n * sizeof *vals);
+    int m = 0, ok = sorted && xs && vals;
+    for (int i = 0; ok && i < n; i++) {
+        if (series[i].n < 1) continue;
+        sorted[i] = malloc((size_t)series[i].n * sizeof *sorted[i]);
+        if (!sorted[i]) {
+            ok = 0;
+            break;
+        }
+        for (int k = 0; k < series[i].n; k++) {
+            sorted[i][k] = (point_t){series[i].x[k], series[i].y[k]};
+            xs[m++] = series[i].x[k];
+        }
+        /* of points at one x, value_at takes the one that sorts last there */
+        qsort(sorted[i], (size_t)series[i].n, sizeof *sorted[i], cmp_point);
+    }
+    int out = 0;
+    if (ok) {
+        qsort(xs, (size_t)m, sizeof *xs, cmp_x);
+        for (int k = 0; k < m && out < max; k++) {
+            if (k > 0 && xs[k] == xs[k - 1]) continue;
+            int c = 0;
+            for (int i = 0; i < n; i++)
+                if (series[i].n > 0 && value_at(sorted[i], series[i].n, xs[k], &vals[c])) c++;
+            fl_stats_t st = fl_stats_of(vals, c);
+            x[out] = xs[k];
+            mean[out] = st.mean;
+            ci95[out] = st.ci95;
+            count[out++] = c;
+        }
+    }
+    for (int i = 0; sorted && i < n; i++) free(sorted[i]);
+    free(sorted);
+    free(xs);
+    free(vals);
+    return out;
+}
+
+/* The env_steps and return_mean columns of an evals.csv (complete lines only), malloc'd
+ * into *x and *y; the number of rows, or -1 (no file, no such columns, out of memory). */
+static int read_evals(const char *path, double **x, double **y) {
+    *x = *y = NULL;
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int cx = -1, cy = -1, n = 0, room = 0, rc = 0;
+    if ((len = getline(&line, &cap, f)) > 0) {
+        cx = csv_column(line, "env_steps");
+        cy = csv_column(line, "return_mean");
+    }
+    if (cx < 0 || cy < 0) rc = -1;
+    while (rc == 0 && (len = getline(&line, &cap, f)) > 0) {
+        if (line[len - 1] != '\n') break;
+        char a[64], b[64];
+        if (csv_field(line, cx, a, sizeof a) != 0 || csv_field(line, cy, b, sizeof b) != 0 || !a[0] || !b[0]) continue;
+        if (n == room) {
+            room = room ? 2 * room : 64;
+            double *nx = realloc(*x, (size_t)room * sizeof *nx);
+            if (nx) *x = nx;
+            double *ny = nx ? realloc(*y, (size_t)room * sizeof *ny) : NULL;
+            if (ny) *y = ny;
+            if (!nx || !ny) rc = -1;
+            if (rc) break;
+        }
+        (*x)[n] = strtod(a, NULL);
+        (*y)[n++] = strtod(b, NULL);
+    }
+    free(line);
+    fclose(f);
+    if (rc) {
+        free(*x);
+        free(*y);
+        *x = *y = NULL;
+        return -1;
+    }
+    return n;
+}
+
+/* curves.csv: the band's rows. 0 or -1. */
+static int write_band(const char *path, const double *x, const double *mean, const double *ci95, const int *count,
+                      int m) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "env_steps,mean,ci95,low,high,seeds\n");
+    for (int i = 0; i < m; i++)
+        fprintf(f, "%.0f,%.9g,%.9g,%.9g,%.9g,%d\n", x[i], mean[i], ci95[i], mean[i] - ci95[i], mean[i] + ci95[i],
+                count[i]);
+    int bad = ferror(f);
+    return fclose(f) != 0 || bad ? -1 : 0;
+}
+
+/* curves.gp for the seeds with points (has[i]); 0 or -1. */
+static int write_suite_script(const char *path, const char *title, const char *const *names,
+                              const char *const *labels, const int *has, int n, double target) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "# curves.gp: a suite's greedy evaluation returns over its seeds, written by `fleet suite`;\n"
+               "# `gnuplot curves.gp` in the suite folder redraws curves.png.\n"
+               "# Thin lines: each seed's evaluations (seed-S/evals.csv); thick: their mean, over\n"
+               "# the 95%% confidence interval of the mean (Student's t) from curves.csv.\n"
+               "if (!exists(\"out\")) out = 'curves.png'\n"
+               "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+               "    set terminal pngcairo size 1000,600 font 'sans,10' noenhanced\n"
+               "} else {\n"
+               "    set terminal png size 1000,600 noenhanced\n"
+               "}\n"
+               "set output out\n"
+               "set datafile separator ','\n"
+               "set title '");
+    gp_quote(f, title);
+    fprintf(f, "' font ',12' noenhanced\n"
+               "set xlabel 'env steps (whole fleet)'\n"
+               "set ylabel 'greedy evaluation return (mean of the episodes)'\n"
+               "set format x '%%.1s%%c'\n"
+               "set grid\n"
+               "set key outside right top vertical Left reverse noenhanced samplen 2\n");
+    int seeds = 0;
+    for (int i = 0; i < n; i++) seeds += has[i] != 0;
+    fprintf(f, "plot \\\n"
+               "  'curves.csv' using 'env_steps':'low':'high' with filledcurves \\\n"
+               "    fs transparent solid 0.2 noborder lc rgb '#1f77b4' title '95%% CI of the mean (Student t)'");
+    for (int i = 0, k = 0; i < n; i++) {
+        if (!has[i]) continue;
+        fprintf(f, ", \\\n  '");
+        gp_quote(f, names[i]);
+        fprintf(f, "/evals.csv' using 'env_steps':'return_mean' with lines lw 1 lc rgb '%s' title '",
+                actor_colours[k++ % MAX_SHOWN]);
+        gp_quote(f, labels[i]);
+        fprintf(f, "'");
+    }
+    fprintf(f, ", \\\n  'curves.csv' using 'env_steps':'mean' with lines lw 3 lc rgb '#1f77b4' title 'mean of %d seed%s'",
+            seeds, seeds == 1 ? "" : "s");
+    if (!isnan(target)) fprintf(f, ", \\\n  %.17g with lines dashtype 2 lc rgb 'gray' title 'target'", target);
+    fprintf(f, "\n");
+    int bad = ferror(f);
+    return fclose(f) != 0 || bad ? -1 : 0;
+}
+
+int fl_curve_suite(const char *dir, const char *title, const char *const *names, const char *const *labels, int n,
+                   double target, double timeout_s, char *why, size_t why_len) {
+    snprintf(why, why_len, "out of memory");
+    fl_gnuplot_t *g = fl_gnuplot_create(dir, "curves.gp", "curves.png", "curves.log");
+    if (!g) return -1;
+    if (!fl_gnuplot_available(g)) {
+        snprintf(why, why_len, "no gnuplot on PATH (scripts/setup.sh installs gnuplot-nox)");
+        fl_gnuplot_destroy(g);
+        return -1;
+    }
+    fl_curve_series_t *s = calloc((size_t)(n > 0 ? n : 1), sizeof *s);
+    int *has = calloc((size_t)(n > 0 ? n : 1), sizeof *has);
+    int rc = -1, total = 0;
+    char path[PATH_MAX + 300];
+    for (int i = 0; s && has && i < n; i++) {
+        double *x, *y;
+        snprintf(path, sizeof path, "%s/%s/evals.csv", dir, names[i]);
+        int k = read_evals(path, &x, &y);
+        if (k <= 0) continue;
+        s[i] = (fl_curve_series_t){x, y, k};
+        has[i] = 1;
+        total += k;
+    }
+    double *x = NULL, *mean = NULL, *ci95 = NULL;
+    int *count = NULL, m = 0;
+    if (s && has && total > 0) {
+        x = malloc((size_t)total * sizeof *x);
+        mean = malloc((size_t)total * sizeof *mean);
+        ci95 = malloc((size_t)total * sizeof *ci95);
+        count = malloc((size_t)total * sizeof *count);
+        if (x && mean && ci95 && count) m = fl_curve_band(s, n, x, mean, ci95, count, total);
+    }
+    char gp[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/curves.csv", dir);
+    snprintf(gp, sizeof gp, "%s/curves.gp", dir);
+    if (s && has && total == 0) {
+        snprintf(why, why_len, "no seed has an evaluation (seed-S/evals.csv)");
+    } else if (m == 0) { /* out of memory: why says so */
+    } else if (write_band(path, x, mean, ci95, count, m) != 0 ||
+               write_suite_script(gp, title, names, labels, has, n, target) != 0) {
+        snprintf(why, why_len, "cannot write %s/curves.csv and curves.gp: %s", dir, strerror(errno));
+    } else if (fl_gnuplot_start(g) != 0) {
+        snprintf(why, why_len, "cannot start gnuplot: %s", strerror(errno));
+    } else {
+        int r = fl_gnuplot_wait(g, fl_clock_sec() + timeout_s);
+        if (r == 0)
+            rc = 0;
+        else if (r == -2)
+            snprintf(why, why_len, "gnuplot took longer than %.0f s (killed)", timeout_s);
+        else
+            snprintf(why, why_len, "gnuplot failed (exit %d; its messages are in %s/curves.log)", fl_gnuplot_code(g),
+                     dir);
+    }
+    for (int i = 0; s && i < n; i++) {
+        free((void *)s[i].x);
+        free((void *)s[i].y);
+    }
+    free(s);
+    free(has);
+    free(x);
+    free(mean);
+    free(ci95);
+    free(count);
+    fl_gnuplot_destroy(g);
+    return rc;
 }

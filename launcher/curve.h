@@ -1,16 +1,17 @@
-/* curve: a run's learning-curve picture, runs/NAME/curve.png, drawn by gnuplot from the
- * run folder's evals.csv (greedy evaluations) and returns.csv (each actor's training
- * returns): x the whole fleet's env steps, y the return; the evaluations' mean as a thick
- * line with points over a band from their min to their max return, and one thin line per
- * actor labelled with its epsilon (at most 8 actors, evenly spaced, when there are more).
+/* curve: the learning-curve pictures, drawn by gnuplot (launcher/gnuplot.h): a run's
+ * runs/NAME/curve.png and a suite's curves.png (fl_curve_suite, at the end).
+ *
+ * A run's picture comes from the run folder's evals.csv (greedy evaluations) and
+ * returns.csv (each actor's training returns): x the whole fleet's env steps, y the
+ * return; the evaluations' mean as a thick line with points over a band from their min to
+ * their max return, and one thin line per actor labelled with its epsilon (at most 8
+ * actors, evenly spaced, when there are more).
  *
  * Each drawing writes the gnuplot script dir/curve.gp (paths relative to the folder, so
  * `cd runs/NAME && gnuplot curve.gp` redraws or restyles it by hand) and runs gnuplot in
- * the background, in dir, in its own process group (a terminal's Ctrl-C reaches only the
- * launcher), with default signal dispositions, stdin from /dev/null and stdout/stderr
- * appended to dir/logs/curve.log when dir/logs exists (else /dev/null). gnuplot writes a
- * temporary file that replaces curve.png only when it succeeded, so a reader never sees a
- * half-written picture. The background process is reaped with waitpid on its own pid only.
+ * the background as launcher/gnuplot.h does (in dir, in its own process group, its output
+ * appended to dir/logs/curve.log when dir/logs exists, else /dev/null; the picture
+ * replaced only when gnuplot succeeded).
  *
  * Ownership: an fl_curve_t owns its paths and its background process (fl_curve_destroy
  * kills and reaps a running one).
@@ -21,6 +22,8 @@
  * thread that started it ends). */
 #ifndef FL_LAUNCHER_CURVE_H
 #define FL_LAUNCHER_CURVE_H
+
+#include <stddef.h>
 
 typedef struct fl_curve fl_curve_t;
 
@@ -39,5 +42,35 @@ void fl_curve_refresh(fl_curve_t *c);
 int fl_curve_finish(fl_curve_t *c, double timeout_s);
 /* Kills and reaps a running drawing and frees c; NULL is a no-op. */
 void fl_curve_destroy(fl_curve_t *c);
+
+/* ---- a suite's curves.png: the mean over seeds and its 95% band ------------------- */
+
+/* One seed's evaluations: n points (x: env steps, y: the evaluation's mean return), in
+ * any order. */
+typedef struct fl_curve_series {
+    const double *x, *y;
+    int n;
+} fl_curve_series_t;
+
+/* The band over n series: at every x where one of them has a point (their union, in
+ * increasing order, at most max of them), the mean over the series that have a value
+ * there and the half-width of its 95% confidence interval (common/stats.h: Student's t
+ * with count - 1 degrees of freedom; 0 where count is 1). A series has a value from its
+ * first point on: linear between its points, and after its last point the last value (a
+ * seed that stopped at the target keeps the return it stopped with). Writes x[i],
+ * mean[i], ci95[i], count[i] (each max long) and returns how many points; 0 when no
+ * series has a point. */
+int fl_curve_band(const fl_curve_series_t *series, int n, double *x, double *mean, double *ci95, int *count, int max);
+
+/* Draws dir/curves.png for a suite of n seeds, each in its folder dir/<names[i]> (its
+ * evals.csv; seeds without one are left out), labelled labels[i]: each seed's evaluation
+ * return against env steps as a thin line, their mean as a thick one over its 95% band
+ * (fl_curve_band), and `target` as a dashed line (NAN: none); `title` (the experiment's
+ * name) is the picture's title. Writes dir/curves.csv (the band: env_steps, mean, ci95,
+ * low, high, seeds) and dir/curves.gp (`gnuplot curves.gp` in dir redraws it), runs
+ * gnuplot (launcher/gnuplot.h; its messages in dir/curves.log) and waits for it up to
+ * timeout_s. 0 when curves.png was written; -1 otherwise, with the reason in why. */
+int fl_curve_suite(const char *dir, const char *title, const char *const *names, const char *const *labels, int n,
+                   double target, double timeout_s, char *why, size_t why_len);
 
 #endif

@@ -6,7 +6,8 @@
  *     run's own summary.txt's (outcome budget, or target where a seed solved it);
  *   - summary.md has the table, the mean +- 95% CI line and the target line, and its mean
  *     final return is the mean of the two runs';
- *   - curves.png is a PNG when gnuplot is installed;
+ *   - curves.png is a PNG when gnuplot is installed, titled with the experiment's name,
+ *     each seed's curve and their mean over its 95% band (curves.csv);
  *   - a second suite of the same name gets <name>-suite-2 and leaves the first alone;
  *   - errors: bad --seeds (a reversed range, a repeat, a word), --parallel 0 and a
  *     missing config file exit 2 and name what was wrong. */
@@ -119,6 +120,20 @@ static void test_two_seeds(void **state) {
         assert_non_null(png);
         assert_int_equal(memcmp(png, "\x89PNG", 4), 0);
         free(png);
+        /* titled with the experiment's name; both seeds, their mean and its band */
+        char *gp = file_at("%s/out/cartpole-suite/%s", "curves.gp");
+        assert_non_null(gp);
+        assert_non_null(strstr(gp, "set title 'cartpole'"));
+        assert_non_null(strstr(gp, "'seed-1/evals.csv'"));
+        assert_non_null(strstr(gp, "'seed-2/evals.csv'"));
+        assert_non_null(strstr(gp, "title 'mean of 2 seeds'"));
+        assert_non_null(strstr(gp, "95% CI of the mean"));
+        free(gp);
+        char *band = file_at("%s/out/cartpole-suite/%s", "curves.csv");
+        assert_non_null(band);
+        assert_true(strncmp(band, "env_steps,mean,ci95,low,high,seeds\n", 35) == 0);
+        assert_non_null(strstr(band, ",2\n")); /* points where both seeds count */
+        free(band);
     }
 
     /* The same name again: a new folder, the first untouched. */

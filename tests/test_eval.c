@@ -260,11 +260,6 @@ static void test_statistics(void **unused) {
     fl_eval_summarize(r, l, 1, &s);
     assert_float_equal(s.return_std, 0, 0);
     assert_float_equal(s.return_ci95, 0, 0);
-    assert_float_equal(fl_eval_t95(1), 12.706, 1e-9);
-    assert_float_equal(fl_eval_t95(30), 2.042, 1e-9);
-    assert_float_equal(fl_eval_t95(60), 2.000, 2e-3); /* tables: 2.000 */
-    assert_float_equal(fl_eval_t95(120), 1.980, 2e-3);
-    assert_float_equal(fl_eval_t95(100000), 1.960, 1e-3);
 }
 
 int main(void) {

@@ -8,7 +8,9 @@
  * process group in the run folder with its output in logs/curve.log; a failing or hanging
  * gnuplot leaves curve.png alone and finish returns -1 (in time); many actors show 8, the
  * first and the last among them; rows added later are drawn. Folders with headers only
- * draw nothing, and without gnuplot on PATH the module is inert. */
+ * draw nothing, and without gnuplot on PATH the module is inert. A suite's band over seeds
+ * (fl_curve_band) interpolates, holds and counts as documented, and its curves.png
+ * (fl_curve_suite) has the experiment's name as title, the seeds, their mean and band. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +19,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <math.h>
 
 #include "launcher/curve.h"
 #include "common/clock.h"
@@ -435,6 +438,124 @@ static void test_nothing_to_plot(void **unused) {
     free(dir);
 }
 
+/* ---- a suite's band over seeds ---------------------------------------------------- */
+
+/* The band: the union of the seeds' x, each seed linear between its points and held after
+ * its last, none before its first; the mean and Student's t interval over those there. */
+static void test_band(void **unused) {
+    (void)unused;
+    const double x1[] = {0, 100, 200}, y1[] = {0, 10, 20};
+    const double x2[] = {150, 50, 250}, y2[] = {30, 10, 50}; /* out of order: sorted by x */
+    const fl_curve_series_t s[] = {{x1, y1, 3}, {x2, y2, 3}, {NULL, NULL, 0}};
+    double x[16], mean[16], ci[16];
+    int count[16];
+    int m = fl_curve_band(s, 3, x, mean, ci, count, 16);
+    assert_int_equal(m, 6);
+    const double want_x[] = {0, 50, 100, 150, 200, 250};
+    const int want_n[] = {1, 2, 2, 2, 2, 2};
+    /* seed 1 at 50: 5; seed 2 at 100: 20; seed 1 at 150: 15; seed 2 at 200: 40; seed 1 at
+     * 250: held at 20 */
+    const double a[] = {0, 5, 10, 15, 20, 20}, b[] = {NAN, 10, 20, 30, 40, 50};
+    for (int i = 0; i < m; i++) {
+        assert_float_equal(x[i], want_x[i], 0);
+        assert_int_equal(count[i], want_n[i]);
+        if (count[i] == 1) {
+            assert_float_equal(mean[i], a[i], 1e-12);
+            assert_float_equal(ci[i], 0, 0);
+        } else {
+            double mu = (a[i] + b[i]) / 2, sd = fabs(a[i] - b[i]) / sqrt(2.0);
+            assert_float_equal(mean[i], mu, 1e-12);
+            assert_float_equal(ci[i], 12.706 * sd / sqrt(2.0), 1e-9); /* t(1) = 12.706 */
+        }
+    }
+    /* max cuts the points; no points at all: none */
+    assert_int_equal(fl_curve_band(s, 3, x, mean, ci, count, 2), 2);
+    assert_float_equal(x[1], 50, 0);
+    assert_int_equal(fl_curve_band(s + 2, 1, x, mean, ci, count, 16), 0);
+    /* three seeds at one x: the interval of three values */
+    const double xs[] = {7}, ya[] = {1}, yb[] = {2}, yc[] = {6};
+    const fl_curve_series_t t[] = {{xs, ya, 1}, {xs, yb, 1}, {xs, yc, 1}};
+    assert_int_equal(fl_curve_band(t, 3, x, mean, ci, count, 16), 1);
+    assert_int_equal(count[0], 3);
+    assert_float_equal(mean[0], 3, 1e-12);
+    assert_float_equal(ci[0], 4.303 * sqrt(7.0) / sqrt(3.0), 1e-9); /* std sqrt((4+1+9)/2) */
+}
+
+/* seed-S/evals.csv of a suite folder: n rows, return_mean = slope * row. */
+static void write_seed(const char *dir, int seed, int n, double slope) {
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/seed-%d", dir, seed);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    char path[700];
+    snprintf(path, sizeof path, "%s/evals.csv", sub);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(EVALS_HEADER, f);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%d.0,%d,%d,%d,10,0,%.3f,1.2,0,500,0.7,120,80,200,0,1.5,0,%d\n", i, 1000 * i + 13 * seed, 50 * i, i,
+                slope * i, 1000 * i + 13 * seed);
+    fclose(f);
+}
+
+/* A suite's curves.png: titled with the experiment's name, each seed's line, the mean of
+ * the seeds with evaluations over its band (curves.csv), the target; a seed without
+ * evaluations is left out. With a stand-in gnuplot, then the real one when installed. */
+static void test_suite_picture(void **unused) {
+    (void)unused;
+    char *dir = make_dir();
+    write_seed(dir, 1, 5, 10);
+    write_seed(dir, 2, 4, 20);
+    const char *names[] = {"seed-1", "seed-2", "seed-3"}, *labels[] = {"seed 1", "seed 2", "seed 3"};
+    char why[256] = "";
+    fake_t fk;
+    fake_install(&fk, NULL);
+    assert_int_equal(fl_curve_suite(dir, "cartpole", names, labels, 3, 475, 30, why, sizeof why), 0);
+    fake_restore_path(&fk);
+    char png[600];
+    snprintf(png, sizeof png, "%s/curves.png", dir);
+    assert_true(exists(dir, "curves.png"));
+    char *gp = slurp(dir, "curves.gp");
+    assert_non_null(gp);
+    assert_non_null(strstr(gp, "set title 'cartpole'"));
+    assert_non_null(strstr(gp, "'seed-1/evals.csv' using 'env_steps':'return_mean'"));
+    assert_non_null(strstr(gp, "title 'seed 2'"));
+    assert_null(strstr(gp, "seed-3"));
+    assert_non_null(strstr(gp, "'curves.csv' using 'env_steps':'low':'high' with filledcurves"));
+    assert_non_null(strstr(gp, "title 'mean of 2 seeds'"));
+    assert_non_null(strstr(gp, "475 with lines"));
+    free(gp);
+    char *band = slurp(dir, "curves.csv");
+    assert_non_null(band);
+    assert_true(strncmp(band, "env_steps,mean,ci95,low,high,seeds\n", 35) == 0);
+    /* x 13: seed 1 alone; 26: both, seed 1 at 0.13 between its first two points, seed 2 at 0 */
+    assert_non_null(strstr(band, "\n13,0,0,0,0,1\n"));
+    assert_non_null(strstr(band, "\n26,0.065,"));
+    int rows = 0;
+    for (char *p = band; (p = strchr(p, '\n')); p++) rows++;
+    assert_int_equal(rows, 1 + 9); /* the header and the 9 distinct x */
+    free(band);
+    fake_remove(&fk);
+    /* no evaluations at all: no picture, and why */
+    char *empty = make_dir();
+    assert_int_equal(fl_curve_suite(empty, "x", names, labels, 3, NAN, 30, why, sizeof why), -1);
+    assert_non_null(strstr(why, "no seed has an evaluation"));
+    rm_rf(empty);
+    free(empty);
+    if (have_gnuplot()) { /* the real picture */
+        unlink(png);
+        assert_int_equal(fl_curve_suite(dir, "cartpole", names, labels, 3, NAN, 60, why, sizeof why), 0);
+        FILE *f = fopen(png, "rb");
+        assert_non_null(f);
+        unsigned char sig[8] = {0};
+        assert_int_equal(fread(sig, 1, 8, f), 8);
+        assert_memory_equal(sig, "\x89PNG\r\n\x1a\n", 8);
+        fclose(f);
+        assert_false(has_temporary(dir));
+    }
+    rm_rf(dir);
+    free(dir);
+}
+
 /* No gnuplot on PATH: inert, and finish answers -1 at once. */
 static void test_no_gnuplot(void **unused) {
     (void)unused;
@@ -472,6 +593,8 @@ int main(void) {
         cmocka_unit_test(test_many_actors_and_new_rows),
         cmocka_unit_test(test_nothing_to_plot),
         cmocka_unit_test(test_no_gnuplot),
+        cmocka_unit_test(test_band),
+        cmocka_unit_test(test_suite_picture),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
