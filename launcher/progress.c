@@ -40,6 +40,22 @@ static void count_text(uint64_t n, char out[16]) {
         fl_progress_compact((double)n, out);
 }
 
+void fl_progress_total(uint64_t n, char out[16]) {
+    static const char suffix[] = "KMGTPE";
+    if (n < 1000) {
+        snprintf(out, 16, "%llu", (unsigned long long)n);
+        return;
+    }
+    double v = (double)n;
+    int k = -1;
+    while (v >= 999.5 && k < 5) { /* 999.5K would print as 1e+03K */
+        v /= 1000;
+        k++;
+    }
+    if (v < 1) v = 1; /* 999.5 to 999.999 of the unit below, 1000 to three digits */
+    snprintf(out, 16, "%.3g%c", v, suffix[k]);
+}
+
 enum {
     SEG_TIME,
     SEG_EVAL,
@@ -84,22 +100,24 @@ static void segments(const fl_progress_t *p, char seg[SEGS][64]) {
     }
     fl_progress_compact(p->train_return, a);
     snprintf(seg[SEG_TRAIN], 64, "train %s", p->have_train ? a : "-");
-    fl_progress_compact(p->env_rate, a);
-    snprintf(seg[SEG_ENV], 64, "env %s/s", a);
+    fl_progress_total(p->env_steps, a);
+    fl_progress_compact(p->env_rate, b);
+    snprintf(seg[SEG_ENV], 64, "env %s %s/s", a, b);
     if (p->frames) {
-        fl_progress_compact((double)p->frames, a);
+        fl_progress_total(p->frames, a);
         snprintf(seg[SEG_FRAMES], 64, "frames %s", a);
     }
     if (p->warmup_need && p->replay_size < p->warmup_need) {
-        fl_progress_compact((double)p->replay_size, a);
-        fl_progress_compact((double)p->warmup_need, b);
+        fl_progress_total(p->replay_size, a);
+        fl_progress_total(p->warmup_need, b);
         snprintf(seg[SEG_UPD], 64, "warm-up %s/%s", a, b);
     } else {
-        fl_progress_compact(p->upd_rate, a);
-        snprintf(seg[SEG_UPD], 64, "upd %s/s", a);
+        fl_progress_total(p->learner_steps, a);
+        fl_progress_compact(p->upd_rate, b);
+        snprintf(seg[SEG_UPD], 64, "upd %s %s/s", a, b);
         snprintf(seg[SEG_LOSS], 64, "loss %.2g", p->loss);
     }
-    fl_progress_compact((double)p->replay_size, a);
+    fl_progress_total(p->replay_size, a);
     snprintf(seg[SEG_REPLAY], 64, "replay %s", a);
     count_text(p->lag, a);
     snprintf(seg[SEG_LAG], 64, "lag %s", a);

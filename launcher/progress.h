@@ -1,19 +1,21 @@
 /* progress: the launcher's progress line, one per run.progress_every, at most
  * FL_PROGRESS_COLUMNS columns:
- *   [  12.3s] eval 475.0+-3.2 | train 187.3 | env 31.2K/s | upd 950.0/s loss 0.012 | replay 1.0M | 42% ETA 3m05s
- *   [  30.1s] eval - | train -20.4 | env 1.1K/s | frames 131.2K | warm-up 32.8K/50.0K | replay 32.8K | 0% ETA ...
+ *   [  12.3s] eval 475.0+-3.2 | train 187.3 | env 412K 31.2K/s | upd 12.3K 950.0/s loss 0.012 | replay 412K | 42% ETA 3m05s
+ *   [  30.1s] eval - | train -20.4 | env 32.8K 1.1K/s | frames 131K | warm-up 32.8K/50K | replay 32.8K | lag 0
  * The headline comes first: the latest evaluation's mean return with its 95% confidence
  * interval ("eval -" before the first one; absent without evaluators), then the training
- * return (the fleet's last 100 episodes, all epsilons), env steps/s, the emulator frames so
- * far (env steps x frame skip, as Atari papers count them; only with a frame skip), learner
- * updates/s and loss (while replay fills up to the sampling threshold: how far it is,
- * "warm-up 32.8K/50.0K"), replay size, the version lag of the oldest actor, Gorila's pushes, the roles
- * restarted so far (once there is one; with how many crashed or hung, once one did), the
- * actors at work once one has joined ("actors 4+2 joined": the launcher's and the joined
- * ones still reporting), and the nearest budget's share and ETA. Numbers
- * are compact (1.2K, 3.4M). When everything does not fit, the least important parts
- * (pushes, lag, replay, loss, frames, restarts, actors, then updates and env) are left out; time,
- * eval, train and the budget always stay. Pure functions. */
+ * return (the fleet's last 100 episodes, all epsilons), the fleet's env steps so far and
+ * per second, the emulator frames so far (env steps x frame skip, as Atari papers count
+ * them; only with a frame skip), learner steps so far and updates/s with the loss (while
+ * replay fills up to the sampling threshold: how far it is, "warm-up 32.8K/50K"), replay
+ * size, the version lag of the oldest actor, Gorila's pushes, the roles restarted so far
+ * (once there is one; with how many crashed or hung, once one did), the actors at work
+ * once one has joined ("actors 4+2 joined": the launcher's and the joined ones still
+ * reporting), and the nearest budget's share and ETA. Totals (steps, frames, replay) have
+ * three significant digits (131K, 1.23M), rates and returns are compact (31.2K/s, -20.4).
+ * When everything does not fit, the least important parts (pushes, lag, replay, loss,
+ * frames, restarts, actors, then updates and env) are left out; time, eval, train and
+ * the budget always stay. Pure functions. */
 #ifndef FL_LAUNCHER_PROGRESS_H
 #define FL_LAUNCHER_PROGRESS_H
 
@@ -29,6 +31,8 @@ typedef struct fl_progress {
     double eval_mean, eval_ci95;
     int have_train;           /* a training episode has ended */
     double train_return;
+    uint64_t env_steps;       /* the fleet's env steps so far */
+    uint64_t learner_steps;   /* learner steps so far (learner 0's with apex, the sum with gorila) */
     double env_rate, upd_rate, loss;
     uint64_t frames;          /* emulator frames (env steps x frame skip); 0: no part */
     uint64_t warmup_need;     /* transitions replay needs before sampling: while replay_size is below
@@ -50,5 +54,8 @@ size_t fl_progress_format(const fl_progress_t *p, char *buf, size_t len);
 
 /* v in at most 7 characters: "-999.9", "12.3K", "4.6M", ... ("nan", "inf" as such). */
 void fl_progress_compact(double v, char out[16]);
+/* A total n in at most 5 characters: exact below 1000, else three significant digits
+ * with K, M, G, T, P or E ("131K", "1.23M", "18.4E"). */
+void fl_progress_total(uint64_t n, char out[16]);
 
 #endif
