@@ -42,6 +42,7 @@
 #include "fleet.pb-c.h"
 #include "launcher/curve.h"
 #include "launcher/fleet_state.h"
+#include "launcher/hparams.h"
 #include "launcher/proc.h"
 #include "launcher/progress.h"
 #include "paramserver/client.h"
@@ -126,7 +127,8 @@ static FILE *open_csv(const char *path, const char *header, int append) {
 }
 
 /* One column of metrics.csv and its TensorBoard tag ("" = not sent to TensorBoard: the
- * x axis itself, and the evaluation columns, which go as eval/ at their own steps). */
+ * x axis itself, the evaluation columns, which go as eval/ at their own steps, and
+ * Gorila's pushes and staleness in an apex run, where they are always 0). */
 typedef struct metric {
     const char *column, *tag;
     int decimals; /* -1: an integer */
@@ -163,8 +165,8 @@ static int period_metrics(const monitor_t *M, double el, const figures_t *f, con
         {"wait_fraction", "learner/wait_fraction", 4, f->wait, 0},
         {"param_version", "params/version", -1, (double)pi->version, 0},
         {"version_lag", "params/version_lag", -1, (double)lag, 0},
-        {"pushes_applied", "params/pushes_applied", -1, (double)pi->pushes_applied, 0},
-        {"pushes_dropped", "params/pushes_dropped", -1, (double)pi->pushes_dropped, 0},
+        {"pushes_applied", M->gorila ? "params/pushes_applied" : "", -1, (double)pi->pushes_applied, 0},
+        {"pushes_dropped", M->gorila ? "params/pushes_dropped" : "", -1, (double)pi->pushes_dropped, 0},
     };
     /* the fixed columns, the staleness buckets and the 5 columns below */
     _Static_assert(sizeof m / sizeof m[0] + STALENESS_BUCKETS + 8 == N_METRICS, "N_METRICS: the columns' count");
@@ -173,7 +175,7 @@ static int period_metrics(const monitor_t *M, double el, const figures_t *f, con
     for (int b = 0; b < STALENESS_BUCKETS; b++) {
         snprintf(stale_col[b], sizeof stale_col[b], "staleness_%s", fl__launch_staleness_names[b]);
         snprintf(stale_tag[b], sizeof stale_tag[b], "params/staleness_%s", fl__launch_staleness_names[b]);
-        out[n++] = (metric_t){stale_col[b], stale_tag[b], -1, (double)pi->staleness_hist[b], 0};
+        out[n++] = (metric_t){stale_col[b], M->gorila ? stale_tag[b] : "", -1, (double)pi->staleness_hist[b], 0};
     }
     out[n++] = (metric_t){"eval_return_mean", "", 6, M->eval.v[FL_EVAL_RESULT_return_mean], !have};
     out[n++] = (metric_t){"eval_return_ci95", "", 6, M->eval.v[FL_EVAL_RESULT_return_ci95], !have};
@@ -228,6 +230,11 @@ static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_l
     fl_err_init(&err);
     if (fl_tfevents_open(M->L->dir, &M->tb, &err) != FL_OK)
         FL_WARN("no TensorBoard events for this run: %s", err.msg);
+    /* the effective config (TEXT), at the step the run starts from; the hyperparameters
+     * (HPARAMS) once, from the first sitting: TensorBoard reads a run's first record */
+    if (M->tb && fl_hparams_write(M->tb, &M->L->cfg, append ? (int64_t)M->L->prev.env_steps : 0, fl_clock_wall(),
+                                  !append, &err) != FL_OK)
+        FL_WARN("TensorBoard: no configuration summary: %s", err.msg);
     M->curve = fl_curve_create(M->L->dir);
     M->next_curve = fl_clock_sec() + CURVE_EVERY_S;
 }
@@ -484,6 +491,8 @@ static void print_progress(monitor_t *M, double el, const figures_t *f, double e
     p.eval_ci95 = M->eval.v[FL_EVAL_RESULT_return_ci95];
     p.have_train = f->ep_count > 0;
     p.train_return = f->mret;
+    p.env_steps = f->env;
+    p.learner_steps = f->lsteps;
     p.env_rate = env_rate;
     p.frames = M->L->frame_skip > 1 ? f->env * (uint64_t)M->L->frame_skip : 0;
     p.warmup_need = (uint64_t)c->replay_min_size_to_sample;
@@ -713,6 +722,18 @@ static void wait_joined(monitor_t *M) {
     if (live > 0) fl_fleet_state_check_joined(fs, 0); /* what did not answer in time is lost */
 }
 
+/* The hparams plugin's end of the session: success when the run ended normally so far
+ * (exit 0), failure otherwise; nothing when a signal stopped a run that can be resumed,
+ * so that the sitting that ends it says how it ended. */
+static void end_session(monitor_t *M) {
+    const fl_config_t *c = &M->L->cfg;
+    if (!M->tb || (fl_stop_signal() && c->run_checkpoints && !c->run_deterministic)) return;
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_tfevents_session_end(M->tb, fl_clock_wall(), M->exit_code == 0, &err) != FL_OK)
+        FL_WARN("TensorBoard events: %s", err.msg);
+}
+
 /* Ordered stop: actors and evaluators first, while the learners still sample (with a
  * rate limit, an actor's last inserts may wait for the learners' samples), then learners,
  * then the services, whose last figures are read first. Each kind is asked through
@@ -735,6 +756,7 @@ static void stop_in_order(monitor_t *M) {
     M->ps = NULL;
     take_evals(M); /* the last results, sent while stopping */
     take_rounds(M);
+    end_session(M);
     close_file(&M->csv);
     close_file(&M->rounds);
     close_file(&M->roles);

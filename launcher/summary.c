@@ -71,19 +71,23 @@ void fl__monitor_write_summary(const monitor_t *M, double elapsed, const totals_
     fprintf(sf, "replay_final=%d\n", M->replay_final);
     fprintf(sf, "reason=%s\nexit_code=%d\nelapsed_s=%.3f\nepisodes=%llu\nmean_return_100=%.3f\nbest_return=%.3f\n"
                 "env_steps=%llu\nframes=%llu\nlearner_steps=%llu\nreplay_inserted=%llu\nreplay_size=%llu\nactors_acked=%llu\n"
-                "param_version=%llu\nlearner_mode=%s\nlearners=%d\nparamserver_shards=%lld\n"
-                "pushes_applied=%llu\npushes_dropped=%llu\npush_waits=%llu\npush_wait_timeouts=%llu\npush_bytes=%llu\n"
-                "staleness_hist=",
+                "param_version=%llu\nlearner_mode=%s\nlearners=%d\nparamserver_shards=%lld\n",
             M->reason, M->exit_code, elapsed, (unsigned long long)t->episodes, t->mret, t->best,
             (unsigned long long)t->env, (unsigned long long)t->env * (unsigned long long)M->L->frame_skip,
             (unsigned long long)t->lsteps, (unsigned long long)M->rinfo.inserted,
             (unsigned long long)M->rinfo.size, (unsigned long long)t->acked, (unsigned long long)pi->version,
-            FL_CONFIG_ENUM_STR(cfg, learner, mode), M->L->fs.n_learners, (long long)cfg->paramserver_shards,
-            (unsigned long long)pi->pushes_applied, (unsigned long long)pi->pushes_dropped,
-            (unsigned long long)pi->waits, (unsigned long long)pi->wait_timeouts, (unsigned long long)pi->push_bytes);
-    for (int b = 0; b < STALENESS_BUCKETS; b++)
-        fprintf(sf, "%s%s:%llu", b ? "," : "", fl__launch_staleness_names[b], (unsigned long long)pi->staleness_hist[b]);
-    fprintf(sf, "\n");
+            FL_CONFIG_ENUM_STR(cfg, learner, mode), M->L->fs.n_learners, (long long)cfg->paramserver_shards);
+    if (M->gorila) { /* the learners' pushes to the parameter servers: Gorila's alone */
+        fprintf(sf, "pushes_applied=%llu\npushes_dropped=%llu\npush_waits=%llu\npush_wait_timeouts=%llu\n"
+                    "push_bytes=%llu\nstaleness_hist=",
+                (unsigned long long)pi->pushes_applied, (unsigned long long)pi->pushes_dropped,
+                (unsigned long long)pi->waits, (unsigned long long)pi->wait_timeouts,
+                (unsigned long long)pi->push_bytes);
+        for (int b = 0; b < STALENESS_BUCKETS; b++)
+            fprintf(sf, "%s%s:%llu", b ? "," : "", fl__launch_staleness_names[b],
+                    (unsigned long long)pi->staleness_hist[b]);
+        fprintf(sf, "\n");
+    }
     write_per_shard(M, sf);
     write_eval_summary(M, sf);
     fprintf(sf, "actors_pending=%llu\nactors_dropped=%llu\nactors_lost_unacked=%llu\nrestarts=%llu\n",

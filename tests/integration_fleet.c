@@ -116,6 +116,29 @@ static void test_learns_cartpole(void **state) {
     assert_true(inserted >= acked); /* every acknowledged insert is in the table */
     assert_non_null(kv_get(sum, "learner_steps", v, sizeof v));
     assert_true(strtoull(v, NULL, 10) > 0);
+    /* An Ape-X run: none of Gorila's push lines, in summary.txt or on the progress line */
+    static const char *const gorila_only[] = {"pushes_applied", "pushes_dropped", "push_waits",
+                                              "push_wait_timeouts", "push_bytes", "staleness_hist"};
+    for (size_t k = 0; k < sizeof gorila_only / sizeof gorila_only[0]; k++) {
+        if (kv_get(sum, gorila_only[k], v, sizeof v)) fail_msg("apex summary.txt has %s=%s", gorila_only[k], v);
+    }
+    assert_non_null(kv_get(sum, "learner_mode", v, sizeof v));
+    assert_string_equal(v, "apex");
+    assert_null(strstr(log, "| push "));
+    /* the progress line: the env steps and learner steps so far beside their rates, e.g.
+     * "| env 412K 31.2K/s | upd 12.3K 950.0/s loss" */
+    char total[32] = "", rate[32] = "";
+    const char *line = log; /* the first with learner steps */
+    while ((line = strstr(line, " | upd ")) && sscanf(line, " | upd %31s %31s", total, rate) == 2 &&
+           strcmp(total, "0") == 0)
+        line++;
+    assert_non_null(line);
+    assert_true(strlen(rate) > 2 && strcmp(rate + strlen(rate) - 2, "/s") == 0);
+    assert_true(total[0] >= '1' && total[0] <= '9');
+    const char *env = strstr(log, "| env ");
+    assert_non_null(env);
+    assert_int_equal(sscanf(env, "| env %31s %31s", total, rate), 2);
+    assert_true(strlen(rate) > 2 && strcmp(rate + strlen(rate) - 2, "/s") == 0);
     /* Every process told its memory (roles.csv's and metrics.csv's memory columns, the
      * peaks in summary.txt). An actor is light: it loads no GPU library, and CartPole's
      * is within 60 MB resident, 30 MB of them private (a sanitizer's shadow memory aside). */

@@ -97,8 +97,11 @@ static int teardown(void **state) {
 }
 
 /* A real run (CartPole, a few seconds, an evaluation every second): its event file holds
- * every metrics.csv column, the evaluations and each actor's training return, point for
- * point with the CSV files. */
+ * every metrics.csv column (Gorila's pushes and staleness not, in this Ape-X run), the
+ * evaluations and each actor's training return, point for point with the CSV files; and
+ * the configuration: the text summary (every config.ini key) and the hparams plugin's
+ * records, read by the text and hparams plugins and the HPARAMS tab's handlers, with
+ * the last evaluation return as the run's metric (tensorboard_interop.py, check_config). */
 static void test_a_run_writes_tensorboard_events(void **state) {
     (void)state;
     if (!find_python()) {

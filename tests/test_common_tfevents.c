@@ -4,8 +4,9 @@
  * unpacks the Events with the generated code (the file_version record first, then steps,
  * wall times, tags and float32 values bit for bit, NaN and inf included), the exact bytes
  * of one Event, the refusal of bad arguments naming what was wrong, distinct files for
- * writers opened in the same second, and a failed write (file size limit) that leaves
- * the file whole and the writer usable. */
+ * writers opened in the same second, a failed write (file size limit) that leaves the
+ * file whole and the writer usable, and the text and hparams plugins' records (checks,
+ * then their messages read back). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -389,6 +390,92 @@ static void test_bad_arguments(void **state) {
     assert_non_null(strstr(err.msg, "a_file/events.out.tfevents."));
 }
 
+/* Text and hparams records: what is refused names what was wrong and writes nothing;
+ * what is written reads back as TensorBoard's messages (the plugins' metadata, the
+ * tensors, the hparams plugin's data with a bool's domain and a string's choices). */
+static void test_text_and_hparams(void **state) {
+    (void)state;
+    char dir[128], path[256];
+    subdir(dir, sizeof dir, "plugins");
+    fl_err_t err;
+    fl_err_init(&err);
+    fl_tfevents_t *w = NULL;
+    assert_int_equal(fl_tfevents_open(dir, &w, &err), FL_OK);
+    snprintf(path, sizeof path, "%s", fl_tfevents_path(w));
+    long size = file_size(path);
+    expect_invalid(fl_tfevents_text(w, "t", 0, 1.0, "\xff", &err), &err, "the text of t is not valid UTF-8");
+    expect_invalid(fl_tfevents_text(w, "t", 0, 1.0, NULL, &err), &err, "the text of t is NULL");
+    expect_invalid(fl_tfevents_text(w, "", 0, 1.0, "x", &err), &err, "tag 0 is empty");
+    expect_invalid(fl_tfevents_text(NULL, "t", 0, 1.0, "x", &err), &err, "no writer");
+    const char *const modes[] = {"apex", "gorila"};
+    fl_tfevents_hparam_t hp[3] = {
+        {.name = "learner.lr", .description = "learning rate", .kind = FL_TFEVENTS_HP_NUMBER, .number = 0.003},
+        {.name = "learner.mode", .kind = FL_TFEVENTS_HP_STRING, .string = "gorila", .choices = modes, .n_choices = 2,
+         .differs = 1},
+        {.name = "run.deterministic", .kind = FL_TFEVENTS_HP_BOOL, .boolean = 1},
+    };
+    const fl_tfevents_metric_t mt[] = {{"eval/return_mean", "evaluation return", NULL, 1}};
+    expect_invalid(fl_tfevents_hparams(w, 1.0, NULL, 0, hp, 1, mt, &err), &err, "0 hparams and 1 metrics");
+    expect_invalid(fl_tfevents_hparams(w, 1.0, NULL, 3, hp, 1, NULL, &err), &err, "3 hparams and 1 metrics");
+    hp[1].string = "\xc0\xaf";
+    expect_invalid(fl_tfevents_hparams(w, 1.0, NULL, 3, hp, 1, mt, &err), &err, "hparam learner.mode: its value");
+    hp[1].string = "gorila";
+    hp[0].name = "";
+    expect_invalid(fl_tfevents_hparams(w, 1.0, NULL, 3, hp, 1, mt, &err), &err, "hparam 0 is empty");
+    hp[0].name = "learner.lr";
+    const fl_tfevents_metric_t bad_metric[] = {{"", NULL, NULL, 0}};
+    expect_invalid(fl_tfevents_hparams(w, 1.0, NULL, 3, hp, 1, bad_metric, &err), &err, "metric 0 is empty");
+    assert_int_equal(file_size(path), size); /* nothing written */
+
+    assert_int_equal(fl_tfevents_text(w, "run/config", 7, 2.0, "| a | b |", &err), FL_OK);
+    assert_int_equal(fl_tfevents_hparams(w, 3.0, "group", 3, hp, 1, mt, &err), FL_OK);
+    assert_int_equal(fl_tfevents_session_end(w, 4.0, 0, &err), FL_OK);
+    events_t e;
+    read_events(path, &e);
+    assert_int_equal(e.n, 5);
+    const Tensorboard__Summary__Value *t = e.ev[1]->summary->value[0];
+    assert_int_equal(e.ev[1]->step, 7);
+    assert_string_equal(t->metadata->plugin_data->plugin_name, "text");
+    assert_int_equal(t->metadata->plugin_data->content.len, 0);
+    assert_int_equal(t->tensor->dtype, TENSORBOARD__DATA_TYPE__DT_STRING);
+    assert_int_equal(t->tensor->string_val[0].len, 9);
+    assert_memory_equal(t->tensor->string_val[0].data, "| a | b |", 9);
+    Tensorboard__HParamsPluginData *d[3];
+    for (int i = 0; i < 3; i++) {
+        const Tensorboard__Summary__Value *v = e.ev[2 + i]->summary->value[0];
+        assert_string_equal(v->metadata->plugin_data->plugin_name, "hparams");
+        d[i] = tensorboard__hparams_plugin_data__unpack(NULL, v->metadata->plugin_data->content.len,
+                                                        v->metadata->plugin_data->content.data);
+        assert_non_null(d[i]);
+    }
+    const Tensorboard__Experiment *x = d[0]->experiment;
+    assert_int_equal(d[0]->data_case, TENSORBOARD__HPARAMS_PLUGIN_DATA__DATA_EXPERIMENT);
+    assert_int_equal(x->n_hparam_infos, 3);
+    assert_string_equal(x->hparam_infos[0]->description, "learning rate");
+    assert_int_equal(x->hparam_infos[0]->type, TENSORBOARD__HPARAM_DATA_TYPE__DATA_TYPE_FLOAT64);
+    assert_int_equal(x->hparam_infos[0]->domain_case, TENSORBOARD__HPARAM_INFO__DOMAIN__NOT_SET);
+    assert_int_equal(x->hparam_infos[1]->type, TENSORBOARD__HPARAM_DATA_TYPE__DATA_TYPE_STRING);
+    assert_true(x->hparam_infos[1]->differs);
+    assert_int_equal(x->hparam_infos[1]->domain_discrete->n_values, 2);
+    assert_string_equal(x->hparam_infos[1]->domain_discrete->values[1]->string_value, "gorila");
+    assert_int_equal(x->hparam_infos[2]->type, TENSORBOARD__HPARAM_DATA_TYPE__DATA_TYPE_BOOL);
+    assert_int_equal(x->hparam_infos[2]->domain_discrete->n_values, 2);
+    assert_int_equal(x->hparam_infos[2]->domain_discrete->values[1]->bool_value, 1);
+    assert_int_equal(x->metric_infos[0]->dataset_type, TENSORBOARD__DATASET_TYPE__DATASET_VALIDATION);
+    assert_string_equal(x->metric_infos[0]->display_name, "evaluation return");
+    const Tensorboard__SessionStartInfo *st = d[1]->session_start_info;
+    assert_string_equal(st->group_name, "group");
+    assert_true(st->start_time_secs == 3.0);
+    assert_int_equal(st->n_hparams, 3);
+    assert_true(st->hparams[0]->value->number_value == 0.003);
+    assert_string_equal(st->hparams[1]->value->string_value, "gorila");
+    assert_int_equal(st->hparams[2]->value->bool_value, 1);
+    assert_int_equal(d[2]->session_end_info->status, TENSORBOARD__STATUS__STATUS_FAILURE);
+    for (int i = 0; i < 3; i++) tensorboard__hparams_plugin_data__free_unpacked(d[i], NULL);
+    free_events(&e);
+    fl_tfevents_close(w);
+}
+
 static void test_writers_get_distinct_files(void **state) {
     (void)state;
     char dir[128];
@@ -498,6 +585,7 @@ int main(void) {
         cmocka_unit_test(test_scalars_read_back),
         cmocka_unit_test(test_event_bytes),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_text_and_hparams),
         cmocka_unit_test(test_writers_get_distinct_files),
         cmocka_unit_test(test_write_error_keeps_file_whole),
     };

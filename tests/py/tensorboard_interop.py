@@ -27,13 +27,23 @@ of these are not float32 numbers: the rounding shows); wall times must agree to 
 
   tensorboard_interop.py run RUN_DIR  RUN_DIR is the folder of a real `fleet run`; its
                                      event file must hold every metrics.csv column (but
-                                     env_steps, the x axis, and the eval_ columns) under
+                                     env_steps, the x axis, the eval_ columns and, in an
+                                     apex run, Gorila's pushes_* and staleness_*) under
                                      the tag TAGS gives it, one point per row at that
                                      row's env_steps; eval/* one point per evals.csv row at
                                      its env_steps; train/return_actor_<i> one point per
                                      returns.csv row of actor i. Counts and integer columns
                                      must match exactly, other values to the CSV's printed
-                                     precision.
+                                     precision. Then the configuration (check_config):
+                                     the text summary run/config (the text plugin's, a
+                                     string scalar) holds config.ini's every key, value
+                                     and, where it differs, default, and renders as a
+                                     table; the hparams plugin's experiment, session start
+                                     and end records parse, agree with config.ini and the
+                                     text, and the plugin's own handlers (get_experiment,
+                                     list_session_groups, as the HPARAMS tab asks) list
+                                     the run with its hyperparameters and its last
+                                     evaluation return as a metric.
 Exit status 0 on success, 1 on a mismatch (printed).
 """
 import glob
@@ -108,7 +118,7 @@ def compare(where, tag, got, want):
     return True
 
 
-# metrics.csv column -> TensorBoard tag (cli/launch.c's table)
+# metrics.csv column -> TensorBoard tag (launcher/monitor.c's period_metrics)
 TAGS = {
     "time_s": "time/seconds", "frames": "env/frames", "env_steps_per_s": "env/steps_per_s", "episodes": "train/episodes",
     "mean_return_100": "train/mean_return_100", "replay_size": "replay/size", "replay_inserted": "replay/inserted",
@@ -161,7 +171,9 @@ def check_run(folder):
     acc = event_accumulator.EventAccumulator(folder, size_guidance={"scalars": 0})
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    want = {TAGS.get(c, "params/" + c) for c in metrics[0] if c != "env_steps" and not c.startswith("eval")}
+    mode = read_summary(folder).get("learner_mode")
+    skip = lambda c: c == "env_steps" or c.startswith("eval") or (mode != "gorila" and gorila_only(c))
+    want = {TAGS.get(c, "params/" + c) for c in metrics[0] if not skip(c)}
     want |= set(EVAL_TAGS.values())
     actors = sorted({r["actor"] for r in returns})
     want |= {f"train/return_actor_{a}" for a in actors}
@@ -169,7 +181,7 @@ def check_run(folder):
         print("missing tags:", sorted(want - tags), "unexpected:", sorted(tags - want))
         return 1
     for column in metrics[0]:
-        if column == "env_steps" or column.startswith("eval"):
+        if skip(column):
             continue
         if not check_series(acc, TAGS.get(column, "params/" + column), metrics, column):
             return 1
@@ -179,7 +191,166 @@ def check_run(folder):
     for a in actors:
         if not check_series(acc, f"train/return_actor_{a}", [r for r in returns if r["actor"] == a], "return_mean"):
             return 1
+    return check_config(folder, evals)
+
+
+def gorila_only(column):
+    """The metrics.csv columns of Gorila's pushes, sent to TensorBoard in Gorila runs only."""
+    return column.startswith("pushes_") or column.startswith("staleness_")
+
+
+def read_summary(folder):
+    with open(os.path.join(folder, "summary.txt")) as f:
+        return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+
+
+def read_config(folder):
+    """config.ini: {"section.key": (value, default)} as its lines and comments spell them."""
+    out, section, default = {}, "", None
+    with open(os.path.join(folder, "config.ini")) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith("["):
+                section = line.strip("[]")
+            elif line.startswith("#") and "; default " in line:
+                default = line.split("; default ", 1)[1]
+            elif " = " in line and not line.startswith(("#", ";")):
+                key, value = line.split(" = ", 1)
+                unq = lambda v: v[1:-1] if len(v) >= 2 and v[0] == v[-1] == '"' else v
+                out[f"{section}.{key}"] = (unq(value), unq(default))
+    return out
+
+
+def code_span(cell):
+    """The text of a Markdown table cell holding one code span ("" for an empty cell)."""
+    cell = cell.strip()
+    if not cell:
+        return None
+    ticks = len(cell) - len(cell.lstrip("`"))
+    inner = cell[ticks:-ticks]
+    if ticks > 1 and inner.startswith(" ") and inner.endswith(" "):
+        inner = inner[1:-1]
+    return inner
+
+
+def check_config(folder, evals):
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard import context
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment, list_session_groups
+    from tensorboard.plugins.hparams import metadata as hp_metadata
+    from tensorboard.plugins.text import text_plugin
+
+    config = read_config(folder)
+    pacc = plugin_event_accumulator.EventAccumulator(folder, size_guidance={"tensors": 0})
+    pacc.Reload()
+    tags = set(pacc.Tags()["tensors"])
+    for tag, plugin in (("run/config", "text"), ("_hparams_/experiment", "hparams"),
+                        ("_hparams_/session_start_info", "hparams"), ("_hparams_/session_end_info", "hparams")):
+        if tag not in tags or pacc.SummaryMetadata(tag).plugin_data.plugin_name != plugin:
+            print(f"{tag}: missing, or not the {plugin} plugin's")
+            return 1
+
+    # The text summary: a string scalar at step 0, a Markdown table of every key.
+    events = pacc.Tensors("run/config")
+    text = tensor_util.make_ndarray(events[0].tensor_proto)
+    if len(events) != 1 or events[0].step != 0 or text.shape != () or not isinstance(text.item(), bytes):
+        print("run/config:", len(events), "events, step", events[0].step, "shape", text.shape)
+        return 1
+    rows = {}
+    for line in text.item().decode("utf-8").splitlines():
+        cells = line.split(" | ")
+        if len(cells) == 3 and line.startswith("| ") and line.endswith(" |") and "`" in cells[1]:
+            rows[cells[0][2:]] = (code_span(cells[1]), code_span(cells[2][:-2]))
+    if set(rows) != set(config):
+        print("run/config keys: missing", sorted(set(config) - set(rows)), "unexpected", sorted(set(rows) - set(config)))
+        return 1
+    for key, (value, default) in config.items():
+        want = (value if value else '""', None if value == default else (default if default else '""'))
+        if rows[key] != want:
+            print(f"run/config {key}: {rows[key]}, config.ini {want}")
+            return 1
+    html = text_plugin.text_array_to_html(text, enable_markdown=True)
+    if html.count("<tr>") != len(config) + 1 or "<code>" not in html:
+        print("run/config does not render as a table of every key:", html[:400])
+        return 1
+
+    # The hparams plugin's records.
+    experiment = hp_metadata.parse_experiment_plugin_data(pacc.SummaryMetadata("_hparams_/experiment").plugin_data.content)
+    start = hp_metadata.parse_session_start_info_plugin_data(
+        pacc.SummaryMetadata("_hparams_/session_start_info").plugin_data.content)
+    end = hp_metadata.parse_session_end_info_plugin_data(
+        pacc.SummaryMetadata("_hparams_/session_end_info").plugin_data.content)
+    infos = {h.name: h for h in experiment.hparam_infos}
+    if set(infos) != set(start.hparams) or not set(infos) <= set(config):
+        print("hparams: experiment", sorted(infos), "session", sorted(start.hparams))
+        return 1
+    for must in ("env.name", "learner.lr", "learner.batch_size", "actor.count", "run.seed", "learner.mode"):
+        if must not in infos:
+            print(f"hparams: no {must}")
+            return 1
+    for plumbing in ("run.out_dir", "run.name", "run.tls_dir", "run.checkpoint_dir", "run.log_level"):
+        if plumbing in infos:
+            print(f"hparams: {plumbing} is not a hyperparameter")
+            return 1
+    for name, info in infos.items():
+        value, default = config[name]
+        got = start.hparams[name]
+        kind = got.WhichOneof("kind")
+        if info.type == api_pb2.DATA_TYPE_FLOAT64:
+            ok = kind == "number_value" and got.number_value == float(value)
+        elif info.type == api_pb2.DATA_TYPE_BOOL:
+            ok = kind == "bool_value" and got.bool_value == (value == "true") and \
+                list(info.domain_discrete.values) == [struct_value(False), struct_value(True)]
+        else:
+            ok = kind == "string_value" and got.string_value == value
+        if not ok or info.differs != (value != default) or not info.description:
+            print(f"hparam {name}: {info} value {got} against config.ini {value!r} (default {default!r})")
+            return 1
+    if "eval" not in [v.string_value for v in infos["run.target_on"].domain_discrete.values]:
+        print("run.target_on's domain:", infos["run.target_on"])
+        return 1
+    metric_tags = [m.name.tag for m in experiment.metric_infos]
+    if metric_tags != ["eval/return_mean", "train/mean_return_100", "learner/steps", "time/seconds"]:
+        print("hparams metrics:", metric_tags)
+        return 1
+    if end.status != api_pb2.STATUS_SUCCESS or not end.end_time_secs > start.start_time_secs > 1.6e9:
+        print("session start", start.start_time_secs, "end", end)
+        return 1
+
+    # As the HPARAMS tab asks for them, through TensorBoard's data provider.
+    logdir = os.path.dirname(os.path.abspath(folder))
+    mux = plugin_event_multiplexer.EventMultiplexer()
+    mux.AddRunsFromDirectory(logdir)
+    mux.Reload()
+    tb = base_plugin.TBContext(logdir=logdir, multiplexer=mux, plugin_name_to_instance={},
+                               data_provider=data_provider.MultiplexerDataProvider(mux, logdir))
+    bc, rc = backend_context.Context(tb), context.RequestContext()
+    got = get_experiment.Handler(rc, bc, "", api_pb2.GetExperimentRequest(hparams_limit=1000)).run()
+    if {h.name for h in got.hparam_infos} != set(infos) or [m.name.tag for m in got.metric_infos] != metric_tags:
+        print("get_experiment:", got)
+        return 1
+    request = api_pb2.ListSessionGroupsRequest(start_index=0, slice_size=1000, allowed_statuses=[0, 1, 2, 3])
+    for h in got.hparam_infos:
+        request.col_params.add(hparam=h.name)
+    for m in got.metric_infos:
+        request.col_params.add(metric=m.name)
+    groups = list_session_groups.Handler(rc, bc, "", request).run().session_groups
+    run = os.path.basename(os.path.abspath(folder))
+    mine = [g for g in groups if g.name == run]
+    if len(mine) != 1 or mine[0].hparams["learner.lr"].number_value != float(config["learner.lr"][0]):
+        print("list_session_groups:", [g.name for g in groups])
+        return 1
+    final = {v.name.tag: v.value for v in mine[0].metric_values}
+    if not near(np.float32(final.get("eval/return_mean", np.nan)), evals[-1]["return_mean"]):
+        print("the HPARAMS tab's evaluation return", final, "against evals.csv's last", evals[-1]["return_mean"])
+        return 1
     return 0
+
+
+def struct_value(b):
+    from google.protobuf import struct_pb2
+    return struct_pb2.Value(bool_value=b)
 
 
 def main():
