@@ -25,6 +25,7 @@
 #include "replay/server.h"
 #include "replay/writer.h"
 #include "tests/proc_util.h"
+#include "tests/replay_fixture.h"
 
 #define N 200
 #define OB 400
@@ -40,16 +41,9 @@ static void test_grpcio_reads_a_sample(void **state) {
     fl_err_t e;
     fl_err_init(&e);
     const int shape[] = {10, 10, 4};
-    fl_replay_service_opts_t ro;
-    fl_replay_service_opts_init(&ro);
-    ro.capacity = 1000;
-    ro.min_size_to_sample = 100;
-    ro.obs = fl_obs_spec_make(FL_DTYPE_UINT8, 3, shape);
-    ro.num_actions = 6;
-    fl_replay_service_t *svc = NULL;
-    char addr[320];
-    assert_int_equal(fl_replay_service_create(&ro, &svc, &e), FL_OK);
-    assert_int_equal(fl_replay_service_start(svc, "127.0.0.1:0", addr, sizeof addr, &e), FL_OK);
+    fl_replay_service_opts_t ro = replay_fixture_opts(fl_obs_spec_make(FL_DTYPE_UINT8, 3, shape), 6, 1000, 100);
+    replay_fixture_t f;
+    replay_fixture_start(&f, &ro);
 
     /* transition i: obs every byte i % 200, next_obs i % 200 + 1 */
     uint8_t *obs = malloc((size_t)N * OB), *next = malloc((size_t)N * OB);
@@ -64,10 +58,8 @@ static void test_grpcio_reads_a_sample(void **state) {
         discounts[i] = 0.97f;
         prio[i] = 1.0f + (float)(i % 5);
     }
-    fl_replay_client_t *c = NULL;
     fl_replay_writer_t *w = NULL;
-    assert_int_equal(fl_replay_client_create(addr, &c, &e), FL_OK);
-    assert_int_equal(fl_replay_writer_create(c, 1, &ro.obs, 1, &w, &e), FL_OK);
+    assert_int_equal(fl_replay_writer_create(replay_fixture_client(&f), 1, &ro.obs, 1, &w, &e), FL_OK);
     for (int k = 0; k < N; k += 50)
         assert_int_equal(fl_replay_writer_append(w, 50, obs + (size_t)k * OB, actions + k, rewards + k, discounts + k,
                                                  next + (size_t)k * OB, prio + k, &e),
@@ -76,11 +68,10 @@ static void test_grpcio_reads_a_sample(void **state) {
 
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s timeout 120 %s %s/tests/py/sample_interop.py %s", env, python, fleet_source_dir(),
-             addr);
+             f.addr);
     const int rc = py_shell(cmd);
     fl_replay_writer_destroy(w);
-    fl_replay_client_destroy(c);
-    fl_replay_service_destroy(svc);
+    replay_fixture_stop(&f);
     free(obs), free(next);
     assert_int_equal(rc, 0);
 }

@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +18,6 @@
 
 #include "actors/actor.h"
 #include "common/clock.h"
-#include "common/config.h"
 #include "common/rpc.h"
 #include "fleet.pb-c.h"
 #include "kernels/qnet.h"
@@ -26,6 +26,7 @@
 #include "replay/client.h"
 #include "replay/server.h"
 #include "replay/table.h"
+#include "tests/replay_fixture.h"
 
 /* ---- epsilon schedule ------------------------------------------------------------- */
 
@@ -257,11 +258,10 @@ static void control_stop(control_t *c) {
 #define GAMMA 0.99
 
 typedef struct fixture {
-    fl_config_t cfg;      /* the replay shard's */
     fl_actor_opts_t actor; /* the actors' */
-    fl_replay_service_t *replay;
+    replay_fixture_t replay;
     fl_paramserver_service_t *ps;
-    char replay_addr[128], ps_addr[128];
+    char ps_addr[128];
     fl_qnet_t *published;    /* the network whose parameters were published */
     uint64_t version;
 } fixture_t;
@@ -269,14 +269,6 @@ typedef struct fixture {
 /* CartPole wrapped with `wrappers`, whose observations are obs_len floats. */
 static void fixture_start_wrapped(fixture_t *f, int num_envs, int count, const char *wrappers, int obs_len) {
     memset(f, 0, sizeof *f);
-    fl_config_defaults(&f->cfg);
-    fl_config_t *c = &f->cfg;
-    c->actor_count = count;
-    c->replay_capacity = 100000;
-    c->replay_min_size_to_sample = 100;
-    c->replay_samples_per_insert = 0; /* no learner samples here: no rate limit */
-    c->run_seed = 5;
-    c->run_log_level = FL_CFG_LOG_WARN;
     fl_actor_opts_t *o = &f->actor;
     fl_actor_opts_init(o);
     o->env.name = "cartpole";
@@ -293,19 +285,12 @@ static void fixture_start_wrapped(fixture_t *f, int num_envs, int count, const c
 
     fl_err_t err;
     fl_err_init(&err);
-    /* The shard as `fleet replay` would serve it for c (launcher/options.c, fl_options_replay). */
-    fl_replay_service_opts_t ro;
-    fl_replay_service_opts_init(&ro);
-    ro.obs = fl_obs_spec_make(FL_DTYPE_FLOAT32, 1, &obs_len);
-    ro.num_actions = 2;
-    ro.capacity = c->replay_capacity;
-    ro.min_size_to_sample = c->replay_min_size_to_sample;
-    ro.samples_per_insert = c->replay_samples_per_insert;
-    ro.seed = (uint64_t)c->run_seed;
-    ro.actors = c->actor_count;
-    if (fl_replay_service_create(&ro, &f->replay, &err) != FL_OK ||
-        fl_replay_service_start(f->replay, "127.0.0.1:0", f->replay_addr, sizeof f->replay_addr, &err) != FL_OK)
-        fail_msg("replay service: %s", err.msg);
+    /* The shard the actors insert into: CartPole's actions, `count` actors. */
+    fl_replay_service_opts_t ro = replay_fixture_opts(fl_obs_spec_make(FL_DTYPE_FLOAT32, 1, &obs_len), 2, 100000, 100);
+    ro.samples_per_insert = 0; /* no learner samples here: no rate limit */
+    ro.seed = 5;
+    ro.actors = count;
+    replay_fixture_start(&f->replay, &ro);
     if (fl_paramserver_service_create(NULL, 0, &f->ps, &err) != FL_OK ||
         fl_paramserver_service_start(f->ps, "127.0.0.1:0", f->ps_addr, sizeof f->ps_addr, &err) != FL_OK)
         fail_msg("paramserver service: %s", err.msg);
@@ -331,7 +316,7 @@ static void fixture_start(fixture_t *f, int num_envs, int count) {
 static void fixture_stop(fixture_t *f) {
     fl_qnet_destroy(f->published);
     fl_paramserver_service_destroy(f->ps);
-    fl_replay_service_destroy(f->replay);
+    replay_fixture_stop(&f->replay);
 }
 
 static fl_replay_info_t replay_info(const fixture_t *f) {
@@ -340,7 +325,7 @@ static fl_replay_info_t replay_info(const fixture_t *f) {
     fl_err_init(&err);
     fl_replay_info_t info;
     memset(&info, 0, sizeof info);
-    if (fl_replay_client_create(f->replay_addr, &rc, &err) != FL_OK || fl_replay_info(rc, 5000, &info, &err) != FL_OK)
+    if (fl_replay_client_create(f->replay.addr, &rc, &err) != FL_OK || fl_replay_info(rc, 5000, &info, &err) != FL_OK)
         fail_msg("replay info: %s", err.msg);
     fl_replay_client_destroy(rc);
     return info;
@@ -350,7 +335,7 @@ static fl_actor_t *create_actor(const fixture_t *f, int index, const char *contr
     fl_err_t err;
     fl_err_init(&err);
     fl_actor_t *a = NULL;
-    fl_status s = fl_actor_create(&f->actor, index, f->replay_addr, f->ps_addr, control, &a, &err);
+    fl_status s = fl_actor_create(&f->actor, index, f->replay.addr, f->ps_addr, control, &a, &err);
     if (s != FL_OK) fail_msg("fl_actor_create: %s: %s", fl_status_name(s), err.msg);
     return a;
 }
@@ -378,13 +363,13 @@ static void check_samples(fixture_t *f) {
     fl_replay_client_t *rc = NULL;
     fl_err_t err;
     fl_err_init(&err);
-    if (fl_replay_client_create(f->replay_addr, &rc, &err) != FL_OK) fail_msg("replay client: %s", err.msg);
+    if (fl_replay_client_create(f->replay.addr, &rc, &err) != FL_OK) fail_msg("replay client: %s", err.msg);
     fl_replay_batch_t b;
     enum { B = 256 };
     assert_int_equal(fl_replay_batch_init(&b, B, 16), FL_OK);
     if (fl_replay_sample(rc, B, 0.4, 5000, &b, &err) != FL_OK) fail_msg("sample: %s", err.msg);
     assert_int_equal(b.count, B);
-    fl_table_t *table = fl_replay_service_table(f->replay);
+    fl_table_t *table = fl_replay_service_table(f->replay.svc);
     const fl_table_config_t *tc = fl_table_config(table);
     float *scratch = calloc(fl_actor_priority_scratch_floats(f->published), sizeof(float));
     assert_non_null(scratch);

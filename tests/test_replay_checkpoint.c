@@ -24,6 +24,7 @@
 #include "fleet.pb-c.h"
 #include "replay/server.h"
 #include "replay/table.h"
+#include "tests/replay_fixture.h"
 
 #define OBS_H 3
 #define OBS_W 5
@@ -544,13 +545,8 @@ static void test_save_errors(void **state) {
 static const fl_obs_spec_t SERVICE_OBS = {FL_DTYPE_UINT8, 2, {OBS_H, OBS_W}};
 
 static fl_replay_service_opts_t service_opts(void) {
-    fl_replay_service_opts_t o;
-    fl_replay_service_opts_init(&o);
-    o.obs = SERVICE_OBS;
-    o.num_actions = 4;
+    fl_replay_service_opts_t o = replay_fixture_opts(SERVICE_OBS, 4, 50, 1);
     o.shards = 1;
-    o.capacity = 50;
-    o.min_size_to_sample = 1;
     o.max_times_sampled = 3;
     o.seed = 11;
     o.checkpoint_dir = g_dir;
@@ -580,25 +576,25 @@ static Fleet__SampleResponse *rpc_sample(fl_rpc_channel_t *ch, uint32_t B) {
     return (Fleet__SampleResponse *)m;
 }
 
-static fl_replay_service_t *start_service(const fl_replay_service_opts_t *opts, const char *restore,
-                                          fl_rpc_channel_t **ch) {
-    fl_replay_service_t *s = NULL;
-    fl_err_t e;
-    fl_err_init(&e);
+/* A shard of opts restored from `restore` (NULL: none) on loopback, and a raw channel to
+ * it into *ch (when ch is not NULL). */
+static fl_replay_service_t *start_service(replay_fixture_t *f, const fl_replay_service_opts_t *opts,
+                                          const char *restore, fl_rpc_channel_t **ch) {
     fl_replay_service_opts_t o = *opts;
     o.restore_path = restore;
-    if (fl_replay_service_create(&o, &s, &e) != FL_OK) fail_msg("create: %s", e.msg);
-    char addr[300];
-    if (fl_replay_service_start(s, "127.0.0.1:0", addr, sizeof addr, &e) != FL_OK) fail_msg("start: %s", e.msg);
-    if (ch) assert_int_equal(fl_rpc_channel_create(addr, 0, ch, &e), FL_OK);
-    return s;
+    replay_fixture_start(f, &o);
+    fl_err_t e;
+    fl_err_init(&e);
+    if (ch) assert_int_equal(fl_rpc_channel_create(f->addr, 0, ch, &e), FL_OK);
+    return f->svc;
 }
 
 static void test_service_checkpoint_restore(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = service_opts();
     fl_rpc_channel_t *ch = NULL;
-    fl_replay_service_t *s1 = start_service(&opts, NULL, &ch);
+    replay_fixture_t f1, f2;
+    fl_replay_service_t *s1 = start_service(&f1, &opts, NULL, &ch);
     fl_table_t *t1 = fl_replay_service_table(s1);
     fl_rng_t rng;
     fl_rng_init(&rng, 3);
@@ -668,7 +664,7 @@ static void test_service_checkpoint_restore(void **state) {
 
     /* A second service restored from the file answers Info and Sample the same. */
     fl_rpc_channel_t *ch2 = NULL;
-    fl_replay_service_t *s2 = start_service(&opts, want, &ch2);
+    fl_replay_service_t *s2 = start_service(&f2, &opts, want, &ch2);
     Fleet__ReplayInfo *i2 = rpc_info(ch2);
     assert_int_equal(i1->size, i2->size);
     assert_int_equal(i1->capacity, i2->capacity);
@@ -712,8 +708,8 @@ static void test_service_checkpoint_restore(void **state) {
 
     fl_rpc_channel_destroy(ch);
     fl_rpc_channel_destroy(ch2);
-    fl_replay_service_destroy(s1);
-    fl_replay_service_destroy(s2);
+    replay_fixture_stop(&f1);
+    replay_fixture_stop(&f2);
 }
 
 static void test_service_periodic(void **state) {
@@ -724,7 +720,8 @@ static void test_service_periodic(void **state) {
     assert_int_equal(mkdir(dir, 0755), 0);
     opts.checkpoint_dir = dir;
     opts.checkpoint_every = 0.1;
-    fl_replay_service_t *s = start_service(&opts, NULL, NULL);
+    replay_fixture_t f;
+    fl_replay_service_t *s = start_service(&f, &opts, NULL, NULL);
     fl_rng_t rng;
     fl_rng_init(&rng, 4);
     insert_n(fl_replay_service_table(s), &rng, 0, 20);
@@ -748,7 +745,7 @@ static void test_service_periodic(void **state) {
     }
     assert_info_equal(fl_replay_service_table(s), u);
     fl_table_destroy(u);
-    fl_replay_service_destroy(s);
+    replay_fixture_stop(&f);
 
     /* checkpoint_every without a folder is a configuration error. */
     opts.checkpoint_dir = "";

@@ -25,6 +25,7 @@
 #include "replay/server.h"
 #include "replay/wire.h"
 #include "replay/writer.h"
+#include "tests/replay_fixture.h"
 
 #define OBS_DIM 4
 #define OBS_BYTES (OBS_DIM * sizeof(float))
@@ -50,37 +51,19 @@ static int teardown_dir(void **state) {
 /* ---- helpers --------------------------------------------------------------- */
 
 static fl_replay_service_opts_t make_opts(int64_t min_size) {
-    fl_replay_service_opts_t o;
-    fl_replay_service_opts_init(&o);
-    o.obs = SPEC;
-    o.num_actions = NUM_ACTIONS;
-    o.capacity = 10000;
-    o.min_size_to_sample = min_size;
+    fl_replay_service_opts_t o = replay_fixture_opts(SPEC, NUM_ACTIONS, 10000, min_size);
     o.seed = 7;
     return o;
 }
 
-typedef struct server {
-    fl_replay_service_t *svc;
-    char addr[300];
-} server_t;
-
-static void server_start(server_t *s, const fl_replay_service_opts_t *opts) {
-    fl_err_t e;
-    fl_err_init(&e);
-    if (fl_replay_service_create(opts, &s->svc, &e) != FL_OK) fail_msg("create: %s", e.msg);
-    if (fl_replay_service_start(s->svc, "127.0.0.1:0", s->addr, sizeof s->addr, &e) != FL_OK)
-        fail_msg("start: %s", e.msg);
-}
-
-static fl_replay_info_t info_of(server_t *s) {
+static fl_replay_info_t info_of(replay_fixture_t *s) {
     fl_replay_info_t in;
     fl_replay_service_info(s->svc, &in);
     return in;
 }
 
 /* The shard answers Info over gRPC: it keeps serving. */
-static void still_serving(const server_t *s) {
+static void still_serving(const replay_fixture_t *s) {
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
@@ -166,7 +149,7 @@ typedef struct open_call {
     fl_rpc_stream_t *s;
 } open_call_t;
 
-static void open_call_start(open_call_t *oc, server_t *srv, uint64_t stream, uint64_t key, uint64_t seq) {
+static void open_call_start(open_call_t *oc, replay_fixture_t *srv, uint64_t stream, uint64_t key, uint64_t seq) {
     fl_err_t e;
     fl_err_init(&e);
     uint64_t before = info_of(srv).insert_batches;
@@ -234,8 +217,8 @@ static void test_checkpoint_names(void **state) {
     assert_int_equal(mkdir(dir, 0755), 0);
     fl_replay_service_opts_t opts = make_opts(1);
     opts.checkpoint_dir = dir;
-    server_t s;
-    server_start(&s, &opts);
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     insert_ok(s.addr, 1, 11, 1, 5);
     fl_err_t e;
     fl_err_init(&e);
@@ -296,21 +279,21 @@ static void test_checkpoint_names(void **state) {
     assert_int_equal(checkpoint_call(s.addr, "", NULL, 0, &e), FL_OK);
     assert_int_equal(files_in(dir), 5);
     still_serving(&s);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 
     /* A shard without a checkpoint folder refuses every Checkpoint call. */
     opts.checkpoint_dir = NULL;
-    server_start(&s, &opts);
+    replay_fixture_start(&s, &opts);
     assert_int_equal(checkpoint_call(s.addr, "x.ckpt", NULL, 0, &e), FL_UNIMPLEMENTED);
     assert_non_null(strstr(e.msg, "checkpoints are not enabled (replay.checkpoint_dir is empty"));
     assert_int_equal(checkpoint_call(s.addr, "", NULL, 0, &e), FL_UNIMPLEMENTED);
     still_serving(&s);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 /* ---- values: non-finite observations, huge rewards and priorities ----------- */
 
-static void expect_insert_refused(server_t *s, const cols_t *c, const char *msg) {
+static void expect_insert_refused(replay_fixture_t *s, const cols_t *c, const char *msg) {
     static uint64_t stream = 5000;
     stream++;
     req_msg_t m;
@@ -327,8 +310,8 @@ static void expect_insert_refused(server_t *s, const cols_t *c, const char *msg)
 static void test_values_refused(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(1);
-    server_t s;
-    server_start(&s, &opts);
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     cols_t c;
 
     cols_make(&c, 8, 0);
@@ -385,12 +368,12 @@ static void test_values_refused(void **state) {
     fl_replay_batch_free(&b);
     fl_replay_batch_free(&b2);
     fl_replay_client_destroy(cl);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 
     /* Bounds from the configuration. */
     opts.max_abs_reward = 10;
     opts.max_priority = 5;
-    server_start(&s, &opts);
+    replay_fixture_start(&s, &opts);
     cols_make(&c, 8, 0);
     c.rewards[2] = 10.5f;
     expect_insert_refused(&s, &c,
@@ -400,15 +383,15 @@ static void test_values_refused(void **state) {
     expect_insert_refused(&s, &c,
                           "batch.priorities[3]: got 5.5, expected a finite value in [0, 5] (replay.max_priority, by default from env.reward_bound)");
     still_serving(&s);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 /* The writer refuses the same before sending, naming the column and the row. */
 static void test_writer_refuses_values(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(1);
-    server_t s;
-    server_start(&s, &opts);
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     fl_err_t e;
     fl_err_init(&e);
     fl_replay_client_t *cl = NULL;
@@ -456,7 +439,7 @@ static void test_writer_refuses_values(void **state) {
     assert_int_equal(info_of(&s).rejected, 0);
     fl_replay_writer_destroy(w);
     fl_replay_client_destroy(cl);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 /* ---- streams belong to their writer ------------------------------------------ */
@@ -473,8 +456,8 @@ static void append_n(fl_replay_writer_t *w, size_t n, uint64_t base) {
 static void test_forged_acknowledgement_refused(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(1);
-    server_t s;
-    server_start(&s, &opts);
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     fl_err_t e;
     fl_err_init(&e);
     fl_replay_client_t *cl = NULL;
@@ -538,7 +521,7 @@ static void test_forged_acknowledgement_refused(void **state) {
     fl_replay_writer_destroy(w);
     fl_replay_client_destroy(cl);
     still_serving(&s);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 /* ---- stream records: capped, idle ones reclaimed, the least used pushed out ------ */
@@ -548,8 +531,8 @@ static void test_stream_records_capped(void **state) {
     fl_replay_service_opts_t opts = make_opts(1);
     opts.max_streams = 3;
     opts.stream_idle_s = 0.3;
-    server_t s;
-    server_start(&s, &opts);
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     fl_err_t e;
     fl_err_init(&e);
 
@@ -592,7 +575,7 @@ static void test_stream_records_capped(void **state) {
     assert_int_equal(insert_one(s.addr, &m, &items, NULL, &e), FL_OK);
     assert_int_equal(items, 3);
     still_serving(&s);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 /* A flood of one-batch streams with fresh ids, far more than replay.max_streams, long
@@ -607,8 +590,8 @@ static void test_stream_flood_locks_nobody_out(void **state) {
     opts.max_streams = 64;
     opts.stream_idle_s = 3600;
     opts.capacity = 100000;
-    server_t s;
-    server_start(&s, &opts);
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     fl_err_t e;
     fl_err_init(&e);
     /* A real writer's stream (key 77): four calls of a batch each, then idle. */
@@ -648,7 +631,7 @@ static void test_stream_flood_locks_nobody_out(void **state) {
     fl_replay_writer_destroy(w);
     fl_replay_client_destroy(cl);
     still_serving(&s);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 /* ---- waiting Sample calls per client ----------------------------------------- */
@@ -672,7 +655,7 @@ static void *sample_thread(void *arg) {
     return NULL;
 }
 
-static int waiters_are(server_t *s, int n) {
+static int waiters_are(replay_fixture_t *s, int n) {
     for (int i = 0; i < 3000 && fl_replay_service_sample_waiters(s->svc) != n; i++) fl_sleep_sec(0.01);
     return fl_replay_service_sample_waiters(s->svc) == n;
 }
@@ -680,8 +663,8 @@ static int waiters_are(server_t *s, int n) {
 static void test_sample_waiters_per_client(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(100);
-    server_t s;
-    server_start(&s, &opts);
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     fl_err_t e;
     fl_err_init(&e);
     /* Client a (one connection) parks as many calls as it may. */
@@ -729,7 +712,7 @@ static void test_sample_waiters_per_client(void **state) {
     fl_replay_client_destroy(b);
     fl_replay_client_destroy(c);
     fl_replay_client_destroy(d);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 /* ---- waiting inserts, in order and shared among clients ---------------------- */
@@ -756,7 +739,7 @@ static fl_status insert_finish(fl_rpc_stream_t *st, fl_err_t *e) {
     return r;
 }
 
-static int inserts_waiting_are(server_t *s, uint32_t n) {
+static int inserts_waiting_are(replay_fixture_t *s, uint32_t n) {
     for (int i = 0; i < 3000 && info_of(s).inserts_waiting != n; i++) fl_sleep_sec(0.01);
     return info_of(s).inserts_waiting == n;
 }
@@ -784,8 +767,8 @@ static void test_insert_places_shared_in_order(void **state) {
     opts.actors = 4;
     opts.samples_per_insert = 1;
     opts.rate_error_buffer = 5; /* inserts may lead samples by at most 15 rows */
-    server_t s;
-    server_start(&s, &opts);
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     fl_err_t e;
     fl_err_init(&e);
     insert_ok(s.addr, 1, 1, 1, 10); /* the table holds its 10: every later insert of 10 waits */
@@ -839,7 +822,7 @@ static void test_insert_places_shared_in_order(void **state) {
     fl_rpc_channel_destroy(a);
     fl_rpc_channel_destroy(b);
     still_serving(&s);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 int main(void) {

@@ -18,25 +18,17 @@
 #include "replay/server.h"
 #include "replay/sharded.h"
 #include "replay/writer.h"
+#include "tests/replay_fixture.h"
 
 #define OBS_DIM 4
 #define OBS_BYTES (OBS_DIM * sizeof(float))
 #define N_ITEMS 600
 static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 
-static fl_replay_service_t *start(char *addr, size_t len, int64_t min_size) {
-    fl_replay_service_opts_t opts;
-    fl_replay_service_opts_init(&opts);
-    opts.obs = SPEC;
-    opts.num_actions = 3;
-    opts.capacity = 10000;
-    opts.min_size_to_sample = min_size;
-    fl_replay_service_t *svc = NULL;
-    fl_err_t e;
-    fl_err_init(&e);
-    assert_int_equal(fl_replay_service_create(&opts, &svc, &e), FL_OK);
-    assert_int_equal(fl_replay_service_start(svc, "127.0.0.1:0", addr, len, &e), FL_OK);
-    return svc;
+/* A shard of 10000 items that samples from min_size, on loopback. */
+static void start(replay_fixture_t *f, int64_t min_size) {
+    fl_replay_service_opts_t opts = replay_fixture_opts(SPEC, 3, 10000, min_size);
+    replay_fixture_start(f, &opts);
 }
 
 /* Item i: obs (i, 1, 2, 3), next_obs (-i, ...), reward i; one writer stream of that id. */
@@ -82,13 +74,13 @@ static uint64_t sample_calls(fl_replay_service_t *svc) {
 /* per_call batches per Sample call: each of DEPTH threads makes one call, whose batches
  * are handed over one by one; no thread calls again before all of its batches are back. */
 static void batches_and_depth(int per_call) {
-    char addr[300];
-    fl_replay_service_t *svc = start(addr, sizeof addr, 100);
-    fill(addr, N_ITEMS, 1);
+    replay_fixture_t f;
+    start(&f, 100);
+    fill(f.addr, N_ITEMS, 1);
     fl_replay_sharded_t *rs = NULL;
     fl_err_t e;
     fl_err_init(&e);
-    assert_int_equal(fl_replay_sharded_create(addr, 3, &rs, &e), FL_OK);
+    assert_int_equal(fl_replay_sharded_create(f.addr, 3, &rs, &e), FL_OK);
     enum { DEPTH = 3, B = 64 };
     fl_replay_prefetch_t *p = NULL;
     assert_int_equal(fl_replay_prefetch_create(rs, DEPTH, per_call, B, OBS_BYTES, 0.4, 5000, &p, &e), FL_OK);
@@ -98,11 +90,11 @@ static void batches_and_depth(int per_call) {
     assert_int_equal(fl_replay_prefetch_next(p, 10000, &held), 1);
     assert_int_equal(held->status, FL_OK);
     double until = fl_clock_sec() + 20;
-    while (sample_calls(svc) < DEPTH && fl_clock_sec() < until) usleep(2000);
-    assert_int_equal(sample_calls(svc), DEPTH);
+    while (sample_calls(f.svc) < DEPTH && fl_clock_sec() < until) usleep(2000);
+    assert_int_equal(sample_calls(f.svc), DEPTH);
     /* ... and no more than DEPTH while every buffer is taken or ready */
     usleep(50000);
-    assert_int_equal(sample_calls(svc), DEPTH);
+    assert_int_equal(sample_calls(f.svc), DEPTH);
 
     /* Every batch is a valid sample: rows match the items their keys name. */
     fl_replay_prefetched_t *r = held;
@@ -127,11 +119,11 @@ static void batches_and_depth(int per_call) {
     }
     /* 40 batches came from about 40 / per_call calls (each call's time is on its first) */
     assert_true(first_of_call >= 40 / per_call && first_of_call <= 40 / per_call + DEPTH);
-    assert_true(sample_calls(svc) <= (uint64_t)(40 / per_call + 2 * DEPTH));
+    assert_true(sample_calls(f.svc) <= (uint64_t)(40 / per_call + 2 * DEPTH));
     /* Destroy with batches in flight and one ready. */
     fl_replay_prefetch_destroy(p);
     fl_replay_sharded_destroy(rs);
-    fl_replay_service_destroy(svc);
+    replay_fixture_stop(&f);
 }
 
 static void test_batches_and_depth(void **state) {
@@ -144,13 +136,13 @@ static void test_batches_and_depth(void **state) {
  * with its message; once the replay fills, batches flow. */
 static void test_refusals_then_data(void **state) {
     (void)state;
-    char addr[300];
-    fl_replay_service_t *svc = start(addr, sizeof addr, 300);
-    fill(addr, 100, 1);
+    replay_fixture_t f;
+    start(&f, 300);
+    fill(f.addr, 100, 1);
     fl_replay_sharded_t *rs = NULL;
     fl_err_t e;
     fl_err_init(&e);
-    assert_int_equal(fl_replay_sharded_create(addr, 3, &rs, &e), FL_OK);
+    assert_int_equal(fl_replay_sharded_create(f.addr, 3, &rs, &e), FL_OK);
     fl_replay_prefetch_t *p = NULL;
     assert_int_equal(fl_replay_prefetch_create(rs, 2, 1, 16, OBS_BYTES, 0.4, 1000, &p, &e), FL_OK);
     fl_replay_prefetched_t *r = NULL;
@@ -158,7 +150,7 @@ static void test_refusals_then_data(void **state) {
     assert_int_equal(r->status, FL_FAILED_PRECONDITION);
     assert_non_null(strstr(r->err.msg, "300"));
     fl_replay_prefetch_release(p, r);
-    fill(addr, 400, 2); /* a new stream: the same id would be a resend */
+    fill(f.addr, 400, 2); /* a new stream: the same id would be a resend */
     int ok = 0;
     for (int k = 0; k < 50 && !ok; k++) {
         assert_int_equal(fl_replay_prefetch_next(p, 20000, &r), 1);
@@ -169,20 +161,20 @@ static void test_refusals_then_data(void **state) {
     assert_true(ok);
     fl_replay_prefetch_destroy(p);
     fl_replay_sharded_destroy(rs);
-    fl_replay_service_destroy(svc);
+    replay_fixture_stop(&f);
 }
 
 /* Priority updates riding on Sample calls: applied before the draw, stale keys counted
  * out, bad priorities refused before anything is sent; and through the prefetcher. */
 static void test_updates_ride_on_sample(void **state) {
     (void)state;
-    char addr[300];
-    fl_replay_service_t *svc = start(addr, sizeof addr, 100);
-    fill(addr, N_ITEMS, 1);
+    replay_fixture_t f;
+    start(&f, 100);
+    fill(f.addr, N_ITEMS, 1);
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
-    assert_int_equal(fl_replay_client_create(addr, &c, &e), FL_OK);
+    assert_int_equal(fl_replay_client_create(f.addr, &c, &e), FL_OK);
     fl_replay_batch_t b;
     assert_int_equal(fl_replay_batch_init(&b, 32, OBS_BYTES), FL_OK);
     assert_int_equal(fl_replay_sample(c, 32, 0.4, 5000, &b, &e), FL_OK);
@@ -206,21 +198,21 @@ static void test_updates_ride_on_sample(void **state) {
     assert_true(upd.applied >= distinct && upd.applied <= 32);
     for (int j = 0; j < 32; j++) {
         double q = 0;
-        assert_int_equal(fl_table_priority(fl_replay_service_table(svc), keys[j], &q, &e), FL_OK);
+        assert_int_equal(fl_table_priority(fl_replay_service_table(f.svc), keys[j], &q, &e), FL_OK);
         int last = j;
         for (int k = j + 1; k < 32; k++)
             if (keys[k] == keys[j]) last = k;
         assert_true(fabs(q - pow(100.0 + last + 1e-6, 0.6)) < 1e-6 * q);
     }
     fl_replay_info_t in;
-    fl_replay_service_info(svc, &in);
+    fl_replay_service_info(f.svc, &in);
     assert_int_equal(in.updates_stale, 1);
     /* a NaN priority: refused by the client, nothing sent */
     prio[3] = NAN;
-    uint64_t calls = sample_calls(svc);
+    uint64_t calls = sample_calls(f.svc);
     assert_int_equal(fl_replay_sample_updating(c, 32, 0.4, 5000, &upd, &b, &e), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(e.msg, "update priorities[3]"));
-    assert_int_equal(sample_calls(svc), calls);
+    assert_int_equal(sample_calls(f.svc), calls);
     fl_replay_batch_free(&b);
     fl_replay_client_destroy(c);
 
@@ -228,13 +220,13 @@ static void test_updates_ride_on_sample(void **state) {
      * stop; with 2 and 3 batches per call too, the learner holding two batches at a time
      * and giving them back newest first, and some with fewer priorities than rows. */
     fl_replay_sharded_t *rs = NULL;
-    assert_int_equal(fl_replay_sharded_create(addr, 3, &rs, &e), FL_OK);
+    assert_int_equal(fl_replay_sharded_create(f.addr, 3, &rs, &e), FL_OK);
     float ones[16];
     for (int j = 0; j < 16; j++) ones[j] = 2.0f;
     for (int per_call = 1; per_call <= 3; per_call++) {
         fl_replay_prefetch_t *p = NULL;
         assert_int_equal(fl_replay_prefetch_create(rs, 3, per_call, 16, OBS_BYTES, 0.4, 5000, &p, &e), FL_OK);
-        fl_replay_service_info(svc, &in);
+        fl_replay_service_info(f.svc, &in);
         uint64_t before = in.updates_applied + in.updates_stale, sent = 0;
         for (int k = 0; k < 10; k++) {
             fl_replay_prefetched_t *r1 = NULL, *r2 = NULL;
@@ -248,13 +240,13 @@ static void test_updates_ride_on_sample(void **state) {
             sent += 16 + n2;
         }
         assert_int_equal(fl_replay_prefetch_stop(p, &e), FL_OK);
-        fl_replay_service_info(svc, &in);
+        fl_replay_service_info(f.svc, &in);
         assert_int_equal(in.updates_applied + in.updates_stale - before, sent);
         assert_int_equal(fl_replay_prefetch_updates_applied(p), sent);
         fl_replay_prefetch_destroy(p);
     }
     fl_replay_sharded_destroy(rs);
-    fl_replay_service_destroy(svc);
+    replay_fixture_stop(&f);
 }
 
 static void test_bad_arguments(void **state) {

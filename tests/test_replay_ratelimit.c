@@ -19,6 +19,7 @@
 #include "replay/ratelimit.h"
 #include "replay/server.h"
 #include "replay/writer.h"
+#include "tests/replay_fixture.h"
 
 static void test_arithmetic(void **state) {
     (void)state;
@@ -108,22 +109,12 @@ static void *writer_thread(void *p) {
 }
 
 /* A shard on loopback with 1 sample per insert, sampling from min_size, error buffer
- * `buffer`; its address into addr. */
-static fl_replay_service_t *start_rate_limited(uint64_t min_size, double buffer, char *addr, size_t len) {
-    fl_replay_service_opts_t opts;
-    fl_replay_service_opts_init(&opts);
-    opts.obs = SPEC;
-    opts.num_actions = 2;
-    opts.capacity = 100000;
-    opts.min_size_to_sample = min_size;
+ * `buffer`. */
+static void start_rate_limited(replay_fixture_t *f, uint64_t min_size, double buffer) {
+    fl_replay_service_opts_t opts = replay_fixture_opts(SPEC, 2, 100000, (int64_t)min_size);
     opts.samples_per_insert = 1.0;
     opts.rate_error_buffer = buffer;
-    fl_replay_service_t *svc;
-    fl_err_t e;
-    fl_err_init(&e);
-    assert_int_equal(fl_replay_service_create(&opts, &svc, &e), FL_OK);
-    assert_int_equal(fl_replay_service_start(svc, "127.0.0.1:0", addr, len, &e), FL_OK);
-    return svc;
+    replay_fixture_start(f, &opts);
 }
 
 /* Starts fn(wa) on th and waits until an insert waits inside the shard (nobody samples),
@@ -144,22 +135,22 @@ static void start_blocked_writer(fl_replay_service_t *svc, writer_arg *wa, pthre
 
 static void test_service_blocks_and_releases(void **state) {
     (void)state;
-    char addr[300];
-    fl_replay_service_t *svc = start_rate_limited(200, 100, addr, sizeof addr);
+    replay_fixture_t f;
+    start_rate_limited(&f, 200, 100);
     fl_err_t e;
     fl_err_init(&e);
-    writer_arg wa = {.addr = addr};
+    writer_arg wa = {.addr = f.addr};
     pthread_t th;
-    start_blocked_writer(svc, &wa, &th, writer_thread);
+    start_blocked_writer(f.svc, &wa, &th, writer_thread);
     fl_replay_info_t in;
-    fl_replay_service_info(svc, &in);
+    fl_replay_service_info(f.svc, &in);
     /* admitted: min_size inserts free, then up to (max_diff - diff) / spi more (+ one batch) */
     assert_true(in.inserted <= 200 + 100 + BATCH);
     assert_true(in.inserted >= 200);
 
     /* Sampling releases it: sample until the writer is done. */
     fl_replay_client_t *c;
-    assert_int_equal(fl_replay_client_create(addr, &c, &e), FL_OK);
+    assert_int_equal(fl_replay_client_create(f.addr, &c, &e), FL_OK);
     fl_replay_batch_t b;
     assert_int_equal(fl_replay_batch_init(&b, 32, OBS_DIM * sizeof(float)), FL_OK);
     uint64_t sampled = 0;
@@ -167,7 +158,7 @@ static void test_service_blocks_and_releases(void **state) {
         fl_status st = fl_replay_sample(c, 32, 0.4, 2000, &b, &e);
         if (st == FL_OK) sampled += 32;
         else assert_int_equal(st, FL_FAILED_PRECONDITION); /* rate limited: wait for inserts */
-        fl_replay_service_info(svc, &in);
+        fl_replay_service_info(f.svc, &in);
         /* the invariant: inserted * spi - sampled within [min_diff - batch, max_diff + batch] */
         double diff = (double)in.inserted - (double)in.sampled;
         assert_true(diff >= 200 - 100 - 32 - 1e-9);
@@ -176,7 +167,7 @@ static void test_service_blocks_and_releases(void **state) {
     pthread_join(th, NULL);
     assert_int_equal(wa.st, FL_OK);
     assert_int_equal(wa.acked, TOTAL);
-    fl_replay_service_info(svc, &in);
+    fl_replay_service_info(f.svc, &in);
     assert_int_equal(in.inserted, TOTAL);
     assert_true(in.insert_blocked_s > 0);
     assert_true(in.samples_per_insert == 1.0);
@@ -191,8 +182,8 @@ static void test_service_blocks_and_releases(void **state) {
 
     fl_replay_batch_free(&b);
     fl_replay_client_destroy(c);
-    fl_replay_service_stop(svc);
-    fl_replay_service_destroy(svc);
+    fl_replay_service_stop(f.svc);
+    replay_fixture_stop(&f);
 }
 
 /* One batch of BATCH transitions, for the writer tests below. */
@@ -222,12 +213,10 @@ static void test_writer_backlog_is_bounded(void **state) {
     opts.obs = SPEC;
     opts.num_actions = 2;
     opts.capacity = 100000;
-    fl_replay_service_t *svc;
+    replay_fixture_t f;
+    replay_fixture_start_at(&f, &opts, addr);
     fl_err_t e;
     fl_err_init(&e);
-    assert_int_equal(fl_replay_service_create(&opts, &svc, &e), FL_OK);
-    char bound[300];
-    assert_int_equal(fl_replay_service_start(svc, addr, bound, sizeof bound, &e), FL_OK);
     fl_replay_client_t *c = NULL;
     fl_replay_writer_t *w = NULL;
     assert_int_equal(fl_replay_client_create(addr, &c, &e), FL_OK);
@@ -236,24 +225,23 @@ static void test_writer_backlog_is_bounded(void **state) {
     fl_replay_writer_set_backlog(w, 3 * batch_bytes); /* three batches */
     assert_int_equal(append_one(w, &e), FL_OK);
     assert_int_equal(fl_replay_writer_flush(w, 10000, &e), FL_OK); /* acknowledged once */
-    fl_replay_service_destroy(svc);                                /* the shard goes away */
+    replay_fixture_stop(&f);                                       /* the shard goes away */
     for (int i = 0; i < 20; i++) assert_int_equal(append_one(w, &e), FL_OK);
     assert_int_equal(fl_replay_writer_acked(w), BATCH);
     assert_true(fl_replay_writer_pending(w) <= 3 * BATCH);
     assert_int_equal(fl_replay_writer_pending(w) + fl_replay_writer_dropped(w), 20 * BATCH);
     assert_true(fl_replay_writer_dropped(w) >= 17 * BATCH);
     /* A shard on the same address takes what is left. */
-    assert_int_equal(fl_replay_service_create(&opts, &svc, &e), FL_OK);
-    assert_int_equal(fl_replay_service_start(svc, addr, bound, sizeof bound, &e), FL_OK);
+    replay_fixture_start_at(&f, &opts, addr);
     uint64_t left = fl_replay_writer_pending(w);
     assert_int_equal(fl_replay_writer_flush(w, 30000, &e), FL_OK);
     assert_int_equal(fl_replay_writer_acked(w), BATCH + left);
     fl_replay_info_t in;
-    fl_replay_service_info(svc, &in);
+    fl_replay_service_info(f.svc, &in);
     assert_int_equal(in.inserted, left);
     fl_replay_writer_destroy(w);
     fl_replay_client_destroy(c);
-    fl_replay_service_destroy(svc);
+    replay_fixture_stop(&f);
     unlink(sock);
 }
 
@@ -268,13 +256,13 @@ static int count_waits(void *ctx) {
  * pending. */
 static void test_writer_calls_its_hook_while_held(void **state) {
     (void)state;
-    char addr[300];
-    fl_replay_service_t *svc = start_rate_limited(100, 50, addr, sizeof addr);
+    replay_fixture_t f;
+    start_rate_limited(&f, 100, 50);
     fl_replay_client_t *c = NULL;
     fl_replay_writer_t *w = NULL;
     fl_err_t e;
     fl_err_init(&e);
-    assert_int_equal(fl_replay_client_create(addr, &c, &e), FL_OK);
+    assert_int_equal(fl_replay_client_create(f.addr, &c, &e), FL_OK);
     assert_int_equal(fl_replay_writer_create(c, 13, &SPEC, 2, &w, &e), FL_OK);
     int waits = 0;
     fl_replay_writer_on_wait(w, count_waits, &waits);
@@ -288,11 +276,11 @@ static void test_writer_calls_its_hook_while_held(void **state) {
     assert_true(fl_replay_writer_pending(w) > 0);
     assert_int_equal(fl_replay_writer_acked(w) + fl_replay_writer_pending(w), (uint64_t)appends * BATCH);
     fl_replay_info_t in;
-    fl_replay_service_info(svc, &in);
+    fl_replay_service_info(f.svc, &in);
     assert_true(in.inserted <= 100 + 50 + 2 * BATCH);
     fl_replay_writer_destroy(w);
     fl_replay_client_destroy(c);
-    fl_replay_service_destroy(svc);
+    replay_fixture_stop(&f);
 }
 
 static void *blocked_writer(void *p) {
@@ -317,15 +305,15 @@ static void *blocked_writer(void *p) {
  * process is asked to: the waiting call is cancelled. (Last: the stop request stays.) */
 static void test_stop_cancels_a_waiting_insert(void **state) {
     (void)state;
-    char addr[300];
-    fl_replay_service_t *svc = start_rate_limited(100, 50, addr, sizeof addr);
-    writer_arg wa = {.addr = addr};
+    replay_fixture_t f;
+    start_rate_limited(&f, 100, 50);
+    writer_arg wa = {.addr = f.addr};
     pthread_t th;
-    start_blocked_writer(svc, &wa, &th, blocked_writer);
+    start_blocked_writer(f.svc, &wa, &th, blocked_writer);
     fl_stop_request();
     pthread_join(th, NULL); /* returns: the call was cancelled (a hang fails the test) */
     assert_int_equal(wa.st, FL_OK);
-    fl_replay_service_destroy(svc);
+    replay_fixture_stop(&f);
 }
 
 int main(void) {

@@ -18,6 +18,7 @@
 #include "replay/server.h"
 #include "replay/wire.h"
 #include "replay/writer.h"
+#include "tests/replay_fixture.h"
 
 #define OBS_DIM 4
 #define NUM_ACTIONS 3
@@ -25,34 +26,17 @@
 
 static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 
-typedef struct shard {
-    fl_replay_service_t *svc;
-    fl_replay_client_t *cli;
-    char addr[300];
-} shard_t;
-
-static void shard_start_min(shard_t *s, int64_t participants, int64_t min_size) {
-    fl_replay_service_opts_t o;
-    fl_replay_service_opts_init(&o);
-    o.obs = SPEC;
-    o.num_actions = NUM_ACTIONS;
-    o.capacity = 1000;
-    o.min_size_to_sample = min_size;
+/* A shard of rounds of `participants` on loopback, with its client (s->cli). */
+static void shard_start_min(replay_fixture_t *s, int64_t participants, int64_t min_size) {
+    fl_replay_service_opts_t o = replay_fixture_opts(SPEC, NUM_ACTIONS, 1000, min_size);
     o.seed = 11;
     o.round_participants = participants;
-    fl_err_t e;
-    fl_err_init(&e);
-    if (fl_replay_service_create(&o, &s->svc, &e) != FL_OK ||
-        fl_replay_service_start(s->svc, "127.0.0.1:0", s->addr, sizeof s->addr, &e) != FL_OK ||
-        fl_replay_client_create(s->addr, &s->cli, &e) != FL_OK)
-        fail_msg("replay shard: %s", e.msg);
+    replay_fixture_start(s, &o);
+    replay_fixture_client(s);
 }
 
-static void shard_start(shard_t *s, int64_t participants) { shard_start_min(s, participants, 1); }
-
-static void shard_stop(shard_t *s) {
-    fl_replay_client_destroy(s->cli);
-    fl_replay_service_destroy(s->svc);
+static void shard_start(replay_fixture_t *s, int64_t participants) {
+    shard_start_min(s, participants, 1);
 }
 
 /* n transitions whose values all derive from base + i. */
@@ -84,7 +68,7 @@ static void rows_make(rows_t *r, size_t n, int base) {
                              .priorities = r->prio};
 }
 
-static fl_status round_call(shard_t *s, uint32_t p, uint64_t round, uint64_t through, const rows_t *r,
+static fl_status round_call(replay_fixture_t *s, uint32_t p, uint64_t round, uint64_t through, const rows_t *r,
                             uint32_t wait_ms, uint64_t *committed, uint64_t *size, fl_err_t *e) {
     fl_err_init(e);
     fl_replay_round_answer_t a;
@@ -94,15 +78,15 @@ static fl_status round_call(shard_t *s, uint32_t p, uint64_t round, uint64_t thr
     return st;
 }
 
-static void round_ok(shard_t *s, uint32_t p, uint64_t round, uint64_t through, const rows_t *r, uint64_t *committed,
-                     uint64_t *size) {
+static void round_ok(replay_fixture_t *s, uint32_t p, uint64_t round, uint64_t through, const rows_t *r,
+                     uint64_t *committed, uint64_t *size) {
     fl_err_t e;
     if (round_call(s, p, round, through, r, 0, committed, size, &e) != FL_OK)
         fail_msg("participant %u round %llu: %s", p, (unsigned long long)round, e.msg);
 }
 
 /* Feeds rounds 1 and 2 to s, the actors' calls in the given order (0: actor 1 first). */
-static void feed(shard_t *s, int reverse) {
+static void feed(replay_fixture_t *s, int reverse) {
     rows_t a, b;
     uint64_t committed = 99, size = 99;
     round_ok(s, 3, 1, 2, NULL, &committed, &size); /* the evaluator: done with rounds 1 and 2 */
@@ -120,7 +104,7 @@ static void feed(shard_t *s, int reverse) {
 
 static void test_commit_order(void **unused) {
     (void)unused;
-    shard_t s1, s2;
+    replay_fixture_t s1, s2;
     shard_start(&s1, PARTICIPANTS);
     shard_start(&s2, PARTICIPANTS);
     feed(&s1, 0);
@@ -149,12 +133,12 @@ static void test_commit_order(void **unused) {
     (void)found; /* key 0 need not be among the draws; when it is, it is actor 1's row */
     fl_replay_batch_free(&b1);
     fl_replay_batch_free(&b2);
-    shard_stop(&s1);
-    shard_stop(&s2);
+    replay_fixture_stop(&s1);
+    replay_fixture_stop(&s2);
 }
 
 typedef struct waiter {
-    shard_t *s;
+    replay_fixture_t *s;
     uint64_t committed, size;
     fl_status st;
 } waiter_t;
@@ -169,7 +153,7 @@ static void *wait_thread(void *arg) {
 /* A learner's wait (participant 0) returns once the last participant finishes. */
 static void test_wait(void **unused) {
     (void)unused;
-    shard_t s;
+    replay_fixture_t s;
     shard_start(&s, 2);
     uint64_t committed = 0, size = 0;
     fl_err_t e;
@@ -186,14 +170,14 @@ static void test_wait(void **unused) {
     assert_int_equal(w.st, FL_OK);
     assert_int_equal(w.committed, 1);
     assert_int_equal(w.size, 5);
-    shard_stop(&s);
+    replay_fixture_stop(&s);
 }
 
 /* first_full_round: the first commit after which the table held min_size_to_sample, the
  * round from which the learner trains. */
 static void test_first_full_round(void **unused) {
     (void)unused;
-    shard_t s;
+    replay_fixture_t s;
     shard_start_min(&s, 1, 12);
     rows_t r;
     rows_make(&r, 5, 1);
@@ -206,10 +190,10 @@ static void test_first_full_round(void **unused) {
         assert_int_equal(a.table_size, 5 * round);
         assert_int_equal(a.first_full_round, round < 3 ? 0 : 3); /* 15 >= 12 after round 3 */
     }
-    shard_stop(&s);
+    replay_fixture_stop(&s);
 }
 
-static void refused(shard_t *s, uint32_t p, uint64_t round, uint64_t through, const rows_t *r, fl_status want,
+static void refused(replay_fixture_t *s, uint32_t p, uint64_t round, uint64_t through, const rows_t *r, fl_status want,
                     const char *msg) {
     fl_err_t e;
     fl_status st = round_call(s, p, round, through, r, 0, NULL, NULL, &e);
@@ -220,7 +204,7 @@ static void refused(shard_t *s, uint32_t p, uint64_t round, uint64_t through, co
 
 static void test_rules(void **unused) {
     (void)unused;
-    shard_t s;
+    replay_fixture_t s;
     shard_start(&s, 2);
     rows_t r;
     rows_make(&r, 4, 1);
@@ -262,11 +246,11 @@ static void test_rules(void **unused) {
     assert_true(fs != FL_OK);
     assert_non_null(strstr(e.msg, "transitions come through Round, not Insert"));
     fl_replay_writer_destroy(w);
-    shard_t a;
+    replay_fixture_t a;
     shard_start(&a, 0);
     refused(&a, 1, 1, 0, &r, FL_FAILED_PRECONDITION, "does not run deterministic rounds");
-    shard_stop(&a);
-    shard_stop(&s);
+    replay_fixture_stop(&a);
+    replay_fixture_stop(&s);
 }
 
 int main(void) {

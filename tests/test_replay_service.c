@@ -23,6 +23,7 @@
 #include "replay/table.h"
 #include "replay/wire.h"
 #include "replay/writer.h"
+#include "tests/replay_fixture.h"
 
 #define OBS_DIM 4
 #define OBS_BYTES (OBS_DIM * sizeof(float))
@@ -34,33 +35,14 @@ static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 /* ---- helpers --------------------------------------------------------------- */
 
 static fl_replay_service_opts_t make_opts(int64_t capacity, int64_t min_size, double alpha) {
-    fl_replay_service_opts_t o;
-    fl_replay_service_opts_init(&o);
-    o.obs = SIG.obs;
-    o.num_actions = SIG.num_actions;
+    fl_replay_service_opts_t o = replay_fixture_opts(SIG.obs, SIG.num_actions, capacity, min_size);
     o.shards = 1;
-    o.capacity = capacity;
-    o.min_size_to_sample = min_size;
     o.alpha = alpha;
     o.seed = 7;
     return o;
 }
 
-typedef struct server {
-    fl_replay_service_t *svc;
-    char addr[300];
-} server_t;
-
-static void server_start(server_t *s, const fl_replay_service_opts_t *opts, const char *listen) {
-    fl_err_t e;
-    fl_err_init(&e);
-    fl_status st = fl_replay_service_create(opts, &s->svc, &e);
-    if (st != FL_OK) fail_msg("create: %s", e.msg);
-    st = fl_replay_service_start(s->svc, listen, s->addr, sizeof s->addr, &e);
-    if (st != FL_OK) fail_msg("start: %s", e.msg);
-}
-
-static void server_verify(server_t *s) {
+static void server_verify(replay_fixture_t *s) {
     fl_err_t e;
     fl_err_init(&e);
     if (fl_table_verify(fl_replay_service_table(s->svc), &e) != FL_OK) fail_msg("table: %s", e.msg);
@@ -236,8 +218,8 @@ static void test_wire_roundtrip_and_messages(void **state) {
 static void test_writer_flush_and_info(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(10000, 1, 0.6);
-    server_t s;
-    server_start(&s, &opts, "127.0.0.1:0");
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     assert_non_null(strstr(s.addr, "127.0.0.1:"));
     assert_string_not_equal(s.addr, "127.0.0.1:0");
     fl_replay_client_t *c = NULL;
@@ -301,7 +283,7 @@ static void test_writer_flush_and_info(void **state) {
     server_verify(&s);
     fl_replay_writer_destroy(w);
     fl_replay_client_destroy(c);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 /* ---- Sample -------------------------------------------------------------------- */
@@ -309,8 +291,8 @@ static void test_writer_flush_and_info(void **state) {
 static void test_sample_byte_identical(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(10000, 1, 0.6);
-    server_t s;
-    server_start(&s, &opts, "127.0.0.1:0");
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
@@ -354,7 +336,7 @@ static void test_sample_byte_identical(void **state) {
     cols_free(&all);
     fl_replay_writer_destroy(w);
     fl_replay_client_destroy(c);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 static size_t count_key(const fl_replay_batch_t *b, uint64_t key) {
@@ -366,8 +348,8 @@ static size_t count_key(const fl_replay_batch_t *b, uint64_t key) {
 static void test_update_priorities_changes_sampling(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(1000, 1, 1.0);
-    server_t s;
-    server_start(&s, &opts, "127.0.0.1:0");
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
@@ -446,14 +428,14 @@ static void test_update_priorities_changes_sampling(void **state) {
     fl_replay_batch_free(&batch);
     fl_replay_writer_destroy(w);
     fl_replay_client_destroy(c);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 static void test_stale_keys_counted(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(50, 1, 0.6);
-    server_t s;
-    server_start(&s, &opts, "127.0.0.1:0");
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
@@ -477,7 +459,7 @@ static void test_stale_keys_counted(void **state) {
     server_verify(&s);
     fl_replay_writer_destroy(w);
     fl_replay_client_destroy(c);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 typedef struct sampler_arg {
@@ -505,8 +487,8 @@ static int has_waiter(void *p) { return fl_replay_service_sample_waiters(p) == 1
 static void test_sample_waits_for_min_size(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(1000, 100, 0.6);
-    server_t s;
-    server_start(&s, &opts, "127.0.0.1:0");
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     assert_int_equal(fl_replay_service_min_size(s.svc), 100);
     fl_replay_client_t *c = NULL;
     fl_err_t e;
@@ -566,15 +548,15 @@ static void test_sample_waits_for_min_size(void **state) {
     fl_replay_batch_free(&b);
     fl_replay_writer_destroy(w);
     fl_replay_client_destroy(c);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 /* A sampler waiting while the shard stops is answered, not left hanging. */
 static void test_stop_wakes_waiting_sampler(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(1000, 100, 0.6);
-    server_t s;
-    server_start(&s, &opts, "127.0.0.1:0");
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
@@ -588,7 +570,7 @@ static void test_stop_wakes_waiting_sampler(void **state) {
     pthread_join(th, NULL);
     assert_int_equal(a.st, FL_UNAVAILABLE);
     fl_replay_client_destroy(c);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 /* ---- Insert: malformed messages and resends ------------------------------------ */
@@ -633,8 +615,8 @@ static int inserted_reaches(void *p) {
 static void test_malformed_inserts_rejected(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(10000, 1, 0.6);
-    server_t s;
-    server_start(&s, &opts, "127.0.0.1:0");
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     struct {
         mutate_fn fn;
         const char *field;
@@ -732,7 +714,7 @@ static void test_malformed_inserts_rejected(void **state) {
     server_verify(&s);
     fl_replay_writer_destroy(w);
     fl_replay_client_destroy(c);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 /* Every field of the batch checked over real gRPC, one case per way it can be wrong:
@@ -806,8 +788,8 @@ static void bad_no_batch(req_msg_t *m, cols_t *c) {
 static void test_bad_inserts_name_field_and_stream_goes_on(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(10000, 1, 0.6);
-    server_t s;
-    server_start(&s, &opts, "127.0.0.1:0");
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     struct {
         mutate_fn fn;
         const char *msg;
@@ -923,14 +905,14 @@ static void test_bad_inserts_name_field_and_stream_goes_on(void **state) {
     assert_int_equal(in.size, expect_inserted);
     assert_int_equal(in.rejected, expect_rejected);
     server_verify(&s);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 static void test_resend_dedupe(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(10000, 1, 0.6);
-    server_t s;
-    server_start(&s, &opts, "127.0.0.1:0");
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     cols_t c1, c2, c3;
     cols_make(&c1, 8, 0);
     cols_make(&c2, 8, 8);
@@ -995,7 +977,7 @@ static void test_resend_dedupe(void **state) {
     cols_free(&c2);
     cols_free(&c3);
     server_verify(&s);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 /* ---- a writer across a shard restart --------------------------------------------- */
@@ -1006,8 +988,8 @@ static void test_writer_resends_after_failure(void **state) {
     snprintf(path, sizeof path, "/tmp/fleet-test-replay-%d.sock", (int)getpid());
     snprintf(addr, sizeof addr, "unix:%s", path);
     fl_replay_service_opts_t opts = make_opts(10000, 1, 0.6);
-    server_t a;
-    server_start(&a, &opts, addr);
+    replay_fixture_t a;
+    replay_fixture_start_at(&a, &opts, addr);
     assert_string_equal(a.addr, addr);
     fl_replay_client_t *c = NULL;
     fl_err_t e;
@@ -1026,7 +1008,7 @@ static void test_writer_resends_after_failure(void **state) {
     /* The shard applies both, then goes away before acknowledging them. */
     g_inserted_target = (int)(5 * n);
     assert_true(wait_until(inserted_reaches, a.svc));
-    fl_replay_service_destroy(a.svc);
+    replay_fixture_stop(&a);
 
     /* Appends while the shard is down succeed; the batches stay pending. */
     for (int b = 5; b < 8; b++) append_ok(w, n, (uint64_t)b * n);
@@ -1034,8 +1016,8 @@ static void test_writer_resends_after_failure(void **state) {
     assert_int_equal(fl_replay_writer_pending(w), 5 * n);
 
     /* A new shard on the same address gets everything pending on flush. */
-    server_t b;
-    server_start(&b, &opts, addr);
+    replay_fixture_t b;
+    replay_fixture_start_at(&b, &opts, addr);
     flush_ok(w);
     assert_int_equal(fl_replay_writer_acked(w), 8 * n);
     assert_int_equal(fl_replay_writer_pending(w), 0);
@@ -1063,7 +1045,7 @@ static void test_writer_resends_after_failure(void **state) {
     server_verify(&b);
     fl_replay_writer_destroy(w);
     fl_replay_client_destroy(c);
-    fl_replay_service_destroy(b.svc);
+    replay_fixture_stop(&b);
     unlink(path);
 }
 
@@ -1071,8 +1053,8 @@ static void test_writer_resends_after_failure(void **state) {
 static void test_flush_without_shard_times_out(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(1000, 1, 0.6);
-    server_t s;
-    server_start(&s, &opts, "127.0.0.1:0");
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
@@ -1081,7 +1063,7 @@ static void test_flush_without_shard_times_out(void **state) {
     assert_int_equal(fl_replay_writer_create(c, 1, &SPEC, 1, &w, &e), FL_OK);
     append_ok(w, 10, 0);
     assert_int_equal(fl_replay_writer_acked(w), 10); /* batches_per_call 1: acknowledged at once */
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 
     append_ok(w, 10, 10);
     append_ok(w, 10, 20);
@@ -1165,8 +1147,8 @@ static void *sampler_thread(void *p) {
 static void test_concurrent_writers_and_sampler(void **state) {
     (void)state;
     fl_replay_service_opts_t opts = make_opts(100000, 1, 0.6);
-    server_t s;
-    server_start(&s, &opts, "127.0.0.1:0");
+    replay_fixture_t s;
+    replay_fixture_start(&s, &opts);
     fl_replay_client_t *c = NULL;
     fl_err_t e;
     fl_err_init(&e);
@@ -1202,7 +1184,7 @@ static void test_concurrent_writers_and_sampler(void **state) {
     assert_int_equal(in.rejected, 0);
     server_verify(&s);
     fl_replay_client_destroy(c);
-    fl_replay_service_destroy(s.svc);
+    replay_fixture_stop(&s);
 }
 
 /* ---- create ------------------------------------------------------------------------ */

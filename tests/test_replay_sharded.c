@@ -27,6 +27,7 @@
 #include "replay/table.h"
 #include "replay/wire.h"
 #include "replay/writer.h"
+#include "tests/replay_fixture.h"
 
 #define OBS_DIM 2
 #define OBS_BYTES (OBS_DIM * sizeof(float))
@@ -43,8 +44,7 @@ static const fl_obs_spec_t SPEC = {FL_DTYPE_FLOAT32, 1, {OBS_DIM}};
 
 typedef struct fixture {
     fl_replay_service_opts_t opts;
-    fl_replay_service_t *svc[SHARDS];
-    char addr[SHARDS][300];
+    replay_fixture_t shard[SHARDS];
     char list[SHARDS * 300 + 8];
     fl_table_t *single; /* the same items in one table */
     int n_items;
@@ -62,13 +62,9 @@ static void die(const char *what, const fl_err_t *e) {
 /* min_size: replay.min_size_to_sample over all shards (each needs min_size / 4). */
 static void fixture_start_sel(fixture_t *f, int64_t min_size, fl_selector selector) {
     memset(f, 0, sizeof *f);
-    fl_replay_service_opts_init(&f->opts);
-    f->opts.obs = SIG.obs;
-    f->opts.num_actions = SIG.num_actions;
+    f->opts = replay_fixture_opts(SIG.obs, SIG.num_actions, 4096, min_size); /* 1024 per shard */
     f->opts.selector = selector;
     f->opts.shards = SHARDS;
-    f->opts.capacity = 4096; /* 1024 per shard */
-    f->opts.min_size_to_sample = min_size;
     f->opts.alpha = ALPHA;
     f->opts.samples_per_insert = 0;
     f->opts.seed = 11;
@@ -77,10 +73,8 @@ static void fixture_start_sel(fixture_t *f, int64_t min_size, fl_selector select
     size_t used = 0;
     for (int s = 0; s < SHARDS; s++) {
         f->opts.shard = s;
-        if (fl_replay_service_create(&f->opts, &f->svc[s], &e) != FL_OK) die("create", &e);
-        if (fl_replay_service_start(f->svc[s], "127.0.0.1:0", f->addr[s], sizeof f->addr[s], &e) != FL_OK)
-            die("start", &e);
-        used += (size_t)snprintf(f->list + used, sizeof f->list - used, "%s%s", s ? "," : "", f->addr[s]);
+        replay_fixture_start(&f->shard[s], &f->opts);
+        used += (size_t)snprintf(f->list + used, sizeof f->list - used, "%s%s", s ? "," : "", f->shard[s].addr);
     }
     fl_table_config_t tc;
     fl_table_config_init(&tc);
@@ -103,7 +97,7 @@ static void fixture_start(fixture_t *f) {
 }
 
 static void fixture_stop(fixture_t *f) {
-    for (int s = 0; s < SHARDS; s++) fl_replay_service_destroy(f->svc[s]);
+    for (int s = 0; s < SHARDS; s++) replay_fixture_stop(&f->shard[s]);
     fl_table_destroy(f->single);
 }
 
@@ -131,11 +125,11 @@ static void add_items(fixture_t *f, int s, int n, const double *q) {
     fl_err_init(&e);
     /* Shard keys are consecutive from the shard's current insert count. */
     fl_replay_info_t in;
-    fl_replay_service_info(f->svc[s], &in);
+    fl_replay_service_info(f->shard[s].svc, &in);
     uint64_t first_seq = in.inserted;
     fl_replay_client_t *c = NULL;
     fl_replay_writer_t *w = NULL;
-    if (fl_replay_client_create(f->addr[s], &c, &e) != FL_OK) die("client", &e);
+    if (fl_replay_client_create(f->shard[s].addr, &c, &e) != FL_OK) die("client", &e);
     if (fl_replay_writer_create(c, 1000 + (uint64_t)s + 10 * (uint64_t)base, &SPEC, 4, &w, &e) != FL_OK)
         die("writer", &e);
     if (fl_replay_writer_append(w, (size_t)n, obs, act, rew, disc, next_obs, prio, &e) != FL_OK) die("append", &e);
@@ -150,7 +144,7 @@ static void add_items(fixture_t *f, int s, int n, const double *q) {
         f->shard_key[id] = fl_table_key_make(s, first_seq + (uint64_t)k);
         f->single_key[id] = keys[k];
         double qs = 0, qt = 0;
-        if (fl_table_priority(fl_replay_service_table(f->svc[s]), f->shard_key[id], &qs, &e) != FL_OK)
+        if (fl_table_priority(fl_replay_service_table(f->shard[s].svc), f->shard_key[id], &qs, &e) != FL_OK)
             die("shard priority", &e);
         if (fl_table_priority(f->single, keys[k], &qt, &e) != FL_OK) die("single priority", &e);
         assert_true(qs == qt); /* the same float |TD| gives the same stored priority */
@@ -229,7 +223,7 @@ static void test_sampling_matches_single_table(void **state) {
     fl_replay_sharded_t *rs = NULL;
     if (fl_replay_sharded_create(f.list, 5, &rs, &e) != FL_OK) die("sharded create", &e);
     assert_int_equal(fl_replay_sharded_count(rs), SHARDS);
-    for (int s = 0; s < SHARDS; s++) assert_string_equal(fl_replay_sharded_addr(rs, s), f.addr[s]);
+    for (int s = 0; s < SHARDS; s++) assert_string_equal(fl_replay_sharded_addr(rs, s), f.shard[s].addr);
 
     enum { BATCHES = 2000, B = 64 };
     fl_replay_batch_t b;
@@ -508,7 +502,7 @@ static void test_updates_route_by_key(void **state) {
     uint64_t before[SHARDS];
     for (int s = 0; s < SHARDS; s++) {
         fl_replay_info_t in;
-        fl_replay_service_info(f.svc[s], &in);
+        fl_replay_service_info(f.shard[s].svc, &in);
         before[s] = in.updates_applied;
     }
     uint64_t applied = 0;
@@ -518,7 +512,7 @@ static void test_updates_route_by_key(void **state) {
     uint64_t sum = 0;
     for (int s = 0; s < SHARDS; s++) {
         fl_replay_info_t in;
-        fl_replay_service_info(f.svc[s], &in);
+        fl_replay_service_info(f.shard[s].svc, &in);
         uint64_t mine = 0;
         for (int k = 0; k < n; k++) mine += fl_table_key_shard(keys[k]) == s;
         uint64_t got = in.updates_applied - before[s];
@@ -530,7 +524,8 @@ static void test_updates_route_by_key(void **state) {
     for (int id = 0; id < n; id++) {
         double q = 0;
         int s = f.shard_of[id];
-        if (fl_table_priority(fl_replay_service_table(f.svc[s]), f.shard_key[id], &q, &e) != FL_OK) die("priority", &e);
+        if (fl_table_priority(fl_replay_service_table(f.shard[s].svc), f.shard_key[id], &q, &e) != FL_OK)
+            die("priority", &e);
         float p = id == 3 ? 7.0f : 0.25f + 0.01f * (float)id;
         assert_true(rel(q, pow((double)p + f.opts.priority_eps, ALPHA)) < 1e-12);
     }
@@ -541,11 +536,11 @@ static void test_updates_route_by_key(void **state) {
     assert_int_equal(fl_replay_sharded_update_priorities(rs, 2, bad, bp, &applied, &e), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(e.msg, "shard 7"));
     fl_replay_info_t in0;
-    fl_replay_service_info(f.svc[0], &in0);
+    fl_replay_service_info(f.shard[0].svc, &in0);
     uint64_t after0 = in0.updates_applied;
     float negative[1] = {-1.0f};
     assert_int_equal(fl_replay_sharded_update_priorities(rs, 1, bad, negative, &applied, &e), FL_INVALID_ARGUMENT);
-    fl_replay_service_info(f.svc[0], &in0);
+    fl_replay_service_info(f.shard[0].svc, &in0);
     assert_int_equal(in0.updates_applied, after0);
     assert_int_equal(fl_replay_sharded_update_priorities(rs, 0, NULL, NULL, &applied, &e), FL_OK);
     assert_int_equal(applied, 0);
@@ -619,7 +614,8 @@ static void test_empty_down_and_misordered(void **state) {
 
     /* Addresses out of shard order. */
     char swapped[sizeof f.list];
-    snprintf(swapped, sizeof swapped, "%s,%s,%s,%s", f.addr[0], f.addr[3], f.addr[2], f.addr[1]);
+    snprintf(swapped, sizeof swapped, "%s,%s,%s,%s", f.shard[0].addr, f.shard[3].addr, f.shard[2].addr,
+             f.shard[1].addr);
     if (fl_replay_sharded_create(swapped, 1, &rs, &e) != FL_OK) die("sharded create", &e);
     assert_int_equal(fl_replay_sharded_sample(rs, 16, BETA, 5000, &b, &e), FL_DATA_LOSS);
     assert_non_null(strstr(e.msg, "shard order"));
@@ -627,9 +623,8 @@ static void test_empty_down_and_misordered(void **state) {
 
     /* Shard 2 down: the call waits for it until the deadline, then names it. */
     char down_addr[300];
-    snprintf(down_addr, sizeof down_addr, "%s", f.addr[2]);
-    fl_replay_service_destroy(f.svc[2]);
-    f.svc[2] = NULL;
+    snprintf(down_addr, sizeof down_addr, "%s", f.shard[2].addr);
+    replay_fixture_stop(&f.shard[2]);
     if (fl_replay_sharded_create(f.list, 1, &rs, &e) != FL_OK) die("sharded create", &e);
     fl_replay_sharded_set_timeout(rs, 400);
     double t0 = fl_clock_sec();
@@ -700,20 +695,13 @@ static void test_addresses(void **state) {
  * minimum priority. */
 static void test_one_shard_min_priority(void **state) {
     (void)state;
-    fl_replay_service_opts_t opts;
-    fl_replay_service_opts_init(&opts);
-    opts.obs = SIG.obs;
-    opts.num_actions = SIG.num_actions;
+    fl_replay_service_opts_t opts = replay_fixture_opts(SIG.obs, SIG.num_actions, 1000, 1);
     opts.shards = 1;
-    opts.capacity = 1000;
-    opts.min_size_to_sample = 1;
     opts.alpha = ALPHA;
     fl_err_t e;
     fl_err_init(&e);
-    fl_replay_service_t *svc = NULL;
-    char addr[300];
-    if (fl_replay_service_create(&opts, &svc, &e) != FL_OK) die("create", &e);
-    if (fl_replay_service_start(svc, "127.0.0.1:0", addr, sizeof addr, &e) != FL_OK) die("start", &e);
+    replay_fixture_t f;
+    replay_fixture_start(&f, &opts);
     float obs[40 * OBS_DIM] = {0}, rew[40], disc[40], prio[40];
     int32_t act[40];
     for (int i = 0; i < 40; i++) {
@@ -722,12 +710,12 @@ static void test_one_shard_min_priority(void **state) {
         act[i] = 0;
         prio[i] = 0.05f + 0.1f * (float)((i * 7) % 40);
     }
-    if (fl_table_insert(fl_replay_service_table(svc), 40, obs, act, rew, disc, obs, prio, NULL, &e) != FL_OK)
+    if (fl_table_insert(fl_replay_service_table(f.svc), 40, obs, act, rew, disc, obs, prio, NULL, &e) != FL_OK)
         die("insert", &e);
     double qmin = INFINITY;
     for (int i = 0; i < 40; i++) qmin = fmin(qmin, pow((double)prio[i] + opts.priority_eps, ALPHA));
     fl_replay_sharded_t *rs = NULL;
-    if (fl_replay_sharded_create(addr, 3, &rs, &e) != FL_OK) die("sharded create", &e);
+    if (fl_replay_sharded_create(f.addr, 3, &rs, &e) != FL_OK) die("sharded create", &e);
     fl_replay_batch_t b;
     assert_int_equal(fl_replay_batch_init(&b, 8, OBS_BYTES), FL_OK);
     const double betas[] = {0.4, 1.0, 0.05};
@@ -741,7 +729,7 @@ static void test_one_shard_min_priority(void **state) {
     for (size_t r = 0; r < b.count; r++) assert_true(b.weights[r] == 1.0f);
     fl_replay_batch_free(&b);
     fl_replay_sharded_destroy(rs);
-    fl_replay_service_destroy(svc);
+    replay_fixture_stop(&f);
 }
 
 int main(void) {

@@ -27,6 +27,7 @@
 #include "replay/wal.h"
 #include "replay/wire.h"
 #include "replay/writer.h"
+#include "tests/replay_fixture.h"
 
 #define OBS_DIM 4
 #define OBS_BYTES (OBS_DIM * sizeof(float))
@@ -440,13 +441,8 @@ static void test_corruption_refused(void **state) {
 
 /* dir: the log's folder, which must outlive the options' use. */
 static fl_replay_service_opts_t wal_opts(const char *dir) {
-    fl_replay_service_opts_t o;
-    fl_replay_service_opts_init(&o);
-    o.obs = SIG.obs;
-    o.num_actions = SIG.num_actions;
+    fl_replay_service_opts_t o = replay_fixture_opts(SIG.obs, SIG.num_actions, 10000, 1);
     o.shards = 1;
-    o.capacity = 10000;
-    o.min_size_to_sample = 1;
     o.seed = 7;
     /* A queue: sampling `size` items returns every item, oldest first. */
     o.selector = FL_SELECTOR_FIFO;
@@ -454,19 +450,6 @@ static fl_replay_service_opts_t wal_opts(const char *dir) {
     o.wal = 1;
     o.checkpoint_dir = dir;
     return o;
-}
-
-typedef struct server {
-    fl_replay_service_t *svc;
-    char addr[300];
-} server_t;
-
-static void server_start(server_t *s, const fl_replay_service_opts_t *opts) {
-    fl_err_t e;
-    fl_err_init(&e);
-    if (fl_replay_service_create(opts, &s->svc, &e) != FL_OK) fail_msg("create: %s", e.msg);
-    if (fl_replay_service_start(s->svc, "127.0.0.1:0", s->addr, sizeof s->addr, &e) != FL_OK)
-        fail_msg("start: %s", e.msg);
 }
 
 /* Columns of n transitions whose values derive from the id base + i. */
@@ -648,8 +631,8 @@ static void test_service_recovers_from_log(void **state) {
     char dir[128];
     subdir(dir, sizeof dir, "svc-log");
     fl_replay_service_opts_t opts = wal_opts(dir);
-    server_t a;
-    server_start(&a, &opts);
+    replay_fixture_t a;
+    replay_fixture_start(&a, &opts);
     static expect_t x;
     memset(&x, 0, sizeof x);
     batch_t s77[3] = {{77, 1, 1000, 8, 0}, {77, 2, 1100, 5, 0}, {77, 3, 1200, 7, 0}};
@@ -681,10 +664,10 @@ static void test_service_recovers_from_log(void **state) {
     char ckpt[256];
     snprintf(ckpt, sizeof ckpt, "%s/shard-0.ckpt", dir);
     assert_false(file_exists(ckpt));
-    fl_replay_service_destroy(a.svc);
+    replay_fixture_stop(&a);
 
-    server_t b;
-    server_start(&b, &opts);
+    replay_fixture_t b;
+    replay_fixture_start(&b, &opts);
     fl_replay_service_info(b.svc, &in);
     assert_int_equal(in.inserted, x.n);
     assert_int_equal(in.size, x.n);
@@ -708,13 +691,13 @@ static void test_service_recovers_from_log(void **state) {
     assert_non_null(strstr(e.msg, "stream 500 belongs to another writer"));
     fl_replay_service_info(b.svc, &in);
     assert_int_equal(in.inserted, x.n);
-    fl_replay_service_destroy(b.svc);
+    replay_fixture_stop(&b);
 
     /* A third incarnation recovers the second one's inserts as well. */
-    server_t c3;
-    server_start(&c3, &opts);
+    replay_fixture_t c3;
+    replay_fixture_start(&c3, &opts);
     check_table(fl_replay_service_table(c3.svc), &x);
-    fl_replay_service_destroy(c3.svc);
+    replay_fixture_stop(&c3);
 
     /* Damage in a segment that is not the last fails create, naming file and offset. */
     char seg1[256];
@@ -735,8 +718,8 @@ static void test_service_checkpoint_then_log(void **state) {
     subdir(dir, sizeof dir, "svc-ckpt");
     fl_replay_service_opts_t opts = wal_opts(dir);
     opts.wal_fsync = 1; /* the same, with fdatasync per record */
-    server_t a;
-    server_start(&a, &opts);
+    replay_fixture_t a;
+    replay_fixture_start(&a, &opts);
     static expect_t x;
     memset(&x, 0, sizeof x);
     batch_t first[3] = {{5, 1, 100, 4, 0}, {5, 2, 200, 6, 0}, {5, 3, 300, 3, 0}};
@@ -773,10 +756,10 @@ static void test_service_checkpoint_then_log(void **state) {
     insert_new(a.addr, s6, 1);
     expect_batches(&x, s6, 1);
     assert_true(file_size(seg2) > 0);
-    fl_replay_service_destroy(a.svc);
+    replay_fixture_stop(&a);
 
-    server_t b;
-    server_start(&b, &opts);
+    replay_fixture_t b;
+    replay_fixture_start(&b, &opts);
     fl_replay_info_t in;
     fl_replay_service_info(b.svc, &in);
     assert_int_equal(in.inserted, x.n);
@@ -799,7 +782,7 @@ static void test_service_checkpoint_then_log(void **state) {
     assert_non_null(strstr(e.msg, "stream 5 belongs to another writer"));
     /* A checkpoint right before the end: recovery from the file alone. */
     assert_int_equal(fl_replay_service_checkpoint(b.svc, NULL, NULL, NULL, 0, &e), FL_OK);
-    fl_replay_service_destroy(b.svc);
+    replay_fixture_stop(&b);
 
     /* A torn tail on the last segment is cut, and nothing acknowledged is lost. */
     uint64_t *segs = NULL;
@@ -810,8 +793,8 @@ static void test_service_checkpoint_then_log(void **state) {
     fl_wal_segment_path(last, sizeof last, dir, 0, segs[0]);
     free(segs);
     append_bytes(last, "\x40\x00\x00\x00\x01", 5);
-    server_t c;
-    server_start(&c, &opts);
+    replay_fixture_t c;
+    replay_fixture_start(&c, &opts);
     assert_int_equal(file_size(last), 0);
     r = raw_insert(c.addr, again, 6);
     assert_int_equal(r->items, 0);
@@ -822,7 +805,7 @@ static void test_service_checkpoint_then_log(void **state) {
     fl_replay_service_t *dup = NULL;
     assert_int_equal(fl_replay_service_create(&opts, &dup, &e), FL_FAILED_PRECONDITION);
     assert_non_null(strstr(e.msg, "shard-0.wal.lock"));
-    fl_replay_service_destroy(c.svc);
+    replay_fixture_stop(&c);
 }
 
 /* A checkpoint whose stream records are of version 1 ("FLWALST1", before streams had
@@ -834,14 +817,14 @@ static void test_service_reads_v1_stream_records(void **state) {
     snprintf(dir, sizeof dir, "%s/v1", g_dir);
     assert_int_equal(mkdir(dir, 0755), 0);
     fl_replay_service_opts_t opts = wal_opts(dir);
-    server_t a;
-    server_start(&a, &opts);
+    replay_fixture_t a;
+    replay_fixture_start(&a, &opts);
     batch_t first[3] = {{9, 1, 100, 4, 0}, {9, 2, 200, 5, 0}, {9, 3, 300, 6, 0}};
     insert_new(a.addr, first, 3);
     fl_err_t e;
     fl_err_init(&e);
     assert_int_equal(fl_replay_service_checkpoint(a.svc, NULL, NULL, NULL, 0, &e), FL_OK);
-    fl_replay_service_destroy(a.svc);
+    replay_fixture_stop(&a);
 
     /* Rewrite the file's stream records as version 1: the same without the key. */
     char ckpt[256];
@@ -867,8 +850,8 @@ static void test_service_reads_v1_stream_records(void **state) {
     fl_table_destroy(t);
     free(x2);
 
-    server_t b;
-    server_start(&b, &opts);
+    replay_fixture_t b;
+    replay_fixture_start(&b, &opts);
     /* A resend is still recognised, answered with its key. */
     Fleet__InsertResponse *r = NULL;
     batch_t again[1] = {{9, 2, 200, 5, 0}};
@@ -888,7 +871,7 @@ static void test_service_reads_v1_stream_records(void **state) {
     assert_null(r);
     /* The checkpoint the shard writes now is version 2 again, with the new key. */
     assert_int_equal(fl_replay_service_checkpoint(b.svc, NULL, NULL, NULL, 0, &e), FL_OK);
-    fl_replay_service_destroy(b.svc);
+    replay_fixture_stop(&b);
     assert_int_equal(fl_table_load_extra(ckpt, NULL, &t, &x2, &n2, &e), FL_OK);
     assert_memory_equal(x2, "FLWALST2", 8);
     assert_int_equal(((const uint8_t *)x2)[40], 777 % 256);
