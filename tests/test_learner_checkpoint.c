@@ -1,9 +1,9 @@
 /* test_learner_checkpoint: fl_learner_load_network, the online network of a learner
  * checkpoint loaded into a Q-network of the caller's (what `fleet eval` plays).
  *
- * Checkpoints are real ones: a learner built from a configuration as `fleet learner`
- * builds it (its services are never called: nothing is sent before fl_learner_run)
- * writes them with fl_learner_save. A round trip gives the online parameters bit for bit
+ * Checkpoints are real ones: a learner with a run's default settings
+ * (tests/learner_opts_util.h; its services are never called: nothing is sent before
+ * fl_learner_run) writes them with fl_learner_save. A round trip gives the online parameters bit for bit
  * (not the target's, which are made to differ); a network of another model.spec (other
  * shapes, an extra layer, or only another activation), a file with a tensor missing or
  * of another dtype, a safetensors file that is not a learner checkpoint, a file that is
@@ -21,13 +21,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "launcher/options.h"
-#include "common/config.h"
 #include "common/rng.h"
 #include "common/safetensors.h"
 #include "kernels/qnet.h"
 #include "learner/learner.h"
 
+#include "learner_opts_util.h"
 #include "seed_util.h"
 
 enum { CP_DIM = 4, CP_ACTIONS = 2 };
@@ -35,28 +34,17 @@ static const fl_obs_spec_t CP_OBS = {FL_DTYPE_FLOAT32, 1, {CP_DIM, 0, 0, 0}};
 static const int CP_SHAPE[1] = {CP_DIM};
 static char g_dir[64];
 
-static void set_key(fl_config_t *c, const char *kv) {
-    fl_err_t err = {0};
-    if (fl_config_set(c, kv, &err) != FL_OK) fail_msg("%s: %s", kv, err.msg);
-}
-
 /* A checkpoint of a fresh learner of model.spec `spec` at g_dir/name, with its online
  * network moved away from its target; *online (num_params floats, the caller frees it)
  * gets the online parameters saved. Returns the path (static). */
 static const char *write_checkpoint(const char *name, const char *spec, float **online) {
-    fl_config_t cfg;
-    fl_config_defaults(&cfg);
-    char kv[300];
-    snprintf(kv, sizeof kv, "model.spec=%s", spec);
-    set_key(&cfg, kv);
-    snprintf(kv, sizeof kv, "run.seed=%llu", (unsigned long long)(g_seed % 2147483647ULL));
-    set_key(&cfg, kv);
-    set_key(&cfg, "run.log_level=warn");
-    set_key(&cfg, "learner.prefetch=0"); /* no Sample in flight to wait for at destroy */
     fl_learner_opts_t o = {.replay_addr = "127.0.0.1:1", .paramserver_addr = "127.0.0.1:1", .obs = CP_OBS,
                            .num_actions = CP_ACTIONS};
+    learner_run_defaults(&o);
+    o.model_spec = spec;
+    o.seed = g_seed % 2147483647ULL;
+    o.prefetch = 0; /* no Sample in flight to wait for at destroy */
     fl_err_t err = {0};
-    if (fl_options_learner(&cfg, &o, &err) != FL_OK) fail_msg("options: %s", err.msg);
     fl_learner_t *l = NULL;
     if (fl_learner_create(&o, &l, &err) != FL_OK) fail_msg("learner: %s", err.msg);
     fl_qnet_t *net = fl_learner_online(l);

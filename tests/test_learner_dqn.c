@@ -24,13 +24,11 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "common/config.h"
 #include "common/rng.h"
 #include "common/stop.h"
 #include "kernels/optim.h"
 #include "kernels/qnet.h"
 #include "learner/dqn.h"
-#include "launcher/options.h"
 #include "learner/learner.h"
 #ifdef FLEET_HAVE_CUDA
 #include "kernels/cuda/cuda.h"
@@ -41,6 +39,8 @@
 #include "replay/server.h"
 #include "replay/writer.h"
 
+#include "learner_opts_util.h"
+#include "replay_fixture.h"
 #include "seed_util.h"
 
 static void fill_uniform(fl_rng_t *r, float *a, size_t n, double lo, double hi) {
@@ -501,47 +501,24 @@ static void test_create_errors(void **state) {
 enum { CP_DIM = 4, CP_ACTIONS = 2 };
 
 typedef struct services {
-    fl_config_t cfg;
-    fl_replay_service_t *replay;
+    uint64_t min_size, seed; /* the replay shard's replay.min_size_to_sample and run.seed */
+    replay_fixture_t replay; /* the replay shard (tests/replay_fixture.h) */
     fl_paramserver_service_t *params;
-    char replay_addr[300], param_addr[300];
+    char param_addr[300];
 } services_t;
 
-static void set_key(fl_config_t *c, const char *kv) {
-    fl_err_t err = {0};
-    if (fl_config_set(c, kv, &err) != FL_OK) {
-        print_error("%s: %s\n", kv, err.msg);
-        fail();
-    }
-}
-
 static void replay_start(services_t *sv, const char *listen) {
-    fl_err_t err = {0};
-    /* The shard as `fleet replay` would serve it for sv->cfg (launcher/options.c, fl_options_replay). */
-    fl_replay_service_opts_t ro;
-    fl_replay_service_opts_init(&ro);
-    ro.obs = (fl_obs_spec_t){.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {CP_DIM}};
-    ro.num_actions = CP_ACTIONS;
-    ro.capacity = sv->cfg.replay_capacity;
-    ro.min_size_to_sample = sv->cfg.replay_min_size_to_sample;
-    ro.seed = (uint64_t)sv->cfg.run_seed;
-    assert_int_equal(fl_replay_service_create(&ro, &sv->replay, &err), FL_OK);
-    if (fl_replay_service_start(sv->replay, listen, sv->replay_addr, sizeof sv->replay_addr, &err) != FL_OK) {
-        print_error("replay on %s: %s\n", listen, err.msg);
-        fail();
-    }
+    /* A CartPole shard of 20000 transitions. */
+    const fl_obs_spec_t obs = {.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {CP_DIM}};
+    fl_replay_service_opts_t ro = replay_fixture_opts(obs, CP_ACTIONS, 20000, (int64_t)sv->min_size);
+    ro.seed = sv->seed;
+    replay_fixture_start_at(&sv->replay, &ro, listen);
 }
 
 static void services_start_at(services_t *sv, uint64_t min_size, const char *replay_listen) {
     fl_err_t err = {0};
-    char kv[128];
-    fl_config_defaults(&sv->cfg);
-    set_key(&sv->cfg, "replay.capacity=20000");
-    snprintf(kv, sizeof kv, "replay.min_size_to_sample=%llu", (unsigned long long)min_size);
-    set_key(&sv->cfg, kv);
-    snprintf(kv, sizeof kv, "run.seed=%llu", (unsigned long long)(g_seed % 2147483647ULL));
-    set_key(&sv->cfg, kv);
-    set_key(&sv->cfg, "run.log_level=warn");
+    sv->min_size = min_size;
+    sv->seed = g_seed % 2147483647ULL;
     replay_start(sv, replay_listen);
     assert_int_equal(fl_paramserver_service_create(NULL, 0, &sv->params, &err), FL_OK);
     assert_int_equal(
@@ -552,7 +529,7 @@ static void services_start(services_t *sv, uint64_t min_size) { services_start_a
 
 static void services_stop(services_t *sv) {
     fl_paramserver_service_destroy(sv->params);
-    fl_replay_service_destroy(sv->replay);
+    replay_fixture_stop(&sv->replay);
 }
 
 static const fl_obs_spec_t CP_OBS = {FL_DTYPE_FLOAT32, 1, {CP_DIM, 0, 0, 0}};
@@ -562,7 +539,7 @@ static void insert_random(const services_t *sv, fl_rng_t *r, int n) {
     fl_err_t err = {0};
     fl_replay_client_t *c = NULL;
     fl_replay_writer_t *w = NULL;
-    assert_int_equal(fl_replay_client_create(sv->replay_addr, &c, &err), FL_OK);
+    assert_int_equal(fl_replay_client_create(sv->replay.addr, &c, &err), FL_OK);
     static uint64_t stream_id; /* a writer's stream is its own: one id per writer */
     assert_int_equal(fl_replay_writer_create(c, ++stream_id, &CP_OBS, 8, &w, &err), FL_OK);
     enum { CHUNK = 100 };
@@ -589,24 +566,18 @@ static void insert_random(const services_t *sv, fl_rng_t *r, int n) {
     fl_replay_client_destroy(c);
 }
 
-/* This process's part of the learner's options; the run's part comes from a config. */
+/* A learner's options for sv: this process's part, and the run's part as a run of
+ * default settings with sv's seed gives it (tests/learner_opts_util.h). */
 static fl_learner_opts_t learner_opts(const services_t *sv) {
     fl_learner_opts_t o = {.index = 0,
-                           .replay_addr = sv->replay_addr,
+                           .replay_addr = sv->replay.addr,
                            .paramserver_addr = sv->param_addr,
                            .control_addr = NULL,
                            .obs = CP_OBS,
                            .num_actions = CP_ACTIONS};
+    learner_run_defaults(&o);
+    o.seed = sv->seed;
     return o;
-}
-
-/* A learner for a run's configuration cfg, as `fleet learner` builds one: the run's
- * settings mapped by fl_options_learner, the process's own from o. */
-static fl_status create_learner(const fl_config_t *cfg, const fl_learner_opts_t *o, fl_learner_t **out,
-                                fl_err_t *err) {
-    fl_learner_opts_t lo = *o;
-    fl_status s = fl_options_learner(cfg, &lo, err);
-    return s != FL_OK ? s : fl_learner_create(&lo, out, err);
 }
 
 /* per_call: learner.batches_per_call (each prefetched Sample call draws that many
@@ -619,21 +590,18 @@ static void learner_loop(int per_call) {
     insert_random(&sv, &r, 3000);
 
     enum { STEPS = 50, BATCH = 32, PUBLISH_EVERY = 10 };
-    fl_config_t cfg = sv.cfg;
-    set_key(&cfg, "learner.max_steps=50");
-    set_key(&cfg, "learner.batch_size=32");
-    set_key(&cfg, "learner.publish_every=10");
-    set_key(&cfg, "learner.target_update=20");
-    set_key(&cfg, "learner.optimizer=adam");
-    set_key(&cfg, "learner.lr=0.001");
-    set_key(&cfg, "model.spec=dense(16) relu dueling");
-    char bpc[64];
-    snprintf(bpc, sizeof bpc, "learner.batches_per_call=%d", per_call);
-    set_key(&cfg, bpc);
     fl_learner_opts_t o = learner_opts(&sv);
+    o.max_steps = STEPS;
+    o.batch_size = BATCH;
+    o.publish_every = PUBLISH_EVERY;
+    o.target_update = 20;
+    o.optim.kind = FL_OPTIM_ADAM;
+    o.optim.lr = 0.001;
+    o.model_spec = "dense(16) relu dueling";
+    o.batches_per_call = per_call;
     fl_learner_t *l = NULL;
     fl_err_t err = {0};
-    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_OK);
+    assert_int_equal(fl_learner_create(&o, &l, &err), FL_OK);
     const size_t np = fl_qnet_num_params(fl_learner_online(l));
     float *initial = malloc(np * sizeof *initial), *fetched = malloc(np * sizeof *fetched);
     memcpy(initial, fl_qnet_params(fl_learner_online(l)), np * sizeof *initial);
@@ -658,14 +626,13 @@ static void learner_loop(int per_call) {
     assert_int_equal(pinfo.publishes, 1 + STEPS / PUBLISH_EVERY);
 
     fl_replay_info_t rinfo;
-    fl_replay_service_info(sv.replay, &rinfo);
+    fl_replay_service_info(sv.replay.svc, &rinfo);
     assert_int_equal(rinfo.updates_applied, STEPS * BATCH);
     assert_int_equal(rinfo.updates_stale, 0);
     /* Trained on STEPS batches; up to learner.prefetch calls more were drawn ahead. */
     assert_true(rinfo.sampled >= (uint64_t)STEPS * BATCH);
-    assert_true(rinfo.sampled <= (uint64_t)(STEPS + cfg.learner_prefetch * per_call) * BATCH);
-    assert_int_equal(cfg.learner_batches_per_call, per_call);
-    assert_int_equal(cfg.learner_prefetch, 2);
+    assert_true(rinfo.sampled <= (uint64_t)(STEPS + o.prefetch * per_call) * BATCH);
+    assert_int_equal(o.prefetch, 2);
 
     /* What the server holds is the learner's final network, and it moved. */
     fl_param_client_t *pc = NULL;
@@ -700,17 +667,15 @@ static void test_learner_create_errors(void **state) {
     fl_learner_opts_t o = learner_opts(&sv);
     fl_learner_t *l = NULL;
     fl_err_t err = {0};
-    fl_config_t cfg = sv.cfg;
-    set_key(&cfg, "learner.count=2"); /* apex with two learners needs the all-reduce group */
-    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_FAILED_PRECONDITION);
+    o.count = 2; /* apex with two learners needs the all-reduce group */
+    assert_int_equal(fl_learner_create(&o, &l, &err), FL_FAILED_PRECONDITION);
     assert_non_null(strstr(err.msg, "mpirun"));
     o.index = 2;
-    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_learner_create(&o, &l, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "learner.count = 2"));
     o = learner_opts(&sv);
-    cfg = sv.cfg;
-    set_key(&cfg, "learner.device=cuda"); /* without a GPU (or CUDA): refused, saying why */
-    fl_status ds = create_learner(&cfg, &o, &l, &err);
+    o.device = FL_LEARNER_CUDA; /* without a GPU (or CUDA): refused, saying why */
+    fl_status ds = fl_learner_create(&o, &l, &err);
 #ifdef FLEET_HAVE_CUDA
     int gpus = 0;
     if (fl_cuda_device_count(&gpus, NULL) == FL_OK) {
@@ -725,16 +690,16 @@ static void test_learner_create_errors(void **state) {
     assert_int_equal(ds, FL_UNIMPLEMENTED);
     assert_non_null(strstr(err.msg, "built without CUDA"));
 #endif
-    cfg = sv.cfg;
-    set_key(&cfg, "model.spec=dense(x)");
-    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);
+    o = learner_opts(&sv);
+    o.model_spec = "dense(x)";
+    assert_int_equal(fl_learner_create(&o, &l, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "model.spec"));
-    cfg = sv.cfg;
+    o = learner_opts(&sv);
     o.replay_addr = "";
-    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_learner_create(&o, &l, &err), FL_INVALID_ARGUMENT);
     o = learner_opts(&sv);
     o.obs.dtype = FL_DTYPE_INT64;
-    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_learner_create(&o, &l, &err), FL_INVALID_ARGUMENT);
     assert_null(l);
     fl_learner_destroy(NULL);
     services_stop(&sv);
@@ -759,7 +724,7 @@ static void *run_learner(void *arg) {
 
 static uint64_t replay_sampled(services_t *sv) {
     fl_replay_info_t info;
-    fl_replay_service_info(sv->replay, &info);
+    fl_replay_service_info(sv->replay.svc, &info);
     return info.sampled;
 }
 
@@ -775,18 +740,18 @@ static void test_learner_checkpoint_resume(void **state) {
     insert_random(&sv, &r, 3000);
     char dir[] = "/tmp/fleet-learner-ckpt-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    fl_config_t cfg = sv.cfg;
-    set_key(&cfg, "learner.max_steps=60");
-    set_key(&cfg, "learner.batch_size=32");
-    set_key(&cfg, "learner.optimizer=rmsprop");
-    set_key(&cfg, "learner.lr=0.0005");
-    set_key(&cfg, "learner.checkpoint_every=25");
-    set_key(&cfg, "model.spec=dense(16) relu dueling");
-    snprintf(cfg.learner_checkpoint_dir, sizeof cfg.learner_checkpoint_dir, "%s", dir);
     fl_learner_opts_t o = learner_opts(&sv);
+    o.max_steps = 60;
+    o.batch_size = 32;
+    o.optim.kind = FL_OPTIM_RMSPROP;
+    o.optim.lr = 0.0005;
+    o.checkpoint_every = 25;
+    o.model_spec = "dense(16) relu dueling";
+    o.checkpoint_dir = dir; /* learner.checkpoint_dir: by steps only, without run.checkpoint_every's seconds */
+    o.checkpoint_every_s = 0;
     fl_learner_t *l = NULL;
     fl_err_t err = {0};
-    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_OK);
+    assert_int_equal(fl_learner_create(&o, &l, &err), FL_OK);
     if (fl_learner_run(l, &err) != FL_OK) fail_msg("learner: %s", err.msg);
     const fl_learner_stats_t *st = fl_learner_stats(l);
     assert_int_equal(st->steps, 60);
@@ -796,13 +761,12 @@ static void test_learner_checkpoint_resume(void **state) {
     assert_int_equal(access(path, R_OK), 0); /* written at the end of the run */
 
     /* resume: the same state */
-    fl_config_t cfg2 = cfg;
-    set_key(&cfg2, "learner.max_steps=90");
-    cfg2.learner_checkpoint_dir[0] = '\0';
     fl_learner_opts_t o2 = o;
+    o2.max_steps = 90;
+    o2.checkpoint_dir = ""; /* no checkpoints */
     o2.resume_path = path;
     fl_learner_t *m = NULL;
-    if (create_learner(&cfg2, &o2, &m, &err) != FL_OK) fail_msg("resume: %s", err.msg);
+    if (fl_learner_create(&o2, &m, &err) != FL_OK) fail_msg("resume: %s", err.msg);
     const fl_learner_stats_t *sm = fl_learner_stats(m);
     assert_int_equal(sm->steps, 60);
     assert_int_equal(sm->param_version, st->param_version);
@@ -818,17 +782,17 @@ static void test_learner_checkpoint_resume(void **state) {
     assert_int_equal(pinfo.version, sm->param_version);
 
     /* another model: refused, naming the key */
-    fl_config_t cfg3 = cfg2;
-    set_key(&cfg3, "model.spec=dense(8) relu dueling");
+    fl_learner_opts_t o3 = o2;
+    o3.model_spec = "dense(8) relu dueling";
     fl_learner_t *x = NULL;
-    assert_int_equal(create_learner(&cfg3, &o2, &x, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_learner_create(&o3, &x, &err), FL_INVALID_ARGUMENT);
     assert_null(x);
     assert_non_null(strstr(err.msg, "model.spec"));
     assert_non_null(strstr(err.msg, path));
     /* another optimizer */
-    cfg3 = cfg2;
-    set_key(&cfg3, "learner.optimizer=adam");
-    assert_int_equal(create_learner(&cfg3, &o2, &x, &err), FL_INVALID_ARGUMENT);
+    o3 = o2;
+    o3.optim.kind = FL_OPTIM_ADAM;
+    assert_int_equal(fl_learner_create(&o3, &x, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "learner.optimizer"));
     /* a damaged file: one byte of the header changed */
     FILE *fp = fopen(path, "r+b");
@@ -836,11 +800,11 @@ static void test_learner_checkpoint_resume(void **state) {
     fseek(fp, 9, SEEK_SET);
     fputc('#', fp);
     fclose(fp);
-    assert_int_equal(create_learner(&cfg2, &o2, &x, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_learner_create(&o2, &x, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "safetensors"));
     /* a missing file */
     o2.resume_path = "/nonexistent/learner.safetensors";
-    assert_int_equal(create_learner(&cfg2, &o2, &x, &err), FL_NOT_FOUND);
+    assert_int_equal(fl_learner_create(&o2, &x, &err), FL_NOT_FOUND);
 
     fl_learner_destroy(l);
     fl_learner_destroy(m);
@@ -858,12 +822,11 @@ static void test_learner_stop(void **state) {
     services_t sv;
     services_start(&sv, 500);
     insert_random(&sv, &r, 1000);
-    fl_config_t cfg = sv.cfg;
-    set_key(&cfg, "learner.batch_size=16");
-    set_key(&cfg, "model.spec=dense(8) relu");
     fl_learner_opts_t o = learner_opts(&sv);
+    o.batch_size = 16;
+    o.model_spec = "dense(8) relu";
     bg_run_t w = {0};
-    assert_int_equal(create_learner(&cfg, &o, &w.l, &w.err), FL_OK);
+    assert_int_equal(fl_learner_create(&o, &w.l, &w.err), FL_OK);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, run_learner, &w), 0);
     uint64_t steps = 0;
@@ -895,15 +858,14 @@ static void test_learner_version_past_ours(void **state) {
     services_t sv;
     services_start(&sv, 500);
     insert_random(&sv, &r, 1000);
-    fl_config_t cfg = sv.cfg;
-    set_key(&cfg, "learner.batch_size=16");
-    set_key(&cfg, "learner.max_steps=30");
-    set_key(&cfg, "learner.publish_every=10");
-    set_key(&cfg, "model.spec=dense(8) relu");
     fl_learner_opts_t o = learner_opts(&sv);
+    o.batch_size = 16;
+    o.max_steps = 30;
+    o.publish_every = 10;
+    o.model_spec = "dense(8) relu";
     fl_learner_t *l = NULL;
     fl_err_t err = {0};
-    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_OK);
+    assert_int_equal(fl_learner_create(&o, &l, &err), FL_OK);
     const size_t np = fl_qnet_num_params(fl_learner_online(l));
     float *zeros = calloc(np, sizeof *zeros);
     fl_param_client_t *pc = NULL;
@@ -937,8 +899,8 @@ static void test_learner_version_past_ours(void **state) {
     fl_param_client_destroy(pc);
     assert_int_equal(fl_param_client_create(sv.param_addr, &pc, &err), FL_OK);
     assert_int_equal(fl_param_publish(pc, UINT64_MAX, zeros, np, 10000, &err), FL_OK);
-    o = learner_opts(&sv);
-    assert_int_equal(create_learner(&cfg, &o, &l, &err), FL_OK);
+    /* the same options: o.paramserver_addr is sv.param_addr, now the new server's */
+    assert_int_equal(fl_learner_create(&o, &l, &err), FL_OK);
     assert_int_equal(fl_learner_run(l, &err), FL_OUT_OF_RANGE);
     if (!strstr(err.msg, "the parameter server holds version 18446744073709551615, the largest there is"))
         fail_msg("learner: %s", err.msg);
@@ -958,12 +920,11 @@ static void test_learner_waits_restarts_stops(void **state) {
     services_t sv;
     services_start_at(&sv, 2000, listen);
     insert_random(&sv, &r, 200);
-    fl_config_t cfg = sv.cfg;
-    set_key(&cfg, "learner.batch_size=16");
-    set_key(&cfg, "model.spec=dense(8) relu");
     fl_learner_opts_t o = learner_opts(&sv);
+    o.batch_size = 16;
+    o.model_spec = "dense(8) relu";
     bg_run_t w = {0};
-    assert_int_equal(create_learner(&cfg, &o, &w.l, &w.err), FL_OK);
+    assert_int_equal(fl_learner_create(&o, &w.l, &w.err), FL_OK);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, run_learner, &w), 0);
 
@@ -971,7 +932,7 @@ static void test_learner_waits_restarts_stops(void **state) {
     fl_param_store_info_t pinfo;
     for (;;) {
         fl_paramserver_service_info(sv.params, &pinfo);
-        if (pinfo.version >= 1 && fl_replay_service_sample_waiters(sv.replay) > 0) break;
+        if (pinfo.version >= 1 && fl_replay_service_sample_waiters(sv.replay.svc) > 0) break;
         fl_sleep_sec(0.01);
     }
     assert_int_equal(pinfo.version, 1);
@@ -983,8 +944,7 @@ static void test_learner_waits_restarts_stops(void **state) {
 
     /* The shard goes away and comes back empty on the same address: the learner waits
      * for data again, then trains on the new table. */
-    fl_replay_service_destroy(sv.replay);
-    sv.replay = NULL;
+    replay_fixture_stop(&sv.replay);
     uint64_t retries = 0;
     while (retries == 0) {
         fl_learner_counters(w.l, NULL, &retries);
