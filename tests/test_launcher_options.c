@@ -1,25 +1,21 @@
 /* Tests of launcher/options: the mapping from a configuration to the options of the env
- * factory, the actor and the parameter-server service. The defaults of a config map to
- * each module's own defaults (fl_*_opts_init), every key reaches its field, the config's
- * enum strings become the modules' C enums, and the optimizer is the learner's. */
+ * factory, the actor, the evaluator, the learner and the parameter-server service. The
+ * defaults of a config map to each module's own defaults (fl_*_opts_init; the learner's,
+ * which has none, to what its tests take as a run's defaults, tests/learner_opts_util.h),
+ * every key reaches its field, the config's enum strings become the modules' C enums, and
+ * the optimizer is the learner's. */
 #include <math.h>
-#include <pthread.h>
-#include <sys/syscall.h>
-#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
-#include "cli/cli.h"
-#include "launcher/options.h"
-#include "launcher/proc.h"
 #include "envs/registry.h"
+#include "launcher/options.h"
+#include "tests/learner_opts_util.h"
 
 static void set(fl_config_t *c, const char *kv) {
     fl_err_t err;
@@ -376,6 +372,62 @@ static void test_learner_switches(void **unused) {
     }
 }
 
+/* A config of defaults maps, field by field, to the run's part of the learner options
+ * the learner tests start from (tests/learner_opts_util.h), so that those tests keep
+ * meaning what a default run does. */
+static void test_learner_defaults(void **unused) {
+    (void)unused;
+    fl_config_t c;
+    fl_config_defaults(&c);
+    fl_learner_opts_t l, t;
+    memset(&l, 0, sizeof l);
+    memset(&t, 0, sizeof t);
+    fl_err_t err;
+    fl_err_init(&err);
+    assert_int_equal(fl_options_learner(&c, &l, &err), FL_OK);
+    learner_run_defaults(&t);
+    assert_int_equal(l.count, t.count);
+    assert_int_equal(l.mode, t.mode);
+    assert_int_equal(l.device, t.device);
+    assert_int_equal(l.threads, t.threads);
+    assert_int_equal(l.flush_denormals, t.flush_denormals);
+    assert_int_equal(l.tf32, t.tf32);
+    assert_int_equal(l.cuda_graphs, t.cuda_graphs);
+    assert_int_equal(l.cudnn_benchmark, t.cudnn_benchmark);
+    assert_int_equal(l.batch_size, t.batch_size);
+    assert_int_equal(l.optim.kind, t.optim.kind);
+    assert_true(l.optim.lr == t.optim.lr && l.optim.momentum == t.optim.momentum);
+    assert_true(l.optim.adam_beta1 == t.optim.adam_beta1 && l.optim.adam_beta2 == t.optim.adam_beta2 &&
+                l.optim.adam_eps == t.optim.adam_eps);
+    assert_true(l.optim.rmsprop_decay == t.optim.rmsprop_decay && l.optim.rmsprop_eps == t.optim.rmsprop_eps);
+    assert_true(l.grad_clip == t.grad_clip);
+    assert_true(l.huber_delta == t.huber_delta);
+    assert_int_equal(l.target_update, t.target_update);
+    assert_int_equal(l.publish_every, t.publish_every);
+    assert_string_equal(l.checkpoint_dir, t.checkpoint_dir);
+    assert_int_equal(l.checkpoint_every, t.checkpoint_every);
+    assert_true(l.checkpoint_every_s == t.checkpoint_every_s);
+    assert_int_equal(l.keep_checkpoints, t.keep_checkpoints);
+    assert_int_equal(l.max_steps, t.max_steps);
+    assert_int_equal(l.deterministic, t.deterministic);
+    assert_int_equal(l.round_updates, t.round_updates);
+    assert_int_equal(l.prefetch, t.prefetch);
+    assert_int_equal(l.batches_per_call, t.batches_per_call);
+    assert_int_equal(l.fetch_every, t.fetch_every);
+    assert_int_equal(l.push_1bit, t.push_1bit);
+    assert_int_equal(l.slow_push_ms, t.slow_push_ms);
+    assert_string_equal(l.model_spec, t.model_spec);
+    assert_true(l.input_scale == t.input_scale);
+    assert_int_equal(l.backend, t.backend);
+    assert_true(l.beta == t.beta);
+    if (!(fabs(l.max_priority - t.max_priority) <= 1e-9 * t.max_priority))
+        fail_msg("max_priority %.17g, the tests take %.17g", l.max_priority, t.max_priority);
+    assert_int_equal(l.replay_shards, t.replay_shards);
+    assert_true(l.paramserver_wait_timeout_s == t.paramserver_wait_timeout_s);
+    assert_int_equal(l.seed, t.seed);
+    assert_true(l.progress_every == t.progress_every);
+}
+
 /* The bounds the replay applies by default come from the env's reward bound: CartPole's
  * 1 a step makes the 3-step reward at most 2.9701 and a TD error at most 2.9701 + (1 +
  * 0.99^3) / 0.01; an Atari preset clips to 1 a step; an env without a bound (a plugin,
@@ -433,87 +485,19 @@ static void test_reward_bounds(void **unused) {
     assert_true(fl_env_reward_bound("minatar-breakout-v1") == 1.0 && fl_env_reward_bound("minatar-breakout-v2") == 0.0);
 }
 
-static void *policy_of_thread(void *out) {
-    *(int *)out = sched_getscheduler(0);
-    return NULL;
-}
-
-/* actor.sched_idle: off leaves the policy alone; on puts the process's thread under
- * SCHED_IDLE, and the threads it starts afterwards inherit it (in a child process). */
-static void test_sched_idle(void **unused) {
-    (void)unused;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        const int before = sched_getscheduler(0);
-        fl_cli_sched_idle(0, "actor.sched_idle");
-        if (sched_getscheduler(0) != before) _exit(1);
-        fl_cli_sched_idle(1, "actor.sched_idle");
-        if (sched_getscheduler(0) != SCHED_IDLE) _exit(2);
-        pthread_t t;
-        int got = -1;
-        if (pthread_create(&t, NULL, policy_of_thread, &got) != 0 || pthread_join(t, NULL) != 0) _exit(3);
-        _exit(got == SCHED_IDLE ? 0 : 4);
-    }
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
-}
-
-static int g_release[2]; /* the child's main thread to its waiting thread in test_unidle */
-
-static void *wait_for_release(void *tid) {
-    *(volatile pid_t *)tid = (pid_t)syscall(SYS_gettid);
-    char c;
-    if (read(g_release[0], &c, 1) != 1) return NULL;
-    return NULL;
-}
-
-/* fl_proc_unidle: a stopping process's threads under SCHED_IDLE (its first and one it
- * started) go back to SCHED_OTHER. */
-static void test_unidle(void **unused) {
-    (void)unused;
-    int ready[2], go[2];
-    assert_int_equal(pipe(ready), 0);
-    assert_int_equal(pipe(go), 0);
-    assert_int_equal(pipe(g_release), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        fl_cli_sched_idle(1, "actor.sched_idle");
-        pthread_t t;
-        volatile pid_t tid = 0;
-        if (pthread_create(&t, NULL, wait_for_release, (void *)&tid) != 0) _exit(3);
-        while (!tid) usleep(1000);
-        if (sched_getscheduler(0) != SCHED_IDLE || sched_getscheduler(tid) != SCHED_IDLE) _exit(4);
-        char c;
-        if (write(ready[1], "r", 1) != 1 || read(go[0], &c, 1) != 1) _exit(5); /* the parent unidles us */
-        const int main_policy = sched_getscheduler(0), thread_policy = sched_getscheduler(tid);
-        if (write(g_release[1], "x", 1) != 1) _exit(6);
-        pthread_join(t, NULL);
-        _exit(main_policy == SCHED_OTHER && thread_policy == SCHED_OTHER ? 0 : 8);
-    }
-    char c;
-    assert_int_equal(read(ready[0], &c, 1), 1);
-    fl_proc_unidle(pid);
-    assert_int_equal(write(go[1], "g", 1), 1);
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
-    int fds[] = {ready[0], ready[1], go[0], go[1], g_release[0], g_release[1]};
-    for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++) close(fds[i]);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_unidle),
         cmocka_unit_test(test_learner_switches),
+        cmocka_unit_test(test_learner_defaults),
         cmocka_unit_test(test_reward_bounds),
-        cmocka_unit_test(test_defaults), cmocka_unit_test(test_env),         cmocka_unit_test(test_open_env),
-        cmocka_unit_test(test_actor),    cmocka_unit_test(test_paramserver), cmocka_unit_test(test_optimizer),
-        cmocka_unit_test(test_presets),  cmocka_unit_test(test_cpu_kernels), cmocka_unit_test(test_sched_idle),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_env),
+        cmocka_unit_test(test_open_env),
+        cmocka_unit_test(test_actor),
+        cmocka_unit_test(test_paramserver),
+        cmocka_unit_test(test_optimizer),
+        cmocka_unit_test(test_presets),
+        cmocka_unit_test(test_cpu_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
