@@ -1,6 +1,6 @@
 /* Tests of common/rpc's security: real gRPC servers with TLS and tokens on loopback TCP
- * (port 0) and a unix socket, with credentials made by `fleet certs`' maker
- * (launcher/security.h) in a temporary folder. The right token is served; a wrong or missing
+ * (port 0) and a unix socket, with credentials of the shape `fleet certs` makes, made by
+ * tests/cert_util.h in a temporary folder. The right token is served; a wrong or missing
  * one is UNAUTHENTICATED; a learner-only method refuses the run token with
  * PERMISSION_DENIED and serves the learner token; a plaintext client, a client trusting
  * another CA, a TLS client of a plaintext server and a host name the certificate does not
@@ -19,8 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "launcher/security.h"
 #include "common/rpc.h"
+#include "tests/cert_util.h"
 #include "tests/proc_util.h"
 #include "tests/rpc_test_util.h"
 
@@ -72,15 +72,14 @@ static int setup(void **state) {
     snprintf(g_other, sizeof g_other, "%s/other", g_tmp);
     snprintf(g_sock, sizeof g_sock, "unix:%s/s.sock", g_tmp);
     char why[1024];
-    if (fl_security_make(g_dir, NULL, 0, 2, why, sizeof why) != 0 ||
-        fl_security_make(g_other, NULL, 0, 2, why, sizeof why) != 0) {
+    if (cert_util_make(g_dir, 2, why, sizeof why) != 0 || cert_util_make(g_other, 2, why, sizeof why) != 0) {
         fprintf(stderr, "cannot make credentials: %s\n", why);
         return -1;
     }
-    g_ca = read_in(g_dir, FL_TLS_CA);
-    g_cert = read_in(g_dir, FL_TLS_CERT);
-    g_key = read_in(g_dir, FL_TLS_KEY);
-    g_other_ca = read_in(g_other, FL_TLS_CA);
+    g_ca = read_in(g_dir, CERT_UTIL_CA);
+    g_cert = read_in(g_dir, CERT_UTIL_CERT);
+    g_key = read_in(g_dir, CERT_UTIL_KEY);
+    g_other_ca = read_in(g_other, CERT_UTIL_CA);
     return 0;
 }
 
