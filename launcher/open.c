@@ -130,6 +130,11 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
     printf("  env          %s: obs %s %s, %d actions, episode limit %s\n", env->name, fl_dtype_name(env->obs.dtype),
            shape, env->num_actions, limit);
     printf("  model        %s\n", c->model_spec);
+    if (env->obs.rank == 3 && !strstr(c->model_spec, "conv") && env->obs.shape[0] * env->obs.shape[1] >= 32 * 32)
+        printf("  warning      model.spec has no convolution, on images of %dx%dx%d: a dense network on raw pixels "
+               "learns slowly if at all (configs/atari-pong.ini's: conv(16,8,4) relu conv(32,4,2) relu flatten "
+               "dense(256) relu dueling)\n",
+               env->obs.shape[0], env->obs.shape[1], env->obs.shape[2]);
     if (c->run_deterministic) {
         const int64_t k = fl_options_round_updates(c);
         printf("  rounds       deterministic rounds: %lld env steps per actor with parameter version r, then %lld "
@@ -418,6 +423,43 @@ static int restore_figures(fl_launch_t *L) {
     return 0;
 }
 
+/* A resumed run whose earlier sittings spent its budget (or reached its target) would
+ * stop as soon as its roles were up: refused here, before any process starts, naming
+ * the limit and the --set that raises it. 0, or -1 after saying why. */
+static int check_budget_left(fl_launch_t *L) {
+    const fl_config_t *c = &L->cfg;
+    const fl_fleet_totals_t *p = &L->prev;
+    char why[400] = "", set[160] = "";
+    uint64_t n = 0;
+    const double mret = fl_fleet_state_mean_return(&L->fs, &n);
+    if (c->run_max_seconds > 0 && p->elapsed_s >= c->run_max_seconds) {
+        snprintf(why, sizeof why, "it has run %.1f s of run.max_seconds = %g", p->elapsed_s, c->run_max_seconds);
+        snprintf(set, sizeof set, "run.max_seconds=%.0f", ceil(p->elapsed_s + c->run_max_seconds)); /* as much again */
+    } else if (c->run_max_env_steps > 0 && p->env_steps >= (uint64_t)c->run_max_env_steps) {
+        snprintf(why, sizeof why, "it has taken %llu env steps of run.max_env_steps = %lld",
+                 (unsigned long long)p->env_steps, (long long)c->run_max_env_steps);
+        snprintf(set, sizeof set, "run.max_env_steps=%llu", (unsigned long long)(p->env_steps + (uint64_t)c->run_max_env_steps));
+    } else if (c->run_max_learner_steps > 0 && p->learner_steps >= (uint64_t)c->run_max_learner_steps) {
+        snprintf(why, sizeof why, "it has taken %llu learner steps of run.max_learner_steps = %lld",
+                 (unsigned long long)p->learner_steps, (long long)c->run_max_learner_steps);
+        snprintf(set, sizeof set, "run.max_learner_steps=%llu", (unsigned long long)(p->learner_steps + (uint64_t)c->run_max_learner_steps));
+    } else if (c->run_stop_at_target && target_on_eval(c) && p->n_evals > 0 &&
+               p->eval.v[FL_EVAL_RESULT_return_mean] >= c->run_target_return) {
+        snprintf(why, sizeof why, "its last evaluation returned %.1f >= run.target_return = %g (run.stop_at_target)",
+                 p->eval.v[FL_EVAL_RESULT_return_mean], c->run_target_return);
+        snprintf(set, sizeof set, "run.stop_at_target=false");
+    } else if (c->run_stop_at_target && !target_on_eval(c) && n >= FL_FLEET_RETURN_WINDOW &&
+               mret >= c->run_target_return) {
+        snprintf(why, sizeof why, "its mean training return %.1f >= run.target_return = %g (run.stop_at_target)", mret,
+                 c->run_target_return);
+        snprintf(set, sizeof set, "run.stop_at_target=false");
+    }
+    if (!why[0]) return 0;
+    fprintf(stderr, "fleet run: not resuming %s: %s, so it would stop as soon as it started. To go on, raise it (here by as much again): "
+                    "`fleet run --resume %s --set %s`\n", L->dir, why, L->dir, set);
+    return -1;
+}
+
 /* The folder of the services' unix sockets: <run>/sock, mode 0700 (only this user may
  * connect to a socket in it), or, when that path is too long for a socket address
  * (108 bytes), a fresh /tmp/fleet-sock-XXXXXX (mkdtemp: 0700). 0, or -1 after saying why. */
@@ -537,7 +579,7 @@ static int open_run(fl_launch_t *L, const char *cfg_file, const fl_wrapped_env_t
                                                                  : 1e6;
     fl_proc_set_secret(L->fs.secret); /* the roles this process starts report with its credentials */
     if (open_access(L) != 0) return -1;
-    if (L->resuming && restore_figures(L) != 0) return -1;
+    if (L->resuming && (restore_figures(L) != 0 || check_budget_left(L) != 0)) return -1;
     if (!L->resuming && cfg->run_checkpoint_dir[0])
         snprintf(L->state_path, sizeof L->state_path, "%s/launcher.state", cfg->run_checkpoint_dir);
     snprintf(L->cfg_path, sizeof L->cfg_path, "%s/config.ini", L->dir);

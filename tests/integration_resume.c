@@ -242,6 +242,31 @@ static void test_refusals(void **state) {
     assert_int_equal(run_capture(argv2, 60, &out), 2);
     assert_non_null(strstr(out, "run.checkpoints = false"));
     free(out);
+    /* A run whose budget is spent: refused before anything starts, saying how to raise it;
+     * with the limit raised it goes on. */
+    const char *spent[] = {"run.max_env_steps=3000", "run.stop_at_target=false"};
+    assert_int_equal(run_fleet_at(g_tmp, NULL, 0, "spent", spent, 2, 120, &log), 0);
+    free(log);
+    snprintf(dir, sizeof dir, "%s/spent", g_tmp);
+    char *argv4[] = {(char *)fleet_bin(), "run", "--resume", dir, NULL};
+    assert_int_equal(run_capture(argv4, 60, &out), 2);
+    assert_non_null(strstr(out, "of run.max_env_steps = 3000, so it would stop as soon as it started"));
+    const char *raise = strstr(out, "--set run.max_env_steps=");
+    assert_non_null(raise); /* the steps taken and as many again (the budget is checked each second) */
+    const long long more = strtoll(raise + strlen("--set run.max_env_steps="), NULL, 10);
+    assert_true(more >= 6000);
+    assert_null(strstr(out, "started actor")); /* nothing started */
+    free(out);
+    char set5[64];
+    snprintf(set5, sizeof set5, "run.max_env_steps=%lld", more);
+    char *argv5[] = {(char *)fleet_bin(), "run", "--resume", dir, "--set", set5, NULL};
+    assert_int_equal(run_capture(argv5, 120, &out), 0);
+    assert_null(strstr(out, "not resuming"));
+    free(out);
+    char *sum = summary_at(g_tmp, "spent");
+    assert_non_null(sum);
+    assert_true(summary_u64(sum, "env_steps") >= (unsigned long long)more);
+    free(sum);
     /* A config file and --resume together. */
     char cfg[1024];
     snprintf(cfg, sizeof cfg, "%s/configs/cartpole.ini", fleet_source_dir());
