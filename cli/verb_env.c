@@ -257,7 +257,3 @@ int fl_verb_env(int argc, char **argv) {
     fprintf(stderr, "fleet env: unknown subcommand '%s' (expected list, bench, play or record)\n", argv[1]);
     return 2;
 }
-
-void fl_verb_print_config_help(FILE *f) {
-    fl_config_print_help(f);
-}

@@ -31,6 +31,5 @@ int fl_env_show(int argc, char **argv);
 /* Parses the value s of option opt of `fleet env VERB` as an integer in [lo, hi]; returns 0,
  * or -1 after printing what was wrong. */
 int fl_env_opt_int(const char *verb, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
-void fl_verb_print_config_help(FILE *f);
 
 #endif
