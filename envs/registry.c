@@ -32,6 +32,10 @@ const fl_env_def_t *fl_env_find(const char *name) {
     return fl_env_families_find(families, NUM_FAMILIES, name);
 }
 
+int fl_env_return_max(const char *name, double *max) {
+    return fl_env_families_return_max(families, NUM_FAMILIES, name, max);
+}
+
 double fl_env_reward_bound(const char *name) {
     return fl_env_families_reward_bound(families, NUM_FAMILIES, name);
 }

@@ -12,7 +12,8 @@
 
 #include "envs/core/env.h"
 
-/* The definition named `name` (exact, case-sensitive), or NULL. */
+/* The definition named `name` (exact, case-sensitive; a Gymnasium id that names the
+ * same env, such as "CartPole-v1" or "MinAtar/Breakout-v1", too), or NULL. */
 const fl_env_def_t *fl_env_find(const char *name);
 /* Like fl_env_find, but an unknown name is FL_NOT_FOUND with a message listing the
  * known names. */
@@ -26,5 +27,8 @@ const fl_env_def_t *fl_env_at(int i);
  * the rewards and priorities the replay takes by default (docs/security.md). Each
  * family's rows declare their bounds. */
 double fl_env_reward_bound(const char *name);
+/* The most an episode of the built-in env `name` can return, where its game caps it
+ * (CartPole's 500, Pong's 21): 0 with *max, or -1 where it is not declared. */
+int fl_env_return_max(const char *name, double *max);
 
 #endif

@@ -38,6 +38,7 @@
 #include "common/stop.h"
 #include "common/tfevents.h"
 #include "envs/factory.h"
+#include "envs/registry.h"
 #include "kernels/qnet.h"
 #include "fleet.pb-c.h"
 #include "launcher/curve.h"
@@ -150,6 +151,12 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
         if (c->eval_nice > 0) printf(", nice +%lld", (long long)c->eval_nice);
         printf("\n");
     }
+    double most = 0;
+    if (c->run_stop_at_target && !c->env_plugin[0] && fl_env_return_max(c->env_name, &most) == 0 &&
+        c->run_target_return > most)
+        printf("  warning      run.target_return = %g cannot be reached: an episode of %s returns at most %g, so "
+               "the run ends only by its other limits (set run.target_return to %g or less)\n",
+               c->run_target_return, c->env_name, most, most);
     printf("  stop         ");
     if (c->run_stop_at_target && target_on_eval(c))
         printf("at evaluation return >= %g (mean of %lld episodes), or ", c->run_target_return,

@@ -162,6 +162,43 @@ static void test_help_matches_code(void **state) {
     if (fabs(e1 - want) > 0.005 * want) fail_msg("cartpole.ini says %g for actor 1, the code gives %g", e1, want);
 }
 
+/* Names people type and plans that cannot work: Gymnasium's ids for the same envs are
+ * taken, other libraries' Atari ids get fleet's name, an unreachable target and a dense
+ * network on raw pixels are warned about in the plan. */
+static void test_names_and_plan_warnings(void **state) {
+    (void)state;
+    char *out;
+    assert_int_equal(fleet(&out, "run", "--set", "env.name=CartPole-v1", "--dry-run"), 0);
+    assert_non_null(strstr(out, "env          cartpole: obs float32 4"));
+    free(out);
+    assert_int_equal(fleet(&out, "run", "--set", "env.name=MinAtar/Breakout-v1", "--dry-run"), 0);
+    assert_non_null(strstr(out, "env          minatar-breakout-v1:"));
+    free(out);
+    assert_int_equal(fleet(&out, "run", "--set", "run.target_return=501", "--dry-run"), 0);
+    assert_non_null(strstr(out, "run.target_return = 501 cannot be reached: an episode of cartpole returns at most 500"));
+    free(out);
+    assert_int_equal(fleet(&out, "run", "--set", "env.name=cartpol", "--dry-run"), 2);
+    assert_non_null(strstr(out, "did you mean 'cartpole'?"));
+    free(out);
+#ifdef FLEET_HAVE_ALE
+    assert_int_equal(fleet(&out, "run", "--set", "env.name=ALE/Pong-v5", "--dry-run"), 2);
+    assert_non_null(strstr(out, "fleet's name for it is 'atari-pong'"));
+    free(out);
+    char cfg[4096];
+    snprintf(cfg, sizeof cfg, "%s/configs/atari-pong.ini", getenv("FLEET_SOURCE_DIR"));
+    char *argv[] = {(char *)fleet_bin(), "run", cfg, "--set", "run.target_return=475", "--set",
+                    "model.spec=dense(256) relu dueling", "--dry-run", NULL};
+    assert_int_equal(run_capture(argv, 60, &out), 0);
+    assert_non_null(strstr(out, "run.target_return = 475 cannot be reached: an episode of atari-pong returns at most 21"));
+    assert_non_null(strstr(out, "model.spec has no convolution, on images of 84x84x4"));
+    free(out);
+    char *argv2[] = {(char *)fleet_bin(), "run", cfg, "--dry-run", NULL};
+    assert_int_equal(run_capture(argv2, 60, &out), 0);
+    assert_null(strstr(out, "  warning  ")); /* the preset itself is sound */
+    free(out);
+#endif
+}
+
 /* `fleet env bench` with no name benches one env of each family, not all 100-odd; --all
  * and names choose otherwise. */
 static void test_env_bench_set(void **state) {
@@ -367,6 +404,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_help_matches_code),
+        cmocka_unit_test(test_names_and_plan_warnings),
         cmocka_unit_test(test_env_bench_set),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_ready_configs),

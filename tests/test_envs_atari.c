@@ -201,6 +201,35 @@ static void test_family_rows(void **unused) {
     const fl_env_def_t *out;
     assert_int_equal(fl_env_lookup("atari-pongg", &out, &err), FL_NOT_FOUND);
     assert_non_null(strstr(err.msg, "did you mean 'atari-pong'?"));
+    /* an unknown name's message counts the family's games */
+    char count[80];
+    snprintf(count, sizeof count, "and %d envs of the atari family: atari-<game>", f->count());
+    assert_int_equal(fl_env_lookup("cartpol", &out, &err), FL_NOT_FOUND);
+    assert_non_null(strstr(err.msg, count));
+    assert_non_null(strstr(err.msg, "did you mean 'cartpole'?"));
+    /* other libraries' ids are given fleet's name, not taken for it */
+    const char *ids[][2] = {{"ALE/Pong-v5", "atari-pong"},
+                            {"PongNoFrameskip-v4", "atari-pong"},
+                            {"pong", "atari-pong"},
+                            {"ALE/SpaceInvaders-v5", "atari-space_invaders"},
+                            {"BreakoutDeterministic-v4", "atari-breakout"},
+                            {"ALE/MsPacman-v5", "atari-ms_pacman"}};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        assert_null(fl_env_find(ids[i][0]));
+        assert_int_equal(fl_env_lookup(ids[i][0], &out, &err), FL_NOT_FOUND);
+        char want[120];
+        snprintf(want, sizeof want, "fleet's name for it is '%s'", ids[i][1]);
+        if (!strstr(err.msg, want)) fail_msg("%s: %s", ids[i][0], err.msg);
+    }
+    /* the games whose score is capped */
+    double m = 0;
+    assert_int_equal(fl_env_return_max("atari-pong", &m), 0);
+    assert_true(m == 21);
+    assert_int_equal(fl_env_return_max("atari-pong-full", &m), 0);
+    assert_true(m == 21);
+    assert_int_equal(fl_env_return_max("atari-boxing", &m), 0);
+    assert_true(m == 100);
+    assert_int_equal(fl_env_return_max("atari-breakout", &m), -1);
 }
 
 static void test_replays_exactly(void **unused) {

@@ -740,6 +740,20 @@ static void test_family_rows(void **unused) {
         assert_ptr_equal(fl_env_find(want[i]->name), want[i]);
         assert_true(fl_env_reward_bound(want[i]->name) == f->rows[i].reward_bound);
     }
+    /* Gymnasium's ids name the same envs; the episode's most is declared */
+    const char *gym[] = {"CartPole-v1", "MountainCar-v0", "Acrobot-v1"};
+    const double most[] = {500, 0, 0};
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(f->rows[i].gym_id, gym[i]);
+        assert_ptr_equal(fl_env_find(gym[i]), want[i]);
+        assert_true(fl_env_reward_bound(gym[i]) == 1.0);
+        double m = -1;
+        assert_int_equal(fl_env_return_max(want[i]->name, &m), 0);
+        assert_true(m == most[i]);
+        assert_int_equal(fl_env_return_max(gym[i], &m), 0);
+    }
+    assert_null(fl_env_find("cartpole-v1")); /* ids are exact, as Gymnasium's are */
+    assert_null(fl_env_find("CartPole-v0"));
 }
 
 /* Random play never gives a step's reward beyond the row's bound. */

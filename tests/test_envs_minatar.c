@@ -63,6 +63,13 @@ static void test_family_rows(void **unused) {
             assert_true(fl_env_reward_bound(name) == games[g].bound);
         }
     assert_true(fl_env_reward_bound("minatar-breakout-v2") == 0.0);
+    /* MinAtar's Gymnasium ids: -v0 the full action set, -v1 the minimal one */
+    assert_ptr_equal(fl_env_find("MinAtar/Breakout-v1"), &fl_env_minatar_breakout_v1);
+    assert_ptr_equal(fl_env_find("MinAtar/Breakout-v0"), &fl_env_minatar_breakout);
+    assert_ptr_equal(fl_env_find("MinAtar/SpaceInvaders-v1"), &fl_env_minatar_space_invaders_v1);
+    assert_true(fl_env_reward_bound("MinAtar/Seaquest-v0") == 110.0);
+    double m;
+    assert_int_equal(fl_env_return_max("minatar-breakout", &m), -1); /* no cap declared */
 }
 
 /* Random play, with sticky actions and on either generator, never gives a step's reward

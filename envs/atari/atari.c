@@ -11,6 +11,7 @@
  * Thread-safety: the table is made under a mutex; the definitions never change after. */
 #include "envs/atari/atari.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -505,10 +506,60 @@ static int atari_env_name(int i, char *buf, size_t len) {
     return 0;
 }
 
+/* Gymnasium's and older ids of a game ("ALE/Pong-v5", "PongNoFrameskip-v4", "Pong-v0",
+ * "pong", "SpaceInvaders") -> "atari-pong", "atari-space_invaders" when this build has
+ * that game. Not accepted as names: Gymnasium's v5 envs skip frames and stick actions
+ * by default, fleet's are the raw game with the config's wrappers. */
+static int atari_suggest(const char *name, char *buf, size_t len) {
+    if (strncmp(name, "atari-", 6) == 0) return -1;
+    if (strncmp(name, "ALE/", 4) == 0) name += 4;
+    char game[64];
+    size_t n = strcspn(name, "-");
+    if (n == 0 || n >= sizeof game) return -1;
+    memcpy(game, name, n);
+    game[n] = '\0';
+    static const char *const tails[] = {"NoFrameskip", "Deterministic"};
+    for (int t = 0; t < 2; t++) {
+        size_t k = strlen(tails[t]), g = strlen(game);
+        if (g > k && strcmp(game + g - k, tails[t]) == 0) game[g - k] = '\0';
+    }
+    char snake[80] = "atari-";
+    size_t o = strlen(snake);
+    for (size_t i = 0; game[i] && o + 2 < sizeof snake; i++) {
+        const unsigned char c = (unsigned char)game[i];
+        if (isupper(c) && i > 0 && (islower((unsigned char)game[i - 1]) || isdigit((unsigned char)game[i - 1])))
+            snake[o++] = '_';
+        snake[o++] = (char)tolower(c);
+    }
+    snake[o] = '\0';
+    if (!fl_atari_find(snake)) return -1;
+    snprintf(buf, len, "%s", snake);
+    return 0;
+}
+
+/* The games whose score is capped: Pong ends at 21 points, Boxing at a knock-out of 100. */
+static int atari_return_max(const char *name, double *max) {
+    static const struct {
+        const char *game;
+        double max;
+    } capped[] = {{"pong", 21}, {"boxing", 100}};
+    if (strncmp(name, "atari-", 6) != 0) return -1;
+    const char *game = name + 6;
+    const size_t n = strcspn(game, "-"); /* without -full, -rgb */
+    for (size_t i = 0; i < sizeof capped / sizeof capped[0]; i++)
+        if (strlen(capped[i].game) == n && strncmp(game, capped[i].game, n) == 0) {
+            *max = capped[i].max;
+            return 0;
+        }
+    return -1;
+}
+
 const fl_env_family_t fl_env_family_atari = {
     .name = "atari",
     .count = fl_atari_count,
     .at = fl_atari_at,
     .env_name = atari_env_name,
     .find = fl_atari_find,
+    .suggest = atari_suggest,
+    .return_max = atari_return_max,
 };

@@ -9,11 +9,18 @@
 #include "envs/minatar/minatar.h"
 
 static const fl_env_row_t rows[] = {
-    {&fl_env_minatar_asterix, 2},          {&fl_env_minatar_asterix_v1, 2},
-    {&fl_env_minatar_breakout, 1},         {&fl_env_minatar_breakout_v1, 1},
-    {&fl_env_minatar_freeway, 1},          {&fl_env_minatar_freeway_v1, 1},
-    {&fl_env_minatar_seaquest, 110},       {&fl_env_minatar_seaquest_v1, 110},
-    {&fl_env_minatar_space_invaders, 100}, {&fl_env_minatar_space_invaders_v1, 100},
+    /* MinAtar's Gymnasium ids ("MinAtar/Breakout-v1", the minimal action set) name the
+     * -v1 envs; "-v0" (the full set) the others. */
+    {.def = &fl_env_minatar_asterix, .reward_bound = 2, .gym_id = "MinAtar/Asterix-v0"},
+    {.def = &fl_env_minatar_asterix_v1, .reward_bound = 2, .gym_id = "MinAtar/Asterix-v1"},
+    {.def = &fl_env_minatar_breakout, .reward_bound = 1, .gym_id = "MinAtar/Breakout-v0"},
+    {.def = &fl_env_minatar_breakout_v1, .reward_bound = 1, .gym_id = "MinAtar/Breakout-v1"},
+    {.def = &fl_env_minatar_freeway, .reward_bound = 1, .gym_id = "MinAtar/Freeway-v0"},
+    {.def = &fl_env_minatar_freeway_v1, .reward_bound = 1, .gym_id = "MinAtar/Freeway-v1"},
+    {.def = &fl_env_minatar_seaquest, .reward_bound = 110, .gym_id = "MinAtar/Seaquest-v0"},
+    {.def = &fl_env_minatar_seaquest_v1, .reward_bound = 110, .gym_id = "MinAtar/Seaquest-v1"},
+    {.def = &fl_env_minatar_space_invaders, .reward_bound = 100, .gym_id = "MinAtar/SpaceInvaders-v0"},
+    {.def = &fl_env_minatar_space_invaders_v1, .reward_bound = 100, .gym_id = "MinAtar/SpaceInvaders-v1"},
 };
 
 const fl_env_family_t fl_env_family_minatar = {
