@@ -47,10 +47,6 @@ struct fl_launch {
 /* The roles' names in FL_LAUNCH_ROLES order (summary keys, events). */
 extern const char *const fl__launch_role_names[FL_LAUNCH_ROLES];
 
-/* The parameter servers' staleness histogram (fl_param_info_t.staleness_hist). */
-#define STALENESS_BUCKETS 8
-extern const char *const fl__launch_staleness_names[STALENESS_BUCKETS];
-
 /* 1 when run.target_return applies to the evaluators' return. */
 static inline int target_on_eval(const fl_config_t *c) {
     return c->run_target_on == FL_CFG_TARGET_EVAL && c->run_evaluators > 0;

@@ -78,7 +78,7 @@ static void param_info_all(fl_launch_t *L, fl_param_client_t *ps, fl_param_info_
         acc.waits += in.waits;
         acc.push_bytes += in.push_bytes;
         acc.wait_timeouts += in.wait_timeouts;
-        for (int b = 0; b < STALENESS_BUCKETS; b++) acc.staleness_hist[b] += in.staleness_hist[b];
+        for (int b = 0; b < FL_PARAM_STALENESS_BUCKETS; b++) acc.staleness_hist[b] += in.staleness_hist[b];
     }
     if (complete) *sum = acc;
 }
@@ -136,14 +136,14 @@ typedef struct metric {
     int empty; /* no value (an empty field) */
 } metric_t;
 
-#define N_METRICS (27 + STALENESS_BUCKETS) /* the table of period_metrics, checked there */
+#define N_METRICS (27 + FL_PARAM_STALENESS_BUCKETS) /* the table of period_metrics, checked there */
 /* Seconds between redrawings of curve.png while the run goes (and after an evaluation). */
 #define CURVE_EVERY_S 10.0
 
 /* This period's metrics.csv row, in column order (f: the figures; rates per second). */
 static int period_metrics(const monitor_t *M, double el, const figures_t *f, const double rate[5], uint64_t lag,
                           metric_t out[N_METRICS]) {
-    static char stale_col[STALENESS_BUCKETS][32], stale_tag[STALENESS_BUCKETS][40];
+    static char stale_col[FL_PARAM_STALENESS_BUCKETS][32], stale_tag[FL_PARAM_STALENESS_BUCKETS][40];
     const fl_replay_info_t *ri = &M->rinfo;
     const fl_param_info_t *pi = &M->pinfo;
     const int have = M->n_evals > 0;
@@ -169,12 +169,12 @@ static int period_metrics(const monitor_t *M, double el, const figures_t *f, con
         {"pushes_dropped", M->gorila ? "params/pushes_dropped" : "", -1, (double)pi->pushes_dropped, 0},
     };
     /* the fixed columns, the staleness buckets and the 5 columns below */
-    _Static_assert(sizeof m / sizeof m[0] + STALENESS_BUCKETS + 8 == N_METRICS, "N_METRICS: the columns' count");
+    _Static_assert(sizeof m / sizeof m[0] + FL_PARAM_STALENESS_BUCKETS + 8 == N_METRICS, "N_METRICS: the columns' count");
     int n = 0;
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) out[n++] = m[i];
-    for (int b = 0; b < STALENESS_BUCKETS; b++) {
-        snprintf(stale_col[b], sizeof stale_col[b], "staleness_%s", fl__launch_staleness_names[b]);
-        snprintf(stale_tag[b], sizeof stale_tag[b], "params/staleness_%s", fl__launch_staleness_names[b]);
+    for (int b = 0; b < FL_PARAM_STALENESS_BUCKETS; b++) {
+        snprintf(stale_col[b], sizeof stale_col[b], "staleness_%s", fl_param_staleness_names[b]);
+        snprintf(stale_tag[b], sizeof stale_tag[b], "params/staleness_%s", fl_param_staleness_names[b]);
         out[n++] = (metric_t){stale_col[b], M->gorila ? stale_tag[b] : "", -1, (double)pi->staleness_hist[b], 0};
     }
     out[n++] = (metric_t){"eval_return_mean", "", 6, M->eval.v[FL_EVAL_RESULT_return_mean], !have};

@@ -54,7 +54,6 @@
 
 const char *const fl__launch_role_names[FL_LAUNCH_ROLES] = {"replay", "paramserver", "learner", "actor", "evaluator"};
 const char *const fl__monitor_kind_names[N_KINDS] = {"actor", "learner", "evaluator", "replay", "paramserver", "launcher"};
-const char *const fl__launch_staleness_names[STALENESS_BUCKETS] = {"0", "1", "2", "3-4", "5-8", "9-16", "17-32", "33+"};
 
 
 

@@ -83,8 +83,8 @@ void fl__monitor_write_summary(const monitor_t *M, double elapsed, const totals_
                 (unsigned long long)pi->pushes_applied, (unsigned long long)pi->pushes_dropped,
                 (unsigned long long)pi->waits, (unsigned long long)pi->wait_timeouts,
                 (unsigned long long)pi->push_bytes);
-        for (int b = 0; b < STALENESS_BUCKETS; b++)
-            fprintf(sf, "%s%s:%llu", b ? "," : "", fl__launch_staleness_names[b],
+        for (int b = 0; b < FL_PARAM_STALENESS_BUCKETS; b++)
+            fprintf(sf, "%s%s:%llu", b ? "," : "", fl_param_staleness_names[b],
                     (unsigned long long)pi->staleness_hist[b]);
         fprintf(sf, "\n");
     }
