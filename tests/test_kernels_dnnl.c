@@ -5,8 +5,9 @@
  * inputs into a dense layer, the input scale, a first dense layer over inputs mostly 0
  * and its sparse kernels against sums in double), the three benchmark networks (Nature CNN,
  * MinAtar, MLP), batch sizes changing between calls and more of them than a network
- * keeps plans for, two threads, and whole double-DQN updates (learner/dqn.h). Each
- * compares q, every parameter gradient (per view) and the input gradient.
+ * keeps plans for, and two threads (whole double-DQN updates on it are
+ * tests/test_learner_dnnl.c's). Each compares q, every parameter gradient (per view) and
+ * the input gradient.
  *
  * Tolerance: the backends sum in different orders, so a tensor passes when
  * max |dnnl - ref| <= TOL max |ref| + ATOL over its elements, TOL = 1e-4, ATOL = 1e-7
@@ -42,9 +43,7 @@
 #include "kernels/dense_small.h"
 #include "kernels/dense_sparse.h"
 #include "kernels/qnet.h"
-#include "learner/dqn.h"
 
-#include "seed_util.h"
 
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
@@ -52,114 +51,7 @@
 #include <unistd.h>
 #endif
 
-#define TOL 1e-4
-#define ATOL 1e-7
-
-#define NATURE "conv(32,8,4) relu conv(64,4,2) relu conv(64,3,1) relu flatten dense(512) relu dueling"
-#define MINATAR "conv(16,3,1) relu flatten dense(128) relu dueling"
-#define MLP "dense(256) relu dense(256) relu dueling"
-
-static fl_rng_t g_rng;
-
-/* Every test starts with it: nothing to test in a build without oneDNN. */
-#define NEED_DNNL()                         \
-    do {                                    \
-        (void)state;                        \
-        if (!fl_dnnl_available()) skip();   \
-    } while (0)
-
-static void fill(float *x, size_t n, double lo, double hi) {
-    for (size_t i = 0; i < n; i++) x[i] = (float)fl_rng_uniform(&g_rng, lo, hi);
-}
-
-static double max_abs(const float *x, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
-    return m;
-}
-
-/* Fails (naming the network, the tensor and the batch) unless got is within TOL of want:
- * max |got - want| <= TOL max |want| + ATOL. */
-static void expect_close(const float *got, const float *want, size_t n, const char *spec, const char *what, int B) {
-    double worst = 0, top = max_abs(want, n);
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        if (!(d <= worst)) { /* NaN counts as worst */
-            worst = d;
-            at = i;
-        }
-    }
-    if (!(worst <= TOL * top + ATOL)) {
-        SEED_NOTE();
-        print_error("\"%s\" batch %d: %s[%zu]: dnnl %.9g, reference %.9g (max |ref| %.6g, allowed %.3g)\n", spec, B,
-                    what, at, got[at], want[at], top, TOL * top + ATOL);
-        fail();
-    }
-}
-
-/* One network, both backends: forward, backward_input (and a plain backward) at each
- * batch in turn, with fresh inputs each time. */
-typedef struct net_case {
-    const char *spec;
-    int h, w, c;  /* image observations (H, W, C); h = 0: vectors of c floats */
-    int actions;
-    float scale;  /* model.input_scale; 0 means 1 */
-} net_case_t;
-
-/* relu's ties: where a unit's input is within rounding of 0 the two backends can give it
- * different relu masks, and its gradient then differs by a whole term. So parameters are
- * -1, 0 or 1 (0 for half of them) and observations (times the input scale) 0 or 1 for
- * images, -1, 0 or 1 for vectors: every forward sum is of integers below 2^24, exact in
- * any order, and both backends see the same units at 0. Any mix-up of which input meets
- * which weight still shows, and the gradients are random reals. */
-static void integerize(fl_qnet_t *n) {
-    float *p = fl_qnet_params(n);
-    for (size_t i = 0; i < fl_qnet_num_params(n); i++)
-        p[i] = fl_rng_below(&g_rng, 2) ? 0.0f : fl_rng_below(&g_rng, 2) ? 1.0f : -1.0f;
-}
-
-/* density: the share of values that are not 0 (MinAtar's planes: a few set); 0 means
- * 1/2 for images, 2/3 for vectors. */
-static void fill_obs(float *x, size_t n, int image, float scale, float density) {
-    for (size_t i = 0; i < n; i++) {
-        int v;
-        if (density > 0) /* MinAtar's planes: a few values set */
-            v = fl_rng_uniform(&g_rng, 0, 1) < density ? (image || fl_rng_below(&g_rng, 2) ? 1 : -1) : 0;
-        else
-            v = image ? (int)fl_rng_below(&g_rng, 2) : (int)fl_rng_below(&g_rng, 3) - 1;
-        x[i] = (float)v / scale;
-    }
-}
-
-static fl_qnet_t *make_net(const net_case_t *t, int max_batch) {
-    fl_qnet_t *n = NULL;
-    fl_err_t err;
-    fl_err_init(&err);
-    fl_status s = t->h ? fl_qnet_create_image(t->spec, t->h, t->w, t->c, t->actions, max_batch, &n, &err)
-                       : fl_qnet_create(t->spec, t->c, t->actions, max_batch, &n, &err);
-    if (s != FL_OK) print_error("%s: %s\n", t->spec, err.msg);
-    assert_int_equal(s, FL_OK);
-    assert_int_equal(fl_qnet_backend(n), FL_QNET_BACKEND_REF); /* the default */
-    if (fl_dnnl_available()) assert_int_equal(fl_qnet_set_backend(n, FL_QNET_BACKEND_DNNL, &err), FL_OK);
-    fl_qnet_init(n, &g_rng);
-    if (t->scale) fl_qnet_set_input_scale(n, t->scale);
-    integerize(n);
-    return n;
-}
-
-/* The plan at B has a first dense layer that may take sparse inputs (in its weight
- * gradient too when bwd), and its last forward went the way `want` says
- * (fl_dnnl_net_describe). */
-static void expect_sparse(const fl_qnet_t *n, int B, const char *spec, int bwd, const char *want) {
-    char desc[4096];
-    assert_true(fl_qnet_describe_kernels(n, B, desc, sizeof desc) > 0);
-    if (!strstr(desc, "fwd (sparse inputs): fleet:sparse") ||
-        (bwd && !strstr(desc, "bwd weights (sparse inputs): fleet:sparse")) || !strstr(desc, want)) {
-        print_error("\"%s\" batch %d: wanted a sparse first layer, %s:\n%s", spec, B, want, desc);
-        fail();
-    }
-}
+#include "dnnl_util.h"
 
 /* density and density2: the observations' share of values that are not 0 at the even
  * and odd calls (fill_obs; density2 0: density). With density > 0 the network is one whose
@@ -1367,82 +1259,6 @@ static void test_signals(void **state) {
     storm_case(2);
 }
 
-/* ---- whole updates ---------------------------------------------------------------------- */
-
-/* Three double-DQN steps with SGD (momentum) on each backend: the losses, priorities and
- * parameter updates agree. Each step starts both online networks from the same new
- * integer parameters (an update leaves them real, and ties would follow); the optimizer
- * state carries over. (SGD's update is linear in the gradient; Adam's first steps are
- * about lr times the gradient's sign, which rounding can flip where it is near 0.) */
-static void test_dqn_steps(void **state) {
-    NEED_DNNL();
-    const net_case_t t = {MINATAR, 10, 10, 4, 6, 255.0f};
-    const int B = 32, A = 6;
-    fl_qnet_t *on[2], *tg[2];
-    fl_optim_t *opt[2];
-    fl_dqn_t *dqn;
-    fl_err_t err;
-    fl_err_init(&err);
-    const fl_dqn_config_t cfg = {.max_batch = B, .num_actions = A, .huber_delta = 1.0f, .grad_clip = 10.0f};
-    assert_int_equal(fl_dqn_create(&cfg, &dqn, &err), FL_OK);
-    const fl_optim_config_t oc = fl_optim_config_default(FL_OPTIM_SGD);
-    for (int k = 0; k < 2; k++) {
-        on[k] = make_net(&t, B);
-        tg[k] = make_net(&t, B);
-        if (k == 1) {
-            fl_qnet_copy_params(on[1], on[0]);
-            fl_qnet_copy_params(tg[1], tg[0]);
-        }
-        const fl_qnet_backend_kind be = k == 0 ? FL_QNET_BACKEND_REF : FL_QNET_BACKEND_DNNL;
-        assert_int_equal(fl_qnet_set_backend(on[k], be, &err), FL_OK);
-        assert_int_equal(fl_qnet_set_backend(tg[k], be, &err), FL_OK);
-        assert_int_equal(fl_optim_create(&oc, fl_qnet_num_params(on[k]), &opt[k], &err), FL_OK);
-    }
-    const size_t D = (size_t)fl_qnet_obs_dim(on[0]), P = fl_qnet_num_params(on[0]);
-    float *obs = malloc((size_t)B * D * 4), *next = malloc((size_t)B * D * 4);
-    float *before = malloc(2 * P * 4);
-    float rew[32], disc[32], w[32], prio[2][32];
-    int32_t act[32];
-    for (int step = 0; step < 3; step++) {
-        integerize(on[0]);
-        fl_qnet_copy_params(on[1], on[0]);
-        for (size_t i = 0; i < (size_t)B * D; i++) {
-            obs[i] = fl_rng_below(&g_rng, 4) == 0 ? 1.0f / 255.0f : 0.0f;
-            next[i] = fl_rng_below(&g_rng, 4) == 0 ? 1.0f / 255.0f : 0.0f;
-        }
-        for (int b = 0; b < B; b++) {
-            act[b] = (int32_t)fl_rng_below(&g_rng, A);
-            rew[b] = (float)fl_rng_uniform(&g_rng, -1, 1);
-            disc[b] = fl_rng_below(&g_rng, 5) == 0 ? 0.0f : 0.97f;
-            w[b] = (float)fl_rng_uniform(&g_rng, 0.2, 1);
-        }
-        const fl_dqn_batch_t batch = {
-            .size = B, .obs = obs, .actions = act, .rewards = rew, .discounts = disc, .next_obs = next, .weights = w};
-        fl_dqn_stats_t st[2];
-        for (int k = 0; k < 2; k++) {
-            memcpy(before + k * P, fl_qnet_params(on[k]), P * 4);
-            fl_status s = fl_dqn_step(dqn, on[k], tg[k], opt[k], &batch, prio[k], &st[k], &err);
-            if (s != FL_OK) print_error("%s\n", err.msg);
-            assert_int_equal(s, FL_OK);
-        }
-        CHECK_CLOSE(st[1].loss, st[0].loss, TOL, TOL, "step %d: loss", step);
-        CHECK_CLOSE(st[1].grad_norm, st[0].grad_norm, TOL, TOL, "step %d: gradient norm", step);
-        expect_close(prio[1], prio[0], (size_t)B, t.spec, "priorities", B);
-        for (int k = 0; k < 2; k++)
-            for (size_t i = 0; i < P; i++) before[k * P + i] = fl_qnet_params(on[k])[i] - before[k * P + i];
-        expect_close(before + P, before, P, t.spec, "parameter update", B);
-    }
-    for (int k = 0; k < 2; k++) {
-        fl_optim_destroy(opt[k]);
-        fl_qnet_destroy(on[k]);
-        fl_qnet_destroy(tg[k]);
-    }
-    fl_dqn_destroy(dqn);
-    free(obs);
-    free(next);
-    free(before);
-}
-
 /* ---- parameters that change ------------------------------------------------------------ */
 
 /* A forward keeps its weights converted between calls (dnnl.h): every way of changing
@@ -1586,59 +1402,6 @@ static void test_forward_obs(void **state) {
     fl_conv_img_disable_amx(0);
 }
 
-/* A DQN batch of raw uint8 observations (fl_dqn_batch_t's obs_raw, as the CPU learner
- * hands replay's batch to the oneDNN backend) gives the bits of the same batch converted
- * to floats first: loss, priorities and gradient. density: the share of bytes not 0. */
-static void dqn_raw_obs(const net_case_t t, float density) {
-    fl_err_t err;
-    fl_err_init(&err);
-    const int B = 6, A = 5;
-    fl_qnet_t *on = make_net(&t, B), *tg = make_net(&t, B);
-    fl_qnet_init(tg, &g_rng);
-    fl_dqn_t *dqn = NULL;
-    const fl_dqn_config_t cfg = {.max_batch = B, .num_actions = A, .huber_delta = 1.0f, .grad_clip = 10.0f};
-    assert_int_equal(fl_dqn_create(&cfg, &dqn, &err), FL_OK);
-    const size_t D = (size_t)fl_qnet_obs_dim(on), P = fl_qnet_num_params(on);
-    unsigned char *u8 = malloc(2 * B * D);
-    float *f = malloc(2 * B * D * 4), *g_ref = malloc(P * 4), rew[6], disc[6], prio[2][6];
-    int32_t act[6];
-    for (size_t i = 0; i < 2 * B * D; i++)
-        u8[i] = fl_rng_uniform(&g_rng, 0, 1) < density ? (unsigned char)fl_rng_below(&g_rng, 256) : 0;
-    assert_int_equal(fl_dtype_to_float(FL_DTYPE_UINT8, u8, 2 * B * D, f), 0);
-    for (int b = 0; b < B; b++) {
-        act[b] = (int32_t)fl_rng_below(&g_rng, A);
-        rew[b] = (float)fl_rng_uniform(&g_rng, -1, 1);
-        disc[b] = b % 3 ? 0.97f : 0.0f;
-    }
-    fl_dqn_batch_t batch = {
-        .size = B, .obs = f, .actions = act, .rewards = rew, .discounts = disc, .next_obs = f + B * D};
-    fl_dqn_stats_t st[2];
-    assert_int_equal(fl_dqn_compute(dqn, on, tg, &batch, prio[0], &st[0], &err), FL_OK);
-    memcpy(g_ref, fl_qnet_grads(on), P * 4);
-    batch.obs = batch.next_obs = NULL;
-    batch.raw_dtype = FL_DTYPE_UINT8;
-    batch.obs_raw = u8;
-    batch.next_raw = u8 + B * D;
-    assert_int_equal(fl_dqn_compute(dqn, on, tg, &batch, prio[1], &st[1], &err), FL_OK);
-    assert_memory_equal(&st[1].loss, &st[0].loss, sizeof(float));
-    assert_memory_equal(prio[1], prio[0], sizeof prio[0]);
-    assert_memory_equal(fl_qnet_grads(on), g_ref, P * 4);
-    if (density < 1) expect_sparse(on, B, t.spec, 1, "last forward: sparse");
-    batch.next_raw = NULL; /* a raw batch needs both columns */
-    assert_int_equal(fl_dqn_compute(dqn, on, tg, &batch, prio[1], &st[1], &err), FL_INVALID_ARGUMENT);
-    free(u8), free(f), free(g_ref);
-    fl_dqn_destroy(dqn);
-    fl_qnet_destroy(on);
-    fl_qnet_destroy(tg);
-}
-
-static void test_dqn_raw_obs(void **state) {
-    NEED_DNNL();
-    dqn_raw_obs((net_case_t){"conv(8,4,2) relu conv(16,3,1) relu flatten dense(512) relu dueling", 14, 14, 4, 5, 0}, 1);
-    /* the MinAtar configs' MLP on planes with 8% of their bytes set: the first layer goes sparse */
-    dqn_raw_obs((net_case_t){"dense(128) relu dense(128) relu dueling", 10, 10, 4, 5, 255.0f}, 0.08f);
-}
-
 /* ---- backend switching ------------------------------------------------------------------- */
 
 static void test_backend_switch(void **state) {
@@ -1693,9 +1456,9 @@ int main(void) {
         cmocka_unit_test(test_image_conv),
         cmocka_unit_test(test_no_reference_impls),
         cmocka_unit_test(test_plan_eviction), cmocka_unit_test(test_two_threads),
-        cmocka_unit_test(test_signals),       cmocka_unit_test(test_dqn_steps),
+        cmocka_unit_test(test_signals),
         cmocka_unit_test(test_backend_switch), cmocka_unit_test(test_params_change),
-        cmocka_unit_test(test_forward_obs), cmocka_unit_test(test_dqn_raw_obs), cmocka_unit_test(test_onednn_alone),
+        cmocka_unit_test(test_forward_obs), cmocka_unit_test(test_onednn_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
