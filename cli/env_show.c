@@ -1,7 +1,8 @@
 /* `fleet env play` and `fleet env record`: looking at an environment.
  *
  * Both run one instance of a built-in or plugin env (seeded like env 0 of a run with
- * --seed) and draw it with the env's render function.
+ * --seed) and draw it with the env's render function; play shows the observation as
+ * text instead for an env without one (numbers, or a character a cell: print_obs).
  *
  * play is turn-based: every key press is one step. Keys find actions by their names
  * (fl_env_def_t.action_name): the arrows, WASD and hjkl move (left/right/up/down), space
@@ -18,8 +19,11 @@
  * --checkpoint RUN_DIR|FILE the trained agent's (cli/agent.h: the run's config, with
  * --config, --set and the env options given here as overrides; greedy unless --epsilon),
  * seeded with --seed (default run.seed) as `fleet eval` seeds its episode 0.
- * Exit codes: 0; 1 for runtime failures (an env that cannot render, a failed recording,
- * MP4 without ffmpeg); 2 for usage and configuration errors. */
+ * Exit codes: 0; 1 for runtime failures (recording an env that cannot render, a failed
+ * recording, MP4 without ffmpeg); 2 for usage and configuration errors.
+ *
+ * The env options these verbs share with `fleet env check` (--plugin, --args, --seed,
+ * --sticky, --ramping, --rng) are parsed here, by fl_env_cli_opt (cli/verbs.h). */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -32,6 +36,7 @@
 #include <unistd.h>
 
 #include "common/config.h"
+#include "common/obs.h"
 #include "common/rng.h"
 #include "envs/factory.h"
 #include "envs/registry.h"
@@ -44,10 +49,8 @@
 #define MAX_SETS 64
 
 typedef struct show_opts {
-    const char *name, *plugin, *out;
-    uint64_t seed;
-    int seed_given;
-    fl_env_options_t env;
+    const char *name, *out;
+    fl_env_cli_opts_t e;               /* --plugin, --seed and the env's options */
     int plain, width;                  /* play */
     int64_t max_steps;                 /* record: steps of an episode */
     int frames, columns, scale, delay; /* record */
@@ -82,23 +85,20 @@ static void instance_free(instance_t *in) {
 static fl_status instance_open(instance_t *in, const fl_env_def_t *def, const show_opts_t *o, fl_err_t *err) {
     memset(in, 0, sizeof *in);
     in->def = def;
-    if (!def->render)
-        return fl_err_set(err, FL_FAILED_PRECONDITION, "env '%s' has no render function, so it cannot be shown",
-                          def->name);
     in->state = calloc(1, def->state_size ? def->state_size : 1);
     in->obs = malloc(fl_env_obs_size(def));
-    in->rgb = malloc((size_t)def->render_width * (size_t)def->render_height * 3);
-    if (!in->state || !in->obs || !in->rgb) {
+    if (def->render) in->rgb = malloc((size_t)def->render_width * (size_t)def->render_height * 3);
+    if (!in->state || !in->obs || (def->render && !in->rgb)) {
         instance_free(in);
         return fl_err_set(err, FL_NO_MEMORY, "env '%s': out of memory", def->name);
     }
-    fl_status st = fl_env_configure(def, in->state, &o->env, 0, err);
+    fl_status st = fl_env_configure(def, in->state, &o->e.env, 0, err);
     if (st != FL_OK) {
         instance_free(in);
         return st;
     }
-    fl_rng_init_stream(&in->rng, o->seed, 0);
-    fl_rng_init_stream(&in->act_rng, o->seed, ACTION_RNG_STREAM);
+    fl_rng_init_stream(&in->rng, o->e.seed, 0);
+    fl_rng_init_stream(&in->act_rng, o->e.seed, ACTION_RNG_STREAM);
     return FL_OK;
 }
 
@@ -153,25 +153,20 @@ static int env_set(show_opts_t *o, int slot, const char *key, const char *v) {
     return add_set(o, o->env_sets[slot]);
 }
 
-/* The env options of play and record (a with value v): 0 taken, 1 not one of them, 2
- * after printing what was wrong. */
-static int parse_env_opt(const char *verb, const char *a, const char *v, show_opts_t *o) {
+int fl_env_cli_opt(const char *verb, const char *a, const char *v, fl_env_cli_opts_t *o, const char **key) {
     int64_t n = 0;
+    const char *k = NULL;
     if (strcmp(a, "--plugin") == 0) {
         o->plugin = v;
-        return env_set(o, 0, "env.plugin", v);
-    }
-    if (strcmp(a, "--args") == 0) {
+        k = "env.plugin";
+    } else if (strcmp(a, "--args") == 0) {
         o->env.args = v;
-        return env_set(o, 1, "env.args", v);
-    }
-    if (strcmp(a, "--seed") == 0) {
+        k = "env.args";
+    } else if (strcmp(a, "--seed") == 0) {
         if (fl_env_opt_int(verb, a, v, 0, INT64_MAX, &n)) return 2;
         o->seed = (uint64_t)n;
         o->seed_given = 1;
-        return 0;
-    }
-    if (strcmp(a, "--sticky") == 0) {
+    } else if (strcmp(a, "--sticky") == 0) {
         char *end = NULL;
         double p = strtod(v, &end);
         if (end == v || *end || !(p >= 0 && p <= 1)) {
@@ -179,22 +174,46 @@ static int parse_env_opt(const char *verb, const char *a, const char *v, show_op
             return 2;
         }
         o->env.sticky_prob = (float)p;
-        return env_set(o, 2, "env.sticky_actions", v);
-    }
-    if (strcmp(a, "--ramping") == 0) {
+        k = "env.sticky_actions";
+    } else if (strcmp(a, "--ramping") == 0) {
         if (fl_env_opt_int(verb, a, v, 0, 1, &n)) return 2;
         o->env.difficulty_ramping = (int)n;
-        return env_set(o, 3, "env.difficulty_ramping", v);
-    }
-    if (strcmp(a, "--rng") == 0) {
+        k = "env.difficulty_ramping";
+    } else if (strcmp(a, "--rng") == 0) {
         if (strcmp(v, "fleet") != 0 && strcmp(v, "reference") != 0) {
             fprintf(stderr, "fleet env %s: --rng expects 'fleet' or 'reference', got '%s'\n", verb, v);
             return 2;
         }
         o->env.reference_rng = strcmp(v, "reference") == 0;
-        return env_set(o, 4, "env.rng", v);
+        k = "env.rng";
+    } else {
+        return 1;
     }
-    return 1;
+    if (key) *key = k;
+    return 0;
+}
+
+fl_status fl_env_cli_resolve(const fl_env_cli_opts_t *o, const char *name, const fl_env_def_t **def, fl_err_t *err) {
+    const char *plugin = o->plugin && *o->plugin ? o->plugin : NULL;
+    if (!plugin && (!name || !*name)) {
+        *def = NULL;
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "missing env name (see `fleet env list`)");
+    }
+    return fl_env_resolve(plugin, name, def, err);
+}
+
+/* The env options of play and record (a with value v): 0 taken, 1 not one of them, 2
+ * after printing what was wrong. Each but --seed is also the env.* key that overrides
+ * the agent's config with it (record --checkpoint). */
+static int parse_env_opt(const char *verb, const char *a, const char *v, show_opts_t *o) {
+    static const char *const keys[5] = {"env.plugin", "env.args", "env.sticky_actions", "env.difficulty_ramping",
+                                        "env.rng"};
+    const char *key = NULL;
+    int rc = fl_env_cli_opt(verb, a, v, &o->e, &key);
+    if (rc || !key) return rc;
+    for (int slot = 0; slot < 5; slot++)
+        if (strcmp(key, keys[slot]) == 0) return env_set(o, slot, key, v);
+    return 0;
 }
 
 /* record's own options: 0 taken, 1 not one of them, 2 after printing what was wrong. */
@@ -292,7 +311,7 @@ static int parse_opts(const char *verb, int argc, char **argv, show_opts_t *o) {
 }
 
 static fl_status resolve(const show_opts_t *o, const fl_env_def_t **def, fl_err_t *err) {
-    return fl_env_resolve(o->plugin && *o->plugin ? o->plugin : NULL, o->name, def, err);
+    return fl_env_cli_resolve(&o->e, o->name, def, err);
 }
 
 /* ---- Terminal drawing ---------------------------------------------------------------- */
@@ -342,6 +361,112 @@ static void draw_frame(FILE *f, const uint8_t *rgb, int w, int h, int cols, int 
         }
         fputs(plain ? "\n" : "\x1b[0m\n", f);
     }
+}
+
+/* ---- Observations as text (play, for an env without render) ------------------------- */
+
+/* Element i of an observation as a double (bfloat16 widened; 0 for unknown dtypes). */
+static double obs_value(fl_dtype dt, const void *obs, size_t i) {
+    switch (dt) {
+    case FL_DTYPE_FLOAT32: return ((const float *)obs)[i];
+    case FL_DTYPE_UINT8: return ((const uint8_t *)obs)[i];
+    case FL_DTYPE_INT32: return ((const int32_t *)obs)[i];
+    case FL_DTYPE_INT64: return (double)((const int64_t *)obs)[i];
+    case FL_DTYPE_BFLOAT16: {
+        uint32_t bits = (uint32_t)((const uint16_t *)obs)[i] << 16;
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        return f;
+    }
+    default: return 0.0;
+    }
+}
+
+#define OBS_NUMBERS_MAX 256 /* a vector longer than this prints its first numbers only */
+
+/* Prints the observation as text, at most `cols` characters wide: a vector (or any
+ * observation of up to 16 numbers) as its numbers; a small (H, W) grid as a matrix of
+ * numbers; a larger grid or an image (H, W, C...) as one character a cell (up to cols x
+ * 40 cells; a bigger one sampled down, two rows of cells a line): for one channel a ramp from the minimum to the maximum, for
+ * several the lowest non-zero channel's index (0-9, a-z; '.' when all are 0), as MinAtar's
+ * pictures colour a cell. A line of minimum, maximum and mean comes first. */
+static void print_obs(FILE *f, const fl_env_def_t *def, const void *obs, int cols) {
+    const fl_dtype dt = def->obs.dtype;
+    const size_t n = fl_env_obs_count(def);
+    char shape[64];
+    fl_obs_spec_format_shape(&def->obs, shape, sizeof shape);
+    double lo = 0, hi = 0, sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = obs_value(dt, obs, i);
+        if (i == 0 || v < lo) lo = v;
+        if (i == 0 || v > hi) hi = v;
+        sum += v;
+    }
+    fprintf(f, "obs %s %s: min %g max %g mean %g\n", fl_dtype_name(dt), shape, lo, hi, n ? sum / (double)n : 0.0);
+    const int rank = def->obs.rank;
+    const int h = rank >= 2 ? def->obs.shape[0] : 1, w = rank >= 2 ? def->obs.shape[1] : (int)n;
+    const size_t c = rank >= 2 ? n / ((size_t)h * (size_t)w) : 1;
+    if (rank < 2 || n <= 16) { /* numbers, wrapped */
+        int used = 0;
+        size_t shown = n < OBS_NUMBERS_MAX ? n : OBS_NUMBERS_MAX;
+        for (size_t i = 0; i < shown; i++) {
+            char num[32];
+            int len = snprintf(num, sizeof num, "%.6g", obs_value(dt, obs, i));
+            if (used && used + 1 + len > cols) {
+                fputc('\n', f);
+                used = 0;
+            }
+            used += fprintf(f, "%s%s", used ? " " : "", num);
+        }
+        if (shown < n) fprintf(f, "%s... (%zu more)", used ? " " : "", n - shown);
+        fputc('\n', f);
+        return;
+    }
+    if (c == 1 && w * 8 <= cols && h <= 24) { /* a matrix of numbers */
+        for (int y = 0; y < h; y++) {
+            for (int x = 0; x < w; x++) fprintf(f, "%8.3g", obs_value(dt, obs, (size_t)y * (size_t)w + (size_t)x));
+            fputc('\n', f);
+        }
+        return;
+    }
+    /* One character a cell, sampled down to fit. */
+    static const char ramp[] = " .:-=+*#%@";
+    static const char chan[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    int ow = w, oh = h; /* a cell a character up to cols x 40; beyond, sampled with text's 1:2 aspect */
+    if (w > cols || h > 40) {
+        double sx = (double)w / cols > (double)h / 80 ? (double)w / cols : (double)h / 80;
+        ow = (int)(w / sx);
+        oh = (int)(h / (2 * sx));
+    }
+    if (ow < 1) ow = 1;
+    if (oh < 1) oh = 1;
+    for (int oy = 0; oy < oh; oy++) {
+        fputc('|', f);
+        for (int ox = 0; ox < ow; ox++) {
+            size_t y = (size_t)oy * (size_t)h / (size_t)oh, x = (size_t)ox * (size_t)w / (size_t)ow;
+            size_t base = (y * (size_t)w + x) * c;
+            char ch;
+            if (c == 1) {
+                double v = obs_value(dt, obs, base);
+                int k = hi > lo ? (int)((v - lo) / (hi - lo) * (double)(sizeof ramp - 2) + 0.5) : 0;
+                ch = ramp[k < 0 ? 0 : k > (int)sizeof ramp - 2 ? (int)sizeof ramp - 2 : k];
+            } else {
+                ch = '.';
+                for (size_t k = 0; k < c; k++)
+                    if (obs_value(dt, obs, base + k) != 0) {
+                        ch = k < sizeof chan - 1 ? chan[k] : '+';
+                        break;
+                    }
+            }
+            fputc(ch, f);
+        }
+        fputs("|\n", f);
+    }
+    if (c == 1)
+        fprintf(f, "(%d x %d%s; ' .:-=+*#%%@' from min to max)\n", h, w, ow < w || oh < h ? ", sampled" : "");
+    else
+        fprintf(f, "(%d x %d x %zu%s; a cell shows its lowest non-zero channel, '.' none)\n", h, w, c,
+                ow < w || oh < h ? ", sampled" : "");
 }
 
 /* ---- play -------------------------------------------------------------------------- */
@@ -407,7 +532,7 @@ static void print_keys(FILE *f, const fl_env_def_t *def) {
 }
 
 static int env_play(int argc, char **argv) {
-    show_opts_t o = {.seed = 1, .env = {.sticky_prob = 0.0f, .difficulty_ramping = 1, .args = ""}};
+    show_opts_t o = {.e = {.seed = 1, .env = {.sticky_prob = 0.0f, .difficulty_ramping = 1, .args = ""}}};
     int rc = parse_opts("play", argc, argv, &o);
     if (rc) return rc;
     fl_err_t err;
@@ -421,7 +546,11 @@ static int env_play(int argc, char **argv) {
     int tty_in = isatty(STDIN_FILENO), tty_out = isatty(STDOUT_FILENO);
     int plain = o.plain || !tty_out;
     int cols = o.width;
-    if (!cols) {
+    if (!cols && !def->render) { /* the observation as text, as wide as the terminal allows */
+        struct winsize ws;
+        int have = tty_out && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 8;
+        cols = have && ws.ws_col - 1 < 80 ? ws.ws_col - 1 : 80;
+    } else if (!cols) {
         struct winsize ws;
         int have = tty_out && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 8;
         cols = have ? ws.ws_col - 1 : 40;
@@ -451,11 +580,15 @@ static int env_play(int argc, char **argv) {
     float reward = 0;
     const char *ended = "";
     for (;;) {
-        render(&in);
         if (!plain) fputs("\x1b[H\x1b[2J", stdout);
         printf("%s  episode %d  step %lld  reward %g  return %g%s\n", def->name, episodes, (long long)in.steps,
                (double)reward, in.ret, ended);
-        draw_frame(stdout, in.rgb, def->render_width, def->render_height, cols, plain);
+        if (def->render) {
+            render(&in);
+            draw_frame(stdout, in.rgb, def->render_width, def->render_height, cols, plain);
+        } else {
+            print_obs(stdout, def, in.obs, cols);
+        }
         print_keys(stdout, def);
         fflush(stdout);
         int key, action;
@@ -601,7 +734,7 @@ static int record_agent(const show_opts_t *o) {
         return 2;
     }
     fl_agent_settings_t s = {.episodes = 1, .epsilon = o->epsilon_given ? o->epsilon : cfg.eval_epsilon,
-                             .seed = o->seed_given ? o->seed : (uint64_t)cfg.run_seed, .max_steps = o->max_steps,
+                             .seed = o->e.seed_given ? o->e.seed : (uint64_t)cfg.run_seed, .max_steps = o->max_steps,
                              .parallel = 1};
     fl_agent_t *a = NULL;
     fl_status st = fl_agent_open(&cfg, checkpoint, &s, &a, &err);
@@ -629,8 +762,7 @@ static int record_agent(const show_opts_t *o) {
 }
 
 static int env_record(int argc, char **argv) {
-    show_opts_t o = {.seed = 1,
-                     .env = {.sticky_prob = 0.1f, .difficulty_ramping = 1, .args = ""},
+    show_opts_t o = {.e = {.seed = 1, .env = {.sticky_prob = 0.1f, .difficulty_ramping = 1, .args = ""}},
                      .max_steps = 1000,
                      .frames = 16,
                      .columns = 8,
