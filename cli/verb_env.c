@@ -1,4 +1,8 @@
-/* `fleet env`: inspect and benchmark the built-in environments; and `fleet help config`.
+/* `fleet env`: list and benchmark environments, built-in or a plugin's (--plugin PATH);
+ * `check`, `play` and `record` are in cli/env_check.c and cli/env_show.c.
+ *
+ * `fleet env list` prints the built-ins with their spaces, or with --plugin PATH the
+ * plugin's env alone (with env.plugin set, env.name can name no other).
  *
  * `fleet env bench` measures raw environment throughput on one core: random actions
  * (fleet's rng), every observation written, episodes reset at termination and at the
@@ -8,7 +12,8 @@
  * the bench format of docs/benchmarks.md (`{"bench":"env","case":...,"value":...,"unit":"steps/s",
  * "cores":N}`). The core count is the number online; the bench itself uses one. With no
  * name it benches one env of each family (classic, MinAtar, three Atari games), each case
- * for at most 3 s; --all benches every registered env (104 Atari games: hours). */
+ * for at most 3 s; --all benches every registered env (104 Atari games: hours). With
+ * --plugin PATH the plugin's env is benched as a named env is, beside any built-ins named. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +25,7 @@
 #include "common/config.h"
 #include "common/dtype.h"
 #include "common/rng.h"
+#include "envs/core/plugin.h"
 #include "envs/registry.h"
 #include "envs/core/vecenv.h"
 #include "cli/verbs.h"
@@ -36,15 +42,14 @@ static void print_env(const fl_env_def_t *d) {
            d->num_actions, d->max_episode_steps, d->description ? d->description : "");
 }
 
-/* Applies the default [env] options to one zeroed instance, where the env takes any. */
-static fl_status configure_instance(const fl_env_def_t *def, void *state, fl_err_t *err) {
-    fl_env_options_t opts = {.sticky_prob = 0.0f, .difficulty_ramping = 0, .reference_rng = 0, .args = ""};
-    return fl_env_configure(def, state, &opts, 0, err);
-}
+/* The [env] options of the bench: no sticky actions, no difficulty ramping, no args. */
+static const fl_env_options_t bench_opts = {.sticky_prob = 0.0f, .difficulty_ramping = 0, .reference_rng = 0,
+                                            .args = ""};
 
 /* Steps one instance `steps` times, or until max_s seconds passed (0: no limit; looked at
  * every 256 steps); *rate receives steps per second. */
-static fl_status bench_single(const fl_env_def_t *def, int64_t steps, double max_s, double *rate, fl_err_t *err) {
+fl_status fl_env_bench_single(const fl_env_def_t *def, const fl_env_options_t *opts, int64_t steps, double max_s,
+                              double *rate, fl_err_t *err) {
     fl_status st = FL_OK;
     size_t ss = def->state_size ? (def->state_size + 63) / 64 * 64 : 64;
     void *state = aligned_alloc(64, ss);
@@ -54,7 +59,7 @@ static fl_status bench_single(const fl_env_def_t *def, int64_t steps, double max
         st = fl_err_set(err, FL_NO_MEMORY, "env '%s': out of memory", def->name);
         goto done;
     }
-    st = configure_instance(def, state, err);
+    st = fl_env_configure(def, state, opts, 0, err);
     if (st != FL_OK) goto done;
     fl_rng_t env_rng, act_rng;
     fl_rng_init_stream(&env_rng, BENCH_SEED, 0);
@@ -101,8 +106,7 @@ static fl_status bench_vec(const fl_env_def_t *def, int k, int64_t steps, double
         st = fl_err_set(err, FL_NO_MEMORY, "env '%s': out of memory for %d instances", def->name, k);
         goto done;
     }
-    const fl_env_options_t opts = {.sticky_prob = 0.0f, .difficulty_ramping = 0, .reference_rng = 0, .args = ""};
-    st = fl_vecenv_configure(ve, &opts, err);
+    st = fl_vecenv_configure(ve, &bench_opts, err);
     if (st != FL_OK) goto done;
     fl_rng_t act_rng;
     fl_rng_init_stream(&act_rng, BENCH_SEED, 1u << 20);
@@ -137,6 +141,26 @@ static const char *const quick_set[] = {"cartpole", "minatar-breakout", "atari-p
                                         "atari-space_invaders"};
 #define BENCH_QUICK_S 3.0
 
+/* --plugin PATH of list and bench: the plugin's env into *def. Returns 0, or 2 after
+ * printing why the plugin does not load. */
+static int load_plugin(const char *verb, const char *path, const fl_env_def_t **def) {
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_env_load_plugin(path, NULL, def, &err) == FL_OK) return 0;
+    fprintf(stderr, "fleet env %s: %s\n", verb, err.msg);
+    return 2;
+}
+
+/* Finds --plugin PATH (or --plugin=PATH) in argv[2..]: NULL when absent, "" when its
+ * value is missing. */
+static const char *plugin_arg(int argc, char **argv) {
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--plugin") == 0) return i + 1 < argc ? argv[i + 1] : "";
+        if (strncmp(argv[i], "--plugin=", 9) == 0) return argv[i] + 9;
+    }
+    return NULL;
+}
+
 static int env_bench(int argc, char **argv) {
     int64_t steps = 1000000, k = 16;
     int json = 0, all = 0, steps_given = 0;
@@ -146,6 +170,15 @@ static int env_bench(int argc, char **argv) {
         fprintf(stderr, "fleet env bench: out of memory\n");
         return 1;
     }
+    /* --plugin PATH: its env is benched, and a name given that is its env's means it. */
+    const char *plugin = plugin_arg(argc, argv);
+    const fl_env_def_t *pdef = NULL;
+    if (plugin && !plugin[0]) {
+        fprintf(stderr, "fleet env bench: --plugin needs a path\n");
+        goto usage;
+    }
+    if (plugin && load_plugin("bench", plugin, &pdef)) goto usage;
+    int pdef_named = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
@@ -160,10 +193,17 @@ static int env_bench(int argc, char **argv) {
             json = 1;
         } else if (strcmp(a, "--all") == 0) {
             all = 1;
+        } else if (strcmp(a, "--plugin") == 0) {
+            i++; /* taken above */
+        } else if (strncmp(a, "--plugin=", 9) == 0) {
+            continue;
         } else if (a[0] == '-') {
-            fprintf(stderr, "fleet env bench: unknown option '%s' (expected --steps N, --envs K, --all, --json)\n",
-                    a);
+            fprintf(stderr, "fleet env bench: unknown option '%s' (expected --steps N, --envs K, --all, --json, "
+                            "--plugin PATH)\n", a);
             goto usage;
+        } else if (pdef && strcmp(a, pdef->name) == 0) {
+            if (!pdef_named) defs[ndefs++] = pdef;
+            pdef_named = 1;
         } else {
             fl_err_t err;
             fl_err_init(&err);
@@ -177,9 +217,10 @@ static int env_bench(int argc, char **argv) {
     /* No name: the quick set (the Atari games where this build has them), each case capped
      * in time unless --steps was given; --all: every registered env, --steps each. */
     double max_s = 0;
-    int quick = ndefs == 0 && !all;
+    int quick = ndefs == 0 && !all && !pdef;
     if (ndefs == 0 && all)
         for (int i = 0; i < fl_env_count(); i++) defs[ndefs++] = fl_env_at(i);
+    if (pdef && !pdef_named) defs[ndefs++] = pdef; /* benched like a named env */
     if (quick) {
         for (size_t i = 0; i < sizeof quick_set / sizeof quick_set[0]; i++) {
             fl_err_t err;
@@ -213,7 +254,7 @@ static int env_bench(int argc, char **argv) {
             fl_status st;
             if (c == 0) {
                 snprintf(cname, sizeof cname, "single");
-                st = bench_single(d, steps, max_s, &rate, &err);
+                st = fl_env_bench_single(d, &bench_opts, steps, max_s, &rate, &err);
             } else {
                 snprintf(cname, sizeof cname, "vec%lld", (long long)k);
                 st = bench_vec(d, (int)k, steps, max_s, &rate, &err);
@@ -238,22 +279,44 @@ usage:
     return 2;
 }
 
-int fl_verb_env(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "fleet env: missing subcommand (expected list, bench, play or record)\n");
-        return 2;
-    }
-    if (strcmp(argv[1], "list") == 0) {
-        if (argc > 2) {
-            fprintf(stderr, "fleet env list: unexpected argument '%s'\n", argv[2]);
+/* `fleet env list`: the built-ins; with --plugin PATH the plugin's env only, the one env
+ * a run with env.plugin = PATH can select. */
+static int env_list(int argc, char **argv) {
+    const char *plugin = NULL;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--plugin") == 0 && i + 1 < argc && !plugin) {
+            plugin = argv[++i];
+        } else if (strncmp(argv[i], "--plugin=", 9) == 0 && argv[i][9] && !plugin) {
+            plugin = argv[i] + 9;
+        } else if (strncmp(argv[i], "--plugin", 8) == 0) {
+            fprintf(stderr, "fleet env list: --plugin takes one path (--plugin PATH)\n");
+            return 2;
+        } else {
+            fprintf(stderr, "fleet env list: unexpected argument '%s' (expected nothing, or --plugin PATH)\n", argv[i]);
             return 2;
         }
-        printf("built-in environments (%d):\n", fl_env_count());
-        for (int i = 0; i < fl_env_count(); i++) print_env(fl_env_at(i));
+    }
+    if (plugin) {
+        const fl_env_def_t *def = NULL;
+        if (load_plugin("list", plugin, &def)) return 2;
+        printf("plugin %s (1 environment; `fleet env list` without --plugin lists the built-ins):\n", plugin);
+        print_env(def);
         return 0;
     }
+    printf("built-in environments (%d):\n", fl_env_count());
+    for (int i = 0; i < fl_env_count(); i++) print_env(fl_env_at(i));
+    return 0;
+}
+
+int fl_verb_env(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "fleet env: missing subcommand (expected list, bench, check, play or record)\n");
+        return 2;
+    }
+    if (strcmp(argv[1], "list") == 0) return env_list(argc, argv);
     if (strcmp(argv[1], "bench") == 0) return env_bench(argc, argv);
+    if (strcmp(argv[1], "check") == 0) return fl_env_check(argc, argv);
     if (strcmp(argv[1], "play") == 0 || strcmp(argv[1], "record") == 0) return fl_env_show(argc, argv);
-    fprintf(stderr, "fleet env: unknown subcommand '%s' (expected list, bench, play or record)\n", argv[1]);
+    fprintf(stderr, "fleet env: unknown subcommand '%s' (expected list, bench, check, play or record)\n", argv[1]);
     return 2;
 }
