@@ -1,7 +1,7 @@
 /* fleet: the command. One binary, one verb per role:
  *   fleet run [CONFIG] [--set k=v]...     launch and supervise a whole fleet
  *   fleet replay | paramserver | actor | learner | evaluator ...   run one role (the launcher starts these)
- *   fleet env list                        the built-in environments
+ *   fleet env list|check|bench|play|record   inspect and check environments, built-in or plugins
  *   fleet plot RUN_DIR                    draw a run's learning curve (curve.png, with gnuplot)
  *   fleet eval RUN_DIR|CHECKPOINT         play and measure a trained agent, or record it
  *   fleet certs DIR                       make a fleet's TLS credentials (run.tls_dir)
@@ -164,22 +164,40 @@ static const verb_t verbs[] = {
      "  --resume                 continue from run.checkpoint_dir/evaluator-I.state (rounds, seeds)\n"
      COMMON_OPTS,
      fl_verb_evaluator},
-    {"env", "inspect environments",
-     "usage: fleet env list\n"
-     "       fleet env bench [NAME...|--all] [--steps N] [--envs K] [--json]\n"
-     "  list                     every built-in environment with its observation and action spaces\n"
+    {"env", "inspect and check environments",
+     "usage: fleet env list [--plugin PATH]\n"
+     "  list                     every built-in environment with its observation and action spaces; with\n"
+     "                           --plugin PATH the plugin's env alone (the one env.name it allows)\n"
+     "       fleet env check NAME [--episodes N] [--steps N] [env options]\n"
+     "       fleet env check --plugin PATH [NAME] [--episodes N] [--steps N] [env options]\n"
+     "  check                    does the env keep the contract of <fleet/env.h>? Plays N episodes of random\n"
+     "                           actions (default 5, each cut at --steps, default 1000) three times, as a\n"
+     "                           run's actors step them (env.max_episode_steps as truncation, a run's [env]\n"
+     "                           defaults, instance 0 of --seed): observations finite and within their\n"
+     "                           size, *terminated 0 or 1, rewards finite, the state within state_size, how\n"
+     "                           episodes ended; the same seed twice gives the same trajectory byte for\n"
+     "                           byte (another seed a different one, or a warning); render writes exactly\n"
+     "                           its declared image; action_name names every action; configure takes the\n"
+     "                           options; steps/s. One PASS/WARN/FAIL line per check (SKIP for what the env\n"
+     "                           lacks), each naming the field and value. Exit 0 when none failed, 1 when\n"
+     "                           one did (or the env crashed), 2 when the env does not load or an option is\n"
+     "                           wrong\n"
+     "       fleet env bench [NAME...|--all] [--plugin PATH] [--steps N] [--envs K] [--json]\n"
      "  bench                    raw steps/s of each named env on one core with random actions: one\n"
      "                           instance, then an fl_vecenv of K instances; with no name one env of each\n"
      "                           family (cartpole, minatar-breakout, three Atari games), at most 3 s a case;\n"
-     "                           --all every built-in (hours: 104 Atari games)\n"
+     "                           --all every built-in (hours: 104 Atari games); --plugin PATH: the plugin's\n"
+     "                           env too, as a named one (alone when no name is given)\n"
      "  --steps N                env steps per case (default 1000000)\n"
      "  --envs K                 instances in the vectorized case (default 16)\n"
      "  --json                   one JSON object per case: {\"bench\":\"env\",\"case\":\"NAME/single\",...}\n"
      "       fleet env play NAME [--plain] [--width COLS] [env options]\n"
      "  play                     step the env with the keyboard, one key per step, drawn in the terminal\n"
-     "                           (24-bit colour; --plain: characters). Arrows/wasd move, space fires,\n"
-     "                           '.'/Enter noop, a digit picks an action by index, r resets, q quits.\n"
-     "                           Keys come from stdin, so `printf 'ddd q' | fleet env play ...` scripts it\n"
+     "                           (24-bit colour; --plain: characters); an env without render shows its\n"
+     "                           observation as text (numbers, or a character a cell of a grid). Arrows/wasd\n"
+     "                           move, space fires, '.'/Enter noop, a digit picks an action by index, r\n"
+     "                           resets, q quits. Keys come from stdin, so `printf 'ddd q' | fleet env play\n"
+     "                           ...` scripts it\n"
      "  --width COLS             text columns of the picture (default: the terminal's, at most 80)\n"
      "       fleet env record NAME --out FILE.gif|FILE.mp4|FILE.png [--steps N] [--frames K] [--columns C]\n"
      "                        [--scale S] [--delay CS] [env options]\n"
@@ -195,11 +213,11 @@ static const verb_t verbs[] = {
      "  --frames K               frames in a PNG strip (default 16), laid out C per row (--columns, default 8)\n"
      "  --scale S                enlarge each frame S times (default 1); --delay CS: GIF frame delay, MP4 at\n"
      "                           100/CS frames per second (default 8)\n"
-     " env options (play and record):\n"
+     " env options (check, play and record):\n"
      "  --plugin PATH            load the env from a plugin shared object (see docs/custom-envs.md)\n"
      "  --args TEXT              env.args for the env; --seed N: the seed (default 1)\n"
-     "  --sticky P               sticky-action probability (play default 0, record default 0.1; with\n"
-     "                           --checkpoint the run's env.sticky_actions)\n"
+     "  --sticky P               sticky-action probability (play default 0, check and record default 0.1;\n"
+     "                           with --checkpoint the run's env.sticky_actions)\n"
      "  --ramping 0|1            difficulty ramping (default 1); --rng fleet|reference: the MinAtar generator\n",
      fl_verb_env},
     {"plot", "draw a run's learning curve, RUN_DIR/curve.png, with gnuplot",
