@@ -112,7 +112,12 @@ static int probe_configure(void *state, const fl_env_options_t *opts) {
 static void probe_init(const fl_env_def_t *real) {
     memset(&g_probe, 0, sizeof g_probe);
     g_probe.real = real;
-    g_probe.def = *real; /* name, spaces, limit, render, action_name and close (ABI 3) as they are */
+    /* name, spaces, limit, render, action_name and close as they are; a version-2
+     * definition ends before close, so it is not read there */
+    if (real->abi_version >= 3)
+        g_probe.def = *real;
+    else
+        memcpy(&g_probe.def, real, offsetof(fl_env_def_t, close));
     g_probe.def.state_size = real->state_size + GUARD;
     g_probe.def.reset = probe_reset;
     g_probe.def.step = probe_step;

@@ -9,7 +9,8 @@
  *    on broken plugins: a NaN observation, a terminal flag of 2, an unseeded rand(), an
  *    image larger than render_height x render_width declares, a crash in step;
  *  - usage and loading errors exit 2;
- *  - list and bench take --plugin; play prints the observation of an env without render. */
+ *  - list and bench take --plugin; play prints the observation of an env without render;
+ *  - a plugin of ABI version 2 (whose definition ends before close) is checked too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -66,6 +67,16 @@ static const char *const broken_src =
     "    memset(rgb, 9, 10 * 12 * 3 + (V == 4 ? 24 : 0));\n"
     "}\n"
     "#endif\n"
+    "#ifdef ABI2 /* a definition of version 2, which ends before close */\n"
+    "typedef struct {\n"
+    "    int abi_version; const char *name, *description; fl_obs_spec_t obs; int num_actions, max_episode_steps;\n"
+    "    size_t state_size; fl_env_reset_fn reset; fl_env_step_fn step; fl_env_render_fn render;\n"
+    "    int render_height, render_width; fl_env_configure_fn configure; fl_env_action_name_fn action_name;\n"
+    "} v2_def_t;\n"
+    "static const v2_def_t def2 = {2, \"walk\", 0, {FL_DTYPE_FLOAT32, 1, {3}}, 2, 30, sizeof(st_t), reset, step,\n"
+    "                              0, 0, 0, 0, 0};\n"
+    "FL_ENV_EXPORT const fl_env_def_t *fl_env_plugin(void) { return (const fl_env_def_t *)(const void *)&def2; }\n"
+    "#else\n"
     "static const fl_env_def_t def = {\n"
     "    .abi_version = FL_ENV_ABI_VERSION, .name = \"walk\", .obs = {FL_DTYPE_FLOAT32, 1, {3}},\n"
     "    .num_actions = 2, .max_episode_steps = 30, .state_size = sizeof(st_t), .reset = reset, .step = step,\n"
@@ -73,7 +84,8 @@ static const char *const broken_src =
     "    .render = render, .render_height = 10, .render_width = 12,\n"
     "#endif\n"
     "};\n"
-    "FL_ENV_EXPORT const fl_env_def_t *fl_env_plugin(void) { return &def; }\n";
+    "FL_ENV_EXPORT const fl_env_def_t *fl_env_plugin(void) { return &def; }\n"
+    "#endif\n";
 
 static int setup(void **state) {
     (void)state;
@@ -91,7 +103,8 @@ static int setup(void **state) {
     static const struct {
         const char *out, *defs;
     } builds[] = {{"good", "-DV=0"}, {"nan", "-DV=1"}, {"term2", "-DV=2"}, {"rand", "-DV=3"},
-                  {"render", "-DV=4"}, {"crash", "-DV=5"}, {"norender", "-DV=0 -DNORENDER"}};
+                  {"render", "-DV=4"}, {"crash", "-DV=5"}, {"norender", "-DV=0 -DNORENDER"},
+                  {"abi2", "-DV=0 -DNORENDER -DABI2"}};
     for (size_t i = 0; i < sizeof builds / sizeof builds[0]; i++) {
         char *out;
         int rc = shell_in(g_dir, &out, "%s -O1 -Wall -Werror -Wno-unused-function -shared -fPIC -I$S/include %s "
@@ -314,6 +327,17 @@ static void test_list_and_bench_plugin(void **state) {
     free(out);
 }
 
+/* A plugin built against a version-2 header (no close member) is checked like any. */
+static void test_abi2_plugin(void **state) {
+    (void)state;
+    char *out;
+    assert_int_equal(shell_in(g_dir, &out, "$F env check --plugin ./abi2.so"), 0);
+    assert_non_null(strstr(out, "PASS  definition    abi_version 2;"));
+    assert_non_null(strstr(out, "PASS  determinism"));
+    assert_null(strstr(out, "FAIL"));
+    free(out);
+}
+
 /* play on an env without render prints each observation's numbers; record still needs
  * render. */
 static void test_play_without_render(void **state) {
@@ -342,6 +366,7 @@ int main(void) {
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_list_and_bench_plugin),
         cmocka_unit_test(test_play_without_render),
+        cmocka_unit_test(test_abi2_plugin),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
