@@ -387,22 +387,29 @@ static double obs_value(fl_dtype dt, const void *obs, size_t i) {
 /* Prints the observation as text, at most `cols` characters wide: a vector (or any
  * observation of up to 16 numbers) as its numbers; a small (H, W) grid as a matrix of
  * numbers; a larger grid or an image (H, W, C...) as one character a cell (up to cols x
- * 40 cells; a bigger one sampled down, two rows of cells a line): for one channel a ramp from the minimum to the maximum, for
- * several the lowest non-zero channel's index (0-9, a-z; '.' when all are 0), as MinAtar's
- * pictures colour a cell. A line of minimum, maximum and mean comes first. */
+ * 40 cells; a bigger one sampled down, two rows of cells a line): for one channel a ramp
+ * from the minimum to the maximum ('?' for a value that is not finite), for several the
+ * lowest non-zero channel's index (0-9, a-z; '.' when all are 0), as MinAtar's pictures
+ * colour a cell. A line of minimum, maximum and mean comes first. */
 static void print_obs(FILE *f, const fl_env_def_t *def, const void *obs, int cols) {
     const fl_dtype dt = def->obs.dtype;
     const size_t n = fl_env_obs_count(def);
     char shape[64];
     fl_obs_spec_format_shape(&def->obs, shape, sizeof shape);
     double lo = 0, hi = 0, sum = 0;
+    size_t finite = 0;
     for (size_t i = 0; i < n; i++) {
         double v = obs_value(dt, obs, i);
-        if (i == 0 || v < lo) lo = v;
-        if (i == 0 || v > hi) hi = v;
+        if (!isfinite(v)) continue; /* shown as they are, or as '?' in a picture */
+        if (!finite || v < lo) lo = v;
+        if (!finite || v > hi) hi = v;
         sum += v;
+        finite++;
     }
-    fprintf(f, "obs %s %s: min %g max %g mean %g\n", fl_dtype_name(dt), shape, lo, hi, n ? sum / (double)n : 0.0);
+    fprintf(f, "obs %s %s: min %g max %g mean %g", fl_dtype_name(dt), shape, lo, hi,
+            finite ? sum / (double)finite : 0.0);
+    if (finite < n) fprintf(f, " (of the %zu finite values; %zu are not)", finite, n - finite);
+    fputc('\n', f);
     const int rank = def->obs.rank;
     const int h = rank >= 2 ? def->obs.shape[0] : 1, w = rank >= 2 ? def->obs.shape[1] : (int)n;
     const size_t c = rank >= 2 ? n / ((size_t)h * (size_t)w) : 1;
@@ -448,8 +455,8 @@ static void print_obs(FILE *f, const fl_env_def_t *def, const void *obs, int col
             char ch;
             if (c == 1) {
                 double v = obs_value(dt, obs, base);
-                int k = hi > lo ? (int)((v - lo) / (hi - lo) * (double)(sizeof ramp - 2) + 0.5) : 0;
-                ch = ramp[k < 0 ? 0 : k > (int)sizeof ramp - 2 ? (int)sizeof ramp - 2 : k];
+                int k = hi > lo && isfinite(v) ? (int)((v - lo) / (hi - lo) * (double)(sizeof ramp - 2) + 0.5) : 0;
+                ch = isfinite(v) ? ramp[k < 0 ? 0 : k > (int)sizeof ramp - 2 ? (int)sizeof ramp - 2 : k] : '?';
             } else {
                 ch = '.';
                 for (size_t k = 0; k < c; k++)
