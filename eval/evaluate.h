@@ -9,7 +9,7 @@
  * different batch size rounds differently). `parallel` instances step together with one
  * batched forward per step; an instance that finishes starts the next episode not yet
  * started. Each episode begins on a zeroed, configured, freshly reset instance (an
- * Atari instance takes the emulator the last one left, restarted as a new one: envs/atari.h).
+ * Atari instance takes the emulator the last one left, restarted as a new one: envs/atari/atari.h).
  *
  * An episode ends when the wrapped env terminates or truncates (its own step limit, the
  * wrappers' `maxsteps`, env.max_episode_steps), or after max_episode_steps agent steps

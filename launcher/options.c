@@ -10,7 +10,7 @@
 
 _Static_assert(FL_CONFIG_STRING_MAX <= FL_REPLAY_DIR_MAX, "replay.checkpoint_dir must fit the service's paths");
 
-/* The standard Atari protocols (env.preset): envs/wrappers.h FL_WRAPPERS_*. Evaluations
+/* The standard Atari protocols (env.preset): envs/core/wrappers.h FL_WRAPPERS_*. Evaluations
  * drop the training-only wrappers. */
 
 /* 1 when env `name` is built in with action 1 named fire (of 3 or more). */

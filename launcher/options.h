@@ -19,7 +19,7 @@
 #include "paramserver/server.h"
 #include "replay/server.h"
 
-/* env.*: the environment every role opens (envs/plugin.h). */
+/* env.*: the environment every role opens (envs/factory.h). */
 void fl_options_env(const fl_config_t *c, fl_env_factory_opts_t *out);
 
 /* fl_options_env, then fl_env_create_wrapped: the wrapped env of the config. Errors name

@@ -1,7 +1,7 @@
 /* frames: compact observation storage for the replay table.
  *
  * An observation is `stack` frames concatenated on its last axis, as the framestack
- * wrapper builds it (envs/wrappers.h): for an observation of shape (..., stack * C),
+ * wrapper builds it (envs/core/wrappers.h): for an observation of shape (..., stack * C),
  * channel k * C + c holds channel c of frame k. Without frame stacking stack is 1 and a
  * frame is the whole observation. A frame is frame_bytes = obs_bytes / stack bytes, laid
  * out as (..., C).

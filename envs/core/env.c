@@ -50,7 +50,7 @@ fl_status fl_env_validate(const fl_env_def_t *def, fl_err_t *err) {
     if (def->abi_version < FL_ENV_ABI_VERSION_MIN || def->abi_version > FL_ENV_ABI_VERSION)
         return fl_err_set(err, FL_FAILED_PRECONDITION,
                           "env '%s': abi_version is %d, this fleet expects %d..%d (rebuild the plugin "
-                          "against this envs/env.h)",
+                          "against this fleet's include/fleet/env.h)",
                           name, def->abi_version, FL_ENV_ABI_VERSION_MIN, FL_ENV_ABI_VERSION);
     if (!def->name || !def->name[0]) return fl_err_set(err, FL_INVALID_ARGUMENT, "env: name is empty");
     if (fl_dtype_size(def->obs.dtype) == 0)
