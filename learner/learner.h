@@ -1,80 +1,43 @@
 /* learner: the learner role (Ape-X or Gorila), training on the CPU or a GPU. It owns the
- * online and target Q-networks, the optimizer and the double-DQN update (learner/dqn.h
- * on the CPU, learner/dqn_cuda.h on a GPU), samples from the replay
- * shards (replay/client.h's sharded sampler: one batch drawn across all shards in
- * proportion to their priority mass, weights against the global minimum), sends the
- * new priorities back to the shard each key names and publishes the parameters to the
- * parameter server that the actors read.
+ * online and target Q-networks, the optimizer and the double-DQN update (learner/dqn.h on
+ * the CPU, learner/dqn_cuda.h on a GPU), samples one batch across the replay shards
+ * (replay/sharded.h), sends the new priorities back and publishes the parameters the
+ * actors read. Its threads, locks, loop, stop and retries are in docs/design.md, "A
+ * learner"; what a step is in each mode in "Two update modes" and docs/multi-host.md,
+ * "Several learners"; the checkpoint's format in "The learner checkpoint". Inside, a mode
+ * (learner/mode.h) says what a step is and a backend (learner/backend.h) where its update
+ * runs; create picks both.
+ *
+ * Options: fl_learner_opts_t below, not the run's configuration; launcher/options.h
+ * (fl_options_learner) maps the configuration onto them. The caller resolves env.name
+ * (the verb does it with the env registry) and passes the observation signature and
+ * the action count, so that this library does not depend on the environments.
  *
  * fl_learner_run, in order:
- *   1. publishes the initial parameters as version 1 at once (actors wait for them),
- *      retrying while the parameter server is not up; if the server already holds a
- *      newer version (a restarted learner), publishes as the held version + 1 -- except
- *      a lone apex learner without a checkpoint of its own (no learner.resume), which
- *      takes the held parameters instead (online and target; Adam's state starts afresh;
- *      stats.adopted_version), so that a learner restarted before its first checkpoint
- *      never sends random weights to the actors;
- *   2. waits until replay can sample (FAILED_PRECONDITION: too few transitions yet),
- *      logging the shard's answer every FL_LEARNER_LOG_EVERY_S seconds;
- *   3. loops: Sample learner.batch_size with beta = replay.beta, observations to float,
- *      one double-DQN step (fl_dqn_step), UpdatePriorities with |y - q|; every
- *      learner.target_update steps target <- online; every learner.publish_every steps
- *      Publish with version + 1; a report (fl_reporter_tick) every run.progress_every
- *      seconds with learner_steps, samples, the mean loss and the share of time spent
- *      in Sample over the reporting window, and the published version;
- *   4. stops on fl_learner_stop or fl_stop_requested(), when the launcher asks, or after
+ *   1. publishes the initial parameters as version 1, retrying while the parameter server
+ *      is not up; onto a server that already holds a newer version it publishes that
+ *      version + 1, except a lone apex learner without resume_path, which takes the held
+ *      parameters instead (online and target; the optimizer starts afresh;
+ *      stats.adopted_version), so that it never sends random weights to the actors;
+ *   2. waits while replay answers FAILED_PRECONDITION (too few transitions yet);
+ *   3. trains: Sample (learner.batch_size, beta = replay.beta), one double-DQN step,
+ *      priorities |y - q| back; a target copy every learner.target_update steps; apex:
+ *      Publish of version + 1 every learner.publish_every steps; checkpoints (below);
+ *      a report every run.progress_every;
+ *   4. stops on fl_learner_stop, fl_stop_requested(), the launcher's request or after
  *      learner.max_steps steps (0 = no limit): publishes the final parameters (one
- *      attempt, bounded by FL_LEARNER_RPC_TIMEOUT_MS), forces a last report and returns
- *      FL_OK.
- * A Sample, UpdatePriorities or Publish that fails because a service went away
- * (common/retry.h: UNAVAILABLE, DEADLINE_EXCEEDED, ...) is retried with its backoff while not
- * stopped, logged once per outage; the launcher decides when the fleet ends. A step
- * whose loss or gradient norm is not finite is skipped (parameters untouched, no
- * priorities sent) and logged.
+ *      attempt, bounded by FL_LEARNER_RPC_TIMEOUT_MS), forces a last report, returns FL_OK.
+ * A call that fails because a service went away (common/retry.h: UNAVAILABLE,
+ * DEADLINE_EXCEEDED, ...) is retried with its backoff while not stopped; the launcher
+ * decides when the fleet ends. A step whose loss or gradient norm is not finite is
+ * skipped (parameters untouched, no priorities sent; stats.skipped_steps).
  *
- * The learner takes its own options (fl_learner_opts_t), not the run's configuration:
- * launcher/options.h (fl_options_learner) maps the configuration to them. The caller resolves env.name
- * (the verb does it with the env registry), so that this library does not depend on the
- * environments: it gets the observation signature and the action count.
- * Inside, a mode (learner/mode.h: mode_apex.c, mode_group.c, mode_gorila.c) says what a
- * step is and a backend (learner/backend.h: backend_cpu.c, backend_cuda.c) where its
- * update runs; create picks both.
+ * learner.device: cpu; cuda (at create FL_UNIMPLEMENTED when the GPU library cannot be
+ * loaded, FL_NO_DEVICE without a GPU); auto (the GPU when there is one). On a GPU the CPU
+ * networks and optimizer stay as copies for checkpoints and publishes.
  *
- * Modes (learner.mode):
- *   apex, one learner     as above.
- *   apex, L > 1 learners  synchronous data parallelism: every learner samples its own
- *                         batch of learner.batch_size (the effective batch is L times
- *                         that), computes its gradient (fl_dqn_compute) and replaces it by
- *                         the mean over the learners (options.reduce, a ring all-reduce);
- *                         each then clips and steps its own optimizer, so all L networks
- *                         stay bit-identical. Learner 0's parameters, optimizer state and
- *                         counters are broadcast at the start (so a resumed learner 0
- *                         resumes all); only learner 0 publishes and writes checkpoints.
- *                         Stopping is collective: two extra floats ride on every reduce
- *                         (this learner has a gradient; this learner wants to stop), and
- *                         when any learner wants to stop, no one applies that step and all
- *                         leave the loop together, so no learner is left waiting.
- *   gorila                the parameter-server shards own the optimizer: learner 0
- *                         publishes the initial parameters (version 1); every learner
- *                         fetches the newest parameters every learner.fetch_every steps,
- *                         computes the gradient of its batch, clips it (learner.grad_clip)
- *                         and pushes it (fl_param_push) with the versions it was computed
- *                         from; the shards apply, drop or hold it by their staleness rules
- *                         (paramserver/server.h). The target network is a copy of the
- *                         fetched parameters every learner.target_update steps.
- *                         learner.slow_push_ms slows the last learner down on purpose
- *                         (tests of the staleness rules).
- * learner.device: cpu; cuda (built with CUDA and a GPU present, else FL_UNIMPLEMENTED /
- * FL_NO_DEVICE at create); auto (the GPU when there is one). On a GPU
- * (learner/dqn_cuda.h) the CPU networks and optimizer stay as copies for
- * checkpoints and publishes: a single apex learner runs a pipeline (batch k+1's copy to
- * the GPU overlaps update k; replay batches are page-locked once, so the GPU reads them
- * where the prefetch thread decoded them) and publishes from an asynchronous snapshot;
- * in an apex group the gradient goes through the host ring; Gorila learners upload the
- * fetched parameters and push the gradient computed on the GPU.
- *
- * Memory: everything is allocated at create; the training loop does not allocate
- * (beyond what the RPC layer does per call). create sets OpenBLAS to learner.threads and,
+ * Memory: everything is allocated at create; the training loop allocates nothing beyond
+ * what the RPC layer does per call. create sets OpenBLAS to learner.threads and,
  * with flush_denormals, the calling thread's floating-point mode (kernels/fpmode.h).
  * Thread-safety: one owner thread (fl_learner_stop and fl_learner_counters may be called
  * from any thread); fl_learner_run polls its stop flag and the process-wide one. */
