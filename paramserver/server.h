@@ -1,22 +1,26 @@
-/* server: the fleet.ParamServer gRPC service of one parameter-server shard.
+/* server: the fleet.ParamServer gRPC service of one parameter-server shard. Its threads,
+ * locks and stop are in docs/design.md, "A parameter-server shard"; the apex and gorila
+ * semantics in "Two update modes" and paramserver/store.h; the limits on what a client
+ * may do, with the messages it gets, in docs/security.md, "Parameter-server shards"; the
+ * gorila checkpoint's format in docs/design.md, "The parameter-server checkpoint".
+ * Options: fl_paramserver_service_opts_t below; launcher/options.h (fl_options_paramserver)
+ * maps a run's configuration onto them.
  *
  * Shard s of P (paramserver.shards) owns slice s of the flat vector as cut by
  * fl_param_shard_range (paramserver/shard.h); with P == 1 the whole vector. It serves
- * the store (paramserver/store.h, which defines the apex and gorila semantics) over
- * common/rpc:
+ * the store (paramserver/store.h) over common/rpc:
  *   Publish        validates the request (float32 tensor of shape (n,), 4n data bytes,
  *                  finite values, this shard's slice, a version above the held one and at
  *                  most paramserver.max_version_step above it, the length fixed by the
  *                  first publish) and makes it the held version (gorila: only the first
  *                  publish, which sets the initial parameters); answers the version now
- *                  held.
+ *                  held. A version not above the held one is FAILED_PRECONDITION, one too
+ *                  far above it INVALID_ARGUMENT, each naming the held version.
  *   Fetch          if_newer_than >= held version (or nothing published): version only,
- *                  has_params = false. Otherwise the held version's response, encoded once
- *                  per version and handed to gRPC by reference (no copy). dtype float32
- *                  (or unset) or bfloat16 (values rounded to nearest even, those beyond
- *                  the largest bfloat16 sent as the largest finite one of their sign; that
- *                  response is built by the first bfloat16 fetch of a version); anything
- *                  else is INVALID_ARGUMENT naming the accepted ones.
+ *                  has_params = false. Otherwise the held version's parameters, as dtype
+ *                  float32 (or unset) or bfloat16 (rounded to nearest even, values beyond
+ *                  the largest bfloat16 sent as the largest finite one of their sign);
+ *                  another dtype is INVALID_ARGUMENT naming the accepted ones.
  *   PushGradients  gorila only (apex: FAILED_PRECONDITION explaining learner.mode):
  *                  float32 `grads` or 1-bit `quantized` gradients (paramserver/quantize.h)
  *                  for this shard's slice from learner `learner` (< learner.count),
@@ -34,17 +38,10 @@
  * Malformed requests are answered INVALID_ARGUMENT naming the field; the service keeps
  * serving.
  *
- * Large messages: a request of FL_PARAMSERVER_LARGE_MESSAGE bytes or more (a Publish or
- * PushGradients of a big vector) is handled only while it holds one of
- * paramserver.max_large_messages slots (under the wait policy at least learner.count, so
- * that held push replies never starve the slowest learner); a request that finds none
- * free waits up to FL_PARAMSERVER_LARGE_WAIT_S, then is answered RESOURCE_EXHAUSTED
- * naming the limit (clients retry it). When the last large request in flight is done,
- * the freed memory is given back to the system (glibc malloc_trim), so that a burst of
- * large messages does not leave the process at its peak size.
- *
- * Threads: max(2, min(8, cores)) handler threads; with stale_policy = wait at least
- * learner.count + 2, because up to learner.count - 1 push replies may be held at once.
+ * A request of FL_PARAMSERVER_LARGE_MESSAGE bytes or more is handled only while it holds
+ * one of paramserver.max_large_messages slots (under the wait policy at least
+ * learner.count); one that finds none free within FL_PARAMSERVER_LARGE_WAIT_S is answered
+ * RESOURCE_EXHAUSTED naming the limit (clients retry it).
  *
  * Lifecycle: create (registers the methods), start (binds and serves), stop (releases
  * held push replies, refuses new calls, drains the ones in flight), destroy. Thread-safe
@@ -61,7 +58,7 @@
 
 typedef struct fl_paramserver_service fl_paramserver_service_t;
 
-/* A request this large needs a large-message slot (see above). */
+/* A request this large needs a large-message slot (see the file comment). */
 #define FL_PARAMSERVER_LARGE_MESSAGE (16u << 20)
 /* How long a large request waits for a slot. */
 #define FL_PARAMSERVER_LARGE_WAIT_S 2.0
@@ -92,7 +89,8 @@ typedef struct fl_paramserver_service_opts {
     uint64_t max_version_step;                /* paramserver.max_version_step (0 = no bound) */
     int max_large_messages;                   /* paramserver.max_large_messages, >= 1 */
     int threads; /* handler threads; 0 = max(2, min(8, cores)). Under the wait policy at
-                  * least learners + 2 either way (see the file comment). */
+                  * least learners + 2 either way (up to learners - 1 push replies may be
+                  * held at once). */
     const char *checkpoint_dir; /* gorila: run.checkpoint_dir ("" or NULL = none), where the process
                                    (`fleet paramserver`) writes paramserver-<shard>.safetensors */
     double checkpoint_every_s;  /* gorila: run.checkpoint_every (0 = only when it stops) */
