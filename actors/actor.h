@@ -1,45 +1,28 @@
-/* actor: the Ape-X actor loop. One actor steps a vector of environments with its own
+/* actor: the Ape-X actor role. One actor steps a vector of environments with its own
  * epsilon-greedy policy over a local CPU copy of the Q-network, turns the steps into
- * n-step transitions, gives each an initial priority from the same network and streams
- * them to a replay shard in batches of actor.local_buffer transitions.
+ * n-step transitions, gives each an initial priority from the same network
+ * (fl_actor_priorities) and streams them to one replay shard (replay/writer.h) in batches
+ * of actor.local_buffer transitions; every actor.sync_every env steps it fetches the
+ * parameters if the server holds a newer version. Its loop, locks, seeds, backlog and
+ * stop are in docs/design.md, "An actor" and "An insert, from the actor to the table";
+ * its state file in "State files"; joining a running fleet in docs/multi-host.md.
  *
- * The loop, per vector step (num_envs env steps):
- *   1. Q(obs) for all envs in one batched forward; epsilon-greedy actions (ties go to
- *      the lowest action index);
- *   2. one vecenv step; the n-step builder gets the true next observation (the final
- *      one for an env whose episode just ended);
- *   3. once the builder holds >= actor.local_buffer transitions: initial priorities
- *      |R + discount * max_a Q(next_obs, a) - Q(obs, action)| (fl_actor_priorities),
- *      one append to the replay writer, clear;
- *   4. every actor.sync_every env steps, fetch the parameters if the server holds a
- *      newer version; the reporter is ticked (it throttles itself).
+ * Options: fl_actor_opts_t below; launcher/options.h (fl_options_actor) maps a run's
+ * configuration onto them.
+ *
  * At start the actor waits up to FL_ACTOR_PARAM_WAIT_S for the learner's first
- * parameters and falls back to a locally initialised network (with a warning).
- *
- * Stop: on fl_stop_requested(), on fl_actor_stop, when the launcher asks
- * (fl_reporter_should_stop), or after actor.max_steps env steps. The complete
- * transitions the builder holds are sent (pending partial n-step windows are dropped),
- * the writer is flushed for up to FL_ACTOR_FLUSH_TIMEOUT_MS, and a final report is
- * forced so the launcher sees the final acknowledged count.
- *
- * Seeds: the vector of envs and the exploration generator derive from run.seed and the
- * actor index, so actors differ and a run is reproducible.
- *
- * State (for a resumed experiment): with state_dir set the actor writes
- * state_dir/actor-<index>.state (common/statefile.h) when it stops, after the final flush,
- * and every state_every seconds: its counters (env steps, episodes, the sum of returns,
- * transitions sent and acknowledged, parameter updates) and its generators (exploration
- * and every env's). With resume it starts from that file: the counters go on from it and
- * the generators continue their streams; the envs start new episodes (episodes in
- * progress at the stop, like partial n-step windows, are not resumed). A missing file is
- * a warning (the actor starts afresh); one of another env count is refused. The replay stream id mixes
- * the index, the process id and clock readings, so that a restarted actor never reuses
- * its predecessor's stream (and sequence numbers) on a shard.
+ * parameters, then uses a locally initialised network (with a warning). It stops on
+ * fl_stop_requested(), fl_actor_stop, the launcher's request (fl_reporter_should_stop) or
+ * after actor.max_steps env steps: the complete transitions it holds are sent (partial
+ * n-step windows are dropped), the writer is flushed for up to FL_ACTOR_FLUSH_TIMEOUT_MS,
+ * and a final report carries the acknowledged count. With state_dir set it writes
+ * state_dir/actor-<index>.state when it stops (after the flush) and every state_every
+ * seconds; with resume it continues from that file (a missing one is a warning, one of
+ * another env count is refused).
  *
  * Lifecycle: fl_actor_create (checks the arguments, opens the envs, builds the network
  * and connects the clients), fl_actor_run (blocks until the actor stops), fl_actor_stop
  * (any thread, any time), fl_actor_destroy.
- *
  * Memory: everything is allocated by fl_actor_create; the step loop allocates nothing in
  * steady state. fl_actor_create sets OpenBLAS to one thread (an actor is one thread; many
  * run side by side). Not thread-safe apart from fl_actor_stop: one owner thread per
