@@ -1,63 +1,37 @@
-/* table: one shard's replay table, an in-process data structure.
+/* table: one shard's replay table, an in-process data structure: a ring of `capacity`
+ * slots with FIFO eviction, a sum-tree over the priorities (replay/sumtree.h), the
+ * observations stored as frame chunks in which each distinct frame of an insert is kept
+ * once (replay/frames.h), and a selector (replay/selector.h). How an insert and a sample
+ * go through it, how each selector draws and what runs under its lock are in
+ * docs/design.md, "The life of an insert and of a sample"; its file in "The replay
+ * checkpoint".
  *
  * Items have a fixed signature given at create: an observation of one dtype and shape
  * (obs_bytes = product of the shape * dtype size), and per item
  *   obs (obs_bytes), action (int32), reward (float32), discount (float32: gamma^n, 0 at a
  *   terminal), next_obs (obs_bytes).
- * Storage is a ring of `capacity` slots; item seq lives in slot seq % capacity. Once the
- * ring is full an insert overwrites the oldest slot (the remover is FIFO eviction), so the
- * table holds items of the last `capacity` insertions (the window). A slot's row holds
- * the scalar columns, a pointer to a frame chunk and the indices of its obs's and
- * next_obs's frames in that chunk; the observations themselves are stored as frame
- * chunks (replay/frames.h): one chunk per insert call, each distinct frame of the call
- * stored once (observations that share frames, such as s_{t+n} of one transition and
- * s_t of a later one, or the frames of a frame stack, share storage), zstd-compressed per
- * frame with zstd_level > 0. Sample reassembles the observations from their frames.
- *
- * Removal after sampling: with max_times_sampled = m > 0, an item is removed as soon as
- * it has been returned m times by sample. Its slot stays empty (priority 0, never
- * sampled) until the ring comes round to it again, so capacity bounds the window, and
- * the live size is the window less the items removed from it.
+ * Item seq lives in slot seq % capacity, so the table holds the items of the last
+ * `capacity` insertions (the window), less those removed after max_times_sampled draws.
  *
  * Keys: every inserted item gets a uint64 key; the top 8 bits are the table's shard id,
  * the low 56 bits its insertion sequence number (0, 1, 2, ... per table). A key is live
  * iff its shard matches, inserted - window <= seq < inserted, and its item has not been
- * removed. The sequence number is the item's generation: once a slot is reused the old
- * key falls out of the window and never becomes live again. Operations on a key that is
- * not live (evicted, removed, from another shard, never issued) are skipped and counted,
- * so a stale priority update can never land on the item that reused its slot.
+ * removed; once a slot is reused the old key never becomes live again. Operations on a
+ * key that is not live (evicted, removed, from another shard, never issued) are skipped
+ * and counted, so a stale priority update can never land on the item that reused its slot.
  *
- * Selectors (how sample picks items; fl_table_config_t.selector; one strategy each in
- * replay/select_<name>.c, listed in replay/selector.h):
- *  - prioritized: P(i) = q_i / sum_j q_j over live items, q_i = (p_i + priority_eps)^alpha.
- *    Stratified: a batch of B splits [0, total) into B equal segments and draws one item
- *    from each (with replacement across segments). Importance weights follow the PER
- *    paper: w_i = (N * P(i))^-beta / max_j (N * P(j))^-beta with N the live size and the
- *    max over live items of positive priority, so 0 < w_i <= 1.
- *  - uniform: every live item with probability 1/N whatever its priority; B independent
- *    draws; probs = 1/N, weights = 1.
- *  - fifo: like Reverb's Fifo selector, each draw returns the oldest live item (insertion
- *    order), whatever its priority. Without max_times_sampled a batch is that item B
- *    times; with max_times_sampled = 1 a batch is the B oldest items and the table is a
- *    queue. probs = 1 (the item was chosen with certainty), weights = 1.
- * Priorities are stored and updated the same way for every selector (fl_table_priority,
- * info.total_priority), uniform and fifo just do not use them to sample.
- * Priorities and their sums are doubles (see replay/sumtree.h).
+ * Selectors (fl_table_config_t.selector): prioritized, P(i) = q_i / sum_j q_j over live
+ * items with q_i = (p_i + priority_eps)^alpha; uniform; fifo (the oldest live item). What
+ * sample returns under each is at fl_table_sample. Priorities are stored and updated the
+ * same way for every selector.
  *
  * Ownership: the table copies every input (into its rows and chunks); sample copies
  * the items out into buffers the caller owns. Failure: every entry point validates all
  * of its input before changing anything, so a failed call leaves the table as it was,
  * and says what was wrong in `err`.
- *
- * Thread-safety: every function may be called from any number of threads at once. The
- * table holds one mutex around its state (ring, sum-tree, counters and the sampling RNG);
- * input validation, building an insert's frame chunks and the per-item math (pow for
- * priorities and weights) run outside it, and the work under it is storing rows plus
- * O(log capacity) tree steps per item (and, for a sample, copying out a small batch of
- * raw frames; larger or compressed batches are copied after the lock is released, their
- * chunks held by a reference), and every rebuild_every applied priority updates one
- * O(capacity) tree rebuild (about 2 ms at 2M items). fl_table_config and
- * fl_table_obs_bytes read immutable fields and take no lock. */
+ * Thread-safety: every function may be called from any number of threads at once (one
+ * mutex around the ring, the sum-tree, the counters and the sampling RNG).
+ * fl_table_config and fl_table_obs_bytes read immutable fields and take no lock. */
 #ifndef FL_REPLAY_TABLE_H
 #define FL_REPLAY_TABLE_H
 
