@@ -1,47 +1,20 @@
-/* sharded: R replay shards seen as one replay, for actors (which shard a stream writes
- * to) and learners (one sampler over every shard).
- *
- * R shards, each a `fleet replay` process, seen as one prioritized replay.
+/* sharded: R replay shards, each a `fleet replay` process, seen as one prioritized
+ * replay, for actors (which shard a stream writes to) and learners (one sampler over
+ * every shard). How a batch is split across the shards, why the union is a draw from the
+ * global distribution, and what happens to a shard that refuses are in docs/design.md,
+ * "A sample, from the table to the learner and back" (steps 2, 3 and 7).
  *   Inserts: an actor's stream sticks to one shard, fl_replay_shard_for_actor(index, R)
- *     = index % R, so that its batches (and frames shared between them) stay together
- *     and its sequence numbers are checked by one shard. Writers are plain writers on
- *     that shard's client.
- *   Sample: batch B is split across shards in proportion to their total priority mass
- *     T_s (sum of p^alpha) by systematic sampling: one uniform u in [0, 1), the points
- *     (k + u) / B, k < B, of [0, 1) cut into consecutive intervals of length T_s / T
- *     (T = sum T_s); B_s points fall in shard s's interval, so B_s is floor or ceil of
- *     B T_s / T and E[B_s] = B T_s / T exactly. Each shard samples its B_s stratified
- *     over its own tree, so every slot of the batch draws item i of shard s with
- *     probability (T_s / T) (q_i / T_s) = q_i / T: the union is a draw from the global
- *     distribution, as from one table holding every item. The Sample calls are in
- *     flight at once (the caller and a pool of R - 1 threads, common/fanout.h). A
- *     shard that gets no rows answers an Info call instead, at most every 0.1 s, so
- *     that its mass stays current (it holds less than 1/B of the total, or it would
- *     have got a row). The masses used to split are
- *     the latest answers (an Info round on the first call and after any failure);
- *     between batches they drift by the inserts and updates of one step.
- *     Rows are ordered by shard. Per item: probs = q_i / T (the global P(i)) and
- *     weights w_i = (N P(i))^-beta / max_j (N P_j)^-beta = (q_min / q_i)^beta with q_min
- *     the smallest positive priority over all shards, i.e. the shard's own weight times
- *     (q_min / q_min_s)^beta. Each Sample response carries its shard's q_min_s (see
- *     SampleResponse.min_priority), and so does the Info answer of a shard that got no
- *     rows (ReplayInfo.min_priority), so weights use every shard's current minimum.
- *     table_size is sum N_s, total_priority T and min_priority q_min, at sampling time.
- *     A shard that refuses its rows (FAILED_PRECONDITION: fewer items than its share of
- *     replay.min_size_to_sample, or its rate limiter) after waiting for them is left out
- *     of the batch: its rows are drawn from the other shards by the same split, and
- *     probs, weights and total_priority describe that draw (T over the shards that
- *     served). Later calls probe it without waiting until it serves again, so that one
- *     stalled shard (an actor stopped, a slow writer) never stalls the learner while
- *     others can serve; it is out of the draw meanwhile, which is what its rate limiter
- *     asks for. When no shard can serve, the call waits on every shard until its
- *     deadline and fails with the first refusal. With one shard the call is exactly
- *     fl_replay_sample.
- *     Selectors (replay.selector): the split and P(i) use each shard's sampling mass
- *     (SampleResponse / ReplayInfo sampling_mass): T_s with the prioritized selector
- *     (as above), N_s with uniform (so P(i) = 1/N over all shards, weights 1) and with
- *     fifo (each shard's oldest items, in proportion to its size; probs scaled by
- *     N_s / N, weights 1).
+ *     = index % R. Writers are plain writers (replay/writer.h) on that shard's client.
+ *   Sample: batch B is split across shards in proportion to their sampling mass (total
+ *     priority with the prioritized selector, size with uniform and fifo), the Sample
+ *     calls in flight at once. Rows are ordered by shard. Per item: probs = the global
+ *     P(i) (q_i / T with the prioritized selector), weights against the smallest
+ *     positive priority over all shards; table_size is sum N_s, total_priority T and
+ *     min_priority q_min, at sampling time. A shard that refuses its rows
+ *     (FAILED_PRECONDITION) is left out of the batch, and probs, weights and
+ *     total_priority describe the draw from the shards that served; when no shard can
+ *     serve, the call waits on every shard until its deadline and fails with the first
+ *     refusal. With one shard the call is exactly fl_replay_sample.
  *   UpdatePriorities: keys are grouped by fl_table_key_shard(key) and each group goes to
  *     its shard, concurrently; a key naming a shard >= R is INVALID_ARGUMENT and nothing
  *     is sent. When one shard fails the others' updates are still applied.
@@ -51,8 +24,7 @@
  *     listed out of order) is DATA_LOSS.
  *
  * Ownership: a sharded client owns one client per shard (replay/client.h) and a pool of
- * R - 1 threads for the per-shard calls; batches are the caller's.
- * Failure: see Failures above; errors name the shard and its address.
+ * R - 1 threads for the per-shard calls (common/fanout.h); batches are the caller's.
  * Thread-safety: a sharded client may be shared by threads (its split state has its own
  * lock). */
 #ifndef FL_REPLAY_SHARDED_H
