@@ -1,56 +1,31 @@
 /* rpc: fleet's small C layer over the gRPC core API. Every service and client uses it.
+ * Who may call what, TLS, the tokens and the access token are in docs/security.md, "The
+ * trust model"; the limits a server puts on its clients (fl_rpc_server_opts_t), with
+ * what a client gets, in docs/security.md, "Every service"; the services' threads in
+ * docs/design.md, "Roles".
  *
  * Server: handlers are registered by method path ("/fleet.Replay/Sample") before start.
  * Unary handlers get the request bytes and fill an fl_rpc_reply_t; client-streaming
- * handlers get open/message/close callbacks. Calls are served concurrently by a pool of
- * threads polling one completion queue, with several requests pre-posted so that many
- * clients are accepted at once. Message-size limits are set on both sides,
- * SO_REUSEPORT is off, and the server binds TCP ("127.0.0.1:0" reports the port the OS
- * chose) or unix sockets ("unix:/path"). Shutdown with calls in flight is clean: new
- * calls are refused, calls in flight get a grace period, then are cancelled; every
- * stream's close callback runs exactly once.
- *
- * Handlers run on the server's threads and may block (briefly: a blocked handler holds
- * one thread). A handler's user pointer is shared by all threads: handlers must be
- * thread-safe. Unknown methods are answered UNIMPLEMENTED.
- *
- * What a client may hold on a server is bounded (fl_rpc_server_opts_t, docs/security.md):
- * a connection without calls is closed after connection_idle_s, one that has not
- * finished its handshake after handshake_timeout_s; every connection is
- * pinged every keepalive_s and closed when a ping is not answered within
- * keepalive_timeout_s (a peer that vanished without closing); at most
- * max_streams_per_connection calls run on one connection; gRPC's buffers for all
- * connections share a memory quota of memory_bytes (past it gRPC closes idle connections
- * first, then cancels calls); a client-streaming call that sends no message for
- * stream_idle_s is cancelled (CANCELLED, "stream idle ..."); and a peer holds at most
- * max_connections_per_peer TCP connections (common/connguard.h: its newest beyond are
- * shut down; this process's own user on loopback is exempt, and on a listener bound to
- * loopback another local user may hold none by default).
+ * handlers get open/message/close callbacks. Handlers run concurrently on the server's
+ * threads and may block (a blocked handler holds one thread); a handler's user pointer
+ * is shared by all threads, so handlers must be thread-safe. Unknown methods are
+ * answered UNIMPLEMENTED. Shutdown with calls in flight is clean: new calls are refused,
+ * calls in flight get a grace period, then are cancelled; every stream's close callback
+ * runs exactly once.
  *
  * Client: a channel per target, shareable by any number of threads. Unary calls and
  * client-streaming calls with deadlines and optional wait-for-ready. Every failure maps
  * the gRPC status to fl_status (same numeric codes) and keeps the server's message in
  * the fl_err_t, prefixed with the method.
  *
- * Security (process-wide, fl_rpc_set_security): with none set, servers and channels are
- * plaintext and unauthenticated, as a fleet on loopback or unix sockets needs. With one set,
- * every server bound and every channel created afterwards uses TLS (the server presents
- * this process's certificate; clients verify it against the CA and the host name they
- * dial) and every call carries a token ("authorization: Bearer <token>"), which servers
- * check before any handler runs: a missing or wrong token ends the call UNAUTHENTICATED.
- * Methods a server marks learner-only (fl_rpc_server_learner_only) also need the learner
- * token, else PERMISSION_DENIED; a client sends the learner token, when it has one, on the
- * methods its security lists as learner methods, and the run token on all others. A
- * failed TLS handshake is explained in the client's error: what is likely wrong and which
- * files are involved.
- *
- * Access token (process-wide, fl_rpc_set_access_token): without TLS, a server bound while
- * an access token is set takes only calls that carry it ("authorization: Bearer <token>"),
- * else UNAUTHENTICATED before any handler runs, and every channel made while one is set
- * sends it on every call. `fleet run` draws one per run and hands it to the roles it
- * starts (FL_RPC_ACCESS_ENV), so that no other local process can call a one-machine
- * fleet's services over loopback TCP. With TLS the run token plays this part and the
- * access token is not used.
+ * Security (process-wide): with fl_rpc_set_security, every server bound and every
+ * channel created afterwards uses TLS, and every call carries a token that servers check
+ * before any handler runs (UNAUTHENTICATED without the right one; PERMISSION_DENIED on a
+ * learner-only method without the learner token); a failed TLS handshake is explained in
+ * the client's error. Without it, servers and channels are plaintext; then
+ * fl_rpc_set_access_token makes servers bound afterwards take only calls carrying the
+ * access token (else UNAUTHENTICATED) and channels send it. With TLS the run token plays
+ * that part and the access token is not used.
  *
  * Ownership: byte buffers returned to callers (fl_rpc_buf_t) are malloc'd and freed with
  * fl_rpc_buf_free. Streams are owned by one thread at a time. */
@@ -120,7 +95,7 @@ typedef struct fl_rpc_server_opts {
     int prepost;           /* requests kept posted for new calls (0 = 16) */
     int max_message_bytes; /* receive limit per message (0 = FL_RPC_DEFAULT_MAX_MESSAGE, -1 = none) */
     double grace_s;        /* shutdown: seconds calls in flight may finish before cancel (0 = 1.0) */
-    /* Limits on what clients may hold (see above); 0 = the default FL_RPC_DEFAULT_*, < 0 = none. */
+    /* Limits on what clients may hold (docs/security.md); 0 = the default FL_RPC_DEFAULT_*, < 0 = none. */
     double stream_idle_s;           /* a client-streaming call with no message for this long is cancelled */
     double connection_idle_s;       /* a connection without calls for this long is closed */
     double keepalive_s;             /* every connection is pinged this often ... */
