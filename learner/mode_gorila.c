@@ -1,7 +1,7 @@
-/* mode_gorila: Gorila learners (learner.mode = gorila, see learner.h): the parameter-
- * server shards own the optimizer. Learner 0 adopts the parameters a shard already holds
- * (a restarted learner) or publishes its own as version 1; the others wait for a
- * version. Each step fetches the newest parameters every learner.fetch_every steps (and
+/* mode_gorila: Gorila learners (learner.mode = gorila; docs/design.md, "Two update
+ * modes"): the parameter-server shards own the optimizer. Learner 0 adopts the
+ * parameters a shard already holds (a restarted learner) or publishes its own as version
+ * 1; the others wait for a version. Each step fetches the newest parameters every learner.fetch_every steps (and
  * pushes them to the backend when they changed), computes the gradient of its batch on
  * the backend, clips it (learner.grad_clip) and pushes it (fl_param_push) with the
  * versions it was computed from; the shards apply, drop or hold it by their staleness

@@ -1,7 +1,7 @@
 /* services: the learner's calls to the replay shards (Sample, UpdatePriorities) and the
  * parameter servers (Publish), each retried through an outage of its service (common/
  * retry.h's transient statuses) with its backoff while the learner is not stopped,
- * logged once per outage (see learner.h). Sampling goes through the prefetcher when
+ * logged once per outage (docs/design.md, "A learner"). Sampling goes through the prefetcher when
  * learner.prefetch > 0 (replay/prefetch.h): the batch being trained on is then one of
  * its buffers until fl__learner_release_batch gives it back with its new priorities.
  * Gorila's Fetch and Push are in mode_gorila.c.

@@ -24,7 +24,8 @@
 
 #include "common/status.h"
 
-/* The built-in selectors (see replay/table.h for what each does). */
+/* The built-in selectors (what each does: replay/table.h, fl_table_sample, and
+ * docs/design.md, "A sample, from the table to the learner and back", step 5). */
 typedef enum fl_selector {
     FL_SELECTOR_PRIORITIZED = 0,
     FL_SELECTOR_UNIFORM = 1,

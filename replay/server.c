@@ -388,7 +388,8 @@ fl_status fl_replay_service_checkpoint(fl_replay_service_t *s, const char *path,
     return FL_OK;
 }
 
-/* What is wrong with a Checkpoint call's file name, or NULL (see server.h, Checkpoint).
+/* What is wrong with a Checkpoint call's file name, or NULL (see server.h,
+ * fl_replay_service_checkpoint_path).
  * own: the shard's default file name. */
 static const char *bad_name(const char *name, const char *own, char *why, size_t len) {
     size_t n = strlen(name);

@@ -1,6 +1,6 @@
 /* server_recovery: how a replay shard's table comes to be at create, and the
- * write-ahead log's rotation at a checkpoint (see replay/server.h, Restore and
- * Write-ahead log).
+ * write-ahead log's rotation at a checkpoint (docs/replay-durability.md, "How it works";
+ * replay/server.h, fl_replay_service_create).
  *
  * At create the table is empty, loaded from the checkpoint given to restore from, or,
  * with the log on, recovered by the shard itself: its default checkpoint if it exists
@@ -266,7 +266,7 @@ static fl_status wal_replay(fl_replay_service_t *s, uint64_t start, uint64_t *la
     return st;
 }
 
-/* Recovery at create with the log on (see server.h): the table and the stream records
+/* Recovery at create with the log on (docs/replay-durability.md): the table and the stream records
  * from replay.checkpoint_dir/shard-<id>.ckpt when it exists (else an empty table and
  * segment 1), every record of the log from the checkpoint's segment on, then a fresh
  * segment to append to. The folder is flock'ed so that two processes never share a log. */
