@@ -144,8 +144,8 @@ struct fl_actor {
     double state_saved_at;
     fl_env_options_t env_opts; /* the envs' settings (the vector keeps a pointer to them) */
     int index, num_envs, num_actions;
-    fl_wrapped_env_t *wenv;   /* env.name wrapped with env.wrappers */
-    const fl_env_def_t *def;  /* its spaces (fl_wrapped_env_info) */
+    fl_wrapped_env_t *wenv;  /* env.name wrapped with env.wrappers */
+    const fl_env_def_t *def; /* its spaces (fl_wrapped_env_info) */
     size_t obs_bytes, obs_count;
     double epsilon;
     fl_rng_t explore;
@@ -255,8 +255,8 @@ static fl_status fetch_params(actor_t *a, fl_err_t *err) {
     fl_status s = fl_param_fetch(a->params, &version, fl_qnet_params(a->net), fl_qnet_num_params(a->net), &updated,
                                  FETCH_TIMEOUT_MS, &e);
     if (s == FL_INVALID_ARGUMENT || s == FL_UNIMPLEMENTED) {
-        fl_err_set(err, s, "parameter server: %s (model.spec \"%s\" has %zu parameters)", e.msg,
-                   a->o.model_spec, fl_qnet_num_params(a->net));
+        fl_err_set(err, s, "parameter server: %s (model.spec \"%s\" has %zu parameters)", e.msg, a->o.model_spec,
+                   fl_qnet_num_params(a->net));
         return s;
     }
     if (s != FL_OK) {
@@ -312,8 +312,8 @@ static fl_status ready_with_priorities(actor_t *a, fl_nstep_batch_t *out, fl_err
         a->prio = p;
         a->prio_cap = b.count;
     }
-    FL_TRY(fl_actor_priorities(a->net, a->def->obs.dtype, b.count, b.obs, b.action, b.reward, b.discount,
-                               b.next_obs, a->scratch, a->prio, err));
+    FL_TRY(fl_actor_priorities(a->net, a->def->obs.dtype, b.count, b.obs, b.action, b.reward, b.discount, b.next_obs,
+                               a->scratch, a->prio, err));
     const float max_prio = a->o.max_priority > 0 ? (float)a->o.max_priority : HUGE_VALF;
     for (size_t k = 0; k < b.count; k++) {
         if (!isfinite(a->prio[k])) {
@@ -324,10 +324,10 @@ static fl_status ready_with_priorities(actor_t *a, fl_nstep_batch_t *out, fl_err
             a->prio[k] = 1.0f;
         } else if (a->prio[k] > max_prio) {
             if (!a->warned_large)
-                FL_WARN("initial priority %g is above replay.max_priority = %g (Q-values of parameter version %llu); "
-                        "sending %g",
-                        (double)a->prio[k], a->o.max_priority, (unsigned long long)a->st.param_version,
-                        (double)max_prio);
+                FL_WARN(
+                    "initial priority %g is above replay.max_priority = %g (Q-values of parameter version %llu); "
+                    "sending %g",
+                    (double)a->prio[k], a->o.max_priority, (unsigned long long)a->st.param_version, (double)max_prio);
             a->warned_large = 1;
             a->prio[k] = max_prio;
         }
@@ -342,8 +342,8 @@ static fl_status send_ready(actor_t *a, fl_err_t *err) {
     if (b.count == 0) return FL_OK;
     /* What remains refused (a non-finite observation, a reward beyond replay.max_abs_reward)
      * came from the env. */
-    fl_status s = fl_replay_writer_append(a->writer, b.count, b.obs, b.action, b.reward, b.discount, b.next_obs,
-                                          a->prio, err);
+    fl_status s =
+        fl_replay_writer_append(a->writer, b.count, b.obs, b.action, b.reward, b.discount, b.next_obs, a->prio, err);
     if (s == FL_INVALID_ARGUMENT) fl_err_prefix(err, "env %s", a->env_name);
     if (s != FL_OK) return s;
     a->st.transitions_sent += b.count;
@@ -357,8 +357,8 @@ static fl_status step(actor_t *a, fl_err_t *err) {
     fl_status s = fl_qnet_forward_obs(a->net, a->def->obs.dtype, a->obs, N, a->q);
     if (s != FL_OK) return fl_err_set(err, s, "Q-network forward of %d observations failed", N);
     fl_actor_select_actions(a->q, N, a->num_actions, a->epsilon, &a->explore, a->actions);
-    FL_TRY(fl_wrapvec_step(a->envs, a->actions, a->next, a->rewards, a->terminated, a->truncated, a->final_obs,
-                          a->done, err));
+    FL_TRY(fl_wrapvec_step(a->envs, a->actions, a->next, a->rewards, a->terminated, a->truncated, a->final_obs, a->done,
+                           err));
     /* The builder wants the true next observation: the final one where an episode ended. */
     memcpy(a->next_true, a->next, (size_t)N * a->obs_bytes);
     for (int i = 0; i < N; i++) {
@@ -456,12 +456,12 @@ static fl_status open_envs(actor_t *a, fl_rng_t *init_rng, fl_err_t *err) {
     return fl_wrapvec_configure(a->envs, &a->env_opts, err);
 }
 
-#define ALLOC(field, count)                                                                             \
-    do {                                                                                                \
-        a->field = calloc((size_t)(count), sizeof *a->field);                                           \
-        if (!a->field)                                                                                  \
+#define ALLOC(field, count)                                                                            \
+    do {                                                                                               \
+        a->field = calloc((size_t)(count), sizeof *a->field);                                          \
+        if (!a->field)                                                                                 \
             return fl_err_set(err, FL_NO_MEMORY, "actor: cannot allocate a." #field " (%zu elements)", \
-                              (size_t)(count));                                                         \
+                              (size_t)(count));                                                        \
     } while (0)
 
 /* Create, phase 2: the Q-network (locally initialised), the n-step builder and every
@@ -474,8 +474,8 @@ static fl_status build_net(actor_t *a, fl_rng_t *init_rng, fl_err_t *err) {
     a->prio_cap = (size_t)o->local_buffer + N * (size_t)o->n_step;
     size_t prio_batch = a->prio_cap < FL_ACTOR_MAX_PRIORITY_BATCH ? a->prio_cap : FL_ACTOR_MAX_PRIORITY_BATCH;
     int max_batch = (int)(prio_batch > N ? prio_batch : N);
-    fl_status s = fl_qnet_create_for_obs(o->model_spec, a->def->obs.rank, a->def->obs.shape, a->num_actions,
-                                         max_batch, &a->net, err);
+    fl_status s = fl_qnet_create_for_obs(o->model_spec, a->def->obs.rank, a->def->obs.shape, a->num_actions, max_batch,
+                                         &a->net, err);
     if (s != FL_OK) {
         fl_err_prefix(err, "model.spec");
         return s;
@@ -508,8 +508,8 @@ static fl_status build_net(actor_t *a, fl_rng_t *init_rng, fl_err_t *err) {
 
 /* Create, phase 3: the replay writer on this actor's shard, the parameter client and
  * the reporter. */
-static fl_status connect_clients(actor_t *a, const char *replay_addr, const char *param_addr,
-                                 const char *control_addr, fl_err_t *err) {
+static fl_status connect_clients(actor_t *a, const char *replay_addr, const char *param_addr, const char *control_addr,
+                                 fl_err_t *err) {
     const fl_actor_opts_t *o = &a->o;
     const int index = a->index;
     const fl_obs_spec_t spec = a->def->obs;
@@ -572,7 +572,8 @@ static void save_state(actor_t *a) {
 static fl_status load_state(actor_t *a, fl_err_t *err) {
     if (!a->o.resume) return FL_OK;
     if (!a->state_path[0])
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: resuming needs run.checkpoint_dir (the folder of its state)");
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "actor: resuming needs run.checkpoint_dir (the folder of its state)");
     fl_state_t *st = NULL;
     fl_status s = fl_state_load(a->state_path, "actor", &st, err);
     if (s == FL_NOT_FOUND) {
@@ -615,8 +616,7 @@ fl_status fl_actor_create(const fl_actor_opts_t *opts, int index, const char *re
         return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: a joined actor's epsilon %g is not in [0, 1]",
                           opts->epsilon);
     if (!replay_addr || !*replay_addr) return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: no replay address");
-    if (!param_addr || !*param_addr)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: no parameter server address");
+    if (!param_addr || !*param_addr) return fl_err_set(err, FL_INVALID_ARGUMENT, "actor: no parameter server address");
     openblas_set_num_threads(1);
 
     actor_t *a = calloc(1, sizeof *a);
@@ -677,8 +677,7 @@ static fl_status round_params(actor_t *a, uint64_t want, fl_err_t *err) {
         return fl_err_set(err, FL_ABORTED,
                           "run.deterministic: round %llu needs parameter version %llu, the parameter server holds "
                           "%llu (another publisher, or a learner restarted mid-run: the lockstep is lost)",
-                          (unsigned long long)want, (unsigned long long)want,
-                          (unsigned long long)a->st.param_version);
+                          (unsigned long long)want, (unsigned long long)want, (unsigned long long)a->st.param_version);
     return FL_OK;
 }
 
@@ -700,7 +699,8 @@ static fl_status send_round(actor_t *a, uint64_t round, fl_err_t *err) {
         fl_err_init(&e);
         fl_status s = fl_replay_round(a->replay, (uint32_t)a->index + 1, round, 0, &a->def->obs, &b, 0, NULL, &e);
         if (s == FL_OK) break;
-        if (!fl_retry_transient(s)) return fl_err_set(err, s, "round %llu: replay: %s", (unsigned long long)round, e.msg);
+        if (!fl_retry_transient(s))
+            return fl_err_set(err, s, "round %llu: replay: %s", (unsigned long long)round, e.msg);
         if (!logged++) FL_WARN("round %llu: replay unreachable (%s); retrying", (unsigned long long)round, e.msg);
         if (should_stop(a)) return fl_err_set(err, FL_CANCELLED, "actor: stopped");
         fl_sleep_sec(ROUND_POLL_S);
@@ -762,11 +762,12 @@ static fl_status finish(actor_t *a, fl_err_t *err) {
     if (fs != FL_OK || pending > 0)
         FL_WARN("stopping: %llu transitions acknowledged, %llu NOT acknowledged (%s)", (unsigned long long)acked,
                 (unsigned long long)pending, fs != FL_OK ? ferr.msg : "flush incomplete");
-    FL_INFO("stopped after %llu env steps, %llu episodes: sent %llu transitions, %llu acknowledged, %llu not; "
-            "parameter version %llu",
-            (unsigned long long)a->st.env_steps, (unsigned long long)a->st.episodes,
-            (unsigned long long)a->st.transitions_sent, (unsigned long long)acked, (unsigned long long)pending,
-            (unsigned long long)a->st.param_version);
+    FL_INFO(
+        "stopped after %llu env steps, %llu episodes: sent %llu transitions, %llu acknowledged, %llu not; "
+        "parameter version %llu",
+        (unsigned long long)a->st.env_steps, (unsigned long long)a->st.episodes,
+        (unsigned long long)a->st.transitions_sent, (unsigned long long)acked, (unsigned long long)pending,
+        (unsigned long long)a->st.param_version);
     save_state(a);
     a->leaving = 1;
     report(a, 1);
@@ -811,4 +812,6 @@ void fl_actor_stop(fl_actor_t *a) {
     if (a) atomic_store(&a->stop, 1);
 }
 
-void fl_actor_stats(const fl_actor_t *a, fl_actor_stats_t *out) { *out = a->st; }
+void fl_actor_stats(const fl_actor_t *a, fl_actor_stats_t *out) {
+    *out = a->st;
+}

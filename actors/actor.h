@@ -98,36 +98,36 @@ fl_status fl_actor_priorities(fl_qnet_t *net, fl_dtype obs_dtype, size_t n, cons
 /* What an actor reads (launcher/options.c fills it from a config). Strings are copied by
  * fl_actor_create. */
 typedef struct fl_actor_opts {
-    fl_env_factory_opts_t env; /* env.*: the env the actor steps, env.num_envs instances of it */
-    int count;                 /* actor.count: actors of the fleet (index < count; the epsilon schedule) */
-    double eps_base;           /* actor.eps_base (fl_actor_epsilon) */
-    double eps_alpha;          /* actor.eps_alpha */
-    int64_t local_buffer;      /* actor.local_buffer: transitions per append to the replay writer */
-    int64_t sync_every;        /* actor.sync_every: env steps between parameter fetches */
-    int fetch_bf16;            /* actor.fetch_bf16: fetch parameters as bfloat16 */
-    int64_t max_steps;         /* actor.max_steps: env steps after which it stops (0 = no limit) */
-    int n_step;                /* learner.n_step: steps of the multi-step return */
-    double gamma;              /* learner.gamma: discount per env step */
-    const char *model_spec;    /* model.spec: the Q-network */
-    double input_scale;        /* model.input_scale */
+    fl_env_factory_opts_t env;    /* env.*: the env the actor steps, env.num_envs instances of it */
+    int count;                    /* actor.count: actors of the fleet (index < count; the epsilon schedule) */
+    double eps_base;              /* actor.eps_base (fl_actor_epsilon) */
+    double eps_alpha;             /* actor.eps_alpha */
+    int64_t local_buffer;         /* actor.local_buffer: transitions per append to the replay writer */
+    int64_t sync_every;           /* actor.sync_every: env steps between parameter fetches */
+    int fetch_bf16;               /* actor.fetch_bf16: fetch parameters as bfloat16 */
+    int64_t max_steps;            /* actor.max_steps: env steps after which it stops (0 = no limit) */
+    int n_step;                   /* learner.n_step: steps of the multi-step return */
+    double gamma;                 /* learner.gamma: discount per env step */
+    const char *model_spec;       /* model.spec: the Q-network */
+    double input_scale;           /* model.input_scale */
     fl_qnet_backend_kind backend; /* model.cpu_kernels: the network's kernels */
-    int64_t replay_shards;     /* replay.shards: shards replay_addr should list (a warning otherwise) */
-    double max_abs_reward;     /* replay.max_abs_reward: a larger n-step reward is the env's error */
-    double max_priority;       /* replay.max_priority: larger initial priorities are sent as this */
-    uint64_t seed;             /* run.seed */
-    double progress_every;     /* run.progress_every: the reporter ticks every progress_every / 2 s */
-    const char *state_dir;     /* run.checkpoint_dir: the actor keeps actor-<index>.state there ("" = none) */
-    double state_every;        /* run.checkpoint_every: seconds between state files (0 = only at the stop) */
-    int resume;                /* start from state_dir's file (fleet run --resume) */
-    double max_backlog_mb;     /* actor.max_backlog_mb: bound of the writer's unacknowledged backlog (0 = none) */
-    int incarnation;           /* restarts of this actor so far (fleet run's supervision): mixed into its seeds
-                                  so that a restarted actor does not repeat its predecessor's episodes */
-    int joined;                /* joined a running fleet (`fleet actor --join`): index may be >= count, and
-                                  the launcher chose its epsilon */
-    double epsilon;            /* with joined: its exploration epsilon, in [0, 1] */
-    int deterministic;         /* run.deterministic: lockstep rounds (Round participant index + 1, one shard):
-                                  round r steps sync_every env steps with parameter version r exactly, then
-                                  sends the round's transitions in one Round call */
+    int64_t replay_shards;        /* replay.shards: shards replay_addr should list (a warning otherwise) */
+    double max_abs_reward;        /* replay.max_abs_reward: a larger n-step reward is the env's error */
+    double max_priority;          /* replay.max_priority: larger initial priorities are sent as this */
+    uint64_t seed;                /* run.seed */
+    double progress_every;        /* run.progress_every: the reporter ticks every progress_every / 2 s */
+    const char *state_dir;        /* run.checkpoint_dir: the actor keeps actor-<index>.state there ("" = none) */
+    double state_every;           /* run.checkpoint_every: seconds between state files (0 = only at the stop) */
+    int resume;                   /* start from state_dir's file (fleet run --resume) */
+    double max_backlog_mb;        /* actor.max_backlog_mb: bound of the writer's unacknowledged backlog (0 = none) */
+    int incarnation;              /* restarts of this actor so far (fleet run's supervision): mixed into its seeds
+                                     so that a restarted actor does not repeat its predecessor's episodes */
+    int joined;                   /* joined a running fleet (`fleet actor --join`): index may be >= count, and
+                                     the launcher chose its epsilon */
+    double epsilon;               /* with joined: its exploration epsilon, in [0, 1] */
+    int deterministic;            /* run.deterministic: lockstep rounds (Round participant index + 1, one shard):
+                                     round r steps sync_every env steps with parameter version r exactly, then
+                                     sends the round's transitions in one Round call */
 } fl_actor_opts_t;
 
 /* The defaults of the keys above (those of a config with no file and no --set). */

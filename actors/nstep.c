@@ -177,7 +177,9 @@ fl_status fl_nstep_push(fl_nstep_t *t, const void *obs, const int32_t *actions, 
     return FL_OK;
 }
 
-size_t fl_nstep_ready(const fl_nstep_t *t) { return t->ready; }
+size_t fl_nstep_ready(const fl_nstep_t *t) {
+    return t->ready;
+}
 
 void fl_nstep_view(const fl_nstep_t *t, fl_nstep_batch_t *out) {
     out->count = t->ready;
@@ -191,7 +193,9 @@ void fl_nstep_view(const fl_nstep_t *t, fl_nstep_batch_t *out) {
     out->steps = t->out_steps;
 }
 
-void fl_nstep_clear(fl_nstep_t *t) { t->ready = 0; }
+void fl_nstep_clear(fl_nstep_t *t) {
+    t->ready = 0;
+}
 
 int fl_nstep_pending(const fl_nstep_t *t, int env) {
     return env >= 0 && env < t->num_envs ? t->count[env] : 0;
@@ -201,5 +205,9 @@ void fl_nstep_discard_pending(fl_nstep_t *t) {
     for (int e = 0; e < t->num_envs; e++) t->head[e] = t->count[e] = 0;
 }
 
-int fl_nstep_n(const fl_nstep_t *t) { return t->n; }
-float fl_nstep_gamma(const fl_nstep_t *t) { return t->gamma; }
+int fl_nstep_n(const fl_nstep_t *t) {
+    return t->n;
+}
+float fl_nstep_gamma(const fl_nstep_t *t) {
+    return t->gamma;
+}

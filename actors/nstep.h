@@ -30,7 +30,7 @@ typedef struct fl_nstep fl_nstep_t;
 /* A read-only view of the ready transitions (K = count), valid until the next push,
  * clear or destroy. */
 typedef struct fl_nstep_batch {
-    size_t count;          /* K */
+    size_t count; /* K */
     size_t obs_bytes;
     const void *obs;       /* (K, obs_bytes) observation the action was taken in */
     const int32_t *action; /* (K) */

@@ -39,7 +39,8 @@ static double run(const char *game, int n, double seconds, uint64_t seed) {
     fl_err_t err;
     fl_err_init(&err);
     const fl_env_def_t *inner = fl_env_find(name);
-    if (!inner || fl_wrapped_env_create(inner, SPEC, &w, &err) != FL_OK || fl_wrapvec_create(w, n, seed, &v, &err) != FL_OK)
+    if (!inner || fl_wrapped_env_create(inner, SPEC, &w, &err) != FL_OK ||
+        fl_wrapvec_create(w, n, seed, &v, &err) != FL_OK)
         return 0;
     const fl_env_def_t *d = fl_wrapped_env_info(w);
     fl_env_options_t o = {.sticky_prob = 0, .args = ""};
@@ -79,10 +80,14 @@ int main(int argc, char **argv) {
     int n = 16, procs = (int)sysconf(_SC_NPROCESSORS_ONLN);
     double seconds = 10;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--envs") == 0 && i + 1 < argc) n = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--procs") == 0 && i + 1 < argc) procs = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = atof(argv[++i]);
-        else game = argv[i];
+        if (strcmp(argv[i], "--envs") == 0 && i + 1 < argc)
+            n = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--procs") == 0 && i + 1 < argc)
+            procs = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else
+            game = argv[i];
     }
     int fds[64][2];
     pid_t pids[64];
@@ -104,8 +109,9 @@ int main(int argc, char **argv) {
         total += rate;
         waitpid(pids[p], NULL, 0);
     }
-    printf("atari actor loop: %s, %d processes x %d envs, Nature preprocessing + Nature CNN forward, %ld cores: "
-           "%.0f agent steps/s, %.0f frames/s\n",
-           game, procs, n, sysconf(_SC_NPROCESSORS_ONLN), total, 4 * total);
+    printf(
+        "atari actor loop: %s, %d processes x %d envs, Nature preprocessing + Nature CNN forward, %ld cores: "
+        "%.0f agent steps/s, %.0f frames/s\n",
+        game, procs, n, sysconf(_SC_NPROCESSORS_ONLN), total, 4 * total);
     return total > 0 ? 0 : 1;
 }

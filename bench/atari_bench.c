@@ -80,11 +80,16 @@ int main(int argc, char **argv) {
     int ng = 0, frames = 20000, reps = 2, json = 0;
     float sticky = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--frames") == 0 && i + 1 < argc) frames = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--sticky") == 0 && i + 1 < argc) sticky = (float)atof(argv[++i]);
-        else if (strcmp(argv[i], "--json") == 0) json = 1;
-        else if (ng < 32) games[ng++] = argv[i];
+        if (strcmp(argv[i], "--frames") == 0 && i + 1 < argc)
+            frames = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--sticky") == 0 && i + 1 < argc)
+            sticky = (float)atof(argv[++i]);
+        else if (strcmp(argv[i], "--json") == 0)
+            json = 1;
+        else if (ng < 32)
+            games[ng++] = argv[i];
     }
     if (!fl_atari_available() || !fl_env_find("atari-pong")) {
         fprintf(stderr, "atari_bench: this build has no ALE or no ROMs (scripts/ale.sh)\n");
@@ -95,9 +100,9 @@ int main(int argc, char **argv) {
         for (ng = 0; ng < 5; ng++) games[ng] = defaults[ng];
     }
     if (!json)
-        printf("raw Atari frames/s on one core (%ld cores; %d frames, best of %d, sticky %g)\n%-16s %10s %10s %8s %10s\n",
-               sysconf(_SC_NPROCESSORS_ONLN), frames, reps, (double)sticky, "game", "ale C++", "fleet", "share",
-               "ale-py");
+        printf(
+            "raw Atari frames/s on one core (%ld cores; %d frames, best of %d, sticky %g)\n%-16s %10s %10s %8s %10s\n",
+            sysconf(_SC_NPROCESSORS_ONLN), frames, reps, (double)sticky, "game", "ale C++", "fleet", "share", "ale-py");
     for (int g = 0; g < ng; g++) {
         char rom[1200];
         snprintf(rom, sizeof rom, "%s/%s.bin", fl_atari_roms_dir(), games[g]);
@@ -110,9 +115,10 @@ int main(int argc, char **argv) {
         }
         double share = best[0] > 0 ? best[1] / best[0] : 0;
         if (json)
-            printf("{\"bench\":\"atari\",\"case\":\"%s\",\"ale_fps\":%.0f,\"fleet_fps\":%.0f,\"share\":%.4f,"
-                   "\"alepy_fps\":%.0f,\"cores\":%ld}\n",
-                   games[g], best[0], best[1], share, best[2], sysconf(_SC_NPROCESSORS_ONLN));
+            printf(
+                "{\"bench\":\"atari\",\"case\":\"%s\",\"ale_fps\":%.0f,\"fleet_fps\":%.0f,\"share\":%.4f,"
+                "\"alepy_fps\":%.0f,\"cores\":%ld}\n",
+                games[g], best[0], best[1], share, best[2], sysconf(_SC_NPROCESSORS_ONLN));
         else
             printf("%-16s %10.0f %10.0f %7.1f%% %10.0f\n", games[g], best[0], best[1], 100 * share, best[2]);
         fflush(stdout);

@@ -80,9 +80,10 @@ int main(int argc, char **argv) {
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (!json)
-        printf("env_random_returns: uniformly random actions, sticky 0.1, ramping on, %d episodes per env, %ld cores\n"
-               "%-26s %9s %10s %8s\n",
-               episodes, cores, "env", "episodes", "mean", "sem");
+        printf(
+            "env_random_returns: uniformly random actions, sticky 0.1, ramping on, %d episodes per env, %ld cores\n"
+            "%-26s %9s %10s %8s\n",
+            episodes, cores, "env", "episodes", "mean", "sem");
     int total = nn ? nn : fl_env_count();
     for (int k = 0; k < total; k++) {
         const fl_env_def_t *def = nn ? fl_env_find(names[k]) : fl_env_at(k);
@@ -94,9 +95,10 @@ int main(int argc, char **argv) {
         int n = measure(def, episodes, &mean, &sem);
         if (n < 0) return 1;
         if (json)
-            printf("{\"bench\":\"env_random_returns\",\"case\":\"%s\",\"value\":%.4f,\"unit\":\"return\",\"sem\":%.4f,"
-                   "\"episodes\":%d,\"cores\":%ld}\n",
-                   def->name, mean, sem, n, cores);
+            printf(
+                "{\"bench\":\"env_random_returns\",\"case\":\"%s\",\"value\":%.4f,\"unit\":\"return\",\"sem\":%.4f,"
+                "\"episodes\":%d,\"cores\":%ld}\n",
+                def->name, mean, sem, n, cores);
         else
             printf("%-26s %9d %10.3f %8.3f\n", def->name, n, mean, sem);
     }

@@ -80,7 +80,8 @@ static int parse_faults(const char *list, int on[F_COUNT]) {
         int k = 0;
         while (k < F_COUNT && strcmp(t, fault_names[k]) != 0) k++;
         if (k == F_COUNT) {
-            fprintf(stderr, "fleet_solve: unknown fault '%s' (expected kill, stop, poison, forge, flood, connections)\n", t);
+            fprintf(stderr,
+                    "fleet_solve: unknown fault '%s' (expected kill, stop, poison, forge, flood, connections)\n", t);
             return -1;
         }
         on[k] = any = 1;
@@ -127,9 +128,10 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && nsets < 16)
             sets[nsets++] = argv[++i];
         else {
-            fprintf(stderr, "usage: fleet_solve [--json] [--seeds N] [--fleet PATH] [--config FILE] [--limit S] "
-                            "[--chaos S] [--faults kill,stop,poison,forge,flood,connections] [--set KEY=VALUE]... (at most "
-                            "16)\n");
+            fprintf(stderr,
+                    "usage: fleet_solve [--json] [--seeds N] [--fleet PATH] [--config FILE] [--limit S] "
+                    "[--chaos S] [--faults kill,stop,poison,forge,flood,connections] [--set KEY=VALUE]... (at most "
+                    "16)\n");
             return 2;
         }
     }
@@ -223,8 +225,8 @@ int main(int argc, char **argv) {
         char events[512] = "";
         for (int k = 0, used = 0; k < F_COUNT; k++)
             if (done[k] && used < (int)sizeof events)
-                used += snprintf(events + used, sizeof events - (size_t)used, "%s%s %d", used ? ", " : "", fault_names[k],
-                                 done[k]);
+                used += snprintf(events + used, sizeof events - (size_t)used, "%s%s %d", used ? ", " : "",
+                                 fault_names[k], done[k]);
         if (done[F_POISON])
             snprintf(events + strlen(events), sizeof events - strlen(events), " (rows at |r| %.4g, priority %.4g)", rb,
                      pb);
@@ -233,9 +235,10 @@ int main(int argc, char **argv) {
         times[s - 1] = ok ? t : 1e9;
         solved += ok;
         if (json)
-            printf("{\"bench\":\"fleet_solve\",\"case\":\"cartpole/seed%d\",\"value\":%.1f,\"unit\":\"s\",\"cores\":%d,"
-                   "\"solved\":%s,\"kills\":%d,\"restarts\":%s}\n",
-                   s, t, cores, ok ? "true" : "false", kills, restarts);
+            printf(
+                "{\"bench\":\"fleet_solve\",\"case\":\"cartpole/seed%d\",\"value\":%.1f,\"unit\":\"s\",\"cores\":%d,"
+                "\"solved\":%s,\"kills\":%d,\"restarts\":%s}\n",
+                s, t, cores, ok ? "true" : "false", kills, restarts);
         else if (chaos > 0)
             printf("  seed %-3d %8.1f s  %s  (%s; %s restarts, %s hangs, %s reports refused)\n", s, t,
                    ok ? "solved" : reason, events[0] ? events : "no fault acted", restarts, hangs, refused);
@@ -247,9 +250,10 @@ int main(int argc, char **argv) {
     double med = times[seeds / 2];
     if (seeds % 2 == 0) med = 0.5 * (times[seeds / 2 - 1] + times[seeds / 2]);
     if (json)
-        printf("{\"bench\":\"fleet_solve\",\"case\":\"cartpole/median\",\"value\":%.1f,\"unit\":\"s\",\"cores\":%d,"
-               "\"solved\":%d,\"seeds\":%d}\n",
-               med >= 1e9 ? -1.0 : med, cores, solved, seeds);
+        printf(
+            "{\"bench\":\"fleet_solve\",\"case\":\"cartpole/median\",\"value\":%.1f,\"unit\":\"s\",\"cores\":%d,"
+            "\"solved\":%d,\"seeds\":%d}\n",
+            med >= 1e9 ? -1.0 : med, cores, solved, seeds);
     else if (med >= 1e9)
         printf("median: not solved by most seeds (%d of %d solved)\n", solved, seeds);
     else

@@ -182,10 +182,14 @@ void fl_flops_describe_peak(const fl_flops_peak_t *p, char *buf, size_t len) {
 int fl_bench_backend = -1;
 
 int fl_bench_parse_backend(const char *v) {
-    if (strcmp(v, "dnnl") == 0) fl_bench_backend = FL_QNET_BACKEND_DNNL;
-    else if (strcmp(v, "reference") == 0) fl_bench_backend = FL_QNET_BACKEND_REF;
-    else if (strcmp(v, "onednn") == 0) fl_bench_backend = FL_QNET_BACKEND_ONEDNN; /* fleet's own kernels off */
-    else return 0;
+    if (strcmp(v, "dnnl") == 0)
+        fl_bench_backend = FL_QNET_BACKEND_DNNL;
+    else if (strcmp(v, "reference") == 0)
+        fl_bench_backend = FL_QNET_BACKEND_REF;
+    else if (strcmp(v, "onednn") == 0)
+        fl_bench_backend = FL_QNET_BACKEND_ONEDNN; /* fleet's own kernels off */
+    else
+        return 0;
     return 1;
 }
 
@@ -194,9 +198,13 @@ static fl_qnet_backend_kind bench_backend(void) {
     return fl_dnnl_available() ? FL_QNET_BACKEND_DNNL : FL_QNET_BACKEND_REF;
 }
 
-fl_status fl_bench_apply_backend(fl_qnet_t *n, fl_err_t *err) { return fl_qnet_set_backend(n, bench_backend(), err); }
+fl_status fl_bench_apply_backend(fl_qnet_t *n, fl_err_t *err) {
+    return fl_qnet_set_backend(n, bench_backend(), err);
+}
 
-const char *fl_bench_backend_name(void) { return fl_qnet_backend_name(bench_backend()); }
+const char *fl_bench_backend_name(void) {
+    return fl_qnet_backend_name(bench_backend());
+}
 
 const char *fl_bench_amx_note(void) {
     if (bench_backend() != FL_QNET_BACKEND_DNNL || !fl_conv_img_amx_available()) return NULL;
@@ -219,8 +227,10 @@ void fl_bench_torch_env(char *buf, size_t len, char *why, size_t why_len) {
     if (!core) core = "";
     const char *want = NULL;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("avx512f") && !name_in(core, avx512)) want = "SkylakeX";
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !name_in(core, avx2)) want = "Haswell";
+    if (__builtin_cpu_supports("avx512f") && !name_in(core, avx512))
+        want = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !name_in(core, avx2))
+        want = "Haswell";
     const int aten512 = __builtin_cpu_supports("avx512f");
 #else
     const int aten512 = 0;
@@ -237,9 +247,10 @@ void fl_bench_torch_env(char *buf, size_t len, char *why, size_t why_len) {
                  "settings (MALLOC_MMAP_THRESHOLD_=MALLOC_TRIM_THRESHOLD_=%u)",
                  core, want, aten512 ? ", ATEN_CPU_CAPABILITY=avx512" : "", FL_MALLOC_KEEP);
     else
-        snprintf(why, why_len, "OpenBLAS runs its %s kernels; PyTorch gets %sfleet's heap settings "
-                 "(MALLOC_MMAP_THRESHOLD_=MALLOC_TRIM_THRESHOLD_=%u)", core,
-                 aten512 ? "ATEN_CPU_CAPABILITY=avx512 and " : "", FL_MALLOC_KEEP);
+        snprintf(why, why_len,
+                 "OpenBLAS runs its %s kernels; PyTorch gets %sfleet's heap settings "
+                 "(MALLOC_MMAP_THRESHOLD_=MALLOC_TRIM_THRESHOLD_=%u)",
+                 core, aten512 ? "ATEN_CPU_CAPABILITY=avx512 and " : "", FL_MALLOC_KEEP);
 }
 
 void fl_bench_rate_step(fl_bench_rate_t *r, double t) {
@@ -252,9 +263,13 @@ void fl_bench_rate_step(fl_bench_rate_t *r, double t) {
     }
 }
 
-double fl_bench_rate_whole(const fl_bench_rate_t *r) { return r->n > 0 && r->t > 0 ? (double)r->n / r->t : 0; }
+double fl_bench_rate_whole(const fl_bench_rate_t *r) {
+    return r->n > 0 && r->t > 0 ? (double)r->n / r->t : 0;
+}
 
-double fl_bench_rate_best(const fl_bench_rate_t *r) { return r->best > 0 ? r->best : fl_bench_rate_whole(r); }
+double fl_bench_rate_best(const fl_bench_rate_t *r) {
+    return r->best > 0 ? r->best : fl_bench_rate_whole(r);
+}
 
 double fl_bench_script_rate(const char *prog, const char *cmd, char *version, size_t len, double *best) {
     FILE *p = popen(cmd, "r");

@@ -103,9 +103,9 @@ void fl_bench_torch_env(char *buf, size_t len, char *why, size_t why_len);
 #define FL_BENCH_WINDOW_S 0.1
 #define FL_BENCH_WINDOW_STEPS 10
 typedef struct fl_bench_rate {
-    long n, wn;      /* steps done; steps when the current window began */
-    double t, wt;    /* seconds since the start at the last step; when the window began */
-    double best;     /* the best closed window's steps/s; 0 while none */
+    long n, wn;   /* steps done; steps when the current window began */
+    double t, wt; /* seconds since the start at the last step; when the window began */
+    double best;  /* the best closed window's steps/s; 0 while none */
 } fl_bench_rate_t;
 /* One more step done, t seconds after the run started. */
 void fl_bench_rate_step(fl_bench_rate_t *r, double t);

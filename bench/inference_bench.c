@@ -258,7 +258,8 @@ int main(int argc, char **argv) {
     fl_bench_torch_env(o.torch_env, sizeof o.torch_env, o.torch_why, sizeof o.torch_why);
     char version[64] = "";
     double best_unused;
-    const int have_torch = o.torch && torch_rate(&o, &CASES[0], 1, "contiguous", version, sizeof version, &best_unused) >= 0;
+    const int have_torch =
+        o.torch && torch_rate(&o, &CASES[0], 1, "contiguous", version, sizeof version, &best_unused) >= 0;
     if (!o.json) {
         printf(
             "inference_bench: %ld cores, one actor step (convert, forward, greedy argmax) on 1 thread, CPU kernels "
@@ -314,8 +315,9 @@ int main(int argc, char **argv) {
     }
     return 0;
 usage:
-    fprintf(stderr,
-            "usage: inference_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] "
-            "[--batches 1,4,16,64] [--backend dnnl|onednn|reference] [--no-torch] [--torch-script PATH] [--python PATH]\n");
+    fprintf(
+        stderr,
+        "usage: inference_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] "
+        "[--batches 1,4,16,64] [--backend dnnl|onednn|reference] [--no-torch] [--torch-script PATH] [--python PATH]\n");
     return 2;
 }

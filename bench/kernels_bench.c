@@ -193,8 +193,8 @@ int main(int argc, char **argv) {
             printf("{\"bench\":\"kernels\",\"case\":\"%s\",\"value\":%.1f,\"unit\":\"%s\",\"cores\":%ld}\n",
                    res[i].name, res[i].value, res[i].unit, cores);
     } else {
-        printf("kernels: %s, obs_dim %d, %d actions, %zu params; BLAS threads 1; cores %ld\n", SPEC, OBS_DIM,
-               ACTIONS, fl_qnet_num_params(learner), cores);
+        printf("kernels: %s, obs_dim %d, %d actions, %zu params; BLAS threads 1; cores %ld\n", SPEC, OBS_DIM, ACTIONS,
+               fl_qnet_num_params(learner), cores);
         printf("%-22s %14s  %s\n", "case", "value", "unit");
         for (int i = 0; i < 3; i++) printf("%-22s %14.1f  %s\n", res[i].name, res[i].value, res[i].unit);
         printf("%-22s %14.1f  %s\n", "(train_b512)", res[2].value * BIG, "samples/s");

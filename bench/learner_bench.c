@@ -54,7 +54,8 @@
  * converted on the GPU, priorities to the host every update).
  *
  *   learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batch N] [--spec SPEC] [--threads 1,2]
- *                 [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|onednn|reference] [--torch-script PATH] [--python PATH]
+ *                 [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|onednn|reference] [--torch-script PATH] [--python
+ * PATH]
  * --batch: every case at batch N only, instead of its two batch sizes.
  * --spec: the nature case's network replaced by SPEC (a model.spec over the same Atari
  *         input), to size a network for a machine; PyTorch has no such network (--no-torch).
@@ -88,7 +89,8 @@ typedef struct netcase {
     const char *obs; /* the observations' dtype, as replay hands them to the learner */
 } netcase_t;
 
-static netcase_t CASES[] = { /* --spec replaces the nature case's network */
+static netcase_t CASES[] = {
+    /* --spec replaces the nature case's network */
     {"mlp", "dense(256) relu dense(256) relu dueling", 1, {4, 0, 0}, 2, {128, 512}, "float32"},
     {"minatar", "conv(16,3,1) relu flatten dense(128) relu dueling", 3, {10, 10, 4}, 6, {32, 512}, "float32"},
     {"nature",
@@ -104,7 +106,7 @@ static netcase_t CASES[] = { /* --spec replaces the nature case's network */
 typedef struct opts {
     int json, torch, gpu, cpu;
     double seconds;
-    int only; /* case index or -1 */
+    int only;  /* case index or -1 */
     int batch; /* --batch: every case at this batch size alone (0: each case's own two) */
     int threads[4], n_threads;
     char script[1024];
@@ -150,8 +152,7 @@ typedef fl_status (*update_fn)(void *arg, long k);
 /* Runs `warmup` updates, then times updates until `seconds` have passed (at least 2);
  * updates/s in *rate, and the best window's (bench/flops.h) in *best where best is not
  * NULL. Stops at the first update that fails and returns its status. */
-static fl_status timed_updates(update_fn update, void *arg, int warmup, double seconds, double *rate,
-                               double *best) {
+static fl_status timed_updates(update_fn update, void *arg, int warmup, double seconds, double *rate, double *best) {
     fl_status st;
     for (int k = 0; k < warmup; k++)
         if ((st = update(arg, k)) != FL_OK) return st;
@@ -358,8 +359,8 @@ static double gpu_rate(const netcase_t *c, int B, int tf32, int cudnn_benchmark,
     g.tf32 = tf32;
     g.cudnn_benchmark = cudnn_benchmark;
     g.use_graph = 1;
-    if (fl_cuda_dqn_create(&g, &d, &e) != FL_OK || fl_cuda_dqn_set_params(d, fl_qnet_params(net), NULL,
-                                                                            fl_qnet_num_params(net), &e) != FL_OK) {
+    if (fl_cuda_dqn_create(&g, &d, &e) != FL_OK ||
+        fl_cuda_dqn_set_params(d, fl_qnet_params(net), NULL, fl_qnet_num_params(net), &e) != FL_OK) {
         die("GPU learner", &e);
         goto done;
     }
@@ -401,8 +402,7 @@ static int gpu_rows(const opts_t *o, int have_torch) {
     fl_cuda_device_name(0, name, sizeof name, &e);
     char version[64] = "";
     if (!o->json) {
-        printf("\nGPU: %s (fleet: cuBLAS + cuDNN + own kernels, CUDA graphs; PyTorch eager on the same GPU)\n",
-               name);
+        printf("\nGPU: %s (fleet: cuBLAS + cuDNN + own kernels, CUDA graphs; PyTorch eager on the same GPU)\n", name);
         printf("%-8s %6s %5s %5s %9s %14s %14s %14s %8s\n", "network", "batch", "obs", "tf32", "convs", "fleet upd/s",
                "fleet smp/s", "torch upd/s", "ratio");
     }
@@ -425,10 +425,11 @@ static int gpu_rows(const opts_t *o, int have_torch) {
                              dtype, search);
                     const double t = have_torch ? torch_rate(o, c, B, 1, 1, extra, version, sizeof version, NULL) : -1;
                     if (o->json) {
-                        printf("{\"bench\":\"learner_gpu\",\"case\":\"%s\",\"batch\":%d,\"obs\":\"%s\",\"tf32\":%d,"
-                               "\"convs\":\"%s\",\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,"
-                               "\"torch_updates_per_s\":%.4g,\"ratio\":%.4g,\"gpu\":\"%s\",\"cores\":%ld}\n",
-                               c->name, B, dtype, tf32, convs, f, f * B, t, t > 0 ? f / t : 0.0, name, o->cores);
+                        printf(
+                            "{\"bench\":\"learner_gpu\",\"case\":\"%s\",\"batch\":%d,\"obs\":\"%s\",\"tf32\":%d,"
+                            "\"convs\":\"%s\",\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,"
+                            "\"torch_updates_per_s\":%.4g,\"ratio\":%.4g,\"gpu\":\"%s\",\"cores\":%ld}\n",
+                            c->name, B, dtype, tf32, convs, f, f * B, t, t > 0 ? f / t : 0.0, name, o->cores);
                     } else {
                         char tb[32] = "-", rb[32] = "-";
                         if (t > 0) {
@@ -473,11 +474,12 @@ static void print_peak(const opts_t *o, const fl_flops_peak_t *p) {
                    o->cores);
             return;
         }
-        printf("{\"bench\":\"peak_fp32\",\"case\":\"cpu\",\"measured\":1,\"isa\":\"%s\",\"vector_floats\":%d,"
-               "\"fma_units\":%d,\"fma_per_cycle\":%.4g,\"add_clock_ghz\":%.4g,"
-               "\"core_gflops\":%.4g,\"clock_ghz\":%.4g,\"peak_gflops\":%.4g,\"cores\":%ld}\n",
-               p->isa, p->vector_floats, p->fma_units, p->fma_per_cycle, p->add_clock_hz / 1e9,
-               p->core_flops / 1e9, p->clock_hz / 1e9, p->peak_flops / 1e9, o->cores);
+        printf(
+            "{\"bench\":\"peak_fp32\",\"case\":\"cpu\",\"measured\":1,\"isa\":\"%s\",\"vector_floats\":%d,"
+            "\"fma_units\":%d,\"fma_per_cycle\":%.4g,\"add_clock_ghz\":%.4g,"
+            "\"core_gflops\":%.4g,\"clock_ghz\":%.4g,\"peak_gflops\":%.4g,\"cores\":%ld}\n",
+            p->isa, p->vector_floats, p->fma_units, p->fma_per_cycle, p->add_clock_hz / 1e9, p->core_flops / 1e9,
+            p->clock_hz / 1e9, p->peak_flops / 1e9, o->cores);
         return;
     }
     char line[1024];
@@ -498,38 +500,43 @@ static int best_of(const double *rate, int n) {
 typedef struct best_row {
     const netcase_t *c;
     int B;
-    double flop;          /* per update */
-    double fleet, torch;  /* best updates/s; <= 0: none */
-    int fleet_t, torch_t; /* their threads */
-    int torch_blas;       /* PyTorch's best: OpenBLAS's threads */
-    const char *torch_fmt; /* and its memory format */
-    double fleet_w, torch_w;  /* the best windows' updates/s over each side's configurations */
-    int fleet_wt, torch_wt;   /* their threads */
+    double flop;             /* per update */
+    double fleet, torch;     /* best updates/s; <= 0: none */
+    int fleet_t, torch_t;    /* their threads */
+    int torch_blas;          /* PyTorch's best: OpenBLAS's threads */
+    const char *torch_fmt;   /* and its memory format */
+    double fleet_w, torch_w; /* the best windows' updates/s over each side's configurations */
+    int fleet_wt, torch_wt;  /* their threads */
 } best_row_t;
 
 static void format_rate(char *buf, size_t len, double rate, int threads, double flop) {
-    if (rate > 0) snprintf(buf, len, "%11.1f %3d %8.1f", rate, threads, rate * flop / 1e9);
-    else snprintf(buf, len, "%11s %3s %8s", "-", "-", "-");
+    if (rate > 0)
+        snprintf(buf, len, "%11.1f %3d %8.1f", rate, threads, rate * flop / 1e9);
+    else
+        snprintf(buf, len, "%11s %3s %8s", "-", "-", "-");
 }
 
 /* a / b where both were measured (> 0), else 0 */
-static double ratio_of(double a, double b) { return a > 0 && b > 0 ? a / b : 0.0; }
+static double ratio_of(double a, double b) {
+    return a > 0 && b > 0 ? a / b : 0.0;
+}
 
 static void print_best(const opts_t *o, const best_row_t *r, const fl_flops_peak_t *peak) {
     const double ratio = ratio_of(r->fleet, r->torch), wratio = ratio_of(r->fleet_w, r->torch_w);
     if (o->json) {
-        printf("{\"bench\":\"learner_best\",\"case\":\"%s\",\"batch\":%d,\"flop_per_update\":%.6g,"
-               "\"fleet_best_updates_per_s\":%.4g,\"fleet_best_threads\":%d,\"fleet_best_gflops\":%.4g,"
-               "\"torch_best_updates_per_s\":%.4g,\"torch_best_threads\":%d,\"torch_best_openblas_threads\":%d,"
-               "\"torch_best_memory_format\":\"%s\","
-               "\"torch_best_gflops\":%.4g,\"ratio_of_bests\":%.4g,\"fleet_window_updates_per_s\":%.4g,"
-               "\"fleet_window_threads\":%d,\"fleet_window_gflops\":%.4g,\"torch_window_updates_per_s\":%.4g,"
-               "\"torch_window_threads\":%d,\"window_ratio\":%.4g,\"peak_gflops\":%.4g,\"core_peak_gflops\":%.4g,"
-               "\"cores\":%ld}\n",
-               r->c->name, r->B, r->flop, r->fleet, r->fleet_t, r->fleet * r->flop / 1e9, r->torch, r->torch_t,
-               r->torch_blas, r->torch_fmt, r->torch > 0 ? r->torch * r->flop / 1e9 : 0.0, ratio, r->fleet_w, r->fleet_wt,
-               r->fleet_w * r->flop / 1e9, r->torch_w, r->torch_wt, wratio, peak->ok ? peak->peak_flops / 1e9 : 0.0,
-               peak->ok ? peak->core_flops / 1e9 : 0.0, o->cores);
+        printf(
+            "{\"bench\":\"learner_best\",\"case\":\"%s\",\"batch\":%d,\"flop_per_update\":%.6g,"
+            "\"fleet_best_updates_per_s\":%.4g,\"fleet_best_threads\":%d,\"fleet_best_gflops\":%.4g,"
+            "\"torch_best_updates_per_s\":%.4g,\"torch_best_threads\":%d,\"torch_best_openblas_threads\":%d,"
+            "\"torch_best_memory_format\":\"%s\","
+            "\"torch_best_gflops\":%.4g,\"ratio_of_bests\":%.4g,\"fleet_window_updates_per_s\":%.4g,"
+            "\"fleet_window_threads\":%d,\"fleet_window_gflops\":%.4g,\"torch_window_updates_per_s\":%.4g,"
+            "\"torch_window_threads\":%d,\"window_ratio\":%.4g,\"peak_gflops\":%.4g,\"core_peak_gflops\":%.4g,"
+            "\"cores\":%ld}\n",
+            r->c->name, r->B, r->flop, r->fleet, r->fleet_t, r->fleet * r->flop / 1e9, r->torch, r->torch_t,
+            r->torch_blas, r->torch_fmt, r->torch > 0 ? r->torch * r->flop / 1e9 : 0.0, ratio, r->fleet_w, r->fleet_wt,
+            r->fleet_w * r->flop / 1e9, r->torch_w, r->torch_wt, wratio, peak->ok ? peak->peak_flops / 1e9 : 0.0,
+            peak->ok ? peak->core_flops / 1e9 : 0.0, o->cores);
         return;
     }
     char fb[64], tb[64], rb[32] = "-", pb[32] = "-";
@@ -558,10 +565,11 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
     best_row_t best[NUM_CASES * 2];
     int n_best = 0;
     if (!o->json) {
-        printf("PyTorch at T threads: torch.set_num_threads(T), OMP_NUM_THREADS=T, the fastest of "
-               "OPENBLAS_NUM_THREADS=1 and =%ld (column blas) and, for images, of its memory formats contiguous "
-               "and channels_last (column layout); %s\n",
-               o->cores, o->torch_why);
+        printf(
+            "PyTorch at T threads: torch.set_num_threads(T), OMP_NUM_THREADS=T, the fastest of "
+            "OPENBLAS_NUM_THREADS=1 and =%ld (column blas) and, for images, of its memory formats contiguous "
+            "and channels_last (column layout); %s\n",
+            o->cores, o->torch_why);
         printf("%-8s %6s %7s %7s %14s %14s %14s %4s %13s %8s\n", "network", "batch", "obs", "threads", "fleet upd/s",
                "fleet smp/s", "torch upd/s", "blas", "layout", "ratio");
     }
@@ -584,16 +592,17 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
                 t[ti] = have_torch ? torch_best(o, c, B, T, &tb_blas[ti], &tb_fmt[ti], version, sizeof version, &tw[ti])
                                    : -1;
                 if (o->json) {
-                    printf("{\"bench\":\"learner\",\"case\":\"%s\",\"batch\":%d,\"threads\":%d,"
-                           "\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,"
-                           "\"ratio\":%.4g,"
-                           "\"torch_openblas_threads\":%d,\"torch_memory_format\":\"%s\",\"obs\":\"%s\","
-                           "\"flop_per_update\":%.6g,\"fleet_gflops\":%.4g,"
-                           "\"torch_gflops\":%.4g,\"fleet_window_updates_per_s\":%.4g,"
-                           "\"torch_window_updates_per_s\":%.4g,\"cores\":%ld}\n",
-                           c->name, B, T, f[ti], f[ti] * B, t[ti], t[ti] > 0 ? f[ti] / t[ti] : 0.0,
-                           tb_blas[ti], tb_fmt[ti], c->obs, flop, f[ti] * flop / 1e9, t[ti] > 0 ? t[ti] * flop / 1e9 : 0.0,
-                           fw[ti], t[ti] > 0 ? tw[ti] : -1.0, o->cores);
+                    printf(
+                        "{\"bench\":\"learner\",\"case\":\"%s\",\"batch\":%d,\"threads\":%d,"
+                        "\"fleet_updates_per_s\":%.4g,\"fleet_samples_per_s\":%.4g,\"torch_updates_per_s\":%.4g,"
+                        "\"ratio\":%.4g,"
+                        "\"torch_openblas_threads\":%d,\"torch_memory_format\":\"%s\",\"obs\":\"%s\","
+                        "\"flop_per_update\":%.6g,\"fleet_gflops\":%.4g,"
+                        "\"torch_gflops\":%.4g,\"fleet_window_updates_per_s\":%.4g,"
+                        "\"torch_window_updates_per_s\":%.4g,\"cores\":%ld}\n",
+                        c->name, B, T, f[ti], f[ti] * B, t[ti], t[ti] > 0 ? f[ti] / t[ti] : 0.0, tb_blas[ti],
+                        tb_fmt[ti], c->obs, flop, f[ti] * flop / 1e9, t[ti] > 0 ? t[ti] * flop / 1e9 : 0.0, fw[ti],
+                        t[ti] > 0 ? tw[ti] : -1.0, o->cores);
                 } else {
                     char tb[32] = "-", rb[32] = "-";
                     if (t[ti] > 0) {
@@ -625,14 +634,16 @@ static int cpu_rows(const opts_t *o, int have_torch, const fl_flops_peak_t *peak
         }
     }
     if (o->json) return 0;
-    printf("\nbest against best (each side's fastest configuration; GFLOP/s = updates/s x FLOP per update, counted as "
-           "bench/flops.h says; peak: the machine's, all cores)\n");
-    printf("%-8s %6s %10s %11s %3s %8s %11s %3s %8s %8s %10s\n", "network", "batch", "MFLOP/upd", "fleet upd/s",
-           "thr", "GFLOP/s", "torch upd/s", "thr", "GFLOP/s", "ratio", "peak GF/s");
+    printf(
+        "\nbest against best (each side's fastest configuration; GFLOP/s = updates/s x FLOP per update, counted as "
+        "bench/flops.h says; peak: the machine's, all cores)\n");
+    printf("%-8s %6s %10s %11s %3s %8s %11s %3s %8s %8s %10s\n", "network", "batch", "MFLOP/upd", "fleet upd/s", "thr",
+           "GFLOP/s", "torch upd/s", "thr", "GFLOP/s", "ratio", "peak GF/s");
     for (int i = 0; i < n_best; i++) print_best(o, &best[i], peak);
-    printf("\nbest windows (each side's fastest window of at least %.1f s and %d updates, over its configurations; "
-           "%% peak: fleet's GFLOP/s over the machine's peak)\n",
-           FL_BENCH_WINDOW_S, FL_BENCH_WINDOW_STEPS);
+    printf(
+        "\nbest windows (each side's fastest window of at least %.1f s and %d updates, over its configurations; "
+        "%% peak: fleet's GFLOP/s over the machine's peak)\n",
+        FL_BENCH_WINDOW_S, FL_BENCH_WINDOW_STEPS);
     printf("%-8s %6s %11s %3s %8s %7s %11s %3s %8s %8s\n", "network", "batch", "fleet upd/s", "thr", "GFLOP/s",
            "% peak", "torch upd/s", "thr", "GFLOP/s", "ratio");
     for (int i = 0; i < n_best; i++) print_window(&best[i], peak);
@@ -660,21 +671,27 @@ int main(int argc, char **argv) {
     snprintf(o.python, sizeof o.python, "%s", access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) o.json = 1;
-        else if (!strcmp(a, "--no-torch")) o.torch = 0;
-        else if (!strcmp(a, "--no-gpu")) o.gpu = 0;
-        else if (!strcmp(a, "--no-cpu")) o.cpu = 0;
+        if (!strcmp(a, "--json"))
+            o.json = 1;
+        else if (!strcmp(a, "--no-torch"))
+            o.torch = 0;
+        else if (!strcmp(a, "--no-gpu"))
+            o.gpu = 0;
+        else if (!strcmp(a, "--no-cpu"))
+            o.cpu = 0;
         else if (!strcmp(a, "--backend") && v) {
             if (!fl_bench_parse_backend(argv[++i])) goto usage;
-        }
-        else if (!strcmp(a, "--seconds") && v) o.seconds = atof(argv[++i]);
+        } else if (!strcmp(a, "--seconds") && v)
+            o.seconds = atof(argv[++i]);
         else if (!strcmp(a, "--batch") && v) {
             o.batch = atoi(argv[++i]);
             if (o.batch < 1) goto usage;
-        }
-        else if (!strcmp(a, "--spec") && v) CASES[2].spec = argv[++i];
-        else if (!strcmp(a, "--torch-script") && v) snprintf(o.script, sizeof o.script, "%s", argv[++i]);
-        else if (!strcmp(a, "--python") && v) snprintf(o.python, sizeof o.python, "%s", argv[++i]);
+        } else if (!strcmp(a, "--spec") && v)
+            CASES[2].spec = argv[++i];
+        else if (!strcmp(a, "--torch-script") && v)
+            snprintf(o.script, sizeof o.script, "%s", argv[++i]);
+        else if (!strcmp(a, "--python") && v)
+            snprintf(o.python, sizeof o.python, "%s", argv[++i]);
         else if (!strcmp(a, "--threads") && v) {
             if (!parse_threads(argv[++i], &o)) goto usage;
         } else if (!strcmp(a, "--case") && v) {
@@ -701,10 +718,13 @@ int main(int argc, char **argv) {
     fl_flops_measure_peak(o.cores, &peak);
     print_peak(&o, &peak);
     if (!o.json)
-        printf("learner_bench: %ld cores, full DQN update (double, dueling, 3-step, weights, Huber, clip 40, centered "
-               "RMSProp), CPU kernels %s, %g s per configuration; PyTorch %s\n",
-               o.cores, fl_bench_backend_name(), o.seconds,
-               have_torch ? version : o.torch ? "not available (cannot import torch)" : "not run (--no-torch)");
+        printf(
+            "learner_bench: %ld cores, full DQN update (double, dueling, 3-step, weights, Huber, clip 40, centered "
+            "RMSProp), CPU kernels %s, %g s per configuration; PyTorch %s\n",
+            o.cores, fl_bench_backend_name(), o.seconds,
+            have_torch ? version
+            : o.torch  ? "not available (cannot import torch)"
+                       : "not run (--no-torch)");
     if (!o.cpu)
         fprintf(o.json ? stderr : stdout, "learner_bench: CPU rows skipped (--no-cpu)\n");
     else if (cpu_rows(&o, have_torch, &peak) != 0)
@@ -715,7 +735,9 @@ int main(int argc, char **argv) {
     }
     return gpu_rows(&o, have_torch);
 usage:
-    fprintf(stderr, "usage: learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batch N] "
-                    "[--spec SPEC] [--threads 1,2] [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|onednn|reference] [--torch-script PATH] [--python PATH]\n");
+    fprintf(stderr,
+            "usage: learner_bench [--json] [--seconds S] [--case mlp|minatar|nature|all] [--batch N] "
+            "[--spec SPEC] [--threads 1,2] [--no-torch] [--no-gpu] [--no-cpu] [--backend dnnl|onednn|reference] "
+            "[--torch-script PATH] [--python PATH]\n");
     return 2;
 }

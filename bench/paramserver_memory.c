@@ -100,9 +100,10 @@ static void *publish_one(void *arg) {
 
 static void report(const char *what, double value, const char *unit) {
     if (g_json)
-        printf("{\"bench\":\"paramserver_memory\",\"case\":\"%s\",\"mb\":%g,\"clients\":%d,\"slots\":%d,"
-               "\"value\":%.1f,\"unit\":\"%s\"}\n",
-               what, g_mb, g_clients, g_slots, value, unit);
+        printf(
+            "{\"bench\":\"paramserver_memory\",\"case\":\"%s\",\"mb\":%g,\"clients\":%d,\"slots\":%d,"
+            "\"value\":%.1f,\"unit\":\"%s\"}\n",
+            what, g_mb, g_clients, g_slots, value, unit);
     else
         printf("  %-40s %10.1f %s\n", what, value, unit);
     fflush(stdout);
@@ -111,15 +112,22 @@ static void report(const char *what, double value, const char *unit) {
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) g_json = 1;
-        else if (!strcmp(a, "--mb") && v) g_mb = atof(argv[++i]);
-        else if (!strcmp(a, "--clients") && v) g_clients = atoi(argv[++i]);
-        else if (!strcmp(a, "--rounds") && v) g_rounds = atoi(argv[++i]);
-        else if (!strcmp(a, "--slots") && v) g_slots = atoi(argv[++i]);
-        else if (!strcmp(a, "--settle") && v) g_settle = atof(argv[++i]);
+        if (!strcmp(a, "--json"))
+            g_json = 1;
+        else if (!strcmp(a, "--mb") && v)
+            g_mb = atof(argv[++i]);
+        else if (!strcmp(a, "--clients") && v)
+            g_clients = atoi(argv[++i]);
+        else if (!strcmp(a, "--rounds") && v)
+            g_rounds = atoi(argv[++i]);
+        else if (!strcmp(a, "--slots") && v)
+            g_slots = atoi(argv[++i]);
+        else if (!strcmp(a, "--settle") && v)
+            g_settle = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: paramserver_memory [--mb M] [--clients K] [--rounds R] [--slots S] "
-                            "[--settle S] [--json]\n");
+            fprintf(stderr,
+                    "usage: paramserver_memory [--mb M] [--clients K] [--rounds R] [--slots S] "
+                    "[--settle S] [--json]\n");
             return 2;
         }
     }

@@ -116,8 +116,7 @@ static int time_updates(const report_t *rep, fl_table_t *t, size_t batches, cons
     }
     double dt = now() - t0;
     if (applied_total != batches * SAMPLE_BATCH) {
-        fprintf(stderr, "replay_bench: %s: %zu of %zu updates applied\n", name, applied_total,
-                batches * SAMPLE_BATCH);
+        fprintf(stderr, "replay_bench: %s: %zu of %zu updates applied\n", name, applied_total, batches * SAMPLE_BATCH);
         return 1;
     }
     report(rep, name, label, (double)(batches * SAMPLE_BATCH) / dt, "updates/s");
@@ -267,8 +266,9 @@ int main(int argc, char **argv) {
             }
             only = (int)sel;
         } else {
-            fprintf(stderr, "usage: replay_bench [--json] [--wall] [--scale X] [--capacity N] "
-                            "[--selector prioritized|uniform|fifo]\n");
+            fprintf(stderr,
+                    "usage: replay_bench [--json] [--wall] [--scale X] [--capacity N] "
+                    "[--selector prioritized|uniform|fifo]\n");
             return 2;
         }
     }

@@ -126,8 +126,10 @@ static int run_case(const out_t *o, const char *name, const fl_env_def_t *def, c
         fl_wrapped_env_step(w, state, &rng, a, next, &r, &term, &trunc);
         uint8_t te = (uint8_t)term, tr = (uint8_t)trunc;
         if (fl_nstep_push(ns, obs, &a, &r, &te, &tr, next) != FL_OK) goto done;
-        if (term || trunc) fl_wrapped_env_reset(w, state, &rng, obs);
-        else memcpy(obs, next, ob);
+        if (term || trunc)
+            fl_wrapped_env_reset(w, state, &rng, obs);
+        else
+            memcpy(obs, next, ob);
         if (fl_nstep_ready(ns) >= LOCAL_BUFFER) {
             fl_nstep_batch_t b;
             fl_nstep_view(ns, &b);
@@ -154,14 +156,16 @@ static int run_case(const out_t *o, const char *name, const fl_env_def_t *def, c
     }
     double naive = (double)padded + tree;
     if (o->json) {
-        printf("{\"bench\":\"replay_memory\",\"case\":\"%s\",\"zstd\":%d,\"obs_bytes\":%zu,\"frames_per_item\":%.4f,"
-               "\"frame_bytes_per_item\":%.1f,\"total_bytes_per_item\":%.1f,\"naive_bytes_per_item\":%.1f,"
-               "\"capacity\":%" PRIu64 ",\"cores\":%ld}\n",
-               name, zstd, ob, frames, frame_b, total, naive, capacity, o->cores);
+        printf(
+            "{\"bench\":\"replay_memory\",\"case\":\"%s\",\"zstd\":%d,\"obs_bytes\":%zu,\"frames_per_item\":%.4f,"
+            "\"frame_bytes_per_item\":%.1f,\"total_bytes_per_item\":%.1f,\"naive_bytes_per_item\":%.1f,"
+            "\"capacity\":%" PRIu64 ",\"cores\":%ld}\n",
+            name, zstd, ob, frames, frame_b, total, naive, capacity, o->cores);
     } else {
-        printf("  %-9s zstd %-2d obs %6zu B   frames/item %5.3f   frame B/item %8.1f   total B/item %8.1f   naive %8.1f"
-               "   (%.2fx smaller)",
-               name, zstd, ob, frames, frame_b, total, naive, naive / total);
+        printf(
+            "  %-9s zstd %-2d obs %6zu B   frames/item %5.3f   frame B/item %8.1f   total B/item %8.1f   naive %8.1f"
+            "   (%.2fx smaller)",
+            name, zstd, ob, frames, frame_b, total, naive, naive / total);
         if (stack > 1) printf("   total / one 84x84 frame = %.3f", total / (double)(ATARI_HW * ATARI_HW));
         printf("\n");
     }
@@ -183,15 +187,21 @@ int main(int argc, char **argv) {
     int zstd = 3;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) o.json = 1;
-        else if (!strcmp(argv[i], "--capacity") && i + 1 < argc) capacity = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--atari-capacity") && i + 1 < argc) atari_capacity = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--zstd") && i + 1 < argc) zstd = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--case") && i + 1 < argc) only = argv[++i];
+        if (!strcmp(argv[i], "--json"))
+            o.json = 1;
+        else if (!strcmp(argv[i], "--capacity") && i + 1 < argc)
+            capacity = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--atari-capacity") && i + 1 < argc)
+            atari_capacity = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--zstd") && i + 1 < argc)
+            zstd = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--case") && i + 1 < argc)
+            only = argv[++i];
         else {
-            fprintf(stderr,
-                    "usage: replay_memory [--capacity N] [--atari-capacity N] [--zstd L] [--case cartpole|minatar|atari] "
-                    "[--json]\n");
+            fprintf(
+                stderr,
+                "usage: replay_memory [--capacity N] [--atari-capacity N] [--zstd L] [--case cartpole|minatar|atari] "
+                "[--json]\n");
             return 2;
         }
     }

@@ -86,11 +86,11 @@
 #include "replay/wire.h"
 #include "replay/writer.h"
 
-#define POOL 8                  /* distinct input batches per shape, reused round robin */
-#define N_STEP 3                /* learner.n_step: next_obs of transition i is obs of i + N_STEP */
+#define POOL 8   /* distinct input batches per shape, reused round robin */
+#define N_STEP 3 /* learner.n_step: next_obs of transition i is obs of i + N_STEP */
 #define MAX_INSERT_BATCH 4096
 #define MAX_STREAMS 64
-#define SAMPLE_BATCH 512        /* the learner batch */
+#define SAMPLE_BATCH 512 /* the learner batch */
 #define SAMPLE_BETA 0.4
 #define MIN_SIZE 1000           /* replay.min_size_to_sample */
 #define SAMPLE_TIMEOUT_MS 10000 /* a Sample call waits this long for min_size */
@@ -125,8 +125,8 @@ typedef struct opts {
     int streams[16], n_streams;
     int shape; /* index into SHAPES, or -1 for all */
     int learner_on, learner_off;
-    int prefetch; /* the learner's Sample calls in flight (learner.prefetch); 0: one call at a time */
-    double insert_rate; /* transitions/s all writers together aim for (paced); 0: as fast as they can */
+    int prefetch;         /* the learner's Sample calls in flight (learner.prefetch); 0: one call at a time */
+    double insert_rate;   /* transitions/s all writers together aim for (paced); 0: as fast as they can */
     char wal_parent[256]; /* --wal DIR: replay.wal on, a log folder per case under DIR; "" = off */
     long cores;
 } opts_t;
@@ -198,17 +198,17 @@ static void *writer_main(void *p) {
         goto out;
     }
     /* Pacing: this writer's share of --insert-rate, by sleeping until each batch's time. */
-    double per_batch = sh->o->insert_rate > 0
-                           ? (double)in->n * (double)sh->streams / sh->o->insert_rate
-                           : 0.0;
+    double per_batch = sh->o->insert_rate > 0 ? (double)in->n * (double)sh->streams / sh->o->insert_rate : 0.0;
     double t_next = fl_clock_sec();
     for (size_t k = (size_t)w->index; !atomic_load_explicit(&sh->stop, memory_order_relaxed); k++) {
         size_t j = k % POOL;
         if (per_batch > 0) {
             t_next += per_batch;
             double ahead = t_next - fl_clock_sec();
-            if (ahead > 0) usleep((useconds_t)(ahead * 1e6));
-            else if (ahead < -0.5) t_next = fl_clock_sec(); /* fell behind: do not burst */
+            if (ahead > 0)
+                usleep((useconds_t)(ahead * 1e6));
+            else if (ahead < -0.5)
+                t_next = fl_clock_sec(); /* fell behind: do not burst */
         }
         st = fl_replay_writer_append(wr, in->n, in->obs[j], in->actions[j], in->rewards[j], in->discounts[j],
                                      in->next_obs[j], in->priorities[j], &w->err);
@@ -592,20 +592,22 @@ static void print_result(const opts_t *o, const shape_t *s, int streams, int lea
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
         if (!learner && i > 0) break;
         if (i == 3 && !o->updates) break;
-        printf("{\"bench\":\"replay_rpc\",\"case\":\"%s/%s/k%d/%s/%s\",\"value\":%.6g,\"unit\":\"%s\",\"cores\":%ld,"
-               "\"streams\":%d,\"learner\":%d,\"insert_batch\":%zu,\"batches_per_call\":%d,\"capacity\":%" PRIu64
-               ",\"filled\":%d,\"seconds\":%.3f}\n",
-               s->name, transport, streams, lcase, m[i].metric, m[i].value, m[i].unit, o->cores, streams, learner,
-               o->insert_batch, r->batches_per_call, case_capacity(o, s), o->fill, r->seconds);
+        printf(
+            "{\"bench\":\"replay_rpc\",\"case\":\"%s/%s/k%d/%s/%s\",\"value\":%.6g,\"unit\":\"%s\",\"cores\":%ld,"
+            "\"streams\":%d,\"learner\":%d,\"insert_batch\":%zu,\"batches_per_call\":%d,\"capacity\":%" PRIu64
+            ",\"filled\":%d,\"seconds\":%.3f}\n",
+            s->name, transport, streams, lcase, m[i].metric, m[i].value, m[i].unit, o->cores, streams, learner,
+            o->insert_batch, r->batches_per_call, case_capacity(o, s), o->fill, r->seconds);
     }
     fflush(stdout);
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: replay_rpc_bench [--json] [--seconds S] [--capacity N] [--insert-batch N]\n"
-                    "                        [--batches-per-call N] [--streams 1,4,16]\n"
-                    "                        [--shape cartpole|minatar|atari|all] [--learner both|on|off]\n"
-                    "                        [--prefetch D] [--no-updates] [--unix] [--fill]\n");
+    fprintf(stderr,
+            "usage: replay_rpc_bench [--json] [--seconds S] [--capacity N] [--insert-batch N]\n"
+            "                        [--batches-per-call N] [--streams 1,4,16]\n"
+            "                        [--shape cartpole|minatar|atari|all] [--learner both|on|off]\n"
+            "                        [--prefetch D] [--no-updates] [--unix] [--fill]\n");
     return 2;
 }
 
@@ -626,8 +628,10 @@ static int parse_streams(const char *s, opts_t *o) {
         long v = strtol(p, &end, 10);
         if (end == p || v < 1 || v > MAX_STREAMS || o->n_streams == 16) return 0;
         o->streams[o->n_streams++] = (int)v;
-        if (*end == ',') end++;
-        else if (*end) return 0;
+        if (*end == ',')
+            end++;
+        else if (*end)
+            return 0;
         p = end;
     }
     return o->n_streams > 0;
@@ -711,24 +715,28 @@ int main(int argc, char **argv) {
     fl_log_set_level(FL_LOG_WARN);
     if (!o.json) {
         char bpc[64];
-        if (o.batches_per_call > 0) snprintf(bpc, sizeof bpc, "%d", o.batches_per_call);
-        else snprintf(bpc, sizeof bpc, "the actor's (cartpole %d, minatar %d, atari %d)",
-                      fl_actor_batches_per_call(4 * sizeof(float), (int64_t)o.insert_batch),
-                      fl_actor_batches_per_call(400, (int64_t)o.insert_batch),
-                      fl_actor_batches_per_call(84 * 84 * 4, (int64_t)o.insert_batch));
+        if (o.batches_per_call > 0)
+            snprintf(bpc, sizeof bpc, "%d", o.batches_per_call);
+        else
+            snprintf(bpc, sizeof bpc, "the actor's (cartpole %d, minatar %d, atari %d)",
+                     fl_actor_batches_per_call(4 * sizeof(float), (int64_t)o.insert_batch),
+                     fl_actor_batches_per_call(400, (int64_t)o.insert_batch),
+                     fl_actor_batches_per_call(84 * 84 * 4, (int64_t)o.insert_batch));
         char cap[64];
-        if (o.capacity_set) snprintf(cap, sizeof cap, "%" PRIu64, o.capacity);
-        else snprintf(cap, sizeof cap, "%" PRIu64 " (atari %d)", o.capacity, ATARI_CAPACITY);
-        printf("replay_rpc_bench: %ld cores, one shard over %s, capacity %s"
-               ", prioritized, insert batch %zu, batches per Insert call %s, learner batch %d beta %.1f%s, "
-               "prefetch %d, %.1f s per case%s\n",
-               o.cores, o.unix_socket ? "a unix socket" : "loopback TCP", cap, o.insert_batch,
-               bpc, SAMPLE_BATCH, SAMPLE_BETA, o.updates ? " + priority updates" : " (no updates)",
-               o.prefetch,
-               o.seconds, o.fill ? " after filling the table" : "");
+        if (o.capacity_set)
+            snprintf(cap, sizeof cap, "%" PRIu64, o.capacity);
+        else
+            snprintf(cap, sizeof cap, "%" PRIu64 " (atari %d)", o.capacity, ATARI_CAPACITY);
+        printf(
+            "replay_rpc_bench: %ld cores, one shard over %s, capacity %s"
+            ", prioritized, insert batch %zu, batches per Insert call %s, learner batch %d beta %.1f%s, "
+            "prefetch %d, %.1f s per case%s\n",
+            o.cores, o.unix_socket ? "a unix socket" : "loopback TCP", cap, o.insert_batch, bpc, SAMPLE_BATCH,
+            SAMPLE_BETA, o.updates ? " + priority updates" : " (no updates)", o.prefetch, o.seconds,
+            o.fill ? " after filling the table" : "");
         printf("rates: deltas of the shard's Info counters over the window\n");
-        printf("%-9s %-5s %7s  %-13s %14s %14s %10s %12s %10s\n", "shape", "via", "streams", "learner",
-               "insert tr/s", "sampled tr/s", "sample/s", "updates/s", "size");
+        printf("%-9s %-5s %7s  %-13s %14s %14s %10s %12s %10s\n", "shape", "via", "streams", "learner", "insert tr/s",
+               "sampled tr/s", "sample/s", "updates/s", "size");
         fflush(stdout);
     }
     uint64_t next_stream_id = 1;

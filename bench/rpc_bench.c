@@ -99,9 +99,10 @@ static void report(const char *transport, const char *cs, double *v, int n, cons
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     double med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
     if (g_json)
-        printf("{\"bench\":\"rpc\",\"case\":\"%s/%s\",\"value\":%.1f,\"unit\":\"%s\",\"cores\":%d,\"min\":%.1f,"
-               "\"max\":%.1f,\"runs\":%d}\n",
-               transport, cs, med, unit, cores, v[0], v[n - 1], n);
+        printf(
+            "{\"bench\":\"rpc\",\"case\":\"%s/%s\",\"value\":%.1f,\"unit\":\"%s\",\"cores\":%d,\"min\":%.1f,"
+            "\"max\":%.1f,\"runs\":%d}\n",
+            transport, cs, med, unit, cores, v[0], v[n - 1], n);
     else
         printf("%-6s %-20s %12.1f %-8s (min %.1f, max %.1f, %d runs)\n", transport, cs, med, unit, v[0], v[n - 1], n);
     fflush(stdout);
@@ -172,7 +173,8 @@ static int bench_stream(const char *addr, size_t msg_size, double *msgs_per_s, d
     fl_rpc_unary(ch, "/bench.B/Echo", "x", 1, 10000, FL_RPC_WAIT_FOR_READY, &resp, NULL);
     fl_rpc_buf_free(&resp);
     double t0 = fl_clock_sec();
-    if (fl_rpc_stream_open(ch, "/bench.B/Stream", 0, FL_RPC_WAIT_FOR_READY | FL_RPC_BUFFERED, &s, &err) != FL_OK) return -1;
+    if (fl_rpc_stream_open(ch, "/bench.B/Stream", 0, FL_RPC_WAIT_FOR_READY | FL_RPC_BUFFERED, &s, &err) != FL_OK)
+        return -1;
     uint64_t sent = 0;
     double until = t0 + g_seconds;
     while (fl_clock_sec() < until) {
@@ -191,8 +193,9 @@ static int bench_stream(const char *addr, size_t msg_size, double *msgs_per_s, d
     uint64_t counts[2] = {0, 0};
     if (resp.len == sizeof counts) memcpy(counts, resp.data, sizeof counts);
     fl_rpc_buf_free(&resp);
-    if (counts[0] != sent) fprintf(stderr, "rpc_bench: server counted %llu of %llu messages\n",
-                                   (unsigned long long)counts[0], (unsigned long long)sent);
+    if (counts[0] != sent)
+        fprintf(stderr, "rpc_bench: server counted %llu of %llu messages\n", (unsigned long long)counts[0],
+                (unsigned long long)sent);
     *msgs_per_s = (double)counts[0] / dt;
     *mb_per_s = (double)counts[1] / dt / 1e6;
     free(msg);
@@ -239,7 +242,9 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc)
             transport = argv[++i];
         else {
-            fprintf(stderr, "usage: rpc_bench [--json] [--seconds S] [--repeat N] [--server-threads N] [--transport tcp|unix|both]\n");
+            fprintf(stderr,
+                    "usage: rpc_bench [--json] [--seconds S] [--repeat N] [--server-threads N] [--transport "
+                    "tcp|unix|both]\n");
             return 2;
         }
     }

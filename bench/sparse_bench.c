@@ -123,8 +123,7 @@ static double update_rate(update_t *u, double seconds, double *best) {
 
 /* The batch of obs and next (BATCH x D floats, 0 or 1) as u's: the floats, or (raw) as
  * uint8 in o8 and n8. */
-static void set_batch(update_t *u, int raw, const float *obs, const float *next, uint8_t *o8, uint8_t *n8,
-                      size_t D) {
+static void set_batch(update_t *u, int raw, const float *obs, const float *next, uint8_t *o8, uint8_t *n8, size_t D) {
     u->b.obs = obs;
     u->b.next_obs = next;
     u->b.obs_raw = u->b.next_raw = NULL;
@@ -156,10 +155,11 @@ static const char *first_layer(const fl_qnet_t *n) {
 static void row(int json, long cores, const char *name, double share, double rate, double best, const char *how,
                 int flush, int raw) {
     if (json)
-        printf("{\"bench\":\"sparse\",\"case\":\"%s\",\"share_set\":%.4f,\"value\":%.6g,\"best\":%.6g,"
-               "\"unit\":\"updates/s\",\"first_layer\":\"%s\",\"denormals\":\"%s\",\"obs\":\"%s\",\"batch\":%d,"
-               "\"threads\":1,\"cores\":%ld}\n",
-               name, share, rate, best, how, flush ? "flush" : "keep", raw ? "uint8" : "float32", BATCH, cores);
+        printf(
+            "{\"bench\":\"sparse\",\"case\":\"%s\",\"share_set\":%.4f,\"value\":%.6g,\"best\":%.6g,"
+            "\"unit\":\"updates/s\",\"first_layer\":\"%s\",\"denormals\":\"%s\",\"obs\":\"%s\",\"batch\":%d,"
+            "\"threads\":1,\"cores\":%ld}\n",
+            name, share, rate, best, how, flush ? "flush" : "keep", raw ? "uint8" : "float32", BATCH, cores);
     else
         printf("  %-22s %8.1f%% %12.1f %12.1f  %s\n", name, 100 * share, rate, best, how);
     fflush(stdout);
@@ -195,8 +195,9 @@ int main(int argc, char **argv) {
                 nd++;
             }
         } else {
-            fprintf(stderr, "usage: sparse_bench [--seconds S] [--steps N (>= 2000)] [--densities D1,D2,...] "
-                            "[--denormals flush|keep] [--obs uint8|float32] [--json]\n");
+            fprintf(stderr,
+                    "usage: sparse_bench [--seconds S] [--steps N (>= 2000)] [--densities D1,D2,...] "
+                    "[--denormals flush|keep] [--obs uint8|float32] [--json]\n");
             return 2;
         }
     }
@@ -213,9 +214,10 @@ int main(int argc, char **argv) {
     uint8_t *o8 = malloc(BATCH * D), *n8 = malloc(BATCH * D);
     if (!real || !obs || !next || !o8 || !n8) return 1;
     if (!json)
-        printf("sparse_bench: MinAtar observations under random play, %ld steps a game; %ld cores online\n"
-               "  %-22s %9s %9s\n",
-               steps, cores, "game", "mean set", "most set");
+        printf(
+            "sparse_bench: MinAtar observations under random play, %ld steps a game; %ld cores online\n"
+            "  %-22s %9s %9s\n",
+            steps, cores, "game", "mean set", "most set");
     for (size_t g = 0; g < sizeof games / sizeof *games; g++) {
         double mean, most;
         const int breakout = games[g] == &fl_env_minatar_breakout;
@@ -225,9 +227,10 @@ int main(int argc, char **argv) {
             return 1;
         }
         if (json)
-            printf("{\"bench\":\"sparse\",\"case\":\"%s\",\"mean_set\":%.4f,\"most_set\":%.4f,\"steps\":%ld,"
-                   "\"cores\":%ld}\n",
-                   games[g]->name, mean, most, steps, cores);
+            printf(
+                "{\"bench\":\"sparse\",\"case\":\"%s\",\"mean_set\":%.4f,\"most_set\":%.4f,\"steps\":%ld,"
+                "\"cores\":%ld}\n",
+                games[g]->name, mean, most, steps, cores);
         else
             printf("  %-22s %8.1f%% %8.1f%%\n", games[g]->name, 100 * mean, 100 * most);
     }
@@ -265,18 +268,19 @@ int main(int argc, char **argv) {
     }
     u.b = (fl_dqn_batch_t){.size = BATCH, .actions = act, .rewards = rew, .discounts = disc, .weights = w};
     if (!json)
-        printf("updates of \"%s\" over (10, 10, 4) %s, batch %d, Adam, 1 thread, %s kernels, denormals %s, "
-               "%.3g s a row:\n"
-               "  %-22s %9s %12s %12s  first layer\n",
-               SPEC, raw ? "uint8 x 255" : "float32", BATCH, fl_bench_backend_name(), flush ? "flushed to 0" : "kept", seconds, "observations", "set",
-               "updates/s", "best window");
+        printf(
+            "updates of \"%s\" over (10, 10, 4) %s, batch %d, Adam, 1 thread, %s kernels, denormals %s, "
+            "%.3g s a row:\n"
+            "  %-22s %9s %12s %12s  first layer\n",
+            SPEC, raw ? "uint8 x 255" : "float32", BATCH, fl_bench_backend_name(), flush ? "flushed to 0" : "kept",
+            seconds, "observations", "set", "updates/s", "best window");
     memcpy(obs, real, BATCH * D * sizeof(float));
     memcpy(next, real + BATCH * D, BATCH * D * sizeof(float));
     set_batch(&u, raw, obs, next, o8, n8, D);
     double best, rate = update_rate(&u, seconds, &best);
     if (rate < 0) return 1;
-    row(json, cores, "breakout (random play)", (share_set(obs, BATCH * D) + share_set(next, BATCH * D)) / 2, rate,
-        best, first_layer(u.online), flush, raw);
+    row(json, cores, "breakout (random play)", (share_set(obs, BATCH * D) + share_set(next, BATCH * D)) / 2, rate, best,
+        first_layer(u.online), flush, raw);
     for (int d = 0; d < nd; d++) {
         for (size_t i = 0; i < BATCH * D; i++) {
             obs[i] = fl_rng_double(&rng) < dens[d] ? 1.0f : 0.0f;

@@ -18,22 +18,22 @@
 
 struct fl_agent {
     fl_agent_settings_t s;
-    fl_env_factory_opts_t factory; /* strings borrowed from the config (but wrappers) */
+    fl_env_factory_opts_t factory;       /* strings borrowed from the config (but wrappers) */
     char wrappers[FL_CONFIG_STRING_MAX]; /* env.wrappers without the training-only ones */
     fl_env_options_t inst;
     fl_wrapped_env_t *env;
     fl_qnet_t *net;
     fl_evaluation_t *ev;
-    float *returns, *returns2;     /* (episodes): the first play's, a replay's */
+    float *returns, *returns2; /* (episodes): the first play's, a replay's */
     uint32_t *lengths, *lengths2;
     fl_eval_stats_t stats;
-    int played;                    /* the first play is done */
-    uint64_t learner_steps;        /* the checkpoint's learner.steps */
+    int played;             /* the first play is done */
+    uint64_t learner_steps; /* the checkpoint's learner.steps */
     /* progress (settings.progress_every_s): episodes begun, steps, when last said */
     int begun;
     uint64_t steps_so_far;
     double play_t0, said_at;
-    uint8_t *rgb;                  /* one render of the inner env (NULL: it cannot render) */
+    uint8_t *rgb; /* one render of the inner env (NULL: it cannot render) */
 };
 
 /* ---- finding the files ----------------------------------------------------------- */
@@ -46,8 +46,10 @@ static int is_file(const char *path) {
 fl_status fl_agent_is_dir(const char *path, int *is_dir, fl_err_t *err) {
     struct stat st;
     if (stat(path, &st) != 0)
-        return fl_err_set(err, FL_NOT_FOUND, "%s: %s (expected a run folder such as runs/NAME or a checkpoint "
-                          "such as runs/NAME/checkpoints/" FL_AGENT_CHECKPOINT ")", path, strerror(errno));
+        return fl_err_set(err, FL_NOT_FOUND,
+                          "%s: %s (expected a run folder such as runs/NAME or a checkpoint "
+                          "such as runs/NAME/checkpoints/" FL_AGENT_CHECKPOINT ")",
+                          path, strerror(errno));
     *is_dir = S_ISDIR(st.st_mode);
     return FL_OK;
 }
@@ -116,15 +118,18 @@ fl_status fl_agent_find_config(const char *arg, char *out, size_t len, fl_err_t 
     if (dir && suite_runs(arg, runs, sizeof runs) > 0) {
         char first[32] = "seed-1";
         sscanf(runs, "%31[^,]", first);
-        return fl_err_set(err, FL_NOT_FOUND, "%s is a suite folder (`fleet suite`): it holds one run per seed (%s); "
-                          "evaluate one of them, e.g. `fleet eval %s%s%s`", arg, runs, arg,
-                          arg[0] && arg[strlen(arg) - 1] == '/' ? "" : "/", first);
+        return fl_err_set(err, FL_NOT_FOUND,
+                          "%s is a suite folder (`fleet suite`): it holds one run per seed (%s); "
+                          "evaluate one of them, e.g. `fleet eval %s%s%s`",
+                          arg, runs, arg, arg[0] && arg[strlen(arg) - 1] == '/' ? "" : "/", first);
     }
     if (dir) {
         snprintf(out, len, "%s/config.ini", arg);
         if (is_file(out)) return FL_OK;
-        return fl_err_set(err, FL_NOT_FOUND, "%s is not a run folder: it has no config.ini (a run folder is "
-                          "runs/NAME/ of `fleet run`; --config FILE names the run's config)", arg);
+        return fl_err_set(err, FL_NOT_FOUND,
+                          "%s is not a run folder: it has no config.ini (a run folder is "
+                          "runs/NAME/ of `fleet run`; --config FILE names the run's config)",
+                          arg);
     }
     char here[PATH_MAX], above[PATH_MAX + 8];
     folder_of(arg, here, sizeof here);
@@ -133,8 +138,10 @@ fl_status fl_agent_find_config(const char *arg, char *out, size_t len, fl_err_t 
     folder_above(here, above, sizeof above);
     snprintf(out, len, "%s/config.ini", above);
     if (is_file(out)) return FL_OK;
-    return fl_err_set(err, FL_NOT_FOUND, "no config.ini for checkpoint %s: looked in %s and %s; name the run's "
-                      "config with --config FILE", arg, here, above);
+    return fl_err_set(err, FL_NOT_FOUND,
+                      "no config.ini for checkpoint %s: looked in %s and %s; name the run's "
+                      "config with --config FILE",
+                      arg, here, above);
 }
 
 fl_status fl_agent_find_checkpoint(const char *arg, const fl_config_t *cfg, char *out, size_t len, fl_err_t *err) {
@@ -156,11 +163,15 @@ fl_status fl_agent_find_checkpoint(const char *arg, const fl_config_t *cfg, char
     char also[PATH_MAX + 128] = "";
     if (second[0]) snprintf(also, sizeof also, " and %s (learner.checkpoint_dir of the config)", second);
     if (!cfg->run_checkpoints && !cfg->learner_checkpoint_dir[0])
-        return fl_err_set(err, FL_NOT_FOUND, "no checkpoint in %s: looked for %s%s; this run had run.checkpoints = "
-                          "false, so it wrote none (run it again with checkpoints on, the default)", arg, first, also);
-    return fl_err_set(err, FL_NOT_FOUND, "no checkpoint in %s: looked for %s%s; a run writes its learner's checkpoint "
+        return fl_err_set(err, FL_NOT_FOUND,
+                          "no checkpoint in %s: looked for %s%s; this run had run.checkpoints = "
+                          "false, so it wrote none (run it again with checkpoints on, the default)",
+                          arg, first, also);
+    return fl_err_set(err, FL_NOT_FOUND,
+                      "no checkpoint in %s: looked for %s%s; a run writes its learner's checkpoint "
                       "there every run.checkpoint_every = %g s and when it stops, so this one ended (or was killed) "
-                      "before its first, or is still starting", arg, first, also, cfg->run_checkpoint_every);
+                      "before its first, or is still starting",
+                      arg, first, also, cfg->run_checkpoint_every);
 }
 
 /* ---- the agent ------------------------------------------------------------------- */
@@ -191,9 +202,10 @@ static fl_status check_checkpoint(const char *path, uint64_t *steps, fl_err_t *e
     const char *format = fl_safetensors_meta(f, "format"), *st = fl_safetensors_meta(f, "learner.steps");
     fl_status s = FL_OK;
     if (!format || strcmp(format, "fleet.learner") != 0)
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "%s is not a learner checkpoint (%s): a safetensors file whose "
-                       "metadata format is %s%s%s, not \"fleet.learner\"%s", path, what, format ? "\"" : "",
-                       format ? format : "missing", format ? "\"" : "",
+        s = fl_err_set(err, FL_INVALID_ARGUMENT,
+                       "%s is not a learner checkpoint (%s): a safetensors file whose "
+                       "metadata format is %s%s%s, not \"fleet.learner\"%s",
+                       path, what, format ? "\"" : "", format ? format : "missing", format ? "\"" : "",
                        format && strcmp(format, "fleet.paramserver") == 0 ? " (a parameter-server shard's)" : "");
     *steps = st ? strtoull(st, NULL, 10) : 0;
     fl_safetensors_free(f);
@@ -225,13 +237,14 @@ static fl_status build(fl_agent_t *a, const fl_config_t *cfg, const char *checkp
     return fl_evaluation_create(a->env, &a->inst, a->s.parallel, &a->ev, err);
 }
 
-fl_status fl_agent_open(const fl_config_t *cfg, const char *checkpoint, const fl_agent_settings_t *s,
-                        fl_agent_t **out, fl_err_t *err) {
+fl_status fl_agent_open(const fl_config_t *cfg, const char *checkpoint, const fl_agent_settings_t *s, fl_agent_t **out,
+                        fl_err_t *err) {
     *out = NULL;
     if (s->episodes < 1 || s->parallel < 1 || !(s->epsilon >= 0 && s->epsilon <= 1) || s->max_steps < 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "agent: episodes %d, parallel %d, epsilon %g, max steps %lld; "
-                          "expected episodes and parallel >= 1, epsilon in [0, 1], max steps >= 0", s->episodes,
-                          s->parallel, s->epsilon, (long long)s->max_steps);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "agent: episodes %d, parallel %d, epsilon %g, max steps %lld; "
+                          "expected episodes and parallel >= 1, epsilon in [0, 1], max steps >= 0",
+                          s->episodes, s->parallel, s->epsilon, (long long)s->max_steps);
     fl_agent_t *a = calloc(1, sizeof *a);
     if (!a) return fl_err_set(err, FL_NO_MEMORY, "agent: out of memory");
     a->s = *s;
@@ -301,9 +314,9 @@ fl_status fl_agent_play(void *agent, fl_recorder_t *rec, int64_t *length, fl_err
     a->begun = 0;
     a->steps_so_far = 0;
     a->play_t0 = a->said_at = fl_clock_sec();
-    fl_status s = fl_evaluation_run(a->ev, a->net, a->s.episodes, a->s.epsilon, a->s.seed, a->s.max_steps,
-                                    rec || a->s.progress_every_s > 0 ? on_step : NULL, &c, returns, lengths, &stats,
-                                    err);
+    fl_status s =
+        fl_evaluation_run(a->ev, a->net, a->s.episodes, a->s.epsilon, a->s.seed, a->s.max_steps,
+                          rec || a->s.progress_every_s > 0 ? on_step : NULL, &c, returns, lengths, &stats, err);
     if (c.status != FL_OK) {
         if (err) *err = c.err;
         return c.status;
@@ -321,11 +334,21 @@ fl_status fl_agent_play(void *agent, fl_recorder_t *rec, int64_t *length, fl_err
     return FL_OK;
 }
 
-const fl_eval_stats_t *fl_agent_stats(const fl_agent_t *a) { return &a->stats; }
-uint64_t fl_agent_learner_steps(const fl_agent_t *a) { return a->learner_steps; }
-const float *fl_agent_returns(const fl_agent_t *a) { return a->returns; }
-const uint32_t *fl_agent_lengths(const fl_agent_t *a) { return a->lengths; }
-const fl_env_def_t *fl_agent_env(const fl_agent_t *a) { return fl_wrapped_env_info(a->env); }
+const fl_eval_stats_t *fl_agent_stats(const fl_agent_t *a) {
+    return &a->stats;
+}
+uint64_t fl_agent_learner_steps(const fl_agent_t *a) {
+    return a->learner_steps;
+}
+const float *fl_agent_returns(const fl_agent_t *a) {
+    return a->returns;
+}
+const uint32_t *fl_agent_lengths(const fl_agent_t *a) {
+    return a->lengths;
+}
+const fl_env_def_t *fl_agent_env(const fl_agent_t *a) {
+    return fl_wrapped_env_info(a->env);
+}
 
 int fl_agent_frame_size(const fl_agent_t *a, int *width, int *height) {
     const fl_env_def_t *inner = fl_wrapped_env_inner(a->env);

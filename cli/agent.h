@@ -55,18 +55,18 @@ fl_status fl_agent_find_config(const char *arg, char *out, size_t len, fl_err_t 
 fl_status fl_agent_find_checkpoint(const char *arg, const fl_config_t *cfg, char *out, size_t len, fl_err_t *err);
 
 typedef struct fl_agent_settings {
-    int episodes;      /* >= 1 */
-    double epsilon;    /* in [0, 1] */
-    uint64_t seed;     /* episode k plays on stream k of it */
-    int64_t max_steps; /* agent steps per episode at most (0 = the env's own limits) */
-    int parallel;      /* instances side by side, >= 1 (at most episodes are used) */
+    int episodes;            /* >= 1 */
+    double epsilon;          /* in [0, 1] */
+    uint64_t seed;           /* episode k plays on stream k of it */
+    int64_t max_steps;       /* agent steps per episode at most (0 = the env's own limits) */
+    int parallel;            /* instances side by side, >= 1 (at most episodes are used) */
     double progress_every_s; /* a progress line on stderr this often during a play (0 = none) */
 } fl_agent_settings_t;
 
 typedef struct fl_agent fl_agent_t;
 
-fl_status fl_agent_open(const fl_config_t *cfg, const char *checkpoint, const fl_agent_settings_t *s,
-                        fl_agent_t **out, fl_err_t *err);
+fl_status fl_agent_open(const fl_config_t *cfg, const char *checkpoint, const fl_agent_settings_t *s, fl_agent_t **out,
+                        fl_err_t *err);
 void fl_agent_close(fl_agent_t *a); /* NULL is a no-op */
 
 /* A fl_record_play_fn (user = the agent): plays the episodes, rec (may be NULL) gets

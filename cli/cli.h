@@ -12,7 +12,7 @@ typedef enum { FL_OPT_STRING, FL_OPT_INT, FL_OPT_FLAG } fl_opt_kind;
 typedef struct fl_opt {
     const char *name; /* "--listen" */
     fl_opt_kind kind;
-    void *dest;       /* char[256] for STRING, int64_t for INT, int for FLAG */
+    void *dest; /* char[256] for STRING, int64_t for INT, int for FLAG */
 } fl_opt_t;
 
 /* Parses argv (argv[0] = the verb's name): config options into cfg, then the table;

@@ -49,14 +49,14 @@
 #include "envs/factory.h"
 #include "cli/verbs.h"
 
-#define ACTION_STREAM (1u << 20)         /* the action generator's stream, as play and record draw */
-#define GUARD 64                         /* bytes before and after an observation, after the state */
-#define RENDER_GUARD 256                 /* bytes after an image */
+#define ACTION_STREAM (1u << 20) /* the action generator's stream, as play and record draw */
+#define GUARD 64                 /* bytes before and after an observation, after the state */
+#define RENDER_GUARD 256         /* bytes after an image */
 #define GUARD_BYTE 0xA7
-#define FILL_FIRST 0xA5                  /* the observation and image buffers before each call of the first play */
-#define FILL_SECOND 0x5A                 /* ... and of the second */
+#define FILL_FIRST 0xA5                   /* the observation and image buffers before each call of the first play */
+#define FILL_SECOND 0x5A                  /* ... and of the second */
 #define KEEP_OBS_BYTES ((size_t)16 << 20) /* whole observations kept for the comparison up to this much */
-#define RENDER_FIRST_STEPS 3             /* renders after reset, these steps and the last of an episode */
+#define RENDER_FIRST_STEPS 3              /* renders after reset, these steps and the last of an episode */
 #define SPEED_S 0.25
 #define MSG 400
 
@@ -68,11 +68,11 @@ static const char *volatile g_call;
 static volatile long g_play, g_episode, g_step;
 
 static struct probe {
-    const fl_env_def_t *real; /* the env's own definition */
-    fl_env_def_t def;         /* its copy with the probe's functions and GUARD more bytes of state */
-    int raw_terminated;       /* what the last step wrote into *terminated */
-    const char *overrun_in;   /* the first call that wrote past state_size, or NULL */
-    size_t overrun_at;        /* ... the first guard byte it changed */
+    const fl_env_def_t *real;           /* the env's own definition */
+    fl_env_def_t def;                   /* its copy with the probe's functions and GUARD more bytes of state */
+    int raw_terminated;                 /* what the last step wrote into *terminated */
+    const char *overrun_in;             /* the first call that wrote past state_size, or NULL */
+    size_t overrun_at;                  /* ... the first guard byte it changed */
     long overrun_episode, overrun_step; /* ... and where (episode 0: configure) */
 } g_probe;
 
@@ -126,7 +126,6 @@ static void probe_init(const fl_env_def_t *real) {
 
 /* ---- Where the env is, for messages and for a crash ----------------------------------- */
 
-
 /* Appends s to buf (async-signal-safe). */
 static void put_str(char *buf, size_t *n, size_t cap, const char *s) {
     while (*s && *n + 1 < cap) buf[(*n)++] = *s++;
@@ -136,7 +135,8 @@ static void put_long(char *buf, size_t *n, size_t cap, long v) {
     char d[24];
     int k = 0;
     unsigned long u = v < 0 ? (unsigned long)-v : (unsigned long)v;
-    do d[k++] = (char)('0' + u % 10); while ((u /= 10) && k < 22);
+    do d[k++] = (char)('0' + u % 10);
+    while ((u /= 10) && k < 22);
     if (v < 0) d[k++] = '-';
     while (k && *n + 1 < cap) buf[(*n)++] = d[--k];
 }
@@ -146,8 +146,11 @@ static void put_long(char *buf, size_t *n, size_t cap, long v) {
 static void on_crash(int sig) {
     char buf[320];
     size_t n = 0;
-    const char *name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGFPE ? "SIGFPE"
-                       : sig == SIGILL ? "SIGILL" : "SIGABRT";
+    const char *name = sig == SIGSEGV  ? "SIGSEGV"
+                       : sig == SIGBUS ? "SIGBUS"
+                       : sig == SIGFPE ? "SIGFPE"
+                       : sig == SIGILL ? "SIGILL"
+                                       : "SIGABRT";
     put_str(buf, &n, sizeof buf, "FAIL  crash         ");
     put_str(buf, &n, sizeof buf, name);
     const char *call = g_call;
@@ -297,13 +300,13 @@ typedef struct check {
 
 /* One play: its seed, its fill byte, and what it does with its records. */
 typedef struct play {
-    int index;        /* 1, 2, 3: g_play */
-    int unwritten;    /* diff is about observation bytes the env left unwritten */
+    int index;     /* 1, 2, 3: g_play */
+    int unwritten; /* diff is about observation bytes the env left unwritten */
     uint64_t env_seed;
     uint8_t fill;
-    int first;        /* the first play: checks every call, renders, keeps the trace */
-    size_t n;         /* records so far */
-    char diff[MSG];   /* the first difference from the trace (plays 2 and 3) */
+    int first;      /* the first play: checks every call, renders, keeps the trace */
+    size_t n;       /* records so far */
+    char diff[MSG]; /* the first difference from the trace (plays 2 and 3) */
 } play_t;
 
 /* Compares this play's observation and record with the trace's record i (plays 2 and 3);
@@ -352,8 +355,8 @@ static void compare(check_t *c, play_t *p, size_t i, const rec_t *r, long episod
         p->unwritten = 1;
         snprintf(p->diff, sizeof p->diff,
                  "%s: %s left %zu of the observation's %zu bytes unwritten (bytes %zu..%zu, from %s): they kept "
-                 "what the buffer held before the call", at, step ? "step" : "reset", differ, c->obs_size, first, last,
-                 name);
+                 "what the buffer held before the call",
+                 at, step ? "step" : "reset", differ, c->obs_size, first, last, name);
         return;
     }
     element_value(c->def->obs.dtype, a, e, va, sizeof va);
@@ -444,8 +447,8 @@ static void check_render(check_t *c, long episode, long step) {
             if (c->rgb[k][c->img + i] != GUARD_BYTE) {
                 snprintf(c->render_fail, sizeof c->render_fail,
                          "render wrote past render_height x render_width x 3 = %d x %d x 3 = %zu bytes (byte %zu "
-                         "after them changed) at %s: does it draw a bigger image than it declares?", h, w, c->img, i,
-                         at);
+                         "after them changed) at %s: does it draw a bigger image than it declares?",
+                         h, w, c->img, i, at);
                 return;
             }
     }
@@ -470,8 +473,8 @@ static void check_render(check_t *c, long episode, long step) {
     if (unwritten == differ)
         snprintf(c->render_fail, sizeof c->render_fail,
                  "render left %zu of its %d x %d x 3 = %zu bytes unwritten (bytes %zu..%zu, rows %zu..%zu) at %s: "
-                 "does it draw a smaller image than render_height x render_width declares?", differ, h, w, c->img,
-                 first, last, first / row, last / row, at);
+                 "does it draw a smaller image than render_height x render_width declares?",
+                 differ, h, w, c->img, first, last, first / row, last / row, at);
     else
         snprintf(c->render_fail, sizeof c->render_fail,
                  "render drew two different images of one state (byte %zu, row %zu, first differs) at %s", first,
@@ -601,9 +604,10 @@ static void report_definition(report_t *r, const check_t *c) {
         snprintf(limit, sizeof limit, "%d", d->max_episode_steps);
     else
         snprintf(limit, sizeof limit, "0 (none)");
-    say(r, V_PASS, "definition", "abi_version %d; obs %s %s = %zu bytes; %d actions; max_episode_steps %s; "
-        "state_size %zu", d->abi_version, fl_dtype_name(d->obs.dtype), shape, c->obs_size, d->num_actions, limit,
-        d->state_size);
+    say(r, V_PASS, "definition",
+        "abi_version %d; obs %s %s = %zu bytes; %d actions; max_episode_steps %s; "
+        "state_size %zu",
+        d->abi_version, fl_dtype_name(d->obs.dtype), shape, c->obs_size, d->num_actions, limit, d->state_size);
 }
 
 static void report_plays(report_t *r, const check_t *c) {
@@ -632,8 +636,10 @@ static void report_plays(report_t *r, const check_t *c) {
     if (fail[0])
         say(r, V_FAIL, "reset/step", "%s", fail);
     else
-        say(r, V_PASS, "reset/step", "%ld resets, %ld steps: *terminated 0 or 1, rewards finite (from %g to %g), "
-            "state within its %zu bytes", c->resets, c->steps, c->rmin, c->rmax, d->state_size);
+        say(r, V_PASS, "reset/step",
+            "%ld resets, %ld steps: *terminated 0 or 1, rewards finite (from %g to %g), "
+            "state within its %zu bytes",
+            c->resets, c->steps, c->rmin, c->rmax, d->state_size);
 
     const long eps = c->terminated + c->truncated + c->capped;
     char limit[96];
@@ -645,12 +651,15 @@ static void report_plays(report_t *r, const check_t *c) {
     snprintf(ends, sizeof ends, "%ld episodes: %ld terminated, %s, %ld cut at the check's %lld steps", eps,
              c->terminated, limit, c->capped, (long long)c->o->cap);
     if (c->term_at_limit)
-        say(r, V_WARN, "episodes", "%s; %ld terminated at step %d = max_episode_steps: if the env ends episodes at "
-            "its time limit itself, leave that to max_episode_steps, which fleet reports as truncation", ends,
-            c->term_at_limit, d->max_episode_steps);
+        say(r, V_WARN, "episodes",
+            "%s; %ld terminated at step %d = max_episode_steps: if the env ends episodes at "
+            "its time limit itself, leave that to max_episode_steps, which fleet reports as truncation",
+            ends, c->term_at_limit, d->max_episode_steps);
     else if (c->capped == eps && !d->max_episode_steps)
-        say(r, V_WARN, "episodes", "%s: no episode ended, and the env has no max_episode_steps; if its episodes can "
-            "go on for ever, declare one (or set env.max_episode_steps); --steps N plays longer", ends);
+        say(r, V_WARN, "episodes",
+            "%s: no episode ended, and the env has no max_episode_steps; if its episodes can "
+            "go on for ever, declare one (or set env.max_episode_steps); --steps N plays longer",
+            ends);
     else if (c->capped == eps && d->max_episode_steps > c->o->cap)
         say(r, V_PASS, "episodes", "%s (--steps %d would reach the limit)", ends, d->max_episode_steps);
     else
@@ -662,20 +671,24 @@ static void report_determinism(report_t *r, const check_t *c, const play_t *agai
     if (again->unwritten)
         say(r, V_SKIP, "determinism", "not judged: the observation has bytes the env does not write (above)");
     else if (again->diff[0])
-        say(r, V_FAIL, "determinism", "seed %llu played twice with the same actions differs: %s (randomness "
+        say(r, V_FAIL, "determinism",
+            "seed %llu played twice with the same actions differs: %s (randomness "
             "from outside the rng argument: rand(), the time, a global or static variable, or state that reset "
-            "does not set)", (unsigned long long)o->e.seed, again->diff);
+            "does not set)",
+            (unsigned long long)o->e.seed, again->diff);
     else
-        say(r, V_PASS, "determinism", "seed %llu played twice: %zu resets and steps identical (observations, "
-            "rewards, flags)%s", (unsigned long long)o->e.seed, c->trace.n,
-            c->trace.obs ? ", byte for byte" : ", by checksum");
+        say(r, V_PASS, "determinism",
+            "seed %llu played twice: %zu resets and steps identical (observations, "
+            "rewards, flags)%s",
+            (unsigned long long)o->e.seed, c->trace.n, c->trace.obs ? ", byte for byte" : ", by checksum");
     if (again->diff[0])
         say(r, V_SKIP, "seeds", "not judged: seed %llu did not play the same twice", (unsigned long long)o->e.seed);
     else if (other->diff[0])
         say(r, V_PASS, "seeds", "seed %llu with the same actions plays differently (%s)",
             (unsigned long long)other->env_seed, other->diff);
     else
-        say(r, V_WARN, "seeds", "seed %llu with the same actions plays exactly as seed %llu: the env draws nothing "
+        say(r, V_WARN, "seeds",
+            "seed %llu with the same actions plays exactly as seed %llu: the env draws nothing "
             "from its rng (fine for a deterministic game; a random one must draw from the rng argument)",
             (unsigned long long)other->env_seed, (unsigned long long)o->e.seed);
 }
@@ -683,13 +696,16 @@ static void report_determinism(report_t *r, const check_t *c, const play_t *agai
 static void report_render(report_t *r, const check_t *c) {
     const fl_env_def_t *d = c->def;
     if (!d->render)
-        say(r, V_SKIP, "render", "none (render is NULL): `fleet env play` shows the observation as text, `fleet "
+        say(r, V_SKIP, "render",
+            "none (render is NULL): `fleet env play` shows the observation as text, `fleet "
             "env record` cannot record it");
     else if (c->render_fail[0])
         say(r, V_FAIL, "render", "%s", c->render_fail);
     else
-        say(r, V_PASS, "render", "render_height %d x render_width %d: %d calls, each wrote its %zu bytes and nothing past them, the same "
-            "image twice, the state unchanged", d->render_height, d->render_width, c->render_calls, c->img);
+        say(r, V_PASS, "render",
+            "render_height %d x render_width %d: %d calls, each wrote its %zu bytes and nothing past them, the same "
+            "image twice, the state unchanged",
+            d->render_height, d->render_width, c->render_calls, c->img);
 }
 
 static void report_action_names(report_t *r, const fl_env_def_t *d) {
@@ -712,8 +728,10 @@ static void report_action_names(report_t *r, const fl_env_def_t *d) {
                 snprintf(warn, sizeof warn, "action_name(%d) and action_name(%d) are both \"%s\"", b, a, s);
         for (const char *q = s; *q && !warn[0]; q++)
             if (!((*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '_' || *q == '-'))
-                snprintf(warn, sizeof warn, "action_name(%d) is \"%s\": `fleet env play` finds keys' actions by "
-                         "short lower-case names (left, right, up, down, fire, noop)", a, s);
+                snprintf(warn, sizeof warn,
+                         "action_name(%d) is \"%s\": `fleet env play` finds keys' actions by "
+                         "short lower-case names (left, right, up, down, fire, noop)",
+                         a, s);
         if (used < sizeof names - 1) {
             int k = snprintf(names + used, sizeof names - used, "%s%s", a ? " " : "", s);
             used += k > 0 ? (size_t)k : 0;
@@ -854,11 +872,12 @@ int fl_env_check(int argc, char **argv) {
         snprintf(from, sizeof from, "plugin %s", o.e.plugin);
     else
         snprintf(from, sizeof from, "built-in");
-    printf("fleet env check: %s (%s): %lld episodes of random actions, each cut at %lld steps, seed %llu\n"
-           "  env options: sticky_actions %g, difficulty_ramping %d, rng %s, args \"%s\"\n", def->name, from,
-           (long long)o.episodes, (long long)o.cap, (unsigned long long)o.e.seed, (double)o.e.env.sticky_prob,
-           o.e.env.difficulty_ramping, o.e.env.reference_rng ? "reference" : "fleet",
-           o.e.env.args ? o.e.env.args : "");
+    printf(
+        "fleet env check: %s (%s): %lld episodes of random actions, each cut at %lld steps, seed %llu\n"
+        "  env options: sticky_actions %g, difficulty_ramping %d, rng %s, args \"%s\"\n",
+        def->name, from, (long long)o.episodes, (long long)o.cap, (unsigned long long)o.e.seed,
+        (double)o.e.env.sticky_prob, o.e.env.difficulty_ramping, o.e.env.reference_rng ? "reference" : "fleet",
+        o.e.env.args ? o.e.env.args : "");
     report_t r = {0, 0, 0};
     if (check_open(&c, &err) != FL_OK) {
         fprintf(stderr, "fleet env check: %s\n", err.msg);

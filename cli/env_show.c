@@ -521,20 +521,29 @@ static int key_action(const fl_env_def_t *def, int key) {
     if (key == 'r' || key == 'R') return KEY_RESET;
     if (key >= '0' && key <= '9') return key - '0' < def->num_actions ? key - '0' : KEY_NONE;
     switch (key) {
-    case 256 + 'D': case 'a': case 'h': return find_action(def, "left");
-    case 256 + 'C': case 'd': case 'l': return find_action(def, "right");
-    case 256 + 'A': case 'w': case 'k': return find_action(def, "up");
-    case 256 + 'B': case 's': case 'j': return find_action(def, "down");
+    case 256 + 'D':
+    case 'a':
+    case 'h': return find_action(def, "left");
+    case 256 + 'C':
+    case 'd':
+    case 'l': return find_action(def, "right");
+    case 256 + 'A':
+    case 'w':
+    case 'k': return find_action(def, "up");
+    case 256 + 'B':
+    case 's':
+    case 'j': return find_action(def, "down");
     case ' ': return find_action(def, "fire");
-    case '.': case '\n': case '\r': return find_action(def, "noop");
+    case '.':
+    case '\n':
+    case '\r': return find_action(def, "noop");
     default: return KEY_NONE;
     }
 }
 
 static void print_keys(FILE *f, const fl_env_def_t *def) {
     fprintf(f, "actions:");
-    for (int a = 0; a < def->num_actions; a++)
-        fprintf(f, " %d=%s", a, def->action_name ? def->action_name(a) : "?");
+    for (int a = 0; a < def->num_actions; a++) fprintf(f, " %d=%s", a, def->action_name ? def->action_name(a) : "?");
     fprintf(f, "\nkeys: digits pick an action; arrows/wasd move, space fires, '.' or Enter noop; r reset, q quit\n");
 }
 
@@ -614,8 +623,9 @@ static int env_play(int argc, char **argv) {
         }
         int term = 0;
         over = instance_step(&in, action, &reward, &term);
-        if (over) ended = term ? "  [terminated: any action key starts a new episode]"
-                               : "  [truncated: any action key starts a new episode]";
+        if (over)
+            ended = term ? "  [terminated: any action key starts a new episode]"
+                         : "  [truncated: any action key starts a new episode]";
     }
     restore_terminal();
     printf("played %d episode(s); last return %g after %lld steps\n", episodes, in.ret, (long long)in.steps);
@@ -661,8 +671,13 @@ static fl_status play_random(void *user, fl_recorder_t *rec, int64_t *length, fl
 }
 
 static fl_record_opts_t record_opts(const show_opts_t *o, int width, int height) {
-    return (fl_record_opts_t){.path = o->out, .width = width, .height = height, .scale = o->scale,
-                              .delay_cs = o->delay, .frames = o->frames, .columns = o->columns};
+    return (fl_record_opts_t){.path = o->out,
+                              .width = width,
+                              .height = height,
+                              .scale = o->scale,
+                              .delay_cs = o->delay,
+                              .frames = o->frames,
+                              .columns = o->columns};
 }
 
 static void print_recorded(const char *name, const char *who, const fl_record_result_t *r, double ret,
@@ -720,8 +735,10 @@ static int agent_config(const show_opts_t *o, fl_config_t *cfg, char *path, size
         return 2;
     }
     if (o->name && strcmp(o->name, cfg->env_name) != 0) {
-        fprintf(stderr, "fleet env record: the checkpoint's run plays env.name = %s, not '%s' (leave the name out "
-                        "with --checkpoint)\n", cfg->env_name, o->name);
+        fprintf(stderr,
+                "fleet env record: the checkpoint's run plays env.name = %s, not '%s' (leave the name out "
+                "with --checkpoint)\n",
+                cfg->env_name, o->name);
         return 2;
     }
     return 0;
@@ -740,8 +757,10 @@ static int record_agent(const show_opts_t *o) {
         fprintf(stderr, "fleet env record: %s\n", err.msg);
         return 2;
     }
-    fl_agent_settings_t s = {.episodes = 1, .epsilon = o->epsilon_given ? o->epsilon : cfg.eval_epsilon,
-                             .seed = o->e.seed_given ? o->e.seed : (uint64_t)cfg.run_seed, .max_steps = o->max_steps,
+    fl_agent_settings_t s = {.episodes = 1,
+                             .epsilon = o->epsilon_given ? o->epsilon : cfg.eval_epsilon,
+                             .seed = o->e.seed_given ? o->e.seed : (uint64_t)cfg.run_seed,
+                             .max_steps = o->max_steps,
                              .parallel = 1};
     fl_agent_t *a = NULL;
     fl_status st = fl_agent_open(&cfg, checkpoint, &s, &a, &err);
@@ -778,8 +797,9 @@ static int env_record(int argc, char **argv) {
     int rc = parse_opts("record", argc, argv, &o);
     if (rc) return rc;
     if (!o.out) {
-        fprintf(stderr, "fleet env record: missing --out FILE (.gif for an animation, .mp4 for a video, .png for a "
-                        "strip)\n");
+        fprintf(stderr,
+                "fleet env record: missing --out FILE (.gif for an animation, .mp4 for a video, .png for a "
+                "strip)\n");
         return 2;
     }
     fl_err_t err;

@@ -65,10 +65,10 @@ static void put16(FILE *f, int v) {
 struct fl_gif {
     out_file_t out;
     int width, height, delay_cs, frames;
-    fl_status failed; /* first error of add */
-    uint8_t *indices;                      /* width * height palette indices of a frame */
-    uint16_t (*child)[256];                /* trie: child[code][index] = code + 1, 0 = none */
-    uint32_t used[GIF_MAX_CODES];          /* (code << 8 | index) of each issued code */
+    fl_status failed;             /* first error of add */
+    uint8_t *indices;             /* width * height palette indices of a frame */
+    uint16_t (*child)[256];       /* trie: child[code][index] = code + 1, 0 = none */
+    uint32_t used[GIF_MAX_CODES]; /* (code << 8 | index) of each issued code */
     /* bit writer */
     uint32_t acc;
     int nbits;
@@ -140,8 +140,8 @@ fl_status fl_gif_open(fl_gif_t **out, const char *path, int width, int height, i
     fputc(0, f);    /* background index */
     fputc(0, f);    /* pixel aspect ratio: unspecified */
     /* Application extension: loop forever. */
-    static const uint8_t loop[] = {0x21, 0xff, 0x0b, 'N', 'E', 'T', 'S', 'C', 'A', 'P', 'E',
-                                   '2',  '.',  '0',  0x03, 0x01, 0x00, 0x00, 0x00};
+    static const uint8_t loop[] = {0x21, 0xff, 0x0b, 'N', 'E',  'T',  'S',  'C',  'A', 'P',
+                                   'E',  '2',  '.',  '0', 0x03, 0x01, 0x00, 0x00, 0x00};
     fwrite(loop, 1, sizeof loop, f);
     *out = g;
     return FL_OK;
@@ -183,7 +183,8 @@ quantize:
                 palette[k][2] = (uint8_t)(b * 255 / 5);
             }
     for (size_t i = 0; i < n; i++) {
-        int r = (rgb[3 * i] * 5 + 127) / 255, gr = (rgb[3 * i + 1] * 6 + 127) / 255, b = (rgb[3 * i + 2] * 5 + 127) / 255;
+        int r = (rgb[3 * i] * 5 + 127) / 255, gr = (rgb[3 * i + 1] * 6 + 127) / 255,
+            b = (rgb[3 * i + 2] * 5 + 127) / 255;
         g->indices[i] = (uint8_t)((r * 7 + gr) * 6 + b);
     }
     return 6 * 7 * 6;
@@ -329,9 +330,19 @@ fl_status fl_png_write(const char *path, const uint8_t *rgb, int width, int heig
     }
     static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     fwrite(sig, 1, 8, o.f);
-    uint8_t ihdr[13] = {(uint8_t)(width >> 24), (uint8_t)(width >> 16), (uint8_t)(width >> 8), (uint8_t)width,
-                        (uint8_t)(height >> 24), (uint8_t)(height >> 16), (uint8_t)(height >> 8), (uint8_t)height,
-                        8 /* bit depth */, 2 /* colour type: RGB */, 0, 0, 0};
+    uint8_t ihdr[13] = {(uint8_t)(width >> 24),
+                        (uint8_t)(width >> 16),
+                        (uint8_t)(width >> 8),
+                        (uint8_t)width,
+                        (uint8_t)(height >> 24),
+                        (uint8_t)(height >> 16),
+                        (uint8_t)(height >> 8),
+                        (uint8_t)height,
+                        8 /* bit depth */,
+                        2 /* colour type: RGB */,
+                        0,
+                        0,
+                        0};
     png_chunk(o.f, "IHDR", ihdr, sizeof ihdr);
     png_chunk(o.f, "IDAT", z, z_len);
     png_chunk(o.f, "IEND", NULL, 0);

@@ -31,20 +31,22 @@ typedef struct verb {
 } verb_t;
 
 #define COMMON_OPTS                                                                                   \
-    "  --config FILE            read an experiment's INI file (sections [run] [env] [eval] [actor]\n"   \
-    "                           [replay] [paramserver] [learner] [model]); every key has a default\n"   \
-    "  --set SECTION.KEY=VALUE  override one key (repeatable; applied after --config)\n"                \
-    "  --help                   this text\n"                                                              \
+    "  --config FILE            read an experiment's INI file (sections [run] [env] [eval] [actor]\n" \
+    "                           [replay] [paramserver] [learner] [model]); every key has a default\n" \
+    "  --set SECTION.KEY=VALUE  override one key (repeatable; applied after --config)\n"              \
+    "  --help                   this text\n"                                                          \
     "`fleet help config` lists every key with its default and accepted range.\n"
 
-#define SERVICE_OPTS                                                                                  \
-    "  --listen ADDR            address to bind: HOST:PORT (PORT 0 = the OS chooses) or unix:/PATH\n"  \
-    "                           (default: run.bind_host with port 0); an address other than loopback\n" \
-    "                           needs run.tls_dir (or run.insecure; docs/security.md)\n"                \
-    "  --shard N                this shard's index (default 0)\n"                                         \
+#define SERVICE_OPTS                                                                                       \
+    "  --listen ADDR            address to bind: HOST:PORT (PORT 0 = the OS chooses) or unix:/PATH\n"      \
+    "                           (default: run.bind_host with port 0); an address other than loopback\n"    \
+    "                           needs run.tls_dir (or run.insecure; docs/security.md)\n"                   \
+    "  --shard N                this shard's index (default 0)\n"                                          \
     "  --ready-fd FD            write the bound address and a newline to FD once serving, then close it\n" \
     "  --control ADDR           the launcher's Control service to report to (optional)\n"
 
+/* The verbs and their help texts, laid out as they print: */
+/* clang-format off */
 static const verb_t verbs[] = {
     {"run", "launch a whole fleet (on this machine, or under mpirun on many) and supervise it",
      "usage: fleet run [CONFIG.ini] [--config FILE] [--set SECTION.KEY=VALUE]...\n"
@@ -291,6 +293,7 @@ static const verb_t verbs[] = {
      "(checkpoint) only those.\n",
      NULL},
 };
+/* clang-format on */
 
 #define NVERBS (int)(sizeof verbs / sizeof verbs[0])
 
@@ -332,8 +335,10 @@ int main(int argc, char **argv) {
             if (fl_config_print_help_of(stdout, only) > 0) return 0;
             char sections[256];
             fl_config_sections(sections, sizeof sections);
-            fprintf(stderr, "fleet help config: no section or key matches '%s' (expected a section: %s; a key such "
-                            "as learner.lr; or a word in key names, e.g. checkpoint)\n", only, sections);
+            fprintf(stderr,
+                    "fleet help config: no section or key matches '%s' (expected a section: %s; a key such "
+                    "as learner.lr; or a word in key names, e.g. checkpoint)\n",
+                    only, sections);
             return 2;
         }
         const verb_t *v = find_verb(argv[2]);

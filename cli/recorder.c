@@ -23,11 +23,11 @@
 struct fl_recorder {
     fl_record_kind kind;
     fl_record_opts_t o;
-    int w, h;          /* scaled frame */
-    uint8_t *scaled;   /* one scaled frame */
-    int frames;        /* added so far */
-    fl_gif_t *gif;     /* GIF */
-    pid_t ffmpeg;      /* MP4: the child, its stdin and its output before the rename */
+    int w, h;        /* scaled frame */
+    uint8_t *scaled; /* one scaled frame */
+    int frames;      /* added so far */
+    fl_gif_t *gif;   /* GIF */
+    pid_t ffmpeg;    /* MP4: the child, its stdin and its output before the rename */
     int fd;
     char tmp[PATH_MAX];
     struct sigaction old_pipe;
@@ -52,8 +52,10 @@ int fl_record_kind_of(const char *path) {
 fl_status fl_record_check(const char *path, fl_err_t *err) {
     int kind = fl_record_kind_of(path);
     if (kind < 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "'%s' must end in .gif (animation), .mp4 (video, with ffmpeg) or "
-                          ".png (strip of frames)", path ? path : "");
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "'%s' must end in .gif (animation), .mp4 (video, with ffmpeg) or "
+                          ".png (strip of frames)",
+                          path ? path : "");
     char ffmpeg[PATH_MAX];
     if (kind == FL_RECORD_MP4 && fl_proc_find_on_path("ffmpeg", ffmpeg, sizeof ffmpeg) != 0)
         return fl_err_set(err, FL_FAILED_PRECONDITION, "cannot record %s: " FFMPEG_HINT, path);
@@ -88,9 +90,10 @@ static fl_status mp4_open(fl_recorder_t *r, fl_err_t *err) {
     snprintf(size, sizeof size, "%dx%d", r->w, r->h);
     snprintf(rate, sizeof rate, "%g", 100.0 / (r->o.delay_cs > 0 ? r->o.delay_cs : 1));
     snprintf(r->tmp, sizeof r->tmp, "%s.tmp%ld", r->o.path, (long)getpid());
-    char *argv[] = {ffmpeg, "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", size, "-r", rate,
-                    "-i", "-", "-pix_fmt", "yuv420p", "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "-f", "mp4", r->tmp,
-                    NULL};
+    char *argv[] = {ffmpeg,     "-y",    "-loglevel", "error",   "-f",  "rawvideo",
+                    "-pix_fmt", "rgb24", "-s",        size,      "-r",  rate,
+                    "-i",       "-",     "-pix_fmt",  "yuv420p", "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2",
+                    "-f",       "mp4",   r->tmp,      NULL};
     int p[2];
     if (pipe(p) != 0) return fl_err_set(err, FL_INTERNAL, "cannot record %s: pipe: %s", r->o.path, strerror(errno));
     fcntl(p[1], F_SETFD, FD_CLOEXEC);
@@ -120,8 +123,10 @@ static fl_status mp4_write(fl_recorder_t *r, const uint8_t *frame, fl_err_t *err
         ssize_t k = write(r->fd, frame + done, n - done);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
-            return fl_err_set(err, FL_IO_ERROR, "recording %s: ffmpeg stopped reading frames (%s); its messages are "
-                              "above", r->o.path, k < 0 ? strerror(errno) : "no progress");
+            return fl_err_set(err, FL_IO_ERROR,
+                              "recording %s: ffmpeg stopped reading frames (%s); its messages are "
+                              "above",
+                              r->o.path, k < 0 ? strerror(errno) : "no progress");
         done += (size_t)k;
     }
     return FL_OK;
@@ -204,8 +209,8 @@ static fl_status rec_close(fl_recorder_t *r, int ok, fl_err_t *err) {
     } else if (ok) {
         static const uint8_t gap[3] = {255, 255, 255};
         int sw = 0, sh = 0;
-        uint8_t *strip = fl_image_tile((const uint8_t *const *)r->kept, r->npick, r->w, r->h, r->o.columns, 4, gap,
-                                       &sw, &sh);
+        uint8_t *strip =
+            fl_image_tile((const uint8_t *const *)r->kept, r->npick, r->w, r->h, r->o.columns, 4, gap, &sw, &sh);
         s = strip ? fl_png_write(r->o.path, strip, sw, sh, err)
                   : fl_err_set(err, FL_NO_MEMORY, "recording %s: out of memory", r->o.path);
         free(strip);
@@ -219,11 +224,15 @@ static fl_status rec_close(fl_recorder_t *r, int ok, fl_err_t *err) {
 static fl_status check_opts(const fl_record_opts_t *o, int kind, fl_err_t *err) {
     if (o->width < 1 || o->height < 1 || o->scale < 1 || (int64_t)o->width * o->scale > 65535 ||
         (int64_t)o->height * o->scale > 65535)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "recording %s: frames of %d x %d at scale %d, expected sizes in "
-                          "[1, 65535] after scaling", o->path, o->width, o->height, o->scale);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "recording %s: frames of %d x %d at scale %d, expected sizes in "
+                          "[1, 65535] after scaling",
+                          o->path, o->width, o->height, o->scale);
     if (kind == FL_RECORD_PNG && (o->frames < 1 || o->frames > FL_RECORD_MAX_STRIP || o->columns < 1))
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "recording %s: a strip of %d frames, %d per row; expected 1 to %d "
-                          "frames and at least 1 per row", o->path, o->frames, o->columns, FL_RECORD_MAX_STRIP);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "recording %s: a strip of %d frames, %d per row; expected 1 to %d "
+                          "frames and at least 1 per row",
+                          o->path, o->frames, o->columns, FL_RECORD_MAX_STRIP);
     return FL_OK;
 }
 
@@ -240,9 +249,10 @@ fl_status fl_record_episode(const fl_record_opts_t *o, fl_record_play_fn play, v
     fl_status s = rec_open(o, kind, first, &r, err);
     if (s == FL_OK) s = play(user, r, &out->length, err);
     if (s == FL_OK && kind == FL_RECORD_PNG && (out->length != first || r->frames != r->npick))
-        s = fl_err_set(err, FL_INTERNAL, "recording %s: the replay of the episode was not the same: %lld steps, then "
-                       "%lld (is the env deterministic given its seed?)", o->path, (long long)first,
-                       (long long)out->length);
+        s = fl_err_set(err, FL_INTERNAL,
+                       "recording %s: the replay of the episode was not the same: %lld steps, then "
+                       "%lld (is the env deterministic given its seed?)",
+                       o->path, (long long)first, (long long)out->length);
     out->frames = r ? r->frames : 0;
     out->width = o->width * o->scale;
     out->height = o->height * o->scale;

@@ -43,12 +43,12 @@ int fl_record_kind_of(const char *path);
 fl_status fl_record_check(const char *path, fl_err_t *err);
 
 typedef struct fl_record_opts {
-    const char *path;     /* the file; its extension picks the sink */
-    int width, height;    /* of one render */
-    int scale;            /* >= 1 */
-    int delay_cs;         /* GIF: hundredths of a second between frames; MP4: 100 / delay_cs
-                             frames per second (0 counts as 1) */
-    int frames, columns;  /* PNG: K in [1, FL_RECORD_MAX_STRIP] frames, C >= 1 per row */
+    const char *path;    /* the file; its extension picks the sink */
+    int width, height;   /* of one render */
+    int scale;           /* >= 1 */
+    int delay_cs;        /* GIF: hundredths of a second between frames; MP4: 100 / delay_cs
+                            frames per second (0 counts as 1) */
+    int frames, columns; /* PNG: K in [1, FL_RECORD_MAX_STRIP] frames, C >= 1 per row */
 } fl_record_opts_t;
 
 typedef struct fl_recorder fl_recorder_t;

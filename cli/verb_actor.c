@@ -82,8 +82,9 @@ static int join_target(const char *arg, char *tls_dir, size_t tls_len, char *add
         fl_err_t err;
         fl_err_init(&err);
         if (read_line_file(arg, "access.token", token, sizeof token) != 0) {
-            fprintf(stderr, "fleet actor: --join %s: cannot read its access.token (%s); expected the run's own folder\n",
-                    arg, strerror(errno));
+            fprintf(stderr,
+                    "fleet actor: --join %s: cannot read its access.token (%s); expected the run's own folder\n", arg,
+                    strerror(errno));
             return 2;
         }
         if (fl_rpc_set_access_token(token, &err) != FL_OK || setenv(FL_RPC_ACCESS_ENV, token, 1) != 0) {
@@ -151,8 +152,9 @@ static int run_actor(const fl_config_t *cfg, fl_actor_opts_t *ao, int index, con
 static int join_fleet(const fl_config_t *local, const char *target, int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--config") == 0 || strncmp(argv[i], "--config=", 9) == 0) {
-            fprintf(stderr, "fleet actor: --join takes the run's config from its launcher (expected no --config; "
-                            "--set section.key=value overrides a key for this actor)\n");
+            fprintf(stderr,
+                    "fleet actor: --join takes the run's config from its launcher (expected no --config; "
+                    "--set section.key=value overrides a key for this actor)\n");
             return 2;
         }
     char addr[300], tls_dir[sizeof local->run_tls_dir];
@@ -198,12 +200,9 @@ int fl_verb_actor(int argc, char **argv) {
     int resume = 0;
     int64_t incarnation = 0;
     const fl_opt_t opts[] = {
-        {"--index", FL_OPT_INT, &index},
-        {"--incarnation", FL_OPT_INT, &incarnation},
-        {"--resume", FL_OPT_FLAG, &resume},
-        {"--replay", FL_OPT_STRING, replay},
-        {"--paramserver", FL_OPT_STRING, params},
-        {"--control", FL_OPT_STRING, control},
+        {"--index", FL_OPT_INT, &index},          {"--incarnation", FL_OPT_INT, &incarnation},
+        {"--resume", FL_OPT_FLAG, &resume},       {"--replay", FL_OPT_STRING, replay},
+        {"--paramserver", FL_OPT_STRING, params}, {"--control", FL_OPT_STRING, control},
         {"--join", FL_OPT_STRING, join},
     };
     /* fl_cli_parse compacts argv: --join needs the --set overrides as given */
@@ -213,8 +212,9 @@ int fl_verb_actor(int argc, char **argv) {
     int rc = fl_cli_parse("actor", argc, argv, &cfg, opts, (int)(sizeof opts / sizeof opts[0]), NULL, 0);
     if (rc == 0 && join[0]) {
         if (index >= 0 || replay[0] || params[0] || control[0] || resume || incarnation) {
-            fprintf(stderr, "fleet actor: --join gets the index, the addresses and the credential from the launcher "
-                            "(expected none of --index, --replay, --paramserver, --control, --resume, --incarnation)\n");
+            fprintf(stderr,
+                    "fleet actor: --join gets the index, the addresses and the credential from the launcher "
+                    "(expected none of --index, --replay, --paramserver, --control, --resume, --incarnation)\n");
             rc = 2;
         } else {
             rc = join_fleet(&cfg, join, argc, args);
@@ -225,8 +225,9 @@ int fl_verb_actor(int argc, char **argv) {
     free(args);
     if (rc != 0) return rc;
     if (index < 0) {
-        fprintf(stderr, "fleet actor: --index is required (expected an integer in [0, %lld)), or --join RUN_DIR|HOST:PORT "
-                        "to join a running fleet\n",
+        fprintf(stderr,
+                "fleet actor: --index is required (expected an integer in [0, %lld)), or --join RUN_DIR|HOST:PORT "
+                "to join a running fleet\n",
                 (long long)cfg.actor_count);
         return 2;
     }
@@ -236,8 +237,9 @@ int fl_verb_actor(int argc, char **argv) {
         return 2;
     }
     if (!replay[0]) {
-        fprintf(stderr, "fleet actor: --replay ADDR[,ADDR...] is required (one address per replay shard, shard 0 "
-                        "first, or @FILE)\n");
+        fprintf(stderr,
+                "fleet actor: --replay ADDR[,ADDR...] is required (one address per replay shard, shard 0 "
+                "first, or @FILE)\n");
         return 2;
     }
     if (!params[0]) {

@@ -43,8 +43,8 @@ static void print_env(const fl_env_def_t *d) {
 }
 
 /* The [env] options of the bench: no sticky actions, no difficulty ramping, no args. */
-static const fl_env_options_t bench_opts = {.sticky_prob = 0.0f, .difficulty_ramping = 0, .reference_rng = 0,
-                                            .args = ""};
+static const fl_env_options_t bench_opts = {
+    .sticky_prob = 0.0f, .difficulty_ramping = 0, .reference_rng = 0, .args = ""};
 
 /* Steps one instance `steps` times, or until max_s seconds passed (0: no limit; looked at
  * every 256 steps); *rate receives steps per second. */
@@ -198,8 +198,10 @@ static int env_bench(int argc, char **argv) {
         } else if (strncmp(a, "--plugin=", 9) == 0) {
             continue;
         } else if (a[0] == '-') {
-            fprintf(stderr, "fleet env bench: unknown option '%s' (expected --steps N, --envs K, --all, --json, "
-                            "--plugin PATH)\n", a);
+            fprintf(stderr,
+                    "fleet env bench: unknown option '%s' (expected --steps N, --envs K, --all, --json, "
+                    "--plugin PATH)\n",
+                    a);
             goto usage;
         } else if (pdef && strcmp(a, pdef->name) == 0) {
             if (!pdef_named) defs[ndefs++] = pdef;
@@ -236,11 +238,11 @@ static int env_bench(int argc, char **argv) {
         if (quick) {
             char cap[32] = "";
             if (max_s > 0) snprintf(cap, sizeof cap, " or %.0f s", max_s);
-            printf("fleet env bench: %d envs, one of each family, %lld steps%s per case, random actions, 1 of %ld "
-                   "cores (`fleet env bench --all` benches all %d, `fleet env bench NAME...` chosen ones)\n",
-                   ndefs, (long long)steps, cap, cores, fl_env_count());
-        }
-        else
+            printf(
+                "fleet env bench: %d envs, one of each family, %lld steps%s per case, random actions, 1 of %ld "
+                "cores (`fleet env bench --all` benches all %d, `fleet env bench NAME...` chosen ones)\n",
+                ndefs, (long long)steps, cap, cores, fl_env_count());
+        } else
             printf("fleet env bench: %lld steps per case, random actions, 1 of %ld cores\n", (long long)steps, cores);
         printf("%-20s %-10s %14s\n", "env", "case", "steps/s");
     }

@@ -77,8 +77,9 @@ static int split_args(int argc, char **argv, const fl_opt_t *opts, int nopts, ev
         o->target = a;
     }
     if (!o->target) {
-        fprintf(stderr, "fleet eval: missing RUN_DIR or CHECKPOINT (a run folder such as runs/NAME, or its "
-                        "checkpoints/" FL_AGENT_CHECKPOINT ")\n");
+        fprintf(stderr,
+                "fleet eval: missing RUN_DIR or CHECKPOINT (a run folder such as runs/NAME, or its "
+                "checkpoints/" FL_AGENT_CHECKPOINT ")\n");
         return 2;
     }
     return 0;
@@ -121,8 +122,8 @@ static int parse(int argc, char **argv, fl_config_t *cfg, eval_opts_t *o) {
 static int check_int(const char *name, int64_t *v, int64_t lo, int64_t hi, int64_t dflt) {
     if (*v == UNSET) *v = dflt;
     if (*v >= lo && *v <= hi) return 0;
-    fprintf(stderr, "fleet eval: %s %lld is out of range (expected an integer in [%lld, %lld])\n", name,
-            (long long)*v, (long long)lo, (long long)hi);
+    fprintf(stderr, "fleet eval: %s %lld is out of range (expected an integer in [%lld, %lld])\n", name, (long long)*v,
+            (long long)lo, (long long)hi);
     return 2;
 }
 
@@ -154,8 +155,10 @@ static int check_opts(const fl_config_t *cfg, eval_opts_t *o, double *epsilon, d
         errno = 0;
         *progress = strtod(o->progress, &end);
         if (errno || end == o->progress || *end || !(*progress >= 0 && *progress <= 86400)) {
-            fprintf(stderr, "fleet eval: --progress '%s' is not a number of seconds (expected one in [0, 86400]; 0 "
-                            "= no progress lines)\n", o->progress);
+            fprintf(stderr,
+                    "fleet eval: --progress '%s' is not a number of seconds (expected one in [0, 86400]; 0 "
+                    "= no progress lines)\n",
+                    o->progress);
             return 2;
         }
     }
@@ -202,11 +205,12 @@ static void print_json(const eval_opts_t *o, const fl_config_t *cfg, const fl_ag
     printf(",\"learner_steps\":%llu", (unsigned long long)fl_agent_learner_steps(a));
     printf(",\"episodes\":%d,\"epsilon\":%.17g,\"seed\":%lld,\"max_steps\":%lld,\"parallel\":%lld", st->episodes,
            r->epsilon, (long long)o->seed, (long long)o->max_steps, (long long)o->parallel);
-    printf(",\"return_mean\":%.17g,\"return_ci95\":%.17g,\"return_std\":%.17g,\"return_min\":%.17g,"
-           "\"return_max\":%.17g,\"length_mean\":%.17g,\"length_min\":%.17g,\"length_max\":%.17g,\"truncated\":%d,"
-           "\"steps\":%llu,\"seconds\":%.6f",
-           st->return_mean, st->return_ci95, st->return_std, st->return_min, st->return_max, st->length_mean,
-           st->length_min, st->length_max, st->truncated, (unsigned long long)st->steps, st->seconds);
+    printf(
+        ",\"return_mean\":%.17g,\"return_ci95\":%.17g,\"return_std\":%.17g,\"return_min\":%.17g,"
+        "\"return_max\":%.17g,\"length_mean\":%.17g,\"length_min\":%.17g,\"length_max\":%.17g,\"truncated\":%d,"
+        "\"steps\":%llu,\"seconds\":%.6f",
+        st->return_mean, st->return_ci95, st->return_std, st->return_min, st->return_max, st->length_mean,
+        st->length_min, st->length_max, st->truncated, (unsigned long long)st->steps, st->seconds);
     printf(",\"returns\":[");
     for (int k = 0; k < st->episodes; k++) printf("%s%.9g", k ? "," : "", (double)fl_agent_returns(a)[k]);
     printf("],\"lengths\":[");
@@ -246,8 +250,11 @@ static fl_status play(fl_agent_t *a, const eval_opts_t *o, fl_record_result_t *r
         int64_t len = 0;
         return fl_agent_play(a, NULL, &len, err);
     }
-    fl_record_opts_t ro = {.path = o->record, .scale = (int)o->scale, .delay_cs = (int)o->delay,
-                           .frames = (int)o->frames, .columns = (int)o->columns};
+    fl_record_opts_t ro = {.path = o->record,
+                           .scale = (int)o->scale,
+                           .delay_cs = (int)o->delay,
+                           .frames = (int)o->frames,
+                           .columns = (int)o->columns};
     if (!fl_agent_frame_size(a, &ro.width, &ro.height))
         return fl_err_set(err, FL_FAILED_PRECONDITION, "env '%s' has no render function, so it cannot be recorded",
                           fl_agent_env(a)->name);
@@ -256,8 +263,14 @@ static fl_status play(fl_agent_t *a, const eval_opts_t *o, fl_record_result_t *r
 
 int fl_verb_eval(int argc, char **argv) {
     fl_config_t cfg;
-    eval_opts_t o = {.episodes = UNSET, .seed = UNSET, .max_steps = UNSET, .parallel = UNSET, .scale = UNSET,
-                     .frames = UNSET, .columns = UNSET, .delay = UNSET};
+    eval_opts_t o = {.episodes = UNSET,
+                     .seed = UNSET,
+                     .max_steps = UNSET,
+                     .parallel = UNSET,
+                     .scale = UNSET,
+                     .frames = UNSET,
+                     .columns = UNSET,
+                     .delay = UNSET};
     double epsilon = 0, progress = 0;
     int rc = parse(argc, argv, &cfg, &o);
     if (!rc) rc = check_opts(&cfg, &o, &epsilon, &progress);
@@ -270,8 +283,12 @@ int fl_verb_eval(int argc, char **argv) {
         fprintf(stderr, "fleet eval: %s\n", err.msg);
         return 2;
     }
-    fl_agent_settings_t s = {.episodes = (int)o.episodes, .epsilon = epsilon, .seed = (uint64_t)o.seed,
-                             .max_steps = o.max_steps, .parallel = (int)o.parallel, .progress_every_s = progress};
+    fl_agent_settings_t s = {.episodes = (int)o.episodes,
+                             .epsilon = epsilon,
+                             .seed = (uint64_t)o.seed,
+                             .max_steps = o.max_steps,
+                             .parallel = (int)o.parallel,
+                             .progress_every_s = progress};
     fl_agent_t *a = NULL;
     fl_status st = fl_agent_open(&cfg, checkpoint, &s, &a, &err);
     if (st != FL_OK) {
@@ -279,14 +296,15 @@ int fl_verb_eval(int argc, char **argv) {
         return st == FL_INVALID_ARGUMENT || st == FL_NOT_FOUND ? 2 : 1;
     }
     if (fl_agent_learner_steps(a) == 0)
-        fprintf(stderr, "fleet eval: warning: %s was written at learner step 0: its network is the untrained initial "
-                        "one (the run stopped before its learner trained), so this evaluates a random network\n",
+        fprintf(stderr,
+                "fleet eval: warning: %s was written at learner step 0: its network is the untrained initial "
+                "one (the run stopped before its learner trained), so this evaluates a random network\n",
                 checkpoint);
     fl_record_result_t rec;
     st = play(a, &o, &rec, &err);
     if (st == FL_OK) {
-        result_t r = {.checkpoint = checkpoint, .config = o.config,
-                      .epsilon = epsilon, .rec = o.record[0] ? &rec : NULL};
+        result_t r = {
+            .checkpoint = checkpoint, .config = o.config, .epsilon = epsilon, .rec = o.record[0] ? &rec : NULL};
         if (o.json)
             print_json(&o, &cfg, a, &r);
         else

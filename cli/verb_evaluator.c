@@ -19,10 +19,8 @@ int fl_verb_evaluator(int argc, char **argv) {
     char params[256] = "", control[256] = "", replay[256] = "";
     int resume = 0;
     const fl_opt_t opts[] = {
-        {"--index", FL_OPT_INT, &index},
-        {"--resume", FL_OPT_FLAG, &resume},
-        {"--paramserver", FL_OPT_STRING, params},
-        {"--control", FL_OPT_STRING, control},
+        {"--index", FL_OPT_INT, &index},          {"--resume", FL_OPT_FLAG, &resume},
+        {"--paramserver", FL_OPT_STRING, params}, {"--control", FL_OPT_STRING, control},
         {"--replay", FL_OPT_STRING, replay},
     };
     int rc = fl_cli_parse("evaluator", argc, argv, &cfg, opts, (int)(sizeof opts / sizeof opts[0]), NULL, 0);

@@ -23,17 +23,17 @@
 #include "cli/verbs.h"
 #include "learner/learner.h"
 
-int fl_verb_learner(int argc, char **argv) { return fl_learner_main(argc, argv, NULL); }
+int fl_verb_learner(int argc, char **argv) {
+    return fl_learner_main(argc, argv, NULL);
+}
 
 int fl_learner_main(int argc, char **argv, fl_reduce_t *reduce) {
     fl_config_t cfg;
     int64_t index = 0;
     char replay[256] = "", params[256] = "", control[256] = "", resume[256] = "";
     const fl_opt_t opts[] = {
-        {"--index", FL_OPT_INT, &index},
-        {"--resume", FL_OPT_STRING, resume},
-        {"--replay", FL_OPT_STRING, replay},
-        {"--paramserver", FL_OPT_STRING, params},
+        {"--index", FL_OPT_INT, &index},       {"--resume", FL_OPT_STRING, resume},
+        {"--replay", FL_OPT_STRING, replay},   {"--paramserver", FL_OPT_STRING, params},
         {"--control", FL_OPT_STRING, control},
     };
     int rc = fl_cli_parse("learner", argc, argv, &cfg, opts, (int)(sizeof opts / sizeof opts[0]), NULL, 0);
@@ -44,13 +44,15 @@ int fl_learner_main(int argc, char **argv, fl_reduce_t *reduce) {
         return 2;
     }
     if (!replay[0]) {
-        fprintf(stderr, "fleet learner: --replay ADDR[,ADDR...] is required (one address per replay shard, shard 0 "
-                        "first, or @FILE)\n");
+        fprintf(stderr,
+                "fleet learner: --replay ADDR[,ADDR...] is required (one address per replay shard, shard 0 "
+                "first, or @FILE)\n");
         return 2;
     }
     if (!params[0]) {
-        fprintf(stderr, "fleet learner: --paramserver ADDR[,ADDR...] is required (one address per parameter-server "
-                        "shard, shard 0 first)\n");
+        fprintf(stderr,
+                "fleet learner: --paramserver ADDR[,ADDR...] is required (one address per parameter-server "
+                "shard, shard 0 first)\n");
         return 2;
     }
 
@@ -89,8 +91,9 @@ int fl_learner_main(int argc, char **argv, fl_reduce_t *reduce) {
         return 1;
     }
     if (lo.resume_path && lo.resume_path[0] && access(lo.resume_path, R_OK) != 0) {
-        fprintf(stderr, "fleet learner: %s %s: cannot read it: %s (expected a learner checkpoint, a run's "
-                        "checkpoints/learner-N.safetensors)\n",
+        fprintf(stderr,
+                "fleet learner: %s %s: cannot read it: %s (expected a learner checkpoint, a run's "
+                "checkpoints/learner-N.safetensors)\n",
                 resume[0] ? "--resume" : "learner.resume =", lo.resume_path, strerror(errno));
         return 2;
     }

@@ -63,8 +63,9 @@ static uint64_t held_version(fl_paramserver_service_t *svc) {
 
 static int check_shard(const fl_service_args_t *a) {
     if (a->shard >= 0 && a->shard < a->cfg.paramserver_shards) return 0;
-    fprintf(stderr, "fleet paramserver: --shard %" PRId64 " is out of range [0, %" PRId64
-                    ") (paramserver.shards = %" PRId64 ")\n",
+    fprintf(stderr,
+            "fleet paramserver: --shard %" PRId64 " is out of range [0, %" PRId64 ") (paramserver.shards = %" PRId64
+            ")\n",
             a->shard, a->cfg.paramserver_shards, a->cfg.paramserver_shards);
     return 2;
 }
@@ -91,8 +92,10 @@ static int create(void *ctx, const fl_service_args_t *a) {
     if (pv->restore[0]) {
         uint64_t version = 0;
         if (!gorila)
-            st = fl_err_set(&err, FL_INVALID_ARGUMENT, "--restore %s: only a gorila shard (learner.mode = gorila) is "
-                            "restored; an apex shard gets its parameters from the learner again", pv->restore);
+            st = fl_err_set(&err, FL_INVALID_ARGUMENT,
+                            "--restore %s: only a gorila shard (learner.mode = gorila) is "
+                            "restored; an apex shard gets its parameters from the learner again",
+                            pv->restore);
         else
             st = fl_paramserver_service_restore(pv->svc, pv->restore, &version, &err);
         if (st != FL_OK) {

@@ -80,8 +80,9 @@ int fl_verb_plot(int argc, char **argv) {
     }
     int rc = 1;
     if (!fl_curve_available(c)) {
-        fprintf(stderr, "fleet plot: gnuplot is not installed (not on PATH): install gnuplot-nox (Debian, "
-                        "`apt-get install gnuplot-nox`; scripts/setup.sh does) or your system's gnuplot\n");
+        fprintf(stderr,
+                "fleet plot: gnuplot is not installed (not on PATH): install gnuplot-nox (Debian, "
+                "`apt-get install gnuplot-nox`; scripts/setup.sh does) or your system's gnuplot\n");
     } else if (!rows) {
         fprintf(stderr, "fleet plot: nothing to plot yet: %s/evals.csv and returns.csv have no rows\n", dir);
     } else if (fl_curve_finish(c, PLOT_TIMEOUT_S) != 0) {

@@ -39,8 +39,9 @@ typedef struct replay_verb {
 
 static int check_shard(const fl_service_args_t *a) {
     if (a->shard >= 0 && a->shard < a->cfg.replay_shards) return 0;
-    fprintf(stderr, "fleet replay: --shard %" PRId64 " is out of range (expected 0 .. %" PRId64
-                    ", replay.shards = %" PRId64 ")\n",
+    fprintf(stderr,
+            "fleet replay: --shard %" PRId64 " is out of range (expected 0 .. %" PRId64 ", replay.shards = %" PRId64
+            ")\n",
             a->shard, a->cfg.replay_shards - 1, a->cfg.replay_shards);
     return 2;
 }
@@ -107,8 +108,7 @@ static int start(void *ctx, const fl_service_args_t *a, char *addr, size_t len) 
     fl_obs_spec_format_shape(&rv->obs, shape, sizeof shape);
     FL_INFO("replay shard %d serving on %s (capacity %" PRIu64 ", obs %s %s, sampling from %" PRIu64 ")", rv->shard,
             addr, info.capacity, fl_dtype_name(rv->obs.dtype), shape, fl_replay_service_min_size(rv->svc));
-    if (a->control[0])
-        FL_DEBUG("--control %s: the launcher polls this shard's Info; no reports are sent", a->control);
+    if (a->control[0]) FL_DEBUG("--control %s: the launcher polls this shard's Info; no reports are sent", a->control);
     return 0;
 }
 
@@ -123,7 +123,8 @@ static void stop(void *ctx, int clean) {
     fl_replay_service_info(rv->svc, &info);
     FL_INFO("replay shard %d final: size %" PRIu64 "/%" PRIu64 ", inserted %" PRIu64 " in %" PRIu64
             " batches, rejected %" PRIu64 ", sampled %" PRIu64 " in %" PRIu64 " calls, priority updates %" PRIu64
-            " applied %" PRIu64 " stale, up %.1f s; the rate limiter held inserts %.1f s and samples %.1f s (summed "
+            " applied %" PRIu64
+            " stale, up %.1f s; the rate limiter held inserts %.1f s and samples %.1f s (summed "
             "over the calls it held)",
             rv->shard, info.size, info.capacity, info.inserted, info.insert_batches, info.rejected, info.sampled,
             info.sample_calls, info.updates_applied, info.updates_stale, info.uptime_s, info.insert_blocked_s,

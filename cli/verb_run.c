@@ -42,8 +42,10 @@ static int take_resume(int *argc, char **argv, char **args, char *dir, size_t di
     }
     if (!found) return 1;
     if (*argc > 1 && argv[1][0] != '-') {
-        fprintf(stderr, "fleet run: give a config file or --resume %s, not both (a resumed run reads its own "
-                        "config.ini; change keys with --set)\n", dir);
+        fprintf(stderr,
+                "fleet run: give a config file or --resume %s, not both (a resumed run reads its own "
+                "config.ini; change keys with --set)\n",
+                dir);
         return 2;
     }
     snprintf(cfg, cfg_len, "%s/config.ini", dir);
@@ -75,8 +77,8 @@ int fl_verb_run(int argc, char **argv) {
         free(args);
         return 2;
     }
-    rc = fl_cli_parse("run", argc, rc == 0 ? args : argv, &cfg, opts,
-                      (int)(sizeof opts / sizeof opts[0]), cfg_file, sizeof cfg_file);
+    rc = fl_cli_parse("run", argc, rc == 0 ? args : argv, &cfg, opts, (int)(sizeof opts / sizeof opts[0]), cfg_file,
+                      sizeof cfg_file);
     free(args);
     if (rc) return rc;
     if (resume_dir[0] && cfg.run_deterministic) {
@@ -96,14 +98,16 @@ int fl_verb_run(int argc, char **argv) {
 #ifdef FLEET_HAVE_MPI
         return fl_mpi_run(&cfg, cfg_file, role, resume_dir, fl_learner_main);
 #else
-        fprintf(stderr, "fleet run: started by mpirun, but this fleet was built without MPI (install "
-                        "libopenmpi-dev and rebuild)\n");
+        fprintf(stderr,
+                "fleet run: started by mpirun, but this fleet was built without MPI (install "
+                "libopenmpi-dev and rebuild)\n");
         return 2;
 #endif
     }
     if (role[0]) {
-        fprintf(stderr, "fleet run: --role names a rank's role in an MPMD mpirun job (see docs/multi-host.md); "
-                        "this process was not started by mpirun\n");
+        fprintf(stderr,
+                "fleet run: --role names a rank's role in an MPMD mpirun job (see docs/multi-host.md); "
+                "this process was not started by mpirun\n");
         return 2;
     }
     if (cfg.learner_mode == FL_CFG_MODE_APEX && cfg.learner_count > 1) {

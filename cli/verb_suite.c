@@ -88,8 +88,10 @@ static int parse_seeds(const char *spec, long *out, int *n) {
                 }
             out[(*n)++] = s;
         }
-        if (*end == ',') end++;
-        else if (*end) goto bad;
+        if (*end == ',')
+            end++;
+        else if (*end)
+            goto bad;
         p = end;
     }
     if (*n > 0) return 0;
@@ -119,8 +121,8 @@ static int claim_dir(const fl_config_t *c, char *dir, size_t len) {
             return -1;
         }
     }
-    fprintf(stderr, "fleet suite: no free suite folder for '%s/%s-suite'; choose another run.name\n",
-            c->run_out_dir, c->run_name);
+    fprintf(stderr, "fleet suite: no free suite folder for '%s/%s-suite'; choose another run.name\n", c->run_out_dir,
+            c->run_name);
     return -1;
 }
 
@@ -173,14 +175,22 @@ static void read_summary(seed_run_t *r, const char *dir) {
         if (!eq) continue;
         *eq = '\0';
         const char *k = line, *v = eq + 1;
-        if (strcmp(k, "reason") == 0) snprintf(r->reason, sizeof r->reason, "%s", v);
-        else if (strcmp(k, "exit_code") == 0) r->exit_code = atoi(v);
-        else if (strcmp(k, "elapsed_s") == 0) r->elapsed_s = atof(v);
-        else if (strcmp(k, "env_steps") == 0) r->env_steps = atof(v);
-        else if (strcmp(k, "learner_steps") == 0) r->learner_steps = atof(v);
-        else if (strcmp(k, "evaluations") == 0) r->evaluations = atoi(v);
-        else if (strcmp(k, "eval_return_mean") == 0) r->final_return = atof(v);
-        else if (strcmp(k, "best_eval_return") == 0) r->best_return = atof(v);
+        if (strcmp(k, "reason") == 0)
+            snprintf(r->reason, sizeof r->reason, "%s", v);
+        else if (strcmp(k, "exit_code") == 0)
+            r->exit_code = atoi(v);
+        else if (strcmp(k, "elapsed_s") == 0)
+            r->elapsed_s = atof(v);
+        else if (strcmp(k, "env_steps") == 0)
+            r->env_steps = atof(v);
+        else if (strcmp(k, "learner_steps") == 0)
+            r->learner_steps = atof(v);
+        else if (strcmp(k, "evaluations") == 0)
+            r->evaluations = atoi(v);
+        else if (strcmp(k, "eval_return_mean") == 0)
+            r->final_return = atof(v);
+        else if (strcmp(k, "best_eval_return") == 0)
+            r->best_return = atof(v);
     }
     fclose(f);
     r->solved = strncmp(r->reason, "target reached", 14) == 0;
@@ -264,8 +274,9 @@ static int write_results(const char *dir, const seed_run_t *runs, int n) {
     snprintf(path, sizeof path, "%s/results.csv", dir);
     FILE *f = fopen(path, "w");
     if (!f) return -1;
-    fprintf(f, "seed,outcome,exit_code,wall_s,elapsed_s,env_steps,learner_steps,evaluations,final_return,"
-               "best_return,to_target_s,to_target_env_steps,reason\n");
+    fprintf(f,
+            "seed,outcome,exit_code,wall_s,elapsed_s,env_steps,learner_steps,evaluations,final_return,"
+            "best_return,to_target_s,to_target_env_steps,reason\n");
     for (int i = 0; i < n; i++) {
         const seed_run_t *r = &runs[i];
         int code = !r->started ? -1 : WIFEXITED(r->status) ? WEXITSTATUS(r->status) : 128 + WTERMSIG(r->status);
@@ -280,13 +291,15 @@ static int write_results(const char *dir, const seed_run_t *runs, int n) {
 
 /* "12.3" or "-" for NAN */
 static const char *num(char *buf, size_t len, const char *fmt, double v) {
-    if (isnan(v)) snprintf(buf, len, "-");
-    else snprintf(buf, len, fmt, v);
+    if (isnan(v))
+        snprintf(buf, len, "-");
+    else
+        snprintf(buf, len, fmt, v);
     return buf;
 }
 
-static int write_summary(const char *dir, const char *config_name, const fl_config_t *c, const seed_run_t *runs,
-                         int n, int print) {
+static int write_summary(const char *dir, const char *config_name, const fl_config_t *c, const seed_run_t *runs, int n,
+                         int print) {
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/summary.md", dir);
     FILE *f = fopen(path, "w");
@@ -297,10 +310,12 @@ static int write_summary(const char *dir, const char *config_name, const fl_conf
     for (int pass = 0; pass < 1 + print; pass++) {
         FILE *o = pass == 0 ? f : stdout;
         fprintf(o, "# %s over %d seeds\n\n", config_name, n);
-        fprintf(o, "Each seed: `fleet run %s/config.ini --set run.seed=S` (folder `seed-S/`). Final return: the last "
-                   "greedy evaluation's mean return; target: run.target_return = %g.\n\n",
+        fprintf(o,
+                "Each seed: `fleet run %s/config.ini --set run.seed=S` (folder `seed-S/`). Final return: the last "
+                "greedy evaluation's mean return; target: run.target_return = %g.\n\n",
                 dir, c->run_target_return);
-        fprintf(o, "| seed | outcome | seconds | env steps | final return | best return | to target: s | env steps |\n");
+        fprintf(o,
+                "| seed | outcome | seconds | env steps | final return | best return | to target: s | env steps |\n");
         fprintf(o, "|---|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < n; i++) {
             const seed_run_t *r = &runs[i];
@@ -322,12 +337,12 @@ static int write_summary(const char *dir, const char *config_name, const fl_conf
             }
         }
         stats_t sf = stats_of(fin, nf), sb = stats_of(best, nf), st = stats_of(tt, ns), ss = stats_of(ts, ns);
-        fprintf(o, "\nOver the %d seeds with an evaluation: final return **%s** +- %s (mean +- 95%% CI), std %s; ",
-                nf, num(a, sizeof a, "%.2f", sf.mean), num(b, sizeof b, "%.2f", sf.ci95),
-                num(d, sizeof d, "%.2f", sf.std));
+        fprintf(o, "\nOver the %d seeds with an evaluation: final return **%s** +- %s (mean +- 95%% CI), std %s; ", nf,
+                num(a, sizeof a, "%.2f", sf.mean), num(b, sizeof b, "%.2f", sf.ci95), num(d, sizeof d, "%.2f", sf.std));
         fprintf(o, "best return %s (mean).\n", num(a, sizeof a, "%.2f", sb.mean));
-        fprintf(o, "Reached the target: %d of %d seeds; time to it median **%s s** (mean %s), env steps median %s "
-                   "(mean %s).\n",
+        fprintf(o,
+                "Reached the target: %d of %d seeds; time to it median **%s s** (mean %s), env steps median %s "
+                "(mean %s).\n",
                 ns, n, num(a, sizeof a, "%.1f", st.median), num(b, sizeof b, "%.1f", st.mean),
                 num(d, sizeof d, "%.0f", ss.median), num(e, sizeof e, "%.0f", ss.mean));
     }
@@ -338,7 +353,7 @@ static int write_summary(const char *dir, const char *config_name, const fl_conf
  * mean and its 95% band, titled with the experiment's name (run.name). 0 or -1 (said). */
 static int plot(const char *dir, const fl_config_t *c, const seed_run_t *runs, int n) {
     const char **names = calloc((size_t)n, sizeof *names), **labels = calloc((size_t)n, sizeof *labels);
-    char (*text)[2][32] = calloc((size_t)n, sizeof *text);
+    char(*text)[2][32] = calloc((size_t)n, sizeof *text);
     int k = 0, rc = -1;
     char why[512] = "out of memory";
     if (names && labels && text) {

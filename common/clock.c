@@ -9,7 +9,9 @@ int64_t fl_clock_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-double fl_clock_sec(void) { return (double)fl_clock_ns() * 1e-9; }
+double fl_clock_sec(void) {
+    return (double)fl_clock_ns() * 1e-9;
+}
 
 double fl_clock_wall(void) {
     struct timespec ts;

@@ -34,9 +34,9 @@ typedef struct {
     const char *key;
     const char *name; /* "section.key" */
     key_type type;
-    size_t offset; /* of the field in fl_config_t */
-    int64_t idef;  /* INT, BOOL */
-    double fdef;   /* FLOAT */
+    size_t offset;    /* of the field in fl_config_t */
+    int64_t idef;     /* INT, BOOL */
+    double fdef;      /* FLOAT */
     const char *sdef; /* STRING, ENUM */
     int64_t imin, imax;
     double fmin, fmax;
@@ -49,10 +49,19 @@ typedef struct {
 #define DEF_BOOL(d) .idef = (d)
 #define DEF_STRING(d) .sdef = (d)
 #define DEF_ENUM(d) .sdef = (d)
-#define KEY_ROW(s, k, t, d, lo, hi, ch, h)                                                                     \
-    {.section = #s, .key = #k, .name = #s "." #k, .type = KT_##t, .offset = offsetof(fl_config_t, s##_##k),    \
-     DEF_##t(d), .imin = (int64_t)(lo), .imax = (int64_t)(hi), .fmin = (double)(lo), .fmax = (double)(hi),     \
-     .choices = (ch), .help = (h)},
+#define KEY_ROW(s, k, t, d, lo, hi, ch, h)     \
+    {.section = #s,                            \
+     .key = #k,                                \
+     .name = #s "." #k,                        \
+     .type = KT_##t,                           \
+     .offset = offsetof(fl_config_t, s##_##k), \
+     DEF_##t(d),                               \
+     .imin = (int64_t)(lo),                    \
+     .imax = (int64_t)(hi),                    \
+     .fmin = (double)(lo),                     \
+     .fmax = (double)(hi),                     \
+     .choices = (ch),                          \
+     .help = (h)},
 
 static const key_desc keys[] = {FL_CONFIG_KEYS(KEY_ROW)};
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -67,8 +76,12 @@ static const key_desc keys[] = {FL_CONFIG_KEYS(KEY_ROW)};
 #define FITS_ROW(s, k, t, d, lo, hi, ch, h) FITS_##t(s, k, d)
 FL_CONFIG_KEYS(FITS_ROW)
 
-static void *field(fl_config_t *c, const key_desc *d) { return (char *)c + d->offset; }
-static const void *cfield(const fl_config_t *c, const key_desc *d) { return (const char *)c + d->offset; }
+static void *field(fl_config_t *c, const key_desc *d) {
+    return (char *)c + d->offset;
+}
+static const void *cfield(const fl_config_t *c, const key_desc *d) {
+    return (const char *)c + d->offset;
+}
 
 static const key_desc *find_key(const char *section, const char *key) {
     for (size_t i = 0; i < NKEYS; i++)
@@ -95,9 +108,13 @@ static int first_of_section(size_t i) {
     return 1;
 }
 
-size_t fl_config_key_count(void) { return NKEYS; }
+size_t fl_config_key_count(void) {
+    return NKEYS;
+}
 
-const char *fl_config_key_name(size_t i) { return i < NKEYS ? keys[i].name : NULL; }
+const char *fl_config_key_name(size_t i) {
+    return i < NKEYS ? keys[i].name : NULL;
+}
 
 static int choice_at(const char *choices, int i, char *buf, size_t len);
 
@@ -501,7 +518,9 @@ void fl_config_defaults(fl_config_t *c) {
     }
 }
 
-static int is_space(char ch) { return isspace((unsigned char)ch) != 0; }
+static int is_space(char ch) {
+    return isspace((unsigned char)ch) != 0;
+}
 
 fl_status fl_config_set_kv(fl_config_t *c, const char *section, const char *key, const char *value,
                            const char *location, fl_err_t *err) {
@@ -536,8 +555,7 @@ fl_status fl_config_set(fl_config_t *c, const char *assignment, fl_err_t *err) {
 
     const char *eq = strchr(assignment, '=');
     const char *dot = eq ? memchr(assignment, '.', (size_t)(eq - assignment)) : NULL;
-    if (!eq || !dot)
-        return fail(err, FL_PARSE_ERROR, loc, "expected section.key=value (e.g. --set learner.lr=0.0001)");
+    if (!eq || !dot) return fail(err, FL_PARSE_ERROR, loc, "expected section.key=value (e.g. --set learner.lr=0.0001)");
 
     const char *s = assignment, *s_end = dot, *k = dot + 1, *k_end = eq;
     while (s < s_end && is_space(*s)) s++;
@@ -566,8 +584,7 @@ fl_status fl_config_get_string(const fl_config_t *c, const char *name, char *buf
     if (n < 0 || (size_t)n >= len) {
         if (len) buf[0] = '\0';
         return fail(err, FL_INVALID_ARGUMENT, NULL,
-                    "%s: a buffer of %zu bytes cannot hold its value (%d bytes and a NUL)",
-                    name, len, n);
+                    "%s: a buffer of %zu bytes cannot hold its value (%d bytes and a NUL)", name, len, n);
     }
     return FL_OK;
 }
@@ -653,9 +670,9 @@ typedef struct {
     size_t cap;
     int lineno; /* physical line number of the current line */
     int read_errno;
-    char section[64];  /* the current section ("" before the first) */
-    int pending_line;  /* line of an unknown section that has had no key yet, or 0 */
-    int err_line;      /* the earliest error found, 0 if none */
+    char section[64]; /* the current section ("" before the first) */
+    int pending_line; /* line of an unknown section that has had no key yet, or 0 */
+    int err_line;     /* the earliest error found, 0 if none */
     fl_err_t first;
     int seen[NKEYS]; /* the line that set each key in this file, 0 if none */
 } loader;
@@ -874,7 +891,9 @@ static fl_status dump(const fl_config_t *c, FILE *f, fl_err_t *err) {
     return FL_OK;
 }
 
-fl_status fl_config_dump(const fl_config_t *c, FILE *f) { return dump(c, f, NULL); }
+fl_status fl_config_dump(const fl_config_t *c, FILE *f) {
+    return dump(c, f, NULL);
+}
 
 fl_status fl_config_write_file(const fl_config_t *c, const char *path, fl_err_t *err) {
     if (!c || !path) return fail(err, FL_INVALID_ARGUMENT, NULL, "fl_config_write_file: NULL argument");
@@ -913,8 +932,9 @@ size_t fl_config_print_help_of(FILE *f, const char *only) {
             const key_desc *d = &keys[j];
             if (strcmp(d->section, keys[i].section) != 0 || !wanted(d, only, by_section, by_key)) continue;
             if (!printed)
-                fprintf(f, "Configuration keys: set them in an INI file under [section] (--config FILE)\n"
-                           "or one at a time with --set section.key=value (applied after the file).\n");
+                fprintf(f,
+                        "Configuration keys: set them in an INI file under [section] (--config FILE)\n"
+                        "or one at a time with --set section.key=value (applied after the file).\n");
             if (!header) fprintf(f, "\n[%s]\n", keys[i].section);
             header = 1;
             char about[2 * FL_CONFIG_STRING_MAX + 64];
@@ -926,7 +946,9 @@ size_t fl_config_print_help_of(FILE *f, const char *only) {
     return printed;
 }
 
-void fl_config_print_help(FILE *f) { fl_config_print_help_of(f, NULL); }
+void fl_config_print_help(FILE *f) {
+    fl_config_print_help_of(f, NULL);
+}
 
 void fl_config_sections(char *buf, size_t len) {
     if (len) buf[0] = '\0';

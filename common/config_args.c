@@ -46,7 +46,7 @@ fl_status fl_config_from_args(fl_config_t *c, int *argc, char **argv, fl_err_t *
                 st = fl_err_set(err, FL_INVALID_ARGUMENT, "--config expects a file name (--config FILE)");
             else if (path)
                 st = fl_err_set(err, FL_INVALID_ARGUMENT, "--config given twice ('%s' and '%s'); give one file", path,
-                          value);
+                                value);
             else
                 path = value;
         } else if (option("--set", argv, n, &i, &value)) {

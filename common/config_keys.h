@@ -17,6 +17,8 @@
  * its enumerators in the order of the row's choices (tests/test_config.c checks every one
  * against the table). An ENUM row without its enum here does not compile; a new choice
  * is one more enumerator here and one more word in the row. */
+/* One enum a line, one key a row: */
+/* clang-format off */
 typedef enum { FL_CFG_LOG_DEBUG, FL_CFG_LOG_INFO, FL_CFG_LOG_WARN, FL_CFG_LOG_ERROR } fl_cfg_run_log_level;
 typedef enum { FL_CFG_RNG_FLEET, FL_CFG_RNG_REFERENCE } fl_cfg_env_rng;
 typedef enum { FL_CFG_SELECTOR_PRIORITIZED, FL_CFG_SELECTOR_UNIFORM, FL_CFG_SELECTOR_FIFO } fl_cfg_replay_selector;
@@ -159,5 +161,7 @@ typedef enum { FL_CFG_KERNELS_AUTO, FL_CFG_KERNELS_DNNL, FL_CFG_KERNELS_REFERENC
     X(model, cpu_kernels, ENUM, "auto", 0, 0, "auto|dnnl|reference|onednn", "kernels of the networks run on the CPU (learner, actors, evaluators): dnnl = oneDNN's primitives with fleet's own AVX2/AVX-512/AMX kernels where they win; onednn = oneDNN's primitives alone (fleet's own kernels off, to compare); reference = fleet's plain-C/OpenBLAS kernels both are tested against; auto = dnnl when fleet was built with oneDNN") \
     X(model, spec, STRING, "dense(128) relu dense(128) relu dueling", 0, 0, "",                            \
       "layers, left to right; a final `dueling` or dense(num_actions) head is the output")
+
+/* clang-format on */
 
 #endif

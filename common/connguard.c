@@ -224,8 +224,10 @@ static void sweep(fl_connguard_t *g, int nl) {
             size_t lo = 0, hi = nc; /* the first client whose port is s's peer port */
             while (lo < hi) {
                 size_t mid = lo + (hi - lo) / 2;
-                if (clients[mid].sport < s->dport) lo = mid + 1;
-                else hi = mid;
+                if (clients[mid].sport < s->dport)
+                    lo = mid + 1;
+                else
+                    hi = mid;
             }
             for (size_t j = lo; j < nc && clients[j].sport == s->dport && !client; j++)
                 if (clients[j].family == s->family && memcmp(clients[j].src, s->dst, 16) == 0) client = &clients[j];
@@ -296,7 +298,8 @@ fl_status fl_connguard_start(int port, int max_per_peer, int max_other_user, dou
                           port, max_per_peer, max_other_user, every_s);
     int probe = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
     if (probe < 0)
-        return fl_err_set(err, FL_UNAVAILABLE, "connection guard: the kernel's socket diagnostics: %s", strerror(errno));
+        return fl_err_set(err, FL_UNAVAILABLE, "connection guard: the kernel's socket diagnostics: %s",
+                          strerror(errno));
     close(probe);
     fl_connguard_t *g = calloc(1, sizeof *g);
     if (!g) return fl_err_set(err, FL_NO_MEMORY, "connection guard: out of memory");
@@ -331,4 +334,6 @@ void fl_connguard_stop(fl_connguard_t *g) {
     free(g);
 }
 
-uint64_t fl_connguard_shed(const fl_connguard_t *g) { return g ? atomic_load(&((fl_connguard_t *)g)->shed) : 0; }
+uint64_t fl_connguard_shed(const fl_connguard_t *g) {
+    return g ? atomic_load(&((fl_connguard_t *)g)->shed) : 0;
+}

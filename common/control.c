@@ -28,7 +28,7 @@ struct fl_reporter {
     fl_rpc_channel_t *ch; /* NULL: reporting is off */
     char *role;
     uint32_t index;
-    uint64_t incarnation;                      /* FLEET_CREDENTIAL's (0: none given) */
+    uint64_t incarnation; /* FLEET_CREDENTIAL's (0: none given) */
     char credential[FL_CRED_TOKEN_CHARS + 1];
     double every_s;
     double t0, last_sent;
@@ -58,8 +58,10 @@ fl_status fl_reporter_create(const char *control_addr, const char *role, uint32_
     r->index = index;
     const char *cred = getenv(FL_CRED_ENV);
     if (cred && fl_cred_parse(cred, &r->incarnation, r->credential) != 0) {
-        fl_log(FL_LOG_WARN, "control: %s is not N:TOKEN (32 hex digits); reporting without a credential, which the "
-               "launcher refuses", FL_CRED_ENV);
+        fl_log(FL_LOG_WARN,
+               "control: %s is not N:TOKEN (32 hex digits); reporting without a credential, which the "
+               "launcher refuses",
+               FL_CRED_ENV);
         r->incarnation = 0;
         r->credential[0] = '\0';
     }
@@ -152,8 +154,8 @@ void fl_reporter_tick(fl_reporter_t *r, const fl_report_t *rep, int force) {
     fl_err_t err;
     fl_err_init(&err);
     ProtobufCMessage *resp = NULL;
-    fl_status st = fl_rpc_unary_pb(r->ch, fl_method_path(FL_METHOD_CONTROL_REPORT), &m.base, &fleet__report_response__descriptor,
-                                   &resp, FL__CONTROL_DEADLINE_MS, 0, &err);
+    fl_status st = fl_rpc_unary_pb(r->ch, fl_method_path(FL_METHOD_CONTROL_REPORT), &m.base,
+                                   &fleet__report_response__descriptor, &resp, FL__CONTROL_DEADLINE_MS, 0, &err);
     if (st != FL_OK) {
         if (!r->failing)
             FL_WARN("control: cannot report to %s (%s); the role goes on and keeps retrying quietly",
@@ -176,7 +178,9 @@ void fl_reporter_tick(fl_reporter_t *r, const fl_report_t *rep, int force) {
     protobuf_c_message_free_unpacked(resp, NULL);
 }
 
-int fl_reporter_should_stop(const fl_reporter_t *r) { return r && r->stop; }
+int fl_reporter_should_stop(const fl_reporter_t *r) {
+    return r && r->stop;
+}
 
 void fl_reporter_fleet_steps(const fl_reporter_t *r, uint64_t *env_steps, uint64_t *learner_steps) {
     *env_steps = r ? r->fleet_env_steps : 0;
@@ -212,9 +216,9 @@ static fl_status take_grant(const Fleet__JoinResponse *m, fl_join_grant_t *out, 
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "join: the launcher's answer lacks the %s (expected the replay shards' and parameter "
                           "servers' addresses and the run's config)",
-                          !m->replay || !m->replay[0] ? "replay addresses"
+                          !m->replay || !m->replay[0]             ? "replay addresses"
                           : !m->paramserver || !m->paramserver[0] ? "parameter servers' addresses"
-                                                                 : "config");
+                                                                  : "config");
     memset(out, 0, sizeof *out);
     out->index = m->index;
     out->incarnation = 1;

@@ -34,11 +34,11 @@ typedef struct fl_report {
  * learner and every actor at the end of each round and gathered by the launcher into
  * rounds.csv. FL_REPORT_ROUND (the round, >= 1) marks such a report. */
 #define FL_REPORT_ROUND "det_round"
-#define FL_REPORT_ROUND_EPISODES "det_round_episodes"     /* actor: episodes ended in the round */
-#define FL_REPORT_ROUND_RETURN_SUM "det_round_return_sum" /* actor: their returns' sum */
-#define FL_REPORT_ROUND_LENGTH_SUM "det_round_length_sum" /* actor: their lengths' sum */
-#define FL_REPORT_ROUND_UPDATES "det_round_updates"       /* learner: updates taken in the round */
-#define FL_REPORT_ROUND_LOSS "det_round_loss"             /* learner: their mean loss */
+#define FL_REPORT_ROUND_EPISODES "det_round_episodes"       /* actor: episodes ended in the round */
+#define FL_REPORT_ROUND_RETURN_SUM "det_round_return_sum"   /* actor: their returns' sum */
+#define FL_REPORT_ROUND_LENGTH_SUM "det_round_length_sum"   /* actor: their lengths' sum */
+#define FL_REPORT_ROUND_UPDATES "det_round_updates"         /* learner: updates taken in the round */
+#define FL_REPORT_ROUND_LOSS "det_round_loss"               /* learner: their mean loss */
 #define FL_REPORT_ROUND_REPLAY_SIZE "det_round_replay_size" /* learner: the shard's size at the commit */
 
 fl_status fl_reporter_create(const char *control_addr, const char *role, uint32_t index, double every_s,

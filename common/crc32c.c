@@ -35,11 +35,15 @@ uint32_t fl_crc32c_extend(uint32_t crc, const void *data, size_t n) {
     return ~c;
 }
 
-uint32_t fl_crc32c(const void *data, size_t n) { return fl_crc32c_extend(0, data, n); }
+uint32_t fl_crc32c(const void *data, size_t n) {
+    return fl_crc32c_extend(0, data, n);
+}
 
 #define MASK_DELTA 0xa282ead8u
 
-uint32_t fl_crc32c_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + MASK_DELTA; }
+uint32_t fl_crc32c_mask(uint32_t crc) {
+    return ((crc >> 15) | (crc << 17)) + MASK_DELTA;
+}
 
 uint32_t fl_crc32c_unmask(uint32_t masked) {
     uint32_t r = masked - MASK_DELTA;

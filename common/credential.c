@@ -13,12 +13,12 @@ static uint64_t load64(const uint8_t *p) {
 }
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND                                                                                                \
-    do {                                                                                                        \
-        v0 += v1, v1 = ROTL(v1, 13), v1 ^= v0, v0 = ROTL(v0, 32);                                               \
-        v2 += v3, v3 = ROTL(v3, 16), v3 ^= v2;                                                                  \
-        v0 += v3, v3 = ROTL(v3, 21), v3 ^= v0;                                                                  \
-        v2 += v1, v1 = ROTL(v1, 17), v1 ^= v2, v2 = ROTL(v2, 32);                                               \
+#define SIPROUND                                                  \
+    do {                                                          \
+        v0 += v1, v1 = ROTL(v1, 13), v1 ^= v0, v0 = ROTL(v0, 32); \
+        v2 += v3, v3 = ROTL(v3, 16), v3 ^= v2;                    \
+        v0 += v3, v3 = ROTL(v3, 21), v3 ^= v0;                    \
+        v2 += v1, v1 = ROTL(v1, 17), v1 ^= v2, v2 = ROTL(v2, 32); \
     } while (0)
 
 uint64_t fl_siphash24(const uint8_t key[FL_CRED_KEY_BYTES], const void *msg, size_t len) {

@@ -71,8 +71,7 @@ fl_status fl_fanout_create(int workers, fl_fanout_t **out, fl_err_t *err) {
     for (int i = 0; i < workers; i++) {
         if (pthread_create(&f->th[i], NULL, worker, f) != 0) {
             fl_fanout_destroy(f);
-            return fl_err_set(err, FL_RESOURCE_EXHAUSTED, "fanout: cannot start a thread (%d of %d)", i + 1,
-                              workers);
+            return fl_err_set(err, FL_RESOURCE_EXHAUSTED, "fanout: cannot start a thread (%d of %d)", i + 1, workers);
         }
         f->workers++;
     }

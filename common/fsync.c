@@ -24,9 +24,12 @@ fl_status fl_fsync_parent(const char *path, fl_err_t *err) {
     if (!dir) return fl_err_set(err, FL_NO_MEMORY, "cannot fsync the folder of %s: out of memory", path);
     memcpy(dir, path, n + 1);
     char *slash = strrchr(dir, '/');
-    if (!slash) strcpy(dir, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
     fl_status s = fl_fsync_dir(dir, err);
     free(dir);
     return s;

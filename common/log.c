@@ -9,8 +9,12 @@
 static fl_log_level g_level = FL_LOG_INFO;
 static char g_prefix[64] = "";
 
-void fl_log_set_level(fl_log_level level) { g_level = level; }
-fl_log_level fl_log_get_level(void) { return g_level; }
+void fl_log_set_level(fl_log_level level) {
+    g_level = level;
+}
+fl_log_level fl_log_get_level(void) {
+    return g_level;
+}
 
 int fl_log_parse_level(const char *s) {
     static const char *names[] = {"debug", "info", "warn", "error", "off"};

@@ -17,7 +17,9 @@ void fl_log_set_role(const char *role, int rank);
 void fl_log(fl_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Whether the n-th (1-based) of a repeated event gets a log line: the first 10, then every
  * 1,000th, so that a flood (refused calls, forged reports) shows without filling the log. */
-static inline int fl_log_sampled(unsigned long long n) { return n <= 10 || n % 1000 == 0; }
+static inline int fl_log_sampled(unsigned long long n) {
+    return n <= 10 || n % 1000 == 0;
+}
 
 #define FL_DEBUG(...) fl_log(FL_LOG_DEBUG, __VA_ARGS__)
 #define FL_INFO(...) fl_log(FL_LOG_INFO, __VA_ARGS__)

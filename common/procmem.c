@@ -69,8 +69,9 @@ int fl_procmem(uint64_t *rss, uint64_t *private_bytes) {
         const char *s = slurp("/proc/self/smaps_rollup", smaps, sizeof smaps);
         const char *t = s ? NULL : slurp("/proc/self/status", status, sizeof status);
         last_rc = fl_procmem_parse(s, t, &last_rss, &last_private);
-        if (last_rc != 0 && s) last_rc = fl_procmem_parse(NULL, slurp("/proc/self/status", status, sizeof status),
-                                                          &last_rss, &last_private);
+        if (last_rc != 0 && s)
+            last_rc =
+                fl_procmem_parse(NULL, slurp("/proc/self/status", status, sizeof status), &last_rss, &last_private);
         last_read = now;
     }
     *rss = last_rss;

@@ -14,7 +14,9 @@ int fl_retry_transient(fl_status s) {
     }
 }
 
-void fl_backoff_init(fl_backoff_t *b) { b->next_s = FL_RETRY_MIN_S; }
+void fl_backoff_init(fl_backoff_t *b) {
+    b->next_s = FL_RETRY_MIN_S;
+}
 
 double fl_backoff_next(fl_backoff_t *b) {
     double wait = b->next_s;
@@ -22,4 +24,6 @@ double fl_backoff_next(fl_backoff_t *b) {
     return wait;
 }
 
-void fl_backoff_reset(fl_backoff_t *b) { fl_backoff_init(b); }
+void fl_backoff_reset(fl_backoff_t *b) {
+    fl_backoff_init(b);
+}

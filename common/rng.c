@@ -23,15 +23,25 @@ void fl_rng_init_stream(fl_rng_t *r, uint64_t seed, uint64_t stream) {
     fl_rng_init(r, a ^ (b * 0x9e3779b97f4a7c15ULL));
 }
 
-uint64_t fl_rng_u64(fl_rng_t *r) { return fl_env_rng_u64(r); }
+uint64_t fl_rng_u64(fl_rng_t *r) {
+    return fl_env_rng_u64(r);
+}
 
-double fl_rng_double(fl_rng_t *r) { return fl_env_rng_double(r); }
+double fl_rng_double(fl_rng_t *r) {
+    return fl_env_rng_double(r);
+}
 
-float fl_rng_float(fl_rng_t *r) { return fl_env_rng_float(r); }
+float fl_rng_float(fl_rng_t *r) {
+    return fl_env_rng_float(r);
+}
 
-double fl_rng_uniform(fl_rng_t *r, double lo, double hi) { return fl_env_rng_uniform(r, lo, hi); }
+double fl_rng_uniform(fl_rng_t *r, double lo, double hi) {
+    return fl_env_rng_uniform(r, lo, hi);
+}
 
-uint64_t fl_rng_below(fl_rng_t *r, uint64_t n) { return fl_env_rng_below(r, n); }
+uint64_t fl_rng_below(fl_rng_t *r, uint64_t n) {
+    return fl_env_rng_below(r, n);
+}
 
 double fl_rng_normal(fl_rng_t *r) {
     double u1 = fl_rng_double(r), u2 = fl_rng_double(r);

@@ -1,9 +1,9 @@
 /* rng: a small, fast, seeded random number generator with per-object state.
  *
- * xoshiro256** seeded through splitmix64 (the step itself is fl_env_rng_u64 of <fleet/env.h>). Every object that needs randomness (an env,
- * an actor's exploration, a replay table's sampler) owns an fl_rng_t; nothing uses a
- * global generator. fl_rng_split derives independent streams (env i of a vector from
- * the run seed and i). Not thread-safe per object: one owner per fl_rng_t. */
+ * xoshiro256** seeded through splitmix64 (the step itself is fl_env_rng_u64 of <fleet/env.h>). Every object that needs
+ * randomness (an env, an actor's exploration, a replay table's sampler) owns an fl_rng_t; nothing uses a global
+ * generator. fl_rng_split derives independent streams (env i of a vector from the run seed and i). Not thread-safe per
+ * object: one owner per fl_rng_t. */
 #ifndef FL_COMMON_RNG_H
 #define FL_COMMON_RNG_H
 

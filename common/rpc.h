@@ -45,12 +45,12 @@
 /* -------------------------------------------------------------- security ---- */
 
 typedef struct fl_rpc_security {
-    const char *ca_pem;        /* the CA that signed the servers' certificates (PEM) */
-    const char *cert_pem;      /* this process's certificate (chain), presented by its servers */
-    const char *key_pem;       /* its private key */
-    const char *token;         /* the run token: every call sends it, every server requires it */
-    const char *learner_token; /* NULL or "": none. Servers accept it on learner-only methods;
-                                  clients send it instead of the run token on learner_methods */
+    const char *ca_pem;                 /* the CA that signed the servers' certificates (PEM) */
+    const char *cert_pem;               /* this process's certificate (chain), presented by its servers */
+    const char *key_pem;                /* its private key */
+    const char *token;                  /* the run token: every call sends it, every server requires it */
+    const char *learner_token;          /* NULL or "": none. Servers accept it on learner-only methods;
+                                           clients send it instead of the run token on learner_methods */
     const char *const *learner_methods; /* NULL-terminated method paths (may be NULL) */
     /* For messages only: the files the PEMs came from ("" or NULL = not named). */
     const char *ca_file, *cert_file, *key_file;
@@ -202,15 +202,16 @@ fl_status fl__rpc_segs_from_byte_buffer(void *bb, fl_rpc_segs_t *out, fl_err_t *
 
 /* Call flags. */
 #define FL_RPC_WAIT_FOR_READY 1u /* wait (until the deadline) for the server to come up */
-#define FL_RPC_BUFFERED 2u       /* streams: messages may be coalesced into fewer writes; they go out
-                                    when the write buffer fills or the stream is finished */
-#define FL_RPC_STOPPABLE 4u      /* once the process is asked to stop (common/stop.h), a unary call, or
-                                    a stream's send or finish, that waits (on a server holding back,
-                                    say) cancels the call: it ends CANCELLED within ~0.1 s */
+#define FL_RPC_BUFFERED                                                     \
+    2u /* streams: messages may be coalesced into fewer writes; they go out \
+          when the write buffer fills or the stream is finished */
+#define FL_RPC_STOPPABLE                                                      \
+    4u /* once the process is asked to stop (common/stop.h), a unary call, or \
+          a stream's send or finish, that waits (on a server holding back,    \
+          say) cancels the call: it ends CANCELLED within ~0.1 s */
 
 /* target: "host:port" or "unix:/path". max_message_bytes as for the server (0 = default). */
-fl_status fl_rpc_channel_create(const char *target, int max_message_bytes, fl_rpc_channel_t **out,
-                                fl_err_t *err);
+fl_status fl_rpc_channel_create(const char *target, int max_message_bytes, fl_rpc_channel_t **out, fl_err_t *err);
 void fl_rpc_channel_destroy(fl_rpc_channel_t *ch);
 const char *fl_rpc_channel_target(const fl_rpc_channel_t *ch);
 /* Waits up to timeout_ms for the channel to be connected (starting a connection attempt
@@ -220,8 +221,8 @@ int fl_rpc_channel_wait_ready(fl_rpc_channel_t *ch, int64_t timeout_ms);
 /* A unary call. timeout_ms <= 0 means no deadline. On success *resp holds the response
  * bytes (free with fl_rpc_buf_free). On failure the status is the call's gRPC status
  * and err holds "<method>: <server's message>". */
-fl_status fl_rpc_unary(fl_rpc_channel_t *ch, const char *method, const void *req, size_t req_len,
-                       int64_t timeout_ms, unsigned flags, fl_rpc_buf_t *resp, fl_err_t *err);
+fl_status fl_rpc_unary(fl_rpc_channel_t *ch, const char *method, const void *req, size_t req_len, int64_t timeout_ms,
+                       unsigned flags, fl_rpc_buf_t *resp, fl_err_t *err);
 /* The same with the response left in the segments it arrived in (for large responses
  * read in place, with one copy of each part to where it goes). */
 fl_status fl_rpc_unary_segs(fl_rpc_channel_t *ch, const char *method, const void *req, size_t req_len,
@@ -229,8 +230,8 @@ fl_status fl_rpc_unary_segs(fl_rpc_channel_t *ch, const char *method, const void
 /* The same with protobuf-c messages: packs req, unpacks the response with resp_desc
  * into *resp (free with protobuf_c_message_free_unpacked(*resp, NULL)). */
 fl_status fl_rpc_unary_pb(fl_rpc_channel_t *ch, const char *method, const ProtobufCMessage *req,
-                          const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
-                          int64_t timeout_ms, unsigned flags, fl_err_t *err);
+                          const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, int64_t timeout_ms,
+                          unsigned flags, fl_err_t *err);
 
 /* A client-streaming call: open, send any number of messages, finish. */
 fl_status fl_rpc_stream_open(fl_rpc_channel_t *ch, const char *method, int64_t timeout_ms, unsigned flags,

@@ -83,8 +83,7 @@ void fl_rpc_segs_free(fl_rpc_segs_t *s) {
     memset(s, 0, sizeof *s);
 }
 
-fl_status fl_rpc_channel_create(const char *target, int max_message_bytes, fl_rpc_channel_t **out,
-                                fl_err_t *err) {
+fl_status fl_rpc_channel_create(const char *target, int max_message_bytes, fl_rpc_channel_t **out, fl_err_t *err) {
     *out = NULL;
     if (!target || !*target) return fl_err_set(err, FL_INVALID_ARGUMENT, "rpc channel: empty target address");
     fl_rpc_channel_t *c = calloc(1, sizeof *c);
@@ -148,7 +147,9 @@ void fl_rpc_channel_destroy(fl_rpc_channel_t *c) {
     grpc_shutdown();
 }
 
-const char *fl_rpc_channel_target(const fl_rpc_channel_t *c) { return c->target; }
+const char *fl_rpc_channel_target(const fl_rpc_channel_t *c) {
+    return c->target;
+}
 
 int fl_rpc_channel_wait_ready(fl_rpc_channel_t *c, int64_t timeout_ms) {
     gpr_timespec deadline = fl__rpc_deadline_from_ms(timeout_ms);
@@ -163,7 +164,8 @@ int fl_rpc_channel_wait_ready(fl_rpc_channel_t *c, int64_t timeout_ms) {
         if (st == GRPC_CHANNEL_READY || st == GRPC_CHANNEL_SHUTDOWN) break;
     }
     grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
     }
     grpc_completion_queue_destroy(cq);
     return st == GRPC_CHANNEL_READY;
@@ -253,7 +255,8 @@ static void last_connect_error(fl_rpc_channel_t *ch, char *out, size_t len) {
     grpc_metadata_array_destroy(&trailing);
     grpc_call_unref(call);
     grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
     }
     grpc_completion_queue_destroy(cq);
 }
@@ -292,7 +295,8 @@ static pthread_once_t g_cq_once = PTHREAD_ONCE_INIT;
 static void cq_destroy(void *p) {
     grpc_completion_queue *cq = p;
     grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
     }
     grpc_completion_queue_destroy(cq);
 }
@@ -465,13 +469,12 @@ static fl_status bb_to_pb(grpc_byte_buffer *bb, const char *method, const Protob
     grpc_slice s = fl__rpc_read_all(bb);
     *out = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
     grpc_slice_unref(s);
-    if (!*out)
-        return fl_err_set(err, FL_DATA_LOSS, "%s: the response is not a valid %s message", method, desc->name);
+    if (!*out) return fl_err_set(err, FL_DATA_LOSS, "%s: the response is not a valid %s message", method, desc->name);
     return FL_OK;
 }
 
-fl_status fl_rpc_unary(fl_rpc_channel_t *ch, const char *method, const void *req, size_t req_len,
-                       int64_t timeout_ms, unsigned flags, fl_rpc_buf_t *resp, fl_err_t *err) {
+fl_status fl_rpc_unary(fl_rpc_channel_t *ch, const char *method, const void *req, size_t req_len, int64_t timeout_ms,
+                       unsigned flags, fl_rpc_buf_t *resp, fl_err_t *err) {
     resp->data = NULL;
     resp->len = 0;
     grpc_byte_buffer *send_bb = fl__rpc_copy_bytes(req, req_len), *recv_bb = NULL;
@@ -494,8 +497,8 @@ fl_status fl_rpc_unary_segs(fl_rpc_channel_t *ch, const char *method, const void
 }
 
 fl_status fl_rpc_unary_pb(fl_rpc_channel_t *ch, const char *method, const ProtobufCMessage *req,
-                          const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
-                          int64_t timeout_ms, unsigned flags, fl_err_t *err) {
+                          const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, int64_t timeout_ms,
+                          unsigned flags, fl_err_t *err) {
     *resp = NULL;
     grpc_byte_buffer *send_bb = fl__rpc_pack_pb(req), *recv_bb = NULL;
     fl_status st = unary_bb(ch, method, send_bb, timeout_ms, flags, &recv_bb, err);
@@ -515,18 +518,18 @@ struct fl_rpc_stream {
     grpc_call *call;
     grpc_completion_queue *cq;
     char method[256];
-    int send_pending;              /* TAG_S_SEND outstanding */
-    grpc_byte_buffer *pending_bb;  /* the message of that send */
-    int dead;                      /* a send failed: the call is over */
-    uint32_t write_flags;          /* GRPC_WRITE_BUFFER_HINT for buffered streams */
+    int send_pending;             /* TAG_S_SEND outstanding */
+    grpc_byte_buffer *pending_bb; /* the message of that send */
+    int dead;                     /* a send failed: the call is over */
+    uint32_t write_flags;         /* GRPC_WRITE_BUFFER_HINT for buffered streams */
     grpc_metadata_array initial, trailing;
     grpc_byte_buffer *resp_bb;
     grpc_status_code code;
     grpc_slice details;
     const char *error_string;
-    int stoppable;                 /* FL_RPC_STOPPABLE: cancelled once a stop is requested */
-    int cancelled;                 /* ... which it was (or its wait hook asked) */
-    fl_rpc_wait_fn on_wait;        /* fl_rpc_stream_on_wait (may be NULL) */
+    int stoppable;          /* FL_RPC_STOPPABLE: cancelled once a stop is requested */
+    int cancelled;          /* ... which it was (or its wait hook asked) */
+    fl_rpc_wait_fn on_wait; /* fl_rpc_stream_on_wait (may be NULL) */
     void *on_wait_ctx;
 };
 
@@ -557,7 +560,8 @@ static void stream_free(fl_rpc_stream_t *s) {
     if (s->pending_bb) grpc_byte_buffer_destroy(s->pending_bb);
     grpc_call_unref(s->call);
     grpc_completion_queue_shutdown(s->cq);
-    while (grpc_completion_queue_pluck(s->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+    while (grpc_completion_queue_pluck(s->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
     }
     grpc_completion_queue_destroy(s->cq);
     free(s);
@@ -573,9 +577,9 @@ fl_status fl_rpc_stream_open(fl_rpc_channel_t *ch, const char *method, int64_t t
     s->write_flags = (flags & FL_RPC_BUFFERED) ? GRPC_WRITE_BUFFER_HINT : 0;
     s->stoppable = (flags & FL_RPC_STOPPABLE) != 0;
     s->cq = grpc_completion_queue_create_for_pluck(NULL);
-    s->call = grpc_channel_create_call(ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq,
-                                       grpc_slice_from_copied_string(method), NULL, fl__rpc_deadline_from_ms(timeout_ms),
-                                       NULL);
+    s->call =
+        grpc_channel_create_call(ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq, grpc_slice_from_copied_string(method),
+                                 NULL, fl__rpc_deadline_from_ms(timeout_ms), NULL);
     grpc_metadata_array_init(&s->initial);
     grpc_metadata_array_init(&s->trailing);
     s->details = grpc_empty_slice();
@@ -616,8 +620,7 @@ fl_status fl_rpc_stream_open(fl_rpc_channel_t *ch, const char *method, int64_t t
 static fl_status stream_send_bb(fl_rpc_stream_t *s, grpc_byte_buffer *bb, fl_err_t *err) {
     if (!stream_wait_send(s) || s->dead) {
         grpc_byte_buffer_destroy(bb);
-        return fl_err_set(err, FL_UNAVAILABLE, "%s: stream closed by the server (finish it for the status)",
-                          s->method);
+        return fl_err_set(err, FL_UNAVAILABLE, "%s: stream closed by the server (finish it for the status)", s->method);
     }
     grpc_op op;
     memset(&op, 0, sizeof op);
@@ -688,4 +691,3 @@ void fl_rpc_stream_cancel(fl_rpc_stream_t *s) {
     grpc_completion_queue_pluck(s->cq, TAG_S_RECV, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     stream_free(s);
 }
-

@@ -132,8 +132,8 @@ struct fl_rpc_server {
     int max_msg;
     double grace_s;
     int started;
-    int secure;          /* bound with TLS and the token check */
-    char *access;        /* bound in plaintext while an access token was set: the token calls need */
+    int secure;   /* bound with TLS and the token check */
+    char *access; /* bound in plaintext while an access token was set: the token calls need */
     int shutdown_called;
     atomic_int shutting_down;
     pthread_mutex_t mu;
@@ -149,10 +149,10 @@ struct fl_rpc_server {
     pthread_t idle_thread;
     int idle_started, idle_stop;
     grpc_resource_quota *quota;
-    int max_conns_per_peer;       /* opts.max_connections_per_peer, resolved (<= 0: none) */
-    int max_conns_other_user;     /* opts.max_connections_other_user as given */
-    int guard_ports[4];           /* TCP ports bound, guarded once the server starts */
-    int guard_loopback[4];        /* ... and whether each was bound to loopback */
+    int max_conns_per_peer;   /* opts.max_connections_per_peer, resolved (<= 0: none) */
+    int max_conns_other_user; /* opts.max_connections_other_user as given */
+    int guard_ports[4];       /* TCP ports bound, guarded once the server starts */
+    int guard_loopback[4];    /* ... and whether each was bound to loopback */
     int n_guard_ports;
     fl_connguard_t *guards[4];
 };
@@ -161,8 +161,10 @@ static void idle_list_remove(call_ctx *c) {
     fl_rpc_server_t *s = c->srv;
     pthread_mutex_lock(&s->idle_mu);
     if (c->on_idle_list) {
-        if (c->idle_prev) c->idle_prev->idle_next = c->idle_next;
-        else s->idle_head = c->idle_next;
+        if (c->idle_prev)
+            c->idle_prev->idle_next = c->idle_next;
+        else
+            s->idle_head = c->idle_next;
         if (c->idle_next) c->idle_next->idle_prev = c->idle_prev;
         c->on_idle_list = 0;
     }
@@ -221,7 +223,9 @@ static void post_request_for(fl_rpc_server_t *s, const method_entry *reg) {
 }
 
 /* Generic requests receive streaming and unknown methods. */
-static void post_request(fl_rpc_server_t *s) { post_request_for(s, NULL); }
+static void post_request(fl_rpc_server_t *s) {
+    post_request_for(s, NULL);
+}
 
 static void start_batch(call_ctx *c, grpc_op *ops, size_t n, tag_t *t) {
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, t, NULL);
@@ -364,7 +368,8 @@ static int call_allowed(call_ctx *c) {
         grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ctx, CRED_PROPERTY);
         const grpc_auth_property *p;
         while ((p = grpc_auth_property_iterator_next(&it)) != NULL)
-            learner |= p->value_length == sizeof CRED_LEARNER - 1 && memcmp(p->value, CRED_LEARNER, p->value_length) == 0;
+            learner |=
+                p->value_length == sizeof CRED_LEARNER - 1 && memcmp(p->value, CRED_LEARNER, p->value_length) == 0;
         grpc_auth_context_release(ctx);
     }
     if (learner) return 1;
@@ -559,17 +564,21 @@ static void *server_thread(void *arg) {
 }
 
 /* A limit's value: the option, its default when 0, none when < 0. */
-static double limit_of(double v, double def) { return v == 0 ? def : v; }
+static double limit_of(double v, double def) {
+    return v == 0 ? def : v;
+}
 
-static int ms_of(double sec) { return sec * 1e3 >= 2147483647.0 ? 2147483647 : (int)(sec * 1e3); }
+static int ms_of(double sec) {
+    return sec * 1e3 >= 2147483647.0 ? 2147483647 : (int)(sec * 1e3);
+}
 
 static size_t limit_args(const fl_rpc_server_opts_t *o, struct fl_rpc_server *s, grpc_arg *a) {
     size_t n = 0;
     double idle = limit_of(o->connection_idle_s, FL_RPC_DEFAULT_CONNECTION_IDLE_S);
     double ka = limit_of(o->keepalive_s, FL_RPC_DEFAULT_KEEPALIVE_S);
     double ka_to = limit_of(o->keepalive_timeout_s, FL_RPC_DEFAULT_KEEPALIVE_TIMEOUT_S);
-    int streams = o->max_streams_per_connection == 0 ? FL_RPC_DEFAULT_MAX_STREAMS_PER_CONNECTION
-                                                     : o->max_streams_per_connection;
+    int streams =
+        o->max_streams_per_connection == 0 ? FL_RPC_DEFAULT_MAX_STREAMS_PER_CONNECTION : o->max_streams_per_connection;
     int64_t mem = o->memory_bytes == 0 ? FL_RPC_DEFAULT_MEMORY_BYTES : o->memory_bytes;
     double hs = limit_of(o->handshake_timeout_s, FL_RPC_DEFAULT_HANDSHAKE_TIMEOUT_S);
     if (hs > 0) { /* a connection that has not finished its TLS and HTTP/2 handshake by then is closed */
@@ -717,20 +726,27 @@ static int cannot_listen(const char *addr, char *why, size_t len) {
         if (fd < 0) continue;
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); /* as gRPC binds */
-        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 && (errno == EADDRINUSE || errno == EACCES || errno == EADDRNOTAVAIL))
+        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 &&
+            (errno == EADDRINUSE || errno == EACCES || errno == EADDRNOTAVAIL))
             err = errno;
         close(fd);
     }
     freeaddrinfo(res);
     if (err == EADDRINUSE)
-        snprintf(why, len, "cannot listen on %s: the address is in use (another process listens there; choose "
-                 "another port, or port 0 for a free one)", addr);
+        snprintf(why, len,
+                 "cannot listen on %s: the address is in use (another process listens there; choose "
+                 "another port, or port 0 for a free one)",
+                 addr);
     else if (err == EACCES)
-        snprintf(why, len, "cannot listen on %s: permission denied (ports below 1024 need privileges; choose a "
-                 "port above 1023, or port 0 for a free one)", addr);
+        snprintf(why, len,
+                 "cannot listen on %s: permission denied (ports below 1024 need privileges; choose a "
+                 "port above 1023, or port 0 for a free one)",
+                 addr);
     else if (err == EADDRNOTAVAIL)
-        snprintf(why, len, "cannot listen on %s: no network interface of this machine has that address (use one of "
-                 "its own addresses, 127.0.0.1, or 0.0.0.0 for all)", addr);
+        snprintf(why, len,
+                 "cannot listen on %s: no network interface of this machine has that address (use one of "
+                 "its own addresses, 127.0.0.1, or 0.0.0.0 for all)",
+                 addr);
     return err != 0;
 }
 
@@ -860,7 +876,8 @@ void fl_rpc_server_shutdown(fl_rpc_server_t *s) {
     if (s->started) {
         for (int i = 0; i < s->nthreads; i++) pthread_join(s->threads[i], NULL);
     } else {
-        while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+        while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN) {
         }
     }
 }
@@ -956,4 +973,3 @@ fl_status fl_rpc_reply_error(fl_rpc_reply_t *r, fl_status code, const char *fmt,
     va_end(ap);
     return code;
 }
-

@@ -42,7 +42,9 @@
  * ran within their run-to-run spread on either (docs/benchmarks.md). A value set by the
  * user wins. */
 static pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
-static void choose_poller(void) { setenv("GRPC_POLL_STRATEGY", "epoll1", 0); }
+static void choose_poller(void) {
+    setenv("GRPC_POLL_STRATEGY", "epoll1", 0);
+}
 
 void fl__rpc_grpc_init(void) {
     pthread_once(&g_init_once, choose_poller);
@@ -128,7 +130,6 @@ pthread_mutex_t fl__rpc_sec_mu = PTHREAD_MUTEX_INITIALIZER;
 static sec_state *g_sec;
 char *fl__rpc_access; /* the access token of plaintext servers and channels (rpc.h); under fl__rpc_sec_mu */
 
-
 static void sec_free(sec_state *s) {
     if (!s) return;
     free(s->ca);
@@ -144,7 +145,9 @@ static void sec_free(sec_state *s) {
     free(s);
 }
 
-static char *dup_or_empty(const char *s) { return strdup(s ? s : ""); }
+static char *dup_or_empty(const char *s) {
+    return strdup(s ? s : "");
+}
 
 /* A token may only hold printable ASCII without spaces (it travels in an HTTP/2 header). */
 static int token_ok(const char *t) {
@@ -156,8 +159,7 @@ static int token_ok(const char *t) {
 fl_status fl_rpc_set_security(const fl_rpc_security_t *sec, fl_err_t *err) {
     sec_state *n = NULL;
     if (sec) {
-        if (!sec->ca_pem || !sec->ca_pem[0] || !sec->cert_pem || !sec->cert_pem[0] || !sec->key_pem ||
-            !sec->key_pem[0])
+        if (!sec->ca_pem || !sec->ca_pem[0] || !sec->cert_pem || !sec->cert_pem[0] || !sec->key_pem || !sec->key_pem[0])
             return fl_err_set(err, FL_INVALID_ARGUMENT,
                               "rpc security: the CA, the certificate and the key are all needed (PEM text)");
         if (!sec->token || !sec->token[0] || !token_ok(sec->token) ||
@@ -309,26 +311,29 @@ static void token_check_process(void *state, grpc_auth_context *ctx, const grpc_
     size_t n;
     const grpc_metadata *auth = fl__rpc_bearer_of(md, num_md, &v, &n);
     if (!auth) {
-        token_refuse(t, cb, user_data,
-           "fleet: the call carries no token (expected 'authorization: Bearer <token>'; the client needs this "
-           "fleet's run.tls_dir, whose token file it sends)");
+        token_refuse(
+            t, cb, user_data,
+            "fleet: the call carries no token (expected 'authorization: Bearer <token>'; the client needs this "
+            "fleet's run.tls_dir, whose token file it sends)");
         return;
     }
     if (!v) {
-        token_refuse(t, cb, user_data,
-           "fleet: the call's authorization is not a bearer token (expected 'authorization: Bearer <token>')");
+        token_refuse(
+            t, cb, user_data,
+            "fleet: the call's authorization is not a bearer token (expected 'authorization: Bearer <token>')");
         return;
     }
     int is_run = fl__rpc_token_equal(v, n, t->token);
     int is_learner = t->learner_token ? fl__rpc_token_equal(v, n, t->learner_token) : 0;
     if (!is_run && !is_learner) {
-        token_refuse(t, cb, user_data,
-           t->learner_token
-               ? "fleet: the call's token is wrong (it is neither this fleet's run token nor its learner token: the "
-                 "client has another fleet's credentials; give every role the same run.tls_dir)"
-               : "fleet: the call's token is wrong (this service takes this fleet's run token, and the call's is "
-                 "not it: the learner token, which only parameter servers take, or another fleet's credentials; "
-                 "give every role the same run.tls_dir and send the run token here)");
+        token_refuse(
+            t, cb, user_data,
+            t->learner_token
+                ? "fleet: the call's token is wrong (it is neither this fleet's run token nor its learner token: the "
+                  "client has another fleet's credentials; give every role the same run.tls_dir)"
+                : "fleet: the call's token is wrong (this service takes this fleet's run token, and the call's is "
+                  "not it: the learner token, which only parameter servers take, or another fleet's credentials; "
+                  "give every role the same run.tls_dir and send the run token here)");
         return;
     }
     grpc_auth_context_add_cstring_property(ctx, CRED_PROPERTY, is_learner ? CRED_LEARNER : CRED_RUN);
@@ -343,7 +348,8 @@ const char *fl__rpc_sec_files(void) {
     pthread_mutex_lock(&fl__rpc_sec_mu);
     if (g_sec)
         snprintf(buf, sizeof buf, "the certificate %.280s and the key %.280s",
-                 g_sec->cert_file[0] ? g_sec->cert_file : "(PEM text)", g_sec->key_file[0] ? g_sec->key_file : "(PEM text)");
+                 g_sec->cert_file[0] ? g_sec->cert_file : "(PEM text)",
+                 g_sec->key_file[0] ? g_sec->key_file : "(PEM text)");
     else
         snprintf(buf, sizeof buf, "no TLS set");
     pthread_mutex_unlock(&fl__rpc_sec_mu);
@@ -436,7 +442,6 @@ static char *bearer_header(const char *token) {
     return h;
 }
 
-
 /* The initial metadata of a call on a channel with this security into md: the access
  * token's header, or nothing. The slices point into cs, which outlives the call. */
 void fl__rpc_access_metadata(const channel_sec *cs, grpc_op *op, grpc_metadata *md) {
@@ -454,7 +459,8 @@ grpc_channel_credentials *fl__rpc_channel_creds(channel_sec *cs) {
     memset(cs, 0, sizeof *cs);
     pthread_mutex_lock(&fl__rpc_sec_mu);
     if (!g_sec) {
-        if (fl__rpc_access && snprintf(cs->access, sizeof cs->access, "Bearer %s", fl__rpc_access) >= (int)sizeof cs->access)
+        if (fl__rpc_access &&
+            snprintf(cs->access, sizeof cs->access, "Bearer %s", fl__rpc_access) >= (int)sizeof cs->access)
             cs->access[0] = '\0'; /* too long to send: the server then says the token is missing */
         pthread_mutex_unlock(&fl__rpc_sec_mu);
         return grpc_insecure_credentials_create();
@@ -485,10 +491,10 @@ grpc_channel_credentials *fl__rpc_channel_creds(channel_sec *cs) {
         return NULL;
     }
     grpc_metadata_credentials_plugin plugin = {token_send_get, NULL, token_send_destroy, t, "fleet-token"};
-    grpc_call_credentials *call = grpc_metadata_credentials_create_from_plugin(plugin, GRPC_PRIVACY_AND_INTEGRITY, NULL);
+    grpc_call_credentials *call =
+        grpc_metadata_credentials_create_from_plugin(plugin, GRPC_PRIVACY_AND_INTEGRITY, NULL);
     grpc_channel_credentials *both = call ? grpc_composite_channel_credentials_create(ssl, call, NULL) : NULL;
     grpc_channel_credentials_release(ssl);
     if (call) grpc_call_credentials_release(call);
     return both;
 }
-

@@ -21,8 +21,12 @@ static const char *const DTYPE_NAMES[] = {"F32", "F64", "BF16", "U8", "I32", "I6
 static const size_t DTYPE_SIZES[] = {4, 8, 2, 1, 4, 8};
 #define NUM_DTYPES 6
 
-const char *fl_st_dtype_name(fl_st_dtype d) { return (unsigned)d < NUM_DTYPES ? DTYPE_NAMES[d] : "invalid"; }
-size_t fl_st_dtype_size(fl_st_dtype d) { return (unsigned)d < NUM_DTYPES ? DTYPE_SIZES[d] : 0; }
+const char *fl_st_dtype_name(fl_st_dtype d) {
+    return (unsigned)d < NUM_DTYPES ? DTYPE_NAMES[d] : "invalid";
+}
+size_t fl_st_dtype_size(fl_st_dtype d) {
+    return (unsigned)d < NUM_DTYPES ? DTYPE_SIZES[d] : 0;
+}
 
 /* ---- writing ------------------------------------------------------------------------ */
 
@@ -62,7 +66,6 @@ static int sb_add(sbuf_t *s, const char *fmt, ...) {
 
 static _Atomic unsigned long g_serial;
 
-
 fl_status fl_safetensors_write(const char *path, const fl_st_tensor_t *t, int n, const char *const *meta_keys,
                                const char *const *meta_values, int nmeta, fl_err_t *err) {
     if (!path || !*path) return fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors: empty path");
@@ -71,8 +74,10 @@ fl_status fl_safetensors_write(const char *path, const fl_st_tensor_t *t, int n,
         return fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors %s: bad tensor or metadata list", path);
     for (int i = 0; i < n; i++) {
         if (!t[i].name[0] || !json_safe(t[i].name) || !strcmp(t[i].name, "__metadata__"))
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors %s: tensor %d: name \"%.64s\" is empty, reserved "
-                              "or not JSON-safe", path, i, t[i].name);
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "safetensors %s: tensor %d: name \"%.64s\" is empty, reserved "
+                              "or not JSON-safe",
+                              path, i, t[i].name);
         for (int j = 0; j < i; j++)
             if (!strcmp(t[i].name, t[j].name))
                 return fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors %s: tensor name \"%s\" appears twice", path,
@@ -183,8 +188,7 @@ typedef struct {
 } parser_t;
 
 static int fail(parser_t *ps, const char *msg) {
-    if (ps->st == FL_OK)
-        ps->st = fl_err_set(ps->err, FL_INVALID_ARGUMENT, "safetensors %s: header: %s", ps->what, msg);
+    if (ps->st == FL_OK) ps->st = fl_err_set(ps->err, FL_INVALID_ARGUMENT, "safetensors %s: header: %s", ps->what, msg);
     return 0;
 }
 
@@ -204,8 +208,10 @@ static int expect(parser_t *ps, char c) {
 }
 
 static int hex_digit(char h) {
-    return h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                                                                                      : -1;
+    return h >= '0' && h <= '9'   ? h - '0'
+           : h >= 'a' && h <= 'f' ? h - 'a' + 10
+           : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                  : -1;
 }
 
 /* A JSON string into out (cap bytes, NUL-terminated); escapes \" \\ \/ \b \f \n \r \t and
@@ -231,7 +237,8 @@ static int parse_string(parser_t *ps, char *out, size_t cap) {
             case 'r': c = '\r'; break;
             case 't': c = '\t'; break;
             case 'u': {
-                if (ps->end - ps->p < 4 || ps->p[0] != '0' || ps->p[1] != '0') return fail(ps, "unsupported \\u escape");
+                if (ps->end - ps->p < 4 || ps->p[0] != '0' || ps->p[1] != '0')
+                    return fail(ps, "unsupported \\u escape");
                 int hi = hex_digit(ps->p[2]), lo = hex_digit(ps->p[3]);
                 if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) return fail(ps, "bad \\u escape");
                 unsigned v = (unsigned)(hi * 16 + lo);
@@ -390,11 +397,9 @@ static int cmp_begin(const void *a, const void *b) {
     return x->bytes < y->bytes ? -1 : x->bytes > y->bytes;
 }
 
-
 /* One tensor entry "name": {...} of the header (its name already read): its dtype, shape
  * and offsets, checked against the buffer. 0 after fail(). */
-static int parse_tensor_entry(fl_safetensors_t *f, parser_t *ps, const char *name, const uint8_t *buf,
-                              size_t buf_len) {
+static int parse_tensor_entry(fl_safetensors_t *f, parser_t *ps, const char *name, const uint8_t *buf, size_t buf_len) {
     if (strlen(name) >= FL_ST_NAME_MAX) {
         fail(ps, "tensor name too long");
         return 0;
@@ -462,8 +467,7 @@ static fl_status check_tiling(fl_safetensors_t *f, const uint8_t *buf, size_t bu
     return FL_OK;
 }
 
-fl_status fl_safetensors_parse(const void *bytes, size_t len, const char *what, fl_safetensors_t **out,
-                               fl_err_t *err) {
+fl_status fl_safetensors_parse(const void *bytes, size_t len, const char *what, fl_safetensors_t **out, fl_err_t *err) {
     *out = NULL;
     if (len < 8)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "safetensors %s: %zu bytes, too short for the header length", what,
@@ -472,7 +476,8 @@ fl_status fl_safetensors_parse(const void *bytes, size_t len, const char *what, 
     memcpy(&hl, bytes, 8);
     if (hl < 2 || hl > FL_ST_MAX_HEADER || hl > len - 8)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "safetensors %s: header length %" PRIu64 ", expected 2 .. min(%u, %zu) (the file's size "
+                          "safetensors %s: header length %" PRIu64
+                          ", expected 2 .. min(%u, %zu) (the file's size "
                           "less 8)",
                           what, hl, FL_ST_MAX_HEADER, len - 8);
     fl_safetensors_t *f = calloc(1, sizeof *f);
@@ -484,8 +489,8 @@ fl_status fl_safetensors_parse(const void *bytes, size_t len, const char *what, 
     f->len = len;
     const uint8_t *buf = f->file + 8 + hl;
     const size_t buf_len = len - 8 - (size_t)hl;
-    parser_t ps = {(const char *)f->file + 8, (const char *)f->file + 8 + hl, (const char *)f->file + 8, what, err,
-                   FL_OK};
+    parser_t ps = {
+        (const char *)f->file + 8, (const char *)f->file + 8 + hl, (const char *)f->file + 8, what, err, FL_OK};
     char name[FL_ST_NAME_MAX * 4];
     if (!expect(&ps, '{')) goto bad;
     skip_ws(&ps);
@@ -564,7 +569,9 @@ void fl_safetensors_free(fl_safetensors_t *f) {
     free(f);
 }
 
-int fl_safetensors_count(const fl_safetensors_t *f) { return f->n; }
+int fl_safetensors_count(const fl_safetensors_t *f) {
+    return f->n;
+}
 const fl_st_tensor_t *fl_safetensors_at(const fl_safetensors_t *f, int i) {
     return i >= 0 && i < f->n ? &f->t[i] : NULL;
 }

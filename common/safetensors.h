@@ -59,8 +59,7 @@ typedef struct fl_safetensors fl_safetensors_t;
 
 fl_status fl_safetensors_read(const char *path, fl_safetensors_t **out, fl_err_t *err);
 /* The same from bytes in memory (copied); `what` names them in messages. */
-fl_status fl_safetensors_parse(const void *bytes, size_t len, const char *what, fl_safetensors_t **out,
-                               fl_err_t *err);
+fl_status fl_safetensors_parse(const void *bytes, size_t len, const char *what, fl_safetensors_t **out, fl_err_t *err);
 void fl_safetensors_free(fl_safetensors_t *f); /* NULL is a no-op */
 
 int fl_safetensors_count(const fl_safetensors_t *f);

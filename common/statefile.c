@@ -25,11 +25,13 @@ void fl_state_put_u64(fl_state_out_t *w, const char *key, uint64_t v) {
     fprintf(w->f, "%s = %" PRIu64 "\n", key, v);
 }
 
-void fl_state_put_double(fl_state_out_t *w, const char *key, double v) { fprintf(w->f, "%s = %.17g\n", key, v); }
+void fl_state_put_double(fl_state_out_t *w, const char *key, double v) {
+    fprintf(w->f, "%s = %.17g\n", key, v);
+}
 
 void fl_state_put_rng(fl_state_out_t *w, const char *key, const fl_rng_t *r) {
-    fprintf(w->f, "%s = %016" PRIx64 " %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n", key, r->s[0], r->s[1],
-            r->s[2], r->s[3]);
+    fprintf(w->f, "%s = %016" PRIx64 " %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n", key, r->s[0], r->s[1], r->s[2],
+            r->s[3]);
 }
 
 void fl_state_put_floats(fl_state_out_t *w, const char *key, const float *v, size_t n) {
@@ -67,7 +69,7 @@ fl_status fl_state_commit(fl_state_out_t *w, fl_err_t *err) {
 /* ------------------------------------------------------------------ reading ---- */
 
 struct fl_state {
-    char *text;        /* the file, its lines cut at '\n' and ' = ' */
+    char *text; /* the file, its lines cut at '\n' and ' = ' */
     char **keys, **vals;
     size_t n;
 };
@@ -82,7 +84,9 @@ void fl_state_free(fl_state_t *st) {
 
 static fl_status read_all(const char *path, char **out, fl_err_t *err) {
     FILE *f = fopen(path, "rb");
-    if (!f) return fl_err_set(err, errno == ENOENT ? FL_NOT_FOUND : FL_IO_ERROR, "state file %s: %s", path, strerror(errno));
+    if (!f)
+        return fl_err_set(err, errno == ENOENT ? FL_NOT_FOUND : FL_IO_ERROR, "state file %s: %s", path,
+                          strerror(errno));
     char *buf = malloc(FL_STATE_MAX_BYTES + 1);
     size_t n = buf ? fread(buf, 1, FL_STATE_MAX_BYTES + 1, f) : 0;
     int bad = ferror(f);
@@ -171,8 +175,10 @@ int fl_state_get_rng(const fl_state_t *st, const char *key, fl_rng_t *out) {
     const char *v = find(st, key);
     fl_rng_t r;
     int used = 0;
-    if (!v || sscanf(v, "%" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 "%n", &r.s[0], &r.s[1], &r.s[2], &r.s[3],
-                     &used) != 4 || v[used])
+    if (!v ||
+        sscanf(v, "%" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 "%n", &r.s[0], &r.s[1], &r.s[2], &r.s[3], &used) !=
+            4 ||
+        v[used])
         return 0;
     *out = r;
     return 1;

@@ -27,9 +27,13 @@ static fl_stats_t stats_of(const void *v, int is_float, int n) {
     return s;
 }
 
-fl_stats_t fl_stats_of(const double *v, int n) { return stats_of(v, 0, n); }
+fl_stats_t fl_stats_of(const double *v, int n) {
+    return stats_of(v, 0, n);
+}
 
-fl_stats_t fl_stats_of_floats(const float *v, int n) { return stats_of(v, 1, n); }
+fl_stats_t fl_stats_of_floats(const float *v, int n) {
+    return stats_of(v, 1, n);
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -43,9 +47,9 @@ double fl_stats_median(double *v, int n) {
 }
 
 double fl_stats_t95(int df) {
-    static const double t[31] = {0,      12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-                                 2.201,  2.179,  2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080,
-                                 2.074,  2.069,  2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+    static const double t[31] = {0,     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                 2.201, 2.179,  2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080,
+                                 2.074, 2.069,  2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
     if (df < 1) return 0;
     if (df <= 30) return t[df];
     /* Cornish-Fisher: z + (z^3 + z) / (4 df) */

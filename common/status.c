@@ -28,11 +28,11 @@ const char *fl_status_str(fl_status s) {
 int fl_status_to_grpc(fl_status s) {
     if ((int)s >= 0 && (int)s <= 16) return (int)s;
     switch (s) {
-    case FL_NO_MEMORY: return 8;    /* RESOURCE_EXHAUSTED */
-    case FL_IO_ERROR: return 13;    /* INTERNAL */
-    case FL_PARSE_ERROR: return 3;  /* INVALID_ARGUMENT */
-    case FL_NO_DEVICE: return 9;    /* FAILED_PRECONDITION */
-    default: return 2;              /* UNKNOWN */
+    case FL_NO_MEMORY: return 8;   /* RESOURCE_EXHAUSTED */
+    case FL_IO_ERROR: return 13;   /* INTERNAL */
+    case FL_PARSE_ERROR: return 3; /* INVALID_ARGUMENT */
+    case FL_NO_DEVICE: return 9;   /* FAILED_PRECONDITION */
+    default: return 2;             /* UNKNOWN */
     }
 }
 

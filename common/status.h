@@ -17,27 +17,27 @@ extern "C" {
 #endif
 
 /* X(NAME, value, "message") */
-#define FL_STATUS_TABLE(X)                                                              \
-    X(FL_OK, 0, "ok")                                                                   \
-    X(FL_CANCELLED, 1, "cancelled")                                                     \
-    X(FL_UNKNOWN, 2, "unknown error")                                                   \
-    X(FL_INVALID_ARGUMENT, 3, "invalid argument")                                       \
-    X(FL_DEADLINE_EXCEEDED, 4, "deadline exceeded")                                     \
-    X(FL_NOT_FOUND, 5, "not found")                                                     \
-    X(FL_ALREADY_EXISTS, 6, "already exists")                                           \
-    X(FL_PERMISSION_DENIED, 7, "permission denied")                                     \
-    X(FL_RESOURCE_EXHAUSTED, 8, "resource exhausted")                                   \
-    X(FL_FAILED_PRECONDITION, 9, "failed precondition")                                 \
-    X(FL_ABORTED, 10, "aborted")                                                        \
-    X(FL_OUT_OF_RANGE, 11, "out of range")                                              \
-    X(FL_UNIMPLEMENTED, 12, "unimplemented")                                            \
-    X(FL_INTERNAL, 13, "internal error")                                                \
-    X(FL_UNAVAILABLE, 14, "unavailable")                                                \
-    X(FL_DATA_LOSS, 15, "data loss")                                                    \
-    X(FL_UNAUTHENTICATED, 16, "unauthenticated")                                        \
-    X(FL_NO_MEMORY, 100, "out of memory")                                               \
-    X(FL_IO_ERROR, 101, "input/output error")                                           \
-    X(FL_PARSE_ERROR, 102, "parse error")                                               \
+#define FL_STATUS_TABLE(X)                              \
+    X(FL_OK, 0, "ok")                                   \
+    X(FL_CANCELLED, 1, "cancelled")                     \
+    X(FL_UNKNOWN, 2, "unknown error")                   \
+    X(FL_INVALID_ARGUMENT, 3, "invalid argument")       \
+    X(FL_DEADLINE_EXCEEDED, 4, "deadline exceeded")     \
+    X(FL_NOT_FOUND, 5, "not found")                     \
+    X(FL_ALREADY_EXISTS, 6, "already exists")           \
+    X(FL_PERMISSION_DENIED, 7, "permission denied")     \
+    X(FL_RESOURCE_EXHAUSTED, 8, "resource exhausted")   \
+    X(FL_FAILED_PRECONDITION, 9, "failed precondition") \
+    X(FL_ABORTED, 10, "aborted")                        \
+    X(FL_OUT_OF_RANGE, 11, "out of range")              \
+    X(FL_UNIMPLEMENTED, 12, "unimplemented")            \
+    X(FL_INTERNAL, 13, "internal error")                \
+    X(FL_UNAVAILABLE, 14, "unavailable")                \
+    X(FL_DATA_LOSS, 15, "data loss")                    \
+    X(FL_UNAUTHENTICATED, 16, "unauthenticated")        \
+    X(FL_NO_MEMORY, 100, "out of memory")               \
+    X(FL_IO_ERROR, 101, "input/output error")           \
+    X(FL_PARSE_ERROR, 102, "parse error")               \
     X(FL_NO_DEVICE, 103, "no GPU device available")
 
 typedef enum {
@@ -67,15 +67,14 @@ typedef struct fl_err {
 void fl_err_init(fl_err_t *e);
 /* Sets code and a printf-style message; returns code so that callers can write
  * `return fl_err_set(err, FL_INVALID_ARGUMENT, "obs: expected %d bytes, got %zu", ...);` */
-fl_status fl_err_set(fl_err_t *e, fl_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+fl_status fl_err_set(fl_err_t *e, fl_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Prepends "prefix: " to an existing message (for adding context while unwinding). */
 fl_status fl_err_prefix(fl_err_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define FL_TRY(expr)                         \
-    do {                                     \
-        fl_status fl__s = (expr);            \
-        if (fl__s != FL_OK) return fl__s;    \
+#define FL_TRY(expr)                      \
+    do {                                  \
+        fl_status fl__s = (expr);         \
+        if (fl__s != FL_OK) return fl__s; \
     } while (0)
 
 #ifdef __cplusplus

@@ -45,9 +45,12 @@ static void on_fatal(int sig) {
     /* snprintf is not async-signal-safe in general; with an integer only and the process
      * about to die, glibc's does not allocate. */
     snprintf(line, sizeof line, "\nFATAL: signal %d (%s); backtrace:\n", sig,
-             sig == SIGSEGV ? "SIGSEGV, segmentation fault" : sig == SIGBUS ? "SIGBUS, bus error"
-             : sig == SIGFPE ? "SIGFPE, arithmetic error" : sig == SIGILL ? "SIGILL, illegal instruction"
-             : sig == SIGABRT ? "SIGABRT, aborted" : "SIGSYS, bad system call");
+             sig == SIGSEGV   ? "SIGSEGV, segmentation fault"
+             : sig == SIGBUS  ? "SIGBUS, bus error"
+             : sig == SIGFPE  ? "SIGFPE, arithmetic error"
+             : sig == SIGILL  ? "SIGILL, illegal instruction"
+             : sig == SIGABRT ? "SIGABRT, aborted"
+                              : "SIGSYS, bad system call");
     say(line);
     void *frames[64];
     int n = backtrace(frames, 64);
@@ -87,6 +90,12 @@ void fl_stop_install(void) {
     signal(SIGPIPE, SIG_IGN);
 }
 
-int fl_stop_requested(void) { return g_stop != 0; }
-void fl_stop_request(void) { g_stop = 1; }
-int fl_stop_signal(void) { return (int)g_signal; }
+int fl_stop_requested(void) {
+    return g_stop != 0;
+}
+void fl_stop_request(void) {
+    g_stop = 1;
+}
+int fl_stop_signal(void) {
+    return (int)g_signal;
+}

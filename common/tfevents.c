@@ -125,7 +125,9 @@ fl_status fl_tfevents_open(const char *dir, fl_tfevents_t **out, fl_err_t *err) 
     return FL_OK;
 }
 
-const char *fl_tfevents_path(const fl_tfevents_t *w) { return w ? w->path : NULL; }
+const char *fl_tfevents_path(const fl_tfevents_t *w) {
+    return w ? w->path : NULL;
+}
 
 /* Strict UTF-8 as protobuf checks it: no overlong forms, surrogates or values past
  * U+10FFFF. */
@@ -139,10 +141,14 @@ static int utf8_valid(const unsigned char *s, size_t n) {
         }
         size_t k;
         unsigned min, cp;
-        if ((c & 0xe0) == 0xc0) k = 1, min = 0x80, cp = c & 0x1f;
-        else if ((c & 0xf0) == 0xe0) k = 2, min = 0x800, cp = c & 0x0f;
-        else if ((c & 0xf8) == 0xf0) k = 3, min = 0x10000, cp = c & 0x07;
-        else return 0;
+        if ((c & 0xe0) == 0xc0)
+            k = 1, min = 0x80, cp = c & 0x1f;
+        else if ((c & 0xf0) == 0xe0)
+            k = 2, min = 0x800, cp = c & 0x0f;
+        else if ((c & 0xf8) == 0xf0)
+            k = 3, min = 0x10000, cp = c & 0x07;
+        else
+            return 0;
         if (n - i <= k) return 0;
         for (size_t j = 1; j <= k; j++) {
             if ((s[i + j] & 0xc0) != 0x80) return 0;
@@ -154,7 +160,9 @@ static int utf8_valid(const unsigned char *s, size_t n) {
     return 1;
 }
 
-int fl_tfevents_utf8(const char *s) { return s && utf8_valid((const unsigned char *)s, strlen(s)); }
+int fl_tfevents_utf8(const char *s) {
+    return s && utf8_valid((const unsigned char *)s, strlen(s));
+}
 
 /* A tag or an hparam's name (what, number i): 1 to FL_TFEVENTS_TAG_MAX bytes of UTF-8. */
 static fl_status check_name(const fl_tfevents_t *w, const char *what, int i, const char *name, fl_err_t *err) {
@@ -293,8 +301,8 @@ static fl_status write_hparams_record(fl_tfevents_t *w, const char *tag, double 
 #define METRICS_MAX 256
 
 /* The checks of fl_tfevents_hparams. */
-static fl_status check_hparams(const fl_tfevents_t *w, const char *group, int n, const fl_tfevents_hparam_t *hp,
-                               int m, const fl_tfevents_metric_t *mt, fl_err_t *err) {
+static fl_status check_hparams(const fl_tfevents_t *w, const char *group, int n, const fl_tfevents_hparam_t *hp, int m,
+                               const fl_tfevents_metric_t *mt, fl_err_t *err) {
     if (n < 1 || n > HPARAMS_MAX || m < 0 || m > METRICS_MAX || !hp || (m && !mt))
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "tfevents %s: %d hparams and %d metrics (expected 1 to %d and 0 to %d, and their lists)",
@@ -405,8 +413,8 @@ fl_status fl_tfevents_hparams(fl_tfevents_t *w, double wall_time, const char *gr
         minfos[i].name = &mnames[i];
         if (mt[i].display_name) minfos[i].display_name = (char *)mt[i].display_name;
         if (mt[i].description) minfos[i].description = (char *)mt[i].description;
-        minfos[i].dataset_type =
-            mt[i].validation ? TENSORBOARD__DATASET_TYPE__DATASET_VALIDATION : TENSORBOARD__DATASET_TYPE__DATASET_TRAINING;
+        minfos[i].dataset_type = mt[i].validation ? TENSORBOARD__DATASET_TYPE__DATASET_VALIDATION
+                                                  : TENSORBOARD__DATASET_TYPE__DATASET_TRAINING;
         minfo_p[i] = &minfos[i];
     }
     Tensorboard__Experiment exp = TENSORBOARD__EXPERIMENT__INIT;

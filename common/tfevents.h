@@ -81,9 +81,9 @@ typedef struct fl_tfevents_hparam {
     const char *name;        /* e.g. "learner.lr" (UTF-8, 1 to 256 bytes) */
     const char *description; /* NULL or "": none */
     fl_tfevents_hp_kind kind;
-    double number;           /* FL_TFEVENTS_HP_NUMBER's value */
-    const char *string;      /* FL_TFEVENTS_HP_STRING's value (UTF-8) */
-    int boolean;             /* FL_TFEVENTS_HP_BOOL's value (0 or 1) */
+    double number;      /* FL_TFEVENTS_HP_NUMBER's value */
+    const char *string; /* FL_TFEVENTS_HP_STRING's value (UTF-8) */
+    int boolean;        /* FL_TFEVENTS_HP_BOOL's value (0 or 1) */
     /* A string's possible values (the HPARAMS tab's filter offers them), n_choices of
      * them; NULL: any string. A bool's are false and true, a number has none. */
     const char *const *choices;

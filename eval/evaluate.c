@@ -27,11 +27,11 @@ struct fl_evaluation {
     int parallel;
     size_t state_size, obs_bytes, obs_count;
     slot_t *slots;
-    unsigned char *obs;  /* (parallel, obs_bytes) */
+    unsigned char *obs;    /* (parallel, obs_bytes) */
     unsigned char *packed; /* (parallel, obs_bytes): the active instances' rows, packed */
-    float *q;            /* (parallel, num_actions) */
-    int32_t *actions;    /* (parallel) */
-    int *active;         /* (parallel): slot of each packed row */
+    float *q;              /* (parallel, num_actions) */
+    int32_t *actions;      /* (parallel) */
+    int *active;           /* (parallel): slot of each packed row */
 };
 
 void fl_evaluation_destroy(fl_evaluation_t *e) {
@@ -52,11 +52,13 @@ void fl_evaluation_destroy(fl_evaluation_t *e) {
 fl_status fl_evaluation_create(const fl_wrapped_env_t *w, const fl_env_options_t *opts, int parallel,
                                fl_evaluation_t **out, fl_err_t *err) {
     *out = NULL;
-    if (!w || parallel < 1) return fl_err_set(err, FL_INVALID_ARGUMENT, "evaluation: parallel = %d, expected >= 1", parallel);
+    if (!w || parallel < 1)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "evaluation: parallel = %d, expected >= 1", parallel);
     const fl_env_def_t *def = fl_wrapped_env_info(w);
     if (fl_dtype_to_float(def->obs.dtype, NULL, 0, NULL) != 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "evaluation: env %s has %s observations, which a Q-network cannot read",
-                          def->name, fl_dtype_name(def->obs.dtype));
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "evaluation: env %s has %s observations, which a Q-network cannot read", def->name,
+                          fl_dtype_name(def->obs.dtype));
     fl_evaluation_t *e = calloc(1, sizeof *e);
     if (!e) return fl_err_set(err, FL_NO_MEMORY, "evaluation: out of memory");
     e->w = w;
@@ -74,7 +76,8 @@ fl_status fl_evaluation_create(const fl_wrapped_env_t *w, const fl_env_options_t
     e->actions = calloc(P, sizeof *e->actions);
     e->active = calloc(P, sizeof *e->active);
     int ok = e->slots && e->obs && e->packed && e->q && e->actions && e->active;
-    for (size_t i = 0; ok && i < P; i++) ok = (e->slots[i].state = calloc(1, e->state_size ? e->state_size : 1)) != NULL;
+    for (size_t i = 0; ok && i < P; i++)
+        ok = (e->slots[i].state = calloc(1, e->state_size ? e->state_size : 1)) != NULL;
     if (!ok) {
         fl_evaluation_destroy(e);
         return fl_err_set(err, FL_NO_MEMORY, "evaluation: out of memory for %d instances of %s", parallel, def->name);

@@ -24,7 +24,7 @@
 #define FETCH_TIMEOUT_MS 2000
 #define POLL_S 0.1
 #define ROUND_POLL_S 0.002 /* run.deterministic: between fetches while waiting for a round's version */
-#define TICK_STEPS 256 /* agent steps between reporter ticks inside an evaluation */
+#define TICK_STEPS 256     /* agent steps between reporter ticks inside an evaluation */
 
 const char *const fl_evaluator_result_names[FL_EVALUATOR_RESULT_COUNT] = {FL_EVALUATOR_RESULT(FL__EVALUATOR_NAME)};
 
@@ -88,15 +88,15 @@ static int dup_str(const char *s, char **out) {
     return *out != NULL;
 }
 
-static fl_status check_opts(const fl_evaluator_opts_t *o, int index, const char *param_addr,
-                            const char *control_addr, fl_err_t *err) {
+static fl_status check_opts(const fl_evaluator_opts_t *o, int index, const char *param_addr, const char *control_addr,
+                            fl_err_t *err) {
     if (o->count < 1 || index < 0 || index >= o->count)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "evaluator: index %d is out of range (expected 0 <= I < run.evaluators = %d)",
-                          index, o->count);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "evaluator: index %d is out of range (expected 0 <= I < run.evaluators = %d)", index,
+                          o->count);
     if (!param_addr || !*param_addr)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "evaluator: the parameter server's address is required");
-    if (!(o->every > 0))
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "eval.every = %g: expected a value > 0", o->every);
+    if (!(o->every > 0)) return fl_err_set(err, FL_INVALID_ARGUMENT, "eval.every = %g: expected a value > 0", o->every);
     if (o->episodes < 1 || o->parallel < 1)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "eval.episodes = %d, eval.parallel = %d: expected >= 1 each",
                           o->episodes, o->parallel);
@@ -107,7 +107,8 @@ static fl_status check_opts(const fl_evaluator_opts_t *o, int index, const char 
                           "evaluator: run.deterministic needs the replay shard's address (--replay), where the "
                           "evaluator marks its rounds");
     if (o->deterministic && (o->round_every < 1 || o->round_updates < 1 || o->round_env_steps < 1 || o->actors < 1))
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "evaluator: deterministic rounds need round_every, round_updates, "
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "evaluator: deterministic rounds need round_every, round_updates, "
                           "round_env_steps and actors >= 1");
     if (!o->deterministic && o->every_learner_steps && !(control_addr && *control_addr))
         return fl_err_set(err, FL_INVALID_ARGUMENT,
@@ -124,8 +125,8 @@ static fl_status copy_opts(fl_evaluator_t *e, const fl_evaluator_opts_t *o, fl_e
     e->env_wrappers = malloc(wl);
     if (e->env_wrappers) fl_wrappers_for_evaluation(o->env.wrappers, e->env_wrappers, wl);
     if (!e->env_wrappers || !dup_str(o->model_spec, &e->model_spec) || !dup_str(o->env.name, &e->env_name) ||
-        !dup_str(o->env.plugin, &e->env_plugin) ||
-        !dup_str(o->env.args, &e->env_args) || !dup_str(o->state_dir, &e->state_dir))
+        !dup_str(o->env.plugin, &e->env_plugin) || !dup_str(o->env.args, &e->env_args) ||
+        !dup_str(o->state_dir, &e->state_dir))
         return fl_err_set(err, FL_NO_MEMORY, "evaluator: out of memory");
     e->o.state_dir = e->state_dir;
     if (e->state_dir[0]) snprintf(e->state_path, sizeof e->state_path, "%s/evaluator-%d.state", e->state_dir, e->index);
@@ -144,8 +145,8 @@ static fl_status open_all(fl_evaluator_t *e, const char *param_addr, const char 
     fl_env_instance_options(&o->env, &e->env_opts);
     int parallel = o->parallel < o->episodes ? o->parallel : o->episodes;
     FL_TRY(fl_evaluation_create(e->wenv, &e->env_opts, parallel, &e->ev, err));
-    fl_status s = fl_qnet_create_for_obs(o->model_spec, def->obs.rank, def->obs.shape, def->num_actions, parallel,
-                                         &e->net, err);
+    fl_status s =
+        fl_qnet_create_for_obs(o->model_spec, def->obs.rank, def->obs.shape, def->num_actions, parallel, &e->net, err);
     if (s != FL_OK) {
         fl_err_prefix(err, "model.spec");
         return s;
@@ -242,7 +243,9 @@ static void send_report(fl_evaluator_t *e, const double *values, int force) {
     fl_reporter_tick(e->reporter, &r, force || values);
 }
 
-static void report(fl_evaluator_t *e, int force) { send_report(e, NULL, force); }
+static void report(fl_evaluator_t *e, int force) {
+    send_report(e, NULL, force);
+}
 
 /* Fetches the server's parameters into the network when it holds a newer version than
  * the network; *newer = 1 then. Parameters of another size are fatal; an unreachable
@@ -305,8 +308,8 @@ static fl_status evaluate(fl_evaluator_t *e, uint64_t at_env, uint64_t at_learne
     fl_eval_stats_t s;
     uint64_t seed = fl_rng_u64(&e->seeder);
     e->steps_in_round = 0;
-    fl_status st = fl_evaluation_run(e->ev, e->net, e->o.episodes, e->o.epsilon, seed, e->o.max_episode_steps,
-                                     on_step, e, NULL, NULL, &s, err);
+    fl_status st = fl_evaluation_run(e->ev, e->net, e->o.episodes, e->o.epsilon, seed, e->o.max_episode_steps, on_step,
+                                     e, NULL, NULL, &s, err);
     if (st == FL_CANCELLED) return FL_OK; /* asked to stop: the partial evaluation is dropped */
     FL_TRY(st);
     e->st.rounds++;
@@ -314,10 +317,11 @@ static fl_status evaluate(fl_evaluator_t *e, uint64_t at_env, uint64_t at_learne
     e->st.steps += s.steps;
     e->st.last_version = e->version;
     e->st.last_return_mean = s.return_mean;
-    FL_INFO("evaluation %llu of version %llu: return %.2f +- %.2f (min %.2f, max %.2f) over %d episodes, "
-            "length %.1f, %.2f s",
-            (unsigned long long)e->st.rounds, (unsigned long long)e->version, s.return_mean, s.return_ci95,
-            s.return_min, s.return_max, s.episodes, s.length_mean, s.seconds);
+    FL_INFO(
+        "evaluation %llu of version %llu: return %.2f +- %.2f (min %.2f, max %.2f) over %d episodes, "
+        "length %.1f, %.2f s",
+        (unsigned long long)e->st.rounds, (unsigned long long)e->version, s.return_mean, s.return_ci95, s.return_min,
+        s.return_max, s.episodes, s.length_mean, s.seconds);
     report_result(e, &s, at_env, at_learner);
     save_state(e);
     return FL_OK;
@@ -341,7 +345,8 @@ static fl_status mark_rounds(fl_evaluator_t *e, uint64_t round, uint64_t through
         fl_err_init(&re);
         fl_status s = fl_replay_round(e->replay, participant, round, through, NULL, NULL, 0, a, &re);
         if (s == FL_OK) return FL_OK;
-        if (!fl_retry_transient(s)) return fl_err_set(err, s, "round %llu: replay: %s", (unsigned long long)round, re.msg);
+        if (!fl_retry_transient(s))
+            return fl_err_set(err, s, "round %llu: replay: %s", (unsigned long long)round, re.msg);
         if (!logged++) FL_WARN("round %llu: replay unreachable (%s); retrying", (unsigned long long)round, re.msg);
         if (should_stop(e)) return fl_err_set(err, FL_CANCELLED, "evaluator: stopped");
         fl_sleep_sec(POLL_S);
@@ -418,6 +423,10 @@ fl_status fl_evaluator_run(fl_evaluator_t *e, fl_err_t *err) {
     return FL_OK;
 }
 
-void fl_evaluator_stop(fl_evaluator_t *e) { atomic_store(&e->stop, 1); }
+void fl_evaluator_stop(fl_evaluator_t *e) {
+    atomic_store(&e->stop, 1);
+}
 
-void fl_evaluator_stats(const fl_evaluator_t *e, fl_evaluator_stats_t *out) { *out = e->st; }
+void fl_evaluator_stats(const fl_evaluator_t *e, fl_evaluator_stats_t *out) {
+    *out = e->st;
+}

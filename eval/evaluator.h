@@ -37,10 +37,13 @@
 #define FL_EVALUATOR_SEED_STREAM (1ull << 40)
 
 /* The Report.extra names of an evaluation result, in this order. */
-#define FL_EVALUATOR_RESULT(X)                                                                \
-    X(round) X(return_mean) X(return_std) X(return_ci95) X(return_min) X(return_max)          \
-    X(length_mean) X(length_min) X(length_max) X(episodes) X(truncated) X(epsilon) X(seconds) \
-    X(at_env_steps) X(at_learner_steps)
+/* clang-format off */
+#define FL_EVALUATOR_RESULT(X)                                                                          \
+    X(round)                                                                                            \
+    X(return_mean) X(return_std) X(return_ci95) X(return_min) X(return_max)                             \
+    X(length_mean) X(length_min) X(length_max)                                                          \
+    X(episodes) X(truncated) X(epsilon) X(seconds) X(at_env_steps) X(at_learner_steps)
+/* clang-format on */
 #define FL__EVALUATOR_NAME(n) "eval_" #n,
 #define FL__EVALUATOR_ENUM(n) FL_EVAL_RESULT_##n,
 /* FL_EVAL_RESULT_round, FL_EVAL_RESULT_return_mean, ...: the results' indices. */
@@ -49,22 +52,22 @@ enum { FL_EVALUATOR_RESULT(FL__EVALUATOR_ENUM) FL_EVALUATOR_RESULT_COUNT };
 extern const char *const fl_evaluator_result_names[FL_EVALUATOR_RESULT_COUNT];
 
 typedef struct fl_evaluator_opts {
-    fl_env_factory_opts_t env;  /* env.*: the env evaluated (env.num_envs is not used) */
-    const char *model_spec;     /* model.spec */
-    double input_scale;         /* model.input_scale */
+    fl_env_factory_opts_t env;    /* env.*: the env evaluated (env.num_envs is not used) */
+    const char *model_spec;       /* model.spec */
+    double input_scale;           /* model.input_scale */
     fl_qnet_backend_kind backend; /* model.cpu_kernels: the network's kernels */
-    double every;               /* eval.every */
-    int every_learner_steps;    /* eval.every_unit = learner_steps (else seconds) */
-    int episodes;               /* eval.episodes */
-    double epsilon;             /* eval.epsilon */
-    int64_t max_episode_steps;  /* eval.max_episode_steps (0 = the env's own limits) */
-    int parallel;               /* eval.parallel */
-    int count;                  /* run.evaluators (index < count) */
-    uint64_t seed;              /* run.seed */
-    double progress_every;      /* run.progress_every: reports while waiting, every progress_every / 2 s */
-    const char *state_dir;      /* run.checkpoint_dir: evaluator-<index>.state is kept there ("" = none) */
-    double state_every;         /* run.checkpoint_every (the state is written after every evaluation) */
-    int resume;                 /* start from state_dir's file (fleet run --resume) */
+    double every;                 /* eval.every */
+    int every_learner_steps;      /* eval.every_unit = learner_steps (else seconds) */
+    int episodes;                 /* eval.episodes */
+    double epsilon;               /* eval.epsilon */
+    int64_t max_episode_steps;    /* eval.max_episode_steps (0 = the env's own limits) */
+    int parallel;                 /* eval.parallel */
+    int count;                    /* run.evaluators (index < count) */
+    uint64_t seed;                /* run.seed */
+    double progress_every;        /* run.progress_every: reports while waiting, every progress_every / 2 s */
+    const char *state_dir;        /* run.checkpoint_dir: evaluator-<index>.state is kept there ("" = none) */
+    double state_every;           /* run.checkpoint_every (the state is written after every evaluation) */
+    int resume;                   /* start from state_dir's file (fleet run --resume) */
     /* run.deterministic: lockstep rounds. The evaluator is Round participant
      * actors + 1 + index: it evaluates parameter version r for r = 1, 1 + round_every, ...
      * (fetched exactly: the fleet waits for it), marking rounds r .. r + round_every - 1
@@ -72,11 +75,11 @@ typedef struct fl_evaluator_opts {
      * of the version: (r - 1) * round_env_steps, and round_updates per round the learner
      * trained in before r (from the shard's first_full_round). */
     int deterministic;
-    int64_t actors;             /* actor.count */
-    int64_t round_every;        /* eval.every learner steps in rounds (fl_options_round_updates), >= 1 */
-    int64_t round_updates;      /* the learner's updates per round */
-    int64_t round_env_steps;    /* actor.count * actor.sync_every */
-    const char *replay_addr;    /* the replay shard ("" = none) */
+    int64_t actors;          /* actor.count */
+    int64_t round_every;     /* eval.every learner steps in rounds (fl_options_round_updates), >= 1 */
+    int64_t round_updates;   /* the learner's updates per round */
+    int64_t round_env_steps; /* actor.count * actor.sync_every */
+    const char *replay_addr; /* the replay shard ("" = none) */
 } fl_evaluator_opts_t;
 
 void fl_evaluator_opts_init(fl_evaluator_opts_t *o);

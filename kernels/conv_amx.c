@@ -76,9 +76,9 @@ __attribute__((target("amx-tile"))) static void amx_configure(int rows) {
  * Each thread converts the images of its units into its own buffer. -1 where memory ran
  * out (the caller takes the AVX-512 tiles). */
 __attribute__((target("avx512f,amx-tile,amx-bf16"))) int fl__conv_amx_run(const fl_conv_img_t *c,
-                                                                            const unsigned char *u8, float scale,
-                                                                            const float *wt, const float *bias,
-                                                                            float *y, int relu) {
+                                                                          const unsigned char *u8, float scale,
+                                                                          const float *wt, const float *bias, float *y,
+                                                                          int relu) {
     const fl_conv_fwd_geom_t *g = &c->g;
     const int m = c->am, s = g->stride, C = g->cin, steps = g->k * c->aks, panels = g->cout / 16;
     const long nimg = (long)g->in_h * g->in_w * C, blocks = (long)g->out_h * c->abr, pairs = (blocks + 1) / 2;
@@ -230,8 +230,8 @@ __attribute__((target("avx512f"))) static void transpose16(__m512 r[16]) {
  * dy + yo[p]; with db, its masked dy summed into db as well (per step, in four running
  * sums). */
 __attribute__((target("avx512f,avx512bf16"))) static void amx_dy_tiles(const fl_conv_img_t *c, const float *dy,
-                                                                      const float *relu_y, const long *yo,
-                                                                      const long *yc, uint16_t *dt, float *db) {
+                                                                       const float *relu_y, const long *yo,
+                                                                       const long *yc, uint16_t *dt, float *db) {
     const fl_conv_fwd_geom_t *g = &c->g;
     const long P = (long)g->out_h * g->out_w;
     long ks;
@@ -284,8 +284,8 @@ __attribute__((target("avx512f,avx512bw"))) static void amx_x_tiles(const fl_con
     long ks;
     int rt, kt;
     amx_wshape(c, &ks, &rt, &kt);
-    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                         5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (int t = k0; t < k1; t++) {
         const long kr = t / rt * g->in_w * g->cin + 16L * (t % rt); /* kernel row t / rt, its value 16 (t % rt) */
         for (long st = 0; st < ks; st++)
@@ -416,8 +416,8 @@ __attribute__((target("avx512f,amx-tile,amx-bf16"))) static void amx_wgrad_run(f
 
 /* The weight gradient on AMX tiles (see above): its buffers made or grown first; -1 where
  * memory ran out (the caller takes the AVX-512 tiles). */
-int fl__conv_amx_wgrad(fl_conv_img_t *c, const unsigned char *u8, float scale, const float *dy,
-                       const float *relu_y, float *dw, float *db) {
+int fl__conv_amx_wgrad(fl_conv_img_t *c, const unsigned char *u8, float scale, const float *dy, const float *relu_y,
+                       float *dw, float *db) {
 #ifdef _OPENMP
     const int threads = omp_get_max_threads();
 #else
@@ -426,8 +426,8 @@ int fl__conv_amx_wgrad(fl_conv_img_t *c, const unsigned char *u8, float scale, c
     long ks, img_n, dyt_n;
     int rt, kt;
     amx_wshape(c, &ks, &rt, &kt);
-    if (!c->acc && !(c->acc = aligned_alloc(64, (size_t)AMX_LANES * (c->g.cout / 16 * kt * 256 + c->g.cout) *
-                                                    sizeof(float))))
+    if (!c->acc &&
+        !(c->acc = aligned_alloc(64, (size_t)AMX_LANES * (c->g.cout / 16 * kt * 256 + c->g.cout) * sizeof(float))))
         return -1;
     if (!c->xo && !(c->xo = malloc((size_t)ks * 64 * sizeof(long)))) return -1;
     if (threads > c->abuf_threads) {

@@ -131,8 +131,8 @@ __attribute__((target("avx2,fma"))) static void wgrad_tile_avx2(const fl_conv_fw
 
 /* The bias's gradient of output channels 8 h to 8 h + 7: the sum over every pixel, in
  * pixel order. */
-__attribute__((target("avx2,fma"))) static void bias_grad_avx2(const fl_conv_fwd_t *c, const float *dy, long yc,
-                                                               long M, float *db) {
+__attribute__((target("avx2,fma"))) static void bias_grad_avx2(const fl_conv_fwd_t *c, const float *dy, long yc, long M,
+                                                               float *db) {
     __m256 a = _mm256_setzero_ps();
     for (long m = 0; m < M; m++) a = _mm256_add_ps(a, _mm256_loadu_ps(dy + c->yoff[m] + yc));
     _mm256_storeu_ps(db, a);

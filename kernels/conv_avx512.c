@@ -105,21 +105,21 @@ __attribute__((target("avx512f"))) void fl__conv_run_avx512(const fl_conv_fwd_t 
  * len[j] values from off[j] past it; yo: each pixel's first output, yc: each panel's
  * channels past it. Pixels past nr repeat the last one and are not stored. */
 #define MBC(R) const __m512 b##R = _mm512_set1_ps(p##R[e])
-#define MF4(R)                                                                                       \
-    do {                                                                                             \
-        MBC(R);                                                                                      \
-        a##R##0 = _mm512_fmadd_ps(b##R, w0, a##R##0), a##R##1 = _mm512_fmadd_ps(b##R, w1, a##R##1);     \
-        a##R##2 = _mm512_fmadd_ps(b##R, w2, a##R##2), a##R##3 = _mm512_fmadd_ps(b##R, w3, a##R##3);     \
+#define MF4(R)                                                                                      \
+    do {                                                                                            \
+        MBC(R);                                                                                     \
+        a##R##0 = _mm512_fmadd_ps(b##R, w0, a##R##0), a##R##1 = _mm512_fmadd_ps(b##R, w1, a##R##1); \
+        a##R##2 = _mm512_fmadd_ps(b##R, w2, a##R##2), a##R##3 = _mm512_fmadd_ps(b##R, w3, a##R##3); \
     } while (0)
-#define MF2(R)                                                                                       \
-    do {                                                                                             \
-        MBC(R);                                                                                      \
-        a##R##0 = _mm512_fmadd_ps(b##R, w0, a##R##0), a##R##1 = _mm512_fmadd_ps(b##R, w1, a##R##1);     \
+#define MF2(R)                                                                                      \
+    do {                                                                                            \
+        MBC(R);                                                                                     \
+        a##R##0 = _mm512_fmadd_ps(b##R, w0, a##R##0), a##R##1 = _mm512_fmadd_ps(b##R, w1, a##R##1); \
     } while (0)
-#define MSTORE(NR, NP, ACC)                                                                          \
-    for (int r = 0; r < (NR); r++)                                                                   \
-        for (int q = 0; q < (NP); q++)                                                               \
-            _mm512_storeu_ps(y + yo[r] + yc[q], relu ? _mm512_max_ps(ACC[r][q], _mm512_setzero_ps()) : ACC[r][q])
+#define MSTORE(NR, NP, ACC)            \
+    for (int r = 0; r < (NR); r++)     \
+        for (int q = 0; q < (NP); q++) \
+    _mm512_storeu_ps(y + yo[r] + yc[q], relu ? _mm512_max_ps(ACC[r][q], _mm512_setzero_ps()) : ACC[r][q])
 
 __attribute__((target("avx512f"))) static void tile6x4(const float *const *xr, int nr, const long *off, const int *len,
                                                        int nseg, const float *wp, const float *bias, float *y,
@@ -150,12 +150,12 @@ __attribute__((target("avx512f"))) static void tile6x4(const float *const *xr, i
     MSTORE(nr, 4, acc);
 }
 
-__attribute__((target("avx512f"))) static void tile10x2(const float *const *xr, int nr, const long *off,
-                                                        const int *len, int nseg, const float *wp, const float *bias,
-                                                        float *y, const long *yo, const long *yc, int relu) {
+__attribute__((target("avx512f"))) static void tile10x2(const float *const *xr, int nr, const long *off, const int *len,
+                                                        int nseg, const float *wp, const float *bias, float *y,
+                                                        const long *yo, const long *yc, int relu) {
     __m512 a00 = _mm512_loadu_ps(bias), a01 = _mm512_loadu_ps(bias + 16);
-    __m512 a10 = a00, a11 = a01, a20 = a00, a21 = a01, a30 = a00, a31 = a01, a40 = a00, a41 = a01, a50 = a00,
-           a51 = a01, a60 = a00, a61 = a01, a70 = a00, a71 = a01, a80 = a00, a81 = a01, a90 = a00, a91 = a01;
+    __m512 a10 = a00, a11 = a01, a20 = a00, a21 = a01, a30 = a00, a31 = a01, a40 = a00, a41 = a01, a50 = a00, a51 = a01,
+           a60 = a00, a61 = a01, a70 = a00, a71 = a01, a80 = a00, a81 = a01, a90 = a00, a91 = a01;
     for (int j = 0; j < nseg; j++) {
         const long o = off[j];
         const float *p0 = xr[0] + o, *p1 = xr[1] + o, *p2 = xr[2] + o, *p3 = xr[3] + o, *p4 = xr[4] + o,
@@ -184,9 +184,9 @@ __attribute__((target("avx512f"))) static void tile10x2(const float *const *xr, 
 
 /* One panel (16 output channels, as the 2013 DQN's first convolution has): 10 pixels x 16
  * channels, 10 accumulators, each weight row loaded once for the 10 pixels. */
-__attribute__((target("avx512f"))) static void tile10x1(const float *const *xr, int nr, const long *off,
-                                                        const int *len, int nseg, const float *wp, const float *bias,
-                                                        float *y, const long *yo, const long *yc, int relu) {
+__attribute__((target("avx512f"))) static void tile10x1(const float *const *xr, int nr, const long *off, const int *len,
+                                                        int nseg, const float *wp, const float *bias, float *y,
+                                                        const long *yo, const long *yc, int relu) {
     __m512 a0 = _mm512_loadu_ps(bias), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0, a9 = a0;
     for (int j = 0; j < nseg; j++) {
         const long o = off[j];
@@ -213,14 +213,16 @@ __attribute__((target("avx512f"))) static void tile10x1(const float *const *xr, 
 
 /* One tile of np panels (4: 6 pixels, 2 or 1: 10) over each group of np panels in turn. */
 __attribute__((target("avx512f"))) static void multi_tile(int np, const float *const *xr, int nr, const long *off,
-                                                          const int *len, int nseg, long K, int groups,
-                                                          const float *wt, const float *bias, float *y,
-                                                          const long *yo, const long *yc, int relu) {
+                                                          const int *len, int nseg, long K, int groups, const float *wt,
+                                                          const float *bias, float *y, const long *yo, const long *yc,
+                                                          int relu) {
     for (int p = 0; p < groups; p++) {
-        if (np == 4) tile6x4(xr, nr, off, len, nseg, wt + (size_t)p * 64 * K, bias + 64 * p, y, yo, yc + 4 * p, relu);
+        if (np == 4)
+            tile6x4(xr, nr, off, len, nseg, wt + (size_t)p * 64 * K, bias + 64 * p, y, yo, yc + 4 * p, relu);
         else if (np == 2)
             tile10x2(xr, nr, off, len, nseg, wt + (size_t)p * 32 * K, bias + 32 * p, y, yo, yc + 2 * p, relu);
-        else tile10x1(xr, nr, off, len, nseg, wt + (size_t)p * 16 * K, bias + 16 * p, y, yo, yc + p, relu);
+        else
+            tile10x1(xr, nr, off, len, nseg, wt + (size_t)p * 16 * K, bias + 16 * p, y, yo, yc + p, relu);
     }
 }
 
@@ -249,18 +251,19 @@ __attribute__((target("avx512f"))) void fl__conv_run_multi(const fl_conv_fwd_t *
  * ni x np x 16), as the AVX2 one: each input's value at a pixel broadcast, the pixel's
  * output gradients of the panels loaded once. */
 #define WB(R) const __m512 v##R = _mm512_set1_ps(x##R[xo])
-#define WF4(R)                                                                                         \
-    do {                                                                                               \
-        WB(R);                                                                                         \
-        a##R##0 = _mm512_fmadd_ps(v##R, d0, a##R##0), a##R##1 = _mm512_fmadd_ps(v##R, d1, a##R##1);       \
-        a##R##2 = _mm512_fmadd_ps(v##R, d2, a##R##2), a##R##3 = _mm512_fmadd_ps(v##R, d3, a##R##3);       \
+#define WF4(R)                                                                                      \
+    do {                                                                                            \
+        WB(R);                                                                                      \
+        a##R##0 = _mm512_fmadd_ps(v##R, d0, a##R##0), a##R##1 = _mm512_fmadd_ps(v##R, d1, a##R##1); \
+        a##R##2 = _mm512_fmadd_ps(v##R, d2, a##R##2), a##R##3 = _mm512_fmadd_ps(v##R, d3, a##R##3); \
     } while (0)
-#define WF2(R)                                                                                         \
-    do {                                                                                               \
-        WB(R);                                                                                         \
-        a##R##0 = _mm512_fmadd_ps(v##R, d0, a##R##0), a##R##1 = _mm512_fmadd_ps(v##R, d1, a##R##1);       \
+#define WF2(R)                                                                                      \
+    do {                                                                                            \
+        WB(R);                                                                                      \
+        a##R##0 = _mm512_fmadd_ps(v##R, d0, a##R##0), a##R##1 = _mm512_fmadd_ps(v##R, d1, a##R##1); \
     } while (0)
-#define WLOAD(R, NP) for (int q = 0; q < (NP); q++) A[R][q] = _mm512_loadu_ps(acc + 16 * ((R) * (NP) + q))
+#define WLOAD(R, NP) \
+    for (int q = 0; q < (NP); q++) A[R][q] = _mm512_loadu_ps(acc + 16 * ((R) * (NP) + q))
 
 __attribute__((target("avx512f"))) static void wtile6x4(const float *const *xr, const long *xoff, const long *yoff,
                                                         long n, const float *const *dq, float *acc) {
@@ -321,14 +324,28 @@ __attribute__((target("avx512f"))) static void wtile8x2(const float *const *xr, 
  * image's channels-last copy), or, where they do not, past one pointer each (xr). */
 #define WC1(R) a##R = _mm512_fmadd_ps(_mm512_set1_ps(x[xo + R]), d0, a##R)
 #define WP1(R) a##R = _mm512_fmadd_ps(_mm512_set1_ps(xr[R][xo]), d0, a##R)
-#define WTILE16(F)                                                                                     \
-    do {                                                                                               \
-        for (long i = n; i > 0; i--) {                                                                 \
-            const long xo = *xoff++, yo = *yoff++;                                                     \
-            const __m512 d0 = _mm512_loadu_ps(dy0 + yo);                                               \
-            F(0); F(1); F(2); F(3); F(4); F(5); F(6); F(7);                                            \
-            F(8); F(9); F(10); F(11); F(12); F(13); F(14); F(15);                                      \
-        }                                                                                              \
+#define WTILE16(F)                                       \
+    do {                                                 \
+        for (long i = n; i > 0; i--) {                   \
+            const long xo = *xoff++, yo = *yoff++;       \
+            const __m512 d0 = _mm512_loadu_ps(dy0 + yo); \
+            F(0);                                        \
+            F(1);                                        \
+            F(2);                                        \
+            F(3);                                        \
+            F(4);                                        \
+            F(5);                                        \
+            F(6);                                        \
+            F(7);                                        \
+            F(8);                                        \
+            F(9);                                        \
+            F(10);                                       \
+            F(11);                                       \
+            F(12);                                       \
+            F(13);                                       \
+            F(14);                                       \
+            F(15);                                       \
+        }                                                \
     } while (0)
 __attribute__((target("avx512f"))) static void wtile16x1(const float *const *xr, const long *xoff, const long *yoff,
                                                          long n, const float *const *dq, float *acc) {
@@ -341,8 +358,10 @@ __attribute__((target("avx512f"))) static void wtile16x1(const float *const *xr,
     const float *dy0 = dq[0], *x = xr[0];
     int side_by_side = 1;
     for (int r = 1; r < 16; r++) side_by_side &= xr[r] == x + r;
-    if (side_by_side) WTILE16(WC1);
-    else WTILE16(WP1);
+    if (side_by_side)
+        WTILE16(WC1);
+    else
+        WTILE16(WP1);
     const __m512 out[16] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
     for (int r = 0; r < 16; r++) _mm512_storeu_ps(acc + 16 * r, out[r]);
 }
@@ -358,8 +377,8 @@ __attribute__((target("avx512f"))) static void wtile16x1(const float *const *xr,
  * to t1 (this thread's); x: where c->xoff counts from; the output gradients at dy +
  * yoff[m - m0] + yc[panel]. */
 __attribute__((target("avx512f"))) static void wgrad_chunk(const fl_conv_fwd_t *c, const float *x, const float *dy,
-                                                           const long *yoff, const long *yc, long m0, long m1,
-                                                           long t0, long t1, int first, float *db) {
+                                                           const long *yoff, const long *yc, long m0, long m1, long t0,
+                                                           long t1, int first, float *db) {
     const int np = c->np, ni = WGRAD_INPUTS(np), groups = c->g.cout / (16 * np), panels = c->g.cout / 16;
     const long tsz = (long)ni * np * 16;
     for (long t = t0; t < t1; t++) {
@@ -368,9 +387,12 @@ __attribute__((target("avx512f"))) static void wgrad_chunk(const fl_conv_fwd_t *
         const float *xr[WGRAD_MAX_INPUTS], *dq[4];
         for (int r = 0; r < ni; r++) xr[r] = x + c->kofs[ni * rt + (r < nr ? r : nr - 1)];
         for (int q = 0; q < np; q++) dq[q] = dy + yc[np * p + q];
-        if (np == 4) wtile6x4(xr, c->xoff + m0, yoff, m1 - m0, dq, c->wacc + tsz * t);
-        else if (np == 2) wtile8x2(xr, c->xoff + m0, yoff, m1 - m0, dq, c->wacc + tsz * t);
-        else wtile16x1(xr, c->xoff + m0, yoff, m1 - m0, dq, c->wacc + tsz * t);
+        if (np == 4)
+            wtile6x4(xr, c->xoff + m0, yoff, m1 - m0, dq, c->wacc + tsz * t);
+        else if (np == 2)
+            wtile8x2(xr, c->xoff + m0, yoff, m1 - m0, dq, c->wacc + tsz * t);
+        else
+            wtile16x1(xr, c->xoff + m0, yoff, m1 - m0, dq, c->wacc + tsz * t);
     }
     if (first) /* the bias, every panel: the chunk's pixels in four running sums */
         for (int q = 0; q < panels; q++) {
@@ -412,8 +434,7 @@ __attribute__((target("avx512f"))) void fl__conv_wgrad_avx512(const fl_conv_fwd_
         team_share(tiles, &t0, &t1);
         const int first = team_first();
         for (long m0 = 0; m0 < M; m0 += WGRAD_CHUNK)
-            wgrad_chunk(c, x, dy, c->yoff + m0, yc, m0, M - m0 < WGRAD_CHUNK ? M : m0 + WGRAD_CHUNK, t0, t1, first,
-                        db);
+            wgrad_chunk(c, x, dy, c->yoff + m0, yc, m0, M - m0 < WGRAD_CHUNK ? M : m0 + WGRAD_CHUNK, t0, t1, first, db);
     }
     tiles_to_dw(c, WGRAD_INPUTS(c->np), 16 * c->np, c->g.cout / (16 * c->np), dw);
 }
@@ -439,8 +460,8 @@ __attribute__((target("avx512f"))) static void img_convert(float *d, const unsig
 }
 
 __attribute__((target("avx512f"))) void fl__conv_img_run_avx512(const fl_conv_img_t *c, const unsigned char *u8,
-                                                                 const float *f, float scale, const float *wt,
-                                                                 const float *bias, float *y, int relu) {
+                                                                const float *f, float scale, const float *wt,
+                                                                const float *bias, float *y, int relu) {
     const fl_conv_fwd_geom_t *g = &c->g;
     const int R = c->R, s = g->stride, C = g->cin, k = g->k;
     const long tiles = (long)g->batch * g->out_h * c->tpr;
@@ -480,8 +501,8 @@ static long img_wbuf_floats(const fl_conv_img_t *c, long *image) {
  * after relu) is not above 0, as relu's backward would (into the thread's chunk buffer,
  * pixel after pixel, its cout channels side by side), and dy itself is not written. */
 __attribute__((target("avx512f"))) static void img_wgrad(fl_conv_img_t *ci, const unsigned char *u8, const float *f,
-                                                         float scale, const float *dy, const float *relu_y,
-                                                         float *dw, float *db) {
+                                                         float scale, const float *dy, const float *relu_y, float *dw,
+                                                         float *db) {
     const fl_conv_fwd_t *c = ci->w;
     const fl_conv_fwd_geom_t *g = &ci->g;
     const long hw = (long)g->out_h * g->out_w, nimg = (long)g->in_h * g->in_w * g->cin, cout = g->cout;
@@ -531,8 +552,8 @@ __attribute__((target("avx512f"))) static void img_wgrad(fl_conv_img_t *ci, cons
 
 /* fl_conv_img_wgrad on the AVX-512 tiles: the tables (a convolution over one image) and
  * the threads' buffers made or grown first; -1 where memory ran out. */
-int fl__conv_img_wgrad_avx512(fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale,
-                              const float *dy, const float *relu_y, float *dw, float *db) {
+int fl__conv_img_wgrad_avx512(fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale, const float *dy,
+                              const float *relu_y, float *dw, float *db) {
     if (!c->w) {
         fl_conv_fwd_geom_t wg = c->g;
         wg.in = (fl_conv_layout_t){{0, 1, (long)c->g.in_w * c->g.cin, c->g.cin}, 1};

@@ -51,7 +51,9 @@ static int channel_runs(const fl_conv_fwd_geom_t *g, int *cblk, long *cstride) {
 /* fl_conv_fwd_force_avx2: the AVX2 tiles wherever the CPU has AVX2 and FMA. */
 static int g_force_avx2;
 
-void fl_conv_fwd_force_avx2(int on) { g_force_avx2 = on; }
+void fl_conv_fwd_force_avx2(int on) {
+    g_force_avx2 = on;
+}
 
 static int avx2_tiles(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -109,7 +111,8 @@ fl_conv_fwd_t *fl_conv_fwd_create(const fl_conv_fwd_geom_t *g) {
     c->K = (long)g->cin * g->k * g->k;
     c->kofs = malloc((size_t)c->K * sizeof *c->kofs);
     c->kidx = malloc((size_t)c->K * sizeof *c->kidx);
-    c->wacc = malloc((size_t)(c->K + 16) * g->cout * sizeof *c->wacc); /* tiles of 6, 8 or 16 inputs, the last partial */
+    c->wacc =
+        malloc((size_t)(c->K + 16) * g->cout * sizeof *c->wacc); /* tiles of 6, 8 or 16 inputs, the last partial */
     if (!c->off || !c->len || !c->xoff || !c->yoff || !c->kofs || !c->kidx || !c->wacc) {
         fl_conv_fwd_destroy(c);
         return NULL;
@@ -145,9 +148,13 @@ void fl_conv_fwd_destroy(fl_conv_fwd_t *c) {
     free(c);
 }
 
-int fl_conv_fwd_wide(const fl_conv_fwd_t *c) { return c->wide; }
+int fl_conv_fwd_wide(const fl_conv_fwd_t *c) {
+    return c->wide;
+}
 
-int fl_conv_fwd_has_wgrad(const fl_conv_fwd_t *c) { return !c->wide || c->np; }
+int fl_conv_fwd_has_wgrad(const fl_conv_fwd_t *c) {
+    return !c->wide || c->np;
+}
 
 size_t fl_conv_fwd_weights_size(const fl_conv_fwd_t *c) {
     return (size_t)c->g.cout * c->g.cin * c->g.k * c->g.k;
@@ -173,8 +180,10 @@ void fl_conv_fwd_weights(const fl_conv_fwd_t *c, const float *w, float *wt) {
 
 void fl_conv_fwd_wgrad(const fl_conv_fwd_t *c, const float *x, const float *dy, float *dw, float *db) {
 #ifdef HAVE_AVX2_VERSION
-    if (c->np) fl__conv_wgrad_avx512(c, x, dy, dw, db);
-    else fl__conv_wgrad_avx2(c, x, dy, dw, db);
+    if (c->np)
+        fl__conv_wgrad_avx512(c, x, dy, dw, db);
+    else
+        fl__conv_wgrad_avx2(c, x, dy, dw, db);
 #else
     (void)c, (void)x, (void)dy, (void)dw, (void)db;
 #endif
@@ -182,9 +191,12 @@ void fl_conv_fwd_wgrad(const fl_conv_fwd_t *c, const float *x, const float *dy, 
 
 void fl_conv_fwd_run(const fl_conv_fwd_t *c, const float *x, const float *wt, const float *bias, float *y, int relu) {
 #ifdef HAVE_AVX2_VERSION
-    if (c->np) fl__conv_run_multi(c, x, wt, bias, y, relu);
-    else if (c->wide) fl__conv_run_avx512(c, x, wt, bias, y, relu);
-    else fl__conv_run_avx2(c, x, wt, bias, y, relu);
+    if (c->np)
+        fl__conv_run_multi(c, x, wt, bias, y, relu);
+    else if (c->wide)
+        fl__conv_run_avx512(c, x, wt, bias, y, relu);
+    else
+        fl__conv_run_avx2(c, x, wt, bias, y, relu);
 #else
     (void)c, (void)x, (void)wt, (void)bias, (void)y, (void)relu;
 #endif
@@ -199,7 +211,9 @@ void fl_conv_fwd_run(const fl_conv_fwd_t *c, const float *x, const float *wt, co
  * in fp32: the products of fp32's x * w, the sum as fp32 sums it (in another order). */
 static int g_amx_off;
 
-void fl_conv_img_disable_amx(int off) { g_amx_off = off; }
+void fl_conv_img_disable_amx(int off) {
+    g_amx_off = off;
+}
 
 /* 1 where the CPU has AMX's tiles and bf16 products (and AVX-512 with BW and BF16) and
  * Linux grants this process their state (asked once), unless fl_conv_img_disable_amx or FLEET_AMX=0 in the environment
@@ -232,13 +246,14 @@ fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g) {
     return NULL;
 #endif
     if (g->batch < 1 || g->cin < 1 || g->k < 1 || g->k > FL_CONV_IMG_MAX_K || g->stride < 1 ||
-        (g->cout % 32 && g->cout != 16) || g->cout < 16 ||
-        g->cout > 16 * FL_CONV_FWD_MAX_PANELS || g->in_h < g->k || g->in_w < g->k ||
-        g->out_h != (g->in_h - g->k) / g->stride + 1 || g->out_w != (g->in_w - g->k) / g->stride + 1)
+        (g->cout % 32 && g->cout != 16) || g->cout < 16 || g->cout > 16 * FL_CONV_FWD_MAX_PANELS || g->in_h < g->k ||
+        g->in_w < g->k || g->out_h != (g->in_h - g->k) / g->stride + 1 || g->out_w != (g->in_w - g->k) / g->stride + 1)
         return NULL;
     const fl_conv_layout_t *o = &g->out;
     if (!(o->blk % 16 == 0 || (o->blk == 1 && o->st[1] == 1))) return NULL;
-    const int np = g->cout % 64 == 0 ? 4 : g->cout % 32 == 0 ? 2 : 1,
+    const int np = g->cout % 64 == 0   ? 4
+                   : g->cout % 32 == 0 ? 2
+                                       : 1,
               R = g->out_w < MULTI_ROWS(np) ? g->out_w : MULTI_ROWS(np);
     const long rowlen = ((long)(R - 1) * g->stride + g->k) * g->cin;
     if (rowlen * g->k > FL_CONV_IMG_BUF) return NULL;
@@ -258,9 +273,13 @@ fl_conv_img_t *fl_conv_img_create(const fl_conv_fwd_geom_t *g) {
     return c;
 }
 
-int fl_conv_img_amx(const fl_conv_img_t *c) { return c->amx; }
+int fl_conv_img_amx(const fl_conv_img_t *c) {
+    return c->amx;
+}
 
-int fl_conv_img_amx_available(void) { return amx_ready(); }
+int fl_conv_img_amx_available(void) {
+    return amx_ready();
+}
 
 void fl_conv_img_destroy(fl_conv_img_t *c) {
     if (c) fl_conv_fwd_destroy(c->w), free(c->wbuf), free(c->abuf), free(c->acc), free(c->xo);
@@ -274,7 +293,9 @@ static long amx_pack_floats(const fl_conv_img_t *c) {
     return c->amx ? (long)c->g.cout / 16 * c->g.k * c->aks * 3 * 256 : 0;
 }
 
-size_t fl_conv_img_weights_size(const fl_conv_img_t *c) { return (size_t)c->g.cout * c->K + amx_pack_floats(c); }
+size_t fl_conv_img_weights_size(const fl_conv_img_t *c) {
+    return (size_t)c->g.cout * c->K + amx_pack_floats(c);
+}
 
 /* The AMX tiles' weights (see amx_pack_floats): weight w of output o, kernel row kh,
  * value e of that row (kernel column e / cin, channel e % cin) in its three pieces, each
@@ -283,26 +304,25 @@ size_t fl_conv_img_weights_size(const fl_conv_img_t *c) { return (size_t)c->g.co
 static void amx_weights(const fl_conv_img_t *c, const float *w, float *pack) {
     const int k = c->g.k, C = c->g.cin, kc = k * C, steps = k * c->aks;
     uint16_t *t = (uint16_t *)pack;
-    PAR_FOR for (int o16 = 0; o16 < c->g.cout / 16; o16++)
-        for (int st = 0; st < steps; st++) {
-            const int kh = st / c->aks, j = st % c->aks;
-            uint16_t *tile = t + (size_t)(o16 * steps + st) * 3 * 512;
-            for (int i = 0; i < 16; i++)
-                for (int n = 0; n < 16; n++)
-                    for (int u = 0; u < 2; u++) {
-                        const int e = 32 * j + 2 * i + u;
-                        float v = e < kc ? w[(((size_t)(16 * o16 + n) * C + e % C) * k + kh) * k + e / C] : 0.0f;
-                        for (int piece = 0; piece < 3; piece++) {
-                            uint32_t bits;
-                            float top;
-                            memcpy(&bits, &v, sizeof bits);
-                            bits &= 0xFFFF0000u;
-                            memcpy(&top, &bits, sizeof top);
-                            tile[piece * 512 + i * 32 + 2 * n + u] = (uint16_t)(bits >> 16);
-                            v -= top;
-                        }
+    PAR_FOR for (int o16 = 0; o16 < c->g.cout / 16; o16++) for (int st = 0; st < steps; st++) {
+        const int kh = st / c->aks, j = st % c->aks;
+        uint16_t *tile = t + (size_t)(o16 * steps + st) * 3 * 512;
+        for (int i = 0; i < 16; i++)
+            for (int n = 0; n < 16; n++)
+                for (int u = 0; u < 2; u++) {
+                    const int e = 32 * j + 2 * i + u;
+                    float v = e < kc ? w[(((size_t)(16 * o16 + n) * C + e % C) * k + kh) * k + e / C] : 0.0f;
+                    for (int piece = 0; piece < 3; piece++) {
+                        uint32_t bits;
+                        float top;
+                        memcpy(&bits, &v, sizeof bits);
+                        bits &= 0xFFFF0000u;
+                        memcpy(&top, &bits, sizeof top);
+                        tile[piece * 512 + i * 32 + 2 * n + u] = (uint16_t)(bits >> 16);
+                        v -= top;
                     }
-        }
+                }
+    }
 }
 
 void fl_conv_img_weights(const fl_conv_img_t *c, const float *w, float *wt) {

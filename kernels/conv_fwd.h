@@ -44,9 +44,9 @@ typedef struct fl_conv_fwd_geom {
  * AVX-512 with at most FL_CONV_FWD_WIDE_CIN input channels, or more and cout a multiple of
  * 32, and an output whose runs of 16 channels are contiguous (fl_conv_fwd_wide says
  * which); cout a
- * multiple of 16 up to 16 x FL_CONV_FWD_MAX_PANELS, out_h = (in_h - k) / stride + 1 and the same for the width, an input
- * whose channels come in contiguous runs (blocked, or plain with a channel stride of 1)
- * and an output whose runs of 8 channels are contiguous. */
+ * multiple of 16 up to 16 x FL_CONV_FWD_MAX_PANELS, out_h = (in_h - k) / stride + 1 and the same for the width, an
+ * input whose channels come in contiguous runs (blocked, or plain with a channel stride of 1) and an output whose runs
+ * of 8 channels are contiguous. */
 typedef struct fl_conv_fwd fl_conv_fwd_t;
 #define FL_CONV_FWD_MAX_PANELS 256
 #define FL_CONV_FWD_WIDE_CIN 8

@@ -31,25 +31,25 @@
 
 struct fl_conv_fwd {
     fl_conv_fwd_geom_t g;
-    int n;         /* segments */
+    int n; /* segments */
     long *off;
     int *len;
-    long *xoff, *yoff;       /* each output pixel's first input and first output, in floats */
-    int panels_outer;        /* the weights outweigh the inputs: panel after panel */
-    int wide;                /* the forward runs on AVX-512 (few input channels) */
-    int np;                  /* AVX-512, many input channels: panels per tile (4 or 2); 0: one */
+    long *xoff, *yoff; /* each output pixel's first input and first output, in floats */
+    int panels_outer;  /* the weights outweigh the inputs: panel after panel */
+    int wide;          /* the forward runs on AVX-512 (few input channels) */
+    int np;            /* AVX-512, many input channels: panels per tile (4 or 2); 0: one */
     /* the inputs of a pixel in the order above, flattened (for packing the weights and
      * for their gradient) */
     long K;
-    long *kofs;   /* input e of segment j: its offset past the pixel's first input */
-    long *kidx;   /* its place in an output channel's weights (cin, k, k) */
-    float *wacc;  /* the gradient's tiles while they sum: (row tiles, panels, 6, 16) */
+    long *kofs;  /* input e of segment j: its offset past the pixel's first input */
+    long *kidx;  /* its place in an output channel's weights (cin, k, k) */
+    float *wacc; /* the gradient's tiles while they sum: (row tiles, panels, 6, 16) */
 };
 
 struct fl_conv_img {
     fl_conv_fwd_geom_t g;
-    int np, R, tpr; /* panels per tile, pixels per tile, tiles per output row */
-    long rowlen, K;  /* floats of one converted input row; inputs per output */
+    int np, R, tpr;              /* panels per tile, pixels per tile, tiles per output row */
+    long rowlen, K;              /* floats of one converted input row; inputs per output */
     long off[FL_CONV_IMG_MAX_K]; /* segment kh: kernel row kh of every pixel (k x cin values) */
     int len[FL_CONV_IMG_MAX_K];
     /* the weight gradient's tables, made by its first call (fl_conv_img_wgrad): a
@@ -114,28 +114,26 @@ static inline void panel_offsets(const fl_conv_fwd_geom_t *g, long *yc) {
 /* Each instruction set's entry points, chosen by conv_fwd.c. */
 #ifdef HAVE_AVX2_VERSION
 /* conv_avx2.c: tiles of 6 pixels x 16 output channels, and the gradients on them */
-void fl__conv_run_avx2(const fl_conv_fwd_t *c, const float *x, const float *wt, const float *bias, float *y,
-                       int relu);
+void fl__conv_run_avx2(const fl_conv_fwd_t *c, const float *x, const float *wt, const float *bias, float *y, int relu);
 void fl__conv_wgrad_avx2(const fl_conv_fwd_t *c, const float *x, const float *dy, float *dw, float *db);
 /* conv_avx512.c: tiles of 8 pixels x 16 channels (few input channels), of 6 x 64 or 10 x
  * 32 (many: c->np), their gradients, and fl_conv_img on them */
 void fl__conv_run_avx512(const fl_conv_fwd_t *c, const float *x, const float *wt, const float *bias, float *y,
                          int relu);
-void fl__conv_run_multi(const fl_conv_fwd_t *c, const float *x, const float *wt, const float *bias, float *y,
-                        int relu);
+void fl__conv_run_multi(const fl_conv_fwd_t *c, const float *x, const float *wt, const float *bias, float *y, int relu);
 void fl__conv_wgrad_avx512(const fl_conv_fwd_t *c, const float *x, const float *dy, float *dw, float *db);
 void fl__conv_img_run_avx512(const fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale,
                              const float *wt, const float *bias, float *y, int relu);
-int fl__conv_img_wgrad_avx512(fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale,
-                              const float *dy, const float *relu_y, float *dw, float *db);
+int fl__conv_img_wgrad_avx512(fl_conv_img_t *c, const unsigned char *u8, const float *f, float scale, const float *dy,
+                              const float *relu_y, float *dw, float *db);
 #endif
 #ifdef HAVE_AMX_VERSION
 /* conv_amx.c: fl_conv_img over uint8 images on AMX's tiles; -1 where memory ran out (the
  * caller takes the AVX-512 tiles) */
-int fl__conv_amx_run(const fl_conv_img_t *c, const unsigned char *u8, float scale, const float *wt,
-                     const float *bias, float *y, int relu);
-int fl__conv_amx_wgrad(fl_conv_img_t *c, const unsigned char *u8, float scale, const float *dy,
-                       const float *relu_y, float *dw, float *db);
+int fl__conv_amx_run(const fl_conv_img_t *c, const unsigned char *u8, float scale, const float *wt, const float *bias,
+                     float *y, int relu);
+int fl__conv_amx_wgrad(fl_conv_img_t *c, const unsigned char *u8, float scale, const float *dy, const float *relu_y,
+                       float *dw, float *db);
 #endif
 
 #endif

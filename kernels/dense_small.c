@@ -32,7 +32,9 @@ void fl_dense_small_forward(const float *x, const float *w, const float *bias, f
 #endif
 }
 
-size_t fl_dense_thin_weights_size(int in, int out) { return (size_t)(out + 15) / 16 * 16 * (size_t)in; }
+size_t fl_dense_thin_weights_size(int in, int out) {
+    return (size_t)(out + 15) / 16 * 16 * (size_t)in;
+}
 
 void fl_dense_thin_weights(const float *w, float *wt, int in, int out) {
     for (int c = 0; c < (out + 15) / 16; c++)

@@ -109,7 +109,7 @@ __attribute__((target("avx2,fma"))) static inline void tile_3x1_avx2(const float
 }
 
 __attribute__((target("avx2,fma"))) void fl__dense_small_avx2(const float *x, const float *w, const float *bias,
-                                                               float *y, int B, int in, int out, int relu) {
+                                                              float *y, int B, int in, int out, int relu) {
     /* Tiles of 3 outputs x up to 4 rows, in parallel over both (a dueling head's few
      * outputs still spread over the threads). */
     const int blocks = (out + 2) / 3, rblocks = (B + 3) / 4;
@@ -175,13 +175,13 @@ __attribute__((target("avx2,fma"))) static inline void thin_tile_avx2(const floa
 }
 
 __attribute__((target("avx2,fma"))) void fl__dense_thin_avx2(const float *x, const float *wt, const float *bias,
-                                                              float *y, int B, int in, int out, int relu) {
+                                                             float *y, int B, int in, int out, int relu) {
     const int rblocks = (B + 5) / 6, panels = (out + 15) / 16;
     PAR_FOR for (int t = 0; t < rblocks * panels; t++) {
         const int c = t % panels, r0 = t / panels * 6, nr = B - r0 < 6 ? B - r0 : 6,
                   nc = out - 16 * c < 16 ? out - 16 * c : 16;
-        thin_tile_avx2(x + (size_t)r0 * in, wt + (size_t)c * 16 * in, bias + 16 * c, y + (size_t)r0 * out + 16 * c,
-                       in, out, nr, nc, relu);
+        thin_tile_avx2(x + (size_t)r0 * in, wt + (size_t)c * 16 * in, bias + 16 * c, y + (size_t)r0 * out + 16 * c, in,
+                       out, nr, nc, relu);
     }
 }
 #endif

@@ -17,11 +17,17 @@
 
 static int g_level = 2; /* fl_dense_sparse_set_level */
 
-void fl_dense_sparse_set_level(int level) { g_level = level < 0 ? 0 : level > 2 ? 2 : level; }
+void fl_dense_sparse_set_level(int level) {
+    g_level = level < 0 ? 0 : level > 2 ? 2 : level;
+}
 
 #ifdef HAVE_AVX2_VERSION
-static int use_avx2(void) { return g_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
-static int use_avx512(void) { return g_level >= 2 && __builtin_cpu_supports("avx512f") && use_avx2(); }
+static int use_avx2(void) {
+    return g_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+static int use_avx512(void) {
+    return g_level >= 2 && __builtin_cpu_supports("avx512f") && use_avx2();
+}
 #endif
 
 int fl_sparse_rows_u8(const unsigned char *x, int B, int hw, int C, float scale, int cap, int *start, int *col,
@@ -51,7 +57,8 @@ int fl_sparse_rows_u8(const unsigned char *x, int B, int hw, int C, float scale,
         int m = 0;
         if (t > 255) continue;
 #ifdef HAVE_AVX2_VERSION
-        if (use_avx2()) m = fl__sparse_masks_avx2(xr, (int)in, t, mask);
+        if (use_avx2())
+            m = fl__sparse_masks_avx2(xr, (int)in, t, mask);
         else
 #endif
             m = masks_plain(xr, (int)in, t, mask);
@@ -111,12 +118,14 @@ static void row_plain(const int *c, const float *v, int n, const float *wt, cons
         for (int o = 0; o < out; o++) yr[o] = yr[o] > 0.0f ? yr[o] : 0.0f;
 }
 
-void fl_dense_sparse_forward(const int *start, const int *col, const float *val, const float *wt,
-                             const float *bias, float *y, int B, int out, int relu) {
+void fl_dense_sparse_forward(const int *start, const int *col, const float *val, const float *wt, const float *bias,
+                             float *y, int B, int out, int relu) {
     void (*row)(const int *, const float *, int, const float *, const float *, float *, int, int) = row_plain;
 #ifdef HAVE_AVX2_VERSION
-    if (use_avx512()) row = fl__sparse_row_avx512;
-    else if (use_avx2()) row = fl__sparse_row_avx2;
+    if (use_avx512())
+        row = fl__sparse_row_avx512;
+    else if (use_avx2())
+        row = fl__sparse_row_avx2;
 #endif
     PAR_FOR for (int r = 0; r < B; r++)
         row(col + start[r], val + start[r], start[r + 1] - start[r], wt, bias, y + (size_t)r * out, out, relu);

@@ -45,8 +45,8 @@ void fl_dense_sparse_weights(const float *w, float *wt, int in, int out);
 
 /* y (B, out) row-major: y[r][o] = bias[o] + sum over row r's entries j of val[j] x
  * wt[col[j]][o]; relu != 0 applies max(0, .). */
-void fl_dense_sparse_forward(const int *start, const int *col, const float *val, const float *wt,
-                             const float *bias, float *y, int B, int out, int relu);
+void fl_dense_sparse_forward(const int *start, const int *col, const float *val, const float *wt, const float *bias,
+                             float *y, int B, int out, int relu);
 
 /* The weight and bias gradients of that layer for dy (B, out) row-major, the gradient of
  * its outputs (after relu's mask, where it has one): dw (out, in) row-major (the layer's

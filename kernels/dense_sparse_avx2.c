@@ -34,7 +34,7 @@
 #include <stddef.h>
 
 __attribute__((target("avx2"))) int fl__sparse_rows_avx2(const float *x, int B, int in, int cap, int *start, int *col,
-                                                          float *val) {
+                                                         float *val) {
     int n = 0;
     const __m256 zero = _mm256_setzero_ps();
     for (int r = 0; r < B; r++) {
@@ -63,7 +63,7 @@ SPARSE_BLOCKS(block64, "avx2,fma", __m256, _mm256, 8)
 
 /* One row's outputs yr from its n entries (c, v): fl_dense_sparse_forward's per row. */
 __attribute__((target("avx2,fma"))) void fl__sparse_row_avx2(const int *c, const float *v, int n, const float *wt,
-                                                              const float *bias, float *yr, int out, int relu) {
+                                                             const float *bias, float *yr, int out, int relu) {
     int o = 0;
     for (; o + BLOCK <= out; o += BLOCK) block64_fwd(c, v, n, wt + o, bias + o, yr + o, out, relu);
     for (; o + 8 <= out; o += 8) {
@@ -83,13 +83,14 @@ __attribute__((target("avx2,fma"))) void fl__sparse_row_avx2(const int *c, const
 __attribute__((target("avx2"))) void fl__sparse_weights_avx2(const float *w, float *wt, int in, int out) {
     const int o8 = out / 8 * 8, k8 = in / 8 * 8;
     for (int o0 = 0; o0 < o8; o0 += 8)
-        for (int k0 = 0; k0 < k8; k0 += 8) transpose8_avx2(w + (size_t)o0 * in + k0, wt + (size_t)k0 * out + o0, in, out);
+        for (int k0 = 0; k0 < k8; k0 += 8)
+            transpose8_avx2(w + (size_t)o0 * in + k0, wt + (size_t)k0 * out + o0, in, out);
     for (int o = 0; o < out; o++) /* the edges: outputs past o8 in every column, inputs past k8 */
         for (int k = o < o8 ? k8 : 0; k < in; k++) wt[(size_t)k * out + o] = w[(size_t)o * in + k];
 }
 
 __attribute__((target("avx2,fma"))) void fl__sparse_wgrad_avx2(const int *cstart, const int *crow, const float *cval,
-                                                                const float *dy, float *dw, int in, int out) {
+                                                               const float *dy, float *dw, int in, int out) {
     PAR_FOR for (int k = 0; k < in; k++) {
         const int p0 = cstart[k], n = cstart[k + 1] - p0;
         const int *rows = crow + p0;
@@ -117,8 +118,7 @@ __attribute__((target("avx2,fma"))) void fl__sparse_wgrad_avx2(const int *cstart
 }
 
 /* masks_plain's masks (dense_sparse_internal.h), 32 bytes at a time. */
-__attribute__((target("avx2"))) int fl__sparse_masks_avx2(const unsigned char *xr, int in, unsigned t,
-                                                          unsigned *mask) {
+__attribute__((target("avx2"))) int fl__sparse_masks_avx2(const unsigned char *xr, int in, unsigned t, unsigned *mask) {
     const __m256i tv = _mm256_set1_epi8((char)t);
     int m = 0, b = 0;
     for (; 32 * b + 32 <= in; b++) {

@@ -51,7 +51,7 @@ __attribute__((target("avx512f"))) static inline void fwd_masked16(const int *co
 }
 
 __attribute__((target("avx512f"))) void fl__sparse_row_avx512(const int *c, const float *v, int n, const float *wt,
-                                                                const float *bias, float *yr, int out, int relu) {
+                                                              const float *bias, float *yr, int out, int relu) {
     int o = 0;
     for (; o + BLOCK512 <= out; o += BLOCK512) block128_fwd(c, v, n, wt + o, bias + o, yr + o, out, relu);
     for (; o < out; o += 16) {
@@ -62,17 +62,15 @@ __attribute__((target("avx512f"))) void fl__sparse_row_avx512(const int *c, cons
 
 /* Input k's gradient for up to 16 outputs (mask m) into t. */
 __attribute__((target("avx512f"))) static inline void wgrad_masked16(const int *rows, const float *v, int n,
-                                                                     const float *dy, float *t, int out,
-                                                                     __mmask16 m) {
+                                                                     const float *dy, float *t, int out, __mmask16 m) {
     __m512 a = _mm512_setzero_ps();
     for (int p = 0; p < n; p++)
         a = _mm512_fmadd_ps(_mm512_set1_ps(v[p]), _mm512_maskz_loadu_ps(m, dy + (size_t)rows[p] * out), a);
     _mm512_mask_storeu_ps(t, m, a);
 }
 
-__attribute__((target("avx512f"))) void fl__sparse_wgrad_avx512(const int *cstart, const int *crow,
-                                                                  const float *cval, const float *dy, float *dw, int in,
-                                                                  int out) {
+__attribute__((target("avx512f"))) void fl__sparse_wgrad_avx512(const int *cstart, const int *crow, const float *cval,
+                                                                const float *dy, float *dw, int in, int out) {
     const int groups = (in + 7) / 8;
     PAR_FOR for (int g = 0; g < groups; g++) {
         const int k0 = 8 * g, nk = in - k0 < 8 ? in - k0 : 8;
@@ -103,9 +101,8 @@ __attribute__((target("avx512f"))) void fl__sparse_wgrad_avx512(const int *cstar
  * AVX-512: a pixel's 4 bytes are one 32-bit lane, so a test per channel gives the mask of
  * 16 pixels that have it set, and their planar indices and values are compressed into
  * the lists in order, without a branch per entry. */
-__attribute__((target("avx512f"))) int fl__sparse_rows_u8_c4_avx512(const unsigned char *x, int B, int hw,
-                                                                      float scale, int cap, int *start, int *col,
-                                                                      float *val) {
+__attribute__((target("avx512f"))) int fl__sparse_rows_u8_c4_avx512(const unsigned char *x, int B, int hw, float scale,
+                                                                    int cap, int *start, int *col, float *val) {
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512 k255 = _mm512_set1_ps(1.0f / 255.0f), ks = _mm512_set1_ps(scale);
     int n = 0;
@@ -124,9 +121,9 @@ __attribute__((target("avx512f"))) int fl__sparse_rows_u8_c4_avx512(const unsign
                 const __mmask16 first = (__mmask16)((1u << cnt) - 1);
                 const __m512i cols = _mm512_add_epi32(lane, _mm512_set1_epi32(c * hw + p));
                 const __m512 vals = _mm512_mul_ps(
-                    ks, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * c),
-                                                                          _mm512_set1_epi32(0xFF))),
-                                      k255));
+                    ks, _mm512_mul_ps(
+                            _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * c), _mm512_set1_epi32(0xFF))),
+                            k255));
                 _mm512_mask_storeu_epi32(col + n, first, _mm512_maskz_compress_epi32(m, cols));
                 _mm512_mask_storeu_ps(val + n, first, _mm512_maskz_compress_ps(m, vals));
                 n += cnt;

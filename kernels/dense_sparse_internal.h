@@ -55,33 +55,33 @@ static inline int masks_plain(const unsigned char *xr, int in, unsigned t, unsig
  *              each entry's value times its weight row, in order; relu != 0: max(0, .)
  *   NAME_wgrad input k's gradient for those outputs into t: its rows' value times output
  *              gradient, in row order */
-#define SPARSE_BLOCKS(NAME, TARGET, V, P, W)                                                                    \
-    __attribute__((target(TARGET))) static inline void NAME##_fwd(const int *col, const float *val, int n,     \
-                                                                  const float *wt, const float *bias, float *y, \
-                                                                  int out, int relu) {                          \
-        V a[8];                                                                                                 \
-        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] = P##_loadu_ps(bias + W * q);                 \
-        for (int j = 0; j < n; j++) {                                                                           \
-            const V v = P##_set1_ps(val[j]);                                                                    \
-            const float *w = wt + (size_t)col[j] * out;                                                         \
+#define SPARSE_BLOCKS(NAME, TARGET, V, P, W)                                                                           \
+    __attribute__((target(TARGET))) static inline void NAME##_fwd(                                                     \
+        const int *col, const float *val, int n, const float *wt, const float *bias, float *y, int out, int relu) {    \
+        V a[8];                                                                                                        \
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] = P##_loadu_ps(bias + W * q);                         \
+        for (int j = 0; j < n; j++) {                                                                                  \
+            const V v = P##_set1_ps(val[j]);                                                                           \
+            const float *w = wt + (size_t)col[j] * out;                                                                \
             _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] = P##_fmadd_ps(v, P##_loadu_ps(w + W * q), a[q]); \
-        }                                                                                                       \
-        if (relu) {                                                                                             \
-            const V z = P##_setzero_ps();                                                                       \
-            _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] = P##_max_ps(a[q], z);                     \
-        }                                                                                                       \
-        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) P##_storeu_ps(y + W * q, a[q]);                    \
-    }                                                                                                           \
-    __attribute__((target(TARGET))) static inline void NAME##_wgrad(const int *rows, const float *v, int n,    \
-                                                                    const float *dy, float *t, int out) {       \
-        V a[8];                                                                                                 \
-        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] = P##_setzero_ps();                           \
-        for (int p = 0; p < n; p++) {                                                                           \
-            const V sv = P##_set1_ps(v[p]);                                                                     \
-            const float *d = dy + (size_t)rows[p] * out;                                                        \
-            _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] = P##_fmadd_ps(sv, P##_loadu_ps(d + W * q), a[q]); \
-        }                                                                                                       \
-        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) P##_storeu_ps(t + W * q, a[q]);                    \
+        }                                                                                                              \
+        if (relu) {                                                                                                    \
+            const V z = P##_setzero_ps();                                                                              \
+            _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] = P##_max_ps(a[q], z);                            \
+        }                                                                                                              \
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) P##_storeu_ps(y + W * q, a[q]);                            \
+    }                                                                                                                  \
+    __attribute__((target(TARGET))) static inline void NAME##_wgrad(const int *rows, const float *v, int n,            \
+                                                                    const float *dy, float *t, int out) {              \
+        V a[8];                                                                                                        \
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] = P##_setzero_ps();                                   \
+        for (int p = 0; p < n; p++) {                                                                                  \
+            const V sv = P##_set1_ps(v[p]);                                                                            \
+            const float *d = dy + (size_t)rows[p] * out;                                                               \
+            _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) a[q] =                                                 \
+                P##_fmadd_ps(sv, P##_loadu_ps(d + W * q), a[q]);                                                       \
+        }                                                                                                              \
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) P##_storeu_ps(t + W * q, a[q]);                            \
     }
 
 /* wt's 8 x 8 block at (k0, o0) from w's at (o0, k0): eight rows in, unpacked and
@@ -119,10 +119,10 @@ void fl__sparse_wgrad_avx2(const int *cstart, const int *crow, const float *cval
 /* dense_sparse_avx512.c: */
 int fl__sparse_rows_u8_c4_avx512(const unsigned char *x, int B, int hw, float scale, int cap, int *start, int *col,
                                  float *val);
-void fl__sparse_row_avx512(const int *c, const float *v, int n, const float *wt, const float *bias, float *yr,
-                           int out, int relu);
-void fl__sparse_wgrad_avx512(const int *cstart, const int *crow, const float *cval, const float *dy, float *dw,
-                             int in, int out);
+void fl__sparse_row_avx512(const int *c, const float *v, int n, const float *wt, const float *bias, float *yr, int out,
+                           int relu);
+void fl__sparse_wgrad_avx512(const int *cstart, const int *crow, const float *cval, const float *dy, float *dw, int in,
+                             int out);
 #endif
 
 #endif

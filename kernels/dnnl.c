@@ -69,7 +69,9 @@
 #include "kernels/conv_fwd.h"
 #include "kernels/dnnl_internal.h"
 
-int fl_dnnl_available(void) { return 1; }
+int fl_dnnl_available(void) {
+    return 1;
+}
 
 /* The OpenMP thread count of the calling thread follows OpenBLAS's (see dnnl.h). */
 int fl__dnnl_sync_threads(void) {
@@ -167,8 +169,8 @@ static size_t describe_list(const steplist_t *l, char *out, size_t cap, size_t l
         else if (s->kind == ST_SPARSE_FWD && s->sp->nnz == -1)
             snprintf(last, sizeof last, " (last forward: dense, over %d of %ld inputs not 0)", s->sp->cap,
                      (long)s->batch * s->cin);
-        int w = snprintf(len < cap ? out + len : NULL, len < cap ? cap - len : 0, "%s %s: %s%s%s\n", s->layer,
-                         s->what, sparse ? "fleet:sparse, else " : "", impl, last);
+        int w = snprintf(len < cap ? out + len : NULL, len < cap ? cap - len : 0, "%s %s: %s%s%s\n", s->layer, s->what,
+                         sparse ? "fleet:sparse, else " : "", impl, last);
         if (w > 0) len += (size_t)w;
     }
     return len;
@@ -282,7 +284,9 @@ void fl_dnnl_net_destroy(fl_dnnl_net_t *n) {
 
 #else /* built without oneDNN */
 
-int fl_dnnl_available(void) { return 0; }
+int fl_dnnl_available(void) {
+    return 0;
+}
 
 fl_status fl_dnnl_net_create(const fl_dnnl_net_desc_t *d, fl_dnnl_net_t **out, fl_err_t *err) {
     (void)d;
@@ -290,7 +294,9 @@ fl_status fl_dnnl_net_create(const fl_dnnl_net_desc_t *d, fl_dnnl_net_t **out, f
     return fl_err_set(err, FL_UNIMPLEMENTED, "dnnl: fleet was built without oneDNN (FLEET_DNNL=OFF or not found)");
 }
 
-void fl_dnnl_net_destroy(fl_dnnl_net_t *n) { (void)n; }
+void fl_dnnl_net_destroy(fl_dnnl_net_t *n) {
+    (void)n;
+}
 
 fl_status fl_dnnl_net_forward(fl_dnnl_net_t *n, const float *obs, float scale, int B, float *q, fl_err_t *err) {
     return fl_err_set(err, FL_UNIMPLEMENTED, "dnnl: fleet was built without oneDNN");

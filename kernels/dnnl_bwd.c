@@ -20,7 +20,11 @@
  * `ibwd` (only wanted with dobs). */
 
 static fl_status relu_mask(bld_t *b, steplist_t *l, tensor_t *out) {
-    const step_t s = {.kind = ST_RELU_BWD, .what = "relu bwd", .a = out->val, .b = out->grad, .c = out->grad,
+    const step_t s = {.kind = ST_RELU_BWD,
+                      .what = "relu bwd",
+                      .a = out->val,
+                      .b = out->grad,
+                      .c = out->grad,
                       .n = dnnl_memory_desc_get_size(&out->md) / sizeof(float)};
     return fl__dnnl_add_step(b, l, &s);
 }
@@ -38,9 +42,14 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
          * space-to-depth copy of them, and relu's mask of the output gradient applied
          * a chunk at a time as it runs (not written back: an input gradient, fl__dnnl_build_ibwd,
          * masks it first) */
-        const step_t t = {.kind = ST_IMG_WGRAD, .what = "bwd weights (images)", .img = b->p->img,
-                          .in = &b->p->img_in, .a = lp->fused ? out->val : NULL, .b = out->grad,
-                          .c = n->grads + ly->w_off, .c2 = n->grads + ly->b_off};
+        const step_t t = {.kind = ST_IMG_WGRAD,
+                          .what = "bwd weights (images)",
+                          .img = b->p->img,
+                          .in = &b->p->img_in,
+                          .a = lp->fused ? out->val : NULL,
+                          .b = out->grad,
+                          .c = n->grads + ly->w_off,
+                          .c2 = n->grads + ly->b_off};
         b->p->img_masked = lp->fused;
         return fl__dnnl_add_step(b, l, &t);
     }
@@ -53,8 +62,11 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
          * parameter gradients, on its inputs as it read them */
         const step_t t = {.kind = ST_TILE_WGRAD,
                           .what = s2d ? "bwd weights (space-to-depth, tiles)" : "bwd weights (tiles)",
-                          .tiles = lp->tiles, .a = lp->src->val, .b = out->grad,
-                          .c = s2d ? b->p->s2d_g : n->grads + ly->w_off, .c2 = n->grads + ly->b_off};
+                          .tiles = lp->tiles,
+                          .a = lp->src->val,
+                          .b = out->grad,
+                          .c = s2d ? b->p->s2d_g : n->grads + ly->w_off,
+                          .c2 = n->grads + ly->b_off};
         FL_TRY(fl__dnnl_add_step(b, l, &t));
         return s2d ? fl__dnnl_add_s2d_step(b, l, ly, 1) : FL_OK;
     }
@@ -69,11 +81,12 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
      * implementation for them, its own choice. */
     for (int attempt = 0; attempt < 2 && !pd; attempt++) {
         dnnl_convolution_desc_t cd;
-        DN(b, dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct,
-                                                          attempt ? &sany : &lp->src->md, &wany, &bia,
-                                                          attempt ? &dany : &out->md, strides, pad, pad));
-        if (attempt == 0) fl__dnnl_try_pd(b, &cd, 0, lp->fwd_pd, &pd);
-        else FL_TRY(fl__dnnl_make_pd(b, &cd, 0, lp->fwd_pd, &pd));
+        DN(b, dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, attempt ? &sany : &lp->src->md,
+                                                          &wany, &bia, attempt ? &dany : &out->md, strides, pad, pad));
+        if (attempt == 0)
+            fl__dnnl_try_pd(b, &cd, 0, lp->fwd_pd, &pd);
+        else
+            FL_TRY(fl__dnnl_make_pd(b, &cd, 0, lp->fwd_pd, &pd));
     }
     const dnnl_memory_desc_t *S = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
                              *W = dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0),
@@ -86,10 +99,8 @@ static fl_status bwd_conv_weights(bld_t *b, int i, steplist_t *l) {
         (st = fl__dnnl_conv_wmem(b, i, 1, W, &wm, &wflat_m)) != FL_OK ||
         (st = fl__dnnl_new_mem(b, &bia, n->grads + ly->b_off, &bm)) != FL_OK)
         goto done;
-    const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src->vmem},
-                                     {DNNL_ARG_DIFF_DST, dd},
-                                     {DNNL_ARG_DIFF_WEIGHTS, wm},
-                                     {DNNL_ARG_DIFF_BIAS, bm}};
+    const dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, src->vmem}, {DNNL_ARG_DIFF_DST, dd}, {DNNL_ARG_DIFF_WEIGHTS, wm}, {DNNL_ARG_DIFF_BIAS, bm}};
     if ((st = fl__dnnl_add_prim(b, l, pd, "bwd weights", 4, args)) != FL_OK) goto done;
     if (wflat_m && (st = fl__dnnl_add_reorder(b, l, wm, wflat_m)) != FL_OK) goto done;
     if (s2d) st = fl__dnnl_add_s2d_step(b, l, ly, 1);
@@ -116,8 +127,10 @@ static fl_status bwd_conv_data(bld_t *b, int i, steplist_t *l) {
         dnnl_convolution_desc_t cd;
         DN(b, dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, attempt ? &sany : &lp->src->md,
                                                        &wany, attempt ? &dany : &out->md, strides, pad, pad));
-        if (attempt == 0) fl__dnnl_try_pd(b, &cd, 0, lp->fwd_pd, &pd);
-        else FL_TRY(fl__dnnl_make_pd(b, &cd, 0, lp->fwd_pd, &pd));
+        if (attempt == 0)
+            fl__dnnl_try_pd(b, &cd, 0, lp->fwd_pd, &pd);
+        else
+            FL_TRY(fl__dnnl_make_pd(b, &cd, 0, lp->fwd_pd, &pd));
     }
     const dnnl_memory_desc_t *S = dnnl_primitive_desc_query_md(pd, dnnl_query_diff_src_md, 0),
                              *W = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
@@ -153,8 +166,12 @@ static fl_status dense_dy(bld_t *b, int i, steplist_t *l, dnnl_memory_t *out_mem
             DN(b, dnnl_memory_get_memory_desc(lp->va_mem, &vmd));
             FL_TRY(fl__dnnl_new_buf(b, dnnl_memory_desc_get_size(vmd), &lp->dva));
             FL_TRY(fl__dnnl_new_mem(b, vmd, lp->dva, &lp->dva_mem));
-            const step_t s = {.kind = ST_COMBINE_BWD, .what = "combine bwd", .a = out->grad, .c = lp->dva,
-                              .batch = B, .actions = ly->units};
+            const step_t s = {.kind = ST_COMBINE_BWD,
+                              .what = "combine bwd",
+                              .a = out->grad,
+                              .c = lp->dva,
+                              .batch = B,
+                              .actions = ly->units};
             FL_TRY(fl__dnnl_add_step(b, l, &s));
         }
         *out_mem = lp->dva_mem;
@@ -254,7 +271,11 @@ static fl_status bwd_dense_data(bld_t *b, int i, steplist_t *l) {
 static fl_status bwd_relu_data(bld_t *b, int i, steplist_t *l) {
     tensor_t *in = b->p->edge[i], *out = b->p->edge[i + 1];
     FL_TRY(fl__dnnl_ensure_grad(b, in));
-    const step_t s = {.kind = ST_RELU_BWD, .what = "relu bwd", .a = out->val, .b = out->grad, .c = in->grad,
+    const step_t s = {.kind = ST_RELU_BWD,
+                      .what = "relu bwd",
+                      .a = out->val,
+                      .b = out->grad,
+                      .c = in->grad,
                       .n = dnnl_memory_desc_get_size(&out->md) / sizeof(float)};
     return fl__dnnl_add_step(b, l, &s);
 }

@@ -52,7 +52,9 @@ static int layout_of(const dnnl_memory_desc_t *md, layout_t *out) {
 }
 
 /* 1 when the net takes oneDNN's primitives alone (FL_QNET_BACKEND_ONEDNN). */
-static int prims_only(const fl_dnnl_net_t *n) { return n->prims_only && *n->prims_only; }
+static int prims_only(const fl_dnnl_net_t *n) {
+    return n->prims_only && *n->prims_only;
+}
 
 /* Fleet's tiles (kernels/conv_fwd.h) set up for g, registered in the plan: NULL in *out
  * where they do not run it (the caller takes oneDNN). */
@@ -73,8 +75,7 @@ static fl_status add_tile_steps(bld_t *b, const fl_conv_fwd_t *c, const char *wh
     const step_t t = {.kind = ST_TILE_WEIGHTS, .what = "weights (tiles)", .tiles = c, .a = w, .c = wt};
     FL_TRY(fl__dnnl_add_step(b, &b->p->fwd, &t));
     fl__dnnl_mark_cached(&b->p->fwd);
-    const step_t s = {.kind = ST_TILE_FWD, .what = what, .tiles = c, .a = x, .b = wt, .bias = bias, .c = y,
-                      .k = relu};
+    const step_t s = {.kind = ST_TILE_FWD, .what = what, .tiles = c, .a = x, .b = wt, .bias = bias, .c = y, .k = relu};
     return fl__dnnl_add_step(b, &b->p->fwd, &s);
 }
 
@@ -133,10 +134,12 @@ static fl_status fwd_conv(bld_t *b, int i) {
         FL_TRY(fl__dnnl_md1(b, &bia, l->cout));
         FL_TRY(fl__dnnl_md4(b, &dst, B, l->out_c, l->out_h, l->out_w, act));
         dnnl_convolution_desc_t cd;
-        DN(b, dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &src, &wei,
-                                                 &bia, &dst, strides, pad, pad));
-        if (attempt == 0) fl__dnnl_try_pd(b, &cd, lp->fused, NULL, &pd);
-        else FL_TRY(fl__dnnl_make_pd(b, &cd, lp->fused, NULL, &pd));
+        DN(b, dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &src, &wei, &bia,
+                                                 &dst, strides, pad, pad));
+        if (attempt == 0)
+            fl__dnnl_try_pd(b, &cd, lp->fused, NULL, &pd);
+        else
+            FL_TRY(fl__dnnl_make_pd(b, &cd, lp->fused, NULL, &pd));
     }
     FL_TRY(fl__dnnl_keep_pd(b, pd));
     lp->fwd_pd = pd;
@@ -164,17 +167,23 @@ static fl_status fwd_conv(bld_t *b, int i) {
          * does its weight gradient (fl_conv_img_wgrad, from the last forward's
          * observations): no space-to-depth copy is made, and the input edge has no
          * buffer. */
-        const fl_conv_fwd_geom_t ig = {B, l->in_c, l->in_h, l->in_w, l->cout, l->out_h, l->out_w, l->k, l->stride,
-                                       {{0}, 0}, out_lay};
+        const fl_conv_fwd_geom_t ig = {B,        l->in_c, l->in_h,   l->in_w,  l->cout, l->out_h,
+                                       l->out_w, l->k,    l->stride, {{0}, 0}, out_lay};
         if (!prims_only(n) && (p->img = fl_conv_img_create(&ig))) {
             float *wt;
             FL_TRY(fl__dnnl_new_buf(b, fl_conv_img_weights_size(p->img) * sizeof(float), &wt));
-            const step_t t = {.kind = ST_IMG_WEIGHTS, .what = "weights (images)", .img = p->img,
-                              .a = n->params + l->w_off, .c = wt};
+            const step_t t = {
+                .kind = ST_IMG_WEIGHTS, .what = "weights (images)", .img = p->img, .a = n->params + l->w_off, .c = wt};
             FL_TRY(fl__dnnl_add_step(b, &p->fwd, &t));
             fl__dnnl_mark_cached(&p->fwd);
-            const step_t st = {.kind = ST_IMG_FWD, .what = "fwd (images)", .img = p->img, .in = &p->img_in, .b = wt,
-                               .bias = n->params + l->b_off, .c = out->val, .k = lp->fused};
+            const step_t st = {.kind = ST_IMG_FWD,
+                               .what = "fwd (images)",
+                               .img = p->img,
+                               .in = &p->img_in,
+                               .b = wt,
+                               .bias = n->params + l->b_off,
+                               .c = out->val,
+                               .k = lp->fused};
             return fl__dnnl_add_step(b, &p->fwd, &st);
         }
     }
@@ -187,8 +196,8 @@ static fl_status fwd_conv(bld_t *b, int i) {
      * AVX-512, few input channels), in the layouts oneDNN chose (the backward stays
      * oneDNN's, with pd as its hint). */
     if (l->pad == 0 && layout_of(S, &in_lay) && layout_of(D, &out_lay)) {
-        const fl_conv_fwd_geom_t tg = {B, g.in_c, g.in_h, g.in_w, l->cout, l->out_h, l->out_w, g.k, g.stride,
-                                       in_lay, out_lay};
+        const fl_conv_fwd_geom_t tg = {B,        g.in_c, g.in_h,   g.in_w, l->cout, l->out_h,
+                                       l->out_w, g.k,    g.stride, in_lay, out_lay};
         fl_conv_fwd_t *c;
         FL_TRY(new_tiles(b, &tg, &c));
         lp->tiles = c;
@@ -236,8 +245,8 @@ static fl_status new_sparse(bld_t *b, sparse_in_t *sp, int B, int in, int out) {
     FL_TRY(fl__dnnl_new_buf(b, ((size_t)in + 1) * sizeof(int), &cstart));
     FL_TRY(fl__dnnl_new_buf(b, cap * sizeof(int), &crow));
     FL_TRY(fl__dnnl_new_buf(b, cap * sizeof(float), &sp->cval));
-    if (!b->n->wt && !(b->n->wt = aligned_alloc(BUF_ALIGN, ((size_t)in * out * sizeof(float) + BUF_ALIGN - 1) /
-                                                             BUF_ALIGN * BUF_ALIGN)))
+    if (!b->n->wt && !(b->n->wt = aligned_alloc(
+                           BUF_ALIGN, ((size_t)in * out * sizeof(float) + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN)))
         return fl__dnnl_nomem(b);
     sp->start = (int *)(void *)start, sp->col = (int *)(void *)col;
     sp->cstart = (int *)(void *)cstart, sp->crow = (int *)(void *)crow;
@@ -366,8 +375,8 @@ static fl_status fwd_dense(bld_t *b, int i) {
             p->fwd.v[p->fwd.n - 1].what = "weights (edge order)";
             w = lp->wperm;
         }
-        FL_TRY(fl__dnnl_flat_mem(b, &wei, w, 0, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &wm,
-                                 &wfrom));
+        FL_TRY(
+            fl__dnnl_flat_mem(b, &wei, w, 0, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &wm, &wfrom));
     }
     if (wfrom) {
         FL_TRY(fl__dnnl_add_reorder(b, &p->fwd, wfrom, wm));
@@ -391,18 +400,36 @@ static fl_status fwd_dense(bld_t *b, int i) {
     } else if (thin) {
         float *wt;
         FL_TRY(fl__dnnl_new_buf(b, fl_dense_thin_weights_size(in, out_n) * sizeof(float), &wt));
-        const step_t t = {.kind = ST_THIN_WEIGHTS, .what = "weights (short rows)", .a = n->params + l->w_off,
-                          .c = wt, .cin = in, .cout = out_n};
+        const step_t t = {.kind = ST_THIN_WEIGHTS,
+                          .what = "weights (short rows)",
+                          .a = n->params + l->w_off,
+                          .c = wt,
+                          .cin = in,
+                          .cout = out_n};
         FL_TRY(fl__dnnl_add_step(b, &p->fwd, &t));
         fl__dnnl_mark_cached(&p->fwd);
-        const step_t s = {.kind = ST_DENSE_THIN, .what = "fwd (short rows)", .a = lp->src->val, .b = wt,
-                          .bias = n->params + l->b_off, .c = dueling ? lp->va : out->val, .batch = B, .cin = in,
-                          .cout = out_n, .k = lp->fused};
+        const step_t s = {.kind = ST_DENSE_THIN,
+                          .what = "fwd (short rows)",
+                          .a = lp->src->val,
+                          .b = wt,
+                          .bias = n->params + l->b_off,
+                          .c = dueling ? lp->va : out->val,
+                          .batch = B,
+                          .cin = in,
+                          .cout = out_n,
+                          .k = lp->fused};
         FL_TRY(fl__dnnl_add_step(b, &p->fwd, &s));
     } else if (small || head) {
-        const step_t s = {.kind = ST_DENSE_SMALL, .what = "fwd (small batch)", .a = lp->src->val,
-                          .b = n->params + l->w_off, .bias = n->params + l->b_off, .c = dueling ? lp->va : out->val,
-                          .batch = B, .cin = in, .cout = out_n, .k = lp->fused};
+        const step_t s = {.kind = ST_DENSE_SMALL,
+                          .what = "fwd (small batch)",
+                          .a = lp->src->val,
+                          .b = n->params + l->w_off,
+                          .bias = n->params + l->b_off,
+                          .c = dueling ? lp->va : out->val,
+                          .batch = B,
+                          .cin = in,
+                          .cout = out_n,
+                          .k = lp->fused};
         FL_TRY(fl__dnnl_add_step(b, &p->fwd, &s));
     } else {
         const dnnl_exec_arg_t args[4] = {
@@ -417,8 +444,8 @@ static fl_status fwd_dense(bld_t *b, int i) {
         }
     }
     if (dueling) {
-        const step_t s = {.kind = ST_COMBINE_FWD, .what = "combine", .a = lp->va, .c = out->val, .batch = B,
-                          .actions = l->units};
+        const step_t s = {
+            .kind = ST_COMBINE_FWD, .what = "combine", .a = lp->va, .c = out->val, .batch = B, .actions = l->units};
         FL_TRY(fl__dnnl_add_step(b, &p->fwd, &s));
     }
     p->edge[i + 1] = out;
@@ -429,7 +456,10 @@ static fl_status fwd_relu(bld_t *b, int i) {
     plan_t *p = b->p;
     tensor_t *in = p->edge[i], *out;
     FL_TRY(fl__dnnl_new_tensor(b, &in->md, 1, &out));
-    const step_t s = {.kind = ST_RELU_FWD, .what = "relu", .a = in->val, .c = out->val,
+    const step_t s = {.kind = ST_RELU_FWD,
+                      .what = "relu",
+                      .a = in->val,
+                      .c = out->val,
                       .n = dnnl_memory_desc_get_size(&in->md) / sizeof(float)};
     FL_TRY(fl__dnnl_add_step(b, &p->fwd, &s));
     p->edge[i + 1] = out;

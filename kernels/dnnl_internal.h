@@ -25,9 +25,9 @@ typedef enum {
     ST_RELU_BWD,
     ST_COMBINE_FWD,
     ST_COMBINE_BWD,
-    ST_S2D_WEIGHTS, /* the first convolution's weights, rearranged for its space-to-depth input */
-    ST_S2D_WGRAD,   /* their gradient, back to the layer's own layout */
-    ST_DENSE_SMALL, /* a dense layer's forward on a small batch (kernels/dense_small.h) */
+    ST_S2D_WEIGHTS,  /* the first convolution's weights, rearranged for its space-to-depth input */
+    ST_S2D_WGRAD,    /* their gradient, back to the layer's own layout */
+    ST_DENSE_SMALL,  /* a dense layer's forward on a small batch (kernels/dense_small.h) */
     ST_THIN_WEIGHTS, /* a dense layer's weights, packed in panels of 16 outputs for dense_thin */
     ST_DENSE_THIN,   /* a dense layer's forward on short rows (kernels/dense_small.h) */
     ST_TILE_WEIGHTS, /* a layer's weights, packed for its forward on fleet's tiles */
@@ -59,20 +59,20 @@ typedef struct step {
     dnnl_primitive_t prim;
     int nargs;
     dnnl_exec_arg_t args[8];
-    const float *a, *b; /* fleet ops: inputs */
-    float *c;           /* fleet ops: output */
-    float *c2;          /* tile weight gradient: the bias's gradient */
-    size_t n;           /* relu: floats */
-    int batch, actions; /* dueling combine */
-    int cout, cin, k, f; /* space-to-depth weights: the layer's shape and stride; dense small:
-                            out, in and relu (k) */
-    const float *bias;   /* dense small, tiles */
+    const float *a, *b;         /* fleet ops: inputs */
+    float *c;                   /* fleet ops: output */
+    float *c2;                  /* tile weight gradient: the bias's gradient */
+    size_t n;                   /* relu: floats */
+    int batch, actions;         /* dueling combine */
+    int cout, cin, k, f;        /* space-to-depth weights: the layer's shape and stride; dense small:
+                                   out, in and relu (k) */
+    const float *bias;          /* dense small, tiles */
     const fl_conv_fwd_t *tiles; /* tiles: the forward's set-up */
     fl_conv_img_t *img;         /* image forward and gradient: the set-up (the observations: the plan's img_in) */
     const struct img_in *in;
-    sparse_in_t *sp;            /* sparse steps: the layer's lists (in its lplan) */
-    int cached;               /* reads the parameters only: skipped while params_gen stays at seen */
-    unsigned long long seen;  /* params_gen when it last ran */
+    sparse_in_t *sp;         /* sparse steps: the layer's lists (in its lplan) */
+    int cached;              /* reads the parameters only: skipped while params_gen stays at seen */
+    unsigned long long seen; /* params_gen when it last ran */
     int ran;
 } step_t;
 
@@ -109,10 +109,10 @@ typedef struct lplan {
                                      input edge as (B, in), its values in the edge's order */
     float *va;                    /* dueling: the stream outputs (B, 1 + A) */
     dnnl_memory_t va_mem;
-    float *dva;                   /* dueling: their gradient */
+    float *dva; /* dueling: their gradient */
     dnnl_memory_t dva_mem;
-    fl_conv_fwd_t *tiles;         /* conv: the forward ran on fleet's tiles, set up here */
-    int sparse;                   /* dense: the forward may take the sparse inputs (sp) */
+    fl_conv_fwd_t *tiles; /* conv: the forward ran on fleet's tiles, set up here */
+    int sparse;           /* dense: the forward may take the sparse inputs (sp) */
     sparse_in_t sp;
     /* dense on oneDNN's product over a flattened edge that is not plain but holds each
      * sample's values in one run (a convolution's output, channels-last or blocked): the
@@ -136,15 +136,15 @@ typedef struct plan {
     unsigned long long used; /* the net's call counter at the last use */
     int forwarded;           /* a forward ran; its activations are in the buffers */
     int bwd_built, ibwd_built;
-    int input_nhwc; /* the first convolution reads the observations channels-last, (H, W, C) */
-    int s2d;        /* > 1: the first convolution's stride, run on the space-to-depth input */
-    layout_t in;    /* the input edge's layout, for the observations' copy in and dobs's out */
+    int input_nhwc;       /* the first convolution reads the observations channels-last, (H, W, C) */
+    int s2d;              /* > 1: the first convolution's stride, run on the space-to-depth input */
+    layout_t in;          /* the input edge's layout, for the observations' copy in and dobs's out */
     float *s2d_w, *s2d_g; /* space-to-depth: the first convolution's weights and their gradient */
     steplist_t fwd, bwd, ibwd;
     tensor_t **edge; /* num_layers + 1 */
     lplan_t *lp;     /* num_layers */
     plist_t tensors, mems, bufs, pds;
-    plist_t tiles; /* fl_conv_fwd_t */
+    plist_t tiles;      /* fl_conv_fwd_t */
     fl_conv_img_t *img; /* the first convolution's forward on the observations, or NULL */
     int img_masked;     /* its weight gradient applies relu's mask itself (the bwd list has no mask step) */
     img_in_t img_in;
@@ -159,7 +159,7 @@ struct fl_dnnl_net {
     int img_h, img_w, img_c, obs_dim, num_actions, max_batch;
     float *params, *grads;
     const unsigned long long *params_gen;
-    const int *inference; /* may be NULL */
+    const int *inference;  /* may be NULL */
     const int *prims_only; /* may be NULL: fl_dnnl_net_desc_t */
     dnnl_engine_t engine;
     dnnl_stream_t stream;

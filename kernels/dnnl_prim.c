@@ -180,7 +180,9 @@ fl_status fl__dnnl_add_reorder(bld_t *b, steplist_t *l, dnnl_memory_t src, dnnl_
 
 /* A step just appended to l that reads the parameters only (a weight reorder or the
  * space-to-depth weights): run() skips it while the parameters have not changed. */
-void fl__dnnl_mark_cached(steplist_t *l) { l->v[l->n - 1].cached = 1; }
+void fl__dnnl_mark_cached(steplist_t *l) {
+    l->v[l->n - 1].cached = 1;
+}
 
 /* ---- descriptors ------------------------------------------------------------------- */
 

@@ -36,7 +36,9 @@ static void hold_signals(sigset_t *old) {
     pthread_sigmask(SIG_BLOCK, &held, old);
 }
 
-static void release_signals(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+static void release_signals(const sigset_t *old) {
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
 
 /* Fleet's own elementwise ops run on the plan's OpenMP threads, in spans of PAR_SPAN
  * floats (each span the same op, so the results do not depend on the thread count). */
@@ -77,8 +79,10 @@ static void s2d_weights(const step_t *s, int grad) {
                         for (int x = 0; x < kk; x++) {
                             const size_t w = (((size_t)o * C + c) * k + (size_t)y * f + dy) * k + (size_t)x * f + dx;
                             const size_t w2 = (((size_t)o * C2 + (size_t)(dy * f + dx) * C + c) * kk + y) * kk + x;
-                            if (grad) s->c[w] = s->a[w2];
-                            else s->c[w2] = s->a[w];
+                            if (grad)
+                                s->c[w] = s->a[w2];
+                            else
+                                s->c[w2] = s->a[w];
                         }
 }
 
@@ -95,8 +99,10 @@ static fl_status exec_prim(fl_dnnl_net_t *n, const step_t *s, fl_err_t *err) {
  * many of them, the primitive (1 returned: it is pending on the stream). */
 static int sparse_forward(fl_dnnl_net_t *n, const step_t *s, unsigned long long gen) {
     sparse_in_t *sp = s->sp;
-    if (sp->pre == 0) sp->nnz = fl_sparse_rows(s->a, s->batch, s->cin, sp->cap, sp->start, sp->col, sp->val);
-    else if (sp->pre < 0) sp->nnz = -1;
+    if (sp->pre == 0)
+        sp->nnz = fl_sparse_rows(s->a, s->batch, s->cin, sp->cap, sp->start, sp->col, sp->val);
+    else if (sp->pre < 0)
+        sp->nnz = -1;
     sp->pre = 0;
     if (sp->nnz < 0) return 1;
     if (!n->wt_ok || n->wt_gen != gen) {
@@ -175,30 +181,27 @@ static fl_status run(fl_dnnl_net_t *n, steplist_t *l, fl_err_t *err) {
 #endif
 
 static inline void scale_copy(float *restrict dst, const float *restrict src, float scale, dnnl_dim_t n) {
-    SIMD
-    for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * src[t];
+    SIMD for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * src[t];
 }
 
 /* uint8 observations as fl_dtype_to_float converts them (v x 1/255), then the scale: the
  * same two roundings as a conversion first and scale_copy after. */
-static inline void scale_copy_u8(float *restrict dst, const unsigned char *restrict src, float scale,
-                                 dnnl_dim_t n) {
-    SIMD
-    for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * ((float)src[t] * (1.0f / 255.0f));
+static inline void scale_copy_u8(float *restrict dst, const unsigned char *restrict src, float scale, dnnl_dim_t n) {
+    SIMD for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * ((float)src[t] * (1.0f / 255.0f));
 }
 
 /* One block of N channels between an observation (obs, or u8 when not NULL) and the edge
  * x, as scale_copy and scale_copy_u8 copy them (out: x back into obs), at a length the
  * compiler sees: block_copy8 (AVX2's blocked layout) and block_copy16 (AVX-512's). */
-#define BLOCK_COPY(N)                                                                                        \
+#define BLOCK_COPY(N)                                                                                          \
     static inline void block_copy##N(float *restrict x, float *restrict obs, const unsigned char *restrict u8, \
-                                     float scale, int out) {                                                 \
-        if (out)                                                                                             \
-            for (int t = 0; t < (N); t++) obs[t] = scale * x[t];                                             \
-        else if (u8)                                                                                         \
-            for (int t = 0; t < (N); t++) x[t] = scale * ((float)u8[t] * (1.0f / 255.0f));                   \
-        else                                                                                                 \
-            for (int t = 0; t < (N); t++) x[t] = scale * obs[t];                                             \
+                                     float scale, int out) {                                                   \
+        if (out)                                                                                               \
+            for (int t = 0; t < (N); t++) obs[t] = scale * x[t];                                               \
+        else if (u8)                                                                                           \
+            for (int t = 0; t < (N); t++) x[t] = scale * ((float)u8[t] * (1.0f / 255.0f));                     \
+        else                                                                                                   \
+            for (int t = 0; t < (N); t++) x[t] = scale * obs[t];                                               \
     }
 BLOCK_COPY(8)
 BLOCK_COPY(16)
@@ -209,20 +212,17 @@ BLOCK_COPY(16)
  * scatter back: dst[t * stride] = scale * src[t]. */
 static inline void scale_gather(float *restrict dst, const float *restrict src, dnnl_dim_t stride, float scale,
                                 dnnl_dim_t n) {
-    SIMD
-    for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * src[t * stride];
+    SIMD for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * src[t * stride];
 }
 
 static inline void scale_gather_u8(float *restrict dst, const unsigned char *restrict src, dnnl_dim_t stride,
                                    float scale, dnnl_dim_t n) {
-    SIMD
-    for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * ((float)src[t * stride] * (1.0f / 255.0f));
+    SIMD for (dnnl_dim_t t = 0; t < n; t++) dst[t] = scale * ((float)src[t * stride] * (1.0f / 255.0f));
 }
 
 static inline void scale_scatter(float *restrict dst, dnnl_dim_t stride, const float *restrict src, float scale,
                                  dnnl_dim_t n) {
-    SIMD
-    for (dnnl_dim_t t = 0; t < n; t++) dst[t * stride] = scale * src[t];
+    SIMD for (dnnl_dim_t t = 0; t < n; t++) dst[t * stride] = scale * src[t];
 }
 
 /* 1 when the input edge holds each image planar, (C, H, W) (a dense first layer), 2 as the
@@ -256,9 +256,12 @@ static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, con
         const size_t img = (size_t)b * n->obs_dim;
         float *xb = x + b * L->st[0];
         if (same) {
-            if (out) scale_copy(obs + img, xb, scale, HW * C);
-            else if (u8) scale_copy_u8(xb, u8 + img, scale, HW * C);
-            else scale_copy(xb, obs + img, scale, HW * C);
+            if (out)
+                scale_copy(obs + img, xb, scale, HW * C);
+            else if (u8)
+                scale_copy_u8(xb, u8 + img, scale, HW * C);
+            else
+                scale_copy(xb, obs + img, scale, HW * C);
             continue;
         }
         if (planar && u8 && !out && C <= PLANAR_TILE) {
@@ -275,9 +278,12 @@ static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, con
         }
         if (planar) {
             for (int c = 0; c < C; c++) {
-                if (out) scale_scatter(obs + img + c, C, xb + c * HW, scale, HW);
-                else if (u8) scale_gather_u8(xb + c * HW, u8 + img + c, C, scale, HW);
-                else scale_gather(xb + c * HW, obs + img + c, C, scale, HW);
+                if (out)
+                    scale_scatter(obs + img + c, C, xb + c * HW, scale, HW);
+                else if (u8)
+                    scale_gather_u8(xb + c * HW, u8 + img + c, C, scale, HW);
+                else
+                    scale_gather(xb + c * HW, obs + img + c, C, scale, HW);
             }
             continue;
         }
@@ -295,19 +301,26 @@ static void copy_images(const fl_dnnl_net_t *n, const plan_t *p, float *obs, con
                         for (int j = 0; j < run; j += (int)L->blk, o += L->st[1]) {
                             float *ob = obs ? obs + src + j : NULL;
                             const unsigned char *ub = u8 ? u8 + src + j : NULL;
-                            if (L->blk == 8) block_copy8(x + o, ob, ub, scale, out);
-                            else block_copy16(x + o, ob, ub, scale, out);
+                            if (L->blk == 8)
+                                block_copy8(x + o, ob, ub, scale, out);
+                            else
+                                block_copy16(x + o, ob, ub, scale, out);
                         }
                         continue;
                     }
                     /* in stretches of channels that lie side by side in x */
                     for (int j = 0; j < run;) {
                         dnnl_dim_t len = run - j;
-                        if (L->blk > 1 && len > L->blk - ci) len = L->blk - ci;
-                        else if (L->blk == 1 && L->st[1] != 1) len = 1;
-                        if (out) scale_copy(obs + src + j, x + o + ci, scale, len);
-                        else if (u8) scale_copy_u8(x + o + ci, u8 + src + j, scale, len);
-                        else scale_copy(x + o + ci, obs + src + j, scale, len);
+                        if (L->blk > 1 && len > L->blk - ci)
+                            len = L->blk - ci;
+                        else if (L->blk == 1 && L->st[1] != 1)
+                            len = 1;
+                        if (out)
+                            scale_copy(obs + src + j, x + o + ci, scale, len);
+                        else if (u8)
+                            scale_copy_u8(x + o + ci, u8 + src + j, scale, len);
+                        else
+                            scale_copy(x + o + ci, obs + src + j, scale, len);
                         j += (int)len;
                         if (L->blk == 1) {
                             o += len * L->st[1];
@@ -328,9 +341,12 @@ static void copy_vectors(float *obs, const unsigned char *u8, float *x, float sc
     PAR_FOR
     for (long k = 0; k < spans; k++) {
         const size_t i0 = (size_t)k * PAR_SPAN, i1 = total - i0 < PAR_SPAN ? total : i0 + PAR_SPAN;
-        if (out) scale_copy(obs + i0, x + i0, scale, (dnnl_dim_t)(i1 - i0));
-        else if (u8) scale_copy_u8(x + i0, u8 + i0, scale, (dnnl_dim_t)(i1 - i0));
-        else scale_copy(x + i0, obs + i0, scale, (dnnl_dim_t)(i1 - i0));
+        if (out)
+            scale_copy(obs + i0, x + i0, scale, (dnnl_dim_t)(i1 - i0));
+        else if (u8)
+            scale_copy_u8(x + i0, u8 + i0, scale, (dnnl_dim_t)(i1 - i0));
+        else
+            scale_copy(x + i0, obs + i0, scale, (dnnl_dim_t)(i1 - i0));
     }
 }
 
@@ -338,8 +354,8 @@ static void copy_vectors(float *obs, const unsigned char *u8, float *x, float sc
 static fl_status net_forward(fl_dnnl_net_t *n, const float *obs, const unsigned char *u8, float scale, int B, float *q,
                              fl_err_t *err) {
     if (!n || (!obs && !u8) || !q || B < 1 || B > n->max_batch)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "dnnl: forward: batch %d (expected 1..%d) and non-NULL buffers",
-                          B, n ? n->max_batch : 0);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dnnl: forward: batch %d (expected 1..%d) and non-NULL buffers", B,
+                          n ? n->max_batch : 0);
     plan_t *p = NULL;
     FL_TRY(fl__dnnl_get_plan(n, B, &p, err));
     /* obs is only read (copy_* write the other side) */
@@ -351,13 +367,15 @@ static fl_status net_forward(fl_dnnl_net_t *n, const float *obs, const unsigned 
             if (p->lp[i].sparse) sp = &p->lp[i].sp;
         if (sp) sp->pre = 0;
         if (sp && u8 && input_whole(n, p) == 1) {
-            const int nnz = fl_sparse_rows_u8(u8, B, n->img_h * n->img_w, n->img_c, scale, sp->cap, sp->start,
-                                              sp->col, sp->val, sp->cstart);
+            const int nnz = fl_sparse_rows_u8(u8, B, n->img_h * n->img_w, n->img_c, scale, sp->cap, sp->start, sp->col,
+                                              sp->val, sp->cstart);
             sp->nnz = nnz;
             sp->pre = nnz >= 0 ? 1 : nnz == -1 ? -1 : 0;
         }
-        if (p->img) p->img_in = (img_in_t){.u8 = u8, .f = obs, .scale = scale};
-        else if (!sp || sp->pre != 1) copy_images(n, p, (float *)obs, u8, p->edge[0]->val, scale, B, 0);
+        if (p->img)
+            p->img_in = (img_in_t){.u8 = u8, .f = obs, .scale = scale};
+        else if (!sp || sp->pre != 1)
+            copy_images(n, p, (float *)obs, u8, p->edge[0]->val, scale, B, 0);
     } else {
         copy_vectors((float *)obs, u8, p->edge[0]->val, scale, (size_t)B * n->obs_dim, 0);
     }
@@ -368,8 +386,7 @@ static fl_status net_forward(fl_dnnl_net_t *n, const float *obs, const unsigned 
     return FL_OK;
 }
 
-static fl_status net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *dobs, float scale,
-                              fl_err_t *err) {
+static fl_status net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *dobs, float scale, fl_err_t *err) {
     if (!n || !dq || B < 1 || B > n->max_batch)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dnnl: backward: batch %d (expected 1..%d) and non-NULL dq", B,
                           n ? n->max_batch : 0);
@@ -383,8 +400,10 @@ static fl_status net_backward(fl_dnnl_net_t *n, const float *dq, int B, float *d
     FL_TRY(run(n, &p->bwd, err));
     if (!dobs) return FL_OK;
     FL_TRY(run(n, &p->ibwd, err));
-    if (n->img_c) copy_images(n, p, dobs, NULL, p->edge[0]->grad, scale, B, 1);
-    else copy_vectors(dobs, NULL, p->edge[0]->grad, scale, (size_t)B * n->obs_dim, 1);
+    if (n->img_c)
+        copy_images(n, p, dobs, NULL, p->edge[0]->grad, scale, B, 1);
+    else
+        copy_vectors(dobs, NULL, p->edge[0]->grad, scale, (size_t)B * n->obs_dim, 1);
     return FL_OK;
 }
 

@@ -13,7 +13,9 @@ static int thread_set(int on) {
     _mm_setcsr(on ? csr | FLUSH_BITS : csr & ~FLUSH_BITS);
     return 1;
 }
-int fl_fp_denormals_flushed(void) { return (_mm_getcsr() & FLUSH_BITS) == FLUSH_BITS; }
+int fl_fp_denormals_flushed(void) {
+    return (_mm_getcsr() & FLUSH_BITS) == FLUSH_BITS;
+}
 #elif defined(__aarch64__)
 #define FLUSH_BIT (1ull << 24) /* FPCR.FZ */
 static unsigned long long fpcr_get(void) {
@@ -26,13 +28,17 @@ static int thread_set(int on) {
     __asm__ volatile("msr fpcr, %0" : : "r"(on ? v | FLUSH_BIT : v & ~FLUSH_BIT));
     return 1;
 }
-int fl_fp_denormals_flushed(void) { return (fpcr_get() & FLUSH_BIT) != 0; }
+int fl_fp_denormals_flushed(void) {
+    return (fpcr_get() & FLUSH_BIT) != 0;
+}
 #else
 static int thread_set(int on) {
     (void)on;
     return 0;
 }
-int fl_fp_denormals_flushed(void) { return 0; }
+int fl_fp_denormals_flushed(void) {
+    return 0;
+}
 #endif
 
 int fl_fp_flush_denormals(int on) {

@@ -4,8 +4,7 @@
 #include <assert.h>
 #include <math.h>
 
-float fl_loss_huber(const float *pred, const float *target, const float *weights, int B, float delta,
-                    float *dpred) {
+float fl_loss_huber(const float *pred, const float *target, const float *weights, int B, float delta, float *dpred) {
     assert(pred && target && B >= 1 && delta > 0.0f);
     const double inv_b = 1.0 / (double)B;
     double sum = 0.0;

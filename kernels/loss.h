@@ -13,16 +13,14 @@
 #ifndef FL_KERNELS_LOSS_H
 #define FL_KERNELS_LOSS_H
 
-float fl_loss_huber(const float *pred,    /* (B) */
-                    const float *target,  /* (B) */
-                    const float *weights, /* (B) or NULL */
-                    int B, float delta,
-                    float *dpred); /* (B) or NULL; may alias pred */
+float fl_loss_huber(const float *pred,                 /* (B) */
+                    const float *target,               /* (B) */
+                    const float *weights,              /* (B) or NULL */
+                    int B, float delta, float *dpred); /* (B) or NULL; may alias pred */
 
 float fl_loss_mse(const float *pred,    /* (B) */
                   const float *target,  /* (B) */
                   const float *weights, /* (B) or NULL */
-                  int B,
-                  float *dpred); /* (B) or NULL; may alias pred */
+                  int B, float *dpred); /* (B) or NULL; may alias pred */
 
 #endif

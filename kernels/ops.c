@@ -46,8 +46,8 @@ void fl_dense_forward(const float *x, const float *w, const float *b, int B, int
     }
 }
 
-void fl_dense_backward(const float *x, const float *w, const float *dy, int B, int in, int out, float *dx,
-                       float *dw, float *db, int accumulate) {
+void fl_dense_backward(const float *x, const float *w, const float *dy, int B, int in, int out, float *dx, float *dw,
+                       float *db, int accumulate) {
     assert(x && w && dy && B >= 1 && in >= 1 && out >= 1);
     if (dx) {
         if (B == 1) {
@@ -62,8 +62,8 @@ void fl_dense_backward(const float *x, const float *w, const float *dy, int B, i
         if (!accumulate) memset(dw, 0, (size_t)out * in * sizeof(float));
         cblas_sger(CblasRowMajor, out, in, 1.0f, dy, 1, x, 1, dw, in);
     } else if (dw) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, dy, out, x, in,
-                    accumulate ? 1.0f : 0.0f, dw, in);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, B, 1.0f, dy, out, x, in, accumulate ? 1.0f : 0.0f,
+                    dw, in);
     }
     if (db) {
         if (!accumulate) memset(db, 0, (size_t)out * sizeof(float));
@@ -98,8 +98,7 @@ void fl_relu_forward(const float *x, float *y, size_t n) {
     }
 }
 
-static inline void relu_bwd_span(const float *restrict y, const float *restrict dy, float *restrict dx,
-                                 size_t count) {
+static inline void relu_bwd_span(const float *restrict y, const float *restrict dy, float *restrict dx, size_t count) {
     for (size_t j = 0; j < count; j++) {
         const float d = dy[j];
         dx[j] = y[j] > 0.0f ? d : 0.0f;
@@ -296,8 +295,8 @@ void fl_conv2d_backward(const fl_conv2d_shape_t *s, const float *x, const float 
             }
         if (dw) {
             for (int j = 0; j < n; j++) im2col(s, x + (size_t)(n0 + j) * in_sz, col + (size_t)j * HW, ld);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Kd, (int)ld, 1.0f, dyt, (int)ld, col, (int)ld,
-                        1.0f, dw, Kd);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Kd, (int)ld, 1.0f, dyt, (int)ld, col, (int)ld, 1.0f,
+                        dw, Kd);
         }
         if (dx) {
             /* dcol (Kd, n HW) = W^T dyT, into the im2col scratch, then scattered back */

@@ -17,6 +17,9 @@
 
 #include <stddef.h>
 
+/* Each parameter on its line with its shape: */
+/* clang-format off */
+
 /* ---- dense: y = x W^T + b ------------------------------------------------------------ */
 
 void fl_dense_forward(const float *x, /* (B, in) */
@@ -108,5 +111,7 @@ void fl_conv2d_backward(const fl_conv2d_shape_t *s,
                         float *dw,  /* (Cout, Cin, K, K) or NULL */
                         float *db,  /* (Cout) or NULL */
                         int accumulate);
+
+/* clang-format on */
 
 #endif

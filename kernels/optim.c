@@ -17,10 +17,10 @@ struct fl_optim;
 
 /* One optimizer: a row of OPTIMS below. */
 typedef struct optim_ops {
-    const char *name;                              /* learner.optimizer */
-    int slots;                                     /* state vectors of n floats */
-    const char *slot_names[FL_OPTIM_MAX_SLOTS];    /* checkpoint tensor names */
-    float slot_init[FL_OPTIM_MAX_SLOTS];           /* each slot's initial value */
+    const char *name;                           /* learner.optimizer */
+    int slots;                                  /* state vectors of n floats */
+    const char *slot_names[FL_OPTIM_MAX_SLOTS]; /* checkpoint tensor names */
+    float slot_init[FL_OPTIM_MAX_SLOTS];        /* each slot's initial value */
     fl_optim_config_t defaults;
     /* The kind's own fields; the common ones (kind, lr) are checked by check_config. */
     fl_status (*check)(const fl_optim_config_t *c, fl_err_t *err);
@@ -69,8 +69,7 @@ typedef struct sgd_k {
     float lr, mu;
 } sgd_k;
 
-static inline void sgd_span(float *restrict p, const float *restrict g, float *restrict buf, size_t count,
-                            sgd_k k) {
+static inline void sgd_span(float *restrict p, const float *restrict g, float *restrict buf, size_t count, sgd_k k) {
     for (size_t j = 0; j < count; j++) {
         buf[j] = k.mu * buf[j] + g[j];
         p[j] -= k.lr * buf[j];
@@ -177,10 +176,15 @@ static void step_parts(fl_optim_t *o, float *p, const float *g, range_fn range) 
     }
 }
 
-static void step_sgd(fl_optim_t *o, float *p, const float *g) { step_parts(o, p, g, sgd_range); }
-static void step_adam(fl_optim_t *o, float *p, const float *g) { step_parts(o, p, g, adam_range); }
-static void step_rmsprop(fl_optim_t *o, float *p, const float *g) { step_parts(o, p, g, rmsprop_range); }
-
+static void step_sgd(fl_optim_t *o, float *p, const float *g) {
+    step_parts(o, p, g, sgd_range);
+}
+static void step_adam(fl_optim_t *o, float *p, const float *g) {
+    step_parts(o, p, g, adam_range);
+}
+static void step_rmsprop(fl_optim_t *o, float *p, const float *g) {
+    step_parts(o, p, g, rmsprop_range);
+}
 
 /* ---- the optimizers ------------------------------------------------------------------ */
 
@@ -191,7 +195,9 @@ static fl_status sgd_check(const fl_optim_config_t *c, fl_err_t *err) {
     return FL_OK;
 }
 
-static void sgd_configure(const fl_optim_settings_t *s, fl_optim_config_t *c) { c->momentum = (float)s->momentum; }
+static void sgd_configure(const fl_optim_settings_t *s, fl_optim_config_t *c) {
+    c->momentum = (float)s->momentum;
+}
 
 static fl_status adam_check(const fl_optim_config_t *c, fl_err_t *err) {
     if (!in_range(c->beta1, 0.0f, 1.0f, 1))
@@ -217,8 +223,8 @@ static fl_status rmsprop_check(const fl_optim_config_t *c, fl_err_t *err) {
         return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer rmsprop: decay = %g: expected 0 <= decay <= 1",
                           (double)c->decay);
     if (!in_range(c->momentum, 0.0f, 1.0f, 1))
-        return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "optimizer rmsprop: momentum = %g: expected 0 <= momentum < 1", (double)c->momentum);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer rmsprop: momentum = %g: expected 0 <= momentum < 1",
+                          (double)c->momentum);
     if (!in_range(c->eps, 0.0f, INFINITY, 1))
         return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer rmsprop: eps = %g: expected a finite value >= 0",
                           (double)c->eps);
@@ -233,28 +239,50 @@ static void rmsprop_configure(const fl_optim_settings_t *s, fl_optim_config_t *c
 
 /* The defaults of the fields a kind ignores: lr 0.01, betas 0.9/0.999, eps 1e-8,
  * decay 0.95, momentum 0. */
-#define DEFAULTS(kind_, lr_, eps_, momentum_)                                                                \
-    {.kind = (kind_), .lr = (lr_), .beta1 = 0.9f, .beta2 = 0.999f, .eps = (eps_), .decay = 0.95f,           \
-     .momentum = (momentum_)}
+#define DEFAULTS(kind_, lr_, eps_, momentum_)                                                        \
+    {                                                                                                \
+        .kind = (kind_), .lr = (lr_), .beta1 = 0.9f, .beta2 = 0.999f, .eps = (eps_), .decay = 0.95f, \
+        .momentum = (momentum_)                                                                      \
+    }
 
 /* Indexed by fl_optim_kind (a new optimizer is a new row at the end); the GPU kernel ids
  * are the ones kernels/cuda/ops_cuda.cu dispatches on. */
 static const optim_ops_t OPTIMS[] = {
-    [FL_OPTIM_SGD] = {"sgd", 1, {"momentum_buffer"}, {0.0f},
+    [FL_OPTIM_SGD] = {"sgd",
+                      1,
+                      {"momentum_buffer"},
+                      {0.0f},
                       DEFAULTS(FL_OPTIM_SGD, 0.01f, 1e-8f, 0.9f),
-                      sgd_check, sgd_configure, step_sgd, FL_OPTIM_SGD},
-    [FL_OPTIM_ADAM] = {"adam", 2, {"exp_avg", "exp_avg_sq"}, {0.0f, 0.0f},
+                      sgd_check,
+                      sgd_configure,
+                      step_sgd,
+                      FL_OPTIM_SGD},
+    [FL_OPTIM_ADAM] = {"adam",
+                       2,
+                       {"exp_avg", "exp_avg_sq"},
+                       {0.0f, 0.0f},
                        DEFAULTS(FL_OPTIM_ADAM, 1e-3f, 1e-8f, 0.0f),
-                       adam_check, adam_configure, step_adam, FL_OPTIM_ADAM},
+                       adam_check,
+                       adam_configure,
+                       step_adam,
+                       FL_OPTIM_ADAM},
     /* ms starts at one, as TensorFlow does */
-    [FL_OPTIM_RMSPROP] = {"rmsprop", 3, {"ms", "mg", "mom"}, {1.0f, 0.0f, 0.0f},
+    [FL_OPTIM_RMSPROP] = {"rmsprop",
+                          3,
+                          {"ms", "mg", "mom"},
+                          {1.0f, 0.0f, 0.0f},
                           DEFAULTS(FL_OPTIM_RMSPROP, 0.00025f / 4.0f, 1.5e-7f, 0.0f),
-                          rmsprop_check, rmsprop_configure, step_rmsprop, FL_OPTIM_RMSPROP},
+                          rmsprop_check,
+                          rmsprop_configure,
+                          step_rmsprop,
+                          FL_OPTIM_RMSPROP},
 };
 
 enum { KINDS = (int)(sizeof OPTIMS / sizeof OPTIMS[0]) };
 
-int fl_optim_num_kinds(void) { return KINDS; }
+int fl_optim_num_kinds(void) {
+    return KINDS;
+}
 
 static const optim_ops_t *ops_of(fl_optim_kind kind) {
     return (int)kind >= 0 && (int)kind < KINDS ? &OPTIMS[kind] : NULL;
@@ -370,14 +398,30 @@ void fl_optim_step(fl_optim_t *o, float *params, const float *grads) {
     o->ops->step(o, params, grads);
 }
 
-size_t fl_optim_size(const fl_optim_t *o) { return o->n; }
-const fl_optim_config_t *fl_optim_config(const fl_optim_t *o) { return &o->cfg; }
-void fl_optim_set_lr(fl_optim_t *o, float lr) { o->cfg.lr = lr; }
-size_t fl_optim_state_size(const fl_optim_t *o) { return (size_t)o->slots * o->n; }
-float *fl_optim_state(fl_optim_t *o) { return o->state; }
-int fl_optim_num_slots(const fl_optim_t *o) { return o->slots; }
-int64_t fl_optim_steps(const fl_optim_t *o) { return o->steps; }
-void fl_optim_set_steps(fl_optim_t *o, int64_t steps) { o->steps = steps; }
+size_t fl_optim_size(const fl_optim_t *o) {
+    return o->n;
+}
+const fl_optim_config_t *fl_optim_config(const fl_optim_t *o) {
+    return &o->cfg;
+}
+void fl_optim_set_lr(fl_optim_t *o, float lr) {
+    o->cfg.lr = lr;
+}
+size_t fl_optim_state_size(const fl_optim_t *o) {
+    return (size_t)o->slots * o->n;
+}
+float *fl_optim_state(fl_optim_t *o) {
+    return o->state;
+}
+int fl_optim_num_slots(const fl_optim_t *o) {
+    return o->slots;
+}
+int64_t fl_optim_steps(const fl_optim_t *o) {
+    return o->steps;
+}
+void fl_optim_set_steps(fl_optim_t *o, int64_t steps) {
+    o->steps = steps;
+}
 
 const char *fl_optim_slot_name(const fl_optim_t *o, int i) {
     return i >= 0 && i < o->slots ? o->ops->slot_names[i] : NULL;

@@ -89,7 +89,7 @@ typedef struct fl_optim_config {
 typedef struct fl_optim_settings {
     fl_optim_kind kind;
     double lr;
-    double momentum;                        /* SGD's (RMSProp runs without momentum) */
+    double momentum; /* SGD's (RMSProp runs without momentum) */
     double adam_beta1, adam_beta2, adam_eps;
     double rmsprop_decay, rmsprop_eps;
 } fl_optim_settings_t;

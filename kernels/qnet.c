@@ -33,22 +33,24 @@ typedef struct shape {
     int c, h, w;
 } shape_t;
 
-static size_t shape_size(shape_t s) { return (size_t)s.c * (size_t)s.h * (size_t)s.w; }
+static size_t shape_size(shape_t s) {
+    return (size_t)s.c * (size_t)s.h * (size_t)s.w;
+}
 
 typedef enum { LAYER_DENSE, LAYER_RELU, LAYER_DUELING, LAYER_CONV, LAYER_FLATTEN, LAYER_KINDS } layer_kind;
 
 typedef struct layer {
     layer_kind kind;
-    int units;             /* dense: outputs; dueling: actions */
-    shape_t in, out;       /* per sample */
+    int units;       /* dense: outputs; dueling: actions */
+    shape_t in, out; /* per sample */
     size_t in_size, out_size;
-    size_t w_off, b_off;   /* into params/grads, for layers with parameters */
-    size_t scratch_floats; /* per sample */
-    size_t scratch_once;   /* floats of scratch shared by the samples of a call (conv's im2col) */
+    size_t w_off, b_off;    /* into params/grads, for layers with parameters */
+    size_t scratch_floats;  /* per sample */
+    size_t scratch_once;    /* floats of scratch shared by the samples of a call (conv's im2col) */
     fl_conv2d_shape_t conv; /* conv: channels, kernel, stride, padding (and the shapes) */
-    char prefix[24];       /* view name prefix: "3.dense", "head.q", "head" */
-    float *y;              /* (max_batch, out_size) */
-    float *scratch;        /* (max_batch, scratch_floats) + scratch_once */
+    char prefix[24];        /* view name prefix: "3.dense", "head.q", "head" */
+    float *y;               /* (max_batch, out_size) */
+    float *scratch;         /* (max_batch, scratch_floats) + scratch_once */
 } layer_t;
 
 /* Collects parameter views while layers are set up. */
@@ -94,10 +96,10 @@ struct fl_qnet {
     size_t arena_floats; /* the reference backend's arena */
     size_t widest;       /* floats of the widest layer output (or the input) */
     float *arena;        /* NULL until the reference backend is first chosen */
-    float *input;   /* (max_batch, obs_dim): copy of the last forward's obs */
-    float *gbuf[2]; /* (max_batch, widest layer) each */
-    int last_batch; /* B of the last forward; 0 before the first */
-    float *obs_f;   /* (max_batch, obs_dim): fl_qnet_forward_obs's conversion, made at its first use */
+    float *input;        /* (max_batch, obs_dim): copy of the last forward's obs */
+    float *gbuf[2];      /* (max_batch, widest layer) each */
+    int last_batch;      /* B of the last forward; 0 before the first */
+    float *obs_f;        /* (max_batch, obs_dim): fl_qnet_forward_obs's conversion, made at its first use */
 };
 
 /* ---- views ------------------------------------------------------------------------- */
@@ -162,13 +164,15 @@ static void dense_forward(const layer_t *l, const float *params, const float *x,
 
 static void dense_backward(const layer_t *l, const float *params, const float *x, const float *dy, float *dx,
                            float *grads, int B) {
-    fl_dense_backward(x, params + l->w_off, dy, B, (int)l->in_size, l->units, dx, grads + l->w_off,
-                      grads + l->b_off, 0);
+    fl_dense_backward(x, params + l->w_off, dy, B, (int)l->in_size, l->units, dx, grads + l->w_off, grads + l->b_off,
+                      0);
 }
 
 /* ---- relu -------------------------------------------------------------------------- */
 
-static int no_args(layer_t *l, const char *args, size_t len) { return args ? -1 : 0; }
+static int no_args(layer_t *l, const char *args, size_t len) {
+    return args ? -1 : 0;
+}
 
 static int relu_setup(layer_t *l, builder_t *b) {
     (void)b;
@@ -348,13 +352,15 @@ static int parse_spec(const char *spec, layer_t *layers, int cap, fl_err_t *err)
         if (paren) {
             args = paren + 1;
             args_len = (size_t)(tok + len - args);
-            if (args_len == 0 || args[args_len - 1] != ')') bad = 1;
-            else args_len--;
+            if (args_len == 0 || args[args_len - 1] != ')')
+                bad = 1;
+            else
+                args_len--;
         }
         layer_t tmp = {.kind = (layer_kind)kind};
         if (bad || OPS[kind].parse(&tmp, args, args_len) != 0) {
-            fl_err_set(err, FL_INVALID_ARGUMENT, "model spec \"%.200s\": token %d \"%.*s\": expected %s", spec,
-                       index, len > 64 ? 64 : len, tok, OPS[kind].usage);
+            fl_err_set(err, FL_INVALID_ARGUMENT, "model spec \"%.200s\": token %d \"%.*s\": expected %s", spec, index,
+                       len > 64 ? 64 : len, tok, OPS[kind].usage);
             return -1;
         }
         if (count > 0 && layers[count - 1].kind == LAYER_DUELING) {
@@ -368,8 +374,10 @@ static int parse_spec(const char *spec, layer_t *layers, int cap, fl_err_t *err)
             fl_err_set(err, FL_INVALID_ARGUMENT, "model spec \"%.200s\": more than %d layers", spec, cap);
             return -1;
         }
-        if (kind == LAYER_DUELING) snprintf(tmp.prefix, sizeof tmp.prefix, "head");
-        else snprintf(tmp.prefix, sizeof tmp.prefix, "%d.%s", index - 1, OPS[kind].token);
+        if (kind == LAYER_DUELING)
+            snprintf(tmp.prefix, sizeof tmp.prefix, "head");
+        else
+            snprintf(tmp.prefix, sizeof tmp.prefix, "%d.%s", index - 1, OPS[kind].token);
         layers[count++] = tmp;
     }
     return count;
@@ -377,7 +385,9 @@ static int parse_spec(const char *spec, layer_t *layers, int cap, fl_err_t *err)
 
 /* ---- create / destroy -------------------------------------------------------------- */
 
-static size_t round_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
+static size_t round_up(size_t n) {
+    return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS;
+}
 
 static float *alloc_floats(size_t n) {
     size_t bytes = round_up(n ? n : 1) * sizeof(float);
@@ -433,8 +443,8 @@ static fl_status create(const char *spec, shape_t in, int img, int num_actions, 
     n->num_layers = count;
 
     /* shapes and parameter views */
-    builder_t b = {.views = calloc((size_t)count * 4, sizeof(fl_param_view_t)), .cap = count * 4,
-                   .max_batch = max_batch};
+    builder_t b = {
+        .views = calloc((size_t)count * 4, sizeof(fl_param_view_t)), .cap = count * 4, .max_batch = max_batch};
     if (!b.views) {
         st = fl_err_set(err, FL_NO_MEMORY, "qnet: out of memory");
         goto fail;
@@ -512,11 +522,19 @@ static fl_status make_dnnl(fl_qnet_t *n, fl_err_t *err) {
     if (n->dnnl) return FL_OK;
     fl_qnet_layer_t layers[FL_QNET_MAX_LAYERS];
     for (int i = 0; i < n->num_layers; i++) fl_qnet_layer(n, i, &layers[i]);
-    const fl_dnnl_net_desc_t d = {.layers = layers, .num_layers = n->num_layers, .img_h = n->img_h,
-                                  .img_w = n->img_w, .img_c = n->img_c, .obs_dim = n->obs_dim,
-                                  .num_actions = n->num_actions, .max_batch = n->max_batch,
-                                  .params = n->params, .grads = n->grads, .params_gen = &n->params_gen,
-                                  .inference = &n->inference, .prims_only = &n->prims_only};
+    const fl_dnnl_net_desc_t d = {.layers = layers,
+                                  .num_layers = n->num_layers,
+                                  .img_h = n->img_h,
+                                  .img_w = n->img_w,
+                                  .img_c = n->img_c,
+                                  .obs_dim = n->obs_dim,
+                                  .num_actions = n->num_actions,
+                                  .max_batch = n->max_batch,
+                                  .params = n->params,
+                                  .grads = n->grads,
+                                  .params_gen = &n->params_gen,
+                                  .inference = &n->inference,
+                                  .prims_only = &n->prims_only};
     return fl_dnnl_net_create(&d, &n->dnnl, err);
 }
 
@@ -531,15 +549,17 @@ fl_status fl_qnet_set_backend(fl_qnet_t *n, fl_qnet_backend_kind backend, fl_err
         backend = FL_QNET_BACKEND_DNNL;
         break;
     default:
-        return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "qnet: backend %d: expected FL_QNET_BACKEND_REF, _DNNL or _ONEDNN", (int)backend);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet: backend %d: expected FL_QNET_BACKEND_REF, _DNNL or _ONEDNN",
+                          (int)backend);
     }
     n->backend = backend;
     n->last_batch = 0; /* the activations of a last forward are the other backend's */
     return FL_OK;
 }
 
-fl_qnet_backend_kind fl_qnet_backend(const fl_qnet_t *n) { return n->backend; }
+fl_qnet_backend_kind fl_qnet_backend(const fl_qnet_t *n) {
+    return n->backend;
+}
 
 fl_qnet_backend_kind fl_qnet_default_backend(void) {
     return fl_dnnl_available() ? FL_QNET_BACKEND_DNNL : FL_QNET_BACKEND_REF;
@@ -569,8 +589,8 @@ fl_status fl_qnet_create(const char *spec, int obs_dim, int num_actions, int max
     return create(spec, (shape_t){obs_dim, 1, 1}, 0, num_actions, max_batch, out, err);
 }
 
-fl_status fl_qnet_create_image(const char *spec, int h, int w, int c, int num_actions, int max_batch,
-                               fl_qnet_t **out, fl_err_t *err) {
+fl_status fl_qnet_create_image(const char *spec, int h, int w, int c, int num_actions, int max_batch, fl_qnet_t **out,
+                               fl_err_t *err) {
     if (h < 1 || w < 1 || c < 1 || (double)h * w * c > MAX_OBS_DIM) {
         if (out) *out = NULL;
         return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet: image (%d, %d, %d): expected sizes >= 1, at most %d in all",
@@ -602,23 +622,45 @@ void fl_qnet_destroy(fl_qnet_t *n) {
 
 /* ---- accessors --------------------------------------------------------------------- */
 
-size_t fl_qnet_num_params(const fl_qnet_t *n) { return n->num_params; }
+size_t fl_qnet_num_params(const fl_qnet_t *n) {
+    return n->num_params;
+}
 float *fl_qnet_params(fl_qnet_t *n) {
     n->params_gen++; /* the caller may write them (qnet.h) */
     return n->params;
 }
-float *fl_qnet_grads(fl_qnet_t *n) { return n->grads; }
-int fl_qnet_num_views(const fl_qnet_t *n) { return n->num_views; }
-int fl_qnet_obs_dim(const fl_qnet_t *n) { return n->obs_dim; }
-void fl_qnet_set_input_scale(fl_qnet_t *n, float scale) { n->in_scale = scale; }
+float *fl_qnet_grads(fl_qnet_t *n) {
+    return n->grads;
+}
+int fl_qnet_num_views(const fl_qnet_t *n) {
+    return n->num_views;
+}
+int fl_qnet_obs_dim(const fl_qnet_t *n) {
+    return n->obs_dim;
+}
+void fl_qnet_set_input_scale(fl_qnet_t *n, float scale) {
+    n->in_scale = scale;
+}
 
-void fl_qnet_set_inference(fl_qnet_t *n, int on) { n->inference = on != 0; }
-float fl_qnet_input_scale(const fl_qnet_t *n) { return n->in_scale; }
-int fl_qnet_num_actions(const fl_qnet_t *n) { return n->num_actions; }
-int fl_qnet_max_batch(const fl_qnet_t *n) { return n->max_batch; }
-const char *fl_qnet_spec(const fl_qnet_t *n) { return n->spec; }
+void fl_qnet_set_inference(fl_qnet_t *n, int on) {
+    n->inference = on != 0;
+}
+float fl_qnet_input_scale(const fl_qnet_t *n) {
+    return n->in_scale;
+}
+int fl_qnet_num_actions(const fl_qnet_t *n) {
+    return n->num_actions;
+}
+int fl_qnet_max_batch(const fl_qnet_t *n) {
+    return n->max_batch;
+}
+const char *fl_qnet_spec(const fl_qnet_t *n) {
+    return n->spec;
+}
 
-int fl_qnet_num_layers(const fl_qnet_t *n) { return n->num_layers; }
+int fl_qnet_num_layers(const fl_qnet_t *n) {
+    return n->num_layers;
+}
 
 int fl_qnet_layer(const fl_qnet_t *n, int i, fl_qnet_layer_t *out) {
     static const fl_qnet_layer_kind kinds[LAYER_KINDS] = {
@@ -630,10 +672,18 @@ int fl_qnet_layer(const fl_qnet_t *n, int i, fl_qnet_layer_t *out) {
     *out = (fl_qnet_layer_t){
         .kind = kinds[l->kind],
         .units = l->units,
-        .in_c = l->in.c, .in_h = l->in.h, .in_w = l->in.w,
-        .out_c = l->out.c, .out_h = l->out.h, .out_w = l->out.w,
-        .cout = l->conv.cout, .k = l->conv.k, .stride = l->conv.stride, .pad = l->conv.pad,
-        .w_off = l->w_off, .b_off = l->b_off,
+        .in_c = l->in.c,
+        .in_h = l->in.h,
+        .in_w = l->in.w,
+        .out_c = l->out.c,
+        .out_h = l->out.h,
+        .out_w = l->out.w,
+        .cout = l->conv.cout,
+        .k = l->conv.k,
+        .stride = l->conv.stride,
+        .pad = l->conv.pad,
+        .w_off = l->w_off,
+        .b_off = l->b_off,
         .prefix = l->prefix,
     };
     return 0;
@@ -661,8 +711,8 @@ void fl_qnet_init(fl_qnet_t *n, fl_rng_t *rng) {
 
 fl_status fl_qnet_set_params(fl_qnet_t *n, const float *src, size_t count, fl_err_t *err) {
     if (count != n->num_params)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet \"%.200s\": got %zu parameters, expected %zu", n->spec,
-                          count, n->num_params);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet \"%.200s\": got %zu parameters, expected %zu", n->spec, count,
+                          n->num_params);
     if (!src && count) return fl_err_set(err, FL_INVALID_ARGUMENT, "qnet: src must not be NULL");
     memcpy(n->params, src, count * sizeof(float));
     n->params_gen++;
@@ -783,4 +833,6 @@ fl_status fl_qnet_backward_input(fl_qnet_t *n, const float *dq, int B, float *do
     return FL_OK;
 }
 
-fl_status fl_qnet_backward(fl_qnet_t *n, const float *dq, int B) { return fl_qnet_backward_input(n, dq, B, NULL); }
+fl_status fl_qnet_backward(fl_qnet_t *n, const float *dq, int B) {
+    return fl_qnet_backward_input(n, dq, B, NULL);
+}

@@ -118,11 +118,10 @@ typedef enum { FL_QNET_BACKEND_REF, FL_QNET_BACKEND_DNNL, FL_QNET_BACKEND_ONEDNN
 
 /* obs_dim, num_actions >= 1; max_batch >= 1 is the largest B of forward/backward.
  * Parameters are zero until fl_qnet_init or fl_qnet_set_params. */
-fl_status fl_qnet_create(const char *spec, int obs_dim, int num_actions, int max_batch, fl_qnet_t **out,
-                         fl_err_t *err);
+fl_status fl_qnet_create(const char *spec, int obs_dim, int num_actions, int max_batch, fl_qnet_t **out, fl_err_t *err);
 /* An image network: observations (H, W, C), obs_dim H W C. */
-fl_status fl_qnet_create_image(const char *spec, int h, int w, int c, int num_actions, int max_batch,
-                               fl_qnet_t **out, fl_err_t *err);
+fl_status fl_qnet_create_image(const char *spec, int h, int w, int c, int num_actions, int max_batch, fl_qnet_t **out,
+                               fl_err_t *err);
 /* rank 3: fl_qnet_create_image(shape[0], shape[1], shape[2]); otherwise fl_qnet_create
  * with the product of the shape. */
 fl_status fl_qnet_create_for_obs(const char *spec, int rank, const int *shape, int num_actions, int max_batch,
@@ -137,9 +136,9 @@ size_t fl_qnet_num_params(const fl_qnet_t *n);
  * them takes the pointer anew for each change (never keeps it across a forward and
  * writes through it later). */
 float *fl_qnet_params(fl_qnet_t *n);
-float *fl_qnet_grads(fl_qnet_t *n);  /* (num_params), same layout */
+float *fl_qnet_grads(fl_qnet_t *n); /* (num_params), same layout */
 int fl_qnet_num_views(const fl_qnet_t *n);
-const fl_param_view_t *fl_qnet_view(const fl_qnet_t *n, int i);               /* NULL if out of range */
+const fl_param_view_t *fl_qnet_view(const fl_qnet_t *n, int i);                 /* NULL if out of range */
 const fl_param_view_t *fl_qnet_find_view(const fl_qnet_t *n, const char *name); /* NULL if absent */
 
 /* Draws every parameter as documented above. */
@@ -160,8 +159,8 @@ fl_status fl_qnet_forward(fl_qnet_t *n, const float *obs, int B, float *q);
  * the results of fl_dtype_to_float into a float buffer and fl_qnet_forward. The oneDNN
  * backend converts uint8 observations on the way into its own layout, with no float copy
  * of the batch in between; float32 goes to fl_qnet_forward as it is; the other cases
- * convert into a buffer of the network's (allocated at the first call). FL_INVALID_ARGUMENT also for a dtype with no float
- * conversion; FL_NO_MEMORY. */
+ * convert into a buffer of the network's (allocated at the first call). FL_INVALID_ARGUMENT also for a dtype with no
+ * float conversion; FL_NO_MEMORY. */
 fl_status fl_qnet_forward_obs(fl_qnet_t *n, fl_dtype d, const void *obs, int B, float *q);
 /* Given dq (B, num_actions) = dLoss/dQ of the last forward (same B), overwrites (does
  * not accumulate) the gradient buffer with dLoss/dparams. */

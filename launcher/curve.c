@@ -23,15 +23,15 @@
 #define CURVE_PNG "curve.png"
 #define CURVE_GP "curve.gp"
 #define CURVE_LOG "logs/curve.log"
-#define MAX_SHOWN 8          /* actor lines drawn at most */
+#define MAX_SHOWN 8           /* actor lines drawn at most */
 #define MAX_ACTOR_INDEX 65535 /* rows naming a larger index are ignored */
 
 /* An incremental reader of one CSV file of the run folder. */
 typedef struct csv_scan {
     char path[PATH_MAX + 32];
-    long offset;      /* bytes consumed: whole lines only */
+    long offset; /* bytes consumed: whole lines only */
     int have_header;
-    int col_actor, col_eps; /* returns.csv: the columns' indices (-1: absent) */
+    int col_actor, col_eps;  /* returns.csv: the columns' indices (-1: absent) */
     int col_env, col_frames; /* evals.csv: env_steps and frames (-1: absent) */
     long rows;
 } csv_scan_t;
@@ -203,20 +203,22 @@ static int write_script(fl_curve_t *c) {
     if (!f) return -1;
     fprintf(f, "# curve.gp: the learning curve of run '");
     gp_quote(f, c->name);
-    fprintf(f, "', written by fleet each time it redraws\n"
-               "# curve.png. Paths are relative to the run folder: `cd` there and `gnuplot curve.gp`\n"
-               "# (fleet rewrites this file while the run goes on: restyle a copy).\n"
-               "# x: the whole fleet's env steps (times the frame skip: frames); y: return.\n"
-               "# evals.csv: greedy evaluations;\n"
-               "# returns.csv: each actor's recent training episodes, at its exploration epsilon.\n"
-               "if (!exists(\"out\")) out = '" CURVE_PNG "'\n"
-               "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-               "    set terminal pngcairo size 1000,600 font 'sans,10' noenhanced\n"
-               "} else {\n"
-               "    set terminal png size 1000,600 noenhanced\n"
-               "}\n"
-               "set output out\n"
-               "set datafile separator ','\n");
+    fprintf(f,
+            "', written by fleet each time it redraws\n"
+            "# curve.png. Paths are relative to the run folder: `cd` there and `gnuplot curve.gp`\n"
+            "# (fleet rewrites this file while the run goes on: restyle a copy).\n"
+            "# x: the whole fleet's env steps (times the frame skip: frames); y: return.\n"
+            "# evals.csv: greedy evaluations;\n"
+            "# returns.csv: each actor's recent training episodes, at its exploration epsilon.\n"
+            "if (!exists(\"out\")) out = '" CURVE_PNG
+            "'\n"
+            "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+            "    set terminal pngcairo size 1000,600 font 'sans,10' noenhanced\n"
+            "} else {\n"
+            "    set terminal png size 1000,600 noenhanced\n"
+            "}\n"
+            "set output out\n"
+            "set datafile separator ','\n");
     fprintf(f, "set title '");
     gp_quote(f, c->name);
     /* x: the whole fleet's env steps, or with a frame skip the emulator frames (Atari
@@ -228,12 +230,12 @@ static int write_script(fl_curve_t *c) {
         fprintf(f, "set xlabel 'frames (env steps x %ld, whole fleet)'\n", c->frame_skip);
     else
         fprintf(f, "set xlabel 'env steps (whole fleet)'\n");
-    fprintf(f, "set ylabel 'return'\n"
-               "set format x '%%.1s%%c'\n"
-               "set grid\n"
-               "set key outside right top vertical Left reverse noenhanced samplen 2\n");
-    if (n_shown < n_seen)
-        fprintf(f, "set key title '%d of %d actors shown' left\n", n_shown, n_seen);
+    fprintf(f,
+            "set ylabel 'return'\n"
+            "set format x '%%.1s%%c'\n"
+            "set grid\n"
+            "set key outside right top vertical Left reverse noenhanced samplen 2\n");
+    if (n_shown < n_seen) fprintf(f, "set key title '%d of %d actors shown' left\n", n_shown, n_seen);
     if (n_shown > 0) fprintf(f, "# one data block per actor shown: its rows of returns.csv\n");
     for (int j = 0; j < n_shown; j++)
         fprintf(f,
@@ -329,8 +331,8 @@ static int drawing_result(fl_curve_t *c, int r) {
             FL_WARN("curve: gnuplot %s: %s not updated (its messages are in %s/" CURVE_LOG ")", what, c->png_path,
                     c->dir);
         else
-            FL_WARN("curve: gnuplot %s: %s not updated (`gnuplot " CURVE_GP "` in %s shows why)", what,
-                    c->png_path, c->dir);
+            FL_WARN("curve: gnuplot %s: %s not updated (`gnuplot " CURVE_GP "` in %s shows why)", what, c->png_path,
+                    c->dir);
     }
     return -1;
 }
@@ -369,7 +371,9 @@ fl_curve_t *fl_curve_create(const char *dir) {
     return c;
 }
 
-int fl_curve_available(const fl_curve_t *c) { return c && fl_gnuplot_available(c->plot); }
+int fl_curve_available(const fl_curve_t *c) {
+    return c && fl_gnuplot_available(c->plot);
+}
 
 /* Reads what was added to both files; 1 when there is something to draw: an evaluation,
  * or an actor's training return. */
@@ -544,35 +548,38 @@ static int write_band(const char *path, const double *x, const double *mean, con
 }
 
 /* curves.gp for the seeds with points (has[i]); 0 or -1. */
-static int write_suite_script(const char *path, const char *title, const char *const *names,
-                              const char *const *labels, const int *has, int n, double target) {
+static int write_suite_script(const char *path, const char *title, const char *const *names, const char *const *labels,
+                              const int *has, int n, double target) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
-    fprintf(f, "# curves.gp: a suite's greedy evaluation returns over its seeds, written by `fleet suite`;\n"
-               "# `gnuplot curves.gp` in the suite folder redraws curves.png.\n"
-               "# Thin lines: each seed's evaluations (seed-S/evals.csv); thick: their mean, over\n"
-               "# the 95%% confidence interval of the mean (Student's t) from curves.csv.\n"
-               "if (!exists(\"out\")) out = 'curves.png'\n"
-               "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-               "    set terminal pngcairo size 1000,600 font 'sans,10' noenhanced\n"
-               "} else {\n"
-               "    set terminal png size 1000,600 noenhanced\n"
-               "}\n"
-               "set output out\n"
-               "set datafile separator ','\n"
-               "set title '");
+    fprintf(f,
+            "# curves.gp: a suite's greedy evaluation returns over its seeds, written by `fleet suite`;\n"
+            "# `gnuplot curves.gp` in the suite folder redraws curves.png.\n"
+            "# Thin lines: each seed's evaluations (seed-S/evals.csv); thick: their mean, over\n"
+            "# the 95%% confidence interval of the mean (Student's t) from curves.csv.\n"
+            "if (!exists(\"out\")) out = 'curves.png'\n"
+            "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+            "    set terminal pngcairo size 1000,600 font 'sans,10' noenhanced\n"
+            "} else {\n"
+            "    set terminal png size 1000,600 noenhanced\n"
+            "}\n"
+            "set output out\n"
+            "set datafile separator ','\n"
+            "set title '");
     gp_quote(f, title);
-    fprintf(f, "' font ',12' noenhanced\n"
-               "set xlabel 'env steps (whole fleet)'\n"
-               "set ylabel 'greedy evaluation return (mean of the episodes)'\n"
-               "set format x '%%.1s%%c'\n"
-               "set grid\n"
-               "set key outside right top vertical Left reverse noenhanced samplen 2\n");
+    fprintf(f,
+            "' font ',12' noenhanced\n"
+            "set xlabel 'env steps (whole fleet)'\n"
+            "set ylabel 'greedy evaluation return (mean of the episodes)'\n"
+            "set format x '%%.1s%%c'\n"
+            "set grid\n"
+            "set key outside right top vertical Left reverse noenhanced samplen 2\n");
     int seeds = 0;
     for (int i = 0; i < n; i++) seeds += has[i] != 0;
-    fprintf(f, "plot \\\n"
-               "  'curves.csv' using 'env_steps':'low':'high' with filledcurves \\\n"
-               "    fs transparent solid 0.2 noborder lc rgb '#1f77b4' title '95%% CI of the mean (Student t)'");
+    fprintf(f,
+            "plot \\\n"
+            "  'curves.csv' using 'env_steps':'low':'high' with filledcurves \\\n"
+            "    fs transparent solid 0.2 noborder lc rgb '#1f77b4' title '95%% CI of the mean (Student t)'");
     for (int i = 0, k = 0; i < n; i++) {
         if (!has[i]) continue;
         fprintf(f, ", \\\n  '");
@@ -582,7 +589,8 @@ static int write_suite_script(const char *path, const char *title, const char *c
         gp_quote(f, labels[i]);
         fprintf(f, "'");
     }
-    fprintf(f, ", \\\n  'curves.csv' using 'env_steps':'mean' with lines lw 3 lc rgb '#1f77b4' title 'mean of %d seed%s'",
+    fprintf(f,
+            ", \\\n  'curves.csv' using 'env_steps':'mean' with lines lw 3 lc rgb '#1f77b4' title 'mean of %d seed%s'",
             seeds, seeds == 1 ? "" : "s");
     if (!isnan(target)) fprintf(f, ", \\\n  %.17g with lines dashtype 2 lc rgb 'gray' title 'target'", target);
     fprintf(f, "\n");

@@ -256,10 +256,11 @@ static int figures_bad(const fl_fleet_state_t *fs, const fl_role_state_t *st, co
         const double ret = r->episode_returns[i];
         const double steps = i < r->n_episode_lengths && r->episode_lengths[i] > 0 ? r->episode_lengths[i] : 1;
         if (!isfinite(ret) || fabs(ret) > fs->max_abs_reward * steps) {
-            snprintf(why, len,
-                     "episode_returns[%zu] = %g over %.0f steps (expected a finite return of at most "
-                     "%g a step in magnitude: the env's reward bound, env.reward_bound, or replay.max_abs_reward where set)",
-                     i, ret, steps, fs->max_abs_reward);
+            snprintf(
+                why, len,
+                "episode_returns[%zu] = %g over %.0f steps (expected a finite return of at most "
+                "%g a step in magnitude: the env's reward bound, env.reward_bound, or replay.max_abs_reward where set)",
+                i, ret, steps, fs->max_abs_reward);
             return 1;
         }
     }
@@ -342,8 +343,9 @@ static void joined_seen(fl_fleet_state_t *fs, fl_role_state_t *st, const Fleet__
     if (r->leaving && !st->gone) {
         st->gone = FL_JOINED_LEFT;
         fs->leaves++;
-        fl_log(FL_LOG_INFO, "actor %d (joined from %s, pid %lld) left after %llu env steps, %llu transitions acknowledged",
-               a, st->host, (long long)st->pid, (unsigned long long)st->env_steps, (unsigned long long)st->acked);
+        fl_log(FL_LOG_INFO,
+               "actor %d (joined from %s, pid %lld) left after %llu env steps, %llu transitions acknowledged", a,
+               st->host, (long long)st->pid, (unsigned long long)st->env_steps, (unsigned long long)st->acked);
     }
 }
 
@@ -412,9 +414,9 @@ fl_status fl_fleet_state_on_report(void *user, const uint8_t *req, size_t len, f
 /* ------------------------------------------------------------------- joins ---- */
 
 int fl_fleet_state_open_joins(fl_fleet_state_t *fs, double eps_base, double eps_alpha, const char *replay,
-                              const char *params, const char *config_text, const char *run_name,
-                              const char *refused) {
-    char *r = strdup(replay ? replay : ""), *p = strdup(params ? params : ""), *c = strdup(config_text ? config_text : "");
+                              const char *params, const char *config_text, const char *run_name, const char *refused) {
+    char *r = strdup(replay ? replay : ""), *p = strdup(params ? params : ""),
+         *c = strdup(config_text ? config_text : "");
     char *n = strdup(run_name ? run_name : "");
     if (!r || !p || !c || !n) {
         free(r);
@@ -466,8 +468,8 @@ fl_status fl_fleet_state_on_join(void *user, const uint8_t *req, size_t len, fl_
         if ((unsigned char)*h < 0x20 || (unsigned char)*h > 0x7e) *h = '?'; /* it goes into logs */
     const int64_t pid = q->pid;
     if (!role_ok)
-        snprintf(msg, sizeof msg, "Join: role '%.32s' cannot join (expected \"actor\": only actors join a running fleet)",
-                 role);
+        snprintf(msg, sizeof msg,
+                 "Join: role '%.32s' cannot join (expected \"actor\": only actors join a running fleet)", role);
     else if (!host_ok)
         snprintf(msg, sizeof msg, "Join: host name of %zu bytes (expected at most %zu)", q->host ? strlen(q->host) : 0,
                  sizeof host - 1);
@@ -475,15 +477,16 @@ fl_status fl_fleet_state_on_join(void *user, const uint8_t *req, size_t len, fl_
     pthread_mutex_lock(&fs->mu);
     if (msg[0]) return refuse_join(fs, reply, FL_INVALID_ARGUMENT, msg);
     if (!fs->joins_open)
-        return refuse_join(fs, reply, FL_UNAVAILABLE, "Join: the fleet's services are still starting; try again shortly");
+        return refuse_join(fs, reply, FL_UNAVAILABLE,
+                           "Join: the fleet's services are still starting; try again shortly");
     if (fs->joins_refused[0]) {
         snprintf(msg, sizeof msg, "Join: this run takes no joining actors: %s", fs->joins_refused);
         return refuse_join(fs, reply, FL_FAILED_PRECONDITION, msg);
     }
-    if (fs->stop_actors)
-        return refuse_join(fs, reply, FL_FAILED_PRECONDITION, "Join: the fleet is stopping");
+    if (fs->stop_actors) return refuse_join(fs, reply, FL_FAILED_PRECONDITION, "Join: the fleet is stopping");
     if (fs->n_actors >= fs->max_actors) {
-        snprintf(msg, sizeof msg, "Join: %d actors have joined this run, its actor.max_joined", fs->max_actors - fs->n_started);
+        snprintf(msg, sizeof msg, "Join: %d actors have joined this run, its actor.max_joined",
+                 fs->max_actors - fs->n_started);
         return refuse_join(fs, reply, FL_RESOURCE_EXHAUSTED, msg);
     }
     const int a = fs->n_actors++;
@@ -624,8 +627,8 @@ static int restore_roles(fl_fleet_state_t *fs, const fl_state_t *st) {
     float win[FL_FLEET_RETURN_WINDOW];
     char key[64];
     size_t n = fl_state_get_floats(st, "returns", win, FL_FLEET_RETURN_WINDOW);
-    if (!fl_state_get_u64(st, "episodes", &fs->n_returns) || !fl_state_get_double(st, "best_return", &fs->best_return) ||
-        n > fs->n_returns)
+    if (!fl_state_get_u64(st, "episodes", &fs->n_returns) ||
+        !fl_state_get_double(st, "best_return", &fs->best_return) || n > fs->n_returns)
         return 0;
     ring_restore(fs->returns, fs->n_returns, FL_FLEET_RETURN_WINDOW, win, n);
     for (int a = 0; a < fs->n_actors; a++) {
@@ -684,7 +687,8 @@ fl_status fl_fleet_state_restore(fl_fleet_state_t *fs, fl_fleet_totals_t *t, con
                        "%s: %llu actors joined the run's earlier sittings; actor.max_joined is now %d (expected at "
                        "least as many)",
                        path, (unsigned long long)joined, fs->max_actors - fs->n_started);
-    if (s == FL_OK && !restore_totals(st, t)) s = fl_err_set(err, FL_PARSE_ERROR, "%s: the totals are incomplete", path);
+    if (s == FL_OK && !restore_totals(st, t))
+        s = fl_err_set(err, FL_PARSE_ERROR, "%s: the totals are incomplete", path);
     pthread_mutex_lock(&fs->mu);
     if (s == FL_OK) fs->n_actors = fs->n_started + (int)joined;
     if (s == FL_OK && !restore_roles(fs, st))

@@ -22,7 +22,7 @@
 #define FL_FLEET_RETURN_WINDOW 100 /* training episodes in the fleet's mean return */
 #define FL_FLEET_ACTOR_WINDOW 20   /* an actor's recent episodes in its own mean */
 #define FL_FLEET_EVAL_QUEUE 64
-#define FL_FLEET_ROUND_SLOTS 64 /* run.deterministic: rounds being gathered, and rows queued */
+#define FL_FLEET_ROUND_SLOTS 64                 /* run.deterministic: rounds being gathered, and rows queued */
 #define FL_FLEET_MAX_PROCESS_BYTES (1ull << 50) /* a report's memory figures above this cannot be true */
 
 /* run.deterministic: one round's figures, gathered from the learner's and every actor's
@@ -41,20 +41,20 @@ typedef struct fl_role_state {
     int seen;
     uint64_t env_steps, episodes, acked, version, learner_steps, samples;
     double loss, wait_fraction, epsilon;
-    uint64_t rss, private_bytes;                  /* the process's memory (Report.rss_bytes, private_bytes) */
-    double cpu_s;                                 /* its CPU seconds so far (Report.cpu_s) */
+    uint64_t rss, private_bytes;                 /* the process's memory (Report.rss_bytes, private_bytes) */
+    double cpu_s;                                /* its CPU seconds so far (Report.cpu_s) */
     uint64_t last_env, last_steps, last_samples; /* the monitor's, at the previous progress line */
-    float recent[FL_FLEET_ACTOR_WINDOW];          /* actors: their latest returns (a ring) */
-    uint64_t n_recent;                            /* episodes reported in total */
+    float recent[FL_FLEET_ACTOR_WINDOW];         /* actors: their latest returns (a ring) */
+    uint64_t n_recent;                           /* episodes reported in total */
     /* Actors: an actor restarted by the launcher counts from zero again, so what its
      * predecessors reported is kept as a base that its own counters add to; a report
      * from a newer incarnation moves the totals so far into the base. */
-    uint64_t incarnation;                         /* of the latest report (0 = none yet): a newer one
-                                                     is a restarted process (Report.incarnation) */
-    double last_report_s;                         /* fl_clock_sec() at the latest accepted report */
+    uint64_t incarnation; /* of the latest report (0 = none yet): a newer one
+                             is a restarted process (Report.incarnation) */
+    double last_report_s; /* fl_clock_sec() at the latest accepted report */
     uint64_t base_env, base_episodes, base_acked, base_dropped;
-    uint64_t pending, dropped;                    /* actors: the writer's backlog, totals with the base */
-    uint64_t lost_unacked;                        /* actors: pending when an incarnation was replaced */
+    uint64_t pending, dropped; /* actors: the writer's backlog, totals with the base */
+    uint64_t lost_unacked;     /* actors: pending when an incarnation was replaced */
     /* Actors that joined (`fleet actor --join`, fl_fleet_state_on_join): where from, and
      * whether they are gone (FL_JOINED_LEFT: sent their last report, or joined in an earlier
      * sitting of a resumed run; FL_JOINED_LOST: silent for longer than the launcher waits). */
@@ -125,8 +125,7 @@ int fl_fleet_state_init(fl_fleet_state_t *fs, int n_actors, int max_joined, int 
  * refused: non-NULL, joins stay refused for the run with that reason (e.g. the lockstep
  * rounds of run.deterministic). Copies the strings. 0, or -1 when out of memory. Locks mu. */
 int fl_fleet_state_open_joins(fl_fleet_state_t *fs, double eps_base, double eps_alpha, const char *replay,
-                              const char *params, const char *config_text, const char *run_name,
-                              const char *refused);
+                              const char *params, const char *config_text, const char *run_name, const char *refused);
 
 /* The epsilon of the run's j-th joined actor (j = 0, 1, ...): eps_base^(1 + eps_alpha * p)
  * at p = 1/2, 1/4, 3/4, 1/8, ... (the base-2 van der Corput sequence), so that newcomers
@@ -200,8 +199,8 @@ typedef struct fl_fleet_totals {
 fl_status fl_fleet_state_save(fl_fleet_state_t *fs, const fl_fleet_totals_t *t, const char *path, fl_err_t *err);
 /* Reads what fl_fleet_state_save wrote into fs (made with the same role counts; other
  * counts are refused, naming both) and *t. The actors that joined earlier sittings keep
- * their slots and figures, marked FL_JOINED_LEFT (newcomers get the indices after theirs). The roles' progress-line baselines become the
- * saved counters, so that the first rates after a resume are true. Locks mu. */
+ * their slots and figures, marked FL_JOINED_LEFT (newcomers get the indices after theirs). The roles' progress-line
+ * baselines become the saved counters, so that the first rates after a resume are true. Locks mu. */
 fl_status fl_fleet_state_restore(fl_fleet_state_t *fs, fl_fleet_totals_t *t, const char *path, fl_err_t *err);
 
 #endif

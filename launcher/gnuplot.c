@@ -46,13 +46,21 @@ fl_gnuplot_t *fl_gnuplot_create(const char *dir, const char *script, const char 
     return g;
 }
 
-int fl_gnuplot_available(const fl_gnuplot_t *g) { return g && g->gnuplot[0] != '\0'; }
+int fl_gnuplot_available(const fl_gnuplot_t *g) {
+    return g && g->gnuplot[0] != '\0';
+}
 
-const char *fl_gnuplot_program(const fl_gnuplot_t *g) { return g ? g->gnuplot : ""; }
+const char *fl_gnuplot_program(const fl_gnuplot_t *g) {
+    return g ? g->gnuplot : "";
+}
 
-int fl_gnuplot_running(const fl_gnuplot_t *g) { return g && g->pid > 0; }
+int fl_gnuplot_running(const fl_gnuplot_t *g) {
+    return g && g->pid > 0;
+}
 
-int fl_gnuplot_code(const fl_gnuplot_t *g) { return g ? g->code : -1; }
+int fl_gnuplot_code(const fl_gnuplot_t *g) {
+    return g ? g->code : -1;
+}
 
 static void say(int fd, const char *msg) {
     ssize_t r = write(fd, msg, strlen(msg));

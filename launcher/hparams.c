@@ -19,14 +19,36 @@ static const key_info_t keys[] = {FL_CONFIG_KEYS(FL__HPARAMS_ROW)};
  * nor how fast; the text summary still shows them. (tests/test_launcher_hparams.c checks
  * that each is a key.) */
 static const char *const not_hparams[] = {
-    "run.name",           "run.out_dir",         "run.max_restarts",       "run.checkpoints",
-    "run.hang_s",         "run.checkpoint_every", "run.keep_checkpoints",  "run.checkpoint_dir",
-    "run.log_level",      "run.progress_every",  "run.local_sockets",      "run.bind_host",
-    "run.interface",      "run.tls_dir",         "run.insecure",           "actor.nice",
-    "actor.sched_idle",   "actor.max_joined",    "actor.max_backlog_mb",   "eval.nice",
-    "replay.max_streams", "replay.stream_idle_s", "replay.checkpoint_dir", "replay.checkpoint_every",
-    "replay.wal",         "replay.wal_fsync",    "paramserver.max_large_messages", "learner.checkpoint_dir",
-    "learner.checkpoint_every", "learner.resume",
+    "run.name",
+    "run.out_dir",
+    "run.max_restarts",
+    "run.checkpoints",
+    "run.hang_s",
+    "run.checkpoint_every",
+    "run.keep_checkpoints",
+    "run.checkpoint_dir",
+    "run.log_level",
+    "run.progress_every",
+    "run.local_sockets",
+    "run.bind_host",
+    "run.interface",
+    "run.tls_dir",
+    "run.insecure",
+    "actor.nice",
+    "actor.sched_idle",
+    "actor.max_joined",
+    "actor.max_backlog_mb",
+    "eval.nice",
+    "replay.max_streams",
+    "replay.stream_idle_s",
+    "replay.checkpoint_dir",
+    "replay.checkpoint_every",
+    "replay.wal",
+    "replay.wal_fsync",
+    "paramserver.max_large_messages",
+    "learner.checkpoint_dir",
+    "learner.checkpoint_every",
+    "learner.resume",
 };
 
 int fl_hparams_is_hparam(const char *name) {
@@ -135,7 +157,9 @@ static void put(strbuf_t *b, const char *s, size_t n) {
     b->s[b->len] = '\0';
 }
 
-static void puts_(strbuf_t *b, const char *s) { put(b, s, strlen(s)); }
+static void puts_(strbuf_t *b, const char *s) {
+    put(b, s, strlen(s));
+}
 
 /* v as a Markdown code span in a table cell: delimited by more backticks than it holds,
  * with spaces inside when it has any (one space on each side is stripped); "" for the
@@ -167,8 +191,9 @@ char *fl_hparams_config_markdown(const fl_config_t *c) {
     if (!d) return NULL;
     fl_config_defaults(d);
     strbuf_t b = {0};
-    puts_(&b, "The run's effective configuration (its config.ini), every key; where a value is not fleet's "
-              "default, the default beside it.\n\n| key | value | default |\n|---|---|---|\n");
+    puts_(&b,
+          "The run's effective configuration (its config.ini), every key; where a value is not fleet's "
+          "default, the default beside it.\n\n| key | value | default |\n|---|---|---|\n");
     char v[FL_CONFIG_STRING_MAX], dv[FL_CONFIG_STRING_MAX];
     for (int i = 0; i < NKEYS; i++) {
         value_of(c, i, v, sizeof v);
@@ -206,8 +231,7 @@ fl_status fl_hparams_write(fl_tfevents_t *w, const fl_config_t *c, int64_t step,
     };
     fl_hparams_t *h = fl_hparams_from_config(c);
     if (!h) return fl_err_set(err, FL_NO_MEMORY, "out of memory for the run's hyperparameters");
-    st = fl_tfevents_hparams(w, wall_time, NULL, h->n, h->hp, (int)(sizeof metrics / sizeof metrics[0]), metrics,
-                             err);
+    st = fl_tfevents_hparams(w, wall_time, NULL, h->n, h->hp, (int)(sizeof metrics / sizeof metrics[0]), metrics, err);
     fl_hparams_free(h);
     return st;
 }

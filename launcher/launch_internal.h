@@ -36,9 +36,9 @@ struct fl_launch {
     uint64_t role_restarts[FL_LAUNCH_ROLES];
     uint64_t crashes, hangs; /* role processes that died of a fault signal; that the launcher found hung */
     uint64_t role_crashes[FL_LAUNCH_ROLES];
-    char last_crash[160];    /* "actor 0: signal 11 (Segmentation fault)" */
-    char sock_dir[120];      /* the folder of the services' unix sockets (mode 0700), or "" (TCP) */
-    int frame_skip;         /* emulator frames per env step (the wrappers' frameskip; 1 without) */
+    char last_crash[160]; /* "actor 0: signal 11 (Segmentation fault)" */
+    char sock_dir[120];   /* the folder of the services' unix sockets (mode 0700), or "" (TCP) */
+    int frame_skip;       /* emulator frames per env step (the wrappers' frameskip; 1 without) */
     /* When each replay shard [0] and parameter-server shard [1] last answered the monitor's
      * Info (fl_clock_sec; 0: never): a service's sign of life, as a report is a role's. */
     _Atomic double service_seen[2][256];
@@ -78,16 +78,16 @@ typedef struct monitor {
     /* The largest resident and private memory (bytes) a process of each kind had at a
      * progress line (kinds: KIND_*), and of the whole fleet. */
     uint64_t mem_peak[N_KINDS][2], mem_total_peak[2];
-    double cpu_sum[N_KINDS]; /* the CPU seconds of each kind's processes, as they last told them */
+    double cpu_sum[N_KINDS];  /* the CPU seconds of each kind's processes, as they last told them */
     int P;                    /* parameter-server shards */
     fl_param_info_t *ps_info; /* per shard, P of them (NULL when out of memory) */
     /* metrics.csv, roles.csv, evals.csv, returns.csv (NULL when they could not be opened) */
     FILE *csv, *roles, *evals, *returns;
-    FILE *rounds; /* run.deterministic: rounds.csv */
-    fl_tfevents_t *tb;   /* events.out.tfevents.* (NULL when it could not be written) */
-    fl_curve_t *curve;   /* curve.png */
-    double next_curve;   /* when curve.png is redrawn next */
-    double next_state;   /* when launcher.state is written next */
+    FILE *rounds;      /* run.deterministic: rounds.csv */
+    fl_tfevents_t *tb; /* events.out.tfevents.* (NULL when it could not be written) */
+    fl_curve_t *curve; /* curve.png */
+    double next_curve; /* when curve.png is redrawn next */
+    double next_state; /* when launcher.state is written next */
     /* The fleet's figures at the previous progress line. */
     double last_t;
     uint64_t last_inserted, last_env, last_learner, last_samples, last_fetches;
@@ -109,7 +109,7 @@ typedef struct figures {
     double loss, wait;         /* learners' means */
     double mret;               /* mean training return over the last ep_count (<= 100) episodes */
     uint64_t ep_count, episodes;
-    uint64_t rss, private_bytes; /* memory: every process's that told it, the launcher's own too */
+    uint64_t rss, private_bytes;  /* memory: every process's that told it, the launcher's own too */
     int joined_ever, joined_live; /* actors that joined: any yet; those at work now */
 } figures_t;
 

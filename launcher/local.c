@@ -47,7 +47,7 @@ typedef struct sup {
     double stopped_since; /* fl_clock_sec() when it was first seen stopped (SIGSTOP), 0 = running */
     double up_at;         /* fl_clock_sec() when its latest start was done (a service: serving) */
     int hang_warned;      /* its silence was reported (once per incarnation) */
-    fl_restart_t rule; /* its quick deaths and next wait (launcher/proc.h) */
+    fl_restart_t rule;    /* its quick deaths and next wait (launcher/proc.h) */
 } sup_t;
 
 /* The fleet on this machine: its children and what the learners and actors are given. */
@@ -58,7 +58,7 @@ typedef struct local {
     int n;
     int R, P, NL, NE;
     double next_hang_look; /* check_hangs looks twice a second */
-    int exit_code; /* != 0 once starting failed, with reason */
+    int exit_code;         /* != 0 once starting failed, with reason */
     char reason[512];
     char *replay_list, *ps_list;       /* the services' addresses (malloc'd) */
     char replay_arg[256], ps_arg[256]; /* the same as options (replay's may be @FILE) */
@@ -112,8 +112,10 @@ static int supervise(local_t *lc, int i, char *reason, size_t len) {
     s->waiting = 1;
     s->restart_at = now + wait;
     if (s->rule.quick)
-        fl_launch_event(lc->L, NULL, "%s; restarting it in %.1f s (restart %d; %d in a row within 10 s of its start, "
-                        "of run.max_restarts = %lld)", what, wait, s->restarts + 1, s->rule.quick,
+        fl_launch_event(lc->L, NULL,
+                        "%s; restarting it in %.1f s (restart %d; %d in a row within 10 s of its start, "
+                        "of run.max_restarts = %lld)",
+                        what, wait, s->restarts + 1, s->rule.quick,
                         (long long)fl_launch_config(lc->L)->run_max_restarts);
     else
         fl_launch_event(lc->L, NULL, "%s; restarting it in %.1f s (restart %d)", what, wait, s->restarts + 1);
@@ -167,8 +169,10 @@ static void check_hangs(local_t *lc) {
     for (int i = 0; i < lc->n; i++) {
         sup_t *s = &lc->sup[i];
         int stopped = lc->kids[i].pid && lc->kids[i].running && proc_stopped(lc->kids[i].pid);
-        if (!stopped) s->stopped_since = 0;
-        else if (!s->stopped_since) s->stopped_since = now;
+        if (!stopped)
+            s->stopped_since = 0;
+        else if (!s->stopped_since)
+            s->stopped_since = now;
     }
     /* When each group was last all well: the services, then the learners. */
     double back[2] = {0, 0};
@@ -208,14 +212,17 @@ static void check_hangs(local_t *lc) {
         const char *state = stopped ? "the process is stopped (SIGSTOP?)" : "the process runs";
         if (silent < hang_s) {
             if (!s->hang_warned)
-                fl_launch_event(lc->L, NULL, "%s %d (pid %d) gave no sign of life for %.0f s (%s); run.hang_s = %g s "
-                                "ends it", c->role, c->index, (int)c->pid, silent, state, hang_s);
+                fl_launch_event(lc->L, NULL,
+                                "%s %d (pid %d) gave no sign of life for %.0f s (%s); run.hang_s = %g s "
+                                "ends it",
+                                c->role, c->index, (int)c->pid, silent, state, hang_s);
             s->hang_warned = 1;
             continue;
         }
-        fl_launch_event(lc->L, NULL, "%s %d (pid %d) hung: no sign of life for %.0f s, run.hang_s (%s); killing it "
-                        "(SIGKILL) to restart it (log: %s)", c->role, c->index, (int)c->pid, silent, state,
-                        c->log[0] ? c->log : "the terminal");
+        fl_launch_event(lc->L, NULL,
+                        "%s %d (pid %d) hung: no sign of life for %.0f s, run.hang_s (%s); killing it "
+                        "(SIGKILL) to restart it (log: %s)",
+                        c->role, c->index, (int)c->pid, silent, state, c->log[0] ? c->log : "the terminal");
         fl_launch_note_hang(lc->L);
         kill(c->pid, SIGKILL);
         s->stopped_since = 0;
@@ -297,7 +304,6 @@ static char *address_list(const fl_child_t *kids, int from, int n) {
     }
     return list;
 }
-
 
 /* The role and index of child i. */
 static const char *kid_role(const local_t *lc, int i, int *index) {
@@ -387,7 +393,6 @@ static void kid_args(local_t *lc, int i, int restart, kid_args_t *a) {
         v[n++] = a->inc;
     }
 }
-
 
 /* Restarts child i (its supervision counted the restart): a service must come back on
  * the address its clients know. 0, or -1 (its death is seen on the next look). */

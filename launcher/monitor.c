@@ -52,7 +52,6 @@
 #include "replay/server.h"
 #include "replay/sharded.h"
 
-
 /* Sums the parameter servers' Info (versions: the minimum over shards); each shard's
  * own into per_shard (NULL: not kept; a shard that does not answer keeps its last). */
 static void param_info_all(fl_launch_t *L, fl_param_client_t *ps, fl_param_info_t *sum, fl_param_info_t *per_shard) {
@@ -169,7 +168,8 @@ static int period_metrics(const monitor_t *M, double el, const figures_t *f, con
         {"pushes_dropped", M->gorila ? "params/pushes_dropped" : "", -1, (double)pi->pushes_dropped, 0},
     };
     /* the fixed columns, the staleness buckets and the 5 columns below */
-    _Static_assert(sizeof m / sizeof m[0] + FL_PARAM_STALENESS_BUCKETS + 8 == N_METRICS, "N_METRICS: the columns' count");
+    _Static_assert(sizeof m / sizeof m[0] + FL_PARAM_STALENESS_BUCKETS + 8 == N_METRICS,
+                   "N_METRICS: the columns' count");
     int n = 0;
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) out[n++] = m[i];
     for (int b = 0; b < FL_PARAM_STALENESS_BUCKETS; b++) {
@@ -194,10 +194,11 @@ static int period_metrics(const monitor_t *M, double el, const figures_t *f, con
 static const struct {
     int index;
     const char *tag;
-} eval_tags[] = {{FL_EVAL_RESULT_return_mean, "eval/return_mean"}, {FL_EVAL_RESULT_return_std, "eval/return_std"},
-                 {FL_EVAL_RESULT_return_ci95, "eval/return_ci95"}, {FL_EVAL_RESULT_return_min, "eval/return_min"},
-                 {FL_EVAL_RESULT_return_max, "eval/return_max"},   {FL_EVAL_RESULT_length_mean, "eval/length_mean"},
-                 {FL_EVAL_RESULT_at_learner_steps, "eval/learner_steps"}};
+} eval_tags[] = {
+    {FL_EVAL_RESULT_return_mean, "eval/return_mean"},       {FL_EVAL_RESULT_return_std, "eval/return_std"},
+    {FL_EVAL_RESULT_return_ci95, "eval/return_ci95"},       {FL_EVAL_RESULT_return_min, "eval/return_min"},
+    {FL_EVAL_RESULT_return_max, "eval/return_max"},         {FL_EVAL_RESULT_length_mean, "eval/length_mean"},
+    {FL_EVAL_RESULT_at_learner_steps, "eval/learner_steps"}};
 #define N_EVAL_TAGS ((int)(sizeof eval_tags / sizeof eval_tags[0]))
 
 /* Opens the services' clients, the metrics files with their headers, the TensorBoard
@@ -216,20 +217,25 @@ static void open_outputs(monitor_t *M, const char *replay_list, const char *ps_l
         used += (size_t)snprintf(header + used, sizeof header - used, "%s%s", i ? "," : "", m[i].column);
     const int append = M->L->resuming;
     M->csv = open_csv(M->L->csv_path, header, append);
-    M->roles = open_csv(M->L->roles_path, "time_s,role,index,env_steps,env_steps_per_s,param_version,version_lag,"
-                                          "learner_steps,learner_steps_per_s,samples_per_s,loss,epsilon,episodes,"
-                                          "return_mean,rss_mb,private_mb,transitions_acked,cpu_s", append);
-    M->evals = open_csv(M->L->evals_path, "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean,"
-                                          "return_std,return_min,return_max,return_ci95,length_mean,length_min,"
-                                          "length_max,evaluator,seconds,truncated,frames", append);
+    M->roles = open_csv(M->L->roles_path,
+                        "time_s,role,index,env_steps,env_steps_per_s,param_version,version_lag,"
+                        "learner_steps,learner_steps_per_s,samples_per_s,loss,epsilon,episodes,"
+                        "return_mean,rss_mb,private_mb,transitions_acked,cpu_s",
+                        append);
+    M->evals = open_csv(M->L->evals_path,
+                        "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean,"
+                        "return_std,return_min,return_max,return_ci95,length_mean,length_min,"
+                        "length_max,evaluator,seconds,truncated,frames",
+                        append);
     M->returns = open_csv(M->L->returns_path, "time_s,env_steps,actor,epsilon,episodes,return_mean", append);
     if (M->L->cfg.run_deterministic)
-        M->rounds = open_csv(M->L->rounds_path, "round,env_steps,learner_steps,updates,replay_size,loss,episodes,"
-                                                "return_mean,length_mean", append);
+        M->rounds = open_csv(M->L->rounds_path,
+                             "round,env_steps,learner_steps,updates,replay_size,loss,episodes,"
+                             "return_mean,length_mean",
+                             append);
     fl_err_t err;
     fl_err_init(&err);
-    if (fl_tfevents_open(M->L->dir, &M->tb, &err) != FL_OK)
-        FL_WARN("no TensorBoard events for this run: %s", err.msg);
+    if (fl_tfevents_open(M->L->dir, &M->tb, &err) != FL_OK) FL_WARN("no TensorBoard events for this run: %s", err.msg);
     /* the effective config (TEXT), at the step the run starts from; the hyperparameters
      * (HPARAMS) once, from the first sitting: TensorBoard reads a run's first record */
     if (M->tb && fl_hparams_write(M->tb, &M->L->cfg, append ? (int64_t)M->L->prev.env_steps : 0, fl_clock_wall(),
@@ -272,7 +278,6 @@ static void row_end(FILE *f, int has_acked, uint64_t acked, double cpu_s) {
         fprintf(f, ",\n");
 }
 
-
 /* Notes a process of kind k's memory in the peaks and f's sums, and its CPU seconds in the
  * kind's sum. */
 static void proc_note(monitor_t *M, int k, uint64_t rss, uint64_t private_bytes, double cpu_s, figures_t *f) {
@@ -286,7 +291,7 @@ static void proc_note(monitor_t *M, int k, uint64_t rss, uint64_t private_bytes,
 /* A roles.csv row of a process that reports its memory only (role, index, the two
  * memory columns; the 11 figure columns between them empty), added to f's sums. */
 static void proc_row(monitor_t *M, double el, int k, int index, uint64_t rss, uint64_t private_bytes, double cpu_s,
-                       figures_t *f) {
+                     figures_t *f) {
     proc_note(M, k, rss, private_bytes, cpu_s, f);
     if (!M->roles || !rss) return;
     fprintf(M->roles, "%.3f,%s,%d,,,,,,,,,,,", el, fl__monitor_kind_names[k], index);
@@ -313,8 +318,8 @@ static void proc_figures(monitor_t *M, double el, figures_t *f) {
         proc_row(M, el, KIND_REPLAY, r, M->shard_info[r].rss_bytes, M->shard_info[r].private_bytes,
                  M->shard_info[r].cpu_s, f);
     for (int s = 0; s < M->P && M->ps_info; s++)
-        proc_row(M, el, KIND_PARAMSERVER, s, M->ps_info[s].rss_bytes, M->ps_info[s].private_bytes,
-                 M->ps_info[s].cpu_s, f);
+        proc_row(M, el, KIND_PARAMSERVER, s, M->ps_info[s].rss_bytes, M->ps_info[s].private_bytes, M->ps_info[s].cpu_s,
+                 f);
     uint64_t rss, priv;
     if (fl_procmem(&rss, &priv) == 0) proc_row(M, el, KIND_LAUNCHER, 0, rss, priv, fl_proc_cpu_s(), f);
     if (f->rss > M->mem_total_peak[0]) M->mem_total_peak[0] = f->rss;
@@ -376,10 +381,9 @@ static void learner_figures(monitor_t *M, double el, double dt, figures_t *f) {
         f->loss += Ln->loss;
         f->wait += Ln->wait_fraction;
         if (M->roles)
-            fprintf(M->roles, "%.3f,learner,%d,,,%llu,,%llu,%.2f,%.1f,%.6g,,,", el, i,
-                    (unsigned long long)Ln->version, (unsigned long long)Ln->learner_steps,
-                    per_s(Ln->learner_steps, Ln->last_steps, dt), per_s(Ln->samples, Ln->last_samples, dt),
-                    Ln->loss);
+            fprintf(M->roles, "%.3f,learner,%d,,,%llu,,%llu,%.2f,%.1f,%.6g,,,", el, i, (unsigned long long)Ln->version,
+                    (unsigned long long)Ln->learner_steps, per_s(Ln->learner_steps, Ln->last_steps, dt),
+                    per_s(Ln->samples, Ln->last_samples, dt), Ln->loss);
         if (M->roles) {
             memory_cols(M->roles, Ln->rss, Ln->private_bytes);
             row_end(M->roles, 0, 0, Ln->cpu_s);
@@ -436,14 +440,14 @@ static void take_evals(monitor_t *M) {
     for (int i = 0; i < n; i++) {
         const double *v = got[i].v;
         if (M->evals)
-            fprintf(M->evals, "%.3f,%.0f,%.0f,%llu,%.0f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.0f,%.0f,%d,%.3f,%.0f,%.0f\n",
-                    got[i].received_s, v[FL_EVAL_RESULT_at_env_steps], v[FL_EVAL_RESULT_at_learner_steps],
-                    (unsigned long long)got[i].version, v[FL_EVAL_RESULT_episodes], v[FL_EVAL_RESULT_epsilon],
-                    v[FL_EVAL_RESULT_return_mean], v[FL_EVAL_RESULT_return_std], v[FL_EVAL_RESULT_return_min],
-                    v[FL_EVAL_RESULT_return_max], v[FL_EVAL_RESULT_return_ci95], v[FL_EVAL_RESULT_length_mean],
-                    v[FL_EVAL_RESULT_length_min], v[FL_EVAL_RESULT_length_max], got[i].evaluator,
-                    v[FL_EVAL_RESULT_seconds], v[FL_EVAL_RESULT_truncated],
-                    v[FL_EVAL_RESULT_at_env_steps] * M->L->frame_skip);
+            fprintf(
+                M->evals, "%.3f,%.0f,%.0f,%llu,%.0f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.0f,%.0f,%d,%.3f,%.0f,%.0f\n",
+                got[i].received_s, v[FL_EVAL_RESULT_at_env_steps], v[FL_EVAL_RESULT_at_learner_steps],
+                (unsigned long long)got[i].version, v[FL_EVAL_RESULT_episodes], v[FL_EVAL_RESULT_epsilon],
+                v[FL_EVAL_RESULT_return_mean], v[FL_EVAL_RESULT_return_std], v[FL_EVAL_RESULT_return_min],
+                v[FL_EVAL_RESULT_return_max], v[FL_EVAL_RESULT_return_ci95], v[FL_EVAL_RESULT_length_mean],
+                v[FL_EVAL_RESULT_length_min], v[FL_EVAL_RESULT_length_max], got[i].evaluator, v[FL_EVAL_RESULT_seconds],
+                v[FL_EVAL_RESULT_truncated], v[FL_EVAL_RESULT_at_env_steps] * M->L->frame_skip);
         const char *tags[N_EVAL_TAGS];
         double values[N_EVAL_TAGS];
         for (int k = 0; k < N_EVAL_TAGS; k++) {
@@ -651,8 +655,8 @@ static int progress(monitor_t *M, double now) {
     }
     if (target_reached(M, &f)) return 1;
     if (cfg->run_max_env_steps > 0 && f.env >= (uint64_t)cfg->run_max_env_steps) {
-        snprintf(M->reason, sizeof M->reason, "env-step budget: %llu of %lld env steps",
-                 (unsigned long long)f.env, (long long)cfg->run_max_env_steps);
+        snprintf(M->reason, sizeof M->reason, "env-step budget: %llu of %lld env steps", (unsigned long long)f.env,
+                 (long long)cfg->run_max_env_steps);
         return 1;
     }
     if (cfg->run_max_learner_steps > 0 && f.lsteps >= (uint64_t)cfg->run_max_learner_steps) {
@@ -800,7 +804,7 @@ int fl_launch_monitor(fl_launch_t *L, const char *replay_list, const char *ps_li
     M.ps_info = calloc((size_t)M.P, sizeof *M.ps_info);
     M.last_t = fl_clock_sec();
     M.next_state = M.last_t; /* at the first look: a run is resumable from its start (a launcher crash) */
-    if (L->resuming) { /* the first rates count from where the run stopped */
+    if (L->resuming) {       /* the first rates count from where the run stopped */
         M.last_env = L->prev.env_steps;
         M.last_learner = L->prev.learner_steps;
         M.last_samples = L->prev.samples;

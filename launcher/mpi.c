@@ -87,8 +87,9 @@ void fl_mpi_print_command(const fl_config_t *c, const char *cfg_file, const char
     fprintf(f, "# %lld ranks: rank 0 the launcher, %lld replay, %lld parameter-server, %lld learner (%s), %lld actor\n",
             K, (long long)c->replay_shards, (long long)c->paramserver_shards, (long long)c->learner_count,
             FL_CONFIG_ENUM_STR(c, learner, mode), (long long)c->actor_count);
-    fprintf(f, "# on one host add --oversubscribe when it has fewer than %lld slots; as root add --allow-run-as-root;\n"
-               "# the binary and the config must be at the same path on every host (docs/multi-host.md)\n",
+    fprintf(f,
+            "# on one host add --oversubscribe when it has fewer than %lld slots; as root add --allow-run-as-root;\n"
+            "# the binary and the config must be at the same path on every host (docs/multi-host.md)\n",
             K);
     fprintf(f, "mpirun%s%s --bind-to none -np %lld %s run%s%s\n", hostfile && hostfile[0] ? " --hostfile " : "",
             hostfile && hostfile[0] ? hostfile : "", K, self, cfg_file && cfg_file[0] ? " " : "",
@@ -291,8 +292,19 @@ static int spawn_service(rank_run_t *X, char *addr) {
     snprintf(listen, sizeof listen, "%s:0", X->host);
     char file[FL_CONFIG_STRING_MAX + 32];
     const int restore = X->resume_dir[0] && service_checkpoint(X, file, sizeof file);
-    char *args[] = {"--config", X->tmp_cfg, "--shard", idx, "--listen", listen, "--control", X->control,
-                    "--set", X->tls_set, restore ? "--restore" : NULL, file, NULL};
+    char *args[] = {"--config",
+                    X->tmp_cfg,
+                    "--shard",
+                    idx,
+                    "--listen",
+                    listen,
+                    "--control",
+                    X->control,
+                    "--set",
+                    X->tls_set,
+                    restore ? "--restore" : NULL,
+                    file,
+                    NULL};
     X->rule.started_at = fl_clock_sec();
     if (fl_proc_spawn(c, name, X->index, args, 1, 60) == 0) {
         snprintf(addr, ADDR_LEN, "%s", c->addr);
@@ -369,9 +381,14 @@ static void run_learner(rank_run_t *X) {
         snprintf(idx, sizeof idx, "%d", X->index);
         /* resuming: learner 0's checkpoint, as on one machine (every learner starts from it) */
         snprintf(file, sizeof file, "%s/learner-0.safetensors", X->cfg.run_checkpoint_dir);
-        char *args[] = {"learner",       "--config", X->tmp_cfg,  "--index", idx,        "--replay", X->replay_arg,
-                        "--paramserver", X->ps_arg,  "--control", X->control, "--set",   X->tls_set,
-                        X->resume_dir[0] ? "--resume" : NULL, file, NULL};
+        char *args[] = {"learner",     "--config",
+                        X->tmp_cfg,    "--index",
+                        idx,           "--replay",
+                        X->replay_arg, "--paramserver",
+                        X->ps_arg,     "--control",
+                        X->control,    "--set",
+                        X->tls_set,    X->resume_dir[0] ? "--resume" : NULL,
+                        file,          NULL};
         int argc = 0;
         while (args[argc]) argc++;
         lr = X->learner_main(argc, args, reduce);
@@ -390,9 +407,9 @@ static int spawn_actor(rank_run_t *X, int restart) {
     snprintf(inc, sizeof inc, "%d", restart);
     /* resuming: from its state file (actor-<i>.state); a restarted one starts afresh */
     const char *how = restart ? "--incarnation" : X->resume_dir[0] ? "--resume" : NULL;
-    char *args[] = {"--config",  X->tmp_cfg,  "--index", idx,        "--replay",
-                    X->replay_arg, "--paramserver", X->ps_arg, "--control", X->control,
-                    "--set",     X->tls_set,  (char *)how, restart ? inc : NULL, NULL};
+    char *args[] = {"--config", X->tmp_cfg,  "--index",  idx,     "--replay", X->replay_arg, "--paramserver",
+                    X->ps_arg,  "--control", X->control, "--set", X->tls_set, (char *)how,   restart ? inc : NULL,
+                    NULL};
     X->rule.started_at = fl_clock_sec();
     return fl_proc_spawn(&X->child, "actor", X->index, args, 0, 0);
 }
@@ -424,8 +441,19 @@ static int respawn_service(rank_run_t *X) {
     snprintf(idx, sizeof idx, "%d", X->index);
     snprintf(listen, sizeof listen, "%s", X->addrs + (size_t)X->m.me * ADDR_LEN);
     const int restore = service_checkpoint(X, file, sizeof file);
-    char *args[] = {"--config", X->tmp_cfg, "--shard", idx, "--listen", listen, "--control", X->control,
-                    "--set", X->tls_set, restore ? "--restore" : NULL, file, NULL};
+    char *args[] = {"--config",
+                    X->tmp_cfg,
+                    "--shard",
+                    idx,
+                    "--listen",
+                    listen,
+                    "--control",
+                    X->control,
+                    "--set",
+                    X->tls_set,
+                    restore ? "--restore" : NULL,
+                    file,
+                    NULL};
     X->rule.started_at = fl_clock_sec();
     if (fl_proc_spawn(c, name, X->index, args, 1, 120) == 0) {
         if (strcmp(c->addr, listen) == 0) return 0;
@@ -474,8 +502,9 @@ static int watch_child(mpi_state_t *m, fl_child_t *c) {
             /* silent but using CPU (within the last STARVED_WINDOW_S): starved of the cores
              * by the processes beside it, not hung; a stopped or blocked one is killed */
             if (!termed && now - cpu_moved_at < STARVED_WINDOW_S)
-                send_event(m, "", "%s %d (rank %d on %s) is silent but used CPU %.0f s ago: starved, not hung; left "
-                                  "running",
+                send_event(m, "",
+                           "%s %d (rank %d on %s) is silent but used CPU %.0f s ago: starved, not hung; left "
+                           "running",
                            c->role, c->index, m->me, m->ids[m->me].host, now - cpu_moved_at);
             else if (!termed)
                 kill(c->pid, SIGKILL);
@@ -512,8 +541,8 @@ static int wait_restart(mpi_state_t *m, double s) {
 /* A service or actor rank: watches its child and restarts it when it dies on its own (an
  * end other than exit 0 or SIGTERM), by the rule of launcher/proc.h and with the arguments of
  * one machine (launcher/local.c): a service on the address it first bound (a gorila-mode
- * parameter-server shard from its checkpoint), an actor with --incarnation k. Each death and restart goes to the launcher as EVENT; the end of its role
- * (asked for, clean, or past the rule) as DONE. */
+ * parameter-server shard from its checkpoint), an actor with --incarnation k. Each death and restart goes to the
+ * launcher as EVENT; the end of its role (asked for, clean, or past the rule) as DONE. */
 static void supervise_child(rank_run_t *X) {
     mpi_state_t *m = &X->m;
     fl_child_t *c = &X->child;
@@ -532,9 +561,11 @@ static void supervise_child(rank_run_t *X) {
             return;
         }
         if (X->rule.quick)
-            send_event(m, "", "%s %d (rank %d on %s, pid %d) %s; restarting it in %.1f s (restart %d; %d in a row "
-                       "within 10 s of its start, of run.max_restarts = %lld)", name, X->index, m->me, X->me.host,
-                       (int)c->pid, what, wait, restarts + 1, X->rule.quick, (long long)X->cfg.run_max_restarts);
+            send_event(m, "",
+                       "%s %d (rank %d on %s, pid %d) %s; restarting it in %.1f s (restart %d; %d in a row "
+                       "within 10 s of its start, of run.max_restarts = %lld)",
+                       name, X->index, m->me, X->me.host, (int)c->pid, what, wait, restarts + 1, X->rule.quick,
+                       (long long)X->cfg.run_max_restarts);
         else
             send_event(m, "", "%s %d (rank %d on %s, pid %d) %s; restarting it in %.1f s (restart %d)", name, X->index,
                        m->me, X->me.host, (int)c->pid, what, wait, restarts + 1);
@@ -628,8 +659,9 @@ static void greet_launcher(const mpi_state_t *m) {
         heard++;
     }
     if (heard < m->size - 1)
-        fprintf(stderr, "fleet run: %d of %d ranks did not reach the launcher's rank in %.0f s at the start (MPI's "
-                        "connections); the run goes on\n",
+        fprintf(stderr,
+                "fleet run: %d of %d ranks did not reach the launcher's rank in %.0f s at the start (MPI's "
+                "connections); the run goes on\n",
                 m->size - 1 - heard, m->size - 1, HELLO_PACE_S * m->size + HELLO_WAIT_S);
 }
 

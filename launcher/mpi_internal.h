@@ -51,7 +51,8 @@ typedef struct rank_run {
     mpi_state_t m;
     fl_config_t cfg;
     const char *cfg_file;
-    const char *resume_dir; /* fleet run --resume DIR: every rank's roles continue from the checkpoints ("" = a new run) */
+    const char
+        *resume_dir; /* fleet run --resume DIR: every rank's roles continue from the checkpoints ("" = a new run) */
     fl_learner_main_fn learner_main; /* the learner rank's main (the verb's) */
     rank_id_t me;
     int kind, index;                 /* this rank's role */
@@ -62,14 +63,14 @@ typedef struct rank_run {
     char *addrs;                     /* every rank's service address, ADDR_LEN each ("" for none) */
     char *replay_list, *ps_list;     /* the services' addresses in shard order (malloc'd) */
     char replay_arg[256], ps_arg[256];
-    fl_child_t child; /* a service rank's or an actor rank's process */
+    fl_child_t child;  /* a service rank's or an actor rank's process */
     fl_restart_t rule; /* the child's restart rule (launcher/proc.h) */
     MPI_Comm learners;
-    int netif;                      /* services bind an interface's address (across hosts, or run.interface) */
-    char tls_dir[FL_CONFIG_STRING_MAX]; /* the credentials this rank's roles use ("" = none) */
+    int netif;                               /* services bind an interface's address (across hosts, or run.interface) */
+    char tls_dir[FL_CONFIG_STRING_MAX];      /* the credentials this rank's roles use ("" = none) */
     char tls_set[FL_CONFIG_STRING_MAX + 16]; /* "run.tls_dir=<tls_dir>", the roles' --set */
-    int tls_own;                    /* tls_dir is this rank's per-job copy (removed at the end) */
-    char *job_files[5];             /* the launcher's per-job credentials, until they are in the run folder */
+    int tls_own;                             /* tls_dir is this rank's per-job copy (removed at the end) */
+    char *job_files[5];                      /* the launcher's per-job credentials, until they are in the run folder */
     long long job_len[5];
 } rank_run_t;
 

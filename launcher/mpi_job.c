@@ -51,8 +51,8 @@ static int write_job_files(const rank_run_t *X, const char *dir, int with_learne
 }
 
 void fl__mpi_remove_job_dir(const char *dir) {
-    static const char *const all[] = {FL_TLS_CA, FL_TLS_CA_KEY, FL_TLS_CERT, FL_TLS_KEY, FL_TLS_TOKEN,
-                                      FL_TLS_LEARNER_TOKEN};
+    static const char *const all[] = {FL_TLS_CA,  FL_TLS_CA_KEY, FL_TLS_CERT,
+                                      FL_TLS_KEY, FL_TLS_TOKEN,  FL_TLS_LEARNER_TOKEN};
     for (int i = 0; i < 6; i++) {
         char path[FL_CONFIG_STRING_MAX + 32];
         snprintf(path, sizeof path, "%s/%s", dir, all[i]);
@@ -83,8 +83,10 @@ static int make_job_files(rank_run_t *X, const char *addrs) {
         if (!X->job_files[i]) snprintf(why, sizeof why, "cannot read back %s", path);
         bad = !X->job_files[i];
     }
-    if (bad) fprintf(stderr, "fleet run: cannot make the job's TLS credentials: %s\n", why);
-    else X->tls_own = 1;
+    if (bad)
+        fprintf(stderr, "fleet run: cannot make the job's TLS credentials: %s\n", why);
+    else
+        X->tls_own = 1;
     return bad;
 }
 
@@ -128,8 +130,9 @@ int fl__mpi_job_security(rank_run_t *X) {
                 X->tls_own = 1;
                 bad = write_job_files(X, dir, X->kind == K_LEARNER || X->kind == K_PARAMSERVER) != 0;
             }
-            if (bad) fprintf(stderr, "fleet run (rank %d on %s): cannot write the job's TLS credentials in %s: %s\n",
-                             m->me, X->me.host, dir, strerror(errno));
+            if (bad)
+                fprintf(stderr, "fleet run (rank %d on %s): cannot write the job's TLS credentials in %s: %s\n", m->me,
+                        X->me.host, dir, strerror(errno));
         }
         if (fl__mpi_any_rank(bad)) return 1;
     }
@@ -144,7 +147,8 @@ int fl__mpi_job_security(rank_run_t *X) {
 static int keep_job_credentials(rank_run_t *X) {
     if (X->m.me != X->m.launcher || !X->job_files[0] || !X->tls_own) return 0;
     char dir[FL_CONFIG_STRING_MAX];
-    if (snprintf(dir, sizeof dir, "%s/tls", fl_launch_dir(X->L)) >= (int)sizeof dir || write_job_files(X, dir, 1) != 0) {
+    if (snprintf(dir, sizeof dir, "%s/tls", fl_launch_dir(X->L)) >= (int)sizeof dir ||
+        write_job_files(X, dir, 1) != 0) {
         fprintf(stderr, "fleet run: cannot write the job's TLS credentials in %s: %s\n", dir, strerror(errno));
         return 1;
     }
@@ -175,7 +179,8 @@ int fl__mpi_start_control(rank_run_t *X) {
      * (an mpirun job on one host's loopback, or with run.insecure): every rank and the
      * roles it starts call and serve with it. */
     char access[64] = "";
-    if (m->me == m->launcher) snprintf(access, sizeof access, "%s", getenv(FL_RPC_ACCESS_ENV) ? getenv(FL_RPC_ACCESS_ENV) : "");
+    if (m->me == m->launcher)
+        snprintf(access, sizeof access, "%s", getenv(FL_RPC_ACCESS_ENV) ? getenv(FL_RPC_ACCESS_ENV) : "");
     MPI_Bcast(access, (int)sizeof access, MPI_CHAR, m->launcher, MPI_COMM_WORLD);
     if (m->me != m->launcher && access[0]) {
         fl_err_t err;
@@ -197,7 +202,8 @@ int fl__mpi_start_control(rank_run_t *X) {
         const unsigned char *secret = fl_launch_fleet_state(X->L)->secret;
         for (int r = 0; r < m->size; r++)
             if (m->kind[r] != K_LAUNCHER)
-                fl_cred_role_key(secret, fl__mpi_kind_names[m->kind[r]], (uint32_t)m->index[r], keys + (size_t)r * FL_CRED_KEY_BYTES);
+                fl_cred_role_key(secret, fl__mpi_kind_names[m->kind[r]], (uint32_t)m->index[r],
+                                 keys + (size_t)r * FL_CRED_KEY_BYTES);
     }
     MPI_Scatter(keys, FL_CRED_KEY_BYTES, MPI_UNSIGNED_CHAR, key, FL_CRED_KEY_BYTES, MPI_UNSIGNED_CHAR, m->launcher,
                 MPI_COMM_WORLD);

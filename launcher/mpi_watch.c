@@ -118,8 +118,8 @@ static void restart_evals(launcher_ctx_t *lx) {
         s->waiting = 0;
         s->restarts++;
         if (spawn_eval(lx, i, s->restarts) == 0)
-            fl_launch_event(lx->L, "evaluator", "restarted evaluator %d (pid %d, on the launcher's host)",
-                            i, (int)lx->evals[i].pid);
+            fl_launch_event(lx->L, "evaluator", "restarted evaluator %d (pid %d, on the launcher's host)", i,
+                            (int)lx->evals[i].pid);
     }
 }
 
@@ -171,7 +171,8 @@ static int check_hangs_mpi(launcher_ctx_t *lx, char *reason, size_t len) {
         }
         char who[200];
         if (is_eval)
-            snprintf(who, sizeof who, "evaluator %d (pid %d, on the launcher's host)", index, (int)lx->evals[index].pid);
+            snprintf(who, sizeof who, "evaluator %d (pid %d, on the launcher's host)", index,
+                     (int)lx->evals[index].pid);
         else
             snprintf(who, sizeof who, "%s %d (rank %d on %s)", role, index, r, m->ids[r].host);
         if (sil < hang_s) {
@@ -185,12 +186,16 @@ static int check_hangs_mpi(launcher_ctx_t *lx, char *reason, size_t len) {
         lx->hang_warned[k] = 0;
         lx->hang_kill_at[k] = now;
         if (kind == K_LEARNER) {
-            snprintf(reason, len, "%s hung: no sign of life for %.0f s, run.hang_s (a learner runs in its rank's "
-                     "process under mpirun and cannot be restarted)", who, sil);
+            snprintf(reason, len,
+                     "%s hung: no sign of life for %.0f s, run.hang_s (a learner runs in its rank's "
+                     "process under mpirun and cannot be restarted)",
+                     who, sil);
             return 1;
         }
-        fl_launch_event(lx->L, NULL, "%s hung: no sign of life for %.0f s, run.hang_s; killing it (SIGKILL) to restart "
-                        "it", who, sil);
+        fl_launch_event(lx->L, NULL,
+                        "%s hung: no sign of life for %.0f s, run.hang_s; killing it (SIGKILL) to restart "
+                        "it",
+                        who, sil);
         if (is_eval) {
             kill(lx->evals[index].pid, SIGKILL);
         } else {
@@ -297,9 +302,20 @@ static int spawn_eval(launcher_ctx_t *lx, int i, int restart) {
     snprintf(file, sizeof file, "%s/evaluator-%d.state", dir, i);
     int resume = (restart || X->resume_dir[0]) && dir[0] && access(file, R_OK) == 0;
     /* --replay: where a deterministic evaluator marks its rounds (unused otherwise) */
-    char *args[] = {"--config", (char *)X->tmp_cfg, "--index", idx, "--paramserver", (char *)X->ps_arg, "--control",
-                    (char *)X->control, "--set", (char *)X->tls_set, "--replay", (char *)X->replay_arg,
-                    resume ? "--resume" : NULL, NULL};
+    char *args[] = {"--config",
+                    (char *)X->tmp_cfg,
+                    "--index",
+                    idx,
+                    "--paramserver",
+                    (char *)X->ps_arg,
+                    "--control",
+                    (char *)X->control,
+                    "--set",
+                    (char *)X->tls_set,
+                    "--replay",
+                    (char *)X->replay_arg,
+                    resume ? "--resume" : NULL,
+                    NULL};
     lx->esup[i].rule.started_at = fl_clock_sec();
     return fl_proc_spawn(&lx->evals[i], "evaluator", i, args, 0, 0);
 }
@@ -345,7 +361,8 @@ int fl__mpi_run_launcher(rank_run_t *X) {
         lx.hang_kill_at = NULL;
         lx.hang_warned = NULL;
     }
-    int rc = fl_launch_monitor(X->L, X->replay_list, X->ps_list, &ops, &lx, failed, failed ? "evaluators did not start" : "");
+    int rc = fl_launch_monitor(X->L, X->replay_list, X->ps_list, &ops, &lx, failed,
+                               failed ? "evaluators did not start" : "");
     free(lx.evals);
     free(lx.esup);
     free(lx.hang_kill_at);

@@ -53,9 +53,8 @@
 #include "replay/sharded.h"
 
 const char *const fl__launch_role_names[FL_LAUNCH_ROLES] = {"replay", "paramserver", "learner", "actor", "evaluator"};
-const char *const fl__monitor_kind_names[N_KINDS] = {"actor", "learner", "evaluator", "replay", "paramserver", "launcher"};
-
-
+const char *const fl__monitor_kind_names[N_KINDS] = {"actor",  "learner",     "evaluator",
+                                                     "replay", "paramserver", "launcher"};
 
 /* The replay's memory when full, and a warning when it will not fit in this machine's
  * (MemAvailable of /proc/meminfo: what can be had without swapping). */
@@ -82,15 +81,16 @@ static void print_replay_memory(const fl_config_t *c, const fl_wrapped_env_t *w)
     if (avail > 0) printf("; %.1f GiB available here", avail / gib);
     printf("\n");
     if (avail > 0 && need > 0.8 * avail && c->replay_zstd_level == 0)
-        printf("  WARNING      the replay will not fit in this machine's memory beside the other roles: lower "
-               "replay.capacity (to about %.0f), or compress frames with replay.zstd_level = 1\n",
-               (double)c->replay_capacity * 0.6 * avail / need);
+        printf(
+            "  WARNING      the replay will not fit in this machine's memory beside the other roles: lower "
+            "replay.capacity (to about %.0f), or compress frames with replay.zstd_level = 1\n",
+            (double)c->replay_capacity * 0.6 * avail / need);
 }
 
 static void print_plan(const fl_config_t *c, const char *cfg_file, const char *dir, const fl_wrapped_env_t *w) {
     const fl_env_def_t *env = fl_wrapped_env_info(w);
-    printf("fleet run: experiment '%s'%s%s%s, seed %lld, output %s/\n", c->run_name, cfg_file[0] ? " (" : "",
-           cfg_file, cfg_file[0] ? ")" : "", (long long)c->run_seed, dir);
+    printf("fleet run: experiment '%s'%s%s%s, seed %lld, output %s/\n", c->run_name, cfg_file[0] ? " (" : "", cfg_file,
+           cfg_file[0] ? ")" : "", (long long)c->run_seed, dir);
     printf("  replay       %lld shard%s   capacity %lld, alpha %g, beta %g, sampling from %lld transitions\n",
            (long long)c->replay_shards, c->replay_shards > 1 ? "s" : " ", (long long)c->replay_capacity,
            c->replay_alpha, c->replay_beta, (long long)c->replay_min_size_to_sample);
@@ -131,31 +131,35 @@ static void print_plan(const fl_config_t *c, const char *cfg_file, const char *d
            shape, env->num_actions, limit);
     printf("  model        %s\n", c->model_spec);
     if (env->obs.rank == 3 && !strstr(c->model_spec, "conv") && env->obs.shape[0] * env->obs.shape[1] >= 32 * 32)
-        printf("  warning      model.spec has no convolution, on images of %dx%dx%d: a dense network on raw pixels "
-               "learns slowly if at all (configs/atari-pong.ini's: conv(16,8,4) relu conv(32,4,2) relu flatten "
-               "dense(256) relu dueling)\n",
-               env->obs.shape[0], env->obs.shape[1], env->obs.shape[2]);
+        printf(
+            "  warning      model.spec has no convolution, on images of %dx%dx%d: a dense network on raw pixels "
+            "learns slowly if at all (configs/atari-pong.ini's: conv(16,8,4) relu conv(32,4,2) relu flatten "
+            "dense(256) relu dueling)\n",
+            env->obs.shape[0], env->obs.shape[1], env->obs.shape[2]);
     if (c->run_deterministic) {
         const int64_t k = fl_options_round_updates(c);
-        printf("  rounds       deterministic rounds: %lld env steps per actor with parameter version r, then %lld "
-               "learner updates (once the replay holds %lld) and version r + 1",
-               (long long)c->actor_sync_every, (long long)k, (long long)c->replay_min_size_to_sample);
+        printf(
+            "  rounds       deterministic rounds: %lld env steps per actor with parameter version r, then %lld "
+            "learner updates (once the replay holds %lld) and version r + 1",
+            (long long)c->actor_sync_every, (long long)k, (long long)c->replay_min_size_to_sample);
         if (c->run_evaluators > 0) printf("; evaluations every %lld rounds", (long long)fl_options_round_every(c));
         printf("\n");
     }
     if (c->run_evaluators > 0) {
         printf("  evaluators   %lld         %lld episodes with epsilon %g every %g %s, each cut at %lld steps",
                (long long)c->run_evaluators, (long long)c->eval_episodes, c->eval_epsilon, c->eval_every,
-               c->eval_every_unit == FL_CFG_EVERY_SECONDS ? "s" : "learner steps", (long long)c->eval_max_episode_steps);
+               c->eval_every_unit == FL_CFG_EVERY_SECONDS ? "s" : "learner steps",
+               (long long)c->eval_max_episode_steps);
         if (c->eval_nice > 0) printf(", nice +%lld", (long long)c->eval_nice);
         printf("\n");
     }
     double most = 0;
     if (c->run_stop_at_target && !c->env_plugin[0] && fl_env_return_max(c->env_name, &most) == 0 &&
         c->run_target_return > most)
-        printf("  warning      run.target_return = %g cannot be reached: an episode of %s returns at most %g, so "
-               "the run ends only by its other limits (set run.target_return to %g or less)\n",
-               c->run_target_return, c->env_name, most, most);
+        printf(
+            "  warning      run.target_return = %g cannot be reached: an episode of %s returns at most %g, so "
+            "the run ends only by its other limits (set run.target_return to %g or less)\n",
+            c->run_target_return, c->env_name, most, most);
     printf("  stop         ");
     if (c->run_stop_at_target && target_on_eval(c))
         printf("at evaluation return >= %g (mean of %lld episodes), or ", c->run_target_return,
@@ -179,8 +183,6 @@ void fl_launch_print_plan(const fl_config_t *cfg, const char *cfg_file, const fl
 }
 
 /* ------------------------------------------------------------ the launch ---- */
-
-
 
 void fl_launch_event(fl_launch_t *L, const char *restarted_role, const char *fmt, ...) {
     char text[1024];
@@ -208,7 +210,9 @@ void fl_launch_event(fl_launch_t *L, const char *restarted_role, const char *fmt
     fflush(L->events);
 }
 
-uint64_t fl_launch_restarts(const fl_launch_t *L) { return L->restarts; }
+uint64_t fl_launch_restarts(const fl_launch_t *L) {
+    return L->restarts;
+}
 
 int fl_launch_fault_signal(int sig) {
     return sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGABRT || sig == SIGSYS ||
@@ -224,7 +228,9 @@ void fl_launch_note_death(fl_launch_t *L, const char *role, int index, int statu
              strsignal(WTERMSIG(status)));
 }
 
-void fl_launch_note_hang(fl_launch_t *L) { L->hangs++; }
+void fl_launch_note_hang(fl_launch_t *L) {
+    L->hangs++;
+}
 
 double fl_launch_last_report(fl_launch_t *L, const char *role, int index) {
     const int service = strcmp(role, "replay") == 0 ? 0 : strcmp(role, "paramserver") == 0 ? 1 : -1;
@@ -235,11 +241,21 @@ double fl_launch_last_report(fl_launch_t *L, const char *role, int index) {
     return fl_fleet_state_last_report(&L->fs, role, index);
 }
 
-const fl_config_t *fl_launch_config(const fl_launch_t *L) { return &L->cfg; }
-const char *fl_launch_config_path(const fl_launch_t *L) { return L->cfg_path; }
-const char *fl_launch_control_addr(const fl_launch_t *L) { return L->control_addr; }
-const fl_fleet_state_t *fl_launch_fleet_state(const fl_launch_t *L) { return &L->fs; }
-const char *fl_launch_dir(const fl_launch_t *L) { return L->dir; }
+const fl_config_t *fl_launch_config(const fl_launch_t *L) {
+    return &L->cfg;
+}
+const char *fl_launch_config_path(const fl_launch_t *L) {
+    return L->cfg_path;
+}
+const char *fl_launch_control_addr(const fl_launch_t *L) {
+    return L->control_addr;
+}
+const fl_fleet_state_t *fl_launch_fleet_state(const fl_launch_t *L) {
+    return &L->fs;
+}
+const char *fl_launch_dir(const fl_launch_t *L) {
+    return L->dir;
+}
 
 void fl_launch_destroy(fl_launch_t *L) {
     if (!L) return;
@@ -372,8 +388,10 @@ static int prepare_resume(fl_launch_t *L, const char *dir) {
     char path[800];
     snprintf(path, sizeof path, "%s/learner-0.safetensors", c->run_checkpoint_dir);
     if (access(path, R_OK) != 0) {
-        fprintf(stderr, "fleet run: cannot resume %s: no learner checkpoint %s (%s); the run stopped before its "
-                        "first checkpoint\n", L->dir, path, strerror(errno));
+        fprintf(stderr,
+                "fleet run: cannot resume %s: no learner checkpoint %s (%s); the run stopped before its "
+                "first checkpoint\n",
+                L->dir, path, strerror(errno));
         return -1;
     }
     snprintf(L->state_path, sizeof L->state_path, "%s/launcher.state", c->run_checkpoint_dir);
@@ -419,11 +437,10 @@ static int restore_figures(fl_launch_t *L) {
     L->t_start = fl_clock_sec() - L->prev.elapsed_s;
     L->fs.t_start = L->t_start;
     unpack_supervision(L, L->prev.supervision);
-    printf("  resume       %s at %.1f s: %llu env steps, %llu learner steps, %llu episodes", L->dir,
-           L->prev.elapsed_s, (unsigned long long)L->prev.env_steps, (unsigned long long)L->prev.learner_steps,
+    printf("  resume       %s at %.1f s: %llu env steps, %llu learner steps, %llu episodes", L->dir, L->prev.elapsed_s,
+           (unsigned long long)L->prev.env_steps, (unsigned long long)L->prev.learner_steps,
            (unsigned long long)L->fs.n_returns);
-    if (L->prev.n_evals)
-        printf(", evaluation return %.1f", L->prev.eval.v[FL_EVAL_RESULT_return_mean]);
+    if (L->prev.n_evals) printf(", evaluation return %.1f", L->prev.eval.v[FL_EVAL_RESULT_return_mean]);
     printf("\n");
     fflush(stdout);
     return 0;
@@ -444,11 +461,13 @@ static int check_budget_left(fl_launch_t *L) {
     } else if (c->run_max_env_steps > 0 && p->env_steps >= (uint64_t)c->run_max_env_steps) {
         snprintf(why, sizeof why, "it has taken %llu env steps of run.max_env_steps = %lld",
                  (unsigned long long)p->env_steps, (long long)c->run_max_env_steps);
-        snprintf(set, sizeof set, "run.max_env_steps=%llu", (unsigned long long)(p->env_steps + (uint64_t)c->run_max_env_steps));
+        snprintf(set, sizeof set, "run.max_env_steps=%llu",
+                 (unsigned long long)(p->env_steps + (uint64_t)c->run_max_env_steps));
     } else if (c->run_max_learner_steps > 0 && p->learner_steps >= (uint64_t)c->run_max_learner_steps) {
         snprintf(why, sizeof why, "it has taken %llu learner steps of run.max_learner_steps = %lld",
                  (unsigned long long)p->learner_steps, (long long)c->run_max_learner_steps);
-        snprintf(set, sizeof set, "run.max_learner_steps=%llu", (unsigned long long)(p->learner_steps + (uint64_t)c->run_max_learner_steps));
+        snprintf(set, sizeof set, "run.max_learner_steps=%llu",
+                 (unsigned long long)(p->learner_steps + (uint64_t)c->run_max_learner_steps));
     } else if (c->run_stop_at_target && target_on_eval(c) && p->n_evals > 0 &&
                p->eval.v[FL_EVAL_RESULT_return_mean] >= c->run_target_return) {
         snprintf(why, sizeof why, "its last evaluation returned %.1f >= run.target_return = %g (run.stop_at_target)",
@@ -461,8 +480,11 @@ static int check_budget_left(fl_launch_t *L) {
         snprintf(set, sizeof set, "run.stop_at_target=false");
     }
     if (!why[0]) return 0;
-    fprintf(stderr, "fleet run: not resuming %s: %s, so it would stop as soon as it started. To go on, raise it (here by as much again): "
-                    "`fleet run --resume %s --set %s`\n", L->dir, why, L->dir, set);
+    fprintf(stderr,
+            "fleet run: not resuming %s: %s, so it would stop as soon as it started. To go on, raise it (here by as "
+            "much again): "
+            "`fleet run --resume %s --set %s`\n",
+            L->dir, why, L->dir, set);
     return -1;
 }
 
@@ -495,7 +517,9 @@ static int make_sock_dir(fl_launch_t *L) {
     return 0;
 }
 
-const char *fl_launch_socket_dir(const fl_launch_t *L) { return L->sock_dir; }
+const char *fl_launch_socket_dir(const fl_launch_t *L) {
+    return L->sock_dir;
+}
 
 /* The Control service for the roles' reports, on control_host:0, or on a unix socket in
  * the run's socket folder when control_host is FL_LAUNCH_UNIX. */
@@ -580,9 +604,9 @@ static int open_run(fl_launch_t *L, const char *cfg_file, const fl_wrapped_env_t
      * env's bound through the training and the evaluation wrappers (1e-4 of slack for
      * sums in single precision), else 1e6. */
     const double train_bound = fl_options_step_reward_bound(cfg, 0), eval_bound = fl_options_step_reward_bound(cfg, 1);
-    L->fs.max_abs_reward = cfg->replay_max_abs_reward > 0           ? cfg->replay_max_abs_reward
+    L->fs.max_abs_reward = cfg->replay_max_abs_reward > 0      ? cfg->replay_max_abs_reward
                            : train_bound > 0 && eval_bound > 0 ? fmax(train_bound, eval_bound) * (1.0 + 1e-4)
-                                                                 : 1e6;
+                                                               : 1e6;
     fl_proc_set_secret(L->fs.secret); /* the roles this process starts report with its credentials */
     if (open_access(L) != 0) return -1;
     if (L->resuming && (restore_figures(L) != 0 || check_budget_left(L) != 0)) return -1;
@@ -650,4 +674,6 @@ int fl_launch_resume(const fl_config_t *cfg, const char *run_dir, const char *co
     return launch_open(cfg, "", control_host, run_dir, out);
 }
 
-int fl_launch_resuming(const fl_launch_t *L) { return L->resuming; }
+int fl_launch_resuming(const fl_launch_t *L) {
+    return L->resuming;
+}

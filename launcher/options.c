@@ -48,8 +48,8 @@ static fl_status check_preset(const fl_config_t *c, fl_err_t *err) {
                           "env.preset = %s sets the wrappers itself; env.wrappers = \"%s\" as well: give one of them",
                           preset, c->env_wrappers);
     if (strncmp(c->env_name, "atari-", 6) != 0 || c->env_plugin[0])
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "env.preset = %s is an Atari protocol: env.name = %s is not atari-*",
-                          preset, c->env_name);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "env.preset = %s is an Atari protocol: env.name = %s is not atari-*", preset, c->env_name);
     if (c->env_preset == FL_CFG_PRESET_MACHADO && !strstr(c->env_name, "-full"))
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "env.preset = machado plays the full action set: env.name = %s-full instead of %s",
@@ -68,7 +68,9 @@ fl_status fl_options_open_env(const fl_config_t *c, fl_wrapped_env_t **out, fl_e
 double fl_options_step_reward_bound(const fl_config_t *c, int evaluation) {
     fl_env_factory_opts_t o;
     fl_options_env(c, &o);
-    double base = c->env_reward_bound > 0 ? c->env_reward_bound : c->env_plugin[0] ? 0.0 : fl_env_reward_bound(c->env_name);
+    double base = c->env_reward_bound > 0 ? c->env_reward_bound
+                  : c->env_plugin[0]      ? 0.0
+                                          : fl_env_reward_bound(c->env_name);
     if (!evaluation) return fl_wrappers_reward_bound(o.wrappers, base);
     char spec[FL_CONFIG_STRING_MAX];
     fl_wrappers_for_evaluation(o.wrappers ? o.wrappers : "", spec, sizeof spec);
@@ -224,8 +226,8 @@ fl_status fl_options_replay(const fl_config_t *c, int shard, fl_replay_service_o
     int own = c->replay_checkpoint_dir[0] != '\0';
     out->checkpoint_dir = own ? c->replay_checkpoint_dir : c->run_checkpoint_dir;
     out->checkpoint_every = own || c->replay_checkpoint_every > 0 ? c->replay_checkpoint_every
-                            : c->run_checkpoint_dir[0]                ? c->run_checkpoint_every
-                                                                      : 0;
+                            : c->run_checkpoint_dir[0]            ? c->run_checkpoint_every
+                                                                  : 0;
     out->checkpoint_at_stop = !own && c->run_checkpoint_dir[0] != '\0';
     out->wal = fl_options_replay_wal(c);
     out->wal_fsync = c->replay_wal_fsync;
@@ -303,8 +305,8 @@ fl_status fl_options_paramserver(const fl_config_t *c, fl_paramserver_service_op
     out->shards = (int)c->paramserver_shards;
     out->learners = (int)c->learner_count;
     out->max_staleness = (uint64_t)c->paramserver_max_staleness;
-    out->stale_policy = c->paramserver_stale_policy == FL_CFG_STALE_WAIT ? FL_PARAMSERVER_STALE_WAIT
-                                                                         : FL_PARAMSERVER_STALE_DROP;
+    out->stale_policy =
+        c->paramserver_stale_policy == FL_CFG_STALE_WAIT ? FL_PARAMSERVER_STALE_WAIT : FL_PARAMSERVER_STALE_DROP;
     out->staleness_lr = c->paramserver_staleness_lr != 0;
     out->wait_timeout_s = c->paramserver_wait_timeout_s;
     out->max_version_step = (uint64_t)c->paramserver_max_version_step;

@@ -58,7 +58,9 @@ static void credential_var(const fl_child_t *c, char *out, size_t len) {
     snprintf(out, len, "%s=%llu:%s", FL_CRED_ENV, c->incarnation, tok);
 }
 
-void fl_proc_set_log_dir(const char *dir) { snprintf(g_log_dir, sizeof g_log_dir, "%s", dir ? dir : ""); }
+void fl_proc_set_log_dir(const char *dir) {
+    snprintf(g_log_dir, sizeof g_log_dir, "%s", dir ? dir : "");
+}
 
 int fl_proc_init(void) {
     ssize_t sl = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
@@ -73,7 +75,8 @@ int fl_proc_clean_exit(int status) {
 
 /* Starts `fleet ROLE args...`; with want_ready, *ready_fd gets the pipe on which the
  * child writes its address (its fd 3). */
-int fl_proc_spawn_start(fl_child_t *c, const char *role, int index, char *const extra[], int want_ready, int *ready_fd) {
+int fl_proc_spawn_start(fl_child_t *c, const char *role, int index, char *const extra[], int want_ready,
+                        int *ready_fd) {
     snprintf(c->role, sizeof c->role, "%s", role);
     c->index = index;
     c->addr[0] = '\0';
@@ -313,8 +316,8 @@ int fl_proc_mkdir_p(const char *path) {
 /* 1 for a line a reader of the terminal must see (see fl_proc_echo_logs). */
 static int worth_echoing(const char *line) {
     /* "HH:MM:SS.mmm L ..." */
-    int is_log = strlen(line) > 15 && line[2] == ':' && line[5] == ':' && line[8] == '.' && line[12] == ' ' &&
-                 line[14] == ' ';
+    int is_log =
+        strlen(line) > 15 && line[2] == ':' && line[5] == ':' && line[8] == '.' && line[12] == ' ' && line[14] == ' ';
     return !is_log || line[13] == 'W' || line[13] == 'E';
 }
 
@@ -417,10 +420,13 @@ double fl_restart_after(fl_restart_t *r, double now, long long max_restarts, int
     }
     *why = NULL;
     if (WIFEXITED(status) && WEXITSTATUS(status) == FL_EXIT_CONFIG)
-        *why = "exit status 2 is a usage or configuration error (its message is above): a restart would fail the "
-               "same way";
-    else if (max_restarts <= 0) *why = "run.max_restarts = 0";
-    else if (r->quick > max_restarts) *why = "it died run.max_restarts + 1 times in a row within 10 s of its start";
+        *why =
+            "exit status 2 is a usage or configuration error (its message is above): a restart would fail the "
+            "same way";
+    else if (max_restarts <= 0)
+        *why = "run.max_restarts = 0";
+    else if (r->quick > max_restarts)
+        *why = "it died run.max_restarts + 1 times in a row within 10 s of its start";
     if (*why) return -1;
     if (r->delay <= 0) r->delay = FL_RESTART_FIRST_DELAY_S;
     double wait = r->delay;

@@ -20,9 +20,9 @@ typedef struct fl_child {
     pid_t pid;
     char addr[256]; /* a service's address, once ready */
     int running;
-    int status;     /* waitpid status once it exited */
-    char log[640];  /* its log file ("" = it writes to the launcher's stdout and stderr) */
-    long log_seen;  /* bytes of the log already looked at by fl_proc_echo_logs */
+    int status;                     /* waitpid status once it exited */
+    char log[640];                  /* its log file ("" = it writes to the launcher's stdout and stderr) */
+    long log_seen;                  /* bytes of the log already looked at by fl_proc_echo_logs */
     unsigned long long incarnation; /* processes started in this slot (its FLEET_CREDENTIAL's N) */
 } fl_child_t;
 
@@ -50,14 +50,12 @@ void fl_proc_set_role_key(const char *role, int index, const unsigned char key[1
 int fl_proc_init(void);
 /* Starts `fleet ROLE extra...`; with want_ready, *ready_fd gets the pipe on which the
  * child writes its address. 0 or -1. */
-int fl_proc_spawn_start(fl_child_t *c, const char *role, int index, char *const extra[], int want_ready,
-                        int *ready_fd);
+int fl_proc_spawn_start(fl_child_t *c, const char *role, int index, char *const extra[], int want_ready, int *ready_fd);
 /* Waits up to timeout_s for the address on ready_fd (closed here): 0, or -1 when the
  * child closed it without one, or time ran out. */
 int fl_proc_spawn_wait(fl_child_t *c, int ready_fd, double timeout_s);
 /* Both of the above. */
-int fl_proc_spawn(fl_child_t *c, const char *role, int index, char *const extra[], int want_ready,
-                  double timeout_s);
+int fl_proc_spawn(fl_child_t *c, const char *role, int index, char *const extra[], int want_ready, double timeout_s);
 /* "exited with status 1", "was killed by signal 9 (Killed)". */
 void fl_proc_describe_status(int status, char *buf, size_t len);
 /* Reaps exited children among kids[0..n), each by its pid (other children of the process

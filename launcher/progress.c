@@ -73,7 +73,8 @@ enum {
     SEGS
 };
 /* Dropped first to last when the line is too long. */
-static const int drop_order[] = {SEG_PUSH, SEG_LAG, SEG_REPLAY, SEG_LOSS, SEG_FRAMES, SEG_RESTART, SEG_ACTORS, SEG_UPD, SEG_ENV};
+static const int drop_order[] = {SEG_PUSH,    SEG_LAG,    SEG_REPLAY, SEG_LOSS, SEG_FRAMES,
+                                 SEG_RESTART, SEG_ACTORS, SEG_UPD,    SEG_ENV};
 
 static void budget_text(const fl_progress_t *p, char *s, size_t n) {
     if (p->budget_done < 0) return;

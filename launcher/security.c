@@ -18,8 +18,8 @@
 #include "common/rpc.h"
 
 /* The files `fleet certs` makes, in the order they are made. */
-static const char *const made_files[] = {FL_TLS_CA_KEY, FL_TLS_CA, FL_TLS_KEY, FL_TLS_CERT, FL_TLS_TOKEN,
-                                         FL_TLS_LEARNER_TOKEN};
+static const char *const made_files[] = {FL_TLS_CA_KEY, FL_TLS_CA,    FL_TLS_KEY,
+                                         FL_TLS_CERT,   FL_TLS_TOKEN, FL_TLS_LEARNER_TOKEN};
 #define N_MADE (int)(sizeof made_files / sizeof made_files[0])
 #define CSR_FILE ".fleet.csr"
 #define EXT_FILE ".fleet.ext"
@@ -91,13 +91,14 @@ static int run_openssl(char *const args[], const char *step, char *why, size_t l
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
     for (char *p = out; *p; p++)
         if (*p == '\n') *p = ' ';
-    snprintf(why, len, "openssl failed to make %s (%s %d): %.300s", step,
-             WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
-             out);
+    snprintf(why, len, "openssl failed to make %s (%s %d): %.300s", step, WIFEXITED(status) ? "exit status" : "signal",
+             WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), out);
     return -1;
 }
 
-static void join(char *out, size_t len, const char *dir, const char *name) { snprintf(out, len, "%s/%s", dir, name); }
+static void join(char *out, size_t len, const char *dir, const char *name) {
+    snprintf(out, len, "%s/%s", dir, name);
+}
 
 /* Writes data to dir/name with mode, refusing an existing file. 0 or -1 with why. */
 static int write_new(const char *dir, const char *name, const char *data, int mode, char *why, size_t len) {
@@ -259,26 +260,46 @@ int fl_security_make(const char *dir, const char *const *hosts, int nhosts, int 
                  ? -1
                  : 0;
     if (!rc) {
-        char *ca[] = {openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                      "-keyout", ca_key, "-out", ca_pem, "-days", ndays, "-subj", subj, "-addext",
-                      "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign", NULL};
+        char *ca[] = {openssl,
+                      "req",
+                      "-x509",
+                      "-newkey",
+                      "ec",
+                      "-pkeyopt",
+                      "ec_paramgen_curve:prime256v1",
+                      "-nodes",
+                      "-keyout",
+                      ca_key,
+                      "-out",
+                      ca_pem,
+                      "-days",
+                      ndays,
+                      "-subj",
+                      subj,
+                      "-addext",
+                      "basicConstraints=critical,CA:TRUE",
+                      "-addext",
+                      "keyUsage=critical,keyCertSign,cRLSign",
+                      NULL};
         rc = run_openssl(ca, "the CA (ca.pem, ca.key)", why, len);
     }
     if (!rc) {
-        char *req[] = {openssl, "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                       "-keyout", key, "-out", csr, "-subj", "/CN=fleet", NULL};
+        char *req[] = {openssl,  "req",     "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                       "-nodes", "-keyout", key,    "-out",    csr,  "-subj",    "/CN=fleet",
+                       NULL};
         rc = run_openssl(req, "the key fleet.key", why, len);
     }
     if (!rc) {
-        char *sign[] = {openssl, "x509", "-req", "-in", csr, "-CA", ca_pem, "-CAkey", ca_key, "-set_serial", serial,
-                        "-days", ndays, "-out", pem, "-extfile", ext, NULL};
+        char *sign[] = {openssl,       "x509", "-req",  "-in", csr,    "-CA", ca_pem,     "-CAkey", ca_key,
+                        "-set_serial", serial, "-days", ndays, "-out", pem,   "-extfile", ext,      NULL};
         rc = run_openssl(sign, "the certificate fleet.pem", why, len);
     }
     snprintf(token_line, sizeof token_line, "%s\n", run_token);
     snprintf(learner_line, sizeof learner_line, "%s\n", learner_token);
     if (!rc) rc = write_new(dir, FL_TLS_TOKEN, token_line, 0600, why, len);
     if (!rc) rc = write_new(dir, FL_TLS_LEARNER_TOKEN, learner_line, 0600, why, len);
-    if (!rc && (chmod(ca_pem, 0644) != 0 || chmod(pem, 0644) != 0 || chmod(ca_key, 0600) != 0 || chmod(key, 0600) != 0)) {
+    if (!rc &&
+        (chmod(ca_pem, 0644) != 0 || chmod(pem, 0644) != 0 || chmod(ca_key, 0600) != 0 || chmod(key, 0600) != 0)) {
         snprintf(why, len, "cannot set the modes of the files in %s: %s", dir, strerror(errno));
         rc = -1;
     }
@@ -303,7 +324,10 @@ static int read_text(const char *dir, const char *name, char **out, char *why, s
     int bad = !buf || ferror(f) || n > MAX_CRED_BYTES;
     fclose(f);
     if (bad || n == 0) {
-        snprintf(why, len, "cannot read %s: %s", path, !buf ? "out of memory" : n == 0 ? "it is empty" : "too large or unreadable");
+        snprintf(why, len, "cannot read %s: %s", path,
+                 !buf     ? "out of memory"
+                 : n == 0 ? "it is empty"
+                          : "too large or unreadable");
         free(buf);
         return -1;
     }

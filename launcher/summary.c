@@ -69,17 +69,20 @@ void fl__monitor_write_summary(const monitor_t *M, double elapsed, const totals_
     /* replay_final=0: a shard did not answer the last Info round (it stopped on its own
      * signal, as under scancel): the replay figures are its last answer's */
     fprintf(sf, "replay_final=%d\n", M->replay_final);
-    fprintf(sf, "reason=%s\nexit_code=%d\nelapsed_s=%.3f\nepisodes=%llu\nmean_return_100=%.3f\nbest_return=%.3f\n"
-                "env_steps=%llu\nframes=%llu\nlearner_steps=%llu\nreplay_inserted=%llu\nreplay_size=%llu\nactors_acked=%llu\n"
-                "param_version=%llu\nlearner_mode=%s\nlearners=%d\nparamserver_shards=%lld\n",
-            M->reason, M->exit_code, elapsed, (unsigned long long)t->episodes, t->mret, t->best,
-            (unsigned long long)t->env, (unsigned long long)t->env * (unsigned long long)M->L->frame_skip,
-            (unsigned long long)t->lsteps, (unsigned long long)M->rinfo.inserted,
-            (unsigned long long)M->rinfo.size, (unsigned long long)t->acked, (unsigned long long)pi->version,
-            FL_CONFIG_ENUM_STR(cfg, learner, mode), M->L->fs.n_learners, (long long)cfg->paramserver_shards);
+    fprintf(
+        sf,
+        "reason=%s\nexit_code=%d\nelapsed_s=%.3f\nepisodes=%llu\nmean_return_100=%.3f\nbest_return=%.3f\n"
+        "env_steps=%llu\nframes=%llu\nlearner_steps=%llu\nreplay_inserted=%llu\nreplay_size=%llu\nactors_acked=%llu\n"
+        "param_version=%llu\nlearner_mode=%s\nlearners=%d\nparamserver_shards=%lld\n",
+        M->reason, M->exit_code, elapsed, (unsigned long long)t->episodes, t->mret, t->best, (unsigned long long)t->env,
+        (unsigned long long)t->env * (unsigned long long)M->L->frame_skip, (unsigned long long)t->lsteps,
+        (unsigned long long)M->rinfo.inserted, (unsigned long long)M->rinfo.size, (unsigned long long)t->acked,
+        (unsigned long long)pi->version, FL_CONFIG_ENUM_STR(cfg, learner, mode), M->L->fs.n_learners,
+        (long long)cfg->paramserver_shards);
     if (M->gorila) { /* the learners' pushes to the parameter servers: Gorila's alone */
-        fprintf(sf, "pushes_applied=%llu\npushes_dropped=%llu\npush_waits=%llu\npush_wait_timeouts=%llu\n"
-                    "push_bytes=%llu\nstaleness_hist=",
+        fprintf(sf,
+                "pushes_applied=%llu\npushes_dropped=%llu\npush_waits=%llu\npush_wait_timeouts=%llu\n"
+                "push_bytes=%llu\nstaleness_hist=",
                 (unsigned long long)pi->pushes_applied, (unsigned long long)pi->pushes_dropped,
                 (unsigned long long)pi->waits, (unsigned long long)pi->wait_timeouts,
                 (unsigned long long)pi->push_bytes);
@@ -112,7 +115,8 @@ void fl__monitor_write_summary(const monitor_t *M, double elapsed, const totals_
     /* Memory: the largest a process of each kind had at a progress line (MB), and the fleet's. */
     for (int k = 0; k < N_KINDS; k++)
         fprintf(sf, "memory_%s_rss_mb=%.1f\nmemory_%s_private_mb=%.1f\n", fl__monitor_kind_names[k],
-                (double)M->mem_peak[k][0] / 1048576.0, fl__monitor_kind_names[k], (double)M->mem_peak[k][1] / 1048576.0);
+                (double)M->mem_peak[k][0] / 1048576.0, fl__monitor_kind_names[k],
+                (double)M->mem_peak[k][1] / 1048576.0);
     fprintf(sf, "memory_rss_mb=%.1f\nmemory_private_mb=%.1f\n", (double)M->mem_total_peak[0] / 1048576.0,
             (double)M->mem_total_peak[1] / 1048576.0);
     /* CPU seconds: the launcher's own (its threads, not the roles'), and each kind's at the
@@ -152,4 +156,3 @@ void fl__monitor_print_outcome(const monitor_t *M, double elapsed, const totals_
                fl_mpi_launched() ? " (in the same mpirun command, in place of the config file)" : "");
     fflush(stdout);
 }
-

@@ -36,7 +36,9 @@ typedef struct gpu_state {
     int n_pinned, pin_failed;
 } gpu_state_t;
 
-static gpu_state_t *state_of(fl_learner_t *l) { return (gpu_state_t *)l->be_state; }
+static gpu_state_t *state_of(fl_learner_t *l) {
+    return (gpu_state_t *)l->be_state;
+}
 
 static fl_status cuda_check_opts(const fl_learner_opts_t *o, fl_err_t *err) {
     if (o->obs.dtype != FL_DTYPE_FLOAT32 && o->obs.dtype != FL_DTYPE_UINT8)
@@ -51,8 +53,8 @@ static fl_status cuda_push(fl_learner_t *l, int with_optim, fl_err_t *err) {
     FL_TRY(fl_cuda_dqn_set_params(gpu, fl_qnet_params(l->online), fl_qnet_params(l->target),
                                   fl_qnet_num_params(l->online), err));
     if (!with_optim) return FL_OK;
-    return fl_cuda_dqn_set_optim_state(gpu, fl_optim_state(l->opt), fl_optim_state_size(l->opt),
-                                       fl_optim_steps(l->opt), err);
+    return fl_cuda_dqn_set_optim_state(gpu, fl_optim_state(l->opt), fl_optim_state_size(l->opt), fl_optim_steps(l->opt),
+                                       err);
 }
 
 /* The CPU copies (both networks, optimizer state) from the GPU. Synchronous. */
@@ -200,10 +202,12 @@ static fl_status cuda_group_update(fl_learner_t *l, int have, int *stop, float *
     if (have) {
         fl_err_t ce;
         fl_err_init(&ce);
-        fl_status s = fl_cuda_dqn_compute_from(st->gpu, &st->batch, (int)l->cur->count, l->rbuf, l->priorities, &ds,
-                                               &ce);
-        if (s == FL_OUT_OF_RANGE) l->rbuf[0] = NAN; /* every learner skips this step */
-        else if (s != FL_OK) result = fl_err_set(e, s, "learner: GPU update: %s", ce.msg);
+        fl_status s =
+            fl_cuda_dqn_compute_from(st->gpu, &st->batch, (int)l->cur->count, l->rbuf, l->priorities, &ds, &ce);
+        if (s == FL_OUT_OF_RANGE)
+            l->rbuf[0] = NAN; /* every learner skips this step */
+        else if (s != FL_OK)
+            result = fl_err_set(e, s, "learner: GPU update: %s", ce.msg);
         have = result == FL_OK;
     }
     float mean_loss = 0;

@@ -70,7 +70,8 @@ const fl__learner_backend_t *fl__learner_backend_cuda_load(char *why, size_t why
     pthread_once(&g_once, load_once);
     if (!g_backend && why && why_size)
         snprintf(why, why_size,
-                 "the GPU learner's library " LIB_NAME " did not load (%s; expected in the lib/ folder beside the "
+                 "the GPU learner's library " LIB_NAME
+                 " did not load (%s; expected in the lib/ folder beside the "
                  "program's bin/, or named by FLEET_CUDA_LIB)",
                  g_why);
     return g_backend;

@@ -34,8 +34,7 @@
 /* "10,10,4" */
 static void shape_text(const fl_obs_spec_t *o, char *buf, size_t len) {
     buf[0] = '\0';
-    for (int i = 0; i < o->rank; i++)
-        snprintf(buf + strlen(buf), len - strlen(buf), "%s%d", i ? "," : "", o->shape[i]);
+    for (int i = 0; i < o->rank; i++) snprintf(buf + strlen(buf), len - strlen(buf), "%s%d", i ? "," : "", o->shape[i]);
 }
 
 fl_status fl_learner_save(fl_learner_t *l, const char *path, fl_err_t *err) {
@@ -75,11 +74,21 @@ fl_status fl_learner_save(fl_learner_t *l, const char *path, fl_err_t *err) {
     snprintf(targets, sizeof targets, "%llu", (unsigned long long)l->st.target_updates);
     snprintf(actions, sizeof actions, "%d", l->num_actions);
     snprintf(loss, sizeof loss, "%.9g", l->st.last_loss);
-    const char *keys[] = {"format", "format_version", "model.spec", "obs_dtype", "obs_shape", "num_actions",
-                          "learner.optimizer", "learner.steps", "optimizer.steps", "learner.samples", "param_version",
-                          "target_updates", "last_loss"};
-    const char *vals[] = {CKPT_FORMAT, CKPT_VERSION, l->o.model_spec, fl_dtype_name(l->obs.dtype), shape, actions,
-                          fl_optim_kind_name(fl_optim_config(l->opt)->kind), steps, osteps, samples, version, targets,
+    const char *keys[] = {"format",        "format_version",    "model.spec",    "obs_dtype",       "obs_shape",
+                          "num_actions",   "learner.optimizer", "learner.steps", "optimizer.steps", "learner.samples",
+                          "param_version", "target_updates",    "last_loss"};
+    const char *vals[] = {CKPT_FORMAT,
+                          CKPT_VERSION,
+                          l->o.model_spec,
+                          fl_dtype_name(l->obs.dtype),
+                          shape,
+                          actions,
+                          fl_optim_kind_name(fl_optim_config(l->opt)->kind),
+                          steps,
+                          osteps,
+                          samples,
+                          version,
+                          targets,
                           loss};
     fl_status s = fl_safetensors_write(path, t, n, keys, vals, (int)(sizeof keys / sizeof keys[0]), err);
     free(t);
@@ -90,8 +99,7 @@ fl_status fl_learner_save(fl_learner_t *l, const char *path, fl_err_t *err) {
 }
 
 /* A metadata value as an unsigned integer; FL_INVALID_ARGUMENT naming it otherwise. */
-static fl_status meta_u64(const fl_safetensors_t *f, const char *path, const char *key, uint64_t *out,
-                          fl_err_t *err) {
+static fl_status meta_u64(const fl_safetensors_t *f, const char *path, const char *key, uint64_t *out, fl_err_t *err) {
     const char *v = fl_safetensors_meta(f, key);
     char *end = NULL;
     errno = 0;
@@ -160,11 +168,15 @@ static fl_status find_view(const fl_safetensors_t *f, const char *path, const ch
     dims_text(v->shape, v->rank, want, sizeof want);
     spec_hint(f, net, hint, sizeof hint);
     if (!x)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s is missing; expected F32 %s as the "
-                          "network's view%s", path, name, want, hint);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "learner checkpoint %s: tensor %s is missing; expected F32 %s as the "
+                          "network's view%s",
+                          path, name, want, hint);
     dims_text(x->shape, x->rank, got, sizeof got);
-    return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: tensor %s is %s %s; expected F32 %s as the "
-                      "network's view%s", path, name, fl_st_dtype_name(x->dtype), got, want, hint);
+    return fl_err_set(err, FL_INVALID_ARGUMENT,
+                      "learner checkpoint %s: tensor %s is %s %s; expected F32 %s as the "
+                      "network's view%s",
+                      path, name, fl_st_dtype_name(x->dtype), got, want, hint);
 }
 
 /* Every view of net has its tensor "<prefix>.<view>" (find_view), and f holds no other
@@ -199,9 +211,11 @@ static fl_status check_format(const fl_safetensors_t *f, const char *path, fl_er
     for (int i = 0; i < 2; i++) {
         const char *v = fl_safetensors_meta(f, keys[i]);
         if (!v || strcmp(v, want[i]) != 0)
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: metadata %s is %s%s%s, expected \"%s\" "
-                              "(a file that fl_learner_save wrote, e.g. <learner.checkpoint_dir>/learner-0.safetensors)",
-                              path, keys[i], v ? "\"" : "", v ? v : "missing", v ? "\"" : "", want[i]);
+            return fl_err_set(
+                err, FL_INVALID_ARGUMENT,
+                "learner checkpoint %s: metadata %s is %s%s%s, expected \"%s\" "
+                "(a file that fl_learner_save wrote, e.g. <learner.checkpoint_dir>/learner-0.safetensors)",
+                path, keys[i], v ? "\"" : "", v ? v : "missing", v ? "\"" : "", want[i]);
     }
     return FL_OK;
 }
@@ -214,9 +228,11 @@ fl_status fl_learner_load_network(const char *path, fl_qnet_t *net, fl_err_t *er
     if (s == FL_OK) s = find_views(f, path, "online", net, src, err);
     const char *spec = fl_safetensors_meta(f, "model.spec");
     if (s == FL_OK && !(spec && same_spec(spec, fl_qnet_spec(net))))
-        s = fl_err_set(err, FL_INVALID_ARGUMENT, "learner checkpoint %s: model.spec is %s%s%s; this network is \"%s\" "
-                       "(the tensors fit, but the layers differ: was the run's model.spec \"%s\"?)", path,
-                       spec ? "\"" : "", spec ? spec : "missing", spec ? "\"" : "", fl_qnet_spec(net), spec ? spec : "?");
+        s = fl_err_set(err, FL_INVALID_ARGUMENT,
+                       "learner checkpoint %s: model.spec is %s%s%s; this network is \"%s\" "
+                       "(the tensors fit, but the layers differ: was the run's model.spec \"%s\"?)",
+                       path, spec ? "\"" : "", spec ? spec : "missing", spec ? "\"" : "", fl_qnet_spec(net),
+                       spec ? spec : "?");
     if (s == FL_OK) copy_views(net, src);
     fl_safetensors_free(f);
     return s;
@@ -228,9 +244,14 @@ static fl_status check_resume_meta(const fl_learner_t *l, const fl_safetensors_t
     shape_text(&l->obs, shape, sizeof shape);
     char actions[16];
     snprintf(actions, sizeof actions, "%d", l->num_actions);
-    const char *want_k[] = {"format", "format_version", "model.spec", "obs_dtype", "obs_shape", "num_actions",
-                            "learner.optimizer"};
-    const char *want_v[] = {CKPT_FORMAT, CKPT_VERSION, l->o.model_spec, fl_dtype_name(l->obs.dtype), shape, actions,
+    const char *want_k[] = {"format",    "format_version", "model.spec",       "obs_dtype",
+                            "obs_shape", "num_actions",    "learner.optimizer"};
+    const char *want_v[] = {CKPT_FORMAT,
+                            CKPT_VERSION,
+                            l->o.model_spec,
+                            fl_dtype_name(l->obs.dtype),
+                            shape,
+                            actions,
                             fl_optim_kind_name(fl_optim_config(l->opt)->kind)};
     for (size_t i = 0; i < sizeof want_k / sizeof want_k[0]; i++) {
         const char *v = fl_safetensors_meta(f, want_k[i]);
@@ -317,7 +338,10 @@ static void keep_copies(fl_learner_t *l) {
     char dir[1024], copy[1100];
     snprintf(dir, sizeof dir, "%s", l->ckpt_path);
     char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0'; else snprintf(dir, sizeof dir, ".");
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
     snprintf(copy, sizeof copy, "%s/learner-%d.step-%llu.safetensors", dir, l->index, (unsigned long long)l->st.steps);
     unlink(copy);
     if (link(l->ckpt_path, copy) != 0) FL_WARN("learner checkpoint: cannot link %s: %s", copy, strerror(errno));

@@ -42,8 +42,7 @@ fl_status fl_dqn_create(const fl_dqn_config_t *cfg, fl_dqn_t **out, fl_err_t *er
     d->q_taken = calloc(b, sizeof(float));
     d->y = calloc(b, sizeof(float));
     d->dpred = malloc(b * sizeof(float));
-    if (!d->q_next_online || !d->q_next_target || !d->q_obs || !d->dq || !d->q_taken || !d->y || !d->dpred)
-        goto oom;
+    if (!d->q_next_online || !d->q_next_target || !d->q_obs || !d->dq || !d->q_taken || !d->y || !d->dpred) goto oom;
     *out = d;
     return FL_OK;
 oom:
@@ -63,9 +62,15 @@ void fl_dqn_destroy(fl_dqn_t *d) {
     free(d);
 }
 
-const fl_dqn_config_t *fl_dqn_config(const fl_dqn_t *d) { return &d->cfg; }
-const float *fl_dqn_targets(const fl_dqn_t *d) { return d->y; }
-const float *fl_dqn_q_taken(const fl_dqn_t *d) { return d->q_taken; }
+const fl_dqn_config_t *fl_dqn_config(const fl_dqn_t *d) {
+    return &d->cfg;
+}
+const float *fl_dqn_targets(const fl_dqn_t *d) {
+    return d->y;
+}
+const float *fl_dqn_q_taken(const fl_dqn_t *d) {
+    return d->q_taken;
+}
 
 static fl_status check_inputs(const fl_dqn_t *d, const fl_qnet_t *online, const fl_qnet_t *target,
                               const fl_dqn_batch_t *b, fl_err_t *err) {
@@ -78,16 +83,15 @@ static fl_status check_inputs(const fl_dqn_t *d, const fl_qnet_t *online, const 
     if (fl_qnet_num_actions(online) != A || fl_qnet_num_actions(target) != A)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: networks have %d and %d actions (expected %d)",
                           fl_qnet_num_actions(online), fl_qnet_num_actions(target), A);
-    if (fl_qnet_obs_dim(online) != fl_qnet_obs_dim(target) ||
-        fl_qnet_num_params(online) != fl_qnet_num_params(target))
+    if (fl_qnet_obs_dim(online) != fl_qnet_obs_dim(target) || fl_qnet_num_params(online) != fl_qnet_num_params(target))
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: online and target networks differ in shape");
     if (fl_qnet_max_batch(online) < B || fl_qnet_max_batch(target) < B)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: batch size %d exceeds a network's max_batch (%d, %d)", B,
                           fl_qnet_max_batch(online), fl_qnet_max_batch(target));
     for (int i = 0; i < B; i++)
         if (b->actions[i] < 0 || b->actions[i] >= A)
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: actions[%d] = %d (expected 0..%d)", i,
-                              (int)b->actions[i], A - 1);
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: actions[%d] = %d (expected 0..%d)", i, (int)b->actions[i],
+                              A - 1);
     return FL_OK;
 }
 
@@ -97,8 +101,8 @@ static fl_status forward_batch(fl_qnet_t *n, const fl_dqn_batch_t *b, int next, 
     return fl_qnet_forward(n, next ? b->next_obs : b->obs, b->size, q);
 }
 
-fl_status fl_dqn_compute(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, const fl_dqn_batch_t *b,
-                         float *priorities, fl_dqn_stats_t *stats, fl_err_t *err) {
+fl_status fl_dqn_compute(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, const fl_dqn_batch_t *b, float *priorities,
+                         fl_dqn_stats_t *stats, fl_err_t *err) {
     if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: NULL updater");
     FL_TRY(check_inputs(d, online, target, b, err));
     const int B = b->size, A = d->cfg.num_actions;
@@ -145,8 +149,8 @@ fl_status fl_dqn_compute(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, cons
     return FL_OK;
 }
 
-fl_status fl_dqn_step(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, fl_optim_t *opt,
-                      const fl_dqn_batch_t *b, float *priorities, fl_dqn_stats_t *stats, fl_err_t *err) {
+fl_status fl_dqn_step(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, fl_optim_t *opt, const fl_dqn_batch_t *b,
+                      float *priorities, fl_dqn_stats_t *stats, fl_err_t *err) {
     if (!opt) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: NULL optimizer");
     if (online && fl_optim_size(opt) != fl_qnet_num_params(online))
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn: optimizer holds %zu parameters, network %zu",

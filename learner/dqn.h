@@ -47,13 +47,13 @@ typedef struct fl_dqn_config {
 
 /* One batch, caller-owned; nothing is kept after the call. */
 typedef struct fl_dqn_batch {
-    int size;                 /* B */
-    const float *obs;         /* (B, obs_dim) */
-    const int32_t *actions;   /* (B) */
-    const float *rewards;     /* (B) n-step discounted returns */
-    const float *discounts;   /* (B) gamma^m, 0 at terminal */
-    const float *next_obs;    /* (B, obs_dim) */
-    const float *weights;     /* (B) importance weights, or NULL for all ones */
+    int size;               /* B */
+    const float *obs;       /* (B, obs_dim) */
+    const int32_t *actions; /* (B) */
+    const float *rewards;   /* (B) n-step discounted returns */
+    const float *discounts; /* (B) gamma^m, 0 at terminal */
+    const float *next_obs;  /* (B, obs_dim) */
+    const float *weights;   /* (B) importance weights, or NULL for all ones */
     /* Optional: the observations as replay stores them, used instead of obs and next_obs
      * when obs_raw is not NULL (fl_qnet_forward_obs: the oneDNN backend converts uint8
      * on the way into its layout, with the bits of converting them first). */
@@ -75,12 +75,12 @@ const fl_dqn_config_t *fl_dqn_config(const fl_dqn_t *d);
 
 /* The forwards, targets, loss, priorities (B) (may be NULL) and the gradient, left in
  * fl_qnet_grads(online) unclipped. stats (may be NULL) gets loss and grad_norm. */
-fl_status fl_dqn_compute(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, const fl_dqn_batch_t *b,
-                         float *priorities, fl_dqn_stats_t *stats, fl_err_t *err);
+fl_status fl_dqn_compute(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, const fl_dqn_batch_t *b, float *priorities,
+                         fl_dqn_stats_t *stats, fl_err_t *err);
 
 /* fl_dqn_compute, then clipping and one optimizer step on online's parameters. */
-fl_status fl_dqn_step(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, fl_optim_t *opt,
-                      const fl_dqn_batch_t *b, float *priorities, fl_dqn_stats_t *stats, fl_err_t *err);
+fl_status fl_dqn_step(fl_dqn_t *d, fl_qnet_t *online, fl_qnet_t *target, fl_optim_t *opt, const fl_dqn_batch_t *b,
+                      float *priorities, fl_dqn_stats_t *stats, fl_err_t *err);
 
 /* One synchronous step of a group of learners (apex mode, learner.count > 1): every
  * member calls it the same number of times, each with its own batch. It computes this

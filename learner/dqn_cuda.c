@@ -54,8 +54,7 @@ void fl_cuda_dqn_config_init(fl_cuda_dqn_config_t *cfg) {
 static fl_status build_layers(fl_cuda_dqn_t *d, const fl_qnet_t *q, fl_err_t *err) {
     const int count = fl_qnet_num_layers(q);
     if (count < 1 || count > FL_QNET_MAX_LAYERS)
-        return fl_err_set(err, FL_INTERNAL, "dqn_cuda: qnet has %d layers (expected 1..%d)", count,
-                          FL_QNET_MAX_LAYERS);
+        return fl_err_set(err, FL_INTERNAL, "dqn_cuda: qnet has %d layers (expected 1..%d)", count, FL_QNET_MAX_LAYERS);
     d->widest = (size_t)d->obs_dim;
     for (int i = 0; i < count; i++) {
         fl_qnet_layer_t ql;
@@ -109,8 +108,7 @@ static fl_status check_config(const fl_cuda_dqn_config_t *c, fl_err_t *err) {
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: num_actions = %d (expected 1..%d)", c->num_actions,
                           FL_QNET_MAX_UNITS);
     if (c->max_batch < 1 || c->max_batch > (1 << 20))
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: max_batch = %d (expected 1..%d)", c->max_batch,
-                          1 << 20);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: max_batch = %d (expected 1..%d)", c->max_batch, 1 << 20);
     if (!(c->huber_delta > 0) || c->huber_delta > 3.0e38f)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: huber_delta = %g (expected a finite value > 0)",
                           (double)c->huber_delta);
@@ -157,8 +155,8 @@ static fl_status create_streams(fl_cuda_dqn_t *d, fl_err_t *err) {
     for (int k = 0; k < FL_CUDA_DQN_STAGES; k++)
         if ((st = cuda_check(cudaEventCreateWithFlags(&d->ev_staged[k], cudaEventDisableTiming), "cudaEventCreate",
                              err)) != FL_OK ||
-            (st = cuda_check(cudaEventCreateWithFlags(&d->ev_stage_free[k], cudaEventDisableTiming),
-                             "cudaEventCreate", err)) != FL_OK)
+            (st = cuda_check(cudaEventCreateWithFlags(&d->ev_stage_free[k], cudaEventDisableTiming), "cudaEventCreate",
+                             err)) != FL_OK)
             return st;
     FL_TRY(fl_cuda_ctx_create(d->cfg.tf32, d->cs, &d->ctx, err));
     fl_cuda_ctx_set_benchmark(d->ctx, d->cfg.cudnn_benchmark);
@@ -237,12 +235,14 @@ static fl_status setup_layers(fl_cuda_dqn_t *d, fl_err_t *err) {
         } else if (i < d->num_layers - 1) {
             if ((st = dev_alloc(d, (void **)&l->y, B * l->out_size * F, err)) != FL_OK) return st;
         }
-        if (l->kind == FL_QNET_CONV) nhwc = 1;
-        else if (l->kind != FL_QNET_RELU) nhwc = 0;
+        if (l->kind == FL_QNET_CONV)
+            nhwc = 1;
+        else if (l->kind != FL_QNET_RELU)
+            nhwc = 0;
         x = l->y;
         if (l->kind == FL_QNET_CONV) {
-            if ((st = fl_cuda_conv_create(d->ctx, l->in_c, l->in_h, l->in_w, l->cout, l->k, l->stride, l->pad,
-                                          &l->conv, err)) != FL_OK ||
+            if ((st = fl_cuda_conv_create(d->ctx, l->in_c, l->in_h, l->in_w, l->cout, l->k, l->stride, l->pad, &l->conv,
+                                          err)) != FL_OK ||
                 (st = fl_cuda_conv_set_batch(d->ctx, l->conv, d->max_batch, err)) != FL_OK)
                 return st;
         }
@@ -288,8 +288,13 @@ static fl_status alloc_pinned(fl_cuda_dqn_t *d, fl_err_t *err) {
 /* The optimizer's hyperparameters and the clipping bound, to the device. */
 static fl_status upload_hyper(fl_cuda_dqn_t *d, fl_err_t *err) {
     const fl_optim_config_t *o = &d->cfg.optim;
-    d->hyper = (fl_cuda_optim_hyper_t){.kind = (int)o->kind, .lr = o->lr, .beta1 = o->beta1, .beta2 = o->beta2,
-                                       .eps = o->eps, .decay = o->decay, .momentum = o->momentum,
+    d->hyper = (fl_cuda_optim_hyper_t){.kind = (int)o->kind,
+                                       .lr = o->lr,
+                                       .beta1 = o->beta1,
+                                       .beta2 = o->beta2,
+                                       .eps = o->eps,
+                                       .decay = o->decay,
+                                       .momentum = o->momentum,
                                        .grad_clip = d->cfg.grad_clip};
     return cuda_check(cudaMemcpyAsync(d->d_hyper, &d->hyper, sizeof d->hyper, cudaMemcpyHostToDevice, d->cs),
                       "cudaMemcpyAsync (hyperparameters)", err);
@@ -305,8 +310,10 @@ fl_status fl_cuda_dqn_create(const fl_cuda_dqn_config_t *cfg, fl_cuda_dqn_t **ou
     fl_optim_destroy(probe);
     const int opt_kernel = fl_optim_cuda_kernel(cfg->optim.kind);
     if (opt_kernel < 0)
-        return fl_err_set(err, FL_UNIMPLEMENTED, "dqn_cuda: optimizer %s has no GPU version (expected one of "
-                          "kernels/optim.c's optimizers with a fused kernel)", fl_optim_kind_name(cfg->optim.kind));
+        return fl_err_set(err, FL_UNIMPLEMENTED,
+                          "dqn_cuda: optimizer %s has no GPU version (expected one of "
+                          "kernels/optim.c's optimizers with a fused kernel)",
+                          fl_optim_kind_name(cfg->optim.kind));
     fl_qnet_t *q = NULL;
     FL_TRY(fl_qnet_create_for_obs(cfg->spec, cfg->obs.rank, cfg->obs.shape, cfg->num_actions, 1, &q, err));
 
@@ -401,9 +408,15 @@ void fl_cuda_dqn_destroy(fl_cuda_dqn_t *d) {
     free(d);
 }
 
-size_t fl_cuda_dqn_num_params(const fl_cuda_dqn_t *d) { return d->n; }
-int fl_cuda_dqn_obs_dim(const fl_cuda_dqn_t *d) { return d->obs_dim; }
-int fl_cuda_dqn_num_slots(const fl_cuda_dqn_t *d) { return d->num_slots; }
+size_t fl_cuda_dqn_num_params(const fl_cuda_dqn_t *d) {
+    return d->n;
+}
+int fl_cuda_dqn_obs_dim(const fl_cuda_dqn_t *d) {
+    return d->obs_dim;
+}
+int fl_cuda_dqn_num_slots(const fl_cuda_dqn_t *d) {
+    return d->num_slots;
+}
 int fl_cuda_dqn_graphs(const fl_cuda_dqn_t *d) {
     int n = 0;
     for (int i = 0; i < d->num_graphs; i++) n += d->graphs[i].exec != NULL;
@@ -419,7 +432,6 @@ fl_status fl_cuda_dqn_slot(fl_cuda_dqn_t *d, int slot, fl_cuda_dqn_slot_t *out, 
     return FL_OK;
 }
 
-
 /* ---- the update ----------------------------------------------------------------------- */
 
 /* Q(x0) of the network with parameters p into q (B, A); keeps every activation. */
@@ -434,8 +446,7 @@ static fl_status forward(fl_cuda_dqn_t *d, const float *p, int B, float *q, fl_e
         }
         switch (l->kind) {
         case FL_QNET_DENSE:
-            FL_TRY(fl_cuda_dense_forward(d->ctx, x, p + l->w_off, p + l->b_off, B, (int)l->in_size, l->units, y,
-                                         err));
+            FL_TRY(fl_cuda_dense_forward(d->ctx, x, p + l->w_off, p + l->b_off, B, (int)l->in_size, l->units, y, err));
             break;
         case FL_QNET_RELU: FL_TRY(fl_cuda_relu_forward(l->x, y, (size_t)B * l->out_size, d->cs, err)); break;
         case FL_QNET_CONV:
@@ -481,9 +492,7 @@ static fl_status backward(fl_cuda_dqn_t *d, int B, fl_err_t *err) {
         if (l->kind == FL_QNET_FLATTEN && !l->from_nhwc) continue;
         float *dx = i > 0 ? d->d_g[which] : NULL;
         switch (l->kind) {
-        case FL_QNET_DENSE:
-            FL_TRY(dense_backward(d, l, p, dy, B, l->units, dx, g, err));
-            break;
+        case FL_QNET_DENSE: FL_TRY(dense_backward(d, l, p, dy, B, l->units, dx, g, err)); break;
         case FL_QNET_RELU:
             if (dx) FL_TRY(fl_cuda_relu_backward(l->y, dy, dx, (size_t)B * l->out_size, d->cs, err));
             break;
@@ -525,8 +534,8 @@ static fl_status enqueue_update(fl_cuda_dqn_t *d, int B, int apply, fl_err_t *er
     FL_TRY(fl_cuda_sumsq(d->d_grads, d->n, d->d_sc, d->cs, err));
     FL_TRY(fl_cuda_step_finalize(d->d_hyper, d->d_sc, 1, apply, d->cs, err));
     if (apply)
-        FL_TRY(fl_cuda_optim_apply(d->opt_kernel, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper,
-                                   d->d_sc, d->cs, err));
+        FL_TRY(fl_cuda_optim_apply(d->opt_kernel, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper, d->d_sc, d->cs,
+                                   err));
     return FL_OK;
 }
 
@@ -580,8 +589,8 @@ static fl_status run_update(fl_cuda_dqn_t *d, int B, int apply, fl_err_t *err) {
         /* Nothing captured has run: the same update runs eagerly, now and for every later
          * call of this (B, kind). A real fault fails the eager run too, and is reported. */
         (void)cudaGetLastError();
-        FL_WARN("dqn_cuda: capturing the update (batch %d) as a CUDA graph failed (%s); it runs without one",
-                B, st != FL_OK ? cap_err.msg : cudaGetErrorString(e));
+        FL_WARN("dqn_cuda: capturing the update (batch %d) as a CUDA graph failed (%s); it runs without one", B,
+                st != FL_OK ? cap_err.msg : cudaGetErrorString(e));
         g->eager = 1;
         return enqueue_update(d, B, apply, err);
     }
@@ -627,8 +636,7 @@ static fl_status copy_batch(const fl_cuda_dqn_t *d, const slot_mem_t *dst, const
  * update. */
 static fl_status update_from(fl_cuda_dqn_t *d, const slot_mem_t *m, int B, int apply, fl_err_t *err) {
     FL_TRY(check_batch(d, m, B, err));
-    if (d->launched_B)
-        return fl_err_set(err, FL_FAILED_PRECONDITION, "dqn_cuda: a launched update was not finished");
+    if (d->launched_B) return fl_err_set(err, FL_FAILED_PRECONDITION, "dqn_cuda: a launched update was not finished");
     FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
     const slot_mem_t in = {d->d_obs, d->d_next, d->d_actions, d->d_rewards, d->d_discounts, d->d_weights};
     FL_TRY(copy_batch(d, &in, m, B, cudaMemcpyHostToDevice, d->copy, err));
@@ -682,8 +690,8 @@ static fl_status finish(fl_cuda_dqn_t *d, int B, float *priorities, fl_cuda_dqn_
 
 fl_status fl_cuda_dqn_upload(fl_cuda_dqn_t *d, const fl_cuda_dqn_slot_t *batch, int B, int *stage, fl_err_t *err) {
     if (!d || !batch || !stage) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL argument");
-    const slot_mem_t m = {batch->obs, batch->next_obs, batch->actions, batch->rewards, batch->discounts,
-                          batch->weights};
+    const slot_mem_t m = {batch->obs,     batch->next_obs,  batch->actions,
+                          batch->rewards, batch->discounts, batch->weights};
     FL_TRY(check_batch(d, &m, B, err));
     const int k = d->next_stage;
     if (d->stage_B[k])
@@ -704,8 +712,7 @@ fl_status fl_cuda_dqn_launch(fl_cuda_dqn_t *d, int stage, fl_err_t *err) {
     if (!d) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object");
     if (stage < 0 || stage >= FL_CUDA_DQN_STAGES || !d->stage_B[stage])
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: stage %d holds no uploaded batch", stage);
-    if (d->launched_B)
-        return fl_err_set(err, FL_FAILED_PRECONDITION, "dqn_cuda: the previous launch was not finished");
+    if (d->launched_B) return fl_err_set(err, FL_FAILED_PRECONDITION, "dqn_cuda: the previous launch was not finished");
     const int B = d->stage_B[stage];
     FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
     FL_TRY(cuda_check(cudaStreamWaitEvent(d->cs, d->ev_staged[stage], 0), "cudaStreamWaitEvent", err));
@@ -738,8 +745,8 @@ fl_status fl_cuda_dqn_step(fl_cuda_dqn_t *d, int slot, int B, float *priorities,
 fl_status fl_cuda_dqn_step_from(fl_cuda_dqn_t *d, const fl_cuda_dqn_slot_t *batch, int B, float *priorities,
                                 fl_cuda_dqn_stats_t *stats, fl_err_t *err) {
     if (!d || !batch) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object or batch");
-    const slot_mem_t m = {batch->obs, batch->next_obs, batch->actions, batch->rewards, batch->discounts,
-                          batch->weights};
+    const slot_mem_t m = {batch->obs,     batch->next_obs,  batch->actions,
+                          batch->rewards, batch->discounts, batch->weights};
     FL_TRY(update_from(d, &m, B, 1, err));
     return finish(d, B, priorities, stats, NULL, err);
 }
@@ -748,8 +755,8 @@ fl_status fl_cuda_dqn_compute_from(fl_cuda_dqn_t *d, const fl_cuda_dqn_slot_t *b
                                    float *priorities, fl_cuda_dqn_stats_t *stats, fl_err_t *err) {
     if (!d || !batch || !grads)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL object, batch or gradient buffer");
-    const slot_mem_t m = {batch->obs, batch->next_obs, batch->actions, batch->rewards, batch->discounts,
-                          batch->weights};
+    const slot_mem_t m = {batch->obs,     batch->next_obs,  batch->actions,
+                          batch->rewards, batch->discounts, batch->weights};
     FL_TRY(update_from(d, &m, B, 0, err));
     return finish(d, B, priorities, stats, grads, err);
 }
@@ -771,8 +778,8 @@ fl_status fl_cuda_dqn_apply(fl_cuda_dqn_t *d, const float *grads, float *grad_no
     FL_TRY(cuda_check(cudaMemsetAsync(&d->d_sc->sumsq, 0, sizeof(double), d->cs), "cudaMemsetAsync", err));
     FL_TRY(fl_cuda_sumsq(d->d_grads, d->n, d->d_sc, d->cs, err));
     FL_TRY(fl_cuda_step_finalize(d->d_hyper, d->d_sc, 0, 1, d->cs, err));
-    FL_TRY(fl_cuda_optim_apply(d->opt_kernel, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper, d->d_sc,
-                               d->cs, err));
+    FL_TRY(
+        fl_cuda_optim_apply(d->opt_kernel, d->n, d->d_params, d->d_grads, d->d_state, d->d_hyper, d->d_sc, d->cs, err));
     FL_TRY(cuda_check(cudaMemcpyAsync(d->h_sc, d->d_sc, sizeof *d->h_sc, cudaMemcpyDeviceToHost, d->cs),
                       "cudaMemcpyAsync (statistics)", err));
     FL_TRY(sync_cs(d, err));

@@ -60,24 +60,24 @@ extern "C" {
 #define FL_CUDA_DQN_MAX_GRAPHS 8
 
 typedef struct fl_cuda_dqn_config {
-    const char *spec;      /* model.spec (qnet.h grammar) */
-    fl_obs_spec_t obs;     /* rank 1..4 (3 is an image (H, W, C), any other rank a vector), the first
-                            * rank shape sizes >= 1, dtype FL_DTYPE_FLOAT32 or FL_DTYPE_UINT8 (the
-                            * slots' obs/next_obs) */
-    float obs_scale;       /* uint8 only: (float)u * obs_scale (the learner uses 1.0f / 255.0f) */
-    float input_scale;     /* model.input_scale, applied after the conversion */
-    int num_actions;       /* >= 1 */
-    int max_batch;         /* >= 1 */
-    float huber_delta;     /* > 0 */
-    float grad_clip;       /* >= 0, 0 = no clipping */
+    const char *spec;  /* model.spec (qnet.h grammar) */
+    fl_obs_spec_t obs; /* rank 1..4 (3 is an image (H, W, C), any other rank a vector), the first
+                        * rank shape sizes >= 1, dtype FL_DTYPE_FLOAT32 or FL_DTYPE_UINT8 (the
+                        * slots' obs/next_obs) */
+    float obs_scale;   /* uint8 only: (float)u * obs_scale (the learner uses 1.0f / 255.0f) */
+    float input_scale; /* model.input_scale, applied after the conversion */
+    int num_actions;   /* >= 1 */
+    int max_batch;     /* >= 1 */
+    float huber_delta; /* > 0 */
+    float grad_clip;   /* >= 0, 0 = no clipping */
     fl_optim_config_t optim;
-    int tf32;              /* 1: TF32 tensor cores in GEMMs and convolutions; 0: plain float32 FMA */
-    int use_graph;         /* 1: capture and replay CUDA graphs */
-    int cudnn_benchmark;   /* 1: convolution algorithms timed on the GPU (fl_cuda_ctx_set_benchmark) whenever
-                            * the convolutions are set up for a batch size other than the last one (a
-                            * captured graph keeps its own); 0: cuDNN's heuristics */
-    int device;            /* CUDA device index */
-    int num_slots;         /* 1..FL_CUDA_DQN_MAX_SLOTS pinned input slots */
+    int tf32;            /* 1: TF32 tensor cores in GEMMs and convolutions; 0: plain float32 FMA */
+    int use_graph;       /* 1: capture and replay CUDA graphs */
+    int cudnn_benchmark; /* 1: convolution algorithms timed on the GPU (fl_cuda_ctx_set_benchmark) whenever
+                          * the convolutions are set up for a batch size other than the last one (a
+                          * captured graph keeps its own); 0: cuDNN's heuristics */
+    int device;          /* CUDA device index */
+    int num_slots;       /* 1..FL_CUDA_DQN_MAX_SLOTS pinned input slots */
 } fl_cuda_dqn_config_t;
 
 /* Defaults: no spec, obs float32 (1), obs_scale 1/255, input_scale 1, huber_delta 1, grad_clip 40, the
@@ -86,12 +86,12 @@ void fl_cuda_dqn_config_init(fl_cuda_dqn_config_t *cfg);
 
 /* Pinned host buffers of one slot, each for max_batch items. */
 typedef struct fl_cuda_dqn_slot {
-    void *obs;          /* (max_batch, obs_dim) of obs.dtype, (H, W, C) per item for images */
-    void *next_obs;     /* (max_batch, obs_dim) of obs.dtype */
-    int32_t *actions;   /* (max_batch) in [0, num_actions) */
-    float *rewards;     /* (max_batch) n-step returns */
-    float *discounts;   /* (max_batch) gamma^m, 0 at terminal */
-    float *weights;     /* (max_batch) importance weights (write ones for none) */
+    void *obs;        /* (max_batch, obs_dim) of obs.dtype, (H, W, C) per item for images */
+    void *next_obs;   /* (max_batch, obs_dim) of obs.dtype */
+    int32_t *actions; /* (max_batch) in [0, num_actions) */
+    float *rewards;   /* (max_batch) n-step returns */
+    float *discounts; /* (max_batch) gamma^m, 0 at terminal */
+    float *weights;   /* (max_batch) importance weights (write ones for none) */
 } fl_cuda_dqn_slot_t;
 
 /* Statistics, the same as fl_dqn_stats_t (learner/dqn.h). */
@@ -125,8 +125,7 @@ fl_status fl_cuda_dqn_sync_target(fl_cuda_dqn_t *d, fl_err_t *err);
  * i * num_params) plus fl_optim_steps, so checkpoints move between the backends. */
 size_t fl_cuda_dqn_optim_state_size(const fl_cuda_dqn_t *d);
 fl_status fl_cuda_dqn_get_optim_state(fl_cuda_dqn_t *d, float *state, size_t count, int64_t *steps, fl_err_t *err);
-fl_status fl_cuda_dqn_set_optim_state(fl_cuda_dqn_t *d, const float *state, size_t count, int64_t steps,
-                                      fl_err_t *err);
+fl_status fl_cuda_dqn_set_optim_state(fl_cuda_dqn_t *d, const float *state, size_t count, int64_t steps, fl_err_t *err);
 /* Learning rate from the next step on (fl_optim_set_lr); graphs stay valid. */
 fl_status fl_cuda_dqn_set_lr(fl_cuda_dqn_t *d, float lr, fl_err_t *err);
 

@@ -13,8 +13,8 @@
 
 typedef struct glayer {
     fl_qnet_layer_kind kind;
-    int units;             /* dense: outputs; dueling: actions */
-    int in_c, in_h, in_w;  /* per-sample input shape (C, H, W) */
+    int units;            /* dense: outputs; dueling: actions */
+    int in_c, in_h, in_w; /* per-sample input shape (C, H, W) */
     int out_c, out_h, out_w;
     size_t in_size, out_size;
     int cout, k, stride, pad; /* conv */

@@ -27,9 +27,9 @@ fl_status fl_cuda_dqn_get_params(fl_cuda_dqn_t *d, int target, float *dst, size_
     if (count != d->n)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: room for %zu parameters, expected %zu", count, d->n);
     FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
-    FL_TRY(cuda_check(cudaMemcpyAsync(dst, target ? d->d_target : d->d_params, d->n * sizeof(float),
-                                      cudaMemcpyDeviceToHost, d->cs),
-                      "cudaMemcpyAsync (parameters to host)", err));
+    FL_TRY(cuda_check(
+        cudaMemcpyAsync(dst, target ? d->d_target : d->d_params, d->n * sizeof(float), cudaMemcpyDeviceToHost, d->cs),
+        "cudaMemcpyAsync (parameters to host)", err));
     return sync_cs(d, err);
 }
 
@@ -40,7 +40,9 @@ fl_status fl_cuda_dqn_sync_target(fl_cuda_dqn_t *d, fl_err_t *err) {
                       "cudaMemcpyAsync (target = online)", err);
 }
 
-size_t fl_cuda_dqn_optim_state_size(const fl_cuda_dqn_t *d) { return (size_t)d->opt_slots * d->n; }
+size_t fl_cuda_dqn_optim_state_size(const fl_cuda_dqn_t *d) {
+    return (size_t)d->opt_slots * d->n;
+}
 
 fl_status fl_cuda_dqn_get_optim_state(fl_cuda_dqn_t *d, float *state, size_t count, int64_t *steps, fl_err_t *err) {
     if (!d || !state) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: NULL state");
@@ -63,8 +65,8 @@ fl_status fl_cuda_dqn_set_optim_state(fl_cuda_dqn_t *d, const float *state, size
     if (count != fl_cuda_dqn_optim_state_size(d))
         return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: optimizer state of %zu floats, expected %zu", count,
                           fl_cuda_dqn_optim_state_size(d));
-    if (steps < 0) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: step count %lld (expected >= 0)",
-                                     (long long)steps);
+    if (steps < 0)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn_cuda: step count %lld (expected >= 0)", (long long)steps);
     FL_TRY(cuda_check(cudaSetDevice(d->cfg.device), "cudaSetDevice", err));
     const long long t = (long long)steps;
     FL_TRY(cuda_check(cudaMemcpyAsync(d->d_state, state, count * sizeof(float), cudaMemcpyHostToDevice, d->cs),

@@ -104,16 +104,18 @@ static fl_status check_opts(const fl_learner_opts_t *o, fl_err_t *err) {
     return FL_OK;
 }
 
-fl_status fl_learner_check_opts(const fl_learner_opts_t *o, fl_err_t *err) { return check_opts(o, err); }
+fl_status fl_learner_check_opts(const fl_learner_opts_t *o, fl_err_t *err) {
+    return check_opts(o, err);
+}
 
 /* Both networks (online initialised from the seed and the index, target a copy), the
  * optimizer and the CPU update. */
 static fl_status build_networks(fl_learner_t *l, const fl_learner_opts_t *o, fl_err_t *err) {
     fl_status s;
-    if ((s = fl_qnet_create_for_obs(o->model_spec, l->obs.rank, l->obs.shape, l->num_actions, l->batch_size,
-                                    &l->online, err)) != FL_OK ||
-        (s = fl_qnet_create_for_obs(o->model_spec, l->obs.rank, l->obs.shape, l->num_actions, l->batch_size,
-                                    &l->target, err)) != FL_OK) {
+    if ((s = fl_qnet_create_for_obs(o->model_spec, l->obs.rank, l->obs.shape, l->num_actions, l->batch_size, &l->online,
+                                    err)) != FL_OK ||
+        (s = fl_qnet_create_for_obs(o->model_spec, l->obs.rank, l->obs.shape, l->num_actions, l->batch_size, &l->target,
+                                    err)) != FL_OK) {
         fl_err_prefix(err, "learner: model.spec");
         return s;
     }
@@ -197,8 +199,9 @@ static fl_status connect_services(fl_learner_t *l, const fl_learner_opts_t *o, f
     fl_replay_sharded_set_timeout(l->replay, FL_LEARNER_RPC_TIMEOUT_MS);
     l->cur = &l->batch;
     if (o->prefetch > 0 &&
-        (s = fl_replay_prefetch_create(l->replay, o->prefetch, o->batches_per_call > 0 ? o->batches_per_call : 1, (size_t)l->batch_size, l->obs_bytes, o->beta,
-                                       FL__LEARNER_SAMPLE_TIMEOUT_MS, &l->prefetch, err)) != FL_OK) {
+        (s = fl_replay_prefetch_create(l->replay, o->prefetch, o->batches_per_call > 0 ? o->batches_per_call : 1,
+                                       (size_t)l->batch_size, l->obs_bytes, o->beta, FL__LEARNER_SAMPLE_TIMEOUT_MS,
+                                       &l->prefetch, err)) != FL_OK) {
         fl_err_prefix(err, "learner: learner.prefetch");
         return s;
     }
@@ -291,14 +294,20 @@ void fl_learner_stop(fl_learner_t *l) {
     if (l) atomic_store_explicit(&l->stop, 1, memory_order_relaxed);
 }
 
-const fl_learner_stats_t *fl_learner_stats(const fl_learner_t *l) { return &l->st; }
+const fl_learner_stats_t *fl_learner_stats(const fl_learner_t *l) {
+    return &l->st;
+}
 
 void fl_learner_counters(const fl_learner_t *l, uint64_t *steps, uint64_t *retries) {
     if (steps) *steps = atomic_load_explicit(&l->watch_steps, memory_order_relaxed);
     if (retries) *retries = atomic_load_explicit(&l->watch_retries, memory_order_relaxed);
 }
-fl_qnet_t *fl_learner_target(fl_learner_t *l) { return l->target; }
-fl_qnet_t *fl_learner_online(fl_learner_t *l) { return l->online; }
+fl_qnet_t *fl_learner_target(fl_learner_t *l) {
+    return l->target;
+}
+fl_qnet_t *fl_learner_online(fl_learner_t *l) {
+    return l->online;
+}
 
 /* ---- run ----------------------------------------------------------------------------- */
 
@@ -324,11 +333,12 @@ static fl_status wind_down(fl_learner_t *l, fl_status s) {
     l->st.total_s = fl_clock_sec() - l->t_start;
     fl__learner_report(l, 1);
     if (s == FL_OK)
-        FL_INFO("learner stopped after %llu steps (%llu samples, %llu skipped), version %llu, "
-                "%.0f%% of %.3g s in Sample",
-                (unsigned long long)l->st.steps, (unsigned long long)l->st.samples,
-                (unsigned long long)l->st.skipped_steps, (unsigned long long)l->st.param_version,
-                l->st.total_s > 0 ? 100.0 * l->st.sample_s / l->st.total_s : 0.0, l->st.total_s);
+        FL_INFO(
+            "learner stopped after %llu steps (%llu samples, %llu skipped), version %llu, "
+            "%.0f%% of %.3g s in Sample",
+            (unsigned long long)l->st.steps, (unsigned long long)l->st.samples, (unsigned long long)l->st.skipped_steps,
+            (unsigned long long)l->st.param_version, l->st.total_s > 0 ? 100.0 * l->st.sample_s / l->st.total_s : 0.0,
+            l->st.total_s);
     return s;
 }
 

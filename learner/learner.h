@@ -89,65 +89,65 @@ typedef struct fl_learner_opts {
                                      learners (rank = index, size = count); borrowed. NULL otherwise. */
 
     /* the run's settings */
-    int64_t count;                /* [learner.count] learners in the run */
-    fl_learner_mode mode;         /* [learner.mode] */
-    fl_learner_device device;     /* [learner.device] */
-    int threads;                  /* [learner.threads] threads of the CPU kernels (OpenBLAS, oneDNN) */
-    int flush_denormals;          /* [learner.flush_denormals] the CPU kernels flush denormal floats to 0 */
-    int tf32, cuda_graphs;        /* [learner.tf32, learner.cuda_graphs] GPU: TF32 tensor cores, CUDA graphs */
-    int cudnn_benchmark;          /* [learner.cudnn_benchmark] GPU: convolution algorithms timed, not heuristic */
-    int batch_size;               /* [learner.batch_size] */
-    fl_optim_settings_t optim;    /* [learner.optimizer, lr, momentum, adam_*, rmsprop_*] */
-    double grad_clip;             /* [learner.grad_clip] 0 = off */
-    double huber_delta;           /* [learner.huber_delta] */
-    int64_t target_update;        /* [learner.target_update] steps between target copies */
-    int64_t publish_every;        /* [learner.publish_every] steps between publishes (apex) */
-    const char *checkpoint_dir;   /* [learner.checkpoint_dir] "" = no checkpoints */
-    int64_t checkpoint_every;     /* [learner.checkpoint_every] 0 = only when the learner stops */
-    double checkpoint_every_s;    /* [run.checkpoint_every] seconds between checkpoints as well (0 = off) */
-    int keep_checkpoints;         /* [run.keep_checkpoints] step-numbered copies kept (0 = none) */
-    int64_t max_steps;            /* [learner.max_steps] 0 = no limit */
-    int prefetch;                 /* [learner.prefetch] Sample calls in flight, 0 = synchronous */
-    int batches_per_call;         /* [learner.batches_per_call] batches per prefetched Sample call */
-    int64_t fetch_every;          /* [learner.fetch_every] gorila: steps between fetches */
-    int push_1bit;                /* [learner.push_1bit] gorila: 1-bit pushes */
-    int64_t slow_push_ms;         /* [learner.slow_push_ms] gorila: the last learner's delay before a push */
-    const char *model_spec;       /* [model.spec] */
-    double input_scale;           /* [model.input_scale] */
-    fl_qnet_backend_kind backend; /* [model.cpu_kernels] the CPU networks' kernels */
-    double beta;                  /* [replay.beta] importance-sampling exponent */
-    double max_priority;          /* [replay.max_priority] priorities sent back are clamped to it, as the
-                                     shards refuse larger ones (0 = no clamp) */
-    int64_t replay_shards;        /* [replay.shards] addresses expected in replay_addr */
+    int64_t count;                     /* [learner.count] learners in the run */
+    fl_learner_mode mode;              /* [learner.mode] */
+    fl_learner_device device;          /* [learner.device] */
+    int threads;                       /* [learner.threads] threads of the CPU kernels (OpenBLAS, oneDNN) */
+    int flush_denormals;               /* [learner.flush_denormals] the CPU kernels flush denormal floats to 0 */
+    int tf32, cuda_graphs;             /* [learner.tf32, learner.cuda_graphs] GPU: TF32 tensor cores, CUDA graphs */
+    int cudnn_benchmark;               /* [learner.cudnn_benchmark] GPU: convolution algorithms timed, not heuristic */
+    int batch_size;                    /* [learner.batch_size] */
+    fl_optim_settings_t optim;         /* [learner.optimizer, lr, momentum, adam_*, rmsprop_*] */
+    double grad_clip;                  /* [learner.grad_clip] 0 = off */
+    double huber_delta;                /* [learner.huber_delta] */
+    int64_t target_update;             /* [learner.target_update] steps between target copies */
+    int64_t publish_every;             /* [learner.publish_every] steps between publishes (apex) */
+    const char *checkpoint_dir;        /* [learner.checkpoint_dir] "" = no checkpoints */
+    int64_t checkpoint_every;          /* [learner.checkpoint_every] 0 = only when the learner stops */
+    double checkpoint_every_s;         /* [run.checkpoint_every] seconds between checkpoints as well (0 = off) */
+    int keep_checkpoints;              /* [run.keep_checkpoints] step-numbered copies kept (0 = none) */
+    int64_t max_steps;                 /* [learner.max_steps] 0 = no limit */
+    int prefetch;                      /* [learner.prefetch] Sample calls in flight, 0 = synchronous */
+    int batches_per_call;              /* [learner.batches_per_call] batches per prefetched Sample call */
+    int64_t fetch_every;               /* [learner.fetch_every] gorila: steps between fetches */
+    int push_1bit;                     /* [learner.push_1bit] gorila: 1-bit pushes */
+    int64_t slow_push_ms;              /* [learner.slow_push_ms] gorila: the last learner's delay before a push */
+    const char *model_spec;            /* [model.spec] */
+    double input_scale;                /* [model.input_scale] */
+    fl_qnet_backend_kind backend;      /* [model.cpu_kernels] the CPU networks' kernels */
+    double beta;                       /* [replay.beta] importance-sampling exponent */
+    double max_priority;               /* [replay.max_priority] priorities sent back are clamped to it, as the
+                                          shards refuse larger ones (0 = no clamp) */
+    int64_t replay_shards;             /* [replay.shards] addresses expected in replay_addr */
     double paramserver_wait_timeout_s; /* [paramserver.wait_timeout_s] gorila: a push's extra deadline */
-    uint64_t seed;                /* [run.seed] */
-    double progress_every;        /* [run.progress_every] seconds between reports */
+    uint64_t seed;                     /* [run.seed] */
+    double progress_every;             /* [run.progress_every] seconds between reports */
     /* [run.deterministic] lockstep rounds: round r waits for the replay shard's commit of
      * round r, takes round_updates updates once the shard held replay.min_size_to_sample,
      * and publishes version r + 1 (publish_every and prefetch do not apply). */
     int deterministic;
-    int64_t round_updates;        /* fl_options_round_updates */
+    int64_t round_updates; /* fl_options_round_updates */
 } fl_learner_opts_t;
 
 /* Totals since create, readable at any time by the owner (and after run returns). */
 typedef struct fl_learner_stats {
-    uint64_t steps;             /* optimizer steps taken */
-    uint64_t samples;           /* transitions trained on */
-    uint64_t skipped_steps;     /* batches skipped for a non-finite loss or gradient */
-    uint64_t param_version;     /* last version published (0 = none yet) */
-    uint64_t adopted_version;   /* a lone apex learner started without a checkpoint of its own onto a
-                                   parameter server that held parameters: the version it took (0 = none) */
-    uint64_t publishes;         /* successful publishes */
-    uint64_t target_updates;    /* target-network copies */
-    uint64_t priorities_sent;   /* priorities sent with UpdatePriorities */
-    uint64_t priorities_applied;/* of those, applied by the shard (the rest were stale) */
-    uint64_t retries;           /* service calls retried after an outage */
-    double last_loss;           /* loss of the last step */
-    double sample_s, total_s;   /* seconds spent in Sample (waits and retries included), and in run */
+    uint64_t steps;              /* optimizer steps taken */
+    uint64_t samples;            /* transitions trained on */
+    uint64_t skipped_steps;      /* batches skipped for a non-finite loss or gradient */
+    uint64_t param_version;      /* last version published (0 = none yet) */
+    uint64_t adopted_version;    /* a lone apex learner started without a checkpoint of its own onto a
+                                    parameter server that held parameters: the version it took (0 = none) */
+    uint64_t publishes;          /* successful publishes */
+    uint64_t target_updates;     /* target-network copies */
+    uint64_t priorities_sent;    /* priorities sent with UpdatePriorities */
+    uint64_t priorities_applied; /* of those, applied by the shard (the rest were stale) */
+    uint64_t retries;            /* service calls retried after an outage */
+    double last_loss;            /* loss of the last step */
+    double sample_s, total_s;    /* seconds spent in Sample (waits and retries included), and in run */
     /* several learners */
-    double reduce_s;            /* apex group: seconds in fl_dqn_step_group (gradient and all-reduce) */
+    double reduce_s; /* apex group: seconds in fl_dqn_step_group (gradient and all-reduce) */
     uint64_t pushes, pushes_applied, pushes_dropped; /* gorila: pushes, and shard answers (P per push) */
-    uint64_t max_staleness;     /* gorila: the largest staleness a shard reported */
+    uint64_t max_staleness;                          /* gorila: the largest staleness a shard reported */
 } fl_learner_stats_t;
 
 typedef struct fl_learner fl_learner_t;
@@ -192,8 +192,8 @@ fl_qnet_t *fl_learner_target(fl_learner_t *l);
  * DIR/learner-<index>.safetensors every learner.checkpoint_every steps and every
  * checkpoint_every_s seconds (0 = neither: only at the end) and when it stops; with
  * keep_checkpoints = K > 0 each checkpoint is also linked as
- * DIR/learner-<index>.step-<steps>.safetensors and only the K newest of those are kept. options.resume_path continues from one: create checks format,
- * model, observations, actions and optimizer against its own configuration (naming the
+ * DIR/learner-<index>.step-<steps>.safetensors and only the K newest of those are kept. options.resume_path continues
+ * from one: create checks format, model, observations, actions and optimizer against its own configuration (naming the
  * mismatch), then takes both networks, the optimizer state and every counter, so that
  * training goes on from the same step (and the next publish is param_version + 1). */
 fl_status fl_learner_save(fl_learner_t *l, const char *path, fl_err_t *err);

@@ -51,7 +51,7 @@ struct fl_learner {
     int index;
     int resumed; /* created from a checkpoint of its own (learner.resume) */
     char *replay_addr, *param_addr, *model_spec;
-    char *ckpt_path; /* checkpoint_dir/learner-<index>.safetensors, or NULL without checkpoint_dir */
+    char *ckpt_path;    /* checkpoint_dir/learner-<index>.safetensors, or NULL without checkpoint_dir */
     double last_ckpt_t; /* fl_clock_sec() of the last checkpoint (or of the run's start) */
     fl_obs_spec_t obs;
     size_t obs_count, obs_bytes;
@@ -76,15 +76,15 @@ struct fl_learner {
     float *rbuf;              /* reduce: (num_params + 2): the gradient, "wants to stop", the loss */
     uint64_t fetched_version; /* gorila: the parameters' version (minimum over shards) */
 
-    fl_replay_batch_t batch;        /* learner.prefetch = 0: sampled into here */
-    fl_replay_prefetch_t *prefetch; /* learner.prefetch > 0: that many Sample calls in flight */
-    fl_replay_prefetched_t *taken;  /* the prefetched batch being trained on, or NULL */
-    fl_replay_batch_t *cur;         /* the batch being trained on */
-    size_t prio_n;                  /* prefetch: priorities of l->taken's rows to send with it */
-    float *obs_f;                   /* (batch_size, obs_count) */
-    float *next_f;                  /* (batch_size, obs_count) */
-    fl_dqn_batch_t view;            /* the CPU backend's float view of l->cur (obs_f, next_f) */
-    float *priorities;              /* (batch_size) */
+    fl_replay_batch_t batch;          /* learner.prefetch = 0: sampled into here */
+    fl_replay_prefetch_t *prefetch;   /* learner.prefetch > 0: that many Sample calls in flight */
+    fl_replay_prefetched_t *taken;    /* the prefetched batch being trained on, or NULL */
+    fl_replay_batch_t *cur;           /* the batch being trained on */
+    size_t prio_n;                    /* prefetch: priorities of l->taken's rows to send with it */
+    float *obs_f;                     /* (batch_size, obs_count) */
+    float *next_f;                    /* (batch_size, obs_count) */
+    fl_dqn_batch_t view;              /* the CPU backend's float view of l->cur (obs_f, next_f) */
+    float *priorities;                /* (batch_size) */
     fl_replay_prefetched_t *inflight; /* pipeline: the launched update's batch, or NULL */
     fl_replay_batch_t *inflight_batch;
     int snapshot_pending; /* a parameter snapshot for the next publish is in flight (backends with snapshots) */
@@ -95,7 +95,7 @@ struct fl_learner {
     atomic_int stop;                             /* fl_learner_stop */
     fl__learner_outage_t replay_out, param_out;
     uint64_t steps_at_publish;
-    double version_jump_logged; /* fl_clock_sec() of the last "the server already holds ..." warning */
+    double version_jump_logged;  /* fl_clock_sec() of the last "the server already holds ..." warning */
     uint64_t priorities_clamped; /* priorities sent as replay.max_priority instead of their value */
 
     /* reporting window */

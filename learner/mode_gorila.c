@@ -23,8 +23,8 @@ static fl_status fetch_params(fl_learner_t *l, int wait_first, fl_err_t *err) {
         fl_err_init(&e);
         int updated = 0;
         uint64_t v = l->fetched_version;
-        fl_status s = fl_param_fetch(l->params, &v, fl_qnet_params(l->online), fl_qnet_num_params(l->online),
-                                     &updated, FL_LEARNER_RPC_TIMEOUT_MS, &e);
+        fl_status s = fl_param_fetch(l->params, &v, fl_qnet_params(l->online), fl_qnet_num_params(l->online), &updated,
+                                     FL_LEARNER_RPC_TIMEOUT_MS, &e);
         if (s == FL_OK) {
             fl__learner_outage_ok(&l->param_out);
             if (updated) l->fetched_version = v;
@@ -49,8 +49,7 @@ static fl_status push_grads(fl_learner_t *l, fl_err_t *err) {
         fl_param_push_result_t res;
         memset(&res, 0, sizeof res);
         fl_status s = fl_param_push(l->params, fl_qnet_grads(l->online), fl_qnet_num_params(l->online), &res,
-                                    FL_LEARNER_RPC_TIMEOUT_MS + (int64_t)(l->o.paramserver_wait_timeout_s * 1000),
-                                    &e);
+                                    FL_LEARNER_RPC_TIMEOUT_MS + (int64_t)(l->o.paramserver_wait_timeout_s * 1000), &e);
         if (s == FL_OK) {
             fl__learner_outage_ok(&l->param_out);
             l->st.pushes++;

@@ -20,8 +20,7 @@ static fl_status group_start(fl_learner_t *l, fl_err_t *err) {
                             (uint64_t)fl_optim_steps(l->opt)};
     FL_TRY(fl_reduce_broadcast(l->reduce, fl_qnet_params(l->online), np * sizeof(float), 0, err));
     FL_TRY(fl_reduce_broadcast(l->reduce, fl_qnet_params(l->target), np * sizeof(float), 0, err));
-    FL_TRY(fl_reduce_broadcast(l->reduce, fl_optim_state(l->opt), fl_optim_state_size(l->opt) * sizeof(float), 0,
-                               err));
+    FL_TRY(fl_reduce_broadcast(l->reduce, fl_optim_state(l->opt), fl_optim_state_size(l->opt) * sizeof(float), 0, err));
     FL_TRY(fl_reduce_broadcast(l->reduce, counters, sizeof counters, 0, err));
     l->st.steps = counters[0];
     l->st.samples = counters[1];

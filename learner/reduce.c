@@ -48,9 +48,15 @@ void fl_reduce_destroy(fl_reduce_t *r) {
     free(r);
 }
 
-int fl_reduce_rank(const fl_reduce_t *r) { return r->rank; }
-int fl_reduce_size(const fl_reduce_t *r) { return r->size; }
-size_t fl_reduce_bytes_sent(const fl_reduce_t *r) { return r->bytes_sent; }
+int fl_reduce_rank(const fl_reduce_t *r) {
+    return r->rank;
+}
+int fl_reduce_size(const fl_reduce_t *r) {
+    return r->size;
+}
+size_t fl_reduce_bytes_sent(const fl_reduce_t *r) {
+    return r->bytes_sent;
+}
 
 /* Chunk c of n elements cut into p: the first n % p chunks have one more. */
 static void chunk(size_t n, int p, int c, size_t *off, size_t *len) {
@@ -59,7 +65,9 @@ static void chunk(size_t n, int p, int c, size_t *off, size_t *len) {
     *len = base + (uc < extra ? 1 : 0);
 }
 
-static int mod(int a, int p) { return ((a % p) + p) % p; }
+static int mod(int a, int p) {
+    return ((a % p) + p) % p;
+}
 
 fl_status fl_reduce_sum(fl_reduce_t *r, float *buf, size_t n, fl_err_t *err) {
     const int p = r->size, me = r->rank;
@@ -154,7 +162,9 @@ static fl_status mpi_broadcast(void *ctx, void *buf, size_t bytes, int root, fl_
     return FL_OK;
 }
 
-static void mpi_destroy(void *ctx) { free(ctx); }
+static void mpi_destroy(void *ctx) {
+    free(ctx);
+}
 
 fl_status fl_reduce_create_mpi(const void *comm, fl_reduce_t **out, fl_err_t *err) {
     *out = NULL;
@@ -171,6 +181,7 @@ fl_status fl_reduce_create_mpi(const void *comm, fl_reduce_t **out, fl_err_t *er
 fl_status fl_reduce_create_mpi(const void *comm, fl_reduce_t **out, fl_err_t *err) {
     (void)comm;
     *out = NULL;
-    return fl_err_set(err, FL_UNIMPLEMENTED, "reduce: fleet was built without MPI (install libopenmpi-dev and rebuild)");
+    return fl_err_set(err, FL_UNIMPLEMENTED,
+                      "reduce: fleet was built without MPI (install libopenmpi-dev and rebuild)");
 }
 #endif

@@ -41,8 +41,7 @@ typedef struct fl_reduce fl_reduce_t;
 
 /* A member `rank` of a group of `size` (>= 1) over `ops` (copied) and ctx (owned from
  * here on: ops->destroy(ctx) runs at fl_reduce_destroy, or here on failure). */
-fl_status fl_reduce_create(int rank, int size, const fl_reduce_ops_t *ops, void *ctx, fl_reduce_t **out,
-                           fl_err_t *err);
+fl_status fl_reduce_create(int rank, int size, const fl_reduce_ops_t *ops, void *ctx, fl_reduce_t **out, fl_err_t *err);
 /* A member over an MPI communicator (`comm` points to an MPI_Comm, which must outlive
  * the reducer). FL_UNIMPLEMENTED when fleet was built without MPI. */
 fl_status fl_reduce_create_mpi(const void *comm, fl_reduce_t **out, fl_err_t *err);

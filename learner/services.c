@@ -144,7 +144,7 @@ fl_status fl__learner_sample(fl_learner_t *l, fl_err_t *err) {
             result = FL_OK;
             break;
         }
-        fl__learner_release_batch(l); /* a failed call's buffer goes back at once */
+        fl__learner_release_batch(l);                       /* a failed call's buffer goes back at once */
         if (s == FL_CANCELLED && fl__learner_stopping(l)) { /* our own stop (a shard's CANCELLED is an outage) */
             result = s;
             *err = e;
@@ -180,9 +180,10 @@ fl_status fl__learner_send_priorities(fl_learner_t *l, size_t n, fl_err_t *err) 
     for (size_t i = 0; hi > 0 && i < n; i++) {
         if (!(l->priorities[i] > hi)) continue;
         if (l->priorities_clamped++ == 0)
-            FL_WARN("a priority of %g (|TD error|) is above replay.max_priority = %g, which the replay refuses: "
-                    "sending %g instead (counted; diverging Q-values?)",
-                    (double)l->priorities[i], l->o.max_priority, (double)hi);
+            FL_WARN(
+                "a priority of %g (|TD error|) is above replay.max_priority = %g, which the replay refuses: "
+                "sending %g instead (counted; diverging Q-values?)",
+                (double)l->priorities[i], l->o.max_priority, (double)hi);
         l->priorities[i] = hi;
     }
     if (l->taken) { /* prefetching: they ride on the next Sample call */
@@ -209,4 +210,3 @@ fl_status fl__learner_send_priorities(fl_learner_t *l, size_t n, fl_err_t *err) 
         if (fl__learner_stopping(l)) return FL_OK;
     }
 }
-

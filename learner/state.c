@@ -17,8 +17,7 @@
 #define IDLE_SLICE_S 0.05
 
 int fl__learner_stopping(const fl_learner_t *l) {
-    if (atomic_load_explicit(&l->stop, memory_order_relaxed) || fl_stop_requested() ||
-        fl_reporter_should_stop(l->rep))
+    if (atomic_load_explicit(&l->stop, memory_order_relaxed) || fl_stop_requested() || fl_reporter_should_stop(l->rep))
         return 1;
     return l->o.max_steps > 0 && l->st.steps >= (uint64_t)l->o.max_steps;
 }
@@ -64,8 +63,8 @@ void fl__learner_ready(fl_learner_t *l, const char *where) {
 
 fl_status fl__learner_check_obs_bytes(const fl_learner_t *l, fl_err_t *err) {
     if (l->cur->obs_bytes == l->obs_bytes) return FL_OK;
-    return fl_err_set(err, FL_DATA_LOSS, "learner: sampled observations of %zu bytes (expected %zu)",
-                      l->cur->obs_bytes, l->obs_bytes);
+    return fl_err_set(err, FL_DATA_LOSS, "learner: sampled observations of %zu bytes (expected %zu)", l->cur->obs_bytes,
+                      l->obs_bytes);
 }
 
 void fl__learner_skipped(fl_learner_t *l, const char *why) {
@@ -74,7 +73,9 @@ void fl__learner_skipped(fl_learner_t *l, const char *why) {
         FL_WARN("skipped a batch (%llu so far): %s", (unsigned long long)l->st.skipped_steps, why);
 }
 
-fl_status fl__learner_pull(fl_learner_t *l, fl_err_t *err) { return l->be->pull ? l->be->pull(l, err) : FL_OK; }
+fl_status fl__learner_pull(fl_learner_t *l, fl_err_t *err) {
+    return l->be->pull ? l->be->pull(l, err) : FL_OK;
+}
 
 fl_status fl__learner_push(fl_learner_t *l, int with_optim, fl_err_t *err) {
     return l->be->push ? l->be->push(l, with_optim, err) : FL_OK;

@@ -32,9 +32,10 @@ static int adopt_held(fl_learner_t *l, fl_err_t *err, fl_status *st) {
     l->st.param_version = v;
     if ((*st = fl__learner_push(l, 0, err)) != FL_OK) return -1; /* a GPU took the random ones at create */
     l->st.adopted_version = v;
-    FL_WARN("no checkpoint of this learner: continuing from the parameter server's version %llu (its optimizer "
-            "state starts afresh)",
-            (unsigned long long)v);
+    FL_WARN(
+        "no checkpoint of this learner: continuing from the parameter server's version %llu (its optimizer "
+        "state starts afresh)",
+        (unsigned long long)v);
     return 1;
 }
 
@@ -51,7 +52,6 @@ fl_status fl__learner_publish_first(fl_learner_t *l, fl_err_t *err) {
         FL_INFO("published the initial parameters as version %llu", (unsigned long long)l->st.param_version);
     return s;
 }
-
 
 /* Apex learner 0, every learner.publish_every steps: publishes l->online, or, with a
  * backend that takes snapshots, starts one (copied while training goes on) and

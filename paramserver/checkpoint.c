@@ -86,13 +86,13 @@ fl_status fl_param_checkpoint_save(fl_param_store_t *s, const char *path, int *s
     for (int i = 0; i < FL_PARAM_STALENESS_BUCKETS; i++)
         snprintf(hist + strlen(hist), sizeof hist - strlen(hist), "%s%" PRIu64, i ? "," : "", st.staleness_hist[i]);
     opt_values(&o->optim, ov);
-    const char *keys[NMETA] = {"format",         "format_version", "shard",        "shards",          "offset",
-                               "length",         "total",          "version",      "optimizer",       "optimizer.steps",
-                               "learners",       "publishes",      "pushes_applied", "pushes_dropped", "waits",
-                               "wait_timeouts",  "staleness_hist"};
-    const char *vals[NMETA] = {CKPT_FORMAT, CKPT_VERSION, num[0],  num[1],  num[2],  num[3],
-                               num[4],      num[5],       fl_optim_kind_name(o->optim.kind), num[6], num[7],
-                               num[8],      num[9],       num[10], num[11], num[12], hist};
+    const char *keys[NMETA] = {"format",        "format_version", "shard",          "shards",         "offset",
+                               "length",        "total",          "version",        "optimizer",      "optimizer.steps",
+                               "learners",      "publishes",      "pushes_applied", "pushes_dropped", "waits",
+                               "wait_timeouts", "staleness_hist"};
+    const char *vals[NMETA] = {
+        CKPT_FORMAT, CKPT_VERSION, num[0], num[1], num[2],  num[3],  num[4],  num[5], fl_optim_kind_name(o->optim.kind),
+        num[6],      num[7],       num[8], num[9], num[10], num[11], num[12], hist};
     int nm = 17;
     for (int i = 0; i < NOPT; i++, nm++) keys[nm] = opt_keys[i], vals[nm] = ov[i];
     fl_status rc = fl_safetensors_write(path, t, nt, keys, vals, nm, err);
@@ -102,15 +102,16 @@ fl_status fl_param_checkpoint_save(fl_param_store_t *s, const char *path, int *s
 }
 
 /* Metadata `key` as an unsigned integer. */
-static fl_status meta_u64(const fl_safetensors_t *f, const char *path, const char *key, uint64_t *out,
-                          fl_err_t *err) {
+static fl_status meta_u64(const fl_safetensors_t *f, const char *path, const char *key, uint64_t *out, fl_err_t *err) {
     const char *v = fl_safetensors_meta(f, key);
     char *end = NULL;
     errno = 0;
     unsigned long long x = v && isdigit((unsigned char)v[0]) ? strtoull(v, &end, 10) : 0;
     if (!v || !isdigit((unsigned char)v[0]) || *end || errno)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver checkpoint %s: metadata %s is %s%s%s, expected an "
-                          "unsigned integer", path, key, v ? "\"" : "", v ? v : "missing", v ? "\"" : "");
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "paramserver checkpoint %s: metadata %s is %s%s%s, expected an "
+                          "unsigned integer",
+                          path, key, v ? "\"" : "", v ? v : "missing", v ? "\"" : "");
     *out = x;
     return FL_OK;
 }
@@ -120,8 +121,10 @@ static fl_status meta_is(const fl_safetensors_t *f, const char *path, const char
                          const char *what, fl_err_t *err) {
     const char *v = fl_safetensors_meta(f, key);
     if (v && strcmp(v, want) == 0) return FL_OK;
-    return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver checkpoint %s: %s is %s%s%s in the file, %s in this "
-                      "shard's config (%s)", path, key, v ? "\"" : "", v ? v : "missing", v ? "\"" : "", want, what);
+    return fl_err_set(err, FL_INVALID_ARGUMENT,
+                      "paramserver checkpoint %s: %s is %s%s%s in the file, %s in this "
+                      "shard's config (%s)",
+                      path, key, v ? "\"" : "", v ? v : "missing", v ? "\"" : "", want, what);
 }
 
 /* The F32 or I64 tensor `name` of shape (n,). */
@@ -129,8 +132,9 @@ static fl_status find_vec(const fl_safetensors_t *f, const char *path, const cha
                           const void **data, fl_err_t *err) {
     const fl_st_tensor_t *x = fl_safetensors_find(f, name);
     if (!x || x->dtype != dt || x->rank != 1 || (uint64_t)x->shape[0] != n)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver checkpoint %s: tensor %s is %s, expected %s (%" PRIu64
-                          ",)", path, name, x ? "of another dtype or shape" : "missing", fl_st_dtype_name(dt), n);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "paramserver checkpoint %s: tensor %s is %s, expected %s (%" PRIu64 ",)", path, name,
+                          x ? "of another dtype or shape" : "missing", fl_st_dtype_name(dt), n);
     *data = x->data;
     return FL_OK;
 }
@@ -161,19 +165,24 @@ static fl_status load_checked(fl_param_store_t *s, const fl_safetensors_t *f, co
     FL_TRY(meta_u64(f, path, "optimizer.steps", &steps, err));
     uint64_t eo = 0, en = 0;
     if (st.total == 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver checkpoint %s: total is 0, expected a vector of at "
-                          "least one element", path);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "paramserver checkpoint %s: total is 0, expected a vector of at "
+                          "least one element",
+                          path);
     fl_param_shard_range(st.total, o->num_shards, (int)o->shard_id, &eo, &en);
     if (st.offset != eo || len != en)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver checkpoint %s: the slice is offset %" PRIu64
-                          ", length %" PRIu64 " in the file; shard %" PRIu32 " of paramserver.shards = %d owns offset %"
-                          PRIu64 ", length %" PRIu64 " of a %" PRIu64 "-element vector", path, st.offset, len,
-                          o->shard_id, o->num_shards, eo, en, st.total);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "paramserver checkpoint %s: the slice is offset %" PRIu64 ", length %" PRIu64
+                          " in the file; shard %" PRIu32 " of paramserver.shards = %d owns offset %" PRIu64
+                          ", length %" PRIu64 " of a %" PRIu64 "-element vector",
+                          path, st.offset, len, o->shard_id, o->num_shards, eo, en, st.total);
     const struct {
         const char *key;
         uint64_t *out;
-    } counters[] = {{"publishes", &st.publishes},     {"pushes_applied", &st.pushes_applied},
-                    {"pushes_dropped", &st.pushes_dropped}, {"waits", &st.waits},
+    } counters[] = {{"publishes", &st.publishes},
+                    {"pushes_applied", &st.pushes_applied},
+                    {"pushes_dropped", &st.pushes_dropped},
+                    {"waits", &st.waits},
                     {"wait_timeouts", &st.wait_timeouts}};
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
         FL_TRY(meta_u64(f, path, counters[i].key, counters[i].out, err));
@@ -186,8 +195,10 @@ static fl_status load_checked(fl_param_store_t *s, const fl_safetensors_t *f, co
         p = *end == ',' ? end + 1 : NULL;
     }
     if (nh != FL_PARAM_STALENESS_BUCKETS)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver checkpoint %s: metadata staleness_hist is %s, "
-                          "expected %d comma-separated counts", path, h ? h : "missing", FL_PARAM_STALENESS_BUCKETS);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "paramserver checkpoint %s: metadata staleness_hist is %s, "
+                          "expected %d comma-separated counts",
+                          path, h ? h : "missing", FL_PARAM_STALENESS_BUCKETS);
 
     st.n = (size_t)len;
     st.optim_steps = (int64_t)steps;
@@ -200,9 +211,10 @@ static fl_status load_checked(fl_param_store_t *s, const fl_safetensors_t *f, co
     FL_TRY(find_vec(f, path, "clocks", FL_ST_I64, (uint64_t)o->learners, &clocks, err));
     int expect = 2 + (len ? slots : 0);
     if (fl_safetensors_count(f) != expect)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver checkpoint %s: %d tensors, expected %d (params, "
-                          "clocks and the %d slot(s) of %s)", path, fl_safetensors_count(f), expect, slots,
-                          fl_optim_kind_name(o->optim.kind));
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "paramserver checkpoint %s: %d tensors, expected %d (params, "
+                          "clocks and the %d slot(s) of %s)",
+                          path, fl_safetensors_count(f), expect, slots, fl_optim_kind_name(o->optim.kind));
     /* Copies, so that the values are aligned whatever the file's layout. */
     fl_status rc = FL_OK;
     st.params = malloc(len ? 4 * len : 1);

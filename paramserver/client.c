@@ -204,8 +204,8 @@ static void publish_one(void *arg, int s) {
     Fleet__PublishRequest req = FLEET__PUBLISH_REQUEST__INIT;
     req.params = &ps;
     ProtobufCMessage *resp = NULL;
-    j->st = call_pb(x->c, s, fl_method_path(FL_METHOD_PARAM_PUBLISH), &req.base, &fleet__publish_response__descriptor, &resp,
-                    x->timeout_ms, 0, NULL, &j->err);
+    j->st = call_pb(x->c, s, fl_method_path(FL_METHOD_PARAM_PUBLISH), &req.base, &fleet__publish_response__descriptor,
+                    &resp, x->timeout_ms, 0, NULL, &j->err);
     if (resp) protobuf_c_message_free_unpacked(resp, NULL);
 }
 
@@ -336,15 +336,14 @@ static void fetch_one(void *arg, int s) {
     m.dtype = x->c->o.bf16 ? FLEET__DTYPE__DTYPE_BFLOAT16 : FLEET__DTYPE__DTYPE_FLOAT32;
     size_t len = fleet__fetch_request__pack(&m, req);
     atomic_fetch_add(&x->c->sent, len);
-    j->st = fl_rpc_unary(x->c->sh[s].ch, fl_method_path(FL_METHOD_PARAM_FETCH), req, len, x->timeout_ms, FL_RPC_WAIT_FOR_READY,
-                         &x->bufs[s], &j->err);
+    j->st = fl_rpc_unary(x->c->sh[s].ch, fl_method_path(FL_METHOD_PARAM_FETCH), req, len, x->timeout_ms,
+                         FL_RPC_WAIT_FOR_READY, &x->bufs[s], &j->err);
     if (j->st != FL_OK) return;
     atomic_fetch_add(&x->c->received, x->bufs[s].len);
     fetch_view *v = &x->views[s];
     if (read_fetch(&x->bufs[s], v)) {
-        j->st =
-            fl_err_set(&j->err, FL_DATA_LOSS, "%s: the response is not a valid FetchResponse",
-                       fl_method_path(FL_METHOD_PARAM_FETCH));
+        j->st = fl_err_set(&j->err, FL_DATA_LOSS, "%s: the response is not a valid FetchResponse",
+                           fl_method_path(FL_METHOD_PARAM_FETCH));
         return;
     }
     if (v->has_params) j->st = check_fetched(x, s, &j->err);
@@ -437,8 +436,9 @@ static void push_one(void *arg, int s) {
         req.grads = &ps;
     }
     ProtobufCMessage *resp = NULL;
-    j->st = call_pb(x->c, s, fl_method_path(FL_METHOD_PARAM_PUSH_GRADIENTS), &req.base, &fleet__push_gradients_response__descriptor,
-                    &resp, x->timeout_ms, FL_RPC_STOPPABLE, &x->sent[s], &j->err);
+    j->st = call_pb(x->c, s, fl_method_path(FL_METHOD_PARAM_PUSH_GRADIENTS), &req.base,
+                    &fleet__push_gradients_response__descriptor, &resp, x->timeout_ms, FL_RPC_STOPPABLE, &x->sent[s],
+                    &j->err);
     x->resp[s] = (Fleet__PushGradientsResponse *)resp;
 }
 
@@ -528,9 +528,8 @@ fl_status fl_param_info_shard(fl_param_client_t *c, int s, int64_t timeout_ms, f
     ProtobufCMessage *m = NULL;
     fl_err_t e;
     fl_err_init(&e);
-    fl_status st =
-        call_pb(c, s, fl_method_path(FL_METHOD_PARAM_INFO), &req.base, &fleet__param_info__descriptor, &m, timeout_ms,
-                0, NULL, &e);
+    fl_status st = call_pb(c, s, fl_method_path(FL_METHOD_PARAM_INFO), &req.base, &fleet__param_info__descriptor, &m,
+                           timeout_ms, 0, NULL, &e);
     if (st != FL_OK) {
         if (c->P == 1) return fl_err_set(err, st, "%s", e.msg);
         return fl_err_set(err, st, "info: shard %d (%s): %s", s, c->sh[s].addr, e.msg);
@@ -552,7 +551,8 @@ fl_status fl_param_info_shard(fl_param_client_t *c, int s, int64_t timeout_ms, f
     out->pushes_dropped = r->pushes_dropped;
     out->waits = r->waits;
     out->wait_timeouts = r->wait_timeouts;
-    for (size_t i = 0; i < r->n_staleness_hist && i < FL_PARAM_STALENESS_BUCKETS; i++) out->staleness_hist[i] = r->staleness_hist[i];
+    for (size_t i = 0; i < r->n_staleness_hist && i < FL_PARAM_STALENESS_BUCKETS; i++)
+        out->staleness_hist[i] = r->staleness_hist[i];
     out->fetches_bf16 = r->fetches_bf16;
     out->push_bytes = r->push_bytes;
     out->rss_bytes = r->rss_bytes;

@@ -130,7 +130,9 @@ static fl_status on_publish(fl_paramserver_service_t *svc, const uint8_t *req, s
     return st;
 }
 
-static void release_snapshot(void *p) { fl_param_snapshot_release(p); }
+static void release_snapshot(void *p) {
+    fl_param_snapshot_release(p);
+}
 
 static fl_status on_fetch(fl_paramserver_service_t *svc, const uint8_t *req, size_t len, sink *reply) {
     Fleet__FetchRequest *m = fleet__fetch_request__unpack(NULL, len, req);
@@ -381,7 +383,9 @@ fl_status fl__paramserver_large_slot_take(fl_paramserver_service_t *svc, fl_err_
     return st;
 }
 
-void fl__paramserver_large_slot_give(fl_paramserver_service_t *svc) { large_release(svc); }
+void fl__paramserver_large_slot_give(fl_paramserver_service_t *svc) {
+    large_release(svc);
+}
 
 /* ----------------------------------------------------------- lifecycle ---- */
 
@@ -411,8 +415,9 @@ static fl_status service_new(const fl_paramserver_service_opts_t *opts, int shar
     }
     int64_t shards = opts->shards;
     if (shard < 0 || shard >= shards)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver: shard %d is out of range [0, %" PRId64
-                          ") (paramserver.shards = %" PRId64 ")", shard, shards, shards);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "paramserver: shard %d is out of range [0, %" PRId64 ") (paramserver.shards = %" PRId64 ")",
+                          shard, shards, shards);
     if (opts->max_large_messages < 1)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver.max_large_messages = %d: expected >= 1",
                           opts->max_large_messages);
@@ -507,8 +512,7 @@ fl_status fl_paramserver_service_start(fl_paramserver_service_t *svc, const char
     if (!svc->rpc)
         return fl_err_set(err, FL_FAILED_PRECONDITION,
                           "paramserver: this service was created without gRPC (fl__paramserver_service_create_local)");
-    if (!listen_addr || !*listen_addr)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver: empty listen address");
+    if (!listen_addr || !*listen_addr) return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver: empty listen address");
     int port = 0;
     FL_TRY(fl_rpc_server_bind(svc->rpc, listen_addr, &port, err));
     FL_TRY(fl_rpc_server_start(svc->rpc, err));

@@ -88,12 +88,12 @@ typedef struct fl_paramserver_service_opts {
     double wait_timeout_s;                    /* gorila, wait policy: paramserver.wait_timeout_s */
     uint64_t max_version_step;                /* paramserver.max_version_step (0 = no bound) */
     int max_large_messages;                   /* paramserver.max_large_messages, >= 1 */
-    int threads; /* handler threads; 0 = max(2, min(8, cores)). Under the wait policy at
-                  * least learners + 2 either way (up to learners - 1 push replies may be
-                  * held at once). */
-    const char *checkpoint_dir; /* gorila: run.checkpoint_dir ("" or NULL = none), where the process
-                                   (`fleet paramserver`) writes paramserver-<shard>.safetensors */
-    double checkpoint_every_s;  /* gorila: run.checkpoint_every (0 = only when it stops) */
+    int threads;                              /* handler threads; 0 = max(2, min(8, cores)). Under the wait policy at
+                                               * least learners + 2 either way (up to learners - 1 push replies may be
+                                               * held at once). */
+    const char *checkpoint_dir;               /* gorila: run.checkpoint_dir ("" or NULL = none), where the process
+                                                 (`fleet paramserver`) writes paramserver-<shard>.safetensors */
+    double checkpoint_every_s;                /* gorila: run.checkpoint_every (0 = only when it stops) */
 } fl_paramserver_service_opts_t;
 
 /* The defaults of the keys above: apex, one shard, Adam (lr 0.003, betas 0.9 and 0.999,
@@ -125,8 +125,7 @@ void fl_paramserver_service_info(fl_paramserver_service_t *svc, fl_param_store_i
  * restore loads one into a service that holds nothing yet (before start), refusing a
  * file that does not match its configuration; *version (may be NULL) gets the restored
  * version. */
-fl_status fl_paramserver_service_checkpoint(fl_paramserver_service_t *svc, const char *path, int *saved,
-                                            fl_err_t *err);
+fl_status fl_paramserver_service_checkpoint(fl_paramserver_service_t *svc, const char *path, int *saved, fl_err_t *err);
 fl_status fl_paramserver_service_restore(fl_paramserver_service_t *svc, const char *path, uint64_t *version,
                                          fl_err_t *err);
 

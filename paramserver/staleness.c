@@ -1,7 +1,7 @@
 #include "paramserver/staleness.h"
 
-const char *const fl_param_staleness_names[FL_PARAM_STALENESS_BUCKETS] = {"0",   "1",   "2",     "3-4",
-                                                                           "5-8", "9-16", "17-32", "33+"};
+const char *const fl_param_staleness_names[FL_PARAM_STALENESS_BUCKETS] = {"0",   "1",    "2",     "3-4",
+                                                                          "5-8", "9-16", "17-32", "33+"};
 
 int fl_param_staleness_bucket(uint64_t s) {
     if (s <= 2) return (int)s;

@@ -46,7 +46,7 @@ struct fl_param_store {
     snap *cur;                /* guarded by mu; NULL until the first publish */
     _Atomic uint64_t version; /* changed with mu held (and live_mu in gorila mode) */
     /* gorila, guarded by live_mu */
-    float *live;      /* (n) the parameters; NULL until the first publish */
+    float *live; /* (n) the parameters; NULL until the first publish */
     size_t n;
     uint64_t offset, total;
     fl_optim_t *opt;
@@ -69,7 +69,9 @@ static void snap_unref(snap *p) {
     }
 }
 
-void fl_param_snapshot_release(const fl_param_snapshot_t *s) { snap_unref((snap *)(uintptr_t)s); }
+void fl_param_snapshot_release(const fl_param_snapshot_t *s) {
+    snap_unref((snap *)(uintptr_t)s);
+}
 
 void fl_param_store_opts_init(fl_param_store_opts_t *o) {
     memset(o, 0, sizeof *o);
@@ -165,14 +167,14 @@ static fl_status check_slice(const fl_param_store_t *s, const char *field, uint6
                           total, n);
     }
     return fl_err_set(err, FL_INVALID_ARGUMENT,
-                      "%s: got the slice [%" PRIu64 ", %" PRIu64 ") of a %" PRIu64
-                      "-element vector, but shard %" PRIu32 " of %d owns [%" PRIu64 ", %" PRIu64 ") of it",
+                      "%s: got the slice [%" PRIu64 ", %" PRIu64 ") of a %" PRIu64 "-element vector, but shard %" PRIu32
+                      " of %d owns [%" PRIu64 ", %" PRIu64 ") of it",
                       field, offset, offset + (uint64_t)n, total, s->o.shard_id, s->o.num_shards, eo, eo + en);
 }
 
 /* Checks a slice against the held geometry (fixed by the first publish); mu held. */
-static fl_status check_geometry(const fl_param_store_t *s, const char *field, uint64_t offset, uint64_t total,
-                                size_t n, fl_err_t *err) {
+static fl_status check_geometry(const fl_param_store_t *s, const char *field, uint64_t offset, uint64_t total, size_t n,
+                                fl_err_t *err) {
     const snap *c = s->cur;
     if (!c) return FL_OK;
     if (n != c->pub.n)
@@ -195,11 +197,12 @@ static fl_status check_held(const fl_param_store_t *s, uint64_t version, uint64_
     FL_TRY(check_geometry(s, "params", offset, total, n, err));
     const snap *c = s->cur;
     if (c && s->o.gorila)
-        return fl_err_set(err, FL_FAILED_PRECONDITION,
-                          "params.version: %" PRIu64 " refused: in gorila mode (learner.mode = gorila) the first "
-                          "publish sets the initial parameters and only PushGradients changes them (held version %" PRIu64
-                          ")",
-                          version, atomic_load(&s->version));
+        return fl_err_set(
+            err, FL_FAILED_PRECONDITION,
+            "params.version: %" PRIu64
+            " refused: in gorila mode (learner.mode = gorila) the first "
+            "publish sets the initial parameters and only PushGradients changes them (held version %" PRIu64 ")",
+            version, atomic_load(&s->version));
     uint64_t held = c ? c->pub.version : 0, step = s->o.max_version_step;
     uint64_t hi = step == 0 || held > UINT64_MAX - step ? UINT64_MAX : held + step;
     if (c && version <= held && held == UINT64_MAX)
@@ -268,8 +271,8 @@ static uint8_t *pack_response(size_t header, uint64_t version, uint64_t offset, 
 
 static snap *build_snapshot(uint64_t version, uint64_t offset, uint64_t total, const void *values, size_t n) {
     size_t len;
-    snap *p = (snap *)pack_response(sizeof(snap), version, offset, total, FLEET__DTYPE__DTYPE_FLOAT32, values, 4 * n,
-                                    n, &len);
+    snap *p = (snap *)pack_response(sizeof(snap), version, offset, total, FLEET__DTYPE__DTYPE_FLOAT32, values, 4 * n, n,
+                                    &len);
     if (!p) return NULL;
     uint8_t *buf = (uint8_t *)(p + 1);
     p->pub.version = version;
@@ -345,8 +348,7 @@ fl_status fl_param_store_publish(fl_param_store_t *s, uint64_t version, uint64_t
                           non_finite_name(bits));
 
     snap *p = build_snapshot(version, offset, total, values, n);
-    if (!p)
-        return fl_err_set(err, FL_NO_MEMORY, "paramserver store: out of memory for a %zu-element snapshot", n);
+    if (!p) return fl_err_set(err, FL_NO_MEMORY, "paramserver store: out of memory for a %zu-element snapshot", n);
     float *live = NULL, *scratch = NULL, *backup = NULL;
     fl_optim_t *opt = NULL;
     if (s->o.gorila) {
@@ -460,8 +462,8 @@ static fl_status apply_step(fl_param_store_t *s, const float *g, size_t n, uint6
 /* Stale-synchronous wait (live_mu held): while this learner is more than max_staleness
  * pushes ahead of the slowest active one, its reply waits, up to wait_timeout_s. */
 static void wait_for_slowest(fl_param_store_t *s, uint32_t learner, fl_param_push_outcome_t *out) {
-    if (!s->o.stale_wait || s->o.max_staleness == 0 ||
-        s->clocks[learner] - min_active_clock(s) <= s->o.max_staleness || s->stopping)
+    if (!s->o.stale_wait || s->o.max_staleness == 0 || s->clocks[learner] - min_active_clock(s) <= s->o.max_staleness ||
+        s->stopping)
         return;
     out->waited = 1;
     atomic_fetch_add(&s->waits, 1);
@@ -586,8 +588,12 @@ const fl_param_snapshot_t *fl_param_store_fetch(fl_param_store_t *s, uint64_t if
     return c ? &c->pub : NULL;
 }
 
-void fl_param_store_count_bf16(fl_param_store_t *s) { atomic_fetch_add(&s->fetches_bf16, 1); }
-void fl_param_store_count_push_bytes(fl_param_store_t *s, uint64_t bytes) { atomic_fetch_add(&s->push_bytes, bytes); }
+void fl_param_store_count_bf16(fl_param_store_t *s) {
+    atomic_fetch_add(&s->fetches_bf16, 1);
+}
+void fl_param_store_count_push_bytes(fl_param_store_t *s, uint64_t bytes) {
+    atomic_fetch_add(&s->push_bytes, bytes);
+}
 
 uint64_t fl_param_store_version(const fl_param_store_t *s) {
     return atomic_load(&((fl_param_store_t *)(uintptr_t)s)->version);
@@ -619,7 +625,9 @@ void fl_param_store_info(fl_param_store_t *s, fl_param_store_info_t *out) {
     out->uptime_s = fl_clock_sec() - s->t0;
 }
 
-const fl_param_store_opts_t *fl_param_store_opts(const fl_param_store_t *s) { return &s->o; }
+const fl_param_store_opts_t *fl_param_store_opts(const fl_param_store_t *s) {
+    return &s->o;
+}
 
 void fl_param_store_state_free(fl_param_store_state_t *st) {
     if (!st) return;
@@ -677,8 +685,9 @@ fl_status fl_param_store_restore(fl_param_store_t *s, const fl_param_store_state
     if (in->version == 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver restore: version 0 (expected a published version)");
     if (in->learners != s->o.learners)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "paramserver restore: %d learner clocks, expected learner.count = %d",
-                          in->learners, s->o.learners);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "paramserver restore: %d learner clocks, expected learner.count = %d", in->learners,
+                          s->o.learners);
     FL_TRY(check_slice(s, "params", in->offset, in->total, in->n, err));
     size_t n = in->n;
     uint32_t bits = 0;

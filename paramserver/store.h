@@ -76,7 +76,6 @@ typedef struct fl_param_snapshot {
     size_t response_len;
 } fl_param_snapshot_t;
 
-
 typedef struct fl_param_store_info {
     uint32_t shard_id;
     uint64_t version; /* 0 = nothing published */
@@ -90,21 +89,21 @@ typedef struct fl_param_store_info {
     uint64_t fetches_bf16; /* fetches answered with bfloat16 values */
     uint64_t pushes_applied, pushes_dropped, waits, wait_timeouts;
     uint64_t staleness_hist[FL_PARAM_STALENESS_BUCKETS]; /* applied and dropped pushes */
-    uint64_t push_bytes; /* request bytes of pushes (counted by the service) */
+    uint64_t push_bytes;                                 /* request bytes of pushes (counted by the service) */
 } fl_param_store_info_t;
 
 typedef struct fl_param_store_opts {
     uint32_t shard_id;
-    int num_shards;             /* paramserver.shards (>= 1) */
-    int gorila;                 /* 0 = apex */
-    fl_optim_config_t optim;    /* gorila: the optimizer of the slice */
-    int learners;               /* gorila: learner.count (pushes name a learner below it) */
-    uint64_t max_staleness;     /* gorila: 0 = no bound */
-    int stale_wait;             /* gorila: 0 = drop, 1 = wait */
-    int staleness_lr;           /* gorila: lr / max(1, staleness) */
-    double wait_timeout_s;      /* gorila, wait */
-    uint64_t max_version_step;  /* paramserver.max_version_step: a publish's version at most this past
-                                   the held one (0 = no bound) */
+    int num_shards;            /* paramserver.shards (>= 1) */
+    int gorila;                /* 0 = apex */
+    fl_optim_config_t optim;   /* gorila: the optimizer of the slice */
+    int learners;              /* gorila: learner.count (pushes name a learner below it) */
+    uint64_t max_staleness;    /* gorila: 0 = no bound */
+    int stale_wait;            /* gorila: 0 = drop, 1 = wait */
+    int staleness_lr;          /* gorila: lr / max(1, staleness) */
+    double wait_timeout_s;     /* gorila, wait */
+    uint64_t max_version_step; /* paramserver.max_version_step: a publish's version at most this past
+                                  the held one (0 = no bound) */
 } fl_param_store_opts_t;
 
 /* The default of paramserver.max_version_step: 2^32. A learner publishes its own last
@@ -144,16 +143,14 @@ typedef struct fl_param_push_outcome {
  * [offset, offset + n) of total, computed by `learner` from `based_on_version`. May
  * block (wait policy). */
 fl_status fl_param_store_push(fl_param_store_t *s, uint32_t learner, uint64_t based_on_version, uint64_t offset,
-                              uint64_t total, const void *grads, size_t n, fl_param_push_outcome_t *out,
-                              fl_err_t *err);
+                              uint64_t total, const void *grads, size_t n, fl_param_push_outcome_t *out, fl_err_t *err);
 
 /* Counts one fetch. Returns a new reference to the held version's snapshot when the
  * held version is greater than if_newer_than (release it with fl_param_snapshot_release),
  * else NULL. *held_version (may be NULL) gets the version the answer is based on (0 =
  * none). In gorila mode this may encode the snapshot of a new version (once). NULL with
  * *held_version > if_newer_than means out of memory. */
-const fl_param_snapshot_t *fl_param_store_fetch(fl_param_store_t *s, uint64_t if_newer_than,
-                                                uint64_t *held_version);
+const fl_param_snapshot_t *fl_param_store_fetch(fl_param_store_t *s, uint64_t if_newer_than, uint64_t *held_version);
 /* The snapshot's bfloat16 FetchResponse (built on first use, once; thread-safe). Values
  * are rounded as fl_bf16_from_float does, except that a finite value beyond the largest
  * bfloat16 becomes the largest finite bfloat16 of its sign, not infinity.
@@ -173,12 +170,12 @@ void fl_param_store_count_push_bytes(fl_param_store_t *s, uint64_t bytes);
 typedef struct fl_param_store_state {
     uint64_t version, offset, total;
     size_t n;
-    float *params;        /* (n) */
-    float *optim;         /* (optim_size): the optimizer's slots, one after another; NULL for an empty slice */
+    float *params; /* (n) */
+    float *optim;  /* (optim_size): the optimizer's slots, one after another; NULL for an empty slice */
     size_t optim_size;
     int64_t optim_steps;
     int learners;
-    uint64_t *clocks;     /* (learners) applied pushes per learner (the wait policy's clocks) */
+    uint64_t *clocks; /* (learners) applied pushes per learner (the wait policy's clocks) */
     uint64_t publishes, pushes_applied, pushes_dropped, waits, wait_timeouts;
     uint64_t staleness_hist[FL_PARAM_STALENESS_BUCKETS];
 } fl_param_store_state_t;

@@ -11,7 +11,6 @@
 #include "replay/client_internal.h"
 #include "replay/wire.h"
 
-
 fl_status fl_replay_client_create(const char *addr, fl_replay_client_t **out, fl_err_t *err) {
     *out = NULL;
     fl_replay_client_t *c = calloc(1, sizeof *c);
@@ -37,7 +36,9 @@ void fl_replay_client_set_timeout(fl_replay_client_t *c, int64_t timeout_ms) {
 }
 
 /* Bytes rounded up to the columns' alignment. */
-static size_t col_bytes(size_t n) { return (n + 63) & ~(size_t)63; }
+static size_t col_bytes(size_t n) {
+    return (n + 63) & ~(size_t)63;
+}
 
 fl_status fl_replay_batch_init(fl_replay_batch_t *b, size_t capacity, size_t obs_bytes) {
     memset(b, 0, sizeof *b);
@@ -74,8 +75,8 @@ void fl_replay_batch_free(fl_replay_batch_t *b) {
     memset(b, 0, sizeof *b);
 }
 
-fl_status fl__replay_sample_rows(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms,
-                                 int probe, const fl_replay_updates_t *upd, fl_replay_batch_t *out, size_t offset,
+fl_status fl__replay_sample_rows(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms, int probe,
+                                 const fl_replay_updates_t *upd, fl_replay_batch_t *out, size_t offset,
                                  fl__sample_meta_t *meta, fl_err_t *err) {
     /* The shard waits for data a little less than the call may take, so that running out
      * of time is answered by the shard (FAILED_PRECONDITION with its size), not by the
@@ -244,8 +245,7 @@ fl_status fl_replay_round(fl_replay_client_t *c, uint32_t participant, uint64_t 
     FL_TRY(fl_rpc_unary_pb(c->ch, fl_method_path(FL_METHOD_REPLAY_ROUND), &req.base, &fleet__round_response__descriptor,
                            &m, (int64_t)wait_ms + c->timeout_ms, FL_RPC_WAIT_FOR_READY, err));
     Fleet__RoundResponse *r = (Fleet__RoundResponse *)m;
-    if (out)
-        *out = (fl_replay_round_answer_t){r->committed_round, r->table_size, r->first_full_round};
+    if (out) *out = (fl_replay_round_answer_t){r->committed_round, r->table_size, r->first_full_round};
     fleet__round_response__free_unpacked(r, NULL);
     return FL_OK;
 }

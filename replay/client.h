@@ -34,14 +34,14 @@ typedef struct fl_replay_batch {
     uint8_t *block;
     size_t block_bytes;
     size_t capacity, count, obs_bytes;
-    uint8_t *obs;       /* (count, obs_bytes) */
-    int32_t *actions;   /* (count) */
-    float *rewards;     /* (count) */
-    float *discounts;   /* (count) */
-    uint8_t *next_obs;  /* (count, obs_bytes) */
-    uint64_t *keys;     /* (count) */
-    float *weights;     /* (count) */
-    double *probs;      /* (count) */
+    uint8_t *obs;      /* (count, obs_bytes) */
+    int32_t *actions;  /* (count) */
+    float *rewards;    /* (count) */
+    float *discounts;  /* (count) */
+    uint8_t *next_obs; /* (count, obs_bytes) */
+    uint64_t *keys;    /* (count) */
+    float *weights;    /* (count) */
+    double *probs;     /* (count) */
     uint64_t table_size;
     double total_priority;
     double min_priority; /* smallest positive p^alpha the weights were normalised by (0: beta 0) */
@@ -72,15 +72,14 @@ typedef struct fl_replay_updates {
 /* fl_replay_sample with updates (NULL or n = 0: none). */
 fl_status fl_replay_sample_updating(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms,
                                     fl_replay_updates_t *upd, fl_replay_batch_t *out, fl_err_t *err);
-fl_status fl_replay_update_priorities(fl_replay_client_t *c, size_t n, const uint64_t *keys,
-                                      const float *priorities, uint64_t *applied, fl_err_t *err);
+fl_status fl_replay_update_priorities(fl_replay_client_t *c, size_t n, const uint64_t *keys, const float *priorities,
+                                      uint64_t *applied, fl_err_t *err);
 
 typedef struct fl_replay_info {
     uint32_t shard_id;
-    uint64_t size, capacity, inserted, sampled, insert_batches, updates_applied, updates_stale, sample_calls,
-        rejected;
+    uint64_t size, capacity, inserted, sampled, insert_batches, updates_applied, updates_stale, sample_calls, rejected;
     double total_priority, max_priority, uptime_s;
-    double samples_per_insert;                /* the shard's rate limit (0 = off) */
+    double samples_per_insert;                 /* the shard's rate limit (0 = off) */
     double insert_blocked_s, sample_blocked_s; /* time inserts / samples spent waiting on it */
     uint32_t inserts_waiting, samples_waiting; /* calls waiting right now */
     double sampling_mass;                      /* what the shard's draws are proportional to: total_priority

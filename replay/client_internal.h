@@ -27,8 +27,8 @@ typedef struct fl__sample_meta {
 /* One Sample call whose rows land in out at rows [offset, offset + count). probe: the
  * shard answers at once (no wait for data or the rate limiter) within timeout_ms. upd
  * (may be NULL) rides along. */
-fl_status fl__replay_sample_rows(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms,
-                                 int probe, const fl_replay_updates_t *upd, fl_replay_batch_t *out, size_t offset,
+fl_status fl__replay_sample_rows(fl_replay_client_t *c, size_t batch_size, double beta, int64_t timeout_ms, int probe,
+                                 const fl_replay_updates_t *upd, fl_replay_batch_t *out, size_t offset,
                                  fl__sample_meta_t *meta, fl_err_t *err);
 
 #endif

@@ -35,7 +35,9 @@ fl_status fl_frames_layout_init(fl_frames_layout_t *l, size_t obs_bytes, size_t 
     return FL_OK;
 }
 
-size_t fl_chunk_alloc_bytes(const fl_chunk_t *c) { return sizeof(*c) + c->data_bytes; }
+size_t fl_chunk_alloc_bytes(const fl_chunk_t *c) {
+    return sizeof(*c) + c->data_bytes;
+}
 
 void fl_chunk_release(fl_chunk_t *c, uint32_t k) {
     if (atomic_fetch_sub(&c->refs, k) == k) free(c);
@@ -87,8 +89,8 @@ static void extract_frame(const fl_frames_layout_t *l, const uint8_t *obs, int k
     }
 }
 
-fl_status fl_chunk_build(const fl_frames_layout_t *l, size_t n, const void *obs, const void *next_obs,
-                         uint16_t *idx, fl_chunk_t **out, fl_err_t *err) {
+fl_status fl_chunk_build(const fl_frames_layout_t *l, size_t n, const void *obs, const void *next_obs, uint16_t *idx,
+                         fl_chunk_t **out, fl_err_t *err) {
     *out = NULL;
     const size_t fb = l->frame_bytes, per = 2 * (size_t)l->stack;
     if (n == 0 || n > FL_CHUNK_MAX_FRAMES / per)
@@ -152,8 +154,8 @@ fl_status fl_chunk_build(const fl_frames_layout_t *l, size_t n, const void *obs,
         packed = malloc(cap);
         cctx = ZSTD_createCCtx();
         if (!packed || !cctx) {
-            st = fl_err_set(err, FL_NO_MEMORY, "chunk of %u frames of %zu bytes: cannot compress (%zu bytes)", nu,
-                            fb, cap);
+            st = fl_err_set(err, FL_NO_MEMORY, "chunk of %u frames of %zu bytes: cannot compress (%zu bytes)", nu, fb,
+                            cap);
             goto done;
         }
         uint32_t at = (uint32_t)head;
@@ -198,8 +200,8 @@ fl_status fl_chunk_from_data(const fl_frames_layout_t *l, uint32_t nframes, uint
     if (nframes < 1 || nframes > FL_CHUNK_MAX_FRAMES)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "chunk of %u frames: expected 1 .. %u", nframes,
                           FL_CHUNK_MAX_FRAMES);
-    if (compressed > 1) return fl_err_set(err, FL_INVALID_ARGUMENT, "chunk compression flag %u: expected 0 or 1",
-                                          compressed);
+    if (compressed > 1)
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "chunk compression flag %u: expected 0 or 1", compressed);
     if (!compressed && data_bytes != (size_t)nframes * fb)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "raw chunk of %u frames: %zu bytes, expected %zu", nframes,
                           data_bytes, (size_t)nframes * fb);

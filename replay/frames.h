@@ -58,10 +58,10 @@ typedef struct fl_chunk {
     atomic_uint_fast32_t refs; /* holders: the table (while rows > 0), snapshots, readers */
     uint64_t rows;             /* table slots pointing here (the table's lock guards it) */
     uint32_t nframes;
-    uint32_t compressed;       /* 1: zstd frames, offsets[] in front of the data */
-    size_t data_bytes;         /* bytes of data[] */
-    uint8_t data[];            /* raw: nframes * frame_bytes; compressed: uint32 offsets[nframes + 1]
-                                  (offsets into data[], the first one past the table), then the frames */
+    uint32_t compressed; /* 1: zstd frames, offsets[] in front of the data */
+    size_t data_bytes;   /* bytes of data[] */
+    uint8_t data[];      /* raw: nframes * frame_bytes; compressed: uint32 offsets[nframes + 1]
+                            (offsets into data[], the first one past the table), then the frames */
 } fl_chunk_t;
 
 /* Bytes the chunk occupies (header and data). */
@@ -71,8 +71,8 @@ size_t fl_chunk_alloc_bytes(const fl_chunk_t *c);
  * writes, per transition i, idx[i * 2 * stack + k]: frame k of obs[i] (k < stack), then
  * the frames of next_obs[i]. n * 2 * stack must be at most FL_CHUNK_MAX_FRAMES. The
  * chunk comes back with refs 0 and rows 0. FL_NO_MEMORY, or FL_INTERNAL if zstd fails. */
-fl_status fl_chunk_build(const fl_frames_layout_t *l, size_t n, const void *obs, const void *next_obs,
-                         uint16_t *idx, fl_chunk_t **out, fl_err_t *err);
+fl_status fl_chunk_build(const fl_frames_layout_t *l, size_t n, const void *obs, const void *next_obs, uint16_t *idx,
+                         fl_chunk_t **out, fl_err_t *err);
 
 /* Rebuilds a chunk from its data (a checkpoint), validating all of it: nframes >= 1 and
  * at most FL_CHUNK_MAX_FRAMES, data_bytes matching (raw) or offsets increasing within
@@ -81,7 +81,9 @@ fl_status fl_chunk_build(const fl_frames_layout_t *l, size_t n, const void *obs,
 fl_status fl_chunk_from_data(const fl_frames_layout_t *l, uint32_t nframes, uint32_t compressed, const void *data,
                              size_t data_bytes, fl_chunk_t **out, fl_err_t *err);
 
-static inline void fl_chunk_retain(fl_chunk_t *c, uint32_t k) { atomic_fetch_add(&c->refs, k); }
+static inline void fl_chunk_retain(fl_chunk_t *c, uint32_t k) {
+    atomic_fetch_add(&c->refs, k);
+}
 /* Drops k references; frees the chunk when none is left. */
 void fl_chunk_release(fl_chunk_t *c, uint32_t k);
 

@@ -37,7 +37,7 @@ typedef struct slot {
     pthread_t th;
     int started;
     int state;
-    int nparts, out; /* results of the last call; those not given back yet */
+    int nparts, out;         /* results of the last call; those not given back yet */
     fl_replay_batch_t batch; /* per_call x batch_size rows */
     part_t *parts;           /* (per_call) */
     /* priority updates to send with the next call (the thread's while SAMPLING) */
@@ -129,7 +129,8 @@ static void *sampler(void *arg) {
         pthread_mutex_lock(&p->mu);
         sl->state = OUT;
         sl->out = sl->nparts;
-        for (int j = 0; j < sl->nparts; j++) p->queue[(p->qhead + p->qlen++) % (p->depth * p->per_call)] = &sl->parts[j];
+        for (int j = 0; j < sl->nparts; j++)
+            p->queue[(p->qhead + p->qlen++) % (p->depth * p->per_call)] = &sl->parts[j];
         pthread_cond_signal(&p->ready_cv);
         pthread_mutex_unlock(&p->mu);
     }
@@ -144,8 +145,8 @@ fl_status fl_replay_prefetch_create(fl_replay_sharded_t *rs, int depth, int per_
         return fl_err_set(err, FL_INVALID_ARGUMENT, "prefetch depth %d: expected 1 .. %d", depth,
                           FL_REPLAY_PREFETCH_MAX_DEPTH);
     if (per_call < 1 || per_call > FL_REPLAY_PREFETCH_MAX_PER_CALL)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "prefetch: %d batches per Sample call: expected 1 .. %d",
-                          per_call, FL_REPLAY_PREFETCH_MAX_PER_CALL);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "prefetch: %d batches per Sample call: expected 1 .. %d", per_call,
+                          FL_REPLAY_PREFETCH_MAX_PER_CALL);
     if (batch_size == 0 || obs_bytes == 0 || !(beta >= 0.0 && beta <= 1.0) || timeout_ms <= 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "prefetch: batch_size %zu, obs_bytes %zu, beta %g, timeout %lld ms: expected >= 1, >= 1, "
@@ -224,7 +225,9 @@ fl_status fl_replay_prefetch_stop(fl_replay_prefetch_t *p, fl_err_t *err) {
     return st;
 }
 
-uint64_t fl_replay_prefetch_updates_applied(fl_replay_prefetch_t *p) { return atomic_load(&p->updates_applied); }
+uint64_t fl_replay_prefetch_updates_applied(fl_replay_prefetch_t *p) {
+    return atomic_load(&p->updates_applied);
+}
 
 void fl_replay_prefetch_destroy(fl_replay_prefetch_t *p) {
     if (!p) return;

@@ -23,10 +23,10 @@
  * with the next one; fl_replay_prefetch_stop sends whatever is still pending.
  *
  * A failed call (the replay not ready, a shard down) is handed in like a batch (one
- * result, whatever per_call), with its status and message, so that the learner decides what to do (wait, retry, give up);
- * the thread samples again once the buffer is back. Thread-safety: one learner thread
- * calls next / release; the threads share the sharded client (which is thread-safe).
- * Destroy stops the threads after their current call (at most timeout_ms). */
+ * result, whatever per_call), with its status and message, so that the learner decides what to do (wait, retry, give
+ * up); the thread samples again once the buffer is back. Thread-safety: one learner thread calls next / release; the
+ * threads share the sharded client (which is thread-safe). Destroy stops the threads after their current call (at most
+ * timeout_ms). */
 #ifndef FL_REPLAY_PREFETCH_H
 #define FL_REPLAY_PREFETCH_H
 
@@ -45,9 +45,9 @@ typedef struct fl_replay_prefetch fl_replay_prefetch_t;
  * a call that came back short may hold fewer) and how its call ended. */
 typedef struct fl_replay_prefetched {
     fl_replay_batch_t *batch;
-    fl_status status; /* FL_OK: batch holds batch->count transitions */
-    fl_err_t err;     /* the message when status is not FL_OK */
-    double sample_s;  /* seconds the call took (on its first batch; 0 on the others) */
+    fl_status status;         /* FL_OK: batch holds batch->count transitions */
+    fl_err_t err;             /* the message when status is not FL_OK */
+    double sample_s;          /* seconds the call took (on its first batch; 0 on the others) */
     uint64_t updates_applied; /* priority updates the call carried that the shard applied (likewise) */
 } fl_replay_prefetched_t;
 

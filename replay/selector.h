@@ -3,11 +3,10 @@
  * Adding a selector touches two files: a new replay/select_<name>.c that defines its
  * `const fl_selector_ops_t fl__select_<name>` (name, select function, properties), and
  * one row X(<name>) appended to FL__SELECTORS in replay/selector.c (the fuzz targets
- * take every replay/select_*.c). Then add a test to tests/test_replay_selectors.c. Nothing else names a selector: fl_selector_name,
- * fl_selector_parse, the table's configuration check, sampling, priority updates,
- * fl_table_verify, checkpoints and the replay service all ask the ops. (To offer it as
- * replay.selector in a run configuration, also add its name to that key's choices in
- * common/config_keys.h.)
+ * take every replay/select_*.c). Then add a test to tests/test_replay_selectors.c. Nothing else names a selector:
+ * fl_selector_name, fl_selector_parse, the table's configuration check, sampling, priority updates, fl_table_verify,
+ * checkpoints and the replay service all ask the ops. (To offer it as replay.selector in a run configuration, also add
+ * its name to that key's choices in common/config_keys.h.)
  *
  * A selector's fl_selector value is its row's index in that table, and it is the id a
  * checkpoint stores (replay/table.h): rows are only ever appended, never reordered or

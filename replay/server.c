@@ -76,8 +76,8 @@ static fl_status wait_for_data(fl_replay_service_t *s, size_t B, uint32_t timeou
     pthread_mutex_lock(&s->mu);
     uint64_t size = fl__replay_table_size(s);
     if (fl_ratelimit_can_sample(&s->rl, B, size)) goto allowed;
-    fl__sample_waiter_t *mine = timeout_ms == 0 || s->waiters >= FL_REPLAY_MAX_SAMPLE_WAITERS ? NULL
-                                                                                             : waiter_entry(s, peer);
+    fl__sample_waiter_t *mine =
+        timeout_ms == 0 || s->waiters >= FL_REPLAY_MAX_SAMPLE_WAITERS ? NULL : waiter_entry(s, peer);
     if (!mine || mine->n >= FL_REPLAY_MAX_SAMPLE_WAITERS_PER_CLIENT) {
         char why[160] = "";
         if (mine)
@@ -270,8 +270,8 @@ static fl_status update_handler(void *user, const uint8_t *msg, size_t len, fl_r
     fl_err_t e;
     fl_err_init(&e);
     size_t applied = 0;
-    fl_status st = apply_updates(s, "priorities", req->n_keys, req->keys, req->n_priorities, req->priorities,
-                                 &applied, &e);
+    fl_status st =
+        apply_updates(s, "priorities", req->n_keys, req->keys, req->n_priorities, req->priorities, &applied, &e);
     if (st != FL_OK) {
         st = fl_rpc_reply_error(reply, st, "%s", e.msg);
         goto done;
@@ -400,8 +400,10 @@ static const char *bad_name(const char *name, const char *own, char *why, size_t
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)name[i];
         if (ch == '/') {
-            snprintf(why, len, "'/' at character %zu: expected a file name without a folder (the file goes into "
-                     "replay.checkpoint_dir)", i);
+            snprintf(why, len,
+                     "'/' at character %zu: expected a file name without a folder (the file goes into "
+                     "replay.checkpoint_dir)",
+                     i);
             return why;
         }
         if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' ||
@@ -445,8 +447,7 @@ fl_status fl_replay_service_checkpoint_path(const fl_replay_service_t *s, const 
     }
     char own[32], why[FL_ERR_MSG_MAX / 2];
     snprintf(own, sizeof own, "shard-%d.ckpt", s->shard);
-    if (bad_name(name, own, why, sizeof why))
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "name: %s", why);
+    if (bad_name(name, own, why, sizeof why)) return fl_err_set(err, FL_INVALID_ARGUMENT, "name: %s", why);
     int n = snprintf(path, len, "%s/%s", s->wal_dir, name);
     if (n < 0 || (size_t)n >= len)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "name: \"%s\" does not fit a path of %zu bytes", name, len);
@@ -712,7 +713,8 @@ static fl_status register_methods(fl_replay_service_t *s, fl_err_t *err) {
     fl_rpc_server_opts_t ro = {.threads = s->threads};
     fl_status st;
     FL_TRY(fl_rpc_server_create(&ro, &s->rpc, err));
-    if ((st = fl_rpc_server_add_stream(s->rpc, fl_method_path(FL_METHOD_REPLAY_INSERT), &fl__replay_insert_handler, s)) != FL_OK ||
+    if ((st = fl_rpc_server_add_stream(s->rpc, fl_method_path(FL_METHOD_REPLAY_INSERT), &fl__replay_insert_handler,
+                                       s)) != FL_OK ||
         (st = fl_rpc_server_add_unary(s->rpc, fl_method_path(FL_METHOD_REPLAY_SAMPLE), sample_handler, s)) != FL_OK ||
         (st = fl_rpc_server_add_unary(s->rpc, fl_method_path(FL_METHOD_REPLAY_UPDATE_PRIORITIES), update_handler, s)) !=
             FL_OK ||
@@ -751,8 +753,8 @@ fail:
     return st;
 }
 
-fl_status fl_replay_service_start(fl_replay_service_t *s, const char *listen_addr, char *bound_addr_out,
-                                  size_t len, fl_err_t *err) {
+fl_status fl_replay_service_start(fl_replay_service_t *s, const char *listen_addr, char *bound_addr_out, size_t len,
+                                  fl_err_t *err) {
     if (s->started) return fl_err_set(err, FL_FAILED_PRECONDITION, "replay shard %d: already started", s->shard);
     if (!listen_addr || !*listen_addr)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "replay shard %d: empty listen address", s->shard);
@@ -764,9 +766,10 @@ fl_status fl_replay_service_start(fl_replay_service_t *s, const char *listen_add
     if (pthread_create(&s->housekeeping, NULL, housekeeping_loop, s) == 0)
         s->housekeeping_started = 1;
     else
-        FL_WARN("replay shard %d: cannot start the housekeeping thread (periodic checkpoints, giving memory "
-                "back)",
-                s->shard);
+        FL_WARN(
+            "replay shard %d: cannot start the housekeeping thread (periodic checkpoints, giving memory "
+            "back)",
+            s->shard);
     if (bound_addr_out && len) {
         const char *colon = strrchr(listen_addr, ':');
         if (strncmp(listen_addr, "unix:", 5) == 0 || !colon)
@@ -828,7 +831,9 @@ void fl_replay_service_destroy(fl_replay_service_t *s) {
     free(s);
 }
 
-fl_table_t *fl_replay_service_table(fl_replay_service_t *s) { return s->table; }
+fl_table_t *fl_replay_service_table(fl_replay_service_t *s) {
+    return s->table;
+}
 
 int fl_replay_service_sample_waiters(fl_replay_service_t *s) {
     pthread_mutex_lock(&s->mu);
@@ -837,4 +842,6 @@ int fl_replay_service_sample_waiters(fl_replay_service_t *s) {
     return w;
 }
 
-uint64_t fl_replay_service_min_size(const fl_replay_service_t *s) { return s->min_size; }
+uint64_t fl_replay_service_min_size(const fl_replay_service_t *s) {
+    return s->min_size;
+}

@@ -97,11 +97,11 @@
  * "over all shards" are the run's, of which the shard serves its share. The strings are
  * read by create only (the service keeps copies of what it needs). */
 typedef struct fl_replay_service_opts {
-    int shard;                  /* this shard, 0 .. shards - 1 (the top 8 bits of its keys) */
-    int shards;                 /* replay.shards, 1 .. 256 */
-    fl_obs_spec_t obs;          /* the observation signature (env.name's) */
-    int num_actions;            /* env.name's action count: inserted actions must be below it;
-                                   0: only checked to be >= 0 */
+    int shard;         /* this shard, 0 .. shards - 1 (the top 8 bits of its keys) */
+    int shards;        /* replay.shards, 1 .. 256 */
+    fl_obs_spec_t obs; /* the observation signature (env.name's) */
+    int num_actions;   /* env.name's action count: inserted actions must be below it;
+                          0: only checked to be >= 0 */
     /* the table */
     int64_t capacity;           /* replay.capacity over all shards, >= 1 */
     double alpha;               /* replay.alpha */
@@ -129,12 +129,12 @@ typedef struct fl_replay_service_opts {
     const char *restore_path;   /* a checkpoint to start from instead of an empty table (not with wal);
                                    NULL or "" = none */
     /* limits on what a client may send or leave behind (docs/security.md) */
-    double max_abs_reward;      /* replay.max_abs_reward: |reward| of an inserted transition, > 0 */
-    double max_priority;        /* replay.max_priority: inserted and updated priorities, > 0 */
-    int64_t max_streams;        /* replay.max_streams: insert streams with a record, >= 1 */
-    double stream_idle_s;       /* replay.stream_idle_s: a record unused this long may be reclaimed, > 0;
-                                   keep it above any actor's outage, as a writer whose record went
-                                   starts afresh and its resends go in again */
+    double max_abs_reward; /* replay.max_abs_reward: |reward| of an inserted transition, > 0 */
+    double max_priority;   /* replay.max_priority: inserted and updated priorities, > 0 */
+    int64_t max_streams;   /* replay.max_streams: insert streams with a record, >= 1 */
+    double stream_idle_s;  /* replay.stream_idle_s: a record unused this long may be reclaimed, > 0;
+                              keep it above any actor's outage, as a writer whose record went
+                              starts afresh and its resends go in again */
     /* run.deterministic: the participants of the Round calls, actor.count + run.evaluators
      * (0 = off). With them, transitions come only through Round (Insert is refused), in
      * rounds committed in participant order; there is no rate limit (the learner takes a
@@ -178,9 +178,9 @@ fl_status fl_replay_service_check_opts(const fl_replay_service_opts_t *opts, fl_
  * process's own code: the Checkpoint call reaches here only with a checked name inside
  * replay.checkpoint_dir, see fl_replay_service_checkpoint_path). With replay.wal on, a
  * checkpoint to the default file also rotates the log, saves the streams' resend records
- * and deletes the segments it covers (docs/replay-durability.md, "How it works"). path_out (len bytes, may be NULL) receives the path used,
- * info (may be NULL) the items and bytes written. Any thread, between create and
- * destroy; checkpoints are serialized. */
+ * and deletes the segments it covers (docs/replay-durability.md, "How it works"). path_out (len bytes, may be NULL)
+ * receives the path used, info (may be NULL) the items and bytes written. Any thread, between create and destroy;
+ * checkpoints are serialized. */
 fl_status fl_replay_service_checkpoint(fl_replay_service_t *s, const char *path, fl_table_save_info_t *info,
                                        char *path_out, size_t len, fl_err_t *err);
 /* The file a Checkpoint call's `name` stands for: path (len bytes) receives
@@ -197,8 +197,8 @@ fl_status fl_replay_service_checkpoint_path(const fl_replay_service_t *s, const 
 /* Binds listen_addr ("host:port", port 0 = the OS chooses, or "unix:/path") and starts
  * serving. bound_addr_out (len bytes, may be NULL) receives the address clients should
  * use: "host:PORT" with the chosen port, or the unix address as given. */
-fl_status fl_replay_service_start(fl_replay_service_t *s, const char *listen_addr, char *bound_addr_out,
-                                  size_t len, fl_err_t *err);
+fl_status fl_replay_service_start(fl_replay_service_t *s, const char *listen_addr, char *bound_addr_out, size_t len,
+                                  fl_err_t *err);
 
 /* Stops serving (see Lifetime above); then, with checkpoint_at_stop, a shard that served
  * writes the default checkpoint. Idempotent; the table and counters stay readable. */

@@ -86,17 +86,17 @@ struct fl_replay_service {
     int started, stopped;
     double t_start;
 
-    pthread_mutex_t mu; /* guards the fields below */
+    pthread_mutex_t mu;       /* guards the fields below */
     pthread_cond_t cv;        /* Sample and Round calls wait here: signalled by inserts, commits and stop */
     pthread_cond_t insert_cv; /* inserts the rate limiter holds wait here: signalled by samples and stop */
     pthread_cond_t hk_cv;     /* the housekeeping thread sleeps here: signalled at stop */
-    int waiters;        /* Sample calls waiting for data or for the rate limiter */
+    int waiters;              /* Sample calls waiting for data or for the rate limiter */
     fl__sample_waiter_t waiting[FL_REPLAY_MAX_SAMPLE_WAITERS]; /* ... by client (n = 0: a free entry) */
     int insert_waiters;                                        /* Insert messages waiting for the rate limiter ... */
     fl__insert_place_t *insert_head, *insert_tail;             /* ... in the order they came */
-    fl__insert_client_t *insert_clients; /* (n_insert_clients) ... by client */
+    fl__insert_client_t *insert_clients;                       /* (n_insert_clients) ... by client */
     int n_insert_clients;
-    int insert_giving_way;                                     /* places asked to give way, not yet gone */
+    int insert_giving_way; /* places asked to give way, not yet gone */
     int max_insert_waiters;
     uint64_t insert_reserved; /* rows the rate limiter let through that are not inserted yet */
     uint64_t inserts_gave_way;
@@ -109,9 +109,9 @@ struct fl_replay_service {
                                    goes away only when reclaimed, with no call bound to it */
     fl__stream_rec_t **streams; /* open addressing, linear probing, streams_cap a power of two */
     size_t nstreams, streams_cap;
-    size_t max_streams;         /* replay.max_streams */
-    double stream_idle_s;       /* replay.stream_idle_s */
-    double next_reclaim;        /* fl_clock_sec() before which no record can be reclaimable */
+    size_t max_streams;   /* replay.max_streams */
+    double stream_idle_s; /* replay.stream_idle_s */
+    double next_reclaim;  /* fl_clock_sec() before which no record can be reclaimable */
     uint64_t streams_reclaimed, streams_evicted;
 
     atomic_uint_fast64_t insert_batches, rejected, sample_calls;
@@ -121,7 +121,7 @@ struct fl_replay_service {
     int ckpt_at_stop;                          /* a last checkpoint to ckpt_default at the stop */
     pthread_mutex_t ckpt_mu;                   /* serializes checkpoints (each copies the table) */
     pthread_mutex_t named_mu;                  /* a named Checkpoint call's count of named files and its write */
-    pthread_t housekeeping; /* periodic checkpoints and heap trims (server.c) */
+    pthread_t housekeeping;                    /* periodic checkpoints and heap trims (server.c) */
     int housekeeping_started;
 
     /* write-ahead log (replay.wal; NULL when off) */
@@ -134,9 +134,9 @@ struct fl_replay_service {
     /* deterministic rounds (replay/server_round.c; participants 0 = off), guarded by mu */
     int participants;
     uint64_t committed_round;
-    uint64_t first_full_round;   /* the first committed round after which the table held min_size (0: none) */
-    uint64_t *round_done;        /* (participants + 1): the last round participant p finished */
-    fl__staged_round_t *staged;  /* ((participants + 1) * FL__ROUND_AHEAD): batches held, slot round % AHEAD */
+    uint64_t first_full_round;  /* the first committed round after which the table held min_size (0: none) */
+    uint64_t *round_done;       /* (participants + 1): the last round participant p finished */
+    fl__staged_round_t *staged; /* ((participants + 1) * FL__ROUND_AHEAD): batches held, slot round % AHEAD */
 };
 
 /* Whether n more rows may go in now (s->mu held): the rate limiter's count plus the rows
@@ -197,7 +197,6 @@ fl_status fl__replay_open_table(fl_replay_service_t *s, const fl_table_config_t 
 /* A checkpoint to the default file with the log on: rotates the log, writes the table
  * and the stream records to path, then deletes the log segments the file covers. The
  * caller holds ckpt_mu. */
-fl_status fl__replay_wal_checkpoint(fl_replay_service_t *s, const char *path, fl_table_save_info_t *si,
-                                    fl_err_t *err);
+fl_status fl__replay_wal_checkpoint(fl_replay_service_t *s, const char *path, fl_table_save_info_t *si, fl_err_t *err);
 
 #endif

@@ -59,8 +59,7 @@ static uint64_t get_u64(const uint8_t *p) {
 
 /* The extra section for segment `resume` (caller holds wal_mu, under which the stream
  * records change). *out is malloc'd. */
-static fl_status wal_extra_encode(fl_replay_service_t *s, uint64_t resume, uint8_t **out, size_t *len,
-                                  fl_err_t *err) {
+static fl_status wal_extra_encode(fl_replay_service_t *s, uint64_t resume, uint8_t **out, size_t *len, fl_err_t *err) {
     pthread_mutex_lock(&s->streams_mu);
     size_t n = 24;
     for (size_t i = 0; i < s->streams_cap; i++) {
@@ -127,7 +126,8 @@ static fl_status wal_extra_decode(fl_replay_service_t *s, const char *path, cons
         off += head;
         if (cnt > FL__REPLAY_KEY_RING || (n - off) / 16 < cnt)
             return fl_err_set(err, FL_INVALID_ARGUMENT,
-                              "checkpoint %s: stream %" PRIu64 ": %" PRIu32 " remembered keys, expected at most %d "
+                              "checkpoint %s: stream %" PRIu64 ": %" PRIu32
+                              " remembered keys, expected at most %d "
                               "within the %zu bytes left",
                               path, id, cnt, FL__REPLAY_KEY_RING, n - off);
         fl__stream_rec_t *r = fl__replay_get_stream(s, id, 0, err);
@@ -155,8 +155,7 @@ static fl_status wal_extra_decode(fl_replay_service_t *s, const char *path, cons
  * log to segment N+1, copy the table and serialize the stream records with N+1, so that
  * the file holds exactly the inserts logged in segments <= N. Then write the file
  * (holding only ckpt_mu) and delete the segments below N+1, which it covers. */
-fl_status fl__replay_wal_checkpoint(fl_replay_service_t *s, const char *path, fl_table_save_info_t *si,
-                                    fl_err_t *err) {
+fl_status fl__replay_wal_checkpoint(fl_replay_service_t *s, const char *path, fl_table_save_info_t *si, fl_err_t *err) {
     fl_table_snapshot_t *sn = NULL;
     uint8_t *extra = NULL;
     size_t extra_len = 0;
@@ -214,7 +213,8 @@ static fl_status wal_replay(fl_replay_service_t *s, uint64_t start, uint64_t *la
         fl_err_init(&e);
         if (fl_wire_decode_batch(req->batch, &sig, FL_WIRE_NEED_PRIORITIES, &b, &e) != FL_OK) {
             st = fl_err_set(err, FL_INVALID_ARGUMENT,
-                            "wal %s: the record at offset %" PRIu64 " does not fit this shard's table (was the "
+                            "wal %s: the record at offset %" PRIu64
+                            " does not fit this shard's table (was the "
                             "configuration changed?): %s",
                             path, off, e.msg);
             fleet__insert_request__free_unpacked(req, NULL);
@@ -276,8 +276,10 @@ static fl_status wal_recover(fl_replay_service_t *s, const fl_table_config_t *tc
     snprintf(lock, sizeof lock, "%s/shard-%d.wal.lock", s->wal_dir, s->shard);
     s->wal_lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (s->wal_lock_fd < 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "replay.wal: cannot open %s: %s (replay.checkpoint_dir must be "
-                          "an existing, writable folder)", lock, strerror(errno));
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "replay.wal: cannot open %s: %s (replay.checkpoint_dir must be "
+                          "an existing, writable folder)",
+                          lock, strerror(errno));
     if (flock(s->wal_lock_fd, LOCK_EX | LOCK_NB) != 0)
         return fl_err_set(err, FL_FAILED_PRECONDITION,
                           "replay.wal: %s is locked: another process serves shard %d from replay.checkpoint_dir %s",
@@ -342,7 +344,7 @@ fl_status fl__replay_open_table(fl_replay_service_t *s, const fl_table_config_t 
     s->rl.inserted = ti.inserted;
     s->rl.sampled = ti.sampled;
     fl_ratelimit_clamp(&s->rl);
-    FL_INFO("replay shard %d: restored %" PRIu64 " items (%" PRIu64 " inserted, %" PRIu64 " sampled) from %s",
-            s->shard, ti.size, ti.inserted, ti.sampled, restore_path);
+    FL_INFO("replay shard %d: restored %" PRIu64 " items (%" PRIu64 " inserted, %" PRIu64 " sampled) from %s", s->shard,
+            ti.size, ti.inserted, ti.sampled, restore_path);
     return FL_OK;
 }

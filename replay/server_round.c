@@ -59,7 +59,8 @@ static void commit_batch(fl_replay_service_t *s, int p, uint64_t round) {
     fl_wire_batch_t b;
     uint64_t *keys = NULL;
     fl_status rc = FL_NO_MEMORY;
-    if (req && fl_wire_decode_batch(req->batch, &s->sig, FL_WIRE_NEED_PRIORITIES | FL_WIRE_FINITE_OBS, &b, &e) == FL_OK &&
+    if (req &&
+        fl_wire_decode_batch(req->batch, &s->sig, FL_WIRE_NEED_PRIORITIES | FL_WIRE_FINITE_OBS, &b, &e) == FL_OK &&
         (keys = malloc(b.count * sizeof *keys)) != NULL)
         rc = fl_table_insert(s->table, b.count, b.obs, b.actions, b.rewards, b.discounts, b.next_obs, b.priorities,
                              keys, &e);
@@ -112,7 +113,8 @@ static fl_status take_part(fl_replay_service_t *s, const Fleet__RoundRequest *re
                           p, round, s->round_done[p] + 1);
     if (has_batch && round > s->committed_round + FL__ROUND_AHEAD)
         return fl_err_set(e, FL_FAILED_PRECONDITION,
-                          "participant %d: a batch for round %" PRIu64 ", more than %d past the committed round %" PRIu64,
+                          "participant %d: a batch for round %" PRIu64
+                          ", more than %d past the committed round %" PRIu64,
                           p, round, FL__ROUND_AHEAD, s->committed_round);
     if (has_batch) {
         fl__staged_round_t *st = slot_of(s, p, round);
@@ -164,8 +166,8 @@ fl_status fl__replay_round_handler(void *user, const uint8_t *msg, size_t len, f
         st = fl_err_set(&e, FL_INVALID_ARGUMENT, "through: got %" PRIu64 ", expected 0 or >= round %" PRIu64,
                         req->through, req->round);
     } else if (req->through && req->through - req->round > FL_REPLAY_MAX_ROUNDS_THROUGH) {
-        st = fl_err_set(&e, FL_INVALID_ARGUMENT, "through: got %" PRIu64 ", expected at most round + %d",
-                        req->through, FL_REPLAY_MAX_ROUNDS_THROUGH);
+        st = fl_err_set(&e, FL_INVALID_ARGUMENT, "through: got %" PRIu64 ", expected at most round + %d", req->through,
+                        FL_REPLAY_MAX_ROUNDS_THROUGH);
     } else if (has_batch) {
         st = fl_wire_decode_batch(req->batch, &s->sig, FL_WIRE_NEED_PRIORITIES | FL_WIRE_FINITE_OBS, &b, &e);
     }

@@ -110,11 +110,13 @@ static size_t evict_lru(fl_replay_service_t *s, double now) {
     uint64_t before = s->streams_evicted;
     s->streams_evicted += want;
     if (want && (before == 0 || s->streams_evicted / 10000 != before / 10000))
-        FL_WARN("replay shard %d: all %zu insert stream records (replay.max_streams) are taken, none idle for "
-                "replay.stream_idle_s = %g s: freed the %zu least recently used with no call (idle %.1f s and more; "
-                "%" PRIu64 " so far). Clients open streams faster than they go idle: a flood, or writers that start "
-                "a new stream per batch",
-                s->shard, s->max_streams, s->stream_idle_s, want, youngest, s->streams_evicted);
+        FL_WARN(
+            "replay shard %d: all %zu insert stream records (replay.max_streams) are taken, none idle for "
+            "replay.stream_idle_s = %g s: freed the %zu least recently used with no call (idle %.1f s and more; "
+            "%" PRIu64
+            " so far). Clients open streams faster than they go idle: a flood, or writers that start "
+            "a new stream per batch",
+            s->shard, s->max_streams, s->stream_idle_s, want, youngest, s->streams_evicted);
     return want;
 }
 
@@ -153,7 +155,8 @@ fl__stream_rec_t *fl__replay_get_stream(fl_replay_service_t *s, uint64_t id, int
             size_t n = s->nstreams;
             pthread_mutex_unlock(&s->streams_mu);
             fl_err_set(err, FL_RESOURCE_EXHAUSTED,
-                       "stream %" PRIu64 " refused: replay shard %d holds the records of %zu insert streams, as many "
+                       "stream %" PRIu64
+                       " refused: replay shard %d holds the records of %zu insert streams, as many "
                        "as replay.max_streams = %zu allows, and every one has an Insert call open; try again later",
                        id, s->shard, n, s->max_streams);
             return NULL;
@@ -197,7 +200,6 @@ void fl__replay_deadline_in(struct timespec *t, double sec) {
     t->tv_nsec = ns % 1000000000L;
 }
 
-
 fl_status fl__replay_apply_insert(fl_replay_service_t *s, fl__stream_rec_t *r, uint64_t sequence, uint64_t stream_key,
                                   const fl_wire_batch_t *b, fl_table_prep_t *prep, uint64_t *keys, fl_err_t *e) {
     if (prep) {
@@ -214,4 +216,3 @@ fl_status fl__replay_apply_insert(fl_replay_service_t *s, fl__stream_rec_t *r, u
     r->ring_key[slot] = keys[0];
     return FL_OK;
 }
-

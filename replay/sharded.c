@@ -236,10 +236,14 @@ static void *job_run(void *arg) {
     return NULL;
 }
 
-static void job_item(void *arg, int i) { job_run((job_t *)arg + i); }
+static void job_item(void *arg, int i) {
+    job_run((job_t *)arg + i);
+}
 
 /* Runs n jobs at once on the client's pool (the caller's thread takes part). */
-static void run_jobs(fl_replay_sharded_t *s, job_t *jobs, int n) { fl_fanout_run(s->pool, n, job_item, jobs); }
+static void run_jobs(fl_replay_sharded_t *s, job_t *jobs, int n) {
+    fl_fanout_run(s->pool, n, job_item, jobs);
+}
 
 /* The first failed job's error (jobs are in shard order), naming its shard. */
 static fl_status first_error(const fl_replay_sharded_t *s, const job_t *jobs, int n, fl_err_t *err) {
@@ -294,8 +298,7 @@ static fl_status refresh_views(fl_replay_sharded_t *s, int64_t timeout_ms, fl_er
 
 static fl_status nothing_to_sample(const fl_replay_sharded_t *s, uint64_t size, fl_err_t *err) {
     return fl_err_set(err, FL_FAILED_PRECONDITION,
-                      "replay holds %" PRIu64 " transitions and nothing to sample on any of its %d shards", size,
-                      s->n);
+                      "replay holds %" PRIu64 " transitions and nothing to sample on any of its %d shards", size, s->n);
 }
 
 /* Until some shard holds priority mass (polling Info), or the deadline. A poll that runs
@@ -404,16 +407,16 @@ typedef struct draw {
     double deadline;
     fl_replay_batch_t *out;
     job_t *jobs, *active;
-    segment *segs;          /* (n * (n + 2)) runs of rows, in batch order */
-    size_t nseg, filled;    /* rows [0, filled) of out are answered */
-    double *mass;           /* to split by: the last answers */
-    size_t *cnt;            /* rows asked of each shard in this pass */
-    unsigned char *skip;    /* refused during this call */
-    unsigned char *stalled; /* probe instead of waiting */
+    segment *segs;           /* (n * (n + 2)) runs of rows, in batch order */
+    size_t nseg, filled;     /* rows [0, filled) of out are answered */
+    double *mass;            /* to split by: the last answers */
+    size_t *cnt;             /* rows asked of each shard in this pass */
+    unsigned char *skip;     /* refused during this call */
+    unsigned char *stalled;  /* probe instead of waiting */
     unsigned char *answered; /* figures fresh: this call or recent */
-    shard_view *now;        /* what the shards said this call */
-    int waiting_pass;       /* nobody served at once: this pass waits on every shard */
-    fl_status refusal_st;   /* the first refusal of this call, FL_OK if none */
+    shard_view *now;         /* what the shards said this call */
+    int waiting_pass;        /* nobody served at once: this pass waits on every shard */
+    fl_status refusal_st;    /* the first refusal of this call, FL_OK if none */
     fl_err_t refusal;
 } draw_t;
 
@@ -428,8 +431,7 @@ static fl_status draw_alloc(draw_t *d, fl_err_t *err) {
     d->stalled = calloc(n, 1);
     d->answered = calloc(n, 1);
     d->now = calloc(n, sizeof *d->now);
-    if (!d->jobs || !d->active || !d->segs || !d->mass || !d->cnt || !d->skip || !d->stalled || !d->answered ||
-        !d->now)
+    if (!d->jobs || !d->active || !d->segs || !d->mass || !d->cnt || !d->skip || !d->stalled || !d->answered || !d->now)
         return fl_err_set(err, FL_NO_MEMORY, "replay sample: out of memory");
     return FL_OK;
 }
@@ -635,9 +637,8 @@ static void draw_publish(draw_t *d, fl_status st) {
     pthread_mutex_unlock(&s->mu);
 }
 
-fl_status fl_replay_sharded_sample_updating(fl_replay_sharded_t *s, size_t batch_size, double beta,
-                                            int64_t timeout_ms, fl_replay_updates_t *upd, fl_replay_batch_t *out,
-                                            fl_err_t *err) {
+fl_status fl_replay_sharded_sample_updating(fl_replay_sharded_t *s, size_t batch_size, double beta, int64_t timeout_ms,
+                                            fl_replay_updates_t *upd, fl_replay_batch_t *out, fl_err_t *err) {
     if (s->n == 1) return fl_replay_sample_updating(s->c[0], batch_size, beta, timeout_ms, upd, out, err);
     if (upd) {
         upd->applied = 0;

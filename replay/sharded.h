@@ -74,9 +74,8 @@ fl_status fl_replay_sharded_sample(fl_replay_sharded_t *s, size_t batch_size, do
 /* fl_replay_sharded_sample with updates (see fl_replay_updates_t): with one shard they
  * ride on its Sample call; with several they are routed by key in UpdatePriorities calls
  * first (an update failure is returned and nothing is sampled). */
-fl_status fl_replay_sharded_sample_updating(fl_replay_sharded_t *s, size_t batch_size, double beta,
-                                            int64_t timeout_ms, fl_replay_updates_t *upd, fl_replay_batch_t *out,
-                                            fl_err_t *err);
+fl_status fl_replay_sharded_sample_updating(fl_replay_sharded_t *s, size_t batch_size, double beta, int64_t timeout_ms,
+                                            fl_replay_updates_t *upd, fl_replay_batch_t *out, fl_err_t *err);
 /* Routes each key to its shard; *applied sums the shards' applied counts. */
 fl_status fl_replay_sharded_update_priorities(fl_replay_sharded_t *s, size_t n, const uint64_t *keys,
                                               const float *priorities, uint64_t *applied, fl_err_t *err);

@@ -24,11 +24,11 @@
 
 struct fl_sumtree {
     uint64_t capacity;
-    int levels;                /* levels above the leaves; level `levels` is the root */
-    uint64_t len[MAX_LEVELS];  /* entries of each level (a multiple of 8, except 1 at the top) */
-    double *sum[MAX_LEVELS];   /* (len[l]) sums; sum[0] are the leaves */
-    double *min[MAX_LEVELS];   /* (len[l]) mins, l >= 1; min[0] is NULL */
-    double *block;             /* one allocation holding every level */
+    int levels;               /* levels above the leaves; level `levels` is the root */
+    uint64_t len[MAX_LEVELS]; /* entries of each level (a multiple of 8, except 1 at the top) */
+    double *sum[MAX_LEVELS];  /* (len[l]) sums; sum[0] are the leaves */
+    double *min[MAX_LEVELS];  /* (len[l]) mins, l >= 1; min[0] is NULL */
+    double *block;            /* one allocation holding every level */
 };
 
 void *fl__replay_alloc_big(size_t bytes) {
@@ -44,9 +44,13 @@ void *fl__replay_alloc_big(size_t bytes) {
     return p;
 }
 
-static inline double leaf_min(double v) { return v > 0.0 ? v : INFINITY; }
+static inline double leaf_min(double v) {
+    return v > 0.0 ? v : INFINITY;
+}
 
-static inline double min2(double a, double b) { return a < b ? a : b; }
+static inline double min2(double a, double b) {
+    return a < b ? a : b;
+}
 
 /* Sums of a group in a fixed pairwise order (the same everywhere, so that a node always
  * equals the value recomputed from its children). */
@@ -124,7 +128,9 @@ void fl_sumtree_destroy(fl_sumtree_t *t) {
     free(t);
 }
 
-uint64_t fl_sumtree_capacity(const fl_sumtree_t *t) { return t->capacity; }
+uint64_t fl_sumtree_capacity(const fl_sumtree_t *t) {
+    return t->capacity;
+}
 
 uint64_t fl_sumtree_bytes(const fl_sumtree_t *t) {
     uint64_t doubles = 0;
@@ -185,9 +191,13 @@ double fl_sumtree_get(const fl_sumtree_t *t, uint64_t index) {
     return t->sum[0][index];
 }
 
-double fl_sumtree_total(const fl_sumtree_t *t) { return t->sum[t->levels][0]; }
+double fl_sumtree_total(const fl_sumtree_t *t) {
+    return t->sum[t->levels][0];
+}
 
-double fl_sumtree_min(const fl_sumtree_t *t) { return t->min[t->levels][0]; }
+double fl_sumtree_min(const fl_sumtree_t *t) {
+    return t->min[t->levels][0];
+}
 
 /* One step of the prefix-sum descent: the child (0 .. 7) of the node whose children are
  * c[0..7] that holds residual *u, which becomes the residual within that child. The child
@@ -214,14 +224,12 @@ static inline uint64_t pick(const double *c, double *u) {
     p3 = _mm_add_pd(p3, _mm_unpackhi_pd(p2, p2));
     __m128d x = _mm_set1_pd(*u);
     /* le: bit k set iff pre[k + 1] <= u; pos: bit k set iff c[k] > 0 */
-    unsigned le = (unsigned)_mm_movemask_pd(_mm_cmple_pd(p0, x)) |
-                  (unsigned)_mm_movemask_pd(_mm_cmple_pd(p1, x)) << 2 |
+    unsigned le = (unsigned)_mm_movemask_pd(_mm_cmple_pd(p0, x)) | (unsigned)_mm_movemask_pd(_mm_cmple_pd(p1, x)) << 2 |
                   (unsigned)_mm_movemask_pd(_mm_cmple_pd(p2, x)) << 4 |
                   (unsigned)_mm_movemask_pd(_mm_cmple_pd(p3, x)) << 6;
-    unsigned pos = (unsigned)_mm_movemask_pd(_mm_cmpgt_pd(v0, z)) |
-                   (unsigned)_mm_movemask_pd(_mm_cmpgt_pd(v1, z)) << 2 |
-                   (unsigned)_mm_movemask_pd(_mm_cmpgt_pd(v2, z)) << 4 |
-                   (unsigned)_mm_movemask_pd(_mm_cmpgt_pd(v3, z)) << 6;
+    unsigned pos =
+        (unsigned)_mm_movemask_pd(_mm_cmpgt_pd(v0, z)) | (unsigned)_mm_movemask_pd(_mm_cmpgt_pd(v1, z)) << 2 |
+        (unsigned)_mm_movemask_pd(_mm_cmpgt_pd(v2, z)) << 4 | (unsigned)_mm_movemask_pd(_mm_cmpgt_pd(v3, z)) << 6;
     unsigned cnt = (unsigned)__builtin_ctz(~le); /* le is 1s up to the count: prefixes never decrease */
     unsigned last = 31u - (unsigned)__builtin_clz(pos);
     unsigned k = cnt < last ? cnt : last;
@@ -302,8 +310,7 @@ fl_status fl_sumtree_verify(const fl_sumtree_t *t, fl_err_t *err) {
     const double *leaf = t->sum[0];
     for (uint64_t j = 0; j < t->len[0]; j++) {
         if (j >= t->capacity && leaf[j] != 0.0)
-            return fl_err_set(err, FL_INTERNAL, "sumtree: padding leaf %llu holds %g", (unsigned long long)j,
-                              leaf[j]);
+            return fl_err_set(err, FL_INTERNAL, "sumtree: padding leaf %llu holds %g", (unsigned long long)j, leaf[j]);
         if (!isfinite(leaf[j]) || leaf[j] < 0.0)
             return fl_err_set(err, FL_INTERNAL, "sumtree: leaf %llu holds %g, expected finite >= 0",
                               (unsigned long long)j, leaf[j]);

@@ -89,20 +89,18 @@ static size_t row_stride(size_t row) {
 fl_status fl__table_check_config(const fl_table_config_t *cfg, size_t *obs_bytes, fl_err_t *err) {
     uint64_t max_capacity = FL_SUMTREE_MAX_CAPACITY;
     if (cfg->capacity < 1 || cfg->capacity > max_capacity)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "table capacity %" PRIu64 ": expected 1 .. %" PRIu64,
-                          cfg->capacity, max_capacity);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "table capacity %" PRIu64 ": expected 1 .. %" PRIu64, cfg->capacity,
+                          max_capacity);
     const fl_obs_spec_t *obs = &cfg->obs;
     size_t elem = fl_dtype_size(obs->dtype);
     if (elem == 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "table obs_dtype %d: expected a valid dtype", (int)obs->dtype);
     if (obs->rank < 0 || obs->rank > FL_OBS_MAX_RANK)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "table obs_rank %d: expected 0 .. %d", obs->rank,
-                          FL_OBS_MAX_RANK);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "table obs_rank %d: expected 0 .. %d", obs->rank, FL_OBS_MAX_RANK);
     size_t bytes = elem;
     for (int d = 0; d < obs->rank; d++) {
         int dim = obs->shape[d];
-        if (dim < 1)
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "table obs_shape[%d] = %d: expected >= 1", d, dim);
+        if (dim < 1) return fl_err_set(err, FL_INVALID_ARGUMENT, "table obs_shape[%d] = %d: expected >= 1", d, dim);
         if (bytes > SIZE_MAX / (size_t)dim)
             return fl_err_set(err, FL_INVALID_ARGUMENT, "table obs_shape: observation size overflows");
         bytes *= (size_t)dim;
@@ -110,14 +108,13 @@ fl_status fl__table_check_config(const fl_table_config_t *cfg, size_t *obs_bytes
     fl_frames_layout_t lay;
     fl_err_t e2;
     fl_err_init(&e2);
-    if (fl_frames_layout_init(&lay, bytes, elem, obs->rank > 0 ? obs->shape[obs->rank - 1] : 1,
-                              cfg->frame_stack, cfg->zstd_level, &e2) != FL_OK)
+    if (fl_frames_layout_init(&lay, bytes, elem, obs->rank > 0 ? obs->shape[obs->rank - 1] : 1, cfg->frame_stack,
+                              cfg->zstd_level, &e2) != FL_OK)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "table %s", e2.msg);
     size_t stride = row_stride(fl__table_row_bytes(cfg->frame_stack));
     if (stride > SIZE_MAX / cfg->capacity)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "table capacity %" PRIu64 " * obs_bytes %zu: storage size overflows", cfg->capacity,
-                          bytes);
+                          "table capacity %" PRIu64 " * obs_bytes %zu: storage size overflows", cfg->capacity, bytes);
     if (!isfinite(cfg->alpha) || cfg->alpha < 0.0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "table alpha %g: expected a finite value >= 0", cfg->alpha);
     if (!isfinite(cfg->priority_eps) || cfg->priority_eps < 0.0)
@@ -223,9 +220,13 @@ void fl_table_destroy(fl_table_t *t) {
     free(t);
 }
 
-const fl_table_config_t *fl_table_config(const fl_table_t *t) { return &t->cfg; }
+const fl_table_config_t *fl_table_config(const fl_table_t *t) {
+    return &t->cfg;
+}
 
-size_t fl_table_obs_bytes(const fl_table_t *t) { return t->obs_bytes; }
+size_t fl_table_obs_bytes(const fl_table_t *t) {
+    return t->obs_bytes;
+}
 
 /* (p + eps)^alpha, with the common exponents done without pow. */
 static inline double sampling_priority(double p_eps, double alpha) {
@@ -237,8 +238,8 @@ static inline double sampling_priority(double p_eps, double alpha) {
 
 /* Checks n |TD| priorities (finite, >= 0) and writes (p + eps)^alpha to q and their max
  * to *max_p. */
-static fl_status convert_priorities(const fl_table_t *t, size_t n, const float *priorities, double *q,
-                                    double *max_p, fl_err_t *err) {
+static fl_status convert_priorities(const fl_table_t *t, size_t n, const float *priorities, double *q, double *max_p,
+                                    fl_err_t *err) {
     double mx = 0.0;
     const double eps = t->cfg.priority_eps, alpha = t->cfg.alpha;
     for (size_t i = 0; i < n; i++) {
@@ -303,9 +304,9 @@ static inline void list_add(fl_table_t *t, uint64_t s) {
 /* Stores rows [row, row + m) of the input columns into slots [slot, slot + m), retiring
  * whatever live items those slots held. Row r's observations are in
  * chunks[(r - base) / piece] at frame indices idx[r * 2 * stack ...]. */
-static void store_rows(fl_table_t *t, uint64_t slot, size_t row, size_t m, const int32_t *actions,
-                       const float *rewards, const float *discounts, fl_chunk_t *const *chunks, size_t base,
-                       size_t piece, const uint16_t *idx, const double *q) {
+static void store_rows(fl_table_t *t, uint64_t slot, size_t row, size_t m, const int32_t *actions, const float *rewards,
+                       const float *discounts, fl_chunk_t *const *chunks, size_t base, size_t piece,
+                       const uint16_t *idx, const double *q) {
     const size_t per = 2 * (size_t)t->lay.stack;
     int full = t->window == t->capacity;
     if (t->mts > 0) {
@@ -354,7 +355,9 @@ static void store_rows(fl_table_t *t, uint64_t slot, size_t row, size_t m, const
 }
 
 /* Transitions per chunk: every frame index fits in 16 bits. */
-static size_t chunk_piece(const fl_table_t *t) { return FL_CHUNK_MAX_FRAMES / (2 * (size_t)t->lay.stack); }
+static size_t chunk_piece(const fl_table_t *t) {
+    return FL_CHUNK_MAX_FRAMES / (2 * (size_t)t->lay.stack);
+}
 
 /* A validated insert whose observations are already in chunks (fl_table_prepare). */
 struct fl_table_prep {
@@ -362,10 +365,10 @@ struct fl_table_prep {
     size_t n, skip, m, piece, npieces;
     const int32_t *actions; /* the caller's columns, valid until commit */
     const float *rewards, *discounts;
-    double *q;             /* (n) sampling priorities */
+    double *q; /* (n) sampling priorities */
     double max_p;
-    uint16_t *idx;         /* (n, 2 stack) frame indices */
-    fl_chunk_t **chunks;   /* (npieces) */
+    uint16_t *idx;       /* (n, 2 stack) frame indices */
+    fl_chunk_t **chunks; /* (npieces) */
 };
 
 void fl_table_prep_free(fl_table_prep_t *p) {
@@ -379,11 +382,16 @@ void fl_table_prep_free(fl_table_prep_t *p) {
 }
 
 fl_status fl_table_prepare(fl_table_t *t, size_t n, const void *obs, const int32_t *actions, const float *rewards,
-                           const float *discounts, const void *next_obs, const float *priorities,
-                           fl_table_prep_t **out, fl_err_t *err) {
+                           const float *discounts, const void *next_obs, const float *priorities, fl_table_prep_t **out,
+                           fl_err_t *err) {
     *out = NULL;
-    const char *missing = !obs ? "obs" : !actions ? "actions" : !rewards ? "rewards" : !discounts ? "discounts"
-                        : !next_obs ? "next_obs" : !priorities ? "priorities" : NULL;
+    const char *missing = !obs          ? "obs"
+                          : !actions    ? "actions"
+                          : !rewards    ? "rewards"
+                          : !discounts  ? "discounts"
+                          : !next_obs   ? "next_obs"
+                          : !priorities ? "priorities"
+                                        : NULL;
     if (n > 0 && missing) return fl_err_set(err, FL_INVALID_ARGUMENT, "insert: %s is NULL for %zu items", missing, n);
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(rewards[i]))
@@ -455,9 +463,9 @@ void fl_table_commit(fl_table_prep_t *p, uint64_t *keys_out) {
     fl_table_prep_free(p);
 }
 
-fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_t *actions,
-                          const float *rewards, const float *discounts, const void *next_obs,
-                          const float *priorities, uint64_t *keys_out, fl_err_t *err) {
+fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_t *actions, const float *rewards,
+                          const float *discounts, const void *next_obs, const float *priorities, uint64_t *keys_out,
+                          fl_err_t *err) {
     if (n == 0) return FL_OK;
     fl_table_prep_t *p = NULL;
     FL_TRY(fl_table_prepare(t, n, obs, actions, rewards, discounts, next_obs, priorities, &p, err));
@@ -482,8 +490,8 @@ typedef struct {
  * for (B) chunk pointers then (B, 2 * stack) frame indices, and *rd, a decompressor when
  * the table may hold compressed chunks (they appear only through inserts with
  * zstd_level > 0 or a load). */
-static fl_status prepare_copy_out(fl_table_t *t, size_t B, const sample_out_t *o, void **held,
-                                  fl_frames_reader_t **rd, fl_err_t *err) {
+static fl_status prepare_copy_out(fl_table_t *t, size_t B, const sample_out_t *o, void **held, fl_frames_reader_t **rd,
+                                  fl_err_t *err) {
     if (!o->obs && !o->next_obs) return FL_OK;
     const size_t S = (size_t)t->lay.stack;
     *held = malloc(B * (sizeof(fl_chunk_t *) + 2 * S * sizeof(uint16_t)));
@@ -596,20 +604,20 @@ static void importance_weights(const fl_table_t *t, size_t B, double beta, doubl
     }
 }
 
-fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, double *probs,
-                          float *weights, void *obs, int32_t *actions, float *rewards,
-                          float *discounts, void *next_obs, fl_err_t *err) {
+fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, double *probs, float *weights,
+                          void *obs, int32_t *actions, float *rewards, float *discounts, void *next_obs,
+                          fl_err_t *err) {
     if (B == 0) return fl_err_set(err, FL_INVALID_ARGUMENT, "sample: batch size 0, expected >= 1");
     if (!isfinite(beta) || beta < 0.0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "sample: beta %g, expected a finite value >= 0", beta);
     const sample_out_t o = {keys, probs, weights, obs, next_obs, actions, rewards, discounts};
     fl_status s = FL_OK;
-    void *held = NULL; /* unlocked copy: (B) chunk pointers, then (B, 2 * stack) frame indices */
+    void *held = NULL;             /* unlocked copy: (B) chunk pointers, then (B, 2 * stack) frame indices */
     fl_frames_reader_t *rd = NULL; /* decompressor, when the table may hold compressed chunks */
     uint64_t slot_stack[SCRATCH_ITEMS];
     double q_stack[SCRATCH_ITEMS];
     uint64_t *slots = scratch_get(slot_stack, sizeof(slot_stack), B, sizeof(uint64_t)); /* (B) */
-    double *q = scratch_get(q_stack, sizeof(q_stack), B, sizeof(double));              /* (B) */
+    double *q = scratch_get(q_stack, sizeof(q_stack), B, sizeof(double));               /* (B) */
     if (!slots || !q) {
         s = fl_err_set(err, FL_NO_MEMORY, "sample: cannot allocate scratch for %zu items", B);
         goto done;
@@ -650,8 +658,8 @@ done:
 
 /* ---- priorities --------------------------------------------------------------------- */
 
-fl_status fl_table_update_priorities(fl_table_t *t, size_t n, const uint64_t *keys,
-                                     const float *priorities, size_t *applied, fl_err_t *err) {
+fl_status fl_table_update_priorities(fl_table_t *t, size_t n, const uint64_t *keys, const float *priorities,
+                                     size_t *applied, fl_err_t *err) {
     if (applied) *applied = 0;
     if (n == 0) return FL_OK;
     if (!keys || !priorities)
@@ -660,9 +668,9 @@ fl_status fl_table_update_priorities(fl_table_t *t, size_t n, const uint64_t *ke
     fl_status s = FL_OK;
     double q_stack[SCRATCH_ITEMS], old_stack[SCRATCH_ITEMS];
     uint64_t slot_stack[SCRATCH_ITEMS];
-    int track = t->mts > 0 && t->sel->prioritized; /* draws_left depends on q > 0 */
-    double *q = scratch_get(q_stack, sizeof(q_stack), n, sizeof(double));              /* (n) */
-    uint64_t *slots = scratch_get(slot_stack, sizeof(slot_stack), n, sizeof(uint64_t)); /* (n) */
+    int track = t->mts > 0 && t->sel->prioritized;                        /* draws_left depends on q > 0 */
+    double *q = scratch_get(q_stack, sizeof(q_stack), n, sizeof(double)); /* (n) */
+    uint64_t *slots = scratch_get(slot_stack, sizeof(slot_stack), n, sizeof(uint64_t));        /* (n) */
     double *old = track ? scratch_get(old_stack, sizeof(old_stack), n, sizeof(double)) : NULL; /* (n) */
     if (!q || !slots || (track && !old)) {
         s = fl_err_set(err, FL_NO_MEMORY, "update_priorities: cannot allocate scratch for %zu items", n);

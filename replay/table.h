@@ -47,8 +47,12 @@
 #define FL_TABLE_KEY_SEQ_MASK ((UINT64_C(1) << FL_TABLE_KEY_SHARD_SHIFT) - 1)
 
 /* The shard id of a key (0 .. 255) and its sequence number within the shard. */
-static inline int fl_table_key_shard(uint64_t key) { return (int)(key >> FL_TABLE_KEY_SHARD_SHIFT); }
-static inline uint64_t fl_table_key_seq(uint64_t key) { return key & FL_TABLE_KEY_SEQ_MASK; }
+static inline int fl_table_key_shard(uint64_t key) {
+    return (int)(key >> FL_TABLE_KEY_SHARD_SHIFT);
+}
+static inline uint64_t fl_table_key_seq(uint64_t key) {
+    return key & FL_TABLE_KEY_SEQ_MASK;
+}
 static inline uint64_t fl_table_key_make(int shard, uint64_t seq) {
     return ((uint64_t)shard << FL_TABLE_KEY_SHARD_SHIFT) | (seq & FL_TABLE_KEY_SEQ_MASK);
 }
@@ -57,21 +61,21 @@ static inline uint64_t fl_table_key_make(int shard, uint64_t seq) {
 #define FL_TABLE_MAX_TIMES_SAMPLED 2147483647
 
 typedef struct fl_table_config {
-    uint64_t capacity;                 /* items, >= 1 (any value) */
-    fl_obs_spec_t obs;                 /* element type and per-item shape of obs and next_obs
-                                          (rank 0 .. FL_OBS_MAX_RANK, 0: a scalar) */
-    double alpha;                      /* priority exponent, finite, >= 0 (0: uniform) */
-    double priority_eps;               /* added to |TD| before alpha, finite, >= 0 */
-    int shard_id;                      /* 0 .. 255, the top 8 bits of every key */
-    uint64_t seed;                     /* seeds the sampling RNG */
-    fl_selector selector;              /* prioritized, uniform or fifo */
-    int64_t max_times_sampled;         /* 0: unlimited; 1 .. FL_TABLE_MAX_TIMES_SAMPLED: an
-                                          item is removed once sampled that many times */
-    uint64_t rebuild_every;            /* applied priority updates between full sum-tree
-                                          rebuilds (fl_table_rebuild); 0: never */
-    int frame_stack;                   /* 1 .. FL_FRAMES_MAX_STACK: an observation is this many
-                                          frames on its last axis (replay/frames.h); 1: none */
-    int zstd_level;                    /* 0: frames stored raw; 1 .. 19: each frame zstd-compressed */
+    uint64_t capacity;         /* items, >= 1 (any value) */
+    fl_obs_spec_t obs;         /* element type and per-item shape of obs and next_obs
+                                  (rank 0 .. FL_OBS_MAX_RANK, 0: a scalar) */
+    double alpha;              /* priority exponent, finite, >= 0 (0: uniform) */
+    double priority_eps;       /* added to |TD| before alpha, finite, >= 0 */
+    int shard_id;              /* 0 .. 255, the top 8 bits of every key */
+    uint64_t seed;             /* seeds the sampling RNG */
+    fl_selector selector;      /* prioritized, uniform or fifo */
+    int64_t max_times_sampled; /* 0: unlimited; 1 .. FL_TABLE_MAX_TIMES_SAMPLED: an
+                                  item is removed once sampled that many times */
+    uint64_t rebuild_every;    /* applied priority updates between full sum-tree
+                                  rebuilds (fl_table_rebuild); 0: never */
+    int frame_stack;           /* 1 .. FL_FRAMES_MAX_STACK: an observation is this many
+                                  frames on its last axis (replay/frames.h); 1: none */
+    int zstd_level;            /* 0: frames stored raw; 1 .. 19: each frame zstd-compressed */
 } fl_table_config_t;
 
 /* Ape-X defaults: capacity 2,000,000, alpha 0.6, priority_eps 1e-6, shard 0, seed 0,
@@ -89,8 +93,8 @@ void fl_table_destroy(fl_table_t *t);
 /* About how many bytes a full table of `capacity` transitions holds (fl_table_info's
  * storage_bytes once it is full), for observations of obs_bytes stacked frame_stack
  * deep, inserted per_insert consecutive n-step transitions of one env at a time: each
- * such run stores its distinct frames once (about per_insert + n_step + frame_stack - 1), so a transition costs a little more than one frame, plus its
- * row and its share of the sum tree. Uncompressed: zstd_level > 0 stores less. */
+ * such run stores its distinct frames once (about per_insert + n_step + frame_stack - 1), so a transition costs a
+ * little more than one frame, plus its row and its share of the sum tree. Uncompressed: zstd_level > 0 stores less. */
 uint64_t fl_table_bytes_estimate(uint64_t capacity, size_t obs_bytes, int frame_stack, int per_insert, int n_step);
 
 /* The configuration the table was created with. */
@@ -105,9 +109,9 @@ size_t fl_table_obs_bytes(const fl_table_t *t);
  * capacity items in one call is allowed: the earliest are evicted by the later ones.
  * FL_INVALID_ARGUMENT, and nothing inserted, if a priority is negative or not finite, a
  * reward is not finite, or a discount is not in [0, 1]; the message names the index. */
-fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_t *actions,
-                          const float *rewards, const float *discounts, const void *next_obs,
-                          const float *priorities, uint64_t *keys_out, fl_err_t *err);
+fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_t *actions, const float *rewards,
+                          const float *discounts, const void *next_obs, const float *priorities, uint64_t *keys_out,
+                          fl_err_t *err);
 
 /* fl_table_insert in two steps, for a caller that must do something between the work on
  * the observations and the moment the items enter the table (the replay shard's
@@ -120,8 +124,8 @@ fl_status fl_table_insert(fl_table_t *t, size_t n, const void *obs, const int32_
  * n = 0 prepares nothing to insert. */
 typedef struct fl_table_prep fl_table_prep_t;
 fl_status fl_table_prepare(fl_table_t *t, size_t n, const void *obs, const int32_t *actions, const float *rewards,
-                           const float *discounts, const void *next_obs, const float *priorities,
-                           fl_table_prep_t **out, fl_err_t *err);
+                           const float *discounts, const void *next_obs, const float *priorities, fl_table_prep_t **out,
+                           fl_err_t *err);
 void fl_table_commit(fl_table_prep_t *p, uint64_t *keys_out);
 void fl_table_prep_free(fl_table_prep_t *p);
 
@@ -140,20 +144,19 @@ void fl_table_prep_free(fl_table_prep_t *p);
  * FL_FAILED_PRECONDITION, and nothing changed, if the table is empty, if (prioritized)
  * every priority is 0, or if (max_times_sampled) the live items can give fewer than B
  * more draws in all; FL_INVALID_ARGUMENT for B == 0 or a bad beta. */
-fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, double *probs,
-                          float *weights, void *obs, int32_t *actions, float *rewards,
-                          float *discounts, void *next_obs, fl_err_t *err);
+fl_status fl_table_sample(fl_table_t *t, size_t B, double beta, uint64_t *keys, double *probs, float *weights,
+                          void *obs, int32_t *actions, float *rewards, float *discounts, void *next_obs, fl_err_t *err);
 
 /* Sets the priority of n items to priorities[i] (|TD errors|, before eps and alpha).
  * Keys that are not live are skipped and counted in info.updates_stale; if a key appears
  * twice the later entry wins. *applied (may be NULL) receives how many were applied.
  * FL_INVALID_ARGUMENT, and nothing applied, if a priority is negative or not finite. */
-fl_status fl_table_update_priorities(fl_table_t *t, size_t n, const uint64_t *keys,
-                                     const float *priorities, size_t *applied, fl_err_t *err);
+fl_status fl_table_update_priorities(fl_table_t *t, size_t n, const uint64_t *keys, const float *priorities,
+                                     size_t *applied, fl_err_t *err);
 
 typedef struct fl_table_info {
-    uint64_t size;            /* live items: the window min(inserted, capacity) less the
-                                 items removed from it */
+    uint64_t size; /* live items: the window min(inserted, capacity) less the
+                      items removed from it */
     uint64_t capacity;
     uint64_t inserted;        /* items ever inserted (the next sequence number) */
     uint64_t sampled;         /* items ever returned by sample (B per call) */
@@ -264,8 +267,8 @@ fl_status fl_table_load(const char *path, const fl_table_config_t *expected, fl_
  * pointer may be NULL. fl_table_load ignores the section. */
 typedef struct fl_table_snapshot fl_table_snapshot_t;
 fl_status fl_table_snapshot_take(fl_table_t *t, fl_table_snapshot_t **out, fl_err_t *err);
-fl_status fl_table_snapshot_write(const fl_table_snapshot_t *sn, const char *path, const void *extra,
-                                  size_t extra_len, fl_table_save_info_t *info, fl_err_t *err);
+fl_status fl_table_snapshot_write(const fl_table_snapshot_t *sn, const char *path, const void *extra, size_t extra_len,
+                                  fl_table_save_info_t *info, fl_err_t *err);
 void fl_table_snapshot_free(fl_table_snapshot_t *sn);
 fl_status fl_table_load_extra(const char *path, const fl_table_config_t *expected, fl_table_t **out, void **extra,
                               size_t *extra_len, fl_err_t *err);

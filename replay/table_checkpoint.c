@@ -41,7 +41,6 @@
 #define CKPT_SHAPE_DIMS 4
 _Static_assert(FL_OBS_MAX_RANK == CKPT_SHAPE_DIMS, "the checkpoint header holds FL_OBS_MAX_RANK shape entries");
 
-
 /* The header as a byte buffer with a cursor. */
 typedef struct {
     uint8_t b[FL_TABLE_CKPT_HEADER_BYTES];
@@ -53,9 +52,15 @@ static void put(hdr_t *h, const void *v, size_t n) {
     memcpy(h->b + h->at, v, n);
     h->at += n;
 }
-static void put_u32(hdr_t *h, uint32_t v) { put(h, &v, 4); }
-static void put_u64(hdr_t *h, uint64_t v) { put(h, &v, 8); }
-static void put_f64(hdr_t *h, double v) { put(h, &v, 8); }
+static void put_u32(hdr_t *h, uint32_t v) {
+    put(h, &v, 4);
+}
+static void put_u64(hdr_t *h, uint64_t v) {
+    put(h, &v, 8);
+}
+static void put_f64(hdr_t *h, double v) {
+    put(h, &v, 8);
+}
 static void get(hdr_t *h, void *v, size_t n) {
     assert(h->at + n <= sizeof(h->b));
     memcpy(v, h->b + h->at, n);
@@ -104,9 +109,9 @@ static void header_encode(hdr_t *h, const fl_table_config_t *c, uint64_t obs_byt
     put_u64(h, obs_bytes);
     put_u32(h, (uint32_t)c->frame_stack);
     put_u32(h, (uint32_t)c->zstd_level);
-    const uint64_t counters[] = {st->inserted,        st->window,        st->size,     st->sampled,
-                                 st->removed,         st->updates_applied, st->updates_stale, st->rebuilds,
-                                 st->since_rebuild,   st->draws_left,    st->fifo_head};
+    const uint64_t counters[] = {st->inserted,      st->window,          st->size,          st->sampled,
+                                 st->removed,       st->updates_applied, st->updates_stale, st->rebuilds,
+                                 st->since_rebuild, st->draws_left,      st->fifo_head};
     for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) put_u64(h, counters[i]);
     put_f64(h, st->max_priority);
     for (int i = 0; i < 4; i++) put_u64(h, st->rng.s[i]);
@@ -239,10 +244,9 @@ fl_status fl_table_snapshot_take(fl_table_t *t, fl_table_snapshot_t **out, fl_er
         return fl_err_set(err, FL_NO_MEMORY, "checkpoint: cannot allocate a copy of %" PRIu64 " rows of %zu bytes", w,
                           t->stride);
     }
-    sn->st = (ckpt_state_t){t->inserted,   t->window,        t->size,          t->sampled,
-                            t->removed,    t->updates_applied, t->updates_stale, t->rebuilds,
-                            t->since_rebuild, t->draws_left, t->fifo_head,     t->max_priority,
-                            t->rng};
+    sn->st = (ckpt_state_t){t->inserted,        t->window,        t->size,     t->sampled,       t->removed,
+                            t->updates_applied, t->updates_stale, t->rebuilds, t->since_rebuild, t->draws_left,
+                            t->fifo_head,       t->max_priority,  t->rng};
     memcpy(sn->rows, t->rows, (size_t)w * t->stride);
     for (uint64_t s = 0; s < w; s++) sn->q[s] = fl_sumtree_get(t->tree, s);
     if (t->gone) {
@@ -276,9 +280,8 @@ fl_status fl_table_snapshot_take(fl_table_t *t, fl_table_snapshot_t **out, fl_er
  * path never share a temporary file. */
 static _Atomic unsigned long ckpt_serial;
 
-
-fl_status fl_table_snapshot_write(const fl_table_snapshot_t *sn, const char *path, const void *extra,
-                                  size_t extra_len, fl_table_save_info_t *info, fl_err_t *err) {
+fl_status fl_table_snapshot_write(const fl_table_snapshot_t *sn, const char *path, const void *extra, size_t extra_len,
+                                  fl_table_save_info_t *info, fl_err_t *err) {
     if (info) memset(info, 0, sizeof(*info));
     if (!path || !*path) return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint: empty path");
     if (extra_len > FL_TABLE_CKPT_MAX_EXTRA)
@@ -364,10 +367,9 @@ fl_status fl_table_save(fl_table_t *t, const char *path, fl_table_save_info_t *i
 /* Compares the file's configuration with the configured one, field by field. */
 static fl_status check_signature(const char *path, const fl_table_config_t *f, const fl_table_config_t *e,
                                  fl_err_t *err) {
-#define MISMATCH(field, fmt, fv, ev)                                                                              \
-    return fl_err_set(err, FL_INVALID_ARGUMENT,                                                                  \
-                      "checkpoint %s: " field " " fmt " in the file, " fmt " configured for this shard", path, fv, \
-                      ev)
+#define MISMATCH(field, fmt, fv, ev)            \
+    return fl_err_set(err, FL_INVALID_ARGUMENT, \
+                      "checkpoint %s: " field " " fmt " in the file, " fmt " configured for this shard", path, fv, ev)
     if (f->capacity != e->capacity) MISMATCH("capacity", "%" PRIu64, f->capacity, e->capacity);
     if (f->obs.dtype != e->obs.dtype)
         MISMATCH("obs_dtype", "%s", fl_dtype_name(f->obs.dtype), fl_dtype_name(e->obs.dtype));
@@ -397,13 +399,12 @@ static fl_status check_loaded(const char *path, fl_table_t *t, const double *q, 
             return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: slot %" PRIu64 " has priority %g", path, s,
                               q[s]);
         if (!isfinite(h->reward) || !(h->discount >= 0.0f && h->discount <= 1.0f))
-            return fl_err_set(err, FL_INVALID_ARGUMENT,
-                              "checkpoint %s: slot %" PRIu64 " has reward %g, discount %g", path, s, (double)h->reward,
-                              (double)h->discount);
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: slot %" PRIu64 " has reward %g, discount %g",
+                              path, s, (double)h->reward, (double)h->discount);
         if (fl__table_slot_gone(t, s)) {
             if (q[s] != 0.0)
-                return fl_err_set(err, FL_INVALID_ARGUMENT,
-                                  "checkpoint %s: removed slot %" PRIu64 " has priority %g", path, s, q[s]);
+                return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: removed slot %" PRIu64 " has priority %g",
+                                  path, s, q[s]);
             continue;
         }
         live++;
@@ -448,8 +449,9 @@ static fl_status attach_loaded(const char *path, fl_table_t *t, uint64_t w, fl_c
         memcpy(&index, t->rows + (size_t)r * t->stride + FL__ROW_CHUNK, sizeof(index));
         if (index >= nchunks) {
             free(rows);
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: slot %" PRIu64 " names chunk %" PRIu64
-                              " of %" PRIu64, path, r, index, nchunks);
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "checkpoint %s: slot %" PRIu64 " names chunk %" PRIu64 " of %" PRIu64, path, r, index,
+                              nchunks);
         }
         const uint16_t *ix = fl__table_row_idx(t, r);
         for (size_t k = 0; k < per; k++)
@@ -491,11 +493,11 @@ typedef struct {
     fl_table_config_t fc; /* the configuration the table is created with */
     ckpt_state_t st;
     fl_table_t *t;
-    double *q;            /* (window) the slots' priorities */
-    fl_chunk_t **chunks;  /* (nchunks) built from the file, owned here until attached */
+    double *q;           /* (window) the slots' priorities */
+    fl_chunk_t **chunks; /* (nchunks) built from the file, owned here until attached */
     uint64_t nchunks;
-    int attached;         /* the table holds the chunks */
-    uint8_t *extra;       /* (extra_len) the extra section */
+    int attached;   /* the table holds the chunks */
+    uint8_t *extra; /* (extra_len) the extra section */
     uint64_t extra_len;
 } load_t;
 
@@ -513,8 +515,8 @@ static void load_abandon(load_t *ld) {
 static fl_status load_open(load_t *ld, fl_err_t *err) {
     ld->io = (ckpt_io_t){fopen(ld->path, "rb"), crc32(0L, Z_NULL, 0), 0};
     if (!ld->io.f)
-        return fl_err_set(err, errno == ENOENT ? FL_NOT_FOUND : FL_INTERNAL, "checkpoint %s: cannot open: %s",
-                          ld->path, strerror(errno));
+        return fl_err_set(err, errno == ENOENT ? FL_NOT_FOUND : FL_INTERNAL, "checkpoint %s: cannot open: %s", ld->path,
+                          strerror(errno));
     setvbuf(ld->io.f, NULL, _IOFBF, 1 << 20);
     struct stat stt;
     if (fstat(fileno(ld->io.f), &stt) != 0)
@@ -538,8 +540,8 @@ static fl_status load_header_bytes(load_t *ld, hdr_t *h, fl_err_t *err) {
         return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: format version %u, this build reads version %u",
                           path, version, FL_TABLE_CKPT_VERSION);
     if (hlen != FL_TABLE_CKPT_HEADER_BYTES)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: header length %u, expected %u for version %u",
-                          path, hlen, FL_TABLE_CKPT_HEADER_BYTES, version);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: header length %u, expected %u for version %u", path,
+                          hlen, FL_TABLE_CKPT_HEADER_BYTES, version);
     if (ld->file_bytes < FL_TABLE_CKPT_HEADER_BYTES || !io_read(&ld->io, h->b + 16, FL_TABLE_CKPT_HEADER_BYTES - 16))
         return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: truncated: %" PRIu64 " bytes, header alone is %u",
                           path, ld->file_bytes, FL_TABLE_CKPT_HEADER_BYTES);
@@ -560,8 +562,7 @@ static fl_status load_header(load_t *ld, const fl_table_config_t *expected, fl_e
     fl_err_t e2;
     fl_err_init(&e2);
     if (fl__table_check_config(fc, &want_obs, &e2) != FL_OK)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: bad configuration in the header: %s", path,
-                          e2.msg);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: bad configuration in the header: %s", path, e2.msg);
     if (obs_bytes != want_obs)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: obs_bytes %" PRIu64 " but the shape gives %zu",
                           path, obs_bytes, want_obs);
@@ -579,11 +580,10 @@ static fl_status load_header(load_t *ld, const fl_table_config_t *expected, fl_e
     int mts = fc->max_times_sampled > 0, live_list = fl_selector_ops(fc->selector)->live_list;
     uint64_t fixed = ckpt_fixed_bytes(st->window, st->size, fl__table_row_bytes(fc->frame_stack), mts, live_list);
     if (ld->file_bytes < FL_TABLE_CKPT_HEADER_BYTES + fixed + CKPT_TAIL_MIN)
-        return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "checkpoint %s: %" PRIu64 " bytes, at least %" PRIu64 " expected for %" PRIu64
-                          " slots (truncated)",
-                          path, ld->file_bytes, (uint64_t)FL_TABLE_CKPT_HEADER_BYTES + fixed + CKPT_TAIL_MIN,
-                          st->window);
+        return fl_err_set(
+            err, FL_INVALID_ARGUMENT,
+            "checkpoint %s: %" PRIu64 " bytes, at least %" PRIu64 " expected for %" PRIu64 " slots (truncated)", path,
+            ld->file_bytes, (uint64_t)FL_TABLE_CKPT_HEADER_BYTES + fixed + CKPT_TAIL_MIN, st->window);
     return FL_OK;
 }
 
@@ -640,8 +640,7 @@ static fl_status load_chunks(load_t *ld, fl_err_t *err) {
         fl_err_t e2;
         fl_err_init(&e2);
         if ((ld->ok = io_read(io, data, (size_t)bytes)) &&
-            (s = fl_chunk_from_data(&ld->t->lay, head[0], head[1], data, (size_t)bytes, &ld->chunks[i], &e2)) !=
-                FL_OK)
+            (s = fl_chunk_from_data(&ld->t->lay, head[0], head[1], data, (size_t)bytes, &ld->chunks[i], &e2)) != FL_OK)
             fl_err_set(err, s, "checkpoint %s: chunk %" PRIu64 ": %s", path, i, e2.msg);
         free(data);
         if (s != FL_OK) return s;
@@ -673,8 +672,8 @@ static fl_status load_extra_and_crc(load_t *ld, fl_err_t *err) {
         return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: read error after %" PRIu64 " bytes", path,
                           io->bytes);
     if (crc != want_crc)
-        return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "checkpoint %s: CRC-32 %08x in the file, %08x computed: corrupted", path, crc, want_crc);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "checkpoint %s: CRC-32 %08x in the file, %08x computed: corrupted",
+                          path, crc, want_crc);
     return FL_OK;
 }
 

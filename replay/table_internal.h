@@ -34,7 +34,7 @@ typedef struct {
 #define FL__ROW_IDX (FL__ROW_CHUNK + sizeof(fl_chunk_t *))
 
 struct fl_table {
-    fl_table_config_t cfg; /* immutable after create */
+    fl_table_config_t cfg;        /* immutable after create */
     const fl_selector_ops_t *sel; /* cfg.selector's strategy (replay/selector.h) */
     size_t obs_bytes;
     fl_frames_layout_t lay;
@@ -57,13 +57,13 @@ struct fl_table {
     uint64_t fifo_head;     /* fifo: no live item has a smaller sequence number */
     double max_priority;
     fl_rng_t rng;
-    fl_sumtree_t *tree;     /* leaf s: (p + eps)^alpha of slot s, 0 if the slot is empty */
-    uint8_t *rows;          /* (capacity, stride) */
-    uint64_t *gone;         /* mts: (ceil(capacity / 64)) bit s: slot s's item was removed */
-    uint64_t *live_list;    /* sel->live_list and mts: (capacity) the live slots, first `size` */
-    uint64_t *live_pos;     /* sel->live_list and mts: (capacity) index of a live slot in live_list */
-    uint64_t chunks, frames; /* chunks referenced by rows of the window, and their frames */
-    uint64_t chunk_bytes;   /* their allocation sizes */
+    fl_sumtree_t *tree;           /* leaf s: (p + eps)^alpha of slot s, 0 if the slot is empty */
+    uint8_t *rows;                /* (capacity, stride) */
+    uint64_t *gone;               /* mts: (ceil(capacity / 64)) bit s: slot s's item was removed */
+    uint64_t *live_list;          /* sel->live_list and mts: (capacity) the live slots, first `size` */
+    uint64_t *live_pos;           /* sel->live_list and mts: (capacity) index of a live slot in live_list */
+    uint64_t chunks, frames;      /* chunks referenced by rows of the window, and their frames */
+    uint64_t chunk_bytes;         /* their allocation sizes */
     _Atomic uint64_t zstd_chunks; /* of those, compressed (a table restored from a checkpoint
                                written with another zstd_level may hold both kinds); changed
                                under the lock, read without it by sample's preparations */
@@ -73,7 +73,9 @@ struct fl_table {
 fl_status fl__table_check_config(const fl_table_config_t *cfg, size_t *obs_bytes, fl_err_t *err);
 
 /* Bytes of a row's head, chunk pointer and frame indices. */
-static inline size_t fl__table_row_bytes(int stack) { return FL__ROW_IDX + 2 * (size_t)stack * sizeof(uint16_t); }
+static inline size_t fl__table_row_bytes(int stack) {
+    return FL__ROW_IDX + 2 * (size_t)stack * sizeof(uint16_t);
+}
 
 /* A chunk that `rows` more slots point at (rows > 0). */
 void fl__table_attach_chunk(fl_table_t *t, fl_chunk_t *c, uint64_t rows);

@@ -62,7 +62,6 @@ static uint32_t crc_of(const void *p, size_t n) {
     return (uint32_t)c;
 }
 
-
 /* Opens segment w->segment into w->fd / w->size / w->path. */
 static fl_status open_segment(fl_wal_t *w, uint64_t segment, fl_err_t *err) {
     char path[sizeof w->path];

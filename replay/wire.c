@@ -115,8 +115,9 @@ fl_status fl_wire_check_priorities_max(const char *field, size_t n, const float 
         if (p[i] >= 0.0f && p[i] <= hi && p[i] != HUGE_VALF) continue;
         if (max > 0.0)
             return fl_err_set(err, FL_INVALID_ARGUMENT,
-                              "%s[%zu]: got %g, expected a finite value in [0, %g] (replay.max_priority, by default from env.reward_bound)", field, i,
-                              (double)p[i], max);
+                              "%s[%zu]: got %g, expected a finite value in [0, %g] (replay.max_priority, by default "
+                              "from env.reward_bound)",
+                              field, i, (double)p[i], max);
         return fl_err_set(err, FL_INVALID_ARGUMENT, "%s[%zu]: got %g, expected a finite value >= 0", field, i,
                           (double)p[i]);
     }
@@ -129,10 +130,10 @@ fl_status fl_wire_check_rewards(const char *field, size_t n, const float *r, dou
         if (fabsf(r[i]) <= hi) continue;
         if (max > 0.0 && isfinite(r[i]))
             return fl_err_set(err, FL_INVALID_ARGUMENT,
-                              "%s[%zu]: got %g, expected a value with |r| <= %g (replay.max_abs_reward, by default from env.reward_bound)", field, i,
-                              (double)r[i], max);
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "%s[%zu]: got %g, expected a finite value", field, i,
-                          (double)r[i]);
+                              "%s[%zu]: got %g, expected a value with |r| <= %g (replay.max_abs_reward, by default "
+                              "from env.reward_bound)",
+                              field, i, (double)r[i], max);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "%s[%zu]: got %g, expected a finite value", field, i, (double)r[i]);
     }
     return FL_OK;
 }
@@ -185,8 +186,8 @@ static fl_status decode(const Fleet__TransitionBatch *m, const fl_wire_sig_t *si
         int32_t a = m->actions[i];
         if (a < 0 || (num_actions > 0 && a >= num_actions)) {
             if (num_actions > 0)
-                return fl_err_set(err, FL_INVALID_ARGUMENT, "batch.actions[%zu]: got %" PRId32 ", expected 0 .. %d",
-                                  i, a, num_actions - 1);
+                return fl_err_set(err, FL_INVALID_ARGUMENT, "batch.actions[%zu]: got %" PRId32 ", expected 0 .. %d", i,
+                                  a, num_actions - 1);
             return fl_err_set(err, FL_INVALID_ARGUMENT, "batch.actions[%zu]: got %" PRId32 ", expected >= 0", i, a);
         }
     }
@@ -206,8 +207,8 @@ static fl_status decode(const Fleet__TransitionBatch *m, const fl_wire_sig_t *si
     }
     if (m->n_priorities || (flags & FL_WIRE_NEED_PRIORITIES)) {
         FL_TRY(check_len("batch.priorities", m->n_priorities, count, err));
-        FL_TRY(fl_wire_check_priorities_max("batch.priorities", count, m->priorities,
-                                            sig ? sig->max_priority : 0.0, err));
+        FL_TRY(
+            fl_wire_check_priorities_max("batch.priorities", count, m->priorities, sig ? sig->max_priority : 0.0, err));
         out->priorities = m->priorities;
     }
     out->count = count;

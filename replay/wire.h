@@ -38,13 +38,13 @@ typedef struct fl_wire_sig {
 /* Columns of one batch. Decoded batches point into their message. */
 typedef struct fl_wire_batch {
     size_t count;
-    size_t obs_bytes;         /* bytes of one observation */
-    const void *obs;          /* (count, obs_bytes) */
-    const int32_t *actions;   /* (count) */
-    const float *rewards;     /* (count) */
-    const float *discounts;   /* (count) */
-    const void *next_obs;     /* (count, obs_bytes) */
-    const float *priorities;  /* (count), or NULL when the batch carries none */
+    size_t obs_bytes;        /* bytes of one observation */
+    const void *obs;         /* (count, obs_bytes) */
+    const int32_t *actions;  /* (count) */
+    const float *rewards;    /* (count) */
+    const float *discounts;  /* (count) */
+    const void *next_obs;    /* (count, obs_bytes) */
+    const float *priorities; /* (count), or NULL when the batch carries none */
 } fl_wire_batch_t;
 
 /* Decode flags. */
@@ -87,8 +87,8 @@ void fl_wire_encode_batch(fl_wire_batch_msg_t *m, const fl_obs_spec_t *obs, cons
  * 10), so that they can be written before the sizes of what follows them; fields come
  * out of field-number order (obs before count), which parsers accept too. */
 typedef struct fl_wire_sample_reply {
-    uint8_t *buf;           /* malloc'd; the caller frees it (or hands it to the RPC layer) */
-    size_t cap;             /* its size */
+    uint8_t *buf;            /* malloc'd; the caller frees it (or hands it to the RPC layer) */
+    size_t cap;              /* its size */
     uint8_t *obs, *next_obs; /* where the draw writes the (count, obs_bytes) observations */
     size_t count, obs_bytes;
     size_t tail; /* offset of the rest (the batch's other columns, then the response's fields) */
@@ -97,8 +97,7 @@ typedef struct fl_wire_sample_reply {
 /* Allocates r->buf for count observations of the signature obs and writes everything
  * before and between the observations. FL_NO_MEMORY, or FL_INVALID_ARGUMENT when count
  * is 0 or one tensor would pass 4 GB. */
-fl_status fl_wire_sample_reply_begin(fl_wire_sample_reply_t *r, const fl_obs_spec_t *obs, size_t count,
-                                     fl_err_t *err);
+fl_status fl_wire_sample_reply_begin(fl_wire_sample_reply_t *r, const fl_obs_spec_t *obs, size_t count, fl_err_t *err);
 /* Writes the batch's other columns (actions, rewards, discounts: count each) and the
  * response's fields (resp, whose batch must be NULL) after the observations: the reply is
  * r->buf[0 .. *len). FL_INTERNAL if they do not fit (they always do). */
@@ -108,7 +107,7 @@ fl_status fl_wire_sample_reply_finish(fl_wire_sample_reply_t *r, const int32_t *
 
 /* Where a Sample reply read in place goes: columns with room for `room` transitions. */
 typedef struct fl_wire_sample_cols {
-    size_t room, obs_bytes; /* obs_bytes: bytes of one observation */
+    size_t room, obs_bytes;  /* obs_bytes: bytes of one observation */
     uint8_t *obs, *next_obs; /* (room, obs_bytes) */
     int32_t *actions;
     float *rewards, *discounts, *weights;

@@ -20,7 +20,9 @@ static void put_len5(uint8_t *p, uint32_t v) {
 }
 
 /* Key of a length-delimited field (wire type 2); every field here is numbered below 16. */
-static uint8_t len_key(unsigned field) { return (uint8_t)((field << 3) | 2u); }
+static uint8_t len_key(unsigned field) {
+    return (uint8_t)((field << 3) | 2u);
+}
 
 /* A tensor's bytes without its data: dtype and shape (count, *obs.shape). */
 static size_t tensor_head(const fl_obs_spec_t *obs, size_t count, uint8_t *out) {
@@ -34,8 +36,7 @@ static size_t tensor_head(const fl_obs_spec_t *obs, size_t count, uint8_t *out) 
     return out ? fleet__tensor__pack(&t, out) : fleet__tensor__get_packed_size(&t);
 }
 
-fl_status fl_wire_sample_reply_begin(fl_wire_sample_reply_t *r, const fl_obs_spec_t *obs, size_t count,
-                                     fl_err_t *err) {
+fl_status fl_wire_sample_reply_begin(fl_wire_sample_reply_t *r, const fl_obs_spec_t *obs, size_t count, fl_err_t *err) {
     memset(r, 0, sizeof *r);
     const size_t ob = fl_obs_spec_bytes(obs);
     if (count == 0 || ob == 0 || count > (size_t)UINT32_MAX / ob)
@@ -65,8 +66,10 @@ fl_status fl_wire_sample_reply_begin(fl_wire_sample_reply_t *r, const fl_obs_spe
         *p++ = len_key(3); /* Tensor.data */
         put_len5(p, (uint32_t)data);
         p += LEN5;
-        if (k == 0) r->obs = p;
-        else r->next_obs = p;
+        if (k == 0)
+            r->obs = p;
+        else
+            r->next_obs = p;
         p += data;
     }
     r->tail = (size_t)(p - r->buf);
@@ -86,8 +89,8 @@ fl_status fl_wire_sample_reply_finish(fl_wire_sample_reply_t *r, const int32_t *
     const size_t rest = resp->batch ? 0 : fleet__sample_response__get_packed_size(resp);
     const size_t batch = r->tail - (1 + LEN5) + cols;
     if (resp->batch || r->tail + cols + rest > r->cap || batch > UINT32_MAX)
-        return fl_err_set(err, FL_INTERNAL, "sample reply: %zu + %zu bytes after the observations, room for %zu",
-                          cols, rest, r->cap - r->tail);
+        return fl_err_set(err, FL_INTERNAL, "sample reply: %zu + %zu bytes after the observations, room for %zu", cols,
+                          rest, r->cap - r->tail);
     r->buf[0] = len_key(1); /* SampleResponse.batch */
     put_len5(r->buf + 1, (uint32_t)batch);
     fleet__transition_batch__pack(&b, r->buf + r->tail);
@@ -277,11 +280,9 @@ fl_status fl_wire_read_sample_reply(const fl_pb_seg_t *seg, size_t nseg, const f
     int w = fl_pb_walk(&c, c.len, on_response, &r);
     if (w > 0) return r.st;
     if (w == FL_PB_FIELD_ZERO)
-        return fl_err_set(err, FL_DATA_LOSS, "field number 0 at byte %zu of %zu (protobuf reserves it)", c.pos,
-                          c.len);
+        return fl_err_set(err, FL_DATA_LOSS, "field number 0 at byte %zu of %zu (protobuf reserves it)", c.pos, c.len);
     if (w < 0)
-        return fl_err_set(err, FL_DATA_LOSS, "not a valid SampleResponse (malformed at byte %zu of %zu)", c.pos,
-                          c.len);
+        return fl_err_set(err, FL_DATA_LOSS, "not a valid SampleResponse (malformed at byte %zu of %zu)", c.pos, c.len);
 
     Fleet__TransitionBatch m = FLEET__TRANSITION_BATCH__INIT;
     Fleet__Tensor obs, next_obs;

@@ -30,7 +30,6 @@
 #include "replay/client_internal.h"
 #include "replay/wire.h"
 
-
 /* Deadline of one Insert call of a writer; calls are rotated at half of it. */
 #define WRITER_CALL_TIMEOUT_MS 60000
 /* While the shard is unreachable, append waits for it once this many calls' worth of
@@ -44,7 +43,7 @@
 
 typedef struct wbatch {
     uint64_t seq;
-    size_t bytes; /* of mem */
+    size_t bytes;         /* of mem */
     fl_wire_batch_t cols; /* points into mem */
     void *mem;
 } wbatch;
@@ -74,12 +73,14 @@ struct fl_replay_writer {
     uint64_t acked, pending;
     size_t pending_bytes, max_pending_bytes; /* the backlog's memory and its bound (0 = none) */
     uint64_t dropped, dropped_batches;       /* unsent transitions dropped for the bound */
-    fl_rpc_wait_fn on_wait;        /* called while append waits (may be NULL) */
+    fl_rpc_wait_fn on_wait;                  /* called while append waits (may be NULL) */
     void *on_wait_ctx;
     int appending; /* inside append: a held call's wait calls on_wait (not in flush) */
 };
 
-static void wbatch_free(wbatch *b) { free(b->mem); }
+static void wbatch_free(wbatch *b) {
+    free(b->mem);
+}
 
 /* A random nonzero 64-bit key from the kernel (getrandom, else /dev/urandom). */
 static fl_status draw_key(uint64_t *key, fl_err_t *err) {
@@ -91,8 +92,10 @@ static fl_status draw_key(uint64_t *key, fl_err_t *err) {
             got = fd >= 0 ? read(fd, key, sizeof *key) : -1;
             if (fd >= 0) close(fd);
             if (got != (ssize_t)sizeof *key)
-                return fl_err_set(err, FL_INTERNAL, "replay writer: cannot draw a stream key (getrandom and "
-                                  "/dev/urandom: %s)", strerror(errno));
+                return fl_err_set(err, FL_INTERNAL,
+                                  "replay writer: cannot draw a stream key (getrandom and "
+                                  "/dev/urandom: %s)",
+                                  strerror(errno));
         }
     }
     if (*key == 0) return fl_err_set(err, FL_INTERNAL, "replay writer: the random source gave only zero keys");
@@ -143,10 +146,18 @@ void fl_replay_writer_set_limits(fl_replay_writer_t *w, double max_abs_reward, d
     w->max_priority = max_priority;
 }
 
-uint64_t fl_replay_writer_acked(const fl_replay_writer_t *w) { return w->acked; }
-uint64_t fl_replay_writer_pending(const fl_replay_writer_t *w) { return w->pending; }
-uint64_t fl_replay_writer_dropped(const fl_replay_writer_t *w) { return w->dropped; }
-void fl_replay_writer_set_backlog(fl_replay_writer_t *w, size_t max_bytes) { w->max_pending_bytes = max_bytes; }
+uint64_t fl_replay_writer_acked(const fl_replay_writer_t *w) {
+    return w->acked;
+}
+uint64_t fl_replay_writer_pending(const fl_replay_writer_t *w) {
+    return w->pending;
+}
+uint64_t fl_replay_writer_dropped(const fl_replay_writer_t *w) {
+    return w->dropped;
+}
+void fl_replay_writer_set_backlog(fl_replay_writer_t *w, size_t max_bytes) {
+    w->max_pending_bytes = max_bytes;
+}
 
 /* Drops the pending batches the shard acknowledged (sequence <= last). */
 static void apply_ack(fl_replay_writer_t *w, uint64_t last) {
@@ -291,15 +302,20 @@ static fl_status check_append(const fl_replay_writer_t *w, size_t n, const void 
     if (max_n > UINT32_MAX) max_n = UINT32_MAX;
     if (n > max_n)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "replay writer append: n is %zu, expected at most %zu (observations of %zu bytes)", n,
-                          max_n, w->obs_bytes);
-    const char *missing = !obs ? "obs" : !actions ? "actions" : !rewards ? "rewards" : !discounts ? "discounts"
-                        : !next_obs ? "next_obs" : !priorities ? "priorities" : NULL;
+                          "replay writer append: n is %zu, expected at most %zu (observations of %zu bytes)", n, max_n,
+                          w->obs_bytes);
+    const char *missing = !obs          ? "obs"
+                          : !actions    ? "actions"
+                          : !rewards    ? "rewards"
+                          : !discounts  ? "discounts"
+                          : !next_obs   ? "next_obs"
+                          : !priorities ? "priorities"
+                                        : NULL;
     if (missing) return fl_err_set(err, FL_INVALID_ARGUMENT, "replay writer append: %s is NULL", missing);
     for (size_t i = 0; i < n; i++) {
         if (actions[i] < 0)
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "replay writer append: actions[%zu]: got %" PRId32
-                              ", expected >= 0", i, actions[i]);
+            return fl_err_set(err, FL_INVALID_ARGUMENT,
+                              "replay writer append: actions[%zu]: got %" PRId32 ", expected >= 0", i, actions[i]);
         if (!(discounts[i] >= 0.0f && discounts[i] <= 1.0f))
             return fl_err_set(err, FL_INVALID_ARGUMENT,
                               "replay writer append: discounts[%zu]: got %g, expected a value in [0, 1]", i,
@@ -338,7 +354,8 @@ static void bound_backlog(fl_replay_writer_t *w) {
     }
     if (end == k) return;
     if (w->dropped_batches == 0 || (w->dropped_batches + (end - k)) / 1000 != w->dropped_batches / 1000)
-        FL_WARN("replay writer %" PRIu64 ": the unacknowledged backlog passed its bound of %zu MiB: dropped the "
+        FL_WARN("replay writer %" PRIu64
+                ": the unacknowledged backlog passed its bound of %zu MiB: dropped the "
                 "oldest %" PRIu64 " unsent transitions (%" PRIu64 " so far)",
                 w->stream_id, w->max_pending_bytes >> 20, items, w->dropped + items);
     memmove(w->q + k, w->q + end, (w->len - end) * sizeof *w->q);
@@ -461,7 +478,6 @@ fl_status fl_replay_writer_flush(fl_replay_writer_t *w, int64_t timeout_ms, fl_e
     }
     if (w->len == 0) return FL_OK;
     if (st == FL_OK) st = FL_DEADLINE_EXCEEDED;
-    return fl_err_set(err, st,
-                      "replay writer %" PRIu64 ": %" PRIu64 " transitions in %zu batches not acknowledged: %s",
+    return fl_err_set(err, st, "replay writer %" PRIu64 ": %" PRIu64 " transitions in %zu batches not acknowledged: %s",
                       w->stream_id, w->pending, w->len, e.msg[0] ? e.msg : fl_status_str(st));
 }

@@ -9,8 +9,10 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config git
+  clang-format  # scripts/format.sh: the sources' style, checked by scripts/test.sh
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libcmocka-dev libopenblas-dev libzstd-dev zlib1g-dev
+  libssl-dev  # tests/cert_util.h makes test credentials with libcrypto
   libopenmpi-dev openmpi-bin
   libdnnl-dev  # oneDNN: the CPU Q-network's faster backend (a build without it uses the reference kernels)
   gnuplot-nox  # draws each run's curve.png (a run goes on without it; its tests skip the drawing)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# README command 2: installs what is missing, builds fleet with warnings as errors, and
-# runs the whole test suite through CTest (its summary is the last thing printed).
+# README command 2: installs what is missing, builds fleet with warnings as errors, runs
+# the whole test suite through CTest, then checks the sources' style (scripts/format.sh
+# --check, .clang-format); it fails when either fails.
 #   FLEET_BUILD_DIR  build folder (default build)
 #   FLEET_SANITIZE=1 build with AddressSanitizer + UndefinedBehaviorSanitizer
 #   CTEST_ARGS       extra ctest arguments (e.g. "-L unit")
@@ -12,6 +13,8 @@ opts=(-DFLEET_WERROR=ON)
 if [ "${FLEET_SANITIZE:-0}" = "1" ]; then opts+=(-DFLEET_SANITIZE=ON); fi
 cmake -S . -B "$build" "${opts[@]}" >/dev/null
 cmake --build "$build" -j"$(nproc)"
-cd "$build"
+status=0
 # shellcheck disable=SC2086
-ctest --output-on-failure -j"$(nproc)" ${CTEST_ARGS:-}
+(cd "$build" && ctest --output-on-failure -j"$(nproc)" ${CTEST_ARGS:-}) || status=$?
+bash scripts/format.sh --check || status=1
+exit "$status"

@@ -27,16 +27,16 @@ static inline int have_gpu(void) {
 
 /* Fails the test (naming the seed, the call and its error) unless expr is FL_OK; expr may
  * pass E, the error record OK() declares. */
-#define OK(expr)                                                                                              \
-    do {                                                                                                      \
-        fl_err_t e_;                                                                                          \
-        fl_err_init(&e_);                                                                                     \
-        fl_status s_ = (expr);                                                                                \
-        if (s_ != FL_OK) {                                                                                    \
-            SEED_NOTE();                                                                                      \
-            print_error("%s failed: %s (%s)\n", #expr, fl_status_name(s_), e_.msg);                          \
-            fail();                                                                                           \
-        }                                                                                                     \
+#define OK(expr)                                                                    \
+    do {                                                                            \
+        fl_err_t e_;                                                                \
+        fl_err_init(&e_);                                                           \
+        fl_status s_ = (expr);                                                      \
+        if (s_ != FL_OK) {                                                          \
+            SEED_NOTE();                                                            \
+            print_error("%s failed: %s (%s)\n", #expr, fl_status_name(s_), e_.msg); \
+            fail();                                                                 \
+        }                                                                           \
     } while (0)
 
 /* The error record OK() declares, for calls that take one. */

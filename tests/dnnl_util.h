@@ -25,10 +25,10 @@
 static fl_rng_t g_rng;
 
 /* Every test starts with it: nothing to test in a build without oneDNN. */
-#define NEED_DNNL()                         \
-    do {                                    \
-        (void)state;                        \
-        if (!fl_dnnl_available()) skip();   \
+#define NEED_DNNL()                       \
+    do {                                  \
+        (void)state;                      \
+        if (!fl_dnnl_available()) skip(); \
     } while (0)
 
 static inline void fill(float *x, size_t n, double lo, double hi) {
@@ -43,7 +43,8 @@ static inline double max_abs(const float *x, size_t n) {
 
 /* Fails (naming the network, the tensor and the batch) unless got is within TOL of want:
  * max |got - want| <= TOL max |want| + ATOL. */
-static inline void expect_close(const float *got, const float *want, size_t n, const char *spec, const char *what, int B) {
+static inline void expect_close(const float *got, const float *want, size_t n, const char *spec, const char *what,
+                                int B) {
     double worst = 0, top = max_abs(want, n);
     size_t at = 0;
     for (size_t i = 0; i < n; i++) {
@@ -65,9 +66,9 @@ static inline void expect_close(const float *got, const float *want, size_t n, c
  * batch in turn, with fresh inputs each time. */
 typedef struct net_case {
     const char *spec;
-    int h, w, c;  /* image observations (H, W, C); h = 0: vectors of c floats */
+    int h, w, c; /* image observations (H, W, C); h = 0: vectors of c floats */
     int actions;
-    float scale;  /* model.input_scale; 0 means 1 */
+    float scale; /* model.input_scale; 0 means 1 */
 } net_case_t;
 
 /* relu's ties: where a unit's input is within rounding of 0 the two backends can give it

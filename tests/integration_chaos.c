@@ -76,7 +76,7 @@ static void test_fleet_survives_kills(void **state) {
             waitpid(pid, &status, 0);
             fail_msg("fleet run did not end within 600 s");
         }
-        if (el > 470) continue; /* the time limit is near: let it stop in peace */
+        if (el > 470) continue;        /* the time limit is near: let it stop in peace */
         char *so_far = read_file(out); /* and once it is stopping (a role killed then is an unclean end) */
         int stopping = so_far && strstr(so_far, "fleet run: stopping the fleet");
         free(so_far);
@@ -176,9 +176,12 @@ static int reap_threads(pid_t *tids, int n) {
         }
         int st;
         pid_t r = waitpid(tids[i], &st, __WALL | WNOHANG);
-        if (r == tids[i] && (WIFEXITED(st) || WIFSIGNALED(st))) tids[i] = 0, gone++;
-        else if (r < 0 && errno == ECHILD) tids[i] = 0, gone++;
-        else if (r == tids[i]) ptrace(PTRACE_CONT, tids[i], NULL, NULL); /* another stop: let it go on dying */
+        if (r == tids[i] && (WIFEXITED(st) || WIFSIGNALED(st)))
+            tids[i] = 0, gone++;
+        else if (r < 0 && errno == ECHILD)
+            tids[i] = 0, gone++;
+        else if (r == tids[i])
+            ptrace(PTRACE_CONT, tids[i], NULL, NULL); /* another stop: let it go on dying */
     }
     return gone == n;
 }
@@ -279,20 +282,20 @@ static void test_crashing_plugin_is_reported(void **state) {
     const char *cc = getenv("FLEET_CC");
     char plugin[512], cmd[2048];
     snprintf(plugin, sizeof plugin, "%s/libcrashenv.so", g_tmp);
-    snprintf(cmd, sizeof cmd, "%s -shared -fPIC -O1 -I%s/include -o %s %s/tests/data/crashenv.c", cc && cc[0] ? cc : "cc",
-             fleet_source_dir(), plugin, fleet_source_dir());
+    snprintf(cmd, sizeof cmd, "%s -shared -fPIC -O1 -I%s/include -o %s %s/tests/data/crashenv.c",
+             cc && cc[0] ? cc : "cc", fleet_source_dir(), plugin, fleet_source_dir());
     assert_int_equal(system(cmd), 0);
     char set_plugin[600];
     snprintf(set_plugin, sizeof set_plugin, "env.plugin=%s", plugin);
-    const char *sets[] = {set_plugin, "env.name=crashenv", "env.args=segv_after=3000", "run.max_seconds=15",
-                          "run.max_restarts=1000", "run.stop_at_target=false"};
+    const char *sets[] = {set_plugin,           "env.name=crashenv",     "env.args=segv_after=3000",
+                          "run.max_seconds=15", "run.max_restarts=1000", "run.stop_at_target=false"};
     char *log = NULL;
     int rc = run_fleet_at(g_tmp, NULL, 0, "crash", sets, 6, 180, &log);
     assert_non_null(log);
     assert_int_equal(rc, 3);
     assert_non_null(strstr(log, "was killed by signal 11 (Segmentation fault)"));
     assert_non_null(strstr(log, "FATAL: signal 11 (SIGSEGV, segmentation fault); backtrace:"));
-    assert_non_null(strstr(log, "crashed "));  /* the progress line */
+    assert_non_null(strstr(log, "crashed ")); /* the progress line */
     assert_non_null(strstr(log, "exit status 3"));
     char *sum = summary_at(g_tmp, "crash");
     assert_non_null(sum);
@@ -312,11 +315,10 @@ static void test_crashing_plugin_is_reported(void **state) {
  * the shard's own reward and priority bounds with real observations (tests/chaos_faults.h),
  * 2,000 one-row inserts on fresh streams, and 500 idle TCP connections to the shard. The
  * evaluator is held (SIGSTOP) while they act, so that they all land before the target
- * can be reached (the learner goes on: they compete with it). The run must still end by reaching its target with a real evaluation
- * (exit 0, a return <= 500), the forgery refused and counted, the poison held to
- * CartPole's bounds (|r| <= 2.9704 for 3 steps, priorities <= 200; before: 1e6 each,
- * which sent the loss to ~1,000 and the evaluation to 13), no role crashed or
- * restarted, and every transition the actors saw acknowledged in the shard. */
+ * can be reached (the learner goes on: they compete with it). The run must still end by reaching its target with a real
+ * evaluation (exit 0, a return <= 500), the forgery refused and counted, the poison held to CartPole's bounds (|r|
+ * <= 2.9704 for 3 steps, priorities <= 200; before: 1e6 each, which sent the loss to ~1,000 and the evaluation to 13),
+ * no role crashed or restarted, and every transition the actors saw acknowledged in the shard. */
 static void test_hostile_peers_do_not_steer_the_run(void **state) {
     (void)state;
     char out[512], run_dir[600];
@@ -375,10 +377,10 @@ static void test_hostile_peers_do_not_steer_the_run(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test_setup_teardown(test_fleet_survives_kills, setup, teardown),
-                                       cmocka_unit_test_setup_teardown(test_frozen_roles_are_restarted, setup, teardown),
-                                       cmocka_unit_test_setup_teardown(test_crashing_plugin_is_reported, setup, teardown),
-                                       cmocka_unit_test_setup_teardown(test_hostile_peers_do_not_steer_the_run, setup,
-                                                                       teardown)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_fleet_survives_kills, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_frozen_roles_are_restarted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crashing_plugin_is_reported, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_peers_do_not_steer_the_run, setup, teardown)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,8 +53,7 @@ static int names_unknown_key(const char *text, char *bad, size_t len) {
     char sections[256];
     fl_config_sections(sections, sizeof sections);
     for (const char *p = text; *p; p++) {
-        if (p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '_' || p[-1] == '-' || p[-1] == '.' ||
-                         p[-1] == '/'))
+        if (p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '_' || p[-1] == '-' || p[-1] == '.' || p[-1] == '/'))
             continue;
         char sec[32];
         int n = 0;
@@ -69,8 +68,8 @@ static int names_unknown_key(const char *text, char *bad, size_t len) {
         int k = n + 1;
         while (islower((unsigned char)p[k]) || isdigit((unsigned char)p[k]) || p[k] == '_') k++;
         if (k == n + 1) continue; /* "env.*" */
-        static const char *const files[] = {"token", "state", "ini", "log", "csv", "png", "gif", "mp4", "safetensors",
-                                            "ckpt", "gp", "lock", "addr", "txt"};
+        static const char *const files[] = {"token", "state",       "ini",  "log", "csv",  "png",  "gif",
+                                            "mp4",   "safetensors", "ckpt", "gp",  "lock", "addr", "txt"};
         int file = 0; /* a file's name, such as learner.token */
         for (size_t f = 0; f < sizeof files / sizeof files[0]; f++)
             file |= (size_t)(k - n - 1) == strlen(files[f]) && strncmp(p + n + 1, files[f], strlen(files[f])) == 0;
@@ -175,7 +174,8 @@ static void test_names_and_plan_warnings(void **state) {
     assert_non_null(strstr(out, "env          minatar-breakout-v1:"));
     free(out);
     assert_int_equal(fleet(&out, "run", "--set", "run.target_return=501", "--dry-run"), 0);
-    assert_non_null(strstr(out, "run.target_return = 501 cannot be reached: an episode of cartpole returns at most 500"));
+    assert_non_null(
+        strstr(out, "run.target_return = 501 cannot be reached: an episode of cartpole returns at most 500"));
     free(out);
     assert_int_equal(fleet(&out, "run", "--set", "env.name=cartpol", "--dry-run"), 2);
     assert_non_null(strstr(out, "did you mean 'cartpole'?"));
@@ -186,10 +186,18 @@ static void test_names_and_plan_warnings(void **state) {
     free(out);
     char cfg[4096];
     snprintf(cfg, sizeof cfg, "%s/configs/atari-pong.ini", getenv("FLEET_SOURCE_DIR"));
-    char *argv[] = {(char *)fleet_bin(), "run", cfg, "--set", "run.target_return=475", "--set",
-                    "model.spec=dense(256) relu dueling", "--dry-run", NULL};
+    char *argv[] = {(char *)fleet_bin(),
+                    "run",
+                    cfg,
+                    "--set",
+                    "run.target_return=475",
+                    "--set",
+                    "model.spec=dense(256) relu dueling",
+                    "--dry-run",
+                    NULL};
     assert_int_equal(run_capture(argv, 60, &out), 0);
-    assert_non_null(strstr(out, "run.target_return = 475 cannot be reached: an episode of atari-pong returns at most 21"));
+    assert_non_null(
+        strstr(out, "run.target_return = 475 cannot be reached: an episode of atari-pong returns at most 21"));
     assert_non_null(strstr(out, "model.spec has no convolution, on images of 84x84x4"));
     free(out);
     char *argv2[] = {(char *)fleet_bin(), "run", cfg, "--dry-run", NULL};
@@ -261,7 +269,7 @@ static void test_config_errors(void **state) {
     assert_non_null(strstr(out, "did you mean 'cartpole'?"));
     free(out);
     /* settings a replay shard refuses: periodic checkpoints with nowhere to write them */
-    char *argv[] = {(char *)fleet_bin(), "run", "--dry-run", "--set", "run.checkpoints=false", "--set",
+    char *argv[] = {(char *)fleet_bin(),         "run", "--dry-run", "--set", "run.checkpoints=false", "--set",
                     "replay.checkpoint_every=5", NULL};
     assert_int_equal(run_capture(argv, 60, &out), 2);
     assert_non_null(strstr(out, "replay shards would refuse"));
@@ -314,7 +322,7 @@ static void test_ready_configs(void **state) {
         const int rc = fleet(&out, "run", path, "--dry-run", NULL);
         if (rc != 0) fail_msg("fleet run %s --dry-run: exit %d\n%s", path, rc, out);
         if (is_atari) assert_non_null(strstr(out, "framestack(4)")); /* the Nature preset */
-        if (strncmp(e->d_name, "apex-", 5) == 0) { /* the Ape-X paper's settings */
+        if (strncmp(e->d_name, "apex-", 5) == 0) {                   /* the Ape-X paper's settings */
             assert_non_null(strstr(out, "batch 512, rmsprop lr 6.25e-05"));
             assert_non_null(strstr(out, "target every 2500"));
             assert_non_null(strstr(out, "sampling from 50000 transitions"));

@@ -31,8 +31,9 @@ static int teardown(void **state) {
     return 0;
 }
 
-static const char *const DET_SETS[] = {"run.deterministic=true", "eval.every_unit=learner_steps", "eval.every=100",
-                                       "learner.max_steps=600",  "run.checkpoint_every=0",        "run.max_seconds=300"};
+static const char *const DET_SETS[] = {"run.deterministic=true", "eval.every_unit=learner_steps",
+                                       "eval.every=100",         "learner.max_steps=600",
+                                       "run.checkpoint_every=0", "run.max_seconds=300"};
 #define NDET (sizeof DET_SETS / sizeof DET_SETS[0])
 
 /* Runs NAME with the deterministic settings and run.seed = seed (mpirun -np 6 when
@@ -231,7 +232,7 @@ static void test_refusals(void **state) {
         {"eval.every_unit=seconds", "run.evaluators=1", "needs eval.every_unit = learner_steps"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char *argv[] = {(char *)fleet_bin(), "run", "--dry-run", "--set", "run.deterministic=true", "--set",
+        char *argv[] = {(char *)fleet_bin(), "run",   "--dry-run",         "--set", "run.deterministic=true", "--set",
                         (char *)cases[i][0], "--set", (char *)cases[i][1], NULL};
         char *out = NULL;
         int rc = run_capture(argv, 60, &out);

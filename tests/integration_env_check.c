@@ -102,13 +102,20 @@ static int setup(void **state) {
     fclose(f);
     static const struct {
         const char *out, *defs;
-    } builds[] = {{"good", "-DV=0"}, {"nan", "-DV=1"}, {"term2", "-DV=2"}, {"rand", "-DV=3"},
-                  {"render", "-DV=4"}, {"crash", "-DV=5"}, {"norender", "-DV=0 -DNORENDER"},
+    } builds[] = {{"good", "-DV=0"},
+                  {"nan", "-DV=1"},
+                  {"term2", "-DV=2"},
+                  {"rand", "-DV=3"},
+                  {"render", "-DV=4"},
+                  {"crash", "-DV=5"},
+                  {"norender", "-DV=0 -DNORENDER"},
                   {"abi2", "-DV=0 -DNORENDER -DABI2"}};
     for (size_t i = 0; i < sizeof builds / sizeof builds[0]; i++) {
         char *out;
-        int rc = shell_in(g_dir, &out, "%s -O1 -Wall -Werror -Wno-unused-function -shared -fPIC -I$S/include %s "
-                          "walk.c -o %s.so", compiler(), builds[i].defs, builds[i].out);
+        int rc = shell_in(g_dir, &out,
+                          "%s -O1 -Wall -Werror -Wno-unused-function -shared -fPIC -I$S/include %s "
+                          "walk.c -o %s.so",
+                          compiler(), builds[i].defs, builds[i].out);
         free(out);
         if (rc != 0) return -1;
     }
@@ -215,8 +222,11 @@ static void test_docs_example(void **state) {
     assert_int_equal(shell_in(dir, &out, "HOME=%s/home; %s", dir, build), 0);
     free(out);
     /* ... and it compiles warning-free, strictly. */
-    assert_int_equal(shell_in(dir, &out, "%s -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -I$S/include "
-                              "catch.c", compiler()), 0);
+    assert_int_equal(shell_in(dir, &out,
+                              "%s -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -I$S/include "
+                              "catch.c",
+                              compiler()),
+                     0);
     free(out);
 
     char *check = doc_command(doc, "fleet env check catch --plugin ./libcatch.so");
@@ -264,11 +274,13 @@ static void test_broken_plugins_fail(void **state) {
     expect_fail("nan", "FAIL  observations  obs[1] is nan at episode 1, step 3, expected a finite float32");
     expect_fail("term2", "FAIL  reset/step    *terminated is 2 at episode");
     expect_fail("term2", ", expected 0 or 1");
-    expect_fail("rand", "FAIL  determinism   seed 1 played twice with the same actions differs: episode 1, reset: "
-                        "obs[0] is");
+    expect_fail("rand",
+                "FAIL  determinism   seed 1 played twice with the same actions differs: episode 1, reset: "
+                "obs[0] is");
     expect_fail("rand", "rand()");
-    expect_fail("render", "FAIL  render        render wrote past render_height x render_width x 3 = 10 x 12 x 3 = "
-                          "360 bytes");
+    expect_fail("render",
+                "FAIL  render        render wrote past render_height x render_width x 3 = 10 x 12 x 3 = "
+                "360 bytes");
     expect_fail("crash", "FAIL  crash         SIGSEGV in the env's step (play 1, episode 1, step 4)");
     /* What failed is counted. */
     assert_int_equal(shell_in(g_dir, &out, "$F env check walk --plugin ./nan.so"), 1);
@@ -360,12 +372,9 @@ static void test_play_without_render(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_builtins_pass),
-        cmocka_unit_test(test_docs_example),
-        cmocka_unit_test(test_broken_plugins_fail),
-        cmocka_unit_test(test_usage_errors),
-        cmocka_unit_test(test_list_and_bench_plugin),
-        cmocka_unit_test(test_play_without_render),
+        cmocka_unit_test(test_builtins_pass),         cmocka_unit_test(test_docs_example),
+        cmocka_unit_test(test_broken_plugins_fail),   cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_list_and_bench_plugin), cmocka_unit_test(test_play_without_render),
         cmocka_unit_test(test_abi2_plugin),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

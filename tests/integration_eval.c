@@ -236,8 +236,10 @@ static void test_same_seed_same_output(void **state) {
     drop_seconds(b);
     assert_string_equal(a, b);
     /* the checkpoint itself as the argument: its config.ini is the run folder's */
-    assert_int_equal(shell(&c, "$F eval ev/checkpoints/learner-0.safetensors --episodes 6 --seed 7 --epsilon 0.05 "
-                               "--parallel 4 --json"), 0);
+    assert_int_equal(shell(&c,
+                           "$F eval ev/checkpoints/learner-0.safetensors --episodes 6 --seed 7 --epsilon 0.05 "
+                           "--parallel 4 --json"),
+                     0);
     assert_non_null(strstr(c, "\"config\":\"ev/config.ini\""));
     long ra[8], rc[8];
     assert_int_equal(json_ints(a, "returns", ra, 8), 6);
@@ -325,17 +327,19 @@ static void test_errors(void **state) {
                      2);
     assert_non_null(strstr(out, "looked for bare/checkpoints/learner-0.safetensors"));
     assert_non_null(strstr(out, "every run.checkpoint_every = 300 s")); /* checkpoints are on by default */
-    assert_null(strstr(out, "learner.checkpoint_dir")); /* no advice to set what needs no setting */
+    assert_null(strstr(out, "learner.checkpoint_dir"));                 /* no advice to set what needs no setting */
     free(out);
     /* ... and one that had checkpoints off */
-    assert_int_equal(shell(&out, "mkdir -p off && printf '[run]\\ncheckpoints = false\\n' > off/config.ini && "
-                                 "$F eval off"),
+    assert_int_equal(shell(&out,
+                           "mkdir -p off && printf '[run]\\ncheckpoints = false\\n' > off/config.ini && "
+                           "$F eval off"),
                      2);
     assert_non_null(strstr(out, "run.checkpoints = false"));
     free(out);
     /* a suite folder: its runs are named */
-    assert_int_equal(shell(&out, "mkdir -p su/seed-2 su/seed-10 && cp ev/config.ini su/ && cp ev/config.ini su/seed-2/ "
-                                 "&& cp ev/config.ini su/seed-10/ && $F eval su"),
+    assert_int_equal(shell(&out,
+                           "mkdir -p su/seed-2 su/seed-10 && cp ev/config.ini su/ && cp ev/config.ini su/seed-2/ "
+                           "&& cp ev/config.ini su/seed-10/ && $F eval su"),
                      2);
     assert_non_null(strstr(out, "su is a suite folder"));
     assert_non_null(strstr(out, "(seed-2, seed-10)"));
@@ -374,12 +378,9 @@ static void test_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_eval_json),
-        cmocka_unit_test(test_same_seed_same_output),
-        cmocka_unit_test(test_record),
-        cmocka_unit_test(test_env_record_checkpoint),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_step_zero_warns),
+        cmocka_unit_test(test_eval_json), cmocka_unit_test(test_same_seed_same_output),
+        cmocka_unit_test(test_record),    cmocka_unit_test(test_env_record_checkpoint),
+        cmocka_unit_test(test_errors),    cmocka_unit_test(test_step_zero_warns),
         cmocka_unit_test(test_progress),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

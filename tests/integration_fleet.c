@@ -1,9 +1,8 @@
 /* A whole fleet of separate processes talking gRPC over loopback, through `fleet run`:
- * it learns CartPole with no config file, from the defaults (stopped by the evaluator's greedy return, which metrics.csv,
- * evals.csv and summary.txt record, with each actor's own training return in
- * returns.csv, and each role's log in logs/), the replay holds every acknowledged insert, step budgets end a run
- * normally, a run folder is never overwritten, Ctrl-C leaves no child behind, and a child that dies is reported with its
- * role and status. */
+ * it learns CartPole with no config file, from the defaults (stopped by the evaluator's greedy return, which
+ * metrics.csv, evals.csv and summary.txt record, with each actor's own training return in returns.csv, and each role's
+ * log in logs/), the replay holds every acknowledged insert, step budgets end a run normally, a run folder is never
+ * overwritten, Ctrl-C leaves no child behind, and a child that dies is reported with its role and status. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -75,7 +74,9 @@ static void fleet_argv(char **argv, char sets[][512], const char *name, const ch
     fleet_argv_config(argv, sets, cfg, name, extra1, extra2);
 }
 
-static char *summary_of(const char *name) { return summary_at(g_tmp, name); }
+static char *summary_of(const char *name) {
+    return summary_at(g_tmp, name);
+}
 
 static void test_learns_cartpole(void **state) {
     (void)state;
@@ -89,7 +90,8 @@ static void test_learns_cartpole(void **state) {
     pid_t pid = start_process(argv, out);
     int status = wait_process(pid, 480);
     char *log = read_file(out);
-    if (log) fprintf(stderr, "---- fleet run output (tail) ----\n%s\n", strlen(log) > 6000 ? log + strlen(log) - 6000 : log);
+    if (log)
+        fprintf(stderr, "---- fleet run output (tail) ----\n%s\n", strlen(log) > 6000 ? log + strlen(log) - 6000 : log);
     assert_true(status != -1);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
@@ -106,7 +108,7 @@ static void test_learns_cartpole(void **state) {
     assert_non_null(kv_get(sum, "evaluations", v, sizeof v));
     assert_true(atoi(v) >= 1);
     assert_non_null(log);
-    assert_non_null(strstr(log, "] eval "));         /* the progress line leads with it */
+    assert_non_null(strstr(log, "] eval "));           /* the progress line leads with it */
     assert_non_null(strstr(log, "evaluation return")); /* and the last line names it */
     assert_non_null(kv_get(sum, "actors_acked", v, sizeof v));
     unsigned long long acked = strtoull(v, NULL, 10);
@@ -117,8 +119,8 @@ static void test_learns_cartpole(void **state) {
     assert_non_null(kv_get(sum, "learner_steps", v, sizeof v));
     assert_true(strtoull(v, NULL, 10) > 0);
     /* An Ape-X run: none of Gorila's push lines, in summary.txt or on the progress line */
-    static const char *const gorila_only[] = {"pushes_applied", "pushes_dropped", "push_waits",
-                                              "push_wait_timeouts", "push_bytes", "staleness_hist"};
+    static const char *const gorila_only[] = {"pushes_applied",     "pushes_dropped", "push_waits",
+                                              "push_wait_timeouts", "push_bytes",     "staleness_hist"};
     for (size_t k = 0; k < sizeof gorila_only / sizeof gorila_only[0]; k++) {
         if (kv_get(sum, gorila_only[k], v, sizeof v)) fail_msg("apex summary.txt has %s=%s", gorila_only[k], v);
     }
@@ -186,7 +188,7 @@ static void test_learns_cartpole(void **state) {
     char *evals = read_file(path);
     assert_non_null(evals);
     assert_true(strncmp(evals, "time_s,env_steps,learner_steps,param_version,episodes,epsilon,return_mean", 72) == 0);
-    assert_non_null(strstr(evals, ",truncated,frames\n")); /* env steps x 1 (CartPole has no frame skip) */
+    assert_non_null(strstr(evals, ",truncated,frames\n"));  /* env steps x 1 (CartPole has no frame skip) */
     assert_non_null(strchr(strchr(evals, '\n') + 1, '\n')); /* at least one row */
     /* returns.csv: each actor's training return with its own epsilon (0.4 and 0.4^8) */
     snprintf(path, sizeof path, "%s/learn/returns.csv", g_tmp);
@@ -236,7 +238,8 @@ static void budget_run(const char *name, const char *budget, const char *reason,
     pid_t pid = start_process(argv, out);
     int status = wait_process(pid, 300);
     char *log = read_file(out);
-    if (log) fprintf(stderr, "---- fleet run output (tail) ----\n%s\n", strlen(log) > 3000 ? log + strlen(log) - 3000 : log);
+    if (log)
+        fprintf(stderr, "---- fleet run output (tail) ----\n%s\n", strlen(log) > 3000 ? log + strlen(log) - 3000 : log);
     assert_true(status != -1);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
@@ -455,8 +458,8 @@ static fl_status replay_info_with(const char *addr, const char *token, char *msg
     fl_rpc_channel_t *ch = NULL;
     assert_int_equal(fl_rpc_channel_create(addr, 0, &ch, &err), FL_OK);
     fl_rpc_buf_t resp = {0};
-    fl_status st = fl_rpc_unary(ch, fl_method_path(FL_METHOD_REPLAY_INFO), "", 0, 10000, FL_RPC_WAIT_FOR_READY, &resp,
-                                &err);
+    fl_status st =
+        fl_rpc_unary(ch, fl_method_path(FL_METHOD_REPLAY_INFO), "", 0, 10000, FL_RPC_WAIT_FOR_READY, &resp, &err);
     snprintf(msg, len, "%s", err.msg);
     fl_rpc_buf_free(&resp);
     fl_rpc_channel_destroy(ch);
@@ -635,14 +638,30 @@ static void game_run(const char *config, const char *name, const char *budget, c
     snprintf(cfg, sizeof cfg, "%s/configs/%s", fleet_source_dir(), config);
     snprintf(out_dir, sizeof out_dir, "run.out_dir=%s", g_tmp);
     snprintf(run_name, sizeof run_name, "run.name=%s", name);
-    char *argv[] = {(char *)fleet_bin(), "run",          cfg,        "--set", out_dir,        "--set",
-                    run_name,            "--set",        (char *)budget, "--set", "run.evaluators=0", "--set",
-                    "run.max_seconds=240", "--set",      "run.stop_at_target=false", "--set", (char *)extra, NULL};
+    char *argv[] = {(char *)fleet_bin(),
+                    "run",
+                    cfg,
+                    "--set",
+                    out_dir,
+                    "--set",
+                    run_name,
+                    "--set",
+                    (char *)budget,
+                    "--set",
+                    "run.evaluators=0",
+                    "--set",
+                    "run.max_seconds=240",
+                    "--set",
+                    "run.stop_at_target=false",
+                    "--set",
+                    (char *)extra,
+                    NULL};
     snprintf(out, sizeof out, "%s/%s.log", g_tmp, name);
     pid_t pid = start_process(argv, out);
     int status = wait_process(pid, 300);
     char *log = read_file(out);
-    if (log) fprintf(stderr, "---- fleet run output (tail) ----\n%s\n", strlen(log) > 3000 ? log + strlen(log) - 3000 : log);
+    if (log)
+        fprintf(stderr, "---- fleet run output (tail) ----\n%s\n", strlen(log) > 3000 ? log + strlen(log) - 3000 : log);
     assert_true(status != -1 && WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
     char *sum = summary_of(name);

@@ -167,10 +167,26 @@ static void test_killed_shard_restored(void **state) {
     snprintf(out_dir, sizeof out_dir, "run.out_dir=%s", g_tmp);
     snprintf(out, sizeof out, "%s/kill.log", g_tmp);
     snprintf(ckpt, sizeof ckpt, "%s/kill/checkpoints/paramserver-0.safetensors", g_tmp);
-    char *argv[] = {(char *)fleet_bin(), "run", cfg, "--set", out_dir, "--set", "run.name=kill",
-                    "--set", "learner.mode=gorila", "--set", "learner.count=2", "--set", "paramserver.shards=2",
-                    "--set", "run.stop_at_target=false", "--set", "run.checkpoint_every=1",
-                    "--set", "run.max_seconds=25", NULL};
+    char *argv[] = {(char *)fleet_bin(),
+                    "run",
+                    cfg,
+                    "--set",
+                    out_dir,
+                    "--set",
+                    "run.name=kill",
+                    "--set",
+                    "learner.mode=gorila",
+                    "--set",
+                    "learner.count=2",
+                    "--set",
+                    "paramserver.shards=2",
+                    "--set",
+                    "run.stop_at_target=false",
+                    "--set",
+                    "run.checkpoint_every=1",
+                    "--set",
+                    "run.max_seconds=25",
+                    NULL};
     pid_t pid = start_process(argv, out);
     assert_true(pid > 0);
     int status = 0, done = 0;
@@ -227,9 +243,9 @@ static void test_apex_learners_need_mpirun(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_two_learners_two_shards),   cmocka_unit_test(test_slow_learner_dropped),
-        cmocka_unit_test(test_slow_learner_waited_for),   cmocka_unit_test(test_one_bit_pushes),
-        cmocka_unit_test(test_killed_shard_restored),    cmocka_unit_test(test_apex_learners_need_mpirun),
+        cmocka_unit_test(test_two_learners_two_shards), cmocka_unit_test(test_slow_learner_dropped),
+        cmocka_unit_test(test_slow_learner_waited_for), cmocka_unit_test(test_one_bit_pushes),
+        cmocka_unit_test(test_killed_shard_restored),   cmocka_unit_test(test_apex_learners_need_mpirun),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -6,8 +6,8 @@
  * bridge: every service must bind its own host's address (never loopback, never
  * 0.0.0.0), the roles must find each other through the addresses gathered over MPI,
  * and the two apex learners, one per host, average their gradients over MPI between
- * the hosts; the gRPC calls use TLS and tokens with per-job credentials. Skips where it cannot make namespaces (not root, no iproute2 or unshare,
- * a container without the capability) or fleet has no MPI. */
+ * the hosts; the gRPC calls use TLS and tokens with per-job credentials. Skips where it cannot make namespaces (not
+ * root, no iproute2 or unshare, a container without the capability) or fleet has no MPI. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,8 +18,7 @@
 #include "tests/run_util.h"
 
 #define NHOSTS 4 /* hostA .. hostD; the two-host tests use the first two */
-static char g_tmp[256], g_ns[NHOSTS][32], g_br[16], g_net[32], g_mpirun[512], g_agent[400], g_hosts[400],
-    g_hosts4[400];
+static char g_tmp[256], g_ns[NHOSTS][32], g_br[16], g_net[32], g_mpirun[512], g_agent[400], g_hosts[400], g_hosts4[400];
 static int g_ready;
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -31,7 +30,6 @@ static int sh(const char *fmt, ...) {
     va_end(ap);
     return system(cmd);
 }
-
 
 static void remove_hosts(void) {
     for (int h = 0; h < NHOSTS; h++) sh("ip netns del %s > /dev/null 2>&1", g_ns[h]);
@@ -63,9 +61,10 @@ static int make_hosts(void) {
             "host=$1; shift\n"
             "case $host in\n");
     for (int h = 0; h < NHOSTS; h++) fprintf(f, "  %s.1%d) ns=%s; name=host%c ;;\n", g_net, h + 1, g_ns[h], 'A' + h);
-    fprintf(f, "  *) echo \"agent: unknown host $host\" >&2; exit 1 ;;\n"
-               "esac\n"
-               "exec ip netns exec $ns unshare --uts sh -c \"hostname $name; $*\"\n");
+    fprintf(f,
+            "  *) echo \"agent: unknown host $host\" >&2; exit 1 ;;\n"
+            "esac\n"
+            "exec ip netns exec $ns unshare --uts sh -c \"hostname $name; $*\"\n");
     fclose(f);
     chmod(g_agent, 0755);
     snprintf(g_hosts, sizeof g_hosts, "%s/hosts", g_tmp);
@@ -97,7 +96,8 @@ static int setup(void **state) {
     (void)state;
     snprintf(g_tmp, sizeof g_tmp, "/tmp/fleet-hosts-XXXXXX");
     if (!mkdtemp(g_tmp)) return -1;
-    g_ready = geteuid() == 0 && find_mpirun(g_mpirun, sizeof g_mpirun) && sh("command -v ip > /dev/null && command -v unshare > /dev/null") == 0;
+    g_ready = geteuid() == 0 && find_mpirun(g_mpirun, sizeof g_mpirun) &&
+              sh("command -v ip > /dev/null && command -v unshare > /dev/null") == 0;
     if (g_ready && make_hosts() != 0) {
         fprintf(stderr, "cannot make four network namespaces here; the hosts tests will skip\n");
         remove_hosts();
@@ -120,9 +120,25 @@ static int teardown(void **state) {
 static char g_oob[64];
 static int hosts_launcher(const char *hostfile, const char *np, const char **argv) {
     snprintf(g_oob, sizeof g_oob, "%s.0/24", g_net);
-    const char *words[HOSTS_ARGC] = {g_mpirun, "--allow-run-as-root", "--hostfile", hostfile, "--mca", "plm_rsh_agent",
-                                     g_agent, "--mca", "oob_tcp_if_include", g_oob, "--mca", "btl_tcp_if_include",
-                                     g_oob, "--map-by", "node", "--bind-to", "none", "-np", np};
+    const char *words[HOSTS_ARGC] = {g_mpirun,
+                                     "--allow-run-as-root",
+                                     "--hostfile",
+                                     hostfile,
+                                     "--mca",
+                                     "plm_rsh_agent",
+                                     g_agent,
+                                     "--mca",
+                                     "oob_tcp_if_include",
+                                     g_oob,
+                                     "--mca",
+                                     "btl_tcp_if_include",
+                                     g_oob,
+                                     "--map-by",
+                                     "node",
+                                     "--bind-to",
+                                     "none",
+                                     "-np",
+                                     np};
     memcpy(argv, words, sizeof words);
     return HOSTS_ARGC;
 }
@@ -152,8 +168,9 @@ static void test_fleet_across_two_hosts(void **state) {
     int rc = run_two_hosts("two", sets, 3, &log);
     assert_non_null(log);
     assert_int_equal(rc, 0);
-    assert_non_null(strstr(log, "0:launcher@hostA 1:replay 0@hostB 2:paramserver 0@hostA 3:learner 0@hostB "
-                                "4:learner 1@hostA 5:actor 0@hostB 6:actor 1@hostA"));
+    assert_non_null(strstr(log,
+                           "0:launcher@hostA 1:replay 0@hostB 2:paramserver 0@hostA 3:learner 0@hostB "
+                           "4:learner 1@hostA 5:actor 0@hostB 6:actor 1@hostA"));
     char want[128];
     snprintf(want, sizeof want, "replay shard 0 serving on %s.12:", g_net); /* hostB's own address */
     assert_non_null(strstr(log, want));
@@ -208,9 +225,9 @@ static void test_32_actors_on_four_hosts(void **state) {
         fprintf(stderr, "SKIP: no MPI, not root, or no network namespaces here\n");
         skip();
     }
-    const char *sets[] = {"actor.count=32",        "replay.shards=4",          "paramserver.shards=2",
-                          "env.num_envs=1",        "actor.sched_idle=true",    "run.evaluators=0",
-                          "run.max_seconds=40",    "run.stop_at_target=false", "run.checkpoints=false"};
+    const char *sets[] = {"actor.count=32",     "replay.shards=4",          "paramserver.shards=2",
+                          "env.num_envs=1",     "actor.sched_idle=true",    "run.evaluators=0",
+                          "run.max_seconds=40", "run.stop_at_target=false", "run.checkpoints=false"};
     char *log = NULL;
     int rc = run_on_hosts(g_hosts4, "40", "many", sets, (int)(sizeof sets / sizeof sets[0]), &log);
     assert_non_null(log);
@@ -288,7 +305,7 @@ static void test_actors_join_from_other_hosts(void **state) {
     }
     const char *launcher[HOSTS_ARGC];
     const int nl = hosts_launcher(g_hosts, "5", launcher);
-    const char *sets[] = {"actor.count=1", "run.evaluators=0", "run.max_seconds=50", "run.stop_at_target=false",
+    const char *sets[] = {"actor.count=1", "run.evaluators=0",     "run.max_seconds=50", "run.stop_at_target=false",
                           "run.hang_s=16", "run.checkpoints=false"};
     pid_t fleet = start_fleet_at(g_tmp, launcher, nl, "joins", sets, (int)(sizeof sets / sizeof sets[0]));
     char run_dir[400], addr_file[450], tls_copy[450];
@@ -323,7 +340,7 @@ static void test_actors_join_from_other_hosts(void **state) {
     /* hostD is lost: every process in its namespace, mpirun and the actors alike */
     assert_int_equal(sh("ip netns pids %s | xargs -r kill -9", g_ns[3]), 0);
     waitpid(d, NULL, 0);
-    sleep(12); /* past half of run.hang_s: the two are counted lost */
+    sleep(12);                                /* past half of run.hang_s: the two are counted lost */
     pid_t d2 = start_process(argv_d, out_d2); /* the host is back, its actors join again */
     int sc = wait_process(c, 120);
     int sd2 = wait_process(d2, 120);
@@ -419,8 +436,8 @@ static void test_lost_replay_host_then_resume(void **state) {
     fprintf(stderr, "---- resumed ----\n%s\n", log2 ? log2 : "");
     assert_true(st2 != -1 && WIFEXITED(st2) && WEXITSTATUS(st2) == 0);
     assert_non_null(strstr(log2, "  resume       "));
-    assert_non_null(strstr(log2, "resumed from"));      /* the actors, from their state files */
-    assert_non_null(strstr(log2, "recovered"));          /* the replay shard, from its checkpoint and log */
+    assert_non_null(strstr(log2, "resumed from")); /* the actors, from their state files */
+    assert_non_null(strstr(log2, "recovered"));    /* the replay shard, from its checkpoint and log */
     char *sum = summary_at(g_tmp, "lost");
     assert_non_null(sum);
     assert_int_equal(summary_u64(sum, "exit_code"), 0);

@@ -78,9 +78,8 @@ static unsigned long long roles_max(const char *roles, int index, int col) {
 
 static void test_actors_come_and_go(void **unused) {
     (void)unused;
-    const char *sets[] = {"actor.count=1",         "run.max_seconds=45",   "run.stop_at_target=false",
-                          "run.evaluators=0",      "run.hang_s=16",        "run.checkpoints=false",
-                          "run.log_level=info"};
+    const char *sets[] = {"actor.count=1", "run.max_seconds=45",    "run.stop_at_target=false", "run.evaluators=0",
+                          "run.hang_s=16", "run.checkpoints=false", "run.log_level=info"};
     pid_t fleet = start_fleet_at(g_tmp, NULL, 0, "join", sets, (int)(sizeof sets / sizeof sets[0]));
     char run_dir[400], addr_file[450];
     snprintf(run_dir, sizeof run_dir, "%s/join", g_tmp);
@@ -137,7 +136,7 @@ static void test_actors_come_and_go(void **unused) {
     char *roles = run_file_at(g_tmp, "join", "roles.csv");
     assert_non_null(roles);
     for (int i = 1; i <= 3; i++) {
-        assert_true(roles_max(roles, i, 3) > 100);                 /* env_steps */
+        assert_true(roles_max(roles, i, 3) > 100); /* env_steps */
     }
     free(roles);
     free(sum);

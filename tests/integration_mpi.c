@@ -23,7 +23,9 @@ static char g_mpirun[512]; /* its path, found on PATH */
 static const char *const MPIRUN[] = {g_mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np"};
 #define NMPIRUN 6
 
-static int have_mpirun(void) { return find_mpirun(g_mpirun, sizeof g_mpirun); }
+static int have_mpirun(void) {
+    return find_mpirun(g_mpirun, sizeof g_mpirun);
+}
 
 static int setup(void **state) {
     (void)state;
@@ -37,12 +39,12 @@ static int teardown(void **state) {
     return 0;
 }
 
-#define SKIP_WITHOUT_MPI()                                                                   \
-    do {                                                                                     \
-        if (!have_mpirun()) {                                                                \
+#define SKIP_WITHOUT_MPI()                                                                    \
+    do {                                                                                      \
+        if (!have_mpirun()) {                                                                 \
             fprintf(stderr, "SKIP: fleet built without MPI, or no mpirun on this machine\n"); \
-            skip();                                                                          \
-        }                                                                                    \
+            skip();                                                                           \
+        }                                                                                     \
     } while (0)
 
 /* The config's path, the run.out_dir override and the log path of a run NAME. */
@@ -57,8 +59,7 @@ static void paths_for(const char *name, paths_t *p) {
 }
 
 /* mpirun -np NP fleet run ... */
-static int run_mpi(const char *np, const char *name, const char *const *sets, int nsets, double timeout_s,
-                   char **log) {
+static int run_mpi(const char *np, const char *name, const char *const *sets, int nsets, double timeout_s, char **log) {
     const char *launcher[NMPIRUN + 1];
     for (int i = 0; i < NMPIRUN; i++) launcher[i] = MPIRUN[i];
     launcher[NMPIRUN] = np;
@@ -96,8 +97,8 @@ static void check_fleet(const char *name, const char *log, int learners) {
 static void test_spmd_fleet(void **state) {
     (void)state;
     SKIP_WITHOUT_MPI();
-    const char *sets[] = {"replay.shards=2", "paramserver.shards=2", "learner.count=2", "actor.count=2",
-                          "run.max_seconds=20", "run.stop_at_target=false"};
+    const char *sets[] = {"replay.shards=2", "paramserver.shards=2", "learner.count=2",
+                          "actor.count=2",   "run.max_seconds=20",   "run.stop_at_target=false"};
     char *log = NULL;
     int rc = run_mpi("9", "spmd", sets, 6, 300, &log);
     assert_non_null(log);
@@ -136,8 +137,8 @@ static void test_per_job_credentials(void **state) {
     char path[600];
     snprintf(path, sizeof path, "%s/tls/tls", g_tmp);
     assert_int_equal(mode_of(path), 0700);
-    static const char *const files[][2] = {{"ca.pem", "644"},   {"fleet.pem", "644"}, {"fleet.key", "600"},
-                                           {"token", "600"},    {"learner.token", "600"}};
+    static const char *const files[][2] = {
+        {"ca.pem", "644"}, {"fleet.pem", "644"}, {"fleet.key", "600"}, {"token", "600"}, {"learner.token", "600"}};
     for (int i = 0; i < 5; i++) {
         snprintf(path, sizeof path, "%s/tls/tls/%s", g_tmp, files[i][0]);
         assert_int_equal(mode_of(path), (int)strtol(files[i][1], NULL, 8));
@@ -154,8 +155,8 @@ static void test_mpmd_fleet(void **state) {
     SKIP_WITHOUT_MPI();
     paths_t p;
     paths_for("mpmd", &p);
-    static const char *const roles[][2] = {{"launcher", "1"}, {"replay", "2"}, {"paramserver", "2"},
-                                           {"learner", "1"},  {"actor", "2"}};
+    static const char *const roles[][2] = {
+        {"launcher", "1"}, {"replay", "2"}, {"paramserver", "2"}, {"learner", "1"}, {"actor", "2"}};
     char *argv[128];
     int n = 0;
     argv[n++] = g_mpirun;
@@ -210,12 +211,14 @@ static void test_print_mpirun(void **state) {
     (void)state;
     char cfg[1024];
     snprintf(cfg, sizeof cfg, "%s/configs/cartpole.ini", fleet_source_dir());
-    char *argv[] = {(char *)fleet_bin(), "run", cfg, "--set", "replay.shards=3", "--set", "learner.count=2",
-                    "--print-mpirun", "--hostfile", "myhosts", NULL};
+    char *argv[] = {
+        (char *)fleet_bin(), "run",        cfg,       "--set", "replay.shards=3", "--set", "learner.count=2",
+        "--print-mpirun",    "--hostfile", "myhosts", NULL};
     char *out = NULL;
     assert_int_equal(run_capture(argv, 30, &out), 0);
     assert_non_null(out);
-    assert_non_null(strstr(out, "# 9 ranks: rank 0 the launcher, 3 replay, 1 parameter-server, 2 learner (apex), 2 actor"));
+    assert_non_null(
+        strstr(out, "# 9 ranks: rank 0 the launcher, 3 replay, 1 parameter-server, 2 learner (apex), 2 actor"));
     assert_non_null(strstr(out, "mpirun --hostfile myhosts --bind-to none -np 9 "));
     assert_non_null(strstr(out, " run "));
     assert_non_null(strstr(out, "configs/cartpole.ini\n"));
@@ -246,7 +249,8 @@ static pid_t find_actor(const char *name) {
         if (a1 >= buf + len || strcmp(a1, "actor") != 0) continue;
         int index1 = 0;
         for (const char *p = a1; p < buf + len; p += strlen(p) + 1)
-            if (strcmp(p, "--index") == 0 && p + strlen(p) + 1 < buf + len) index1 = strcmp(p + strlen(p) + 1, "1") == 0;
+            if (strcmp(p, "--index") == 0 && p + strlen(p) + 1 < buf + len)
+                index1 = strcmp(p + strlen(p) + 1, "1") == 0;
         if (!index1) continue;
         snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
         f = fopen(path, "r");
@@ -278,9 +282,27 @@ static pid_t start_and_kill_actor(const char *name, const char *max_seconds, con
     snprintf(run_name, sizeof run_name, "run.name=%s", name);
     snprintf(secs, sizeof secs, "run.max_seconds=%s", max_seconds);
     snprintf(restarts, sizeof restarts, "run.max_restarts=%s", max_restarts);
-    char *argv[] = {g_mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "6",
-                    (char *)fleet_bin(), "run", p->cfg, "--set", p->out_dir, "--set", run_name, "--set", secs, "--set",
-                    restarts, "--set", "run.stop_at_target=false", NULL};
+    char *argv[] = {g_mpirun,
+                    "--allow-run-as-root",
+                    "--oversubscribe",
+                    "--bind-to",
+                    "none",
+                    "-np",
+                    "6",
+                    (char *)fleet_bin(),
+                    "run",
+                    p->cfg,
+                    "--set",
+                    p->out_dir,
+                    "--set",
+                    run_name,
+                    "--set",
+                    secs,
+                    "--set",
+                    restarts,
+                    "--set",
+                    "run.stop_at_target=false",
+                    NULL};
     pid_t job = start_process(argv, p->out);
     *actor = 0;
     for (int i = 0; i < 600 && !*actor; i++) {
@@ -342,9 +364,27 @@ static void test_hung_actor_restarted(void **state) {
     SKIP_WITHOUT_MPI();
     paths_t p;
     paths_for("hung", &p);
-    char *argv[] = {g_mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "6",
-                    (char *)fleet_bin(), "run", p.cfg, "--set", p.out_dir, "--set", "run.name=hung", "--set",
-                    "run.max_seconds=40", "--set", "run.hang_s=6", "--set", "run.stop_at_target=false", NULL};
+    char *argv[] = {g_mpirun,
+                    "--allow-run-as-root",
+                    "--oversubscribe",
+                    "--bind-to",
+                    "none",
+                    "-np",
+                    "6",
+                    (char *)fleet_bin(),
+                    "run",
+                    p.cfg,
+                    "--set",
+                    p.out_dir,
+                    "--set",
+                    "run.name=hung",
+                    "--set",
+                    "run.max_seconds=40",
+                    "--set",
+                    "run.hang_s=6",
+                    "--set",
+                    "run.stop_at_target=false",
+                    NULL};
     pid_t job = start_process(argv, p.out);
     pid_t actor = 0;
     for (int i = 0; i < 600 && !actor; i++) {
@@ -397,12 +437,14 @@ static void test_dead_role_ends_job(void **state) {
     char *log = read_file(p.out);
     assert_non_null(log);
     fprintf(stderr, "---- die (tail) ----\n%s\n", strlen(log) > 4000 ? log + strlen(log) - 4000 : log);
-    assert_true(status != -1);                                 /* ended, did not hang */
+    assert_true(status != -1);                                  /* ended, did not hang */
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 0); /* and says it failed */
     char host[128], want[256];
     gethostname(host, sizeof host);
-    snprintf(want, sizeof want, "actor 1 (rank 5 on %s, pid %d) was killed by signal 9 (Killed); not restarted: "
-             "run.max_restarts = 0", host, (int)actor);
+    snprintf(want, sizeof want,
+             "actor 1 (rank 5 on %s, pid %d) was killed by signal 9 (Killed); not restarted: "
+             "run.max_restarts = 0",
+             host, (int)actor);
     assert_non_null(strstr(log, want));
     char *sum = summary_at(g_tmp, "die");
     assert_non_null(sum);
@@ -414,14 +456,10 @@ static void test_dead_role_ends_job(void **state) {
 int main(void) {
     no_leak_checks_under_mpirun();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spmd_fleet),
-        cmocka_unit_test(test_mpmd_fleet),
-        cmocka_unit_test(test_per_job_credentials),
-        cmocka_unit_test(test_wrong_rank_count),
-        cmocka_unit_test(test_print_mpirun),
-        cmocka_unit_test(test_dead_role_ends_job),
-        cmocka_unit_test(test_dead_actor_restarted),
-        cmocka_unit_test(test_hung_actor_restarted),
+        cmocka_unit_test(test_spmd_fleet),           cmocka_unit_test(test_mpmd_fleet),
+        cmocka_unit_test(test_per_job_credentials),  cmocka_unit_test(test_wrong_rank_count),
+        cmocka_unit_test(test_print_mpirun),         cmocka_unit_test(test_dead_role_ends_job),
+        cmocka_unit_test(test_dead_actor_restarted), cmocka_unit_test(test_hung_actor_restarted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -160,8 +160,10 @@ static void test_learns_gridgame(void **state) {
     assert_non_null(kv_get(sum, "eval_return_mean", v, sizeof v));
     double eret = atof(v);
     assert_non_null(kv_get(sum, "mean_return_100", v, sizeof v));
-    fprintf(stderr, "fleet: greedy evaluation return %.3f, training return %s (last 100 episodes, with exploration; "
-                    "random %.3f, best possible ~0.68)\n", eret, v, random_return);
+    fprintf(stderr,
+            "fleet: greedy evaluation return %.3f, training return %s (last 100 episodes, with exploration; "
+            "random %.3f, best possible ~0.68)\n",
+            eret, v, random_return);
     assert_true(eret >= random_return + 2.5);
     /* The run stopped because the evaluator's greedy return (10 episodes) reached
      * run.target_return (0.55, near the best possible 0.68); the training episodes'
@@ -208,7 +210,7 @@ static void test_bad_env_args_are_reported(void **state) {
     assert_non_null(strstr(log, "env 'gridgame' (instance 0) rejected its options"));
     assert_non_null(strstr(log, "args = \"slip=5\""));
     assert_non_null(strstr(log, "not restarted: exit status 2 is a usage or configuration error"));
-    assert_null(strstr(log, "[run] restarted ")); /* no role was restarted */
+    assert_null(strstr(log, "[run] restarted "));  /* no role was restarted */
     assert_null(strstr(log, "lists the options")); /* the role's hint is for commands typed by hand */
     free(log);
 }

@@ -88,8 +88,9 @@ static void test_ctrl_c_then_resume(void **state) {
     snprintf(dir, sizeof dir, "%s/exp", g_tmp);
     char od[600], nm[64] = "run.name=exp";
     snprintf(od, sizeof od, "run.out_dir=%s", g_tmp);
-    char *argv1[] = {(char *)fleet_bin(), "run", cfg, "--set", od, "--set", nm, "--set", "run.stop_at_target=false",
-                     "--set", "run.max_seconds=120", NULL};
+    char *argv1[] = {
+        (char *)fleet_bin(),   "run", cfg, "--set", od, "--set", nm, "--set", "run.stop_at_target=false", "--set",
+        "run.max_seconds=120", NULL};
     snprintf(out, sizeof out, "%s/first.log", g_tmp);
     pid_t pid = start_process(argv1, out);
     /* Until a few progress rows and an evaluation are written. */

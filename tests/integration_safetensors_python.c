@@ -28,10 +28,14 @@ static char g_dir[64];
 static char g_env[2048]; /* "PYTHONPATH=... " prefix for commands */
 static const char *g_python;
 
-static int run(const char *cmd) { return py_shell(cmd); }
+static int run(const char *cmd) {
+    return py_shell(cmd);
+}
 
 /* Finds a python3 that imports numpy and safetensors, installing them if it must. */
-static int find_python(void) { return py_find("numpy, safetensors.numpy", "numpy safetensors", g_env, sizeof g_env, &g_python); }
+static int find_python(void) {
+    return py_find("numpy, safetensors.numpy", "numpy safetensors", g_env, sizeof g_env, &g_python);
+}
 
 static int64_t pattern(int64_t k, int unsigned_type) {
     int64_t v = (k * 7 + 3) % 251;

@@ -29,7 +29,9 @@ static int run_fleet(const char *name, const char *const *sets, int nsets, doubl
     return run_fleet_at(g_tmp, NULL, 0, name, sets, nsets, timeout_s, log);
 }
 
-static char *summary_of(const char *name) { return summary_at(g_tmp, name); }
+static char *summary_of(const char *name) {
+    return summary_at(g_tmp, name);
+}
 
 /* Two shards, two actors: each shard gets one actor's inserts and serves the learner. */
 static void test_two_shards_train(void **state) {

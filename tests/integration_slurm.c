@@ -33,7 +33,8 @@ static int setup(void **state) {
         snprintf(g_skip, sizeof g_skip, "fleet was built without MPI");
         return 0;
     }
-    if (system("command -v munged && command -v slurmctld && command -v slurmd && command -v sbatch > /dev/null") != 0) {
+    if (system("command -v munged && command -v slurmctld && command -v slurmd && command -v sbatch > /dev/null") !=
+        0) {
         snprintf(g_skip, sizeof g_skip, "slurm-wlm and munge are not installed (scripts/setup.sh installs them)");
         return 0;
     }

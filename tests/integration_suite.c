@@ -42,8 +42,8 @@ static double summary_num(const char *sum, const char *key) {
     return strtod(p + strlen(pat), NULL);
 }
 
-#define SUITE_SETS                                                                                             \
-    "--set run.out_dir=out --set run.max_seconds=4 --set run.stop_at_target=false --set eval.every=0.5 "      \
+#define SUITE_SETS                                                                                       \
+    "--set run.out_dir=out --set run.max_seconds=4 --set run.stop_at_target=false --set eval.every=0.5 " \
     "--set run.checkpoints=false"
 
 static void test_two_seeds(void **state) {
@@ -94,9 +94,9 @@ static void test_two_seeds(void **state) {
             f[k] = strtod(p, NULL);
             p = strchr(p, ',') + 1;
         }
-        assert_true(f[0] == 0);                                               /* exit_code */
-        assert_true(fabs(f[3] - summary_num(sum, "env_steps")) < 0.5);        /* env_steps */
-        assert_true(fabs(f[5] - summary_num(sum, "evaluations")) < 0.5);      /* evaluations */
+        assert_true(f[0] == 0);                                          /* exit_code */
+        assert_true(fabs(f[3] - summary_num(sum, "env_steps")) < 0.5);   /* env_steps */
+        assert_true(fabs(f[5] - summary_num(sum, "evaluations")) < 0.5); /* evaluations */
         assert_true(summary_num(sum, "evaluations") >= 1);
         assert_true(fabs(f[6] - summary_num(sum, "eval_return_mean")) < 0.01); /* final_return */
         finals[s - 1] = f[6];

@@ -41,17 +41,24 @@ static char g_dir[64];
 static char g_env[2048]; /* "PYTHONPATH=... " prefix for commands */
 static const char *g_python;
 
-static int run_cmd(const char *cmd) { return py_shell(cmd); }
+static int run_cmd(const char *cmd) {
+    return py_shell(cmd);
+}
 
 /* Finds a python3 that imports tensorboard, installing them if it must. */
-static int find_python(void) { return py_find("numpy, tensorboard.backend.event_processing.event_accumulator", "tensorboard", g_env, sizeof g_env, &g_python); }
+static int find_python(void) {
+    return py_find("numpy, tensorboard.backend.event_processing.event_accumulator", "tensorboard", g_env, sizeof g_env,
+                   &g_python);
+}
 
 enum { K = 300, EVAL_EVERY = 10 };
 
 static int64_t step_of(int k) {
     return k < 250 ? 97 * (int64_t)k : ((int64_t)1 << 32) - 5 + (int64_t)(k - 250) * ((int64_t)1 << 35);
 }
-static double wall_of(int k) { return 1700000000.0 + k * 0.37 + 0.001; }
+static double wall_of(int k) {
+    return 1700000000.0 + k * 0.37 + 0.001;
+}
 
 static void test_tensorboard_reads_fleet(void **state) {
     (void)state;

@@ -54,8 +54,19 @@ static void dump(const char *path) {
 static pid_t start_replay(const char *creds, const char *log, char *addr, size_t len) {
     char fd_arg[16], tls[300];
     snprintf(tls, sizeof tls, "run.tls_dir=%s", creds);
-    char *argv[] = {(char *)fleet_bin(), "replay", "--listen", "127.0.0.1:0", "--ready-fd", fd_arg, "--set", tls,
-                    "--set", "replay.capacity=1000", "--set", "replay.min_size_to_sample=100", NULL};
+    char *argv[] = {(char *)fleet_bin(),
+                    "replay",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--ready-fd",
+                    fd_arg,
+                    "--set",
+                    tls,
+                    "--set",
+                    "replay.capacity=1000",
+                    "--set",
+                    "replay.min_size_to_sample=100",
+                    NULL};
     pid_t pid = start_service_process(argv, fd_arg, log, 120, addr, len);
     assert_true(pid > 0);
     if (!addr[0]) {

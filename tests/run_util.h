@@ -88,7 +88,9 @@ static inline char *run_file_at(const char *tmp, const char *name, const char *f
     return read_file(path);
 }
 
-static inline char *summary_at(const char *tmp, const char *name) { return run_file_at(tmp, name, "summary.txt"); }
+static inline char *summary_at(const char *tmp, const char *name) {
+    return run_file_at(tmp, name, "summary.txt");
+}
 
 /* The comma-separated unsigned values of `key` in the summary; returns how many. */
 static inline int summary_list(const char *sum, const char *key, unsigned long long *v, int max) {

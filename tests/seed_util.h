@@ -15,19 +15,19 @@
 
 static uint64_t g_seed;
 
-#define SEED_NOTE()                                                                                           \
-    print_error("seed %llu (replay with FLEET_TEST_SEED=%llu): ", (unsigned long long)g_seed,                 \
+#define SEED_NOTE()                                                                           \
+    print_error("seed %llu (replay with FLEET_TEST_SEED=%llu): ", (unsigned long long)g_seed, \
                 (unsigned long long)g_seed)
 
-#define CHECK_CLOSE(got, want, atol, rtol, ...)                                                               \
-    do {                                                                                                      \
-        const double got_ = (got), want_ = (want);                                                            \
-        if (!(fabs(got_ - want_) <= (atol) + (rtol) * fabs(want_))) {                                         \
-            SEED_NOTE();                                                                                      \
-            print_error(__VA_ARGS__);                                                                         \
-            print_error(": got %.9g, expected %.9g\n", got_, want_);                                          \
-            fail();                                                                                           \
-        }                                                                                                     \
+#define CHECK_CLOSE(got, want, atol, rtol, ...)                      \
+    do {                                                             \
+        const double got_ = (got), want_ = (want);                   \
+        if (!(fabs(got_ - want_) <= (atol) + (rtol)*fabs(want_))) {  \
+            SEED_NOTE();                                             \
+            print_error(__VA_ARGS__);                                \
+            print_error(": got %.9g, expected %.9g\n", got_, want_); \
+            fail();                                                  \
+        }                                                            \
     } while (0)
 
 static void pick_seed(void) {

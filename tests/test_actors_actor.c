@@ -200,12 +200,12 @@ typedef struct control {
     pthread_mutex_t mu;
     fl_rpc_server_t *srv;
     char addr[64];
-    int stop_after;  /* answer stop = true from this many reports on (0 = never) */
+    int stop_after; /* answer stop = true from this many reports on (0 = never) */
     int reports;
-    int bad;         /* reports from another role or index */
+    int bad; /* reports from another role or index */
     uint32_t want_index;
     uint64_t episodes_listed; /* episode returns delivered, over all reports */
-    Fleet__Report last; /* scalar fields of the last report */
+    Fleet__Report last;       /* scalar fields of the last report */
     double min_epsilon, max_epsilon;
 } control_t;
 
@@ -262,7 +262,7 @@ typedef struct fixture {
     replay_fixture_t replay;
     fl_paramserver_service_t *ps;
     char ps_addr[128];
-    fl_qnet_t *published;    /* the network whose parameters were published */
+    fl_qnet_t *published; /* the network whose parameters were published */
     uint64_t version;
 } fixture_t;
 
@@ -303,8 +303,8 @@ static void fixture_start_wrapped(fixture_t *f, int num_envs, int count, const c
     f->version = 7;
     fl_param_client_t *pc = NULL;
     if (fl_param_client_create(f->ps_addr, &pc, &err) != FL_OK ||
-        fl_param_publish(pc, f->version, fl_qnet_params(f->published), fl_qnet_num_params(f->published), 5000,
-                         &err) != FL_OK)
+        fl_param_publish(pc, f->version, fl_qnet_params(f->published), fl_qnet_num_params(f->published), 5000, &err) !=
+            FL_OK)
         fail_msg("publish: %s", err.msg);
     fl_param_client_destroy(pc);
 }

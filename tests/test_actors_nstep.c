@@ -48,8 +48,8 @@ static void push1(fl_nstep_t *t, int32_t obs_id, int32_t act, float rew, int ter
     push(t, 1, &obs_id, &act, &rew, &te, &tr, &next_id);
 }
 
-static void expect(const fl_nstep_t *t, size_t k, int env, int32_t obs_id, int32_t action, double ret,
-                   double discount, int32_t next_id, int m) {
+static void expect(const fl_nstep_t *t, size_t k, int env, int32_t obs_id, int32_t action, double ret, double discount,
+                   int32_t next_id, int m) {
     fl_nstep_batch_t b;
     fl_nstep_view(t, &b);
     if (k >= b.count) fail_msg("transition %zu expected, only %zu ready", k, b.count);

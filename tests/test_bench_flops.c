@@ -118,7 +118,7 @@ static void test_rates(void **state) {
     for (int i = 0; i < 100; i++) dt[i] = i < 50 ? 0.02 : 0.005; /* 50 steps at 50/s, then 50 at 200/s */
     fl_bench_rate_t r = steps(dt, 100);
     assert_true(fabs(fl_bench_rate_whole(&r) - 100 / 1.25) < 1e-9);
-    assert_true(fabs(fl_bench_rate_best(&r) - 200) < 1e-6); /* windows of 20 steps over 0.1 s at the end */
+    assert_true(fabs(fl_bench_rate_best(&r) - 200) < 1e-6);      /* windows of 20 steps over 0.1 s at the end */
     for (int i = 0; i < 100; i++) dt[i] = i < 50 ? 0.005 : 0.02; /* the other way round */
     r = steps(dt, 100);
     assert_true(fabs(fl_bench_rate_best(&r) - 200) < 1e-6);

@@ -395,9 +395,12 @@ static void test_tile(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gif_small_palettes), cmocka_unit_test(test_gif_dictionary_resets),
-        cmocka_unit_test(test_gif_many_colours_quantized), cmocka_unit_test(test_gif_errors),
-        cmocka_unit_test(test_png_roundtrip), cmocka_unit_test(test_tile),
+        cmocka_unit_test(test_gif_small_palettes),
+        cmocka_unit_test(test_gif_dictionary_resets),
+        cmocka_unit_test(test_gif_many_colours_quantized),
+        cmocka_unit_test(test_gif_errors),
+        cmocka_unit_test(test_png_roundtrip),
+        cmocka_unit_test(test_tile),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

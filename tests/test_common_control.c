@@ -27,10 +27,10 @@ typedef struct {
     Fleet__Report *reports[MAX_REPORTS];
     int n;
     int answer_stop;
-    int hold;          /* handlers wait until released */
-    int released;      /* set by the test */
-    int holding;       /* a handler is waiting */
-    int hold_gave_up;  /* a held handler stopped waiting on its own */
+    int hold;         /* handlers wait until released */
+    int released;     /* set by the test */
+    int holding;      /* a handler is waiting */
+    int hold_gave_up; /* a held handler stopped waiting on its own */
 } control_state;
 
 static fl_status on_report(void *user, const uint8_t *req, size_t len, fl_rpc_reply_t *reply) {
@@ -171,8 +171,15 @@ static void test_reports_carry_episodes_in_order(void **state) {
     fl_reporter_episode(r, 1.5f, 10);
     fl_reporter_episode(r, -2.5f, 20);
     fl_reporter_episode(r, 3.25f, 30);
-    fl_report_t rep = {.env_steps = 100, .episodes = 3, .transitions_acked = 90, .param_version = 5,
-                       .learner_steps = 6, .samples = 7, .loss = 0.25, .wait_fraction = 0.5, .epsilon = 0.4};
+    fl_report_t rep = {.env_steps = 100,
+                       .episodes = 3,
+                       .transitions_acked = 90,
+                       .param_version = 5,
+                       .learner_steps = 6,
+                       .samples = 7,
+                       .loss = 0.25,
+                       .wait_fraction = 0.5,
+                       .epsilon = 0.4};
     fl_reporter_tick(r, &rep, 0); /* the first tick always reports */
     assert_int_equal(report_count(s), 1);
     fl_reporter_tick(r, &rep, 0); /* every_s has not passed */

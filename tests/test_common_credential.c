@@ -73,10 +73,17 @@ static void test_parse(void **state) {
     assert_int_equal(fl_cred_parse(good, &n, tok), 0);
     assert_true(n == 12);
     assert_string_equal(tok, "0123456789abcdef0123456789abcdef");
-    const char *bad[] = {NULL, "", "12", "12:", ":0123456789abcdef0123456789abcdef",
-                         "0:0123456789abcdef0123456789abcdef", "12:0123456789abcdef0123456789abcde",
-                         "12:0123456789abcdef0123456789abcdef0", "12:0123456789ABCDEF0123456789abcdef",
-                         "x2:0123456789abcdef0123456789abcdef", "12;0123456789abcdef0123456789abcdef",
+    const char *bad[] = {NULL,
+                         "",
+                         "12",
+                         "12:",
+                         ":0123456789abcdef0123456789abcdef",
+                         "0:0123456789abcdef0123456789abcdef",
+                         "12:0123456789abcdef0123456789abcde",
+                         "12:0123456789abcdef0123456789abcdef0",
+                         "12:0123456789ABCDEF0123456789abcdef",
+                         "x2:0123456789abcdef0123456789abcdef",
+                         "12;0123456789abcdef0123456789abcdef",
                          "99999999999999999999:0123456789abcdef0123456789abcdef"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) assert_int_equal(fl_cred_parse(bad[i], &n, tok), -1);
 

@@ -1,10 +1,9 @@
 /* common/pbwalk.h: protobuf wire format read in place, over one buffer or segments.
  * A message protobuf-c packed walks to the same fields and values (its Tensor through
- * fl_pb_read_tensor) however its bytes are cut (single bytes, empty segments between them); copies and seeks across segment
- * boundaries, forward and back; malformed input (an unterminated or 11-byte varint, a
- * length past the end, wire types 3, 4, 6 and 7, a key over 5 bytes, field number 0, a
- * nested message past its parent) is refused without reading out of bounds; a 5-byte
- * key holds a 32-bit field number, as protobuf-c reads it. */
+ * fl_pb_read_tensor) however its bytes are cut (single bytes, empty segments between them); copies and seeks across
+ * segment boundaries, forward and back; malformed input (an unterminated or 11-byte varint, a length past the end, wire
+ * types 3, 4, 6 and 7, a key over 5 bytes, field number 0, a nested message past its parent) is refused without reading
+ * out of bounds; a 5-byte key holds a 32-bit field number, as protobuf-c reads it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -13,16 +13,18 @@
 
 #include "common/procmem.h"
 
-static const char ROLLUP[] = "55d0c0a00000-7ffd2b1fe000 ---p 00000000 00:00 0                          [rollup]\n"
-                             "Rss:               30720 kB\n"
-                             "Pss:               12000 kB\n"
-                             "Shared_Clean:      23000 kB\n"
-                             "Shared_Dirty:          0 kB\n"
-                             "Private_Clean:      1200 kB\n"
-                             "Private_Dirty:      6520 kB\n";
+static const char ROLLUP[] =
+    "55d0c0a00000-7ffd2b1fe000 ---p 00000000 00:00 0                          [rollup]\n"
+    "Rss:               30720 kB\n"
+    "Pss:               12000 kB\n"
+    "Shared_Clean:      23000 kB\n"
+    "Shared_Dirty:          0 kB\n"
+    "Private_Clean:      1200 kB\n"
+    "Private_Dirty:      6520 kB\n";
 
-static const char STATUS[] = "Name:\tfleet\nVmPeak:\t  300000 kB\nVmRSS:\t   30720 kB\nRssAnon:\t    7000 kB\n"
-                             "RssFile:\t   23720 kB\n";
+static const char STATUS[] =
+    "Name:\tfleet\nVmPeak:\t  300000 kB\nVmRSS:\t   30720 kB\nRssAnon:\t    7000 kB\n"
+    "RssFile:\t   23720 kB\n";
 
 static void test_parse_rollup(void **unused) {
     (void)unused;
@@ -49,9 +51,8 @@ static void test_parse_refuses(void **unused) {
     assert_int_equal(fl_procmem_parse(NULL, NULL, &rss, &priv), -1);
     assert_int_equal(rss, 0);
     assert_int_equal(priv, 0);
-    assert_int_equal(fl_procmem_parse("Rss: many kB\nPrivate_Clean: 1 kB\nPrivate_Dirty: 1 kB\n", "Name: x\n", &rss,
-                                      &priv),
-                     -1);
+    assert_int_equal(
+        fl_procmem_parse("Rss: many kB\nPrivate_Clean: 1 kB\nPrivate_Dirty: 1 kB\n", "Name: x\n", &rss, &priv), -1);
     assert_int_equal(fl_procmem_parse(NULL, "VmRSS:\t-5 kB\n", &rss, &priv), -1);
 }
 
@@ -85,10 +86,8 @@ static void test_cpu_seconds(void **unused) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_rollup),
-        cmocka_unit_test(test_parse_status_fallback),
-        cmocka_unit_test(test_parse_refuses),
-        cmocka_unit_test(test_own_figures),
+        cmocka_unit_test(test_parse_rollup),  cmocka_unit_test(test_parse_status_fallback),
+        cmocka_unit_test(test_parse_refuses), cmocka_unit_test(test_own_figures),
         cmocka_unit_test(test_cpu_seconds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

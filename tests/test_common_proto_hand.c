@@ -47,16 +47,11 @@ static const hand_field_t batch[] = {
 };
 /* fleet.SampleResponse: replay/wire_sample.c (on_response, and the writer's field 1). */
 static const hand_field_t sample[] = {
-    {"batch", 1, PROTOBUF_C_TYPE_MESSAGE, N},
-    {"keys", 2, PROTOBUF_C_TYPE_FIXED64, R},
-    {"weights", 3, PROTOBUF_C_TYPE_FLOAT, R},
-    {"probabilities", 4, PROTOBUF_C_TYPE_DOUBLE, R},
-    {"table_size", 5, PROTOBUF_C_TYPE_UINT64, N},
-    {"total_priority", 6, PROTOBUF_C_TYPE_DOUBLE, N},
-    {"min_priority", 7, PROTOBUF_C_TYPE_DOUBLE, N},
-    {"shard_id", 8, PROTOBUF_C_TYPE_UINT32, N},
-    {"sampling_mass", 9, PROTOBUF_C_TYPE_DOUBLE, N},
-    {"updates_applied", 10, PROTOBUF_C_TYPE_UINT64, N},
+    {"batch", 1, PROTOBUF_C_TYPE_MESSAGE, N},         {"keys", 2, PROTOBUF_C_TYPE_FIXED64, R},
+    {"weights", 3, PROTOBUF_C_TYPE_FLOAT, R},         {"probabilities", 4, PROTOBUF_C_TYPE_DOUBLE, R},
+    {"table_size", 5, PROTOBUF_C_TYPE_UINT64, N},     {"total_priority", 6, PROTOBUF_C_TYPE_DOUBLE, N},
+    {"min_priority", 7, PROTOBUF_C_TYPE_DOUBLE, N},   {"shard_id", 8, PROTOBUF_C_TYPE_UINT32, N},
+    {"sampling_mass", 9, PROTOBUF_C_TYPE_DOUBLE, N},  {"updates_applied", 10, PROTOBUF_C_TYPE_UINT64, N},
     {"updates_stale", 11, PROTOBUF_C_TYPE_UINT64, N},
 };
 /* fleet.FetchResponse and its fleet.ParamSlice: paramserver/client.c (on_response,
@@ -73,12 +68,11 @@ static const hand_field_t slice[] = {
     {"values", 4, PROTOBUF_C_TYPE_MESSAGE, N},
 };
 
-#define MSG(d, nf, f) {&(d), nf, f, sizeof f / sizeof f[0]}
+#define MSG(d, nf, f) \
+    { &(d), nf, f, sizeof f / sizeof f[0] }
 static const hand_message_t messages[] = {
-    MSG(fleet__tensor__descriptor, 3, tensor),
-    MSG(fleet__transition_batch__descriptor, 7, batch),
-    MSG(fleet__sample_response__descriptor, 11, sample),
-    MSG(fleet__fetch_response__descriptor, 3, fetch),
+    MSG(fleet__tensor__descriptor, 3, tensor),           MSG(fleet__transition_batch__descriptor, 7, batch),
+    MSG(fleet__sample_response__descriptor, 11, sample), MSG(fleet__fetch_response__descriptor, 3, fetch),
     MSG(fleet__param_slice__descriptor, 4, slice),
 };
 
@@ -87,17 +81,19 @@ static void test_hand_read_fields_unchanged(void **state) {
     for (size_t m = 0; m < sizeof messages / sizeof messages[0]; m++) {
         const hand_message_t *h = &messages[m];
         if (h->desc->n_fields != h->n_fields)
-            fail_msg("%s has %u fields, the hand code knows %u: look at the code named in "
-                     "tests/test_common_proto_hand.c before changing this count",
-                     h->desc->name, h->desc->n_fields, h->n_fields);
+            fail_msg(
+                "%s has %u fields, the hand code knows %u: look at the code named in "
+                "tests/test_common_proto_hand.c before changing this count",
+                h->desc->name, h->desc->n_fields, h->n_fields);
         for (size_t i = 0; i < h->n; i++) {
             const hand_field_t *f = &h->fields[i];
             const ProtobufCFieldDescriptor *d = protobuf_c_message_descriptor_get_field_by_name(h->desc, f->name);
             if (!d) fail_msg("%s.%s: gone from fleet.proto, and read or written by hand", h->desc->name, f->name);
             if (d->id != f->number || d->type != f->type || d->label != f->label)
-                fail_msg("%s.%s: field %u, type %d, label %d in fleet.proto; the hand code reads field %u, type %d, "
-                         "label %d", h->desc->name, f->name, d->id, (int)d->type, (int)d->label, f->number,
-                         (int)f->type, (int)f->label);
+                fail_msg(
+                    "%s.%s: field %u, type %d, label %d in fleet.proto; the hand code reads field %u, type %d, "
+                    "label %d",
+                    h->desc->name, f->name, d->id, (int)d->type, (int)d->label, f->number, (int)f->type, (int)f->label);
         }
     }
 }

@@ -328,7 +328,6 @@ static void test_stream_handler_error(void **state) {
     assert_int_equal(atomic_load(&g_stream_closes), closes_before + 1);
 }
 
-
 /* With an access token set, a plaintext server takes unary calls and streams only from
  * channels that send it (made while the same token is set): without one, or with another,
  * the call ends UNAUTHENTICATED before its handler runs, over TCP and unix sockets. */
@@ -445,7 +444,8 @@ static void test_connections_per_peer(void **state) {
         skip();
     }
     server_fixture f;
-    fl_rpc_server_opts_t o = {.threads = 2, .prepost = 8, .max_connections_per_peer = 8, .max_connections_other_user = -1};
+    fl_rpc_server_opts_t o = {
+        .threads = 2, .prepost = 8, .max_connections_per_peer = 8, .max_connections_other_user = -1};
     start_server_opts(&f, "127.0.0.1:0", &o);
     int port = atoi(strrchr(f.addr, ':') + 1);
     closes_t other = {port, 30, 2.5};

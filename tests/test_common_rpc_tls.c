@@ -262,7 +262,8 @@ static grpc_status_code call_without_token(const char *addr, char *msg, size_t l
     grpc_metadata_array_destroy(&trailing);
     grpc_call_unref(c);
     grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
     }
     grpc_completion_queue_destroy(cq);
     grpc_channel_destroy(ch);
@@ -401,9 +402,10 @@ static void test_security_is_checked(void **state) {
 
 static void test_loopback_addresses(void **state) {
     (void)state;
-    const char *yes[] = {"127.0.0.1",   "127.0.0.1:0", "127.9.8.7:5000", "localhost", "localhost:80", "LOCALHOST:1",
-                         "[::1]:50051", "::1",         "unix:/tmp/x",    "ipv4:127.0.0.1:9"};
-    const char *no[] = {"0.0.0.0",      "0.0.0.0:0", "10.0.0.5:1", "192.168.1.2",  "[::]:0", "::",
+    const char *yes[] = {"127.0.0.1",    "127.0.0.1:0",     "127.9.8.7:5000", "localhost",
+                         "localhost:80", "LOCALHOST:1",     "[::1]:50051",    "::1",
+                         "unix:/tmp/x",  "ipv4:127.0.0.1:9"};
+    const char *no[] = {"0.0.0.0",       "0.0.0.0:0", "10.0.0.5:1", "192.168.1.2",   "[::]:0", "::",
                         "example.org:1", "",          "128.0.0.1",  "localhost.x:1", "[::2]:5"};
     for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
         if (!fl_rpc_addr_is_loopback(yes[i])) fail_msg("%s should be loopback", yes[i]);

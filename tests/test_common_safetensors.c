@@ -124,12 +124,14 @@ static void test_malformed(void **state) {
     expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, "data_offsets");
     expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,16]}}", 8, "data_offsets");
     expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "cover 4 of the buffer's 8");
-    expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"y\":{\"dtype\":\"F32\",\"shape\":[1],"
-               "\"data_offsets\":[2,6]}}",
-               8, "overlap");
-    expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"x\":{\"dtype\":\"F32\",\"shape\":[1],"
-               "\"data_offsets\":[4,8]}}",
-               8, "appears twice");
+    expect_bad(
+        "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"y\":{\"dtype\":\"F32\",\"shape\":[1],"
+        "\"data_offsets\":[2,6]}}",
+        8, "overlap");
+    expect_bad(
+        "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"x\":{\"dtype\":\"F32\",\"shape\":[1],"
+        "\"data_offsets\":[4,8]}}",
+        8, "appears twice");
     expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"extra\":1}}", 8, "unknown key");
     expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "non-negative integer");
     expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "lacks");
@@ -137,8 +139,9 @@ static void test_malformed(void **state) {
                "expected a string");
     expect_bad("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}} trailing", 8, "after the header");
     expect_bad("[1,2]", 8, "expected '{'");
-    expect_bad("{\"__metadata__\":{\"a\":\"x\\u001Zy\"},\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
-               "bad \\u escape");
+    expect_bad(
+        "{\"__metadata__\":{\"a\":\"x\\u001Zy\"},\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+        "bad \\u escape");
     (void)ok_t;
 
     /* an empty tensor at the start of another is fine in either order (found in review:

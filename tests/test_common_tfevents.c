@@ -271,7 +271,8 @@ static void test_scalars_read_back(void **state) {
             double d = rows[r].v[i];
             /* past FLT_MAX + half its ulp, round to nearest gives inf */
             float want = isnan(d) ? NAN : fabs(d) >= 0x1.ffffffp127 ? (d > 0 ? INFINITY : -INFINITY) : (float)d;
-            if (isnan(d)) assert_true(isnan(v->simple_value));
+            if (isnan(d))
+                assert_true(isnan(v->simple_value));
             else if (f32_bits(v->simple_value) != f32_bits(want))
                 fail_msg("row %d tag %s: got %a, expected %a", r, tags[i], (double)v->simple_value, (double)want);
         }
@@ -307,12 +308,12 @@ static void test_event_bytes(void **state) {
     assert_int_equal(fl_tfevents_open(dir, &w, &err), FL_OK);
     assert_int_equal(fl_tfevents_scalar(w, "a", 300, 2.0, 0.0, &err), FL_OK);
     static const unsigned char want[] = {
-        0x09, 0, 0, 0, 0, 0, 0, 0, 0x40, /* field 1 wall_time, fixed64: 2.0 */
-        0x10, 0xac, 0x02,                /* field 2 step, varint: 300 */
-        0x2a, 0x0a,                      /* field 5 summary, 10 bytes */
-        0x0a, 0x08,                      /*   field 1 value, 8 bytes */
-        0x0a, 0x01, 'a',                 /*     field 1 tag */
-        0x15, 0, 0, 0, 0,                /*     field 2 simple_value, fixed32: 0.0f */
+        0x09, 0,    0,    0, 0, 0, 0, 0, 0x40, /* field 1 wall_time, fixed64: 2.0 */
+        0x10, 0xac, 0x02,                      /* field 2 step, varint: 300 */
+        0x2a, 0x0a,                            /* field 5 summary, 10 bytes */
+        0x0a, 0x08,                            /*   field 1 value, 8 bytes */
+        0x0a, 0x01, 'a',                       /*     field 1 tag */
+        0x15, 0,    0,    0, 0,                /*     field 2 simple_value, fixed32: 0.0f */
     };
     events_t e;
     read_events(fl_tfevents_path(w), &e);
@@ -410,7 +411,11 @@ static void test_text_and_hparams(void **state) {
     const char *const modes[] = {"apex", "gorila"};
     fl_tfevents_hparam_t hp[3] = {
         {.name = "learner.lr", .description = "learning rate", .kind = FL_TFEVENTS_HP_NUMBER, .number = 0.003},
-        {.name = "learner.mode", .kind = FL_TFEVENTS_HP_STRING, .string = "gorila", .choices = modes, .n_choices = 2,
+        {.name = "learner.mode",
+         .kind = FL_TFEVENTS_HP_STRING,
+         .string = "gorila",
+         .choices = modes,
+         .n_choices = 2,
          .differs = 1},
         {.name = "run.deterministic", .kind = FL_TFEVENTS_HP_BOOL, .boolean = 1},
     };

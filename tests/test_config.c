@@ -70,8 +70,8 @@ static char *read_all(const char *path) {
     return buf;
 }
 
-#define assert_contains(haystack, needle)                                                           \
-    do {                                                                                           \
+#define assert_contains(haystack, needle)                                                                \
+    do {                                                                                                 \
         if (!strstr((haystack), (needle))) fail_msg("'%s' does not contain '%s'", (haystack), (needle)); \
     } while (0)
 
@@ -79,10 +79,10 @@ static char *read_all(const char *path) {
 
 /* Every field equals its default as written in the table. */
 #define EXPECT_DEF_INT(f, n, d) assert_int_equal(c.f, (int64_t)(d));
-#define EXPECT_DEF_FLOAT(f, n, d)                               \
-    do {                                                         \
-        double want = (d);                                       \
-        assert_memory_equal(&c.f, &want, sizeof want);           \
+#define EXPECT_DEF_FLOAT(f, n, d)                      \
+    do {                                               \
+        double want = (d);                             \
+        assert_memory_equal(&c.f, &want, sizeof want); \
     } while (0);
 #define EXPECT_DEF_BOOL(f, n, d) assert_int_equal(c.f, (d));
 #define EXPECT_DEF_STRING(f, n, d) assert_string_equal(c.f, (d));
@@ -91,9 +91,8 @@ static char *read_all(const char *path) {
 
 /* Two structs hold bit-identical values in every field. */
 #define SAME_INT(f) assert_int_equal(a->f, b->f);
-#define SAME_FLOAT(f)                                                                    \
-    if (memcmp(&a->f, &b->f, sizeof(double)) != 0)                                       \
-        fail_msg("%s differs: %.17g vs %.17g", #f, a->f, b->f);
+#define SAME_FLOAT(f) \
+    if (memcmp(&a->f, &b->f, sizeof(double)) != 0) fail_msg("%s differs: %.17g vs %.17g", #f, a->f, b->f);
 #define SAME_BOOL(f) assert_int_equal(a->f, b->f);
 #define SAME_STRING(f) assert_string_equal(a->f, b->f);
 #define SAME_ENUM(f) assert_int_equal(a->f, b->f);
@@ -119,7 +118,9 @@ static int last_choice(const char *choices) {
 #define ODD_ENUM(f, d, lo, hi, ch) c->f = last_choice(ch);
 #define ODD(s, k, t, d, lo, hi, ch, h) ODD_##t(s##_##k, d, lo, hi, ch)
 
-static void set_odd_values(fl_config_t *c) { FL_CONFIG_KEYS(ODD) }
+static void set_odd_values(fl_config_t *c) {
+    FL_CONFIG_KEYS(ODD)
+}
 
 /* ---- defaults ------------------------------------------------------------------- */
 
@@ -209,9 +210,10 @@ static void test_dump_round_trip(void **state) {
     /* The dump is readable: sections, help comments above keys, short float forms. */
     char *text = read_all(path);
     assert_contains(text, "[learner]\n");
-    assert_contains(text, "# transitions per sampled batch\n"
-                          "# int: an integer in [1, 65536]; default 128\n"
-                          "batch_size = ");
+    assert_contains(text,
+                    "# transitions per sampled batch\n"
+                    "# int: an integer in [1, 65536]; default 128\n"
+                    "batch_size = ");
     assert_contains(text, "\nlr = 6.25e-05\n");
     assert_contains(text, "\nadam_eps = 1e-08\n");
     assert_contains(text, "\npriority_eps = 0.30000000000000004\n");
@@ -424,29 +426,36 @@ static void test_file_errors(void **state) {
     snprintf(long_then_error, sizeof long_then_error, "[run]\nname = %0250d\n; comment\nseed = -1\n", 7);
     const bad_file cases[] = {
         /* unknown section, with a key in it */
-        {"[run]\nseed = 3\n\n[nosuch]\nkey = 1\n", FL_NOT_FOUND,
+        {"[run]\nseed = 3\n\n[nosuch]\nkey = 1\n",
+         FL_NOT_FOUND,
          {":5: ", "unknown key 'nosuch.key'", "section [nosuch] does not exist", "sections are run, env, eval, actor"}},
         /* unknown section without keys: reported at its own line */
         {"[nosuch]\n[run]\nseed = 2\n", FL_NOT_FOUND, {":1: ", "unknown section [nosuch]", "sections are run"}},
         {"[lerner]\n", FL_NOT_FOUND, {":1: ", "did you mean [learner]?"}},
         /* unknown key in a known section */
-        {"[learner]\nbatchsize = 32\n", FL_NOT_FOUND,
+        {"[learner]\nbatchsize = 32\n",
+         FL_NOT_FOUND,
          {":2: ", "unknown key 'learner.batchsize'", "did you mean 'learner.batch_size'?", "section [learner] has"}},
         {"[learner]\ncapacity = 10\n", FL_NOT_FOUND, {":2: ", "learner.capacity", "did you mean 'replay.capacity'?"}},
-        {"seed = 1\n", FL_NOT_FOUND,
+        {"seed = 1\n",
+         FL_NOT_FOUND,
          {":1: ", "unknown key 'seed'", "before any [section]", "did you mean 'run.seed'?"}},
         /* out of range */
-        {"[run]\n[learner]\nbatch_size = 0\n", FL_INVALID_ARGUMENT,
+        {"[run]\n[learner]\nbatch_size = 0\n",
+         FL_INVALID_ARGUMENT,
          {":3: learner.batch_size = 0 is out of range (expected an integer in [1, 65536])"}},
-        {"[replay]\nalpha = 10.5\n", FL_INVALID_ARGUMENT,
+        {"[replay]\nalpha = 10.5\n",
+         FL_INVALID_ARGUMENT,
          {":2: ", "replay.alpha = 10.5", "out of range", "a number in [0, 10]"}},
         {"[learner]\nhuber_delta = 1e-7\n", FL_INVALID_ARGUMENT, {"learner.huber_delta = 1e-7", "[1e-06, 1e+06]"}},
-        {"[run]\nseed = 99999999999999999999\n", FL_INVALID_ARGUMENT,
+        {"[run]\nseed = 99999999999999999999\n",
+         FL_INVALID_ARGUMENT,
          {"run.seed = 99999999999999999999", "out of range", "[0, 2147483647]"}},
         {"[run]\nseed = -1\n", FL_INVALID_ARGUMENT, {"run.seed = -1", "out of range"}},
         {"[run]\nmax_seconds = 1e999\n", FL_INVALID_ARGUMENT, {"run.max_seconds = 1e999", "out of range"}},
         /* not a number */
-        {"[learner]\nbatch_size = 32abc\n", FL_INVALID_ARGUMENT,
+        {"[learner]\nbatch_size = 32abc\n",
+         FL_INVALID_ARGUMENT,
          {":2: ", "learner.batch_size = 32abc", "not an integer", "[1, 65536]"}},
         {"[learner]\nbatch_size = 1.5\n", FL_INVALID_ARGUMENT, {"learner.batch_size = 1.5", "not an integer"}},
         {"[learner]\nbatch_size = 1e3\n", FL_INVALID_ARGUMENT, {"learner.batch_size = 1e3", "not an integer"}},
@@ -458,16 +467,19 @@ static void test_file_errors(void **state) {
         {"[learner]\nlr = nan\n", FL_INVALID_ARGUMENT, {"learner.lr = nan", "not a finite number"}},
         {"[learner]\nlr = inf\n", FL_INVALID_ARGUMENT, {"learner.lr = inf", "not a finite number"}},
         /* bad BOOL and ENUM */
-        {"[run]\nstop_at_target = maybe\n", FL_INVALID_ARGUMENT,
+        {"[run]\nstop_at_target = maybe\n",
+         FL_INVALID_ARGUMENT,
          {":2: ", "run.stop_at_target = maybe", "not a boolean", "true/false"}},
-        {"[learner]\noptimizer = adamw\n", FL_INVALID_ARGUMENT,
+        {"[learner]\noptimizer = adamw\n",
+         FL_INVALID_ARGUMENT,
          {":2: ", "learner.optimizer = adamw", "one of rmsprop|adam|sgd"}},
         /* strings */
         {long_string, FL_INVALID_ARGUMENT, {":2: ", "run.name = 0000", "too long (300 bytes", "at most 255 bytes"}},
         {"[run]\nname = \"unterminated\n", FL_INVALID_ARGUMENT, {":2: ", "run.name", "opening double quote"}},
         {"[run]\nname = \"a ; b\"\n", FL_INVALID_ARGUMENT, {":2: ", "opening double quote"}},
         /* malformed lines */
-        {"[run]\nseed = 1\njust some words\n", FL_PARSE_ERROR,
+        {"[run]\nseed = 1\njust some words\n",
+         FL_PARSE_ERROR,
          {":3: syntax error (expected `key = value` or `[section]`)"}},
         {"[run\nseed = 1\n", FL_PARSE_ERROR, {":1: ", "syntax error"}},
         {"[run] seed = 1\n", FL_PARSE_ERROR, {":1: ", "syntax error", "after `]`"}},
@@ -728,13 +740,15 @@ static void test_enum_values_match_choices(void **state) {
 
 static void test_from_args(void **state) {
     (void)state;
-    const char *path = write_tmp("args.ini", "[learner]\nbatch_size = 32\nlr = 0.5\n[replay]\ncapacity = 5000\n"
-                                             "min_size_to_sample = 100\n");
+    const char *path = write_tmp("args.ini",
+                                 "[learner]\nbatch_size = 32\nlr = 0.5\n[replay]\ncapacity = 5000\n"
+                                 "min_size_to_sample = 100\n");
     char config_eq[600];
     snprintf(config_eq, sizeof config_eq, "--config=%s", path);
     /* The overrides come before the file on the command line but are applied after it. */
-    char *argv[] = {"fleet", "run", "--set", "learner.batch_size=64", "--verbose", config_eq, "x",
-                    "--set=replay.alpha=0.25", "--configure", "--", "--set", "learner.lr=1", NULL};
+    char *argv[] = {
+        "fleet",       "run", "--set", "learner.batch_size=64", "--verbose", config_eq, "x", "--set=replay.alpha=0.25",
+        "--configure", "--",  "--set", "learner.lr=1",          NULL};
     int argc = 12;
     fl_config_t c;
     fl_err_t err;
@@ -752,8 +766,8 @@ static void test_from_args(void **state) {
     assert_true(c.learner_gamma == 0.99); /* default */
 
     /* Separate --config FILE; later --set of the same key wins. */
-    char *argv2[] = {"fleet", "--config", (char *)path, "--set", "learner.batch_size=8", "--set",
-                     "learner.batch_size=16", NULL};
+    char *argv2[] = {
+        "fleet", "--config", (char *)path, "--set", "learner.batch_size=8", "--set", "learner.batch_size=16", NULL};
     argc = 7;
     assert_int_equal(fl_config_from_args(&c, &argc, argv2, &err), FL_OK);
     assert_int_equal(argc, 1);

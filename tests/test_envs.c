@@ -66,7 +66,8 @@ static void assert_obs_matches(const float *obs, const double s[4]) {
 
 static void assert_in_start_range(const float *obs) {
     for (int k = 0; k < 4; k++)
-        if (!(obs[k] >= -0.05f && obs[k] <= 0.05f)) fail_msg("reset obs[%d] = %g outside [-0.05, 0.05]", k, (double)obs[k]);
+        if (!(obs[k] >= -0.05f && obs[k] <= 0.05f))
+            fail_msg("reset obs[%d] = %g outside [-0.05, 0.05]", k, (double)obs[k]);
 }
 
 /* ---- API and registry ----------------------------------------------------------------- */
@@ -133,8 +134,12 @@ static void test_registry_combines_families(void **unused) {
 static fl_env_def_t g_defs[6]; /* alpha, beta, gamma (fixed); dyn-one, dyn-two; dyn-one-x (found only) */
 static const char *const g_def_names[6] = {"alpha", "beta", "gamma", "dyn-one", "dyn-two", "dyn-one-x"};
 
-static int dyn_count(void) { return 2; }
-static const fl_env_def_t *dyn_at(int i) { return i >= 0 && i < 2 ? &g_defs[3 + i] : NULL; }
+static int dyn_count(void) {
+    return 2;
+}
+static const fl_env_def_t *dyn_at(int i) {
+    return i >= 0 && i < 2 ? &g_defs[3 + i] : NULL;
+}
 static int dyn_name(int i, char *buf, size_t len) {
     if (i < 0 || i >= 2) return -1;
     snprintf(buf, len, "%s", g_def_names[3 + i]);
@@ -181,11 +186,13 @@ static void test_family_mechanism(void **unused) {
     assert_null(out);
     /* The fixed rows are listed, the dynamic families counted; every name, listed or found
      * at run time, may be suggested. */
-    assert_string_equal(err.msg, "unknown env 'dyn-onee' (known: alpha, beta, gamma, and 2 envs of the d family: "
-                                 "dyn-<game>; `fleet env list` lists them all); did you mean 'dyn-one'?");
+    assert_string_equal(err.msg,
+                        "unknown env 'dyn-onee' (known: alpha, beta, gamma, and 2 envs of the d family: "
+                        "dyn-<game>; `fleet env list` lists them all); did you mean 'dyn-one'?");
     assert_int_equal(fl_env_families_lookup(fams, 3, "betta", &out, &err), FL_NOT_FOUND);
-    assert_string_equal(err.msg, "unknown env 'betta' (known: alpha, beta, gamma, and 2 envs of the d family: "
-                                 "dyn-<game>; `fleet env list` lists them all); did you mean 'beta'?");
+    assert_string_equal(err.msg,
+                        "unknown env 'betta' (known: alpha, beta, gamma, and 2 envs of the d family: "
+                        "dyn-<game>; `fleet env list` lists them all); did you mean 'beta'?");
     assert_int_equal(fl_env_families_lookup(fams, 3, "dyn-one-x", &out, &err), FL_OK);
     assert_ptr_equal(out, &g_defs[5]);
     /* No family: nothing is found, nothing is known. */

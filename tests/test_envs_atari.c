@@ -34,12 +34,12 @@
 #include "envs/registry.h"
 #include "envs/core/wrappers.h"
 
-#define SKIP_WITHOUT_ATARI()                                                                          \
-    do {                                                                                              \
-        if (!fl_atari_available() || !fl_env_find("atari-pong")) {                                    \
+#define SKIP_WITHOUT_ATARI()                                                                              \
+    do {                                                                                                  \
+        if (!fl_atari_available() || !fl_env_find("atari-pong")) {                                        \
             print_message("SKIP: this build has no ALE or no Atari ROMs (scripts/ale.sh builds them)\n"); \
-            skip();                                                                                   \
-        }                                                                                             \
+            skip();                                                                                       \
+        }                                                                                                 \
     } while (0)
 
 typedef struct inst {
@@ -264,10 +264,14 @@ static void test_kept_emulators_play_as_new(void **unused) {
     const struct {
         const char *name, *args;
         float sticky;
-    } cases[] = {{"atari-pong", "", 0.0f},           {"atari-breakout", "", 0.25f},
-                 {"atari-tennis", "mode=2 difficulty=1", 0.25f}, {"atari-berzerk", "mode=3", 0.0f},
-                 {"atari-montezuma_revenge", "", 0.25f},         {"atari-pitfall2", "", 0.25f},
-                 {"atari-kaboom", "", 0.25f},                    {"atari-pooyan", "mode=30", 0.0f}};
+    } cases[] = {{"atari-pong", "", 0.0f},
+                 {"atari-breakout", "", 0.25f},
+                 {"atari-tennis", "mode=2 difficulty=1", 0.25f},
+                 {"atari-berzerk", "mode=3", 0.0f},
+                 {"atari-montezuma_revenge", "", 0.25f},
+                 {"atari-pitfall2", "", 0.25f},
+                 {"atari-kaboom", "", 0.25f},
+                 {"atari-pooyan", "mode=30", 0.0f}};
     int tried = 0;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         if (!fl_env_find(cases[k].name)) continue;
@@ -294,8 +298,8 @@ static void test_kept_emulators_play_as_new(void **unused) {
         if (memcmp(first, kept.obs, bytes) != 0) fail_msg("%s: a kept emulator's first frame differs", cases[k].name);
         const uint64_t h = play(&kept, 2500, &r);
         if (h != h_fresh || r != r_fresh)
-            fail_msg("%s %s sticky %g: a kept emulator played other frames (return %g, a new one's %g)",
-                     cases[k].name, cases[k].args, (double)cases[k].sticky, r, r_fresh);
+            fail_msg("%s %s sticky %g: a kept emulator played other frames (return %g, a new one's %g)", cases[k].name,
+                     cases[k].args, (double)cases[k].sticky, r, r_fresh);
         inst_close(&kept);
         inst_t other;
         inst_open(&other, cases[k].name, 21, cases[k].sticky > 0 ? 0.0f : 0.25f, cases[k].args);
@@ -401,8 +405,7 @@ static void test_fire_and_episodic_life(void **unused) {
     /* What the wrappers need of the env. */
     assert_int_equal(fl_wrapped_env_create(fl_env_find("cartpole"), "episodiclife", &w, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "lives"));
-    assert_int_equal(fl_wrapped_env_create(fl_env_find("atari-ms_pacman"), "firereset", &w, &err),
-                     FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_wrapped_env_create(fl_env_find("atari-ms_pacman"), "firereset", &w, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "fire"));
 }
 
@@ -471,10 +474,11 @@ static void test_every_wrapper_advances_the_game(void **unused) {
         const int frames = 5000, skip = strstr(specs[i], "frameskip") ? 4 : 1;
         play_stats_t st = play_chain("atari-breakout", specs[i], 0.0f, 11, frames / skip, 1000);
         if (st.terms + st.truncs < 2 || st.ret <= 0 || st.changed < st.steps / 4)
-            fail_msg("'%s' on Breakout, %d random steps: %d terminations, %d truncations, return %g, the screen "
-                     "changed on %d steps; expected 2 or more ends, a positive return and a change on a quarter of "
-                     "the steps or more",
-                     specs[i], st.steps, st.terms, st.truncs, st.ret, st.changed);
+            fail_msg(
+                "'%s' on Breakout, %d random steps: %d terminations, %d truncations, return %g, the screen "
+                "changed on %d steps; expected 2 or more ends, a positive return and a change on a quarter of "
+                "the steps or more",
+                specs[i], st.steps, st.terms, st.truncs, st.ret, st.changed);
     }
 }
 
@@ -517,26 +521,29 @@ static void test_preset_chains_play_the_game(void **unused) {
         double frames = 4.0 * st.steps;
         if (st.games != 1 || st.terms != 1 || st.ret > -18 || frames < 0.5 * raw.steps || frames > 2.0 * raw.steps ||
             st.changed < st.steps * 9 / 10)
-            fail_msg("%s under '%s': %d steps, %d terminations, %d truncations, return %g, %d changed frames; expected "
-                     "one game ended by the game itself, a return of -18 or less and about %d frames (%d steps x 4) as "
-                     "the unwrapped game took, a new frame on 9 of 10 steps",
-                     presets[i].env, presets[i].spec, st.steps, st.terms, st.truncs, st.ret, st.changed, raw.steps,
-                     raw.steps / 4);
+            fail_msg(
+                "%s under '%s': %d steps, %d terminations, %d truncations, return %g, %d changed frames; expected "
+                "one game ended by the game itself, a return of -18 or less and about %d frames (%d steps x 4) as "
+                "the unwrapped game took, a new frame on 9 of 10 steps",
+                presets[i].env, presets[i].spec, st.steps, st.terms, st.truncs, st.ret, st.changed, raw.steps,
+                raw.steps / 4);
     }
     play_stats_t b = play_chain("atari-breakout", FL_WRAPPERS_NATURE_FIRE, 0.0f, 3, 20000, 1);
     if (b.games != 1 || b.terms != 5 || b.truncs != 0)
-        fail_msg("Breakout under the Nature chain: %d terminations and %d truncations in %d game(s) of %d steps, "
-                 "expected 5 terminations (one per life) in one game",
-                 b.terms, b.truncs, b.games, b.steps);
+        fail_msg(
+            "Breakout under the Nature chain: %d terminations and %d truncations in %d game(s) of %d steps, "
+            "expected 5 terminations (one per life) in one game",
+            b.terms, b.truncs, b.games, b.steps);
 }
 
 /* Evaluations drop the training-only wrappers, and only those. */
 static void test_wrappers_for_evaluation(void **unused) {
     (void)unused;
     char out[256];
-    fl_wrappers_for_evaluation("noop(30) frameskip(4) episodiclife firereset resize(84, 84) clipreward "
-                               "maxsteps(27000) framestack(4)",
-                               out, sizeof out);
+    fl_wrappers_for_evaluation(
+        "noop(30) frameskip(4) episodiclife firereset resize(84, 84) clipreward "
+        "maxsteps(27000) framestack(4)",
+        out, sizeof out);
     assert_string_equal(out, "noop(30) frameskip(4) firereset resize(84, 84) maxsteps(27000) framestack(4)");
     fl_wrappers_for_evaluation("", out, sizeof out);
     assert_string_equal(out, "");

@@ -29,8 +29,7 @@ typedef struct env {
     int term;
 } env_t;
 
-static void env_open(env_t *e, const fl_env_def_t *def, float sticky, int reference, const char *args,
-                     uint64_t seed) {
+static void env_open(env_t *e, const fl_env_def_t *def, float sticky, int reference, const char *args, uint64_t seed) {
     memset(e, 0, sizeof *e);
     e->def = def;
     e->s = calloc(1, def->state_size);
@@ -41,7 +40,9 @@ static void env_open(env_t *e, const fl_env_def_t *def, float sticky, int refere
     def->reset(e->s, &e->rng, e->obs);
 }
 
-static void env_close(env_t *e) { free(e->s); }
+static void env_close(env_t *e) {
+    free(e->s);
+}
 
 static void env_step(env_t *e, int action) {
     e->def->step(e->s, &e->rng, action, e->obs, &e->reward, &e->term);
@@ -64,7 +65,9 @@ static int count_bricks(const fl_breakout_state_t *s) {
     return n;
 }
 
-static int obs_at(const env_t *e, int y, int x, int ch) { return e->obs[FL_MINATAR_OBS_AT(y, x, ch, C)]; }
+static int obs_at(const env_t *e, int y, int x, int ch) {
+    return e->obs[FL_MINATAR_OBS_AT(y, x, ch, C)];
+}
 
 static int channel_count(const env_t *e, int ch) {
     int n = 0;

@@ -22,9 +22,9 @@
 typedef struct probe_state {
     fl_minatar_common_t common;
     int resets;
-    int steps;        /* game steps taken this episode */
-    int end_after;    /* terminal on this game step (0 = never) */
-    int last_action;  /* full action the game saw */
+    int steps;       /* game steps taken this episode */
+    int end_after;   /* terminal on this game step (0 = never) */
+    int last_action; /* full action the game saw */
 } probe_state_t;
 
 static void probe_reset(fl_minatar_common_t *c, fl_minatar_gen_t *gen) {
@@ -107,13 +107,16 @@ static void test_reference_draws_from_raw_outputs(void **st) {
         double want = ((double)(a >> 5) * 67108864.0 + (double)(b >> 6)) / 9007199254740992.0;
         assert_true(fl_mt19937_double(&m) == want);
         uint32_t v;
-        do v = fl_mt19937_next(&raw) & 7u; while (v > 4); /* I(1, 5): r = 4, mask 7 */
+        do v = fl_mt19937_next(&raw) & 7u;
+        while (v > 4); /* I(1, 5): r = 4, mask 7 */
         assert_int_equal(fl_mt19937_int(&m, 1, 5), 1 + (int)v);
         v = fl_mt19937_next(&raw) & 1u; /* I(0, 1): mask 1, never rejects */
         assert_int_equal(fl_mt19937_int(&m, 0, 1), (int)v);
-        do v = fl_mt19937_next(&raw) & 7u; while (v > 7); /* I(0, 7): mask 7 */
+        do v = fl_mt19937_next(&raw) & 7u;
+        while (v > 7); /* I(0, 7): mask 7 */
         assert_int_equal(fl_mt19937_int(&m, 0, 7), (int)v);
-        do v = fl_mt19937_next(&raw) & 15u; while (v > 8); /* I(-4, 4): r = 8, mask 15 */
+        do v = fl_mt19937_next(&raw) & 15u;
+        while (v > 8); /* I(-4, 4): r = 8, mask 15 */
         assert_int_equal(fl_mt19937_int(&m, -4, 4), -4 + (int)v);
     }
     /* Both generators used the same number of outputs. */
@@ -277,8 +280,10 @@ static void test_sticky_fraction_fresh_choice(void **st) {
             if (a == s->common.prev_action) a = (a + 1) % 6;
             int before = s->common.prev_action;
             fl_env_minatar_probe.step(s, &r, a, obs, &rew, &term);
-            if (s->last_action == before) stuck++;
-            else assert_int_equal(s->last_action, a);
+            if (s->last_action == before)
+                stuck++;
+            else
+                assert_int_equal(s->last_action, a);
         }
         double want = ps[k], got = (double)stuck / n;
         double sd = sqrt(want * (1 - want) / n);

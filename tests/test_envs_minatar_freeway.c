@@ -29,8 +29,7 @@ typedef struct env {
     int term;
 } env_t;
 
-static void env_open(env_t *e, const fl_env_def_t *def, float sticky, int reference, const char *args,
-                     uint64_t seed) {
+static void env_open(env_t *e, const fl_env_def_t *def, float sticky, int reference, const char *args, uint64_t seed) {
     memset(e, 0, sizeof *e);
     e->def = def;
     e->s = calloc(1, def->state_size);
@@ -41,13 +40,17 @@ static void env_open(env_t *e, const fl_env_def_t *def, float sticky, int refere
     def->reset(e->s, &e->rng, e->obs);
 }
 
-static void env_close(env_t *e) { free(e->s); }
+static void env_close(env_t *e) {
+    free(e->s);
+}
 
 static void env_step(env_t *e, int action) {
     e->def->step(e->s, &e->rng, action, e->obs, &e->reward, &e->term);
 }
 
-static int obs_at(const env_t *e, int y, int x, int ch) { return e->obs[FL_MINATAR_OBS_AT(y, x, ch, C)]; }
+static int obs_at(const env_t *e, int y, int x, int ch) {
+    return e->obs[FL_MINATAR_OBS_AT(y, x, ch, C)];
+}
 
 /* Every car heading right at column 5 with |v| = 5: none reaches column 4 for 54 steps. */
 static void clear_road(env_t *e) {

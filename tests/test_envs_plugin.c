@@ -191,8 +191,9 @@ static void test_installed_header_mixes_with_tree(void **state) {
     (void)state;
     char src[512], out[512];
     snprintf(src, sizeof src, "%s/mix.c", g_dir);
-    write_text(src, "#include \"envs/core/env.h\"\n#include <fleet/env.h>\n#include \"common/rng.h\"\n"
-                    "int mix(void) { fl_rng_t r; fl_rng_init(&r, 1); return (int)(fl_env_rng_u64(&r) & 1); }\n");
+    write_text(src,
+               "#include \"envs/core/env.h\"\n#include <fleet/env.h>\n#include \"common/rng.h\"\n"
+               "int mix(void) { fl_rng_t r; fl_rng_init(&r, 1); return (int)(fl_env_rng_u64(&r) & 1); }\n");
     snprintf(out, sizeof out, "%s/libmix.so", g_dir);
     char flags[600];
     snprintf(flags, sizeof flags, "-I%s", source_dir());
@@ -372,7 +373,8 @@ static void test_wrong_abi(void **state) {
     assert_int_equal(load(so, "tiny", &def, &err), FL_FAILED_PRECONDITION);
     assert_null(def);
     char want[128];
-    snprintf(want, sizeof want, "abi_version is 7, this fleet expects %d..%d", FL_ENV_ABI_VERSION_MIN, FL_ENV_ABI_VERSION);
+    snprintf(want, sizeof want, "abi_version is 7, this fleet expects %d..%d", FL_ENV_ABI_VERSION_MIN,
+             FL_ENV_ABI_VERSION);
     assert_non_null(strstr(err.msg, want));
     assert_non_null(strstr(err.msg, so));
 }

@@ -199,8 +199,10 @@ static void test_cartpole_picture(void **state) {
                 }
         int cart_x = (int)(1.0 * w / 4.8 + w / 2.0);
         assert_true(top_x >= 0);
-        if (sign > 0) assert_true(top_x > cart_x + 5);
-        else assert_true(top_x < cart_x - 5);
+        if (sign > 0)
+            assert_true(top_x > cart_x + 5);
+        else
+            assert_true(top_x < cart_x - 5);
     }
     free(rgb);
 }

@@ -471,9 +471,16 @@ static void test_every_wrapper_steps_the_env(void **unused) {
         const char *spec;
         int skip;
     } cases[] = {
-        {"sticky(0)", 1},           {"sticky(0.5)", 1},          {"noop(0)", 1},      {"noop(3)", 1},
-        {"frameskip(2)", 2},        {"frameskip(3, last)", 3},   {"clipreward", 1},   {"maxsteps(50)", 1},
-        {"framestack(2)", 1},       {"noop(3) frameskip(2) clipreward maxsteps(50) framestack(3)", 2},
+        {"sticky(0)", 1},
+        {"sticky(0.5)", 1},
+        {"noop(0)", 1},
+        {"noop(3)", 1},
+        {"frameskip(2)", 2},
+        {"frameskip(3, last)", 3},
+        {"clipreward", 1},
+        {"maxsteps(50)", 1},
+        {"framestack(2)", 1},
+        {"noop(3) frameskip(2) clipreward maxsteps(50) framestack(3)", 2},
         {"sticky(0.25) noop(30) frameskip(2) clipreward maxsteps(50) framestack(4)", 2},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -495,8 +502,7 @@ static void test_every_wrapper_steps_the_env(void **unused) {
                 float r = 0.0f; /* the counter's reward is t: summed over the skip, clipped or not */
                 for (int t = before + 1; t <= in->t; t++) r += (float)t;
                 if (strstr(cases[c].spec, "clipreward")) r = 1.0f;
-                if (a.reward != r)
-                    fail_msg("'%s' step %d: reward %g, expected %g", cases[c].spec, steps, a.reward, r);
+                if (a.reward != r) fail_msg("'%s' step %d: reward %g, expected %g", cases[c].spec, steps, a.reward, r);
             }
             if (!a.term || a.trunc || in->t != 10)
                 fail_msg("'%s': after %d steps term %d trunc %d at t = %d, expected the env's own end at t = 10",
@@ -843,7 +849,9 @@ static void lives_step(void *state, fl_rng_t *rng, int action, void *obs, float 
     *terminated = s->lives == 0;
 }
 
-static int lives_read(void *state) { return ((lives_state_t *)state)->lives; }
+static int lives_read(void *state) {
+    return ((lives_state_t *)state)->lives;
+}
 
 static const fl_env_def_t lives_env = {
     .abi_version = FL_ENV_ABI_VERSION,

@@ -119,8 +119,8 @@ static void test_matches_replay_at_any_parallelism(void **unused) {
             uint64_t steps = 0;
             for (int k = 0; k < EPISODES; k++) {
                 if (r[k] != want_r[k] || l[k] != want_l[k])
-                    fail_msg("eps %g parallel %d episode %d: return %g length %u, replay %g %u", epsilon,
-                             parallels[p], k, r[k], l[k], want_r[k], want_l[k]);
+                    fail_msg("eps %g parallel %d episode %d: return %g length %u, replay %g %u", epsilon, parallels[p],
+                             k, r[k], l[k], want_r[k], want_l[k]);
                 sum += r[k];
                 steps += l[k];
             }

@@ -28,7 +28,9 @@
 
 #include "seed_util.h"
 
-static void test_rng(fl_rng_t *r, uint64_t stream) { fl_rng_init_stream(r, g_seed, stream); }
+static void test_rng(fl_rng_t *r, uint64_t stream) {
+    fl_rng_init_stream(r, g_seed, stream);
+}
 
 static void fill_uniform(fl_rng_t *r, float *a, size_t n, double lo, double hi) {
     for (size_t i = 0; i < n; i++) a[i] = (float)fl_rng_uniform(r, lo, hi);
@@ -42,7 +44,9 @@ static void fill_away_from_zero(fl_rng_t *r, float *a, size_t n, double lo, doub
     }
 }
 
-static int rand_int(fl_rng_t *r, int lo, int hi) { return lo + (int)fl_rng_below(r, (uint64_t)(hi - lo + 1)); }
+static int rand_int(fl_rng_t *r, int lo, int hi) {
+    return lo + (int)fl_rng_below(r, (uint64_t)(hi - lo + 1));
+}
 
 static double dot_d(const float *a, const float *b, size_t n) {
     double s = 0.0;
@@ -67,8 +71,8 @@ static double central_diff(float *x, size_t i, float eps, loss_fn f, void *ctx) 
     return (fp - fm) / ((double)hi - (double)lo);
 }
 
-static void check_grad(const char *what, float *x, size_t n, const float *analytic, float eps, double atol,
-                       double rtol, loss_fn f, void *ctx) {
+static void check_grad(const char *what, float *x, size_t n, const float *analytic, float eps, double atol, double rtol,
+                       loss_fn f, void *ctx) {
     for (size_t i = 0; i < n; i++) {
         const double num = central_diff(x, i, eps, f, ctx);
         CHECK_CLOSE(analytic[i], num, atol, rtol, "%s[%zu]", what, i);
@@ -123,8 +127,8 @@ static void test_dense_forward_matches_naive(void **state) {
                         s += (double)c.x[b * c.in + i] * c.w[o * c.in + i];
                         mag += fabs((double)c.x[b * c.in + i] * c.w[o * c.in + i]);
                     }
-                    CHECK_CLOSE(c.y[b * c.out + o], s, 1e-6 * mag + 1e-7, 0, "dense y[%d,%d] B=%d in=%d out=%d", b,
-                                o, c.B, c.in, c.out);
+                    CHECK_CLOSE(c.y[b * c.out + o], s, 1e-6 * mag + 1e-7, 0, "dense y[%d,%d] B=%d in=%d out=%d", b, o,
+                                c.B, c.in, c.out);
                 }
             }
         }
@@ -307,8 +311,8 @@ static void test_huber(void **state) {
     /* half of the samples inside |x| < delta, half outside, all >= 0.1 delta from the switch */
     int inside = 0;
     for (int i = 0; i < c.B; i++) {
-        const double mag = (i % 2 == 0) ? fl_rng_uniform(&r, 0.05, 0.9) * c.delta
-                                        : fl_rng_uniform(&r, 1.1, 4.0) * c.delta;
+        const double mag =
+            (i % 2 == 0) ? fl_rng_uniform(&r, 0.05, 0.9) * c.delta : fl_rng_uniform(&r, 1.1, 4.0) * c.delta;
         const double x = fl_rng_below(&r, 2) ? mag : -mag;
         c.target[i] = (float)fl_rng_uniform(&r, -3, 3);
         c.pred[i] = (float)(c.target[i] + x);

@@ -26,8 +26,7 @@
 #include "seed_util.h"
 
 /* Direct convolution in double: y (B, Cout, Ho, Wo). */
-static void ref_conv(const fl_conv2d_shape_t *s, const double *x, const double *w, const double *b, int B,
-                     double *y) {
+static void ref_conv(const fl_conv2d_shape_t *s, const double *x, const double *w, const double *b, int B, double *y) {
     for (int n = 0; n < B; n++)
         for (int o = 0; o < s->cout; o++)
             for (int oy = 0; oy < s->ho; oy++)
@@ -59,11 +58,11 @@ static void test_conv_op(void **state) {
     fl_rng_t r;
     fl_rng_init_stream(&r, g_seed, 1);
     /* cin, h, w, cout, k, stride, pad */
-    const int cases[][7] = {{1, 5, 5, 1, 1, 1, 0}, {2, 7, 6, 3, 3, 1, 0}, {3, 8, 9, 2, 3, 2, 1},
+    const int cases[][7] = {{1, 5, 5, 1, 1, 1, 0},   {2, 7, 6, 3, 3, 1, 0},   {3, 8, 9, 2, 3, 2, 1},
                             {2, 10, 10, 4, 4, 2, 0}, {1, 12, 11, 2, 8, 4, 0}, {3, 6, 5, 2, 3, 1, 2}};
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
-        fl_conv2d_shape_t s = {cases[t][0], cases[t][1], cases[t][2], cases[t][3],
-                               cases[t][4], cases[t][5], cases[t][6], 0, 0};
+        fl_conv2d_shape_t s = {
+            cases[t][0], cases[t][1], cases[t][2], cases[t][3], cases[t][4], cases[t][5], cases[t][6], 0, 0};
         assert_int_equal(fl_conv2d_shape_init(&s), 0);
         const int B = 1 + (int)fl_rng_below(&r, 3);
         const size_t nx = (size_t)B * s.cin * s.h * s.w, nw = (size_t)s.cout * s.cin * s.k * s.k,
@@ -184,7 +183,8 @@ static void ref_net(const fl_qnet_t *n, const double *P, const double *obs, int 
     const fl_param_view_t *w1 = fl_qnet_find_view(n, "0.conv.weight"), *b1 = fl_qnet_find_view(n, "0.conv.bias");
     const fl_param_view_t *w2 = fl_qnet_find_view(n, "2.conv.weight"), *b2 = fl_qnet_find_view(n, "2.conv.bias");
     const fl_param_view_t *w3 = fl_qnet_find_view(n, "5.dense.weight"), *b3 = fl_qnet_find_view(n, "5.dense.bias");
-    const fl_param_view_t *vw = fl_qnet_find_view(n, "head.value.weight"), *vb = fl_qnet_find_view(n, "head.value.bias");
+    const fl_param_view_t *vw = fl_qnet_find_view(n, "head.value.weight"),
+                          *vb = fl_qnet_find_view(n, "head.value.bias");
     const fl_param_view_t *aw = fl_qnet_find_view(n, "head.advantage.weight");
     const fl_param_view_t *ab = fl_qnet_find_view(n, "head.advantage.bias");
     assert_non_null(w1 && b1 && w2 && b2 && w3 && b3 && vw && vb && aw && ab);
@@ -354,12 +354,9 @@ int main(void) {
     openblas_set_num_threads(1);
     pick_seed();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv_op),
-        cmocka_unit_test(test_conv_chunks),
-        cmocka_unit_test(test_image_qnet),
-        cmocka_unit_test(test_nature_and_minatar_shapes),
-        cmocka_unit_test(test_input_scale),
-        cmocka_unit_test(test_conv_spec_errors),
+        cmocka_unit_test(test_conv_op),     cmocka_unit_test(test_conv_chunks),
+        cmocka_unit_test(test_image_qnet),  cmocka_unit_test(test_nature_and_minatar_shapes),
+        cmocka_unit_test(test_input_scale), cmocka_unit_test(test_conv_spec_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

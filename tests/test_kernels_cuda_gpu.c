@@ -63,8 +63,7 @@ static void fill_normal(fl_rng_t *r, float *a, size_t n, double scale) {
 }
 
 /* Every element within atol_frac * max|want| + rtol |want|; names the first that is not. */
-static void check_all(const char *what, const float *got, const float *want, size_t n, double atol_frac,
-                      double rtol) {
+static void check_all(const char *what, const float *got, const float *want, size_t n, double atol_frac, double rtol) {
     check_close_all(what, got, want, n, atol_frac * max_abs(want, n) + 1e-30, rtol);
 }
 
@@ -72,8 +71,7 @@ static void check_all(const char *what, const float *got, const float *want, siz
 static void host_transpose(const float *src, int N, int P, int Q, float *dst) {
     for (int n = 0; n < N; n++)
         for (int p = 0; p < P; p++)
-            for (int q = 0; q < Q; q++)
-                dst[((size_t)n * Q + q) * P + p] = src[((size_t)n * P + p) * Q + q];
+            for (int q = 0; q < Q; q++) dst[((size_t)n * Q + q) * P + p] = src[((size_t)n * P + p) * Q + q];
 }
 
 static fl_cuda_ctx_t *make_ctx(void) {
@@ -182,14 +180,22 @@ static void test_conv_matches_cpu(void **state) {
     if (!have_gpu()) skip();
     /* cin, h, w, cout, k, stride, pad, B: the Nature torso (8/4, 4/2, 3/1), MinAtar (3/1),
      * and a padded, non-square one */
-    const int geo[][8] = {{4, 84, 84, 32, 8, 4, 0, 3},  {32, 20, 20, 64, 4, 2, 0, 3}, {64, 9, 9, 64, 3, 1, 0, 4},
-                          {4, 10, 10, 16, 3, 1, 0, 16}, {3, 7, 9, 5, 3, 2, 1, 5}};
+    const int geo[][8] = {{4, 84, 84, 32, 8, 4, 0, 3},
+                          {32, 20, 20, 64, 4, 2, 0, 3},
+                          {64, 9, 9, 64, 3, 1, 0, 4},
+                          {4, 10, 10, 16, 3, 1, 0, 16},
+                          {3, 7, 9, 5, 3, 2, 1, 5}};
     fl_rng_t r;
     fl_rng_init_stream(&r, g_seed, 3);
     fl_cuda_ctx_t *c = make_ctx();
     for (size_t k = 0; k < sizeof geo / sizeof geo[0]; k++) {
-        fl_conv2d_shape_t s = {.cin = geo[k][0], .h = geo[k][1], .w = geo[k][2], .cout = geo[k][3], .k = geo[k][4],
-                               .stride = geo[k][5], .pad = geo[k][6]};
+        fl_conv2d_shape_t s = {.cin = geo[k][0],
+                               .h = geo[k][1],
+                               .w = geo[k][2],
+                               .cout = geo[k][3],
+                               .k = geo[k][4],
+                               .stride = geo[k][5],
+                               .pad = geo[k][6]};
         const int B = geo[k][7];
         assert_int_equal(fl_conv2d_shape_init(&s), 0);
         const size_t nx = (size_t)B * s.cin * s.h * s.w, nw = (size_t)s.cout * s.cin * s.k * s.k;
@@ -364,8 +370,10 @@ static void test_obs_conversion_matches_cpu(void **state) {
             float *f = host(n), *want = host(n), *g = host(n);
             assert_non_null(raw);
             for (size_t i = 0; i < n; i++) raw[i] = (uint8_t)fl_rng_below(&r, 256);
-            if (u8) fl_dtype_to_float(FL_DTYPE_UINT8, raw, n, f);
-            else fill_normal(&r, f, n, 1.0);
+            if (u8)
+                fl_dtype_to_float(FL_DTYPE_UINT8, raw, n, f);
+            else
+                fill_normal(&r, f, n, 1.0);
             for (size_t i = 0; i < n; i++) want[i] = sc * f[i];
             void *d_src = dev(u8 ? n : n * 4);
             OK(fl_cuda_to_device(d_src, u8 ? (const void *)raw : (const void *)f, u8 ? n : n * 4, E));

@@ -448,11 +448,12 @@ int main(void) {
     openblas_set_num_threads(1);
     pick_seed();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sgd_momentum),      cmocka_unit_test(test_adam),
-        cmocka_unit_test(test_rmsprop_centered),  cmocka_unit_test(test_rmsprop_state_layout),
-        cmocka_unit_test(test_state_round_trip),  cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_sgd_momentum),         cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_rmsprop_centered),     cmocka_unit_test(test_rmsprop_state_layout),
+        cmocka_unit_test(test_state_round_trip),     cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_config_from_settings), cmocka_unit_test(test_clip_grad_norm),
-        cmocka_unit_test(test_bit_exact_vectors), cmocka_unit_test(test_threads_same_bits), cmocka_unit_test(test_flush_denormals),
+        cmocka_unit_test(test_bit_exact_vectors),    cmocka_unit_test(test_threads_same_bits),
+        cmocka_unit_test(test_flush_denormals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -64,8 +64,7 @@ static size_t view_at(const fl_qnet_t *n, const char *prefix, const char *suffix
     return v->offset;
 }
 
-static void ref_forward(const ref_net_t *rn, const fl_qnet_t *n, const double *P, const double *obs, int B,
-                        double *q) {
+static void ref_forward(const ref_net_t *rn, const fl_qnet_t *n, const double *P, const double *obs, int B, double *q) {
     static double buf[2][MAX_B * MAX_W];
     const int A = fl_qnet_num_actions(n);
     int width = fl_qnet_obs_dim(n);
@@ -211,9 +210,9 @@ static void test_views_and_layout(void **state) {
         int rank;
         int64_t d0, d1;
     } want[] = {
-        {"0.dense.weight", 2, 256, 4},     {"0.dense.bias", 1, 256, 1},          {"2.dense.weight", 2, 256, 256},
-        {"2.dense.bias", 1, 256, 1},       {"head.value.weight", 2, 1, 256},     {"head.advantage.weight", 2, 2, 256},
-        {"head.value.bias", 1, 1, 1},      {"head.advantage.bias", 1, 2, 1},
+        {"0.dense.weight", 2, 256, 4}, {"0.dense.bias", 1, 256, 1},      {"2.dense.weight", 2, 256, 256},
+        {"2.dense.bias", 1, 256, 1},   {"head.value.weight", 2, 1, 256}, {"head.advantage.weight", 2, 2, 256},
+        {"head.value.bias", 1, 1, 1},  {"head.advantage.bias", 1, 2, 1},
     };
     assert_int_equal(fl_qnet_num_views(n), 8);
     size_t off = 0;
@@ -305,7 +304,8 @@ static void expect_spec_error(const char *spec, const char *needle1, const char 
 }
 
 static void test_spec_errors(void **state) {
-    expect_spec_error("dense(256) rleu dueling", "token 2 \"rleu\"", "expected dense(N), relu, dueling, conv(C,K,S[,P]) or flatten");
+    expect_spec_error("dense(256) rleu dueling", "token 2 \"rleu\"",
+                      "expected dense(N), relu, dueling, conv(C,K,S[,P]) or flatten");
     expect_spec_error("dense(0)", "token 1 \"dense(0)\"", "expected dense(N) with N an integer in 1..65536");
     expect_spec_error("dense(65537)", "token 1 \"dense(65537)\"", "1..65536");
     expect_spec_error("relu dense(abc)", "token 2 \"dense(abc)\"", "expected dense(N)");
@@ -452,10 +452,14 @@ int main(void) {
     openblas_set_num_threads(1);
     pick_seed();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_qnet_gradients),   cmocka_unit_test(test_views_and_layout),
-        cmocka_unit_test(test_init),             cmocka_unit_test(test_spec_errors),
-        cmocka_unit_test(test_set_params),       cmocka_unit_test(test_copy_params),
-        cmocka_unit_test(test_forward_backward_errors), cmocka_unit_test(test_learns_linear_targets),
+        cmocka_unit_test(test_qnet_gradients),
+        cmocka_unit_test(test_views_and_layout),
+        cmocka_unit_test(test_init),
+        cmocka_unit_test(test_spec_errors),
+        cmocka_unit_test(test_set_params),
+        cmocka_unit_test(test_copy_params),
+        cmocka_unit_test(test_forward_backward_errors),
+        cmocka_unit_test(test_learns_linear_targets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

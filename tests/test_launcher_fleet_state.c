@@ -87,8 +87,8 @@ static void fixture_start(fixture_t *f, int n_actors, int n_learners, int n_eval
     if (fl_rpc_server_create(&so, &f->control, &err) != FL_OK ||
         fl_rpc_server_add_unary(f->control, fl_method_path(FL_METHOD_CONTROL_REPORT), fl_fleet_state_on_report,
                                 &f->fs) != FL_OK ||
-        fl_rpc_server_add_unary(f->control, fl_method_path(FL_METHOD_CONTROL_JOIN), fl_fleet_state_on_join,
-                                &f->fs) != FL_OK ||
+        fl_rpc_server_add_unary(f->control, fl_method_path(FL_METHOD_CONTROL_JOIN), fl_fleet_state_on_join, &f->fs) !=
+            FL_OK ||
         fl_rpc_server_bind(f->control, "127.0.0.1:0", &port, &err) != FL_OK ||
         fl_rpc_server_start(f->control, &err) != FL_OK)
         fail_msg("control: %s", err.msg);
@@ -156,8 +156,8 @@ static void test_evaluator_reports_the_real_evaluation(void **unused) {
     fl_env_instance_options(&f.opts.env, &eopts);
     assert_int_equal(fl_evaluation_create(w, &eopts, 4, &ev, &err), FL_OK);
     fl_eval_stats_t want;
-    assert_int_equal(fl_evaluation_run(ev, f.net, 6, 0, seed, f.opts.max_episode_steps, NULL, NULL, NULL, NULL, &want, &err),
-                     FL_OK);
+    assert_int_equal(
+        fl_evaluation_run(ev, f.net, 6, 0, seed, f.opts.max_episode_steps, NULL, NULL, NULL, NULL, &want, &err), FL_OK);
 
     runner_t r = {0};
     set_cred(&f.fs, "evaluator", 1, 1);
@@ -264,8 +264,10 @@ static void test_handler_tables(void **unused) {
     values[FL_EVAL_RESULT_round] = 1;
     values[FL_EVAL_RESULT_return_min] = values[FL_EVAL_RESULT_return_mean] - 1; /* figures that can be true */
     values[FL_EVAL_RESULT_return_max] = values[FL_EVAL_RESULT_return_mean] + 1;
-    fl_report_t e = {.param_version = 9, .n_extra = FL_EVALUATOR_RESULT_COUNT,
-                     .extra_names = fl_evaluator_result_names, .extra_values = values};
+    fl_report_t e = {.param_version = 9,
+                     .n_extra = FL_EVALUATOR_RESULT_COUNT,
+                     .extra_names = fl_evaluator_result_names,
+                     .extra_values = values};
     send_as(&f.fs, f.control_addr, "evaluator", 0, &e, NULL, 0, &env, &learner);
     send_as(&f.fs, f.control_addr, "evaluator", 0, &e, NULL, 0, &env, &learner); /* the same round again */
     e.n_extra = FL_EVALUATOR_RESULT_COUNT - 1;
@@ -336,8 +338,8 @@ static void test_reports_that_cannot_lie(void **unused) {
         mv[i].value = 1;
         mp[i] = &mv[i];
     }
-    mv[FL_EVAL_RESULT_return_mean].value = mv[FL_EVAL_RESULT_return_min].value =
-        mv[FL_EVAL_RESULT_return_max].value = 1e9;
+    mv[FL_EVAL_RESULT_return_mean].value = mv[FL_EVAL_RESULT_return_min].value = mv[FL_EVAL_RESULT_return_max].value =
+        1e9;
     mv[FL_EVAL_RESULT_length_max].value = 500;
     Fleet__Report e = FLEET__REPORT__INIT;
     e.role = "evaluator";
@@ -491,8 +493,13 @@ static void test_save_restore(void **unused) {
     send_as(&f.fs, f.control_addr, "actor", 0, &a, rets, 150, &env, &learner);
     fl_report_t l = {.learner_steps = 77, .samples = 9856};
     send_as(&f.fs, f.control_addr, "learner", 0, &l, NULL, 0, &env, &learner);
-    fl_fleet_totals_t t = {.elapsed_s = 12.5, .env_steps = 1000, .learner_steps = 77, .samples = 9856,
-                           .replay_inserted = 990, .n_evals = 3, .best_eval = 41.5};
+    fl_fleet_totals_t t = {.elapsed_s = 12.5,
+                           .env_steps = 1000,
+                           .learner_steps = 77,
+                           .samples = 9856,
+                           .replay_inserted = 990,
+                           .n_evals = 3,
+                           .best_eval = 41.5};
     t.eval.version = 9;
     for (int i = 0; i < FL_EVALUATOR_RESULT_COUNT; i++) t.eval.v[i] = i * 1.1;
     for (int i = 0; i < FL_FLEET_SUPERVISION_COUNTERS; i++) t.supervision[i] = (uint64_t)(3 * i + 1);
@@ -552,8 +559,8 @@ static void report_joined(const char *addr, const fl_join_grant_t *g, uint64_t e
     fl_err_t err;
     fl_err_init(&err);
     assert_int_equal(fl_reporter_create(addr, "actor", g->index, 0, &r, &err), FL_OK);
-    fl_report_t rep = {.env_steps = env_steps, .transitions_acked = env_steps / 2, .epsilon = g->epsilon,
-                       .leaving = leaving};
+    fl_report_t rep = {
+        .env_steps = env_steps, .transitions_acked = env_steps / 2, .epsilon = g->epsilon, .leaving = leaving};
     fl_reporter_tick(r, &rep, 1);
     uint64_t learner;
     fl_reporter_fleet_steps(r, stop_env, &learner);

@@ -97,8 +97,9 @@ static void test_hyperparameters(void **unused) {
     assert_string_equal(env->string, "cartpole");
     assert_null(find(h, "env.args")); /* not UTF-8 */
     /* where files go, processes and the network are not hyperparameters */
-    static const char *const plumbing[] = {"run.name", "run.out_dir", "run.tls_dir", "run.log_level",
-                                           "learner.checkpoint_dir", "replay.wal", "actor.nice"};
+    static const char *const plumbing[] = {
+        "run.name",   "run.out_dir", "run.tls_dir", "run.log_level", "learner.checkpoint_dir",
+        "replay.wal", "actor.nice"};
     for (size_t i = 0; i < sizeof plumbing / sizeof plumbing[0]; i++) {
         assert_null(find(h, plumbing[i]));
         assert_false(fl_hparams_is_hparam(plumbing[i]));
@@ -153,8 +154,12 @@ static void test_write(void **unused) {
     Tensorboard__Event *ev[8];
     int n = read_events(path, ev, 8);
     assert_int_equal(n, 6); /* file_version, text, experiment, session start, text, session end */
-    const char *tags[] = {"", FL_HPARAMS_TEXT_TAG, "_hparams_/experiment", "_hparams_/session_start_info",
-                          FL_HPARAMS_TEXT_TAG, "_hparams_/session_end_info"};
+    const char *tags[] = {"",
+                          FL_HPARAMS_TEXT_TAG,
+                          "_hparams_/experiment",
+                          "_hparams_/session_start_info",
+                          FL_HPARAMS_TEXT_TAG,
+                          "_hparams_/session_end_info"};
     for (int i = 1; i < n; i++) {
         assert_int_equal(ev[i]->what_case, TENSORBOARD__EVENT__WHAT_SUMMARY);
         assert_int_equal(ev[i]->summary->n_value, 1);
@@ -188,7 +193,8 @@ static void test_write(void **unused) {
             assert_int_equal(d->experiment->n_metric_infos, 4);
             assert_string_equal(d->experiment->metric_infos[0]->name->tag, "eval/return_mean");
             int differs = 0;
-            for (size_t k = 0; k < d->experiment->n_hparam_infos; k++) differs += d->experiment->hparam_infos[k]->differs;
+            for (size_t k = 0; k < d->experiment->n_hparam_infos; k++)
+                differs += d->experiment->hparam_infos[k]->differs;
             assert_int_equal(differs, 1); /* learner.batch_size */
         } else if (i == 3) {
             assert_int_equal(d->data_case, TENSORBOARD__HPARAMS_PLUGIN_DATA__DATA_SESSION_START_INFO);

@@ -108,8 +108,7 @@ static void test_exit_status_of_create(void **state) {
     for (size_t i = 0; i < sizeof config / sizeof config[0]; i++)
         assert_int_equal(fl_exit_status_of_create(config[i]), FL_EXIT_CONFIG);
     const fl_status other[] = {FL_UNAVAILABLE, FL_DEADLINE_EXCEEDED, FL_NO_MEMORY, FL_INTERNAL, FL_DATA_LOSS};
-    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
-        assert_int_equal(fl_exit_status_of_create(other[i]), 1);
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) assert_int_equal(fl_exit_status_of_create(other[i]), 1);
 }
 
 int main(void) {

@@ -38,8 +38,8 @@ static char g_dir[64];
  * network moved away from its target; *online (num_params floats, the caller frees it)
  * gets the online parameters saved. Returns the path (static). */
 static const char *write_checkpoint(const char *name, const char *spec, float **online) {
-    fl_learner_opts_t o = {.replay_addr = "127.0.0.1:1", .paramserver_addr = "127.0.0.1:1", .obs = CP_OBS,
-                           .num_actions = CP_ACTIONS};
+    fl_learner_opts_t o = {
+        .replay_addr = "127.0.0.1:1", .paramserver_addr = "127.0.0.1:1", .obs = CP_OBS, .num_actions = CP_ACTIONS};
     learner_run_defaults(&o);
     o.model_spec = spec;
     o.seed = g_seed % 2147483647ULL;
@@ -112,7 +112,11 @@ static void test_other_model(void **state) {
     snprintf(path, sizeof path, "%s", write_checkpoint("b.safetensors", "dense(16) relu dueling", NULL));
     /* other shapes: the first tensor that differs, both shapes, both specs */
     fl_qnet_t *narrow = make_net("dense(8) relu dueling");
-    const char *w1[] = {path, "online.0.dense.weight", "(16, 4)", "(8, 4)", "model.spec \"dense(8) relu dueling\"",
+    const char *w1[] = {path,
+                        "online.0.dense.weight",
+                        "(16, 4)",
+                        "(8, 4)",
+                        "model.spec \"dense(8) relu dueling\"",
                         "model.spec \"dense(16) relu dueling\"?"};
     expect_refused(path, narrow, FL_INVALID_ARGUMENT, w1, 6);
     /* a deeper network whose views all exist in the file: the missing one is named */

@@ -62,8 +62,8 @@
 typedef struct dcase {
     const char *name, *spec;
     int rank, shape[3], actions;
-    int B;          /* max_batch and the first batch size; then B / 2 + 1 */
-    int uint8;      /* observations as uint8 (0..255, or 0/1 planes with input_scale 255) */
+    int B;     /* max_batch and the first batch size; then B / 2 + 1 */
+    int uint8; /* observations as uint8 (0..255, or 0/1 planes with input_scale 255) */
     float input_scale;
     int graph;
     fl_optim_kind kind;
@@ -179,8 +179,10 @@ static fl_dqn_batch_t make_batch(pair_t *p, int slot, int B, fl_cuda_dqn_slot_t 
             const float *r = q + (size_t)i * A;
             float best = -INFINITY, second = -INFINITY;
             for (int a = 0; a < A; a++) {
-                if (r[a] > best) second = best, best = r[a];
-                else if (r[a] > second) second = r[a];
+                if (r[a] > best)
+                    second = best, best = r[a];
+                else if (r[a] > second)
+                    second = r[a];
             }
             if (s->discounts[i] != 0.0f && best - second <= 1e-4f * (1.0f + fabsf(best))) {
                 draw_obs(p, s->next_obs, p->next_f, i);
@@ -201,8 +203,8 @@ static fl_dqn_batch_t make_batch(pair_t *p, int slot, int B, fl_cuda_dqn_slot_t 
 
 /* Per parameter tensor (view) of the layout: ||got - want|| <= tol ||want - base||
  * over the tensor's floats at offset `at` + the view's offset (base NULL: zero). */
-static void check_views(pair_t *p, const char *what, const float *got, const float *want, const float *base,
-                        size_t at, double tol) {
+static void check_views(pair_t *p, const char *what, const float *got, const float *want, const float *base, size_t at,
+                        double tol) {
     for (int v = 0; v < fl_qnet_num_views(p->online); v++) {
         const fl_param_view_t *w = fl_qnet_view(p->online, v);
         const size_t o = at + w->offset;
@@ -338,15 +340,42 @@ static const dcase_t CASES[] = {
     {"minatar float eager clip", MINATAR, 3, {10, 10, 4}, 6, 32, 0, 1.0f, 0, FL_OPTIM_SGD, 0.5f},
     {"nature uint8 graph", NATURE, 3, {84, 84, 4}, 18, 16, 1, 1.0f, 1, FL_OPTIM_RMSPROP, 40.0f},
     {"nature uint8 eager", NATURE, 3, {84, 84, 4}, 18, 16, 1, 1.0f, 0, FL_OPTIM_RMSPROP, 1.0f},
-    {"padded conv float graph", "conv(8,3,2,1) relu conv(8,3,1) relu dense(32) relu dueling", 3, {9, 11, 3}, 5, 12,
-     0, 1.0f, 1, FL_OPTIM_SGD, 40.0f},
+    {"padded conv float graph",
+     "conv(8,3,2,1) relu conv(8,3,1) relu dense(32) relu dueling",
+     3,
+     {9, 11, 3},
+     5,
+     12,
+     0,
+     1.0f,
+     1,
+     FL_OPTIM_SGD,
+     40.0f},
     /* the layers that read channels-last pixels transposed (learner/dqn_cuda.h): a
      * flatten and a dense layer first, on the image itself, and the dueling head straight
      * after a convolution (its input gradient transposed back) */
-    {"image flatten first uint8 graph", "flatten dense(16) relu dueling", 3, {5, 6, 3}, 4, 10, 1, 1.0f, 1,
-     FL_OPTIM_RMSPROP, 40.0f},
+    {"image flatten first uint8 graph",
+     "flatten dense(16) relu dueling",
+     3,
+     {5, 6, 3},
+     4,
+     10,
+     1,
+     1.0f,
+     1,
+     FL_OPTIM_RMSPROP,
+     40.0f},
     {"image dense first float eager", "dense(16) relu dueling", 3, {5, 6, 3}, 4, 10, 0, 1.0f, 0, FL_OPTIM_SGD, 0.5f},
-    {"conv then dueling uint8 graph", "conv(6,3,1) relu dueling", 3, {7, 8, 2}, 3, 10, 1, 1.0f, 1, FL_OPTIM_RMSPROP,
+    {"conv then dueling uint8 graph",
+     "conv(6,3,1) relu dueling",
+     3,
+     {7, 8, 2},
+     3,
+     10,
+     1,
+     1.0f,
+     1,
+     FL_OPTIM_RMSPROP,
      40.0f},
 };
 #define NUM_CASES (int)(sizeof CASES / sizeof CASES[0])
@@ -481,7 +510,7 @@ static void test_pipeline_equals_steps(void **state) {
     fl_err_t e;
     fl_err_init(&e);
     assert_int_equal(fl_cuda_dqn_step(r.gpu, 0, 32, NULL, NULL, &e), FL_FAILED_PRECONDITION); /* one in flight */
-    assert_int_equal(fl_cuda_dqn_apply(r.gpu, a, NULL, &e), FL_FAILED_PRECONDITION); /* nor an apply */
+    assert_int_equal(fl_cuda_dqn_apply(r.gpu, a, NULL, &e), FL_FAILED_PRECONDITION);          /* nor an apply */
     for (int k = 1; k <= 4; k++) {
         if (k < 4) {
             make_batch(&r, k % 2, 32, &u);
@@ -547,8 +576,7 @@ static void test_optim_state_interchange(void **state) {
         OK(fl_dqn_step(p.dqn, p.online, p.target, p.opt, &b, NULL, &sc, E));
     }
     OK(fl_cuda_dqn_set_params(p.gpu, fl_qnet_params(p.online), fl_qnet_params(p.target), p.n, E));
-    OK(fl_cuda_dqn_set_optim_state(p.gpu, fl_optim_state(p.opt), fl_optim_state_size(p.opt), fl_optim_steps(p.opt),
-                                   E));
+    OK(fl_cuda_dqn_set_optim_state(p.gpu, fl_optim_state(p.opt), fl_optim_state_size(p.opt), fl_optim_steps(p.opt), E));
     check_optim_state(&p);
     float *start = host(p.n), *prio_gpu = host(32), *prio_cpu = host(32);
     memcpy(start, fl_qnet_params(p.online), p.n * sizeof(float));

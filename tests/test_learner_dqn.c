@@ -311,7 +311,7 @@ static void test_gradient_and_step(void **state) {
     int small = 0, large = 0;
     for (int i = 0; i < rb.B; i++) {
         double x = fabs(fl_dqn_q_taken(t.dqn)[i] - fl_dqn_targets(t.dqn)[i]);
-        small += x < delta, large += x > delta;
+        small += x<delta, large += x> delta;
     }
     assert_true(small > 0 && large > 0);
 
@@ -495,7 +495,6 @@ static void test_create_errors(void **state) {
     fl_dqn_destroy(NULL);
 }
 
-
 /* ---- (e) the learner loop against in-process replay and parameter services ------------- */
 
 enum { CP_DIM = 4, CP_ACTIONS = 2 };
@@ -525,7 +524,9 @@ static void services_start_at(services_t *sv, uint64_t min_size, const char *rep
         fl_paramserver_service_start(sv->params, "127.0.0.1:0", sv->param_addr, sizeof sv->param_addr, &err), FL_OK);
 }
 
-static void services_start(services_t *sv, uint64_t min_size) { services_start_at(sv, min_size, "127.0.0.1:0"); }
+static void services_start(services_t *sv, uint64_t min_size) {
+    services_start_at(sv, min_size, "127.0.0.1:0");
+}
 
 static void services_stop(services_t *sv) {
     fl_paramserver_service_destroy(sv->params);
@@ -894,8 +895,8 @@ static void test_learner_version_past_ours(void **state) {
     fl_paramserver_service_opts_init(&po);
     po.max_version_step = 0;
     assert_int_equal(fl_paramserver_service_create(&po, 0, &sv.params, &err), FL_OK);
-    assert_int_equal(
-        fl_paramserver_service_start(sv.params, "127.0.0.1:0", sv.param_addr, sizeof sv.param_addr, &err), FL_OK);
+    assert_int_equal(fl_paramserver_service_start(sv.params, "127.0.0.1:0", sv.param_addr, sizeof sv.param_addr, &err),
+                     FL_OK);
     fl_param_client_destroy(pc);
     assert_int_equal(fl_param_client_create(sv.param_addr, &pc, &err), FL_OK);
     assert_int_equal(fl_param_publish(pc, UINT64_MAX, zeros, np, 10000, &err), FL_OK);

@@ -364,7 +364,8 @@ static void check_group(int L, int steps, int stop_member, int stop_step, int po
         /* the last step's priorities are this member's rows of the reference's */
         int last = ref_steps - 1;
         if (last >= 0 && last != poison_step && stop_step < 0)
-            for (int i = 0; i < j->count; i++) CHECK_CLOSE(j->prio[i], ref_prio[last][j->from + i], 1e-5, 1e-5, "L %d member %d priority %d", L, r, i);
+            for (int i = 0; i < j->count; i++)
+                CHECK_CLOSE(j->prio[i], ref_prio[last][j->from + i], 1e-5, 1e-5, "L %d member %d priority %d", L, r, i);
         const float *p = fl_qnet_params(j->online), *q = fl_qnet_params(ref);
         for (size_t i = 0; i < n; i++) {
             CHECK_CLOSE(p[i], q[i], 2e-5, 2e-5, "L %d member %d parameter %zu", L, r, i);

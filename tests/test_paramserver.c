@@ -420,13 +420,13 @@ static void test_invalid_publishes(void **state) {
     assert_contains(err.msg, "params: missing");
     fl_rpc_buf_t raw;
     static const uint8_t garbage[] = {0x0a, 0xff, 0xff, 0xff, 0x0f, 0x01};
-    assert_int_equal(fl_rpc_unary(f->ch, "/fleet.ParamServer/Publish", garbage, sizeof garbage, TIMEOUT_MS, 0, &raw,
-                                  &err),
-                     FL_INVALID_ARGUMENT);
+    assert_int_equal(
+        fl_rpc_unary(f->ch, "/fleet.ParamServer/Publish", garbage, sizeof garbage, TIMEOUT_MS, 0, &raw, &err),
+        FL_INVALID_ARGUMENT);
     assert_contains(err.msg, "PublishRequest");
-    assert_int_equal(fl_rpc_unary(f->ch, "/fleet.ParamServer/Fetch", garbage, sizeof garbage, TIMEOUT_MS, 0, &raw,
-                                  &err),
-                     FL_INVALID_ARGUMENT);
+    assert_int_equal(
+        fl_rpc_unary(f->ch, "/fleet.ParamServer/Fetch", garbage, sizeof garbage, TIMEOUT_MS, 0, &raw, &err),
+        FL_INVALID_ARGUMENT);
     assert_contains(err.msg, "FetchRequest");
 
     /* the server kept serving version 1, untouched */
@@ -572,8 +572,8 @@ static void *fetcher(void *p) {
             }
             for (size_t i = 0; i < CONC_N; i++) {
                 if (dst[i] != (float)version) {
-                    snprintf(a->why, sizeof a->why, "version %llu: element %zu is %g", (unsigned long long)version,
-                             i, (double)dst[i]);
+                    snprintf(a->why, sizeof a->why, "version %llu: element %zu is %g", (unsigned long long)version, i,
+                             (double)dst[i]);
                     goto out;
                 }
             }
@@ -715,8 +715,7 @@ static void test_create_and_start_errors(void **state) {
     fl_paramserver_service_destroy(svc);
     /* too small a buffer for the bound address */
     assert_int_equal(fl_paramserver_service_create(NULL, 0, &svc, &err), FL_OK);
-    assert_int_equal(fl_paramserver_service_start(svc, "127.0.0.1:0", bound, sizeof bound, &err),
-                     FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_paramserver_service_start(svc, "127.0.0.1:0", bound, sizeof bound, &err), FL_INVALID_ARGUMENT);
     fl_paramserver_service_stop(svc);
     fl_paramserver_service_stop(svc);
     fl_paramserver_service_destroy(svc);

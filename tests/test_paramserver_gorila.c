@@ -415,7 +415,9 @@ static void held_push(double timeout_s, void (*release)(cluster *), pusher *x, f
     cluster_stop(c);
 }
 
-static void stop_shard(cluster *c) { fl_paramserver_service_stop(c->svc[0]); }
+static void stop_shard(cluster *c) {
+    fl_paramserver_service_stop(c->svc[0]);
+}
 
 static void stop_process(cluster *c) {
     (void)c;

@@ -42,14 +42,19 @@ static void item_obs(uint64_t seq, uint8_t *obs, size_t bytes) {
 static void item_next_obs(uint64_t seq, uint8_t *obs, size_t bytes) {
     for (size_t k = 0; k < bytes; k++) obs[k] = (uint8_t)(seq * 17 + k * 3 + 101);
 }
-static int32_t item_action(uint64_t seq) { return (int32_t)(seq * 3 % 18); }
-static float item_reward(uint64_t seq) { return (float)seq * 0.5f - 7.0f; }
-static float item_discount(uint64_t seq) { return seq % 5 == 0 ? 0.0f : 0.970299f; }
+static int32_t item_action(uint64_t seq) {
+    return (int32_t)(seq * 3 % 18);
+}
+static float item_reward(uint64_t seq) {
+    return (float)seq * 0.5f - 7.0f;
+}
+static float item_discount(uint64_t seq) {
+    return seq % 5 == 0 ? 0.0f : 0.970299f;
+}
 
 /* Inserts n items whose content derives from their sequence numbers (first_seq ..), all
  * with priority `prio`, or prios[i] when prios is not NULL. */
-static void insert_items(fl_table_t *t, uint64_t first_seq, size_t n, float prio, const float *prios,
-                         uint64_t *keys) {
+static void insert_items(fl_table_t *t, uint64_t first_seq, size_t n, float prio, const float *prios, uint64_t *keys) {
     size_t ob = fl_table_obs_bytes(t);
     uint8_t *obs = malloc(n * ob), *next = malloc(n * ob);
     int32_t *act = malloc(n * sizeof(int32_t));
@@ -98,8 +103,8 @@ static void test_create_validates_config(void **state) {
     good.obs.rank = 1;
     good.obs.shape[0] = 4;
     fl_table_config_t bad[9];
-    const char *field[9] = {"capacity", "obs_dtype", "obs_rank", "obs_shape", "alpha",
-                            "priority_eps", "shard_id", "shard_id", "alpha"};
+    const char *field[9] = {"capacity",     "obs_dtype", "obs_rank", "obs_shape", "alpha",
+                            "priority_eps", "shard_id",  "shard_id", "alpha"};
     for (int i = 0; i < 9; i++) bad[i] = good;
     bad[0].capacity = 0;
     bad[1].obs.dtype = FL_DTYPE_INVALID;
@@ -566,13 +571,10 @@ static void test_sample_empty_and_bad_arguments(void **state) {
                      FL_FAILED_PRECONDITION);
     assert_non_null(strstr(err.msg, "priority 0"));
     insert_items(t, 3, 1, 1.0f, NULL, NULL);
-    assert_int_equal(fl_table_sample(t, 0, 0.4, sk, NULL, w, NULL, NULL, NULL, NULL, NULL, &err),
-                     FL_INVALID_ARGUMENT);
-    assert_int_equal(fl_table_sample(t, 4, NAN, sk, NULL, w, NULL, NULL, NULL, NULL, NULL, &err),
-                     FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_table_sample(t, 0, 0.4, sk, NULL, w, NULL, NULL, NULL, NULL, NULL, &err), FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_table_sample(t, 4, NAN, sk, NULL, w, NULL, NULL, NULL, NULL, NULL, &err), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "beta"));
-    assert_int_equal(fl_table_sample(t, 4, -0.1, sk, NULL, w, NULL, NULL, NULL, NULL, NULL, NULL),
-                     FL_INVALID_ARGUMENT);
+    assert_int_equal(fl_table_sample(t, 4, -0.1, sk, NULL, w, NULL, NULL, NULL, NULL, NULL, NULL), FL_INVALID_ARGUMENT);
     /* Only the item with positive priority is ever drawn. */
     assert_int_equal(fl_table_sample(t, 4, 0.4, sk, NULL, w, NULL, NULL, NULL, NULL, NULL, &err), FL_OK);
     for (int j = 0; j < 4; j++) {

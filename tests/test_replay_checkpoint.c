@@ -45,7 +45,9 @@ static int teardown_dir(void **state) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
-static void path_in_dir(char *out, size_t len, const char *name) { snprintf(out, len, "%s/%s", g_dir, name); }
+static void path_in_dir(char *out, size_t len, const char *name) {
+    snprintf(out, len, "%s/%s", g_dir, name);
+}
 
 static fl_table_config_t make_cfg(uint64_t capacity, fl_selector sel, int64_t mts) {
     fl_table_config_t c;
@@ -117,8 +119,8 @@ static fl_table_t *build_table(const fl_table_config_t *cfg, int wrap) {
         }
         assert_int_equal(fl_table_update_priorities(t, 6, keys, pr, NULL, &e), FL_OK);
         uint64_t sk[4];
-        fl_status s = fl_table_sample(t, 1 + fl_rng_below(&rng, 4), 0.4, sk, NULL, NULL, NULL, NULL, NULL, NULL,
-                                      NULL, &e);
+        fl_status s =
+            fl_table_sample(t, 1 + fl_rng_below(&rng, 4), 0.4, sk, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &e);
         assert_true(s == FL_OK || s == FL_FAILED_PRECONDITION);
     }
     fl_table_rebuild(t);
@@ -381,7 +383,8 @@ static void expect_load_error(const void *bytes, size_t len, const fl_table_conf
     fl_status s = fl_table_load(p, cfg, &u, &e);
     if (s != code) {
         fl_table_destroy(u);
-        fail_msg("load of %zu bytes (expecting %s): status %d, expected %d: %s", len, frag1 ? frag1 : "", (int)s, (int)code, e.msg);
+        fail_msg("load of %zu bytes (expecting %s): status %d, expected %d: %s", len, frag1 ? frag1 : "", (int)s,
+                 (int)code, e.msg);
     }
     assert_null(u);
     assert_non_null(strstr(e.msg, p));
@@ -389,7 +392,9 @@ static void expect_load_error(const void *bytes, size_t len, const fl_table_conf
     if (frag2 && !strstr(e.msg, frag2)) fail_msg("'%s' lacks '%s'", e.msg, frag2);
 }
 
-static void put32(unsigned char *b, size_t at, uint32_t v) { memcpy(b + at, &v, 4); }
+static void put32(unsigned char *b, size_t at, uint32_t v) {
+    memcpy(b + at, &v, 4);
+}
 
 /* Recomputes the trailing CRC after an edit, so that later checks are reached. */
 static void fix_crc(unsigned char *b, size_t len) {
@@ -460,8 +465,7 @@ static void test_malformed(void **state) {
     expect_load_error(good, len, &other, FL_INVALID_ARGUMENT, "obs_dtype", "configured");
     other = cfg;
     other.selector = FL_SELECTOR_UNIFORM;
-    expect_load_error(good, len, &other, FL_INVALID_ARGUMENT, "selector prioritized in the file",
-                      "uniform configured");
+    expect_load_error(good, len, &other, FL_INVALID_ARGUMENT, "selector prioritized in the file", "uniform configured");
     other = cfg;
     other.max_times_sampled = 0;
     expect_load_error(good, len, &other, FL_INVALID_ARGUMENT, "max_times_sampled 2 in the file", "0 configured");
@@ -570,8 +574,8 @@ static Fleet__SampleResponse *rpc_sample(fl_rpc_channel_t *ch, uint32_t B) {
     req.batch_size = B;
     req.beta = 0.4;
     ProtobufCMessage *m = NULL;
-    if (fl_rpc_unary_pb(ch, "/fleet.Replay/Sample", &req.base, &fleet__sample_response__descriptor, &m, 5000, 0,
-                        &e) != FL_OK)
+    if (fl_rpc_unary_pb(ch, "/fleet.Replay/Sample", &req.base, &fleet__sample_response__descriptor, &m, 5000, 0, &e) !=
+        FL_OK)
         fail_msg("Sample: %s", e.msg);
     return (Fleet__SampleResponse *)m;
 }
@@ -607,8 +611,8 @@ static void test_service_checkpoint_restore(void **state) {
     fl_err_init(&e);
     Fleet__CheckpointRequest creq = FLEET__CHECKPOINT_REQUEST__INIT;
     ProtobufCMessage *m = NULL;
-    if (fl_rpc_unary_pb(ch, "/fleet.Replay/Checkpoint", &creq.base, &fleet__checkpoint_response__descriptor, &m,
-                        10000, 0, &e) != FL_OK)
+    if (fl_rpc_unary_pb(ch, "/fleet.Replay/Checkpoint", &creq.base, &fleet__checkpoint_response__descriptor, &m, 10000,
+                        0, &e) != FL_OK)
         fail_msg("Checkpoint: %s", e.msg);
     Fleet__CheckpointResponse *cr = (Fleet__CheckpointResponse *)m;
     char want[160];
@@ -756,14 +760,10 @@ static void test_service_periodic(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_prioritized),
-        cmocka_unit_test(test_roundtrip_uniform),
-        cmocka_unit_test(test_roundtrip_fifo),
-        cmocka_unit_test(test_roundtrip_empty),
-        cmocka_unit_test(test_snapshot_extra),
-        cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_save_errors),
-        cmocka_unit_test(test_service_checkpoint_restore),
+        cmocka_unit_test(test_roundtrip_prioritized), cmocka_unit_test(test_roundtrip_uniform),
+        cmocka_unit_test(test_roundtrip_fifo),        cmocka_unit_test(test_roundtrip_empty),
+        cmocka_unit_test(test_snapshot_extra),        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_save_errors),           cmocka_unit_test(test_service_checkpoint_restore),
         cmocka_unit_test(test_service_periodic),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);

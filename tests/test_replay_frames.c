@@ -35,8 +35,12 @@ typedef struct {
     int stack;
 } shape_t;
 
-static size_t frame_bytes(const shape_t *sh) { return (size_t)sh->h * sh->w * sh->c; }
-static size_t obs_bytes(const shape_t *sh) { return frame_bytes(sh) * (size_t)sh->stack; }
+static size_t frame_bytes(const shape_t *sh) {
+    return (size_t)sh->h * sh->w * sh->c;
+}
+static size_t obs_bytes(const shape_t *sh) {
+    return frame_bytes(sh) * (size_t)sh->stack;
+}
 
 /* Frame t: a smooth pattern plus a moving block, so that zstd has something to do. */
 static void make_frame(const shape_t *sh, uint64_t t, uint8_t *f) {
@@ -383,10 +387,14 @@ static void test_unlocked_copy_race(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shared_next_obs), cmocka_unit_test(test_stacked_frames),
-        cmocka_unit_test(test_zstd),            cmocka_unit_test(test_eviction),
-        cmocka_unit_test(test_checkpoint),      cmocka_unit_test(test_bad_config),
-        cmocka_unit_test(test_unlocked_copy_race), cmocka_unit_test(test_bytes_estimate),
+        cmocka_unit_test(test_shared_next_obs),
+        cmocka_unit_test(test_stacked_frames),
+        cmocka_unit_test(test_zstd),
+        cmocka_unit_test(test_eviction),
+        cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_unlocked_copy_race),
+        cmocka_unit_test(test_bytes_estimate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -322,15 +322,17 @@ static void test_values_refused(void **state) {
     expect_insert_refused(&s, &c, "batch.next_obs[7][3]: got -inf, expected a finite value");
     cols_make(&c, 8, 0);
     c.rewards[4] = 2e6f;
-    expect_insert_refused(&s, &c, "batch.rewards[4]: got 2e+06, expected a value with |r| <= 1e+06 "
-                                  "(replay.max_abs_reward, by default from env.reward_bound)");
+    expect_insert_refused(&s, &c,
+                          "batch.rewards[4]: got 2e+06, expected a value with |r| <= 1e+06 "
+                          "(replay.max_abs_reward, by default from env.reward_bound)");
     cols_make(&c, 8, 0);
     c.rewards[0] = -1.5e6f;
     expect_insert_refused(&s, &c, "batch.rewards[0]: got -1.5e+06");
     cols_make(&c, 8, 0);
     c.priorities[6] = 3e6f;
-    expect_insert_refused(&s, &c, "batch.priorities[6]: got 3e+06, expected a finite value in [0, 1e+06] "
-                                  "(replay.max_priority, by default from env.reward_bound)");
+    expect_insert_refused(&s, &c,
+                          "batch.priorities[6]: got 3e+06, expected a finite value in [0, 1e+06] "
+                          "(replay.max_priority, by default from env.reward_bound)");
     assert_int_equal(info_of(&s).rejected, 5);
 
     /* At the bounds: accepted. */
@@ -356,8 +358,9 @@ static void test_values_refused(void **state) {
     float prio[4] = {1.0f, 2e6f, 1.0f, 1.0f};
     uint64_t applied = 0;
     assert_int_equal(fl_replay_update_priorities(cl, 4, b.keys, prio, &applied, &e), FL_INVALID_ARGUMENT);
-    assert_non_null(strstr(e.msg, "priorities[1]: got 2e+06, expected a finite value in [0, 1e+06] "
-                                  "(replay.max_priority, by default from env.reward_bound)"));
+    assert_non_null(strstr(e.msg,
+                           "priorities[1]: got 2e+06, expected a finite value in [0, 1e+06] "
+                           "(replay.max_priority, by default from env.reward_bound)"));
     fl_replay_updates_t upd = {4, b.keys, prio, 0};
     assert_int_equal(fl_replay_sample_updating(cl, 4, 0.4, 5000, &upd, &b2, &e), FL_INVALID_ARGUMENT);
     assert_non_null(strstr(e.msg, "update_priorities[1]: got 2e+06"));
@@ -377,11 +380,13 @@ static void test_values_refused(void **state) {
     cols_make(&c, 8, 0);
     c.rewards[2] = 10.5f;
     expect_insert_refused(&s, &c,
-                          "batch.rewards[2]: got 10.5, expected a value with |r| <= 10 (replay.max_abs_reward, by default from env.reward_bound)");
+                          "batch.rewards[2]: got 10.5, expected a value with |r| <= 10 (replay.max_abs_reward, by "
+                          "default from env.reward_bound)");
     cols_make(&c, 8, 0);
     c.priorities[3] = 5.5f;
     expect_insert_refused(&s, &c,
-                          "batch.priorities[3]: got 5.5, expected a finite value in [0, 5] (replay.max_priority, by default from env.reward_bound)");
+                          "batch.priorities[3]: got 5.5, expected a finite value in [0, 5] (replay.max_priority, by "
+                          "default from env.reward_bound)");
     still_serving(&s);
     replay_fixture_stop(&s);
 }
@@ -405,9 +410,12 @@ static void test_writer_refuses_values(void **state) {
     } cases[] = {
         {0, "replay writer append: obs[2][1]: got nan, expected a finite value"},
         {1, "replay writer append: next_obs[0][0]: got inf, expected a finite value"},
-        {2, "replay writer append: rewards[5]: got 1e+07, expected a value with |r| <= 1e+06 (replay.max_abs_reward, by default from env.reward_bound)"},
-        {3, "replay writer append: priorities[1]: got 2e+06, expected a finite value in [0, 1e+06] "
-            "(replay.max_priority, by default from env.reward_bound)"},
+        {2,
+         "replay writer append: rewards[5]: got 1e+07, expected a value with |r| <= 1e+06 (replay.max_abs_reward, by "
+         "default from env.reward_bound)"},
+        {3,
+         "replay writer append: priorities[1]: got 2e+06, expected a finite value in [0, 1e+06] "
+         "(replay.max_priority, by default from env.reward_bound)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cols_make(&c, 8, 0);
@@ -416,8 +424,8 @@ static void test_writer_refuses_values(void **state) {
         if (cases[i].what == 2) c.rewards[5] = 1e7f;
         if (cases[i].what == 3) c.priorities[1] = 2e6f;
         fl_err_init(&e);
-        fl_status st = fl_replay_writer_append(w, c.n, c.obs, c.actions, c.rewards, c.discounts, c.next_obs,
-                                               c.priorities, &e);
+        fl_status st =
+            fl_replay_writer_append(w, c.n, c.obs, c.actions, c.rewards, c.discounts, c.next_obs, c.priorities, &e);
         if (st != FL_INVALID_ARGUMENT || strcmp(e.msg, cases[i].msg) != 0)
             fail_msg("case %zu: status %d, message '%s', expected '%s'", i, (int)st, e.msg, cases[i].msg);
     }
@@ -432,8 +440,7 @@ static void test_writer_refuses_values(void **state) {
     assert_int_equal(fl_replay_writer_pending(w), 0);
     cols_make(&c, 8, 0);
     assert_int_equal(
-        fl_replay_writer_append(w, c.n, c.obs, c.actions, c.rewards, c.discounts, c.next_obs, c.priorities, &e),
-        FL_OK);
+        fl_replay_writer_append(w, c.n, c.obs, c.actions, c.rewards, c.discounts, c.next_obs, c.priorities, &e), FL_OK);
     if (fl_replay_writer_flush(w, 20000, &e) != FL_OK) fail_msg("flush: %s", e.msg);
     assert_int_equal(info_of(&s).inserted, 8);
     assert_int_equal(info_of(&s).rejected, 0);
@@ -499,7 +506,8 @@ static void test_forged_acknowledgement_refused(void **state) {
     assert_int_equal(insert_one(s.addr, &m, NULL, NULL, &e), FL_INVALID_ARGUMENT);
     char want[200];
     snprintf(want, sizeof want,
-             "sequence: got %" PRIu64 ", expected 1 .. %" PRIu64 " (the stream's last batch is 1000: resends up to "
+             "sequence: got %" PRIu64 ", expected 1 .. %" PRIu64
+             " (the stream's last batch is 1000: resends up to "
              "it, new batches at most %" PRIu64 " past it)",
              1001 + FL_REPLAY_MAX_SEQUENCE_STEP, 1000 + FL_REPLAY_MAX_SEQUENCE_STEP, FL_REPLAY_MAX_SEQUENCE_STEP);
     assert_non_null(strstr(e.msg, want));
@@ -546,8 +554,9 @@ static void test_stream_records_capped(void **state) {
     req_msg_t m;
     req_make(&m, 4, 104, 1, &c);
     assert_int_equal(insert_one(s.addr, &m, NULL, NULL, &e), FL_RESOURCE_EXHAUSTED);
-    assert_non_null(strstr(e.msg, "stream 4 refused: replay shard 0 holds the records of 3 insert streams, as many "
-                                  "as replay.max_streams = 3 allows, and every one has an Insert call open"));
+    assert_non_null(strstr(e.msg,
+                           "stream 4 refused: replay shard 0 holds the records of 3 insert streams, as many "
+                           "as replay.max_streams = 3 allows, and every one has an Insert call open"));
     /* Streams 2 and 3 end their calls and stay unused past the idle limit; stream 1's
      * call is still open. Then their records make room. */
     assert_int_equal(open_call_finish(&c2), 1);
@@ -680,8 +689,9 @@ static void test_sample_waiters_per_client(void **state) {
     fl_replay_batch_t batch;
     assert_int_equal(fl_replay_batch_init(&batch, 4, OBS_BYTES), FL_OK);
     assert_int_equal(fl_replay_sample(a, 4, 0.4, 60000, &batch, &e), FL_FAILED_PRECONDITION);
-    assert_non_null(strstr(e.msg, "replay holds 0 of the 100 transitions needed to sample; not waiting: this client "
-                                  "already has 2 Sample calls waiting (at most 2 per client)"));
+    assert_non_null(strstr(e.msg,
+                           "replay holds 0 of the 100 transitions needed to sample; not waiting: this client "
+                           "already has 2 Sample calls waiting (at most 2 per client)"));
     /* ... while another client still waits for data (here until its own timeout). */
     assert_int_equal(fl_replay_client_create(s.addr, &b, &e), FL_OK);
     assert_int_equal(fl_replay_sample(b, 4, 0.4, 2000, &batch, &e), FL_FAILED_PRECONDITION);
@@ -827,14 +837,10 @@ static void test_insert_places_shared_in_order(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_checkpoint_names),
-        cmocka_unit_test(test_values_refused),
-        cmocka_unit_test(test_writer_refuses_values),
-        cmocka_unit_test(test_forged_acknowledgement_refused),
-        cmocka_unit_test(test_stream_records_capped),
-        cmocka_unit_test(test_stream_flood_locks_nobody_out),
-        cmocka_unit_test(test_sample_waiters_per_client),
-        cmocka_unit_test(test_insert_places_shared_in_order),
+        cmocka_unit_test(test_checkpoint_names),          cmocka_unit_test(test_values_refused),
+        cmocka_unit_test(test_writer_refuses_values),     cmocka_unit_test(test_forged_acknowledgement_refused),
+        cmocka_unit_test(test_stream_records_capped),     cmocka_unit_test(test_stream_flood_locks_nobody_out),
+        cmocka_unit_test(test_sample_waiters_per_client), cmocka_unit_test(test_insert_places_shared_in_order),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

@@ -36,14 +36,14 @@ static void test_arithmetic(void **state) {
     assert_true(fl_ratelimit_can_insert(&r, 50)); /* free before min_size inserts */
     fl_ratelimit_inserted(&r, 10);                /* diff 20 */
     assert_false(fl_ratelimit_can_sample(&r, 1, 9));
-    assert_true(fl_ratelimit_can_sample(&r, 10, 10));   /* 20 - 10 = 10 >= 10 */
-    assert_false(fl_ratelimit_can_sample(&r, 11, 10));  /* 9 < 10 */
-    assert_true(fl_ratelimit_can_insert(&r, 5));        /* 20 + 10 = 30 <= 30 */
-    assert_false(fl_ratelimit_can_insert(&r, 6));       /* 32 > 30 */
-    fl_ratelimit_sampled(&r, 10);                       /* diff 10 */
-    assert_false(fl_ratelimit_can_sample(&r, 1, 100));  /* must wait for inserts */
-    assert_true(fl_ratelimit_can_insert(&r, 10));       /* 10 + 20 = 30 */
-    fl_ratelimit_inserted(&r, 10);                      /* diff 30 */
+    assert_true(fl_ratelimit_can_sample(&r, 10, 10));  /* 20 - 10 = 10 >= 10 */
+    assert_false(fl_ratelimit_can_sample(&r, 11, 10)); /* 9 < 10 */
+    assert_true(fl_ratelimit_can_insert(&r, 5));       /* 20 + 10 = 30 <= 30 */
+    assert_false(fl_ratelimit_can_insert(&r, 6));      /* 32 > 30 */
+    fl_ratelimit_sampled(&r, 10);                      /* diff 10 */
+    assert_false(fl_ratelimit_can_sample(&r, 1, 100)); /* must wait for inserts */
+    assert_true(fl_ratelimit_can_insert(&r, 10));      /* 10 + 20 = 30 */
+    fl_ratelimit_inserted(&r, 10);                     /* diff 30 */
     assert_false(fl_ratelimit_can_insert(&r, 1));
     assert_true(fl_ratelimit_can_sample(&r, 20, 100));
     assert_true(fabs(fl_ratelimit_diff(&r) - 30) < 1e-12);
@@ -156,8 +156,10 @@ static void test_service_blocks_and_releases(void **state) {
     uint64_t sampled = 0;
     for (int i = 0; i < 100000 && !atomic_load(&wa.done); i++) {
         fl_status st = fl_replay_sample(c, 32, 0.4, 2000, &b, &e);
-        if (st == FL_OK) sampled += 32;
-        else assert_int_equal(st, FL_FAILED_PRECONDITION); /* rate limited: wait for inserts */
+        if (st == FL_OK)
+            sampled += 32;
+        else
+            assert_int_equal(st, FL_FAILED_PRECONDITION); /* rate limited: wait for inserts */
         fl_replay_service_info(f.svc, &in);
         /* the invariant: inserted * spi - sampled within [min_diff - batch, max_diff + batch] */
         double diff = (double)in.inserted - (double)in.sampled;

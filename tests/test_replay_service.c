@@ -92,7 +92,8 @@ static void append_ok(fl_replay_writer_t *w, size_t n, uint64_t base) {
     cols_make(&c, n, base);
     fl_err_t e;
     fl_err_init(&e);
-    fl_status st = fl_replay_writer_append(w, n, c.obs, c.actions, c.rewards, c.discounts, c.next_obs, c.priorities, &e);
+    fl_status st =
+        fl_replay_writer_append(w, n, c.obs, c.actions, c.rewards, c.discounts, c.next_obs, c.priorities, &e);
     cols_free(&c);
     if (st != FL_OK) fail_msg("append: %s", e.msg);
 }
@@ -264,9 +265,8 @@ static void test_writer_flush_and_info(void **state) {
     assert_int_equal(fl_rpc_channel_create(s.addr, 0, &ch, &e), FL_OK);
     Fleet__ReplayInfoRequest ireq = FLEET__REPLAY_INFO_REQUEST__INIT;
     ProtobufCMessage *m = NULL;
-    assert_int_equal(fl_rpc_unary_pb(ch, "/fleet.Replay/Info", &ireq.base, &fleet__replay_info__descriptor, &m, 5000,
-                                     0, &e),
-                     FL_OK);
+    assert_int_equal(
+        fl_rpc_unary_pb(ch, "/fleet.Replay/Info", &ireq.base, &fleet__replay_info__descriptor, &m, 5000, 0, &e), FL_OK);
     Fleet__ReplayInfo *ri = (Fleet__ReplayInfo *)m;
     assert_int_equal(ri->obs_dtype, FLEET__DTYPE__DTYPE_FLOAT32);
     assert_int_equal(ri->n_obs_shape, 1);
@@ -274,8 +274,8 @@ static void test_writer_flush_and_info(void **state) {
     assert_int_equal(ri->inserted, 500);
     fleet__replay_info__free_unpacked(ri, NULL);
     Fleet__CheckpointRequest creq = FLEET__CHECKPOINT_REQUEST__INIT;
-    assert_int_equal(fl_rpc_unary_pb(ch, "/fleet.Replay/Checkpoint", &creq.base, &fleet__checkpoint_response__descriptor,
-                                     &m, 5000, 0, &e),
+    assert_int_equal(fl_rpc_unary_pb(ch, "/fleet.Replay/Checkpoint", &creq.base,
+                                     &fleet__checkpoint_response__descriptor, &m, 5000, 0, &e),
                      FL_UNIMPLEMENTED);
     assert_non_null(strstr(e.msg, "Checkpoint"));
     fl_rpc_channel_destroy(ch);
@@ -406,8 +406,9 @@ static void test_update_priorities_changes_sampling(void **state) {
     assert_int_equal(fl_rpc_unary_pb(ch, "/fleet.Replay/UpdatePriorities", &ureq.base,
                                      &fleet__update_priorities_response__descriptor, &m, 5000, 0, &e),
                      FL_INVALID_ARGUMENT);
-    assert_non_null(
-        strstr(e.msg, "priorities[1]: got inf, expected a finite value in [0, 1e+06] (replay.max_priority, by default from env.reward_bound)"));
+    assert_non_null(strstr(e.msg,
+                           "priorities[1]: got inf, expected a finite value in [0, 1e+06] (replay.max_priority, by "
+                           "default from env.reward_bound)"));
     /* Bytes that do not parse, to UpdatePriorities and to Sample; the shard keeps serving. */
     {
         const uint8_t junk[] = {0x0a, 0x7f, 0x01};
@@ -482,7 +483,9 @@ static void *wait_sampler(void *p) {
     return NULL;
 }
 
-static int has_waiter(void *p) { return fl_replay_service_sample_waiters(p) == 1; }
+static int has_waiter(void *p) {
+    return fl_replay_service_sample_waiters(p) == 1;
+}
 
 static void test_sample_waits_for_min_size(void **state) {
     (void)state;
@@ -507,20 +510,20 @@ static void test_sample_waits_for_min_size(void **state) {
     sreq.batch_size = 0;
     sreq.beta = 0.4;
     ProtobufCMessage *m = NULL;
-    assert_int_equal(fl_rpc_unary_pb(ch, "/fleet.Replay/Sample", &sreq.base, &fleet__sample_response__descriptor, &m,
-                                     5000, 0, &e),
-                     FL_INVALID_ARGUMENT);
+    assert_int_equal(
+        fl_rpc_unary_pb(ch, "/fleet.Replay/Sample", &sreq.base, &fleet__sample_response__descriptor, &m, 5000, 0, &e),
+        FL_INVALID_ARGUMENT);
     assert_non_null(strstr(e.msg, "batch_size: got 0"));
     sreq.batch_size = 4;
     sreq.beta = 1.5;
-    assert_int_equal(fl_rpc_unary_pb(ch, "/fleet.Replay/Sample", &sreq.base, &fleet__sample_response__descriptor, &m,
-                                     5000, 0, &e),
-                     FL_INVALID_ARGUMENT);
+    assert_int_equal(
+        fl_rpc_unary_pb(ch, "/fleet.Replay/Sample", &sreq.base, &fleet__sample_response__descriptor, &m, 5000, 0, &e),
+        FL_INVALID_ARGUMENT);
     assert_non_null(strstr(e.msg, "beta: got 1.5"));
     sreq.beta = NAN;
-    assert_int_equal(fl_rpc_unary_pb(ch, "/fleet.Replay/Sample", &sreq.base, &fleet__sample_response__descriptor, &m,
-                                     5000, 0, &e),
-                     FL_INVALID_ARGUMENT);
+    assert_int_equal(
+        fl_rpc_unary_pb(ch, "/fleet.Replay/Sample", &sreq.base, &fleet__sample_response__descriptor, &m, 5000, 0, &e),
+        FL_INVALID_ARGUMENT);
     fl_rpc_channel_destroy(ch);
 
     /* A sampler that waits, while another thread fills the table. */
@@ -589,13 +592,19 @@ static void bad_count(req_msg_t *m, cols_t *c) {
     (void)c;
     m->bm.batch.n_rewards = m->bm.batch.count - 1;
 }
-static void bad_priority(req_msg_t *m, cols_t *c) { c->priorities[2] = NAN; }
+static void bad_priority(req_msg_t *m, cols_t *c) {
+    c->priorities[2] = NAN;
+}
 static void bad_short_data(req_msg_t *m, cols_t *c) {
     (void)c;
     m->bm.next_obs.data.len -= 4;
 }
-static void bad_discount(req_msg_t *m, cols_t *c) { c->discounts[1] = 1.5f; }
-static void bad_action(req_msg_t *m, cols_t *c) { c->actions[0] = -1; }
+static void bad_discount(req_msg_t *m, cols_t *c) {
+    c->discounts[1] = 1.5f;
+}
+static void bad_action(req_msg_t *m, cols_t *c) {
+    c->actions[0] = -1;
+}
 static void bad_sequence(req_msg_t *m, cols_t *c) {
     (void)c;
     m->req.sequence = 0;
@@ -765,14 +774,30 @@ static void bad_no_priorities(req_msg_t *m, cols_t *c) {
     (void)c;
     m->bm.batch.n_priorities = 0;
 }
-static void bad_reward_nan(req_msg_t *m, cols_t *c) { c->rewards[3] = NAN; }
-static void bad_reward_inf(req_msg_t *m, cols_t *c) { c->rewards[0] = INFINITY; }
-static void bad_reward_ninf(req_msg_t *m, cols_t *c) { c->rewards[7] = -INFINITY; }
-static void bad_priority_neg(req_msg_t *m, cols_t *c) { c->priorities[5] = -1.0f; }
-static void bad_priority_inf(req_msg_t *m, cols_t *c) { c->priorities[0] = INFINITY; }
-static void bad_discount_neg(req_msg_t *m, cols_t *c) { c->discounts[2] = -0.25f; }
-static void bad_discount_nan(req_msg_t *m, cols_t *c) { c->discounts[0] = NAN; }
-static void bad_action_high(req_msg_t *m, cols_t *c) { c->actions[4] = NUM_ACTIONS; }
+static void bad_reward_nan(req_msg_t *m, cols_t *c) {
+    c->rewards[3] = NAN;
+}
+static void bad_reward_inf(req_msg_t *m, cols_t *c) {
+    c->rewards[0] = INFINITY;
+}
+static void bad_reward_ninf(req_msg_t *m, cols_t *c) {
+    c->rewards[7] = -INFINITY;
+}
+static void bad_priority_neg(req_msg_t *m, cols_t *c) {
+    c->priorities[5] = -1.0f;
+}
+static void bad_priority_inf(req_msg_t *m, cols_t *c) {
+    c->priorities[0] = INFINITY;
+}
+static void bad_discount_neg(req_msg_t *m, cols_t *c) {
+    c->discounts[2] = -0.25f;
+}
+static void bad_discount_nan(req_msg_t *m, cols_t *c) {
+    c->discounts[0] = NAN;
+}
+static void bad_action_high(req_msg_t *m, cols_t *c) {
+    c->actions[4] = NUM_ACTIONS;
+}
 static void bad_empty(req_msg_t *m, cols_t *c) {
     (void)c;
     Fleet__TransitionBatch *b = &m->bm.batch;
@@ -806,8 +831,12 @@ static void test_bad_inserts_name_field_and_stream_goes_on(void **state) {
         {bad_reward_nan, "batch.rewards[3]: got nan, expected a finite value"},
         {bad_reward_inf, "batch.rewards[0]: got inf, expected a finite value"},
         {bad_reward_ninf, "batch.rewards[7]: got -inf, expected a finite value"},
-        {bad_priority_neg, "batch.priorities[5]: got -1, expected a finite value in [0, 1e+06] (replay.max_priority, by default from env.reward_bound)"},
-        {bad_priority_inf, "batch.priorities[0]: got inf, expected a finite value in [0, 1e+06] (replay.max_priority, by default from env.reward_bound)"},
+        {bad_priority_neg,
+         "batch.priorities[5]: got -1, expected a finite value in [0, 1e+06] (replay.max_priority, by default from "
+         "env.reward_bound)"},
+        {bad_priority_inf,
+         "batch.priorities[0]: got inf, expected a finite value in [0, 1e+06] (replay.max_priority, by default from "
+         "env.reward_bound)"},
         {bad_discount_neg, "batch.discounts[2]: got -0.25, expected a value in [0, 1]"},
         {bad_discount_nan, "batch.discounts[0]: got nan, expected a value in [0, 1]"},
         {bad_action_high, "batch.actions[4]: got 3, expected 0 .. 2"},
@@ -877,7 +906,7 @@ static void test_bad_inserts_name_field_and_stream_goes_on(void **state) {
         assert_int_equal(fl_rpc_channel_create(s.addr, 0, &ch, &e), FL_OK);
         fl_rpc_stream_t *st = NULL;
         assert_int_equal(fl_rpc_stream_open(ch, "/fleet.Replay/Insert", 5000, FL_RPC_WAIT_FOR_READY, &st, &e), FL_OK);
-        const uint8_t junk[] = {0x1a, 0x7f, 0x08, 0x01, 0x12};  /* a batch field that runs past the end */
+        const uint8_t junk[] = {0x1a, 0x7f, 0x08, 0x01, 0x12}; /* a batch field that runs past the end */
         fl_rpc_stream_send(st, junk, sizeof junk, &e);
         fl_rpc_buf_t out = {0};
         assert_int_equal(fl_rpc_stream_finish(st, &out, &e), FL_INVALID_ARGUMENT);

@@ -360,8 +360,8 @@ static void test_light_shard(void **state) {
         }
     }
     double want = (double)BATCHES * B / 3001.0; /* ~10.7 */
-    print_message("light shard: %llu rows, expected %.1f; %d batches before its first row\n",
-                  (unsigned long long)light, want, before_light);
+    print_message("light shard: %llu rows, expected %.1f; %d batches before its first row\n", (unsigned long long)light,
+                  want, before_light);
     assert_true(seen_light);
     assert_true(light >= 2 && light <= 30);
     fl_replay_batch_free(&b);

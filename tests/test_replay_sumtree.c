@@ -451,8 +451,7 @@ static void test_long_run_no_drift(void **state) {
     }
     long double want = exact_sum(shadow, n);
     double total = fl_sumtree_total(t);
-    if (fabsl((long double)total - want) > 1e-12L * want)
-        fail_msg("final root %.17g, exact sum %.17Lg", total, want);
+    if (fabsl((long double)total - want) > 1e-12L * want) fail_msg("final root %.17g, exact sum %.17Lg", total, want);
     assert_int_equal(fl_sumtree_verify(t, NULL), FL_OK);
 
     /* bins 0..2: the tracked items; 3..6: the value classes 1..4 of the others */

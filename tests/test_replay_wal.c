@@ -33,8 +33,8 @@
 #define OBS_BYTES (OBS_DIM * sizeof(float))
 #define NUM_ACTIONS 3
 
-static const fl_wire_sig_t SIG = {
-    .obs = {.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {OBS_DIM}}, .num_actions = NUM_ACTIONS};
+static const fl_wire_sig_t SIG = {.obs = {.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {OBS_DIM}},
+                                  .num_actions = NUM_ACTIONS};
 static const fl_obs_spec_t SPEC = {.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {OBS_DIM}};
 
 static char g_dir[64];

@@ -203,10 +203,9 @@ static void test_sample_reply_unpacks_to_what_was_written(void **state) {
     fl_rng_t rng;
     fl_rng_init(&rng, 7);
     const int atari[] = {84, 84, 4}, minatar[] = {10, 10, 4}, vec[] = {4}, mat[] = {3, 5};
-    const fl_obs_spec_t specs[] = {fl_obs_spec_make(FL_DTYPE_UINT8, 3, atari),
-                                   fl_obs_spec_make(FL_DTYPE_UINT8, 3, minatar),
-                                   fl_obs_spec_make(FL_DTYPE_FLOAT32, 1, vec),
-                                   fl_obs_spec_make(FL_DTYPE_FLOAT32, 2, mat)};
+    const fl_obs_spec_t specs[] = {
+        fl_obs_spec_make(FL_DTYPE_UINT8, 3, atari), fl_obs_spec_make(FL_DTYPE_UINT8, 3, minatar),
+        fl_obs_spec_make(FL_DTYPE_FLOAT32, 1, vec), fl_obs_spec_make(FL_DTYPE_FLOAT32, 2, mat)};
     const size_t counts[] = {2, 512, 1, 7, 300};
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++)
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
@@ -251,7 +250,9 @@ static void put_varint(enc *e, uint64_t v) {
         v >>= 7;
     } while (v);
 }
-static void put_key(enc *e, unsigned field, unsigned wt) { put_varint(e, (uint64_t)field << 3 | wt); }
+static void put_key(enc *e, unsigned field, unsigned wt) {
+    put_varint(e, (uint64_t)field << 3 | wt);
+}
 static void put_bytes(enc *e, unsigned field, const void *p, size_t len) {
     put_key(e, field, 2);
     put_varint(e, len);

@@ -51,12 +51,12 @@ static slot_t g_slots[SLOTS];
 /* One instance. */
 typedef struct atari_state {
     fl_ale_t *ale;
-    int slot;        /* its definition's slot */
+    int slot; /* its definition's slot */
     int configured;
-    float repeat;    /* env.sticky_actions: ALE's repeat_action_probability */
-    int frameskip;   /* env.args frameskip=N: emulator frames per step (rewards summed) */
+    float repeat;  /* env.sticky_actions: ALE's repeat_action_probability */
+    int frameskip; /* env.args frameskip=N: emulator frames per step (rewards summed) */
     int mode, difficulty;
-    int has_seed;    /* env.args ale_seed=N given */
+    int has_seed;     /* env.args ale_seed=N given */
     int32_t ale_seed; /* ALE's random_seed N (any int32: Gymnasium's seeds map to negative ones too);
                          without it, a draw from the instance's generator */
 } atari_state_t;
@@ -101,8 +101,7 @@ static fl_ale_t *pool_take(const atari_state_t *s, int32_t seed) {
 static void pool_put(const atari_state_t *s) {
     pthread_mutex_lock(&g_pool_mu);
     int kept = g_pool_n < g_pool_limit;
-    if (kept)
-        g_pool[g_pool_n++] = (pooled_t){s->ale, s->slot / VARIANTS, s->repeat, s->mode, s->difficulty};
+    if (kept) g_pool[g_pool_n++] = (pooled_t){s->ale, s->slot / VARIANTS, s->repeat, s->mode, s->difficulty};
     pthread_mutex_unlock(&g_pool_mu);
     if (!kept) fl_ale_close(s->ale);
 }
@@ -138,7 +137,9 @@ const char *fl_atari_roms_dir(void) {
 #endif
 }
 
-static int by_name(const void *a, const void *b) { return strcmp(((const game_t *)a)->name, ((const game_t *)b)->name); }
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const game_t *)a)->name, ((const game_t *)b)->name);
+}
 
 /* Screen heights are known only once the emulator runs the game (PAL games have 250
  * rows, a few others their own count: Carnival, Pooyan, Journey Escape), which takes
@@ -351,22 +352,23 @@ static int atari_lives(void *state) {
 
 static const char *action_name_slot(int slot, int action) {
     return action >= 0 && action < g_slots[slot].def.num_actions ? fl_ale_action_name(g_slots[slot].actions[action])
-                                                                    : "?";
+                                                                 : "?";
 }
 
 /* configure_<slot> and action_name_<slot> for every slot: slot a*64 + b*16 + c*4 + d
  * (a in 0..7, b, c, d in 0..3), listed in slot order. */
-#define FL__SLOT_FNS(a, b, c, d)                                                                \
-    static int configure_##a##b##c##d(void *st, const fl_env_options_t *o) {                    \
-        return configure_slot(a * 64 + b * 16 + c * 4 + d, st, o);                              \
-    }                                                                                            \
-    static const char *action_name_##a##b##c##d(int x) { return action_name_slot(a * 64 + b * 16 + c * 4 + d, x); }
+#define FL__SLOT_FNS(a, b, c, d)                                             \
+    static int configure_##a##b##c##d(void *st, const fl_env_options_t *o) { \
+        return configure_slot(a * 64 + b * 16 + c * 4 + d, st, o);           \
+    }                                                                        \
+    static const char *action_name_##a##b##c##d(int x) {                     \
+        return action_name_slot(a * 64 + b * 16 + c * 4 + d, x);             \
+    }
 #define FL__R4(f, a, b, c) f(a, b, c, 0) f(a, b, c, 1) f(a, b, c, 2) f(a, b, c, 3)
 #define FL__R16(f, a, b) FL__R4(f, a, b, 0) FL__R4(f, a, b, 1) FL__R4(f, a, b, 2) FL__R4(f, a, b, 3)
 #define FL__R64(f, a) FL__R16(f, a, 0) FL__R16(f, a, 1) FL__R16(f, a, 2) FL__R16(f, a, 3)
-#define FL__R512(f)                                                                              \
-    FL__R64(f, 0) FL__R64(f, 1) FL__R64(f, 2) FL__R64(f, 3) FL__R64(f, 4) FL__R64(f, 5) FL__R64(f, 6) \
-        FL__R64(f, 7)
+#define FL__R512(f) \
+    FL__R64(f, 0) FL__R64(f, 1) FL__R64(f, 2) FL__R64(f, 3) FL__R64(f, 4) FL__R64(f, 5) FL__R64(f, 6) FL__R64(f, 7)
 FL__R512(FL__SLOT_FNS)
 #define FL__CONF(a, b, c, d) configure_##a##b##c##d,
 #define FL__NAME(a, b, c, d) action_name_##a##b##c##d,
@@ -460,14 +462,22 @@ int fl_atari_lives(const fl_env_def_t *def, void *state) {
     return atari_lives(state);
 }
 
-int fl_atari_available(void) { return 1; }
+int fl_atari_available(void) {
+    return 1;
+}
 
-int fl_atari_env(const fl_env_def_t *def) { return def && def->reset == atari_reset; }
+int fl_atari_env(const fl_env_def_t *def) {
+    return def && def->reset == atari_reset;
+}
 
 #else /* no ALE in this build */
 
-const char *fl_atari_roms_dir(void) { return ""; }
-int fl_atari_count(void) { return 0; }
+const char *fl_atari_roms_dir(void) {
+    return "";
+}
+int fl_atari_count(void) {
+    return 0;
+}
 const fl_env_def_t *fl_atari_at(int i) {
     (void)i;
     return NULL;
@@ -484,12 +494,16 @@ int fl_atari_lives(const fl_env_def_t *def, void *state) {
     (void)def, (void)state;
     return -1;
 }
-int fl_atari_available(void) { return 0; }
+int fl_atari_available(void) {
+    return 0;
+}
 int fl_atari_keep_emulators(int n) {
     (void)n;
     return 0;
 }
-uint64_t fl_atari_loads(void) { return 0; }
+uint64_t fl_atari_loads(void) {
+    return 0;
+}
 int fl_atari_env(const fl_env_def_t *def) {
     (void)def;
     return 0;

@@ -46,7 +46,9 @@ extern "C" fl_ale_t *fl_ale_open(const fl_ale_opts_t *o, char *err, size_t err_l
     return nullptr;
 }
 
-extern "C" void fl_ale_close(fl_ale_t *a) { delete a; }
+extern "C" void fl_ale_close(fl_ale_t *a) {
+    delete a;
+}
 
 /* What a load with random_seed `seed` leaves differs from the load this emulator had only
  * in ALE's generator (seeded with random_seed; the console's own generator starts from
@@ -90,18 +92,30 @@ extern "C" float fl_ale_act(fl_ale_t *a, int action) {
     return static_cast<float>(a->ale.act(static_cast<ale::Action>(action), 1.0f));
 }
 
-extern "C" int fl_ale_terminal(const fl_ale_t *a) { return a->ale.game_over(false) ? 1 : 0; }
-extern "C" int fl_ale_truncated(const fl_ale_t *a) { return a->ale.game_truncated() ? 1 : 0; }
-extern "C" int fl_ale_lives(fl_ale_t *a) { return a->ale.lives(); }
-extern "C" int fl_ale_frame_number(const fl_ale_t *a) { return a->ale.getEpisodeFrameNumber(); }
-extern "C" void fl_ale_reset(fl_ale_t *a) { a->ale.reset_game(); }
+extern "C" int fl_ale_terminal(const fl_ale_t *a) {
+    return a->ale.game_over(false) ? 1 : 0;
+}
+extern "C" int fl_ale_truncated(const fl_ale_t *a) {
+    return a->ale.game_truncated() ? 1 : 0;
+}
+extern "C" int fl_ale_lives(fl_ale_t *a) {
+    return a->ale.lives();
+}
+extern "C" int fl_ale_frame_number(const fl_ale_t *a) {
+    return a->ale.getEpisodeFrameNumber();
+}
+extern "C" void fl_ale_reset(fl_ale_t *a) {
+    a->ale.reset_game();
+}
 
 extern "C" void fl_ale_screen(const fl_ale_t *a, int *height, int *width) {
     *height = static_cast<int>(a->ale.getScreen().height());
     *width = static_cast<int>(a->ale.getScreen().width());
 }
 
-static size_t pixels(const fl_ale_t *a) { return a->ale.getScreen().height() * a->ale.getScreen().width(); }
+static size_t pixels(const fl_ale_t *a) {
+    return a->ale.getScreen().height() * a->ale.getScreen().width();
+}
 
 extern "C" void fl_ale_gray(const fl_ale_t *a, uint8_t *out) {
     std::vector<unsigned char> &b = const_cast<fl_ale *>(a)->buf;
@@ -119,8 +133,8 @@ extern "C" void fl_ale_rgb(const fl_ale_t *a, uint8_t *out) {
 
 extern "C" const char *fl_ale_action_name(int action) {
     static const char *const names[FL_ALE_MAX_ACTIONS] = {
-        "noop",     "fire",      "up",        "right",       "left",         "down",
-        "upright",  "upleft",    "downright", "downleft",    "upfire",       "rightfire",
-        "leftfire", "downfire",  "uprightfire", "upleftfire", "downrightfire", "downleftfire"};
+        "noop",     "fire",     "up",          "right",      "left",          "down",
+        "upright",  "upleft",   "downright",   "downleft",   "upfire",        "rightfire",
+        "leftfire", "downfire", "uprightfire", "upleftfire", "downrightfire", "downleftfire"};
     return action >= 0 && action < FL_ALE_MAX_ACTIONS ? names[action] : "?";
 }

@@ -25,12 +25,12 @@ extern "C" {
 typedef struct fl_ale fl_ale_t;
 
 typedef struct fl_ale_opts {
-    const char *rom;    /* path of the ROM file (.bin) */
-    int32_t seed;       /* ALE's random_seed */
-    float repeat_prob;  /* repeat_action_probability (sticky actions), [0, 1] */
-    int mode;           /* game mode, -1 = the game's default */
-    int difficulty;     /* difficulty, -1 = the game's default */
-    int max_frames;     /* max_num_frames_per_episode, 0 = none */
+    const char *rom;   /* path of the ROM file (.bin) */
+    int32_t seed;      /* ALE's random_seed */
+    float repeat_prob; /* repeat_action_probability (sticky actions), [0, 1] */
+    int mode;          /* game mode, -1 = the game's default */
+    int difficulty;    /* difficulty, -1 = the game's default */
+    int max_frames;    /* max_num_frames_per_episode, 0 = none */
 } fl_ale_opts_t;
 
 /* Loads the ROM into a new emulator; NULL with a message on failure. */

@@ -68,8 +68,8 @@ static void mountaincar_render(const void *state, uint8_t *rgb) {
     const fl_mountaincar_state_t *s = state;
     fl_canvas_t c = {rgb, RENDER_W, RENDER_H};
     double scale = RENDER_W / (MAX_POSITION - MIN_POSITION);
-#define SX(x) (((x) - MIN_POSITION) * scale)
-#define SY(y) (RENDER_H - 10.0 - (y) * scale)
+#define SX(x) (((x)-MIN_POSITION) * scale)
+#define SY(y) (RENDER_H - 10.0 - (y)*scale)
     fl_canvas_clear(&c, white);
     for (int i = 0; i < 100; i++) {
         double a = MIN_POSITION + (MAX_POSITION - MIN_POSITION) * i / 100.0;

@@ -57,26 +57,26 @@ fl_status fl_env_validate(const fl_env_def_t *def, fl_err_t *err) {
         return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': obs_dtype %d is not a known dtype", name,
                           (int)def->obs.dtype);
     if (def->obs.rank < 1 || def->obs.rank > FL_ENV_MAX_RANK)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': obs_rank is %d, expected 1..%d", name,
-                          def->obs.rank, FL_ENV_MAX_RANK);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': obs_rank is %d, expected 1..%d", name, def->obs.rank,
+                          FL_ENV_MAX_RANK);
     for (int i = 0; i < def->obs.rank; i++)
         if (def->obs.shape[i] <= 0)
-            return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': obs_shape[%d] is %d, expected > 0", name,
-                              i, def->obs.shape[i]);
+            return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': obs_shape[%d] is %d, expected > 0", name, i,
+                              def->obs.shape[i]);
     if (fl_env_obs_size(def) == 0)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': observation size overflows", name);
     if (def->num_actions < 1)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': num_actions is %d, expected >= 1", name,
                           def->num_actions);
     if (def->max_episode_steps < 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': max_episode_steps is %d, expected >= 0 (0 = none)",
-                          name, def->max_episode_steps);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': max_episode_steps is %d, expected >= 0 (0 = none)", name,
+                          def->max_episode_steps);
     if (!def->reset) return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': reset function is NULL", name);
     if (!def->step) return fl_err_set(err, FL_INVALID_ARGUMENT, "env '%s': step function is NULL", name);
     if (def->render && (def->render_height <= 0 || def->render_width <= 0))
         return fl_err_set(err, FL_INVALID_ARGUMENT,
-                          "env '%s': render is set but render_height x render_width is %d x %d, expected > 0",
-                          name, def->render_height, def->render_width);
+                          "env '%s': render is set but render_height x render_width is %d x %d, expected > 0", name,
+                          def->render_height, def->render_width);
     return FL_OK;
 }
 

@@ -103,9 +103,12 @@ fl_status fl_env_families_lookup(const fl_env_family_t *const *families, int n, 
     for (int f = 0; f < n && !own[0] && name; f++)
         if (families[f]->suggest && families[f]->suggest(name, own, sizeof own) != 0) own[0] = '\0';
     if (own[0])
-        return fl_err_set(err, FL_NOT_FOUND, "unknown env '%s': fleet's name for it is '%s' (its wrappers, frame "
-                          "skip and sticky actions are the config's env.* keys: `fleet help config env`)", name, own);
-    if (!known[0] && !dyn[0]) return fl_err_set(err, FL_NOT_FOUND, "unknown env '%s' (no env is registered)", name ? name : "(null)");
+        return fl_err_set(err, FL_NOT_FOUND,
+                          "unknown env '%s': fleet's name for it is '%s' (its wrappers, frame "
+                          "skip and sticky actions are the config's env.* keys: `fleet help config env`)",
+                          name, own);
+    if (!known[0] && !dyn[0])
+        return fl_err_set(err, FL_NOT_FOUND, "unknown env '%s' (no env is registered)", name ? name : "(null)");
     fl_suggest_t sg;
     fl_suggest_init(&sg, name, name && strlen(name) >= 6 ? strlen(name) / 3 : 2);
     for (int f = 0; f < n; f++)

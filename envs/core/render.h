@@ -21,8 +21,7 @@ void fl_canvas_clear(fl_canvas_t *c, const uint8_t rgb[3]);
 void fl_canvas_rect(fl_canvas_t *c, int x0, int y0, int x1, int y1, const uint8_t rgb[3]);
 /* Fills the pixels whose centre lies within thickness / 2 of the segment (x0,y0)-(x1,y1):
  * a line with round caps. */
-void fl_canvas_line(fl_canvas_t *c, double x0, double y0, double x1, double y1, double thickness,
-                    const uint8_t rgb[3]);
+void fl_canvas_line(fl_canvas_t *c, double x0, double y0, double x1, double y1, double thickness, const uint8_t rgb[3]);
 /* Fills the pixels whose centre lies within radius of (cx, cy). */
 void fl_canvas_disc(fl_canvas_t *c, double cx, double cy, double radius, const uint8_t rgb[3]);
 /* Fills the convex polygon with n >= 3 vertices (x[i], y[i]), in either winding order. */

@@ -13,8 +13,8 @@
 #define STATE_ALIGN 64
 
 struct fl_vecenv {
-    const char *kind;         /* "vecenv" or "wrapvec": the prefix of messages */
-    const fl_env_def_t *def;  /* name, actions and, for plain envs, reset/step/configure */
+    const char *kind;                /* "vecenv" or "wrapvec": the prefix of messages */
+    const fl_env_def_t *def;         /* name, actions and, for plain envs, reset/step/configure */
     const fl__vec_instances_t *inst; /* NULL: instances are def's; else stepped through it */
     int num_envs;
     int max_steps;
@@ -29,8 +29,7 @@ struct fl_vecenv {
 
 /* Allocates the vector; the caller validated def and inst. */
 static fl_status create(const char *kind, const fl_env_def_t *def, const fl__vec_instances_t *inst, size_t state_size,
-                        size_t obs_size, int num_envs, uint64_t seed, int max_steps, fl_vecenv_t **out,
-                        fl_err_t *err) {
+                        size_t obs_size, int num_envs, uint64_t seed, int max_steps, fl_vecenv_t **out, fl_err_t *err) {
     *out = NULL;
     if (num_envs < 1)
         return fl_err_set(err, FL_INVALID_ARGUMENT, "%s '%s': num_envs is %d, expected >= 1", kind, def->name,
@@ -100,13 +99,13 @@ void fl_vecenv_destroy(fl_vecenv_t *ve) {
     free(ve);
 }
 
-
 fl_status fl_vecenv_configure(fl_vecenv_t *ve, const fl_env_options_t *opts, fl_err_t *err) {
     const fl_env_def_t *def = ve->def;
     if (!opts) return fl_err_set(err, FL_INVALID_ARGUMENT, "%s '%s': configure without options", ve->kind, def->name);
     if (!ve->needs_reset)
-        return fl_err_set(err, FL_FAILED_PRECONDITION, "%s '%s': fl_%s_configure must come before the first fl_%s_reset",
-                          ve->kind, def->name, ve->kind, ve->kind);
+        return fl_err_set(err, FL_FAILED_PRECONDITION,
+                          "%s '%s': fl_%s_configure must come before the first fl_%s_reset", ve->kind, def->name,
+                          ve->kind, ve->kind);
     const fl_env_def_t *inner = ve->inst ? ve->inst->configure_def : def;
     for (int i = 0; i < ve->num_envs; i++) FL_TRY(fl_env_configure(inner, state_at(ve, i), opts, i, err));
     return FL_OK;
@@ -170,13 +169,25 @@ fl_status fl_vecenv_step(fl_vecenv_t *ve, const int32_t *actions, void *obs, flo
     return FL_OK;
 }
 
-const fl_env_def_t *fl_vecenv_def(const fl_vecenv_t *ve) { return ve->def; }
-int fl_vecenv_num_envs(const fl_vecenv_t *ve) { return ve->num_envs; }
-size_t fl_vecenv_obs_size(const fl_vecenv_t *ve) { return ve->obs_size; }
-int fl_vecenv_max_episode_steps(const fl_vecenv_t *ve) { return ve->max_steps; }
+const fl_env_def_t *fl_vecenv_def(const fl_vecenv_t *ve) {
+    return ve->def;
+}
+int fl_vecenv_num_envs(const fl_vecenv_t *ve) {
+    return ve->num_envs;
+}
+size_t fl_vecenv_obs_size(const fl_vecenv_t *ve) {
+    return ve->obs_size;
+}
+int fl_vecenv_max_episode_steps(const fl_vecenv_t *ve) {
+    return ve->max_steps;
+}
 int64_t fl_vecenv_elapsed(const fl_vecenv_t *ve, int i) {
     return i >= 0 && i < ve->num_envs ? ve->elapsed[i] : -1;
 }
-void *fl_vecenv_state(fl_vecenv_t *ve, int i) { return i >= 0 && i < ve->num_envs ? state_at(ve, i) : NULL; }
+void *fl_vecenv_state(fl_vecenv_t *ve, int i) {
+    return i >= 0 && i < ve->num_envs ? state_at(ve, i) : NULL;
+}
 
-fl_rng_t *fl_vecenv_rng(fl_vecenv_t *ve, int i) { return i >= 0 && i < ve->num_envs ? &ve->rngs[i] : NULL; }
+fl_rng_t *fl_vecenv_rng(fl_vecenv_t *ve, int i) {
+    return i >= 0 && i < ve->num_envs ? &ve->rngs[i] : NULL;
+}

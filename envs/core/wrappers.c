@@ -37,8 +37,9 @@ typedef enum wrap_kind {
 } wrap_kind_t;
 
 /* Indexed by kind; also the canonical, innermost-first order of the chain. */
-static const char *const kind_names[K_COUNT] = {"",          "sticky", "noop",       "frameskip", "episodiclife", "firereset",
-                                                "grayscale", "resize", "clipreward", "maxsteps",  "framestack"};
+static const char *const kind_names[K_COUNT] = {"",          "sticky",    "noop",   "frameskip",  "episodiclife",
+                                                "firereset", "grayscale", "resize", "clipreward", "maxsteps",
+                                                "framestack"};
 #define KNOWN_WRAPPERS \
     "sticky, noop, frameskip, episodiclife, firereset, grayscale, resize, clipreward, maxsteps, framestack"
 
@@ -75,7 +76,7 @@ typedef struct layer {
 struct fl_wrapped_env {
     const fl_env_def_t *inner;
     fl_env_lives_fn lives; /* the inner env's lives (fl_env_lives_of), NULL when it has none */
-    int inner_limit; /* inner steps per episode before truncation; 0 = none */
+    int inner_limit;       /* inner steps per episode before truncation; 0 = none */
     int num_layers;
     layer_t layers[K_COUNT];
     size_t state_size;
@@ -343,8 +344,7 @@ static fl_status layer_setup(layer_t *L, fl_err_t *err) {
         L->bytes = in->size;
         break;
     case K_RESIZE:
-        if (in->obs.dtype != FL_DTYPE_UINT8 || in->obs.rank != 3)
-            return bad_space(err, &L->prm, in, "uint8 (H,W,C)");
+        if (in->obs.dtype != FL_DTYPE_UINT8 || in->obs.rank != 3) return bad_space(err, &L->prm, in, "uint8 (H,W,C)");
         out->obs.shape[0] = L->prm.h;
         out->obs.shape[1] = L->prm.w;
         if (taps_build(&L->ty, in->obs.shape[0], L->prm.h, L->prm.mode) ||
@@ -399,8 +399,9 @@ fl_status fl_wrapped_env_create_limited(const fl_env_def_t *inner, const char *s
     *out = NULL;
     FL_TRY(fl_env_validate(inner, err));
     if (inner_limit < 0)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "wrapped env '%s': step limit %d, expected >= 0 (0 = the env's own)",
-                          inner->name, inner_limit);
+        return fl_err_set(err, FL_INVALID_ARGUMENT,
+                          "wrapped env '%s': step limit %d, expected >= 0 (0 = the env's own)", inner->name,
+                          inner_limit);
     params_t prm[K_COUNT];
     memset(prm, 0, sizeof prm);
     FL_TRY(parse_spec(spec, prm, err));
@@ -500,7 +501,9 @@ size_t fl_wrapped_env_state_size(const fl_wrapped_env_t *w) {
 size_t fl_wrapped_env_obs_size(const fl_wrapped_env_t *w) {
     return w->layers[w->num_layers - 1].out.size;
 }
-void fl_wrapped_env_close(const fl_wrapped_env_t *w, void *state) { fl_env_close(w->inner, state); }
+void fl_wrapped_env_close(const fl_wrapped_env_t *w, void *state) {
+    fl_env_close(w->inner, state);
+}
 
 void *fl_wrapped_env_inner_state(const fl_wrapped_env_t *w, void *state) {
     (void)w;
@@ -823,18 +826,28 @@ fl_status fl_wrapvec_configure(fl_wrapvec_t *v, const fl_env_options_t *opts, fl
     return fl_vecenv_configure(v->ve, opts, err);
 }
 
-void fl_wrapvec_reset(fl_wrapvec_t *v, void *obs) { fl_vecenv_reset(v->ve, obs); }
+void fl_wrapvec_reset(fl_wrapvec_t *v, void *obs) {
+    fl_vecenv_reset(v->ve, obs);
+}
 
 fl_status fl_wrapvec_step(fl_wrapvec_t *v, const int32_t *actions, void *obs, float *rewards, uint8_t *terminated,
                           uint8_t *truncated, void *final_obs, fl_episode_stats_t *done_stats, fl_err_t *err) {
     return fl_vecenv_step(v->ve, actions, obs, rewards, terminated, truncated, final_obs, done_stats, err);
 }
 
-int fl_wrapvec_num_envs(const fl_wrapvec_t *v) { return fl_vecenv_num_envs(v->ve); }
-const fl_wrapped_env_t *fl_wrapvec_env(const fl_wrapvec_t *v) { return v->inst.ctx; }
-void *fl_wrapvec_state(fl_wrapvec_t *v, int i) { return fl_vecenv_state(v->ve, i); }
+int fl_wrapvec_num_envs(const fl_wrapvec_t *v) {
+    return fl_vecenv_num_envs(v->ve);
+}
+const fl_wrapped_env_t *fl_wrapvec_env(const fl_wrapvec_t *v) {
+    return v->inst.ctx;
+}
+void *fl_wrapvec_state(fl_wrapvec_t *v, int i) {
+    return fl_vecenv_state(v->ve, i);
+}
 
-fl_rng_t *fl_wrapvec_rng(fl_wrapvec_t *v, int i) { return fl_vecenv_rng(v->ve, i); }
+fl_rng_t *fl_wrapvec_rng(fl_wrapvec_t *v, int i) {
+    return fl_vecenv_rng(v->ve, i);
+}
 
 void fl_wrappers_for_evaluation(const char *spec, char *out, size_t len) {
     size_t used = 0;

@@ -91,7 +91,7 @@ static void move_entities(fl_asterix_t *g) {
         __m128i idle = _mm_cmpeq_epi32(_mm_slli_epi32(e, 24), zero);
         e = _mm_add_epi8(e, _mm_andnot_si128(idle, _mm_and_si128(_mm_srli_epi32(e, 8), x_byte)));
         __m128i off = _mm_or_si128(_mm_cmpgt_epi8(zero, e), _mm_cmpgt_epi8(e, last)); /* per byte */
-        e = _mm_andnot_si128(_mm_srli_epi32(_mm_and_si128(off, x_byte), 8), e);      /* active = 0 */
+        e = _mm_andnot_si128(_mm_srli_epi32(_mm_and_si128(off, x_byte), 8), e);       /* active = 0 */
         _mm_storeu_si128((__m128i *)&g->slots[s], e);
     }
 #else

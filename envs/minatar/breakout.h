@@ -24,11 +24,11 @@
 
 typedef struct fl_breakout_state {
     fl_minatar_common_t common;
-    int paddle;            /* column of the paddle on row 9 */
-    int ball_y, ball_x;    /* ball cell */
-    int dx, dy;            /* heading, each -1 or +1 */
-    int last_y, last_x;    /* previous ball cell (trail) */
-    int strike;            /* a brick broke and no step without brick contact since */
+    int paddle;         /* column of the paddle on row 9 */
+    int ball_y, ball_x; /* ball cell */
+    int dx, dy;         /* heading, each -1 or +1 */
+    int last_y, last_x; /* previous ball cell (trail) */
+    int strike;         /* a brick broke and no step without brick contact since */
     uint8_t bricks[FL_MINATAR_ROWS][FL_MINATAR_COLS];
 } fl_breakout_state_t;
 

@@ -72,7 +72,8 @@ enum {
 };
 
 /* Byte index of (row, col, channel) in an observation with C channels. */
-#define FL_MINATAR_OBS_AT(row, col, ch, C) ((((size_t)(row)) * FL_MINATAR_COLS + (size_t)(col)) * (size_t)(C) + (size_t)(ch))
+#define FL_MINATAR_OBS_AT(row, col, ch, C) \
+    ((((size_t)(row)) * FL_MINATAR_COLS + (size_t)(col)) * (size_t)(C) + (size_t)(ch))
 
 /* ---- MT19937 (Appendix A) ------------------------------------------------------------ */
 
@@ -118,15 +119,15 @@ static inline int fl_minatar_int(fl_minatar_gen_t *g, int lo, int hi) {
 /* ---- Common instance state ----------------------------------------------------------- */
 
 typedef struct fl_minatar_common {
-    fl_mt19937_t mt;     /* the reference generator (used when reference_rng) */
-    double sticky_prob;  /* probability the previous executed action repeats */
-    int ramping;         /* difficulty ramping switch (1.5); games read it at reset/step */
-    int reference_rng;   /* 1 = draw from mt */
-    int mt_seeded;       /* mt has been seeded */
-    int configured;      /* options applied (or defaults taken at first reset) */
-    int prev_action;     /* last executed full action; 0 at creation, kept across resets */
-    int terminal;        /* the current episode has ended */
-    int last_action;     /* full action executed by the latest step (for tests, info) */
+    fl_mt19937_t mt;    /* the reference generator (used when reference_rng) */
+    double sticky_prob; /* probability the previous executed action repeats */
+    int ramping;        /* difficulty ramping switch (1.5); games read it at reset/step */
+    int reference_rng;  /* 1 = draw from mt */
+    int mt_seeded;      /* mt has been seeded */
+    int configured;     /* options applied (or defaults taken at first reset) */
+    int prev_action;    /* last executed full action; 0 at creation, kept across resets */
+    int terminal;       /* the current episode has ended */
+    int last_action;    /* full action executed by the latest step (for tests, info) */
 } fl_minatar_common_t;
 
 typedef struct fl_minatar_game {
@@ -192,7 +193,8 @@ static inline void fl__minatar_zero(uint8_t *p, size_t n) {
 }
 
 static inline void fl__minatar_write_obs(const fl_minatar_game_t *game, const fl_minatar_common_t *c, void *obs) {
-    if (!game->obs_writes_all) fl__minatar_zero(obs, (size_t)FL_MINATAR_ROWS * FL_MINATAR_COLS * (size_t)game->channels);
+    if (!game->obs_writes_all)
+        fl__minatar_zero(obs, (size_t)FL_MINATAR_ROWS * FL_MINATAR_COLS * (size_t)game->channels);
     game->obs(c, obs);
 }
 
@@ -236,47 +238,53 @@ static inline void fl__minatar_step(const fl_minatar_game_t *game, const uint8_t
  *   MINIMAL   a static const uint8_t array of full indices
  *   NMINIMAL  its length (integer constant)
  * Use it at file scope, followed by a semicolon. */
-#define FL_MINATAR_DEFINE_ENVS(IDENT, NAME, DESC, STATE_T, GAME, NCH, MINIMAL, NMINIMAL)                         \
-    static void IDENT##_env_reset(void *s, fl_rng_t *r, void *o) { fl__minatar_reset(&(GAME), s, r, o); }    \
-    static void IDENT##_env_step(void *s, fl_rng_t *r, int a, void *o, float *rw, int *t) {                  \
-        fl__minatar_step(&(GAME), NULL, s, r, a, o, rw, t);                                                    \
-    }                                                                                                          \
-    static void IDENT##_env_step_v1(void *s, fl_rng_t *r, int a, void *o, float *rw, int *t) {               \
-        fl__minatar_step(&(GAME), (MINIMAL), s, r, a, o, rw, t);                                               \
-    }                                                                                                          \
-    static void IDENT##_env_render(const void *s, uint8_t *rgb) { fl_minatar_render(&(GAME), s, rgb); }        \
-    static const char *IDENT##_action_name_v1(int a) { return fl_minatar_action_name((MINIMAL)[a]); }         \
-    const fl_env_def_t fl_env_minatar_##IDENT = {                                                              \
-        .abi_version = FL_ENV_ABI_VERSION,                                                                     \
-        .name = "minatar-" NAME,                                                                               \
-        .description = DESC " (MinAtar, full 6-action set)",                                                   \
-        .obs = {.dtype = FL_DTYPE_UINT8, .rank = 3, .shape = {FL_MINATAR_ROWS, FL_MINATAR_COLS, (NCH)}},       \
-        .num_actions = FL_MINATAR_NUM_ACTIONS,                                                                 \
-        .max_episode_steps = 0,                                                                                \
-        .state_size = sizeof(STATE_T),                                                                         \
-        .reset = IDENT##_env_reset,                                                                            \
-        .step = IDENT##_env_step,                                                                              \
-        .render = IDENT##_env_render,                                                                          \
-        .render_height = FL_MINATAR_RENDER_SIZE,                                                               \
-        .render_width = FL_MINATAR_RENDER_SIZE,                                                                \
-        .configure = fl_minatar_configure,                                                                     \
-        .action_name = fl_minatar_action_name,                                                                 \
-    };                                                                                                         \
-    const fl_env_def_t fl_env_minatar_##IDENT##_v1 = {                                                         \
-        .abi_version = FL_ENV_ABI_VERSION,                                                                     \
-        .name = "minatar-" NAME "-v1",                                                                         \
-        .description = DESC " (MinAtar, minimal action set)",                                                  \
-        .obs = {.dtype = FL_DTYPE_UINT8, .rank = 3, .shape = {FL_MINATAR_ROWS, FL_MINATAR_COLS, (NCH)}},       \
-        .num_actions = (NMINIMAL),                                                                             \
-        .max_episode_steps = 0,                                                                                \
-        .state_size = sizeof(STATE_T),                                                                         \
-        .reset = IDENT##_env_reset,                                                                            \
-        .step = IDENT##_env_step_v1,                                                                           \
-        .render = IDENT##_env_render,                                                                          \
-        .render_height = FL_MINATAR_RENDER_SIZE,                                                               \
-        .render_width = FL_MINATAR_RENDER_SIZE,                                                                \
-        .configure = fl_minatar_configure,                                                                     \
-        .action_name = IDENT##_action_name_v1,                                                                 \
+#define FL_MINATAR_DEFINE_ENVS(IDENT, NAME, DESC, STATE_T, GAME, NCH, MINIMAL, NMINIMAL)                 \
+    static void IDENT##_env_reset(void *s, fl_rng_t *r, void *o) {                                       \
+        fl__minatar_reset(&(GAME), s, r, o);                                                             \
+    }                                                                                                    \
+    static void IDENT##_env_step(void *s, fl_rng_t *r, int a, void *o, float *rw, int *t) {              \
+        fl__minatar_step(&(GAME), NULL, s, r, a, o, rw, t);                                              \
+    }                                                                                                    \
+    static void IDENT##_env_step_v1(void *s, fl_rng_t *r, int a, void *o, float *rw, int *t) {           \
+        fl__minatar_step(&(GAME), (MINIMAL), s, r, a, o, rw, t);                                         \
+    }                                                                                                    \
+    static void IDENT##_env_render(const void *s, uint8_t *rgb) {                                        \
+        fl_minatar_render(&(GAME), s, rgb);                                                              \
+    }                                                                                                    \
+    static const char *IDENT##_action_name_v1(int a) {                                                   \
+        return fl_minatar_action_name((MINIMAL)[a]);                                                     \
+    }                                                                                                    \
+    const fl_env_def_t fl_env_minatar_##IDENT = {                                                        \
+        .abi_version = FL_ENV_ABI_VERSION,                                                               \
+        .name = "minatar-" NAME,                                                                         \
+        .description = DESC " (MinAtar, full 6-action set)",                                             \
+        .obs = {.dtype = FL_DTYPE_UINT8, .rank = 3, .shape = {FL_MINATAR_ROWS, FL_MINATAR_COLS, (NCH)}}, \
+        .num_actions = FL_MINATAR_NUM_ACTIONS,                                                           \
+        .max_episode_steps = 0,                                                                          \
+        .state_size = sizeof(STATE_T),                                                                   \
+        .reset = IDENT##_env_reset,                                                                      \
+        .step = IDENT##_env_step,                                                                        \
+        .render = IDENT##_env_render,                                                                    \
+        .render_height = FL_MINATAR_RENDER_SIZE,                                                         \
+        .render_width = FL_MINATAR_RENDER_SIZE,                                                          \
+        .configure = fl_minatar_configure,                                                               \
+        .action_name = fl_minatar_action_name,                                                           \
+    };                                                                                                   \
+    const fl_env_def_t fl_env_minatar_##IDENT##_v1 = {                                                   \
+        .abi_version = FL_ENV_ABI_VERSION,                                                               \
+        .name = "minatar-" NAME "-v1",                                                                   \
+        .description = DESC " (MinAtar, minimal action set)",                                            \
+        .obs = {.dtype = FL_DTYPE_UINT8, .rank = 3, .shape = {FL_MINATAR_ROWS, FL_MINATAR_COLS, (NCH)}}, \
+        .num_actions = (NMINIMAL),                                                                       \
+        .max_episode_steps = 0,                                                                          \
+        .state_size = sizeof(STATE_T),                                                                   \
+        .reset = IDENT##_env_reset,                                                                      \
+        .step = IDENT##_env_step_v1,                                                                     \
+        .render = IDENT##_env_render,                                                                    \
+        .render_height = FL_MINATAR_RENDER_SIZE,                                                         \
+        .render_width = FL_MINATAR_RENDER_SIZE,                                                          \
+        .configure = fl_minatar_configure,                                                               \
+        .action_name = IDENT##_action_name_v1,                                                           \
     }
 
 #endif

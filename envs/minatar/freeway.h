@@ -25,9 +25,9 @@
 
 typedef struct fl_freeway_state {
     fl_minatar_common_t common;
-    int chicken_y;         /* row of the chicken (always column 4) */
-    int cooldown;          /* move cooldown */
-    int budget;            /* steps left before the terminal */
+    int chicken_y;                      /* row of the chicken (always column 4) */
+    int cooldown;                       /* move cooldown */
+    int budget;                         /* steps left before the terminal */
     int car_x[FL_FREEWAY_NUM_CARS];     /* car i is on row i + 1 */
     int car_v[FL_FREEWAY_NUM_CARS];     /* signed speed in -5..-1, 1..5 */
     int car_timer[FL_FREEWAY_NUM_CARS]; /* entity timer, reload |v| */

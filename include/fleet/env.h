@@ -82,8 +82,7 @@ typedef struct fl_obs_spec {
 typedef void (*fl_env_reset_fn)(void *state, fl_rng_t *rng, void *obs);
 /* step: apply action (valid), write the next observation into obs, the reward into
  * *reward and 1 into *terminated if the new state is terminal, else 0. */
-typedef void (*fl_env_step_fn)(void *state, fl_rng_t *rng, int action, void *obs, float *reward,
-                               int *terminated);
+typedef void (*fl_env_step_fn)(void *state, fl_rng_t *rng, int action, void *obs, float *reward, int *terminated);
 /* render: write the current state as an image, rgb is (render_height, render_width, 3). */
 typedef void (*fl_env_render_fn)(const void *state, uint8_t *rgb);
 
@@ -113,9 +112,9 @@ typedef const char *(*fl_env_action_name_fn)(int action);
 typedef void (*fl_env_close_fn)(void *state);
 
 typedef struct fl_env_def {
-    int abi_version;          /* FL_ENV_ABI_VERSION */
-    const char *name;         /* the env.name that selects this env (the registry key), e.g. "cartpole" */
-    const char *description;  /* one line for listings; may be NULL */
+    int abi_version;         /* FL_ENV_ABI_VERSION */
+    const char *name;        /* the env.name that selects this env (the registry key), e.g. "cartpole" */
+    const char *description; /* one line for listings; may be NULL */
     /* The observation signature: obs.dtype, obs.rank (1..FL_ENV_MAX_RANK) and obs.shape
      * (the first obs.rank entries used, each > 0), e.g. `.obs = {FL_DTYPE_FLOAT32, 1, {4}}`.
      * Earlier headers declared three loose members here instead (fl_dtype obs_dtype,
@@ -123,17 +122,17 @@ typedef struct fl_env_def {
      * enum-sized dtype, an int, int[4] at the same offsets; envs/core/env.c asserts it), so
      * FL_ENV_ABI_VERSION stays 2 and plugins built against the old header keep loading. */
     fl_obs_spec_t obs;
-    int num_actions;          /* discrete actions 0..num_actions-1 */
-    int max_episode_steps;    /* the env's own time limit (truncation); 0 = none */
-    size_t state_size;        /* bytes of one instance's state, allocated by the caller */
+    int num_actions;       /* discrete actions 0..num_actions-1 */
+    int max_episode_steps; /* the env's own time limit (truncation); 0 = none */
+    size_t state_size;     /* bytes of one instance's state, allocated by the caller */
     fl_env_reset_fn reset;
     fl_env_step_fn step;
-    fl_env_render_fn render;  /* optional; NULL if the env cannot render */
-    int render_height;        /* image size of render; 0 when render is NULL */
+    fl_env_render_fn render; /* optional; NULL if the env cannot render */
+    int render_height;       /* image size of render; 0 when render is NULL */
     int render_width;
-    fl_env_configure_fn configure; /* optional; NULL when the env takes no options */
+    fl_env_configure_fn configure;     /* optional; NULL when the env takes no options */
     fl_env_action_name_fn action_name; /* optional; NULL when actions are only numbered */
-    fl_env_close_fn close;    /* ABI 3; optional; NULL when an instance holds nothing outside its state */
+    fl_env_close_fn close;             /* ABI 3; optional; NULL when an instance holds nothing outside its state */
 } fl_env_def_t;
 
 /* ---- Inline random helpers ------------------------------------------------------------

@@ -26,8 +26,8 @@
 
 #include "kernels/cuda/ops_cuda.h"
 
-#define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)  /* NVIDIA's recommendation for Hopper */
-#define CONV_WORKSPACE_LIMIT ((size_t)1 << 30)     /* never pick an algorithm that wants more */
+#define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20) /* NVIDIA's recommendation for Hopper */
+#define CONV_WORKSPACE_LIMIT ((size_t)1 << 30)    /* never pick an algorithm that wants more */
 
 struct fl_cuda_ctx {
     int tf32;
@@ -88,8 +88,8 @@ fl_status fl_cuda_ctx_create(int tf32, void *stream, fl_cuda_ctx_t **out, fl_err
     if ((st = cuda_check(cudaMalloc(&c->blas_ws, CUBLAS_WORKSPACE_BYTES), "cudaMalloc (cuBLAS workspace)", err)) !=
         FL_OK)
         goto fail;
-    if ((st = blas_check(cublasSetWorkspace(c->blas, c->blas_ws, CUBLAS_WORKSPACE_BYTES), "cublasSetWorkspace",
-                         err)) != FL_OK)
+    if ((st = blas_check(cublasSetWorkspace(c->blas, c->blas_ws, CUBLAS_WORKSPACE_BYTES), "cublasSetWorkspace", err)) !=
+        FL_OK)
         goto fail;
     if ((st = cuda_check(cudaMalloc((void **)&c->reduce, FL_CUDA_REDUCE_FLOATS * sizeof(float)),
                          "cudaMalloc (reduction scratch)", err)) != FL_OK)
@@ -114,9 +114,15 @@ void fl_cuda_ctx_destroy(fl_cuda_ctx_t *c) {
     free(c);
 }
 
-void *fl_cuda_ctx_stream(const fl_cuda_ctx_t *c) { return c->stream; }
-unsigned fl_cuda_ctx_workspace_generation(const fl_cuda_ctx_t *c) { return c->ws_gen; }
-void fl_cuda_ctx_set_benchmark(fl_cuda_ctx_t *c, int on) { c->benchmark = on != 0; }
+void *fl_cuda_ctx_stream(const fl_cuda_ctx_t *c) {
+    return c->stream;
+}
+unsigned fl_cuda_ctx_workspace_generation(const fl_cuda_ctx_t *c) {
+    return c->ws_gen;
+}
+void fl_cuda_ctx_set_benchmark(fl_cuda_ctx_t *c, int on) {
+    c->benchmark = on != 0;
+}
 
 /* At least `bytes` of convolution workspace. */
 static fl_status reserve(fl_cuda_ctx_t *c, size_t bytes, fl_err_t *err) {
@@ -136,24 +142,24 @@ static fl_status reserve(fl_cuda_ctx_t *c, size_t bytes, fl_err_t *err) {
 fl_status fl_cuda_dense_forward(fl_cuda_ctx_t *c, const float *d_x, const float *d_w, const float *d_b, int B, int in,
                                 int out, float *d_y, fl_err_t *err) {
     const float one = 1.0f, zero = 0.0f;
-    FL_TRY(blas_check(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, B, in, &one, d_w, in, d_x, in, &zero, d_y,
-                                  out),
-                      "cublasSgemm (dense forward)", err));
+    FL_TRY(
+        blas_check(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, B, in, &one, d_w, in, d_x, in, &zero, d_y, out),
+                   "cublasSgemm (dense forward)", err));
     if (d_b) FL_TRY(fl__cuda_bias_add(d_y, d_b, (size_t)B, out, c->stream, err));
     return FL_OK;
 }
 
-fl_status fl_cuda_dense_backward(fl_cuda_ctx_t *c, const float *d_x, const float *d_w, const float *d_dy, int B,
-                                 int in, int out, float *d_dx, float *d_dw, float *d_db, fl_err_t *err) {
+fl_status fl_cuda_dense_backward(fl_cuda_ctx_t *c, const float *d_x, const float *d_w, const float *d_dy, int B, int in,
+                                 int out, float *d_dx, float *d_dw, float *d_db, fl_err_t *err) {
     const float one = 1.0f, zero = 0.0f;
     if (d_dx)
-        FL_TRY(blas_check(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, B, out, &one, d_w, in, d_dy, out, &zero,
-                                      d_dx, in),
-                          "cublasSgemm (dense backward, dx)", err));
+        FL_TRY(blas_check(
+            cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, B, out, &one, d_w, in, d_dy, out, &zero, d_dx, in),
+            "cublasSgemm (dense backward, dx)", err));
     if (d_dw)
-        FL_TRY(blas_check(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, B, &one, d_x, in, d_dy, out, &zero,
-                                      d_dw, in),
-                          "cublasSgemm (dense backward, dw)", err));
+        FL_TRY(blas_check(
+            cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, B, &one, d_x, in, d_dy, out, &zero, d_dw, in),
+            "cublasSgemm (dense backward, dw)", err));
     if (d_db) FL_TRY(fl__cuda_bias_grad(d_dy, (size_t)B, out, d_db, c->reduce, c->stream, err));
     return FL_OK;
 }
@@ -164,14 +170,13 @@ fl_status fl_cuda_conv_create(fl_cuda_ctx_t *c, int cin, int h, int w, int cout,
                               fl_cuda_conv_t **out, fl_err_t *err) {
     (void)c;
     *out = NULL;
-    if (cin < 1 || h < 1 || w < 1 || cout < 1 || k < 1 || stride < 1 || pad < 0 || k > h + 2 * pad ||
-        k > w + 2 * pad)
+    if (cin < 1 || h < 1 || w < 1 || cout < 1 || k < 1 || stride < 1 || pad < 0 || k > h + 2 * pad || k > w + 2 * pad)
         return fl_err_set(err, FL_INVALID_ARGUMENT,
                           "cuda conv: input (%d, %d, %d), conv(%d,%d,%d,%d): the kernel does not fit the padded input",
                           cin, h, w, cout, k, stride, pad);
     if ((size_t)cout * (size_t)cin * (size_t)k * (size_t)k > (size_t)1 << 30)
-        return fl_err_set(err, FL_INVALID_ARGUMENT, "cuda conv: conv(%d,%d) on %d channels: over 2^30 weights", cout,
-                          k, cin);
+        return fl_err_set(err, FL_INVALID_ARGUMENT, "cuda conv: conv(%d,%d) on %d channels: over 2^30 weights", cout, k,
+                          cin);
     fl_status st = FL_OK;
     fl_cuda_conv_t *v = calloc(1, sizeof *v);
     if (!v) return fl_err_set(err, FL_NO_MEMORY, "cuda conv: out of memory");
@@ -224,7 +229,9 @@ void fl_cuda_conv_destroy(fl_cuda_conv_t *v) {
     free(v);
 }
 
-int fl_cuda_conv_batch(const fl_cuda_conv_t *v) { return v->batch; }
+int fl_cuda_conv_batch(const fl_cuda_conv_t *v) {
+    return v->batch;
+}
 
 /* The math type to try an algorithm with: its own with TF32 allowed, FMA otherwise.
  * CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION would let cuDNN convert our float32 data down to
@@ -272,22 +279,20 @@ static fl_status rank_algos(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, conv_op op, ran
     switch (op) {
     case CONV_FWD: {
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        FL_TRY(dnn_check((c->benchmark ? cudnnFindConvolutionForwardAlgorithm
-                                       : cudnnGetConvolutionForwardAlgorithm_v7)(
-                             c->dnn, v->x, v->f, v->cf, v->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, got, perf),
-                         c->benchmark ? "cudnnFindConvolutionForwardAlgorithm" : "cudnnGetConvolutionForwardAlgorithm_v7",
-                         err));
+        FL_TRY(dnn_check(
+            (c->benchmark ? cudnnFindConvolutionForwardAlgorithm : cudnnGetConvolutionForwardAlgorithm_v7)(
+                c->dnn, v->x, v->f, v->cf, v->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, got, perf),
+            c->benchmark ? "cudnnFindConvolutionForwardAlgorithm" : "cudnnGetConvolutionForwardAlgorithm_v7", err));
         for (int i = 0; i < *got; i++) r[i] = (ranked_algo){(int)perf[i].algo, perf[i].mathType, perf[i].status};
         return FL_OK;
     }
     case CONV_BWD_DATA: {
         cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        FL_TRY(dnn_check((c->benchmark ? cudnnFindConvolutionBackwardDataAlgorithm
-                                       : cudnnGetConvolutionBackwardDataAlgorithm_v7)(
-                             c->dnn, v->f, v->y, v->cd, v->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, got, perf),
-                         c->benchmark ? "cudnnFindConvolutionBackwardDataAlgorithm"
-                                      : "cudnnGetConvolutionBackwardDataAlgorithm_v7",
-                         err));
+        FL_TRY(dnn_check(
+            (c->benchmark ? cudnnFindConvolutionBackwardDataAlgorithm : cudnnGetConvolutionBackwardDataAlgorithm_v7)(
+                c->dnn, v->f, v->y, v->cd, v->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, got, perf),
+            c->benchmark ? "cudnnFindConvolutionBackwardDataAlgorithm" : "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+            err));
         for (int i = 0; i < *got; i++) r[i] = (ranked_algo){(int)perf[i].algo, perf[i].mathType, perf[i].status};
         return FL_OK;
     }
@@ -364,8 +369,8 @@ fl_status fl_cuda_conv_set_batch(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, int B, fl_
     FL_TRY(dnn_check(cudnnGetConvolution2dForwardOutputDim(v->cf, v->x, v->f, &n, &ch, &oh, &ow),
                      "cudnnGetConvolution2dForwardOutputDim", err));
     if (n != B || ch != v->cout || oh != v->ho || ow != v->wo)
-        return fl_err_set(err, FL_INTERNAL, "cuDNN: conv output (%d, %d, %d, %d), expected (%d, %d, %d, %d)", n, ch,
-                          oh, ow, B, v->cout, v->ho, v->wo);
+        return fl_err_set(err, FL_INTERNAL, "cuDNN: conv output (%d, %d, %d, %d), expected (%d, %d, %d, %d)", n, ch, oh,
+                          ow, B, v->cout, v->ho, v->wo);
     v->batch = B;
     fl_status st;
     int fwd = 0, bwd_data = 0, bwd_filter = 0;
@@ -412,8 +417,8 @@ fl_status fl_cuda_conv_backward(fl_cuda_ctx_t *c, const fl_cuda_conv_t *v, const
     if (v->batch < 1) return fl_err_set(err, FL_FAILED_PRECONDITION, "cuda conv: backward before set_batch");
     const float one = 1.0f, zero = 0.0f;
     if (d_db)
-        FL_TRY(fl__cuda_bias_grad(d_dy, (size_t)v->batch * (size_t)(v->ho * v->wo), v->cout, d_db, c->reduce,
-                                  c->stream, err));
+        FL_TRY(fl__cuda_bias_grad(d_dy, (size_t)v->batch * (size_t)(v->ho * v->wo), v->cout, d_db, c->reduce, c->stream,
+                                  err));
     if (d_dw) {
         FL_TRY(dnn_check(cudnnConvolutionBackwardFilter(c->dnn, &one, v->x, d_x, v->y, d_dy, v->cw, v->bwd_filter_algo,
                                                         c->ws, v->bwd_filter_ws, &zero, v->f, v->dw_t),

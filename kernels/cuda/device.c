@@ -47,7 +47,9 @@ fl_status fl_cuda_to_host(void *dst, const void *d_src, size_t bytes, fl_err_t *
     return check(cudaMemcpy(dst, d_src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host", err);
 }
 
-fl_status fl_cuda_synchronize(fl_err_t *err) { return check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", err); }
+fl_status fl_cuda_synchronize(fl_err_t *err) {
+    return check(cudaDeviceSynchronize(), "cudaDeviceSynchronize", err);
+}
 
 fl_status fl_cuda_host_register(void *ptr, size_t bytes, fl_err_t *err) {
     return check(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable), "cudaHostRegister", err);

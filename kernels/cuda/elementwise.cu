@@ -10,7 +10,7 @@ namespace {
 // No __restrict__: the callers may run them in place (kernels/cuda/cuda.h).
 __global__ void relu_forward_kernel(const float *x, float *y, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] = x[i] < 0.0f ? 0.0f : x[i]; // as kernels/ops.c: NaN and -0 pass through
+        y[i] = x[i] < 0.0f ? 0.0f : x[i];  // as kernels/ops.c: NaN and -0 pass through
 }
 
 __global__ void relu_backward_kernel(const float *y, const float *dy, float *dx, size_t n) {

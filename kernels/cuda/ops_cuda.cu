@@ -34,8 +34,12 @@ __device__ T block_sum(T v) {
     return sh[0];
 }
 
-__device__ __forceinline__ float to_float(float v, float) { return v; }
-__device__ __forceinline__ float to_float(uint8_t v, float scale) { return (float)v * scale; }
+__device__ __forceinline__ float to_float(float v, float) {
+    return v;
+}
+__device__ __forceinline__ float to_float(uint8_t v, float scale) {
+    return (float)v * scale;
+}
 
 // dst[i] = input_scale * convert(src[i]): the same layout (images stay (H, W, C)).
 template <typename T>
@@ -60,8 +64,7 @@ __global__ void bias_add_kernel(float *__restrict__ y, const float *__restrict__
 // Column sums of dy (R, C) over the rows of chunk blockIdx.y ([k R / chunks, (k + 1) R /
 // chunks)), for the columns of tile blockIdx.x, into out[k * C + c]. The order of the sums
 // depends only on R, C and chunks: the result is the same on every run.
-__global__ void column_sums_kernel(const float *__restrict__ dy, size_t R, int C, int chunks,
-                                   float *__restrict__ out) {
+__global__ void column_sums_kernel(const float *__restrict__ dy, size_t R, int C, int chunks, float *__restrict__ out) {
     __shared__ float sh[ROW_TILE_Y][ROW_TILE_X];
     const int c = (int)(blockIdx.x * ROW_TILE_X + threadIdx.x);
     const size_t k = blockIdx.y, r0 = k * R / (size_t)chunks, r1 = (k + 1) * R / (size_t)chunks;
@@ -139,9 +142,9 @@ __global__ void dueling_backward_kernel(const float *__restrict__ dq, int B, int
 __global__ void dqn_head_kernel(const float *__restrict__ qno, const float *__restrict__ qnt,
                                 const float *__restrict__ qo, const int32_t *__restrict__ actions,
                                 const float *__restrict__ rewards, const float *__restrict__ discounts,
-                                const float *__restrict__ weights, int B, int A, float delta,
-                                float *__restrict__ prio, float *__restrict__ dq, float *__restrict__ y_out,
-                                float *__restrict__ q_out, fl_cuda_step_scalars_t *sc) {
+                                const float *__restrict__ weights, int B, int A, float delta, float *__restrict__ prio,
+                                float *__restrict__ dq, float *__restrict__ y_out, float *__restrict__ q_out,
+                                fl_cuda_step_scalars_t *sc) {
     const double inv_b = 1.0 / (double)B, dd = (double)delta;
     double lsum = 0.0, qsum = 0.0;
     for (int i = threadIdx.x; i < B; i += THREADS) {
@@ -225,8 +228,7 @@ __global__ void sgd_kernel(size_t n, float *__restrict__ p, const float *__restr
 }
 
 __global__ void adam_kernel(size_t n, float *__restrict__ p, const float *__restrict__ grads, float *__restrict__ m,
-                            float *__restrict__ v, const fl_cuda_optim_hyper_t *hp,
-                            const fl_cuda_step_scalars_t *sc) {
+                            float *__restrict__ v, const fl_cuda_optim_hyper_t *hp, const fl_cuda_step_scalars_t *sc) {
     if (sc->skip) return;
     const float scale = sc->clip_scale, b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps;
     const float step_size = sc->step_size, inv_sqrt_bc2 = sc->inv_sqrt_bc2;
@@ -240,9 +242,9 @@ __global__ void adam_kernel(size_t n, float *__restrict__ p, const float *__rest
     }
 }
 
-__global__ void rmsprop_kernel(size_t n, float *__restrict__ p, const float *__restrict__ grads,
-                               float *__restrict__ ms, float *__restrict__ mg, float *__restrict__ mom,
-                               const fl_cuda_optim_hyper_t *hp, const fl_cuda_step_scalars_t *sc) {
+__global__ void rmsprop_kernel(size_t n, float *__restrict__ p, const float *__restrict__ grads, float *__restrict__ ms,
+                               float *__restrict__ mg, float *__restrict__ mom, const fl_cuda_optim_hyper_t *hp,
+                               const fl_cuda_step_scalars_t *sc) {
     if (sc->skip) return;
     const float scale = sc->clip_scale, rho = hp->decay, lr = hp->lr, mu = hp->momentum, eps = hp->eps;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -289,8 +291,8 @@ extern "C" int fl__cuda_bias_grad_chunks(size_t R, int C) {
     return chunks < 1 ? 1 : (int)chunks;
 }
 
-extern "C" fl_status fl__cuda_bias_grad(const float *d_dy, size_t R, int C, float *d_db, float *d_scratch,
-                                        void *stream, fl_err_t *err) {
+extern "C" fl_status fl__cuda_bias_grad(const float *d_dy, size_t R, int C, float *d_db, float *d_scratch, void *stream,
+                                        fl_err_t *err) {
     if (C < 1) return FL_OK;
     if (R == 0) { /* no rows: the sums are zero */
         const cudaError_t e = cudaMemsetAsync(d_db, 0, (size_t)C * sizeof(float), (cudaStream_t)stream);
@@ -337,11 +339,11 @@ extern "C" fl_status fl_cuda_dueling_combine_backward(const float *d_dq, int B, 
     return fl__cuda_launched("dueling_backward", err);
 }
 
-extern "C" fl_status fl_cuda_dqn_head(const float *d_q_next_online, const float *d_q_next_target,
-                                      const float *d_q_obs, const int32_t *d_actions, const float *d_rewards,
-                                      const float *d_discounts, const float *d_weights, int B, int A,
-                                      float huber_delta, float *d_priorities, float *d_dq, float *d_y,
-                                      float *d_q_taken, fl_cuda_step_scalars_t *d_sc, void *stream, fl_err_t *err) {
+extern "C" fl_status fl_cuda_dqn_head(const float *d_q_next_online, const float *d_q_next_target, const float *d_q_obs,
+                                      const int32_t *d_actions, const float *d_rewards, const float *d_discounts,
+                                      const float *d_weights, int B, int A, float huber_delta, float *d_priorities,
+                                      float *d_dq, float *d_y, float *d_q_taken, fl_cuda_step_scalars_t *d_sc,
+                                      void *stream, fl_err_t *err) {
     if (B < 1 || A < 1) return fl_err_set(err, FL_INVALID_ARGUMENT, "dqn head: B = %d, A = %d (expected >= 1)", B, A);
     dqn_head_kernel<<<1, THREADS, 0, (cudaStream_t)stream>>>(d_q_next_online, d_q_next_target, d_q_obs, d_actions,
                                                              d_rewards, d_discounts, d_weights, B, A, huber_delta,
@@ -378,7 +380,7 @@ extern "C" fl_status fl_cuda_optim_apply(int kind, size_t n, float *d_params, co
         return fl__cuda_launched("adam", err);
     case FL_OPTIM_RMSPROP:
         rmsprop_kernel<<<fl__cuda_grid_for(n), THREADS, 0, s>>>(n, d_params, d_grads, d_state, d_state + n,
-                                                                 d_state + 2 * n, d_hyper, d_sc);
+                                                                d_state + 2 * n, d_hyper, d_sc);
         return fl__cuda_launched("rmsprop", err);
     default: return fl_err_set(err, FL_INVALID_ARGUMENT, "optimizer kind %d: expected sgd, adam or rmsprop", kind);
     }

@@ -49,16 +49,16 @@ typedef struct fl_cuda_optim_hyper {
 } fl_cuda_optim_hyper_t;
 
 typedef struct fl_cuda_step_scalars {
-    double sumsq;      /* sum of squared gradients (fl_cuda_sumsq accumulates; zero it first) */
-    float loss;        /* head kernel: the weighted Huber loss */
-    float mean_q;      /* head kernel: mean of Q(obs, action) */
-    float grad_norm;   /* finalize: sqrt(sumsq) as float */
-    float clip_scale;  /* finalize: grad_clip / norm when clipping, else 1 */
-    float step_size;   /* finalize (Adam): lr / (1 - beta1^t) */
+    double sumsq;       /* sum of squared gradients (fl_cuda_sumsq accumulates; zero it first) */
+    float loss;         /* head kernel: the weighted Huber loss */
+    float mean_q;       /* head kernel: mean of Q(obs, action) */
+    float grad_norm;    /* finalize: sqrt(sumsq) as float */
+    float clip_scale;   /* finalize: grad_clip / norm when clipping, else 1 */
+    float step_size;    /* finalize (Adam): lr / (1 - beta1^t) */
     float inv_sqrt_bc2; /* finalize (Adam): 1 / sqrt(1 - beta2^t) */
-    int bad;           /* finalize: 1 when the loss (if checked) or the norm is not finite */
-    int skip;          /* finalize: 1 when the optimizer kernel must leave everything alone */
-    long long steps;   /* optimizer step count t; finalize increments it unless skip */
+    int bad;            /* finalize: 1 when the loss (if checked) or the norm is not finite */
+    int skip;           /* finalize: 1 when the optimizer kernel must leave everything alone */
+    long long steps;    /* optimizer step count t; finalize increments it unless skip */
 } fl_cuda_step_scalars_t;
 
 /* ---- context ----------------------------------------------------------------------- */
@@ -88,8 +88,8 @@ fl_status fl_cuda_dense_forward(fl_cuda_ctx_t *c, const float *d_x, /* (B, in) *
                                 int B, int in, int out, float *d_y, /* (B, out) */
                                 fl_err_t *err);
 /* Overwrites (never accumulates) dx (B, in), dw (out, in), db (out); each may be NULL. */
-fl_status fl_cuda_dense_backward(fl_cuda_ctx_t *c, const float *d_x, const float *d_w, const float *d_dy, int B,
-                                 int in, int out, float *d_dx, float *d_dw, float *d_db, fl_err_t *err);
+fl_status fl_cuda_dense_backward(fl_cuda_ctx_t *c, const float *d_x, const float *d_w, const float *d_dy, int B, int in,
+                                 int out, float *d_dx, float *d_dw, float *d_db, fl_err_t *err);
 
 /* ---- conv2d (kernels/ops.h fl_conv2d_*), cuDNN legacy API ------------------------------
  * Shapes as fl_conv2d_shape_t (cin, h, w, cout, k, stride, pad; ho, wo are checked
@@ -108,9 +108,9 @@ void fl_cuda_conv_destroy(fl_cuda_conv_t *v); /* NULL is a no-op */
 fl_status fl_cuda_conv_set_batch(fl_cuda_ctx_t *c, fl_cuda_conv_t *v, int B, fl_err_t *err);
 int fl_cuda_conv_batch(const fl_cuda_conv_t *v); /* the B last set, 0 before */
 fl_status fl_cuda_conv_forward(fl_cuda_ctx_t *c, const fl_cuda_conv_t *v, const float *d_x, /* (B, H, W, Cin) */
-                               const float *d_w,                                             /* (Cout, Cin, K, K) */
-                               const float *d_b,                                             /* (Cout) or NULL */
-                               float *d_y,                                                   /* (B, Ho, Wo, Cout) */
+                               const float *d_w,                                            /* (Cout, Cin, K, K) */
+                               const float *d_b,                                            /* (Cout) or NULL */
+                               float *d_y,                                                  /* (B, Ho, Wo, Cout) */
                                fl_err_t *err);
 /* Overwrites dx (B, H, W, Cin), dw (Cout, Cin, K, K), db; each may be NULL. */
 fl_status fl_cuda_conv_backward(fl_cuda_ctx_t *c, const fl_cuda_conv_t *v, const float *d_x, const float *d_w,
@@ -143,8 +143,7 @@ int fl__cuda_transpose_fits(int P, int Q);
 fl_status fl__cuda_transpose(const float *d_src, int N, int P, int Q, float *d_dst, void *stream, fl_err_t *err);
 /* q (B, A) = V + A - mean(A) from va (B, 1 + A); the backward writes dva (B, 1 + A). */
 fl_status fl_cuda_dueling_combine_forward(const float *d_va, int B, int A, float *d_q, void *stream, fl_err_t *err);
-fl_status fl_cuda_dueling_combine_backward(const float *d_dq, int B, int A, float *d_dva, void *stream,
-                                           fl_err_t *err);
+fl_status fl_cuda_dueling_combine_backward(const float *d_dq, int B, int A, float *d_dva, void *stream, fl_err_t *err);
 
 /* The double-DQN head (learner/dqn.c): per item i,
  *   a* = argmax_a q_next_online[i] (ties: lowest a), y = R + disc * q_next_target[i, a*]

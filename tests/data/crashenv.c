@@ -55,4 +55,6 @@ static const fl_env_def_t crashenv = {
     .configure = crash_configure,
 };
 
-FL_ENV_EXPORT const fl_env_def_t *fl_env_plugin(void) { return &crashenv; }
+FL_ENV_EXPORT const fl_env_def_t *fl_env_plugin(void) {
+    return &crashenv;
+}

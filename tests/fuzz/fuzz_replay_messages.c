@@ -38,16 +38,16 @@
 #include "replay/table.h"
 #include "replay/wire.h"
 
-#define FAIL(...)                                                  \
-    do {                                                           \
-        fprintf(stderr, "fuzz_replay_messages: " __VA_ARGS__);     \
-        fputc('\n', stderr);                                       \
-        abort();                                                   \
+#define FAIL(...)                                              \
+    do {                                                       \
+        fprintf(stderr, "fuzz_replay_messages: " __VA_ARGS__); \
+        fputc('\n', stderr);                                   \
+        abort();                                               \
     } while (0)
 
 enum {
-    T_INSERT_VEC,  /* InsertRequest against float32 (4), 3 actions */
-    T_INSERT_IMG,  /* InsertRequest against uint8 (10, 10, 4), actions unknown */
+    T_INSERT_VEC, /* InsertRequest against float32 (4), 3 actions */
+    T_INSERT_IMG, /* InsertRequest against uint8 (10, 10, 4), actions unknown */
     T_SAMPLE_REQ,
     T_SAMPLE_RESP, /* client-side decode with 16 bytes per observation */
     T_UPDATE_REQ,
@@ -176,7 +176,8 @@ static void fuzz_insert(const Fleet__InsertRequest *req, const fl_wire_sig_t *si
         check_rejection("InsertRequest", st, &e);
         return;
     }
-    if (b.count == 0 || !b.priorities || b.obs_bytes != fl_obs_spec_bytes(&sig->obs)) FAIL("decoded batch is inconsistent");
+    if (b.count == 0 || !b.priorities || b.obs_bytes != fl_obs_spec_bytes(&sig->obs))
+        FAIL("decoded batch is inconsistent");
     fl_table_t *t = make_table(sig);
     uint64_t *keys = malloc(b.count * sizeof *keys);
     if (!keys) FAIL("out of memory");
@@ -213,8 +214,7 @@ static void fuzz_insert(const Fleet__InsertRequest *req, const fl_wire_sig_t *si
     fl_wire_batch_t b2;
     if (fl_wire_decode_batch(tb, sig, FL_WIRE_NEED_PRIORITIES, &b2, &e) != FL_OK)
         FAIL("re-encoded batch is rejected: %s", e.msg);
-    if (b2.count != b.count || memcmp(b2.obs, b.obs, b.count * b.obs_bytes) != 0)
-        FAIL("re-encoded batch differs");
+    if (b2.count != b.count || memcmp(b2.obs, b.obs, b.count * b.obs_bytes) != 0) FAIL("re-encoded batch differs");
     fleet__transition_batch__free_unpacked(tb, NULL);
     free(buf);
     free(m);

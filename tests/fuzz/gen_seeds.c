@@ -44,8 +44,8 @@ static void write_raw(const char *name, uint8_t type, const uint8_t *p, size_t n
 
 /* A table of `capacity` with uint8 (4, 4, 2 * stack) observations, n items inserted in
  * calls of 5 (consecutive observations share frames), saved to DIR/name. */
-static void write_checkpoint(const char *dir, const char *name, uint64_t capacity, int stack, int zstd,
-                             fl_selector sel, int64_t mts, int n) {
+static void write_checkpoint(const char *dir, const char *name, uint64_t capacity, int stack, int zstd, fl_selector sel,
+                             int64_t mts, int n) {
     fl_table_config_t cfg;
     fl_table_config_init(&cfg);
     cfg.capacity = capacity;
@@ -111,8 +111,14 @@ int main(int argc, char **argv) {
     int32_t act[2] = {0, 2};
     float rew[2] = {1.0f, -0.5f}, disc[2] = {0.99f, 0.0f}, prio[2] = {0.5f, 2.0f};
     fl_wire_sig_t sv = {.obs = {.dtype = FL_DTYPE_FLOAT32, .rank = 1, .shape = {4}}, .num_actions = 3};
-    fl_wire_batch_t b = {.count = 2, .obs_bytes = 16, .obs = obs_v, .actions = act, .rewards = rew,
-                         .discounts = disc, .next_obs = nobs_v, .priorities = prio};
+    fl_wire_batch_t b = {.count = 2,
+                         .obs_bytes = 16,
+                         .obs = obs_v,
+                         .actions = act,
+                         .rewards = rew,
+                         .discounts = disc,
+                         .next_obs = nobs_v,
+                         .priorities = prio};
     static fl_wire_batch_msg_t bm;
     fl_wire_encode_batch(&bm, &sv.obs, &b);
     Fleet__InsertRequest ir = FLEET__INSERT_REQUEST__INIT;
