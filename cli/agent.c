@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ struct fl_agent {
     fl_eval_stats_t stats;
     int played;             /* the first play is done */
     uint64_t learner_steps; /* the checkpoint's learner.steps */
+    char origin[160];       /* what the checkpoint is: the learner's, or an evaluator's best */
     /* progress (settings.progress_every_s): episodes begun, steps, when last said */
     int begun;
     uint64_t steps_so_far;
@@ -144,13 +146,46 @@ fl_status fl_agent_find_config(const char *arg, char *out, size_t len, fl_err_t 
                       arg, here, above);
 }
 
-fl_status fl_agent_find_checkpoint(const char *arg, const fl_config_t *cfg, char *out, size_t len, fl_err_t *err) {
+/* The best of dir/checkpoints/best-<i>.safetensors (the evaluators' best policies) by
+ * their eval.return_mean into out: 1, or 0 when there is none. */
+static int best_policy(const char *dir, char *out, size_t len) {
+    char folder[PATH_MAX];
+    snprintf(folder, sizeof folder, "%s/checkpoints", dir);
+    DIR *d = opendir(folder);
+    if (!d) return 0;
+    double best = -INFINITY;
+    int found = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        const size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "best-", 5) != 0 || n < 17 || strcmp(e->d_name + n - 12, ".safetensors") != 0) continue;
+        char path[PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s", folder, e->d_name);
+        fl_safetensors_t *f = NULL;
+        fl_err_t err;
+        fl_err_init(&err);
+        if (fl_safetensors_read(path, &f, &err) != FL_OK) continue;
+        const char *r = fl_safetensors_meta(f, "eval.return_mean");
+        const double v = r ? strtod(r, NULL) : -INFINITY;
+        if (r && (!found || v > best)) {
+            best = v;
+            found = 1;
+            snprintf(out, len, "%s", path);
+        }
+        fl_safetensors_free(f);
+    }
+    closedir(d);
+    return found;
+}
+
+fl_status fl_agent_find_checkpoint(const char *arg, const fl_config_t *cfg, int final, char *out, size_t len,
+                                   fl_err_t *err) {
     int dir = 0;
     FL_TRY(fl_agent_is_dir(arg, &dir, err));
     if (!dir) {
         snprintf(out, len, "%s", arg);
         return FL_OK;
     }
+    if (!final && best_policy(arg, out, len)) return FL_OK;
     char first[PATH_MAX + 64], second[PATH_MAX + 64] = "";
     snprintf(first, sizeof first, "%s/checkpoints/" FL_AGENT_CHECKPOINT, arg);
     if (cfg->learner_checkpoint_dir[0])
@@ -192,7 +227,7 @@ void fl_agent_close(fl_agent_t *a) {
 /* Whether path is a learner checkpoint at all (a safetensors file with format =
  * fleet.learner), before the loader checks that it fits the network; its learner.steps
  * into *steps. */
-static fl_status check_checkpoint(const char *path, uint64_t *steps, fl_err_t *err) {
+static fl_status check_checkpoint(const char *path, uint64_t *steps, char *origin, size_t origin_len, fl_err_t *err) {
     static const char what[] = "a learner-<i>.safetensors of a run's checkpoints/ folder";
     fl_safetensors_t *f = NULL;
     fl_err_t e;
@@ -201,7 +236,16 @@ static fl_status check_checkpoint(const char *path, uint64_t *steps, fl_err_t *e
         return fl_err_set(err, FL_INVALID_ARGUMENT, "%s is not a learner checkpoint (%s): %s", path, what, e.msg);
     const char *format = fl_safetensors_meta(f, "format"), *st = fl_safetensors_meta(f, "learner.steps");
     fl_status s = FL_OK;
-    if (!format || strcmp(format, "fleet.learner") != 0)
+    const int policy = format && strcmp(format, FL_POLICY_FORMAT) == 0;
+    if (policy) {
+        const char *r = fl_safetensors_meta(f, "eval.return_mean"), *n = fl_safetensors_meta(f, "eval.episodes"),
+                   *v = fl_safetensors_meta(f, "param_version");
+        snprintf(origin, origin_len, "the evaluator's best: return %.2f over %s episodes, parameter version %s",
+                 r ? strtod(r, NULL) : 0.0, n ? n : "?", v ? v : "?");
+    } else {
+        snprintf(origin, origin_len, "the learner's checkpoint");
+    }
+    if (!policy && (!format || strcmp(format, "fleet.learner") != 0))
         s = fl_err_set(err, FL_INVALID_ARGUMENT,
                        "%s is not a learner checkpoint (%s): a safetensors file whose "
                        "metadata format is %s%s%s, not \"fleet.learner\"%s",
@@ -232,7 +276,7 @@ static fl_status build(fl_agent_t *a, const fl_config_t *cfg, const char *checkp
         return s;
     }
     fl_qnet_set_input_scale(a->net, (float)cfg->model_input_scale);
-    FL_TRY(check_checkpoint(checkpoint, &a->learner_steps, err));
+    FL_TRY(check_checkpoint(checkpoint, &a->learner_steps, a->origin, sizeof a->origin, err));
     FL_TRY(fl_learner_load_network(checkpoint, a->net, err));
     return fl_evaluation_create(a->env, &a->inst, a->s.parallel, &a->ev, err);
 }
@@ -339,6 +383,9 @@ const fl_eval_stats_t *fl_agent_stats(const fl_agent_t *a) {
 }
 uint64_t fl_agent_learner_steps(const fl_agent_t *a) {
     return a->learner_steps;
+}
+const char *fl_agent_origin(const fl_agent_t *a) {
+    return a->origin;
 }
 const float *fl_agent_returns(const fl_agent_t *a) {
     return a->returns;

@@ -5,7 +5,10 @@
  *   config      RUN_DIR/config.ini; for a file, config.ini in the file's folder, else in
  *               the folder above (RUN_DIR/checkpoints/x.safetensors -> RUN_DIR/config.ini).
  *               The verbs let --config FILE replace it and apply --set after it.
- *   checkpoint  RUN_DIR/checkpoints/learner-0.safetensors, else
+ *   checkpoint  the best of RUN_DIR/checkpoints/best-<i>.safetensors, the parameters of
+ *               the best evaluation of each evaluator (eval/evaluator.h; the highest
+ *               eval.return_mean), unless `final` or there is none; then
+ *               RUN_DIR/checkpoints/learner-0.safetensors (the learner's last), else
  *               <learner.checkpoint_dir of the config>/learner-0.safetensors (a relative
  *               learner.checkpoint_dir is relative to the working directory, as the run
  *               had it); a file is the checkpoint itself.
@@ -52,7 +55,8 @@ fl_status fl_agent_find_config(const char *arg, char *out, size_t len, fl_err_t 
 
 /* The checkpoint of arg under the config cfg (see above) into out. FL_NOT_FOUND saying
  * where it looked and why the run has none (run.checkpoints off, or none written yet). */
-fl_status fl_agent_find_checkpoint(const char *arg, const fl_config_t *cfg, char *out, size_t len, fl_err_t *err);
+fl_status fl_agent_find_checkpoint(const char *arg, const fl_config_t *cfg, int final, char *out, size_t len,
+                                   fl_err_t *err);
 
 typedef struct fl_agent_settings {
     int episodes;            /* >= 1 */
@@ -80,6 +84,9 @@ fl_status fl_agent_play(void *agent, fl_recorder_t *rec, int64_t *length, fl_err
 const fl_eval_stats_t *fl_agent_stats(const fl_agent_t *a);
 /* The checkpoint's learner steps (its metadata learner.steps): 0 for the untrained network. */
 uint64_t fl_agent_learner_steps(const fl_agent_t *a);
+/* What the checkpoint is: "the learner's checkpoint", or "the evaluator's best: return R
+ * over N episodes, parameter version V". */
+const char *fl_agent_origin(const fl_agent_t *a);
 const float *fl_agent_returns(const fl_agent_t *a);
 const uint32_t *fl_agent_lengths(const fl_agent_t *a);
 /* The env as the agent plays it, e.g. for its name ("cartpole[framestack(4)]"). */

@@ -753,7 +753,7 @@ static int record_agent(const show_opts_t *o) {
     if (rc) return rc;
     fl_err_t err;
     fl_err_init(&err);
-    if (fl_agent_find_checkpoint(o->checkpoint, &cfg, checkpoint, sizeof checkpoint, &err) != FL_OK) {
+    if (fl_agent_find_checkpoint(o->checkpoint, &cfg, 0, checkpoint, sizeof checkpoint, &err) != FL_OK) {
         fprintf(stderr, "fleet env record: %s\n", err.msg);
         return 2;
     }

@@ -34,7 +34,7 @@
 typedef struct eval_opts {
     int64_t episodes, seed, max_steps, parallel, scale, frames, columns, delay;
     char epsilon[256], record[256], progress[64];
-    int json;
+    int json, final;
     /* from the split */
     const char *target; /* RUN_DIR or CHECKPOINT */
     char config[4096];  /* the config file used: --config's, or the one found */
@@ -95,6 +95,7 @@ static int parse(int argc, char **argv, fl_config_t *cfg, eval_opts_t *o) {
         {"--scale", FL_OPT_INT, &o->scale},       {"--frames", FL_OPT_INT, &o->frames},
         {"--columns", FL_OPT_INT, &o->columns},   {"--delay", FL_OPT_INT, &o->delay},
         {"--json", FL_OPT_FLAG, &o->json},        {"--progress", FL_OPT_STRING, o->progress},
+        {"--final", FL_OPT_FLAG, &o->final},
     };
     const int nopts = (int)(sizeof opts / sizeof opts[0]);
     char *split[MAX_ARGS], *args[MAX_ARGS];
@@ -196,6 +197,8 @@ static void print_json(const eval_opts_t *o, const fl_config_t *cfg, const fl_ag
     const fl_eval_stats_t *st = fl_agent_stats(a);
     printf("{\"checkpoint\":");
     json_string(stdout, r->checkpoint);
+    printf(",\"origin\":");
+    json_string(stdout, fl_agent_origin(a));
     printf(",\"config\":");
     json_string(stdout, r->config);
     printf(",\"sets\":%d,\"env\":", o->sets);
@@ -227,6 +230,8 @@ static void print_json(const eval_opts_t *o, const fl_config_t *cfg, const fl_ag
 static void print_text(const eval_opts_t *o, const fl_config_t *cfg, const fl_agent_t *a, const result_t *r) {
     const fl_eval_stats_t *st = fl_agent_stats(a);
     printf("fleet eval: checkpoint %s\n", r->checkpoint);
+    printf("  which      %s%s\n", fl_agent_origin(a),
+           strncmp(fl_agent_origin(a), "the evaluator's", 15) == 0 ? " (--final: the learner's last checkpoint)" : "");
     printf("  config     %s", r->config);
     if (o->sets) printf(" (then %d --set)", o->sets);
     printf("\n  env        %s, model %s\n", fl_agent_env(a)->name, cfg->model_spec);
@@ -279,7 +284,7 @@ int fl_verb_eval(int argc, char **argv) {
     fl_err_t err;
     fl_err_init(&err);
     char checkpoint[4096 + 64];
-    if (fl_agent_find_checkpoint(o.target, &cfg, checkpoint, sizeof checkpoint, &err) != FL_OK) {
+    if (fl_agent_find_checkpoint(o.target, &cfg, o.final, checkpoint, sizeof checkpoint, &err) != FL_OK) {
         fprintf(stderr, "fleet eval: %s\n", err.msg);
         return 2;
     }

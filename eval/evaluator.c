@@ -32,6 +32,8 @@ struct fl_evaluator {
     fl_evaluator_opts_t o;
     char *model_spec, *env_name, *env_plugin, *env_wrappers, *env_args, *state_dir; /* copies */
     char state_path[1100]; /* state_dir/evaluator-<index>.state, or "" */
+    char best_path[1100];  /* state_dir/best-<index>.safetensors, or "" */
+    double best_return;    /* the best evaluation's mean return so far (-inf: none) */
     int index;
     fl_wrapped_env_t *wenv;
     fl_env_options_t env_opts;
@@ -130,6 +132,8 @@ static fl_status copy_opts(fl_evaluator_t *e, const fl_evaluator_opts_t *o, fl_e
         return fl_err_set(err, FL_NO_MEMORY, "evaluator: out of memory");
     e->o.state_dir = e->state_dir;
     if (e->state_dir[0]) snprintf(e->state_path, sizeof e->state_path, "%s/evaluator-%d.state", e->state_dir, e->index);
+    if (e->state_dir[0]) snprintf(e->best_path, sizeof e->best_path, "%s/best-%d.safetensors", e->state_dir, e->index);
+    e->best_return = -INFINITY;
     e->o.model_spec = e->model_spec;
     e->o.env.name = e->env_name;
     e->o.env.plugin = e->env_plugin;
@@ -201,6 +205,18 @@ static fl_status load_state(fl_evaluator_t *e, fl_err_t *err) {
     return FL_OK;
 }
 
+/* fleet run --resume: the best return so far is the one its file holds. */
+static void load_best(fl_evaluator_t *e) {
+    if (!e->o.resume || !e->best_path[0]) return;
+    fl_safetensors_t *f = NULL;
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_safetensors_read(e->best_path, &f, &err) != FL_OK) return;
+    const char *r = fl_safetensors_meta(f, "eval.return_mean");
+    if (r) e->best_return = strtod(r, NULL);
+    fl_safetensors_free(f);
+}
+
 fl_status fl_evaluator_create(const fl_evaluator_opts_t *opts, int index, const char *param_addr,
                               const char *control_addr, fl_evaluator_t **out, fl_err_t *err) {
     *out = NULL;
@@ -214,6 +230,7 @@ fl_status fl_evaluator_create(const fl_evaluator_opts_t *opts, int index, const 
     fl_status s = copy_opts(e, opts, err);
     if (s == FL_OK) s = open_all(e, param_addr, control_addr, err);
     if (s == FL_OK) s = load_state(e, err);
+    if (s == FL_OK) load_best(e);
     if (s != FL_OK) {
         fl_evaluator_destroy(e);
         return s;
@@ -303,6 +320,33 @@ static void report_result(fl_evaluator_t *e, const fl_eval_stats_t *s, uint64_t 
     send_report(e, values, 1);
 }
 
+/* The parameters of an evaluation that beat every earlier one of this evaluator, as
+ * state_dir/best-<index>.safetensors (written whole, then renamed): the online network's
+ * tensors and what `fleet eval` names it by (format fleet.policy, model.spec, the version,
+ * the return, the steps). A failure is logged; the run goes on. */
+static void save_best(fl_evaluator_t *e, const fl_eval_stats_t *s, uint64_t at_env, uint64_t at_learner) {
+    if (!e->best_path[0] || !(s->return_mean > e->best_return)) return;
+    e->best_return = s->return_mean;
+    const int nv = fl_qnet_num_views(e->net);
+    fl_st_tensor_t *t = calloc((size_t)nv, sizeof *t);
+    if (!t) return;
+    fl_qnet_st_tensors(e->net, "online", t);
+    char version[32], ret[40], episodes[32], steps[32], env[32];
+    snprintf(version, sizeof version, "%llu", (unsigned long long)e->version);
+    snprintf(ret, sizeof ret, "%.17g", s->return_mean);
+    snprintf(episodes, sizeof episodes, "%d", s->episodes);
+    snprintf(steps, sizeof steps, "%llu", (unsigned long long)at_learner);
+    snprintf(env, sizeof env, "%llu", (unsigned long long)at_env);
+    const char *keys[] = {"format",           "format_version", "model.spec",    "param_version",
+                          "eval.return_mean", "eval.episodes",  "learner.steps", "env_steps"};
+    const char *vals[] = {FL_POLICY_FORMAT, "1", e->model_spec, version, ret, episodes, steps, env};
+    fl_err_t err;
+    fl_err_init(&err);
+    if (fl_safetensors_write(e->best_path, t, nv, keys, vals, (int)(sizeof keys / sizeof keys[0]), &err) != FL_OK)
+        FL_WARN("best policy not saved: %s", err.msg);
+    free(t);
+}
+
 /* One evaluation of the network's parameters (version e->version). */
 static fl_status evaluate(fl_evaluator_t *e, uint64_t at_env, uint64_t at_learner, fl_err_t *err) {
     fl_eval_stats_t s;
@@ -323,6 +367,7 @@ static fl_status evaluate(fl_evaluator_t *e, uint64_t at_env, uint64_t at_learne
         (unsigned long long)e->st.rounds, (unsigned long long)e->version, s.return_mean, s.return_ci95, s.return_min,
         s.return_max, s.episodes, s.length_mean, s.seconds);
     report_result(e, &s, at_env, at_learner);
+    save_best(e, &s, at_env, at_learner);
     save_state(e);
     return FL_OK;
 }

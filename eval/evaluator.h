@@ -18,6 +18,11 @@
  * Seeds: evaluation round r of evaluator i uses the r-th draw of stream
  * FL_EVALUATOR_SEED_STREAM + i of run.seed, so evaluators never share env seeds with one
  * another or with the actors (streams 0 .. actor.count - 1), and a run is reproducible.
+ * With state_dir set, an evaluation that beats every earlier one of this evaluator writes
+ * its parameters to state_dir/best-<index>.safetensors (format fleet.policy: the online
+ * network's tensors, as a learner checkpoint names them, with model.spec, param_version,
+ * eval.return_mean, eval.episodes, learner.steps and env_steps), which `fleet eval RUN_DIR`
+ * plays by default; with resume the best so far is that file's.
  * With state_dir set, the round count, the totals and the seed generator are written to
  * state_dir/evaluator-<index>.state after every evaluation; with resume they are read
  * back, so a resumed experiment's evaluations continue the rounds and the seeds.

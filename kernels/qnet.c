@@ -635,6 +635,21 @@ float *fl_qnet_grads(fl_qnet_t *n) {
 int fl_qnet_num_views(const fl_qnet_t *n) {
     return n->num_views;
 }
+int fl_qnet_st_tensors(fl_qnet_t *n, const char *prefix, fl_st_tensor_t *out) {
+    const float *p = fl_qnet_params(n);
+    for (int i = 0; i < n->num_views; i++) {
+        const fl_param_view_t *v = &n->views[i];
+        fl_st_tensor_t *x = &out[i];
+        memset(x, 0, sizeof *x);
+        snprintf(x->name, sizeof x->name, "%s.%s", prefix, v->name);
+        x->dtype = FL_ST_F32;
+        x->rank = v->rank;
+        for (int d = 0; d < v->rank; d++) x->shape[d] = v->shape[d];
+        x->data = p + v->offset;
+        x->bytes = v->numel * sizeof(float);
+    }
+    return n->num_views;
+}
 int fl_qnet_obs_dim(const fl_qnet_t *n) {
     return n->obs_dim;
 }

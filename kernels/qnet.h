@@ -71,6 +71,7 @@
 
 #include "common/dtype.h"
 #include "common/rng.h"
+#include "common/safetensors.h"
 #include "common/status.h"
 
 #define FL_PARAM_NAME_MAX 64
@@ -140,6 +141,14 @@ float *fl_qnet_grads(fl_qnet_t *n); /* (num_params), same layout */
 int fl_qnet_num_views(const fl_qnet_t *n);
 const fl_param_view_t *fl_qnet_view(const fl_qnet_t *n, int i);                 /* NULL if out of range */
 const fl_param_view_t *fl_qnet_find_view(const fl_qnet_t *n, const char *name); /* NULL if absent */
+/* The parameters as safetensors tensors "<prefix>.<view>" (F32, each view's shape, pointing
+ * into fl_qnet_params) into out (room for fl_qnet_num_views); returns their count. The one
+ * naming of a network's tensors in fleet's files: the learner's checkpoints ("online",
+ * "target") and the evaluator's best policy ("online"). */
+int fl_qnet_st_tensors(fl_qnet_t *n, const char *prefix, fl_st_tensor_t *out);
+/* The metadata "format" of a file holding only a network's "online" tensors (an
+ * evaluator's best policy, eval/evaluator.h), beside the learner's "fleet.learner". */
+#define FL_POLICY_FORMAT "fleet.policy"
 
 /* Draws every parameter as documented above. */
 void fl_qnet_init(fl_qnet_t *n, fl_rng_t *rng);

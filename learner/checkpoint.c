@@ -42,20 +42,8 @@ fl_status fl_learner_save(fl_learner_t *l, const char *path, fl_err_t *err) {
     const size_t np = fl_qnet_num_params(l->online);
     fl_st_tensor_t *t = calloc((size_t)(2 * nv + slots), sizeof *t);
     if (!t) return fl_err_set(err, FL_NO_MEMORY, "learner checkpoint %s: out of memory", path);
-    int n = 0;
-    for (int net = 0; net < 2; net++) {
-        fl_qnet_t *q = net ? l->target : l->online;
-        for (int i = 0; i < nv; i++) {
-            const fl_param_view_t *v = fl_qnet_view(q, i);
-            fl_st_tensor_t *x = &t[n++];
-            snprintf(x->name, sizeof x->name, "%s.%s", net ? "target" : "online", v->name);
-            x->dtype = FL_ST_F32;
-            x->rank = v->rank;
-            for (int d = 0; d < v->rank; d++) x->shape[d] = v->shape[d];
-            x->data = fl_qnet_params(q) + v->offset;
-            x->bytes = v->numel * sizeof(float);
-        }
-    }
+    int n = fl_qnet_st_tensors(l->online, "online", t);
+    n += fl_qnet_st_tensors(l->target, "target", t + n);
     for (int sl = 0; sl < slots; sl++) {
         fl_st_tensor_t *x = &t[n++];
         snprintf(x->name, sizeof x->name, "optimizer.%s", fl_optim_slot_name(l->opt, sl));
@@ -205,9 +193,13 @@ static void copy_views(fl_qnet_t *net, const fl_st_tensor_t *const *src) {
     }
 }
 
-/* format = fleet.learner and format_version = 1. */
-static fl_status check_format(const fl_safetensors_t *f, const char *path, fl_err_t *err) {
-    const char *keys[] = {"format", "format_version"}, *want[] = {CKPT_FORMAT, CKPT_VERSION};
+/* format = fleet.learner (or, with policy_ok, fleet.policy: an evaluator's best policy,
+ * eval/evaluator.h) and format_version = 1. */
+static fl_status check_format(const fl_safetensors_t *f, const char *path, int policy_ok, fl_err_t *err) {
+    const char *fmt = fl_safetensors_meta(f, "format");
+    const char *keys[] = {"format", "format_version"},
+               *want[] = {policy_ok && fmt && strcmp(fmt, FL_POLICY_FORMAT) == 0 ? FL_POLICY_FORMAT : CKPT_FORMAT,
+                          CKPT_VERSION};
     for (int i = 0; i < 2; i++) {
         const char *v = fl_safetensors_meta(f, keys[i]);
         if (!v || strcmp(v, want[i]) != 0)
@@ -224,7 +216,7 @@ fl_status fl_learner_load_network(const char *path, fl_qnet_t *net, fl_err_t *er
     fl_safetensors_t *f = NULL;
     FL_TRY(fl_safetensors_read(path, &f, err));
     const fl_st_tensor_t *src[FL_QNET_MAX_LAYERS * 4];
-    fl_status s = check_format(f, path, err);
+    fl_status s = check_format(f, path, 1, err);
     if (s == FL_OK) s = find_views(f, path, "online", net, src, err);
     const char *spec = fl_safetensors_meta(f, "model.spec");
     if (s == FL_OK && !(spec && same_spec(spec, fl_qnet_spec(net))))

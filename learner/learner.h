@@ -200,9 +200,10 @@ fl_status fl_learner_save(fl_learner_t *l, const char *path, fl_err_t *err);
 
 /* The online network of the checkpoint at path into net (built by the caller with the
  * run's model.spec, observations and actions; any max_batch), e.g. to evaluate or watch
- * a trained agent. Checks, before anything is copied: format = fleet.learner and
- * format_version = 1; for every view of net a tensor "online.<view>" of F32 and the
- * view's shape; no other "online." tensor; and the checkpoint's model.spec equal to
+ * a trained agent; path may also be an evaluator's best policy (format fleet.policy,
+ * eval/evaluator.h), which holds only the online network. Checks, before anything is
+ * copied: format = fleet.learner (or fleet.policy) and format_version = 1; for every view of net a tensor
+ * "online.<view>" of F32 and the view's shape; no other "online." tensor; and the checkpoint's model.spec equal to
  * net's (up to whitespace). Nothing else of the file (the target network, the optimizer,
  * the counters) is read, and net's input scale is left as it is (model.input_scale is
  * not in the file). Errors: FL_NOT_FOUND for a missing file; FL_INVALID_ARGUMENT naming

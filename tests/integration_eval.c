@@ -203,6 +203,37 @@ static void test_step_zero_warns(void **state) {
     free(out);
 }
 
+/* A run with an evaluator keeps the parameters of its best evaluation
+ * (checkpoints/best-0.safetensors, format fleet.policy): `fleet eval RUN_DIR` plays them
+ * and says so, --final plays the learner's last checkpoint. */
+static void test_best_policy(void **state) {
+    (void)state;
+    const char *sets[] = {"run.max_seconds=60", "eval.every=0.5"};
+    char *log = NULL;
+    assert_int_equal(run_fleet_at(g_tmp, NULL, 0, "withev", sets, 2, 120, &log), 0);
+    free(log);
+    char *out;
+    assert_int_equal(shell(&out, "ls withev/checkpoints"), 0);
+    assert_non_null(strstr(out, "best-0.safetensors"));
+    free(out);
+    assert_int_equal(shell(&out, "$F eval withev --episodes 3 --json"), 0);
+    assert_non_null(strstr(out, "\"checkpoint\":\"withev/checkpoints/best-0.safetensors\""));
+    assert_non_null(strstr(out, "\"origin\":\"the evaluator's best: return "));
+    free(out);
+    assert_int_equal(shell(&out, "$F eval withev --episodes 3"), 0);
+    assert_non_null(strstr(out, "which      the evaluator's best: return "));
+    assert_non_null(strstr(out, "(--final: the learner's last checkpoint)"));
+    free(out);
+    assert_int_equal(shell(&out, "$F eval withev --episodes 3 --final"), 0);
+    assert_non_null(strstr(out, "checkpoint withev/checkpoints/learner-0.safetensors"));
+    assert_non_null(strstr(out, "which      the learner's checkpoint"));
+    free(out);
+    /* the policy file itself is a checkpoint fleet eval takes */
+    assert_int_equal(shell(&out, "$F eval withev/checkpoints/best-0.safetensors --episodes 2"), 0);
+    assert_non_null(strstr(out, "the evaluator's best"));
+    free(out);
+}
+
 /* --progress S: progress lines on stderr while the episodes are played. */
 static void test_progress(void **state) {
     (void)state;
@@ -381,7 +412,7 @@ int main(void) {
         cmocka_unit_test(test_eval_json), cmocka_unit_test(test_same_seed_same_output),
         cmocka_unit_test(test_record),    cmocka_unit_test(test_env_record_checkpoint),
         cmocka_unit_test(test_errors),    cmocka_unit_test(test_step_zero_warns),
-        cmocka_unit_test(test_progress),
+        cmocka_unit_test(test_progress),  cmocka_unit_test(test_best_policy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
