@@ -177,7 +177,9 @@ static void apply_ack(fl_replay_writer_t *w, uint64_t last) {
 
 /* Records a failed call: everything pending goes out again on the next one. */
 static void mark_failed(fl_replay_writer_t *w, const fl_err_t *e) {
-    if (!w->failed && fl_stop_requested()) /* a call cancelled by the stop: the flush sends it */
+    /* a call cancelled by the stop, or by the owner's wait hook (an actor asked to stop):
+     * the flush sends it */
+    if (!w->failed && (fl_stop_requested() || e->code == FL_CANCELLED))
         FL_DEBUG("replay writer %" PRIu64 ": %s; %" PRIu64 " transitions pending for the last flush", w->stream_id,
                  e->msg, w->pending);
     else if (!w->failed)
