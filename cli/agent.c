@@ -113,6 +113,8 @@ static int suite_runs(const char *dir, char *names, size_t len) {
     return n;
 }
 
+static fl_status check_checkpoint(const char *path, uint64_t *steps, char *origin, size_t origin_len, fl_err_t *err);
+
 fl_status fl_agent_find_config(const char *arg, char *out, size_t len, fl_err_t *err) {
     int dir = 0;
     FL_TRY(fl_agent_is_dir(arg, &dir, err));
@@ -133,6 +135,10 @@ fl_status fl_agent_find_config(const char *arg, char *out, size_t len, fl_err_t 
                           "runs/NAME/ of `fleet run`; --config FILE names the run's config)",
                           arg);
     }
+    /* a file: a checkpoint at all, before its config is looked for */
+    uint64_t steps;
+    char origin[160];
+    FL_TRY(check_checkpoint(arg, &steps, origin, sizeof origin, err));
     char here[PATH_MAX], above[PATH_MAX + 8];
     folder_of(arg, here, sizeof here);
     snprintf(out, len, "%s/config.ini", here);

@@ -12,6 +12,7 @@
 #include "launcher/launch_internal.h"
 #include "launcher/options.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -375,11 +376,44 @@ static int prepare_new(fl_launch_t *L) {
 }
 
 /* A resumed run: its folder, locked, with the checkpoints a resume needs. */
+/* The first seed-<n>/ folder holding a config.ini (a `fleet suite` folder's runs) into
+ * name: 1, or 0 when dir has none. */
+static int first_seed_run(const char *dir, char *name, size_t len) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d));) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s/config.ini", dir, e->d_name);
+        if (strncmp(e->d_name, "seed-", 5) == 0 && access(path, R_OK) == 0) {
+            snprintf(name, len, "%s", e->d_name);
+            found = 1;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
 static int prepare_resume(fl_launch_t *L, const char *dir) {
     snprintf(L->dir, sizeof L->dir, "%s", dir);
     for (size_t n = strlen(L->dir); n > 1 && L->dir[n - 1] == '/'; n--) L->dir[n - 1] = '\0';
+    char seed[300];
+    if (first_seed_run(L->dir, seed, sizeof seed)) {
+        fprintf(stderr,
+                "fleet run: %s is a suite folder (`fleet suite`): resume one of its runs, e.g. `fleet run "
+                "--resume %s/%s`\n",
+                L->dir, L->dir, seed);
+        return -1;
+    }
     if (lock_run_dir(L) != 0) return -1;
     const fl_config_t *c = &L->cfg;
+    if (!c->run_checkpoint_dir[0] && c->run_checkpoints) {
+        fprintf(stderr,
+                "fleet run: %s has no checkpoint folder (its config.ini has no run.checkpoint_dir, which `fleet "
+                "run` writes there): not the folder of a run\n",
+                L->dir);
+        return -1;
+    }
     if (!c->run_checkpoint_dir[0]) {
         fprintf(stderr, "fleet run: %s ran with run.checkpoints = false: it has no checkpoints to resume from\n",
                 L->dir);
@@ -481,10 +515,11 @@ static int check_budget_left(fl_launch_t *L) {
     }
     if (!why[0]) return 0;
     fprintf(stderr,
-            "fleet run: not resuming %s: %s, so it would stop as soon as it started. To go on, raise it (here by as "
-            "much again): "
+            "fleet run: not resuming %s: %s, so it would stop as soon as it started. To go on, %s: "
             "`fleet run --resume %s --set %s`\n",
-            L->dir, why, L->dir, set);
+            L->dir, why,
+            strstr(set, "stop_at_target") ? "let it run past its target" : "raise it (here by as much again)", L->dir,
+            set);
     return -1;
 }
 

@@ -380,6 +380,11 @@ static void test_errors(void **state) {
     assert_int_equal(shell(&out, "$F eval ev/config.ini"), 2);
     assert_non_null(strstr(out, "ev/config.ini is not a learner checkpoint"));
     free(out);
+    /* ... said first, not that no config.ini is beside it */
+    assert_int_equal(shell(&out, "mkdir -p loose && echo notes > loose/notes.txt && $F eval loose/notes.txt"), 2);
+    assert_non_null(strstr(out, "loose/notes.txt is not a learner checkpoint"));
+    assert_null(strstr(out, "no config.ini"));
+    free(out);
     /* not a run folder */
     assert_int_equal(shell(&out, "mkdir -p empty && $F eval empty"), 2);
     assert_non_null(strstr(out, "no config.ini"));

@@ -268,6 +268,19 @@ static void test_refusals(void **state) {
     assert_non_null(sum);
     assert_true(summary_u64(sum, "env_steps") >= (unsigned long long)more);
     free(sum);
+    /* A suite's folder: one of its runs is named, and nothing is written there. */
+    char suite[700], cmd[4000];
+    snprintf(suite, sizeof suite, "%s/su-suite", g_tmp);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/seed-1 && cp %s/spent/config.ini %s/ && cp %s/spent/config.ini %s/seed-1/",
+             suite, g_tmp, suite, g_tmp, suite);
+    assert_int_equal(system(cmd), 0);
+    char *argv6[] = {(char *)fleet_bin(), "run", "--resume", suite, NULL};
+    assert_int_equal(run_capture(argv6, 60, &out), 2);
+    assert_non_null(strstr(out, "is a suite folder (`fleet suite`): resume one of its runs"));
+    assert_non_null(strstr(out, "/su-suite/seed-1`"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s/run.lock", suite);
+    assert_int_not_equal(access(cmd, F_OK), 0);
     /* A config file and --resume together. */
     char cfg[1024];
     snprintf(cfg, sizeof cfg, "%s/configs/cartpole.ini", fleet_source_dir());
