@@ -67,6 +67,11 @@ typedef struct monitor {
     void *ctx;
     int R;      /* replay shards */
     int gorila; /* learner.mode = gorila: the learners' steps add up */
+    /* The learners' steps at this sitting's first progress line, and whether they have
+     * moved since (until then the update rate is not shown: it would read 0 for a window
+     * the learners had not yet reported on). */
+    uint64_t lsteps_first;
+    int lsteps_first_set, upd_seen;
     int exit_code;
     char reason[512];
     fl_replay_sharded_t *replay;

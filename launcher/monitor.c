@@ -501,6 +501,9 @@ static void print_progress(monitor_t *M, double el, const figures_t *f, double e
     p.frames = M->L->frame_skip > 1 ? f->env * (uint64_t)M->L->frame_skip : 0;
     p.warmup_need = (uint64_t)c->replay_min_size_to_sample;
     p.upd_rate = upd_rate;
+    if (!M->lsteps_first_set) M->lsteps_first = f->lsteps, M->lsteps_first_set = 1;
+    M->upd_seen |= f->lsteps != M->lsteps_first;
+    p.have_upd = M->upd_seen;
     p.loss = f->loss;
     p.replay_size = M->rinfo.size;
     p.lag = lag;

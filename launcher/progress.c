@@ -115,8 +115,8 @@ static void segments(const fl_progress_t *p, char seg[SEGS][64]) {
     } else {
         fl_progress_total(p->learner_steps, a);
         fl_progress_compact(p->upd_rate, b);
-        snprintf(seg[SEG_UPD], 64, "upd %s %s/s", a, b);
-        snprintf(seg[SEG_LOSS], 64, "loss %.2g", p->loss);
+        snprintf(seg[SEG_UPD], 64, "upd %s %s/s", a, p->have_upd ? b : "-");
+        if (p->have_upd) snprintf(seg[SEG_LOSS], 64, "loss %.2g", p->loss);
     }
     fl_progress_total(p->replay_size, a);
     snprintf(seg[SEG_REPLAY], 64, "replay %s", a);

@@ -31,6 +31,7 @@ typedef struct fl_progress {
     uint64_t env_steps;     /* the fleet's env steps so far */
     uint64_t learner_steps; /* learner steps so far (learner 0's with apex, the sum with gorila) */
     double env_rate, upd_rate, loss;
+    int have_upd;         /* the learners have reported in this sitting: upd_rate and loss are theirs ("-" before) */
     uint64_t frames;      /* emulator frames (env steps x frame skip); 0: no part */
     uint64_t warmup_need; /* transitions replay needs before sampling: while replay_size is below
                              it (and 0: no part), "warm-up SIZE/NEED" stands for the updates */

@@ -75,6 +75,7 @@ static void test_typical_line(void **unused) {
                        .env_rate = 31234,
                        .learner_steps = 12345,
                        .upd_rate = 950,
+                       .have_upd = 1,
                        .loss = 0.0123,
                        .replay_size = 412345,
                        .lag = 2,
@@ -118,7 +119,11 @@ static void test_typical_line(void **unused) {
     /* the start: nothing counted yet */
     fl_progress_t z = {.elapsed_s = 1.0, .evaluators = 1, .budget_done = -1};
     fl_progress_format(&z, line, sizeof line);
-    assert_string_equal(line, "[   1.0s] eval - | train - | env 0 0.0/s | upd 0 0.0/s loss 0 | replay 0 | lag 0");
+    assert_string_equal(line, "[   1.0s] eval - | train - | env 0 0.0/s | upd 0 -/s | replay 0 | lag 0");
+    /* a resumed run before its learner's first report: the steps so far, no rate yet */
+    z.learner_steps = 32900;
+    fl_progress_format(&z, line, sizeof line);
+    assert_string_equal(line, "[   1.0s] eval - | train - | env 0 0.0/s | upd 32.9K -/s | replay 0 | lag 0");
 }
 
 /* Atari: the frames so far beside env steps/s; while replay fills, how far it is from the
@@ -145,6 +150,7 @@ static void test_frames_and_warm_up(void **unused) {
     p.frames = 200000;
     p.learner_steps = 12;
     p.upd_rate = 3;
+    p.have_upd = 1;
     p.loss = 0.02;
     fl_progress_format(&p, line, sizeof line);
     assert_string_equal(line,
@@ -168,6 +174,7 @@ static void test_widest_line_fits(void **unused) {
                        .train_return = -876543.2,
                        .env_rate = 9.99e13,
                        .upd_rate = -1e300,
+                       .have_upd = 1,
                        .loss = -1.23456e-300,
                        .replay_size = UINT64_MAX,
                        .lag = UINT64_MAX,
