@@ -38,6 +38,7 @@
 #include "common/clock.h"
 #include "common/stats.h"
 #include "common/stop.h"
+#include "envs/registry.h"
 #include "launcher/curve.h"
 #include "launcher/launch.h"
 #include "launcher/proc.h"
@@ -366,8 +367,10 @@ static int plot(const char *dir, const fl_config_t *c, const seed_run_t *runs, i
             k++;
         }
         /* the target line where the runs stop at it (else it would only squash the curves) */
+        double most = NAN; /* where the game caps a return, the band stops there */
+        if (!c->env_plugin[0] && fl_env_return_max(c->env_name, &most) != 0) most = NAN;
         rc = fl_curve_suite(dir, c->run_name, names, labels, k, c->run_stop_at_target ? c->run_target_return : NAN,
-                            PLOT_TIMEOUT_S, why, sizeof why);
+                            most, PLOT_TIMEOUT_S, why, sizeof why);
     }
     if (rc != 0) fprintf(stderr, "fleet suite: no curves.png: %s\n", why);
     free(names);

@@ -536,13 +536,14 @@ static int read_evals(const char *path, double **x, double **y) {
 
 /* curves.csv: the band's rows. 0 or -1. */
 static int write_band(const char *path, const double *x, const double *mean, const double *ci95, const int *count,
-                      int m) {
+                      int m, double most) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
     fprintf(f, "env_steps,mean,ci95,low,high,seeds\n");
-    for (int i = 0; i < m; i++)
-        fprintf(f, "%.0f,%.9g,%.9g,%.9g,%.9g,%d\n", x[i], mean[i], ci95[i], mean[i] - ci95[i], mean[i] + ci95[i],
-                count[i]);
+    for (int i = 0; i < m; i++) { /* the band ends where an episode's return can go no higher */
+        const double high = isnan(most) ? mean[i] + ci95[i] : fmin(mean[i] + ci95[i], most);
+        fprintf(f, "%.0f,%.9g,%.9g,%.9g,%.9g,%d\n", x[i], mean[i], ci95[i], mean[i] - ci95[i], high, count[i]);
+    }
     int bad = ferror(f);
     return fclose(f) != 0 || bad ? -1 : 0;
 }
@@ -599,7 +600,7 @@ static int write_suite_script(const char *path, const char *title, const char *c
 }
 
 int fl_curve_suite(const char *dir, const char *title, const char *const *names, const char *const *labels, int n,
-                   double target, double timeout_s, char *why, size_t why_len) {
+                   double target, double most, double timeout_s, char *why, size_t why_len) {
     snprintf(why, why_len, "out of memory");
     fl_gnuplot_t *g = fl_gnuplot_create(dir, "curves.gp", "curves.png", "curves.log");
     if (!g) return -1;
@@ -636,7 +637,7 @@ int fl_curve_suite(const char *dir, const char *title, const char *const *names,
     if (s && has && total == 0) {
         snprintf(why, why_len, "no seed has an evaluation (seed-S/evals.csv)");
     } else if (m == 0) { /* out of memory: why says so */
-    } else if (write_band(path, x, mean, ci95, count, m) != 0 ||
+    } else if (write_band(path, x, mean, ci95, count, m, most) != 0 ||
                write_suite_script(gp, title, names, labels, has, n, target) != 0) {
         snprintf(why, why_len, "cannot write %s/curves.csv and curves.gp: %s", dir, strerror(errno));
     } else if (fl_gnuplot_start(g) != 0) {

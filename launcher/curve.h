@@ -66,11 +66,12 @@ int fl_curve_band(const fl_curve_series_t *series, int n, double *x, double *mea
  * evals.csv; seeds without one are left out), labelled labels[i]: each seed's evaluation
  * return against env steps as a thin line, their mean as a thick one over its 95% band
  * (fl_curve_band), and `target` as a dashed line (NAN: none); `title` (the experiment's
- * name) is the picture's title. Writes dir/curves.csv (the band: env_steps, mean, ci95,
+ * name) is the picture's title; `most` (NAN: not known) is the most an episode can return,
+ * where the band's top stops. Writes dir/curves.csv (the band: env_steps, mean, ci95,
  * low, high, seeds) and dir/curves.gp (`gnuplot curves.gp` in dir redraws it), runs
  * gnuplot (launcher/gnuplot.h; its messages in dir/curves.log) and waits for it up to
  * timeout_s. 0 when curves.png was written; -1 otherwise, with the reason in why. */
 int fl_curve_suite(const char *dir, const char *title, const char *const *names, const char *const *labels, int n,
-                   double target, double timeout_s, char *why, size_t why_len);
+                   double target, double most, double timeout_s, char *why, size_t why_len);
 
 #endif

@@ -509,7 +509,7 @@ static void test_suite_picture(void **unused) {
     char why[256] = "";
     fake_t fk;
     fake_install(&fk, NULL);
-    assert_int_equal(fl_curve_suite(dir, "cartpole", names, labels, 3, 475, 30, why, sizeof why), 0);
+    assert_int_equal(fl_curve_suite(dir, "cartpole", names, labels, 3, 475, NAN, 30, why, sizeof why), 0);
     fake_restore_path(&fk);
     char png[600];
     snprintf(png, sizeof png, "%s/curves.png", dir);
@@ -533,17 +533,35 @@ static void test_suite_picture(void **unused) {
     int rows = 0;
     for (char *p = band; (p = strchr(p, '\n')); p++) rows++;
     assert_int_equal(rows, 1 + 9); /* the header and the 9 distinct x */
+    /* the band's top stops at the most an episode can return */
+    fake_install(&fk, NULL);
+    assert_int_equal(fl_curve_suite(dir, "cartpole", names, labels, 3, 475, 0.1, 30, why, sizeof why), 0);
+    fake_restore_path(&fk);
+    char *capped = slurp(dir, "curves.csv");
+    assert_non_null(capped);
+    int over = 0, capped_rows = 0;
+    for (char *line = strchr(capped, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+        double xs, m, ci, lo, hi;
+        int seeds;
+        if (sscanf(line + 1, "%lf,%lf,%lf,%lf,%lf,%d", &xs, &m, &ci, &lo, &hi, &seeds) == 6) {
+            capped_rows++;
+            over += hi > 0.1;
+        }
+    }
+    assert_int_equal(capped_rows, 9);
+    assert_int_equal(over, 0);
+    free(capped);
     free(band);
     fake_remove(&fk);
     /* no evaluations at all: no picture, and why */
     char *empty = make_dir();
-    assert_int_equal(fl_curve_suite(empty, "x", names, labels, 3, NAN, 30, why, sizeof why), -1);
+    assert_int_equal(fl_curve_suite(empty, "x", names, labels, 3, NAN, NAN, 30, why, sizeof why), -1);
     assert_non_null(strstr(why, "no seed has an evaluation"));
     rm_rf(empty);
     free(empty);
     if (have_gnuplot()) { /* the real picture */
         unlink(png);
-        assert_int_equal(fl_curve_suite(dir, "cartpole", names, labels, 3, NAN, 60, why, sizeof why), 0);
+        assert_int_equal(fl_curve_suite(dir, "cartpole", names, labels, 3, NAN, NAN, 60, why, sizeof why), 0);
         FILE *f = fopen(png, "rb");
         assert_non_null(f);
         unsigned char sig[8] = {0};
