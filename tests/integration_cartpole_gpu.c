@@ -79,6 +79,10 @@ static void test_gpu_learner_solves_cartpole(void **state) {
 }
 
 int main(void) {
+    if (!have_gpu()) {
+        fprintf(stderr, "SKIP: no GPU, or fleet was built without CUDA\n");
+        return 77; /* CTest's SKIP_RETURN_CODE (tests/CMakeLists.txt): skipped */
+    }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_gpu_learner_solves_cartpole)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -591,6 +591,12 @@ static void test_no_cuda(void **state) {
 
 int main(void) {
     openblas_set_num_threads(1);
+#ifdef FLEET_HAVE_CUDA
+    if (!have_gpu()) return 77; /* CTest's SKIP_RETURN_CODE (tests/CMakeLists.txt): skipped */
+#else
+    print_message("SKIP: fleet was built without CUDA (FLEET_CUDA=OFF or nvcc/cuDNN not found)\n");
+    return 77;
+#endif
     pick_seed();
     print_message("seed %llu (set FLEET_TEST_SEED to repeat)\n", (unsigned long long)g_seed);
     const struct CMUnitTest tests[] = {
