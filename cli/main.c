@@ -17,6 +17,7 @@
 #include "cli/verbs.h"
 #include "cli/heap.h"
 #include "common/config.h"
+#include "common/suggest.h"
 #include "common/rpc.h"
 
 #ifndef FLEET_VERSION
@@ -313,6 +314,16 @@ static const verb_t *find_verb(const char *name) {
     return NULL;
 }
 
+/* " (did you mean 'run'?)" for a name close to a verb's, else "". */
+static const char *verb_hint(const char *name, char *buf, size_t len) {
+    fl_suggest_t sg;
+    fl_suggest_init(&sg, name, strlen(name) >= 6 ? strlen(name) / 3 : 2);
+    for (int i = 0; i < NVERBS; i++) fl_suggest_consider(&sg, verbs[i].name);
+    buf[0] = '\0';
+    if (sg.best) snprintf(buf, len, " (did you mean '%s'?)", sg.best);
+    return buf;
+}
+
 int main(int argc, char **argv) {
     mallopt(M_MMAP_THRESHOLD, (int)FL_MALLOC_KEEP);
     mallopt(M_TRIM_THRESHOLD, (int)FL_MALLOC_KEEP);
@@ -347,7 +358,8 @@ int main(int argc, char **argv) {
         }
         const verb_t *v = find_verb(argv[2]);
         if (!v) {
-            fprintf(stderr, "fleet help: unknown verb '%s'\n", argv[2]);
+            char hint[64];
+            fprintf(stderr, "fleet help: unknown verb '%s'%s\n", argv[2], verb_hint(argv[2], hint, sizeof hint));
             usage(stderr);
             return 2;
         }
@@ -356,7 +368,8 @@ int main(int argc, char **argv) {
     }
     const verb_t *v = find_verb(name);
     if (!v) {
-        fprintf(stderr, "fleet: unknown verb '%s'\n", name);
+        char hint[64];
+        fprintf(stderr, "fleet: unknown verb '%s'%s\n", name, verb_hint(name, hint, sizeof hint));
         usage(stderr);
         return 2;
     }

@@ -25,6 +25,10 @@ static void test_usage(void **state) {
     free(out);
     assert_int_equal(fleet(&out, "frobnicate", NULL, NULL, NULL), 2);
     assert_non_null(strstr(out, "unknown verb 'frobnicate'"));
+    assert_null(strstr(out, "did you mean"));
+    free(out);
+    assert_int_equal(fleet(&out, "runn", NULL, NULL, NULL), 2);
+    assert_non_null(strstr(out, "unknown verb 'runn' (did you mean 'run'?)"));
     free(out);
     assert_int_equal(fleet(&out, "version", NULL, NULL, NULL), 0);
     assert_non_null(strstr(out, "fleet "));
