@@ -115,6 +115,14 @@ static void test_two_seeds(void **state) {
     assert_non_null(strstr(md, "Reached the target:"));
     free(md);
 
+    /* fleet plot on the suite's folder points to its picture and to one seed's */
+    assert_int_equal(shell(&out, "$F plot out/cartpole-suite"), 1);
+    assert_non_null(strstr(out,
+                           "is a suite folder (`fleet suite`): its picture of every seed is "
+                           "out/cartpole-suite/curves.png"));
+    assert_non_null(strstr(out, "`fleet plot out/cartpole-suite/seed-S`"));
+    free(out);
+
     if (system("command -v gnuplot >/dev/null 2>&1") == 0) {
         char *png = file_at("%s/out/cartpole-suite/%s", "curves.png");
         assert_non_null(png);
