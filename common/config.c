@@ -12,6 +12,7 @@
 #include "common/config.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -842,10 +843,37 @@ done:
     return st;
 }
 
+/* " (did you mean 'configs/cartpole.ini'?)" for the .ini file beside path closest to its name. */
+static void near_file(const char *path, char *hint, size_t len) {
+    const char *slash = strrchr(path, '/');
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    const char *base = slash ? slash + 1 : path;
+    DIR *d = opendir(slash && slash == path ? "/" : dir);
+    if (!d) return;
+    fl_suggest_t sg;
+    fl_suggest_init(&sg, base, strlen(base) >= 6 ? strlen(base) / 3 : 2);
+    char names[64][256];
+    int n = 0;
+    for (struct dirent *e; n < 64 && (e = readdir(d));) {
+        size_t k = strlen(e->d_name);
+        if (k < 5 || k >= sizeof names[0] || strcmp(e->d_name + k - 4, ".ini") != 0) continue;
+        memcpy(names[n], e->d_name, k + 1);
+        fl_suggest_consider(&sg, names[n++]);
+    }
+    if (sg.best) snprintf(hint, len, " (did you mean '%s%s%s'?)", slash ? dir : "", slash ? "/" : "", sg.best);
+    closedir(d);
+}
+
 fl_status fl_config_load_file(fl_config_t *c, const char *path, fl_err_t *err) {
     if (!c || !path) return fail(err, FL_INVALID_ARGUMENT, NULL, "fl_config_load_file: NULL argument");
     FILE *f = fopen(path, "r");
-    if (!f) return fail(err, FL_IO_ERROR, NULL, "cannot open config file '%s': %s", path, strerror(errno));
+    if (!f) {
+        const int e = errno;
+        char hint[1400] = "";
+        if (e == ENOENT) near_file(path, hint, sizeof hint);
+        return fail(err, FL_IO_ERROR, NULL, "cannot open config file '%s': %s%s", path, strerror(e), hint);
+    }
     return load_stream(c, f, path, err);
 }
 

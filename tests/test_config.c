@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/config.h"
@@ -520,9 +521,23 @@ static void test_missing_file(void **state) {
     fl_config_defaults(&c);
     const char *path = tmp_path("does-not-exist.ini");
     assert_int_equal(fl_config_load_file(&c, path, &err), FL_IO_ERROR);
-    char want[600];
+    char want[1600];
     snprintf(want, sizeof want, "cannot open config file '%s': No such file or directory", path);
     assert_string_equal(err.msg, want);
+
+    /* A name close to a file beside it is suggested. */
+    char near[600];
+    snprintf(near, sizeof near, "%s/near", g_dir);
+    mkdir(near, 0700);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "%s/cartpole.ini", near);
+    FILE *f = fopen(cmd, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s/cartpol.ini", near);
+    assert_int_equal(fl_config_load_file(&c, cmd, &err), FL_IO_ERROR);
+    snprintf(want, sizeof want, "No such file or directory (did you mean '%s/cartpole.ini'?)", near);
+    assert_contains(err.msg, want);
 
     /* A directory opens but cannot be read. */
     assert_int_equal(fl_config_load_file(&c, g_dir, &err), FL_IO_ERROR);
