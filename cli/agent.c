@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/safetensors.h"
+#include "launcher/launch.h"
 #include "learner/learner.h"
 #include "launcher/options.h"
 
@@ -76,50 +77,13 @@ static void folder_above(const char *dir, char *out, size_t len) {
         folder_of(dir, out, len);
 }
 
-/* The seed-S/ run folders of a `fleet suite` folder: how many, and their names ("seed-1,
- * seed-2, ...", the first few) into names. */
-static int suite_runs(const char *dir, char *names, size_t len) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int n = 0;
-    names[0] = '\0';
-    int seeds[64];
-    for (struct dirent *e; (e = readdir(d));) {
-        char *end = NULL;
-        if (strncmp(e->d_name, "seed-", 5) != 0) continue;
-        long s = strtol(e->d_name + 5, &end, 10);
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s/config.ini", dir, e->d_name);
-        if (end == e->d_name + 5 || *end || !is_file(path)) continue;
-        if (n < 64) seeds[n] = (int)s;
-        n++;
-    }
-    closedir(d);
-    const int k = n < 64 ? n : 64;
-    for (int i = 1; i < k; i++) /* in seed order */
-        for (int j = i; j > 0 && seeds[j - 1] > seeds[j]; j--) {
-            int t = seeds[j];
-            seeds[j] = seeds[j - 1];
-            seeds[j - 1] = t;
-        }
-    for (int i = 0; i < k && i < 8; i++) {
-        size_t used = strlen(names);
-        snprintf(names + used, len - used, "%sseed-%d", i ? ", " : "", seeds[i]);
-    }
-    if (n > 8) {
-        size_t used = strlen(names);
-        snprintf(names + used, len - used, ", ... (%d in all)", n);
-    }
-    return n;
-}
-
 static fl_status check_checkpoint(const char *path, uint64_t *steps, char *origin, size_t origin_len, fl_err_t *err);
 
 fl_status fl_agent_find_config(const char *arg, char *out, size_t len, fl_err_t *err) {
     int dir = 0;
     FL_TRY(fl_agent_is_dir(arg, &dir, err));
     char runs[256];
-    if (dir && suite_runs(arg, runs, sizeof runs) > 0) {
+    if (dir && fl_launch_suite_runs(arg, runs, sizeof runs) > 0) {
         char first[32] = "seed-1";
         sscanf(runs, "%31[^,]", first);
         return fl_err_set(err, FL_NOT_FOUND,

@@ -8,11 +8,11 @@
  * longer than PLOT_TIMEOUT_S (its messages are in RUN_DIR/logs/curve.log when that folder
  * exists); 2 usage. One thread; owns its fl_curve_t. */
 #include <stdio.h>
-#include <unistd.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "launcher/curve.h"
+#include "launcher/launch.h"
 #include "cli/verbs.h"
 #include "common/log.h"
 
@@ -66,10 +66,9 @@ int fl_verb_plot(int argc, char **argv) {
     }
     int rows = 0;
     int has_evals = csv_state(dir, "evals.csv", &rows), has_returns = csv_state(dir, "returns.csv", &rows);
-    char curves[4200], seed[4200];
+    char curves[4200], runs[256];
     snprintf(curves, sizeof curves, "%s/curves.png", dir);
-    snprintf(seed, sizeof seed, "%s/seed-1/config.ini", dir);
-    if (!has_evals && !has_returns && (access(curves, R_OK) == 0 || access(seed, R_OK) == 0)) {
+    if (!has_evals && !has_returns && fl_launch_suite_runs(dir, runs, sizeof runs) > 0) {
         fprintf(stderr,
                 "fleet plot: %s is a suite folder (`fleet suite`): its picture of every seed is %s (drawn when the "
                 "suite ended; `gnuplot curves.gp` in the folder redraws it); one seed's curve is `fleet plot "

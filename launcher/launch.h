@@ -77,6 +77,11 @@ const char *fl_launch_socket_dir(const fl_launch_t *L);
  * itself, its plugin and wrappers, are checked by opening it.) */
 int fl_launch_check_roles(const fl_config_t *cfg, const fl_env_def_t *env);
 
+/* The seed-S/ runs (each with its config.ini) of a `fleet suite` folder dir: how many, and
+ * their names in seed order ("seed-1, seed-2", the first 8, then "... (N in all)") into
+ * names; 0 when dir is no suite's folder. */
+int fl_launch_suite_runs(const char *dir, char *names, size_t len);
+
 /* Supervision (launcher/local.c, launcher/mpi.c): appends "TIME +ELAPSED text" to the run's
  * events.log and logs it as a warning. restarted_role ("actor", "replay", ...; NULL for
  * an event that is not a restart) counts a restart for the progress line and

@@ -376,29 +376,47 @@ static int prepare_new(fl_launch_t *L) {
 }
 
 /* A resumed run: its folder, locked, with the checkpoints a resume needs. */
-/* The first seed-<n>/ folder holding a config.ini (a `fleet suite` folder's runs) into
- * name: 1, or 0 when dir has none. */
-static int first_seed_run(const char *dir, char *name, size_t len) {
+int fl_launch_suite_runs(const char *dir, char *names, size_t len) {
     DIR *d = opendir(dir);
     if (!d) return 0;
-    int found = 0;
-    for (struct dirent *e; !found && (e = readdir(d));) {
-        char path[1200];
+    int n = 0;
+    names[0] = '\0';
+    int seeds[64];
+    for (struct dirent *e; (e = readdir(d));) {
+        char *end = NULL;
+        if (strncmp(e->d_name, "seed-", 5) != 0) continue;
+        long s = strtol(e->d_name + 5, &end, 10);
+        char path[4400];
         snprintf(path, sizeof path, "%s/%s/config.ini", dir, e->d_name);
-        if (strncmp(e->d_name, "seed-", 5) == 0 && access(path, R_OK) == 0) {
-            snprintf(name, len, "%s", e->d_name);
-            found = 1;
-        }
+        if (end == e->d_name + 5 || *end || access(path, R_OK) != 0) continue;
+        if (n < 64) seeds[n] = (int)s;
+        n++;
     }
     closedir(d);
-    return found;
+    const int k = n < 64 ? n : 64;
+    for (int i = 1; i < k; i++) /* in seed order */
+        for (int j = i; j > 0 && seeds[j - 1] > seeds[j]; j--) {
+            int t = seeds[j];
+            seeds[j] = seeds[j - 1];
+            seeds[j - 1] = t;
+        }
+    for (int i = 0; i < k && i < 8; i++) {
+        size_t used = strlen(names);
+        snprintf(names + used, len - used, "%sseed-%d", i ? ", " : "", seeds[i]);
+    }
+    if (n > 8) {
+        size_t used = strlen(names);
+        snprintf(names + used, len - used, ", ... (%d in all)", n);
+    }
+    return n;
 }
 
 static int prepare_resume(fl_launch_t *L, const char *dir) {
     snprintf(L->dir, sizeof L->dir, "%s", dir);
     for (size_t n = strlen(L->dir); n > 1 && L->dir[n - 1] == '/'; n--) L->dir[n - 1] = '\0';
-    char seed[300];
-    if (first_seed_run(L->dir, seed, sizeof seed)) {
+    char runs[256], seed[32] = "seed-1";
+    if (fl_launch_suite_runs(L->dir, runs, sizeof runs) > 0) {
+        sscanf(runs, "%31[^,]", seed);
         fprintf(stderr,
                 "fleet run: %s is a suite folder (`fleet suite`): resume one of its runs, e.g. `fleet run "
                 "--resume %s/%s`\n",
